@@ -1,0 +1,113 @@
+"""`gpu-agent`: wires NVML (real or fake), the sample loop, metrics and the extender streams."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+
+from aiohttp import web
+from gpuextender import __version__
+from gpuextender.logs import configure_logging
+
+from agent.backoff import Backoff
+from agent.config import AgentConfig, ConfigError, build_config
+from agent.fake_scenario import ScenarioError, load_scenario
+from agent.http_server import build_app
+from agent.latest import LatestReport
+from agent.metrics import AgentMetrics
+from agent.nvml_reader import NvmlReader, NvmlUnavailable
+from agent.sample_loop import SampleLoop
+from agent.streamer import ExtenderStream
+
+log = logging.getLogger("gpu_agent")
+
+
+def _fail(message: str) -> int:
+    print(f"gpu-agent: {message}", file=sys.stderr)
+    return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        config = build_config(argv, os.environ)
+    except ConfigError as exc:
+        return _fail(str(exc))
+    configure_logging(config.log_level)
+    if config.fake_scenario is not None:
+        try:
+            scenario = load_scenario(config.fake_scenario)
+        except ScenarioError as exc:
+            return _fail(str(exc))
+        from agent.fake_nvml import FakeNvmlLibrary, install
+
+        install(FakeNvmlLibrary(scenario, uuid_seed=config.node_name))
+        log.info("fake NVML from %s: %d simulated GPU(s)", config.fake_scenario, len(scenario.gpus))
+    metrics = AgentMetrics(config.node_name)
+    reader = NvmlReader(on_error=metrics.count_nvml_error)
+    try:
+        reader.start()
+    except NvmlUnavailable as exc:
+        return _fail(str(exc))
+    try:
+        return asyncio.run(_serve(config, reader, metrics))
+    except OSError as exc:  # e.g. metrics port in use
+        return _fail(f"cannot serve on {config.metrics_addr}: {exc.strerror or exc}")
+    finally:
+        reader.close()
+
+
+async def _serve(config: AgentConfig, reader: NvmlReader, metrics: AgentMetrics) -> int:
+    latest = LatestReport()
+    sampler = SampleLoop(
+        reader, latest, metrics,
+        node_name=config.node_name, interval_s=config.interval_s, agent_version=__version__,
+    )  # fmt: skip
+    runner = web.AppRunner(build_app(metrics, sampler), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, config.metrics_addr.host, config.metrics_addr.port).start()
+    log.info(
+        "gpu-agent %s for node %s: metrics on http://%s/metrics, sampling every %.2fs, extenders: %s",
+        __version__, config.node_name, config.metrics_addr, config.interval_s,
+        ", ".join(config.extenders) or "none (metrics only)",
+    )  # fmt: skip
+
+    streams = [
+        ExtenderStream(
+            target, latest, metrics,
+            backoff=Backoff(config.reconnect_initial_s, config.reconnect_max_s),
+            ack_timeout_s=max(10.0, 5 * config.interval_s),
+            on_requested_interval=sampler.set_interval,
+        )  # fmt: skip
+        for target in config.extenders
+    ]
+    tasks = [asyncio.create_task(sampler.run(), name="sampler")]
+    tasks += [asyncio.create_task(s.run(), name=f"stream {s.target}") for s in streams]
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    stopper = asyncio.create_task(stop.wait())
+    done, _ = await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)
+    exit_code = 0
+    for task in done:
+        if task is not stopper and task.exception() is not None:
+            log.error("%s stopped unexpectedly", task.get_name(), exc_info=task.exception())
+            exit_code = 1
+    log.info("shutting down")
+    for task in [stopper, *tasks]:
+        task.cancel()
+    for task in tasks:
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+    await runner.cleanup()
+    return exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

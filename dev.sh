@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Developer entry point. Creates ./.venv on first use (Python >= 3.11), installs the
+# project with its test extras, then runs what you asked for:
+#   ./dev.sh demo     local demo: extender + 3 fake-GPU agents + a captured scheduler request
+#   ./dev.sh test     the whole test suite (what CI runs)
+#   ./dev.sh bench    the benchmarks in bench/ (not part of the tests)
+#   ./dev.sh proto    regenerate proto/gpuextender/v1/*_pb2*.py
+set -euo pipefail
+cd "$(dirname "$0")"
+PYTHON=${PYTHON:-python3}
+VENV=.venv
+
+ensure_venv() {
+  if [ ! -x "$VENV/bin/python" ]; then
+    "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+      || { echo "dev.sh: need Python >= 3.11 (set PYTHON=...)" >&2; exit 2; }
+    "$PYTHON" -m venv "$VENV"
+  fi
+  # Reinstall only when pyproject.toml changed since the last install.
+  if [ ! -f "$VENV/.installed" ] || [ pyproject.toml -nt "$VENV/.installed" ]; then
+    "$VENV/bin/python" -m pip install --quiet --upgrade pip
+    "$VENV/bin/python" -m pip install --quiet -e '.[test]'
+    touch "$VENV/.installed"
+  fi
+}
+
+cmd=${1:-}
+[ $# -gt 0 ] && shift
+case "$cmd" in
+  demo)  ensure_venv; exec "$VENV/bin/python" examples/demo.py "$@" ;;
+  test)  ensure_venv; exec "$VENV/bin/python" -m pytest "$@" ;;
+  bench) ensure_venv; exec "$VENV/bin/python" bench/run_all.py "$@" ;;
+  proto) ensure_venv; exec "$VENV/bin/python" proto/generate.py "$@" ;;
+  *) sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+esac

@@ -1,0 +1,117 @@
+"""gpu-extender's configuration: built once from flags, then passed down."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuextender.logs import LEVELS
+from gpuextender.netaddr import AddressError, HostPort, parse_host_port
+
+from extender.decision import Policy
+from extender.gpu_summary import IdleRule
+from extender.http_api import ApiSettings
+
+
+class ConfigError(ValueError):
+    """A flag value is wrong; the message says which and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExtenderConfig:
+    http_addr: HostPort
+    grpc_addr: HostPort
+    inventory: Path | None
+    idle_rule: IdleRule
+    api: ApiSettings
+    requested_agent_interval_ms: int
+    forget_after_s: float
+    log_level: str
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="gpu-extender",
+        description=(
+            "kube-scheduler extender that places GPU pods on nodes whose GPUs are really idle. "
+            "gpu-agents stream live NVML data to --grpc-addr; kube-scheduler calls POST /filter "
+            "and /prioritize on --http-addr (configure it with nodeCacheCapable: true)."
+        ),
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
+    p.add_argument("--http-addr", default="0.0.0.0:8888", metavar="HOST:PORT",
+                   help="scheduler API, /healthz, /readyz, /metrics")  # fmt: skip
+    p.add_argument("--grpc-addr", default="0.0.0.0:9090", metavar="HOST:PORT", help="where agents stream reports")
+    p.add_argument("--path-prefix", default="", metavar="PATH",
+                   help="serve the verbs under PATH (urlPrefix http://host:port/PATH in the scheduler config)")  # fmt: skip
+    p.add_argument("--inventory", type=Path, metavar="PATH",
+                   help="Kubernetes YAML file or directory with Node objects; gives allocatable GPUs for "
+                   "nodes without agent data when the scheduler sends only names")  # fmt: skip
+    p.add_argument("--gpu-resource", action="append", default=[], metavar="NAME",
+                   help="extended resource counted as GPUs; repeatable (default: nvidia.com/gpu)")  # fmt: skip
+    p.add_argument("--idle-max-utilization", type=float, default=30.0, metavar="PERCENT",
+                   help="a GPU is idle only below this utilization")  # fmt: skip
+    p.add_argument("--idle-max-memory", type=float, default=50.0, metavar="PERCENT",
+                   help="... and below this share of its memory used")  # fmt: skip
+    p.add_argument("--stale-after", type=float, default=10.0, metavar="SECONDS",
+                   help="a node's GPU data older than this is stale")  # fmt: skip
+    p.add_argument("--stale-policy", choices=("fail-open", "fail-closed"), default="fail-open",
+                   help="fail-open: treat stale like no data (all allocatable GPUs idle); "
+                   "fail-closed: reject the node (StaleGPUData)")  # fmt: skip
+    p.add_argument("--no-fit-policy", choices=("pass-all", "reject"), default="pass-all",
+                   help="when no node has enough idle GPUs: pass-all lets kube-scheduler choose among the "
+                   "busy/stale nodes; reject keeps them rejected (the pod waits)")  # fmt: skip
+    p.add_argument("--prioritize-answer", choices=("compact", "full"), default="compact",
+                   help="compact: subtract the lowest score and omit zeros (same ranking, smaller answer); "
+                   "full: every node with its 0-10 score")  # fmt: skip
+    p.add_argument("--max-body-bytes", type=int, default=64 * 1024**2, metavar="BYTES",
+                   help="largest request accepted (full-Node requests for 5,000 nodes are ~20 MB)")  # fmt: skip
+    p.add_argument("--requested-agent-interval", type=float, default=0.0, metavar="SECONDS",
+                   help="ask agents to sample at this interval (0: leave it to the agents)")  # fmt: skip
+    p.add_argument("--forget-after", type=float, default=3600.0, metavar="SECONDS",
+                   help="drop a node's GPU data after this long without reports (node gone)")  # fmt: skip
+    p.add_argument("--log-level", default="info", choices=LEVELS)
+    return p
+
+
+def build_config(argv: Sequence[str] | None) -> ExtenderConfig:
+    args = build_parser().parse_args(argv)
+    try:
+        http_addr = parse_host_port(args.http_addr)
+        grpc_addr = parse_host_port(args.grpc_addr)
+    except AddressError as exc:
+        raise ConfigError(str(exc)) from None
+    for flag, value in (("--idle-max-utilization", args.idle_max_utilization),
+                        ("--idle-max-memory", args.idle_max_memory)):  # fmt: skip
+        if not 0 < value <= 100:
+            raise ConfigError(f"{flag} {value} must be within (0, 100]")
+    if args.stale_after <= 0:
+        raise ConfigError("--stale-after must be positive")
+    if args.max_body_bytes < 64 * 1024:
+        raise ConfigError("--max-body-bytes below 64 KiB cannot hold one scheduler request")
+    if args.requested_agent_interval < 0 or args.forget_after <= args.stale_after:
+        raise ConfigError("need --requested-agent-interval >= 0 and --forget-after > --stale-after")
+    if args.inventory is not None and not args.inventory.exists():
+        raise ConfigError(f"--inventory {args.inventory}: no such file or directory")
+    resources = tuple(dict.fromkeys(r.strip() for r in args.gpu_resource if r.strip())) or ("nvidia.com/gpu",)
+    prefix = args.path_prefix.strip()
+    if prefix and not prefix.startswith("/"):
+        prefix = "/" + prefix
+    return ExtenderConfig(
+        http_addr=http_addr,
+        grpc_addr=grpc_addr,
+        inventory=args.inventory,
+        idle_rule=IdleRule(args.idle_max_utilization, args.idle_max_memory),
+        api=ApiSettings(
+            policy=Policy(args.stale_after, args.stale_policy, args.no_fit_policy),
+            gpu_resources=resources,
+            compact_priorities=args.prioritize_answer == "compact",
+            max_body_bytes=args.max_body_bytes,
+            path_prefix=prefix,
+        ),
+        requested_agent_interval_ms=int(args.requested_agent_interval * 1000),
+        forget_after_s=args.forget_after,
+        log_level=args.log_level,
+    )

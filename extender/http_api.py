@@ -1,0 +1,159 @@
+"""The extender's HTTP side: kube-scheduler's `filter` and `prioritize` verbs, plus
+/healthz, /readyz and /metrics.
+
+Handlers only parse, look up in-memory state, call the pure decision functions
+and encode: no API server, no NVML, no other I/O on the request path.
+Refused input gets a 4xx with a JSON reason and a log line; the server goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from extender import decision
+from extender.bad_request import BadRequest
+from extender.gpu_state import GpuState
+from extender.metrics import ExtenderMetrics
+from extender.pod_gpus import gpus_requested, pod_ref
+from extender.scheduler_wire import ExtenderArgs, encode, filter_result, parse_extender_args, prioritize_result
+
+log = logging.getLogger("gpu_extender.http")
+
+# How many failed nodes an INFO decision line names; the rest are counted (DEBUG names all).
+_LOG_FAILED_NODES = 5
+
+
+@dataclass(frozen=True, slots=True)
+class ApiSettings:
+    policy: decision.Policy
+    gpu_resources: tuple[str, ...] = ("nvidia.com/gpu",)
+    compact_priorities: bool = True
+    max_body_bytes: int = 64 * 1024**2
+    path_prefix: str = ""
+
+
+class SchedulerApi:
+    def __init__(
+        self,
+        state: GpuState,
+        metrics: ExtenderMetrics,
+        settings: ApiSettings,
+        allocatable: Mapping[str, int] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.state = state
+        self.metrics = metrics
+        self.settings = settings
+        self.allocatable: Mapping[str, int] = allocatable or {}
+        self._clock = clock
+        self.ready = False
+
+    def _inputs(self, args: ExtenderArgs) -> tuple[int, list[decision.Candidate]]:
+        needed = gpus_requested(args.pod, self.settings.gpu_resources)
+        return needed, args.candidates(self.settings.gpu_resources, self.allocatable)
+
+    def filter(self, args: ExtenderArgs) -> dict[str, Any]:
+        needed, candidates = self._inputs(args)
+        outcome = decision.filter_nodes(needed, candidates, self.state.summary, self._clock(), self.settings.policy)
+        self._record_filter(args, needed, outcome)
+        return filter_result(args, outcome)
+
+    def prioritize(self, args: ExtenderArgs) -> list[dict[str, Any]]:
+        needed, candidates = self._inputs(args)
+        scores = decision.prioritize(needed, candidates, self.state.summary, self._clock(), self.settings.policy)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("prioritize %s (needs %d GPU): %s", pod_ref(args.pod), needed,
+                      ", ".join(f"{s.name}={s.score}" for s in scores))  # fmt: skip
+        return prioritize_result(scores, compact=self.settings.compact_priorities)
+
+    def _record_filter(self, args: ExtenderArgs, needed: int, outcome: decision.FilterOutcome) -> None:
+        m = self.metrics
+        m.filter_nodes.labels(result="passed").inc(len(outcome.passed))
+        m.filter_nodes.labels(result="failed").inc(len(outcome.failed))
+        for reason in outcome.failed.values():
+            m.filter_failures.labels(reason=reason.code).inc()
+        if needed == 0:
+            log.debug("filter %s: needs no GPU, all %d node(s) pass", pod_ref(args.pod), len(outcome.passed))
+            return
+        details = {a.name: a for a in outcome.assessments}
+        failed = [
+            f"{name}: {reason.code} (idle {_n(details[name].idle_gpus)}, healthy {_n(details[name].healthy_gpus)}"
+            f"/{_n(details[name].gpu_count)}, data {details[name].data.value})"
+            for name, reason in outcome.failed.items()
+        ]
+        if outcome.fallback:
+            m.filter_fallbacks.inc()
+        shown = failed if log.isEnabledFor(logging.DEBUG) else failed[:_LOG_FAILED_NODES]
+        more = f" and {len(failed) - len(shown)} more" if len(failed) > len(shown) else ""
+        log.info(
+            "filter %s needs %d GPU: %d passed%s, %d failed%s%s",
+            pod_ref(args.pod), needed, len(outcome.passed),
+            " (no node fit: passing the busy/stale ones, kube-scheduler decides)" if outcome.fallback else "",
+            len(failed), (": " + "; ".join(shown)) if shown else "", more,
+        )  # fmt: skip
+
+
+def _n(value: int | None) -> str:
+    return "?" if value is None else str(value)
+
+
+def _json(payload: Any, status: int = 200) -> web.Response:
+    return web.Response(body=encode(payload), status=status, content_type="application/json")
+
+
+def build_app(api: SchedulerApi) -> web.Application:
+    settings = api.settings
+    metrics = api.metrics
+
+    def scheduler_verb(verb: str, decide: Callable[[ExtenderArgs], Any]) -> Callable[[web.Request], Awaitable[web.Response]]:
+        async def handle(request: web.Request) -> web.Response:
+            started = time.perf_counter()
+            try:
+                body = await request.read()
+                response = _json(decide(parse_extender_args(body)))
+            except BadRequest as exc:
+                metrics.bad_requests.labels(verb=verb, reason=exc.code).inc()
+                log.warning("%s: refused request from %s: %s", verb, request.remote, exc.message)
+                response = _json({"error": exc.message, "reason": exc.code}, status=400)
+            except web.HTTPRequestEntityTooLarge:
+                metrics.bad_requests.labels(verb=verb, reason="too_large").inc()
+                message = (f"request body is larger than {settings.max_body_bytes} bytes; raise --max-body-bytes "
+                           "or configure kube-scheduler with nodeCacheCapable: true")  # fmt: skip
+                log.warning("%s: refused request from %s: %s", verb, request.remote, message)
+                response = _json({"error": message, "reason": "too_large"}, status=413)
+            except Exception:
+                log.exception("%s: internal error", verb)
+                response = _json({"error": "internal error; see the gpu-extender log", "reason": "internal"}, 500)
+            metrics.requests.labels(verb=verb, code=str(response.status)).inc()
+            metrics.request_duration.labels(verb=verb).observe(time.perf_counter() - started)
+            return response
+
+        return handle
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def readyz(_: web.Request) -> web.Response:
+        if not api.ready:
+            return web.Response(status=503, text="starting\n")
+        return web.Response(text=f"ready ({len(api.state)} node(s) with GPU data)\n")
+
+    async def get_metrics(_: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    app = web.Application(client_max_size=settings.max_body_bytes)
+    prefix = settings.path_prefix.rstrip("/")
+    app.router.add_post(f"{prefix}/filter", scheduler_verb("filter", api.filter))
+    app.router.add_post(f"{prefix}/prioritize", scheduler_verb("prioritize", api.prioritize))
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", get_metrics)
+    return app
+

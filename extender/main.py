@@ -1,0 +1,116 @@
+"""`gpu-extender`: wires the GPU state, gRPC ingest, the scheduler HTTP API and metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+import time
+from collections.abc import Sequence
+
+import grpc
+from aiohttp import web
+from gpuextender import __version__
+from gpuextender.logs import configure_logging
+from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
+
+from extender.config import ConfigError, ExtenderConfig, build_config
+from extender.gpu_state import GpuState
+from extender.http_api import SchedulerApi, build_app
+from extender.ingest import IngestService
+from extender.inventory_file import InventoryError, load_nodes
+from extender.metrics import ExtenderMetrics
+
+log = logging.getLogger("gpu_extender")
+
+# Above kube-scheduler's Go client idle timeout (90 s), so the server never closes
+# a kept-alive connection just as the scheduler reuses it.
+KEEPALIVE_TIMEOUT_S = 120.0
+
+
+def _fail(message: str) -> int:
+    print(f"gpu-extender: {message}", file=sys.stderr)
+    return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        config = build_config(argv)
+    except ConfigError as exc:
+        return _fail(str(exc))
+    configure_logging(config.log_level)
+    allocatable: dict[str, int] = {}
+    if config.inventory is not None:
+        try:
+            nodes = load_nodes(config.inventory, config.api.gpu_resources)
+        except InventoryError as exc:
+            return _fail(str(exc))
+        allocatable = {name: node.allocatable_gpus for name, node in nodes.items()}
+    try:
+        return asyncio.run(_serve(config, allocatable))
+    except OSError as exc:
+        return _fail(f"cannot listen: {exc.strerror or exc}")
+
+
+async def _serve(config: ExtenderConfig, allocatable: dict[str, int]) -> int:
+    state = GpuState(config.idle_rule)
+    metrics = ExtenderMetrics(state)
+    api = SchedulerApi(state, metrics, config.api, allocatable)
+
+    grpc_server = grpc.aio.server(
+        options=[
+            # Agents ping every 20 s to notice dead peers; allow it even between reports.
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
+            ("grpc.max_receive_message_length", 4 * 1024**2),
+        ]
+    )
+    pb_grpc.add_GpuStateServiceServicer_to_server(
+        IngestService(state, metrics, requested_interval_ms=config.requested_agent_interval_ms), grpc_server
+    )
+    grpc_target = str(config.grpc_addr)
+    if grpc_server.add_insecure_port(grpc_target) == 0:
+        raise OSError(f"gRPC address {grpc_target} is not available")
+    await grpc_server.start()
+
+    runner = web.AppRunner(build_app(api), access_log=None, keepalive_timeout=KEEPALIVE_TIMEOUT_S)
+    await runner.setup()
+    await web.TCPSite(runner, config.http_addr.host, config.http_addr.port).start()
+    api.ready = True
+    policy = config.api.policy
+    log.info(
+        "gpu-extender %s: scheduler API on http://%s%s/{filter,prioritize}, agents on grpc://%s; idle = util < %g%% "
+        "and memory < %g%%; stale after %gs (%s); no fit: %s; GPU resources: %s; inventory: %s",
+        __version__, config.http_addr, config.api.path_prefix, config.grpc_addr,
+        config.idle_rule.max_utilization_percent, config.idle_rule.max_memory_used_percent,
+        policy.stale_after_s, policy.stale_policy, policy.no_fit_policy,
+        ",".join(config.api.gpu_resources), f"{len(allocatable)} node(s)" if config.inventory else "none",
+    )  # fmt: skip
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    forgetter = asyncio.create_task(_forget_departed(state, config.forget_after_s))
+    await stop.wait()
+    log.info("shutting down")
+    api.ready = False
+    forgetter.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await forgetter
+    await grpc_server.stop(grace=1.0)
+    await runner.cleanup()
+    return 0
+
+
+async def _forget_departed(state: GpuState, forget_after_s: float) -> None:
+    while True:
+        await asyncio.sleep(min(60.0, forget_after_s / 4))
+        for name in state.forget_older_than(time.monotonic() - forget_after_s):
+            log.info("forgot node %s: no report for %.0fs", name, forget_after_s)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,136 @@
+"""kube-scheduler's extender wire format (k8s.io/kube-scheduler/extender/v1).
+
+Requests (`ExtenderArgs`) use Go field names with no json tags: `Pod`, `Nodes`,
+`NodeNames`, with the unused one sent as `null`. Go decodes keys
+case-insensitively, so we read them case-insensitively too, and answer with the
+exact Go casing. Scores must be JSON integers: a float makes Go discard the
+whole prioritize answer.
+
+With nodeCacheCapable=true the scheduler sends `NodeNames` and reads
+`NodeNames` back; with false it sends full Node objects in `Nodes.items` and
+reads back the passing Node objects, which we echo unchanged. Answering in the
+other mode silently rejects every node, so the answer always mirrors the request.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from extender.bad_request import BadRequest
+from extender.decision import Candidate, FilterOutcome, NodeScore
+from extender.pod_gpus import parse_count
+
+
+@dataclass(slots=True)
+class ExtenderArgs:
+    pod: dict[str, Any]
+    node_names: list[str] | None  # nodeCacheCapable: true
+    nodes: list[dict[str, Any]] | None  # nodeCacheCapable: false (full Node objects)
+    nodes_metadata: Any = None
+
+    def candidates(self, gpu_resources: Sequence[str], allocatable: Mapping[str, int]) -> list[Candidate]:
+        """Names in request order. Allocatable GPUs come from the Node object when
+        the scheduler sent one, otherwise from the inventory (`allocatable`)."""
+        if self.nodes is not None:
+            return [Candidate(_node_name(n, i), _allocatable_gpus(n, i, gpu_resources)) for i, n in enumerate(self.nodes)]
+        return [Candidate(name, allocatable.get(name)) for name in self.node_names or ()]
+
+
+def _node_name(node: dict[str, Any], i: int) -> str:
+    return node["metadata"]["name"]  # checked in parse_extender_args
+
+
+def _allocatable_gpus(node: dict[str, Any], i: int, gpu_resources: Sequence[str]) -> int | None:
+    status = node.get("status")
+    allocatable = status.get("allocatable") if isinstance(status, dict) else None
+    if not isinstance(allocatable, dict):
+        return None
+    present = [name for name in gpu_resources if name in allocatable]
+    if not present:
+        return 0  # a Node object that lists no GPU resource has none
+    return sum(parse_count(allocatable[n], f"Nodes.items[{i}].status.allocatable[{n}]") for n in present)
+
+
+def _top_level(document: Any) -> dict[str, Any]:
+    if not isinstance(document, dict):
+        raise BadRequest("wrong_type", f"body must be a JSON object (ExtenderArgs), got {type(document).__name__}")
+    lowered: dict[str, Any] = {}
+    for key, value in document.items():
+        low = key.lower()
+        if low in lowered:
+            raise BadRequest("duplicate_key", f"key {key!r} appears twice (keys are case-insensitive)")
+        lowered[low] = value
+    return lowered
+
+
+def parse_extender_args(body: bytes) -> ExtenderArgs:
+    try:
+        document = json.loads(body)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise BadRequest("malformed_json", f"body is not valid JSON: {exc}") from None
+    top = _top_level(document)
+    pod = top.get("pod")
+    if pod is None:
+        raise BadRequest("missing_pod", "ExtenderArgs has no Pod")
+    if not isinstance(pod, dict):
+        raise BadRequest("wrong_type", f"Pod must be an object, got {type(pod).__name__}")
+
+    node_names = top.get("nodenames")
+    if node_names is not None:
+        if not isinstance(node_names, list) or not all(isinstance(n, str) and n for n in node_names):
+            raise BadRequest("wrong_type", "NodeNames must be a list of non-empty strings")
+
+    nodes = None
+    nodes_metadata: Any = None
+    node_list = top.get("nodes")
+    if node_list is not None:
+        if not isinstance(node_list, dict) or not isinstance(node_list.get("items"), list):
+            raise BadRequest("wrong_type", "Nodes must be a NodeList object with an items list")
+        nodes = node_list["items"]
+        nodes_metadata = node_list.get("metadata", {})
+        for i, node in enumerate(nodes):
+            meta = node.get("metadata") if isinstance(node, dict) else None
+            if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
+                raise BadRequest("wrong_type", f"Nodes.items[{i}] has no metadata.name")
+    if node_names is None and nodes is None:
+        raise BadRequest("missing_nodes", "ExtenderArgs has neither NodeNames nor Nodes")
+    return ExtenderArgs(pod=pod, node_names=node_names, nodes=nodes, nodes_metadata=nodes_metadata)
+
+
+def filter_result(args: ExtenderArgs, outcome: FilterOutcome) -> dict[str, Any]:
+    """ExtenderFilterResult in the request's mode; every rejected node has a reason."""
+    result: dict[str, Any] = {}
+    if args.node_names is not None:
+        result["NodeNames"] = outcome.passed
+    if args.nodes is not None:
+        passed = set(outcome.passed)
+        result["Nodes"] = {
+            "metadata": args.nodes_metadata if args.nodes_metadata is not None else {},
+            "items": [n for n in args.nodes if n["metadata"]["name"] in passed],
+        }
+    result["FailedNodes"] = {n: r.message for n, r in outcome.failed.items() if not r.unresolvable}
+    result["FailedAndUnresolvableNodes"] = {n: r.message for n, r in outcome.failed.items() if r.unresolvable}
+    result["Error"] = ""
+    return result
+
+
+def prioritize_result(scores: Sequence[NodeScore], *, compact: bool) -> list[dict[str, Any]]:
+    """HostPriorityList. kube-scheduler adds `Score * weight * 10` to each node's
+    total and counts a missing node as 0, so `compact` subtracts the lowest score
+    from all and leaves out the zeros: the ranking is unchanged and the scheduler
+    has less to decode (all-equal scores give an empty list)."""
+    floor = min((s.score for s in scores), default=0) if compact else 0
+    out = []
+    for s in scores:
+        score = int(s.score - floor)
+        if compact and score == 0:
+            continue
+        out.append({"Host": s.name, "Score": score})
+    return out
+
+
+def encode(payload: Any) -> bytes:
+    return json.dumps(payload, separators=(",", ":"), allow_nan=False).encode()

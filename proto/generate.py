@@ -1,0 +1,49 @@
+"""Regenerate the committed Python modules for the gRPC contract.
+
+Usage: python proto/generate.py [OUT_DIR]
+
+Writes gpu_state_pb2.py, gpu_state_pb2.pyi and gpu_state_pb2_grpc.py next to
+the .proto (or under OUT_DIR, which tests use to check the committed files are
+current). Needs the pinned grpcio-tools from the `dev` extra, so that the same
+input always produces the same bytes.
+"""
+
+from __future__ import annotations
+
+import sys
+from importlib import resources
+from pathlib import Path
+
+PROTO_ROOT = Path(__file__).resolve().parent
+PROTO_FILES = ["gpuextender/v1/gpu_state.proto"]
+
+
+def generate(out_dir: Path = PROTO_ROOT) -> list[Path]:
+    """Run protoc (from grpcio-tools) and return the files it wrote."""
+    from grpc_tools import protoc  # build-time only dependency
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    well_known = resources.files("grpc_tools") / "_proto"
+    args = [
+        "grpc_tools.protoc",
+        f"-I{PROTO_ROOT}",
+        f"-I{well_known}",
+        f"--python_out={out_dir}",
+        f"--pyi_out={out_dir}",
+        f"--grpc_python_out={out_dir}",
+        *PROTO_FILES,
+    ]
+    rc = protoc.main(args)
+    if rc != 0:
+        raise RuntimeError(f"protoc failed with exit code {rc}: {' '.join(args)}")
+    written = []
+    for proto in PROTO_FILES:
+        stem = proto.removesuffix(".proto")
+        written += [out_dir / f"{stem}{suffix}" for suffix in ("_pb2.py", "_pb2.pyi", "_pb2_grpc.py")]
+    return written
+
+
+if __name__ == "__main__":
+    target = Path(sys.argv[1]) if len(sys.argv) > 1 else PROTO_ROOT
+    for path in generate(target):
+        print(f"wrote {path}")
