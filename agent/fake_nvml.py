@@ -29,10 +29,15 @@ _OK = pynvml.NVML_SUCCESS
 _NO_INIT_NEEDED = {"nvmlInitWithFlags", "nvmlInit_v2", "nvmlErrorString"}
 
 
-def _base_name(symbol: str) -> str:
+# C symbols whose pynvml function has another name.
+_PYNVML_NAME = {"nvmlInitWithFlags": "nvmlInit"}
+
+
+def _pynvml_name(symbol: str) -> str:
     """`nvmlDeviceGetCount_v2` -> `nvmlDeviceGetCount`: scenarios name the pynvml function."""
     head, sep, tail = symbol.rpartition("_v")
-    return head if sep and tail.isdigit() else symbol
+    base = head if sep and tail.isdigit() else symbol
+    return _PYNVML_NAME.get(base, base)
 
 
 class _Symbol:
@@ -103,10 +108,10 @@ class FakeNvmlLibrary:
         return None
 
     def _injected(self, symbol: str, gpu: int | None) -> int | None:
-        base = _base_name(symbol)
+        names = ("*", symbol, _pynvml_name(symbol))
         t = self.elapsed()
         for err in self.scenario.errors:
-            if err.call not in ("*", base) or not err.active(t):
+            if err.call not in names or not err.active(t):
                 continue
             if err.gpus is not None and (gpu is None or gpu not in err.gpus):
                 continue

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Sequence
 
 from aiohttp import web
+from prometheus_client import disable_created_metrics
 from gpuextender import __version__
 from gpuextender.logs import configure_logging
 
@@ -33,6 +34,7 @@ def _fail(message: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    disable_created_metrics()  # *_created series only add noise to every scrape
     try:
         config = build_config(argv, os.environ)
     except ConfigError as exc:

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import grpc
 from aiohttp import web
+from prometheus_client import disable_created_metrics
 from gpuextender import __version__
 from gpuextender.logs import configure_logging
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
@@ -36,6 +37,7 @@ def _fail(message: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    disable_created_metrics()  # *_created series only add noise to every scrape
     try:
         config = build_config(argv)
     except ConfigError as exc:

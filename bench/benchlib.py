@@ -1,0 +1,287 @@
+"""Shared plumbing for the benchmarks in bench/ (measures nothing by itself).
+
+- locating the project's console scripts (`gpu-extender`, `gpu-agent`) next to
+  the running interpreter (the project's .venv);
+- free loopback ports;
+- `ManagedProcess`: a subprocess that is always terminated (SIGTERM, then
+  SIGKILL) when its `with` block ends, whatever happened inside it;
+- /proc readers (CPU ticks, VmRSS/VmHWM) and a tiny Prometheus text parser;
+- percentiles and machine facts for the reports.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import os
+import platform
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType, TracebackType
+
+import aiohttp
+
+BENCH_DIR = Path(__file__).resolve().parent
+REPO_ROOT = BENCH_DIR.parent
+OUT_DIR = BENCH_DIR / "out"  # git-ignored: logs and raw JSON results
+LOOPBACK = "127.0.0.1"
+
+
+class BenchError(RuntimeError):
+    """The benchmark cannot go on (a process died, an answer had the wrong shape...)."""
+
+
+def program(name: str, module: str) -> list[str]:
+    """argv prefix for one of the project's console scripts, preferring the one
+    installed beside this interpreter (the project's .venv)."""
+    beside = Path(sys.executable).parent / name
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return [str(beside)]
+    found = shutil.which(name)
+    if found:
+        return [found]
+    return [sys.executable, "-m", module]
+
+
+def free_port() -> int:
+    """A TCP port that is free on the loopback address right now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((LOOPBACK, 0))
+        return int(s.getsockname()[1])
+
+
+def exit_on_sigterm() -> None:
+    """Turn SIGTERM into SystemExit so every `finally`/`with` cleans up its processes."""
+
+    def handler(signum: int, frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+class ManagedProcess:
+    """A child process whose output goes to a log file under bench/out/, and
+    which is terminated when the `with` block ends (even on errors)."""
+
+    def __init__(self, name: str, argv: Sequence[str]) -> None:
+        self.name = name
+        self.argv = list(argv)
+        OUT_DIR.mkdir(parents=True, exist_ok=True)
+        self.log_path = OUT_DIR / f"{name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def pid(self) -> int:
+        if self.proc is None:
+            raise BenchError(f"{self.name} is not started")
+        return self.proc.pid
+
+    def start(self) -> None:
+        with open(self.log_path, "wb") as log:  # the child keeps its own descriptor
+            self.proc = subprocess.Popen(
+                self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, cwd=REPO_ROOT
+            )
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def check_alive(self) -> None:
+        if not self.alive():
+            code = self.proc.returncode if self.proc is not None else None
+            raise BenchError(f"{self.name} exited (code {code}); last log lines:\n{self.log_tail()}")
+
+    def log_tail(self, lines: int = 30) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:]) or "(empty log)"
+
+    def stop(self, timeout_s: float = 5.0) -> int | None:
+        """SIGTERM, wait, then SIGKILL. Returns the exit code."""
+        proc = self.proc
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout_s)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout_s)
+        return proc.returncode
+
+    def __enter__(self) -> ManagedProcess:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+# -- /proc ------------------------------------------------------------------
+
+
+def cpu_ticks(pid: int) -> int:
+    """utime + stime of the whole process (all threads), in clock ticks."""
+    with open(f"/proc/{pid}/stat") as f:
+        stat = f.read()
+    fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) "; comm may hold spaces
+    return int(fields[11]) + int(fields[12])  # fields 14 and 15 of proc(5)
+
+
+def memory_kib(pid: int) -> dict[str, int]:
+    """VmRSS and VmHWM (peak RSS) of a process, in KiB."""
+    out: dict[str, int] = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key, _, rest = line.partition(":")
+            if key in ("VmRSS", "VmHWM"):
+                out[key] = int(rest.split()[0])
+    return out
+
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+# -- Prometheus text format -------------------------------------------------
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    """`name{labels}` -> value for every sample line (labels kept verbatim)."""
+    samples: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        key, _, value = line.rpartition(" ")
+        try:
+            samples[key] = float(value)
+        except ValueError:
+            continue
+    return samples
+
+
+# -- statistics -------------------------------------------------------------
+
+
+def percentile(sorted_values: Sequence[float], p: float) -> float:
+    """Nearest-rank percentile of already sorted values."""
+    if not sorted_values:
+        return math.nan
+    rank = max(1, math.ceil(p / 100.0 * len(sorted_values)))
+    return sorted_values[min(rank, len(sorted_values)) - 1]
+
+
+# -- machine ----------------------------------------------------------------
+
+
+def machine_facts() -> dict[str, str]:
+    cpu = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.partition(":")[2].strip()
+                break
+    except OSError:
+        pass
+    mem = "?"
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                mem = f"{int(line.split()[1]) / 1024**2:.1f} GiB"
+                break
+    except OSError:
+        pass
+    os_name = platform.system()
+    try:
+        for line in Path("/etc/os-release").read_text().splitlines():
+            if line.startswith("PRETTY_NAME="):
+                os_name = line.partition("=")[2].strip().strip('"')
+    except OSError:
+        pass
+    try:
+        usable = len(os.sched_getaffinity(0))
+    except AttributeError:
+        usable = os.cpu_count() or 0
+    return {
+        "cpu": cpu,
+        "cores": str(usable),
+        "memory": mem,
+        "python": platform.python_version(),
+        "os": f"{os_name}, kernel {platform.release()}",
+    }
+
+
+# -- the extender as a subprocess ----------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ExtenderAddrs:
+    http_port: int
+    grpc_port: int
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{LOOPBACK}:{self.http_port}"
+
+    @property
+    def grpc_target(self) -> str:
+        return f"{LOOPBACK}:{self.grpc_port}"
+
+
+def extender_process(name: str = "extender", extra_args: Sequence[str] = ()) -> tuple[ManagedProcess, ExtenderAddrs]:
+    """A not yet started `gpu-extender` on free loopback ports. Data never goes
+    stale during a run, and it logs only warnings (no per-request lines)."""
+    addrs = ExtenderAddrs(http_port=free_port(), grpc_port=free_port())
+    argv = program("gpu-extender", "extender.main") + [
+        "--http-addr", f"{LOOPBACK}:{addrs.http_port}",
+        "--grpc-addr", f"{LOOPBACK}:{addrs.grpc_port}",
+        "--stale-after", "100000",
+        "--forget-after", "200000",
+        "--log-level", "warning",
+        *extra_args,
+    ]  # fmt: skip
+    return ManagedProcess(name, argv), addrs
+
+
+async def wait_http_ok(
+    session: aiohttp.ClientSession, url: str, proc: ManagedProcess, timeout_s: float = 20.0
+) -> str:
+    """Poll `url` until it answers 200 (returns the body); fail fast if `proc` dies."""
+    deadline = time.monotonic() + timeout_s
+    last = "no answer"
+    while True:
+        proc.check_alive()
+        try:
+            async with session.get(url, timeout=aiohttp.ClientTimeout(total=2)) as resp:
+                text = await resp.text()
+                if resp.status == 200:
+                    return text
+                last = f"HTTP {resp.status}: {text.strip()}"
+        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+            last = f"{type(exc).__name__}: {exc}"
+        if time.monotonic() > deadline:
+            raise BenchError(f"{url} not ready after {timeout_s:.0f}s ({last}); {proc.name} log:\n{proc.log_tail()}")
+        await asyncio.sleep(0.05)
+
+
+async def scrape(session: aiohttp.ClientSession, url: str) -> dict[str, float]:
+    """GET a Prometheus /metrics page and parse it."""
+    async with session.get(url) as resp:
+        text = await resp.text()
+        if resp.status != 200:
+            raise BenchError(f"GET {url}: HTTP {resp.status}: {text[:200]}")
+    return parse_prometheus(text)

@@ -1,0 +1,176 @@
+"""The NVML reader on the fake library installed underneath the real pynvml."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator
+
+import pynvml
+import pytest
+
+from agent.fake_nvml import FakeNvmlLibrary, install
+from agent.fake_scenario import parse_scenario
+from agent.nvml_reader import NvmlReader, NvmlUnavailable
+
+H100 = {"product": "NVIDIA H100 80GB HBM3", "memory_gib": 80, "compute_capability": "9.0"}
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture(autouse=True)
+def _restore_pynvml() -> Iterator[None]:
+    saved = pynvml.nvmlLib
+    yield
+    with pynvml.libLoadLock:
+        pynvml.nvmlLib = saved
+        pynvml._nvmlGetFunctionPointer_cache.clear()
+
+
+def start_reader(document: dict, clock: Clock, errors: list | None = None) -> tuple[NvmlReader, FakeNvmlLibrary]:
+    lib = FakeNvmlLibrary(parse_scenario(document), uuid_seed="node-1", clock=clock)
+    install(lib)
+    reader = NvmlReader(on_error=lambda call, name: errors.append((call, name)) if errors is not None else None)
+    reader.start()
+    return reader, lib
+
+
+def test_reads_identity_and_v2_memory_through_pynvml(clock: Clock) -> None:
+    reader, _ = start_reader({"gpus": [{**H100, "count": 2, "utilization_percent": 40, "memory_used_percent": 25,
+                                        "temperature_c": 51, "power_watts": 312.5}]}, clock)  # fmt: skip
+    sample = reader.sample()
+    assert sample.node_error == "" and sample.driver_version == "550.127.05"
+    assert [g.index for g in sample.gpus] == [0, 1]
+    gpu = sample.gpus[0]
+    assert gpu.name == "NVIDIA H100 80GB HBM3" and gpu.uuid.startswith("GPU-")
+    assert gpu.uuid != sample.gpus[1].uuid
+    assert gpu.pci_bus_id == "00000000:18:00.0" and sample.gpus[1].pci_bus_id == "00000000:28:00.0"
+    assert gpu.compute_capability == (9, 0)
+    assert gpu.memory_total_bytes == 80 * 1024**3
+    assert gpu.memory_used_bytes == 20 * 1024**3
+    assert gpu.memory_reserved_bytes == 512 * 1024**2  # the v2 call reports reserved apart from used
+    assert gpu.memory_free_bytes == gpu.memory_total_bytes - gpu.memory_used_bytes - gpu.memory_reserved_bytes
+    assert (gpu.utilization_gpu_percent, gpu.temperature_celsius, gpu.power_watts) == (40, 51, 312.5)
+    assert gpu.healthy and gpu.unhealthy_reasons == []
+    assert sample.duration_s > 0
+
+
+def test_patterns_change_readings_over_time(clock: Clock) -> None:
+    reader, _ = start_reader({"gpus": [{**H100, "utilization_percent": {"pattern": "steps", "values": [10, 80],
+                                                                        "every_s": 5}}]}, clock)  # fmt: skip
+    assert reader.sample().gpus[0].utilization_gpu_percent == 10
+    clock.t = 5.0
+    assert reader.sample().gpus[0].utilization_gpu_percent == 80
+
+
+def test_not_supported_leaves_the_field_absent_without_an_error(clock: Clock) -> None:
+    errors: list = []
+    reader, _ = start_reader({"gpus": [H100], "errors": [
+        {"call": "nvmlDeviceGetPowerUsage", "error": "NotSupported"},
+        {"call": "nvmlDeviceGetUtilizationRates", "error": "NotSupported"},
+    ]}, clock, errors)  # fmt: skip
+    gpu = reader.sample().gpus[0]
+    assert gpu.power_watts is None and gpu.utilization_gpu_percent is None
+    assert gpu.temperature_celsius == 35 and gpu.healthy
+    assert errors == []
+
+
+def test_gpu_lost_marks_only_that_gpu_unhealthy_and_recovers(clock: Clock, caplog: pytest.LogCaptureFixture) -> None:
+    errors: list = []
+    reader, _ = start_reader({"gpus": [{**H100, "count": 3}], "errors": [
+        {"call": "*", "error": "GpuIsLost", "gpus": [1], "after_s": 1, "for_s": 2},
+    ]}, clock, errors)  # fmt: skip
+    assert all(g.healthy for g in reader.sample().gpus)
+    clock.t = 1.5
+    with caplog.at_level(logging.WARNING, logger="gpu_agent.nvml"):
+        sample = reader.sample()
+        reader.sample()  # the same errors again are not logged again
+    lost = sample.gpus[1]
+    assert not lost.healthy and lost.unhealthy_reasons == ["GpuIsLost"]
+    assert lost.utilization_gpu_percent is None and lost.memory_used_bytes is None
+    assert lost.uuid  # identity was cached before the loss
+    assert sample.gpus[0].healthy and sample.gpus[2].healthy and sample.node_error == ""
+    assert ("nvmlDeviceGetUtilizationRates", "GpuIsLost") in errors
+    assert sum("GPU 1: nvmlDeviceGetUtilizationRates failed with NVML error GpuIsLost" in r.message
+               for r in caplog.records) == 1  # fmt: skip
+    clock.t = 3.5
+    with caplog.at_level(logging.INFO, logger="gpu_agent.nvml"):
+        assert reader.sample().gpus[1].healthy
+    assert any("works again" in r.message for r in caplog.records)
+
+
+def test_transient_errors_drop_the_reading_but_keep_the_gpu_healthy(clock: Clock) -> None:
+    errors: list = []
+    reader, _ = start_reader({"gpus": [H100], "errors": [{"call": "nvmlDeviceGetTemperature", "error": "Timeout"}]},
+                             clock, errors)  # fmt: skip
+    gpu = reader.sample().gpus[0]
+    assert gpu.temperature_celsius is None and gpu.healthy
+    assert errors == [("nvmlDeviceGetTemperature", "Timeout")]
+
+
+def test_driver_not_loaded_is_a_node_error_and_init_is_retried(clock: Clock) -> None:
+    reader, lib = start_reader({"gpus": [{**H100, "count": 2}], "errors": [
+        {"call": "nvmlInit", "error": "DriverNotLoaded", "for_s": 10},
+    ]}, clock)  # fmt: skip
+    sample = reader.sample()
+    assert sample.node_error == "DriverNotLoaded" and sample.gpus == []
+    clock.t = 11
+    sample = reader.sample()
+    assert sample.node_error == "" and len(sample.gpus) == 2
+
+
+def test_driver_lost_mid_run_becomes_a_node_error_then_recovers(clock: Clock) -> None:
+    reader, _ = start_reader({"gpus": [H100], "errors": [
+        {"call": "nvmlDeviceGetMemoryInfo", "error": "DriverNotLoaded", "after_s": 1, "for_s": 1},
+    ]}, clock)  # fmt: skip
+    assert reader.sample().node_error == ""
+    clock.t = 1.2
+    assert reader.sample().node_error == "DriverNotLoaded"
+    clock.t = 2.5
+    assert reader.sample().gpus[0].memory_total_bytes == 80 * 1024**3
+
+
+def test_missing_library_is_a_clear_startup_error() -> None:
+    with pynvml.libLoadLock:
+        pynvml.nvmlLib = None
+        pynvml._nvmlGetFunctionPointer_cache.clear()
+    try:
+        import ctypes
+
+        ctypes.CDLL("libnvidia-ml.so.1")
+        pytest.skip("this machine has libnvidia-ml.so.1")
+    except OSError:
+        pass
+    with pytest.raises(NvmlUnavailable, match="libnvidia-ml.so.1 was not found"):
+        NvmlReader().start()
+
+
+def test_fake_behaves_like_nvml_for_calls_the_reader_does_not_make(clock: Clock) -> None:
+    start_reader({"gpus": [H100]}, clock)
+    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+    with pytest.raises(pynvml.NVMLError_FunctionNotFound):  # a symbol the fake library does not export
+        pynvml.nvmlDeviceGetBAR1MemoryInfo(handle)
+    with pytest.raises(pynvml.NVMLError_InvalidArgument):
+        pynvml.nvmlDeviceGetHandleByIndex(5)
+    with pytest.raises(pynvml.NVMLError_NotSupported):
+        pynvml.nvmlDeviceGetTemperature(handle, 1)  # only the GPU sensor exists
+    pynvml.nvmlShutdown()
+    with pytest.raises(pynvml.NVMLError_Uninitialized):
+        pynvml.nvmlDeviceGetCount()
+
+
+def test_error_codes_pynvml_has_no_message_for_still_stringify(clock: Clock) -> None:
+    start_reader({"gpus": [H100], "errors": [{"call": "nvmlDeviceGetPowerUsage", "error": "GpuNotFound"}]}, clock)
+    with pytest.raises(pynvml.NVMLError_GpuNotFound) as info:
+        pynvml.nvmlDeviceGetPowerUsage(pynvml.nvmlDeviceGetHandleByIndex(0))
+    assert "fake" in str(info.value)  # through the library's nvmlErrorString, as on a real driver

@@ -1,0 +1,91 @@
+"""gRPC ingest over a real grpc.aio channel: reports stored, acked, or rejected with a reason."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import pytest
+
+from extender.gpu_state import GpuState
+from extender.gpu_summary import IdleRule
+from extender.ingest import IngestService
+from extender.metrics import ExtenderMetrics
+from extender.report_validation import report_problem
+from gpuextender.v1 import gpu_state_pb2 as pb
+from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
+from tests.extender.builders import gpu, report
+from tests.harness import free_port, metric, parse_metrics
+from prometheus_client import generate_latest
+
+
+async def exchange(reports: list[pb.NodeReport], state: GpuState, metrics: ExtenderMetrics) -> list[pb.ReportAck]:
+    port = free_port()
+    server = grpc.aio.server()
+    pb_grpc.add_GpuStateServiceServicer_to_server(
+        IngestService(state, metrics, requested_interval_ms=2000, clock=lambda: 50.0), server
+    )
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            call = pb_grpc.GpuStateServiceStub(channel).StreamNodeReports()
+            acks = []
+            for r in reports:
+                await call.write(r)
+                acks.append(await call.read())
+            assert metric(parse_metrics(generate_latest(metrics.registry).decode()), "gpu_extender_connected_agents") == 1
+            await call.done_writing()
+            assert await call.read() is grpc.aio.EOF
+            return acks
+    finally:
+        await server.stop(None)
+
+
+def test_reports_are_stored_acked_and_bad_ones_rejected() -> None:
+    state = GpuState(IdleRule())
+    metrics = ExtenderMetrics(state, clock=lambda: 51.0)
+    reports = [
+        report("gpu-node-1", [gpu(0), gpu(1, 90, 90)], seconds=1000, seq=1),
+        report("gpu-node-2", [gpu(0)], seconds=1001, seq=2),  # another node on the same stream
+        report("gpu-node-1", [gpu(0), gpu(0)], seconds=1002, seq=3),  # duplicate index
+        report("gpu-node-1", [gpu(0), gpu(1)], seconds=999, seq=4),  # older than stored: ignored
+        report("gpu-node-1", [gpu(0), gpu(1)], seconds=1003, seq=5),
+    ]
+    acks = asyncio.run(exchange(reports, state, metrics))
+    assert [a.sequence for a in acks] == [1, 2, 3, 4, 5]
+    assert [a.status for a in acks] == [pb.ReportAck.ACCEPTED, pb.ReportAck.REJECTED, pb.ReportAck.REJECTED,
+                                        pb.ReportAck.ACCEPTED, pb.ReportAck.ACCEPTED]  # fmt: skip
+    assert "changed from 'gpu-node-1' to 'gpu-node-2'" in acks[1].reason
+    assert "GPU index 0 appears twice" in acks[2].reason
+    assert all(a.requested_interval_ms == 2000 for a in acks if a.status == pb.ReportAck.ACCEPTED)
+    summary = state.summary("gpu-node-1")
+    assert (summary.idle_gpus, summary.sequence, summary.received_at) == (2, 5, 50.0)
+    assert state.summary("gpu-node-2") is None
+    samples = parse_metrics(generate_latest(metrics.registry).decode())
+    assert metric(samples, "gpu_extender_reports_total", result="accepted") == 2
+    assert metric(samples, "gpu_extender_reports_total", result="out_of_order") == 1
+    assert metric(samples, "gpu_extender_reports_total", result="rejected") == 2
+    assert metric(samples, "gpu_extender_connected_agents") == 0  # stream closed
+    assert metric(samples, "gpu_extender_node_data_age_seconds", node="gpu-node-1") == 1.0
+
+
+@pytest.mark.parametrize(
+    ("r", "problem"),
+    [
+        (report("Gpu_Node", []), "not a valid Kubernetes node name"),
+        (report("", []), "not a valid Kubernetes node name"),
+        (report("n", [gpu(i) for i in range(300)]), "more than the 256"),
+        (report("n", [gpu(0, util=101)]), "utilization_gpu_percent=101 is above 100"),
+    ],
+)
+def test_report_problems(r: pb.NodeReport, problem: str) -> None:
+    assert problem in report_problem(r, None)
+
+
+def test_state_forgets_departed_nodes() -> None:
+    state = GpuState(IdleRule())
+    state.ingest(report("old", [gpu(0)]), received_at=10.0)
+    state.ingest(report("new", [gpu(0)]), received_at=90.0)
+    assert state.forget_older_than(50.0) == ["old"]
+    assert len(state) == 1 and state.summary("old") is None
