@@ -8,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpuextender.cli import HelpFormatter
 from gpuextender.logs import LEVELS
 from gpuextender.netaddr import AddressError, HostPort, parse_host_port
 
@@ -38,7 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
             "interval, serves Prometheus metrics, and streams full node snapshots over gRPC "
             "to every gpu-extender replica given with --extender."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     p.add_argument("--node-name", help="Kubernetes Node name of this node (default: $NODE_NAME, "
                    "set it from the downward API: spec.nodeName)")  # fmt: skip

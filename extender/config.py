@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpuextender.cli import HelpFormatter
 from gpuextender.logs import LEVELS
 from gpuextender.netaddr import AddressError, HostPort, parse_host_port
 
@@ -39,7 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
             "gpu-agents stream live NVML data to --grpc-addr; kube-scheduler calls POST /filter "
             "and /prioritize on --http-addr (configure it with nodeCacheCapable: true)."
         ),
-        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+        formatter_class=HelpFormatter,
     )
     p.add_argument("--http-addr", default="0.0.0.0:8888", metavar="HOST:PORT",
                    help="scheduler API, /healthz, /readyz, /metrics")  # fmt: skip

@@ -35,12 +35,10 @@ class ExtenderArgs:
         """Names in request order. Allocatable GPUs come from the Node object when
         the scheduler sent one, otherwise from the inventory (`allocatable`)."""
         if self.nodes is not None:
-            return [Candidate(_node_name(n, i), _allocatable_gpus(n, i, gpu_resources)) for i, n in enumerate(self.nodes)]
+            return [
+                Candidate(n["metadata"]["name"], _allocatable_gpus(n, i, gpu_resources)) for i, n in enumerate(self.nodes)
+            ]  # names were checked in parse_extender_args
         return [Candidate(name, allocatable.get(name)) for name in self.node_names or ()]
-
-
-def _node_name(node: dict[str, Any], i: int) -> str:
-    return node["metadata"]["name"]  # checked in parse_extender_args
 
 
 def _allocatable_gpus(node: dict[str, Any], i: int, gpu_resources: Sequence[str]) -> int | None:

@@ -1,0 +1,15 @@
+"""Command-line help shared by both programs."""
+
+from __future__ import annotations
+
+import argparse
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows `(default: X)` only where there is a meaningful default to show."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        help_text = action.help or ""
+        if action.default in (None, [], "", False) or "default:" in help_text:
+            return help_text
+        return super()._get_help_string(action)
