@@ -77,8 +77,9 @@ class ExtenderStream:
                     problem = f"{exc.code().name}: {exc.details()}"
                 except TimeoutError:
                     problem = f"no ack within {self._ack_timeout_s:.0f}s"
-                except (asyncio.InvalidStateError, grpc.RpcError) as exc:  # write on a finished call
+                except Exception as exc:  # e.g. a write on a call that just finished; never fatal
                     problem = f"{type(exc).__name__}: {exc}"
+                    log.debug("stream to %s failed", self.target, exc_info=True)
                 finally:
                     self._set_connected(False)
                 if acked:
@@ -111,26 +112,28 @@ class ExtenderStream:
                 self._metrics.reports_sent.labels(extender=self.target).inc()
 
         writer = asyncio.create_task(write_newest())
+        read: asyncio.Future[object] | None = None  # kept across timeouts: never cancel a pending read
         try:
             while True:
-                read = asyncio.ensure_future(call.read())
+                if read is None:
+                    read = asyncio.ensure_future(call.read())
                 done, _ = await asyncio.wait({read, writer}, timeout=self._ack_timeout_s,
                                              return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
                 if writer in done:
-                    read.cancel()
                     writer.result()  # raises the write error
                 if read not in done:
-                    read.cancel()
                     if sent > acked:  # a report is out and nothing came back: dead peer
                         raise TimeoutError
-                    continue
-                ack = read.result()
+                    continue  # no new sample to send yet: keep waiting
+                ack, read = read.result(), None
                 if ack is grpc.aio.EOF:
                     return acked
                 acked += 1
-                self._handle_ack(ack)
+                self._handle_ack(ack)  # type: ignore[arg-type]
         finally:
             writer.cancel()
+            if read is not None:
+                read.cancel()
             call.cancel()
 
     def _handle_ack(self, ack: pb.ReportAck) -> None:

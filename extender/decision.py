@@ -5,12 +5,13 @@ lookup of node summaries, so any decision can be replayed from its inputs.
 
 Per node (`assess`):
 - no data from its agent: all allocatable GPUs count as idle (fail-open, as the
-  autotuner does); unknown allocatable means "assume it fits" (kube-scheduler's
-  own NodeResourcesFit already checked the count);
+  autotuner does); fewer allocatable GPUs than needed -> InsufficientGPUs; unknown
+  allocatable means "assume it fits" (kube-scheduler's own NodeResourcesFit
+  already checked the count);
 - data older than `stale_after_s`: `fail-open` treats it like no data,
   `fail-closed` fails the node with StaleGPUData;
-- fresh data: NVML broken -> NvmlUnavailable; fewer healthy GPUs than needed ->
-  InsufficientHealthyGPUs; fewer idle healthy GPUs than needed -> InsufficientIdleGPUs.
+- fresh data: NVML broken -> NvmlUnavailable; fewer GPUs than needed ->
+  InsufficientGPUs; fewer healthy GPUs than needed -> InsufficientHealthyGPUs; fewer idle healthy GPUs than needed -> InsufficientIdleGPUs.
 
 Filter: the nodes that fit pass. If none fits, `no_fit_policy="pass-all"` lets
 kube-scheduler decide among the nodes that failed only softly (busy or stale);
@@ -104,6 +105,8 @@ def assess(candidate: Candidate, summary: NodeSummary | None, needed: int, now: 
         return _assumed_idle(candidate, DataState.STALE, age, needed, fallback_count=summary.gpu_count)
     if summary.node_error:
         reason: Reason | None = reasons.NVML_UNAVAILABLE
+    elif summary.gpu_count < needed:
+        reason = reasons.INSUFFICIENT_GPUS
     elif summary.healthy_gpus < needed:
         reason = reasons.INSUFFICIENT_HEALTHY_GPUS
     elif summary.idle_gpus < needed:
@@ -121,7 +124,7 @@ def _assumed_idle(
 ) -> NodeAssessment:
     """No usable data: every allocatable GPU counts as idle and healthy."""
     count = candidate.allocatable_gpus if candidate.allocatable_gpus is not None else fallback_count
-    reason = reasons.INSUFFICIENT_IDLE_GPUS if count is not None and count < needed else None
+    reason = reasons.INSUFFICIENT_GPUS if count is not None and count < needed else None
     return NodeAssessment(candidate.name, data, age, count, count, count, None, reason)
 
 

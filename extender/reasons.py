@@ -30,6 +30,9 @@ class Reason:
 INSUFFICIENT_IDLE_GPUS = Reason(
     "InsufficientIdleGPUs", "not enough idle GPUs for the pod", unresolvable=False
 )
+INSUFFICIENT_GPUS = Reason(
+    "InsufficientGPUs", "the node has fewer GPUs than the pod needs", unresolvable=True
+)
 INSUFFICIENT_HEALTHY_GPUS = Reason(
     "InsufficientHealthyGPUs", "not enough healthy GPUs for the pod", unresolvable=True
 )
@@ -40,4 +43,4 @@ STALE_GPU_DATA = Reason(
     "StaleGPUData", "GPU data from the node's agent is stale", unresolvable=False
 )
 
-ALL_REASONS = (INSUFFICIENT_IDLE_GPUS, INSUFFICIENT_HEALTHY_GPUS, NVML_UNAVAILABLE, STALE_GPU_DATA)
+ALL_REASONS = (INSUFFICIENT_GPUS, INSUFFICIENT_IDLE_GPUS, INSUFFICIENT_HEALTHY_GPUS, NVML_UNAVAILABLE, STALE_GPU_DATA)

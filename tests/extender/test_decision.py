@@ -29,7 +29,9 @@ def lookup(*summaries):
         (node("n", idle=8, node_error="DriverNotLoaded"), None, 1, FRESH, DataState.FRESH, reasons.NVML_UNAVAILABLE),
         (None, None, 4, FRESH, DataState.NONE, None),  # no data, allocatable unknown: assume it fits
         (None, 8, 4, FRESH, DataState.NONE, None),  # no data: all allocatable GPUs count as idle
-        (None, 2, 4, FRESH, DataState.NONE, reasons.INSUFFICIENT_IDLE_GPUS),
+        (None, 2, 4, FRESH, DataState.NONE, reasons.INSUFFICIENT_GPUS),  # capacity, not load
+        (None, 0, 1, FRESH, DataState.NONE, reasons.INSUFFICIENT_GPUS),  # a CPU node
+        (node("n", idle=4), None, 8, FRESH, DataState.FRESH, reasons.INSUFFICIENT_GPUS),
         (node("n", idle=0, busy=8, received_at=80.0), 8, 2, FRESH, DataState.STALE, None),  # fail-open
         (node("n", idle=0, busy=8, received_at=80.0), None, 2, FRESH, DataState.STALE, None),  # count from report
         (node("n", idle=8, received_at=80.0), 8, 2, Policy(stale_policy="fail-closed"), DataState.STALE,
@@ -54,12 +56,12 @@ def test_filter_passes_fitting_nodes_and_explains_the_rest() -> None:
 
 def test_no_fit_passes_only_soft_failures_and_reject_keeps_them() -> None:
     summaries = lookup(node("busy1", idle=1, busy=7), node("busy2", idle=0, busy=8), node("broken", idle=1, lost=7))
-    candidates = [Candidate(n) for n in ("busy1", "busy2", "broken")]
+    candidates = [Candidate(n) for n in ("busy1", "busy2", "broken")] + [Candidate("cpu-node", allocatable_gpus=0)]
     out = filter_nodes(2, candidates, summaries, NOW, Policy(no_fit_policy="pass-all"))
     assert out.fallback and out.passed == ["busy1", "busy2"]
-    assert out.failed == {"broken": reasons.INSUFFICIENT_HEALTHY_GPUS}
+    assert out.failed == {"broken": reasons.INSUFFICIENT_HEALTHY_GPUS, "cpu-node": reasons.INSUFFICIENT_GPUS}
     out = filter_nodes(2, candidates, summaries, NOW, Policy(no_fit_policy="reject"))
-    assert not out.fallback and out.passed == [] and len(out.failed) == 3
+    assert not out.fallback and out.passed == [] and len(out.failed) == 4
 
 
 def test_pods_without_gpus_are_neutral() -> None:
