@@ -41,6 +41,7 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import (  # noqa: E402
     BENCH_DIR,
+    BackgroundLoad,
     CLOCK_TICKS,
     LOOPBACK,
     OUT_DIR,
@@ -84,6 +85,7 @@ class AgentBenchResult:
     extender_nodes_with_data: float
     extender_cpu_percent: float  # the extender ingesting this one agent, same window
     time_to_first_report_s: float
+    background_cores: float  # CPU used by other processes on the machine during the window
     target_cpu_percent: float = TARGET_CPU_PERCENT
     target_rss_mib: float = TARGET_RSS_MIB
 
@@ -140,9 +142,11 @@ async def _bench(extender: ManagedProcess, addrs: ExtenderAddrs, agent: ManagedP
         before = await scrape(session, agent_metrics_url)
         ticks0, ext_ticks0, t0 = cpu_ticks(agent.pid), cpu_ticks(extender.pid), time.monotonic()
         rss_start = memory_kib(agent.pid).get("VmRSS", 0)
+        background = BackgroundLoad(agent.pid, extender.pid)
         await _sleep_watching(window_s, extender, agent)
         ticks1, ext_ticks1, t1 = cpu_ticks(agent.pid), cpu_ticks(extender.pid), time.monotonic()
         mem = memory_kib(agent.pid)
+        background_cores = background.cores()
 
         after = await scrape(session, agent_metrics_url)
         async with session.get(f"{addrs.base_url}/metrics") as resp:
@@ -179,6 +183,7 @@ async def _bench(extender: ManagedProcess, addrs: ExtenderAddrs, agent: ManagedP
         extender_nodes_with_data=float(extender_metrics.get("gpu_extender_nodes_with_data", "nan")),
         extender_cpu_percent=100.0 * (ext_ticks1 - ext_ticks0) / CLOCK_TICKS / elapsed,
         time_to_first_report_s=first_data - agent_started,
+        background_cores=background_cores,
     )
 
 
@@ -230,6 +235,7 @@ def format_result(r: AgentBenchResult) -> str:
         f"first report in the extender {r.time_to_first_report_s:.2f}s after start",
         f"  extender  gpu_extender_nodes_with_data {r.extender_nodes_with_data:g}; "
         f"its CPU for this one agent {r.extender_cpu_percent:.2f} % of one core",
+        f"  machine   other processes used {r.background_cores:.2f} cores meanwhile",
     ])  # fmt: skip
 
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
+import gc
 import json
 import random
 import sys
@@ -53,6 +54,7 @@ from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import (  # noqa: E402
     OUT_DIR,
+    BackgroundLoad,
     REPO_ROOT,
     BenchError,
     ExtenderAddrs,
@@ -262,6 +264,13 @@ def _fail(verb: str, problem: str, raw: bytes) -> BenchError:
     return BenchError(f"{verb}: {problem}; answer starts: {snippet!r}")
 
 
+def _decode(verb: str, raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise _fail(verb, f"answer is not JSON ({exc})", raw) from None
+
+
 def check_filter(
     status: int, raw: bytes, doc: Any, mode: str, sent: list[str], expected: dict[str, str]
 ) -> list[str]:
@@ -339,6 +348,7 @@ class ScenarioResult:
     failed_soft: int
     failed_unresolvable: int
     wall_s: float
+    background_cores: float  # CPU used by other processes on the machine meanwhile (cores)
     verbs: list[VerbStats] = field(default_factory=list)
 
 
@@ -373,6 +383,7 @@ def _server_totals(metrics: dict[str, float], verb: str) -> tuple[float, float]:
 
 async def run_scenario(
     session: aiohttp.ClientSession,
+    process: ManagedProcess,
     addrs: ExtenderAddrs,
     scenario: Scenario,
     fleet: list[NodeState],
@@ -399,7 +410,12 @@ async def run_scenario(
     prioritize_sent = 0
     verdicts: tuple[int, int, int] = (0, 0, 0)
     metrics_before: dict[str, float] = {}
+    # Keep the client's own garbage collector out of the timings: everything built
+    # so far (fleet, node objects, shuffled orders) is moved out of its reach.
+    gc.collect()
+    gc.freeze()
     started = time.perf_counter()
+    background = BackgroundLoad(process.pid)
     total = scenario.warmup + scenario.iterations
     for it in range(total):
         if it == scenario.warmup:
@@ -413,9 +429,10 @@ async def run_scenario(
         async with session.post(filter_url, data=body, headers=JSON_HEADERS) as resp:
             status = resp.status
             raw = await resp.read()
-        doc = json.loads(raw) if status == 200 else None
+        doc = _decode("filter", raw) if status == 200 else None
         t1 = time.perf_counter_ns()
         passed = check_filter(status, raw, doc, scenario.mode, sent_names, expected)
+        assert isinstance(doc, dict)  # check_filter raised otherwise
 
         # prioritize: the nodes that passed (the scheduler's feasible list), same pod
         if scenario.mode == "names":
@@ -428,7 +445,7 @@ async def run_scenario(
         async with session.post(prioritize_url, data=prio_body, headers=JSON_HEADERS) as resp:
             prio_status = resp.status
             prio_raw = await resp.read()
-        prio_doc = json.loads(prio_raw) if prio_status == 200 else None
+        prio_doc = _decode("prioritize", prio_raw) if prio_status == 200 else None
         t3 = time.perf_counter_ns()
         check_prioritize(prio_status, prio_raw, prio_doc, prio_names)
 
@@ -442,6 +459,7 @@ async def run_scenario(
             counts = list(expected.values())
             verdicts = (counts.count("pass"), counts.count("soft"), counts.count("unresolvable"))
     wall = time.perf_counter() - started
+    background_cores = background.cores()
     if progress:
         print(f"  {scenario.name}: {total} filter+prioritize pairs ({scenario.warmup} warm-up) in {wall:.1f}s",
               file=sys.stderr, flush=True)  # fmt: skip
@@ -451,7 +469,8 @@ async def run_scenario(
         s0, c0 = _server_totals(metrics_before, verb)
         s1, c1 = _server_totals(metrics_after, verb)
         server_ms[verb] = 1000.0 * (s1 - s0) / (c1 - c0) if c1 > c0 else float("nan")
-    result = ScenarioResult(scenario.name, scenario.mode, scenario.nodes, *verdicts, wall_s=wall)
+    result = ScenarioResult(scenario.name, scenario.mode, scenario.nodes, *verdicts, wall_s=wall,
+                            background_cores=background_cores)  # fmt: skip
     result.verbs.append(_stats("filter", filter_ns, len(names), sizes["filter_req"], sizes["filter_resp"],
                                server_ms["filter"]))  # fmt: skip
     result.verbs.append(_stats("prioritize", prioritize_ns, prioritize_sent, sizes["prio_req"], sizes["prio_resp"],
@@ -486,7 +505,7 @@ async def _bench(
         for scenario in scenarios:
             process.check_alive()
             result.scenarios.append(
-                await run_scenario(session, addrs, scenario, fleet, pod, prioritize_all=prioritize_all)
+                await run_scenario(session, process, addrs, scenario, fleet, pod, prioritize_all=prioritize_all)
             )
         mem = memory_kib(process.pid)
         result.extender_rss_end_kib = mem.get("VmRSS", 0)
@@ -515,14 +534,14 @@ def run(scenario_names: list[str] | None = None, *, quick: bool = False,
 
 def format_table(result: ExtenderBenchResult) -> str:
     head = (f"{'scenario':<11} {'nodes':>6} {'verb':<10} {'sent':>5} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} "
-            f"{'req/s':>7} {'req KB':>8} {'resp KB':>8} {'server ms':>9}")  # fmt: skip
+            f"{'req/s':>7} {'req KB':>8} {'resp KB':>8} {'server ms':>9} {'bg cores':>8}")  # fmt: skip
     lines = [head, "-" * len(head)]
     for sc in result.scenarios:
         for v in sc.verbs:
             lines.append(
                 f"{sc.name:<11} {sc.nodes:>6} {v.verb:<10} {v.nodes_sent:>5} {v.p50_ms:>8.2f} {v.p99_ms:>8.2f} "
                 f"{v.max_ms:>8.2f} {v.req_per_s:>7.0f} {v.request_bytes / 1024:>8.1f} "
-                f"{v.response_bytes / 1024:>8.1f} {v.server_mean_ms:>9.2f}"
+                f"{v.response_bytes / 1024:>8.1f} {v.server_mean_ms:>9.2f} {sc.background_cores:>8.2f}"
             )
     return "\n".join(lines)
 

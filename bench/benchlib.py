@@ -157,6 +157,32 @@ def memory_kib(pid: int) -> dict[str, int]:
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
 
+def system_busy_ticks() -> int:
+    """Busy CPU time of the whole machine (all cores, everything but idle/iowait), in ticks."""
+    with open("/proc/stat") as f:
+        fields = f.readline().split()  # cpu user nice system idle iowait irq softirq steal guest guest_nice
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(x) for x in fields[1:9])
+    return user + nice + system + irq + softirq + steal
+
+
+class BackgroundLoad:
+    """How much CPU the rest of the machine used while a benchmark ran: machine-wide
+    busy time minus the time of the processes we know about (this one, our children).
+    Other work on a 2-core box shows up directly in the latency tails."""
+
+    def __init__(self, *pids: int) -> None:
+        self.pids = (os.getpid(), *pids)
+        self._t0 = time.monotonic()
+        self._busy0 = system_busy_ticks()
+        self._ours0 = sum(cpu_ticks(p) for p in self.pids)
+
+    def cores(self) -> float:
+        """Average number of cores busy with other processes since construction."""
+        wall = time.monotonic() - self._t0
+        others = (system_busy_ticks() - self._busy0) - (sum(cpu_ticks(p) for p in self.pids) - self._ours0)
+        return max(0.0, others / CLOCK_TICKS / wall) if wall > 0 else 0.0
+
+
 # -- Prometheus text format -------------------------------------------------
 
 

@@ -3,7 +3,7 @@
 What it measures: the handler path of one scheduler call, split into its phases,
 for the same fleet and Pod as bench_extender.py (NodeNames mode by default):
   parse  = extender.scheduler_wire.parse_extender_args (json.loads + checks)
-  inputs = gpus_requested + ExtenderArgs.candidates
+  inputs = gpus_requested + ExtenderArgs.candidate_names / .allocatable
   decide = extender.decision.filter_nodes / prioritize
   record = SchedulerApi._record_filter (metrics + the decision log line)
   answer = filter_result / prioritize_result
@@ -69,23 +69,23 @@ def phases(api: SchedulerApi, body: bytes, verb: str, repeat: int) -> list[tuple
     """Best-of-`repeat` milliseconds per phase."""
     settings = api.settings
     ms_parse, args = _time(lambda: scheduler_wire.parse_extender_args(body), repeat)
-    ms_inputs, (needed, candidates) = _time(
-        lambda: (gpus_requested(args.pod, settings.gpu_resources),
-                 args.candidates(settings.gpu_resources, api.allocatable)),
+    ms_inputs, (needed, names, allocatable) = _time(
+        lambda: (gpus_requested(args.pod, settings.gpu_resources), args.candidate_names(),
+                 args.allocatable(settings.gpu_resources, api.allocatable)),
         repeat,
     )  # fmt: skip
     now = time.monotonic()
     rows = [("parse", ms_parse), ("inputs", ms_inputs)]
     if verb == "filter":
         ms_decide, outcome = _time(
-            lambda: decision.filter_nodes(needed, candidates, api.state.summary, now, settings.policy), repeat
+            lambda: decision.filter_nodes(needed, names, allocatable, api.state.summary, now, settings.policy), repeat
         )
         ms_record, _ = _time(lambda: api._record_filter(args, needed, outcome), repeat)
         ms_answer, answer = _time(lambda: scheduler_wire.filter_result(args, outcome), repeat)
         rows += [("decide", ms_decide), ("record", ms_record), ("answer", ms_answer)]
     else:
         ms_decide, scores = _time(
-            lambda: decision.prioritize(needed, candidates, api.state.summary, now, settings.policy), repeat
+            lambda: decision.prioritize(needed, names, allocatable, api.state.summary, now, settings.policy), repeat
         )
         ms_answer, answer = _time(
             lambda: scheduler_wire.prioritize_result(scores, compact=settings.compact_priorities), repeat

@@ -24,6 +24,9 @@ class GpuState:
     def __init__(self, rule: IdleRule) -> None:
         self.rule = rule
         self._nodes: dict[str, NodeEntry] = {}
+        self._summaries: dict[str, NodeSummary] = {}
+        # The request path's lookup: a bound dict.get, no Python frame per node.
+        self.summary = self._summaries.get
 
     def ingest(self, report: pb.NodeReport, received_at: float) -> bool:
         """Store a full snapshot. An out-of-order one (older sample than stored) is
@@ -31,24 +34,23 @@ class GpuState:
         current = self._nodes.get(report.node_name)
         if current is not None and _sample_key(report) < _sample_key(current.report):
             return False
-        self._nodes[report.node_name] = NodeEntry(report, summarize(report, self.rule, received_at))
+        entry = NodeEntry(report, summarize(report, self.rule, received_at))
+        self._nodes[report.node_name] = entry
+        self._summaries[report.node_name] = entry.summary
         return True
-
-    def summary(self, node: str) -> NodeSummary | None:
-        entry = self._nodes.get(node)
-        return entry.summary if entry is not None else None
 
     def entry(self, node: str) -> NodeEntry | None:
         return self._nodes.get(node)
 
     def summaries(self) -> list[NodeSummary]:
-        return [e.summary for e in self._nodes.values()]
+        return list(self._summaries.values())
 
     def forget_older_than(self, cutoff: float) -> list[str]:
         """Drop nodes whose last report arrived before `cutoff` (monotonic); return their names."""
         gone = [name for name, e in self._nodes.items() if e.summary.received_at < cutoff]
         for name in gone:
             del self._nodes[name]
+            del self._summaries[name]
         return gone
 
     def __len__(self) -> int:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 from aiohttp import web
@@ -55,49 +57,54 @@ class SchedulerApi:
         self._clock = clock
         self.ready = False
 
-    def _inputs(self, args: ExtenderArgs) -> tuple[int, list[decision.Candidate]]:
-        needed = gpus_requested(args.pod, self.settings.gpu_resources)
-        return needed, args.candidates(self.settings.gpu_resources, self.allocatable)
-
     def filter(self, args: ExtenderArgs) -> dict[str, Any]:
-        needed, candidates = self._inputs(args)
-        outcome = decision.filter_nodes(needed, candidates, self.state.summary, self._clock(), self.settings.policy)
+        needed = gpus_requested(args.pod, self.settings.gpu_resources)
+        names = args.candidate_names()
+        allocatable = args.allocatable(self.settings.gpu_resources, self.allocatable)
+        outcome = decision.filter_nodes(needed, names, allocatable, self.state.summary, self._clock(),
+                                        self.settings.policy)  # fmt: skip
         self._record_filter(args, needed, outcome)
         return filter_result(args, outcome)
 
     def prioritize(self, args: ExtenderArgs) -> list[dict[str, Any]]:
-        needed, candidates = self._inputs(args)
-        scores = decision.prioritize(needed, candidates, self.state.summary, self._clock(), self.settings.policy)
+        needed = gpus_requested(args.pod, self.settings.gpu_resources)
+        names = args.candidate_names()
+        allocatable = args.allocatable(self.settings.gpu_resources, self.allocatable)
+        scores = decision.prioritize(needed, names, allocatable, self.state.summary, self._clock(),
+                                     self.settings.policy)  # fmt: skip
         if log.isEnabledFor(logging.DEBUG):
             log.debug("prioritize %s (needs %d GPU): %s", pod_ref(args.pod), needed,
-                      ", ".join(f"{s.name}={s.score}" for s in scores))  # fmt: skip
+                      ", ".join(f"{name}={score}" for name, score in scores))  # fmt: skip
         return prioritize_result(scores, compact=self.settings.compact_priorities)
 
     def _record_filter(self, args: ExtenderArgs, needed: int, outcome: decision.FilterOutcome) -> None:
         m = self.metrics
         m.filter_nodes.labels(result="passed").inc(len(outcome.passed))
         m.filter_nodes.labels(result="failed").inc(len(outcome.failed))
-        for reason in outcome.failed.values():
-            m.filter_failures.labels(reason=reason.code).inc()
+        for code, count in Counter(a.reason.code for a in outcome.failed.values()).items():  # type: ignore[union-attr]
+            m.filter_failures.labels(reason=code).inc(count)
+        if outcome.fallback:
+            m.filter_fallbacks.inc()
         if needed == 0:
             log.debug("filter %s: needs no GPU, all %d node(s) pass", pod_ref(args.pod), len(outcome.passed))
             return
-        details = {a.name: a for a in outcome.assessments}
-        failed = [
-            f"{name}: {reason.code} (idle {_n(details[name].idle_gpus)}, healthy {_n(details[name].healthy_gpus)}"
-            f"/{_n(details[name].gpu_count)}, data {details[name].data.value})"
-            for name, reason in outcome.failed.items()
-        ]
-        if outcome.fallback:
-            m.filter_fallbacks.inc()
-        shown = failed if log.isEnabledFor(logging.DEBUG) else failed[:_LOG_FAILED_NODES]
-        more = f" and {len(failed) - len(shown)} more" if len(failed) > len(shown) else ""
+        if not log.isEnabledFor(logging.INFO):
+            return
+        # Name a few failed nodes with their numbers (all at DEBUG); the text is built only for those.
+        limit = len(outcome.failed) if log.isEnabledFor(logging.DEBUG) else _LOG_FAILED_NODES
+        shown = [_failure_text(a) for a in islice(outcome.failed.values(), limit)]
+        more = f" and {len(outcome.failed) - len(shown)} more" if len(outcome.failed) > len(shown) else ""
         log.info(
             "filter %s needs %d GPU: %d passed%s, %d failed%s%s",
             pod_ref(args.pod), needed, len(outcome.passed),
             " (no node fit: passing the busy/stale ones, kube-scheduler decides)" if outcome.fallback else "",
-            len(failed), (": " + "; ".join(shown)) if shown else "", more,
+            len(outcome.failed), (": " + "; ".join(shown)) if shown else "", more,
         )  # fmt: skip
+
+
+def _failure_text(a: decision.NodeAssessment) -> str:
+    code = a.reason.code if a.reason else "?"
+    return f"{a.name}: {code} (idle {_n(a.idle_gpus)}, healthy {_n(a.healthy_gpus)}/{_n(a.gpu_count)}, data {a.data.value})"
 
 
 def _n(value: int | None) -> str:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import sys
@@ -80,6 +81,7 @@ async def _serve(config: ExtenderConfig, allocatable: dict[str, int]) -> int:
     runner = web.AppRunner(build_app(api), access_log=None, keepalive_timeout=KEEPALIVE_TIMEOUT_S)
     await runner.setup()
     await web.TCPSite(runner, config.http_addr.host, config.http_addr.port).start()
+    _tune_gc()
     api.ready = True
     policy = config.api.policy
     log.info(
@@ -105,6 +107,20 @@ async def _serve(config: ExtenderConfig, allocatable: dict[str, int]) -> int:
     await grpc_server.stop(grace=1.0)
     await runner.cleanup()
     return 0
+
+
+def _tune_gc() -> None:
+    """Keep garbage-collector pauses off the scheduler's latency.
+
+    A 5,000-node call creates >10,000 short-lived objects, which used to trigger a
+    full collection every few calls, each scanning every object the process owns
+    (~30 ms on 2 cores): the p99. Everything alive after start-up (modules,
+    config, inventory) is frozen out of those scans, and young collections run
+    less often. Request objects are freed by reference counting anyway.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(20_000, 10, 10)
 
 
 async def _forget_departed(state: GpuState, forget_after_s: float) -> None:

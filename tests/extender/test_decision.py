@@ -8,7 +8,7 @@ import random
 import pytest
 
 from extender import reasons
-from extender.decision import Candidate, DataState, Policy, assess, filter_nodes, prioritize
+from extender.decision import DataState, Policy, assess, filter_nodes, prioritize, rank_value
 from tests.extender.builders import node
 
 NOW = 100.0
@@ -40,40 +40,66 @@ def lookup(*summaries):
     ],
 )  # fmt: skip
 def test_assess(summary, allocatable, needed, policy, data, reason) -> None:
-    a = assess(Candidate("n", allocatable), summary, needed, NOW, policy)
+    a = assess("n", allocatable, summary, needed, NOW, policy)
     assert a.data is data
     assert a.reason is reason
 
 
 def test_filter_passes_fitting_nodes_and_explains_the_rest() -> None:
     summaries = lookup(node("idle", idle=8), node("busy", idle=1, busy=7), node("broken", idle=0, lost=8))
-    candidates = [Candidate("idle"), Candidate("busy"), Candidate("broken"), Candidate("unknown")]
-    out = filter_nodes(2, candidates, summaries, NOW, FRESH)
+    out = filter_nodes(2, ["idle", "busy", "broken", "unknown"], {}, summaries, NOW, FRESH)
     assert out.passed == ["idle", "unknown"]
-    assert out.failed == {"busy": reasons.INSUFFICIENT_IDLE_GPUS, "broken": reasons.INSUFFICIENT_HEALTHY_GPUS}
+    assert failures(out) == {"busy": reasons.INSUFFICIENT_IDLE_GPUS, "broken": reasons.INSUFFICIENT_HEALTHY_GPUS}
     assert not out.fallback
+    busy = out.failed["busy"]  # the numbers behind the verdict, for logs and explanations
+    assert (busy.idle_gpus, busy.healthy_gpus, busy.gpu_count, busy.data) == (1, 8, 8, DataState.FRESH)
+
+
+def failures(outcome) -> dict:
+    return {name: a.reason for name, a in outcome.failed.items()}
+
+
+def test_filter_fast_path_agrees_with_assess() -> None:
+    """filter_nodes decides usable, fitting nodes without assess(); the verdicts must match."""
+    rng = random.Random(3)
+    summaries = []
+    for i in range(400):
+        idle = rng.randint(0, 8)
+        summaries.append(node(f"n{i}", idle=idle, busy=rng.randint(0, 8 - idle), lost=rng.randint(0, 1),
+                              received_at=rng.choice([100.0, 95.0, 80.0]),
+                              node_error=rng.choice(["", "", "", "DriverNotLoaded"])))  # fmt: skip
+    names = [s.node for s in summaries] + ["no-data-1", "no-data-2"]
+    allocatable = {"no-data-1": 1, "n0": 8}
+    for needed in (1, 2, 3, 8, 9):
+        for policy in (FRESH, Policy(stale_policy="fail-closed"), Policy(no_fit_policy="reject")):
+            out = filter_nodes(needed, names, allocatable, lookup(*summaries), NOW, policy)
+            expected = {n: assess(n, allocatable.get(n), lookup(*summaries)(n), needed, NOW, policy) for n in names}
+            if not out.fallback:
+                assert out.passed == [n for n in names if expected[n].reason is None]
+            assert failures(out) == {n: a.reason for n, a in expected.items()
+                                     if a.reason is not None and (not out.fallback or a.reason.unresolvable)}  # fmt: skip
 
 
 def test_no_fit_passes_only_soft_failures_and_reject_keeps_them() -> None:
     summaries = lookup(node("busy1", idle=1, busy=7), node("busy2", idle=0, busy=8), node("broken", idle=1, lost=7))
-    candidates = [Candidate(n) for n in ("busy1", "busy2", "broken")] + [Candidate("cpu-node", allocatable_gpus=0)]
-    out = filter_nodes(2, candidates, summaries, NOW, Policy(no_fit_policy="pass-all"))
+    names, allocatable = ["busy1", "busy2", "broken", "cpu-node"], {"cpu-node": 0}
+    out = filter_nodes(2, names, allocatable, summaries, NOW, Policy(no_fit_policy="pass-all"))
     assert out.fallback and out.passed == ["busy1", "busy2"]
-    assert out.failed == {"broken": reasons.INSUFFICIENT_HEALTHY_GPUS, "cpu-node": reasons.INSUFFICIENT_GPUS}
-    out = filter_nodes(2, candidates, summaries, NOW, Policy(no_fit_policy="reject"))
+    assert failures(out) == {"broken": reasons.INSUFFICIENT_HEALTHY_GPUS, "cpu-node": reasons.INSUFFICIENT_GPUS}
+    out = filter_nodes(2, names, allocatable, summaries, NOW, Policy(no_fit_policy="reject"))
     assert not out.fallback and out.passed == [] and len(out.failed) == 4
 
 
 def test_pods_without_gpus_are_neutral() -> None:
     summaries = lookup(node("busy", idle=0, busy=8))
-    out = filter_nodes(0, [Candidate("busy"), Candidate("x")], summaries, NOW, FRESH)
+    out = filter_nodes(0, ["busy", "x"], {}, summaries, NOW, FRESH)
     assert out.passed == ["busy", "x"] and out.failed == {}
-    assert {s.score for s in prioritize(0, [Candidate("busy"), Candidate("x")], summaries, NOW, FRESH)} == {0}
+    assert prioritize(0, ["busy", "x"], {}, summaries, NOW, FRESH) == [("busy", 0), ("x", 0)]
 
 
-def _key(a):
+def _key(s, needed: int):
     """The documented ranking: fits, then more idle GPUs, then lower utilization."""
-    return (a.fits, a.idle_gpus, -(a.mean_utilization or 0.0))
+    return (s.idle_gpus >= needed, s.idle_gpus, -(s.mean_utilization or 0.0))
 
 
 def test_scores_never_contradict_the_ranking_rule() -> None:
@@ -84,14 +110,13 @@ def test_scores_never_contradict_the_ranking_rule() -> None:
         summaries.append(node(f"n{i}", idle=idle, busy=8 - idle, busy_util=rng.randint(30, 100),
                               idle_util=rng.randint(0, 29)))  # fmt: skip
     for needed in (1, 2, 4, 8):
-        scores = prioritize(needed, [Candidate(s.node) for s in summaries], lookup(*summaries), NOW, FRESH)
-        assert all(type(s.score) is int and 0 <= s.score <= 10 for s in scores)
-        for a, b in itertools.combinations(scores, 2):
-            if _key(a.assessment) > _key(b.assessment):
-                assert a.score >= b.score, (a, b)
-        fits = [s for s in scores if s.assessment.fits]
-        assert all(s.score >= 1 for s in fits) and all(s.score == 0 for s in scores if not s.assessment.fits)
-        assert max(s.score for s in scores) >= 9
+        scores = dict(prioritize(needed, [s.node for s in summaries], {}, lookup(*summaries), NOW, FRESH))
+        assert all(type(score) is int and 0 <= score <= 10 for score in scores.values())
+        for a, b in itertools.combinations(summaries, 2):
+            if _key(a, needed) > _key(b, needed):
+                assert scores[a.node] >= scores[b.node], (a, b)
+        assert all((scores[s.node] >= 1) == (s.idle_gpus >= needed) for s in summaries)
+        assert max(scores.values()) >= 9
 
 
 @pytest.mark.parametrize(
@@ -107,18 +132,17 @@ def test_scores_never_contradict_the_ranking_rule() -> None:
 def test_score_formula_examples(idle: int, busy_util: int, expected: int) -> None:
     """1 + round(9 * v / (C + 1)), v = idle + (100 - mean util) / 101, C = 8; idle GPUs at 0 %."""
     summary = node("n", idle=idle, busy=8 - idle, busy_util=busy_util, idle_util=0)
-    (score,) = prioritize(2, [Candidate("n")], lookup(summary), NOW, FRESH)
-    assert score.score == expected
+    assert prioritize(2, ["n"], {}, lookup(summary), NOW, FRESH) == [("n", expected)]
+    assert 1 + round(9 * rank_value(summary.idle_gpus, summary.mean_utilization) / 9) == expected
 
 
 def test_more_idle_gpus_outrank_any_utilization_gap() -> None:
     summaries = lookup(node("a", idle=3, busy=5, busy_util=100, idle_util=29), node("b", idle=2, busy=6, busy_util=31))
-    scores = {s.name: s.score for s in prioritize(2, [Candidate("a"), Candidate("b")], summaries, NOW, FRESH)}
+    scores = dict(prioritize(2, ["a", "b"], {}, summaries, NOW, FRESH))
     assert scores["a"] >= scores["b"]
 
 
 def test_when_nothing_fits_nodes_are_still_ranked() -> None:
     summaries = lookup(node("one-idle", idle=1, busy=7, busy_util=50), node("none-idle", idle=0, busy=8, busy_util=95))
-    scores = {s.name: s.score for s in prioritize(4, [Candidate("one-idle"), Candidate("none-idle")], summaries, NOW,
-                                                   FRESH)}  # fmt: skip
+    scores = dict(prioritize(4, ["one-idle", "none-idle"], {}, summaries, NOW, FRESH))
     assert scores["one-idle"] > scores["none-idle"] >= 0

@@ -8,7 +8,7 @@ import pytest
 
 from extender import reasons
 from extender.bad_request import BadRequest
-from extender.decision import Candidate, FilterOutcome, NodeScore
+from extender.decision import DataState, FilterOutcome, NodeAssessment
 from extender.scheduler_wire import filter_result, parse_extender_args, prioritize_result
 from tests.harness import fixture_bytes
 
@@ -20,16 +20,17 @@ def test_names_mode_fixture() -> None:
     assert args.nodes is None
     assert args.node_names == ["gpu-node-2", "gpu-node-3", "gpu-node-1"]
     assert args.pod["metadata"]["name"] == "gpu-b1"
-    assert args.candidates(GPU, {"gpu-node-2": 8}) == [
-        Candidate("gpu-node-2", 8), Candidate("gpu-node-3", None), Candidate("gpu-node-1", None)
-    ]  # fmt: skip
+    assert args.candidate_names() == ["gpu-node-2", "gpu-node-3", "gpu-node-1"]
+    inventory = {"gpu-node-2": 8}
+    assert args.allocatable(GPU, inventory) is inventory
 
 
 def test_nodes_mode_fixture_reads_allocatable_from_the_node_objects() -> None:
     args = parse_extender_args(fixture_bytes("filter-request-nodecache-false.json"))
     assert args.node_names is None and args.nodes_metadata == {}
-    assert [c.allocatable_gpus for c in args.candidates(GPU, {})] == [8, 8, 8]
-    assert [c.allocatable_gpus for c in args.candidates(("amd.com/gpu",), {})] == [0, 0, 0]
+    assert args.candidate_names() == ["gpu-node-1", "gpu-node-3", "gpu-node-2"]
+    assert args.allocatable(GPU, {"gpu-node-1": 99}) == {"gpu-node-1": 8, "gpu-node-2": 8, "gpu-node-3": 8}
+    assert args.allocatable(("amd.com/gpu",), {}) == {"gpu-node-1": 0, "gpu-node-2": 0, "gpu-node-3": 0}
 
 
 def test_keys_are_case_insensitive() -> None:
@@ -61,12 +62,16 @@ def test_bad_allocatable_quantity_is_a_bad_request() -> None:
     args = parse_extender_args(json.dumps({"Pod": {}, "Nodes": {"items": [
         {"metadata": {"name": "n"}, "status": {"allocatable": {"nvidia.com/gpu": "many"}}}]}}).encode())  # fmt: skip
     with pytest.raises(BadRequest) as info:
-        args.candidates(GPU, {})
+        args.allocatable(GPU, {})
     assert info.value.code == "bad_quantity"
 
 
 def outcome() -> FilterOutcome:
-    return FilterOutcome(passed=["b"], failed={"a": reasons.INSUFFICIENT_IDLE_GPUS, "c": reasons.NVML_UNAVAILABLE})
+    def failed(name: str, reason: reasons.Reason) -> NodeAssessment:
+        return NodeAssessment(name, DataState.FRESH, 0.1, 0, 0, 8, None, reason)
+
+    return FilterOutcome(passed=["b"], failed={"a": failed("a", reasons.INSUFFICIENT_IDLE_GPUS),
+                                               "c": failed("c", reasons.NVML_UNAVAILABLE)})  # fmt: skip
 
 
 def test_filter_result_names_mode() -> None:
@@ -88,16 +93,12 @@ def test_filter_result_nodes_mode_echoes_node_objects() -> None:
     assert result["Nodes"] == {"metadata": {"resourceVersion": "7"}, "items": [items[1]]}
 
 
-def scores(*pairs: tuple[str, int]) -> list[NodeScore]:
-    return [NodeScore(n, s, None) for n, s in pairs]
-
-
 def test_prioritize_full_and_compact() -> None:
-    ranked = scores(("a", 7), ("b", 3), ("c", 10), ("d", 3))
+    ranked = [("a", 7), ("b", 3), ("c", 10), ("d", 3)]
     assert prioritize_result(ranked, compact=False) == [
         {"Host": "a", "Score": 7}, {"Host": "b", "Score": 3}, {"Host": "c", "Score": 10}, {"Host": "d", "Score": 3}
     ]  # fmt: skip
     # Same differences between nodes (what kube-scheduler compares), zeros left out.
     assert prioritize_result(ranked, compact=True) == [{"Host": "a", "Score": 4}, {"Host": "c", "Score": 7}]
-    assert prioritize_result(scores(("a", 5), ("b", 5)), compact=True) == []
+    assert prioritize_result([("a", 5), ("b", 5)], compact=True) == []
     assert prioritize_result([], compact=True) == []
