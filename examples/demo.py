@@ -143,7 +143,7 @@ def print_table(extender_url: str, agent_ports: dict[str, int], filtered: dict, 
     extender = scrape(f"{extender_url}/metrics")
     score_of = {s["Host"]: s["Score"] for s in scores}
     failed = {**filtered.get("FailedNodes", {}), **filtered.get("FailedAndUnresolvableNodes", {})}
-    print(f"{'NODE':<12} {'IDLE GPUS':>9} {'HEALTHY':>7} {'MEAN UTIL':>9}  {'FILTER':<78} {'SCORE':>5}")
+    print(f"{'NODE':<12} {'IDLE GPUS':>9} {'HEALTHY':>7} {'MEAN UTIL':>9}  {'FILTER':<60} {'SCORE':>5}")
     for node, port in agent_ports.items():
         agent = scrape(f"http://127.0.0.1:{port}/metrics")
         health = [v for (name, _), v in agent.items() if name == "gpu_agent_gpu_healthy"]
@@ -151,7 +151,7 @@ def print_table(extender_url: str, agent_ports: dict[str, int], filtered: dict, 
         idle = int(extender.get(("gpu_extender_node_idle_gpus", (("node", node),)), 0))
         verdict = "pass" if node in filtered.get("NodeNames", []) else f"FAIL {failed.get(node, '?')}"
         mean = f"{sum(utils) / len(utils):.0f}%" if utils else "n/a"
-        print(f"{node:<12} {idle:>4}/{len(health):<4} {int(sum(health)):>7} {mean:>9}  {verdict:<78} "
+        print(f"{node:<12} {idle:>4}/{len(health):<4} {int(sum(health)):>7} {mean:>9}  {verdict:<60} "
               f"{score_of.get(node, 0):>5}")  # fmt: skip
     print("\nIDLE GPUS: idle and healthy (utilization < 30 % and memory < 50 %) / GPUs NVML sees; "
           "MEAN UTIL: over GPUs that report it.\nSCORE: 0-10, more idle GPUs first, then lower utilization "

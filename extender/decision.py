@@ -73,7 +73,7 @@ class NodeAssessment:
 @dataclass(slots=True)
 class FilterOutcome:
     passed: list[str] = field(default_factory=list)
-    failed: dict[str, NodeAssessment] = field(default_factory=dict)  # each with its reason
+    failed: dict[str, Reason] = field(default_factory=dict)  # assess() gives the numbers behind one
     fallback: bool = False  # no node fit and pass-all let the soft failures through
 
 
@@ -89,20 +89,23 @@ def assess(
             return NodeAssessment(name, DataState.STALE, age, None, None, summary.gpu_count, None, reasons.STALE_GPU_DATA)
         count = allocatable if allocatable is not None else summary.gpu_count
         return _assumed_idle(name, count, DataState.STALE, age, needed)
-    if summary.node_error:
-        reason: Reason | None = reasons.NVML_UNAVAILABLE
-    elif summary.gpu_count < needed:
-        reason = reasons.INSUFFICIENT_GPUS
-    elif summary.healthy_gpus < needed:
-        reason = reasons.INSUFFICIENT_HEALTHY_GPUS
-    elif summary.idle_gpus < needed:
-        reason = reasons.INSUFFICIENT_IDLE_GPUS
-    else:
-        reason = None
     return NodeAssessment(
         name, DataState.FRESH, age, summary.idle_gpus, summary.healthy_gpus,
-        summary.gpu_count, summary.mean_utilization, reason,
+        summary.gpu_count, summary.mean_utilization, _fresh_reason(summary, needed),
     )  # fmt: skip
+
+
+def _fresh_reason(summary: NodeSummary, needed: int) -> Reason | None:
+    """The verdict on fresh data, most fundamental shortfall first."""
+    if summary.node_error:
+        return reasons.NVML_UNAVAILABLE
+    if summary.gpu_count < needed:
+        return reasons.INSUFFICIENT_GPUS
+    if summary.healthy_gpus < needed:
+        return reasons.INSUFFICIENT_HEALTHY_GPUS
+    if summary.idle_gpus < needed:
+        return reasons.INSUFFICIENT_IDLE_GPUS
+    return None
 
 
 def _assumed_idle(name: str, count: int | None, data: DataState, age: float | None, needed: int) -> NodeAssessment:
@@ -127,24 +130,25 @@ def filter_nodes(
     passed, failed = outcome.passed, outcome.failed
     for name in names:
         summary = lookup(name)
-        # Hot path, the same verdict as assess() without building it: on fresh data
-        # from a working NVML, idle <= healthy <= count, so enough idle GPUs means
-        # the node fits. (test_decision checks the two agree.)
-        if (summary is not None and summary.idle_gpus >= needed and not summary.node_error
-                and now - summary.received_at <= stale_after):  # fmt: skip
-            passed.append(name)
+        if summary is not None and now - summary.received_at <= stale_after:
+            # Hot path: fresh data decides from the summary alone (assess() would
+            # give the same verdict, with numbers nobody reads here).
+            if summary.idle_gpus >= needed and not summary.node_error:
+                passed.append(name)  # idle <= healthy <= count: nothing else can fail
+            else:
+                failed[name] = _fresh_reason(summary, needed)  # type: ignore[assignment]
             continue
-        a = assess(name, allocatable.get(name), summary, needed, now, policy)
-        if a.reason is None:
+        reason = assess(name, allocatable.get(name), summary, needed, now, policy).reason
+        if reason is None:
             passed.append(name)
         else:
-            failed[name] = a
+            failed[name] = reason
     if not passed and failed and policy.no_fit_policy == "pass-all":
-        soft = [name for name, a in failed.items() if not a.reason.unresolvable]  # type: ignore[union-attr]
+        soft = [name for name, reason in failed.items() if not reason.unresolvable]
         if soft:
             outcome.fallback = True
             outcome.passed = soft
-            outcome.failed = {n: a for n, a in failed.items() if a.reason.unresolvable}  # type: ignore[union-attr]
+            outcome.failed = {n: r for n, r in failed.items() if r.unresolvable}
     return outcome
 
 

@@ -81,7 +81,7 @@ class SchedulerApi:
         m = self.metrics
         m.filter_nodes.labels(result="passed").inc(len(outcome.passed))
         m.filter_nodes.labels(result="failed").inc(len(outcome.failed))
-        for code, count in Counter(a.reason.code for a in outcome.failed.values()).items():  # type: ignore[union-attr]
+        for code, count in Counter(reason.code for reason in outcome.failed.values()).items():
             m.filter_failures.labels(reason=code).inc(count)
         if outcome.fallback:
             m.filter_fallbacks.inc()
@@ -92,7 +92,12 @@ class SchedulerApi:
             return
         # Name a few failed nodes with their numbers (all at DEBUG); the text is built only for those.
         limit = len(outcome.failed) if log.isEnabledFor(logging.DEBUG) else _LOG_FAILED_NODES
-        shown = [_failure_text(a) for a in islice(outcome.failed.values(), limit)]
+        allocatable = args.allocatable(self.settings.gpu_resources, self.allocatable)
+        now, policy = self._clock(), self.settings.policy
+        shown = [
+            _failure_text(decision.assess(name, allocatable.get(name), self.state.summary(name), needed, now, policy))
+            for name in islice(outcome.failed, limit)
+        ]
         more = f" and {len(outcome.failed) - len(shown)} more" if len(outcome.failed) > len(shown) else ""
         log.info(
             "filter %s needs %d GPU: %d passed%s, %d failed%s%s",

@@ -2,7 +2,8 @@
 
 kube-scheduler copies the message word for word into the pod's
 FailedScheduling event and counts identical strings together ("3 gpu-extender:
-not enough idle GPUs ..."), so messages carry no node-specific numbers. The
+too few idle GPUs ..."), so messages carry no node-specific numbers, and
+they are short: the scheduler decodes one per rejected node on every call. The
 numbers are in the extender's log and its /metrics.
 
 `unresolvable` decides the map: True puts the node under
@@ -28,19 +29,19 @@ class Reason:
 
 
 INSUFFICIENT_IDLE_GPUS = Reason(
-    "InsufficientIdleGPUs", "not enough idle GPUs for the pod", unresolvable=False
+    "InsufficientIdleGPUs", "too few idle GPUs", unresolvable=False
 )
 INSUFFICIENT_GPUS = Reason(
-    "InsufficientGPUs", "the node has fewer GPUs than the pod needs", unresolvable=True
+    "InsufficientGPUs", "node has too few GPUs", unresolvable=True
 )
 INSUFFICIENT_HEALTHY_GPUS = Reason(
-    "InsufficientHealthyGPUs", "not enough healthy GPUs for the pod", unresolvable=True
+    "InsufficientHealthyGPUs", "too few healthy GPUs", unresolvable=True
 )
 NVML_UNAVAILABLE = Reason(
-    "NvmlUnavailable", "the node's GPU agent cannot read NVML", unresolvable=True
+    "NvmlUnavailable", "node agent cannot read NVML", unresolvable=True
 )
 STALE_GPU_DATA = Reason(
-    "StaleGPUData", "GPU data from the node's agent is stale", unresolvable=False
+    "StaleGPUData", "node GPU data is stale", unresolvable=False
 )
 
 ALL_REASONS = (INSUFFICIENT_GPUS, INSUFFICIENT_IDLE_GPUS, INSUFFICIENT_HEALTHY_GPUS, NVML_UNAVAILABLE, STALE_GPU_DATA)

@@ -119,10 +119,10 @@ def filter_result(args: ExtenderArgs, outcome: FilterOutcome) -> dict[str, Any]:
             "metadata": args.nodes_metadata if args.nodes_metadata is not None else {},
             "items": [n for n in args.nodes if n["metadata"]["name"] in passed],
         }
-    failed, unresolvable = {}, {}
-    for name, assessment in outcome.failed.items():
-        reason = assessment.reason
-        (unresolvable if reason.unresolvable else failed)[name] = reason.message  # type: ignore[union-attr]
+    failed: dict[str, str] = {}
+    unresolvable: dict[str, str] = {}
+    for name, reason in outcome.failed.items():
+        (unresolvable if reason.unresolvable else failed)[name] = reason.message
     result["FailedNodes"] = failed
     result["FailedAndUnresolvableNodes"] = unresolvable
     result["Error"] = ""

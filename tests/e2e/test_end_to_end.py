@@ -57,7 +57,7 @@ def test_filter_passes_idle_nodes_and_rejects_busy_ones_with_a_reason(live: Clus
     assert status == 200
     assert sorted(answer["NodeNames"]) == ["gpu-node-2", "gpu-node-3"]
     assert answer["FailedNodes"] == {
-        "gpu-node-1": "gpu-extender: not enough idle GPUs for the pod (InsufficientIdleGPUs)"
+        "gpu-node-1": "gpu-extender: too few idle GPUs (InsufficientIdleGPUs)"
     }
     assert answer["FailedAndUnresolvableNodes"] == {}
     assert answer["Error"] == ""
@@ -230,7 +230,7 @@ def test_killed_agent_turns_stale_and_the_stale_policy_decides(tmp_path: Path) -
         assert opened["NodeNames"] == ["gpu-node-9"] and opened["FailedNodes"] == {}  # like no data: all idle
         _, closed = post_json(url(fail_closed, "/filter"), request_for(["gpu-node-9"]))
         assert closed["NodeNames"] == []
-        assert closed["FailedNodes"] == {"gpu-node-9": "gpu-extender: GPU data from the node's agent is stale (StaleGPUData)"}
+        assert closed["FailedNodes"] == {"gpu-node-9": "gpu-extender: node GPU data is stale (StaleGPUData)"}
         assert "agent for node gpu-node-9 disconnected" in fail_closed.log()
 
 

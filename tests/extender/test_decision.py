@@ -51,16 +51,16 @@ def test_filter_passes_fitting_nodes_and_explains_the_rest() -> None:
     assert out.passed == ["idle", "unknown"]
     assert failures(out) == {"busy": reasons.INSUFFICIENT_IDLE_GPUS, "broken": reasons.INSUFFICIENT_HEALTHY_GPUS}
     assert not out.fallback
-    busy = out.failed["busy"]  # the numbers behind the verdict, for logs and explanations
+    busy = assess("busy", None, summaries("busy"), 2, NOW, FRESH)  # the numbers behind the verdict
     assert (busy.idle_gpus, busy.healthy_gpus, busy.gpu_count, busy.data) == (1, 8, 8, DataState.FRESH)
 
 
 def failures(outcome) -> dict:
-    return {name: a.reason for name, a in outcome.failed.items()}
+    return dict(outcome.failed)
 
 
 def test_filter_fast_path_agrees_with_assess() -> None:
-    """filter_nodes decides usable, fitting nodes without assess(); the verdicts must match."""
+    """filter_nodes decides fresh nodes without assess(); the verdicts must match."""
     rng = random.Random(3)
     summaries = []
     for i in range(400):

@@ -8,7 +8,7 @@ import pytest
 
 from extender import reasons
 from extender.bad_request import BadRequest
-from extender.decision import DataState, FilterOutcome, NodeAssessment
+from extender.decision import FilterOutcome
 from extender.scheduler_wire import filter_result, parse_extender_args, prioritize_result
 from tests.harness import fixture_bytes
 
@@ -67,19 +67,15 @@ def test_bad_allocatable_quantity_is_a_bad_request() -> None:
 
 
 def outcome() -> FilterOutcome:
-    def failed(name: str, reason: reasons.Reason) -> NodeAssessment:
-        return NodeAssessment(name, DataState.FRESH, 0.1, 0, 0, 8, None, reason)
-
-    return FilterOutcome(passed=["b"], failed={"a": failed("a", reasons.INSUFFICIENT_IDLE_GPUS),
-                                               "c": failed("c", reasons.NVML_UNAVAILABLE)})  # fmt: skip
+    return FilterOutcome(passed=["b"], failed={"a": reasons.INSUFFICIENT_IDLE_GPUS, "c": reasons.NVML_UNAVAILABLE})
 
 
 def test_filter_result_names_mode() -> None:
     args = parse_extender_args(b'{"Pod": {}, "NodeNames": ["a", "b", "c"], "Nodes": null}')
     assert filter_result(args, outcome()) == {
         "NodeNames": ["b"],
-        "FailedNodes": {"a": "gpu-extender: not enough idle GPUs for the pod (InsufficientIdleGPUs)"},
-        "FailedAndUnresolvableNodes": {"c": "gpu-extender: the node's GPU agent cannot read NVML (NvmlUnavailable)"},
+        "FailedNodes": {"a": "gpu-extender: too few idle GPUs (InsufficientIdleGPUs)"},
+        "FailedAndUnresolvableNodes": {"c": "gpu-extender: node agent cannot read NVML (NvmlUnavailable)"},
         "Error": "",
     }
 
