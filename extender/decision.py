@@ -11,7 +11,8 @@ Per node (`assess`):
 - data older than `stale_after_s`: `fail-open` treats it like no data,
   `fail-closed` fails the node with StaleGPUData;
 - fresh data: NVML broken -> NvmlUnavailable; fewer GPUs than needed ->
-  InsufficientGPUs; fewer healthy GPUs than needed -> InsufficientHealthyGPUs; fewer idle healthy GPUs than needed -> InsufficientIdleGPUs.
+  InsufficientGPUs; fewer healthy GPUs than needed -> InsufficientHealthyGPUs;
+  fewer idle healthy GPUs than needed -> InsufficientIdleGPUs.
 
 Filter: the nodes that fit pass. If none fits, `no_fit_policy="pass-all"` lets
 kube-scheduler decide among the nodes that failed only softly (busy or stale);
