@@ -22,6 +22,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from extender import decision
 from extender.bad_request import BadRequest
 from extender.gpu_state import GpuState
+from extender.inventory.view import InventoryView
 from extender.metrics import ExtenderMetrics
 from extender.pod_gpus import gpus_requested, pod_ref
 from extender.scheduler_wire import ExtenderArgs, encode, filter_result, parse_extender_args, prioritize_result
@@ -47,15 +48,27 @@ class SchedulerApi:
         state: GpuState,
         metrics: ExtenderMetrics,
         settings: ApiSettings,
-        allocatable: Mapping[str, int] | None = None,
+        inventory: Callable[[], InventoryView] = InventoryView,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.state = state
         self.metrics = metrics
         self.settings = settings
-        self.allocatable: Mapping[str, int] = allocatable or {}
+        self._inventory = inventory  # the current inventory snapshot (never I/O)
         self._clock = clock
-        self.ready = False
+        self.serving = False
+        self.inventory_ready: Callable[[], bool] = lambda: True
+
+    @property
+    def allocatable(self) -> Mapping[str, int]:
+        return self._inventory().allocatable_gpus
+
+    def not_ready_reason(self) -> str | None:
+        if not self.serving:
+            return "starting"
+        if not self.inventory_ready():
+            return "waiting for the first full inventory list"
+        return None
 
     def filter(self, args: ExtenderArgs) -> dict[str, Any]:
         needed = gpus_requested(args.pod, self.settings.gpu_resources)
@@ -153,8 +166,9 @@ def build_app(api: SchedulerApi) -> web.Application:
         return web.Response(text="ok\n")
 
     async def readyz(_: web.Request) -> web.Response:
-        if not api.ready:
-            return web.Response(status=503, text="starting\n")
+        reason = api.not_ready_reason()
+        if reason is not None:
+            return web.Response(status=503, text=f"not ready: {reason}\n")
         return web.Response(text=f"ready ({len(api.state)} node(s) with GPU data)\n")
 
     async def get_metrics(_: web.Request) -> web.Response:

@@ -22,7 +22,10 @@ from extender.config import ConfigError, ExtenderConfig, build_config
 from extender.gpu_state import GpuState
 from extender.http_api import SchedulerApi, build_app
 from extender.ingest import IngestService
-from extender.inventory_file import InventoryError, load_nodes
+from extender.inventory.file_source import FileInventorySource, InventoryPathError
+from extender.inventory.sink import KINDS
+from extender.inventory.store import InventoryStore
+from extender.inventory.view import ViewBuilder
 from extender.metrics import ExtenderMetrics
 
 log = logging.getLogger("gpu_extender")
@@ -44,23 +47,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         return _fail(str(exc))
     configure_logging(config.log_level)
-    allocatable: dict[str, int] = {}
+    store = InventoryStore()
+    source: FileInventorySource | None = None
     if config.inventory is not None:
         try:
-            nodes = load_nodes(config.inventory, config.api.gpu_resources)
-        except InventoryError as exc:
+            source = FileInventorySource(config.inventory, store)
+        except InventoryPathError as exc:
             return _fail(str(exc))
-        allocatable = {name: node.allocatable_gpus for name, node in nodes.items()}
     try:
-        return asyncio.run(_serve(config, allocatable))
+        return asyncio.run(_serve(config, store, source))
     except OSError as exc:
         return _fail(f"cannot listen: {exc.strerror or exc}")
 
 
-async def _serve(config: ExtenderConfig, allocatable: dict[str, int]) -> int:
+async def _serve(config: ExtenderConfig, store: InventoryStore, source: FileInventorySource | None) -> int:
     state = GpuState(config.idle_rule)
-    metrics = ExtenderMetrics(state)
-    api = SchedulerApi(state, metrics, config.api, allocatable)
+    metrics = ExtenderMetrics(state, store)
+    views = ViewBuilder(store, config.api.gpu_resources, on_invalid=metrics.count_invalid_object)
+    api = SchedulerApi(state, metrics, config.api, inventory=lambda: views.current)
+    api.inventory_ready = lambda: store.ready
+    background: list[asyncio.Task[None]] = []
+    if source is not None:
+        source.load()  # the first list, before we answer anything
+        background.append(asyncio.create_task(source.run(), name="inventory files"))
+    else:
+        for kind in KINDS:  # no inventory source: nothing to wait for
+            store.replace_all(kind.kind, [])
 
     grpc_server = grpc.aio.server(
         options=[
@@ -82,7 +94,7 @@ async def _serve(config: ExtenderConfig, allocatable: dict[str, int]) -> int:
     await runner.setup()
     await web.TCPSite(runner, config.http_addr.host, config.http_addr.port).start()
     _tune_gc()
-    api.ready = True
+    api.serving = True
     policy = config.api.policy
     log.info(
         "gpu-extender %s: scheduler API on http://%s%s/{filter,prioritize}, agents on grpc://%s; idle = util < %g%% "
@@ -90,20 +102,24 @@ async def _serve(config: ExtenderConfig, allocatable: dict[str, int]) -> int:
         __version__, config.http_addr, config.api.path_prefix, config.grpc_addr,
         config.idle_rule.max_utilization_percent, config.idle_rule.max_memory_used_percent,
         policy.stale_after_s, policy.stale_policy, policy.no_fit_policy,
-        ",".join(config.api.gpu_resources), f"{len(allocatable)} node(s)" if config.inventory else "none",
+        ",".join(config.api.gpu_resources),
+        f"{config.inventory} ({', '.join(f'{n} {k}' for k, n in store.counts().items() if n)})"
+        if source else "none",
     )  # fmt: skip
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    forgetter = asyncio.create_task(_forget_departed(state, config.forget_after_s))
+    background.append(asyncio.create_task(_forget_departed(state, config.forget_after_s), name="forget"))
     await stop.wait()
     log.info("shutting down")
-    api.ready = False
-    forgetter.cancel()
-    with contextlib.suppress(asyncio.CancelledError):
-        await forgetter
+    api.serving = False
+    for task in background:
+        task.cancel()
+    for task in background:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
     await grpc_server.stop(grace=1.0)
     await runner.cleanup()
     return 0

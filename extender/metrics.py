@@ -10,6 +10,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from extender.gpu_state import GpuState
+from extender.inventory.store import InventoryStore
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
@@ -17,8 +18,9 @@ LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.
 class _NodeDataCollector(Collector):
     """Per-node data age, computed at scrape time from the live state."""
 
-    def __init__(self, state: GpuState, clock: Callable[[], float]) -> None:
+    def __init__(self, state: GpuState, store: InventoryStore | None, clock: Callable[[], float]) -> None:
         self._state = state
+        self._store = store
         self._clock = clock
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
@@ -35,10 +37,18 @@ class _NodeDataCollector(Collector):
         yield idle
         yield GaugeMetricFamily("gpu_extender_nodes_with_data", "Nodes with GPU data from an agent.",
                                 value=len(self._state))  # fmt: skip
+        if self._store is not None:
+            objects = GaugeMetricFamily("gpu_extender_inventory_objects", "Objects in the inventory, by kind.",
+                                        labels=["kind"])  # fmt: skip
+            for kind, count in self._store.counts().items():
+                objects.add_metric([kind], count)
+            yield objects
 
 
 class ExtenderMetrics:
-    def __init__(self, state: GpuState, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, state: GpuState, store: InventoryStore | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.registry = r = CollectorRegistry()
         self.request_duration = Histogram(
             "gpu_extender_request_duration_seconds", "Time to answer a scheduler call, by verb.",
@@ -58,4 +68,11 @@ class ExtenderMetrics:
         )  # fmt: skip
         self.reports = Counter("gpu_extender_reports", "Node reports from agents, by result.", ["result"], registry=r)
         self.connected_agents = Gauge("gpu_extender_connected_agents", "Agent streams currently open.", registry=r)
-        r.register(_NodeDataCollector(state, clock))
+        self.invalid_objects = Counter(
+            "gpu_extender_inventory_invalid_objects", "Inventory objects skipped as invalid, by kind.",
+            ["kind"], registry=r,
+        )  # fmt: skip
+        r.register(_NodeDataCollector(state, store, clock))
+
+    def count_invalid_object(self, kind: str, key: str, problem: str) -> None:
+        self.invalid_objects.labels(kind=kind).inc()

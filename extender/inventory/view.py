@@ -1,0 +1,95 @@
+"""What the request path reads from the inventory: an immutable snapshot, rebuilt
+off the request path whenever the store changes.
+
+Invalid objects are skipped here, each with one log line (per object version,
+not per rebuild) and a count per kind, so one bad object never hides the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from extender.bad_request import BadRequest
+from extender.inventory.sink import NODE, KubeObject, object_key
+from extender.inventory.store import InventoryStore
+from extender.pod_gpus import parse_count
+
+log = logging.getLogger("gpu_extender.inventory")
+
+
+@dataclass(frozen=True, slots=True)
+class InventoryView:
+    version: int = 0
+    allocatable_gpus: dict[str, int] = field(default_factory=dict)  # node -> allocatable GPUs
+    node_labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    invalid: dict[str, int] = field(default_factory=dict)  # kind -> objects skipped
+
+
+class ViewBuilder:
+    """Keeps `current` in step with the store; rebuilds at most once per loop turn."""
+
+    def __init__(
+        self,
+        store: InventoryStore,
+        gpu_resources: Sequence[str],
+        on_invalid: Callable[[str, str, str], None] | None = None,
+    ) -> None:
+        self._store = store
+        self._gpu_resources = tuple(gpu_resources)
+        self._on_invalid = on_invalid or (lambda kind, key, problem: None)
+        self._warned: set[tuple[str, str, str]] = set()  # (kind, key, resourceVersion)
+        self._scheduled = False
+        self.current = InventoryView()
+        store.on_change(self._changed)
+
+    def _changed(self, kind: str) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (tests, start-up): rebuild now
+            self.rebuild()
+            return
+        if not self._scheduled:
+            self._scheduled = True
+            loop.call_soon(self.rebuild)
+
+    def _invalid(self, kind: str, obj: KubeObject, problem: str) -> None:
+        key = object_key(obj)
+        version = str((obj.get("metadata") or {}).get("resourceVersion", ""))
+        if (kind, key, version) not in self._warned:
+            self._warned.add((kind, key, version))
+            log.warning("inventory: %s %s skipped: %s", kind, key, problem)
+            self._on_invalid(kind, key, problem)
+
+    def rebuild(self) -> InventoryView:
+        self._scheduled = False
+        invalid: dict[str, int] = {}
+        allocatable: dict[str, int] = {}
+        labels: dict[str, dict[str, str]] = {}
+        for node in self._store.objects(NODE.kind):
+            try:
+                name, gpus, node_labels = _parse_node(node, self._gpu_resources)
+            except BadRequest as exc:
+                invalid[NODE.kind] = invalid.get(NODE.kind, 0) + 1
+                self._invalid(NODE.kind, node, exc.message)
+                continue
+            allocatable[name] = gpus
+            labels[name] = node_labels
+        self.current = InventoryView(self._store.version, allocatable, labels, invalid)
+        return self.current
+
+
+def _parse_node(obj: KubeObject, gpu_resources: Sequence[str]) -> tuple[str, int, dict[str, str]]:
+    meta = obj.get("metadata")
+    name = meta.get("name") if isinstance(meta, dict) else None
+    if not isinstance(name, str) or not name:
+        raise BadRequest("wrong_type", "metadata.name is missing")
+    status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
+    allocatable = status.get("allocatable") if isinstance(status.get("allocatable"), dict) else {}
+    gpus = sum(parse_count(allocatable[r], f"status.allocatable[{r}]") for r in gpu_resources if r in allocatable)
+    raw_labels = meta.get("labels")
+    if raw_labels is not None and not isinstance(raw_labels, dict):
+        raise BadRequest("wrong_type", "metadata.labels is not a map")
+    return name, gpus, {str(k): str(v) for k, v in (raw_labels or {}).items()}

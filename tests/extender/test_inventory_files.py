@@ -1,0 +1,119 @@
+"""The file inventory: YAML on disk -> store -> the view the request path reads."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import pytest
+
+from extender.inventory.file_source import FileInventorySource, InventoryPathError
+from extender.inventory.store import InventoryStore
+from extender.inventory.view import ViewBuilder
+from tests.harness import ROOT
+
+GPU = ("nvidia.com/gpu",)
+
+
+def build(path: Path) -> tuple[FileInventorySource, InventoryStore, ViewBuilder, list]:
+    store = InventoryStore()
+    invalid: list = []
+    views = ViewBuilder(store, GPU, on_invalid=lambda kind, key, problem: invalid.append((kind, key, problem)))
+    source = FileInventorySource(path, store)
+    return source, store, views, invalid
+
+
+def touch_later(path: Path, text: str) -> None:
+    """Write and move the mtime forward, so a change within the same second is seen."""
+    before = path.stat().st_mtime if path.exists() else 0
+    path.write_text(text)
+    os.utime(path, (before + 2, before + 2))
+
+
+def test_demo_inventory_loads_and_marks_every_kind_synced() -> None:
+    source, store, views, invalid = build(ROOT / "examples" / "demo" / "inventory")
+    assert not store.ready
+    assert source.load()
+    assert store.ready and invalid == []
+    assert views.current.allocatable_gpus == {"gpu-node-1": 8, "gpu-node-2": 8, "gpu-node-3": 8, "cpu-node-1": 0}
+    assert views.current.node_labels["gpu-node-1"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    assert not source.load()  # nothing changed on disk
+
+
+NODES = """
+kind: Node
+metadata: {name: good, resourceVersion: "1"}
+status: {allocatable: {nvidia.com/gpu: '4'}}
+---
+kind: Node
+metadata: {name: bad, resourceVersion: "1"}
+status: {allocatable: {nvidia.com/gpu: eighty}}
+---
+kind: Node
+metadata: {}
+---
+kind: ConfigMap
+metadata: {name: ignored}
+"""
+
+
+def test_bad_objects_are_skipped_with_one_log_line_each(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    (tmp_path / "nodes.yaml").write_text(NODES)
+    (tmp_path / "notes.txt").write_text("not inventory")
+    source, store, views, invalid = build(tmp_path)
+    with caplog.at_level(logging.WARNING):
+        source.load()
+        views.rebuild()  # a rebuild does not log the same bad object again
+    assert views.current.allocatable_gpus == {"good": 4}
+    assert invalid == [("Node", "bad", "status.allocatable[nvidia.com/gpu]: 'eighty' is not a Kubernetes quantity")]
+    assert views.current.invalid == {"Node": 1}
+    messages = [r.message for r in caplog.records]
+    assert sum("Node bad skipped" in m for m in messages) == 1
+    assert any("without metadata.name" in m for m in messages)
+
+
+def test_changes_on_disk_are_picked_up_and_broken_saves_keep_the_last_good_content(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    nodes = tmp_path / "nodes.yaml"
+    nodes.write_text("kind: Node\nmetadata: {name: a}\nstatus: {allocatable: {nvidia.com/gpu: '8'}}\n")
+    source, store, views, _ = build(tmp_path)
+    source.load()
+    assert views.current.allocatable_gpus == {"a": 8}
+
+    touch_later(nodes, "kind: Node\nmetadata: {name: a}\nstatus: {allocatable: {nvidia.com/gpu: '2'}}\n")
+    assert source.load() and views.current.allocatable_gpus == {"a": 2}
+
+    with caplog.at_level(logging.WARNING):
+        touch_later(nodes, "kind: Node\nmetadata: [\n")  # half-written save
+        source.load()
+    assert views.current.allocatable_gpus == {"a": 2}
+    assert any("keeping its previous content" in r.message for r in caplog.records)
+
+    extra = tmp_path / "more.yml"
+    touch_later(extra, "apiVersion: v1\nkind: List\nitems:\n- kind: Node\n  metadata: {name: b}\n")
+    source.load()
+    assert views.current.allocatable_gpus == {"a": 2, "b": 0}
+    extra.unlink()
+    source.load()
+    assert views.current.allocatable_gpus == {"a": 2}
+
+
+def test_missing_inventory_path() -> None:
+    with pytest.raises(InventoryPathError, match="no such file or directory"):
+        FileInventorySource(Path("/nonexistent/inventory"), InventoryStore())
+
+
+def test_store_keys_and_deletes() -> None:
+    store = InventoryStore()
+    changes: list[str] = []
+    store.on_change(changes.append)
+    runtime = {"kind": "ServingRuntime", "metadata": {"name": "vllm", "namespace": "team-a"}}
+    store.upsert("ServingRuntime", runtime)
+    assert store.get("ServingRuntime", "team-a/vllm") is runtime
+    store.delete("ServingRuntime", {"metadata": {"name": "vllm", "namespace": "team-a"}})
+    store.delete("ServingRuntime", {"metadata": {"name": "vllm", "namespace": "team-a"}})  # already gone: no change
+    assert store.objects("ServingRuntime") == [] and changes == ["ServingRuntime", "ServingRuntime"]
+    with pytest.raises(ValueError, match="unknown kind"):
+        store.upsert("Pod", runtime)
