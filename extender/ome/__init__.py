@@ -1,0 +1,1 @@
+"""OME (sgl-project/ome) semantics: pure functions over OME's custom resources."""
