@@ -25,6 +25,8 @@ class ExtenderConfig:
     http_addr: HostPort
     grpc_addr: HostPort
     inventory: Path | None
+    kubernetes: bool
+    kubeconfig: Path | None
     idle_rule: IdleRule
     api: ApiSettings
     requested_agent_interval_ms: int
@@ -48,8 +50,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--path-prefix", default="", metavar="PATH",
                    help="serve the verbs under PATH (urlPrefix http://host:port/PATH in the scheduler config)")  # fmt: skip
     p.add_argument("--inventory", type=Path, metavar="PATH",
-                   help="Kubernetes YAML file or directory with Node objects; gives allocatable GPUs for "
-                   "nodes without agent data when the scheduler sends only names")  # fmt: skip
+                   help="read Nodes and OME objects (AcceleratorClass, ServingRuntime, ...) from this YAML "
+                   "file or directory instead of a cluster; reloaded when it changes")  # fmt: skip
+    p.add_argument("--kubernetes", action="store_true",
+                   help="list+watch Nodes and OME objects from the API server (in-cluster config, or "
+                   "--kubeconfig / $KUBECONFIG / ~/.kube/config)")  # fmt: skip
+    p.add_argument("--kubeconfig", type=Path, metavar="PATH", help="kubeconfig for --kubernetes")
     p.add_argument("--gpu-resource", action="append", default=[], metavar="NAME",
                    help="extended resource counted as GPUs; repeatable (default: nvidia.com/gpu)")  # fmt: skip
     p.add_argument("--idle-max-utilization", type=float, default=30.0, metavar="PERCENT",
@@ -96,6 +102,10 @@ def build_config(argv: Sequence[str] | None) -> ExtenderConfig:
         raise ConfigError("need --requested-agent-interval >= 0 and --forget-after > --stale-after")
     if args.inventory is not None and not args.inventory.exists():
         raise ConfigError(f"--inventory {args.inventory}: no such file or directory")
+    if args.inventory is not None and args.kubernetes:
+        raise ConfigError("--inventory and --kubernetes are two inventory sources: pick one")
+    if args.kubeconfig is not None and not args.kubernetes:
+        raise ConfigError("--kubeconfig only applies with --kubernetes")
     resources = tuple(dict.fromkeys(r.strip() for r in args.gpu_resource if r.strip())) or ("nvidia.com/gpu",)
     prefix = args.path_prefix.strip()
     if prefix and not prefix.startswith("/"):
@@ -104,6 +114,8 @@ def build_config(argv: Sequence[str] | None) -> ExtenderConfig:
         http_addr=http_addr,
         grpc_addr=grpc_addr,
         inventory=args.inventory,
+        kubernetes=args.kubernetes,
+        kubeconfig=args.kubeconfig,
         idle_rule=IdleRule(args.idle_max_utilization, args.idle_max_memory),
         api=ApiSettings(
             policy=Policy(args.stale_after, args.stale_policy, args.no_fit_policy),

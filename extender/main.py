@@ -23,6 +23,7 @@ from extender.gpu_state import GpuState
 from extender.http_api import SchedulerApi, build_app
 from extender.ingest import IngestService
 from extender.inventory.file_source import FileInventorySource, InventoryPathError
+from extender.inventory.kube_source import KubeConfigError, KubeInventorySource, load_kube_config
 from extender.inventory.sink import KINDS
 from extender.inventory.store import InventoryStore
 from extender.inventory.view import ViewBuilder
@@ -33,6 +34,10 @@ log = logging.getLogger("gpu_extender")
 # Above kube-scheduler's Go client idle timeout (90 s), so the server never closes
 # a kept-alive connection just as the scheduler reuses it.
 KEEPALIVE_TIMEOUT_S = 120.0
+
+
+class _StartupError(Exception):
+    """Start-up cannot go on; the message is the one line the user sees."""
 
 
 def _fail(message: str) -> int:
@@ -56,11 +61,21 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _fail(str(exc))
     try:
         return asyncio.run(_serve(config, store, source))
+    except _StartupError as exc:
+        return _fail(str(exc))
     except OSError as exc:
         return _fail(f"cannot listen: {exc.strerror or exc}")
 
 
 async def _serve(config: ExtenderConfig, store: InventoryStore, source: FileInventorySource | None) -> int:
+    kube_source: KubeInventorySource | None = None
+    if config.kubernetes:
+        try:
+            connection = await load_kube_config(config.kubeconfig)
+        except KubeConfigError as exc:
+            raise _StartupError(str(exc)) from None
+        kube_source = KubeInventorySource(store, connection)
+
     state = GpuState(config.idle_rule)
     metrics = ExtenderMetrics(state, store)
     views = ViewBuilder(store, config.api.gpu_resources, on_invalid=metrics.count_invalid_object)
@@ -70,6 +85,8 @@ async def _serve(config: ExtenderConfig, store: InventoryStore, source: FileInve
     if source is not None:
         source.load()  # the first list, before we answer anything
         background.append(asyncio.create_task(source.run(), name="inventory files"))
+    elif kube_source is not None:  # /readyz stays 503 until every kind is listed once
+        background.append(asyncio.create_task(kube_source.run(), name="inventory watch"))
     else:
         for kind in KINDS:  # no inventory source: nothing to wait for
             store.replace_all(kind.kind, [])
@@ -104,7 +121,7 @@ async def _serve(config: ExtenderConfig, store: InventoryStore, source: FileInve
         policy.stale_after_s, policy.stale_policy, policy.no_fit_policy,
         ",".join(config.api.gpu_resources),
         f"{config.inventory} ({', '.join(f'{n} {k}' for k, n in store.counts().items() if n)})"
-        if source else "none",
+        if source else ("Kubernetes API (list+watch)" if kube_source else "none"),
     )  # fmt: skip
 
     stop = asyncio.Event()

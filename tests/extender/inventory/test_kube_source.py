@@ -1,0 +1,525 @@
+"""KubeInventorySource against the in-test API server, through the real kubernetes-asyncio client."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from extender.inventory.kube_source import (
+    KubeConfigError,
+    KubeInventorySource,
+    KubeSourceTimings,
+    load_kube_config,
+)
+from extender.inventory.sink import KINDS, KindInfo
+from kubernetes_asyncio.config import incluster_config
+from tests.extender.inventory.conftest import RecordingSink
+from tests.kube_apiserver import KubeApiServer
+
+T = TypeVar("T")
+LOGGER = "gpu_extender.inventory.kube"
+CRD_KINDS = [k.kind for k in KINDS if k.group]
+
+
+def run(coro: Awaitable[T], timeout: float = 10.0) -> T:
+    async def bounded() -> T:
+        return await asyncio.wait_for(coro, timeout)
+
+    return asyncio.run(bounded())
+
+
+async def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 3.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not predicate():
+        if loop.time() > deadline:
+            raise AssertionError(f"timed out waiting for: {what}")
+        await asyncio.sleep(0.005)
+
+
+@contextlib.asynccontextmanager
+async def running(
+    sink: RecordingSink, timings: KubeSourceTimings, server: KubeApiServer | None = None
+) -> AsyncIterator[tuple[KubeApiServer, KubeInventorySource]]:
+    """Start `server` (or a fresh one), a source against it, and wait until the source is ready."""
+    server = server or KubeApiServer()
+    async with server:
+        source = KubeInventorySource(sink, server.configuration(), timings=timings)
+        assert not source.ready
+        task = asyncio.create_task(source.run())
+        try:
+            await asyncio.wait_for(source.wait_ready(), 3.0)
+            await wait_until(lambda: server.open_watches() == server_watch_target(server), "every watch open")
+            yield server, source
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+def server_watch_target(server: KubeApiServer) -> int:
+    return len(server.installed)
+
+
+def node(name: str, gpus: int = 8, **labels: str) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "labels": {"gpu.vendor": "nvidia", **labels}},
+        "spec": {"taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]},
+        "status": {
+            "allocatable": {"nvidia.com/gpu": str(gpus), "cpu": "96"},
+            "capacity": {"nvidia.com/gpu": str(gpus)},
+        },
+    }
+
+
+def accel(name: str) -> dict[str, Any]:
+    return {"metadata": {"name": name}, "spec": {"discovery": {"nodeSelector": {"gpu.model": name}}}}
+
+
+def isvc(name: str, namespace: str) -> dict[str, Any]:
+    return {"metadata": {"name": name, "namespace": namespace}, "spec": {"model": {"name": "llama-3-8b"}}}
+
+
+def seeded() -> KubeApiServer:
+    server = KubeApiServer()
+    server.add("Node", node("gpu-node-1"))
+    server.add("Node", node("gpu-node-2", gpus=4))
+    server.add("AcceleratorClass", accel("h100"))
+    server.add("InferenceService", isvc("chat", "team-a"))
+    server.add("InferenceService", isvc("chat", "team-b"))
+    model = {"metadata": {"name": "llama-3-8b"}, "spec": {"modelFormat": {"name": "safetensors"}}}
+    server.add("ClusterBaseModel", model)
+    return server
+
+
+def test_first_list_fills_every_kind_raw_and_flips_ready(sink: RecordingSink, timings: KubeSourceTimings) -> None:
+    async def scenario() -> None:
+        async with running(sink, timings, seeded()) as (server, source):
+            assert source.ready
+            # Exactly one replace_all per kind, and nothing else yet.
+            assert sorted(kind for method, kind, _ in sink.calls if method == "replace_all") == sorted(
+                k.kind for k in KINDS
+            )
+            assert len(sink.calls) == len(KINDS)
+            assert sink.keys("Node") == {"gpu-node-1", "gpu-node-2"}
+            assert sink.keys("InferenceService") == {"team-a/chat", "team-b/chat"}
+            assert sink.keys("ServingRuntime") == set()
+
+            # Raw JSON dicts exactly as served, apiVersion/kind filled in for the Node list items.
+            got = sink.state["Node"]["gpu-node-2"]
+            assert type(got) is dict
+            assert got == server.objects["Node"]["gpu-node-2"]
+            assert got["apiVersion"] == "v1" and got["kind"] == "Node"
+            assert got["status"]["allocatable"]["nvidia.com/gpu"] == "4"
+            assert sink.state["AcceleratorClass"]["h100"]["apiVersion"] == "ome.io/v1beta1"
+
+            # Each kind is listed once and watched from the list's resourceVersion, with bookmarks.
+            for info in KINDS:
+                assert server.list_count(info.kind) == 1
+                (watch,) = server.watches_of(info.kind)
+                assert watch.resource_version == str(server.rv)
+                assert watch.allow_bookmarks is True
+                assert watch.timeout_seconds == timings.watch_timeout_s
+                assert source.status()[info.kind].synced
+
+    run(scenario())
+
+
+def test_added_modified_deleted_arrive_in_order(sink: RecordingSink, timings: KubeSourceTimings) -> None:
+    async def scenario() -> None:
+        async with running(sink, timings, seeded()) as (server, source):
+            server.add("Node", node("gpu-node-3"))
+            server.modify("Node", node("gpu-node-3", pool="training"))
+            server.delete("Node", "gpu-node-1")
+            server.add("InferenceService", isvc("embed", "team-a"))
+            server.delete("InferenceService", "chat", "team-b")
+            await wait_until(lambda: len(sink.calls_for("Node")) == 4, "node events")
+            await wait_until(lambda: len(sink.calls_for("InferenceService")) == 3, "isvc events")
+            assert sink.calls_for("Node")[1:] == [
+                ("upsert", "gpu-node-3"), ("upsert", "gpu-node-3"), ("delete", "gpu-node-1"),
+            ]  # fmt: skip
+            assert sink.calls_for("InferenceService")[1:] == [("upsert", "team-a/embed"), ("delete", "team-b/chat")]
+            assert sink.state["Node"]["gpu-node-3"]["metadata"]["labels"]["pool"] == "training"
+            assert sink.state["Node"]["gpu-node-3"]["kind"] == "Node"
+            assert sink.keys("Node") == {"gpu-node-2", "gpu-node-3"}
+            assert source.resource_version("Node") == str(server.rv - 2)  # the Node delete
+            assert source.resource_version("InferenceService") == str(server.rv)
+
+    run(scenario())
+
+
+def test_bookmark_advances_version_without_sink_calls_and_reconnect_resumes_from_it(
+    sink: RecordingSink, timings: KubeSourceTimings
+) -> None:
+    async def scenario() -> None:
+        async with running(sink, timings, seeded()) as (server, source):
+            calls = len(sink.calls)
+            bookmark_rv = server.bookmark("Node")
+            await wait_until(lambda: source.resource_version("Node") == bookmark_rv, "bookmark applied")
+            assert len(sink.calls) == calls
+
+            server.close_watches()
+            await wait_until(lambda: len(server.watches_of("Node")) == 2, "node re-watch")
+            assert server.watches_of("Node")[-1].resource_version == bookmark_rv
+            assert server.list_count("Node") == 1
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("gone_as", ["http", "event"])
+def test_410_on_rewatch_relists_and_replaces_all(
+    sink: RecordingSink, timings: KubeSourceTimings, gone_as: str
+) -> None:
+    async def scenario() -> None:
+        server = seeded()
+        server.gone_as = gone_as  # type: ignore[assignment]
+        async with running(sink, timings, server) as (server, source):
+            # Changes the watch never saw (compacted away), then the streams end.
+            server.add("Node", node("gpu-node-9"), silent=True)
+            server.delete("Node", "gpu-node-1", silent=True)
+            server.expire_history()
+            server.close_watches()
+            for info in KINDS:
+                await wait_until(lambda k=info.kind: server.list_count(k) == 2, f"{info.kind} relist")
+            await wait_until(lambda: server.open_watches() == len(KINDS), "watches reopened")
+            assert sink.calls_for("Node")[-1] == ("replace_all", ["gpu-node-2", "gpu-node-9"])
+            assert sink.keys("Node") == {"gpu-node-2", "gpu-node-9"}
+            assert source.status()["Node"].relists == 1
+            # And the new watch runs from the relist's version.
+            assert server.watches_of("Node")[-1].resource_version == str(server.rv)
+            server.add("Node", node("gpu-node-10"))
+            await wait_until(lambda: "gpu-node-10" in sink.keys("Node"), "event after relist")
+
+    run(scenario())
+
+
+def test_410_error_event_on_an_open_stream_relists(sink: RecordingSink, timings: KubeSourceTimings) -> None:
+    async def scenario() -> None:
+        async with running(sink, timings, seeded()) as (server, source):
+            server.add("AcceleratorClass", accel("a100"), silent=True)
+            server.send_error_event("AcceleratorClass", code=410)
+            await wait_until(lambda: server.list_count("AcceleratorClass") == 2, "relist")
+            await wait_until(lambda: server.open_watches("AcceleratorClass") == 1, "watch reopened")
+            assert sink.calls_for("AcceleratorClass")[-1] == ("replace_all", ["a100", "h100"])
+            assert server.list_count("Node") == 1  # other kinds are not disturbed
+
+    run(scenario())
+
+
+def test_error_event_other_than_410_rewatches_without_relist(sink: RecordingSink, timings: KubeSourceTimings) -> None:
+    async def scenario() -> None:
+        async with running(sink, timings, seeded()) as (server, source):
+            server.send_error_event("Node", code=500, reason="InternalError")
+            await wait_until(lambda: len(server.watches_of("Node")) == 2, "re-watch")
+            assert server.watches_of("Node")[-1].resource_version == server.watches_of("Node")[0].resource_version
+            assert server.list_count("Node") == 1
+
+    run(scenario())
+
+
+@pytest.mark.parametrize("abrupt", [False, True], ids=["graceful", "abrupt"])
+def test_closed_streams_rewatch_from_last_version_without_relist(
+    sink: RecordingSink, timings: KubeSourceTimings, abrupt: bool
+) -> None:
+    async def scenario() -> None:
+        async with running(sink, timings, seeded()) as (server, source):
+            server.add("Node", node("gpu-node-3"))
+            await wait_until(lambda: "gpu-node-3" in sink.keys("Node"), "event")
+            last = source.resource_version("Node")
+            server.close_watches(abrupt=abrupt)
+            for info in KINDS:
+                await wait_until(lambda k=info.kind: len(server.watches_of(k)) == 2, f"{info.kind} re-watch")
+            assert server.watches_of("Node")[-1].resource_version == last
+            assert all(server.list_count(k.kind) == 1 for k in KINDS)
+            # Events made while reconnecting are replayed from the history, not lost.
+            server.add("Node", node("gpu-node-4"))
+            await wait_until(lambda: "gpu-node-4" in sink.keys("Node"), "event after re-watch")
+
+    run(scenario())
+
+
+def test_server_side_watch_timeout_rewatches(sink: RecordingSink, timings: KubeSourceTimings) -> None:
+    timings = dataclasses.replace(timings, watch_timeout_s=1)
+
+    async def scenario() -> None:
+        async with running(sink, timings, seeded()) as (server, source):
+            await wait_until(lambda: len(server.watches_of("Node")) == 2, "re-watch after timeoutSeconds", 3.0)
+            assert server.list_count("Node") == 1
+            assert source.status()["Node"].consecutive_failures == 0
+
+    run(scenario())
+
+
+def test_api_server_down_then_up_reconnects_with_backoff_and_one_warning(
+    sink: RecordingSink, timings: KubeSourceTimings, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG, logger=LOGGER)
+
+    async def scenario() -> None:
+        async with running(sink, timings, seeded()) as (server, source):
+            caplog.clear()
+            await server.go_down()
+            # Changes while the extender cannot see them: recovered from the watch history.
+            server.add("Node", node("gpu-node-5"))
+            server.delete("Node", "gpu-node-2")
+            await wait_until(lambda: source.status()["Node"].consecutive_failures >= 3, "several retries")
+            await server.come_up()
+            await wait_until(lambda: sink.keys("Node") == {"gpu-node-1", "gpu-node-5"}, "state after reconnect")
+            await wait_until(lambda: server.open_watches() == len(KINDS), "every watch reopened")
+            await wait_until(
+                lambda: any("answers again" in r.getMessage() for r in caplog.records), "recovery logged"
+            )
+            assert all(server.list_count(k.kind) == 1 for k in KINDS)  # resumed, no relist needed
+            assert all(s.consecutive_failures == 0 for s in source.status().values())
+
+        warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING and r.name == LOGGER]
+        retries = [r for r in caplog.records if "still failing" in r.getMessage()]
+        recoveries = [r for r in caplog.records if "answers again" in r.getMessage()]
+        # Seven kinds, several retries each; one warning per problem (the cut, then the refusal),
+        # one line when it is over.
+        assert len(retries) >= 10
+        assert len(warnings) == 2, warnings
+        assert any("dropped" in w for w in warnings) and any("unreachable" in w for w in warnings)
+        assert len(recoveries) == 1 and "unreachable" in recoveries[0].getMessage()
+
+    run(scenario())
+
+
+def test_5xx_backs_off_then_recovers(
+    sink: RecordingSink, timings: KubeSourceTimings, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger=LOGGER)
+
+    async def scenario() -> None:
+        async with running(sink, timings, seeded()) as (server, source):
+            caplog.clear()
+            server.fail_with(503)
+            await wait_until(lambda: source.status()["Node"].consecutive_failures >= 3, "retries")
+            server.add("Node", node("gpu-node-6"))
+            server.fail_with(None)
+            await wait_until(lambda: "gpu-node-6" in sink.keys("Node"), "state after recovery")
+        messages = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        assert len([m for m in messages if "HTTP 503" in m]) == 1, messages
+
+    run(scenario())
+
+
+def test_missing_crd_is_an_empty_synced_kind_until_installed(
+    sink: RecordingSink, timings: KubeSourceTimings, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger=LOGGER)
+
+    async def scenario() -> None:
+        server = KubeApiServer(installed=["Node"])
+        server.add("Node", node("gpu-node-1"))
+        async with running(sink, timings, server) as (server, source):
+            assert source.ready
+            for kind in CRD_KINDS:
+                assert sink.calls_for(kind) == [("replace_all", [])]
+                assert source.status()[kind].state in ("crd-absent", "listing")
+            # Re-checked on a short interval, without repeating replace_all or the warning.
+            await wait_until(lambda: server.list_count("AcceleratorClass") >= 3, "re-checks")
+            assert sink.calls_for("AcceleratorClass") == [("replace_all", [])]
+
+            server.install("AcceleratorClass", [accel("h100"), accel("a100")])
+            await wait_until(lambda: sink.keys("AcceleratorClass") == {"a100", "h100"}, "CRD objects appear")
+            await wait_until(lambda: server.open_watches("AcceleratorClass") == 1, "CRD watched")
+            server.add("AcceleratorClass", accel("l40s"))
+            await wait_until(lambda: "l40s" in sink.keys("AcceleratorClass"), "CRD events")
+
+            # Uninstalled again: the watch ends, the relist finds 404, the kind is empty again.
+            server.uninstall("AcceleratorClass")
+            await wait_until(lambda: sink.keys("AcceleratorClass") == set(), "CRD removed")
+            assert sink.calls_for("AcceleratorClass")[-1] == ("replace_all", [])
+
+        absent = [r for r in caplog.records if "CRD not installed" in r.getMessage()]
+        assert len(absent) == len(CRD_KINDS) + 1  # once per kind, once more after the uninstall
+        assert any("CRD is installed now" in r.getMessage() for r in caplog.records)
+
+    run(scenario())
+
+
+def test_malformed_events_are_skipped_and_the_watch_goes_on(
+    sink: RecordingSink, timings: KubeSourceTimings, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger=LOGGER)
+
+    async def scenario() -> None:
+        async with running(sink, timings, seeded()) as (server, source):
+            calls = len(sink.calls)
+            for bad in [
+                b"this is not json",
+                ["a", "list"],
+                {"type": "ADDED", "object": "a string"},
+                {"type": "ADDED", "object": {"metadata": {"labels": {}}}},
+                {"type": "MODIFIED", "object": {"kind": "Node"}},
+                {"type": "SURPRISE", "object": node("x")},
+                {"type": "BOOKMARK", "object": {"metadata": {}}},
+                {"object": node("y")},
+            ]:
+                server.send_raw("Node", bad)
+            server.add("Node", node("gpu-node-7"))
+            await wait_until(lambda: "gpu-node-7" in sink.keys("Node"), "good event after bad ones")
+            assert sink.calls[calls:] == [("upsert", "Node", "gpu-node-7")]
+            assert len(server.watches_of("Node")) == 1  # the same stream carried on
+            assert server.list_count("Node") == 1
+        skipped = [r for r in caplog.records if "skipped" in r.getMessage()]
+        assert len(skipped) == 8
+
+    run(scenario())
+
+
+def test_paged_list_is_one_replace_all(sink: RecordingSink, timings: KubeSourceTimings) -> None:
+    timings = dataclasses.replace(timings, list_page_size=2)
+
+    async def scenario() -> None:
+        server = KubeApiServer()
+        for i in range(5):
+            server.add("Node", node(f"gpu-node-{i}"))
+        async with running(sink, timings, server) as (server, source):
+            assert sink.calls_for("Node") == [("replace_all", [f"gpu-node-{i}" for i in range(5)])]
+            pages = [r for r in server.list_requests if r.kind == "Node"]
+            assert [r.limit for r in pages] == [2, 2, 2]
+            assert [r.continue_token is not None for r in pages] == [False, True, True]
+
+    run(scenario())
+
+
+def test_expired_continue_token_restarts_the_list(sink: RecordingSink, timings: KubeSourceTimings) -> None:
+    timings = dataclasses.replace(timings, list_page_size=2)
+
+    async def scenario() -> None:
+        server = KubeApiServer()
+        for i in range(5):
+            server.add("Node", node(f"gpu-node-{i}"))
+        server.expire_continue_tokens = 1
+        async with running(sink, timings, server) as (server, source):
+            assert server.list_count("Node") == 2
+            assert sink.calls_for("Node") == [("replace_all", [f"gpu-node-{i}" for i in range(5)])]
+
+    run(scenario())
+
+
+def test_a_failing_sink_does_not_stop_the_watch(sink: RecordingSink, timings: KubeSourceTimings) -> None:
+    original = sink.upsert
+
+    def flaky_upsert(kind: str, obj: dict[str, Any]) -> None:
+        if obj["metadata"]["name"] == "poison":
+            raise RuntimeError("sink bug")
+        original(kind, obj)
+
+    sink.upsert = flaky_upsert  # type: ignore[method-assign]
+
+    async def scenario() -> None:
+        async with running(sink, timings, seeded()) as (server, source):
+            server.add("Node", node("poison"))
+            server.add("Node", node("gpu-node-8"))
+            await wait_until(lambda: "gpu-node-8" in sink.keys("Node"), "event after a sink failure")
+            assert len(server.watches_of("Node")) == 1
+
+    run(scenario())
+
+
+def test_source_accepts_an_api_client_factory(sink: RecordingSink, timings: KubeSourceTimings) -> None:
+    from kubernetes_asyncio import client as k8s
+
+    async def scenario() -> None:
+        async with seeded() as server:
+            made: list[k8s.ApiClient] = []
+
+            def factory() -> k8s.ApiClient:
+                made.append(k8s.ApiClient(server.configuration()))
+                return made[-1]
+
+            source = KubeInventorySource(sink, factory, kinds=KINDS[:2], timings=timings)
+            task = asyncio.create_task(source.run())
+            await asyncio.wait_for(source.wait_ready(), 3.0)
+            assert len(made) == 2 and sink.keys("Node") == {"gpu-node-1", "gpu-node-2"}
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            assert all(c.rest_client.pool_manager.closed for c in made)
+
+    run(scenario())
+
+
+# -- load_kube_config ------------------------------------------------------------------------
+
+KUBECONFIG = """\
+apiVersion: v1
+kind: Config
+clusters:
+- name: test
+  cluster: {server: "https://kube.example:6443", insecure-skip-tls-verify: true}
+users:
+- name: test
+  user: {token: secret-token}
+contexts:
+- name: test
+  context: {cluster: test, user: test}
+current-context: test
+"""
+
+
+def test_load_kube_config_from_an_explicit_path(tmp_path: Path) -> None:
+    path = tmp_path / "config"
+    path.write_text(KUBECONFIG)
+    configuration = run(load_kube_config(path, environ={}))
+    assert configuration.host == "https://kube.example:6443"
+    assert configuration.api_key["BearerToken"] == "Bearer secret-token"
+
+
+def test_load_kube_config_from_the_kubeconfig_variable_and_home(tmp_path: Path) -> None:
+    path = tmp_path / "config"
+    path.write_text(KUBECONFIG)
+    from_env = run(load_kube_config(environ={"KUBECONFIG": f"{tmp_path / 'absent'}:{path}"}))
+    assert from_env.host == "https://kube.example:6443"
+    (tmp_path / ".kube").mkdir()
+    (tmp_path / ".kube" / "config").write_text(KUBECONFIG)
+    from_home = run(load_kube_config(environ={"HOME": str(tmp_path)}))
+    assert from_home.host == "https://kube.example:6443"
+
+
+def test_load_kube_config_errors_are_clear(tmp_path: Path) -> None:
+    with pytest.raises(KubeConfigError, match="no kubeconfig file at --kubeconfig .*absent"):
+        run(load_kube_config(tmp_path / "absent", environ={}))
+    with pytest.raises(KubeConfigError, match="pass --kubeconfig PATH or set KUBECONFIG"):
+        run(load_kube_config(environ={"HOME": str(tmp_path)}))
+    broken = tmp_path / "broken"
+    broken.write_text("apiVersion: v1\nkind: Config\ncurrent-context: nowhere\n")
+    with pytest.raises(KubeConfigError, match="broken"):
+        run(load_kube_config(broken, environ={}))
+
+
+POD_ENV = {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+
+
+def test_load_kube_config_in_a_pod(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    token, ca = tmp_path / "token", tmp_path / "ca.crt"
+    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(token))
+    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(ca))
+    # In a pod without a service-account token: a clear error, not a silent fallback.
+    with pytest.raises(KubeConfigError, match="in-cluster"):
+        run(load_kube_config(environ=POD_ENV))
+    token.write_text("pod-token")
+    ca.write_text("-----BEGIN CERTIFICATE-----\n")
+    configuration = run(load_kube_config(environ=POD_ENV))
+    assert configuration.host == "https://10.0.0.1:443"
+    assert configuration.ssl_ca_cert == str(ca)
+    # An explicit --kubeconfig wins even in a pod.
+    path = tmp_path / "config"
+    path.write_text(KUBECONFIG)
+    assert run(load_kube_config(path, environ=POD_ENV)).host == "https://kube.example:6443"
+
+
+def test_unsupported_kinds_fail_at_construction(sink: RecordingSink) -> None:
+    bogus = KindInfo("Gadget", "", "v1", "gadgets", namespaced=False)
+    with pytest.raises(ValueError, match="Gadget"):
+        KubeInventorySource(sink, lambda: None, kinds=[bogus])  # type: ignore[arg-type,return-value]
