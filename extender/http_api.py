@@ -19,7 +19,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from extender import decision
+from extender import decision, placement
 from extender.bad_request import BadRequest
 from extender.gpu_state import GpuState
 from extender.inventory.view import InventoryView
@@ -40,6 +40,7 @@ class ApiSettings:
     compact_priorities: bool = True
     max_body_bytes: int = 64 * 1024**2
     path_prefix: str = ""
+    default_class_policy: str = "FirstAvailable"
 
 
 class SchedulerApi:
@@ -70,21 +71,33 @@ class SchedulerApi:
             return "waiting for the first full inventory list"
         return None
 
+    def _plan(self, args: ExtenderArgs, needed: int) -> tuple[InventoryView, placement.ClassPlan]:
+        view = self._inventory()
+        if needed <= 0:
+            return view, placement.ClassPlan(False)
+        return view, placement.plan_classes(args.pod, view, self.settings.default_class_policy)
+
     def filter(self, args: ExtenderArgs) -> dict[str, Any]:
         needed = gpus_requested(args.pod, self.settings.gpu_resources)
+        view, plan = self._plan(args, needed)
         names = args.candidate_names()
-        allocatable = args.allocatable(self.settings.gpu_resources, self.allocatable)
-        outcome = decision.filter_nodes(needed, names, allocatable, self.state.summary, self._clock(),
-                                        self.settings.policy)  # fmt: skip
+        allocatable = args.allocatable(self.settings.gpu_resources, view.allocatable_gpus)
+        outcome = placement.filter_with_classes(needed, names, allocatable, self.state.summary, self._clock(),
+                                                self.settings.policy, plan, view.membership.classes_of)  # fmt: skip
+        if plan.incompatible:
+            log.warning("filter %s: %s", pod_ref(args.pod), plan.incompatible)
         self._record_filter(args, needed, outcome)
         return filter_result(args, outcome)
 
     def prioritize(self, args: ExtenderArgs) -> list[dict[str, Any]]:
         needed = gpus_requested(args.pod, self.settings.gpu_resources)
+        view, plan = self._plan(args, needed)
         names = args.candidate_names()
-        allocatable = args.allocatable(self.settings.gpu_resources, self.allocatable)
-        scores = decision.prioritize(needed, names, allocatable, self.state.summary, self._clock(),
-                                     self.settings.policy)  # fmt: skip
+        allocatable = args.allocatable(self.settings.gpu_resources, view.allocatable_gpus)
+        scores, _ = placement.prioritize_with_classes(
+            needed, names, allocatable, self.state.summary, self._clock(), self.settings.policy,
+            plan, view.membership.classes_of, view.classes,
+        )  # fmt: skip
         if log.isEnabledFor(logging.DEBUG):
             log.debug("prioritize %s (needs %d GPU): %s", pod_ref(args.pod), needed,
                       ", ".join(f"{name}={score}" for name, score in scores))  # fmt: skip

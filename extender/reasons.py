@@ -44,4 +44,11 @@ STALE_GPU_DATA = Reason(
     "StaleGPUData", "node GPU data is stale", unresolvable=False
 )
 
-ALL_REASONS = (INSUFFICIENT_GPUS, INSUFFICIENT_IDLE_GPUS, INSUFFICIENT_HEALTHY_GPUS, NVML_UNAVAILABLE, STALE_GPU_DATA)
+CLASS_NOT_ALLOWED = Reason(
+    "AcceleratorClassNotAllowed", "node's GPU class is not allowed for the pod", unresolvable=True
+)
+CLASS_INCOMPATIBLE = Reason(
+    "AcceleratorClassIncompatible", "the pod's GPU class cannot be served", unresolvable=True
+)
+
+ALL_REASONS = (CLASS_NOT_ALLOWED, CLASS_INCOMPATIBLE, INSUFFICIENT_GPUS, INSUFFICIENT_IDLE_GPUS, INSUFFICIENT_HEALTHY_GPUS, NVML_UNAVAILABLE, STALE_GPU_DATA)

@@ -13,8 +13,20 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from extender.bad_request import BadRequest
-from extender.inventory.sink import NODE, KubeObject, object_key
+from extender.inventory.sink import (
+    ACCELERATOR_CLASS,
+    BASE_MODEL,
+    CLUSTER_BASE_MODEL,
+    CLUSTER_SERVING_RUNTIME,
+    INFERENCE_SERVICE,
+    NODE,
+    SERVING_RUNTIME,
+    KubeObject,
+    object_key,
+)
 from extender.inventory.store import InventoryStore
+from extender.ome.accelerator_class import AcceleratorClass, InvalidAcceleratorClass, parse_accelerator_class
+from extender.ome.node_class import ClassMembership, classify_nodes, membership_from
 from extender.pod_gpus import parse_count
 
 log = logging.getLogger("gpu_extender.inventory")
@@ -26,6 +38,20 @@ class InventoryView:
     allocatable_gpus: dict[str, int] = field(default_factory=dict)  # node -> allocatable GPUs
     node_labels: dict[str, dict[str, str]] = field(default_factory=dict)
     invalid: dict[str, int] = field(default_factory=dict)  # kind -> objects skipped
+    classes: dict[str, AcceleratorClass] = field(default_factory=dict)  # valid AcceleratorClasses by name
+    membership: ClassMembership = field(default_factory=lambda: membership_from({}, ()))
+    # Raw OME objects by `namespace/name` (namespaced kinds) or `name` (cluster kinds).
+    objects: dict[str, dict[str, KubeObject]] = field(default_factory=dict)
+
+    def get(self, kind: str, key: str) -> KubeObject | None:
+        return self.objects.get(kind, {}).get(key)
+
+    def namespaced_first(self, kind: str, cluster_kind: str, namespace: str, name: str) -> tuple[str, KubeObject | None]:
+        """OME's lookup order: the namespaced object, else the cluster-scoped one (§7.2)."""
+        found = self.get(kind, f"{namespace}/{name}")
+        if found is not None:
+            return kind, found
+        return cluster_kind, self.get(cluster_kind, name)
 
 
 class ViewBuilder:
@@ -68,6 +94,7 @@ class ViewBuilder:
         invalid: dict[str, int] = {}
         allocatable: dict[str, int] = {}
         labels: dict[str, dict[str, str]] = {}
+        valid_nodes: list[KubeObject] = []
         for node in self._store.objects(NODE.kind):
             try:
                 name, gpus, node_labels = _parse_node(node, self._gpu_resources)
@@ -77,7 +104,25 @@ class ViewBuilder:
                 continue
             allocatable[name] = gpus
             labels[name] = node_labels
-        self.current = InventoryView(self._store.version, allocatable, labels, invalid)
+            valid_nodes.append(node)
+        classes: dict[str, AcceleratorClass] = {}
+        for obj in self._store.objects(ACCELERATOR_CLASS.kind):
+            try:
+                parsed = parse_accelerator_class(obj)
+            except InvalidAcceleratorClass as exc:
+                invalid[ACCELERATOR_CLASS.kind] = invalid.get(ACCELERATOR_CLASS.kind, 0) + 1
+                self._invalid(ACCELERATOR_CLASS.kind, obj, str(exc))
+                continue
+            classes[parsed.name] = parsed
+        membership = classify_nodes(valid_nodes, classes.values())
+        if membership.multi_class and classes:
+            log.info("inventory: nodes in several AcceleratorClasses: %s",
+                     "; ".join(f"{n}: {', '.join(cs)}" for n, cs in list(membership.multi_class.items())[:10]))  # fmt: skip
+        objects = {
+            kind.kind: {object_key(o): o for o in self._store.objects(kind.kind)}
+            for kind in (SERVING_RUNTIME, CLUSTER_SERVING_RUNTIME, INFERENCE_SERVICE, BASE_MODEL, CLUSTER_BASE_MODEL)
+        }
+        self.current = InventoryView(self._store.version, allocatable, labels, invalid, classes, membership, objects)
         return self.current
 
 

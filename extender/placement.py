@@ -1,0 +1,180 @@
+"""Which AcceleratorClasses a GPU pod may land on, decided from the inventory view.
+
+For an OME engine/decoder pod: the InferenceService and runtime come from the
+pod's labels (`extender.ome.pod_intent`); the runtime's
+`acceleratorRequirements.acceleratorClasses` is the allow-list and preference
+order; an explicit class (override -> InferenceService -> annotation) narrows it
+to one, and must be on that list; otherwise the policy (override ->
+InferenceService -> --default-class-policy) with the InferenceService's
+constraints decides which listed classes are eligible and in which order
+(`extender.ome.class_policy`). Availability is applied at prioritize time: a
+class with no node that can take the pod now is skipped.
+
+Pods that are not accelerated OME components, or whose objects are not in the
+inventory, or whose runtime lists no classes, are class-neutral: only the idle
+GPU rules apply to them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from extender import decision, reasons
+from extender.inventory.sink import CLUSTER_SERVING_RUNTIME, INFERENCE_SERVICE, SERVING_RUNTIME
+from extender.inventory.view import InventoryView
+from extender.ome.accelerator_class import AcceleratorClass
+from extender.ome.class_policy import (
+    ClassRanking,
+    Constraints,
+    InvalidAcceleratorSelector,
+    parse_constraints,
+    rank_classes,
+)
+from extender.ome.pod_intent import class_intent, pod_identity
+
+log = logging.getLogger("gpu_extender.placement")
+
+
+@dataclass(frozen=True, slots=True)
+class ClassPlan:
+    applies: bool  # False: class-neutral
+    allowed: tuple[str, ...] = ()  # classes whose nodes may take the pod, in preference order
+    incompatible: str = ""  # non-empty: no node can take the pod; the sentence says why
+    policy: str = ""
+    constraints: Constraints | None = None
+    explicit: bool = False  # one class was named: no policy ranking
+    why: dict[str, str] = field(default_factory=dict)  # what was resolved, and from where
+
+
+def plan_classes(pod: dict[str, Any], view: InventoryView, default_policy: str) -> ClassPlan:
+    ident = pod_identity(pod)
+    if ident.neutral:
+        reason = "not an OME pod" if not ident.is_ome else f"OME {ident.component or 'unlabelled'} component"
+        return ClassPlan(False, why={"classes": f"none apply ({reason})"})
+    isvc_key = f"{ident.namespace}/{ident.inference_service}"
+    isvc = view.get(INFERENCE_SERVICE.kind, isvc_key)
+    if isvc is None:
+        return ClassPlan(False, why={"classes": f"none apply (InferenceService {isvc_key} not in the inventory)"})
+    spec = isvc.get("spec") if isinstance(isvc.get("spec"), dict) else {}
+    runtime_ref = spec.get("runtime") if isinstance(spec.get("runtime"), dict) else {}
+    runtime_name = ident.runtime or str(runtime_ref.get("name") or "")
+    runtime_kind, runtime = view.namespaced_first(SERVING_RUNTIME.kind, CLUSTER_SERVING_RUNTIME.kind,
+                                                  ident.namespace, runtime_name)  # fmt: skip
+    why = {"inferenceService": isvc_key, "component": ident.component}
+    if runtime is None:
+        why["classes"] = f"none apply (runtime {runtime_name or '?'} not in the inventory)"
+        return ClassPlan(False, why=why)
+    why["runtime"] = f"{runtime_kind} {runtime_name}"
+    requirements = (runtime.get("spec") or {}).get("acceleratorRequirements") or {}
+    listed = requirements.get("acceleratorClasses") if isinstance(requirements, dict) else None
+    runtime_classes = tuple(dict.fromkeys(c for c in listed if isinstance(c, str))) if isinstance(listed, list) else ()
+
+    intent = class_intent(ident, isvc, default_policy)
+    selector = spec.get("acceleratorSelector") if isinstance(spec.get("acceleratorSelector"), dict) else {}
+    try:
+        constraints = parse_constraints(selector.get("constraints"), "spec.acceleratorSelector.constraints")
+    except InvalidAcceleratorSelector as exc:
+        log.warning("InferenceService %s: constraints ignored: %s", isvc_key, exc)
+        constraints = None
+
+    if intent.accelerator_class:
+        name = intent.accelerator_class
+        why["class"] = f"{name} (from {intent.class_source})"
+        if runtime_classes and name not in runtime_classes:
+            sentence = (f"accelerator class {name} (from {intent.class_source}) is not supported by runtime "
+                        f"{runtime_name} (supports {', '.join(runtime_classes)})")  # fmt: skip
+            return ClassPlan(True, incompatible=sentence, why=why)
+        if name not in view.classes:
+            return ClassPlan(True, incompatible=f"accelerator class {name} does not exist", why=why)
+        return ClassPlan(True, allowed=(name,), policy=intent.policy, explicit=True, why=why)
+    if not runtime_classes:
+        why["classes"] = f"none apply (runtime {runtime_name} lists no accelerator classes)"
+        return ClassPlan(False, why=why)
+    why["policy"] = f"{intent.policy} (from {intent.policy_source})"
+    ranking = rank_classes(intent.policy, runtime_classes, view.classes, constraints)
+    allowed = tuple(r.name for r in ranking.ranked)
+    if not allowed:
+        return ClassPlan(True, incompatible=ranking.none_reason or "no accelerator class is eligible", why=why)
+    return ClassPlan(True, allowed=allowed, policy=intent.policy, constraints=constraints, why=why)
+
+
+ClassesOf = Callable[[str], tuple[str, ...]]
+
+
+def filter_with_classes(
+    needed: int,
+    names: Sequence[str],
+    allocatable: Mapping[str, int],
+    lookup: decision.SummaryLookup,
+    now: float,
+    policy: decision.Policy,
+    plan: ClassPlan,
+    classes_of: ClassesOf,
+) -> decision.FilterOutcome:
+    """The GPU filter, preceded by the class rules: a node outside the allowed
+    classes fails AcceleratorClassNotAllowed; an impossible class request fails
+    every node. Both are unresolvable: preemption cannot change a node's GPU model."""
+    if needed <= 0 or not plan.applies:
+        return decision.filter_nodes(needed, names, allocatable, lookup, now, policy)
+    if plan.incompatible:
+        return decision.FilterOutcome(failed={name: reasons.CLASS_INCOMPATIBLE for name in names})
+    allowed = set(plan.allowed)
+    inside = [n for n in names if allowed.intersection(classes_of(n))]
+    outcome = decision.filter_nodes(needed, inside, allocatable, lookup, now, policy)
+    if len(inside) != len(names):
+        inside_set = set(inside)
+        for name in names:
+            if name not in inside_set:
+                outcome.failed[name] = reasons.CLASS_NOT_ALLOWED
+    return outcome
+
+
+def prioritize_with_classes(
+    needed: int,
+    names: Sequence[str],
+    allocatable: Mapping[str, int],
+    lookup: decision.SummaryLookup,
+    now: float,
+    policy: decision.Policy,
+    plan: ClassPlan,
+    classes_of: ClassesOf,
+    classes: Mapping[str, AcceleratorClass],
+) -> tuple[list[tuple[str, int]], ClassRanking | None]:
+    """Scores 0-10: the policy's class ranking first, the node ranking within a class second.
+
+        K = classes ranked (only those with a node that can take the pod now)
+        p = the node's best class position in that ranking (0 = best)
+        s = the node's own 0-10 score (decision.prioritize)
+        score = round(1 + 9 * ((K - 1 - p) + s / 10) / K)   for a node that fits, else 0
+
+    so every node of a better class outranks every node of a worse one, and with
+    one class (or an explicit class) this is the plain node score.
+    """
+    node_scores = decision.prioritize(needed, names, allocatable, lookup, now, policy)
+    if needed <= 0 or not plan.applies:
+        return node_scores, None
+    if plan.incompatible:
+        return [(name, 0) for name in names], None
+    fitting = set(decision.filter_nodes(needed, names, allocatable, lookup, now,
+                                        replace(policy, no_fit_policy="reject")).passed)  # fmt: skip
+    allowed = set(plan.allowed)
+    placeable = {c for n in fitting for c in classes_of(n) if c in allowed}
+    if plan.explicit:
+        ranking = None
+        position = {plan.allowed[0]: 0}
+    else:
+        ranking = rank_classes(plan.policy, plan.allowed, classes, plan.constraints, placeable.__contains__)
+        position = {r.name: i for i, r in enumerate(ranking.ranked)}
+    k = max(1, len(position))
+    scores = []
+    for name, node_score in node_scores:
+        positions = [position[c] for c in classes_of(name) if c in position]
+        if name not in fitting or not positions:
+            scores.append((name, 0))
+            continue
+        p = min(positions)
+        scores.append((name, min(decision.MAX_SCORE, round(1 + 9 * ((k - 1 - p) + node_score / 10) / k))))
+    return scores, ranking
