@@ -73,6 +73,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prioritize-answer", choices=("compact", "full"), default="compact",
                    help="compact: subtract the lowest score and omit zeros (same ranking, smaller answer); "
                    "full: every node with its 0-10 score")  # fmt: skip
+    p.add_argument("--default-class-policy", default="FirstAvailable",
+                   choices=("FirstAvailable", "BestFit", "Cheapest", "MostCapable"),
+                   help="AcceleratorClass policy for OME pods whose InferenceService names none")  # fmt: skip
     p.add_argument("--max-body-bytes", type=int, default=64 * 1024**2, metavar="BYTES",
                    help="largest request accepted (full-Node requests for 5,000 nodes are ~20 MB)")  # fmt: skip
     p.add_argument("--requested-agent-interval", type=float, default=0.0, metavar="SECONDS",
@@ -123,6 +126,7 @@ def build_config(argv: Sequence[str] | None) -> ExtenderConfig:
             compact_priorities=args.prioritize_answer == "compact",
             max_body_bytes=args.max_body_bytes,
             path_prefix=prefix,
+            default_class_policy=args.default_class_policy,
         ),
         requested_agent_interval_ms=int(args.requested_agent_interval * 1000),
         forget_after_s=args.forget_after,

@@ -15,6 +15,8 @@ def test_defaults() -> None:
     assert (policy.stale_after_s, policy.stale_policy, policy.no_fit_policy) == (10.0, "fail-open", "pass-all")
     assert config.api.gpu_resources == ("nvidia.com/gpu",) and config.api.compact_priorities
     assert config.api.max_body_bytes == 64 * 1024**2
+    assert config.api.default_class_policy == "FirstAvailable"
+    assert (config.inventory, config.kubernetes, config.kubeconfig) == (None, False, None)
 
 
 @pytest.mark.parametrize(
@@ -26,6 +28,8 @@ def test_defaults() -> None:
         (["--stale-after", "0"], "must be positive"),
         (["--max-body-bytes", "100"], "below 64 KiB"),
         (["--inventory", "/nonexistent"], "no such file"),
+        (["--inventory", ".", "--kubernetes"], "pick one"),
+        (["--kubeconfig", "/k"], "only applies with --kubernetes"),
     ],
 )
 def test_flag_errors(argv: list[str], message: str) -> None:

@@ -1,0 +1,121 @@
+"""AcceleratorClass and serving-runtime rules end to end: the real extender on a file
+inventory of OME objects (examples/ome/), fed scheduler requests for OME pods."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+from tests.harness import FIXTURES, ROOT, cluster, fixture_bytes, metric, post_json, scrape, url, wait_until
+
+PRODUCTS = {
+    "h100-node": "NVIDIA-H100-80GB-HBM3",
+    "a100-80-node": "NVIDIA-A100-SXM4-80GB",
+    "a100-40-node": "NVIDIA-A100-SXM4-40GB",
+    "l40s-node": "NVIDIA-L40S",
+}
+NODES = list(PRODUCTS)
+
+
+def write_inventory(directory: Path) -> None:
+    for source in (ROOT / "examples" / "ome").glob("*.yaml"):
+        shutil.copy(source, directory / source.name)
+    docs = [
+        {"apiVersion": "v1", "kind": "Node",
+         "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": product}},
+         "status": {"allocatable": {"nvidia.com/gpu": "8"}}}
+        for name, product in PRODUCTS.items()
+    ]  # fmt: skip
+    (directory / "nodes.yaml").write_text("\n---\n".join(json.dumps(d) for d in docs))
+
+
+def ome_request(isvc: str, runtime: str, nodes: list[str], gpus: int = 1, component: str = "engine") -> bytes:
+    args = json.loads(fixture_bytes("filter-request-nodecache-true.json"))
+    pod = args["Pod"]
+    pod["metadata"]["namespace"] = "llm"
+    pod["metadata"]["labels"] = {"ome.io/inferenceservice": isvc, "component": component, "serving-runtime": runtime}
+    for container in pod["spec"]["containers"]:
+        for key in ("requests", "limits"):
+            container["resources"][key]["nvidia.com/gpu"] = str(gpus)
+    args["NodeNames"] = nodes
+    return json.dumps(args).encode()
+
+
+def scores(ext, body: bytes) -> dict[str, int]:
+    status, answer = post_json(url(ext, "/prioritize"), body)
+    assert status == 200
+    return {e["Host"]: e["Score"] for e in answer}
+
+
+def test_classes_runtimes_and_policies_decide_placement(tmp_path: Path) -> None:
+    inventory = tmp_path / "inventory"
+    inventory.mkdir()
+    write_inventory(inventory)
+    with cluster(tmp_path) as c:
+        ext = c.extender("--inventory", str(inventory), "--prioritize-answer", "full")
+        samples = scrape(url(ext, "/metrics"))
+        assert metric(samples, "gpu_extender_inventory_objects", kind="AcceleratorClass") == 4
+        assert metric(samples, "gpu_extender_inventory_objects", kind="InferenceService") == 8
+
+        # An explicit class: only that class's node passes; the others cannot be fixed by preemption.
+        _, pinned = post_json(url(ext, "/filter"), ome_request("llama-8b-pinned-a100", "vllm-llama-small", NODES))
+        assert pinned["NodeNames"] == ["a100-40-node"]
+        assert set(pinned["FailedAndUnresolvableNodes"]) == {"h100-node", "a100-80-node", "l40s-node"}
+        assert all(m.endswith("(AcceleratorClassNotAllowed)") for m in pinned["FailedAndUnresolvableNodes"].values())
+
+        # A class the runtime does not support: every node fails, with that reason.
+        _, impossible = post_json(url(ext, "/filter"), ome_request("deepseek-on-l40s", "sglang-deepseek-fp8", NODES, 8))
+        assert impossible["NodeNames"] == [] and len(impossible["FailedAndUnresolvableNodes"]) == 4
+        assert all(m.endswith("(AcceleratorClassIncompatible)") for m in impossible["FailedAndUnresolvableNodes"].values())
+        assert "not supported by runtime sglang-deepseek-fp8" in ext.log()
+
+        # The runtime's list is the allow-list; Cheapest ranks by hourly cost, spot where given:
+        # L40S 1.10 < A100-40GB 2.21 < H100 2.40 (spot) < A100-80GB 3.67.
+        cheap = ome_request("llama-8b-cheapest", "vllm-llama-small", NODES)
+        _, allowed = post_json(url(ext, "/filter"), cheap)
+        assert sorted(allowed["NodeNames"]) == sorted(NODES)
+        ranked = scores(ext, cheap)
+        assert ranked["l40s-node"] > ranked["a100-40-node"] > ranked["h100-node"] > ranked["a100-80-node"] > 0
+
+        # The router is CPU-only and neutral; a non-OME pod gets only the GPU rules.
+        _, router = post_json(url(ext, "/filter"), ome_request("llama-8b-pinned-a100", "vllm-llama-small", NODES,
+                                                               component="router"))  # fmt: skip
+        assert sorted(router["NodeNames"]) == sorted(NODES)
+
+        # FirstAvailable follows the runtime's order (H100 first) while H100 nodes are free ...
+        first = ome_request("llama-70b-first-available", "vllm-llama-large", NODES, gpus=2)
+        _, large = post_json(url(ext, "/filter"), first)
+        assert sorted(large["NodeNames"]) == ["a100-80-node", "h100-node"]
+        before = scores(ext, first)
+        assert before["h100-node"] > before["a100-80-node"] > 0 and before["l40s-node"] == 0
+        # ... and skips the class once its only node is busy (OME issue #622).
+        c.agent("h100-node", FIXTURES / "scenarios" / "busy8.yaml", ext)
+        wait_until("h100 data", lambda: metric(scrape(url(ext, "/metrics")), "gpu_extender_node_idle_gpus",
+                                               node="h100-node") == 1)  # fmt: skip
+        after = scores(ext, first)
+        assert after["a100-80-node"] > after["h100-node"] == 0
+
+        # Editing an AcceleratorClass changes the next decision, without a restart.
+        classes = inventory / "accelerator-classes.yaml"
+        text = classes.read_text().replace("nvidia.com/gpu.product: NVIDIA-A100-SXM4-40GB",
+                                           "nvidia.com/gpu.product: NVIDIA L40S")  # raw NVML name style
+        classes.write_text(text)
+        os.utime(classes, (classes.stat().st_mtime + 5, classes.stat().st_mtime + 5))
+
+        def pinned_now() -> list[str]:
+            return post_json(url(ext, "/filter"), ome_request("llama-8b-pinned-a100", "vllm-llama-small", NODES))[1][
+                "NodeNames"]  # fmt: skip
+
+        wait_until("the class to follow the edited nodeSelector", lambda: pinned_now() == ["l40s-node"])
+
+        # A broken AcceleratorClass is skipped with a log line and a metric; the rest keep working.
+        classes.write_text(text.replace("memoryGB: 48Gi", 'memoryGB: "eighty"'))
+        os.utime(classes, (classes.stat().st_mtime + 10, classes.stat().st_mtime + 10))
+        wait_until("invalid class counted", lambda: metric(scrape(url(ext, "/metrics")),
+                   "gpu_extender_inventory_invalid_objects_total", kind="AcceleratorClass") == 1)  # fmt: skip
+        assert "AcceleratorClass nvidia-l40s skipped" in ext.log() and "eighty" in ext.log()
+        assert ext.alive()
+        _, still = post_json(url(ext, "/filter"), ome_request("llama-8b-pinned-a100", "vllm-llama-small", NODES))
+        assert still["NodeNames"] == ["l40s-node"]  # nvidia-a100-40gb itself is still valid
