@@ -15,7 +15,7 @@ from prometheus_client import disable_created_metrics
 from gpuextender import __version__
 from gpuextender.logs import configure_logging
 
-from agent.backoff import Backoff
+from gpuextender.backoff import Backoff
 from agent.config import AgentConfig, ConfigError, build_config
 from agent.fake_scenario import ScenarioError, load_scenario
 from agent.http_server import build_app

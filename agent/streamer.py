@@ -18,7 +18,7 @@ import grpc
 from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 
-from agent.backoff import Backoff
+from gpuextender.backoff import Backoff
 from agent.latest import LatestReport
 from agent.metrics import AgentMetrics
 

@@ -62,7 +62,7 @@ import os
 import random
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +71,8 @@ import orjson
 from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.config import incluster_config, kube_config
 from kubernetes_asyncio.config.config_exception import ConfigException
+
+from gpuextender.backoff import Backoff
 
 from extender.inventory.sink import KINDS, InventorySink, KindInfo, KubeObject
 
@@ -314,26 +316,6 @@ def _resource_path(info: KindInfo) -> str:
 # -- backoff -------------------------------------------------------------------------------
 
 
-@dataclass(slots=True)
-class _Backoff:
-    """Delay n is uniform in [initial/2, min(max, initial * 2**n)]: exponential, capped,
-    and jittered so that seven watchers (times every extender replica) do not hit a
-    restarted API server in lockstep."""
-
-    initial_s: float
-    max_s: float
-    rng: random.Random = field(default_factory=random.Random)
-    attempt: int = 0
-
-    def next_delay(self) -> float:
-        ceiling = min(self.max_s, self.initial_s * (2**self.attempt))
-        self.attempt = min(self.attempt + 1, 32)
-        return self.rng.uniform(min(self.initial_s / 2, ceiling), ceiling)
-
-    def reset(self) -> None:
-        self.attempt = 0
-
-
 # -- one kind ----------------------------------------------------------------------------------
 
 _ListCall = Callable[..., Awaitable[Any]]
@@ -411,7 +393,7 @@ class _KindWatcher:
         self._problems = problems
         self._on_synced = on_synced
         self._rng = rng
-        self._backoff = _Backoff(timings.backoff_initial_s, timings.backoff_max_s, rng)
+        self._backoff = Backoff(timings.backoff_initial_s, timings.backoff_max_s, rng)
         self._api_version = f"{info.group}/{info.version}" if info.group else info.version
         self._crd_absent = False
         self._events_since_list = 0

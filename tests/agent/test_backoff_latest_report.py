@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import random
 
-from agent.backoff import Backoff
+from gpuextender.backoff import Backoff
 from agent.latest import LatestReport
 from agent.readings import GpuReading, NodeSample
 from agent.report import sample_to_report

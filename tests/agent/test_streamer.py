@@ -10,7 +10,7 @@ import grpc
 import pytest
 from prometheus_client import generate_latest
 
-from agent.backoff import Backoff
+from gpuextender.backoff import Backoff
 from agent.latest import LatestReport
 from agent.metrics import AgentMetrics
 from agent.streamer import ExtenderStream

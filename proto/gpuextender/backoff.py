@@ -1,4 +1,5 @@
-"""Exponential backoff with full jitter for reconnecting to an extender."""
+"""Exponential backoff with jitter, shared by the agent (extender streams) and the
+extender (API server watches)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from dataclasses import dataclass, field
 class Backoff:
     """Delay n is uniform in [initial/2, min(max, initial * 2**n)]: grows
     exponentially, never exceeds `max_s`, and spreads a fleet of agents out
-    so a restarted extender is not hit by every node at the same instant."""
+    so a restarted server is not hit by every client at the same instant."""
 
     initial_s: float = 0.2
     max_s: float = 5.0
