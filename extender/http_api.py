@@ -121,8 +121,9 @@ class SchedulerApi:
         allocatable = args.allocatable(self.settings.gpu_resources, self.allocatable)
         now, policy = self._clock(), self.settings.policy
         shown = [
-            _failure_text(decision.assess(name, allocatable.get(name), self.state.summary(name), needed, now, policy))
-            for name in islice(outcome.failed, limit)
+            _failure_text(reason.code, decision.assess(name, allocatable.get(name), self.state.summary(name),
+                                                       needed, now, policy))  # fmt: skip
+            for name, reason in islice(outcome.failed.items(), limit)
         ]
         more = f" and {len(outcome.failed) - len(shown)} more" if len(outcome.failed) > len(shown) else ""
         log.info(
@@ -133,8 +134,8 @@ class SchedulerApi:
         )  # fmt: skip
 
 
-def _failure_text(a: decision.NodeAssessment) -> str:
-    code = a.reason.code if a.reason else "?"
+def _failure_text(code: str, a: decision.NodeAssessment) -> str:
+    """The reason the node failed (class or GPU rules), with its GPU numbers."""
     return f"{a.name}: {code} (idle {_n(a.idle_gpus)}, healthy {_n(a.healthy_gpus)}/{_n(a.gpu_count)}, data {a.data.value})"
 
 
