@@ -84,6 +84,25 @@ class ObjectRef:
         return _describe(self.kind, self.namespace, self.name)
 
 
+class _Referenced:
+    """`name`, `namespace` and `is_cluster` of an object, read from its `ref`."""
+
+    __slots__ = ()
+    ref: ObjectRef
+
+    @property
+    def name(self) -> str:
+        return self.ref.name
+
+    @property
+    def namespace(self) -> str | None:
+        return self.ref.namespace
+
+    @property
+    def is_cluster(self) -> bool:
+        return self.ref.is_cluster
+
+
 @dataclass(frozen=True, slots=True)
 class ModelFormat:
     """`modelFormat` (also the shape of `modelFramework`): a name and an optional version rule."""
@@ -168,7 +187,7 @@ class ModelSizeRange:
 
 
 @dataclass(frozen=True, slots=True)
-class ServingRuntime:
+class ServingRuntime(_Referenced):
     """A ServingRuntime (namespaced) or ClusterServingRuntime (`ref.namespace` None)."""
 
     ref: ObjectRef
@@ -180,24 +199,12 @@ class ServingRuntime:
     creation_timestamp: _dt.datetime | None = None
 
     @property
-    def name(self) -> str:
-        return self.ref.name
-
-    @property
-    def namespace(self) -> str | None:
-        return self.ref.namespace
-
-    @property
-    def is_cluster(self) -> bool:
-        return self.ref.is_cluster
-
-    @property
     def is_disabled(self) -> bool:
         return self.disabled is True
 
 
 @dataclass(frozen=True, slots=True)
-class BaseModel:
+class BaseModel(_Referenced):
     """A BaseModel (namespaced) or ClusterBaseModel: the spec fields matching reads (§5)."""
 
     ref: ObjectRef
@@ -209,17 +216,6 @@ class BaseModel:
     diffusion_pipeline: DiffusionPipeline | None = None
     disabled: bool | None = None
 
-    @property
-    def name(self) -> str:
-        return self.ref.name
-
-    @property
-    def namespace(self) -> str | None:
-        return self.ref.namespace
-
-    @property
-    def is_cluster(self) -> bool:
-        return self.ref.is_cluster
 
 
 @dataclass(frozen=True, slots=True)
