@@ -71,7 +71,7 @@ def phases(api: SchedulerApi, body: bytes, verb: str, repeat: int) -> list[tuple
     ms_parse, args = _time(lambda: scheduler_wire.parse_extender_args(body), repeat)
     ms_inputs, (needed, names, allocatable) = _time(
         lambda: (gpus_requested(args.pod, settings.gpu_resources), args.candidate_names(),
-                 args.allocatable(settings.gpu_resources, api.allocatable)),
+                 args.allocatable(settings.gpu_resources, api.inventory().allocatable_gpus)),
         repeat,
     )  # fmt: skip
     now = time.monotonic()
@@ -80,7 +80,7 @@ def phases(api: SchedulerApi, body: bytes, verb: str, repeat: int) -> list[tuple
         ms_decide, outcome = _time(
             lambda: decision.filter_nodes(needed, names, allocatable, api.state.summary, now, settings.policy), repeat
         )
-        ms_record, _ = _time(lambda: api._record_filter(args, needed, outcome), repeat)
+        ms_record, _ = _time(lambda: api._record_filter(args, needed, outcome, allocatable), repeat)
         ms_answer, answer = _time(lambda: scheduler_wire.filter_result(args, outcome), repeat)
         rows += [("decide", ms_decide), ("record", ms_record), ("answer", ms_answer)]
     else:

@@ -162,8 +162,21 @@ def prioritize(
     policy: Policy,
 ) -> list[tuple[str, int]]:
     """(node, score 0-10) for every name, in input order."""
+    return [(name, score) for name, score, _ in rank_nodes(needed, names, allocatable, lookup, now, policy)]
+
+
+def rank_nodes(
+    needed: int,
+    names: Sequence[str],
+    allocatable: Mapping[str, int],
+    lookup: SummaryLookup,
+    now: float,
+    policy: Policy,
+) -> list[tuple[str, int, bool]]:
+    """(node, score 0-10, fits) for every name, in input order: prioritize's
+    scores plus the filter verdict it already computed, for callers that need both."""
     if needed <= 0:
-        return [(name, 0) for name in names]
+        return [(name, 0, True) for name in names]
     stale_after = policy.stale_after_s
     rows: list[tuple[str, bool, float]] = []  # (node, fits, v)
     capacity = max(needed, 1)
@@ -184,8 +197,8 @@ def prioritize(
     any_fits = any(fits for _, fits, _ in rows)
     scale = capacity + 1
     if any_fits:
-        return [(name, min(MAX_SCORE, 1 + round(9 * v / scale)) if fits else 0) for name, fits, v in rows]
-    return [(name, min(MAX_SCORE, round(MAX_SCORE * v / scale))) for name, _, v in rows]
+        return [(name, min(MAX_SCORE, 1 + round(9 * v / scale)) if fits else 0, fits) for name, fits, v in rows]
+    return [(name, min(MAX_SCORE, round(MAX_SCORE * v / scale)), False) for name, _, v in rows]
 
 
 def rank_value(idle_gpus: int, mean_utilization: float | None) -> float:

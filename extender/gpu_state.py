@@ -39,9 +39,6 @@ class GpuState:
         self._summaries[report.node_name] = entry.summary
         return True
 
-    def entry(self, node: str) -> NodeEntry | None:
-        return self._nodes.get(node)
-
     def summaries(self) -> list[NodeSummary]:
         return list(self._summaries.values())
 

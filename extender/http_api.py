@@ -60,16 +60,16 @@ class SchedulerApi:
         self.serving = False
         self.inventory_ready: Callable[[], bool] = lambda: True
 
-    @property
-    def allocatable(self) -> Mapping[str, int]:
-        return self._inventory().allocatable_gpus
-
     def not_ready_reason(self) -> str | None:
         if not self.serving:
             return "starting"
         if not self.inventory_ready():
             return "waiting for the first full inventory list"
         return None
+
+    def inventory(self) -> InventoryView:
+        """The current inventory snapshot."""
+        return self._inventory()
 
     def _plan(self, args: ExtenderArgs, needed: int) -> tuple[InventoryView, placement.ClassPlan]:
         view = self._inventory()
@@ -86,7 +86,7 @@ class SchedulerApi:
                                                 self.settings.policy, plan, view.membership.classes_of)  # fmt: skip
         if plan.incompatible:
             log.warning("filter %s: %s", pod_ref(args.pod), plan.incompatible)
-        self._record_filter(args, needed, outcome)
+        self._record_filter(args, needed, outcome, allocatable)
         return filter_result(args, outcome)
 
     def prioritize(self, args: ExtenderArgs) -> list[dict[str, Any]]:
@@ -103,7 +103,9 @@ class SchedulerApi:
                       ", ".join(f"{name}={score}" for name, score in scores))  # fmt: skip
         return prioritize_result(scores, compact=self.settings.compact_priorities)
 
-    def _record_filter(self, args: ExtenderArgs, needed: int, outcome: decision.FilterOutcome) -> None:
+    def _record_filter(
+        self, args: ExtenderArgs, needed: int, outcome: decision.FilterOutcome, allocatable: Mapping[str, int]
+    ) -> None:
         m = self.metrics
         m.filter_nodes.labels(result="passed").inc(len(outcome.passed))
         m.filter_nodes.labels(result="failed").inc(len(outcome.failed))
@@ -118,7 +120,6 @@ class SchedulerApi:
             return
         # Name a few failed nodes with their numbers (all at DEBUG); the text is built only for those.
         limit = len(outcome.failed) if log.isEnabledFor(logging.DEBUG) else _LOG_FAILED_NODES
-        allocatable = args.allocatable(self.settings.gpu_resources, self.allocatable)
         now, policy = self._clock(), self.settings.policy
         shown = [
             _failure_text(reason.code, decision.assess(name, allocatable.get(name), self.state.summary(name),

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from extender import decision, reasons
@@ -153,13 +153,12 @@ def prioritize_with_classes(
     so every node of a better class outranks every node of a worse one, and with
     one class (or an explicit class) this is the plain node score.
     """
-    node_scores = decision.prioritize(needed, names, allocatable, lookup, now, policy)
+    ranked = decision.rank_nodes(needed, names, allocatable, lookup, now, policy)
     if needed <= 0 or not plan.applies:
-        return node_scores, None
+        return [(name, score) for name, score, _ in ranked], None
     if plan.incompatible:
         return [(name, 0) for name in names], None
-    fitting = set(decision.filter_nodes(needed, names, allocatable, lookup, now,
-                                        replace(policy, no_fit_policy="reject")).passed)  # fmt: skip
+    fitting = {name for name, _, fits in ranked if fits}
     allowed = set(plan.allowed)
     placeable = {c for n in fitting for c in classes_of(n) if c in allowed}
     if plan.explicit:
@@ -170,7 +169,7 @@ def prioritize_with_classes(
         position = {r.name: i for i, r in enumerate(ranking.ranked)}
     k = max(1, len(position))
     scores = []
-    for name, node_score in node_scores:
+    for name, node_score, _ in ranked:
         positions = [position[c] for c in classes_of(name) if c in position]
         if name not in fitting or not positions:
             scores.append((name, 0))
