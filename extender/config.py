@@ -76,6 +76,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--default-class-policy", default="FirstAvailable",
                    choices=("FirstAvailable", "BestFit", "Cheapest", "MostCapable"),
                    help="AcceleratorClass policy for OME pods whose InferenceService names none")  # fmt: skip
+    p.add_argument("--runtime-check", choices=("enforce", "warn", "off"), default="warn",
+                   help="OME pods whose serving runtime cannot serve their model (OME's ValidateRuntime): "
+                   "enforce fails every node (RuntimeIncompatible), warn logs and counts it")  # fmt: skip
     p.add_argument("--max-body-bytes", type=int, default=64 * 1024**2, metavar="BYTES",
                    help="largest request accepted (full-Node requests for 5,000 nodes are ~20 MB)")  # fmt: skip
     p.add_argument("--requested-agent-interval", type=float, default=0.0, metavar="SECONDS",
@@ -127,6 +130,7 @@ def build_config(argv: Sequence[str] | None) -> ExtenderConfig:
             max_body_bytes=args.max_body_bytes,
             path_prefix=prefix,
             default_class_policy=args.default_class_policy,
+            runtime_check=args.runtime_check,
         ),
         requested_agent_interval_ms=int(args.requested_agent_interval * 1000),
         forget_after_s=args.forget_after,

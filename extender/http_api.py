@@ -19,7 +19,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from extender import decision, placement
+from extender import decision, placement, reasons
 from extender.bad_request import BadRequest
 from extender.gpu_state import GpuState
 from extender.inventory.view import InventoryView
@@ -41,6 +41,7 @@ class ApiSettings:
     max_body_bytes: int = 64 * 1024**2
     path_prefix: str = ""
     default_class_policy: str = "FirstAvailable"
+    runtime_check: str = "warn"  # enforce | warn | off
 
 
 class SchedulerApi:
@@ -75,7 +76,8 @@ class SchedulerApi:
         view = self._inventory()
         if needed <= 0:
             return view, placement.ClassPlan(False)
-        return view, placement.plan_classes(args.pod, view, self.settings.default_class_policy)
+        plan = placement.plan_classes(args.pod, view, self.settings.default_class_policy, self.settings.runtime_check)
+        return view, plan
 
     def filter(self, args: ExtenderArgs) -> dict[str, Any]:
         needed = gpus_requested(args.pod, self.settings.gpu_resources)
@@ -86,6 +88,11 @@ class SchedulerApi:
                                                 self.settings.policy, plan, view.membership.classes_of)  # fmt: skip
         if plan.incompatible:
             log.warning("filter %s: %s", pod_ref(args.pod), plan.incompatible)
+        if plan.runtime_warning or plan.incompatible_reason is reasons.RUNTIME_INCOMPATIBLE and plan.incompatible:
+            self.metrics.runtime_incompatible.labels(mode=self.settings.runtime_check).inc()
+        if plan.runtime_warning:
+            log.warning("filter %s: runtime cannot serve the model (--runtime-check warn, not enforced): %s",
+                        pod_ref(args.pod), plan.runtime_warning)  # fmt: skip
         self._record_filter(args, needed, outcome, allocatable)
         return filter_result(args, outcome)
 

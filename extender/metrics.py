@@ -66,6 +66,10 @@ class ExtenderMetrics:
             "gpu_extender_filter_fallbacks", "Filter calls where no node fit and the soft failures were passed.",
             registry=r,
         )  # fmt: skip
+        self.runtime_incompatible = Counter(
+            "gpu_extender_runtime_incompatible", "Filter calls for OME pods whose runtime cannot serve their model, "
+            "by --runtime-check mode (enforce: every node failed; warn: only reported).", ["mode"], registry=r,
+        )  # fmt: skip
         self.reports = Counter("gpu_extender_reports", "Node reports from agents, by result.", ["result"], registry=r)
         self.connected_agents = Gauge("gpu_extender_connected_agents", "Agent streams currently open.", registry=r)
         self.invalid_objects = Counter(

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from extender import decision, reasons
@@ -33,7 +33,8 @@ from extender.ome.class_policy import (
     parse_constraints,
     rank_classes,
 )
-from extender.ome.pod_intent import class_intent, pod_identity
+from extender.ome.pod_intent import PodIdentity, class_intent, pod_identity
+from extender.ome.runtime_selector import RuntimeSelectionError, find_base_model, validate_runtime
 
 log = logging.getLogger("gpu_extender.placement")
 
@@ -43,13 +44,37 @@ class ClassPlan:
     applies: bool  # False: class-neutral
     allowed: tuple[str, ...] = ()  # classes whose nodes may take the pod, in preference order
     incompatible: str = ""  # non-empty: no node can take the pod; the sentence says why
+    incompatible_reason: reasons.Reason = reasons.CLASS_INCOMPATIBLE
+    runtime_warning: str = ""  # runtime/model incompatibility under --runtime-check warn
     policy: str = ""
     constraints: Constraints | None = None
     explicit: bool = False  # one class was named: no policy ranking
     why: dict[str, str] = field(default_factory=dict)  # what was resolved, and from where
 
 
-def plan_classes(pod: dict[str, Any], view: InventoryView, default_policy: str) -> ClassPlan:
+def runtime_problem(ident: PodIdentity, view: InventoryView, runtime_name: str) -> str:
+    """OME's ValidateRuntime for the pod's runtime and model (§7.3-7.12): "" when it can
+    serve the model, else OME's error message. Unknown model: nothing to judge."""
+    isvc = view.inference_services.get(f"{ident.namespace}/{ident.inference_service}")
+    model_name = ident.base_model or (isvc.model_name if isvc is not None else None)
+    if not model_name:
+        return ""
+    model = find_base_model(model_name, ident.namespace, view.models)
+    if model is None:
+        return ""
+    try:
+        validate_runtime(runtime_name, model, view.runtimes, isvc, namespace=ident.namespace,
+                         accelerator_class=ident.class_annotation or None)  # fmt: skip
+    except RuntimeSelectionError as exc:
+        return str(exc)
+    return ""
+
+
+def plan_classes(
+    pod: dict[str, Any], view: InventoryView, default_policy: str, runtime_check: str = "warn"
+) -> ClassPlan:
+    """`runtime_check`: "enforce" fails every node when the runtime cannot serve the
+    pod's model, "warn" only reports it (ClassPlan.runtime_warning), "off" skips it."""
     ident = pod_identity(pod)
     if ident.neutral:
         reason = "not an OME pod" if not ident.is_ome else f"OME {ident.component or 'unlabelled'} component"
@@ -68,6 +93,24 @@ def plan_classes(pod: dict[str, Any], view: InventoryView, default_policy: str) 
         why["classes"] = f"none apply (runtime {runtime_name or '?'} not in the inventory)"
         return ClassPlan(False, why=why)
     why["runtime"] = f"{runtime_kind} {runtime_name}"
+    problem = runtime_problem(ident, view, runtime_name) if runtime_check != "off" else ""
+    if problem and runtime_check == "enforce":
+        return ClassPlan(True, incompatible=problem, incompatible_reason=reasons.RUNTIME_INCOMPATIBLE, why=why)
+    plan = _class_plan(ident, isvc, runtime, runtime_name, view, default_policy, why)
+    return replace(plan, runtime_warning=problem) if problem else plan
+
+
+def _class_plan(
+    ident: PodIdentity,
+    isvc: dict[str, Any],
+    runtime: dict[str, Any],
+    runtime_name: str,
+    view: InventoryView,
+    default_policy: str,
+    why: dict[str, str],
+) -> ClassPlan:
+    isvc_key = f"{ident.namespace}/{ident.inference_service}"
+    spec = isvc.get("spec") if isinstance(isvc.get("spec"), dict) else {}
     requirements = (runtime.get("spec") or {}).get("acceleratorRequirements") or {}
     listed = requirements.get("acceleratorClasses") if isinstance(requirements, dict) else None
     runtime_classes = tuple(dict.fromkeys(c for c in listed if isinstance(c, str))) if isinstance(listed, list) else ()
@@ -120,7 +163,7 @@ def filter_with_classes(
     if needed <= 0 or not plan.applies:
         return decision.filter_nodes(needed, names, allocatable, lookup, now, policy)
     if plan.incompatible:
-        return decision.FilterOutcome(failed={name: reasons.CLASS_INCOMPATIBLE for name in names})
+        return decision.FilterOutcome(failed={name: plan.incompatible_reason for name in names})
     allowed = set(plan.allowed)
     inside = [n for n in names if allowed.intersection(classes_of(n))]
     outcome = decision.filter_nodes(needed, inside, allocatable, lookup, now, policy)

@@ -50,3 +50,6 @@ CLASS_NOT_ALLOWED = Reason(
 CLASS_INCOMPATIBLE = Reason(
     "AcceleratorClassIncompatible", "the pod's GPU class cannot be served", unresolvable=True
 )
+RUNTIME_INCOMPATIBLE = Reason(
+    "RuntimeIncompatible", "the serving runtime cannot serve the model", unresolvable=True
+)

@@ -27,6 +27,15 @@ from extender.inventory.sink import (
 from extender.inventory.store import InventoryStore
 from extender.ome.accelerator_class import AcceleratorClass, InvalidAcceleratorClass, parse_accelerator_class
 from extender.ome.node_class import ClassMembership, classify_nodes, membership_from
+from extender.ome.ome_objects import (
+    BaseModel,
+    InferenceService,
+    InvalidObject,
+    ServingRuntime,
+    parse_base_model,
+    parse_inference_service,
+    parse_serving_runtime,
+)
 from extender.pod_gpus import parse_count
 
 log = logging.getLogger("gpu_extender.inventory")
@@ -40,8 +49,12 @@ class InventoryView:
     invalid: dict[str, int] = field(default_factory=dict)  # kind -> objects skipped
     classes: dict[str, AcceleratorClass] = field(default_factory=dict)  # valid AcceleratorClasses by name
     membership: ClassMembership = field(default_factory=lambda: membership_from({}, ()))
-    # Raw OME objects by `namespace/name` (namespaced kinds) or `name` (cluster kinds).
+    # Valid OME objects, raw, by `namespace/name` (namespaced kinds) or `name` (cluster kinds).
     objects: dict[str, dict[str, KubeObject]] = field(default_factory=dict)
+    # The same objects parsed for runtime selection (extender.ome.runtime_selector).
+    runtimes: tuple[ServingRuntime, ...] = ()
+    models: tuple[BaseModel, ...] = ()
+    inference_services: dict[str, InferenceService] = field(default_factory=dict)
 
     def get(self, kind: str, key: str) -> KubeObject | None:
         return self.objects.get(kind, {}).get(key)
@@ -118,11 +131,30 @@ class ViewBuilder:
         if membership.multi_class and classes:
             log.info("inventory: nodes in several AcceleratorClasses: %s",
                      "; ".join(f"{n}: {', '.join(cs)}" for n, cs in list(membership.multi_class.items())[:10]))  # fmt: skip
-        objects = {
-            kind.kind: {object_key(o): o for o in self._store.objects(kind.kind)}
-            for kind in (SERVING_RUNTIME, CLUSTER_SERVING_RUNTIME, INFERENCE_SERVICE, BASE_MODEL, CLUSTER_BASE_MODEL)
-        }
-        self.current = InventoryView(self._store.version, allocatable, labels, invalid, classes, membership, objects)
+        objects: dict[str, dict[str, KubeObject]] = {}
+        parsed: dict[str, list[object]] = {}
+        parsers = (
+            (SERVING_RUNTIME, parse_serving_runtime), (CLUSTER_SERVING_RUNTIME, parse_serving_runtime),
+            (INFERENCE_SERVICE, parse_inference_service),
+            (BASE_MODEL, parse_base_model), (CLUSTER_BASE_MODEL, parse_base_model),
+        )  # fmt: skip
+        for kind, parse in parsers:
+            valid = objects.setdefault(kind.kind, {})
+            for obj in self._store.objects(kind.kind):
+                try:
+                    parsed.setdefault(kind.kind, []).append(parse(obj))
+                except InvalidObject as exc:
+                    invalid[kind.kind] = invalid.get(kind.kind, 0) + 1
+                    self._invalid(kind.kind, obj, str(exc))
+                    continue
+                valid[object_key(obj)] = obj
+        runtimes = tuple(parsed.get(SERVING_RUNTIME.kind, []) + parsed.get(CLUSTER_SERVING_RUNTIME.kind, []))
+        models = tuple(parsed.get(BASE_MODEL.kind, []) + parsed.get(CLUSTER_BASE_MODEL.kind, []))
+        services = {f"{i.namespace}/{i.name}": i for i in parsed.get(INFERENCE_SERVICE.kind, [])}
+        self.current = InventoryView(
+            self._store.version, allocatable, labels, invalid, classes, membership, objects,
+            runtimes, models, services,  # type: ignore[arg-type]
+        )  # fmt: skip
         return self.current
 
 

@@ -57,7 +57,7 @@ def test_classes_runtimes_and_policies_decide_placement(tmp_path: Path) -> None:
         ext = c.extender("--inventory", str(inventory), "--prioritize-answer", "full")
         samples = scrape(url(ext, "/metrics"))
         assert metric(samples, "gpu_extender_inventory_objects", kind="AcceleratorClass") == 4
-        assert metric(samples, "gpu_extender_inventory_objects", kind="InferenceService") == 8
+        assert metric(samples, "gpu_extender_inventory_objects", kind="InferenceService") == 9
 
         # An explicit class: only that class's node passes; the others cannot be fixed by preemption.
         _, pinned = post_json(url(ext, "/filter"), ome_request("llama-8b-pinned-a100", "vllm-llama-small", NODES))
@@ -79,6 +79,21 @@ def test_classes_runtimes_and_policies_decide_placement(tmp_path: Path) -> None:
         assert sorted(allowed["NodeNames"]) == sorted(NODES)
         ranked = scores(ext, cheap)
         assert ranked["l40s-node"] > ranked["a100-40-node"] > ranked["h100-node"] > ranked["a100-80-node"] > 0
+
+        # A runtime that cannot serve the model (70B on a 1B-13B runtime): warn (the default)
+        # logs and counts it, enforce fails every node.
+        mismatch = ome_request("llama-70b-on-small-runtime", "vllm-llama-small", NODES)
+        counted = metric(scrape(url(ext, "/metrics")), "gpu_extender_runtime_incompatible_total", mode="warn") or 0
+        assert counted == 1  # deepseek-on-l40s above: OME's ValidateRuntime also rejects the L40S request
+        _, warned = post_json(url(ext, "/filter"), mismatch)
+        assert sorted(warned["NodeNames"]) == sorted(NODES)
+        assert "runtime cannot serve the model (--runtime-check warn, not enforced)" in ext.log()
+        assert metric(scrape(url(ext, "/metrics")), "gpu_extender_runtime_incompatible_total", mode="warn") == 2
+        strict = c.extender("--inventory", str(inventory), "--runtime-check", "enforce")
+        _, enforced = post_json(url(strict, "/filter"), mismatch)
+        assert enforced["NodeNames"] == [] and len(enforced["FailedAndUnresolvableNodes"]) == 4
+        assert all(m.endswith("(RuntimeIncompatible)") for m in enforced["FailedAndUnresolvableNodes"].values())
+        strict.stop()
 
         # The router is CPU-only and neutral; a non-OME pod gets only the GPU rules.
         _, router = post_json(url(ext, "/filter"), ome_request("llama-8b-pinned-a100", "vllm-llama-small", NODES,

@@ -1,0 +1,100 @@
+"""Class plans and class-aware decisions, in-process on the examples/ome inventory."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from extender import decision, placement, reasons
+from extender.gpu_state import GpuState
+from extender.gpu_summary import IdleRule
+from extender.inventory.file_source import FileInventorySource
+from extender.inventory.store import InventoryStore
+from extender.inventory.view import InventoryView, ViewBuilder
+from tests.e2e.test_accelerator_classes import NODES, ome_request, write_inventory
+from tests.extender.builders import gpu, report
+
+
+@pytest.fixture(scope="module")
+def view(tmp_path_factory: pytest.TempPathFactory) -> InventoryView:
+    directory = tmp_path_factory.mktemp("inventory")
+    write_inventory(directory)
+    store = InventoryStore()
+    views = ViewBuilder(store, ("nvidia.com/gpu",))
+    FileInventorySource(directory, store).load()
+    return views.current
+
+
+def pod(isvc: str, runtime: str, component: str = "engine") -> dict:
+    return json.loads(ome_request(isvc, runtime, NODES, component=component))["Pod"]
+
+
+@pytest.mark.parametrize(
+    ("isvc", "runtime", "allowed", "explicit", "why_key", "why"),
+    [
+        ("llama-8b-pinned-a100", "vllm-llama-small", ("nvidia-a100-40gb",), True, "class",
+         "nvidia-a100-40gb (from InferenceService acceleratorSelector)"),
+        ("llama-70b-disaggregated", "vllm-llama-large", ("nvidia-h100-80gb",), True, "class",
+         "nvidia-h100-80gb (from engine.acceleratorOverride)"),
+        ("llama-8b-annotated", "vllm-llama-small", ("nvidia-l40s",), True, "class",
+         "nvidia-l40s (from InferenceService annotation ome.io/accelerator-class)"),
+        ("llama-70b-first-available", "vllm-llama-large", ("nvidia-h100-80gb", "nvidia-a100-80gb"), False,
+         "policy", "FirstAvailable (from InferenceService acceleratorSelector)"),
+        ("llama-8b-best-fit", "vllm-llama-small", ("nvidia-a100-40gb", "nvidia-l40s", "nvidia-a100-80gb",
+         "nvidia-h100-80gb"), False, "runtime", "ClusterServingRuntime vllm-llama-small"),
+    ],
+)  # fmt: skip
+def test_plans(view: InventoryView, isvc: str, runtime: str, allowed: tuple, explicit: bool, why_key: str,
+               why: str) -> None:  # fmt: skip
+    plan = placement.plan_classes(pod(isvc, runtime), view, "FirstAvailable")
+    assert plan.applies and not plan.incompatible
+    assert plan.explicit is explicit
+    assert set(plan.allowed) == set(allowed) and (explicit or plan.allowed[0] == allowed[0])
+    assert plan.why[why_key] == why
+
+
+def test_decoder_override_and_router(view: InventoryView) -> None:
+    decoder = placement.plan_classes(pod("llama-70b-disaggregated", "vllm-llama-large", "decoder"), view, "FirstAvailable")
+    assert decoder.allowed == ("nvidia-a100-80gb",)
+    router = placement.plan_classes(pod("llama-70b-disaggregated", "vllm-llama-large", "router"), view, "FirstAvailable")
+    assert not router.applies and "router" in router.why["classes"]
+    unknown = placement.plan_classes(pod("no-such-isvc", "vllm-llama-large"), view, "FirstAvailable")
+    assert not unknown.applies and "not in the inventory" in unknown.why["classes"]
+
+
+def test_runtime_check_modes(view: InventoryView) -> None:
+    p = pod("llama-70b-on-small-runtime", "vllm-llama-small")
+    warned = placement.plan_classes(p, view, "FirstAvailable", runtime_check="warn")
+    assert warned.applies and not warned.incompatible and warned.allowed
+    assert "vllm-llama-small" in warned.runtime_warning and "70" in warned.runtime_warning
+    enforced = placement.plan_classes(p, view, "FirstAvailable", runtime_check="enforce")
+    assert enforced.incompatible == warned.runtime_warning
+    assert enforced.incompatible_reason is reasons.RUNTIME_INCOMPATIBLE
+    assert placement.plan_classes(p, view, "FirstAvailable", runtime_check="off").runtime_warning == ""
+    compatible = placement.plan_classes(pod("llama-8b-cheapest", "vllm-llama-small"), view, "FirstAvailable",
+                                        runtime_check="enforce")  # fmt: skip
+    assert not compatible.incompatible and compatible.runtime_warning == ""
+    state = GpuState(IdleRule())
+    out = placement.filter_with_classes(1, NODES, view.allocatable_gpus, state.summary, 0.0, decision.Policy(),
+                                        enforced, view.membership.classes_of)  # fmt: skip
+    assert out.passed == [] and set(out.failed.values()) == {reasons.RUNTIME_INCOMPATIBLE}
+
+
+def test_class_rank_outranks_node_rank_and_skips_full_classes(view: InventoryView) -> None:
+    plan = placement.plan_classes(pod("llama-70b-first-available", "vllm-llama-large"), view, "FirstAvailable")
+    state = GpuState(IdleRule())
+    # The H100 node (first class) is half busy; the A100-80GB node is idle: class order still wins.
+    state.ingest(report("h100-node", [gpu(i, 0 if i < 4 else 90, 1 if i < 4 else 90) for i in range(8)]), 0.0)
+    args = (view.allocatable_gpus, state.summary, 0.0, decision.Policy(), plan, view.membership.classes_of,
+            view.classes)  # fmt: skip
+    scores, ranking = placement.prioritize_with_classes(2, NODES, *args)
+    s = dict(scores)
+    assert ranking is not None and ranking.chosen == "nvidia-h100-80gb"
+    assert s["h100-node"] > s["a100-80-node"] > 0 and s["l40s-node"] == s["a100-40-node"] == 0
+    # A 6-GPU pod does not fit the H100 node (4 idle): FirstAvailable moves on to the A100s.
+    scores, ranking = placement.prioritize_with_classes(6, NODES, *args)
+    s = dict(scores)
+    assert ranking.chosen == "nvidia-a100-80gb" and s["a100-80-node"] == 10 and s["h100-node"] == 0
+    assert [e.name for e in ranking.excluded] == ["nvidia-h100-80gb"]
