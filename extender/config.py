@@ -40,7 +40,8 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "kube-scheduler extender that places GPU pods on nodes whose GPUs are really idle. "
             "gpu-agents stream live NVML data to --grpc-addr; kube-scheduler calls POST /filter "
-            "and /prioritize on --http-addr (configure it with nodeCacheCapable: true)."
+            "and /prioritize on --http-addr (configure it with nodeCacheCapable: true). "
+            "`gpu-extender explain REQUEST.json` asks a running extender why it decides as it does."
         ),
         formatter_class=HelpFormatter,
     )

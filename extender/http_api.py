@@ -20,6 +20,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from extender import decision, placement, reasons
+from extender.explain import explain as explain_decision
 from extender.bad_request import BadRequest
 from extender.gpu_state import GpuState
 from extender.inventory.view import InventoryView
@@ -109,6 +110,13 @@ class SchedulerApi:
             log.debug("prioritize %s (needs %d GPU): %s", pod_ref(args.pod), needed,
                       ", ".join(f"{name}={score}" for name, score in scores))  # fmt: skip
         return prioritize_result(scores, compact=self.settings.compact_priorities)
+
+    def explain(self, args: ExtenderArgs) -> dict[str, Any]:
+        needed = gpus_requested(args.pod, self.settings.gpu_resources)
+        view, plan = self._plan(args, needed)
+        allocatable = args.allocatable(self.settings.gpu_resources, view.allocatable_gpus)
+        return explain_decision(pod_ref(args.pod), needed, args.candidate_names(), allocatable, self.state.summary,
+                               self._clock(), self.settings.policy, plan, view)  # fmt: skip
 
     def _record_filter(
         self, args: ExtenderArgs, needed: int, outcome: decision.FilterOutcome, allocatable: Mapping[str, int]
@@ -200,6 +208,7 @@ def build_app(api: SchedulerApi) -> web.Application:
     prefix = settings.path_prefix.rstrip("/")
     app.router.add_post(f"{prefix}/filter", scheduler_verb("filter", api.filter))
     app.router.add_post(f"{prefix}/prioritize", scheduler_verb("prioritize", api.prioritize))
+    app.router.add_post(f"{prefix}/explain", scheduler_verb("explain", api.explain))
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", get_metrics)

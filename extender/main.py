@@ -45,6 +45,11 @@ def _fail(message: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["explain"]:
+        from extender.explain_cli import main as explain_main
+
+        return explain_main(argv[1:])
     disable_created_metrics()  # *_created series only add noise to every scrape
     try:
         config = build_config(argv)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 from tests.harness import FIXTURES, ROOT, cluster, fixture_bytes, metric, post_json, scrape, url, wait_until
@@ -112,6 +114,31 @@ def test_classes_runtimes_and_policies_decide_placement(tmp_path: Path) -> None:
                                                node="h100-node") == 1)  # fmt: skip
         after = scores(ext, first)
         assert after["a100-80-node"] > after["h100-node"] == 0
+
+        # /explain says the same, with the reasons and where each choice came from.
+        status, why = post_json(url(ext, "/explain"), first)
+        assert status == 200 and why["gpusNeeded"] == 2
+        assert why["resolved"]["policy"] == "FirstAvailable (from InferenceService acceleratorSelector)"
+        assert why["resolved"]["runtime"] == "ClusterServingRuntime vllm-llama-large"
+        assert why["classRanking"]["omeWouldChoose"] == "nvidia-h100-80gb"  # OME ignores availability (#622)
+        assert [r["class"] for r in why["classRanking"]["ranked"]] == ["nvidia-a100-80gb"]
+        assert why["classRanking"]["excluded"] == [{"class": "nvidia-h100-80gb", "stage": "Unavailable",
+                                                    "reason": "no node of this class can take the pod now"}]  # fmt: skip
+        nodes = {n["node"]: n for n in why["nodes"]}
+        h100 = nodes["h100-node"]
+        assert (h100["result"], h100["reasonCode"], h100["data"], h100["idleGpus"]) == (
+            "fail", "InsufficientIdleGPUs", "fresh", 1)
+        assert nodes["l40s-node"]["reasonCode"] == "AcceleratorClassNotAllowed" and nodes["l40s-node"]["unresolvable"]
+        assert nodes["a100-80-node"]["score"] == after["a100-80-node"] and nodes["a100-80-node"]["classRank"] == 0
+        request_file = tmp_path / "request.json"
+        request_file.write_bytes(first)
+        cli = subprocess.run([sys.executable, "-m", "extender.main", "explain", str(request_file), "--url",
+                              f"http://127.0.0.1:{ext.ports['http']}"], capture_output=True, text=True, timeout=30)  # fmt: skip
+        assert cli.returncode == 0, cli.stderr
+        assert "excluded nvidia-h100-80gb: Unavailable: no node of this class can take the pod now" in cli.stdout
+        assert "OME alone would choose: nvidia-h100-80gb" in cli.stdout
+        assert any(line.startswith("h100-node") and "FAIL InsufficientIdleGPUs" in line
+                   for line in cli.stdout.splitlines())  # fmt: skip
 
         # Editing an AcceleratorClass changes the next decision, without a restart.
         classes = inventory / "accelerator-classes.yaml"

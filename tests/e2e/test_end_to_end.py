@@ -171,10 +171,10 @@ BAD_BODIES = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("verb", ["filter", "prioritize"])
+@pytest.mark.parametrize("verb", ["filter", "prioritize", "explain"])
 def test_bad_bodies_get_400_with_a_reason_and_the_server_keeps_serving(live: Cluster, verb: str) -> None:
     ext = _extender(live)
-    good = fixture_bytes(f"{verb}-request-nodecache-true.json")
+    good = fixture_bytes(f"{'filter' if verb == 'explain' else verb}-request-nodecache-true.json")
     for body, reason in BAD_BODIES:
         status, answer = post_json(url(ext, f"/{verb}"), body)
         assert status == 400, body
