@@ -77,6 +77,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--default-class-policy", default="FirstAvailable",
                    choices=("FirstAvailable", "BestFit", "Cheapest", "MostCapable"),
                    help="AcceleratorClass policy for OME pods whose InferenceService names none")  # fmt: skip
+    p.add_argument("--node-strategy", choices=("spread", "binpack", "cost", "random"), default="spread",
+                   help="how prioritize ranks nodes within a class (a pod's annotation "
+                   "gpu-extender.io/node-strategy overrides it); formulas in extender/decision.py")  # fmt: skip
+    p.add_argument("--random-seed", default="", metavar="TEXT",
+                   help="seed for the random strategy (with the pod UID): same seed, same ranking")  # fmt: skip
     p.add_argument("--runtime-check", choices=("enforce", "warn", "off"), default="warn",
                    help="OME pods whose serving runtime cannot serve their model (OME's ValidateRuntime): "
                    "enforce fails every node (RuntimeIncompatible), warn logs and counts it")  # fmt: skip
@@ -132,6 +137,8 @@ def build_config(argv: Sequence[str] | None) -> ExtenderConfig:
             path_prefix=prefix,
             default_class_policy=args.default_class_policy,
             runtime_check=args.runtime_check,
+            node_strategy=args.node_strategy,
+            random_seed=args.random_seed,
         ),
         requested_agent_interval_ms=int(args.requested_agent_interval * 1000),
         forget_after_s=args.forget_after,

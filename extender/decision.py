@@ -19,19 +19,29 @@ kube-scheduler decide among the nodes that failed only softly (busy or stale);
 nodes with broken GPUs stay rejected. `"reject"` keeps every failure.
 
 Prioritize (integer 0-10, the formula):
-    v     = idle_gpus + (100 - mean_utilization%) / 101    # more idle first, then lower utilization
     C     = the largest GPU count among the candidates (at least 1)
     score = 1 + round(9 * v / (C + 1))   for a node that fits          (1..10)
           = 0                            for a node that does not
-When no candidate fits (the pass-all fallback), every node is ranked on the same
-v instead: score = round(10 * v / (C + 1)). Because the fraction added to
-idle_gpus is below 1, one more idle GPU always outranks any utilization gap,
-and the mapping never orders two nodes against (fits, idle, -utilization).
+with v in [0, C + 1) from the node strategy (per pod annotation
+`gpu-extender.io/node-strategy`, else --node-strategy):
+    spread  (default) v = idle + (100 - mean utilization %) / 101: most idle GPUs,
+            then lowest utilization (the autotuner's ranking). The fraction stays
+            below 1, so one more idle GPU always outranks any utilization gap.
+    binpack v = (C - idle) + utilization / 101: fewest idle GPUs that still fit,
+            then the busiest, so whole nodes stay free for big pods.
+    cost    v = C * cheapness + spread / (C + 1): the node's AcceleratorClass
+            hourly cost (spot when given; cheapest = 1, dearest = 0, unknown = 0),
+            then spread.
+    random  v = (C + 1) * hash(seed, node): repeatable per pod (seed = pod UID and
+            --random-seed), spreads pods without looking at load.
+When no candidate fits (the pass-all fallback), every node is ranked by spread
+whatever the strategy: score = round(10 * v / (C + 1)).
 """
 
 from __future__ import annotations
 
 import enum
+import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -153,6 +163,9 @@ def filter_nodes(
     return outcome
 
 
+NODE_STRATEGIES = ("spread", "binpack", "cost", "random")
+
+
 def prioritize(
     needed: int,
     names: Sequence[str],
@@ -160,9 +173,13 @@ def prioritize(
     lookup: SummaryLookup,
     now: float,
     policy: Policy,
+    strategy: str = "spread",
+    seed: str = "",
+    cost_of: Callable[[str], float | None] | None = None,
 ) -> list[tuple[str, int]]:
     """(node, score 0-10) for every name, in input order."""
-    return [(name, score) for name, score, _ in rank_nodes(needed, names, allocatable, lookup, now, policy)]
+    ranked = rank_nodes(needed, names, allocatable, lookup, now, policy, strategy, seed, cost_of)
+    return [(name, score) for name, score, _ in ranked]
 
 
 def rank_nodes(
@@ -172,13 +189,18 @@ def rank_nodes(
     lookup: SummaryLookup,
     now: float,
     policy: Policy,
+    strategy: str = "spread",
+    seed: str = "",
+    cost_of: Callable[[str], float | None] | None = None,
 ) -> list[tuple[str, int, bool]]:
     """(node, score 0-10, fits) for every name, in input order: prioritize's
-    scores plus the filter verdict it already computed, for callers that need both."""
+    scores plus the filter verdict it already computed, for callers that need both.
+    `strategy` picks v (module docstring); `seed` makes `random` repeatable;
+    `cost_of(node)` is the node's hourly cost for `cost`."""
     if needed <= 0:
         return [(name, 0, True) for name in names]
     stale_after = policy.stale_after_s
-    rows: list[tuple[str, bool, float]] = []  # (node, fits, v)
+    rows: list[tuple[str, bool, int, float]] = []  # (node, fits, idle, utilization)
     capacity = max(needed, 1)
     for name in names:
         summary = lookup(name)
@@ -192,13 +214,56 @@ def rank_nodes(
             utilization, count, fits = a.mean_utilization, a.gpu_count or 0, a.reason is None
         if count > capacity:
             capacity = count
-        # rank_value(), inlined: this loop runs once per candidate node
-        rows.append((name, fits, idle + (100.0 - (utilization or 0.0)) / 101.0))
-    any_fits = any(fits for _, fits, _ in rows)
+        rows.append((name, fits, idle, utilization or 0.0))
     scale = capacity + 1
-    if any_fits:
-        return [(name, min(MAX_SCORE, 1 + round(9 * v / scale)) if fits else 0, fits) for name, fits, v in rows]
-    return [(name, min(MAX_SCORE, round(MAX_SCORE * v / scale)), False) for name, _, v in rows]
+    if not any(fits for _, fits, _, _ in rows):  # the pass-all fallback: least loaded first, whatever the strategy
+        return [(name, min(MAX_SCORE, round(MAX_SCORE * _spread(i, u) / scale)), False) for name, _, i, u in rows]
+    values = _strategy_values(strategy, rows, capacity, seed, cost_of)
+    return [
+        (name, min(MAX_SCORE, 1 + round(9 * v / scale)) if fits else 0, fits)
+        for (name, fits, _, _), v in zip(rows, values, strict=True)
+    ]
+
+
+def _spread(idle: int, utilization: float) -> float:
+    return idle + (100.0 - utilization) / 101.0  # rank_value(), inlined: runs once per candidate
+
+
+def _strategy_values(
+    strategy: str,
+    rows: Sequence[tuple[str, bool, int, float]],
+    capacity: int,
+    seed: str,
+    cost_of: Callable[[str], float | None] | None,
+) -> list[float]:
+    """v in [0, capacity + 1) for each row, higher is better."""
+    if strategy == "binpack":
+        return [max(0, capacity - idle) + utilization / 101.0 for _, _, idle, utilization in rows]
+    if strategy == "random":
+        return [(capacity + 1) * _unit_hash(seed, name) for name, _, _, _ in rows]
+    spread = [_spread(idle, u) for _, _, idle, u in rows]
+    if strategy != "cost" or cost_of is None:
+        return spread
+    costs = [cost_of(name) for name, _, _, _ in rows]
+    # The price range of the nodes that can take the pod: others score 0 anyway.
+    known = [c for c, (_, fits, _, _) in zip(costs, rows, strict=True) if c is not None and fits]
+    if not known:
+        return spread
+    low, high = min(known), max(known)
+    span = high - low
+    # Cheapest first (C per unit of cheapness), then least loaded within a price (< 1).
+    return [
+        capacity * min(1.0, max(0.0, (high - c) / span if span > 0 else 1.0)) + v / (capacity + 1)
+        if c is not None
+        else v / (capacity + 1)
+        for c, v in zip(costs, spread, strict=True)
+    ]
+
+
+def _unit_hash(seed: str, name: str) -> float:
+    """A repeatable pseudo-random number in [0, 1) per (seed, node)."""
+    digest = hashlib.blake2b(f"{seed}\0{name}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64
 
 
 def rank_value(idle_gpus: int, mean_utilization: float | None) -> float:

@@ -20,7 +20,7 @@ from extender import decision, placement
 from extender.gpu_summary import NodeSummary
 from extender.inventory.view import InventoryView
 
-NODE_FORMULA = "1 + round(9 * v / (C + 1)), v = idle + (100 - mean utilization %) / 101 (extender/decision.py)"
+NODE_FORMULA = "1 + round(9 * v / (C + 1)), v from the node strategy (extender/decision.py)"
 CLASS_FORMULA = "round(1 + 9 * ((K - 1 - p) + node score / 10) / K) (extender/placement.py)"
 
 
@@ -34,13 +34,16 @@ def explain(
     policy: decision.Policy,
     plan: placement.ClassPlan,
     view: InventoryView,
+    strategy: str = "spread",
+    seed: str = "",
 ) -> dict[str, Any]:
     classes_of = view.membership.classes_of
     outcome = placement.filter_with_classes(needed, names, allocatable, lookup, now, policy, plan, classes_of)
     scores, ranking = placement.prioritize_with_classes(
-        needed, names, allocatable, lookup, now, policy, plan, classes_of, view.classes
+        needed, names, allocatable, lookup, now, policy, plan, classes_of, view.classes, strategy, seed
     )
-    node_scores = dict(decision.prioritize(needed, names, allocatable, lookup, now, policy))
+    cost_of = placement.node_cost(classes_of, view.classes)
+    node_scores = dict(decision.prioritize(needed, names, allocatable, lookup, now, policy, strategy, seed, cost_of))
     final = dict(scores)
     position = {r.name: i for i, r in enumerate(ranking.ranked)} if ranking is not None else {}
     if plan.explicit:
@@ -72,6 +75,7 @@ def explain(
                            "classesRanked": len(position) if plan.applies else None},
         })  # fmt: skip
     resolved: dict[str, Any] = dict(plan.why)
+    resolved["nodeStrategy"] = strategy
     resolved["classRulesApply"] = plan.applies
     if plan.applies:
         resolved["allowedClasses"] = list(plan.allowed)

@@ -30,6 +30,8 @@ from extender.scheduler_wire import ExtenderArgs, encode, filter_result, parse_e
 
 log = logging.getLogger("gpu_extender.http")
 
+STRATEGY_ANNOTATION = "gpu-extender.io/node-strategy"
+
 # How many failed nodes an INFO decision line names; the rest are counted (DEBUG names all).
 _LOG_FAILED_NODES = 5
 
@@ -43,6 +45,8 @@ class ApiSettings:
     path_prefix: str = ""
     default_class_policy: str = "FirstAvailable"
     runtime_check: str = "warn"  # enforce | warn | off
+    node_strategy: str = "spread"  # decision.NODE_STRATEGIES; a pod annotation may pick another
+    random_seed: str = ""
 
 
 class SchedulerApi:
@@ -102,9 +106,10 @@ class SchedulerApi:
         view, plan = self._plan(args, needed)
         names = args.candidate_names()
         allocatable = args.allocatable(self.settings.gpu_resources, view.allocatable_gpus)
+        strategy, seed = self._strategy(args.pod)
         scores, _ = placement.prioritize_with_classes(
             needed, names, allocatable, self.state.summary, self._clock(), self.settings.policy,
-            plan, view.membership.classes_of, view.classes,
+            plan, view.membership.classes_of, view.classes, strategy, seed,
         )  # fmt: skip
         if log.isEnabledFor(logging.DEBUG):
             log.debug("prioritize %s (needs %d GPU): %s", pod_ref(args.pod), needed,
@@ -115,8 +120,21 @@ class SchedulerApi:
         needed = gpus_requested(args.pod, self.settings.gpu_resources)
         view, plan = self._plan(args, needed)
         allocatable = args.allocatable(self.settings.gpu_resources, view.allocatable_gpus)
+        strategy, seed = self._strategy(args.pod)
         return explain_decision(pod_ref(args.pod), needed, args.candidate_names(), allocatable, self.state.summary,
-                               self._clock(), self.settings.policy, plan, view)  # fmt: skip
+                                self._clock(), self.settings.policy, plan, view, strategy, seed)  # fmt: skip
+
+    def _strategy(self, pod: dict[str, Any]) -> tuple[str, str]:
+        """(node strategy, random seed) for the pod: its annotation, else the configured one."""
+        meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
+        annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+        strategy = annotations.get(STRATEGY_ANNOTATION, self.settings.node_strategy)
+        if strategy not in decision.NODE_STRATEGIES:
+            # A typo in an annotation must not block scheduling: say so, use the default.
+            log.warning("pod %s: %s=%r is not one of %s; using %s", pod_ref(pod), STRATEGY_ANNOTATION, strategy,
+                        ", ".join(decision.NODE_STRATEGIES), self.settings.node_strategy)  # fmt: skip
+            strategy = self.settings.node_strategy
+        return strategy, f"{self.settings.random_seed}/{meta.get('uid', '')}"
 
     def _record_filter(
         self, args: ExtenderArgs, needed: int, outcome: decision.FilterOutcome, allocatable: Mapping[str, int]

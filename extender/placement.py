@@ -147,6 +147,22 @@ def _class_plan(
 ClassesOf = Callable[[str], tuple[str, ...]]
 
 
+def node_cost(classes_of: ClassesOf, classes: Mapping[str, AcceleratorClass]) -> Callable[[str], float | None]:
+    """A node's hourly cost for the `cost` strategy: the cheapest of its classes,
+    spot price where given (as OME's Cheapest policy reads it)."""
+
+    def cost(node: str) -> float | None:
+        prices = []
+        for name in classes_of(node):
+            c = classes.get(name)
+            price = None if c is None or c.cost is None else (c.cost.spot_per_hour or c.cost.per_hour)
+            if price is not None:
+                prices.append(price)
+        return min(prices) if prices else None
+
+    return cost
+
+
 def filter_with_classes(
     needed: int,
     names: Sequence[str],
@@ -185,6 +201,8 @@ def prioritize_with_classes(
     plan: ClassPlan,
     classes_of: ClassesOf,
     classes: Mapping[str, AcceleratorClass],
+    strategy: str = "spread",
+    seed: str = "",
 ) -> tuple[list[tuple[str, int]], ClassRanking | None]:
     """Scores 0-10: the policy's class ranking first, the node ranking within a class second.
 
@@ -196,7 +214,8 @@ def prioritize_with_classes(
     so every node of a better class outranks every node of a worse one, and with
     one class (or an explicit class) this is the plain node score.
     """
-    ranked = decision.rank_nodes(needed, names, allocatable, lookup, now, policy)
+    ranked = decision.rank_nodes(needed, names, allocatable, lookup, now, policy, strategy, seed,
+                                 node_cost(classes_of, classes))  # fmt: skip
     if needed <= 0 or not plan.applies:
         return [(name, score) for name, score, _ in ranked], None
     if plan.incompatible:

@@ -76,6 +76,19 @@ def test_prioritize_orders_by_idle_gpus_then_utilization(live: Cluster) -> None:
     assert scores["gpu-node-2"] == 10
 
 
+def test_node_strategy_annotation_changes_the_ranking(live: Cluster) -> None:
+    ext = _extender(live)
+    args = json.loads(request_for(["gpu-node-2", "gpu-node-3"], gpus=2))
+    spread = {e["Host"]: e["Score"] for e in post_json(url(ext, "/prioritize"), json.dumps(args).encode())[1]}
+    assert spread["gpu-node-2"] > spread["gpu-node-3"]  # 8 idle beats 4 idle
+    args["Pod"]["metadata"]["annotations"] = {"gpu-extender.io/node-strategy": "binpack"}
+    packed = {e["Host"]: e["Score"] for e in post_json(url(ext, "/prioritize"), json.dumps(args).encode())[1]}
+    assert packed["gpu-node-3"] > packed["gpu-node-2"]  # fewest idle GPUs that still fit
+    args["Pod"]["metadata"]["annotations"] = {"gpu-extender.io/node-strategy": "bin-pack"}
+    typo = {e["Host"]: e["Score"] for e in post_json(url(ext, "/prioritize"), json.dumps(args).encode())[1]}
+    assert typo == spread and "gpu-extender.io/node-strategy='bin-pack' is not one of" in ext.log()
+
+
 @pytest.mark.parametrize("mode", ["true", "false"])
 @pytest.mark.parametrize("verb", ["filter", "prioritize"])
 def test_captured_scheduler_requests_get_answers_kube_scheduler_decodes(live: Cluster, verb: str, mode: str) -> None:

@@ -146,3 +146,48 @@ def test_when_nothing_fits_nodes_are_still_ranked() -> None:
     summaries = lookup(node("one-idle", idle=1, busy=7, busy_util=50), node("none-idle", idle=0, busy=8, busy_util=95))
     scores = dict(prioritize(4, ["one-idle", "none-idle"], {}, summaries, NOW, FRESH))
     assert scores["one-idle"] > scores["none-idle"] >= 0
+
+
+def _fleet():
+    return [node("idle8", idle=8), node("idle4", idle=4, busy=4, busy_util=50), node("idle2", idle=2, busy=6),
+            node("busy", idle=1, busy=7)]  # fmt: skip
+
+
+def test_binpack_prefers_the_fullest_node_that_still_fits() -> None:
+    summaries = _fleet()
+    names = [s.node for s in summaries]
+    scores = dict(prioritize(2, names, {}, lookup(*summaries), NOW, FRESH, strategy="binpack"))
+    assert scores["idle2"] > scores["idle4"] > scores["idle8"] >= 1 and scores["busy"] == 0
+
+
+def test_cost_prefers_the_cheapest_node_then_spread() -> None:
+    summaries = _fleet()
+    names = [s.node for s in summaries]
+    prices = {"idle8": 5.12, "idle4": 1.10, "idle2": 1.10, "busy": 0.5}
+    scores = dict(prioritize(2, names, {}, lookup(*summaries), NOW, FRESH, strategy="cost", cost_of=prices.get))
+    assert scores["idle4"] > scores["idle2"] > scores["idle8"] >= 1 and scores["busy"] == 0
+    # unknown cost ranks below every priced node; no prices at all is plain spread
+    partial = dict(prioritize(2, names, {}, lookup(*summaries), NOW, FRESH, strategy="cost",
+                              cost_of={"idle2": 9.0}.get))  # fmt: skip
+    assert partial["idle2"] > partial["idle8"]
+    assert dict(prioritize(2, names, {}, lookup(*summaries), NOW, FRESH, strategy="cost", cost_of=lambda n: None)) == \
+        dict(prioritize(2, names, {}, lookup(*summaries), NOW, FRESH))
+
+
+def test_random_is_repeatable_per_seed_and_never_scores_a_node_that_cannot_fit() -> None:
+    summaries = [node(f"n{i}", idle=8) for i in range(40)] + [node("busy", idle=0, busy=8)]
+    names = [s.node for s in summaries]
+    first = prioritize(2, names, {}, lookup(*summaries), NOW, FRESH, strategy="random", seed="pod-a")
+    assert first == prioritize(2, names, {}, lookup(*summaries), NOW, FRESH, strategy="random", seed="pod-a")
+    other = prioritize(2, names, {}, lookup(*summaries), NOW, FRESH, strategy="random", seed="pod-b")
+    assert first != other
+    assert len({s for n, s in first if n != "busy"}) >= 5  # spread over the range, not constant
+    assert all(1 <= s <= 10 for n, s in first if n != "busy") and dict(first)["busy"] == 0
+
+
+@pytest.mark.parametrize("strategy", ["spread", "binpack", "cost", "random"])
+def test_fallback_ranks_least_loaded_first_whatever_the_strategy(strategy: str) -> None:
+    summaries = lookup(node("one-idle", idle=1, busy=7, busy_util=50), node("none-idle", idle=0, busy=8, busy_util=95))
+    scores = dict(prioritize(4, ["one-idle", "none-idle"], {}, summaries, NOW, FRESH, strategy=strategy,
+                             cost_of={"none-idle": 0.1}.get))  # fmt: skip
+    assert scores["one-idle"] > scores["none-idle"]
