@@ -4,6 +4,8 @@ What it measures (details in each script's docstring):
 - bench_extender.py: latency of gpu-extender's POST /filter and POST /prioritize
   as kube-scheduler calls them (sequential, loopback, keep-alive), with 100,
   1,000 and 5,000 candidate node names and 1,000 full Node objects;
+- bench_classes.py: the same verbs for an OME pod with 8 AcceleratorClasses and
+  50 ServingRuntimes loaded, next to the skeleton's figures (target: within 1.5x);
 - bench_agent.py: CPU share and RSS of one gpu-agent sampling 8 fake GPUs every
   second and streaming to an extender;
 - profile_extender.py (phases only): where the extender's time goes inside one
@@ -33,6 +35,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_agent  # noqa: E402
+import bench_classes  # noqa: E402
 import bench_extender  # noqa: E402
 import profile_extender  # noqa: E402
 from benchlib import BENCH_DIR, OUT_DIR, REPO_ROOT, BenchError, exit_on_sigterm, machine_facts  # noqa: E402
@@ -101,6 +104,7 @@ def render_markdown(
     ext: bench_extender.ExtenderBenchResult | None,
     agent: bench_agent.AgentBenchResult | None,
     phases: list[tuple[str, float]] | None,
+    classes: list[dict] | None = None,
 ) -> str:
     m = machine_facts()
     out = [
@@ -245,7 +249,40 @@ def render_markdown(
         "real NVML calls reach the kernel driver and cost more per sample.",
         "",
     ]
+    if classes:
+        out += ["", *classes_markdown(classes, ext)]
     return "\n".join(out)
+
+
+def classes_markdown(classes: list[dict], ext: bench_extender.ExtenderBenchResult | None) -> list[str]:
+    """The class-aware path next to the same run's skeleton figures (target: within 1.5x)."""
+    skeleton = {}
+    for sc in ext.scenarios if ext else []:
+        for v in sc.verbs:
+            if sc.mode == "names":
+                skeleton[(sc.nodes, v.verb)] = v.p99_ms
+    lines = [
+        "## gpu-extender with OME classes",
+        "",
+        "`bench/bench_classes.py`: 8 AcceleratorClasses, 50 ClusterServingRuntimes, the nodes spread over the 8 "
+        "GPU products; the pod is the engine of an InferenceService with policy Cheapest (class plan, runtime "
+        "check, class filter, availability-aware class ranking on every call). Half the candidates are in classes "
+        "the runtime does not list, so they fail as AcceleratorClassNotAllowed (with OME, the pod's nodeSelector "
+        "usually keeps them away from the extender: this is the expensive case). Same method as above.",
+        "",
+        "| nodes | verb | p50 ms | p99 ms | skeleton p99 ms (same run) | ratio | target <= 1.5x |",
+        "|---:|---|---:|---:|---:|---:|---|",
+    ]
+    for r in classes:
+        for verb in ("filter", "prioritize"):
+            base = skeleton.get((r["nodes"], verb))
+            ratio = r[verb]["p99_ms"] / base if base else None
+            lines.append(
+                f"| {r['nodes']:,} | {verb} | {r[verb]['p50_ms']:.2f} | {r[verb]['p99_ms']:.2f} | "
+                f"{'-' if base is None else f'{base:.2f}'} | {'-' if ratio is None else f'{ratio:.2f}x'} | "
+                f"{_verdict(None if ratio is None else ratio <= bench_classes.TARGET_RATIO)} |"
+            )
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -264,11 +301,16 @@ def main(argv: list[str] | None = None) -> int:
     when = dt.datetime.now(dt.UTC)
     ext: bench_extender.ExtenderBenchResult | None = None
     agent: bench_agent.AgentBenchResult | None = None
+    classes: list[dict] | None = None
     try:
         if args.only in (None, "extender"):
             print("== gpu-extender: filter / prioritize", flush=True)
             ext = bench_extender.run(args.scenario, quick=args.quick)
             print(bench_extender.format_table(ext), flush=True)
+            print("== gpu-extender with 8 classes and 50 runtimes", flush=True)
+            classes = bench_classes.run(quick=args.quick)
+            for line in classes_markdown(classes, ext)[-2 * len(classes):]:
+                print(line, flush=True)
         if args.only in (None, "agent"):
             print("== gpu-agent: CPU and memory", flush=True)
             agent = bench_agent.run(quick=args.quick)
@@ -296,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     raw = {"date_utc": when.isoformat(), "machine": machine_facts(), "quick": args.quick,
            "extender": asdict(ext) if ext else None, "agent": asdict(agent) if agent else None,
-           "filter_phases_ms": dict(phases) if phases else None}  # fmt: skip
+           "filter_phases_ms": dict(phases) if phases else None, "classes": classes}  # fmt: skip
     (OUT_DIR / "results.json").write_text(json.dumps(raw, indent=2))
 
     target = args.results or (None if args.quick else RESULTS_MD)
@@ -306,7 +348,7 @@ def main(argv: list[str] | None = None) -> int:
     extra = " ".join(a for a in (argv if argv is not None else sys.argv[1:]))
     command = "./dev.sh bench" + (f" {extra}" if extra else "")
     target.write_text(render_markdown(when=when, command=command, quick=args.quick, total_s=total_s,
-                                      ext=ext, agent=agent, phases=phases))  # fmt: skip
+                                      ext=ext, agent=agent, phases=phases, classes=classes))  # fmt: skip
     print(f"  wrote {target}")
     return 0
 

@@ -37,7 +37,7 @@ def explain(
     strategy: str = "spread",
     seed: str = "",
 ) -> dict[str, Any]:
-    classes_of = view.membership.classes_of
+    classes_of = view.membership.classes_by_node
     outcome = placement.filter_with_classes(needed, names, allocatable, lookup, now, policy, plan, classes_of)
     scores, ranking = placement.prioritize_with_classes(
         needed, names, allocatable, lookup, now, policy, plan, classes_of, view.classes, strategy, seed
@@ -54,7 +54,7 @@ def explain(
         summary: NodeSummary | None = lookup(name)
         a = decision.assess(name, allocatable.get(name), summary, needed, now, policy)
         reason = outcome.failed.get(name)
-        node_classes = classes_of(name)
+        node_classes = classes_of.get(name, ())
         ranks = [position[c] for c in node_classes if c in position]
         nodes.append({
             "node": name,

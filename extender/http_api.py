@@ -24,6 +24,7 @@ from extender.explain import explain as explain_decision
 from extender.bad_request import BadRequest
 from extender.gpu_state import GpuState
 from extender.inventory.view import InventoryView
+from extender.ome.pod_intent import PodIdentity, pod_identity
 from extender.metrics import ExtenderMetrics
 from extender.pod_gpus import gpus_requested, pod_ref
 from extender.scheduler_wire import ExtenderArgs, encode, filter_result, parse_extender_args, prioritize_result
@@ -31,6 +32,7 @@ from extender.scheduler_wire import ExtenderArgs, encode, filter_result, parse_e
 log = logging.getLogger("gpu_extender.http")
 
 STRATEGY_ANNOTATION = "gpu-extender.io/node-strategy"
+_PLAN_CACHE_SIZE = 4096  # distinct OME pod identities per inventory version; cleared when full
 
 # How many failed nodes an INFO decision line names; the rest are counted (DEBUG names all).
 _LOG_FAILED_NODES = 5
@@ -64,6 +66,8 @@ class SchedulerApi:
         self._inventory = inventory  # the current inventory snapshot (never I/O)
         self._clock = clock
         self.serving = False
+        self._plans: dict[PodIdentity, placement.ClassPlan] = {}
+        self._plan_version = -1
         self.inventory_ready: Callable[[], bool] = lambda: True
 
     def not_ready_reason(self) -> str | None:
@@ -78,10 +82,21 @@ class SchedulerApi:
         return self._inventory()
 
     def _plan(self, args: ExtenderArgs, needed: int) -> tuple[InventoryView, placement.ClassPlan]:
+        """The pod's class plan. It depends only on the pod's OME identity and the
+        inventory, so it is computed once per (inventory version, identity): the
+        replicas of one InferenceService and filter+prioritize share it."""
         view = self._inventory()
         if needed <= 0:
             return view, placement.ClassPlan(False)
-        plan = placement.plan_classes(args.pod, view, self.settings.default_class_policy, self.settings.runtime_check)
+        identity = pod_identity(args.pod)
+        if self._plan_version != view.version or len(self._plans) >= _PLAN_CACHE_SIZE:
+            self._plans.clear()
+            self._plan_version = view.version
+        plan = self._plans.get(identity)
+        if plan is None:
+            plan = placement.plan_classes(args.pod, view, self.settings.default_class_policy,
+                                          self.settings.runtime_check)  # fmt: skip
+            self._plans[identity] = plan
         return view, plan
 
     def filter(self, args: ExtenderArgs) -> dict[str, Any]:
@@ -90,7 +105,7 @@ class SchedulerApi:
         names = args.candidate_names()
         allocatable = args.allocatable(self.settings.gpu_resources, view.allocatable_gpus)
         outcome = placement.filter_with_classes(needed, names, allocatable, self.state.summary, self._clock(),
-                                                self.settings.policy, plan, view.membership.classes_of)  # fmt: skip
+                                                self.settings.policy, plan, view.membership.classes_by_node)  # fmt: skip
         if plan.incompatible:
             log.warning("filter %s: %s", pod_ref(args.pod), plan.incompatible)
         if plan.runtime_warning or plan.incompatible_reason is reasons.RUNTIME_INCOMPATIBLE and plan.incompatible:
@@ -109,7 +124,7 @@ class SchedulerApi:
         strategy, seed = self._strategy(args.pod)
         scores, _ = placement.prioritize_with_classes(
             needed, names, allocatable, self.state.summary, self._clock(), self.settings.policy,
-            plan, view.membership.classes_of, view.classes, strategy, seed,
+            plan, view.membership.classes_by_node, view.classes, strategy, seed,
         )  # fmt: skip
         if log.isEnabledFor(logging.DEBUG):
             log.debug("prioritize %s (needs %d GPU): %s", pod_ref(args.pod), needed,

@@ -144,16 +144,18 @@ def _class_plan(
     return ClassPlan(True, allowed=allowed, policy=intent.policy, constraints=constraints, why=why)
 
 
-ClassesOf = Callable[[str], tuple[str, ...]]
+# node -> the AcceleratorClasses it is in (ClassMembership.classes_by_node). A mapping,
+# not a function: the per-node loops below use its C-level .get.
+ClassesByNode = Mapping[str, tuple[str, ...]]
 
 
-def node_cost(classes_of: ClassesOf, classes: Mapping[str, AcceleratorClass]) -> Callable[[str], float | None]:
+def node_cost(classes_by_node: ClassesByNode, classes: Mapping[str, AcceleratorClass]) -> Callable[[str], float | None]:
     """A node's hourly cost for the `cost` strategy: the cheapest of its classes,
     spot price where given (as OME's Cheapest policy reads it)."""
 
     def cost(node: str) -> float | None:
         prices = []
-        for name in classes_of(node):
+        for name in classes_by_node.get(node, ()):
             c = classes.get(name)
             price = None if c is None or c.cost is None else (c.cost.spot_per_hour or c.cost.per_hour)
             if price is not None:
@@ -171,7 +173,7 @@ def filter_with_classes(
     now: float,
     policy: decision.Policy,
     plan: ClassPlan,
-    classes_of: ClassesOf,
+    classes_by_node: ClassesByNode,
 ) -> decision.FilterOutcome:
     """The GPU filter, preceded by the class rules: a node outside the allowed
     classes fails AcceleratorClassNotAllowed; an impossible class request fails
@@ -181,7 +183,8 @@ def filter_with_classes(
     if plan.incompatible:
         return decision.FilterOutcome(failed={name: plan.incompatible_reason for name in names})
     allowed = set(plan.allowed)
-    inside = [n for n in names if allowed.intersection(classes_of(n))]
+    get = classes_by_node.get
+    inside = [n for n in names if not allowed.isdisjoint(get(n, ()))]
     outcome = decision.filter_nodes(needed, inside, allocatable, lookup, now, policy)
     if len(inside) != len(names):
         inside_set = set(inside)
@@ -199,7 +202,7 @@ def prioritize_with_classes(
     now: float,
     policy: decision.Policy,
     plan: ClassPlan,
-    classes_of: ClassesOf,
+    classes_by_node: ClassesByNode,
     classes: Mapping[str, AcceleratorClass],
     strategy: str = "spread",
     seed: str = "",
@@ -215,14 +218,17 @@ def prioritize_with_classes(
     one class (or an explicit class) this is the plain node score.
     """
     ranked = decision.rank_nodes(needed, names, allocatable, lookup, now, policy, strategy, seed,
-                                 node_cost(classes_of, classes))  # fmt: skip
+                                 node_cost(classes_by_node, classes) if strategy == "cost" else None)  # fmt: skip
     if needed <= 0 or not plan.applies:
         return [(name, score) for name, score, _ in ranked], None
     if plan.incompatible:
         return [(name, 0) for name in names], None
-    fitting = {name for name, _, fits in ranked if fits}
+    get = classes_by_node.get
     allowed = set(plan.allowed)
-    placeable = {c for n in fitting for c in classes_of(n) if c in allowed}
+    placeable: set[str] = set()
+    for name, _, fits in ranked:
+        if fits and len(placeable) < len(allowed):
+            placeable.update(allowed.intersection(get(name, ())))
     if plan.explicit:
         ranking = None
         position = {plan.allowed[0]: 0}
@@ -231,11 +237,10 @@ def prioritize_with_classes(
         position = {r.name: i for i, r in enumerate(ranking.ranked)}
     k = max(1, len(position))
     scores = []
-    for name, node_score, _ in ranked:
-        positions = [position[c] for c in classes_of(name) if c in position]
-        if name not in fitting or not positions:
+    for name, node_score, fits in ranked:
+        p = min((position[c] for c in get(name, ()) if c in position), default=None) if fits else None
+        if p is None:
             scores.append((name, 0))
-            continue
-        p = min(positions)
-        scores.append((name, min(decision.MAX_SCORE, round(1 + 9 * ((k - 1 - p) + node_score / 10) / k))))
+        else:
+            scores.append((name, min(decision.MAX_SCORE, round(1 + 9 * ((k - 1 - p) + node_score / 10) / k))))
     return scores, ranking

@@ -45,7 +45,7 @@ STALE_GPU_DATA = Reason(
 )
 
 CLASS_NOT_ALLOWED = Reason(
-    "AcceleratorClassNotAllowed", "node's GPU class is not allowed for the pod", unresolvable=True
+    "AcceleratorClassNotAllowed", "GPU class not allowed for the pod", unresolvable=True
 )
 CLASS_INCOMPATIBLE = Reason(
     "AcceleratorClassIncompatible", "the pod's GPU class cannot be served", unresolvable=True

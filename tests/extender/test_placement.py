@@ -78,7 +78,7 @@ def test_runtime_check_modes(view: InventoryView) -> None:
     assert not compatible.incompatible and compatible.runtime_warning == ""
     state = GpuState(IdleRule())
     out = placement.filter_with_classes(1, NODES, view.allocatable_gpus, state.summary, 0.0, decision.Policy(),
-                                        enforced, view.membership.classes_of)  # fmt: skip
+                                        enforced, view.membership.classes_by_node)  # fmt: skip
     assert out.passed == [] and set(out.failed.values()) == {reasons.RUNTIME_INCOMPATIBLE}
 
 
@@ -87,7 +87,7 @@ def test_class_rank_outranks_node_rank_and_skips_full_classes(view: InventoryVie
     state = GpuState(IdleRule())
     # The H100 node (first class) is half busy; the A100-80GB node is idle: class order still wins.
     state.ingest(report("h100-node", [gpu(i, 0 if i < 4 else 90, 1 if i < 4 else 90) for i in range(8)]), 0.0)
-    args = (view.allocatable_gpus, state.summary, 0.0, decision.Policy(), plan, view.membership.classes_of,
+    args = (view.allocatable_gpus, state.summary, 0.0, decision.Policy(), plan, view.membership.classes_by_node,
             view.classes)  # fmt: skip
     scores, ranking = placement.prioritize_with_classes(2, NODES, *args)
     s = dict(scores)
