@@ -1,7 +1,7 @@
 """`POST /explain`: the full reasoning behind filter and prioritize for one pod.
 
 Takes the same ExtenderArgs as `filter` and answers, per candidate node: its
-AcceleratorClasses, GPU data (fresh/stale/none, age, idle/healthy GPUs, mean
+AcceleratorClasses (and those its labels match but its GPUs do not), GPU data (fresh/stale/none, age, idle/healthy GPUs, mean
 utilization), the filter verdict with reason code and sentence, the policy's
 class rank and the score with its parts; plus what was resolved for the pod
 (InferenceService, runtime, class, policy, each with where it came from).
@@ -19,6 +19,7 @@ from typing import Any
 from extender import decision, placement
 from extender.gpu_summary import NodeSummary
 from extender.inventory.view import InventoryView
+from extender.live_classes import LiveClasses
 
 NODE_FORMULA = "1 + round(9 * v / (C + 1)), v from the node strategy (extender/decision.py)"
 CLASS_FORMULA = "round(1 + 9 * ((K - 1 - p) + node score / 10) / K) (extender/placement.py)"
@@ -34,10 +35,11 @@ def explain(
     policy: decision.Policy,
     plan: placement.ClassPlan,
     view: InventoryView,
+    live_classes: LiveClasses,
     strategy: str = "spread",
     seed: str = "",
 ) -> dict[str, Any]:
-    classes_of = view.membership.classes_by_node
+    classes_of = live_classes.classes_by_node(view)
     outcome = placement.filter_with_classes(needed, names, allocatable, lookup, now, policy, plan, classes_of)
     scores, ranking = placement.prioritize_with_classes(
         needed, names, allocatable, lookup, now, policy, plan, classes_of, view.classes, strategy, seed
@@ -56,9 +58,12 @@ def explain(
         reason = outcome.failed.get(name)
         node_classes = classes_of.get(name, ())
         ranks = [position[c] for c in node_classes if c in position]
+        excluded = live_classes.excluded(view, name)
         nodes.append({
             "node": name,
             "classes": list(node_classes),
+            # Classes the node's labels match but its GPUs (as NVML reports them) do not.
+            "classesExcludedByGpus": {c: m.detail for c, m in excluded.items()},
             "data": a.data.value,
             "dataAgeSeconds": None if a.data_age_s is None else round(a.data_age_s, 3),
             "gpus": a.gpu_count,

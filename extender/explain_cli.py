@@ -1,6 +1,6 @@
 """`gpu-extender explain`: ask a running extender why it would place a pod where it would.
 
-    gpu-extender explain REQUEST.json [--url http://127.0.0.1:8888] [--json]
+    gpu-extender explain REQUEST.json [--url http://127.0.0.1:8888] [--cacert CA.crt] [--json]
 
 REQUEST.json is an ExtenderArgs body as kube-scheduler sends it (for example one
 captured from the scheduler, or tests/fixtures/extender-requests/*.json); `-`
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import ssl
 import sys
 import urllib.error
 import urllib.request
@@ -25,6 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=HelpFormatter)  # fmt: skip
     p.add_argument("request", help="ExtenderArgs JSON file (as kube-scheduler posts to /filter), or - for stdin")
     p.add_argument("--url", default="http://127.0.0.1:8888", help="the extender's HTTP address (and path prefix)")
+    p.add_argument("--cacert", metavar="PATH",
+                   help="CA certificate to verify an https:// extender with (the extender's --tls-cert issuer)")  # fmt: skip
     p.add_argument("--json", action="store_true", help="print the raw /explain answer")
     p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS")
     return p
@@ -40,7 +43,12 @@ def main(argv: Sequence[str]) -> int:
     url = args.url.rstrip("/") + "/explain"
     request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(request, timeout=args.timeout) as response:
+        context = ssl.create_default_context(cafile=args.cacert) if args.cacert else None
+    except (OSError, ssl.SSLError) as exc:
+        print(f"gpu-extender explain: --cacert {args.cacert}: {exc}", file=sys.stderr)
+        return 2
+    try:
+        with urllib.request.urlopen(request, timeout=args.timeout, context=context) as response:
             answer = json.loads(response.read())
     except urllib.error.HTTPError as exc:
         detail = exc.read().decode(errors="replace")
@@ -80,6 +88,8 @@ def render(answer: dict[str, Any]) -> str:
         rank = "-" if n["classRank"] is None else str(n["classRank"] + 1)
         lines.append(f"{n['node']:<20} {','.join(n['classes']) or '-':<22} {n['data']:<6} {gpus:>17} {util:>5}  "
                      f"{result:<40} {rank:>4} {n['score']:>5}")  # fmt: skip
+        for cls, why in (n.get("classesExcludedByGpus") or {}).items():
+            lines.append(f"  not in {cls} although its labels match: {why}")
     lines += ["", f"node score: {answer['formulas']['node']}"]
     if answer["formulas"]["class"]:
         lines.append(f"with classes: {answer['formulas']['class']}")

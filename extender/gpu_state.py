@@ -3,15 +3,25 @@
 Written by the gRPC ingest path, read by request handlers. Everything runs on
 one asyncio loop, so plain dicts are safe; readers see either the old or the
 new entry of a node, never a half-written one.
+
+Besides the live summary, each node's static GPU facts (product name, memory
+total, compute capability) are kept for AcceleratorClass capability checks.
+They change only when a node's GPUs do (first report, hardware change, node
+forgotten), and listeners hear of exactly those changes, so the class
+membership built from them is updated per node instead of per report.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gpuextender.v1 import gpu_state_pb2 as pb
 
 from extender.gpu_summary import IdleRule, NodeSummary, summarize
+from extender.ome.node_class import GpuFacts, facts_from_report
+
+FactsListener = Callable[[str], None]  # called with the node name whose GPU facts changed
 
 
 @dataclass(frozen=True, slots=True)
@@ -25,6 +35,9 @@ class GpuState:
         self.rule = rule
         self._nodes: dict[str, NodeEntry] = {}
         self._summaries: dict[str, NodeSummary] = {}
+        self._facts: dict[str, tuple[GpuFacts, ...]] = {}
+        self._fingerprints: dict[str, list[tuple[str, int]]] = {}
+        self._facts_listeners: list[FactsListener] = []
         # The request path's lookup: a bound dict.get, no Python frame per node.
         self.summary = self._summaries.get
 
@@ -37,7 +50,27 @@ class GpuState:
         entry = NodeEntry(report, summarize(report, self.rule, received_at))
         self._nodes[report.node_name] = entry
         self._summaries[report.node_name] = entry.summary
+        # A GPU's name and compute capability come with its UUID; only the memory total
+        # can change beside it (a reading that comes and goes). 3 us instead of 10 us.
+        fingerprint = [(g.uuid, g.memory_total_bytes) for g in report.gpus]
+        if self._fingerprints.get(report.node_name) != fingerprint:
+            self._fingerprints[report.node_name] = fingerprint
+            facts = facts_from_report(report)
+            if self._facts.get(report.node_name) != facts:
+                self._facts[report.node_name] = facts
+                self._facts_changed(report.node_name)
         return True
+
+    def facts(self, node: str) -> tuple[GpuFacts, ...] | None:
+        """The node's GPUs as its agent last reported them; None before its first report."""
+        return self._facts.get(node)
+
+    def on_facts_change(self, listener: FactsListener) -> None:
+        self._facts_listeners.append(listener)
+
+    def _facts_changed(self, node: str) -> None:
+        for listener in self._facts_listeners:
+            listener(node)
 
     def summaries(self) -> list[NodeSummary]:
         return list(self._summaries.values())
@@ -48,6 +81,9 @@ class GpuState:
         for name in gone:
             del self._nodes[name]
             del self._summaries[name]
+            del self._fingerprints[name]
+            if self._facts.pop(name, None) is not None:
+                self._facts_changed(name)
         return gone
 
     def __len__(self) -> int:

@@ -24,6 +24,7 @@ from extender.explain import explain as explain_decision
 from extender.bad_request import BadRequest
 from extender.gpu_state import GpuState
 from extender.inventory.view import InventoryView
+from extender.live_classes import LiveClasses, LiveClassesCollector
 from extender.ome.pod_intent import PodIdentity, pod_identity
 from extender.metrics import ExtenderMetrics
 from extender.pod_gpus import gpus_requested, pod_ref
@@ -69,6 +70,8 @@ class SchedulerApi:
         self._plans: dict[PodIdentity, placement.ClassPlan] = {}
         self._plan_version = -1
         self.inventory_ready: Callable[[], bool] = lambda: True
+        self.classes = LiveClasses(state)
+        metrics.registry.register(LiveClassesCollector(self.classes, inventory))
 
     def not_ready_reason(self) -> str | None:
         if not self.serving:
@@ -105,7 +108,7 @@ class SchedulerApi:
         names = args.candidate_names()
         allocatable = args.allocatable(self.settings.gpu_resources, view.allocatable_gpus)
         outcome = placement.filter_with_classes(needed, names, allocatable, self.state.summary, self._clock(),
-                                                self.settings.policy, plan, view.membership.classes_by_node)  # fmt: skip
+                                                self.settings.policy, plan, self.classes.classes_by_node(view))  # fmt: skip
         if plan.incompatible:
             log.warning("filter %s: %s", pod_ref(args.pod), plan.incompatible)
         if plan.runtime_warning or plan.incompatible_reason is reasons.RUNTIME_INCOMPATIBLE and plan.incompatible:
@@ -124,7 +127,7 @@ class SchedulerApi:
         strategy, seed = self._strategy(args.pod)
         scores, _ = placement.prioritize_with_classes(
             needed, names, allocatable, self.state.summary, self._clock(), self.settings.policy,
-            plan, view.membership.classes_by_node, view.classes, strategy, seed,
+            plan, self.classes.classes_by_node(view), view.classes, strategy, seed,
         )  # fmt: skip
         if log.isEnabledFor(logging.DEBUG):
             log.debug("prioritize %s (needs %d GPU): %s", pod_ref(args.pod), needed,
@@ -137,7 +140,7 @@ class SchedulerApi:
         allocatable = args.allocatable(self.settings.gpu_resources, view.allocatable_gpus)
         strategy, seed = self._strategy(args.pod)
         return explain_decision(pod_ref(args.pod), needed, args.candidate_names(), allocatable, self.state.summary,
-                                self._clock(), self.settings.policy, plan, view, strategy, seed)  # fmt: skip
+                                self._clock(), self.settings.policy, plan, view, self.classes, strategy, seed)  # fmt: skip
 
     def _strategy(self, pod: dict[str, Any]) -> tuple[str, str]:
         """(node strategy, random seed) for the pod: its annotation, else the configured one."""

@@ -81,6 +81,7 @@ class ViewBuilder:
         self._on_invalid = on_invalid or (lambda kind, key, problem: None)
         self._warned: set[tuple[str, str, str]] = set()  # (kind, key, resourceVersion)
         self._scheduled = False
+        self._class_report: tuple[object, ...] = ()
         self.current = InventoryView()
         store.on_change(self._changed)
 
@@ -101,6 +102,20 @@ class ViewBuilder:
             self._warned.add((kind, key, version))
             log.warning("inventory: %s %s skipped: %s", kind, key, problem)
             self._on_invalid(kind, key, problem)
+
+    def _report_classless(self, membership: ClassMembership, allocatable: dict[str, int]) -> None:
+        """Log nodes in several classes, and GPU nodes in none, when that set changes."""
+        unclassed = tuple(n for n in membership.no_class if allocatable.get(n, 0) > 0)
+        report = (tuple(membership.multi_class.items()), unclassed)
+        if report == self._class_report:
+            return
+        self._class_report = report
+        if membership.multi_class:
+            log.info("inventory: %d node(s) in several AcceleratorClasses: %s", len(membership.multi_class),
+                     "; ".join(f"{n}: {', '.join(cs)}" for n, cs in list(membership.multi_class.items())[:10]))  # fmt: skip
+        if unclassed:
+            log.info("inventory: %d GPU node(s) match no AcceleratorClass (OME pods with class rules cannot "
+                     "land there): %s", len(unclassed), ", ".join(unclassed[:10]))  # fmt: skip
 
     def rebuild(self) -> InventoryView:
         self._scheduled = False
@@ -128,9 +143,8 @@ class ViewBuilder:
                 continue
             classes[parsed.name] = parsed
         membership = classify_nodes(valid_nodes, classes.values())
-        if membership.multi_class and classes:
-            log.info("inventory: nodes in several AcceleratorClasses: %s",
-                     "; ".join(f"{n}: {', '.join(cs)}" for n, cs in list(membership.multi_class.items())[:10]))  # fmt: skip
+        if classes:
+            self._report_classless(membership, allocatable)
         objects: dict[str, dict[str, KubeObject]] = {}
         parsed: dict[str, list[object]] = {}
         parsers = (

@@ -215,10 +215,11 @@ class ClassMatcher:
                 why = "; ".join(f"term {i}: {f}" for i, f in enumerate(failures)) or "no terms"
                 return Mismatch(AFFINITY, f"required node affinity not met ({why})")
         if gpus:
-            return self._capability_mismatch(gpus, tolerance)
+            return self.capability_mismatch(gpus, tolerance)
         return None
 
-    def _capability_mismatch(self, gpus: Sequence[GpuFacts], tolerance: float) -> Mismatch | None:
+    def capability_mismatch(self, gpus: Sequence[GpuFacts], tolerance: float = MEMORY_TOLERANCE) -> Mismatch | None:
+        """The class `capabilities` against a node's GPUs (see the module docstring, 3)."""
         need = self.cls.memory_bytes
         floor = None if need is None else need * (1.0 - tolerance)
         for i, (gpu_name, total, cc) in enumerate(gpus):

@@ -162,3 +162,45 @@ def test_classes_runtimes_and_policies_decide_placement(tmp_path: Path) -> None:
         assert ext.alive()
         _, still = post_json(url(ext, "/filter"), ome_request("llama-8b-pinned-a100", "vllm-llama-small", NODES))
         assert still["NodeNames"] == ["l40s-node"]  # nvidia-a100-40gb itself is still valid
+
+
+def test_a_node_whose_gpus_contradict_its_class_labels_leaves_the_class(tmp_path: Path) -> None:
+    """The node is labelled A100-80GB, but its agent reports 40 GB A100s: once the report
+    arrives, the node is out of the 80 GB class, with a log line, a gauge and /explain."""
+    inventory = tmp_path / "inventory"
+    inventory.mkdir()
+    write_inventory(inventory)
+    scenario = tmp_path / "a100-40.yaml"
+    scenario.write_text("gpus:\n  - count: 8\n    product: NVIDIA A100-SXM4-40GB\n    memory_gib: 40\n"
+                        "    compute_capability: '8.0'\n    utilization_percent: 0\n    memory_used_percent: 0\n")
+    large = ome_request("llama-70b-first-available", "vllm-llama-large", NODES, gpus=2)
+    with cluster(tmp_path) as c:
+        ext = c.extender("--inventory", str(inventory))
+        _, before = post_json(url(ext, "/filter"), large)
+        assert sorted(before["NodeNames"]) == ["a100-80-node", "h100-node"]  # labels only: no report yet
+        assert metric(scrape(url(ext, "/metrics")), "gpu_extender_class_nodes",
+                      accelerator_class="nvidia-a100-80gb") == 1  # fmt: skip
+
+        c.agent("a100-80-node", scenario, ext)
+        wait_until("the mislabelled node to leave its class",
+                   lambda: post_json(url(ext, "/filter"), large)[1]["NodeNames"] == ["h100-node"])  # fmt: skip
+        _, after = post_json(url(ext, "/filter"), large)
+        assert after["FailedAndUnresolvableNodes"]["a100-80-node"].endswith("(AcceleratorClassNotAllowed)")
+        assert ("node a100-80-node matches AcceleratorClass nvidia-a100-80gb by its labels but not by its GPUs "
+                "(GPU 0 (NVIDIA A100-SXM4-40GB) has 40.0 GiB; class needs 80.0 GiB") in ext.log()
+        samples = scrape(url(ext, "/metrics"))
+        assert metric(samples, "gpu_extender_class_capability_mismatches") == 1
+        assert metric(samples, "gpu_extender_class_nodes", accelerator_class="nvidia-a100-80gb") == 0
+        assert metric(samples, "gpu_extender_class_nodes", accelerator_class="nvidia-h100-80gb") == 1
+
+        _, why = post_json(url(ext, "/explain"), large)
+        node = next(n for n in why["nodes"] if n["node"] == "a100-80-node")
+        assert node["classes"] == [] and node["reasonCode"] == "AcceleratorClassNotAllowed"
+        assert "class needs 80.0 GiB" in node["classesExcludedByGpus"]["nvidia-a100-80gb"]
+        request_file = tmp_path / "request.json"
+        request_file.write_bytes(large)
+        cli = subprocess.run([sys.executable, "-m", "extender.main", "explain", str(request_file), "--url",
+                              f"http://127.0.0.1:{ext.ports['http']}"], capture_output=True, text=True, timeout=30)  # fmt: skip
+        assert cli.returncode == 0, cli.stderr
+        assert "  not in nvidia-a100-80gb although its labels match: GPU 0 (NVIDIA A100-SXM4-40GB) has 40.0 GiB" \
+            in cli.stdout

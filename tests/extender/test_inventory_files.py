@@ -117,3 +117,43 @@ def test_store_keys_and_deletes() -> None:
     assert store.objects("ServingRuntime") == [] and changes == ["ServingRuntime", "ServingRuntime"]
     with pytest.raises(ValueError, match="unknown kind"):
         store.upsert("Pod", runtime)
+
+
+CLASSED = """
+kind: AcceleratorClass
+metadata: {name: h100}
+spec: {vendor: nvidia, capabilities: {memoryGB: 80Gi}, discovery: {nodeSelector: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}}}
+---
+kind: AcceleratorClass
+metadata: {name: hopper}
+spec: {vendor: nvidia, capabilities: {memoryGB: 80Gi}, discovery: {nodeSelector: {nvidia.com/gpu.family: hopper}}}
+---
+kind: Node
+metadata: {name: both, labels: {nvidia.com/gpu.product: NVIDIA H100 80GB HBM3, nvidia.com/gpu.family: hopper}}
+status: {allocatable: {nvidia.com/gpu: '8'}}
+---
+kind: Node
+metadata: {name: unlabelled-gpu-node}
+status: {allocatable: {nvidia.com/gpu: '8'}}
+---
+kind: Node
+metadata: {name: cpu-node}
+status: {allocatable: {cpu: '64'}}
+"""
+
+
+def test_nodes_in_several_classes_or_none_are_logged_when_that_changes(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "inventory.yaml").write_text(CLASSED)
+    source, _, views, _ = build(tmp_path)
+    with caplog.at_level(logging.INFO, logger="gpu_extender.inventory"):
+        source.load()
+        views.rebuild()  # the same membership: not logged again
+    messages = [r.message for r in caplog.records if "node(s)" in r.message]
+    assert messages == [
+        "inventory: 1 node(s) in several AcceleratorClasses: both: h100, hopper",
+        "inventory: 1 GPU node(s) match no AcceleratorClass (OME pods with class rules cannot land there): "
+        "unlabelled-gpu-node",
+    ]  # the CPU node is in no class either, and that is expected
+    assert views.current.membership.classes_of("both") == ("h100", "hopper")
