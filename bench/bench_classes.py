@@ -45,7 +45,7 @@ def write_inventory(directory: Path, nodes: list[str]) -> None:
         docs.append({"apiVersion": "ome.io/v1beta1", "kind": "AcceleratorClass", "metadata": {"name": name},
                      "spec": {"vendor": "nvidia", "family": "hopper",
                               "discovery": {"nodeSelector": {"nvidia.com/gpu.product": product}},
-                              "capabilities": {"memoryGB": f"{40 + 8 * i}Gi", "computeCapability": "9.0",
+                              "capabilities": {"memoryGB": f"{24 + 8 * i}Gi", "computeCapability": "9.0",
                                                "memoryBandwidthGBps": str(1000 + 300 * i),
                                                "performance": {"fp16Tflops": 300 + 80 * i}},
                               "cost": {"perHour": f"{1 + 0.5 * i:.2f}"}}})  # fmt: skip

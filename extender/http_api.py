@@ -107,8 +107,10 @@ class SchedulerApi:
         view, plan = self._plan(args, needed)
         names = args.candidate_names()
         allocatable = args.allocatable(self.settings.gpu_resources, view.allocatable_gpus)
+        allowed_nodes = self.classes.nodes_in(view, plan.allowed) if plan.allowed else None
         outcome = placement.filter_with_classes(needed, names, allocatable, self.state.summary, self._clock(),
-                                                self.settings.policy, plan, self.classes.classes_by_node(view))  # fmt: skip
+                                                self.settings.policy, plan, self.classes.classes_by_node(view),
+                                                allowed_nodes)  # fmt: skip
         if plan.incompatible:
             log.warning("filter %s: %s", pod_ref(args.pod), plan.incompatible)
         if plan.runtime_warning or plan.incompatible_reason is reasons.RUNTIME_INCOMPATIBLE and plan.incompatible:
@@ -160,8 +162,8 @@ class SchedulerApi:
         m = self.metrics
         m.filter_nodes.labels(result="passed").inc(len(outcome.passed))
         m.filter_nodes.labels(result="failed").inc(len(outcome.failed))
-        for code, count in Counter(reason.code for reason in outcome.failed.values()).items():
-            m.filter_failures.labels(reason=code).inc(count)
+        for reason, count in Counter(outcome.failed.values()).items():
+            m.filter_failures.labels(reason=reason.code).inc(count)
         if outcome.fallback:
             m.filter_fallbacks.inc()
         if needed == 0:

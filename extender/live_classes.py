@@ -25,10 +25,13 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from extender.gpu_state import GpuState
+from extender.placement import nodes_in_classes
 from extender.inventory.view import InventoryView
-from extender.ome.node_class import MEMORY_TOLERANCE, ClassMatcher, Mismatch
+from extender.ome.node_class import MEMORY_TOLERANCE, ClassMatcher, GpuFacts, Mismatch
 
 log = logging.getLogger("gpu_extender.classes")
+
+_NODES_IN_CACHE = 256  # distinct allowed-class lists (runtimes x policies); cleared when full
 
 
 class LiveClasses:
@@ -41,6 +44,9 @@ class LiveClasses:
         self._by_node: dict[str, tuple[str, ...]] = {}
         self._excluded: dict[str, dict[str, Mismatch]] = {}  # node -> class -> why NVML disagrees
         self._dirty: set[str] = set()
+        # The nodes of a class list (a plan's allowed classes): filter's membership test
+        # becomes one set lookup per candidate. Cleared whenever membership changes.
+        self._nodes_in: dict[tuple[str, ...], frozenset[str]] = {}
         self._warned: set[tuple[str, str, str]] = set()  # (node, class, detail)
         state.on_facts_change(self._dirty.add)
 
@@ -53,6 +59,16 @@ class LiveClasses:
                 self._refine(node)
             self._dirty.clear()
         return self._by_node
+
+    def nodes_in(self, view: InventoryView, classes: tuple[str, ...]) -> frozenset[str]:
+        """The nodes in at least one of `classes`, cached until membership changes."""
+        by_node = self.classes_by_node(view)
+        found = self._nodes_in.get(classes)
+        if found is None:
+            if len(self._nodes_in) >= _NODES_IN_CACHE:
+                self._nodes_in.clear()
+            found = self._nodes_in[classes] = nodes_in_classes(by_node, classes)
+        return found
 
     def excluded(self, view: InventoryView, node: str) -> Mapping[str, Mismatch]:
         """The classes `node` matches by labels but not by its GPUs, with the reason."""
@@ -70,6 +86,7 @@ class LiveClasses:
         self._by_node = dict(self._base)
         self._excluded = {}
         self._dirty.clear()
+        self._nodes_in.clear()
         facts = self._state.facts
         for node, classes in self._base.items():
             if classes and facts(node):
@@ -81,9 +98,16 @@ class LiveClasses:
         label_classes = self._base[node]
         facts = self._state.facts(node)
         self._excluded.pop(node, None)
+        before = self._by_node.get(node)
         if not facts or not label_classes:
             self._by_node[node] = label_classes
-            return
+        else:
+            self._by_node[node] = self._check(node, label_classes, facts)
+        if self._by_node[node] != before:
+            self._nodes_in.clear()
+
+    def _check(self, node: str, label_classes: tuple[str, ...], facts: tuple[GpuFacts, ...]) -> tuple[str, ...]:
+        """The label classes whose capabilities the node's GPUs meet; records the others."""
         kept: list[str] = []
         excluded: dict[str, Mismatch] = {}
         for name in label_classes:
@@ -96,9 +120,9 @@ class LiveClasses:
                 self._warned.add((node, name, mismatch.detail))
                 log.warning("node %s matches AcceleratorClass %s by its labels but not by its GPUs (%s): "
                             "left out of the class; check the node's labels", node, name, mismatch.detail)  # fmt: skip
-        self._by_node[node] = tuple(kept)
         if excluded:
             self._excluded[node] = excluded
+        return tuple(kept)
 
 
 class LiveClassesCollector(Collector):

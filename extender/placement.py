@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet  # typing's AbstractSet is deprecated
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -174,24 +175,30 @@ def filter_with_classes(
     policy: decision.Policy,
     plan: ClassPlan,
     classes_by_node: ClassesByNode,
+    allowed_nodes: AbstractSet[str] | None = None,
 ) -> decision.FilterOutcome:
     """The GPU filter, preceded by the class rules: a node outside the allowed
     classes fails AcceleratorClassNotAllowed; an impossible class request fails
-    every node. Both are unresolvable: preemption cannot change a node's GPU model."""
+    every node. Both are unresolvable: preemption cannot change a node's GPU model.
+    `allowed_nodes` (the nodes of `plan.allowed`, see `nodes_in_classes`) may be
+    passed in by a caller that caches it; it is derived from `classes_by_node` if not."""
     if needed <= 0 or not plan.applies:
         return decision.filter_nodes(needed, names, allocatable, lookup, now, policy)
     if plan.incompatible:
-        return decision.FilterOutcome(failed={name: plan.incompatible_reason for name in names})
-    allowed = set(plan.allowed)
-    get = classes_by_node.get
-    inside = [n for n in names if not allowed.isdisjoint(get(n, ()))]
+        return decision.FilterOutcome(failed=dict.fromkeys(names, plan.incompatible_reason))
+    if allowed_nodes is None:
+        allowed_nodes = nodes_in_classes(classes_by_node, plan.allowed)
+    inside = [n for n in names if n in allowed_nodes]
     outcome = decision.filter_nodes(needed, inside, allocatable, lookup, now, policy)
     if len(inside) != len(names):
-        inside_set = set(inside)
-        for name in names:
-            if name not in inside_set:
-                outcome.failed[name] = reasons.CLASS_NOT_ALLOWED
+        outcome.failed.update(dict.fromkeys([n for n in names if n not in allowed_nodes], reasons.CLASS_NOT_ALLOWED))
     return outcome
+
+
+def nodes_in_classes(classes_by_node: ClassesByNode, classes: Sequence[str]) -> frozenset[str]:
+    """The nodes in at least one of `classes`."""
+    wanted = set(classes)
+    return frozenset(node for node, cs in classes_by_node.items() if not wanted.isdisjoint(cs))
 
 
 def prioritize_with_classes(
@@ -227,8 +234,10 @@ def prioritize_with_classes(
     allowed = set(plan.allowed)
     placeable: set[str] = set()
     for name, _, fits in ranked:
-        if fits and len(placeable) < len(allowed):
+        if fits:
             placeable.update(allowed.intersection(get(name, ())))
+            if len(placeable) == len(allowed):
+                break
     if plan.explicit:
         ranking = None
         position = {plan.allowed[0]: 0}
@@ -236,11 +245,19 @@ def prioritize_with_classes(
         ranking = rank_classes(plan.policy, plan.allowed, classes, plan.constraints, placeable.__contains__)
         position = {r.name: i for i, r in enumerate(ranking.ranked)}
     k = max(1, len(position))
+    # The formula as a table over (p, s): node scores are integers 0-10, so the loop
+    # below is lookups only. Nodes share few distinct class tuples: their best p is memoised.
+    table = [[min(decision.MAX_SCORE, round(1 + 9 * ((k - 1 - p) + s / 10) / k)) for s in range(decision.MAX_SCORE + 1)]
+             for p in range(k)]  # fmt: skip
+    best: dict[tuple[str, ...], int] = {}  # class tuple -> p, or -1 when none of them is ranked
     scores = []
     for name, node_score, fits in ranked:
-        p = min((position[c] for c in get(name, ()) if c in position), default=None) if fits else None
-        if p is None:
+        if not fits:
             scores.append((name, 0))
-        else:
-            scores.append((name, min(decision.MAX_SCORE, round(1 + 9 * ((k - 1 - p) + node_score / 10) / k))))
+            continue
+        node_classes = get(name, ())
+        p = best.get(node_classes)
+        if p is None:
+            p = best[node_classes] = min((position[c] for c in node_classes if c in position), default=-1)
+        scores.append((name, table[p][node_score] if p >= 0 else 0))
     return scores, ranking

@@ -14,18 +14,20 @@ fallback never lets such a node through. Busy or stale nodes are soft failures.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 
-@dataclass(frozen=True, slots=True)
+# eq=False: each reason is a singleton below, so identity is equality, and hashing
+# (Counter over thousands of failed nodes per call) stays in C.
+@dataclass(frozen=True, slots=True, eq=False)
 class Reason:
     code: str  # machine-stable, used as a metric label
     sentence: str
     unresolvable: bool
+    message: str = field(init=False)  # what kube-scheduler shows; built once, sent per failed node
 
-    @property
-    def message(self) -> str:
-        return f"gpu-extender: {self.sentence} ({self.code})"
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "message", f"gpu-extender: {self.sentence} ({self.code})")
 
 
 INSUFFICIENT_IDLE_GPUS = Reason(

@@ -4,6 +4,13 @@ Sources call `replace_all` / `upsert` / `delete` (the `InventorySink`
 protocol). Every change bumps `version` and calls the `on_change` hook, which
 the extender uses to rebuild its derived view (node classes, runtimes, ...)
 off the request path.
+
+Nodes are kept as the part the extender reads (name, labels, allocatable): a
+full Node is ~10-20 KB of images and conditions, and the kubelet rewrites its
+status every few minutes even when nothing changed. An update that leaves that
+part unchanged is stored (its new resourceVersion) but is not a change: in a
+5,000-node cluster that turns thousands of status writes per minute into no
+view rebuilds at all.
 """
 
 from __future__ import annotations
@@ -11,7 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 
-from extender.inventory.sink import KIND_BY_NAME, KINDS, KubeObject, object_key
+from extender.inventory.sink import KIND_BY_NAME, KINDS, NODE, KubeObject, object_key
 
 log = logging.getLogger("gpu_extender.inventory")
 
@@ -46,7 +53,7 @@ class InventoryStore:
         for obj in objects:
             key = _key_or_none(kind, obj)
             if key is not None:
-                fresh[key] = obj
+                fresh[key] = relevant_node_part(obj) if kind == NODE.kind else obj
         bucket.clear()
         bucket.update(fresh)
         first = kind not in self._synced
@@ -57,9 +64,17 @@ class InventoryStore:
 
     def upsert(self, kind: str, obj: KubeObject) -> None:
         key = _key_or_none(kind, obj)
-        if key is not None:
-            self._bucket(kind)[key] = obj
-            self._changed(kind)
+        if key is None:
+            return
+        bucket = self._bucket(kind)
+        if kind == NODE.kind:
+            obj = relevant_node_part(obj)
+            old = bucket.get(key)
+            if old is not None and _without_version(old) == _without_version(obj):
+                bucket[key] = obj
+                return
+        bucket[key] = obj
+        self._changed(kind)
 
     def delete(self, kind: str, obj: KubeObject) -> None:
         key = _key_or_none(kind, obj)
@@ -92,3 +107,30 @@ def _key_or_none(kind: str, obj: KubeObject) -> str | None:
     except (KeyError, TypeError, AttributeError):
         log.warning("inventory: %s object without metadata.name skipped", kind)
         return None
+
+
+def relevant_node_part(node: KubeObject) -> KubeObject:
+    """What the extender reads of a Node (`view._parse_node`, `node_class`): identity,
+    labels and status.allocatable. Malformed parts are kept as they are, so the view
+    still reports them as invalid."""
+    meta = node.get("metadata")
+    if not isinstance(meta, dict):
+        return node
+    slim: KubeObject = {
+        "apiVersion": node.get("apiVersion", "v1"),
+        "kind": "Node",
+        "metadata": {k: meta[k] for k in ("name", "labels", "resourceVersion", "uid") if k in meta},
+    }
+    status = node.get("status")
+    if isinstance(status, dict) and "allocatable" in status:
+        slim["status"] = {"allocatable": status["allocatable"]}
+    elif status is not None and not isinstance(status, dict):
+        slim["status"] = status
+    return slim
+
+
+def _without_version(node: KubeObject) -> KubeObject:
+    meta = node.get("metadata")
+    if not isinstance(meta, dict) or "resourceVersion" not in meta:
+        return node
+    return {**node, "metadata": {k: v for k, v in meta.items() if k != "resourceVersion"}}

@@ -26,7 +26,7 @@ from extender.inventory.sink import (
 )
 from extender.inventory.store import InventoryStore
 from extender.ome.accelerator_class import AcceleratorClass, InvalidAcceleratorClass, parse_accelerator_class
-from extender.ome.node_class import ClassMembership, classify_nodes, membership_from
+from extender.ome.node_class import ClassMembership, classes_for_node, compile_classes, membership_from
 from extender.ome.ome_objects import (
     BaseModel,
     InferenceService,
@@ -82,6 +82,12 @@ class ViewBuilder:
         self._warned: set[tuple[str, str, str]] = set()  # (kind, key, resourceVersion)
         self._scheduled = False
         self._class_report: tuple[object, ...] = ()
+        # Per-node results of the last rebuild, reused while the store holds the same
+        # object (keyed by id, checked by identity): one changed Node re-parses and
+        # re-classifies one node, not all of them.
+        self._parsed_nodes: dict[int, tuple[KubeObject, tuple[str, int, dict[str, str]]]] = {}
+        self._node_classes: dict[int, tuple[KubeObject, tuple[str, ...]]] = {}
+        self._classes_seen: list[AcceleratorClass] = []
         self.current = InventoryView()
         store.on_change(self._changed)
 
@@ -117,22 +123,46 @@ class ViewBuilder:
             log.info("inventory: %d GPU node(s) match no AcceleratorClass (OME pods with class rules cannot "
                      "land there): %s", len(unclassed), ", ".join(unclassed[:10]))  # fmt: skip
 
+    def _classify(self, nodes: list[KubeObject], classes: dict[str, AcceleratorClass]) -> ClassMembership:
+        current = list(classes.values())
+        if current != self._classes_seen:  # any class added, changed or removed: classify all again
+            self._classes_seen = current
+            self._node_classes = {}
+        matchers = compile_classes(current)
+        by_node: dict[str, tuple[str, ...]] = {}
+        node_classes: dict[int, tuple[KubeObject, tuple[str, ...]]] = {}
+        for node in nodes:
+            cached = self._node_classes.get(id(node))
+            names = cached[1] if cached is not None and cached[0] is node else classes_for_node(node, matchers)
+            node_classes[id(node)] = (node, names)
+            by_node[node["metadata"]["name"]] = names
+        self._node_classes = node_classes
+        return membership_from(by_node, classes)
+
     def rebuild(self) -> InventoryView:
         self._scheduled = False
         invalid: dict[str, int] = {}
         allocatable: dict[str, int] = {}
         labels: dict[str, dict[str, str]] = {}
         valid_nodes: list[KubeObject] = []
+        parsed_nodes: dict[int, tuple[KubeObject, tuple[str, int, dict[str, str]]]] = {}
         for node in self._store.objects(NODE.kind):
-            try:
-                name, gpus, node_labels = _parse_node(node, self._gpu_resources)
-            except BadRequest as exc:
-                invalid[NODE.kind] = invalid.get(NODE.kind, 0) + 1
-                self._invalid(NODE.kind, node, exc.message)
-                continue
+            cached = self._parsed_nodes.get(id(node))
+            if cached is not None and cached[0] is node:  # the same object as last time: same result
+                result = cached[1]
+            else:
+                try:
+                    result = _parse_node(node, self._gpu_resources)
+                except BadRequest as exc:
+                    invalid[NODE.kind] = invalid.get(NODE.kind, 0) + 1
+                    self._invalid(NODE.kind, node, exc.message)
+                    continue
+            parsed_nodes[id(node)] = (node, result)
+            name, gpus, node_labels = result
             allocatable[name] = gpus
             labels[name] = node_labels
             valid_nodes.append(node)
+        self._parsed_nodes = parsed_nodes
         classes: dict[str, AcceleratorClass] = {}
         for obj in self._store.objects(ACCELERATOR_CLASS.kind):
             try:
@@ -142,7 +172,7 @@ class ViewBuilder:
                 self._invalid(ACCELERATOR_CLASS.kind, obj, str(exc))
                 continue
             classes[parsed.name] = parsed
-        membership = classify_nodes(valid_nodes, classes.values())
+        membership = self._classify(valid_nodes, classes)
         if classes:
             self._report_classless(membership, allocatable)
         objects: dict[str, dict[str, KubeObject]] = {}

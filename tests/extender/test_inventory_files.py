@@ -119,6 +119,60 @@ def test_store_keys_and_deletes() -> None:
         store.upsert("Pod", runtime)
 
 
+
+def full_node(rv: str, labels: dict, gpus: str = "8", heartbeat: str = "2026-11-22T10:00:00Z") -> dict:
+    """A Node the way the API server sends it: most of it is status the extender never reads."""
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": "gpu-1", "resourceVersion": rv, "uid": "u-1", "labels": labels,
+                         "annotations": {"node.alpha.kubernetes.io/ttl": "0"}, "managedFields": [{"manager": "kubelet"}]},
+            "spec": {"podCIDR": "10.0.0.0/24"},
+            "status": {"allocatable": {"nvidia.com/gpu": gpus, "cpu": "64"}, "capacity": {"nvidia.com/gpu": gpus},
+                       "conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": heartbeat}],
+                       "images": [{"names": ["registry/vllm:latest"], "sizeBytes": 9_000_000_000}]}}  # fmt: skip
+
+
+def test_nodes_are_stored_slim_and_status_only_updates_are_not_changes() -> None:
+    store = InventoryStore()
+    views = ViewBuilder(store, GPU)
+    changes: list[str] = []
+    store.on_change(changes.append)
+    labels = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    store.replace_all("Node", [full_node("1", labels)])
+    assert store.get("Node", "gpu-1") == {
+        "apiVersion": "v1", "kind": "Node",
+        "metadata": {"name": "gpu-1", "labels": labels, "resourceVersion": "1", "uid": "u-1"},
+        "status": {"allocatable": {"nvidia.com/gpu": "8", "cpu": "64"}},
+    }  # fmt: skip
+    version = store.version
+    store.upsert("Node", full_node("2", labels, heartbeat="2026-11-22T10:05:00Z"))  # the kubelet's status write
+    assert store.version == version and changes == ["Node"]
+    assert store.get("Node", "gpu-1")["metadata"]["resourceVersion"] == "2"  # kept current all the same
+    store.upsert("Node", full_node("3", {**labels, "team": "llm"}))  # a label: a change
+    store.upsert("Node", full_node("4", {**labels, "team": "llm"}, gpus="7"))  # allocatable: a change
+    assert changes == ["Node", "Node", "Node"]
+    assert views.current.allocatable_gpus == {"gpu-1": 7} and views.current.node_labels["gpu-1"]["team"] == "llm"
+
+
+def test_one_changed_node_is_reparsed_and_the_rest_reused() -> None:
+    store = InventoryStore()
+    views = ViewBuilder(store, GPU)
+    store.upsert("AcceleratorClass", {"kind": "AcceleratorClass", "metadata": {"name": "h100"},
+                                      "spec": {"capabilities": {"memoryGB": "80Gi"}, "discovery": {
+                                          "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}}})  # fmt: skip
+    for i in range(3):
+        store.upsert("Node", {"kind": "Node", "metadata": {"name": f"n{i}", "labels": {}},
+                              "status": {"allocatable": {"nvidia.com/gpu": "8"}}})  # fmt: skip
+    assert views.current.membership.classes_by_node == {"n0": (), "n1": (), "n2": ()}
+    store.upsert("Node", {"kind": "Node", "metadata": {"name": "n1", "labels": {
+        "nvidia.com/gpu.product": "NVIDIA H100 80GB HBM3"}}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}})
+    assert views.current.membership.classes_by_node == {"n0": (), "n1": ("h100",), "n2": ()}
+    # A class edit re-classifies every node, cached or not.
+    store.upsert("AcceleratorClass", {"kind": "AcceleratorClass", "metadata": {"name": "h100"},
+                                      "spec": {"capabilities": {"memoryGB": "80Gi"}, "discovery": {
+                                          "nodeSelector": {}}}})  # fmt: skip
+    assert views.current.membership.classes_by_node == {"n0": ("h100",), "n1": ("h100",), "n2": ("h100",)}
+
+
 CLASSED = """
 kind: AcceleratorClass
 metadata: {name: h100}

@@ -147,3 +147,16 @@ def test_gauges(view: InventoryView) -> None:  # noqa: F811
     assert value("gpu_extender_class_capability_mismatches") == 1
     assert value("gpu_extender_gpu_nodes_without_class") == 1  # the mislabelled node, 8 allocatable GPUs
     assert value("gpu_extender_nodes_in_several_classes") == 0
+
+
+def test_nodes_in_follows_membership_changes(view: InventoryView) -> None:  # noqa: F811
+    state = GpuState(IdleRule())
+    live = LiveClasses(state)
+    wanted = ("nvidia-a100-80gb", "nvidia-h100-80gb")
+    assert live.nodes_in(view, wanted) == {"a100-80-node", "h100-node"}
+    assert live.nodes_in(view, wanted) is live.nodes_in(view, wanted)  # cached
+    send(state, "a100-80-node", A100_40)
+    assert live.nodes_in(view, wanted) == {"h100-node"}
+    send(state, "a100-80-node", A100_80, seq=2)
+    assert live.nodes_in(view, wanted) == {"a100-80-node", "h100-node"}
+    assert live.nodes_in(view, ("nvidia-l40s",)) == {"l40s-node"}
