@@ -11,6 +11,9 @@ from pathlib import Path
 from gpuextender.cli import HelpFormatter
 from gpuextender.logs import LEVELS
 from gpuextender.netaddr import AddressError, HostPort, parse_host_port
+from gpuextender.tls_files import CredentialFileError, check_ca, check_pair, check_readable
+
+from agent.dial import DialSettings
 
 _NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
@@ -29,6 +32,9 @@ class AgentConfig:
     reconnect_initial_s: float
     reconnect_max_s: float
     log_level: str
+    extender_service: HostPort | None = None
+    resolve_interval_s: float = 15.0
+    dial: DialSettings = DialSettings()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -37,7 +43,8 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "Per-node GPU agent for kube-gpu-extender. Reads every GPU through NVML each "
             "interval, serves Prometheus metrics, and streams full node snapshots over gRPC "
-            "to every gpu-extender replica given with --extender."
+            "to every gpu-extender replica: those given with --extender, and every address of the "
+            "headless Service given with --extender-service."
         ),
         formatter_class=HelpFormatter,
     )
@@ -56,8 +63,57 @@ def build_parser() -> argparse.ArgumentParser:
                    help="first delay before reopening a broken extender stream")  # fmt: skip
     p.add_argument("--reconnect-max-backoff", type=float, default=5.0, metavar="SECONDS",
                    help="longest delay between attempts (doubling, with jitter, up to this)")  # fmt: skip
+    p.add_argument("--extender-service", metavar="HOST:PORT",
+                   help="DNS name of the extenders' headless Service; one stream per address it resolves to, "
+                   "re-resolved every --resolve-interval (default: $GPU_AGENT_EXTENDER_SERVICE)")  # fmt: skip
+    p.add_argument("--resolve-interval", type=float, default=15.0, metavar="SECONDS",
+                   help="how often --extender-service is resolved again (replicas come and go)")  # fmt: skip
+    p.add_argument("--tls-ca", type=Path, metavar="PATH",
+                   help="TLS to every extender, verifying its certificate against this CA (PEM); "
+                   "re-read on every reconnect")  # fmt: skip
+    p.add_argument("--tls-cert", type=Path, metavar="PATH",
+                   help="client certificate for mTLS (PEM, with --tls-key); re-read on every reconnect")  # fmt: skip
+    p.add_argument("--tls-key", type=Path, metavar="PATH", help="private key of --tls-cert (PEM)")
+    p.add_argument("--tls-server-name", metavar="NAME",
+                   help="name expected in the extender's certificate (agents dial the pod IPs of the headless "
+                   "Service, so pass the Service's DNS name here)")  # fmt: skip
+    p.add_argument("--token-file", type=Path, metavar="PATH",
+                   help="projected ServiceAccount token sent as `authorization: Bearer` on each stream; "
+                   "re-read on every (re)connect (the kubelet rotates it)")  # fmt: skip
     p.add_argument("--log-level", default="info", choices=LEVELS)
     return p
+
+
+def _dial(args: argparse.Namespace) -> DialSettings:
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise ConfigError("--tls-cert and --tls-key go together: pass both or neither")
+    if args.tls_ca is None and (args.tls_cert is not None or args.tls_server_name):
+        flag = "--tls-cert/--tls-key" if args.tls_cert is not None else "--tls-server-name"
+        raise ConfigError(f"{flag} needs --tls-ca (the CA that signed the extender's certificate)")
+    try:
+        for flag, path in (("--tls-ca", args.tls_ca), ("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key)):
+            check_readable(flag, path)
+        if args.tls_ca is not None:
+            check_ca("--tls-ca", args.tls_ca)
+        if args.tls_cert is not None:
+            check_pair(args.tls_cert, args.tls_key)
+    except CredentialFileError as exc:
+        raise ConfigError(str(exc)) from None
+    server_name = (args.tls_server_name or "").strip() or None
+    return DialSettings(args.tls_ca, args.tls_cert, args.tls_key, server_name, args.token_file)
+
+
+def _extender_service(text: str) -> HostPort | None:
+    if not text.strip():
+        return None
+    try:
+        service = parse_host_port(text, default_host="")
+    except AddressError as exc:
+        raise ConfigError(f"--extender-service {exc}") from None
+    if not service.host or service.port == 0:
+        raise ConfigError(f"--extender-service {text!r}: expected the Service's DNS name and gRPC port, "
+                          "e.g. gpu-extender-agents.gpu-extender.svc:9090")  # fmt: skip
+    return service
 
 
 def build_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> AgentConfig:
@@ -83,6 +139,11 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> AgentCon
         metrics_addr = parse_host_port(args.metrics_addr)
     except AddressError as exc:
         raise ConfigError(f"--metrics-addr {exc}") from None
+    service = _extender_service(
+        args.extender_service if args.extender_service is not None else env.get("GPU_AGENT_EXTENDER_SERVICE", "")
+    )
+    if not 0.1 <= args.resolve_interval <= 3600:
+        raise ConfigError(f"--resolve-interval {args.resolve_interval} must be within 0.1..3600 seconds")
     return AgentConfig(
         node_name=node_name,
         extenders=tuple(dict.fromkeys(extenders)),
@@ -92,4 +153,7 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> AgentCon
         reconnect_initial_s=args.reconnect_initial_backoff,
         reconnect_max_s=args.reconnect_max_backoff,
         log_level=args.log_level,
+        extender_service=service,
+        resolve_interval_s=args.resolve_interval,
+        dial=_dial(args),
     )

@@ -17,12 +17,14 @@ from gpuextender.logs import configure_logging
 
 from gpuextender.backoff import Backoff
 from agent.config import AgentConfig, ConfigError, build_config
+from agent.discovery import ServiceWatch
 from agent.fake_scenario import ScenarioError, load_scenario
 from agent.http_server import build_app
 from agent.latest import LatestReport
 from agent.metrics import AgentMetrics
 from agent.nvml_reader import NvmlReader, NvmlUnavailable
 from agent.sample_loop import SampleLoop
+from agent.stream_set import StreamSet
 from agent.streamer import ExtenderStream
 
 log = logging.getLogger("gpu_agent")
@@ -74,21 +76,25 @@ async def _serve(config: AgentConfig, reader: NvmlReader, metrics: AgentMetrics)
     await web.TCPSite(runner, config.metrics_addr.host, config.metrics_addr.port).start()
     log.info(
         "gpu-agent %s for node %s: metrics on http://%s/metrics, sampling every %.2fs, extenders: %s",
-        __version__, config.node_name, config.metrics_addr, config.interval_s,
-        ", ".join(config.extenders) or "none (metrics only)",
+        __version__, config.node_name, config.metrics_addr, config.interval_s, _extenders_summary(config),
     )  # fmt: skip
+    log.info("stream security: %s", _security_summary(config))
 
-    streams = [
-        ExtenderStream(
+    def make_stream(target: str) -> ExtenderStream:
+        return ExtenderStream(
             target, latest, metrics,
             backoff=Backoff(config.reconnect_initial_s, config.reconnect_max_s),
             ack_timeout_s=max(10.0, 5 * config.interval_s),
             on_requested_interval=sampler.set_interval,
+            dial=config.dial,
         )  # fmt: skip
-        for target in config.extenders
-    ]
-    tasks = [asyncio.create_task(sampler.run(), name="sampler")]
-    tasks += [asyncio.create_task(s.run(), name=f"stream {s.target}") for s in streams]
+
+    streams = StreamSet(make_stream, static=config.extenders)
+    tasks = [asyncio.create_task(sampler.run(), name="sampler"),
+             asyncio.create_task(streams.run(), name="extender streams")]  # fmt: skip
+    if config.extender_service is not None:
+        watch = ServiceWatch(config.extender_service, config.resolve_interval_s, streams.set_resolved)
+        tasks.append(asyncio.create_task(watch.run(), name="extender service"))
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -109,6 +115,30 @@ async def _serve(config: AgentConfig, reader: NvmlReader, metrics: AgentMetrics)
             await task
     await runner.cleanup()
     return exit_code
+
+
+def _extenders_summary(config: AgentConfig) -> str:
+    parts = list(config.extenders)
+    if config.extender_service is not None:
+        parts.append(f"every address of {config.extender_service} (resolved every {config.resolve_interval_s:g}s)")
+    return ", ".join(parts) or "none (metrics only)"
+
+
+def _security_summary(config: AgentConfig) -> str:
+    dial = config.dial
+    if not dial.tls:
+        tls = "plaintext (no --tls-ca)"
+    else:
+        tls = f"TLS, extender certificate checked against {dial.tls_ca}"
+        if dial.tls_server_name:
+            tls += f" for the name {dial.tls_server_name!r}"
+        elif config.extender_service is not None:
+            tls += " for each pod IP (no --tls-server-name: the certificate must list them)"
+        tls += f", client certificate {dial.tls_cert}" if dial.client_cert else ", no client certificate"
+    token = f"; bearer token from {dial.token_file}" if dial.token_file else "; no token"
+    if dial.token_file and not dial.tls:
+        token += " (sent in cleartext: add --tls-ca)"
+    return tls + token
 
 
 if __name__ == "__main__":

@@ -5,6 +5,12 @@ them), so the agent keeps a stream to each address it was given. A stream
 sends only the newest report (see `agent.latest`), reads one ack per report,
 and is torn down and reopened when the extender goes away, stops acking, or
 the connection breaks. The agent never exits because an extender is down.
+
+Each attempt opens a fresh channel: certificates and the bearer token are
+read again from disk (see `agent.dial`), so rotation needs no restart, and our
+backoff alone paces reconnects. Failures are logged once when they start or
+change kind, then at most once a minute, in words naming the flag to fix
+(`agent.stream_problem`).
 """
 
 from __future__ import annotations
@@ -19,13 +25,23 @@ from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 
 from gpuextender.backoff import Backoff
+from agent.dial import DialError, DialSettings, call_metadata, open_channel
 from agent.latest import LatestReport
 from agent.metrics import AgentMetrics
+from agent.stream_problem import StreamProblem, describe_failure
 
 log = logging.getLogger("gpu_agent.stream")
 
 # While the extender is unreachable, repeat the warning at most this often.
 _REPEAT_WARNING_S = 60.0
+
+
+class _CallFailed(Exception):
+    """The RPC ended with an error status, noticed through a write on the finished call."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self.code, self.details = code, details
 
 
 class ExtenderStream:
@@ -38,8 +54,10 @@ class ExtenderStream:
         backoff: Backoff,
         ack_timeout_s: float,
         on_requested_interval: Callable[[float], None],
+        dial: DialSettings = DialSettings(),
     ) -> None:
         self.target = target
+        self._dial = dial
         self._latest = latest
         self._metrics = metrics
         self._backoff = backoff
@@ -48,57 +66,74 @@ class ExtenderStream:
         self._last_reject_reason = ""
         self.connected = False
 
-    def _channel(self) -> grpc.aio.Channel:
-        max_ms = int(self._backoff.max_s * 1000)
-        options = [
-            # Our loop does the backoff; keep grpc's own reconnect timer below it.
-            ("grpc.initial_reconnect_backoff_ms", min(1000, max_ms)),
-            ("grpc.min_reconnect_backoff_ms", min(1000, max_ms)),
-            ("grpc.max_reconnect_backoff_ms", max_ms),
+    def _options(self) -> list[tuple[str, int]]:
+        return [
             # Notice a vanished extender host (no FIN) within ~30 s.
             ("grpc.keepalive_time_ms", 20_000),
             ("grpc.keepalive_timeout_ms", 10_000),
         ]
-        return grpc.aio.insecure_channel(self.target, options=options)
 
     async def run(self) -> None:
         """Stream until cancelled."""
         failures = 0
         last_warning = 0.0
-        async with self._channel() as channel:
-            stub = pb_grpc.GpuStateServiceStub(channel)
-            while True:
-                self._metrics.stream_reconnects.labels(extender=self.target).inc()
-                acked = 0
-                try:
-                    acked = await self._session(stub)
-                    problem = "extender closed the stream"
-                except grpc.aio.AioRpcError as exc:
-                    problem = f"{exc.code().name}: {exc.details()}"
-                except TimeoutError:
-                    problem = f"no ack within {self._ack_timeout_s:.0f}s"
-                except Exception as exc:  # e.g. a write on a call that just finished; never fatal
-                    problem = f"{type(exc).__name__}: {exc}"
-                    log.debug("stream to %s failed", self.target, exc_info=True)
-                finally:
-                    self._set_connected(False)
-                if acked:
-                    self._backoff.reset()
-                    failures = 0
-                failures += 1
-                delay = self._backoff.next_delay()
-                now = time.monotonic()
-                if failures == 1 or now - last_warning >= _REPEAT_WARNING_S:
-                    log.warning(
-                        "stream to extender %s down (%s); attempt %d, retrying in %.1fs",
-                        self.target, problem, failures, delay,
-                    )  # fmt: skip
-                    last_warning = now
-                await asyncio.sleep(delay)
+        last_kind = ""
+        while True:
+            self._metrics.stream_reconnects.labels(extender=self.target).inc()
+            acked = 0
+            try:
+                acked = await self._attempt()
+                problem = StreamProblem("closed", "extender closed the stream")
+            except DialError as exc:
+                problem = StreamProblem("credentials", str(exc))
+            except grpc.aio.AioRpcError as exc:
+                problem = describe_failure(exc.code().name, exc.details() or "", self.target, self._dial)
+            except _CallFailed as exc:
+                problem = describe_failure(exc.code.name, exc.details, self.target, self._dial)
+            except TimeoutError:
+                problem = StreamProblem("timeout", f"no ack within {self._ack_timeout_s:.0f}s")
+            except Exception as exc:  # e.g. a write on a call that just finished; never fatal
+                problem = StreamProblem("error", f"{type(exc).__name__}: {exc}")
+                log.debug("stream to %s failed", self.target, exc_info=True)
+            finally:
+                self._set_connected(False)
+            if acked:
+                self._backoff.reset()
+                failures = 0
+                last_kind = ""
+            failures += 1
+            delay = self._backoff.next_delay()
+            now = time.monotonic()
+            if problem.kind != last_kind or now - last_warning >= _REPEAT_WARNING_S:
+                log.warning(
+                    "stream to extender %s down (%s); attempt %d, retrying in %.1fs",
+                    self.target, problem.message, failures, delay,
+                )  # fmt: skip
+                last_warning = now
+                last_kind = problem.kind
+            await asyncio.sleep(delay)
 
-    async def _session(self, stub: pb_grpc.GpuStateServiceStub) -> int:
+    async def _attempt(self) -> int:
+        """One connection: fresh credentials, one stream. Returns acks received."""
+        metadata = call_metadata(self._dial)
+        async with open_channel(self.target, self._dial, self._options()) as channel:
+            stub = pb_grpc.GpuStateServiceStub(channel)
+            call = stub.StreamNodeReports(metadata=metadata or None)
+            try:
+                return await self._session(call)
+            except (grpc.aio.AioRpcError, TimeoutError):
+                raise
+            except Exception:
+                if call.done():  # the extender ended the call (e.g. refused it): its status says why
+                    code = await call.code()
+                    if code not in (grpc.StatusCode.OK, grpc.StatusCode.CANCELLED):
+                        raise _CallFailed(code, await call.details() or "") from None
+                raise
+            finally:
+                call.cancel()
+
+    async def _session(self, call: grpc.aio.StreamStreamCall) -> int:
         """One stream: write the newest reports, read acks. Returns acks received."""
-        call = stub.StreamNodeReports()
         sent = 0
         acked = 0
 
@@ -134,7 +169,6 @@ class ExtenderStream:
             writer.cancel()
             if read is not None:
                 read.cancel()
-            call.cancel()
 
     def _handle_ack(self, ack: pb.ReportAck) -> None:
         if ack.status == pb.ReportAck.REJECTED:
@@ -147,6 +181,15 @@ class ExtenderStream:
             self._set_connected(True)
         if ack.requested_interval_ms > 0:
             self._on_requested_interval(ack.requested_interval_ms / 1000.0)
+
+    def forget_metrics(self) -> None:
+        """Drop this extender's series: resolved pod IPs change with every rollout."""
+        for family in (self._metrics.stream_connected, self._metrics.stream_reconnects,
+                       self._metrics.reports_sent, self._metrics.reports_rejected):  # fmt: skip
+            try:
+                family.remove(self.target)
+            except KeyError:
+                pass
 
     def _set_connected(self, connected: bool) -> None:
         if connected and not self.connected:

@@ -10,14 +10,24 @@ from pathlib import Path
 from gpuextender.cli import HelpFormatter
 from gpuextender.logs import LEVELS
 from gpuextender.netaddr import AddressError, HostPort, parse_host_port
+from gpuextender.tls_files import CredentialFileError, check_readable
 
+from extender.agent_identity import ServiceAccountRef, parse_service_account
 from extender.decision import Policy
 from extender.gpu_summary import IdleRule
 from extender.http_api import ApiSettings
+from extender.serving_tls import ServingTlsFiles
 
 
 class ConfigError(ValueError):
     """A flag value is wrong; the message says which and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentAuth:
+    mode: str  # none | tokenreview
+    service_account: ServiceAccountRef | None = None
+    audience: str = "gpu-extender"
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +42,8 @@ class ExtenderConfig:
     requested_agent_interval_ms: int
     forget_after_s: float
     log_level: str
+    tls: ServingTlsFiles | None = None
+    agent_auth: AgentAuth = AgentAuth("none")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -91,8 +103,56 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ask agents to sample at this interval (0: leave it to the agents)")  # fmt: skip
     p.add_argument("--forget-after", type=float, default=3600.0, metavar="SECONDS",
                    help="drop a node's GPU data after this long without reports (node gone)")  # fmt: skip
+    p.add_argument("--tls-cert", type=Path, metavar="PATH",
+                   help="serve HTTPS on --http-addr and TLS on --grpc-addr with this certificate (PEM, with "
+                   "--tls-key); reloaded when the file changes (cert-manager rotation)")  # fmt: skip
+    p.add_argument("--tls-key", type=Path, metavar="PATH", help="private key of --tls-cert (PEM)")
+    p.add_argument("--tls-ca", type=Path, metavar="PATH",
+                   help="mTLS on gRPC: agents must present a client certificate signed by this CA "
+                   "(needs --tls-cert/--tls-key; HTTPS stays server-auth only, for kubelet probes)")  # fmt: skip
+    p.add_argument("--agent-auth", choices=("none", "tokenreview"), default="none",
+                   help="tokenreview: agents send a projected ServiceAccount token, checked with the API "
+                   "server's TokenReview when a stream opens; a token only reports for the node its pod "
+                   "runs on (needs --kubernetes and Kubernetes >= 1.30)")  # fmt: skip
+    p.add_argument("--agent-service-account", metavar="NAMESPACE/NAME",
+                   help="the agents' ServiceAccount (required with --agent-auth tokenreview)")  # fmt: skip
+    p.add_argument("--agent-token-audience", default="gpu-extender", metavar="AUD",
+                   help="audience the agents' projected tokens must be issued for")  # fmt: skip
     p.add_argument("--log-level", default="info", choices=LEVELS)
     return p
+
+
+def _tls(args: argparse.Namespace) -> ServingTlsFiles | None:
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise ConfigError("--tls-cert and --tls-key go together: pass both or neither")
+    if args.tls_ca is not None and args.tls_cert is None:
+        raise ConfigError("--tls-ca (client certificates for agents) needs --tls-cert and --tls-key")
+    try:
+        for flag, path in (("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key), ("--tls-ca", args.tls_ca)):
+            check_readable(flag, path)
+    except CredentialFileError as exc:
+        raise ConfigError(str(exc)) from None
+    return ServingTlsFiles(args.tls_cert, args.tls_key, args.tls_ca) if args.tls_cert else None
+
+
+def _agent_auth(args: argparse.Namespace) -> AgentAuth:
+    audience = args.agent_token_audience.strip()
+    if not audience:
+        raise ConfigError("--agent-token-audience must not be empty")
+    if args.agent_auth == "none":
+        if args.agent_service_account is not None:
+            raise ConfigError("--agent-service-account only applies with --agent-auth tokenreview")
+        return AgentAuth("none", None, audience)
+    if not args.kubernetes:
+        raise ConfigError("--agent-auth tokenreview calls the API server's TokenReview: it needs --kubernetes "
+                          "(in-cluster credentials or --kubeconfig)")  # fmt: skip
+    if not args.agent_service_account:
+        raise ConfigError("--agent-auth tokenreview needs --agent-service-account NAMESPACE/NAME")
+    try:
+        service_account = parse_service_account(args.agent_service_account)
+    except ValueError as exc:
+        raise ConfigError(f"--agent-service-account {exc}") from None
+    return AgentAuth("tokenreview", service_account, audience)
 
 
 def build_config(argv: Sequence[str] | None) -> ExtenderConfig:
@@ -143,4 +203,6 @@ def build_config(argv: Sequence[str] | None) -> ExtenderConfig:
         requested_agent_interval_ms=int(args.requested_agent_interval * 1000),
         forget_after_s=args.forget_after,
         log_level=args.log_level,
+        tls=_tls(args),
+        agent_auth=_agent_auth(args),
     )

@@ -19,6 +19,7 @@ from gpuextender.logs import configure_logging
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 
 from extender.config import ConfigError, ExtenderConfig, build_config
+from extender.agent_identity import Authenticator
 from extender.gpu_state import GpuState
 from extender.http_api import SchedulerApi, build_app
 from extender.ingest import IngestService
@@ -27,6 +28,7 @@ from extender.inventory.sink import KINDS
 from extender.inventory.store import InventoryStore
 from extender.inventory.view import ViewBuilder
 from extender.metrics import ExtenderMetrics
+from extender.serving_tls import ServingCertificate, TlsLoadError
 
 log = logging.getLogger("gpu_extender")
 
@@ -63,16 +65,29 @@ def main(argv: Sequence[str] | None = None) -> int:
             source = FileInventorySource(config.inventory, store)
         except InventoryPathError as exc:
             return _fail(str(exc))
+    certificate: ServingCertificate | None = None
+    if config.tls is not None:
+        try:
+            certificate = ServingCertificate(config.tls)
+        except TlsLoadError as exc:
+            return _fail(str(exc))
     try:
-        return asyncio.run(_serve(config, store, source))
+        return asyncio.run(_serve(config, store, source, certificate))
     except _StartupError as exc:
         return _fail(str(exc))
     except OSError as exc:
         return _fail(f"cannot listen: {exc.strerror or exc}")
 
 
-async def _serve(config: ExtenderConfig, store: InventoryStore, source: FileInventorySource | None) -> int:
+async def _serve(
+    config: ExtenderConfig,
+    store: InventoryStore,
+    source: FileInventorySource | None,
+    certificate: ServingCertificate | None,
+) -> int:
     kube_source = None
+    authenticator: Authenticator | None = None
+    reviewer = None
     if config.kubernetes:
         # Imported only when used: kubernetes-asyncio adds ~35 MiB to the extender's RSS.
         from extender.inventory.kube_source import KubeConfigError, KubeInventorySource, load_kube_config
@@ -82,6 +97,12 @@ async def _serve(config: ExtenderConfig, store: InventoryStore, source: FileInve
         except KubeConfigError as exc:
             raise _StartupError(str(exc)) from None
         kube_source = KubeInventorySource(store, connection)
+        if config.agent_auth.mode == "tokenreview":
+            from extender.token_review import TokenReviewer
+
+            assert config.agent_auth.service_account is not None  # config guarantees it
+            reviewer = TokenReviewer(connection, config.agent_auth.service_account, config.agent_auth.audience)
+            authenticator = reviewer
 
     state = GpuState(config.idle_rule)
     metrics = ExtenderMetrics(state, store)
@@ -106,30 +127,37 @@ async def _serve(config: ExtenderConfig, store: InventoryStore, source: FileInve
             ("grpc.max_receive_message_length", 4 * 1024**2),
         ]
     )
-    pb_grpc.add_GpuStateServiceServicer_to_server(
-        IngestService(state, metrics, requested_interval_ms=config.requested_agent_interval_ms), grpc_server
+    ingest = IngestService(
+        state, metrics, requested_interval_ms=config.requested_agent_interval_ms, authenticator=authenticator
     )
+    pb_grpc.add_GpuStateServiceServicer_to_server(ingest, grpc_server)
     grpc_target = str(config.grpc_addr)
-    if grpc_server.add_insecure_port(grpc_target) == 0:
+    if certificate is not None:
+        bound = grpc_server.add_secure_port(grpc_target, certificate.grpc_credentials())
+    else:
+        bound = grpc_server.add_insecure_port(grpc_target)
+    if bound == 0:
         raise OSError(f"gRPC address {grpc_target} is not available")
     await grpc_server.start()
 
     runner = web.AppRunner(build_app(api), access_log=None, keepalive_timeout=KEEPALIVE_TIMEOUT_S)
     await runner.setup()
-    await web.TCPSite(runner, config.http_addr.host, config.http_addr.port).start()
+    ssl_context = certificate.ssl_context() if certificate is not None else None
+    await web.TCPSite(runner, config.http_addr.host, config.http_addr.port, ssl_context=ssl_context).start()
     _tune_gc()
     api.serving = True
     policy = config.api.policy
     log.info(
-        "gpu-extender %s: scheduler API on http://%s%s/{filter,prioritize}, agents on grpc://%s; idle = util < %g%% "
+        "gpu-extender %s: scheduler API on %s://%s%s/{filter,prioritize}, agents on grpc://%s; idle = util < %g%% "
         "and memory < %g%%; stale after %gs (%s); no fit: %s; GPU resources: %s; inventory: %s",
-        __version__, config.http_addr, config.api.path_prefix, config.grpc_addr,
+        __version__, "https" if certificate else "http", config.http_addr, config.api.path_prefix, config.grpc_addr,
         config.idle_rule.max_utilization_percent, config.idle_rule.max_memory_used_percent,
         policy.stale_after_s, policy.stale_policy, policy.no_fit_policy,
         ",".join(config.api.gpu_resources),
         f"{config.inventory} ({', '.join(f'{n} {k}' for k, n in store.counts().items() if n)})"
         if source else ("Kubernetes API (list+watch)" if kube_source else "none"),
     )  # fmt: skip
+    log.info("security: %s", security_summary(config))
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -146,7 +174,29 @@ async def _serve(config: ExtenderConfig, store: InventoryStore, source: FileInve
             await task
     await grpc_server.stop(grace=1.0)
     await runner.cleanup()
+    if reviewer is not None:
+        await reviewer.close()
     return 0
+
+
+def security_summary(config: ExtenderConfig) -> str:
+    """One line saying which of TLS, mTLS and agent authentication are on."""
+    tls = config.tls
+    if tls is None:
+        parts = ["TLS off (plain HTTP and gRPC)"]
+    else:
+        parts = [f"TLS on for HTTPS and gRPC ({tls.cert}, reloaded when it changes)"]
+        parts.append(f"mTLS on: agents need a client certificate signed by {tls.client_ca}" if tls.client_ca
+                     else "mTLS off (no --tls-ca)")  # fmt: skip
+    auth = config.agent_auth
+    if auth.mode == "tokenreview":
+        parts.append(f"agent auth: TokenReview (service account {auth.service_account}, audience {auth.audience!r}, "
+                     "token bound to the reporting node)" + ("" if tls else "; tokens travel in cleartext: add "
+                                                             "--tls-cert/--tls-key"))  # fmt: skip
+    else:
+        parts.append("agent auth: none" + ("" if tls and tls.client_ca else
+                                             " (any client that reaches the gRPC port can report for any node)"))
+    return "; ".join(parts)
 
 
 def _tune_gc() -> None:

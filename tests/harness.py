@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -31,10 +32,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def http(method: str, url: str, body: bytes | None = None, timeout: float = 5.0) -> tuple[int, bytes]:
+def http(
+    method: str, url: str, body: bytes | None = None, timeout: float = 5.0, ssl_context: ssl.SSLContext | None = None
+) -> tuple[int, bytes]:
     request = urllib.request.Request(url, data=body, method=method, headers={"Content-Type": "application/json"})
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:
+        with urllib.request.urlopen(request, timeout=timeout, context=ssl_context) as response:
             return response.status, response.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()
@@ -123,7 +126,14 @@ class Cluster:
         self.procs.append(proc)
         return proc
 
-    def extender(self, *extra: str, http_port: int | None = None, grpc_port: int | None = None) -> Proc:
+    def extender(
+        self,
+        *extra: str,
+        http_port: int | None = None,
+        grpc_port: int | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> Proc:
+        """With `ssl_context` (a client context trusting the extender's CA), readiness is checked over HTTPS."""
         http_port = http_port or free_port()
         grpc_port = grpc_port or free_port()
         proc = self.spawn(
@@ -131,8 +141,9 @@ class Cluster:
             ["--http-addr", f"127.0.0.1:{http_port}", "--grpc-addr", f"127.0.0.1:{grpc_port}", *extra],
             {"http": http_port, "grpc": grpc_port},
         )  # fmt: skip
+        scheme = "https" if ssl_context is not None else "http"
         wait_until(f"extender /readyz ({proc.log_path})", lambda: _alive_and(proc, lambda: http(
-            "GET", f"http://127.0.0.1:{http_port}/readyz")[0] == 200))  # fmt: skip
+            "GET", f"{scheme}://127.0.0.1:{http_port}/readyz", ssl_context=ssl_context)[0] == 200))  # fmt: skip
         return proc
 
     def agent(self, node: str, scenario: Path, *extenders: Proc, extra: tuple[str, ...] = ()) -> Proc:
@@ -170,6 +181,10 @@ def url(proc: Proc, path: str) -> str:
     return f"http://127.0.0.1:{port}{path}"
 
 
+def https_url(proc: Proc, path: str) -> str:
+    return f"https://127.0.0.1:{proc.ports['http']}{path}"
+
+
 def fixture_bytes(name: str) -> bytes:
     return (REQUESTS / name).read_bytes()
 
@@ -182,3 +197,32 @@ def request_for(node_names: list[str], gpus: int = 2) -> bytes:
             container["resources"][key]["nvidia.com/gpu"] = str(gpus)
     args["NodeNames"] = node_names
     return json.dumps(args).encode()
+
+
+# -- TLS material for tests (trustme CAs; files replaced atomically, as the kubelet does) ------------
+
+
+def write_pem(path: Path, data: bytes) -> Path:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)  # a new inode: what a Secret volume update looks like
+    return path
+
+
+def write_leaf(directory: Path, ca: Any, name: str, *identities: str) -> tuple[Path, Path]:
+    """A certificate for `identities` signed by the trustme `ca`: (name.crt, name.key)."""
+    leaf = ca.issue_cert(*(identities or (name,)))
+    cert = write_pem(directory / f"{name}.crt", b"".join(blob.bytes() for blob in leaf.cert_chain_pems))
+    key = write_pem(directory / f"{name}.key", leaf.private_key_pem.bytes())
+    return cert, key
+
+
+def write_ca(directory: Path, ca: Any, name: str) -> Path:
+    return write_pem(directory / f"{name}.pem", ca.cert_pem.bytes())
+
+
+def client_ssl_context(ca: Any) -> ssl.SSLContext:
+    """A client context that trusts only the trustme `ca`."""
+    context = ssl.create_default_context()
+    ca.configure_trust(context)
+    return context

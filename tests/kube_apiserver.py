@@ -19,6 +19,11 @@ or abruptly: connection cut), `uninstall()` / `install()` a kind (404 while unin
 `fail_with(503)`, `expire_continue_tokens`, `go_down()` / `come_up()` (port closed, then reopened on the same port), and
 read `list_count(kind)` and `watch_requests` to see what the client did.
 
+TokenReview (`POST /apis/authentication.k8s.io/v1/tokenreviews`): `add_token(token, username,
+extra=..., audiences=...)` fills the table the review answers from; an unknown token, or one whose
+audiences do not meet `spec.audiences`, is `authenticated: false` with an error, as on a real server.
+`token_reviews` records each review (token and the audiences asked for). `fail_with` applies too.
+
 Runs in the test's event loop: `async with KubeApiServer() as server: ...`.
 """
 
@@ -68,6 +73,20 @@ def _truthy(value: str | None) -> bool:
     return value is not None and value.lower() in ("true", "1", "t")  # Go's ParseBool; the client sends "True"
 
 
+@dataclass(frozen=True, slots=True)
+class TokenEntry:
+    username: str
+    extra: dict[str, list[str]]
+    audiences: tuple[str, ...]
+    authenticated: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class TokenReviewRequest:
+    token: str
+    audiences: tuple[str, ...]
+
+
 class _Watch:
     def __init__(self, kind: str) -> None:
         self.kind = kind
@@ -95,6 +114,8 @@ class KubeApiServer:
         self.down = False
         self.list_requests: list[ListRequest] = []
         self.watch_requests: list[WatchRequest] = []
+        self.tokens: dict[str, TokenEntry] = {}
+        self.token_reviews: list[TokenReviewRequest] = []
         self.port = 0
         self._runner: web.AppRunner | None = None
         self._site: web.TCPSite | None = None
@@ -114,6 +135,7 @@ class KubeApiServer:
     async def start(self) -> KubeApiServer:
         app = web.Application()
         app.router.add_get("/{tail:.*}", self._handle)
+        app.router.add_post("/apis/authentication.k8s.io/v1/tokenreviews", self._token_review)
         self._runner = web.AppRunner(app, shutdown_timeout=0.1, handle_signals=False)
         await self._runner.setup()
         await self._listen()
@@ -262,6 +284,18 @@ class KubeApiServer:
         if status is not None:
             self._end_watches(_ABORT)
 
+    def add_token(
+        self,
+        token: str,
+        username: str,
+        *,
+        extra: dict[str, list[str]] | None = None,
+        audiences: Iterable[str] = ("gpu-extender",),
+        authenticated: bool = True,
+    ) -> None:
+        """What a TokenReview of `token` answers (`authenticated=False`: a revoked/expired token)."""
+        self.tokens[token] = TokenEntry(username, dict(extra or {}), tuple(audiences), authenticated)
+
     def list_count(self, kind: str) -> int:
         """Complete LISTs of `kind` (first pages: a paged list counts once)."""
         return sum(1 for r in self.list_requests if r.kind == kind and not r.continue_token)
@@ -308,6 +342,45 @@ class KubeApiServer:
         if watch:
             return await self._watch(request, info)
         return self._list(request, info)
+
+    async def _token_review(self, request: web.Request) -> web.Response:
+        if self.down:
+            if request.transport is not None:
+                request.transport.close()
+            raise web.HTTPServiceUnavailable()
+        if self.fail_status is not None:
+            return web.json_response(
+                _status(self.fail_status, "InternalError", "injected failure"), status=self.fail_status
+            )
+        if request.headers.get("Authorization") != "Bearer test-token":
+            return web.json_response(_status(401, "Unauthorized", "Unauthorized"), status=401)
+        review = await request.json()
+        spec = review.get("spec") or {}
+        token = str(spec.get("token") or "")
+        wanted = tuple(spec.get("audiences") or ())
+        self.token_reviews.append(TokenReviewRequest(token, wanted))
+        entry = self.tokens.get(token)
+        status: dict[str, Any]
+        if entry is None or not entry.authenticated:
+            status = {"user": {}, "error": "[invalid bearer token, service account token has been invalidated]"}
+        else:
+            # Like the API server: the token must be valid for one of the audiences asked for (or
+            # for the API server's own when none is asked), and the answer echoes the intersection.
+            common = [a for a in entry.audiences if a in wanted] if wanted else list(entry.audiences)
+            if not common:
+                status = {"user": {}, "error": f"[invalid bearer token, token audiences {list(entry.audiences)} "
+                                               f"is invalid for the target audiences {list(wanted)}]"}  # fmt: skip
+            else:
+                user: dict[str, Any] = {"username": entry.username, "uid": f"uid-{entry.username}",
+                                        "groups": ["system:serviceaccounts", "system:authenticated"]}  # fmt: skip
+                if entry.extra:
+                    user["extra"] = entry.extra
+                status = {"authenticated": True, "user": user, "audiences": common}
+        body = {
+            "kind": "TokenReview", "apiVersion": "authentication.k8s.io/v1",
+            "metadata": {"creationTimestamp": None}, "spec": spec, "status": status,
+        }  # fmt: skip
+        return web.json_response(body, status=201)
 
     def _list(self, request: web.Request, info: KindInfo) -> web.Response:
         limit = int(request.query["limit"]) if request.query.get("limit") else None

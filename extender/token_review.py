@@ -1,0 +1,141 @@
+"""`--agent-auth tokenreview`: agent tokens checked with the API server's TokenReview.
+
+Called once per new agent stream, never on the scheduler's request path. An
+answer is cached per token hash (the token itself is not kept) for at most
+`cache_ttl_s` and never past the token's own `exp`, so a fleet of agents
+reconnecting after an extender restart costs one review per agent, and a
+revoked or expired token stops working within the TTL. Refusals are cached
+briefly (a misconfigured fleet retrying every few seconds does not hammer the
+API server); an API server error is not cached: the stream is refused with
+UNAVAILABLE and the agent retries with backoff.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import aiohttp
+import grpc
+import orjson
+from kubernetes_asyncio import client as k8s
+
+from extender.agent_identity import (
+    AgentIdentity,
+    AgentRefused,
+    Refusal,
+    ServiceAccountRef,
+    bearer_token,
+    judge_review,
+    missing_token,
+    token_expiry,
+)
+
+_EXPIRY_MARGIN_S = 5.0  # stop trusting a cached answer this long before the token expires
+
+
+class TokenReviewer:
+    def __init__(
+        self,
+        connection: k8s.Configuration | Callable[[], k8s.ApiClient],
+        service_account: ServiceAccountRef,
+        audience: str,
+        *,
+        cache_ttl_s: float = 60.0,
+        refusal_ttl_s: float = 5.0,
+        max_entries: int = 20_000,
+        timeout_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+    ) -> None:
+        if isinstance(connection, k8s.Configuration):
+            configuration = connection
+            self._factory: Callable[[], k8s.ApiClient] = lambda: k8s.ApiClient(configuration)
+        else:
+            self._factory = connection
+        self.service_account = service_account
+        self.audience = audience
+        self._cache_ttl_s = cache_ttl_s
+        self._refusal_ttl_s = refusal_ttl_s
+        self._max_entries = max_entries
+        self._timeout_s = timeout_s
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._cache: dict[str, tuple[float, AgentIdentity | Refusal]] = {}
+        self._client: k8s.ApiClient | None = None
+        self.reviews = 0  # TokenReview calls made (the cache's effect, for tests and debugging)
+
+    async def authenticate(self, metadata: Iterable[tuple[str, str | bytes]]) -> AgentIdentity:
+        token = bearer_token(metadata)
+        if token is None:
+            raise AgentRefused(missing_token(self.audience))
+        key = hashlib.sha256(token.encode()).hexdigest()
+        now = self._clock()
+        cached = self._cache.get(key)
+        if cached is not None and cached[0] > now:
+            return _identity_or_raise(cached[1])
+        result = judge_review(await self._review(token), self.service_account, self.audience)
+        self._remember(key, token, result, now)
+        return _identity_or_raise(result)
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
+    async def _review(self, token: str) -> dict[str, Any]:
+        """The TokenReview's status; AgentRefused(UNAVAILABLE) when the API server cannot answer."""
+        if self._client is None:
+            self._client = self._factory()
+        body = {
+            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+            "spec": {"token": token, "audiences": [self.audience]},
+        }  # fmt: skip
+        self.reviews += 1
+        try:
+            resp: aiohttp.ClientResponse = await k8s.AuthenticationV1Api(self._client).create_token_review(
+                body=body, _preload_content=False, _request_timeout=aiohttp.ClientTimeout(total=self._timeout_s)
+            )
+            try:
+                raw = await resp.read()
+            finally:
+                resp.release()
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            raise AgentRefused(_unavailable(f"{type(exc).__name__}: {exc}")) from None
+        try:
+            review = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            review = None
+        if resp.status not in (200, 201):
+            message = review.get("message") if isinstance(review, dict) else None
+            raise AgentRefused(_unavailable(f"HTTP {resp.status}: {message or raw[:200].decode('utf-8', 'replace')}"))
+        if review is None:
+            raise AgentRefused(_unavailable("the answer is not JSON"))
+        status = review.get("status") if isinstance(review, dict) else None
+        return status if isinstance(status, dict) else {}
+
+    def _remember(self, key: str, token: str, result: AgentIdentity | Refusal, now: float) -> None:
+        ttl = self._cache_ttl_s if isinstance(result, AgentIdentity) else self._refusal_ttl_s
+        expiry = token_expiry(token)
+        if expiry is not None:
+            ttl = min(ttl, expiry - self._wall_clock() - _EXPIRY_MARGIN_S)
+        if ttl <= 0:
+            return
+        if len(self._cache) >= self._max_entries:
+            self._cache = {k: v for k, v in self._cache.items() if v[0] > now}
+            while len(self._cache) >= self._max_entries:  # still full: drop the oldest entries
+                del self._cache[next(iter(self._cache))]
+        self._cache[key] = (now + ttl, result)
+
+
+def _identity_or_raise(result: AgentIdentity | Refusal) -> AgentIdentity:
+    if isinstance(result, Refusal):
+        raise AgentRefused(result)
+    return result
+
+
+def _unavailable(cause: str) -> Refusal:
+    return Refusal(grpc.StatusCode.UNAVAILABLE, "review_failed",
+                   f"cannot verify the agent token now (TokenReview: {cause})")  # fmt: skip
