@@ -308,7 +308,8 @@ class KubeApiServer:
 
     # -- HTTP ------------------------------------------------------------------------------------------
 
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
+    def _refuse(self, request: web.Request) -> web.Response | None:
+        """What every endpoint answers first: down, an injected failure, or no credentials."""
         if self.down:
             # A connection accepted just before going down: cut it like a dying server does.
             if request.transport is not None:
@@ -320,6 +321,12 @@ class KubeApiServer:
             )
         if request.headers.get("Authorization") != "Bearer test-token":
             return web.json_response(_status(401, "Unauthorized", "Unauthorized"), status=401)
+        return None
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        refused = self._refuse(request)
+        if refused is not None:
+            return refused
         info = self._by_path.get(request.path)
         if info is None:
             return web.Response(status=404, text="404 page not found\n")
@@ -344,16 +351,9 @@ class KubeApiServer:
         return self._list(request, info)
 
     async def _token_review(self, request: web.Request) -> web.Response:
-        if self.down:
-            if request.transport is not None:
-                request.transport.close()
-            raise web.HTTPServiceUnavailable()
-        if self.fail_status is not None:
-            return web.json_response(
-                _status(self.fail_status, "InternalError", "injected failure"), status=self.fail_status
-            )
-        if request.headers.get("Authorization") != "Bearer test-token":
-            return web.json_response(_status(401, "Unauthorized", "Unauthorized"), status=401)
+        refused = self._refuse(request)
+        if refused is not None:
+            return refused
         review = await request.json()
         spec = review.get("spec") or {}
         token = str(spec.get("token") or "")
