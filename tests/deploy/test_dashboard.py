@@ -1,0 +1,128 @@
+"""deploy/grafana/gpu-extender-dashboard.json: valid JSON, and every metric its queries use is
+one the programs export. The exported names come from the metric registries themselves
+(AgentMetrics, ExtenderMetrics), built without starting anything, with the sample names
+Prometheus sees (`_total` for counters, `_bucket`/`_sum`/`_count` for histograms)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from agent.metrics import AgentMetrics
+from extender.gpu_state import GpuState
+from extender.gpu_summary import IdleRule
+from extender.inventory.store import InventoryStore
+from extender.metrics import ExtenderMetrics
+
+from tests.deploy import manifests as m
+
+DASHBOARD = m.DEPLOY / "grafana" / "gpu-extender-dashboard.json"
+
+SUFFIXES = {
+    "counter": ("_total", "_created"),
+    "gauge": ("",),
+    "histogram": ("_bucket", "_sum", "_count", "_created"),
+    "summary": ("", "_sum", "_count", "_created"),
+    "info": ("_info",),
+    "untyped": ("",),
+}
+PROMQL_WORDS = {"and", "or", "unless", "by", "without", "on", "ignoring", "group_left", "group_right", "bool",
+                "offset", "inf", "nan"}  # fmt: skip
+
+
+def exported_names() -> set[str]:
+    registries = [
+        AgentMetrics("gpu-node-1").registry,
+        ExtenderMetrics(GpuState(IdleRule()), InventoryStore()).registry,
+    ]
+    names = set()
+    for registry in registries:
+        for family in registry.collect():
+            names |= {family.name + suffix for suffix in SUFFIXES[family.type]}
+    return names
+
+
+def metric_names(expr: str) -> set[str]:
+    """Metric names in a PromQL expression: identifiers that are not functions, keywords,
+    label names (inside {...}, by(...), on(...)) or durations/strings."""
+    text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)  # strings (label values, $variables)
+    text = re.sub(r"\{[^}]*\}", "", text)  # label matchers
+    text = re.sub(r"\[[^\]]*\]", "", text)  # range selectors
+    text = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", text)
+    names = set()
+    for match in re.finditer(r"(?<![\w$.])([a-zA-Z_:][a-zA-Z0-9_:]*)\b(\s*\()?", text):
+        word, is_call = match.group(1), match.group(2)
+        if not is_call and word.lower() not in PROMQL_WORDS:
+            names.add(word)
+    return names
+
+
+def dashboard() -> dict:
+    return json.loads(DASHBOARD.read_text())
+
+
+def panels(dash: dict):
+    for panel in dash["panels"]:
+        yield panel
+        yield from panel.get("panels", [])
+
+
+def queries(dash: dict) -> list[str]:
+    exprs = [t["expr"] for p in panels(dash) for t in p.get("targets", [])]
+    for var in dash.get("templating", {}).get("list", []):
+        if var.get("type") == "query":
+            query = var["query"]["query"] if isinstance(var["query"], dict) else var["query"]
+            found = re.fullmatch(r"label_values\(\s*([^,]+?)\s*,\s*\w+\s*\)", query)
+            assert found, f"variable {var['name']}: unexpected query {query}"
+            exprs.append(found.group(1))
+    return exprs
+
+
+def test_extractor_finds_metric_names_only() -> None:
+    expr = ('histogram_quantile(0.99, sum by (le, verb) (rate(gpu_extender_request_duration_seconds_bucket'
+            '{verb="filter", node=~"$node"}[$__rate_interval]))) / on(node) group_left time() '
+            '- gpu_agent_last_sample_timestamp_seconds or vector(0)')  # fmt: skip
+    expected = {"gpu_extender_request_duration_seconds_bucket", "gpu_agent_last_sample_timestamp_seconds"}
+    assert metric_names(expr) == expected
+
+
+def test_the_check_catches_an_unknown_metric() -> None:
+    assert metric_names("sum(rate(gpu_agent_reports_sent[5m]))") - exported_names() == {"gpu_agent_reports_sent"}
+
+
+def test_every_dashboard_metric_is_exported() -> None:
+    exported = exported_names()
+    used = set().union(*(metric_names(e) for e in queries(dashboard())))
+    assert used, "no queries found"
+    assert used <= exported, f"not exported by agent/metrics.py or extender/metrics.py: {sorted(used - exported)}"
+
+
+def test_dashboard_covers_the_agent_and_the_extender() -> None:
+    exprs = queries(dashboard())
+    used = set().union(*(metric_names(e) for e in exprs))
+    required = {
+        # agent GPU gauges and the agent's own cost
+        "gpu_agent_gpu_utilization_percent", "gpu_agent_gpu_memory_used_bytes", "gpu_agent_gpu_memory_total_bytes",
+        "gpu_agent_gpu_temperature_celsius", "gpu_agent_gpu_power_watts", "gpu_agent_gpu_healthy",
+        "gpu_agent_sample_duration_seconds_sum", "gpu_agent_stream_connected",
+        # extender: latency, decisions, reasons, streams, data age
+        "gpu_extender_request_duration_seconds_bucket", "gpu_extender_requests_total",
+        "gpu_extender_filter_nodes_total", "gpu_extender_filter_failures_total", "gpu_extender_connected_agents",
+        "gpu_extender_reports_total", "gpu_extender_node_data_age_seconds",
+    }  # fmt: skip
+    assert required <= used, sorted(required - used)
+    assert any(re.search(r"histogram_quantile\(.*by \(le, verb\).*gpu_extender_request_duration_seconds_bucket", e)
+               for e in exprs), "no latency quantile per verb"  # fmt: skip
+
+
+def test_dashboard_is_importable() -> None:
+    dash = dashboard()
+    assert dash["uid"] and dash["title"] and isinstance(dash["schemaVersion"], int)
+    ids = [p["id"] for p in panels(dash)]
+    assert len(ids) == len(set(ids)), "panel ids must be unique"
+    variables = {v["name"]: v for v in dash["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource" and variables["datasource"]["query"] == "prometheus"
+    for panel in panels(dash):
+        if panel["type"] != "row":
+            assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
+            assert panel["targets"], panel["title"]

@@ -1,0 +1,102 @@
+"""Least-privilege RBAC: the extender may read exactly the kinds its inventory watches
+(extender/inventory/sink.py KINDS) and create TokenReviews; the agent has no API access at all;
+the second scheduler has the upstream system roles plus its own Lease and the authentication
+reader Role in kube-system. No wildcards anywhere."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from extender.inventory.sink import KINDS
+
+from tests.deploy import manifests as m
+
+EXTENDER_SA = (m.NAMESPACE, "gpu-extender")
+AGENT_SA = (m.NAMESPACE, "gpu-agent")
+SCHEDULER_SA = (m.NAMESPACE, "gpu-scheduler")
+
+
+def bindings_by_subject(objects: list[m.KubeObject]) -> dict[tuple[str, str], list[tuple[str, str, str]]]:
+    """ServiceAccount (namespace, name) -> [(binding kind, binding namespace, roleRef kind/name)]."""
+    out: dict[tuple[str, str], list[tuple[str, str, str]]] = defaultdict(list)
+    for b in objects:
+        if b["kind"] not in ("RoleBinding", "ClusterRoleBinding"):
+            continue
+        for s in b.get("subjects", []):
+            assert s["kind"] == "ServiceAccount", f"{b['metadata']['name']} binds a {s['kind']}"
+            ref = f"{b['roleRef']['kind']}/{b['roleRef']['name']}"
+            out[(s["namespace"], s["name"])].append((b["kind"], b["metadata"].get("namespace", ""), ref))
+    return out
+
+
+def permissions(rules: list[dict]) -> set[tuple[str, str, str, tuple[str, ...]]]:
+    """(apiGroup, resource, verb, resourceNames) for every combination a rule list grants."""
+    return {
+        (group, resource, verb, tuple(rule.get("resourceNames", ())))
+        for rule in rules
+        for group in rule.get("apiGroups", [])
+        for resource in rule.get("resources", [])
+        for verb in rule["verbs"]
+    }
+
+
+def test_no_wildcards_and_no_non_resource_urls(base_objects: list[m.KubeObject]) -> None:
+    for role in base_objects:
+        if role["kind"] not in ("Role", "ClusterRole"):
+            continue
+        assert "aggregationRule" not in role
+        for rule in role["rules"]:
+            for field in ("verbs", "resources", "apiGroups", "resourceNames"):
+                assert not any("*" in v for v in rule.get(field, [])), f"{role['metadata']['name']}: '*' in {field}"
+            assert "nonResourceURLs" not in rule
+
+
+def test_extender_reads_exactly_the_inventory_kinds_and_creates_tokenreviews(base_objects: list[m.KubeObject]) -> None:
+    bound = bindings_by_subject(base_objects)[EXTENDER_SA]
+    assert bound == [("ClusterRoleBinding", "", "ClusterRole/gpu-extender")]
+    role = m.one(base_objects, "ClusterRole", "gpu-extender")
+    expected = {(k.group, k.plural, verb, ()) for k in KINDS for verb in ("get", "list", "watch")}
+    expected.add(("authentication.k8s.io", "tokenreviews", "create", ()))
+    assert permissions(role["rules"]) == expected
+
+
+def test_agent_has_no_api_access(base_objects: list[m.KubeObject]) -> None:
+    assert bindings_by_subject(base_objects).get(AGENT_SA, []) == []
+    sa = m.one(base_objects, "ServiceAccount", "gpu-agent", m.NAMESPACE)
+    assert sa["automountServiceAccountToken"] is False
+    ds = m.one(base_objects, "DaemonSet", "gpu-agent", m.NAMESPACE)
+    pod = ds["spec"]["template"]["spec"]
+    assert pod["serviceAccountName"] == "gpu-agent"
+    assert pod["automountServiceAccountToken"] is False
+
+
+def test_scheduler_has_the_upstream_roles_and_its_own_lease(base_objects: list[m.KubeObject]) -> None:
+    bound = sorted(bindings_by_subject(base_objects)[SCHEDULER_SA])
+    assert bound == sorted([
+        ("ClusterRoleBinding", "", "ClusterRole/system:kube-scheduler"),
+        ("ClusterRoleBinding", "", "ClusterRole/system:volume-scheduler"),
+        ("RoleBinding", "kube-system", "Role/extension-apiserver-authentication-reader"),
+        ("RoleBinding", m.NAMESPACE, "Role/gpu-scheduler-leader-election"),
+    ])  # fmt: skip
+    role = m.one(base_objects, "Role", "gpu-scheduler-leader-election", m.NAMESPACE)
+    assert permissions(role["rules"]) == {
+        ("coordination.k8s.io", "leases", "create", ()),
+        ("coordination.k8s.io", "leases", "get", ("gpu-scheduler",)),
+        ("coordination.k8s.io", "leases", "update", ("gpu-scheduler",)),
+    }
+
+
+def test_only_our_service_accounts_are_bound_and_roles_are_ours(base_objects: list[m.KubeObject]) -> None:
+    assert set(bindings_by_subject(base_objects)) <= {EXTENDER_SA, SCHEDULER_SA}
+    defined = {(r["kind"], r["metadata"]["name"]) for r in base_objects if r["kind"] in ("Role", "ClusterRole")}
+    assert defined == {("ClusterRole", "gpu-extender"), ("Role", "gpu-scheduler-leader-election")}
+    service_accounts = {(sa["metadata"]["namespace"], sa["metadata"]["name"])
+                        for sa in m.find(base_objects, "ServiceAccount")}  # fmt: skip
+    assert service_accounts == {EXTENDER_SA, AGENT_SA, SCHEDULER_SA}
+
+
+def test_the_permission_check_notices_an_extra_rule(base_objects: list[m.KubeObject]) -> None:
+    """A rule added to the extender's ClusterRole (pods, say) changes what `permissions` returns."""
+    role = m.one(base_objects, "ClusterRole", "gpu-extender")
+    widened = role["rules"] + [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
+    assert permissions(widened) - permissions(role["rules"]) == {("", "pods", "list", ())}

@@ -1,0 +1,146 @@
+"""deploy/ renders with kustomize (the base, every component on top of it, the overlay) and every
+rendered object validates strictly against the Kubernetes 1.32 OpenAPI schemas shipped offline
+by kubernetes-validate. Objects of CRD kinds (cert-manager, Prometheus Operator, OME) have no
+schema there and are skipped by API group, explicitly; their own tests check them."""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import kubernetes_validate
+import pytest
+
+from tests.deploy import manifests as m
+
+K8S_VERSION = "1.32"  # the gpu-scheduler image is kube-scheduler v1.32.x
+
+needs_kubectl = pytest.mark.skipif(m.KUBECTL is None, reason=m.NO_KUBECTL)
+
+COMPONENTS = sorted(p for p in m.COMPONENTS.iterdir() if (p / "kustomization.yaml").is_file())
+
+
+@functools.lru_cache(maxsize=None)
+def _validate(obj_json: str) -> str | None:
+    """One object's error, or None; cached because the base is re-validated under every
+    component (kubernetes-validate re-reads its schema files on each call)."""
+    obj = json.loads(obj_json)
+    try:
+        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+    except kubernetes_validate.ValidationError as exc:
+        return f"{'.'.join(str(p) for p in exc.path)}: {exc.message}"
+    except kubernetes_validate.SchemaNotFoundError as exc:
+        return exc.message
+    return None
+
+
+def validation_errors(objects: list[m.KubeObject]) -> tuple[list[str], list[str]]:
+    """(errors, skipped) for a list of objects; a kind without a schema is an error unless its
+    API group is one of the CRD groups listed in manifests.CRD_TYPED_GROUPS."""
+    errors, skipped = [], []
+    for obj in objects:
+        label = f"{obj['kind']}/{obj['metadata']['name']}"
+        group = obj["apiVersion"].split("/")[0] if "/" in obj["apiVersion"] else ""
+        if group in m.CRD_TYPED_GROUPS:
+            skipped.append(f"{label}: {m.CRD_TYPED_GROUPS[group]}, no schema in kubernetes-validate")
+            continue
+        error = _validate(json.dumps(obj, sort_keys=True))
+        if error is not None:
+            errors.append(f"{label}: {error}")
+    return errors, skipped
+
+
+def test_strict_validation_rejects_an_unknown_field() -> None:
+    """The validator used below really is strict (an unknown field is an error, not ignored)."""
+    svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "x"},
+           "spec": {"ports": [{"port": 1, "targetPort": 1}], "clusterIp": "None"}}  # fmt: skip
+    errors, _ = validation_errors([svc])
+    assert errors and "clusterIp" in errors[0]
+
+
+def test_base_validates_strictly(base_objects: list[m.KubeObject]) -> None:
+    """`kubectl kustomize deploy/` (or, without kubectl, the files it lists) validates."""
+    objects = base_objects
+    errors, skipped = validation_errors(objects)
+    assert not errors, "\n".join(errors)
+    assert not skipped, "the base must not need any CRD"
+    kinds = {o["kind"] for o in objects}
+    assert {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Service",
+            "Deployment", "DaemonSet", "PodDisruptionBudget", "ConfigMap"} <= kinds  # fmt: skip
+
+
+@needs_kubectl
+def test_rendered_base_is_what_the_files_list() -> None:
+    """The source loader used when kubectl is absent sees exactly the objects kustomize renders,
+    and kustomize only adds labels, image tags and the ConfigMap hash to them."""
+    rendered = m.kustomize(m.DEPLOY)
+    source = m.load_source(m.BASE)
+    generated = ["gpu-scheduler-config"]
+    assert sorted(m.identity(o, generated) for o in rendered) == sorted(m.identity(o, generated) for o in source)
+    for obj in rendered:
+        assert obj["metadata"]["labels"]["app.kubernetes.io/part-of"] == "kube-gpu-extender", m.identity(obj)
+
+
+def test_namespaced_objects_name_their_namespace(base_objects: list[m.KubeObject]) -> None:
+    """No namespace transformer is used (it would move the kube-system RoleBinding), so every
+    namespaced object must say gpu-extender itself - the one exception is that RoleBinding."""
+    for obj in base_objects:
+        ns = obj["metadata"].get("namespace")
+        if obj["kind"] in m.CLUSTER_SCOPED:
+            assert ns is None, m.identity(obj)
+        elif obj["kind"] == "RoleBinding" and obj["roleRef"]["name"] == "extension-apiserver-authentication-reader":
+            assert ns == "kube-system"
+        else:
+            assert ns == m.NAMESPACE, m.identity(obj)
+
+
+def test_namespace_enforces_the_restricted_pod_security_standard(base_objects: list[m.KubeObject]) -> None:
+    ns = m.one(base_objects, "Namespace", m.NAMESPACE)
+    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+
+
+def test_images_are_pinned_and_overridable() -> None:
+    kustomization = m.load_yaml_docs(m.BASE / "kustomization.yaml")[0]
+    tags = {i["name"]: i["newTag"] for i in kustomization["images"]}
+    assert tags["ghcr.io/kube-gpu-extender/gpu-extender"] == "0.1.0"
+    assert tags["ghcr.io/kube-gpu-extender/gpu-agent"] == "0.1.0"
+    scheduler_tag = tags["registry.k8s.io/kube-scheduler"]
+    assert scheduler_tag.startswith(f"v{K8S_VERSION}.") and scheduler_tag.split(".")[-1].isdigit()
+    for _, pod in m.pod_templates(m.load_source(m.BASE)):
+        for c in m.containers(pod):
+            assert m.image_repository(c["image"]) in tags, f"{c['image']} is not in kustomization images:"
+            assert not c["image"].endswith(":latest")
+
+
+@needs_kubectl
+@pytest.mark.parametrize("component", COMPONENTS, ids=lambda p: p.name)
+def test_each_component_renders_with_the_base(tmp_path: Path, component: Path) -> None:
+    objects = m.kustomize_with(tmp_path, [m.BASE], [component])
+    errors, skipped = validation_errors(objects)
+    assert not errors, "\n".join(errors)
+    in_base = {m.identity(b) for b in m.load_source(m.BASE)}
+    added = [o for o in objects if m.identity(o) not in in_base]
+    assert added, f"{component.name} adds nothing"
+    for obj in added:
+        if obj["kind"] not in m.CLUSTER_SCOPED:
+            assert obj["metadata"].get("namespace") == m.NAMESPACE, m.identity(obj)
+
+
+@needs_kubectl
+def test_all_components_together_and_the_overlay_render(tmp_path: Path) -> None:
+    everything = m.kustomize_with(tmp_path, [m.DEPLOY], COMPONENTS)
+    errors, _ = validation_errors(everything)
+    assert not errors, "\n".join(errors)
+    overlay = m.kustomize(m.DEPLOY / "overlays" / "cert-manager")
+    assert {o["kind"] for o in overlay} >= {"Certificate", "Issuer", "Deployment", "DaemonSet"}
+    errors, _ = validation_errors(overlay)
+    assert not errors, "\n".join(errors)
+
+
+def test_components_are_kustomize_components() -> None:
+    assert {p.name for p in COMPONENTS} == {"acceleratorclass-crd", "cert-manager", "monitoring"}
+    for component in COMPONENTS:
+        doc = m.load_yaml_docs(component / "kustomization.yaml")[0]
+        assert doc["kind"] == "Component" and doc["apiVersion"] == "kustomize.config.k8s.io/v1alpha1"
+        assert m.load_source(component), f"{component.name} lists no resources"
