@@ -9,8 +9,8 @@ every node streams in over gRPC as in bench_extender.py. The pod is the engine o
 an InferenceService with policy Cheapest, so each call runs the class plan, the
 runtime check, the class filter and the availability-aware class ranking.
 
-Compared with the skeleton's names-N figures of the same run of bench_extender.py
-(target: within 1.5x). Run: `.venv/bin/python bench/bench_classes.py [--quick]`.
+Compared with the skeleton's path (a plain GPU pod, no OME labels) measured on the
+same extender, interleaved request by request (target: within 1.5x). Run: `.venv/bin/python bench/bench_classes.py [--quick]`.
 """
 
 from __future__ import annotations
@@ -79,36 +79,58 @@ def ome_pod(policy: str) -> dict[str, Any]:
     return pod
 
 
+async def _pair(session: aiohttp.ClientSession, base: str, pod: dict[str, Any], order: list[str],
+                check: bool) -> tuple[float, float, list[str]]:  # fmt: skip
+    """One filter + prioritize exchange, as kube-scheduler makes it: (filter ms, prioritize ms, passed)."""
+    t0 = time.perf_counter()
+    async with session.post(f"{base}/filter", data=encode({"Pod": pod, "Nodes": None, "NodeNames": order})) as r:
+        answer = json.loads(await r.read()) if r.status == 200 else None
+    t1 = time.perf_counter()
+    if not isinstance(answer, dict) or not isinstance(answer.get("NodeNames"), list):
+        raise BenchError(f"filter answered {r.status}: {answer!r:.300}")
+    passed = answer["NodeNames"]
+    if check and (not passed or len(answer["FailedAndUnresolvableNodes"]) < len(order) // 2):
+        raise BenchError("expected the class rules to reject the nodes of classes outside rt-7's list")
+    async with session.post(f"{base}/prioritize", data=encode({"Pod": pod, "Nodes": None, "NodeNames": passed})) as r:
+        scores = json.loads(await r.read()) if r.status == 200 else None
+    t2 = time.perf_counter()
+    if not isinstance(scores, list) or not all(type(s.get("Score")) is int for s in scores):
+        raise BenchError(f"prioritize answered {r.status}: {scores!r:.300}")
+    return (t1 - t0) * 1000, (t2 - t1) * 1000, passed
+
+
+def _stats(values: list[float]) -> dict[str, Any]:
+    values.sort()
+    return {"p50_ms": percentile(values, 50), "p99_ms": percentile(values, 99), "n": len(values)}
+
+
 async def measure(session: aiohttp.ClientSession, base: str, pod: dict[str, Any], names: list[str],
                   iterations: int, warmup: int) -> dict[str, Any]:  # fmt: skip
+    """The OME pod and the skeleton's plain GPU pod, interleaved on the same extender (the
+    order alternating each iteration), so the ratio compares the two paths at the same
+    moments of a noisy host instead of two runs minutes apart."""
     rng = random.Random(len(names))
     orders = [rng.sample(names, len(names)) for _ in range(8)]
-    timings: dict[str, list[float]] = {"filter": [], "prioritize": []}
+    plain = load_pod()
+    timings: dict[str, dict[str, list[float]]] = {
+        "classes": {"filter": [], "prioritize": []}, "skeleton": {"filter": [], "prioritize": []},
+    }  # fmt: skip
+    passed: list[str] = []
     gc.collect()
     gc.freeze()
     for it in range(warmup + iterations):
         order = orders[it % len(orders)]
-        t0 = time.perf_counter()
-        async with session.post(f"{base}/filter", data=encode({"Pod": pod, "Nodes": None, "NodeNames": order})) as r:
-            answer = json.loads(await r.read()) if r.status == 200 else None
-        t1 = time.perf_counter()
-        if not isinstance(answer, dict) or not isinstance(answer.get("NodeNames"), list):
-            raise BenchError(f"filter answered {r.status}: {answer!r:.300}")
-        passed = answer["NodeNames"]
-        if not passed or len(answer["FailedAndUnresolvableNodes"]) < len(order) // 2:
-            raise BenchError("expected the class rules to reject the nodes of classes outside rt-7's list")
-        async with session.post(f"{base}/prioritize", data=encode({"Pod": pod, "Nodes": None, "NodeNames": passed})) as r:
-            scores = json.loads(await r.read()) if r.status == 200 else None
-        t2 = time.perf_counter()
-        if not isinstance(scores, list) or not all(type(s.get("Score")) is int for s in scores):
-            raise BenchError(f"prioritize answered {r.status}: {scores!r:.300}")
-        if it >= warmup:
-            timings["filter"].append((t1 - t0) * 1000)
-            timings["prioritize"].append((t2 - t1) * 1000)
+        runs = [("classes", pod), ("skeleton", plain)]
+        for label, p in runs if it % 2 == 0 else runs[::-1]:
+            f_ms, p_ms, ok = await _pair(session, base, p, order, check=label == "classes")
+            if label == "classes":
+                passed = ok
+            if it >= warmup:
+                timings[label]["filter"].append(f_ms)
+                timings[label]["prioritize"].append(p_ms)
     out: dict[str, Any] = {"nodes": len(names), "passed": len(passed)}
-    for verb, values in timings.items():
-        values.sort()
-        out[verb] = {"p50_ms": percentile(values, 50), "p99_ms": percentile(values, 99), "n": len(values)}
+    out.update({verb: _stats(values) for verb, values in timings["classes"].items()})
+    out["skeleton"] = {verb: _stats(values) for verb, values in timings["skeleton"].items()}
     return out
 
 
@@ -144,9 +166,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench_classes: FAILED: {exc}", file=sys.stderr)
         return 1
     for r in results:
-        print(f"classes-{r['nodes']}: filter p50 {r['filter']['p50_ms']:.2f} p99 {r['filter']['p99_ms']:.2f} ms; "
-              f"prioritize p50 {r['prioritize']['p50_ms']:.2f} p99 {r['prioritize']['p99_ms']:.2f} ms "
-              f"({r['passed']} passed)")  # fmt: skip
+        for label, figures in (("classes", r), ("skeleton", r["skeleton"])):
+            print(f"{label}-{r['nodes']}: filter p50 {figures['filter']['p50_ms']:.2f} p99 "
+                  f"{figures['filter']['p99_ms']:.2f} ms; prioritize p50 {figures['prioritize']['p50_ms']:.2f} "
+                  f"p99 {figures['prioritize']['p99_ms']:.2f} ms")  # fmt: skip
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     (OUT_DIR / "classes.json").write_text(json.dumps(results, indent=2))
     return 0

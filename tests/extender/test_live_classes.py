@@ -160,3 +160,12 @@ def test_nodes_in_follows_membership_changes(view: InventoryView) -> None:  # no
     send(state, "a100-80-node", A100_80, seq=2)
     assert live.nodes_in(view, wanted) == {"a100-80-node", "h100-node"}
     assert live.nodes_in(view, ("nvidia-l40s",)) == {"l40s-node"}
+
+
+def test_nodes_with_the_same_hardware_share_one_facts_tuple() -> None:
+    state = GpuState(IdleRule())
+    send(state, "n1", H100)
+    send(state, "n2", H100)
+    send(state, "n3", A100_40)
+    assert state.facts("n1") is state.facts("n2")
+    assert state.facts("n3") != state.facts("n1")
