@@ -55,7 +55,8 @@ def test_extender_reads_exactly_the_inventory_kinds_and_creates_tokenreviews(bas
     bound = bindings_by_subject(base_objects)[EXTENDER_SA]
     assert bound == [("ClusterRoleBinding", "", "ClusterRole/gpu-extender")]
     role = m.one(base_objects, "ClusterRole", "gpu-extender")
-    expected = {(k.group, k.plural, verb, ()) for k in KINDS for verb in ("get", "list", "watch")}
+    # The inventory sources only LIST and WATCH (extender/inventory/kube_source.py): no `get`.
+    expected = {(k.group, k.plural, verb, ()) for k in KINDS for verb in ("list", "watch")}
     expected.add(("authentication.k8s.io", "tokenreviews", "create", ()))
     assert permissions(role["rules"]) == expected
 
