@@ -36,8 +36,10 @@ import json
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
 
+import yaml
 from aiohttp import web
 from kubernetes_asyncio import client as k8s
 
@@ -131,6 +133,16 @@ class KubeApiServer:
         configuration = k8s.Configuration(host=self.url)
         configuration.api_key = {"BearerToken": "Bearer test-token"}
         return configuration
+
+    def write_kubeconfig(self, path: Path) -> Path:
+        """A kubeconfig file pointing here, for a program started with --kubeconfig."""
+        path.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "test",
+            "clusters": [{"name": "test", "cluster": {"server": self.url}}],
+            "users": [{"name": "test", "user": {"token": "test-token"}}],
+            "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test"}}],
+        }))  # fmt: skip
+        return path
 
     async def start(self) -> KubeApiServer:
         app = web.Application()

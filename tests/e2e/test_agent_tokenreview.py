@@ -12,7 +12,6 @@ from dataclasses import dataclass
 
 import pytest
 import trustme
-import yaml
 
 from extender.agent_identity import NODE_NAME_EXTRA
 from tests.e2e.test_kubernetes_inventory import ThreadedApiServer
@@ -70,13 +69,7 @@ def live(tmp_path_factory: pytest.TempPathFactory, api: ThreadedApiServer) -> It
     s = api.server
     api.call(lambda: s.add_token("token-node-1", AGENT_SA, extra={NODE_NAME_EXTRA: ["gpu-node-1"]}))
     api.call(lambda: s.add_token("token-of-node-1", AGENT_SA, extra={NODE_NAME_EXTRA: ["gpu-node-1"]}))
-    kubeconfig = work / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "test",
-        "clusters": [{"name": "test", "cluster": {"server": s.url}}],
-        "users": [{"name": "test", "user": {"token": "test-token"}}],
-        "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test"}}],
-    }))  # fmt: skip
+    kubeconfig = s.write_kubeconfig(work / "kubeconfig")
     ca = trustme.CA()
     cert, key = write_leaf(work, ca, "server", "127.0.0.1", SERVER_NAME)
     ca_file = write_ca(work, ca, "ca")

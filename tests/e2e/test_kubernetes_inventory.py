@@ -74,13 +74,7 @@ def test_watched_objects_drive_decisions(api: ThreadedApiServer, tmp_path: Path)
     api.call(lambda: s.add("ClusterBaseModel", examples("ClusterBaseModel", "llama-3-1-8b-instruct")))
     api.call(lambda: s.add("InferenceService", examples("InferenceService", "llama-8b-pinned-a100")))
     api.call(lambda: s.uninstall("BaseModel"))  # an OME CRD that is not installed: empty, not fatal
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "test",
-        "clusters": [{"name": "test", "cluster": {"server": s.url}}],
-        "users": [{"name": "test", "user": {"token": "test-token"}}],
-        "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test"}}],
-    }))  # fmt: skip
+    kubeconfig = s.write_kubeconfig(tmp_path / "kubeconfig")
     pinned = ome_request("llama-8b-pinned-a100", "vllm-llama-small", NODES)
     with cluster(tmp_path) as c:
         ext = c.extender("--kubernetes", "--kubeconfig", str(kubeconfig))
