@@ -13,6 +13,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -95,11 +96,14 @@ def judge_review(status: Mapping[str, Any], expected: ServiceAccountRef, audienc
     if status.get("authenticated") is not True:
         error = status.get("error") or "no reason given"
         return Refusal(grpc.StatusCode.UNAUTHENTICATED, "invalid_token", f"token not authenticated: {error}")
-    # An audience-aware server echoes the audience it validated (TokenReview API contract).
+    # The server echoes the audiences it validated the token for (TokenReview API contract):
+    # ours must be among them. None or an empty list means "the API server's own audience",
+    # which is not ours: an authenticator that ignores spec.audiences must not let a token
+    # minted for another purpose through.
     audiences = status.get("audiences")
-    if isinstance(audiences, list) and audiences and audience not in audiences:
+    if not isinstance(audiences, list) or audience not in audiences:
         return Refusal(grpc.StatusCode.UNAUTHENTICATED, "wrong_audience",
-                       f"token is for audience(s) {audiences}, not {audience!r}")  # fmt: skip
+                       f"token is for audience(s) {audiences or 'of the API server'}, not {audience!r}")  # fmt: skip
     user = status.get("user") if isinstance(status.get("user"), Mapping) else {}
     username = str(user.get("username") or "")
     if username != expected.username:
@@ -142,4 +146,10 @@ def token_expiry(token: str) -> float | None:
     except (binascii.Error, ValueError):
         return None
     exp = claims.get("exp") if isinstance(claims, dict) else None
-    return float(exp) if isinstance(exp, int | float) and not isinstance(exp, bool) else None
+    if not isinstance(exp, int | float) or isinstance(exp, bool):
+        return None
+    try:
+        value = float(exp)  # a forged 400-digit `exp` overflows
+    except OverflowError:
+        return None
+    return value if math.isfinite(value) else None

@@ -28,6 +28,7 @@ class AgentAuth:
     mode: str  # none | tokenreview
     service_account: ServiceAccountRef | None = None
     audience: str = "gpu-extender"
+    reauth_after_s: float = 600.0  # agent connections end after this long: the agent re-authenticates
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +102,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="largest request accepted (full-Node requests for 5,000 nodes are ~20 MB)")  # fmt: skip
     p.add_argument("--requested-agent-interval", type=float, default=0.0, metavar="SECONDS",
                    help="ask agents to sample at this interval (0: leave it to the agents)")  # fmt: skip
+    p.add_argument("--readiness-grace", type=float, default=0.0, metavar="SECONDS",
+                   help="after start, /readyz stays 503 until every GPU node in the inventory has reported, "
+                   "for up to this long: agents find a new replica only at their next --resolve-interval, "
+                   "and until then every node would look idle to it. In a cluster set it above the agents' "
+                   "--resolve-interval (deploy/ uses 30)")  # fmt: skip
     p.add_argument("--forget-after", type=float, default=3600.0, metavar="SECONDS",
                    help="drop a node's GPU data after this long without reports (node gone)")  # fmt: skip
     p.add_argument("--tls-cert", type=Path, metavar="PATH",
@@ -118,6 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the agents' ServiceAccount (required with --agent-auth tokenreview)")  # fmt: skip
     p.add_argument("--agent-token-audience", default="gpu-extender", metavar="AUD",
                    help="audience the agents' projected tokens must be issued for")  # fmt: skip
+    p.add_argument("--agent-reauth-interval", type=float, default=600.0, metavar="SECONDS",
+                   help="with --agent-auth: end each agent connection after this long (plus 30 s to finish), so "
+                   "the agent reconnects with its current token and a revoked one stops working")  # fmt: skip
     p.add_argument("--log-level", default="info", choices=LEVELS)
     return p
 
@@ -139,6 +148,8 @@ def _agent_auth(args: argparse.Namespace) -> AgentAuth:
     audience = args.agent_token_audience.strip()
     if not audience:
         raise ConfigError("--agent-token-audience must not be empty")
+    if args.agent_reauth_interval < 1:
+        raise ConfigError("--agent-reauth-interval must be at least 1 second")
     if args.agent_auth == "none":
         if args.agent_service_account is not None:
             raise ConfigError("--agent-service-account only applies with --agent-auth tokenreview")
@@ -152,7 +163,7 @@ def _agent_auth(args: argparse.Namespace) -> AgentAuth:
         service_account = parse_service_account(args.agent_service_account)
     except ValueError as exc:
         raise ConfigError(f"--agent-service-account {exc}") from None
-    return AgentAuth("tokenreview", service_account, audience)
+    return AgentAuth("tokenreview", service_account, audience, args.agent_reauth_interval)
 
 
 def build_config(argv: Sequence[str] | None) -> ExtenderConfig:
@@ -166,6 +177,8 @@ def build_config(argv: Sequence[str] | None) -> ExtenderConfig:
                         ("--idle-max-memory", args.idle_max_memory)):  # fmt: skip
         if not 0 < value <= 100:
             raise ConfigError(f"{flag} {value} must be within (0, 100]")
+    if args.readiness_grace < 0:
+        raise ConfigError("--readiness-grace must be >= 0")
     if args.stale_after <= 0:
         raise ConfigError("--stale-after must be positive")
     if args.max_body_bytes < 64 * 1024:
@@ -199,6 +212,7 @@ def build_config(argv: Sequence[str] | None) -> ExtenderConfig:
             runtime_check=args.runtime_check,
             node_strategy=args.node_strategy,
             random_seed=args.random_seed,
+            readiness_grace_s=args.readiness_grace,
         ),
         requested_agent_interval_ms=int(args.requested_agent_interval * 1000),
         forget_after_s=args.forget_after,

@@ -50,6 +50,7 @@ class ApiSettings:
     runtime_check: str = "warn"  # enforce | warn | off
     node_strategy: str = "spread"  # decision.NODE_STRATEGIES; a pod annotation may pick another
     random_seed: str = ""
+    readiness_grace_s: float = 0.0  # /readyz waits up to this long for every GPU node's agent data
 
 
 class SchedulerApi:
@@ -70,6 +71,8 @@ class SchedulerApi:
         self._plans: dict[PodIdentity, placement.ClassPlan] = {}
         self._plan_version = -1
         self.inventory_ready: Callable[[], bool] = lambda: True
+        self._grace_deadline: float | None = None  # set by the first readiness check
+        self._agents_in = False
         self.classes = LiveClasses(state)
         metrics.registry.register(LiveClassesCollector(self.classes, inventory))
 
@@ -78,7 +81,29 @@ class SchedulerApi:
             return "starting"
         if not self.inventory_ready():
             return "waiting for the first full inventory list"
-        return None
+        return self._waiting_for_agents()
+
+    def _waiting_for_agents(self) -> str | None:
+        """A replica that has just started has no GPU data: every node would look idle to
+        it until the agents find it (their next --resolve-interval). Under
+        --readiness-grace it stays unready until every GPU node in the inventory has
+        reported, or the grace has passed; then it is ready for good (no flapping)."""
+        grace = self.settings.readiness_grace_s
+        if self._agents_in or grace <= 0:
+            return None
+        now = self._clock()
+        if self._grace_deadline is None:
+            self._grace_deadline = now + grace
+        view = self._inventory()
+        gpu_nodes = [n for n, count in view.allocatable_gpus.items() if count > 0]
+        missing = sum(1 for n in gpu_nodes if self.state.summary(n) is None)
+        if now >= self._grace_deadline or (gpu_nodes and not missing):
+            self._agents_in = True
+            log.info("ready: %d of %d GPU node(s) have reported (%s)", len(gpu_nodes) - missing, len(gpu_nodes),
+                     "all in" if not missing else f"--readiness-grace {grace:g}s passed")  # fmt: skip
+            return None
+        return (f"waiting for agent data: {missing} of {len(gpu_nodes)} GPU node(s) not reported yet "
+                f"(--readiness-grace, {self._grace_deadline - now:.0f}s left)")
 
     def inventory(self) -> InventoryView:
         """The current inventory snapshot."""

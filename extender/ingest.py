@@ -1,7 +1,8 @@
 """gRPC ingest: agents stream NodeReports in, the live GpuState is updated, each report is acked.
 
 With an authenticator (`--agent-auth tokenreview`) a stream is authenticated
-once, when it opens: a refused stream ends with UNAUTHENTICATED /
+once, when it opens (the server ends every connection after --agent-reauth-interval,
+so a revoked or expired token stops working at the agent's next reconnect): a refused stream ends with UNAUTHENTICATED /
 PERMISSION_DENIED (UNAVAILABLE when the API server cannot answer) and is
 counted in `gpu_extender_agent_auth_failures_total{reason}`. A report for a
 node other than the one the token is bound to gets a REJECTED ack and is not
@@ -28,6 +29,11 @@ log = logging.getLogger("gpu_extender.ingest")
 
 # A misconfigured agent retries every few seconds: repeat its refusal line at most this often.
 _REPEAT_REFUSAL_S = 60.0
+
+# With authentication on, a connection past --agent-reauth-interval (gRPC max_connection_age)
+# gets this long (at most; no longer than the interval itself) to finish its stream; the agent
+# then reconnects with a fresh token.
+REAUTH_GRACE_S = 30
 
 
 class _OncePer:
@@ -88,6 +94,12 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
                 if self._should_log(refusal.reason, _peer_host(peer)):
                     log.warning("refused agent stream from %s (%s): %s", peer, refusal.code.name, refusal.message)
                 await context.abort(refusal.code, refusal.message)
+            except Exception as exc:  # a bug or an odd API answer: refuse, say so, never UNKNOWN + traceback
+                self._count_auth_failure("review_failed")
+                if self._should_log("review_failed", _peer_host(peer)):
+                    log.warning("refused agent stream from %s: cannot verify its token: %s: %s", peer,
+                                type(exc).__name__, exc)  # fmt: skip
+                await context.abort(grpc.StatusCode.UNAVAILABLE, "cannot verify the agent token now; retry")
         mismatch_logged = False
         try:
             async for report in request_iterator:

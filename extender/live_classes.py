@@ -9,11 +9,11 @@ H100-80GB whose GPUs are 40 GB A100s is a mislabelled node, and placing an
 extender logs it once per node, class and cause, counts it in a gauge, and
 /explain shows why. A node without a report keeps its label classes.
 
-Updates are incremental and off the hot loop: a new inventory version re-checks
-every reported node that has classes (O(nodes x their classes)); a node whose
-GPU facts change (`GpuState.on_facts_change`: first report, new GPUs, node
-forgotten) re-checks that node only, at the next request. Requests get a plain
-dict, as before.
+Updates are incremental and lazy (at the first request or scrape that needs
+them): a new inventory version re-checks every reported node that has classes
+(O(nodes x their classes), a few ms at 5,000 nodes); a node whose GPU facts
+change (`GpuState.on_facts_change`: first report, new GPUs, node forgotten)
+re-checks that node only. Requests get a plain dict, as before.
 """
 
 from __future__ import annotations

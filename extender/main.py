@@ -22,7 +22,7 @@ from extender.config import ConfigError, ExtenderConfig, build_config
 from extender.agent_identity import Authenticator
 from extender.gpu_state import GpuState
 from extender.http_api import SchedulerApi, build_app
-from extender.ingest import IngestService
+from extender.ingest import REAUTH_GRACE_S, IngestService
 from extender.inventory.file_source import FileInventorySource, InventoryPathError
 from extender.inventory.sink import KINDS
 from extender.inventory.store import InventoryStore
@@ -110,72 +110,82 @@ async def _serve(
     api = SchedulerApi(state, metrics, config.api, inventory=lambda: views.current)
     api.inventory_ready = lambda: store.ready
     background: list[asyncio.Task[None]] = []
-    if source is not None:
-        source.load()  # the first list, before we answer anything
-        background.append(asyncio.create_task(source.run(), name="inventory files"))
-    elif kube_source is not None:  # /readyz stays 503 until every kind is listed once
-        background.append(asyncio.create_task(kube_source.run(), name="inventory watch"))
-    else:
-        for kind in KINDS:  # no inventory source: nothing to wait for
-            store.replace_all(kind.kind, [])
+    grpc_server: grpc.aio.Server | None = None
+    runner: web.AppRunner | None = None
+    try:  # whatever fails on the way up (a port in use), what was started is stopped again
+        if source is not None:
+            source.load()  # the first list, before we answer anything
+            background.append(asyncio.create_task(source.run(), name="inventory files"))
+        elif kube_source is not None:  # /readyz stays 503 until every kind is listed once
+            background.append(asyncio.create_task(kube_source.run(), name="inventory watch"))
+        else:
+            for kind in KINDS:  # no inventory source: nothing to wait for
+                store.replace_all(kind.kind, [])
 
-    grpc_server = grpc.aio.server(
-        options=[
+        options: list[tuple[str, int]] = [
             # Agents ping every 20 s to notice dead peers; allow it even between reports.
             ("grpc.keepalive_permit_without_calls", 1),
             ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
             ("grpc.max_receive_message_length", 4 * 1024**2),
         ]
-    )
-    ingest = IngestService(
-        state, metrics, requested_interval_ms=config.requested_agent_interval_ms, authenticator=authenticator
-    )
-    pb_grpc.add_GpuStateServiceServicer_to_server(ingest, grpc_server)
-    grpc_target = str(config.grpc_addr)
-    if certificate is not None:
-        bound = grpc_server.add_secure_port(grpc_target, certificate.grpc_credentials())
-    else:
-        bound = grpc_server.add_insecure_port(grpc_target)
-    if bound == 0:
-        raise OSError(f"gRPC address {grpc_target} is not available")
-    await grpc_server.start()
+        if authenticator is not None:  # re-authenticate every agent now and then (ingest.py)
+            age_s = config.agent_auth.reauth_after_s
+            options += [("grpc.max_connection_age_ms", int(age_s * 1000)),
+                        ("grpc.max_connection_age_grace_ms", int(min(REAUTH_GRACE_S, age_s) * 1000))]  # fmt: skip
+        grpc_server = grpc.aio.server(options=options)
+        ingest = IngestService(
+            state, metrics, requested_interval_ms=config.requested_agent_interval_ms, authenticator=authenticator
+        )
+        pb_grpc.add_GpuStateServiceServicer_to_server(ingest, grpc_server)
+        grpc_target = str(config.grpc_addr)
+        if certificate is not None:
+            bound = grpc_server.add_secure_port(grpc_target, certificate.grpc_credentials())
+        else:
+            bound = grpc_server.add_insecure_port(grpc_target)
+        if bound == 0:
+            raise OSError(f"gRPC address {grpc_target} is not available")
+        await grpc_server.start()
 
-    runner = web.AppRunner(build_app(api), access_log=None, keepalive_timeout=KEEPALIVE_TIMEOUT_S)
-    await runner.setup()
-    ssl_context = certificate.ssl_context() if certificate is not None else None
-    await web.TCPSite(runner, config.http_addr.host, config.http_addr.port, ssl_context=ssl_context).start()
-    _tune_gc()
-    api.serving = True
-    policy = config.api.policy
-    log.info(
-        "gpu-extender %s: scheduler API on %s://%s%s/{filter,prioritize}, agents on grpc://%s; idle = util < %g%% "
-        "and memory < %g%%; stale after %gs (%s); no fit: %s; GPU resources: %s; inventory: %s",
-        __version__, "https" if certificate else "http", config.http_addr, config.api.path_prefix, config.grpc_addr,
-        config.idle_rule.max_utilization_percent, config.idle_rule.max_memory_used_percent,
-        policy.stale_after_s, policy.stale_policy, policy.no_fit_policy,
-        ",".join(config.api.gpu_resources),
-        f"{config.inventory} ({', '.join(f'{n} {k}' for k, n in store.counts().items() if n)})"
-        if source else ("Kubernetes API (list+watch)" if kube_source else "none"),
-    )  # fmt: skip
-    log.info("security: %s", security_summary(config))
+        app_runner = web.AppRunner(build_app(api), access_log=None, keepalive_timeout=KEEPALIVE_TIMEOUT_S)
+        await app_runner.setup()
+        runner = app_runner
+        ssl_context = certificate.ssl_context() if certificate is not None else None
+        await web.TCPSite(runner, config.http_addr.host, config.http_addr.port, ssl_context=ssl_context).start()
+        _tune_gc()
+        api.serving = True
+        policy = config.api.policy
+        log.info(
+            "gpu-extender %s: scheduler API on %s://%s%s/{filter,prioritize}, agents on grpc://%s; idle = util < %g%% "
+            "and memory < %g%%; stale after %gs (%s); no fit: %s; GPU resources: %s; inventory: %s",
+            __version__, "https" if certificate else "http", config.http_addr, config.api.path_prefix,
+            config.grpc_addr, config.idle_rule.max_utilization_percent, config.idle_rule.max_memory_used_percent,
+            policy.stale_after_s, policy.stale_policy, policy.no_fit_policy,
+            ",".join(config.api.gpu_resources),
+            f"{config.inventory} ({', '.join(f'{n} {k}' for k, n in store.counts().items() if n)})"
+            if source else ("Kubernetes API (list+watch)" if kube_source else "none"),
+        )  # fmt: skip
+        log.info("security: %s", security_summary(config))
 
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
-    background.append(asyncio.create_task(_forget_departed(state, config.forget_after_s), name="forget"))
-    await stop.wait()
-    log.info("shutting down")
-    api.serving = False
-    for task in background:
-        task.cancel()
-    for task in background:
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-    await grpc_server.stop(grace=1.0)
-    await runner.cleanup()
-    if reviewer is not None:
-        await reviewer.close()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        background.append(asyncio.create_task(_forget_departed(state, config.forget_after_s), name="forget"))
+        await stop.wait()
+        log.info("shutting down")
+    finally:
+        api.serving = False
+        for task in background:
+            task.cancel()
+        for task in background:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if grpc_server is not None:
+            await grpc_server.stop(grace=1.0)
+        if runner is not None:
+            await runner.cleanup()
+        if reviewer is not None:
+            await reviewer.close()
     return 0
 
 
@@ -191,7 +201,7 @@ def security_summary(config: ExtenderConfig) -> str:
     auth = config.agent_auth
     if auth.mode == "tokenreview":
         parts.append(f"agent auth: TokenReview (service account {auth.service_account}, audience {auth.audience!r}, "
-                     "token bound to the reporting node)" + ("" if tls else "; tokens travel in cleartext: add "
+                     f"token bound to the reporting node, re-checked every {auth.reauth_after_s:g}s)" + ("" if tls else "; tokens travel in cleartext: add "
                                                              "--tls-cert/--tls-key"))  # fmt: skip
     else:
         parts.append("agent auth: none" + ("" if tls and tls.client_ca else

@@ -4,7 +4,9 @@ Called once per new agent stream, never on the scheduler's request path. An
 answer is cached per token hash (the token itself is not kept) for at most
 `cache_ttl_s` and never past the token's own `exp`, so a fleet of agents
 reconnecting after an extender restart costs one review per agent, and a
-revoked or expired token stops working within the TTL. Refusals are cached
+revoked or expired token is refused on the next stream within the TTL (open
+streams are re-checked when the server ends them, every
+`ingest.AUTHENTICATED_STREAM_AGE_S`). Refusals are cached
 briefly (a misconfigured fleet retrying every few seconds does not hammer the
 API server); an API server error is not cached: the stream is refused with
 UNAVAILABLE and the agent retries with backoff.

@@ -132,8 +132,10 @@ class Cluster:
         http_port: int | None = None,
         grpc_port: int | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        wait_ready: bool = True,
     ) -> Proc:
-        """With `ssl_context` (a client context trusting the extender's CA), readiness is checked over HTTPS."""
+        """With `ssl_context` (a client context trusting the extender's CA), readiness is checked over HTTPS.
+        `wait_ready=False` returns once the process has started (for tests of /readyz itself)."""
         http_port = http_port or free_port()
         grpc_port = grpc_port or free_port()
         proc = self.spawn(
@@ -142,8 +144,9 @@ class Cluster:
             {"http": http_port, "grpc": grpc_port},
         )  # fmt: skip
         scheme = "https" if ssl_context is not None else "http"
+        wanted = (200,) if wait_ready else (200, 503)
         wait_until(f"extender /readyz ({proc.log_path})", lambda: _alive_and(proc, lambda: http(
-            "GET", f"{scheme}://127.0.0.1:{http_port}/readyz", ssl_context=ssl_context)[0] == 200))  # fmt: skip
+            "GET", f"{scheme}://127.0.0.1:{http_port}/readyz", ssl_context=ssl_context)[0] in wanted))  # fmt: skip
         return proc
 
     def agent(self, node: str, scenario: Path, *extenders: Proc, extra: tuple[str, ...] = ()) -> Proc:
@@ -222,7 +225,7 @@ def write_ca(directory: Path, ca: Any, name: str) -> Path:
 
 
 def client_ssl_context(ca: Any) -> ssl.SSLContext:
-    """A client context that trusts only the trustme `ca`."""
-    context = ssl.create_default_context()
+    """A client context that trusts only the trustme `ca` (no system CAs), verifying names."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # check_hostname and CERT_REQUIRED by default
     ca.configure_trust(context)
     return context

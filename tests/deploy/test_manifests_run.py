@@ -268,9 +268,9 @@ class Live:
         return proc, laptop
 
 
-def node_object(name: str) -> dict:
+def node_object(name: str, gpus: int = 8) -> dict:
     return {"metadata": {"name": name, "labels": {"nvidia.com/gpu.present": "true"}},
-            "status": {"allocatable": {"nvidia.com/gpu": "8"}}}  # fmt: skip
+            "status": {"allocatable": {"nvidia.com/gpu": str(gpus)}}}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -298,8 +298,10 @@ def live(tmp_path_factory: pytest.TempPathFactory, base_objects: list[m.KubeObje
     api = ThreadedApiServer()
     try:
         s = api.server
-        for name in (NODE, ROGUE_NODE):
-            api.call(lambda name=name: s.add("Node", node_object(name)))
+        api.call(lambda: s.add("Node", node_object(NODE)))
+        # The node a rogue agent claims: no allocatable GPUs, so the extender's readiness
+        # (--readiness-grace: every GPU node reported) waits for NODE's agent only.
+        api.call(lambda: s.add("Node", node_object(ROGUE_NODE, gpus=0)))
         # Both tokens are the agent ServiceAccount's, for the manifest's audience, bound to NODE.
         for token in (f"token-of-{NODE}", f"another-token-of-{NODE}"):
             api.call(lambda token=token: s.add_token(token, agent_user, extra={NODE_NAME_EXTRA: [NODE]},
@@ -322,12 +324,16 @@ def live(tmp_path_factory: pytest.TempPathFactory, base_objects: list[m.KubeObje
                 scheduler_ca=rebase(ext_entry["tlsConfig"]["caFile"], sched_mounts),
                 filter_path=urlsplit(ext_entry["urlPrefix"]).path.rstrip("/") + "/" + ext_entry["filterVerb"],
             )  # fmt: skip
-            wait_for(f"extender /readyz over HTTPS as {live.server_name}",
-                     lambda: alive_and(ext, lambda: live.https("GET", "/readyz")[0] == 200), ext, laptop=ext_laptop)
+            # Up, but not ready: no agent has reached this replica yet (the manifest's --readiness-grace).
+            waiting = b"waiting for agent data: 1 of 1 GPU node(s) not reported yet"
+            wait_for(f"extender /readyz over HTTPS as {live.server_name} (waiting for agents)",
+                     lambda: alive_and(ext, lambda: waiting in live.https("GET", "/readyz")[1]), ext, laptop=ext_laptop)
             live.agent, live.agent_laptop = live.start_agent("agent", NODE, f"token-of-{NODE}")
             wait_for(f"{NODE}'s data at the extender",
                      lambda: metric(live.scrape(), "gpu_extender_node_idle_gpus", node=NODE) == 8,
                      live.agent, ext, laptop=live.agent_laptop)  # fmt: skip
+            wait_for("extender /readyz once the agent is in",
+                     lambda: alive_and(ext, lambda: live.https("GET", "/readyz")[0] == 200), ext, laptop=ext_laptop)
             live.first_scrape = live.scrape()
             yield live
     finally:
@@ -351,7 +357,7 @@ def test_extender_serves_https_as_the_scheduler_configuration_expects(live: Live
     client_ca = rebase(m.flag_value(ext_args, "--tls-ca"), live.extender_laptop.mounts)
     assert f"mTLS on: agents need a client certificate signed by {client_ca}" in log
     sa, aud = m.flag_value(ext_args, "--agent-service-account"), m.flag_value(ext_args, "--agent-token-audience")
-    assert f"agent auth: TokenReview (service account {sa}, audience {aud!r}, token bound to the reporting node)" in log
+    assert f"agent auth: TokenReview (service account {sa}, audience {aud!r}, token bound to the reporting node, " in log
     assert "inventory: Kubernetes API (list+watch)" in log
 
 

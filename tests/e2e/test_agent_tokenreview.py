@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import json
 import ssl
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 import trustme
@@ -32,6 +34,7 @@ from tests.harness import (
     write_leaf,
     write_pem,
 )
+from tests.extender.test_agent_auth import jwt
 from tests.kube_apiserver import TokenReviewRequest
 
 SCENARIOS = FIXTURES / "scenarios"
@@ -118,3 +121,34 @@ def test_an_agent_without_a_token_is_refused(live: Live) -> None:
     assert metric(samples, "gpu_extender_agent_auth_failures_total", reason="missing_token") >= 1
     assert metric(samples, "gpu_extender_node_idle_gpus", node="gpu-node-3") is None
     assert metric(samples, "gpu_extender_nodes_with_data") == 1
+
+
+def test_a_revoked_token_stops_working_at_the_next_reauthentication(
+    api: ThreadedApiServer, tmp_path: Path
+) -> None:
+    """--agent-reauth-interval ends every agent connection after a while: the agent reconnects,
+    its token is reviewed again, and once the API server no longer accepts it the node's
+    stream is refused. (The token's own `exp` keeps the cached answer short.)"""
+    s = api.server
+    token = jwt({"exp": int(time.time()) + 8, "sub": AGENT_SA})
+    api.call(lambda: s.add_token(token, AGENT_SA, extra={NODE_NAME_EXTRA: ["gpu-node-4"]}))
+    kubeconfig = s.write_kubeconfig(tmp_path / "kubeconfig")
+    ca = trustme.CA()
+    cert, key = write_leaf(tmp_path, ca, "server", "127.0.0.1", SERVER_NAME)
+    tls = ("--tls-ca", str(write_ca(tmp_path, ca, "ca")), "--tls-server-name", SERVER_NAME)
+    context = client_ssl_context(ca)
+    with cluster(tmp_path) as c:
+        ext = c.extender("--tls-cert", str(cert), "--tls-key", str(key), "--kubernetes", "--kubeconfig",
+                         str(kubeconfig), "--agent-auth", "tokenreview", "--agent-service-account",
+                         "gpu-extender/gpu-agent", "--agent-reauth-interval", "2", ssl_context=context)  # fmt: skip
+        agent = c.agent("gpu-node-4", SCENARIOS / "idle8.yaml", ext,
+                        extra=(*tls, "--token-file", str(write_pem(tmp_path / "token", token.encode()))))  # fmt: skip
+        wait_until("the agent's first stream", lambda: "agent for node gpu-node-4 connected" in ext.log())
+        api.call(lambda: s.add_token(token, AGENT_SA, authenticated=False))  # revoked (e.g. pod deleted)
+        wait_until("the stream ended and was refused on reconnect",
+                   lambda: "token not authenticated" in agent.log())  # fmt: skip
+        assert ext.log().count("agent for node gpu-node-4 connected") >= 1
+        assert "agent for node gpu-node-4 disconnected" in ext.log()
+        status, raw = http("GET", https_url(ext, "/metrics"), ssl_context=context)
+        assert status == 200
+        assert metric(parse_metrics(raw.decode()), "gpu_extender_agent_auth_failures_total", reason="invalid_token") >= 1

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ctypes
 import json
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -309,6 +310,23 @@ def test_agent_config_errors_are_one_clear_line(args: list[str], message: str) -
                             timeout=30, cwd=ROOT)  # fmt: skip
     assert result.returncode == 2
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_extender_with_its_http_port_taken_exits_cleanly_with_the_cause() -> None:
+    """Everything started before the failing listener (gRPC server, inventory tasks) is
+    stopped again: one line, exit 2, no traceback or unclosed-resource noise."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "extender.main", "--http-addr", f"127.0.0.1:{port}",
+             "--grpc-addr", f"127.0.0.1:{free_port()}"],
+            capture_output=True, text=True, timeout=30, cwd=ROOT,
+        )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert "gpu-extender: cannot listen" in result.stderr
+    assert "Traceback" not in result.stderr and "Unclosed" not in result.stderr, result.stderr
 
 
 def test_demo_runs_and_shows_decisions() -> None:

@@ -216,10 +216,13 @@ def test_judge_review() -> None:
     user = {"username": SA.username, "extra": bound_to("n1")}
     assert judge_review({"authenticated": True, "user": user, "audiences": ["aud"]}, SA, "aud") == \
         AgentIdentity(SA.username, "n1")  # fmt: skip
-    assert judge_review({"authenticated": True, "user": user}, SA, "aud") == AgentIdentity(SA.username, "n1")
+    for missing in ({}, {"audiences": []}, {"audiences": None}):  # the API server's own audience: not ours
+        refused = judge_review({"authenticated": True, "user": user, **missing}, SA, "aud")
+        assert isinstance(refused, Refusal) and refused.reason == "wrong_audience"
     wrong_aud = judge_review({"authenticated": True, "user": user, "audiences": ["api"]}, SA, "aud")
     assert isinstance(wrong_aud, Refusal) and wrong_aud.reason == "wrong_audience"
-    two_nodes = judge_review({"authenticated": True, "user": {**user, "extra": {NODE_NAME_EXTRA: ["a", "b"]}}}, SA, "x")
+    two_nodes = judge_review({"authenticated": True, "user": {**user, "extra": {NODE_NAME_EXTRA: ["a", "b"]}},
+                              "audiences": ["x"]}, SA, "x")  # fmt: skip
     assert isinstance(two_nodes, Refusal) and two_nodes.reason == "no_node_name"
     assert judge_review({"authenticated": False}, SA, "x").reason == "invalid_token"  # type: ignore[union-attr]
 
@@ -233,6 +236,7 @@ def test_bearer_token_expiry_and_service_account_parsing() -> None:
     assert token_expiry(jwt({"exp": 1700000000})) == 1700000000.0
     assert token_expiry(jwt({"sub": "x"})) is None
     assert token_expiry("not-a-jwt") is None and token_expiry("a.!!!.c") is None
+    assert token_expiry(jwt({"exp": 10**400})) is None  # forged: would overflow a float
     assert parse_service_account("gpu-extender/gpu-agent") == SA
     assert str(SA) == "gpu-extender/gpu-agent" and SA.username == "system:serviceaccount:gpu-extender:gpu-agent"
     for bad in ("gpu-agent", "/x", "ns/", "NS/x", "a/b/c"):

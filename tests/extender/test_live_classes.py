@@ -169,3 +169,20 @@ def test_nodes_with_the_same_hardware_share_one_facts_tuple() -> None:
     send(state, "n3", A100_40)
     assert state.facts("n1") is state.facts("n2")
     assert state.facts("n3") != state.facts("n1")
+
+
+def test_facts_follow_readings_that_arrive_after_the_uuid() -> None:
+    """The agent sends a GPU's UUID even when NVML could not give its name or compute
+    capability yet; when they arrive (same UUID), the facts must follow."""
+    state = GpuState(IdleRule())
+    heard: list[str] = []
+    state.on_facts_change(heard.append)
+    partial = pb.GpuSample(index=0, uuid="GPU-same", healthy=True)
+    assert state.ingest(report("n1", [partial], seconds=1001, seq=1), 1.0)
+    assert state.facts("n1") == (GpuFacts("", None, ""),)
+    complete = pb.GpuSample(index=0, uuid="GPU-same", name="NVIDIA H100 80GB HBM3", healthy=True,
+                            memory_total_bytes=80 * GIB)  # fmt: skip
+    complete.compute_capability.major = 9
+    assert state.ingest(report("n1", [complete], seconds=1002, seq=2), 2.0)
+    assert state.facts("n1") == (GpuFacts("NVIDIA H100 80GB HBM3", 80 * GIB, "9.0"),)
+    assert heard == ["n1", "n1"]
