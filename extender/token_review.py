@@ -14,6 +14,7 @@ UNAVAILABLE and the agent retries with backoff.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import time
 from collections.abc import Callable, Iterable
@@ -48,6 +49,7 @@ class TokenReviewer:
         cache_ttl_s: float = 60.0,
         refusal_ttl_s: float = 5.0,
         max_entries: int = 20_000,
+        max_in_flight: int = 8,
         timeout_s: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
@@ -66,6 +68,10 @@ class TokenReviewer:
         self._clock = clock
         self._wall_clock = wall_clock
         self._cache: dict[str, tuple[float, AgentIdentity | Refusal]] = {}
+        # A fleet reconnecting at once (a new replica, an API server brownout) queues here
+        # instead of flooding the API server; streams with the same token share one review.
+        self._in_flight = asyncio.Semaphore(max_in_flight)
+        self._pending: dict[str, asyncio.Future[AgentIdentity | Refusal]] = {}
         self._client: k8s.ApiClient | None = None
         self.reviews = 0  # TokenReview calls made (the cache's effect, for tests and debugging)
 
@@ -74,13 +80,30 @@ class TokenReviewer:
         if token is None:
             raise AgentRefused(missing_token(self.audience))
         key = hashlib.sha256(token.encode()).hexdigest()
-        now = self._clock()
-        cached = self._cache.get(key)
-        if cached is not None and cached[0] > now:
-            return _identity_or_raise(cached[1])
-        result = judge_review(await self._review(token), self.service_account, self.audience)
-        self._remember(key, token, result, now)
-        return _identity_or_raise(result)
+        cached = self._cached(key)
+        if cached is not None:
+            return _identity_or_raise(cached)
+        pending = self._pending.get(key)
+        if pending is None:  # one review per token, however many streams wait for it
+            pending = self._pending[key] = asyncio.ensure_future(self._review_and_judge(key, token))
+            pending.add_done_callback(lambda done: self._review_done(key, done))
+        return _identity_or_raise(await asyncio.shield(pending))
+
+    def _review_done(self, key: str, done: asyncio.Future[AgentIdentity | Refusal]) -> None:
+        self._pending.pop(key, None)
+        if not done.cancelled():
+            done.exception()  # retrieved: its waiters (if any are left) got it already
+
+    async def _review_and_judge(self, key: str, token: str) -> AgentIdentity | Refusal:
+        async with self._in_flight:
+            now = self._clock()
+            result = judge_review(await self._review(token), self.service_account, self.audience)
+            self._remember(key, token, result, now)
+            return result
+
+    def _cached(self, key: str) -> AgentIdentity | Refusal | None:
+        entry = self._cache.get(key)
+        return entry[1] if entry is not None and entry[0] > self._clock() else None
 
     async def close(self) -> None:
         if self._client is not None:

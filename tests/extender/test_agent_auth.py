@@ -193,6 +193,18 @@ def test_answers_are_cached_per_token_until_the_ttl_and_errors_are_not() -> None
     run(test, clock=lambda: now[0])
 
 
+def test_a_fleet_reconnecting_at_once_costs_one_review_per_token() -> None:
+    """Streams opening together queue for the reviewer; those behind the first find its answer."""
+
+    async def test(api: KubeApiServer, rig: Rig) -> None:
+        api.add_token("shared", SA.username, extra=bound_to("gpu-node-1"))
+        acks = await asyncio.gather(*(rig.stream("shared", "gpu-node-1") for _ in range(20)))
+        assert all([a.status for a in answer] == [pb.ReportAck.ACCEPTED] for answer in acks)
+        assert [r.token for r in api.token_reviews] == ["shared"]
+
+    run(test)
+
+
 def jwt(claims: dict[str, Any]) -> str:
     def part(obj: dict[str, Any]) -> str:
         return base64.urlsafe_b64encode(json.dumps(obj).encode()).decode().rstrip("=")
