@@ -9,11 +9,13 @@ H100-80GB whose GPUs are 40 GB A100s is a mislabelled node, and placing an
 extender logs it once per node, class and cause, counts it in a gauge, and
 /explain shows why. A node without a report keeps its label classes.
 
-Updates are incremental and lazy (at the first request or scrape that needs
-them): a new inventory version re-checks every reported node that has classes
-(O(nodes x their classes), a few ms at 5,000 nodes); a node whose GPU facts
-change (`GpuState.on_facts_change`: first report, new GPUs, node forgotten)
-re-checks that node only. Requests get a plain dict, as before.
+Updates are incremental and happen off the request path: a node whose GPU
+facts change (`GpuState.on_facts_change`: first report, new GPUs, node
+forgotten) is re-checked alone, at ingest; a new inventory version re-checks
+every reported node that has classes (O(nodes x their classes)) when the view
+is rebuilt (`ViewBuilder.on_rebuild`, wired in main.py). A request that still
+sees an unknown version rebuilds first, so the answer is never stale. Requests
+get a plain dict, as before.
 """
 
 from __future__ import annotations
@@ -43,22 +45,21 @@ class LiveClasses:
         self._matchers: dict[str, ClassMatcher] = {}
         self._by_node: dict[str, tuple[str, ...]] = {}
         self._excluded: dict[str, dict[str, Mismatch]] = {}  # node -> class -> why NVML disagrees
-        self._dirty: set[str] = set()
         # The nodes of a class list (a plan's allowed classes): filter's membership test
         # becomes one set lookup per candidate. Cleared whenever membership changes.
         self._nodes_in: dict[tuple[str, ...], frozenset[str]] = {}
         self._warned: set[tuple[str, str, str]] = set()  # (node, class, detail)
-        state.on_facts_change(self._dirty.add)
+        state.on_facts_change(self._facts_changed)
 
     def classes_by_node(self, view: InventoryView) -> Mapping[str, tuple[str, ...]]:
         """node -> its classes: labels and, where the agent reported, capabilities."""
         if view.version != self._version:
             self._rebuild(view)
-        elif self._dirty:
-            for node in self._dirty:
-                self._refine(node)
-            self._dirty.clear()
         return self._by_node
+
+    def _facts_changed(self, node: str) -> None:
+        if self._version >= 0:  # before the first build there is nothing to refine
+            self._refine(node)
 
     def nodes_in(self, view: InventoryView, classes: tuple[str, ...]) -> frozenset[str]:
         """The nodes in at least one of `classes`, cached until membership changes."""
@@ -85,7 +86,6 @@ class LiveClasses:
         self._matchers = {name: ClassMatcher(cls) for name, cls in view.classes.items()}
         self._by_node = dict(self._base)
         self._excluded = {}
-        self._dirty.clear()
         self._nodes_in.clear()
         facts = self._state.facts
         for node, classes in self._base.items():

@@ -108,6 +108,7 @@ async def _serve(
     metrics = ExtenderMetrics(state, store)
     views = ViewBuilder(store, config.api.gpu_resources, on_invalid=metrics.count_invalid_object)
     api = SchedulerApi(state, metrics, config.api, inventory=lambda: views.current)
+    views.on_rebuild(api.classes.classes_by_node)  # class membership follows each rebuild, not the next request
     api.inventory_ready = lambda: store.ready
     background: list[asyncio.Task[None]] = []
     grpc_server: grpc.aio.Server | None = None

@@ -81,6 +81,7 @@ class ViewBuilder:
         self._on_invalid = on_invalid or (lambda kind, key, problem: None)
         self._warned: set[tuple[str, str, str]] = set()  # (kind, key, resourceVersion)
         self._scheduled = False
+        self._rebuilt: list[Callable[[InventoryView], None]] = []
         self._class_report: tuple[object, ...] = ()
         # Per-node results of the last rebuild, reused while the store holds the same
         # object (keyed by id, checked by identity): one changed Node re-parses and
@@ -90,6 +91,10 @@ class ViewBuilder:
         self._classes_seen: list[AcceleratorClass] = []
         self.current = InventoryView()
         store.on_change(self._changed)
+
+    def on_rebuild(self, listener: Callable[[InventoryView], None]) -> None:
+        """Call `listener(view)` after every rebuild: derived state follows off the request path."""
+        self._rebuilt.append(listener)
 
     def _changed(self, kind: str) -> None:
         try:
@@ -199,6 +204,8 @@ class ViewBuilder:
             self._store.version, allocatable, labels, invalid, classes, membership, objects,
             runtimes, models, services,  # type: ignore[arg-type]
         )  # fmt: skip
+        for listener in self._rebuilt:
+            listener(self.current)
         return self.current
 
 

@@ -74,6 +74,7 @@ import enum
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from extender.ome.model_size import parse_model_size
 from extender.ome.model_version import runtime_version_accepts
@@ -644,15 +645,7 @@ def find_runtime(name: str, namespace: str, runtimes: Iterable[ServingRuntime]) 
 
     This is also how a pod's `serving-runtime` label resolves (§6).
     """
-    cluster_match = None
-    for rt in runtimes:
-        if rt.name != name:
-            continue
-        if not rt.is_cluster and rt.namespace == namespace:
-            return rt
-        if rt.is_cluster and cluster_match is None:
-            cluster_match = rt
-    return cluster_match
+    return _namespaced_first(name, namespace, runtimes)
 
 
 def get_runtime(name: str, namespace: str, runtimes: Iterable[ServingRuntime]) -> ServingRuntime:
@@ -665,14 +658,22 @@ def get_runtime(name: str, namespace: str, runtimes: Iterable[ServingRuntime]) -
 
 def find_base_model(name: str, namespace: str, models: Iterable[BaseModel]) -> BaseModel | None:
     """utils.GetBaseModel's order: BaseModel in `namespace`, then ClusterBaseModel (§4.1)."""
+    return _namespaced_first(name, namespace, models)
+
+
+_Scoped = TypeVar("_Scoped", ServingRuntime, BaseModel)
+
+
+def _namespaced_first(name: str, namespace: str, objects: Iterable[_Scoped]) -> _Scoped | None:
+    """OME's lookup order: the object named `name` in `namespace`, else the cluster-scoped one."""
     cluster_match = None
-    for model in models:
-        if model.name != name:
+    for obj in objects:
+        if obj.name != name:
             continue
-        if not model.is_cluster and model.namespace == namespace:
-            return model
-        if model.is_cluster and cluster_match is None:
-            cluster_match = model
+        if not obj.is_cluster and obj.namespace == namespace:
+            return obj
+        if obj.is_cluster and cluster_match is None:
+            cluster_match = obj
     return cluster_match
 
 

@@ -211,3 +211,13 @@ def test_nodes_in_several_classes_or_none_are_logged_when_that_changes(
         "unlabelled-gpu-node",
     ]  # the CPU node is in no class either, and that is expected
     assert views.current.membership.classes_of("both") == ("h100", "hopper")
+
+
+def test_rebuild_listeners_get_each_new_view() -> None:
+    store = InventoryStore()
+    views = ViewBuilder(store, GPU)
+    seen: list[int] = []
+    views.on_rebuild(lambda view: seen.append(view.version))
+    store.upsert("Node", {"kind": "Node", "metadata": {"name": "n1"}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}})
+    store.upsert("Node", {"kind": "Node", "metadata": {"name": "n2"}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}})
+    assert seen == [1, 2] and views.current.version == 2
