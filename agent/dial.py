@@ -38,9 +38,18 @@ class DialSettings:
         return self.tls_cert is not None
 
 
+# A fresh channel must mean a fresh connection. In gRPC's process-wide subchannel pool a
+# new channel to the same address shares the subchannel of the one just closed, with its
+# cached "connection refused" and gRPC's own reconnect backoff (1 s growing to 120 s): calls
+# fail at once until that runs out, so agents came back long after the extender did.
+OWN_SUBCHANNELS = ("grpc.use_local_subchannel_pool", 1)
+
+
 def open_channel(target: str, settings: DialSettings, options: Sequence[tuple[str, Any]]) -> grpc.aio.Channel:
+    """A channel with its own subchannels (`OWN_SUBCHANNELS`): it dials now, whatever came before."""
+    channel_options: list[tuple[str, Any]] = [*options, OWN_SUBCHANNELS]
     if not settings.tls:
-        return grpc.aio.insecure_channel(target, options=list(options))
+        return grpc.aio.insecure_channel(target, options=channel_options)
     assert settings.tls_ca is not None
     try:
         ca = read_flag_file("--tls-ca", settings.tls_ca)
@@ -49,7 +58,7 @@ def open_channel(target: str, settings: DialSettings, options: Sequence[tuple[st
     except CredentialFileError as exc:
         raise DialError(str(exc)) from None
     credentials = grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
-    tls_options = list(options)
+    tls_options = channel_options
     if settings.tls_server_name:
         # Pod IPs from the headless Service are not in the certificate; its DNS name is.
         tls_options.append(("grpc.ssl_target_name_override", settings.tls_server_name))

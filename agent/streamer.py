@@ -6,11 +6,12 @@ sends only the newest report (see `agent.latest`), reads one ack per report,
 and is torn down and reopened when the extender goes away, stops acking, or
 the connection breaks. The agent never exits because an extender is down.
 
-Each attempt opens a fresh channel: certificates and the bearer token are
-read again from disk (see `agent.dial`), so rotation needs no restart, and our
-backoff alone paces reconnects. Failures are logged once when they start or
-change kind, then at most once a minute, in words naming the flag to fix
-(`agent.stream_problem`).
+Each attempt opens a fresh channel with its own connection: certificates and
+the bearer token are read again from disk (see `agent.dial`), so rotation needs
+no restart, and our backoff alone paces reconnects (gRPC's own reconnect
+backoff is kept within it, and calls do not wait for readiness). Failures are
+logged once when they start or change kind, then at most once a minute, in
+words naming the flag to fix (`agent.stream_problem`).
 """
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ log = logging.getLogger("gpu_agent.stream")
 
 # While the extender is unreachable, repeat the warning at most this often.
 _REPEAT_WARNING_S = 60.0
+# A TCP + TLS handshake with a busy extender finishes well within this; see `_options`.
+_MIN_CONNECT_TIMEOUT_MS = 5_000
 
 
 class _CallFailed(Exception):
@@ -67,10 +70,20 @@ class ExtenderStream:
         self.connected = False
 
     def _options(self) -> list[tuple[str, int]]:
+        initial_ms = max(1, round(self._backoff.initial_s * 1000))
+        max_ms = max(initial_ms, round(self._backoff.max_s * 1000))
         return [
             # Notice a vanished extender host (no FIN) within ~30 s.
             ("grpc.keepalive_time_ms", 20_000),
             ("grpc.keepalive_timeout_ms", 10_000),
+            # Our backoff paces reconnects (each attempt is a new channel with its own subchannels,
+            # see agent.dial); should gRPC ever retry a connection inside one channel, its backoff
+            # (default 1 s .. 120 s) stays within ours.
+            ("grpc.initial_reconnect_backoff_ms", initial_ms),
+            ("grpc.max_reconnect_backoff_ms", max_ms),
+            # gRPC's name for the shortest connect timeout (default 20 s): a connect that hangs
+            # (an extender host gone without a RST) fails after this and our backoff takes over.
+            ("grpc.min_reconnect_backoff_ms", max(max_ms, _MIN_CONNECT_TIMEOUT_MS)),
         ]
 
     async def run(self) -> None:
@@ -118,7 +131,9 @@ class ExtenderStream:
         metadata = call_metadata(self._dial)
         async with open_channel(self.target, self._dial, self._options()) as channel:
             stub = pb_grpc.GpuStateServiceStub(channel)
-            call = stub.StreamNodeReports(metadata=metadata or None)
+            # Not wait_for_ready: a refused connection fails this call at once and we back off
+            # (re-reading credentials) on our schedule, rather than waiting inside gRPC's.
+            call = stub.StreamNodeReports(metadata=metadata or None, wait_for_ready=False)
             try:
                 return await self._session(call)
             except (grpc.aio.AioRpcError, TimeoutError):

@@ -8,6 +8,9 @@ What it measures (details in each script's docstring):
   50 ServingRuntimes loaded, next to the skeleton's figures (target: within 1.5x);
 - bench_agent.py: CPU share and RSS of one gpu-agent sampling 8 fake GPUs every
   second and streaming to an extender;
+- bench_reconnect.py: seconds until N gpu-agents stream again after the
+  extender was down 20 s / 90 s (target: max backoff + 2 s), head-to-head with
+  the agent's pre-fix channel options;
 - profile_extender.py (phases only): where the extender's time goes inside one
   5,000-name filter call, in-process, without HTTP.
 Then it prints a summary, checks the targets (filter p99 < 10 ms at 5,000
@@ -36,6 +39,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_agent  # noqa: E402
 import bench_classes  # noqa: E402
+import bench_reconnect  # noqa: E402
 import bench_extender  # noqa: E402
 import profile_extender  # noqa: E402
 from benchlib import BENCH_DIR, OUT_DIR, REPO_ROOT, BenchError, exit_on_sigterm, machine_facts  # noqa: E402
@@ -105,6 +109,7 @@ def render_markdown(
     agent: bench_agent.AgentBenchResult | None,
     phases: list[tuple[str, float]] | None,
     classes: list[dict] | None = None,
+    reconnect: list[bench_reconnect.OutageResult] | None = None,
 ) -> str:
     m = machine_facts()
     out = [
@@ -131,6 +136,10 @@ def render_markdown(
                    f"{_verdict(agent.rss_ok)} |")  # fmt: skip
     else:
         out += ["| agent CPU < 2 % of one core | n/a | n/a |", "| agent RSS < 64 MiB | n/a | n/a |"]
+    for r in reconnect or []:
+        if r.variant == "fixed":
+            out.append(f"| {r.agents} agents back <= {bench_reconnect.TARGET_S:g} s after a {r.outage_s:.0f} s "
+                       f"extender outage | {r.last_s:.2f} s | {_verdict(r.ok)} |")  # fmt: skip
     out.append("")
     busy = background_warning(ext, agent)
     if busy:
@@ -251,6 +260,8 @@ def render_markdown(
     ]
     if classes:
         out += ["", *classes_markdown(classes)]
+    if reconnect:
+        out += ["", *reconnect_markdown(reconnect)]
     return "\n".join(out)
 
 
@@ -282,11 +293,27 @@ def classes_markdown(classes: list[dict]) -> list[str]:
     return lines
 
 
+def reconnect_markdown(results: list[bench_reconnect.OutageResult]) -> list[str]:
+    return [
+        "## gpu-agent reconnect after an extender outage",
+        "",
+        f"`bench/bench_reconnect.py`: {results[0].agents} agents with the default flags (backoff 0.2 s doubling to "
+        f"{bench_reconnect.MAX_BACKOFF_S:g} s); the extender is stopped, kept down, and started again on the same "
+        "ports. Seconds from its gRPC port accepting again until the k-th agent's report is accepted by it "
+        "(`gpu_extender_nodes_with_data`, polled every 100 ms). *pre-fix* runs the same agents with the channel "
+        "options they had before the fix (gRPC's shared subchannel pool and default reconnect backoff).",
+        "",
+        bench_reconnect.HEADER,
+        *(bench_reconnect.format_row(r) for r in results),
+        "",
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
                         help="smoke check: few iterations and a 5 s agent window; RESULTS.md left alone")  # fmt: skip
-    parser.add_argument("--only", choices=("extender", "agent"), help="run only this benchmark")
+    parser.add_argument("--only", choices=("extender", "agent", "reconnect"), help="run only this benchmark")
     parser.add_argument("--scenario", action="append", choices=[s.name for s in bench_extender.SCENARIOS],
                         help="extender scenario to run (repeatable; default: all)")  # fmt: skip
     parser.add_argument("--results", type=Path,
@@ -298,6 +325,7 @@ def main(argv: list[str] | None = None) -> int:
     when = dt.datetime.now(dt.UTC)
     ext: bench_extender.ExtenderBenchResult | None = None
     agent: bench_agent.AgentBenchResult | None = None
+    reconnect: list[bench_reconnect.OutageResult] | None = None
     classes: list[dict] | None = None
     try:
         if args.only in (None, "extender"):
@@ -312,6 +340,10 @@ def main(argv: list[str] | None = None) -> int:
             print("== gpu-agent: CPU and memory", flush=True)
             agent = bench_agent.run(quick=args.quick)
             print(bench_agent.format_result(agent), flush=True)
+        if args.only in (None, "reconnect"):
+            print("== gpu-agent: reconnect after an extender outage", flush=True)
+            print(bench_reconnect.HEADER, flush=True)  # rows are printed as they are measured
+            reconnect = bench_reconnect.run(quick=args.quick)
         phases = profile_phases(ext, args.quick)
     except BenchError as exc:
         print(f"run_all: FAILED: {exc}", file=sys.stderr)
@@ -327,6 +359,9 @@ def main(argv: list[str] | None = None) -> int:
     if agent is not None:
         print(f"  agent CPU {agent.cpu_percent:.2f} % of a core (< 2 %) {_verdict(agent.cpu_ok)}; "
               f"RSS {agent.rss_end_mib:.1f} MiB (< 64 MiB) {_verdict(agent.rss_ok)}")  # fmt: skip
+    for r in reconnect or []:
+        print(f"  {r.variant}: {r.agents} agents after a {r.outage_s:.0f} s outage all back in "
+              f"{r.last_s:.2f} s (<= {bench_reconnect.TARGET_S:g} s) {_verdict(r.ok)}")  # fmt: skip
     busy = background_warning(ext, agent)
     if busy:
         print(f"  WARNING: {busy}")
@@ -335,7 +370,8 @@ def main(argv: list[str] | None = None) -> int:
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     raw = {"date_utc": when.isoformat(), "machine": machine_facts(), "quick": args.quick,
            "extender": asdict(ext) if ext else None, "agent": asdict(agent) if agent else None,
-           "filter_phases_ms": dict(phases) if phases else None, "classes": classes}  # fmt: skip
+           "filter_phases_ms": dict(phases) if phases else None, "classes": classes,
+           "reconnect": [asdict(r) for r in reconnect] if reconnect else None}  # fmt: skip
     (OUT_DIR / "results.json").write_text(json.dumps(raw, indent=2))
 
     target = args.results or (None if args.quick else RESULTS_MD)
@@ -345,7 +381,8 @@ def main(argv: list[str] | None = None) -> int:
     extra = " ".join(a for a in (argv if argv is not None else sys.argv[1:]))
     command = "./dev.sh bench" + (f" {extra}" if extra else "")
     target.write_text(render_markdown(when=when, command=command, quick=args.quick, total_s=total_s,
-                                      ext=ext, agent=agent, phases=phases, classes=classes))  # fmt: skip
+                                      ext=ext, agent=agent, phases=phases, classes=classes,
+                                      reconnect=reconnect))  # fmt: skip
     print(f"  wrote {target}")
     return 0
 

@@ -6,9 +6,15 @@ or more documents (`---`) or `kind: List` wrappers, with the same objects
 polled and reloaded when a file is added, changed or removed, so editing an
 AcceleratorClass changes the next decision without a restart.
 
-A file that does not parse keeps its last good content (an editor's half-written
-save must not make objects vanish) and is logged once per change; a document of
-an unknown kind is ignored.
+A file that is not usable keeps its last good content, logged once per change of
+that file: one that does not parse, that is empty (0 bytes, or only comments and
+`---`), or with a document that is not a Kubernetes object (a scalar such as
+`hello`, a list, a mapping without `kind`). A non-atomic save truncates the file
+first and writes it piecemeal; none of those moments may make objects vanish.
+**Deleting the file is how its objects are removed** (or, to keep the file,
+`{kind: List, items: []}`). A file that is unusable when first seen contributes
+nothing until it holds objects. A well-formed object of an unknown kind is
+ignored; one the view cannot use is skipped there (`extender.inventory.view`).
 """
 
 from __future__ import annotations
@@ -32,10 +38,15 @@ class InventoryPathError(ValueError):
     """The inventory path itself is unusable (missing)."""
 
 
+class _Unusable(Exception):
+    """The file holds no inventory right now; the message says why (after the file's name)."""
+
+
 @dataclass(slots=True)
 class _FileState:
     signature: tuple[float, int]  # (mtime, size)
     objects: list[KubeObject]
+    good: bool = True  # False: unusable since first seen, so `objects` is empty, not a last good content
 
 
 class FileInventorySource:
@@ -80,10 +91,10 @@ class FileInventorySource:
             state = self._files.get(path)
             if state is not None and state.signature == signature:
                 continue
-            objects = _read_objects(path)
-            if objects is None:  # unparseable: keep the last good content
-                if state is not None:
-                    state.signature = signature
+            try:
+                objects = _read_objects(path)
+            except _Unusable as exc:
+                self._keep(path, signature, state, str(exc))
                 continue
             self._files[path] = _FileState(signature, objects)
             if not first:
@@ -96,6 +107,16 @@ class FileInventorySource:
             self._sink.replace_all(kind, objects)
         return True
 
+    def _keep(self, path: Path, signature: tuple[float, int], state: _FileState | None, why: str) -> None:
+        """An unusable file (read only when it changed, so this logs once per change)."""
+        if state is not None and state.good:
+            state.signature = signature
+            log.warning("inventory: %s %s; keeping its previous content (%d object(s)): delete the file to "
+                        "remove them", path, why, len(state.objects))  # fmt: skip
+            return
+        self._files[path] = _FileState(signature, [], good=False)
+        log.warning("inventory: %s %s; nothing loaded from it until it holds Kubernetes objects", path, why)
+
     async def run(self) -> None:
         """Load, then poll for changes until cancelled."""
         self.load()
@@ -107,19 +128,20 @@ class FileInventorySource:
                 log.warning("inventory %s: %s", self.path, exc)
 
 
-def _read_objects(path: Path) -> list[KubeObject] | None:
+def _read_objects(path: Path) -> list[KubeObject]:
+    """The objects of the kinds we use; raises `_Unusable` for a file that is not inventory as a whole."""
     try:
         documents = list(yaml.safe_load_all(path.read_text()))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        log.warning("inventory: %s not loaded (keeping its previous content): %s", path, exc)
-        return None
+        raise _Unusable(f"does not parse: {exc}") from None
+    if all(d is None for d in documents):  # 0 bytes, whitespace, comments, empty `---` sections
+        raise _Unusable("is empty (no YAML document)")
     objects: list[KubeObject] = []
     for number, document in enumerate(documents):
-        for obj in _unwrap(document):
-            if not isinstance(obj, dict):
-                log.warning("inventory: %s document %d: not an object, skipped", path, number)
-                continue
-            kind = obj.get("kind")
+        if document is None:
+            continue
+        for obj in _unwrap(document, number):
+            kind = obj["kind"]
             if kind in KIND_BY_NAME:
                 objects.append(obj)
             else:
@@ -127,8 +149,28 @@ def _read_objects(path: Path) -> list[KubeObject] | None:
     return objects
 
 
-def _unwrap(document: Any) -> list[Any]:
-    """`kind: List` / `NodeList` / ... wrappers hold their objects in `items`."""
-    if isinstance(document, dict) and str(document.get("kind", "")).endswith("List"):
-        return list(document.get("items") or [])
-    return [] if document is None else [document]
+def _unwrap(document: Any, number: int) -> list[dict[str, Any]]:
+    """One Kubernetes object, or the `items` of a `kind: List` / `NodeList` / ... wrapper."""
+    _check_object(document, f"document {number}")
+    if not document["kind"].endswith("List"):
+        return [document]
+    items = document.get("items") or []
+    if not isinstance(items, list):
+        raise _Unusable(f"document {number} ({document['kind']}): items is {_what(items)}, not a list")
+    for index, item in enumerate(items):
+        _check_object(item, f"document {number} ({document['kind']}) item {index}")
+    return items
+
+
+def _check_object(value: Any, where: str) -> None:
+    if not isinstance(value, dict):
+        raise _Unusable(f"{where} is {_what(value)}, not a Kubernetes object")
+    if not isinstance(value.get("kind"), str) or not value["kind"]:
+        raise _Unusable(f"{where} has no kind, so it is not a Kubernetes object")
+
+
+def _what(value: Any) -> str:
+    """`a str ('hello')`, `a list`: enough to recognise the content in a log line."""
+    if isinstance(value, (dict, list)):
+        return f"a {type(value).__name__}"
+    return f"a {type(value).__name__} ({value!r:.40})"

@@ -138,3 +138,50 @@ def test_an_extender_that_stops_acking_is_abandoned_and_reopened() -> None:
             await server.stop(None)
 
     assert asyncio.run(scenario()) >= 2
+
+
+def test_every_attempt_dials_its_own_connection() -> None:
+    """A peer that accepts and hangs up at once: each of our attempts must reach it. With gRPC's
+    shared subchannel pool, a new channel reused the last one's failed connection and failed
+    without dialing until gRPC's own backoff (1 s growing to 120 s) ran out."""
+
+    async def scenario() -> tuple[int, float]:
+        accepted = 0
+
+        async def hang_up(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            nonlocal accepted
+            accepted += 1
+            writer.close()
+
+        port = free_port()
+        server = await asyncio.start_server(hang_up, "127.0.0.1", port)
+        metrics = AgentMetrics("n1")
+        latest = LatestReport()
+        latest.publish(pb.NodeReport(node_name="n1", sequence=1))
+        task = asyncio.create_task(make_stream(port, latest, metrics).run())
+        try:
+            await wait_for(lambda: accepted >= 8)
+        finally:
+            task.cancel()
+            server.close()
+        attempts = value(metrics, "gpu_agent_stream_reconnects_total", extender=f"127.0.0.1:{port}")
+        return accepted, attempts or 0.0
+
+    accepted, attempts = asyncio.run(scenario())
+    assert accepted >= attempts - 1  # the attempt under way may not have dialed yet
+
+
+def test_grpc_reconnect_backoff_stays_within_ours_and_connects_time_out() -> None:
+    def options(initial_s: float, max_s: float) -> dict[str, int]:
+        stream = ExtenderStream("127.0.0.1:1", LatestReport(), AgentMetrics("n1"), backoff=Backoff(initial_s, max_s),
+                                ack_timeout_s=5.0, on_requested_interval=lambda _: None)  # fmt: skip
+        return dict(stream._options())
+
+    default = options(0.2, 5.0)
+    assert default["grpc.initial_reconnect_backoff_ms"] == 200
+    assert default["grpc.max_reconnect_backoff_ms"] == 5000
+    # The connect timeout is 5 s, or our max backoff when that is longer: exactly at 5 s and both sides.
+    assert default["grpc.min_reconnect_backoff_ms"] == 5000
+    assert options(0.2, 4.999)["grpc.min_reconnect_backoff_ms"] == 5000
+    assert options(0.2, 5.001)["grpc.min_reconnect_backoff_ms"] == 5001
+    assert options(0.2, 4.999)["grpc.max_reconnect_backoff_ms"] == 4999

@@ -221,3 +221,148 @@ def test_rebuild_listeners_get_each_new_view() -> None:
     store.upsert("Node", {"kind": "Node", "metadata": {"name": "n1"}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}})
     store.upsert("Node", {"kind": "Node", "metadata": {"name": "n2"}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}})
     assert seen == [1, 2] and views.current.version == 2
+
+
+TWO_NODES = """
+kind: Node
+metadata: {name: a}
+status: {allocatable: {nvidia.com/gpu: '8'}}
+---
+kind: Node
+metadata: {name: b}
+status: {allocatable: {nvidia.com/gpu: '8'}}
+"""
+
+ONE_NODE = "kind: Node\nmetadata: {name: c}\nstatus: {allocatable: {nvidia.com/gpu: '4'}}\n"
+
+# What a file can hold in the middle of a non-atomic save (truncate, then write piecemeal), or by mistake.
+UNUSABLE = {
+    "0 bytes": ("", "is empty"),
+    "whitespace": ("\n  \n", "is empty"),
+    "only comments": ("# nodes, being rewritten\n", "is empty"),  # decided: empty, like 0 bytes
+    "only document markers": ("---\n# c\n---\n", "is empty"),
+    "a scalar": ("hello\n", "document 0 is a str ('hello'), not a Kubernetes object"),
+    "a number": ("42\n", "document 0 is a int (42), not a Kubernetes object"),
+    "a top-level list": ("- kind: Node\n  metadata: {name: a}\n", "document 0 is a list, not a Kubernetes object"),
+    "a mapping without kind (the first line of a save)": ("apiVersion: v1\n", "document 0 has no kind"),
+    "a truncated second document": (TWO_NODES.split("---")[0] + "---\nkin\n", "document 1 is a str ('kin')"),
+    "List items not a list": ("kind: List\nitems: hello\n", "document 0 (List): items is a str ('hello'), not a list"),
+    "List item not an object": ("kind: NodeList\nitems: [hello]\n", "document 0 (NodeList) item 0 is a str"),
+    "does not parse": ("kind: Node\nmetadata: [\n", "does not parse"),
+}
+
+
+@pytest.mark.parametrize("content, why", UNUSABLE.values(), ids=UNUSABLE.keys())
+def test_an_unusable_file_keeps_its_last_good_objects_until_it_is_fixed_or_removed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, content: str, why: str
+) -> None:
+    nodes = tmp_path / "nodes.yaml"
+    nodes.write_text(TWO_NODES)
+    (tmp_path / "other.yaml").write_text(ONE_NODE)
+    source, store, views, _ = build(tmp_path)
+    source.load()
+    assert views.current.allocatable_gpus == {"a": 8, "b": 8, "c": 4}
+
+    with caplog.at_level(logging.INFO, logger="gpu_extender.inventory"):
+        touch_later(nodes, content)
+        assert source.load()
+        assert not source.load()  # unchanged on disk: not read, not logged again
+    assert views.current.allocatable_gpus == {"a": 8, "b": 8, "c": 4}
+    assert len(store.objects("Node")) == 3
+    warnings = [r.message for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert f"{nodes} {why}" in warnings[0]
+    assert "keeping its previous content (2 object(s)): delete the file to remove them" in warnings[0]
+
+    touch_later(nodes, TWO_NODES.replace("'8'", "'2'", 1))  # a valid save after the bad one applies
+    source.load()
+    assert views.current.allocatable_gpus == {"a": 2, "b": 8, "c": 4}
+
+    touch_later(nodes, content)  # bad again: the newest good content is kept
+    source.load()
+    assert views.current.allocatable_gpus == {"a": 2, "b": 8, "c": 4}
+
+    nodes.unlink()  # removing the file is how its objects are removed
+    source.load()
+    assert views.current.allocatable_gpus == {"c": 4}
+
+
+def test_each_change_to_an_unusable_file_is_logged_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    nodes = tmp_path / "nodes.yaml"
+    nodes.write_text(TWO_NODES)
+    source, _, views, _ = build(tmp_path)
+    source.load()
+    with caplog.at_level(logging.WARNING, logger="gpu_extender.inventory"):
+        for content in ("", "", "hello\n"):  # truncated, touched while still empty, then a scalar
+            touch_later(nodes, content)
+            source.load()
+            source.load()
+    assert [r.message.split(";")[0] for r in caplog.records] == [
+        f"inventory: {nodes} is empty (no YAML document)",
+        f"inventory: {nodes} is empty (no YAML document)",
+        f"inventory: {nodes} document 0 is a str ('hello'), not a Kubernetes object",
+    ]
+    assert views.current.allocatable_gpus == {"a": 8, "b": 8}
+
+
+def test_a_file_unusable_when_first_seen_contributes_nothing_until_it_holds_objects(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    (tmp_path / "good.yaml").write_text(ONE_NODE)
+    nodes = tmp_path / "nodes.yaml"
+    nodes.write_text("")
+    source, store, views, _ = build(tmp_path)
+    with caplog.at_level(logging.INFO, logger="gpu_extender.inventory"):
+        source.load()
+    assert store.ready and views.current.allocatable_gpus == {"c": 4}
+    ours = [r.message for r in caplog.records if str(nodes) in r.message]
+    assert ours == [
+        f"inventory: {nodes} is empty (no YAML document); nothing loaded from it until it holds Kubernetes objects"
+    ]
+    caplog.clear()
+
+    with caplog.at_level(logging.INFO, logger="gpu_extender.inventory"):
+        touch_later(nodes, "hello\n")  # still nothing good known: still nothing from it
+        source.load()
+        assert views.current.allocatable_gpus == {"c": 4}
+        touch_later(nodes, TWO_NODES)
+        source.load()
+    assert views.current.allocatable_gpus == {"a": 8, "b": 8, "c": 4}
+    ours = [r.message for r in caplog.records if str(nodes) in r.message]
+    assert len(ours) == 2 and "is a str ('hello'), not a Kubernetes object; nothing loaded from it" in ours[0]
+    assert ours[1] == f"inventory: reloaded {nodes} (2 object(s))"
+
+    touch_later(nodes, "")  # from now on there is a last good content to keep
+    source.load()
+    assert views.current.allocatable_gpus == {"a": 8, "b": 8, "c": 4}
+
+
+def test_an_empty_list_empties_a_file_on_purpose(tmp_path: Path) -> None:
+    nodes = tmp_path / "nodes.yaml"
+    nodes.write_text(TWO_NODES)
+    source, _, views, _ = build(tmp_path)
+    source.load()
+    touch_later(nodes, "apiVersion: v1\nkind: List\nitems: []\n")
+    source.load()
+    assert views.current.allocatable_gpus == {}
+
+
+def test_objects_of_other_kinds_still_make_a_usable_file(tmp_path: Path) -> None:
+    """A ConfigMap is a Kubernetes object we do not use: the file is valid and holds no inventory."""
+    nodes = tmp_path / "nodes.yaml"
+    nodes.write_text(TWO_NODES)
+    source, _, views, _ = build(tmp_path)
+    source.load()
+    touch_later(nodes, "kind: ConfigMap\nmetadata: {name: x}\n")
+    source.load()
+    assert views.current.allocatable_gpus == {}
+
+
+def test_a_single_inventory_file_truncated_keeps_its_objects(tmp_path: Path) -> None:
+    nodes = tmp_path / "nodes.yaml"
+    nodes.write_text(TWO_NODES)
+    source, _, views, _ = build(nodes)  # --inventory FILE
+    source.load()
+    touch_later(nodes, "")
+    source.load()
+    assert views.current.allocatable_gpus == {"a": 8, "b": 8}
