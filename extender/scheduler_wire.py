@@ -10,6 +10,11 @@ With nodeCacheCapable=true the scheduler sends `NodeNames` and reads
 `NodeNames` back; with false it sends full Node objects in `Nodes.items` and
 reads back the passing Node objects, which we echo unchanged. Answering in the
 other mode silently rejects every node, so the answer always mirrors the request.
+
+Parsing runs on the event loop, so what one body may make us do is bounded before
+the work: at most `max_candidates` nodes, at most one JSON object or array per
+`BYTES_PER_CONTAINER` bytes of the body limit (counted with bytes.count before
+orjson builds them), and quantities bounded in extender/pod_gpus.py.
 """
 
 from __future__ import annotations
@@ -19,9 +24,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from extender.bad_request import BadRequest
+from extender.bad_request import BadRequest, shown
 from extender.decision import FilterOutcome
-from extender.pod_gpus import parse_count
+from extender.pod_gpus import MAX_GPU_COUNT, parse_count
+
+# kube-scheduler sends at most every node of the cluster. Upstream Kubernetes supports 5,000
+# nodes and some managed offerings 15,000; refusing a real cluster's call would stall every GPU
+# pod, so the bound is the larger. filter and prioritize cost ~0.7 / ~1.5 us per unknown name
+# (bench/bench_hostile_http.py): 15,000 hold the loop ~25 ms at most.
+MAX_CANDIDATES = 15_000
+# /explain, a person's tool, costs ~6 us per name: it takes at most this many (~30 ms).
+EXPLAIN_MAX_CANDIDATES = 5_000
+# Real requests hold one JSON object or array per ~33 bytes (a pod: 2,300 B / 68; a full Node:
+# 3,465 B / 105). An empty one costs orjson ~100 ns to build, as much as ~10 bytes of string:
+# without this bound a body of `[[],[],...]` held the loop 3x longer than real JSON of its size.
+BYTES_PER_CONTAINER = 16
 
 
 @dataclass(slots=True)
@@ -58,7 +75,11 @@ def _allocatable_gpus(node: dict[str, Any], i: int, gpu_resources: Sequence[str]
     present = [name for name in gpu_resources if name in allocatable]
     if not present:
         return 0  # a Node object that lists no GPU resource has none
-    return sum(parse_count(allocatable[n], f"Nodes.items[{i}].status.allocatable[{n}]") for n in present)
+    total = sum(parse_count(allocatable[n], f"Nodes.items[{i}].status.allocatable[{n}]") for n in present)
+    if total > MAX_GPU_COUNT:
+        raise BadRequest("too_many_gpus", f"Nodes.items[{i}] has {total} allocatable devices in total; "
+                         f"at most {MAX_GPU_COUNT} (2**31)")  # fmt: skip
+    return total
 
 
 def _top_level(document: Any) -> dict[str, Any]:
@@ -68,12 +89,20 @@ def _top_level(document: Any) -> dict[str, Any]:
     for key, value in document.items():
         low = key.lower()
         if low in lowered:
-            raise BadRequest("duplicate_key", f"key {key!r} appears twice (keys are case-insensitive)")
+            raise BadRequest("duplicate_key", f"key {shown(key)} appears twice (keys are case-insensitive)")
         lowered[low] = value
     return lowered
 
 
-def parse_extender_args(body: bytes) -> ExtenderArgs:
+def parse_extender_args(
+    body: bytes, *, max_candidates: int = MAX_CANDIDATES, max_containers: int | None = None
+) -> ExtenderArgs:
+    """`max_containers`: JSON objects + arrays allowed (None: no bound; the server passes
+    its body limit / BYTES_PER_CONTAINER)."""
+    # '{' and '[' inside strings count too: an over-estimate, checked at C speed.
+    if max_containers is not None and (count := body.count(b"{") + body.count(b"[")) > max_containers:
+        raise BadRequest("too_complex", f"body has {count} '{{' and '[' (JSON objects and arrays); at most "
+                         f"{max_containers}, one per {BYTES_PER_CONTAINER} bytes of --max-body-bytes")  # fmt: skip
     try:
         document = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -87,8 +116,9 @@ def parse_extender_args(body: bytes) -> ExtenderArgs:
 
     node_names = top.get("nodenames")
     if node_names is not None:
+        _check_candidates("NodeNames", node_names, max_candidates)
         # C-speed checks: this runs over every candidate name of every call.
-        if not isinstance(node_names, list) or not set(map(type, node_names)) <= {str} or "" in node_names:
+        if not set(map(type, node_names)) <= {str} or "" in node_names:
             raise BadRequest("wrong_type", "NodeNames must be a list of non-empty strings")
 
     nodes = None
@@ -98,14 +128,35 @@ def parse_extender_args(body: bytes) -> ExtenderArgs:
         if not isinstance(node_list, dict) or not isinstance(node_list.get("items"), list):
             raise BadRequest("wrong_type", "Nodes must be a NodeList object with an items list")
         nodes = node_list["items"]
+        _check_candidates("Nodes.items", nodes, max_candidates)
         nodes_metadata = node_list.get("metadata", {})
         for i, node in enumerate(nodes):
             meta = node.get("metadata") if isinstance(node, dict) else None
             if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
                 raise BadRequest("wrong_type", f"Nodes.items[{i}] has no metadata.name")
+        _check_echoable(nodes_metadata, nodes)
     if node_names is None and nodes is None:
         raise BadRequest("missing_nodes", "ExtenderArgs has neither NodeNames nor Nodes")
     return ExtenderArgs(pod=pod, node_names=node_names, nodes=nodes, nodes_metadata=nodes_metadata)
+
+
+def _check_candidates(field: str, value: Any, max_candidates: int) -> None:
+    if not isinstance(value, list):
+        raise BadRequest("wrong_type", f"{field} must be a list, got {type(value).__name__}")
+    if len(value) > max_candidates:
+        raise BadRequest("too_many_nodes", f"{field} has {len(value)} candidate nodes; at most {max_candidates} "
+                         "per call (--max-candidates)")  # fmt: skip
+
+
+def _check_echoable(metadata: Any, items: list[Any]) -> None:
+    """filter echoes the passing Node objects: refuse now what orjson cannot encode
+    (nesting deeper than 254 levels; orjson reads up to 1,024), not with a 500 later.
+    Encoded in the answer's own shape, so the depth is the one the answer will have."""
+    try:
+        orjson.dumps({"Nodes": {"metadata": metadata, "items": items}})
+    except orjson.JSONEncodeError as exc:
+        raise BadRequest("too_deep", f"Nodes cannot be echoed in the answer: {exc} "
+                         "(JSON nested deeper than 254 levels)") from None
 
 
 def filter_result(args: ExtenderArgs, outcome: FilterOutcome) -> dict[str, Any]:

@@ -9,7 +9,9 @@ import pytest
 from extender import reasons
 from extender.bad_request import BadRequest
 from extender.decision import FilterOutcome
-from extender.scheduler_wire import filter_result, parse_extender_args, prioritize_result
+import orjson
+
+from extender.scheduler_wire import MAX_CANDIDATES, filter_result, parse_extender_args, prioritize_result
 from tests.harness import fixture_bytes
 
 GPU = ("nvidia.com/gpu",)
@@ -98,3 +100,88 @@ def test_prioritize_full_and_compact() -> None:
     assert prioritize_result(ranked, compact=True) == [{"Host": "a", "Score": 4}, {"Host": "c", "Score": 7}]
     assert prioritize_result([("a", 5), ("b", 5)], compact=True) == []
     assert prioritize_result([], compact=True) == []
+
+
+# -- bounds (issue 8), each tested on both sides of its value ------------------------------------
+
+
+def _names_body(count: int) -> bytes:
+    return orjson.dumps({"Pod": {}, "NodeNames": [f"n{i}" for i in range(count)], "Nodes": None})
+
+
+def _nodes_body(count: int, node: dict | None = None) -> bytes:
+    items = [node or {"metadata": {"name": f"n{i}"}} for i in range(count)]
+    # json, not orjson: the test bodies nest deeper than orjson writes.
+    return json.dumps({"Pod": {}, "Nodes": {"metadata": {}, "items": items}, "NodeNames": None}).encode()
+
+
+@pytest.mark.parametrize("build", [_names_body, _nodes_body], ids=["NodeNames", "Nodes.items"])
+def test_candidate_nodes_are_bounded(build) -> None:
+    assert len(parse_extender_args(build(MAX_CANDIDATES)).candidate_names()) == MAX_CANDIDATES == 15_000
+    with pytest.raises(BadRequest) as info:
+        parse_extender_args(build(MAX_CANDIDATES + 1))
+    assert info.value.code == "too_many_nodes" and "--max-candidates" in info.value.message
+    assert len(parse_extender_args(build(3), max_candidates=3).candidate_names()) == 3
+    with pytest.raises(BadRequest):
+        parse_extender_args(build(4), max_candidates=3)
+
+
+def test_json_objects_and_arrays_are_counted_before_parsing() -> None:
+    body = b'{"Pod": {"x": [[], {}]}, "NodeNames": ["a"]}'  # 6 of '{' and '['
+    assert parse_extender_args(body, max_containers=6).node_names == ["a"]
+    with pytest.raises(BadRequest) as info:
+        parse_extender_args(body, max_containers=5)
+    assert info.value.code == "too_complex"
+    with pytest.raises(BadRequest) as info:  # counted before parsing: even broken JSON
+        parse_extender_args(b"[" * 100, max_containers=99)
+    assert info.value.code == "too_complex"
+
+
+def _deep(levels: int) -> list:
+    value: list = []
+    for _ in range(levels - 1):
+        value = [value]
+    return value
+
+
+def test_nodes_too_deep_to_echo_are_refused_at_parse_not_with_a_500() -> None:
+    """orjson reads 1,024 levels but writes 254. The answer puts a Node at level 4 (answer,
+    Nodes, items, Node): 250 more levels inside it encode, 251 do not."""
+    fits = parse_extender_args(_nodes_body(1, {"metadata": {"name": "n"}, "x": _deep(250)}))
+    answer = filter_result(fits, FilterOutcome(passed=["n"], failed={}))
+    assert orjson.loads(orjson.dumps(answer))["Nodes"]["items"][0]["metadata"] == {"name": "n"}
+    with pytest.raises(BadRequest) as info:
+        parse_extender_args(_nodes_body(1, {"metadata": {"name": "n"}, "x": _deep(251)}))
+    assert info.value.code == "too_deep"
+    # Nodes.metadata is echoed at level 3 (answer, Nodes, metadata): 252 levels encode, 253 do not.
+    metadata = [json.dumps({"Pod": {}, "Nodes": {"metadata": _deep(n), "items": []}}).encode() for n in (252, 253)]
+    assert parse_extender_args(metadata[0]).nodes == []
+    with pytest.raises(BadRequest):
+        parse_extender_args(metadata[1])
+
+
+def _allocatable(*values: object) -> dict:
+    names = ("nvidia.com/gpu", "nvidia.com/mig-1g.10gb")
+    node = {"metadata": {"name": "n"}, "status": {"allocatable": dict(zip(names, values))}}
+    return parse_extender_args(_nodes_body(1, node)).allocatable(names, {})
+
+
+def test_node_allocatable_is_bounded_at_2_31() -> None:
+    assert _allocatable("2147483648") == {"n": 2**31}
+    assert _allocatable("1Gi", 2**30) == {"n": 2**31}  # the sum over GPU resources
+    for values in (("2147483649",), ("1Gi", 2**30 + 1)):
+        with pytest.raises(BadRequest) as info:
+            _allocatable(*values)
+        assert info.value.code == "too_many_gpus"
+    for hostile in ("1e999999", "1e999999Ei"):
+        with pytest.raises(BadRequest) as info:
+            _allocatable(hostile)
+        assert info.value.code == "bad_quantity"
+
+
+def test_a_duplicate_key_message_never_echoes_a_huge_key() -> None:
+    key = "k" * 100_000
+    body = orjson.dumps({"Pod": {}, "NodeNames": [], key: 1, key.upper(): 2})
+    with pytest.raises(BadRequest) as info:
+        parse_extender_args(body)
+    assert info.value.code == "duplicate_key" and len(info.value.message) < 150, info.value.message

@@ -1,0 +1,130 @@
+"""Benchmark: what one scheduler request can cost the extender's event loop.
+
+The HTTP handler parses, decides and encodes in one synchronous step, so that step's
+time is how long the event loop (and with it /healthz, gRPC ingest and every other
+call) is held. This measures that step in-process, best of `--repeat`, with the
+garbage collector tuned as extender.main does, for:
+
+1. cost per candidate name: N names no agent reports (the dearest case) through
+   filter, prioritize and explain, N up to 100,000 (--max-candidates lifted);
+2. the captured full Node object: its size and parse cost per MiB;
+3. the dearest bodies the default limits let through (tests/hostile_bodies.py):
+   at --max-body-bytes, at --max-candidates, at the container bounds;
+4. one hostile quantity ("1e999999"), which used to take ~26 s per request.
+
+Run: `.venv/bin/python bench/bench_hostile_http.py [--repeat 5]`
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import logging
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from extender import scheduler_wire  # noqa: E402
+from extender.bad_request import BadRequest  # noqa: E402
+from extender.config import build_config  # noqa: E402
+from extender.gpu_state import GpuState  # noqa: E402
+from extender.http_api import ApiSettings, SchedulerApi  # noqa: E402
+from extender.metrics import ExtenderMetrics  # noqa: E402
+from extender.pod_gpus import parse_count  # noqa: E402
+from tests.hostile_bodies import compact, full_nodes_request, names_request, unknown_names, worst_bodies  # noqa: E402
+
+VERBS = ("filter", "prioritize", "explain")
+
+
+def build_api(**overrides: Any) -> SchedulerApi:
+    """The defaults of `gpu-extender`, with some ApiSettings lifted (max_candidates=...)."""
+    config = build_config(["--log-level", "warning"])
+    fields = {f: getattr(config.api, f) for f in config.api.__dataclass_fields__}
+    settings = ApiSettings(**{**fields, **overrides})
+    state = GpuState(config.idle_rule)
+    return SchedulerApi(state, ExtenderMetrics(state), settings)
+
+
+def loop_hold_ms(api: SchedulerApi, verb: str, body: bytes, repeat: int) -> tuple[float, str]:
+    """Best-of-`repeat` ms of the handler's synchronous step, and its outcome (200 or the reason)."""
+    settings = api.settings
+    decide: Callable[[Any], Any] = getattr(api, verb)
+    best, outcome = float("inf"), ""
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        try:
+            args = scheduler_wire.parse_extender_args(
+                body, max_candidates=settings.max_candidates,
+                max_containers=settings.max_body_bytes // scheduler_wire.BYTES_PER_CONTAINER,
+            )  # fmt: skip
+            scheduler_wire.encode(decide(args))
+            outcome = "200"
+        except BadRequest as exc:
+            outcome = f"400 {exc.code}"
+        best = min(best, time.perf_counter() - t0)
+    return best * 1000, outcome
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=5)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(20_000, 10, 10)  # as extender.main._tune_gc
+
+    print("1. cost per candidate name (unknown names; ms for the whole synchronous step)")
+    wide = build_api(max_candidates=100_000)
+    for count in (1_000, 5_000, 10_000, 100_000):
+        body = compact(names_request(unknown_names(count)))
+        row = [f"{count:>7,} names ({len(body) / 1024:7.0f} KiB)"]
+        for verb in VERBS:
+            ms, _ = loop_hold_ms(wide, verb, body, args.repeat if count < 100_000 else 1)
+            row.append(f"{verb} {ms:7.1f} ms ({ms * 1000 / count:4.1f} us/name)")
+        print("  " + "  ".join(row))
+
+    print("2. the captured full Node object (nodeCacheCapable: false)")
+    one = full_nodes_request(1)
+    node_bytes = len(compact(one["Nodes"]["items"][0]))
+    pod_bytes = len(compact(one["Pod"]))
+    print(f"  one Node: {node_bytes:,} B compact; the Pod: {pod_bytes:,} B; 5,000 Nodes: "
+          f"{(5000 * (node_bytes + 1) + pod_bytes) / 2**20:.1f} MiB")  # fmt: skip
+    for count in (100, 500, 5_000):
+        body = compact(full_nodes_request(count))
+        ms, outcome = loop_hold_ms(build_api(max_body_bytes=32 * 2**20), "filter", body, args.repeat)
+        print(f"  filter, {count:>5,} Nodes ({len(body) / 2**20:5.2f} MiB): {ms:7.1f} ms "
+              f"({ms / (len(body) / 2**20):5.1f} ms/MiB) -> {outcome}")  # fmt: skip
+
+    api = build_api()
+    settings = api.settings
+    print(f"3. dearest bodies within the defaults (--max-body-bytes {settings.max_body_bytes:,}, "
+          f"--max-candidates {settings.max_candidates:,})")  # fmt: skip
+    bodies = worst_bodies(settings.max_body_bytes, settings.max_candidates,
+                          settings.max_body_bytes // scheduler_wire.BYTES_PER_CONTAINER)  # fmt: skip
+    worst = 0.0
+    for name, body in bodies.items():
+        cells = []
+        for verb in VERBS:
+            ms, outcome = loop_hold_ms(api, verb, body, args.repeat)
+            worst = max(worst, ms)
+            cells.append(f"{verb} {ms:6.1f} ms -> {outcome:<22}")
+        print(f"  {name:<50} {len(body) / 2**20:5.2f} MiB  " + " ".join(cells))
+    print(f"  worst: {worst:.1f} ms")
+
+    print("4. one hostile quantity")
+    for value in ("1e999999", "1e999999Ei", "9" * 5000):
+        t0 = time.perf_counter()
+        try:
+            parse_count(value, "x")
+        except BadRequest as exc:
+            outcome = exc.code
+        print(f"  {value[:12]!r:<16} {1e6 * (time.perf_counter() - t0):8.1f} us -> {outcome}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
