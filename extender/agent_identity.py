@@ -68,8 +68,9 @@ class AgentRefused(Exception):
 
 
 class Authenticator(Protocol):
-    async def authenticate(self, metadata: Iterable[tuple[str, str | bytes]]) -> AgentIdentity:
-        """The stream's identity, or AgentRefused."""
+    async def authenticate(self, metadata: Iterable[tuple[str, str | bytes]], peer_host: str) -> AgentIdentity:
+        """The stream's identity, or AgentRefused. `peer_host` (`ipv4:10.0.0.5`, no port) is
+        the client's address, so one noisy client cannot hold every review slot."""
         ...
 
 

@@ -48,10 +48,14 @@ class GpuState:
         self.summary = self._summaries.get
 
     def ingest(self, report: pb.NodeReport, received_at: float) -> bool:
-        """Store a full snapshot. An out-of-order one (older sample than stored) is
-        dropped and False returned: snapshots are idempotent, the newest wins."""
+        """Store a full snapshot; the one received last wins (snapshots are idempotent).
+
+        Ordered by `received_at`, the extender's monotonic clock, never by `sample_time`:
+        that is the node's clock, and one report stamped in the future (an NTP step) would
+        make every later one look older and the node go stale. Returns False, storing
+        nothing, only for a report received before the stored one (a caller's older time)."""
         current = self._nodes.get(report.node_name)
-        if current is not None and _sample_key(report) < _sample_key(current.report):
+        if current is not None and received_at < current.summary.received_at:
             return False
         entry = NodeEntry(report, summarize(report, self.rule, received_at))
         self._nodes[report.node_name] = entry
@@ -105,7 +109,3 @@ class GpuState:
 
     def __len__(self) -> int:
         return len(self._nodes)
-
-
-def _sample_key(report: pb.NodeReport) -> tuple[int, int]:
-    return report.sample_time.seconds, report.sample_time.nanos

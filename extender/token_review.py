@@ -10,6 +10,12 @@ streams are re-checked when the server ends them, every
 briefly (a misconfigured fleet retrying every few seconds does not hammer the
 API server); an API server error is not cached: the stream is refused with
 UNAVAILABLE and the agent retries with backoff.
+
+At most `max_in_flight` reviews run at once, and one peer host may have at most
+`max_in_flight_per_peer` of them started or queued: a client flooding made-up
+tokens is refused at once (UNAVAILABLE, `peer_busy`) instead of filling the
+queue in front of real agents. Cached answers and streams that join a review
+already under way cost no review and are never refused for this.
 """
 
 from __future__ import annotations
@@ -37,6 +43,9 @@ from extender.agent_identity import (
 )
 
 _EXPIRY_MARGIN_S = 5.0  # stop trusting a cached answer this long before the token expires
+# One agent has one token: two reviews at once from one host cover an agent reconnecting while its
+# previous review is still out (or two agents behind one address); more is a flood.
+MAX_REVIEWS_PER_PEER = 2
 
 
 class TokenReviewer:
@@ -50,6 +59,7 @@ class TokenReviewer:
         refusal_ttl_s: float = 5.0,
         max_entries: int = 20_000,
         max_in_flight: int = 8,
+        max_in_flight_per_peer: int = MAX_REVIEWS_PER_PEER,
         timeout_s: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
@@ -72,10 +82,12 @@ class TokenReviewer:
         # instead of flooding the API server; streams with the same token share one review.
         self._in_flight = asyncio.Semaphore(max_in_flight)
         self._pending: dict[str, asyncio.Future[AgentIdentity | Refusal]] = {}
+        self._max_per_peer = max_in_flight_per_peer
+        self._per_peer: dict[str, int] = {}  # peer host -> reviews it started that are not done yet
         self._client: k8s.ApiClient | None = None
         self.reviews = 0  # TokenReview calls made (the cache's effect, for tests and debugging)
 
-    async def authenticate(self, metadata: Iterable[tuple[str, str | bytes]]) -> AgentIdentity:
+    async def authenticate(self, metadata: Iterable[tuple[str, str | bytes]], peer_host: str) -> AgentIdentity:
         token = bearer_token(metadata)
         if token is None:
             raise AgentRefused(missing_token(self.audience))
@@ -85,12 +97,19 @@ class TokenReviewer:
             return _identity_or_raise(cached)
         pending = self._pending.get(key)
         if pending is None:  # one review per token, however many streams wait for it
+            started = self._per_peer.get(peer_host, 0)
+            if started >= self._max_per_peer:
+                raise AgentRefused(_peer_busy(peer_host, self._max_per_peer))
+            self._per_peer[peer_host] = started + 1
             pending = self._pending[key] = asyncio.ensure_future(self._review_and_judge(key, token))
-            pending.add_done_callback(lambda done: self._review_done(key, done))
+            pending.add_done_callback(lambda done: self._review_done(key, peer_host, done))
         return _identity_or_raise(await asyncio.shield(pending))
 
-    def _review_done(self, key: str, done: asyncio.Future[AgentIdentity | Refusal]) -> None:
+    def _review_done(self, key: str, peer_host: str, done: asyncio.Future[AgentIdentity | Refusal]) -> None:
         self._pending.pop(key, None)
+        left = self._per_peer.pop(peer_host, 1) - 1
+        if left > 0:  # the dict holds only hosts with reviews under way
+            self._per_peer[peer_host] = left
         if not done.cancelled():
             done.exception()  # retrieved: its waiters (if any are left) got it already
 
@@ -159,6 +178,12 @@ def _identity_or_raise(result: AgentIdentity | Refusal) -> AgentIdentity:
     if isinstance(result, Refusal):
         raise AgentRefused(result)
     return result
+
+
+def _peer_busy(peer_host: str, limit: int) -> Refusal:
+    return Refusal(grpc.StatusCode.UNAVAILABLE, "peer_busy",
+                   f"{limit} token reviews for {peer_host} are already under way (at most {limit} per client "
+                   "address at once): retry once they are answered")  # fmt: skip
 
 
 def _unavailable(cause: str) -> Refusal:

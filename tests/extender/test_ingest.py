@@ -23,7 +23,8 @@ async def exchange(reports: list[pb.NodeReport], state: GpuState, metrics: Exten
     port = free_port()
     server = grpc.aio.server()
     pb_grpc.add_GpuStateServiceServicer_to_server(
-        IngestService(state, metrics, requested_interval_ms=2000, clock=lambda: 50.0), server
+        IngestService(state, metrics, requested_interval_ms=2000, clock=lambda: 50.0, wall_clock=lambda: 1000.0),
+        server,
     )
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
@@ -49,13 +50,15 @@ def test_reports_are_stored_acked_and_bad_ones_rejected() -> None:
         report("gpu-node-1", [gpu(0), gpu(1, 90, 90)], seconds=1000, seq=1),
         report("gpu-node-2", [gpu(0)], seconds=1001, seq=2),  # another node on the same stream
         report("gpu-node-1", [gpu(0), gpu(0)], seconds=1002, seq=3),  # duplicate index
-        report("gpu-node-1", [gpu(0), gpu(1)], seconds=999, seq=4),  # older than stored: ignored
+        # Sampled before the stored one by the node's clock, received after it: received last wins.
+        report("gpu-node-1", [gpu(0), gpu(1)], seconds=999, seq=4),
         report("gpu-node-1", [gpu(0), gpu(1)], seconds=1003, seq=5),
     ]
     acks = asyncio.run(exchange(reports, state, metrics))
     assert [a.sequence for a in acks] == [1, 2, 3, 4, 5]
     assert [a.status for a in acks] == [pb.ReportAck.ACCEPTED, pb.ReportAck.REJECTED, pb.ReportAck.REJECTED,
                                         pb.ReportAck.ACCEPTED, pb.ReportAck.ACCEPTED]  # fmt: skip
+    assert all(not a.reason for a in acks if a.status == pb.ReportAck.ACCEPTED)
     assert "changed from 'gpu-node-1' to 'gpu-node-2'" in acks[1].reason
     assert "GPU index 0 appears twice" in acks[2].reason
     assert all(a.requested_interval_ms == 2000 for a in acks if a.status == pb.ReportAck.ACCEPTED)
@@ -63,9 +66,10 @@ def test_reports_are_stored_acked_and_bad_ones_rejected() -> None:
     assert (summary.idle_gpus, summary.sequence, summary.received_at) == (2, 5, 50.0)
     assert state.summary("gpu-node-2") is None
     samples = parse_metrics(generate_latest(metrics.registry).decode())
-    assert metric(samples, "gpu_extender_reports_total", result="accepted") == 2
-    assert metric(samples, "gpu_extender_reports_total", result="out_of_order") == 1
+    assert metric(samples, "gpu_extender_reports_total", result="accepted") == 3  # every ACCEPTED was stored
+    assert metric(samples, "gpu_extender_reports_total", result="out_of_order") is None
     assert metric(samples, "gpu_extender_reports_total", result="rejected") == 2
+    assert metric(samples, "gpu_extender_reports_rejected_total", reason="invalid") == 2
     assert metric(samples, "gpu_extender_connected_agents") == 0  # stream closed
     assert metric(samples, "gpu_extender_node_data_age_seconds", node="gpu-node-1") == 1.0
 

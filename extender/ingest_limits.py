@@ -1,0 +1,76 @@
+"""Bounds on what agent streams may cost the extender: the per-stream report rate
+and the set of nodes outside the inventory whose reports are kept."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+# A sample_time further than this from the extender's wall clock is refused (--max-clock-skew): NTP
+# keeps nodes within milliseconds, so 30 s means a broken or stepped clock. Freshness is judged on
+# the extender's own clock (receipt), so any skew within the bound is harmless.
+MAX_CLOCK_SKEW_S = 30.0
+# Nodes outside the inventory whose reports are kept (--max-unknown-nodes): room for agents that
+# start before their Node is listed; 64 maximal reports are ~10 MB on the wire.
+MAX_UNKNOWN_NODES = 64
+
+# An agent never samples faster than every 0.1 s (agent.sample_loop.MIN_INTERVAL_S) and sends only
+# its newest report, so a real agent never waits here; a client that writes without reading acks
+# gets 10 reports/s processed and HTTP/2 flow control holds the rest on its side.
+REPORTS_PER_SECOND = 10.0
+REPORT_BURST = 10
+
+
+class ReportPacer:
+    """A token bucket for one stream: `rate` reports a second, up to `burst` at once."""
+
+    def __init__(self, clock: Callable[[], float], rate: float = REPORTS_PER_SECOND, burst: int = REPORT_BURST) -> None:
+        self._clock, self._rate, self._burst = clock, rate, float(burst)
+        self._tokens = float(burst)
+        self._last = clock()
+
+    def take(self) -> float:
+        """Take one report's token: 0.0 when there was one, else the seconds until there is
+        one (nothing taken; call again after waiting)."""
+        now = self._clock()
+        self._tokens = min(self._burst, self._tokens + (now - self._last) * self._rate)
+        self._last = now
+        if self._tokens >= 1.0:
+            self._tokens -= 1.0
+            return 0.0
+        return (1.0 - self._tokens) / self._rate
+
+
+class UnknownNodes:
+    """Nodes the inventory does not know whose reports are stored: at most `limit` of them.
+
+    Nothing schedules onto such a node (kube-scheduler only asks about Nodes it has), so
+    their data only costs memory: a few are kept (an agent that starts before its Node
+    object is listed), and reports for more are refused. A node leaves the set when the
+    inventory learns it or the extender forgets its data (--forget-after)."""
+
+    def __init__(self, known: Callable[[str], bool], held: Callable[[str], bool], limit: int) -> None:
+        self._known, self._held, self.limit = known, held, limit
+        self._nodes: set[str] = set()
+
+    def admit(self, node: str) -> bool:
+        """May `node`'s report be stored? Takes a slot for a new unknown node while one is free."""
+        if self._known(node):
+            self._nodes.discard(node)
+            return True
+        if node in self._nodes:
+            return True
+        if len(self._nodes) >= self.limit:
+            self._prune()
+        if len(self._nodes) >= self.limit:
+            return False
+        self._nodes.add(node)
+        return True
+
+    def count(self) -> int:
+        """Unknown nodes whose data is held now."""
+        self._prune()
+        return len(self._nodes)
+
+    def _prune(self) -> None:
+        """Free the slots of nodes that joined the inventory or whose data was forgotten."""
+        self._nodes = {n for n in self._nodes if not self._known(n) and self._held(n)}
