@@ -278,6 +278,7 @@ def extender_process(name: str = "extender", extra_args: Sequence[str] = ()) -> 
         "--stale-after", "100000",
         "--forget-after", "200000",
         "--log-level", "warning",
+        "--readiness-grace", "0",  # benches measure serving, not the start-up wait for agents
         *extra_args,
     ]  # fmt: skip
     return ManagedProcess(name, argv), addrs

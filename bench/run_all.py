@@ -11,6 +11,9 @@ What it measures (details in each script's docstring):
 - bench_reconnect.py: seconds until N gpu-agents stream again after the
   extender was down 20 s / 90 s (target: max backoff + 2 s), head-to-head with
   the agent's pre-fix channel options;
+- bench_hostile_ingest.py: the extender's RSS before/after 100 made-up nodes send
+  maximal reports over gRPC (with and without an inventory, and over the size
+  bound), and what 50 streams that never read acks get processed;
 - profile_extender.py (phases only): where the extender's time goes inside one
   5,000-name filter call, in-process, without HTTP.
 Then it prints a summary, checks the targets (filter p99 < 10 ms at 5,000
@@ -41,6 +44,7 @@ import bench_agent  # noqa: E402
 import bench_classes  # noqa: E402
 import bench_reconnect  # noqa: E402
 import bench_extender  # noqa: E402
+import bench_hostile_ingest  # noqa: E402
 import profile_extender  # noqa: E402
 from benchlib import BENCH_DIR, OUT_DIR, REPO_ROOT, BenchError, exit_on_sigterm, machine_facts  # noqa: E402
 
@@ -110,6 +114,7 @@ def render_markdown(
     phases: list[tuple[str, float]] | None,
     classes: list[dict] | None = None,
     reconnect: list[bench_reconnect.OutageResult] | None = None,
+    hostile_ingest: tuple[list[bench_hostile_ingest.Row], bench_hostile_ingest.FloodResult] | None = None,
 ) -> str:
     m = machine_facts()
     out = [
@@ -262,6 +267,8 @@ def render_markdown(
         out += ["", *classes_markdown(classes)]
     if reconnect:
         out += ["", *reconnect_markdown(reconnect)]
+    if hostile_ingest:
+        out += ["", *hostile_ingest_markdown(*hostile_ingest)]
     return "\n".join(out)
 
 
@@ -309,11 +316,28 @@ def reconnect_markdown(results: list[bench_reconnect.OutageResult]) -> list[str]
     ]
 
 
+def hostile_ingest_markdown(rows: list[bench_hostile_ingest.Row], flood: bench_hostile_ingest.FloodResult) -> list[str]:
+    return [
+        "## gpu-extender under hostile gRPC clients",
+        "",
+        "`bench/bench_hostile_ingest.py`: the real extender (`--agent-auth none`); 100 made-up nodes (253-character "
+        "names) each send 3 maximal reports (256 GPUs, every string and list at the ingest's bounds) on their own "
+        "stream; with `--inventory` only `--max-unknown-nodes` (64) of them are kept. VmRSS from /proc/PID/status "
+        "1 s after the last ack. Before the bounds, 100 nodes x 3.4 MB reports took it from 91 to 436 MiB.",
+        "",
+        bench_hostile_ingest.HEADER,
+        *(bench_hostile_ingest.format_row(r) for r in rows),
+        "",
+        bench_hostile_ingest.format_flood(flood) + " (before the pacing: 133,876 reports in 15 s at ~100 % CPU).",
+        "",
+    ]
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
                         help="smoke check: few iterations and a 5 s agent window; RESULTS.md left alone")  # fmt: skip
-    parser.add_argument("--only", choices=("extender", "agent", "reconnect"), help="run only this benchmark")
+    parser.add_argument("--only", choices=("extender", "agent", "reconnect", "ingest"), help="run only this benchmark")
     parser.add_argument("--scenario", action="append", choices=[s.name for s in bench_extender.SCENARIOS],
                         help="extender scenario to run (repeatable; default: all)")  # fmt: skip
     parser.add_argument("--results", type=Path,
@@ -326,6 +350,7 @@ def main(argv: list[str] | None = None) -> int:
     ext: bench_extender.ExtenderBenchResult | None = None
     agent: bench_agent.AgentBenchResult | None = None
     reconnect: list[bench_reconnect.OutageResult] | None = None
+    hostile_ingest: tuple[list[bench_hostile_ingest.Row], bench_hostile_ingest.FloodResult] | None = None
     classes: list[dict] | None = None
     try:
         if args.only in (None, "extender"):
@@ -344,6 +369,10 @@ def main(argv: list[str] | None = None) -> int:
             print("== gpu-agent: reconnect after an extender outage", flush=True)
             print(bench_reconnect.HEADER, flush=True)  # rows are printed as they are measured
             reconnect = bench_reconnect.run(quick=args.quick)
+        if args.only in (None, "ingest"):
+            print("== gpu-extender: hostile gRPC clients", flush=True)
+            hostile_ingest = bench_hostile_ingest.run(quick=args.quick)
+            print(bench_hostile_ingest.format_result(*hostile_ingest), flush=True)
         phases = profile_phases(ext, args.quick)
     except BenchError as exc:
         print(f"run_all: FAILED: {exc}", file=sys.stderr)
@@ -371,7 +400,9 @@ def main(argv: list[str] | None = None) -> int:
     raw = {"date_utc": when.isoformat(), "machine": machine_facts(), "quick": args.quick,
            "extender": asdict(ext) if ext else None, "agent": asdict(agent) if agent else None,
            "filter_phases_ms": dict(phases) if phases else None, "classes": classes,
-           "reconnect": [asdict(r) for r in reconnect] if reconnect else None}  # fmt: skip
+           "reconnect": [asdict(r) for r in reconnect] if reconnect else None,
+           "hostile_ingest": {"rows": [asdict(r) for r in hostile_ingest[0]], "flood": asdict(hostile_ingest[1])}
+           if hostile_ingest else None}  # fmt: skip
     (OUT_DIR / "results.json").write_text(json.dumps(raw, indent=2))
 
     target = args.results or (None if args.quick else RESULTS_MD)
@@ -382,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
     command = "./dev.sh bench" + (f" {extra}" if extra else "")
     target.write_text(render_markdown(when=when, command=command, quick=args.quick, total_s=total_s,
                                       ext=ext, agent=agent, phases=phases, classes=classes,
-                                      reconnect=reconnect))  # fmt: skip
+                                      reconnect=reconnect, hostile_ingest=hostile_ingest))  # fmt: skip
     print(f"  wrote {target}")
     return 0
 

@@ -87,7 +87,8 @@ def main() -> int:
             "extender.main", "--http-addr", f"127.0.0.1:{http_port}", "--grpc-addr", f"127.0.0.1:{grpc_port}",
             "--inventory", str(DEMO / "inventory"), "--prioritize-answer", "full",
         ])  # fmt: skip
-        wait_for("gpu-extender /readyz", lambda: http(f"{extender_url}/readyz")[0] == 200)
+        # Up, but not Ready until every GPU node's agent has reported (--readiness-grace).
+        wait_for("gpu-extender /healthz", lambda: http(f"{extender_url}/healthz")[0] == 200)
 
         agent_ports = {}
         for node in NODES:
@@ -101,6 +102,7 @@ def main() -> int:
             "all three agents to report",
             lambda: scrape(f"{extender_url}/metrics").get(("gpu_extender_nodes_with_data", ())) == 3.0,
         )
+        wait_for("gpu-extender /readyz", lambda: http(f"{extender_url}/readyz")[0] == 200)
         # gpu-node-3's GPU 7 is scripted to be lost 2 s after its agent starts.
         wait_for("GPU 7 on gpu-node-3 to be reported lost", lambda: any(
             name == "gpu_agent_gpu_healthy" and dict(labels)["gpu"] == "7" and value == 0.0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,8 +16,14 @@ from gpuextender.tls_files import CredentialFileError, check_readable
 from extender.agent_identity import ServiceAccountRef, parse_service_account
 from extender.decision import Policy
 from extender.gpu_summary import IdleRule
-from extender.http_api import ApiSettings
+from extender.http_api import DEFAULT_BODY_READ_TIMEOUT_S, DEFAULT_MAX_BODY_BYTES, ApiSettings
+from extender.ingest_limits import MAX_CLOCK_SKEW_S, MAX_UNKNOWN_NODES
+from extender.scheduler_wire import MAX_CANDIDATES
 from extender.serving_tls import ServingTlsFiles
+
+
+# Above the agents' --resolve-interval (15 s) and reconnect backoff (5 s), with room to spare.
+DEFAULT_READINESS_GRACE_S = 30.0
 
 
 class ConfigError(ValueError):
@@ -45,6 +52,8 @@ class ExtenderConfig:
     log_level: str
     tls: ServingTlsFiles | None = None
     agent_auth: AgentAuth = AgentAuth("none")
+    max_clock_skew_s: float = MAX_CLOCK_SKEW_S
+    max_unknown_nodes: int = MAX_UNKNOWN_NODES
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -65,7 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="serve the verbs under PATH (urlPrefix http://host:port/PATH in the scheduler config)")  # fmt: skip
     p.add_argument("--inventory", type=Path, metavar="PATH",
                    help="read Nodes and OME objects (AcceleratorClass, ServingRuntime, ...) from this YAML "
-                   "file or directory instead of a cluster; reloaded when it changes")  # fmt: skip
+                   "file or directory instead of a cluster; reloaded when it changes. A file that is empty, "
+                   "half-written or holds no Kubernetes objects keeps its last good objects (delete the file "
+                   "to remove them)")  # fmt: skip
     p.add_argument("--kubernetes", action="store_true",
                    help="list+watch Nodes and OME objects from the API server (in-cluster config, or "
                    "--kubeconfig / $KUBECONFIG / ~/.kube/config)")  # fmt: skip
@@ -98,15 +109,31 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--runtime-check", choices=("enforce", "warn", "off"), default="warn",
                    help="OME pods whose serving runtime cannot serve their model (OME's ValidateRuntime): "
                    "enforce fails every node (RuntimeIncompatible), warn logs and counts it")  # fmt: skip
-    p.add_argument("--max-body-bytes", type=int, default=64 * 1024**2, metavar="BYTES",
-                   help="largest request accepted (full-Node requests for 5,000 nodes are ~20 MB)")  # fmt: skip
+    p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES, metavar="BYTES",
+                   help="largest request body accepted (413 above; 2 MiB by default). Sized from what "
+                   "kube-scheduler sends: with nodeCacheCapable: true ~22 B per node name (5,000 nodes: "
+                   "110 KiB), leaving room for a Pod as large as etcd stores (1.5 MiB). Full Node objects "
+                   "(nodeCacheCapable: false) are 3.5 KB each as captured, more with kubelet status: ~600 "
+                   "fit. Parsing holds the event loop (~15 ms per MiB of full Nodes); within 2 MiB no "
+                   "body holds it over 100 ms. Each 16 bytes of this limit also allow one JSON object "
+                   "or array in a body (real ones use ~33)")  # fmt: skip
+    p.add_argument("--max-candidates", type=int, default=MAX_CANDIDATES, metavar="N",
+                   help="most candidate nodes in one filter/prioritize call (400 too_many_nodes above; "
+                   "/explain takes at most 5,000, ~6 us each): above the 15,000 nodes the largest "
+                   "Kubernetes clusters run; filter+prioritize cost ~2 us per node on the event loop")  # fmt: skip
+    p.add_argument("--body-read-timeout", type=float, default=DEFAULT_BODY_READ_TIMEOUT_S, metavar="SECONDS",
+                   help="a request body not complete this long after its headers gets 408 and the "
+                   "connection is closed (a stalled or hostile client must not hold it; kube-scheduler "
+                   "sends the whole body at once)")  # fmt: skip
     p.add_argument("--requested-agent-interval", type=float, default=0.0, metavar="SECONDS",
                    help="ask agents to sample at this interval (0: leave it to the agents)")  # fmt: skip
-    p.add_argument("--readiness-grace", type=float, default=0.0, metavar="SECONDS",
+    p.add_argument("--readiness-grace", type=float, default=DEFAULT_READINESS_GRACE_S, metavar="SECONDS",
                    help="after start, /readyz stays 503 until every GPU node in the inventory has reported, "
-                   "for up to this long: agents find a new replica only at their next --resolve-interval, "
-                   "and until then every node would look idle to it. In a cluster set it above the agents' "
-                   "--resolve-interval (deploy/ uses 30)")  # fmt: skip
+                   "for up to this long. A new or restarted replica has no GPU data: agents find it only at "
+                   "their next reconnect (backoff, at most ~5 s) or --resolve-interval (15 s), and until then "
+                   "every decision would rest on assumed data. The default stays above both; with no "
+                   "inventory the replica cannot tell which nodes to wait for and waits the whole grace. "
+                   "0 turns the wait off")  # fmt: skip
     p.add_argument("--forget-after", type=float, default=3600.0, metavar="SECONDS",
                    help="drop a node's GPU data after this long without reports (node gone)")  # fmt: skip
     p.add_argument("--tls-cert", type=Path, metavar="PATH",
@@ -127,6 +154,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--agent-reauth-interval", type=float, default=600.0, metavar="SECONDS",
                    help="with --agent-auth: end each agent connection after this long (plus 30 s to finish), so "
                    "the agent reconnects with its current token and a revoked one stops working")  # fmt: skip
+    p.add_argument("--max-clock-skew", type=float, default=MAX_CLOCK_SKEW_S, metavar="SECONDS",
+                   help="refuse reports whose sample time is further than this from the extender's clock "
+                   "(a node clock stepped or drifting: fix NTP); 1 to 86400")  # fmt: skip
+    p.add_argument("--max-unknown-nodes", type=int, default=MAX_UNKNOWN_NODES, metavar="N",
+                   help="with --inventory or --kubernetes: keep reports of at most N nodes the inventory does "
+                   "not know (agents starting before their Node is listed); reports for more are refused")  # fmt: skip
     p.add_argument("--log-level", default="info", choices=LEVELS)
     return p
 
@@ -183,6 +216,10 @@ def build_config(argv: Sequence[str] | None) -> ExtenderConfig:
         raise ConfigError("--stale-after must be positive")
     if args.max_body_bytes < 64 * 1024:
         raise ConfigError("--max-body-bytes below 64 KiB cannot hold one scheduler request")
+    if args.max_candidates < 1:
+        raise ConfigError(f"--max-candidates {args.max_candidates} must be at least 1")
+    if not (math.isfinite(args.body_read_timeout) and args.body_read_timeout > 0):
+        raise ConfigError(f"--body-read-timeout {args.body_read_timeout:g} must be a positive number of seconds")
     if args.requested_agent_interval < 0 or args.forget_after <= args.stale_after:
         raise ConfigError("need --requested-agent-interval >= 0 and --forget-after > --stale-after")
     if args.inventory is not None and not args.inventory.exists():
@@ -191,6 +228,10 @@ def build_config(argv: Sequence[str] | None) -> ExtenderConfig:
         raise ConfigError("--inventory and --kubernetes are two inventory sources: pick one")
     if args.kubeconfig is not None and not args.kubernetes:
         raise ConfigError("--kubeconfig only applies with --kubernetes")
+    if not 1 <= args.max_clock_skew <= 86_400:  # also refuses NaN and inf
+        raise ConfigError(f"--max-clock-skew {args.max_clock_skew:g} must be within [1, 86400] seconds")
+    if args.max_unknown_nodes < 0:
+        raise ConfigError(f"--max-unknown-nodes {args.max_unknown_nodes} must be >= 0 (0: inventory nodes only)")
     resources = tuple(dict.fromkeys(r.strip() for r in args.gpu_resource if r.strip())) or ("nvidia.com/gpu",)
     prefix = args.path_prefix.strip()
     if prefix and not prefix.startswith("/"):
@@ -207,6 +248,8 @@ def build_config(argv: Sequence[str] | None) -> ExtenderConfig:
             gpu_resources=resources,
             compact_priorities=args.prioritize_answer == "compact",
             max_body_bytes=args.max_body_bytes,
+            max_candidates=args.max_candidates,
+            body_read_timeout_s=args.body_read_timeout,
             path_prefix=prefix,
             default_class_policy=args.default_class_policy,
             runtime_check=args.runtime_check,
@@ -219,4 +262,6 @@ def build_config(argv: Sequence[str] | None) -> ExtenderConfig:
         log_level=args.log_level,
         tls=_tls(args),
         agent_auth=_agent_auth(args),
+        max_clock_skew_s=args.max_clock_skew,
+        max_unknown_nodes=args.max_unknown_nodes,
     )

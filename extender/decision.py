@@ -3,27 +3,39 @@
 No I/O and no clock reads here: the caller passes `now` (monotonic seconds) and a
 lookup of node summaries, so any decision can be replayed from its inputs.
 
-Per node (`assess`):
-- no data from its agent: all allocatable GPUs count as idle (fail-open, as the
-  autotuner does); fewer allocatable GPUs than needed -> InsufficientGPUs; unknown
-  allocatable means "assume it fits" (kube-scheduler's own NodeResourcesFit
-  already checked the count);
-- data older than `stale_after_s`: `fail-open` treats it like no data,
-  `fail-closed` fails the node with StaleGPUData;
+Unknown is never spare capacity. Per node (`assess`):
 - fresh data: NVML broken -> NvmlUnavailable; fewer GPUs than needed ->
   InsufficientGPUs; fewer healthy GPUs than needed -> InsufficientHealthyGPUs;
   fewer idle healthy GPUs than needed -> InsufficientIdleGPUs.
+- data older than `stale_after_s`: `fail-closed` fails the node with
+  StaleGPUData; `fail-open` (default) keeps what was last known to be wrong and
+  assumes the rest: NVML last seen broken -> NvmlUnavailable; allocatable (or the
+  last GPU count) below needed -> InsufficientGPUs; allocatable minus the GPUs
+  last seen unhealthy below needed -> InsufficientHealthyGPUs (a lost GPU stays
+  lost until fresh data says otherwise); else it fits on *assumed* data.
+- no data from its agent: allocatable below needed -> InsufficientGPUs (unknown
+  allocatable: kube-scheduler's NodeResourcesFit already checked the count);
+  else it fits on *assumed* data.
+A verdict on assumed data counts the node as "just enough": idle = needed, at
+0 % utilization, never as all-idle.
 
-Filter: the nodes that fit pass. If none fits, `no_fit_policy="pass-all"` lets
-kube-scheduler decide among the nodes that failed only softly (busy or stale);
+Filter: nodes with fresh data that fit pass. Nodes that fit on assumed data pass
+only when no node with fresh data fits; otherwise they fail softly with
+NoFreshGPUData, so a dead agent never attracts pods while a reporting node can
+take them. If nothing passes, `no_fit_policy="pass-all"` lets kube-scheduler
+decide among the nodes that failed only softly (busy, stale, no fresh data);
 nodes with broken GPUs stay rejected. `"reject"` keeps every failure.
 
 Prioritize (integer 0-10, the formula):
     C     = the largest GPU count among the candidates (at least 1)
-    score = 1 + round(9 * v / (C + 1))   for a node that fits          (1..10)
+    score = 1 + round(9 * v / (C + 1))   for a node that passes filter (1..10)
           = 0                            for a node that does not
-with v in [0, C + 1) from the node strategy (per pod annotation
-`gpu-extender.io/node-strategy`, else --node-strategy):
+A node passes as filter says: on fresh data, or on assumed data only when no
+node with fresh data fits, so an assumed verdict (score 0 then) always ranks
+strictly below every fresh node that fits (score >= 1).
+v in [0, C + 1) comes from the node strategy (per pod annotation
+`gpu-extender.io/node-strategy`, else --node-strategy), with idle = needed and
+utilization 0 for an assumed verdict:
     spread  (default) v = idle + (100 - mean utilization %) / 101: most idle GPUs,
             then lowest utilization (the autotuner's ranking). The fraction stays
             below 1, so one more idle GPU always outranks any utilization gap.
@@ -34,7 +46,7 @@ with v in [0, C + 1) from the node strategy (per pod annotation
             then spread.
     random  v = (C + 1) * hash(seed, node): repeatable per pod (seed = pod UID and
             --random-seed), spreads pods without looking at load.
-When no candidate fits (the pass-all fallback), every node is ranked by spread
+When no candidate passes (the pass-all fallback), every node is ranked by spread
 whatever the strategy: score = round(10 * v / (C + 1)).
 """
 
@@ -79,6 +91,7 @@ class NodeAssessment:
     gpu_count: int | None
     mean_utilization: float | None
     reason: Reason | None  # None: the node fits
+    assumed: bool = False  # the verdict rests on assumed data (stale under fail-open, or none)
 
 
 @dataclass(slots=True)
@@ -86,6 +99,7 @@ class FilterOutcome:
     passed: list[str] = field(default_factory=list)
     failed: dict[str, Reason] = field(default_factory=dict)  # assess() gives the numbers behind one
     fallback: bool = False  # no node fit and pass-all let the soft failures through
+    assumed: list[str] = field(default_factory=list)  # passed on assumed data (no node with fresh data fit)
 
 
 def assess(
@@ -93,13 +107,15 @@ def assess(
 ) -> NodeAssessment:
     """One node's full verdict with the numbers behind it."""
     if summary is None:
-        return _assumed_idle(name, allocatable, DataState.NONE, None, needed)
+        return _assumed(name, allocatable, 0, DataState.NONE, None, needed)
     age = max(0.0, now - summary.received_at)
     if age > policy.stale_after_s:
         if policy.stale_policy == "fail-closed":
             return NodeAssessment(name, DataState.STALE, age, None, None, summary.gpu_count, None, reasons.STALE_GPU_DATA)
+        if summary.node_error:  # NVML was last seen broken: nothing about its GPUs can be assumed
+            return NodeAssessment(name, DataState.STALE, age, 0, 0, summary.gpu_count, None, reasons.NVML_UNAVAILABLE)
         count = allocatable if allocatable is not None else summary.gpu_count
-        return _assumed_idle(name, count, DataState.STALE, age, needed)
+        return _assumed(name, count, summary.gpu_count - summary.healthy_gpus, DataState.STALE, age, needed)
     return NodeAssessment(
         name, DataState.FRESH, age, summary.idle_gpus, summary.healthy_gpus,
         summary.gpu_count, summary.mean_utilization, _fresh_reason(summary, needed),
@@ -119,10 +135,19 @@ def _fresh_reason(summary: NodeSummary, needed: int) -> Reason | None:
     return None
 
 
-def _assumed_idle(name: str, count: int | None, data: DataState, age: float | None, needed: int) -> NodeAssessment:
-    """No usable data: every allocatable GPU counts as idle and healthy."""
-    reason = reasons.INSUFFICIENT_GPUS if count is not None and count < needed else None
-    return NodeAssessment(name, data, age, count, count, count, None, reason)
+def _assumed(
+    name: str, count: int | None, lost: int, data: DataState, age: float | None, needed: int
+) -> NodeAssessment:
+    """No usable data: GPUs last seen unhealthy (`lost`) stay unhealthy, and a node that
+    may fit counts as just enough (idle = needed), never as all-idle."""
+    healthy = None if count is None else max(0, count - lost)
+    if count is not None and count < needed:
+        reason: Reason | None = reasons.INSUFFICIENT_GPUS
+    elif healthy is not None and healthy < needed:
+        reason = reasons.INSUFFICIENT_HEALTHY_GPUS
+    else:
+        return NodeAssessment(name, data, age, needed, healthy, count, None, None, assumed=True)
+    return NodeAssessment(name, data, age, min(needed, healthy or 0), healthy, count, None, reason)
 
 
 def filter_nodes(
@@ -138,7 +163,7 @@ def filter_nodes(
         outcome.passed = list(names)
         return outcome
     stale_after = policy.stale_after_s
-    passed, failed = outcome.passed, outcome.failed
+    passed, failed, assumed = outcome.passed, outcome.failed, outcome.assumed
     for name in names:
         summary = lookup(name)
         if summary is not None and now - summary.received_at <= stale_after:
@@ -151,9 +176,15 @@ def filter_nodes(
             continue
         reason = assess(name, allocatable.get(name), summary, needed, now, policy).reason
         if reason is None:
-            passed.append(name)
+            assumed.append(name)
         else:
             failed[name] = reason
+    if assumed:
+        if passed:  # a node with fresh data fits: assumed data never competes with it
+            failed.update(dict.fromkeys(assumed, reasons.NO_FRESH_GPU_DATA))
+            assumed.clear()
+        else:
+            passed.extend(assumed)
     if not passed and failed and policy.no_fit_policy == "pass-all":
         soft = [name for name, reason in failed.items() if not reason.unresolvable]
         if soft:
@@ -192,15 +223,19 @@ def rank_nodes(
     strategy: str = "spread",
     seed: str = "",
     cost_of: Callable[[str], float | None] | None = None,
+    eligible: Callable[[str], bool] | None = None,
 ) -> list[tuple[str, int, bool]]:
     """(node, score 0-10, fits) for every name, in input order: prioritize's
     scores plus the filter verdict it already computed, for callers that need both.
     `strategy` picks v (module docstring); `seed` makes `random` repeatable;
-    `cost_of(node)` is the node's hourly cost for `cost`."""
+    `cost_of(node)` is the node's hourly cost for `cost`; `eligible(node)` says which
+    nodes the caller's filter judged at all (the others' fresh fits demote no one)."""
     if needed <= 0:
         return [(name, 0, True) for name in names]
     stale_after = policy.stale_after_s
     rows: list[tuple[str, bool, int, float]] = []  # (node, fits, idle, utilization)
+    assumed: list[int] = []  # rows that fit on assumed data
+    fresh_fits = False
     capacity = max(needed, 1)
     for name in names:
         summary = lookup(name)
@@ -208,13 +243,21 @@ def rank_nodes(
             idle, count = summary.idle_gpus, summary.gpu_count
             utilization = summary.mean_utilization  # from validated reports: within 0..100
             fits = idle >= needed
+            if fits and not fresh_fits:
+                fresh_fits = eligible is None or eligible(name)
         else:
             a = assess(name, allocatable.get(name), summary, needed, now, policy)
             idle = a.idle_gpus if a.idle_gpus is not None else needed  # unknown: assume just enough
             utilization, count, fits = a.mean_utilization, a.gpu_count or 0, a.reason is None
+            if a.assumed:
+                assumed.append(len(rows))
         if count > capacity:
             capacity = count
         rows.append((name, fits, idle, utilization or 0.0))
+    if fresh_fits:  # as in filter: an assumed verdict does not pass while a fresh node fits
+        for i in assumed:
+            name, _, idle, utilization = rows[i]
+            rows[i] = (name, False, idle, utilization)
     scale = capacity + 1
     if not any(fits for _, fits, _, _ in rows):  # the pass-all fallback: least loaded first, whatever the strategy
         return [(name, min(MAX_SCORE, round(MAX_SCORE * _spread(i, u) / scale)), False) for name, _, i, u in rows]

@@ -70,6 +70,8 @@ def explain(
             "healthyGpus": a.healthy_gpus,
             "idleGpus": a.idle_gpus,
             "meanUtilization": None if a.mean_utilization is None else round(a.mean_utilization, 1),
+            # The GPU numbers are assumed (agent silent or never heard): idle = needed, never all-idle.
+            "assumedData": a.assumed,
             "result": "pass" if name in passed else "fail",
             "reasonCode": reason.code if reason else None,
             "reason": reason.sentence if reason else None,
@@ -93,6 +95,8 @@ def explain(
         "gpusNeeded": needed,
         "resolved": resolved,
         "fallback": outcome.fallback,
+        # Nodes that passed only on assumed data: no node with fresh data fit.
+        "passedOnAssumedData": list(outcome.assumed),
         "formulas": {"node": NODE_FORMULA, "class": CLASS_FORMULA if plan.applies else None},
         "nodes": nodes,
     }

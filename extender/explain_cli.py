@@ -79,10 +79,14 @@ def render(answer: dict[str, Any]) -> str:
         lines.append(f"  OME alone would choose: {ranking['omeWouldChoose'] or 'none'}")
     if answer["fallback"]:
         lines.append("  no node fits: busy/stale nodes pass, kube-scheduler decides")
+    if answer.get("passedOnAssumedData"):
+        lines.append("  no node with fresh GPU data fits: nodes without it pass on assumed data (marked *)")
     header = f"{'NODE':<20} {'CLASSES':<22} {'DATA':<6} {'IDLE/HEALTHY/GPUS':>17} {'UTIL':>5}  {'RESULT':<40} {'RANK':>4} {'SCORE':>5}"
     lines += ["", header]
     for n in answer["nodes"]:
         gpus = "/".join("?" if v is None else str(v) for v in (n["idleGpus"], n["healthyGpus"], n["gpus"]))
+        if n.get("assumedData"):
+            gpus = "*" + gpus  # assumed: idle = needed, not measured
         util = "-" if n["meanUtilization"] is None else f"{n['meanUtilization']:.0f}%"
         result = "pass" if n["result"] == "pass" else f"FAIL {n['reasonCode']}"
         rank = "-" if n["classRank"] is None else str(n["classRank"] + 1)
@@ -91,6 +95,8 @@ def render(answer: dict[str, Any]) -> str:
         for cls, why in (n.get("classesExcludedByGpus") or {}).items():
             lines.append(f"  not in {cls} although its labels match: {why}")
     lines += ["", f"node score: {answer['formulas']['node']}"]
+    if any(n.get("assumedData") for n in answer["nodes"]):
+        lines.append("* assumed data (no fresh agent report): idle GPUs counted as just enough, never as all idle")
     if answer["formulas"]["class"]:
         lines.append(f"with classes: {answer['formulas']['class']}")
     return "\n".join(lines)

@@ -8,6 +8,7 @@ Refused input gets a 4xx with a JSON reason and a log line; the server goes on.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections import Counter
@@ -22,13 +23,23 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from extender import decision, placement, reasons
 from extender.explain import explain as explain_decision
 from extender.bad_request import BadRequest
+from extender.bad_request import shown as shown_value
 from extender.gpu_state import GpuState
 from extender.inventory.view import InventoryView
 from extender.live_classes import LiveClasses, LiveClassesCollector
 from extender.ome.pod_intent import PodIdentity, pod_identity
 from extender.metrics import ExtenderMetrics
 from extender.pod_gpus import gpus_requested, pod_ref
-from extender.scheduler_wire import ExtenderArgs, encode, filter_result, parse_extender_args, prioritize_result
+from extender.scheduler_wire import (
+    BYTES_PER_CONTAINER,
+    EXPLAIN_MAX_CANDIDATES,
+    MAX_CANDIDATES,
+    ExtenderArgs,
+    encode,
+    filter_result,
+    parse_extender_args,
+    prioritize_result,
+)
 
 log = logging.getLogger("gpu_extender.http")
 
@@ -39,12 +50,19 @@ _PLAN_CACHE_SIZE = 4096  # distinct OME pod identities per inventory version; cl
 _LOG_FAILED_NODES = 5
 
 
+# Bounds on one scheduler call; why these values: the --max-body-bytes and --body-read-timeout help.
+DEFAULT_MAX_BODY_BYTES = 2 * 1024**2
+DEFAULT_BODY_READ_TIMEOUT_S = 10.0
+
+
 @dataclass(frozen=True, slots=True)
 class ApiSettings:
     policy: decision.Policy
     gpu_resources: tuple[str, ...] = ("nvidia.com/gpu",)
     compact_priorities: bool = True
-    max_body_bytes: int = 64 * 1024**2
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_candidates: int = MAX_CANDIDATES
+    body_read_timeout_s: float = DEFAULT_BODY_READ_TIMEOUT_S
     path_prefix: str = ""
     default_class_policy: str = "FirstAvailable"
     runtime_check: str = "warn"  # enforce | warn | off
@@ -176,8 +194,9 @@ class SchedulerApi:
         strategy = annotations.get(STRATEGY_ANNOTATION, self.settings.node_strategy)
         if strategy not in decision.NODE_STRATEGIES:
             # A typo in an annotation must not block scheduling: say so, use the default.
-            log.warning("pod %s: %s=%r is not one of %s; using %s", pod_ref(pod), STRATEGY_ANNOTATION, strategy,
-                        ", ".join(decision.NODE_STRATEGIES), self.settings.node_strategy)  # fmt: skip
+            log.warning("pod %s: %s=%s is not one of %s; using %s", pod_ref(pod), STRATEGY_ANNOTATION,
+                        shown_value(strategy), ", ".join(decision.NODE_STRATEGIES),
+                        self.settings.node_strategy)  # fmt: skip
             strategy = self.settings.node_strategy
         return strategy, f"{self.settings.random_seed}/{meta.get('uid', '')}"
 
@@ -191,6 +210,8 @@ class SchedulerApi:
             m.filter_failures.labels(reason=reason.code).inc(count)
         if outcome.fallback:
             m.filter_fallbacks.inc()
+        if outcome.assumed:
+            m.filter_assumed_passes.inc(len(outcome.assumed))
         if needed == 0:
             log.debug("filter %s: needs no GPU, all %d node(s) pass", pod_ref(args.pod), len(outcome.passed))
             return
@@ -208,14 +229,23 @@ class SchedulerApi:
         log.info(
             "filter %s needs %d GPU: %d passed%s, %d failed%s%s",
             pod_ref(args.pod), needed, len(outcome.passed),
-            " (no node fit: passing the busy/stale ones, kube-scheduler decides)" if outcome.fallback else "",
+            " (no node fit: passing the busy/stale ones, kube-scheduler decides)" if outcome.fallback else
+            f" (on assumed data: no node with fresh GPU data fits; {_names(outcome.assumed)})" if outcome.assumed
+            else "",
             len(outcome.failed), (": " + "; ".join(shown)) if shown else "", more,
         )  # fmt: skip
 
 
 def _failure_text(code: str, a: decision.NodeAssessment) -> str:
     """The reason the node failed (class or GPU rules), with its GPU numbers."""
-    return f"{a.name}: {code} (idle {_n(a.idle_gpus)}, healthy {_n(a.healthy_gpus)}/{_n(a.gpu_count)}, data {a.data.value})"
+    assumed = ", assumed" if a.assumed else ""  # the numbers are not measured: idle = needed
+    return (f"{a.name}: {code} (idle {_n(a.idle_gpus)}, healthy {_n(a.healthy_gpus)}/{_n(a.gpu_count)}, "
+            f"data {a.data.value}{assumed})")
+
+
+def _names(names: list[str]) -> str:
+    shown = ", ".join(names[:_LOG_FAILED_NODES])
+    return shown + (f" and {len(names) - _LOG_FAILED_NODES} more" if len(names) > _LOG_FAILED_NODES else "")
 
 
 def _n(value: int | None) -> str:
@@ -226,26 +256,105 @@ def _json(payload: Any, status: int = 200) -> web.Response:
     return web.Response(body=encode(payload), status=status, content_type="application/json")
 
 
+# The status counted in gpu_extender_requests_total when the client hung up before its body
+# was complete (nginx's convention): nobody reads the answer, and it is not our error.
+CLIENT_CLOSED = 499
+# The accept queue we ask for: at aiohttp's 128, 1,000 calls arriving at once overflowed it and
+# the kernel reset connections. The kernel caps it at net.core.somaxconn anyway.
+LISTEN_BACKLOG = 4096
+
+
+class _Refused(Exception):
+    """A request refused before its body was parsed; `close` drops the connection after."""
+
+    def __init__(self, status: int, code: str, message: str, *, close: bool = False) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.close = status, code, message, close
+
+
+class _HungUp(Exception):
+    """The client closed the connection before its body was complete."""
+
+
+async def _read_body(request: web.Request, settings: ApiSettings) -> bytes:
+    """The body, refused before any of it is read when its encoding or declared size is wrong."""
+    encoding = ", ".join(request.headers.getall("Content-Encoding", ()))  # every header, not the first
+    if any(token.strip().lower() not in ("", "identity") for token in encoding.split(",")):
+        # kube-scheduler never compresses; a compressed body is refused unread, never inflated
+        # (a 2 MB gzip body of zeros is 2 GiB). The AppRunner must not auto-decompress: new_runner().
+        raise _Refused(415, "unsupported_encoding", f"Content-Encoding {shown_value(encoding)} is not accepted: "
+                       "send the body uncompressed (identity), as kube-scheduler does")  # fmt: skip
+    if request.content_length is not None and request.content_length > settings.max_body_bytes:
+        raise _too_large(settings)  # declared: refused before reading a byte
+    try:
+        async with asyncio.timeout(settings.body_read_timeout_s):
+            return await request.read()
+    except TimeoutError:
+        raise _Refused(408, "body_timeout", f"request body not complete within {settings.body_read_timeout_s:g}s "
+                       "(--body-read-timeout); closing the connection", close=True) from None  # fmt: skip
+    except web.HTTPRequestEntityTooLarge:  # chunked: refused once the limit is passed
+        raise _too_large(settings) from None
+    except web.RequestPayloadError as exc:  # broken chunked framing and the like
+        raise _Refused(400, "bad_body", f"request body could not be read: {shown_value(str(exc))}") from None
+    except ConnectionError:
+        raise _HungUp from None
+
+
+def _too_large(settings: ApiSettings) -> _Refused:
+    return _Refused(413, "too_large", f"request body is larger than {settings.max_body_bytes} bytes; raise "
+                    "--max-body-bytes or configure kube-scheduler with nodeCacheCapable: true")  # fmt: skip
+
+
+def new_runner(app: web.Application, **options: Any) -> web.AppRunner:
+    """The AppRunner for build_app(): aiohttp inflates compressed bodies as they arrive,
+    even ones the handler refuses unread; auto_decompress=False keeps them compressed."""
+    return web.AppRunner(app, auto_decompress=False, **options)
+
+
+def listen_backlog(somaxconn: str = "/proc/sys/net/core/somaxconn") -> int:
+    """LISTEN_BACKLOG, or the kernel's cap when that is lower (said once in the log)."""
+    try:
+        with open(somaxconn) as f:
+            cap = int(f.read())
+    except (OSError, ValueError):
+        return LISTEN_BACKLOG
+    if cap < LISTEN_BACKLOG:
+        log.warning("net.core.somaxconn is %d: the scheduler API's accept queue holds only that many "
+                    "connections arriving at once (raise the sysctl to %d)", cap, LISTEN_BACKLOG)  # fmt: skip
+    return max(1, min(cap, LISTEN_BACKLOG))
+
+
 def build_app(api: SchedulerApi) -> web.Application:
     settings = api.settings
     metrics = api.metrics
+    max_containers = settings.max_body_bytes // BYTES_PER_CONTAINER
 
-    def scheduler_verb(verb: str, decide: Callable[[ExtenderArgs], Any]) -> Callable[[web.Request], Awaitable[web.Response]]:
+    def refuse(verb: str, request: web.Request, status: int, code: str, message: str) -> web.Response:
+        metrics.bad_requests.labels(verb=verb, reason=code).inc()
+        log.warning("%s: refused request from %s: %s", verb, request.remote, message)
+        response = _json({"error": message, "reason": code}, status=status)
+        if status == 415:
+            response.headers["Accept-Encoding"] = "identity"  # RFC 7694: what we do accept
+        return response
+
+    def scheduler_verb(
+        verb: str, decide: Callable[[ExtenderArgs], Any], max_candidates: int = settings.max_candidates
+    ) -> Callable[[web.Request], Awaitable[web.Response]]:
         async def handle(request: web.Request) -> web.Response:
             started = time.perf_counter()
             try:
-                body = await request.read()
-                response = _json(decide(parse_extender_args(body)))
+                body = await _read_body(request, settings)
+                args = parse_extender_args(body, max_candidates=max_candidates, max_containers=max_containers)
+                response = _json(decide(args))
             except BadRequest as exc:
-                metrics.bad_requests.labels(verb=verb, reason=exc.code).inc()
-                log.warning("%s: refused request from %s: %s", verb, request.remote, exc.message)
-                response = _json({"error": exc.message, "reason": exc.code}, status=400)
-            except web.HTTPRequestEntityTooLarge:
-                metrics.bad_requests.labels(verb=verb, reason="too_large").inc()
-                message = (f"request body is larger than {settings.max_body_bytes} bytes; raise --max-body-bytes "
-                           "or configure kube-scheduler with nodeCacheCapable: true")  # fmt: skip
-                log.warning("%s: refused request from %s: %s", verb, request.remote, message)
-                response = _json({"error": message, "reason": "too_large"}, status=413)
+                response = refuse(verb, request, 400, exc.code, exc.message)
+            except _Refused as exc:
+                response = refuse(verb, request, exc.status, exc.code, exc.message)
+                if exc.close:
+                    response.force_close()  # no lingering: a half-sent body must not hold the connection
+            except _HungUp:
+                log.info("%s: client %s hung up before its request body was complete", verb, request.remote)
+                response = web.Response(status=CLIENT_CLOSED)  # never sent; counted below
             except Exception:
                 log.exception("%s: internal error", verb)
                 response = _json({"error": "internal error; see the gpu-extender log", "reason": "internal"}, 500)
@@ -271,7 +380,8 @@ def build_app(api: SchedulerApi) -> web.Application:
     prefix = settings.path_prefix.rstrip("/")
     app.router.add_post(f"{prefix}/filter", scheduler_verb("filter", api.filter))
     app.router.add_post(f"{prefix}/prioritize", scheduler_verb("prioritize", api.prioritize))
-    app.router.add_post(f"{prefix}/explain", scheduler_verb("explain", api.explain))
+    app.router.add_post(f"{prefix}/explain", scheduler_verb(
+        "explain", api.explain, min(settings.max_candidates, EXPLAIN_MAX_CANDIDATES)))  # fmt: skip
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", get_metrics)

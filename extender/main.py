@@ -21,14 +21,16 @@ from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 from extender.config import ConfigError, ExtenderConfig, build_config
 from extender.agent_identity import Authenticator
 from extender.gpu_state import GpuState
-from extender.http_api import SchedulerApi, build_app
+from extender.http_api import SchedulerApi, build_app, listen_backlog, new_runner
 from extender.ingest import REAUTH_GRACE_S, IngestService
 from extender.inventory.file_source import FileInventorySource, InventoryPathError
-from extender.inventory.sink import KINDS
+from extender.inventory.sink import KINDS, NODE
 from extender.inventory.store import InventoryStore
 from extender.inventory.view import ViewBuilder
 from extender.metrics import ExtenderMetrics
+from extender.report_validation import MAX_REPORT_BYTES
 from extender.serving_tls import ServingCertificate, TlsLoadError
+from extender.silent_nodes import SilentNodesCollector, SilentNodesWarning
 
 log = logging.getLogger("gpu_extender")
 
@@ -109,6 +111,8 @@ async def _serve(
     views = ViewBuilder(store, config.api.gpu_resources, on_invalid=metrics.count_invalid_object)
     api = SchedulerApi(state, metrics, config.api, inventory=lambda: views.current)
     views.on_rebuild(api.classes.classes_by_node)  # class membership follows each rebuild, not the next request
+    metrics.registry.register(SilentNodesCollector(state, lambda: views.current))
+    silent_nodes = SilentNodesWarning(state, lambda: views.current)
     api.inventory_ready = lambda: store.ready
     background: list[asyncio.Task[None]] = []
     grpc_server: grpc.aio.Server | None = None
@@ -127,16 +131,28 @@ async def _serve(
             # Agents ping every 20 s to notice dead peers; allow it even between reports.
             ("grpc.keepalive_permit_without_calls", 1),
             ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
-            ("grpc.max_receive_message_length", 4 * 1024**2),
+            # Far above a real report (~2 KB for 8 GPUs), below what one client may make us parse
+            # and hold (report_validation.MAX_REPORT_BYTES says what fits).
+            ("grpc.max_receive_message_length", MAX_REPORT_BYTES),
+            # Keep each stream's HTTP/2 window at its initial 64 KiB: with BDP probing it grows
+            # until a client that writes without waiting for acks had ~270 MB buffered here while
+            # the ingest paced it (ingest_limits.ReportPacer). Agents send ~2 KB a second.
+            ("grpc.http2.bdp_probe", 0),
         ]
         if authenticator is not None:  # re-authenticate every agent now and then (ingest.py)
             age_s = config.agent_auth.reauth_after_s
             options += [("grpc.max_connection_age_ms", int(age_s * 1000)),
                         ("grpc.max_connection_age_grace_ms", int(min(REAUTH_GRACE_S, age_s) * 1000))]  # fmt: skip
         grpc_server = grpc.aio.server(options=options)
+        # With an inventory source, a node it does not list is "unknown" (kept for a bounded few);
+        # before the first list every node is (only agents racing a new replica's first list).
+        known_node = None if source is None and kube_source is None else (
+            lambda name: store.get(NODE.kind, name) is not None)  # fmt: skip
         ingest = IngestService(
-            state, metrics, requested_interval_ms=config.requested_agent_interval_ms, authenticator=authenticator
-        )
+            state, metrics, requested_interval_ms=config.requested_agent_interval_ms, authenticator=authenticator,
+            max_clock_skew_s=config.max_clock_skew_s, known_node=known_node,
+            max_unknown_nodes=config.max_unknown_nodes,
+        )  # fmt: skip
         pb_grpc.add_GpuStateServiceServicer_to_server(ingest, grpc_server)
         grpc_target = str(config.grpc_addr)
         if certificate is not None:
@@ -147,11 +163,12 @@ async def _serve(
             raise OSError(f"gRPC address {grpc_target} is not available")
         await grpc_server.start()
 
-        app_runner = web.AppRunner(build_app(api), access_log=None, keepalive_timeout=KEEPALIVE_TIMEOUT_S)
+        app_runner = new_runner(build_app(api), access_log=None, keepalive_timeout=KEEPALIVE_TIMEOUT_S)
         await app_runner.setup()
         runner = app_runner
         ssl_context = certificate.ssl_context() if certificate is not None else None
-        await web.TCPSite(runner, config.http_addr.host, config.http_addr.port, ssl_context=ssl_context).start()
+        await web.TCPSite(runner, config.http_addr.host, config.http_addr.port, ssl_context=ssl_context,
+                          backlog=listen_backlog()).start()  # fmt: skip
         _tune_gc()
         api.serving = True
         policy = config.api.policy
@@ -172,6 +189,12 @@ async def _serve(
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
         background.append(asyncio.create_task(_forget_departed(state, config.forget_after_s), name="forget"))
+        # Agents report every second or so: a GPU node still silent after the stale bound (or the
+        # readiness grace) is worth a warning; looked at again every stale bound (at least 5 s).
+        stale_after_s = config.api.policy.stale_after_s
+        first_look_s = max(stale_after_s, config.api.readiness_grace_s)
+        background.append(asyncio.create_task(silent_nodes.run(first_look_s, max(5.0, stale_after_s)),
+                                              name="silent nodes"))  # fmt: skip
         await stop.wait()
         log.info("shutting down")
     finally:

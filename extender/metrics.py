@@ -66,12 +66,32 @@ class ExtenderMetrics:
             "gpu_extender_filter_fallbacks", "Filter calls where no node fit and the soft failures were passed.",
             registry=r,
         )  # fmt: skip
+        self.filter_assumed_passes = Counter(
+            "gpu_extender_filter_assumed_passes", "Nodes passed by filter on assumed data (agent silent or never "
+            "heard) because no node with fresh GPU data fit.", registry=r,
+        )  # fmt: skip
         self.runtime_incompatible = Counter(
             "gpu_extender_runtime_incompatible", "Filter calls for OME pods whose runtime cannot serve their model, "
             "by --runtime-check mode (enforce: every node failed; warn: only reported).", ["mode"], registry=r,
         )  # fmt: skip
         self.reports = Counter("gpu_extender_reports", "Node reports from agents, by result.", ["result"], registry=r)
         self.connected_agents = Gauge("gpu_extender_connected_agents", "Agent streams currently open.", registry=r)
+        self.reports_rejected = Counter(
+            "gpu_extender_reports_rejected", "Reports answered REJECTED (not stored), by reason: invalid, "
+            "clock_skew, sequence, unknown_node_limit, node_mismatch, superseded.", ["reason"], registry=r,
+        )  # fmt: skip
+        self.unknown_nodes = Gauge(
+            "gpu_extender_unknown_nodes", "Nodes not in the inventory whose reports are held "
+            "(at most --max-unknown-nodes; 0 without an inventory source).", registry=r,
+        )  # fmt: skip
+        self.paced_streams = Gauge(
+            "gpu_extender_paced_streams", "Agent streams waiting because they send reports faster than the "
+            "per-stream rate limit (a real agent never does).", registry=r,
+        )  # fmt: skip
+        self.paced_reports = Counter(
+            "gpu_extender_paced_reports", "Reports held back by the per-stream rate limit before processing.",
+            registry=r,
+        )  # fmt: skip
         self.invalid_objects = Counter(
             "gpu_extender_inventory_invalid_objects", "Inventory objects skipped as invalid, by kind.",
             ["kind"], registry=r,

@@ -224,14 +224,17 @@ def prioritize_with_classes(
     so every node of a better class outranks every node of a worse one, and with
     one class (or an explicit class) this is the plain node score.
     """
+    allowed = set(plan.allowed)
+    # Only a fresh fit inside the allowed classes demotes assumed verdicts, as in filter_with_classes.
+    in_allowed = (lambda node: not allowed.isdisjoint(classes_by_node.get(node, ()))) if plan.applies else None
     ranked = decision.rank_nodes(needed, names, allocatable, lookup, now, policy, strategy, seed,
-                                 node_cost(classes_by_node, classes) if strategy == "cost" else None)  # fmt: skip
+                                 node_cost(classes_by_node, classes) if strategy == "cost" else None,
+                                 in_allowed)  # fmt: skip
     if needed <= 0 or not plan.applies:
         return [(name, score) for name, score, _ in ranked], None
     if plan.incompatible:
         return [(name, 0) for name in names], None
     get = classes_by_node.get
-    allowed = set(plan.allowed)
     placeable: set[str] = set()
     for name, _, fits in ranked:
         if fits:

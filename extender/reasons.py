@@ -45,6 +45,10 @@ NVML_UNAVAILABLE = Reason(
 STALE_GPU_DATA = Reason(
     "StaleGPUData", "node GPU data is stale", unresolvable=False
 )
+# Fits only on assumed data (agent silent or never heard) while a reporting node fits.
+NO_FRESH_GPU_DATA = Reason(
+    "NoFreshGPUData", "no fresh GPU data while reporting nodes fit", unresolvable=False
+)
 
 CLASS_NOT_ALLOWED = Reason(
     "AcceleratorClassNotAllowed", "GPU class not allowed for the pod", unresolvable=True

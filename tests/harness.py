@@ -135,12 +135,14 @@ class Cluster:
         wait_ready: bool = True,
     ) -> Proc:
         """With `ssl_context` (a client context trusting the extender's CA), readiness is checked over HTTPS.
-        `wait_ready=False` returns once the process has started (for tests of /readyz itself)."""
+        `wait_ready=False` returns once the process has started (for tests of /readyz itself).
+        Tests that are not about readiness start with `--readiness-grace 0` unless they pass their own."""
         http_port = http_port or free_port()
         grpc_port = grpc_port or free_port()
+        grace = [] if any(a.startswith("--readiness-grace") for a in extra) else ["--readiness-grace", "0"]
         proc = self.spawn(
             "extender", "extender.main",
-            ["--http-addr", f"127.0.0.1:{http_port}", "--grpc-addr", f"127.0.0.1:{grpc_port}", *extra],
+            ["--http-addr", f"127.0.0.1:{http_port}", "--grpc-addr", f"127.0.0.1:{grpc_port}", *grace, *extra],
             {"http": http_port, "grpc": grpc_port},
         )  # fmt: skip
         scheme = "https" if ssl_context is not None else "http"

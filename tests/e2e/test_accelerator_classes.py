@@ -66,7 +66,7 @@ def test_classes_runtimes_and_policies_decide_placement(tmp_path: Path) -> None:
         assert pinned["NodeNames"] == ["a100-40-node"]
         assert set(pinned["FailedAndUnresolvableNodes"]) == {"h100-node", "a100-80-node", "l40s-node"}
         assert all(m.endswith("(AcceleratorClassNotAllowed)") for m in pinned["FailedAndUnresolvableNodes"].values())
-        assert "h100-node: AcceleratorClassNotAllowed (idle 8, healthy 8/8, data none)" in ext.log()
+        assert "h100-node: AcceleratorClassNotAllowed (idle 1, healthy 8/8, data none, assumed)" in ext.log()
 
         # A class the runtime does not support: every node fails, with that reason.
         _, impossible = post_json(url(ext, "/filter"), ome_request("deepseek-on-l40s", "sglang-deepseek-fp8", NODES, 8))

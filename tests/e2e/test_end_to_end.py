@@ -72,8 +72,8 @@ def test_prioritize_orders_by_idle_gpus_then_utilization(live: Cluster) -> None:
     assert status == 200
     scores = {entry["Host"]: entry["Score"] for entry in answer}
     assert all(type(s) is int and 0 <= s <= 10 for s in scores.values()), answer
-    # idle 8 > idle 4 > unknown (assumed just enough) > not enough idle
-    assert scores["gpu-node-2"] > scores["gpu-node-3"] > scores["node-without-agent"] > scores["gpu-node-1"] == 0
+    # idle 8 > idle 4 > unknown (assumed data never competes with a fresh fit) = not enough idle
+    assert scores["gpu-node-2"] > scores["gpu-node-3"] > scores["node-without-agent"] == scores["gpu-node-1"] == 0
     assert scores["gpu-node-2"] == 10
 
 
@@ -88,6 +88,14 @@ def test_node_strategy_annotation_changes_the_ranking(live: Cluster) -> None:
     args["Pod"]["metadata"]["annotations"] = {"gpu-extender.io/node-strategy": "bin-pack"}
     typo = {e["Host"]: e["Score"] for e in post_json(url(ext, "/prioritize"), json.dumps(args).encode())[1]}
     assert typo == spread and "gpu-extender.io/node-strategy='bin-pack' is not one of" in ext.log()
+    # A hostile annotation (huge, or not a string) is logged cut short, never echoed whole.
+    for value in ("x" * 100_000, {"deep": [[[]]]}):
+        args["Pod"]["metadata"]["annotations"] = {"gpu-extender.io/node-strategy": value}
+        hostile = {e["Host"]: e["Score"] for e in post_json(url(ext, "/prioritize"), json.dumps(args).encode())[1]}
+        assert hostile == spread
+    log = ext.log()
+    assert "node-strategy='xxxx" in log and "... (100000 characters) is not one of" in log
+    assert "node-strategy=a JSON object is not one of" in log and "x" * 1_000 not in log
 
 
 @pytest.mark.parametrize("mode", ["true", "false"])
@@ -209,19 +217,29 @@ def test_oversized_body_gets_413_and_large_node_lists_are_accepted(tmp_path: Pat
         assert "--max-body-bytes" in answer["error"]
         assert post_json(url(ext, "/filter"), request_for(["a", "b"]))[0] == 200
 
-        # Default limit: a 5,000-node full-Node request (well over aiohttp's 1 MiB default) is served.
+        def full_nodes(count: int) -> bytes:
+            args = json.loads(fixture_bytes("filter-request-nodecache-false.json"))
+            template = args["Nodes"]["items"][0]
+            items = []
+            for i in range(count):
+                node = json.loads(json.dumps(template))
+                node["metadata"]["name"] = f"gpu-{i:05d}"
+                items.append(node)
+            args["Nodes"]["items"] = items
+            return json.dumps(args).encode()
+
+        # Default limit (2 MiB, sized for nodeCacheCapable: true): a 500-node full-Node request
+        # (well over aiohttp's 1 MiB default) is served.
         default = c.extender()
-        args = json.loads(fixture_bytes("filter-request-nodecache-false.json"))
-        template = args["Nodes"]["items"][0]
-        items = []
-        for i in range(5000):
-            node = json.loads(json.dumps(template))
-            node["metadata"]["name"] = f"gpu-{i:05d}"
-            items.append(node)
-        args["Nodes"]["items"] = items
-        body = json.dumps(args).encode()
-        assert len(body) > 1024**2 * 10
+        body = full_nodes(500)
+        assert 1024**2 < len(body) <= 2 * 1024**2
         status, answer = post_json(url(default, "/filter"), body)
+        assert status == 200 and len(answer["Nodes"]["items"]) == 500
+        # A 5,000-node full-Node request (~20 MB) is served once --max-body-bytes is raised for it.
+        raised = c.extender("--max-body-bytes", str(32 * 1024**2))
+        body = full_nodes(5000)
+        assert len(body) > 1024**2 * 10
+        status, answer = post_json(url(raised, "/filter"), body)
         assert status == 200 and len(answer["Nodes"]["items"]) == 5000
 
 

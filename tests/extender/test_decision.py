@@ -28,12 +28,22 @@ def lookup(*summaries):
         (node("n", idle=1, lost=7), None, 2, FRESH, DataState.FRESH, reasons.INSUFFICIENT_HEALTHY_GPUS),
         (node("n", idle=8, node_error="DriverNotLoaded"), None, 1, FRESH, DataState.FRESH, reasons.NVML_UNAVAILABLE),
         (None, None, 4, FRESH, DataState.NONE, None),  # no data, allocatable unknown: assume it fits
-        (None, 8, 4, FRESH, DataState.NONE, None),  # no data: all allocatable GPUs count as idle
+        (None, 8, 4, FRESH, DataState.NONE, None),  # no data: fits on assumed data (just enough)
+        (None, 4, 4, FRESH, DataState.NONE, None),  # allocatable == needed: fits
+        (None, 3, 4, FRESH, DataState.NONE, reasons.INSUFFICIENT_GPUS),  # allocatable == needed - 1
         (None, 2, 4, FRESH, DataState.NONE, reasons.INSUFFICIENT_GPUS),  # capacity, not load
         (None, 0, 1, FRESH, DataState.NONE, reasons.INSUFFICIENT_GPUS),  # a CPU node
         (node("n", idle=4), None, 8, FRESH, DataState.FRESH, reasons.INSUFFICIENT_GPUS),
         (node("n", idle=0, busy=8, received_at=80.0), 8, 2, FRESH, DataState.STALE, None),  # fail-open
         (node("n", idle=0, busy=8, received_at=80.0), None, 2, FRESH, DataState.STALE, None),  # count from report
+        # A GPU last seen unhealthy stays unhealthy while the data is stale: allocatable 8, 6 lost -> 2 usable.
+        (node("n", idle=2, lost=6, received_at=80.0), 8, 2, FRESH, DataState.STALE, None),
+        (node("n", idle=1, lost=7, received_at=80.0), 8, 2, FRESH, DataState.STALE, reasons.INSUFFICIENT_HEALTHY_GPUS),
+        (node("n", idle=1, lost=7, received_at=80.0), None, 2, FRESH, DataState.STALE,
+         reasons.INSUFFICIENT_HEALTHY_GPUS),
+        (node("n", idle=0, busy=7, received_at=80.0), 8, 8, FRESH, DataState.STALE, None),  # 7 reported, 8 allocatable
+        (node("n", idle=8, node_error="DriverNotLoaded", received_at=80.0), 8, 1, FRESH, DataState.STALE,
+         reasons.NVML_UNAVAILABLE),  # NVML last seen broken: nothing is assumed
         (node("n", idle=8, received_at=80.0), 8, 2, Policy(stale_policy="fail-closed"), DataState.STALE,
          reasons.STALE_GPU_DATA),
         (node("n", idle=8, received_at=90.5), 8, 2, Policy(stale_after_s=10), DataState.FRESH, None),
@@ -43,14 +53,28 @@ def test_assess(summary, allocatable, needed, policy, data, reason) -> None:
     a = assess("n", allocatable, summary, needed, NOW, policy)
     assert a.data is data
     assert a.reason is reason
+    # A verdict that does not rest on fresh data is marked as assumed, and counts as just enough.
+    assert a.assumed == (reason is None and data is not DataState.FRESH)
+    if a.assumed:
+        assert a.idle_gpus == needed and a.mean_utilization is None
+
+
+def test_stale_boundary_is_exactly_stale_after() -> None:
+    """Fresh while age <= stale_after_s; assumed one tick past it."""
+    at_bound = assess("n", 8, node("n", idle=0, busy=8, received_at=NOW - 10.0), 2, NOW, Policy(stale_after_s=10))
+    past = assess("n", 8, node("n", idle=0, busy=8, received_at=NOW - 10.001), 2, NOW, Policy(stale_after_s=10))
+    assert (at_bound.data, at_bound.reason, at_bound.assumed) == (DataState.FRESH, reasons.INSUFFICIENT_IDLE_GPUS,
+                                                                   False)  # fmt: skip
+    assert (past.data, past.reason, past.assumed) == (DataState.STALE, None, True)
 
 
 def test_filter_passes_fitting_nodes_and_explains_the_rest() -> None:
     summaries = lookup(node("idle", idle=8), node("busy", idle=1, busy=7), node("broken", idle=0, lost=8))
     out = filter_nodes(2, ["idle", "busy", "broken", "unknown"], {}, summaries, NOW, FRESH)
-    assert out.passed == ["idle", "unknown"]
-    assert failures(out) == {"busy": reasons.INSUFFICIENT_IDLE_GPUS, "broken": reasons.INSUFFICIENT_HEALTHY_GPUS}
-    assert not out.fallback
+    assert out.passed == ["idle"]
+    assert failures(out) == {"busy": reasons.INSUFFICIENT_IDLE_GPUS, "broken": reasons.INSUFFICIENT_HEALTHY_GPUS,
+                             "unknown": reasons.NO_FRESH_GPU_DATA}  # fmt: skip
+    assert not out.fallback and out.assumed == []
     busy = assess("busy", None, summaries("busy"), 2, NOW, FRESH)  # the numbers behind the verdict
     assert (busy.idle_gpus, busy.healthy_gpus, busy.gpu_count, busy.data) == (1, 8, 8, DataState.FRESH)
 
@@ -73,11 +97,47 @@ def test_filter_fast_path_agrees_with_assess() -> None:
     for needed in (1, 2, 3, 8, 9):
         for policy in (FRESH, Policy(stale_policy="fail-closed"), Policy(no_fit_policy="reject")):
             out = filter_nodes(needed, names, allocatable, lookup(*summaries), NOW, policy)
-            expected = {n: assess(n, allocatable.get(n), lookup(*summaries)(n), needed, NOW, policy) for n in names}
+            assessed = {n: assess(n, allocatable.get(n), lookup(*summaries)(n), needed, NOW, policy) for n in names}
+            fresh_fit = any(a.reason is None and not a.assumed for a in assessed.values())
+            expected = {n: reasons.NO_FRESH_GPU_DATA if a.assumed and fresh_fit else a.reason
+                        for n, a in assessed.items()}  # fmt: skip
             if not out.fallback:
-                assert out.passed == [n for n in names if expected[n].reason is None]
-            assert failures(out) == {n: a.reason for n, a in expected.items()
-                                     if a.reason is not None and (not out.fallback or a.reason.unresolvable)}  # fmt: skip
+                assert out.passed == [n for n in names if expected[n] is None]
+                assert out.assumed == ([] if fresh_fit else [n for n in names if assessed[n].assumed])
+            assert failures(out) == {n: r for n, r in expected.items()
+                                     if r is not None and (not out.fallback or r.unresolvable)}  # fmt: skip
+
+
+def test_assumed_data_passes_only_when_no_fresh_node_fits() -> None:
+    """A dead agent must not attract pods: its node passes only when no reporting node can take the pod."""
+    summaries = lookup(node("fresh-5", idle=5, busy=3), node("fresh-1", idle=1, busy=7),
+                       node("stale", idle=8, received_at=80.0))  # fmt: skip
+    names, allocatable = ["silent", "stale", "fresh-5", "fresh-1"], {"silent": 8, "stale": 8}
+    out = filter_nodes(5, names, allocatable, summaries, NOW, FRESH)
+    assert out.passed == ["fresh-5"] and out.assumed == []
+    assert failures(out) == {"silent": reasons.NO_FRESH_GPU_DATA, "stale": reasons.NO_FRESH_GPU_DATA,
+                             "fresh-1": reasons.INSUFFICIENT_IDLE_GPUS}  # fmt: skip
+    scores = dict(prioritize(5, names, allocatable, summaries, NOW, FRESH))
+    assert scores["fresh-5"] >= 1 and scores["silent"] == scores["stale"] == scores["fresh-1"] == 0
+    # 6 GPUs: no reporting node fits, so the assumed ones pass (fail-open) and rank as just enough.
+    out = filter_nodes(6, names, allocatable, summaries, NOW, FRESH)
+    assert out.passed == ["silent", "stale"] == out.assumed and not out.fallback
+    scores = dict(prioritize(6, names, allocatable, summaries, NOW, FRESH))
+    assert scores["silent"] == scores["stale"] == 1 + round(9 * (6 + 100 / 101) / 9) and scores["fresh-5"] == 0
+
+
+def test_assumed_nodes_rank_below_every_fresh_fit_whatever_the_strategy() -> None:
+    rng = random.Random(7)
+    summaries = [node(f"f{i}", idle=rng.randint(0, 8)) for i in range(60)]
+    names = [s.node for s in summaries] + [f"silent{i}" for i in range(20)]
+    allocatable = {f"silent{i}": 8 for i in range(20)}
+    for strategy in ("spread", "binpack", "cost", "random"):
+        for needed in (1, 4, 8):
+            scores = dict(prioritize(needed, names, allocatable, lookup(*summaries), NOW, FRESH, strategy=strategy,
+                                     seed="s", cost_of=lambda n: 0.1 if n.startswith("silent") else 9.0))  # fmt: skip
+            fresh_fits = [scores[s.node] for s in summaries if s.idle_gpus >= needed]
+            assert fresh_fits and min(fresh_fits) >= 1
+            assert max(scores[f"silent{i}"] for i in range(20)) < min(fresh_fits)
 
 
 def test_no_fit_passes_only_soft_failures_and_reject_keeps_them() -> None:

@@ -14,9 +14,14 @@ def test_defaults() -> None:
     policy = config.api.policy
     assert (policy.stale_after_s, policy.stale_policy, policy.no_fit_policy) == (10.0, "fail-open", "pass-all")
     assert config.api.gpu_resources == ("nvidia.com/gpu",) and config.api.compact_priorities
-    assert config.api.max_body_bytes == 64 * 1024**2
+    # 5,000 node names (~110 KiB) plus a Pod as large as etcd stores (1.5 MiB); the event loop
+    # is never held over 100 ms within it (tests/e2e/test_hostile_http.py).
+    assert config.api.max_body_bytes == 2 * 1024**2
+    assert (config.api.max_candidates, config.api.body_read_timeout_s) == (15_000, 10.0)
     assert config.api.default_class_policy == "FirstAvailable"
     assert (config.inventory, config.kubernetes, config.kubeconfig) == (None, False, None)
+    # Safe by default: a new replica waits for the agents instead of deciding on assumed data.
+    assert config.api.readiness_grace_s == 30.0
 
 
 @pytest.mark.parametrize(
@@ -27,6 +32,12 @@ def test_defaults() -> None:
         (["--idle-max-utilization", "0"], "must be within (0, 100]"),
         (["--stale-after", "0"], "must be positive"),
         (["--max-body-bytes", "100"], "below 64 KiB"),
+        (["--max-body-bytes", str(64 * 1024 - 1)], "below 64 KiB"),
+        (["--max-candidates", "0"], "must be at least 1"),
+        (["--body-read-timeout", "0"], "must be a positive number of seconds"),
+        (["--body-read-timeout", "-1"], "must be a positive number of seconds"),
+        (["--body-read-timeout", "nan"], "must be a positive number of seconds"),
+        (["--body-read-timeout", "inf"], "must be a positive number of seconds"),
         (["--inventory", "/nonexistent"], "no such file"),
         (["--inventory", ".", "--kubernetes"], "pick one"),
         (["--kubeconfig", "/k"], "only applies with --kubernetes"),
@@ -41,3 +52,16 @@ def test_help_explains_the_policies() -> None:
     text = build_parser().format_help()
     for phrase in ("nodeCacheCapable: true", "fail-closed", "pass-all", "--inventory", "--gpu-resource"):
         assert phrase in text
+
+
+def test_request_bounds_are_accepted_at_their_edges() -> None:
+    smallest = build_config(["--max-body-bytes", str(64 * 1024), "--max-candidates", "1",
+                             "--body-read-timeout", "0.001"]).api  # fmt: skip
+    assert (smallest.max_body_bytes, smallest.max_candidates, smallest.body_read_timeout_s) == (65536, 1, 0.001)
+
+
+def test_help_explains_the_request_bounds() -> None:
+    text = " ".join(build_parser().format_help().split())
+    for phrase in ("--max-body-bytes", "22 B per node name", "etcd", "100 ms", "--max-candidates",
+                   "too_many_nodes", "--body-read-timeout", "408"):  # fmt: skip
+        assert phrase in text, phrase

@@ -87,6 +87,7 @@ def test_class_rank_outranks_node_rank_and_skips_full_classes(view: InventoryVie
     state = GpuState(IdleRule())
     # The H100 node (first class) is half busy; the A100-80GB node is idle: class order still wins.
     state.ingest(report("h100-node", [gpu(i, 0 if i < 4 else 90, 1 if i < 4 else 90) for i in range(8)]), 0.0)
+    state.ingest(report("a100-80-node", [gpu(i) for i in range(8)]), 0.0)
     args = (view.allocatable_gpus, state.summary, 0.0, decision.Policy(), plan, view.membership.classes_by_node,
             view.classes)  # fmt: skip
     scores, ranking = placement.prioritize_with_classes(2, NODES, *args)
@@ -98,3 +99,24 @@ def test_class_rank_outranks_node_rank_and_skips_full_classes(view: InventoryVie
     s = dict(scores)
     assert ranking.chosen == "nvidia-a100-80gb" and s["a100-80-node"] == 10 and s["h100-node"] == 0
     assert [e.name for e in ranking.excluded] == ["nvidia-h100-80gb"]
+
+
+def test_a_fresh_node_outside_the_allowed_classes_does_not_demote_assumed_ones(view: InventoryView) -> None:
+    """Assumed data yields only to a fresh fit the pod may use: filter and prioritize agree on it."""
+    plan = placement.plan_classes(pod("llama-70b-first-available", "vllm-llama-large"), view, "FirstAvailable")
+    assert "nvidia-l40s" not in plan.allowed
+    state = GpuState(IdleRule())
+    state.ingest(report("l40s-node", [gpu(i) for i in range(8)]), 0.0)  # fresh and idle, but not allowed
+    args = (view.allocatable_gpus, state.summary, 0.0, decision.Policy(), plan)
+    out = placement.filter_with_classes(2, NODES, *args, view.membership.classes_by_node)
+    assert set(out.passed) == set(out.assumed) == {"h100-node", "a100-80-node"}
+    scores = dict(placement.prioritize_with_classes(2, NODES, *args, view.membership.classes_by_node,
+                                                    view.classes)[0])  # fmt: skip
+    assert scores["h100-node"] >= 1 and scores["a100-80-node"] >= 1 and scores["l40s-node"] == 0
+    # Once an allowed node reports and fits, the silent ones step back in both verbs.
+    state.ingest(report("a100-80-node", [gpu(i) for i in range(8)]), 0.0)
+    out = placement.filter_with_classes(2, NODES, *args, view.membership.classes_by_node)
+    assert out.passed == ["a100-80-node"] and out.failed["h100-node"] is reasons.NO_FRESH_GPU_DATA
+    scores = dict(placement.prioritize_with_classes(2, NODES, *args, view.membership.classes_by_node,
+                                                    view.classes)[0])  # fmt: skip
+    assert scores["a100-80-node"] >= 1 and scores["h100-node"] == 0
