@@ -11,6 +11,9 @@ What it measures (details in each script's docstring):
 - bench_reconnect.py: seconds until N gpu-agents stream again after the
   extender was down 20 s / 90 s (target: max backoff + 2 s), head-to-head with
   the agent's pre-fix channel options;
+- bench_hostile_http.py: how long one scheduler request can hold the extender's
+  event loop: cost per candidate name, full Nodes per MiB, the dearest bodies
+  within the default limits (target: < 100 ms), one hostile quantity;
 - bench_hostile_ingest.py: the extender's RSS before/after 100 made-up nodes send
   maximal reports over gRPC (with and without an inventory, and over the size
   bound), and what 50 streams that never read acks get processed;
@@ -44,6 +47,7 @@ import bench_agent  # noqa: E402
 import bench_classes  # noqa: E402
 import bench_reconnect  # noqa: E402
 import bench_extender  # noqa: E402
+import bench_hostile_http  # noqa: E402
 import bench_hostile_ingest  # noqa: E402
 import profile_extender  # noqa: E402
 from benchlib import BENCH_DIR, OUT_DIR, REPO_ROOT, BenchError, exit_on_sigterm, machine_facts  # noqa: E402
@@ -115,6 +119,7 @@ def render_markdown(
     classes: list[dict] | None = None,
     reconnect: list[bench_reconnect.OutageResult] | None = None,
     hostile_ingest: tuple[list[bench_hostile_ingest.Row], bench_hostile_ingest.FloodResult] | None = None,
+    hostile_http: list[str] | None = None,
 ) -> str:
     m = machine_facts()
     out = [
@@ -267,6 +272,12 @@ def render_markdown(
         out += ["", *classes_markdown(classes)]
     if reconnect:
         out += ["", *reconnect_markdown(reconnect)]
+    if hostile_http:
+        out += ["", "## gpu-extender under hostile scheduler requests", "",
+                "`bench/bench_hostile_http.py`: the handler's synchronous step in-process (best of 5), which is how "
+                "long one request holds the event loop; the fuzz test (`tests/e2e/test_hostile_http.py`) checks "
+                "the same bound against the real server from a second connection.", "",
+                "```", *hostile_http, "```"]  # fmt: skip
     if hostile_ingest:
         out += ["", *hostile_ingest_markdown(*hostile_ingest)]
     return "\n".join(out)
@@ -337,7 +348,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
                         help="smoke check: few iterations and a 5 s agent window; RESULTS.md left alone")  # fmt: skip
-    parser.add_argument("--only", choices=("extender", "agent", "reconnect", "ingest"), help="run only this benchmark")
+    parser.add_argument("--only", choices=("extender", "agent", "reconnect", "ingest", "http"),
+                        help="run only this benchmark")  # fmt: skip
     parser.add_argument("--scenario", action="append", choices=[s.name for s in bench_extender.SCENARIOS],
                         help="extender scenario to run (repeatable; default: all)")  # fmt: skip
     parser.add_argument("--results", type=Path,
@@ -352,6 +364,7 @@ def main(argv: list[str] | None = None) -> int:
     reconnect: list[bench_reconnect.OutageResult] | None = None
     hostile_ingest: tuple[list[bench_hostile_ingest.Row], bench_hostile_ingest.FloodResult] | None = None
     classes: list[dict] | None = None
+    hostile_http: list[str] | None = None
     try:
         if args.only in (None, "extender"):
             print("== gpu-extender: filter / prioritize", flush=True)
@@ -373,6 +386,10 @@ def main(argv: list[str] | None = None) -> int:
             print("== gpu-extender: hostile gRPC clients", flush=True)
             hostile_ingest = bench_hostile_ingest.run(quick=args.quick)
             print(bench_hostile_ingest.format_result(*hostile_ingest), flush=True)
+        if args.only in (None, "http"):
+            print("== gpu-extender: hostile scheduler requests (event-loop hold)", flush=True)
+            hostile_http = bench_hostile_http.report(repeat=2 if args.quick else 5)
+            print("\n".join(hostile_http), flush=True)
         phases = profile_phases(ext, args.quick)
     except BenchError as exc:
         print(f"run_all: FAILED: {exc}", file=sys.stderr)
@@ -402,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
            "filter_phases_ms": dict(phases) if phases else None, "classes": classes,
            "reconnect": [asdict(r) for r in reconnect] if reconnect else None,
            "hostile_ingest": {"rows": [asdict(r) for r in hostile_ingest[0]], "flood": asdict(hostile_ingest[1])}
-           if hostile_ingest else None}  # fmt: skip
+           if hostile_ingest else None, "hostile_http": hostile_http}  # fmt: skip
     (OUT_DIR / "results.json").write_text(json.dumps(raw, indent=2))
 
     target = args.results or (None if args.quick else RESULTS_MD)
@@ -413,7 +430,8 @@ def main(argv: list[str] | None = None) -> int:
     command = "./dev.sh bench" + (f" {extra}" if extra else "")
     target.write_text(render_markdown(when=when, command=command, quick=args.quick, total_s=total_s,
                                       ext=ext, agent=agent, phases=phases, classes=classes,
-                                      reconnect=reconnect, hostile_ingest=hostile_ingest))  # fmt: skip
+                                      reconnect=reconnect, hostile_ingest=hostile_ingest,
+                                      hostile_http=hostile_http))  # fmt: skip
     print(f"  wrote {target}")
     return 0
 
