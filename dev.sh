@@ -4,7 +4,7 @@
 #   ./dev.sh demo     local demo: extender + 3 fake-GPU agents + a captured scheduler request
 #   ./dev.sh test     the whole test suite (what CI runs)
 #   ./dev.sh bench    the benchmarks in bench/ (not part of the tests)
-#   ./dev.sh proto    regenerate proto/gpuextender/v1/*_pb2*.py
+#   ./dev.sh proto    regenerate gpuextender/v1/*_pb2*.py
 set -euo pipefail
 cd "$(dirname "$0")"
 PYTHON=${PYTHON:-python3}

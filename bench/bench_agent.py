@@ -193,7 +193,7 @@ def run(*, quick: bool = False, warmup_s: float = 5.0, window_s: float = 30.0) -
         warmup_s, window_s = 3.0, 5.0
     extender, addrs = extender_process("extender-for-agent-bench")
     metrics_port = free_port()
-    agent_argv = program("gpu-agent", "agent.main") + [
+    agent_argv = program("gpu-agent", "gpuextender.agent") + [
         "--fake", str(SCENARIO),
         "--interval", "1",
         "--node-name", NODE_NAME,

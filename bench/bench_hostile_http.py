@@ -3,7 +3,7 @@
 The HTTP handler parses, decides and encodes in one synchronous step, so that step's
 time is how long the event loop (and with it /healthz, gRPC ingest and every other
 call) is held. This measures that step in-process, best of `--repeat`, with the
-garbage collector tuned as extender.main does, for:
+garbage collector tuned as gpuextender.extender.main does, for:
 
 1. cost per candidate name: N names no agent reports (the dearest case) through
    filter, prioritize and explain, N up to 100,000 (--max-candidates lifted);
@@ -27,13 +27,13 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from extender import scheduler_wire  # noqa: E402
-from extender.bad_request import BadRequest  # noqa: E402
-from extender.config import build_config  # noqa: E402
-from extender.gpu_state import GpuState  # noqa: E402
-from extender.http_api import ApiSettings, SchedulerApi  # noqa: E402
-from extender.metrics import ExtenderMetrics  # noqa: E402
-from extender.pod_gpus import parse_count  # noqa: E402
+from gpuextender.extender import scheduler_wire  # noqa: E402
+from gpuextender.extender.bad_request import BadRequest  # noqa: E402
+from gpuextender.extender.config import build_config  # noqa: E402
+from gpuextender.extender.gpu_state import GpuState  # noqa: E402
+from gpuextender.extender.http_api import ApiSettings, SchedulerApi  # noqa: E402
+from gpuextender.extender.metrics import ExtenderMetrics  # noqa: E402
+from gpuextender.extender.pod_gpus import parse_count  # noqa: E402
 from tests.hostile_bodies import compact, full_nodes_request, names_request, unknown_names, worst_bodies  # noqa: E402
 
 VERBS = ("filter", "prioritize", "explain")
@@ -79,7 +79,7 @@ def report(repeat: int = 5) -> list[str]:
     logging.getLogger().setLevel(logging.WARNING)  # no decision lines from the handlers
     gc.collect()
     gc.freeze()
-    gc.set_threshold(20_000, 10, 10)  # as extender.main._tune_gc
+    gc.set_threshold(20_000, 10, 10)  # as gpuextender.extender.main._tune_gc
     lines: list[str] = []
     print = lines.append  # noqa: A001 - the report reads like the script it was
 

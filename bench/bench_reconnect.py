@@ -103,7 +103,7 @@ def agent_argv(variant: str, name: str, metrics_port: int, target: str) -> list[
 
 
 def extender_argv(addrs: ExtenderAddrs) -> list[str]:
-    return program("gpu-extender", "extender.main") + [
+    return program("gpu-extender", "gpuextender.extender") + [
         "--http-addr", f"{LOOPBACK}:{addrs.http_port}",
         "--grpc-addr", f"{LOOPBACK}:{addrs.grpc_port}",
         "--stale-after", "100000",

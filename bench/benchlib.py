@@ -272,7 +272,7 @@ def extender_process(name: str = "extender", extra_args: Sequence[str] = ()) -> 
     """A not yet started `gpu-extender` on free loopback ports. Data never goes
     stale during a run, and it logs only warnings (no per-request lines)."""
     addrs = ExtenderAddrs(http_port=free_port(), grpc_port=free_port())
-    argv = program("gpu-extender", "extender.main") + [
+    argv = program("gpu-extender", "gpuextender.extender") + [
         "--http-addr", f"{LOOPBACK}:{addrs.http_port}",
         "--grpc-addr", f"{LOOPBACK}:{addrs.grpc_port}",
         "--stale-after", "100000",

@@ -38,12 +38,12 @@ from bench_extender import (  # noqa: E402
     node_report,
 )
 
-from extender import decision, scheduler_wire  # noqa: E402
-from extender.config import build_config  # noqa: E402
-from extender.gpu_state import GpuState  # noqa: E402
-from extender.http_api import SchedulerApi  # noqa: E402
-from extender.metrics import ExtenderMetrics  # noqa: E402
-from extender.pod_gpus import gpus_requested  # noqa: E402
+from gpuextender.extender import decision, scheduler_wire  # noqa: E402
+from gpuextender.extender.config import build_config  # noqa: E402
+from gpuextender.extender.gpu_state import GpuState  # noqa: E402
+from gpuextender.extender.http_api import SchedulerApi  # noqa: E402
+from gpuextender.extender.metrics import ExtenderMetrics  # noqa: E402
+from gpuextender.extender.pod_gpus import gpus_requested  # noqa: E402
 
 
 def build_api(nodes: int) -> SchedulerApi:

@@ -84,7 +84,7 @@ def main() -> int:
     try:
         print(f"starting gpu-extender on {extender_url} (agents stream to 127.0.0.1:{grpc_port})")
         start("gpu-extender", [
-            "extender.main", "--http-addr", f"127.0.0.1:{http_port}", "--grpc-addr", f"127.0.0.1:{grpc_port}",
+            "gpuextender.extender", "--http-addr", f"127.0.0.1:{http_port}", "--grpc-addr", f"127.0.0.1:{grpc_port}",
             "--inventory", str(DEMO / "inventory"), "--prioritize-answer", "full",
         ])  # fmt: skip
         # Up, but not Ready until every GPU node's agent has reported (--readiness-grace).
@@ -95,7 +95,7 @@ def main() -> int:
             agent_ports[node] = free_port()
             print(f"starting gpu-agent for {node} on fake GPUs from examples/demo/scenarios/{node}.yaml")
             start(node, [
-                "agent.main", "--fake", str(DEMO / "scenarios" / f"{node}.yaml"), "--node-name", node,
+                "gpuextender.agent", "--fake", str(DEMO / "scenarios" / f"{node}.yaml"), "--node-name", node,
                 "--extender", f"127.0.0.1:{grpc_port}", "--metrics-addr", f"127.0.0.1:{agent_ports[node]}",
             ])  # fmt: skip
         wait_for(
@@ -157,7 +157,7 @@ def print_table(extender_url: str, agent_ports: dict[str, int], filtered: dict, 
               f"{score_of.get(node, 0):>5}")  # fmt: skip
     print("\nIDLE GPUS: idle and healthy (utilization < 30 % and memory < 50 %) / GPUs NVML sees; "
           "MEAN UTIL: over GPUs that report it.\nSCORE: 0-10, more idle GPUs first, then lower utilization "
-          "(formula in extender/decision.py).")
+          "(formula in gpuextender/extender/decision.py).")
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -3,7 +3,7 @@
 Usage: python proto/generate.py [OUT_DIR]
 
 Writes gpu_state_pb2.py, gpu_state_pb2.pyi and gpu_state_pb2_grpc.py next to
-the .proto (or under OUT_DIR, which tests use to check the committed files are
+the .proto, gpuextender/v1/gpu_state.proto in the package (or under OUT_DIR, which tests use to check the committed files are
 current). Needs the pinned grpcio-tools from the `dev` extra, so that the same
 input always produces the same bytes.
 """
@@ -14,7 +14,9 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-PROTO_ROOT = Path(__file__).resolve().parent
+# The .proto ships inside the package; its path below the include root is its protobuf name
+# (gpuextender/v1/gpu_state.proto), which the generated code imports by.
+PROTO_ROOT = Path(__file__).resolve().parent.parent
 PROTO_FILES = ["gpuextender/v1/gpu_state.proto"]
 
 

@@ -141,7 +141,7 @@ class Cluster:
         grpc_port = grpc_port or free_port()
         grace = [] if any(a.startswith("--readiness-grace") for a in extra) else ["--readiness-grace", "0"]
         proc = self.spawn(
-            "extender", "extender.main",
+            "extender", "gpuextender.extender",
             ["--http-addr", f"127.0.0.1:{http_port}", "--grpc-addr", f"127.0.0.1:{grpc_port}", *grace, *extra],
             {"http": http_port, "grpc": grpc_port},
         )  # fmt: skip
@@ -156,7 +156,7 @@ class Cluster:
         args = ["--fake", str(scenario), "--node-name", node, "--metrics-addr", f"127.0.0.1:{metrics_port}"]
         for ext in extenders:
             args += ["--extender", f"127.0.0.1:{ext.ports['grpc']}"]
-        proc = self.spawn(f"agent-{node}", "agent.main", [*args, *extra], {"metrics": metrics_port})
+        proc = self.spawn(f"agent-{node}", "gpuextender.agent", [*args, *extra], {"metrics": metrics_port})
         wait_until(f"agent {node} /healthz ({proc.log_path})", lambda: _alive_and(proc, lambda: http(
             "GET", f"http://127.0.0.1:{metrics_port}/healthz")[0] == 200))  # fmt: skip
         return proc

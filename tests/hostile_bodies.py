@@ -14,7 +14,7 @@ import random
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from extender.pod_gpus import MAX_CONTAINERS
+from gpuextender.extender.pod_gpus import MAX_CONTAINERS
 from tests.harness import REQUESTS
 
 FIXTURE_NAMES = sorted(p.name for p in REQUESTS.glob("*request*.json"))

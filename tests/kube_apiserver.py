@@ -43,7 +43,7 @@ import yaml
 from aiohttp import web
 from kubernetes_asyncio import client as k8s
 
-from extender.inventory.sink import KINDS, KindInfo, KubeObject
+from gpuextender.extender.inventory.sink import KINDS, KindInfo, KubeObject
 
 _CLOSE = "close"
 _ABORT = "abort"

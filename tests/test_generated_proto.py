@@ -25,7 +25,7 @@ def test_committed_modules_match_the_proto(tmp_path: Path) -> None:
     written = _generator().generate(tmp_path)
     assert len(written) == 3
     for fresh in written:
-        committed = ROOT / "proto" / fresh.relative_to(tmp_path)
+        committed = ROOT / fresh.relative_to(tmp_path)
         assert committed.exists(), f"{committed} is missing: run ./dev.sh proto"
         assert committed.read_bytes() == fresh.read_bytes(), f"{committed} is out of date: run ./dev.sh proto"
 

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from gpuextender.netaddr import parse_host_port
+from gpuextender.common.netaddr import parse_host_port
 
 from tests import dockerfile_rules as rules
 from tests.dockerfile_rules import Dockerfile, DockerfileError, Stage
@@ -40,13 +40,13 @@ PYTHON_IMAGE_ENV = {"PATH": "/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/
 
 
 def _agent_parser() -> argparse.ArgumentParser:
-    from agent.config import build_parser
+    from gpuextender.agent.config import build_parser
 
     return build_parser()
 
 
 def _extender_parser() -> argparse.ArgumentParser:
-    from extender.config import build_parser
+    from gpuextender.extender.config import build_parser
 
     return build_parser()
 
@@ -210,9 +210,8 @@ def test_build_stage_pins_pip_and_caches_nothing(image: Image) -> None:
 def test_dockerignore_admits_exactly_what_the_wheel_needs() -> None:
     patterns = rules.parse_dockerignore((ROOT / ".dockerignore").read_text())
     context = set(rules.context_files(ROOT, patterns))
-    setuptools = PYPROJECT["tool"]["setuptools"]
     needed = {"pyproject.toml", PYPROJECT["project"]["readme"]}
-    for directory in setuptools["package-dir"].values():
+    for directory in OUR_PACKAGES:
         for path in (ROOT / directory).rglob("*"):
             rel = path.relative_to(ROOT).as_posix()
             if path.is_file() and "__pycache__" not in rel and path.suffix != ".pyc":
@@ -308,7 +307,7 @@ def test_build_tool_rule_rejects_compilers(run: str) -> None:
 
 @pytest.mark.parametrize(
     "entrypoint",
-    ['ENTRYPOINT gpu-agent\n', 'ENTRYPOINT ["python", "-m", "agent.main"]\n', 'CMD ["gpu-agent"]\n', 'ENTRYPOINT ["gpu-extender"]\n'],
+    ['ENTRYPOINT gpu-agent\n', 'ENTRYPOINT ["python", "-m", "gpuextender.agent"]\n', 'CMD ["gpu-agent"]\n', 'ENTRYPOINT ["gpu-extender"]\n'],
 )
 def test_entrypoint_rule_wants_the_exec_form_script(entrypoint: str) -> None:
     assert rules.entrypoint_problems(rules.parse_dockerfile(GOOD).final, ["gpu-agent"]) == []
@@ -368,12 +367,12 @@ CMD gpu-extender --help
 
 
 def test_dockerignore_matching_follows_docker() -> None:
-    patterns = rules.parse_dockerignore("*\n!agent\n!proto/gpuextender\n**/__pycache__\n**/*.py[co]\n!keep/**/x.txt\n")
-    assert not rules.is_ignored("agent/main.py", patterns)
-    assert not rules.is_ignored("proto/gpuextender/v1/gpu_state.proto", patterns)
+    patterns = rules.parse_dockerignore("*\n!gpuextender\n!proto/keep\n**/__pycache__\n**/*.py[co]\n!keep/**/x.txt\n")
+    assert not rules.is_ignored("gpuextender/agent/main.py", patterns)
+    assert not rules.is_ignored("proto/keep/v1/gpu_state.proto", patterns)
     assert not rules.is_ignored("keep/a/b/x.txt", patterns)
-    for ignored in ("tests/test_images.py", "proto/generate.py", "agent/__pycache__/main.cpython-311.pyc",
-                    "agent/sub/__pycache__", "agent/x.pyc", ".venv/bin/python", "Dockerfile.agent"):
+    for ignored in ("tests/test_images.py", "proto/generate.py", "gpuextender/__pycache__/main.cpython-311.pyc",
+                    "gpuextender/sub/__pycache__", "gpuextender/agent/x.pyc", ".venv/bin/python", "Dockerfile.agent"):
         assert rules.is_ignored(ignored, patterns), ignored
 
 
@@ -460,7 +459,7 @@ class Built:
         return self.replay.map_env(image.load().final.env(PYTHON_IMAGE_ENV))
 
 
-OUR_PACKAGES = sorted(PYPROJECT["tool"]["setuptools"]["package-dir"])
+OUR_PACKAGES = ["gpuextender"]  # the one top-level import package (pyproject: packages.find)
 
 
 @pytest.fixture(scope="module")
@@ -488,17 +487,18 @@ def built(tmp_path_factory: pytest.TempPathFactory) -> Built:
 def test_wheel_is_complete_and_holds_no_tests(built: Built) -> None:
     (wheel,) = built.wheels
     names = set(zipfile.ZipFile(wheel).namelist())
-    expected = set()
-    for top, directory in PYPROJECT["tool"]["setuptools"]["package-dir"].items():
-        for name in built.context:
-            if name.startswith(directory + "/") and name.endswith(".py"):
-                expected.add(top + name[len(directory):])
+    expected = {name for name in built.context if name.startswith("gpuextender/") and name.endswith(".py")}
     assert expected <= names, sorted(expected - names)
     assert {"gpuextender/v1/gpu_state_pb2.py", "gpuextender/v1/gpu_state_pb2_grpc.py",
-            "gpuextender/v1/gpu_state.proto", "gpuextender/v1/gpu_state_pb2.pyi",
-            "agent/main.py", "extender/main.py", "extender/inventory/__init__.py", "extender/ome/__init__.py"} <= names
+            "gpuextender/v1/gpu_state.proto", "gpuextender/v1/gpu_state_pb2.pyi", "gpuextender/py.typed",
+            "gpuextender/agent/main.py", "gpuextender/agent/__main__.py", "gpuextender/extender/main.py",
+            "gpuextender/extender/__main__.py", "gpuextender/extender/inventory/__init__.py",
+            "gpuextender/extender/ome/__init__.py", "gpuextender/common/backoff.py"} <= names
     tops = {n.split("/", 1)[0] for n in names if not n.split("/", 1)[0].endswith((".dist-info", ".data"))}
-    assert tops == set(OUR_PACKAGES)  # no tests/, proto/, bench/, examples/
+    assert tops == set(OUR_PACKAGES)  # no tests/, proto/, bench/, examples/, and no generic names
+    # What pip records as the distribution's top-level import names: exactly one, ours.
+    (top_level,) = [n for n in names if n.endswith(".dist-info/top_level.txt")]
+    assert zipfile.ZipFile(wheel).read(top_level).decode().split() == ["gpuextender"]
     (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
     text = zipfile.ZipFile(wheel).read(entry_points).decode()
     for script, target in PYPROJECT["project"]["scripts"].items():
@@ -521,7 +521,8 @@ def test_venv_holds_the_installed_project_and_no_installer(built: Built, tmp_pat
     # pip compiled our bytecode at install time, so the read-only image never has to.
     assert {p.parent.parent.relative_to(site).parts[0] for p in built.precompiled} == set(OUR_PACKAGES)
     # Imports resolve to site-packages, not to a source tree (run from outside the repository).
-    probe = "import agent.main, extender.main, gpuextender.v1.gpu_state_pb2 as m; print(agent.main.__file__); print(m.__file__)"
+    probe = ("import gpuextender.agent.main as a, gpuextender.extender.main as e, gpuextender.v1.gpu_state_pb2 as m; "
+             "print(a.__file__); print(e.__file__); print(m.__file__)")
     out = subprocess.run([str(built.venv / "bin" / "python"), "-c", probe], cwd=tmp_path,
                          env=built.image_env(IMAGES[0]), capture_output=True, text=True, check=True).stdout
     for path in out.splitlines():

@@ -2,21 +2,33 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import tomllib
+from importlib.metadata import version
 
 from tests.harness import ROOT
 
 
-def test_every_package_is_listed_in_pyproject() -> None:
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    listed = set(config["packages"])
-    package_dir = config["package-dir"]
-    on_disk = set()
-    for top, directory in package_dir.items():
-        for init in (ROOT / directory).rglob("__init__.py"):
-            relative = init.parent.relative_to(ROOT / directory)
-            on_disk.add(".".join((top, *relative.parts)))
-    assert on_disk == listed, f"missing: {sorted(on_disk - listed)}, stale: {sorted(listed - on_disk)}"
+def test_every_package_is_shipped_under_one_top_level_name() -> None:
+    """Every folder with an __init__.py is found by pyproject's packages.find, all under `gpuextender`."""
+    from setuptools import find_namespace_packages, find_packages
+
+    find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    shipped = set(find_packages(str(ROOT), include=find["include"]))
+    on_disk = {".".join(init.parent.relative_to(ROOT).parts) for init in (ROOT / "gpuextender").rglob("__init__.py")}
+    assert on_disk == shipped
+    # No folder of Python code under gpuextender/ without an __init__.py (it would not be shipped).
+    assert set(find_namespace_packages(str(ROOT), include=find["include"], exclude=["*.__pycache__"])) == shipped
+    assert {name.split(".")[0] for name in shipped} == {"gpuextender"}
+
+
+def test_python_dash_m_runs_both_programs() -> None:
+    for module, program in (("gpuextender.agent", "gpu-agent"), ("gpuextender.extender", "gpu-extender")):
+        result = subprocess.run([sys.executable, "-m", module, "--version"], capture_output=True, text=True,
+                                timeout=60, cwd=ROOT)  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        assert result.stdout.strip() == f"{program} {version('kube-gpu-extender')}"
 
 
 def test_console_scripts_point_at_real_functions() -> None:

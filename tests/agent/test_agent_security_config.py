@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 import trustme
 
-from agent.config import ConfigError, build_config
-from agent.dial import DialSettings
-from gpuextender.netaddr import HostPort
+from gpuextender.agent.config import ConfigError, build_config
+from gpuextender.agent.dial import DialSettings
+from gpuextender.common.netaddr import HostPort
 from tests.harness import write_ca, write_leaf
 
 BASE = ["--node-name", "gpu-node-1"]

@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import random
 
-from gpuextender.backoff import Backoff
-from agent.latest import LatestReport
-from agent.readings import GpuReading, NodeSample
-from agent.report import sample_to_report
+from gpuextender.common.backoff import Backoff
+from gpuextender.agent.latest import LatestReport
+from gpuextender.agent.readings import GpuReading, NodeSample
+from gpuextender.agent.report import sample_to_report
 from gpuextender.v1 import gpu_state_pb2 as pb
 
 

@@ -12,13 +12,13 @@ from collections.abc import Iterable
 import grpc
 import pytest
 
-from gpuextender.backoff import Backoff
-from agent.discovery import ServiceWatch, TargetChange, diff_targets, resolve_with_loop, targets_for
-from agent.latest import LatestReport
-from agent.metrics import AgentMetrics
-from agent.stream_set import StreamSet
-from agent.streamer import ExtenderStream
-from gpuextender.netaddr import HostPort
+from gpuextender.common.backoff import Backoff
+from gpuextender.agent.discovery import ServiceWatch, TargetChange, diff_targets, resolve_with_loop, targets_for
+from gpuextender.agent.latest import LatestReport
+from gpuextender.agent.metrics import AgentMetrics
+from gpuextender.agent.stream_set import StreamSet
+from gpuextender.agent.streamer import ExtenderStream
+from gpuextender.common.netaddr import HostPort
 from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 from tests.agent.test_streamer import Recorder, value, wait_for

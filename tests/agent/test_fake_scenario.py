@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from agent.fake_scenario import ScenarioError, load_scenario, parse_scenario
+from gpuextender.agent.fake_scenario import ScenarioError, load_scenario, parse_scenario
 from tests.harness import ROOT
 
 GPU = {"product": "NVIDIA L40S", "memory_gib": 48}

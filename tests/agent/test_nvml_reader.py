@@ -8,9 +8,9 @@ from collections.abc import Iterator
 import pynvml
 import pytest
 
-from agent.fake_nvml import FakeNvmlLibrary, install
-from agent.fake_scenario import parse_scenario
-from agent.nvml_reader import NvmlReader, NvmlUnavailable
+from gpuextender.agent.fake_nvml import FakeNvmlLibrary, install
+from gpuextender.agent.fake_scenario import parse_scenario
+from gpuextender.agent.nvml_reader import NvmlReader, NvmlUnavailable
 
 H100 = {"product": "NVIDIA H100 80GB HBM3", "memory_gib": 80, "compute_capability": "9.0"}
 

@@ -13,13 +13,13 @@ import grpc
 import pytest
 import trustme
 
-from agent.dial import DialSettings
-from agent.latest import LatestReport
-from agent.metrics import AgentMetrics
-from agent.stream_problem import describe_failure
-from agent.streamer import ExtenderStream
-from extender.serving_tls import ServingCertificate, ServingTlsFiles
-from gpuextender.backoff import Backoff
+from gpuextender.agent.dial import DialSettings
+from gpuextender.agent.latest import LatestReport
+from gpuextender.agent.metrics import AgentMetrics
+from gpuextender.agent.stream_problem import describe_failure
+from gpuextender.agent.streamer import ExtenderStream
+from gpuextender.extender.serving_tls import ServingCertificate, ServingTlsFiles
+from gpuextender.common.backoff import Backoff
 from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 from tests.agent.test_streamer import value, wait_for

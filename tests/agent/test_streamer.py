@@ -10,10 +10,10 @@ import grpc
 import pytest
 from prometheus_client import generate_latest
 
-from gpuextender.backoff import Backoff
-from agent.latest import LatestReport
-from agent.metrics import AgentMetrics
-from agent.streamer import ExtenderStream
+from gpuextender.common.backoff import Backoff
+from gpuextender.agent.latest import LatestReport
+from gpuextender.agent.metrics import AgentMetrics
+from gpuextender.agent.streamer import ExtenderStream
 from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 from tests.harness import free_port, parse_metrics

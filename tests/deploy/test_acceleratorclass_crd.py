@@ -10,7 +10,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from extender.inventory.sink import ACCELERATOR_CLASS
+from gpuextender.extender.inventory.sink import ACCELERATOR_CLASS
 
 from tests.deploy import manifests as m
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 import re
 
-from agent.metrics import AgentMetrics
-from extender.gpu_state import GpuState
-from extender.gpu_summary import IdleRule
-from extender.inventory.store import InventoryStore
-from extender.metrics import ExtenderMetrics
+from gpuextender.agent.metrics import AgentMetrics
+from gpuextender.extender.gpu_state import GpuState
+from gpuextender.extender.gpu_summary import IdleRule
+from gpuextender.extender.inventory.store import InventoryStore
+from gpuextender.extender.metrics import ExtenderMetrics
 
 from tests.deploy import manifests as m
 
@@ -94,7 +94,7 @@ def test_every_dashboard_metric_is_exported() -> None:
     exported = exported_names()
     used = set().union(*(metric_names(e) for e in queries(dashboard())))
     assert used, "no queries found"
-    assert used <= exported, f"not exported by agent/metrics.py or extender/metrics.py: {sorted(used - exported)}"
+    assert used <= exported, f"not exported by gpuextender/agent/metrics.py or gpuextender/extender/metrics.py: {sorted(used - exported)}"
 
 
 def test_dashboard_covers_the_agent_and_the_extender() -> None:

@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from extender.agent_identity import NODE_NAME_EXTRA
+from gpuextender.extender.agent_identity import NODE_NAME_EXTRA
 from tests.deploy import manifests as m
 from tests.deploy.test_certs import OPENSSL, run_script
 from tests.e2e.test_kubernetes_inventory import ThreadedApiServer
@@ -54,7 +54,7 @@ SCENARIO = FIXTURES / "scenarios" / "idle8.yaml"  # 8 idle H100s
 NODE = "gpu-node-1"  # where the agent pod "runs"
 ROGUE_NODE = "gpu-node-2"  # an agent whose token is bound to NODE, not to this node
 # The images' ENTRYPOINTs are the console scripts: `args` is exactly their argv.
-MODULES = {"gpu-extender": "extender.main", "gpu-agent": "agent.main"}
+MODULES = {"gpu-extender": "gpuextender.extender", "gpu-agent": "gpuextender.agent"}
 
 
 # -- the laptop mapping: everything that differs from a pod, and nothing else ------------------------

@@ -1,5 +1,5 @@
 """Least-privilege RBAC: the extender may read exactly the kinds its inventory watches
-(extender/inventory/sink.py KINDS) and create TokenReviews; the agent has no API access at all;
+(gpuextender/extender/inventory/sink.py KINDS) and create TokenReviews; the agent has no API access at all;
 the second scheduler has the upstream system roles plus its own Lease and the authentication
 reader Role in kube-system. No wildcards anywhere."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from extender.inventory.sink import KINDS
+from gpuextender.extender.inventory.sink import KINDS
 
 from tests.deploy import manifests as m
 
@@ -55,7 +55,7 @@ def test_extender_reads_exactly_the_inventory_kinds_and_creates_tokenreviews(bas
     bound = bindings_by_subject(base_objects)[EXTENDER_SA]
     assert bound == [("ClusterRoleBinding", "", "ClusterRole/gpu-extender")]
     role = m.one(base_objects, "ClusterRole", "gpu-extender")
-    # The inventory sources only LIST and WATCH (extender/inventory/kube_source.py): no `get`.
+    # The inventory sources only LIST and WATCH (gpuextender/extender/inventory/kube_source.py): no `get`.
     expected = {(k.group, k.plural, verb, ()) for k in KINDS for verb in ("list", "watch")}
     expected.add(("authentication.k8s.io", "tokenreviews", "create", ()))
     assert permissions(role["rules"]) == expected

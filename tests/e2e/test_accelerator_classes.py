@@ -132,7 +132,7 @@ def test_classes_runtimes_and_policies_decide_placement(tmp_path: Path) -> None:
         assert nodes["a100-80-node"]["score"] == after["a100-80-node"] and nodes["a100-80-node"]["classRank"] == 0
         request_file = tmp_path / "request.json"
         request_file.write_bytes(first)
-        cli = subprocess.run([sys.executable, "-m", "extender.main", "explain", str(request_file), "--url",
+        cli = subprocess.run([sys.executable, "-m", "gpuextender.extender", "explain", str(request_file), "--url",
                               f"http://127.0.0.1:{ext.ports['http']}"], capture_output=True, text=True, timeout=30)  # fmt: skip
         assert cli.returncode == 0, cli.stderr
         assert "excluded nvidia-h100-80gb: Unavailable: no node of this class can take the pod now" in cli.stdout
@@ -199,7 +199,7 @@ def test_a_node_whose_gpus_contradict_its_class_labels_leaves_the_class(tmp_path
         assert "class needs 80.0 GiB" in node["classesExcludedByGpus"]["nvidia-a100-80gb"]
         request_file = tmp_path / "request.json"
         request_file.write_bytes(large)
-        cli = subprocess.run([sys.executable, "-m", "extender.main", "explain", str(request_file), "--url",
+        cli = subprocess.run([sys.executable, "-m", "gpuextender.extender", "explain", str(request_file), "--url",
                               f"http://127.0.0.1:{ext.ports['http']}"], capture_output=True, text=True, timeout=30)  # fmt: skip
         assert cli.returncode == 0, cli.stderr
         assert "  not in nvidia-a100-80gb although its labels match: GPU 0 (NVIDIA A100-SXM4-40GB) has 40.0 GiB" \

@@ -304,7 +304,7 @@ def _nvml_loadable() -> bool:
 @pytest.mark.skipif(_nvml_loadable(), reason="this machine has libnvidia-ml.so.1")
 def test_agent_without_nvml_exits_with_a_one_line_cause() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "agent.main", "--node-name", "gpu-node-1", "--metrics-addr", f"127.0.0.1:{free_port()}"],
+        [sys.executable, "-m", "gpuextender.agent", "--node-name", "gpu-node-1", "--metrics-addr", f"127.0.0.1:{free_port()}"],
         capture_output=True, text=True, timeout=30, cwd=ROOT,
     )  # fmt: skip
     assert result.returncode == 2
@@ -324,7 +324,7 @@ def test_agent_without_nvml_exits_with_a_one_line_cause() -> None:
     ],
 )
 def test_agent_config_errors_are_one_clear_line(args: list[str], message: str) -> None:
-    result = subprocess.run([sys.executable, "-m", "agent.main", *args], capture_output=True, text=True,
+    result = subprocess.run([sys.executable, "-m", "gpuextender.agent", *args], capture_output=True, text=True,
                             timeout=30, cwd=ROOT)  # fmt: skip
     assert result.returncode == 2
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
@@ -338,7 +338,7 @@ def test_extender_with_its_http_port_taken_exits_cleanly_with_the_cause() -> Non
         taken.listen()
         port = taken.getsockname()[1]
         result = subprocess.run(
-            [sys.executable, "-m", "extender.main", "--http-addr", f"127.0.0.1:{port}",
+            [sys.executable, "-m", "gpuextender.extender", "--http-addr", f"127.0.0.1:{port}",
              "--grpc-addr", f"127.0.0.1:{free_port()}"],
             capture_output=True, text=True, timeout=30, cwd=ROOT,
         )  # fmt: skip

@@ -1,5 +1,5 @@
 """A Node file emptied or garbled under a running extender (issue item 8): the real
-`extender.main --inventory DIR` with the OME objects of examples/ome/. Before the fix
+`gpuextender.extender --inventory DIR` with the OME objects of examples/ome/. Before the fix
 a truncated Node file took the Nodes to 0 and an OME pod then failed every node; now
 the Nodes and the verdicts stay until the file holds objects again, and removing the
 file is what removes them."""

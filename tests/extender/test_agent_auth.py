@@ -15,7 +15,7 @@ import grpc
 import pytest
 from prometheus_client import generate_latest
 
-from extender.agent_identity import (
+from gpuextender.extender.agent_identity import (
     NODE_NAME_EXTRA,
     AgentIdentity,
     Refusal,
@@ -25,11 +25,11 @@ from extender.agent_identity import (
     parse_service_account,
     token_expiry,
 )
-from extender.gpu_state import GpuState
-from extender.gpu_summary import IdleRule
-from extender.ingest import IngestService
-from extender.metrics import ExtenderMetrics
-from extender.token_review import TokenReviewer
+from gpuextender.extender.gpu_state import GpuState
+from gpuextender.extender.gpu_summary import IdleRule
+from gpuextender.extender.ingest import IngestService
+from gpuextender.extender.metrics import ExtenderMetrics
+from gpuextender.extender.token_review import TokenReviewer
 from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 from tests.extender.builders import gpu, report

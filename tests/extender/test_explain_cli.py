@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from extender import explain_cli
+from gpuextender.extender import explain_cli
 
 
 def test_unreadable_request_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import trustme
 
-from extender.agent_identity import ServiceAccountRef
-from extender.config import AgentAuth, ConfigError, build_config, build_parser
-from extender.main import security_summary
-from extender.serving_tls import ServingTlsFiles
+from gpuextender.extender.agent_identity import ServiceAccountRef
+from gpuextender.extender.config import AgentAuth, ConfigError, build_config, build_parser
+from gpuextender.extender.main import security_summary
+from gpuextender.extender.serving_tls import ServingTlsFiles
 from tests.harness import write_ca, write_leaf
 
 

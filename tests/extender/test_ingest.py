@@ -7,11 +7,11 @@ import asyncio
 import grpc
 import pytest
 
-from extender.gpu_state import GpuState
-from extender.gpu_summary import IdleRule
-from extender.ingest import IngestService
-from extender.metrics import ExtenderMetrics
-from extender.report_validation import report_problem
+from gpuextender.extender.gpu_state import GpuState
+from gpuextender.extender.gpu_summary import IdleRule
+from gpuextender.extender.ingest import IngestService
+from gpuextender.extender.metrics import ExtenderMetrics
+from gpuextender.extender.report_validation import report_problem
 from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 from tests.extender.builders import gpu, report

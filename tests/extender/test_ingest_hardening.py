@@ -16,14 +16,14 @@ import pynvml
 import pytest
 from prometheus_client import generate_latest
 
-from agent.nvml_errors import ErrorGroup, classify, known_error_names
-from agent.sample_loop import MIN_INTERVAL_S
-from extender.gpu_state import GpuState
-from extender.gpu_summary import IdleRule
-from extender.ingest import IngestService
-from extender.ingest_limits import REPORT_BURST, REPORTS_PER_SECOND, ReportPacer, UnknownNodes
-from extender.metrics import ExtenderMetrics
-from extender.report_validation import (
+from gpuextender.agent.nvml_errors import ErrorGroup, classify, known_error_names
+from gpuextender.agent.sample_loop import MIN_INTERVAL_S
+from gpuextender.extender.gpu_state import GpuState
+from gpuextender.extender.gpu_summary import IdleRule
+from gpuextender.extender.ingest import IngestService
+from gpuextender.extender.ingest_limits import REPORT_BURST, REPORTS_PER_SECOND, ReportPacer, UnknownNodes
+from gpuextender.extender.metrics import ExtenderMetrics
+from gpuextender.extender.report_validation import (
     MAX_AGENT_VERSION_CHARS,
     MAX_DRIVER_VERSION_CHARS,
     MAX_GPU_NAME_CHARS,

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from extender.inventory.file_source import FileInventorySource, InventoryPathError
-from extender.inventory.store import InventoryStore
-from extender.inventory.view import ViewBuilder
+from gpuextender.extender.inventory.file_source import FileInventorySource, InventoryPathError
+from gpuextender.extender.inventory.store import InventoryStore
+from gpuextender.extender.inventory.view import ViewBuilder
 from tests.harness import ROOT
 
 GPU = ("nvidia.com/gpu",)

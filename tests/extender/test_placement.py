@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from extender import decision, placement, reasons
-from extender.gpu_state import GpuState
-from extender.gpu_summary import IdleRule
-from extender.inventory.file_source import FileInventorySource
-from extender.inventory.store import InventoryStore
-from extender.inventory.view import InventoryView, ViewBuilder
+from gpuextender.extender import decision, placement, reasons
+from gpuextender.extender.gpu_state import GpuState
+from gpuextender.extender.gpu_summary import IdleRule
+from gpuextender.extender.inventory.file_source import FileInventorySource
+from gpuextender.extender.inventory.store import InventoryStore
+from gpuextender.extender.inventory.view import InventoryView, ViewBuilder
 from tests.e2e.test_accelerator_classes import NODES, ome_request, write_inventory
 from tests.extender.builders import gpu, report
 

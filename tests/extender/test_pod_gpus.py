@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from extender.bad_request import BadRequest
-from extender.pod_gpus import (
+from gpuextender.extender.bad_request import BadRequest
+from gpuextender.extender.pod_gpus import (
     MAX_CONTAINERS,
     MAX_EXPONENT,
     MAX_GPU_COUNT,

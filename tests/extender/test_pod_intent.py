@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from extender.ome.pod_intent import class_intent, pod_identity
+from gpuextender.extender.ome.pod_intent import class_intent, pod_identity
 
 
 def pod(labels: dict | None = None, annotations: dict | None = None, namespace: str = "llm") -> dict:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from extender.decision import Policy
-from extender.gpu_state import GpuState
-from extender.gpu_summary import IdleRule
-from extender.http_api import ApiSettings, SchedulerApi
-from extender.inventory.view import InventoryView
-from extender.metrics import ExtenderMetrics
+from gpuextender.extender.decision import Policy
+from gpuextender.extender.gpu_state import GpuState
+from gpuextender.extender.gpu_summary import IdleRule
+from gpuextender.extender.http_api import ApiSettings, SchedulerApi
+from gpuextender.extender.inventory.view import InventoryView
+from gpuextender.extender.metrics import ExtenderMetrics
 from tests.extender.builders import gpu, report
 
 

@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from extender import reasons
-from extender.bad_request import BadRequest
-from extender.decision import FilterOutcome
+from gpuextender.extender import reasons
+from gpuextender.extender.bad_request import BadRequest
+from gpuextender.extender.decision import FilterOutcome
 import orjson
 
-from extender.scheduler_wire import MAX_CANDIDATES, filter_result, parse_extender_args, prioritize_result
+from gpuextender.extender.scheduler_wire import MAX_CANDIDATES, filter_result, parse_extender_args, prioritize_result
 from tests.harness import fixture_bytes
 
 GPU = ("nvidia.com/gpu",)

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from extender.inventory.kube_source import KubeSourceTimings
-from extender.inventory.sink import KubeObject, object_key
+from gpuextender.extender.inventory.kube_source import KubeSourceTimings
+from gpuextender.extender.inventory.sink import KubeObject, object_key
 
 
 class RecordingSink:

@@ -12,13 +12,13 @@ from typing import Any, TypeVar
 
 import pytest
 
-from extender.inventory.kube_source import (
+from gpuextender.extender.inventory.kube_source import (
     KubeConfigError,
     KubeInventorySource,
     KubeSourceTimings,
     load_kube_config,
 )
-from extender.inventory.sink import KINDS, KindInfo
+from gpuextender.extender.inventory.sink import KINDS, KindInfo
 from kubernetes_asyncio.config import incluster_config
 from tests.extender.inventory.conftest import RecordingSink
 from tests.kube_apiserver import KubeApiServer

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from extender.ome.accelerator_class import AcceleratorClass, parse_accelerator_class
-from extender.ome.class_policy import (
+from gpuextender.extender.ome.accelerator_class import AcceleratorClass, parse_accelerator_class
+from gpuextender.extender.ome.class_policy import (
     ClassRequest,
     Constraints,
     InvalidAcceleratorSelector,

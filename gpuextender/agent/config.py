@@ -1,0 +1,162 @@
+"""gpu-agent's configuration: built once from flags and environment, then passed down."""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from gpuextender import __version__
+from gpuextender.common.cli import HelpFormatter
+from gpuextender.common.logs import LEVELS
+from gpuextender.common.netaddr import AddressError, HostPort, parse_host_port
+from gpuextender.common.tls_files import CredentialFileError, check_ca, check_pair, check_readable
+
+from gpuextender.agent.dial import DialSettings
+
+_NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+
+
+class ConfigError(ValueError):
+    """A flag or environment value is wrong; the message says which and why."""
+
+
+@dataclass(frozen=True, slots=True)
+class AgentConfig:
+    node_name: str
+    extenders: tuple[str, ...]
+    interval_s: float
+    metrics_addr: HostPort
+    fake_scenario: Path | None
+    reconnect_initial_s: float
+    reconnect_max_s: float
+    log_level: str
+    extender_service: HostPort | None = None
+    resolve_interval_s: float = 15.0
+    dial: DialSettings = DialSettings()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="gpu-agent",
+        description=(
+            "Per-node GPU agent for kube-gpu-extender. Reads every GPU through NVML each "
+            "interval, serves Prometheus metrics, and streams full node snapshots over gRPC "
+            "to every gpu-extender replica: those given with --extender, and every address of the "
+            "headless Service given with --extender-service."
+        ),
+        formatter_class=HelpFormatter,
+    )
+    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}",
+                   help="print the installed version and exit")
+    p.add_argument("--node-name", help="Kubernetes Node name of this node (default: $NODE_NAME, "
+                   "set it from the downward API: spec.nodeName)")  # fmt: skip
+    p.add_argument("--extender", action="append", default=[], metavar="HOST:PORT",
+                   help="gpu-extender gRPC address; repeat once per replica "
+                   "(default: comma-separated $GPU_AGENT_EXTENDERS)")  # fmt: skip
+    p.add_argument("--interval", type=float, default=1.0, metavar="SECONDS", help="NVML sample interval")
+    p.add_argument("--metrics-addr", default="0.0.0.0:9402", metavar="HOST:PORT",
+                   help="where /metrics and /healthz are served")  # fmt: skip
+    p.add_argument("--fake", metavar="SCENARIO.yaml", type=Path,
+                   help="simulate GPUs from a scenario file instead of loading libnvidia-ml "
+                   "(see gpuextender/agent/fake_scenario.py for the format)")  # fmt: skip
+    p.add_argument("--reconnect-initial-backoff", type=float, default=0.2, metavar="SECONDS",
+                   help="first delay before reopening a broken extender stream")  # fmt: skip
+    p.add_argument("--reconnect-max-backoff", type=float, default=5.0, metavar="SECONDS",
+                   help="longest delay between attempts (doubling, with jitter, up to this)")  # fmt: skip
+    p.add_argument("--extender-service", metavar="HOST:PORT",
+                   help="DNS name of the extenders' headless Service; one stream per address it resolves to, "
+                   "re-resolved every --resolve-interval (default: $GPU_AGENT_EXTENDER_SERVICE)")  # fmt: skip
+    p.add_argument("--resolve-interval", type=float, default=15.0, metavar="SECONDS",
+                   help="how often --extender-service is resolved again (replicas come and go)")  # fmt: skip
+    p.add_argument("--tls-ca", type=Path, metavar="PATH",
+                   help="TLS to every extender, verifying its certificate against this CA (PEM); "
+                   "re-read on every reconnect")  # fmt: skip
+    p.add_argument("--tls-cert", type=Path, metavar="PATH",
+                   help="client certificate for mTLS (PEM, with --tls-key); re-read on every reconnect")  # fmt: skip
+    p.add_argument("--tls-key", type=Path, metavar="PATH", help="private key of --tls-cert (PEM)")
+    p.add_argument("--tls-server-name", metavar="NAME",
+                   help="name expected in the extender's certificate (agents dial the pod IPs of the headless "
+                   "Service, so pass the Service's DNS name here)")  # fmt: skip
+    p.add_argument("--token-file", type=Path, metavar="PATH",
+                   help="projected ServiceAccount token sent as `authorization: Bearer` on each stream; "
+                   "re-read on every (re)connect (the kubelet rotates it)")  # fmt: skip
+    p.add_argument("--log-level", default="info", choices=LEVELS)
+    return p
+
+
+def _dial(args: argparse.Namespace) -> DialSettings:
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise ConfigError("--tls-cert and --tls-key go together: pass both or neither")
+    if args.tls_ca is None and (args.tls_cert is not None or args.tls_server_name):
+        flag = "--tls-cert/--tls-key" if args.tls_cert is not None else "--tls-server-name"
+        raise ConfigError(f"{flag} needs --tls-ca (the CA that signed the extender's certificate)")
+    try:
+        for flag, path in (("--tls-ca", args.tls_ca), ("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key)):
+            check_readable(flag, path)
+        if args.tls_ca is not None:
+            check_ca("--tls-ca", args.tls_ca)
+        if args.tls_cert is not None:
+            check_pair(args.tls_cert, args.tls_key)
+    except CredentialFileError as exc:
+        raise ConfigError(str(exc)) from None
+    server_name = (args.tls_server_name or "").strip() or None
+    return DialSettings(args.tls_ca, args.tls_cert, args.tls_key, server_name, args.token_file)
+
+
+def _extender_service(text: str) -> HostPort | None:
+    if not text.strip():
+        return None
+    try:
+        service = parse_host_port(text, default_host="")
+    except AddressError as exc:
+        raise ConfigError(f"--extender-service {exc}") from None
+    if not service.host or service.port == 0:
+        raise ConfigError(f"--extender-service {text!r}: expected the Service's DNS name and gRPC port, "
+                          "e.g. gpu-extender-agents.gpu-extender.svc:9090")  # fmt: skip
+    return service
+
+
+def build_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> AgentConfig:
+    args = build_parser().parse_args(argv)
+    node_name = args.node_name or env.get("NODE_NAME", "")
+    if not node_name:
+        raise ConfigError("no node name: pass --node-name or set NODE_NAME (downward API spec.nodeName)")
+    if not _NODE_NAME.match(node_name):
+        raise ConfigError(f"node name {node_name!r} is not a valid Kubernetes node name")
+    extenders = list(args.extender)
+    if not extenders and env.get("GPU_AGENT_EXTENDERS"):
+        extenders = [e.strip() for e in env["GPU_AGENT_EXTENDERS"].split(",") if e.strip()]
+    for target in extenders:
+        try:
+            parse_host_port(target)
+        except AddressError as exc:
+            raise ConfigError(f"--extender {exc}") from None
+    if not 0.05 <= args.interval <= 60:
+        raise ConfigError(f"--interval {args.interval} must be within 0.05..60 seconds")
+    if not 0 < args.reconnect_initial_backoff <= args.reconnect_max_backoff:
+        raise ConfigError("need 0 < --reconnect-initial-backoff <= --reconnect-max-backoff")
+    try:
+        metrics_addr = parse_host_port(args.metrics_addr)
+    except AddressError as exc:
+        raise ConfigError(f"--metrics-addr {exc}") from None
+    service = _extender_service(
+        args.extender_service if args.extender_service is not None else env.get("GPU_AGENT_EXTENDER_SERVICE", "")
+    )
+    if not 0.1 <= args.resolve_interval <= 3600:
+        raise ConfigError(f"--resolve-interval {args.resolve_interval} must be within 0.1..3600 seconds")
+    return AgentConfig(
+        node_name=node_name,
+        extenders=tuple(dict.fromkeys(extenders)),
+        interval_s=args.interval,
+        metrics_addr=metrics_addr,
+        fake_scenario=args.fake,
+        reconnect_initial_s=args.reconnect_initial_backoff,
+        reconnect_max_s=args.reconnect_max_backoff,
+        log_level=args.log_level,
+        extender_service=service,
+        resolve_interval_s=args.resolve_interval,
+        dial=_dial(args),
+    )

@@ -1,0 +1,75 @@
+"""How a stream dials an extender: plaintext or TLS/mTLS, and the bearer token.
+
+Everything is read from disk again for every (re)connect, so rotated
+certificates and the kubelet's refreshed projected token are picked up
+without a restart. A file that cannot be read raises `DialError`; the stream
+then logs it and retries with backoff like any other failed attempt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+from gpuextender.common.tls_files import CredentialFileError, read_flag_file
+
+
+class DialError(Exception):
+    """A credential file is missing or unreadable; the message names the flag."""
+
+
+@dataclass(frozen=True, slots=True)
+class DialSettings:
+    tls_ca: Path | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_server_name: str | None = None
+    token_file: Path | None = None
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_ca is not None
+
+    @property
+    def client_cert(self) -> bool:
+        return self.tls_cert is not None
+
+
+# A fresh channel must mean a fresh connection. In gRPC's process-wide subchannel pool a
+# new channel to the same address shares the subchannel of the one just closed, with its
+# cached "connection refused" and gRPC's own reconnect backoff (1 s growing to 120 s): calls
+# fail at once until that runs out, so agents came back long after the extender did.
+OWN_SUBCHANNELS = ("grpc.use_local_subchannel_pool", 1)
+
+
+def open_channel(target: str, settings: DialSettings, options: Sequence[tuple[str, Any]]) -> grpc.aio.Channel:
+    """A channel with its own subchannels (`OWN_SUBCHANNELS`): it dials now, whatever came before."""
+    channel_options: list[tuple[str, Any]] = [*options, OWN_SUBCHANNELS]
+    if not settings.tls:
+        return grpc.aio.insecure_channel(target, options=channel_options)
+    assert settings.tls_ca is not None
+    try:
+        ca = read_flag_file("--tls-ca", settings.tls_ca)
+        cert = read_flag_file("--tls-cert", settings.tls_cert) if settings.tls_cert else None
+        key = read_flag_file("--tls-key", settings.tls_key) if settings.tls_key else None
+    except CredentialFileError as exc:
+        raise DialError(str(exc)) from None
+    credentials = grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
+    tls_options = channel_options
+    if settings.tls_server_name:
+        # Pod IPs from the headless Service are not in the certificate; its DNS name is.
+        tls_options.append(("grpc.ssl_target_name_override", settings.tls_server_name))
+    return grpc.aio.secure_channel(target, credentials, options=tls_options)
+
+
+def call_metadata(settings: DialSettings) -> tuple[tuple[str, str], ...]:
+    if settings.token_file is None:
+        return ()
+    try:
+        token = read_flag_file("--token-file", settings.token_file).decode("utf-8", "replace").strip()
+    except CredentialFileError as exc:
+        raise DialError(str(exc)) from None
+    return (("authorization", f"Bearer {token}"),)

@@ -1,0 +1,145 @@
+"""`gpu-agent`: wires NVML (real or fake), the sample loop, metrics and the extender streams."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import sys
+from collections.abc import Sequence
+
+from aiohttp import web
+from prometheus_client import disable_created_metrics
+from gpuextender import __version__
+from gpuextender.common.logs import configure_logging
+
+from gpuextender.common.backoff import Backoff
+from gpuextender.agent.config import AgentConfig, ConfigError, build_config
+from gpuextender.agent.discovery import ServiceWatch
+from gpuextender.agent.fake_scenario import ScenarioError, load_scenario
+from gpuextender.agent.http_server import build_app
+from gpuextender.agent.latest import LatestReport
+from gpuextender.agent.metrics import AgentMetrics
+from gpuextender.agent.nvml_reader import NvmlReader, NvmlUnavailable
+from gpuextender.agent.sample_loop import SampleLoop
+from gpuextender.agent.stream_set import StreamSet
+from gpuextender.agent.streamer import ExtenderStream
+
+log = logging.getLogger("gpu_agent")
+
+
+def _fail(message: str) -> int:
+    print(f"gpu-agent: {message}", file=sys.stderr)
+    return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    disable_created_metrics()  # *_created series only add noise to every scrape
+    try:
+        config = build_config(argv, os.environ)
+    except ConfigError as exc:
+        return _fail(str(exc))
+    configure_logging(config.log_level)
+    if config.fake_scenario is not None:
+        try:
+            scenario = load_scenario(config.fake_scenario)
+        except ScenarioError as exc:
+            return _fail(str(exc))
+        from gpuextender.agent.fake_nvml import FakeNvmlLibrary, install
+
+        install(FakeNvmlLibrary(scenario, uuid_seed=config.node_name))
+        log.info("fake NVML from %s: %d simulated GPU(s)", config.fake_scenario, len(scenario.gpus))
+    metrics = AgentMetrics(config.node_name)
+    reader = NvmlReader(on_error=metrics.count_nvml_error)
+    try:
+        reader.start()
+    except NvmlUnavailable as exc:
+        return _fail(str(exc))
+    try:
+        return asyncio.run(_serve(config, reader, metrics))
+    except OSError as exc:  # e.g. metrics port in use
+        return _fail(f"cannot serve on {config.metrics_addr}: {exc.strerror or exc}")
+    finally:
+        reader.close()
+
+
+async def _serve(config: AgentConfig, reader: NvmlReader, metrics: AgentMetrics) -> int:
+    latest = LatestReport()
+    sampler = SampleLoop(
+        reader, latest, metrics,
+        node_name=config.node_name, interval_s=config.interval_s, agent_version=__version__,
+    )  # fmt: skip
+    runner = web.AppRunner(build_app(metrics, sampler), access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, config.metrics_addr.host, config.metrics_addr.port).start()
+    log.info(
+        "gpu-agent %s for node %s: metrics on http://%s/metrics, sampling every %.2fs, extenders: %s",
+        __version__, config.node_name, config.metrics_addr, config.interval_s, _extenders_summary(config),
+    )  # fmt: skip
+    log.info("stream security: %s", _security_summary(config))
+
+    def make_stream(target: str) -> ExtenderStream:
+        return ExtenderStream(
+            target, latest, metrics,
+            backoff=Backoff(config.reconnect_initial_s, config.reconnect_max_s),
+            ack_timeout_s=max(10.0, 5 * config.interval_s),
+            on_requested_interval=sampler.set_interval,
+            dial=config.dial,
+        )  # fmt: skip
+
+    streams = StreamSet(make_stream, static=config.extenders)
+    tasks = [asyncio.create_task(sampler.run(), name="sampler"),
+             asyncio.create_task(streams.run(), name="extender streams")]  # fmt: skip
+    if config.extender_service is not None:
+        watch = ServiceWatch(config.extender_service, config.resolve_interval_s, streams.set_resolved)
+        tasks.append(asyncio.create_task(watch.run(), name="extender service"))
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    stopper = asyncio.create_task(stop.wait())
+    done, _ = await asyncio.wait([stopper, *tasks], return_when=asyncio.FIRST_COMPLETED)
+    exit_code = 0
+    for task in done:
+        if task is not stopper and task.exception() is not None:
+            log.error("%s stopped unexpectedly", task.get_name(), exc_info=task.exception())
+            exit_code = 1
+    log.info("shutting down")
+    for task in [stopper, *tasks]:
+        task.cancel()
+    for task in tasks:
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+    await runner.cleanup()
+    return exit_code
+
+
+def _extenders_summary(config: AgentConfig) -> str:
+    parts = list(config.extenders)
+    if config.extender_service is not None:
+        parts.append(f"every address of {config.extender_service} (resolved every {config.resolve_interval_s:g}s)")
+    return ", ".join(parts) or "none (metrics only)"
+
+
+def _security_summary(config: AgentConfig) -> str:
+    dial = config.dial
+    if not dial.tls:
+        tls = "plaintext (no --tls-ca)"
+    else:
+        tls = f"TLS, extender certificate checked against {dial.tls_ca}"
+        if dial.tls_server_name:
+            tls += f" for the name {dial.tls_server_name!r}"
+        elif config.extender_service is not None:
+            tls += " for each pod IP (no --tls-server-name: the certificate must list them)"
+        tls += f", client certificate {dial.tls_cert}" if dial.client_cert else ", no client certificate"
+    token = f"; bearer token from {dial.token_file}" if dial.token_file else "; no token"
+    if dial.token_file and not dial.tls:
+        token += " (sent in cleartext: add --tls-ca)"
+    return tls + token
+
+
+if __name__ == "__main__":
+    sys.exit(main())

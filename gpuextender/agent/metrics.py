@@ -1,0 +1,94 @@
+"""The agent's Prometheus metrics: per-GPU gauges and the agent's own health.
+
+GPU gauges are produced at scrape time from the latest sample (a custom
+collector), so a GPU that disappears also disappears from /metrics instead of
+freezing at its last value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from gpuextender.agent.readings import GpuReading, NodeSample
+
+GPU_LABELS = ["node", "gpu", "uuid", "model"]
+
+# (metric name, help, how to read it from a GpuReading)
+_GPU_GAUGES = (
+    ("gpu_agent_gpu_utilization_percent", "GPU utilization (NVML utilization.gpu), percent.",
+     lambda g: g.utilization_gpu_percent),
+    ("gpu_agent_gpu_memory_used_bytes", "GPU memory used, bytes (NVML v2: excludes reserved).",
+     lambda g: g.memory_used_bytes),
+    ("gpu_agent_gpu_memory_total_bytes", "GPU memory total, bytes.", lambda g: g.memory_total_bytes),
+    ("gpu_agent_gpu_temperature_celsius", "GPU core temperature, degrees Celsius.",
+     lambda g: g.temperature_celsius),
+    ("gpu_agent_gpu_power_watts", "GPU power draw, watts.", lambda g: g.power_watts),
+    ("gpu_agent_gpu_healthy", "1 when NVML can read the GPU and reports no fault, else 0.",
+     lambda g: 1 if g.healthy else 0),
+)  # fmt: skip
+
+
+class _GpuCollector(Collector):
+    def __init__(self, metrics: AgentMetrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        sample = self._metrics.last_sample
+        gpus: list[GpuReading] = sample.gpus if sample else []
+        node = self._metrics.node_name
+        for name, help_text, read in _GPU_GAUGES:
+            family = GaugeMetricFamily(name, help_text, labels=GPU_LABELS)
+            for gpu in gpus:
+                value = read(gpu)
+                if value is not None:
+                    family.add_metric([node, str(gpu.index), gpu.uuid, gpu.name], float(value))
+            yield family
+        ok = GaugeMetricFamily("gpu_agent_nvml_ok", "1 when the last sample could use NVML, else 0.",
+                               labels=["node"])  # fmt: skip
+        if sample is not None:
+            ok.add_metric([node], 0.0 if sample.node_error else 1.0)
+        yield ok
+
+
+class AgentMetrics:
+    def __init__(self, node_name: str, registry: CollectorRegistry | None = None) -> None:
+        self.node_name = node_name
+        self.registry = registry or CollectorRegistry()
+        self.last_sample: NodeSample | None = None
+        r = self.registry
+        self.sample_duration = Histogram(
+            "gpu_agent_sample_duration_seconds", "Time to read all GPUs through NVML once.",
+            buckets=(0.0002, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0), registry=r,
+        )  # fmt: skip
+        self.last_sample_time = Gauge(
+            "gpu_agent_last_sample_timestamp_seconds", "Unix time of the latest NVML sample.", registry=r
+        )
+        self.nvml_errors = Counter(
+            "gpu_agent_nvml_errors", "NVML calls that failed, by call and NVML error name.",
+            ["call", "error"], registry=r,
+        )  # fmt: skip
+        self.stream_connected = Gauge(
+            "gpu_agent_stream_connected", "1 while the stream to this extender is up and acknowledged.",
+            ["extender"], registry=r,
+        )  # fmt: skip
+        self.stream_reconnects = Counter(
+            "gpu_agent_stream_reconnects", "Times the stream to this extender was (re)opened.",
+            ["extender"], registry=r,
+        )  # fmt: skip
+        self.reports_sent = Counter("gpu_agent_reports_sent", "Node reports sent.", ["extender"], registry=r)
+        self.reports_rejected = Counter(
+            "gpu_agent_reports_rejected", "Node reports the extender rejected.", ["extender"], registry=r
+        )
+        self.registry.register(_GpuCollector(self))
+
+    def observe_sample(self, sample: NodeSample) -> None:
+        self.last_sample = sample
+        self.sample_duration.observe(sample.duration_s)
+        self.last_sample_time.set(sample.sample_time)
+
+    def count_nvml_error(self, call: str, error: str) -> None:
+        self.nvml_errors.labels(call=call, error=error).inc()

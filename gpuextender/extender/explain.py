@@ -1,0 +1,110 @@
+"""`POST /explain`: the full reasoning behind filter and prioritize for one pod.
+
+Takes the same ExtenderArgs as `filter` and answers, per candidate node: its
+AcceleratorClasses (and those its labels match but its GPUs do not), GPU data (fresh/stale/none, age, idle/healthy GPUs, mean
+utilization), the filter verdict with reason code and sentence, the policy's
+class rank and the score with its parts; plus what was resolved for the pod
+(InferenceService, runtime, class, policy, each with where it came from).
+
+It runs the same functions as the scheduler verbs, so what it says is what they
+decided; it is meant for people (and `gpu-extender explain`), not for the
+scheduler, and costs more than filter (one assess() per node).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from gpuextender.extender import decision, placement
+from gpuextender.extender.gpu_summary import NodeSummary
+from gpuextender.extender.inventory.view import InventoryView
+from gpuextender.extender.live_classes import LiveClasses
+
+NODE_FORMULA = "1 + round(9 * v / (C + 1)), v from the node strategy (gpuextender/extender/decision.py)"
+CLASS_FORMULA = "round(1 + 9 * ((K - 1 - p) + node score / 10) / K) (gpuextender/extender/placement.py)"
+
+
+def explain(
+    pod_ref: str,
+    needed: int,
+    names: Sequence[str],
+    allocatable: Mapping[str, int],
+    lookup: decision.SummaryLookup,
+    now: float,
+    policy: decision.Policy,
+    plan: placement.ClassPlan,
+    view: InventoryView,
+    live_classes: LiveClasses,
+    strategy: str = "spread",
+    seed: str = "",
+) -> dict[str, Any]:
+    classes_of = live_classes.classes_by_node(view)
+    outcome = placement.filter_with_classes(needed, names, allocatable, lookup, now, policy, plan, classes_of)
+    scores, ranking = placement.prioritize_with_classes(
+        needed, names, allocatable, lookup, now, policy, plan, classes_of, view.classes, strategy, seed
+    )
+    cost_of = placement.node_cost(classes_of, view.classes)
+    node_scores = dict(decision.prioritize(needed, names, allocatable, lookup, now, policy, strategy, seed, cost_of))
+    final = dict(scores)
+    position = {r.name: i for i, r in enumerate(ranking.ranked)} if ranking is not None else {}
+    if plan.explicit:
+        position = {plan.allowed[0]: 0}
+    passed = set(outcome.passed)
+    nodes = []
+    for name in names:
+        summary: NodeSummary | None = lookup(name)
+        a = decision.assess(name, allocatable.get(name), summary, needed, now, policy)
+        reason = outcome.failed.get(name)
+        node_classes = classes_of.get(name, ())
+        ranks = [position[c] for c in node_classes if c in position]
+        excluded = live_classes.excluded(view, name)
+        nodes.append({
+            "node": name,
+            "classes": list(node_classes),
+            # Classes the node's labels match but its GPUs (as NVML reports them) do not.
+            "classesExcludedByGpus": {c: m.detail for c, m in excluded.items()},
+            "data": a.data.value,
+            "dataAgeSeconds": None if a.data_age_s is None else round(a.data_age_s, 3),
+            "gpus": a.gpu_count,
+            "healthyGpus": a.healthy_gpus,
+            "idleGpus": a.idle_gpus,
+            "meanUtilization": None if a.mean_utilization is None else round(a.mean_utilization, 1),
+            # The GPU numbers are assumed (agent silent or never heard): idle = needed, never all-idle.
+            "assumedData": a.assumed,
+            "result": "pass" if name in passed else "fail",
+            "reasonCode": reason.code if reason else None,
+            "reason": reason.sentence if reason else None,
+            "unresolvable": reason.unresolvable if reason else None,
+            "classRank": min(ranks) if ranks else None,
+            "score": final.get(name, 0),
+            "scoreParts": {"nodeScore": node_scores.get(name, 0), "classPosition": min(ranks) if ranks else None,
+                           "classesRanked": len(position) if plan.applies else None},
+        })  # fmt: skip
+    resolved: dict[str, Any] = dict(plan.why)
+    resolved["nodeStrategy"] = strategy
+    resolved["classRulesApply"] = plan.applies
+    if plan.applies:
+        resolved["allowedClasses"] = list(plan.allowed)
+    if plan.incompatible:
+        resolved["incompatible"] = plan.incompatible
+    if plan.runtime_warning:
+        resolved["runtimeWarning"] = plan.runtime_warning
+    answer: dict[str, Any] = {
+        "pod": pod_ref,
+        "gpusNeeded": needed,
+        "resolved": resolved,
+        "fallback": outcome.fallback,
+        # Nodes that passed only on assumed data: no node with fresh data fit.
+        "passedOnAssumedData": list(outcome.assumed),
+        "formulas": {"node": NODE_FORMULA, "class": CLASS_FORMULA if plan.applies else None},
+        "nodes": nodes,
+    }
+    if ranking is not None:
+        answer["classRanking"] = {
+            "policy": ranking.policy,
+            "ranked": [{"class": r.name, "score": r.score, "basis": r.basis} for r in ranking.ranked],
+            "excluded": [{"class": e.name, "stage": str(e.stage), "reason": e.reason} for e in ranking.excluded],
+            "omeWouldChoose": ranking.ome_choice,
+        }
+    return answer

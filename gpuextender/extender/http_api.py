@@ -1,0 +1,389 @@
+"""The extender's HTTP side: kube-scheduler's `filter` and `prioritize` verbs, plus
+/healthz, /readyz and /metrics.
+
+Handlers only parse, look up in-memory state, call the pure decision functions
+and encode: no API server, no NVML, no other I/O on the request path.
+Refused input gets a 4xx with a JSON reason and a log line; the server goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from itertools import islice
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from gpuextender.extender import decision, placement, reasons
+from gpuextender.extender.explain import explain as explain_decision
+from gpuextender.extender.bad_request import BadRequest
+from gpuextender.extender.bad_request import shown as shown_value
+from gpuextender.extender.gpu_state import GpuState
+from gpuextender.extender.inventory.view import InventoryView
+from gpuextender.extender.live_classes import LiveClasses, LiveClassesCollector
+from gpuextender.extender.ome.pod_intent import PodIdentity, pod_identity
+from gpuextender.extender.metrics import ExtenderMetrics
+from gpuextender.extender.pod_gpus import gpus_requested, pod_ref
+from gpuextender.extender.scheduler_wire import (
+    BYTES_PER_CONTAINER,
+    EXPLAIN_MAX_CANDIDATES,
+    MAX_CANDIDATES,
+    ExtenderArgs,
+    encode,
+    filter_result,
+    parse_extender_args,
+    prioritize_result,
+)
+
+log = logging.getLogger("gpu_extender.http")
+
+STRATEGY_ANNOTATION = "gpu-extender.io/node-strategy"
+_PLAN_CACHE_SIZE = 4096  # distinct OME pod identities per inventory version; cleared when full
+
+# How many failed nodes an INFO decision line names; the rest are counted (DEBUG names all).
+_LOG_FAILED_NODES = 5
+
+
+# Bounds on one scheduler call; why these values: the --max-body-bytes and --body-read-timeout help.
+DEFAULT_MAX_BODY_BYTES = 2 * 1024**2
+DEFAULT_BODY_READ_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class ApiSettings:
+    policy: decision.Policy
+    gpu_resources: tuple[str, ...] = ("nvidia.com/gpu",)
+    compact_priorities: bool = True
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_candidates: int = MAX_CANDIDATES
+    body_read_timeout_s: float = DEFAULT_BODY_READ_TIMEOUT_S
+    path_prefix: str = ""
+    default_class_policy: str = "FirstAvailable"
+    runtime_check: str = "warn"  # enforce | warn | off
+    node_strategy: str = "spread"  # decision.NODE_STRATEGIES; a pod annotation may pick another
+    random_seed: str = ""
+    readiness_grace_s: float = 0.0  # /readyz waits up to this long for every GPU node's agent data
+
+
+class SchedulerApi:
+    def __init__(
+        self,
+        state: GpuState,
+        metrics: ExtenderMetrics,
+        settings: ApiSettings,
+        inventory: Callable[[], InventoryView] = InventoryView,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.state = state
+        self.metrics = metrics
+        self.settings = settings
+        self._inventory = inventory  # the current inventory snapshot (never I/O)
+        self._clock = clock
+        self.serving = False
+        self._plans: dict[PodIdentity, placement.ClassPlan] = {}
+        self._plan_version = -1
+        self.inventory_ready: Callable[[], bool] = lambda: True
+        self._grace_deadline: float | None = None  # set by the first readiness check
+        self._agents_in = False
+        self.classes = LiveClasses(state)
+        metrics.registry.register(LiveClassesCollector(self.classes, inventory))
+
+    def not_ready_reason(self) -> str | None:
+        if not self.serving:
+            return "starting"
+        if not self.inventory_ready():
+            return "waiting for the first full inventory list"
+        return self._waiting_for_agents()
+
+    def _waiting_for_agents(self) -> str | None:
+        """A replica that has just started has no GPU data: every node would look idle to
+        it until the agents find it (their next --resolve-interval). Under
+        --readiness-grace it stays unready until every GPU node in the inventory has
+        reported, or the grace has passed; then it is ready for good (no flapping)."""
+        grace = self.settings.readiness_grace_s
+        if self._agents_in or grace <= 0:
+            return None
+        now = self._clock()
+        if self._grace_deadline is None:
+            self._grace_deadline = now + grace
+        view = self._inventory()
+        gpu_nodes = [n for n, count in view.allocatable_gpus.items() if count > 0]
+        missing = sum(1 for n in gpu_nodes if self.state.summary(n) is None)
+        if now >= self._grace_deadline or (gpu_nodes and not missing):
+            self._agents_in = True
+            log.info("ready: %d of %d GPU node(s) have reported (%s)", len(gpu_nodes) - missing, len(gpu_nodes),
+                     "all in" if not missing else f"--readiness-grace {grace:g}s passed")  # fmt: skip
+            return None
+        return (f"waiting for agent data: {missing} of {len(gpu_nodes)} GPU node(s) not reported yet "
+                f"(--readiness-grace, {self._grace_deadline - now:.0f}s left)")
+
+    def inventory(self) -> InventoryView:
+        """The current inventory snapshot."""
+        return self._inventory()
+
+    def _plan(self, args: ExtenderArgs, needed: int) -> tuple[InventoryView, placement.ClassPlan]:
+        """The pod's class plan. It depends only on the pod's OME identity and the
+        inventory, so it is computed once per (inventory version, identity): the
+        replicas of one InferenceService and filter+prioritize share it."""
+        view = self._inventory()
+        if needed <= 0:
+            return view, placement.ClassPlan(False)
+        identity = pod_identity(args.pod)
+        if self._plan_version != view.version or len(self._plans) >= _PLAN_CACHE_SIZE:
+            self._plans.clear()
+            self._plan_version = view.version
+        plan = self._plans.get(identity)
+        if plan is None:
+            plan = placement.plan_classes(args.pod, view, self.settings.default_class_policy,
+                                          self.settings.runtime_check)  # fmt: skip
+            self._plans[identity] = plan
+        return view, plan
+
+    def filter(self, args: ExtenderArgs) -> dict[str, Any]:
+        needed = gpus_requested(args.pod, self.settings.gpu_resources)
+        view, plan = self._plan(args, needed)
+        names = args.candidate_names()
+        allocatable = args.allocatable(self.settings.gpu_resources, view.allocatable_gpus)
+        allowed_nodes = self.classes.nodes_in(view, plan.allowed) if plan.allowed else None
+        outcome = placement.filter_with_classes(needed, names, allocatable, self.state.summary, self._clock(),
+                                                self.settings.policy, plan, self.classes.classes_by_node(view),
+                                                allowed_nodes)  # fmt: skip
+        if plan.incompatible:
+            log.warning("filter %s: %s", pod_ref(args.pod), plan.incompatible)
+        if plan.runtime_warning or plan.incompatible_reason is reasons.RUNTIME_INCOMPATIBLE and plan.incompatible:
+            self.metrics.runtime_incompatible.labels(mode=self.settings.runtime_check).inc()
+        if plan.runtime_warning:
+            log.warning("filter %s: runtime cannot serve the model (--runtime-check warn, not enforced): %s",
+                        pod_ref(args.pod), plan.runtime_warning)  # fmt: skip
+        self._record_filter(args, needed, outcome, allocatable)
+        return filter_result(args, outcome)
+
+    def prioritize(self, args: ExtenderArgs) -> list[dict[str, Any]]:
+        needed = gpus_requested(args.pod, self.settings.gpu_resources)
+        view, plan = self._plan(args, needed)
+        names = args.candidate_names()
+        allocatable = args.allocatable(self.settings.gpu_resources, view.allocatable_gpus)
+        strategy, seed = self._strategy(args.pod)
+        scores, _ = placement.prioritize_with_classes(
+            needed, names, allocatable, self.state.summary, self._clock(), self.settings.policy,
+            plan, self.classes.classes_by_node(view), view.classes, strategy, seed,
+        )  # fmt: skip
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("prioritize %s (needs %d GPU): %s", pod_ref(args.pod), needed,
+                      ", ".join(f"{name}={score}" for name, score in scores))  # fmt: skip
+        return prioritize_result(scores, compact=self.settings.compact_priorities)
+
+    def explain(self, args: ExtenderArgs) -> dict[str, Any]:
+        needed = gpus_requested(args.pod, self.settings.gpu_resources)
+        view, plan = self._plan(args, needed)
+        allocatable = args.allocatable(self.settings.gpu_resources, view.allocatable_gpus)
+        strategy, seed = self._strategy(args.pod)
+        return explain_decision(pod_ref(args.pod), needed, args.candidate_names(), allocatable, self.state.summary,
+                                self._clock(), self.settings.policy, plan, view, self.classes, strategy, seed)  # fmt: skip
+
+    def _strategy(self, pod: dict[str, Any]) -> tuple[str, str]:
+        """(node strategy, random seed) for the pod: its annotation, else the configured one."""
+        meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
+        annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+        strategy = annotations.get(STRATEGY_ANNOTATION, self.settings.node_strategy)
+        if strategy not in decision.NODE_STRATEGIES:
+            # A typo in an annotation must not block scheduling: say so, use the default.
+            log.warning("pod %s: %s=%s is not one of %s; using %s", pod_ref(pod), STRATEGY_ANNOTATION,
+                        shown_value(strategy), ", ".join(decision.NODE_STRATEGIES),
+                        self.settings.node_strategy)  # fmt: skip
+            strategy = self.settings.node_strategy
+        return strategy, f"{self.settings.random_seed}/{meta.get('uid', '')}"
+
+    def _record_filter(
+        self, args: ExtenderArgs, needed: int, outcome: decision.FilterOutcome, allocatable: Mapping[str, int]
+    ) -> None:
+        m = self.metrics
+        m.filter_nodes.labels(result="passed").inc(len(outcome.passed))
+        m.filter_nodes.labels(result="failed").inc(len(outcome.failed))
+        for reason, count in Counter(outcome.failed.values()).items():
+            m.filter_failures.labels(reason=reason.code).inc(count)
+        if outcome.fallback:
+            m.filter_fallbacks.inc()
+        if outcome.assumed:
+            m.filter_assumed_passes.inc(len(outcome.assumed))
+        if needed == 0:
+            log.debug("filter %s: needs no GPU, all %d node(s) pass", pod_ref(args.pod), len(outcome.passed))
+            return
+        if not log.isEnabledFor(logging.INFO):
+            return
+        # Name a few failed nodes with their numbers (all at DEBUG); the text is built only for those.
+        limit = len(outcome.failed) if log.isEnabledFor(logging.DEBUG) else _LOG_FAILED_NODES
+        now, policy = self._clock(), self.settings.policy
+        shown = [
+            _failure_text(reason.code, decision.assess(name, allocatable.get(name), self.state.summary(name),
+                                                       needed, now, policy))  # fmt: skip
+            for name, reason in islice(outcome.failed.items(), limit)
+        ]
+        more = f" and {len(outcome.failed) - len(shown)} more" if len(outcome.failed) > len(shown) else ""
+        log.info(
+            "filter %s needs %d GPU: %d passed%s, %d failed%s%s",
+            pod_ref(args.pod), needed, len(outcome.passed),
+            " (no node fit: passing the busy/stale ones, kube-scheduler decides)" if outcome.fallback else
+            f" (on assumed data: no node with fresh GPU data fits; {_names(outcome.assumed)})" if outcome.assumed
+            else "",
+            len(outcome.failed), (": " + "; ".join(shown)) if shown else "", more,
+        )  # fmt: skip
+
+
+def _failure_text(code: str, a: decision.NodeAssessment) -> str:
+    """The reason the node failed (class or GPU rules), with its GPU numbers."""
+    assumed = ", assumed" if a.assumed else ""  # the numbers are not measured: idle = needed
+    return (f"{a.name}: {code} (idle {_n(a.idle_gpus)}, healthy {_n(a.healthy_gpus)}/{_n(a.gpu_count)}, "
+            f"data {a.data.value}{assumed})")
+
+
+def _names(names: list[str]) -> str:
+    shown = ", ".join(names[:_LOG_FAILED_NODES])
+    return shown + (f" and {len(names) - _LOG_FAILED_NODES} more" if len(names) > _LOG_FAILED_NODES else "")
+
+
+def _n(value: int | None) -> str:
+    return "?" if value is None else str(value)
+
+
+def _json(payload: Any, status: int = 200) -> web.Response:
+    return web.Response(body=encode(payload), status=status, content_type="application/json")
+
+
+# The status counted in gpu_extender_requests_total when the client hung up before its body
+# was complete (nginx's convention): nobody reads the answer, and it is not our error.
+CLIENT_CLOSED = 499
+# The accept queue we ask for: at aiohttp's 128, 1,000 calls arriving at once overflowed it and
+# the kernel reset connections. The kernel caps it at net.core.somaxconn anyway.
+LISTEN_BACKLOG = 4096
+
+
+class _Refused(Exception):
+    """A request refused before its body was parsed; `close` drops the connection after."""
+
+    def __init__(self, status: int, code: str, message: str, *, close: bool = False) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.close = status, code, message, close
+
+
+class _HungUp(Exception):
+    """The client closed the connection before its body was complete."""
+
+
+async def _read_body(request: web.Request, settings: ApiSettings) -> bytes:
+    """The body, refused before any of it is read when its encoding or declared size is wrong."""
+    encoding = ", ".join(request.headers.getall("Content-Encoding", ()))  # every header, not the first
+    if any(token.strip().lower() not in ("", "identity") for token in encoding.split(",")):
+        # kube-scheduler never compresses; a compressed body is refused unread, never inflated
+        # (a 2 MB gzip body of zeros is 2 GiB). The AppRunner must not auto-decompress: new_runner().
+        raise _Refused(415, "unsupported_encoding", f"Content-Encoding {shown_value(encoding)} is not accepted: "
+                       "send the body uncompressed (identity), as kube-scheduler does")  # fmt: skip
+    if request.content_length is not None and request.content_length > settings.max_body_bytes:
+        raise _too_large(settings)  # declared: refused before reading a byte
+    try:
+        async with asyncio.timeout(settings.body_read_timeout_s):
+            return await request.read()
+    except TimeoutError:
+        raise _Refused(408, "body_timeout", f"request body not complete within {settings.body_read_timeout_s:g}s "
+                       "(--body-read-timeout); closing the connection", close=True) from None  # fmt: skip
+    except web.HTTPRequestEntityTooLarge:  # chunked: refused once the limit is passed
+        raise _too_large(settings) from None
+    except web.RequestPayloadError as exc:  # broken chunked framing and the like
+        raise _Refused(400, "bad_body", f"request body could not be read: {shown_value(str(exc))}") from None
+    except ConnectionError:
+        raise _HungUp from None
+
+
+def _too_large(settings: ApiSettings) -> _Refused:
+    return _Refused(413, "too_large", f"request body is larger than {settings.max_body_bytes} bytes; raise "
+                    "--max-body-bytes or configure kube-scheduler with nodeCacheCapable: true")  # fmt: skip
+
+
+def new_runner(app: web.Application, **options: Any) -> web.AppRunner:
+    """The AppRunner for build_app(): aiohttp inflates compressed bodies as they arrive,
+    even ones the handler refuses unread; auto_decompress=False keeps them compressed."""
+    return web.AppRunner(app, auto_decompress=False, **options)
+
+
+def listen_backlog(somaxconn: str = "/proc/sys/net/core/somaxconn") -> int:
+    """LISTEN_BACKLOG, or the kernel's cap when that is lower (said once in the log)."""
+    try:
+        with open(somaxconn) as f:
+            cap = int(f.read())
+    except (OSError, ValueError):
+        return LISTEN_BACKLOG
+    if cap < LISTEN_BACKLOG:
+        log.warning("net.core.somaxconn is %d: the scheduler API's accept queue holds only that many "
+                    "connections arriving at once (raise the sysctl to %d)", cap, LISTEN_BACKLOG)  # fmt: skip
+    return max(1, min(cap, LISTEN_BACKLOG))
+
+
+def build_app(api: SchedulerApi) -> web.Application:
+    settings = api.settings
+    metrics = api.metrics
+    max_containers = settings.max_body_bytes // BYTES_PER_CONTAINER
+
+    def refuse(verb: str, request: web.Request, status: int, code: str, message: str) -> web.Response:
+        metrics.bad_requests.labels(verb=verb, reason=code).inc()
+        log.warning("%s: refused request from %s: %s", verb, request.remote, message)
+        response = _json({"error": message, "reason": code}, status=status)
+        if status == 415:
+            response.headers["Accept-Encoding"] = "identity"  # RFC 7694: what we do accept
+        return response
+
+    def scheduler_verb(
+        verb: str, decide: Callable[[ExtenderArgs], Any], max_candidates: int = settings.max_candidates
+    ) -> Callable[[web.Request], Awaitable[web.Response]]:
+        async def handle(request: web.Request) -> web.Response:
+            started = time.perf_counter()
+            try:
+                body = await _read_body(request, settings)
+                args = parse_extender_args(body, max_candidates=max_candidates, max_containers=max_containers)
+                response = _json(decide(args))
+            except BadRequest as exc:
+                response = refuse(verb, request, 400, exc.code, exc.message)
+            except _Refused as exc:
+                response = refuse(verb, request, exc.status, exc.code, exc.message)
+                if exc.close:
+                    response.force_close()  # no lingering: a half-sent body must not hold the connection
+            except _HungUp:
+                log.info("%s: client %s hung up before its request body was complete", verb, request.remote)
+                response = web.Response(status=CLIENT_CLOSED)  # never sent; counted below
+            except Exception:
+                log.exception("%s: internal error", verb)
+                response = _json({"error": "internal error; see the gpu-extender log", "reason": "internal"}, 500)
+            metrics.requests.labels(verb=verb, code=str(response.status)).inc()
+            metrics.request_duration.labels(verb=verb).observe(time.perf_counter() - started)
+            return response
+
+        return handle
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def readyz(_: web.Request) -> web.Response:
+        reason = api.not_ready_reason()
+        if reason is not None:
+            return web.Response(status=503, text=f"not ready: {reason}\n")
+        return web.Response(text=f"ready ({len(api.state)} node(s) with GPU data)\n")
+
+    async def get_metrics(_: web.Request) -> web.Response:
+        return web.Response(body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    app = web.Application(client_max_size=settings.max_body_bytes)
+    prefix = settings.path_prefix.rstrip("/")
+    app.router.add_post(f"{prefix}/filter", scheduler_verb("filter", api.filter))
+    app.router.add_post(f"{prefix}/prioritize", scheduler_verb("prioritize", api.prioritize))
+    app.router.add_post(f"{prefix}/explain", scheduler_verb(
+        "explain", api.explain, min(settings.max_candidates, EXPLAIN_MAX_CANDIDATES)))  # fmt: skip
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", get_metrics)
+    return app
+

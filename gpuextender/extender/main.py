@@ -1,0 +1,258 @@
+"""`gpu-extender`: wires the GPU state, gRPC ingest, the scheduler HTTP API and metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import logging
+import signal
+import sys
+import time
+from collections.abc import Sequence
+
+import grpc
+from aiohttp import web
+from prometheus_client import disable_created_metrics
+from gpuextender import __version__
+from gpuextender.common.logs import configure_logging
+from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
+
+from gpuextender.extender.config import ConfigError, ExtenderConfig, build_config
+from gpuextender.extender.agent_identity import Authenticator
+from gpuextender.extender.gpu_state import GpuState
+from gpuextender.extender.http_api import SchedulerApi, build_app, listen_backlog, new_runner
+from gpuextender.extender.ingest import REAUTH_GRACE_S, IngestService
+from gpuextender.extender.inventory.file_source import FileInventorySource, InventoryPathError
+from gpuextender.extender.inventory.sink import KINDS, NODE
+from gpuextender.extender.inventory.store import InventoryStore
+from gpuextender.extender.inventory.view import ViewBuilder
+from gpuextender.extender.metrics import ExtenderMetrics
+from gpuextender.extender.report_validation import MAX_REPORT_BYTES
+from gpuextender.extender.serving_tls import ServingCertificate, TlsLoadError
+from gpuextender.extender.silent_nodes import SilentNodesCollector, SilentNodesWarning
+
+log = logging.getLogger("gpu_extender")
+
+# Above kube-scheduler's Go client idle timeout (90 s), so the server never closes
+# a kept-alive connection just as the scheduler reuses it.
+KEEPALIVE_TIMEOUT_S = 120.0
+
+
+class _StartupError(Exception):
+    """Start-up cannot go on; the message is the one line the user sees."""
+
+
+def _fail(message: str) -> int:
+    print(f"gpu-extender: {message}", file=sys.stderr)
+    return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["explain"]:
+        from gpuextender.extender.explain_cli import main as explain_main
+
+        return explain_main(argv[1:])
+    disable_created_metrics()  # *_created series only add noise to every scrape
+    try:
+        config = build_config(argv)
+    except ConfigError as exc:
+        return _fail(str(exc))
+    configure_logging(config.log_level)
+    store = InventoryStore()
+    source: FileInventorySource | None = None
+    if config.inventory is not None:
+        try:
+            source = FileInventorySource(config.inventory, store)
+        except InventoryPathError as exc:
+            return _fail(str(exc))
+    certificate: ServingCertificate | None = None
+    if config.tls is not None:
+        try:
+            certificate = ServingCertificate(config.tls)
+        except TlsLoadError as exc:
+            return _fail(str(exc))
+    try:
+        return asyncio.run(_serve(config, store, source, certificate))
+    except _StartupError as exc:
+        return _fail(str(exc))
+    except OSError as exc:
+        return _fail(f"cannot listen: {exc.strerror or exc}")
+
+
+async def _serve(
+    config: ExtenderConfig,
+    store: InventoryStore,
+    source: FileInventorySource | None,
+    certificate: ServingCertificate | None,
+) -> int:
+    kube_source = None
+    authenticator: Authenticator | None = None
+    reviewer = None
+    if config.kubernetes:
+        # Imported only when used: kubernetes-asyncio adds ~35 MiB to the extender's RSS.
+        from gpuextender.extender.inventory.kube_source import KubeConfigError, KubeInventorySource, load_kube_config
+
+        try:
+            connection = await load_kube_config(config.kubeconfig)
+        except KubeConfigError as exc:
+            raise _StartupError(str(exc)) from None
+        kube_source = KubeInventorySource(store, connection)
+        if config.agent_auth.mode == "tokenreview":
+            from gpuextender.extender.token_review import TokenReviewer
+
+            assert config.agent_auth.service_account is not None  # config guarantees it
+            reviewer = TokenReviewer(connection, config.agent_auth.service_account, config.agent_auth.audience)
+            authenticator = reviewer
+
+    state = GpuState(config.idle_rule)
+    metrics = ExtenderMetrics(state, store)
+    views = ViewBuilder(store, config.api.gpu_resources, on_invalid=metrics.count_invalid_object)
+    api = SchedulerApi(state, metrics, config.api, inventory=lambda: views.current)
+    views.on_rebuild(api.classes.classes_by_node)  # class membership follows each rebuild, not the next request
+    metrics.registry.register(SilentNodesCollector(state, lambda: views.current))
+    silent_nodes = SilentNodesWarning(state, lambda: views.current)
+    api.inventory_ready = lambda: store.ready
+    background: list[asyncio.Task[None]] = []
+    grpc_server: grpc.aio.Server | None = None
+    runner: web.AppRunner | None = None
+    try:  # whatever fails on the way up (a port in use), what was started is stopped again
+        if source is not None:
+            source.load()  # the first list, before we answer anything
+            background.append(asyncio.create_task(source.run(), name="inventory files"))
+        elif kube_source is not None:  # /readyz stays 503 until every kind is listed once
+            background.append(asyncio.create_task(kube_source.run(), name="inventory watch"))
+        else:
+            for kind in KINDS:  # no inventory source: nothing to wait for
+                store.replace_all(kind.kind, [])
+
+        options: list[tuple[str, int]] = [
+            # Agents ping every 20 s to notice dead peers; allow it even between reports.
+            ("grpc.keepalive_permit_without_calls", 1),
+            ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
+            # Far above a real report (~2 KB for 8 GPUs), below what one client may make us parse
+            # and hold (report_validation.MAX_REPORT_BYTES says what fits).
+            ("grpc.max_receive_message_length", MAX_REPORT_BYTES),
+            # Keep each stream's HTTP/2 window at its initial 64 KiB: with BDP probing it grows
+            # until a client that writes without waiting for acks had ~270 MB buffered here while
+            # the ingest paced it (ingest_limits.ReportPacer). Agents send ~2 KB a second.
+            ("grpc.http2.bdp_probe", 0),
+        ]
+        if authenticator is not None:  # re-authenticate every agent now and then (ingest.py)
+            age_s = config.agent_auth.reauth_after_s
+            options += [("grpc.max_connection_age_ms", int(age_s * 1000)),
+                        ("grpc.max_connection_age_grace_ms", int(min(REAUTH_GRACE_S, age_s) * 1000))]  # fmt: skip
+        grpc_server = grpc.aio.server(options=options)
+        # With an inventory source, a node it does not list is "unknown" (kept for a bounded few);
+        # before the first list every node is (only agents racing a new replica's first list).
+        known_node = None if source is None and kube_source is None else (
+            lambda name: store.get(NODE.kind, name) is not None)  # fmt: skip
+        ingest = IngestService(
+            state, metrics, requested_interval_ms=config.requested_agent_interval_ms, authenticator=authenticator,
+            max_clock_skew_s=config.max_clock_skew_s, known_node=known_node,
+            max_unknown_nodes=config.max_unknown_nodes,
+        )  # fmt: skip
+        pb_grpc.add_GpuStateServiceServicer_to_server(ingest, grpc_server)
+        grpc_target = str(config.grpc_addr)
+        if certificate is not None:
+            bound = grpc_server.add_secure_port(grpc_target, certificate.grpc_credentials())
+        else:
+            bound = grpc_server.add_insecure_port(grpc_target)
+        if bound == 0:
+            raise OSError(f"gRPC address {grpc_target} is not available")
+        await grpc_server.start()
+
+        app_runner = new_runner(build_app(api), access_log=None, keepalive_timeout=KEEPALIVE_TIMEOUT_S)
+        await app_runner.setup()
+        runner = app_runner
+        ssl_context = certificate.ssl_context() if certificate is not None else None
+        await web.TCPSite(runner, config.http_addr.host, config.http_addr.port, ssl_context=ssl_context,
+                          backlog=listen_backlog()).start()  # fmt: skip
+        _tune_gc()
+        api.serving = True
+        policy = config.api.policy
+        log.info(
+            "gpu-extender %s: scheduler API on %s://%s%s/{filter,prioritize}, agents on grpc://%s; idle = util < %g%% "
+            "and memory < %g%%; stale after %gs (%s); no fit: %s; GPU resources: %s; inventory: %s",
+            __version__, "https" if certificate else "http", config.http_addr, config.api.path_prefix,
+            config.grpc_addr, config.idle_rule.max_utilization_percent, config.idle_rule.max_memory_used_percent,
+            policy.stale_after_s, policy.stale_policy, policy.no_fit_policy,
+            ",".join(config.api.gpu_resources),
+            f"{config.inventory} ({', '.join(f'{n} {k}' for k, n in store.counts().items() if n)})"
+            if source else ("Kubernetes API (list+watch)" if kube_source else "none"),
+        )  # fmt: skip
+        log.info("security: %s", security_summary(config))
+
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        background.append(asyncio.create_task(_forget_departed(state, config.forget_after_s), name="forget"))
+        # Agents report every second or so: a GPU node still silent after the stale bound (or the
+        # readiness grace) is worth a warning; looked at again every stale bound (at least 5 s).
+        stale_after_s = config.api.policy.stale_after_s
+        first_look_s = max(stale_after_s, config.api.readiness_grace_s)
+        background.append(asyncio.create_task(silent_nodes.run(first_look_s, max(5.0, stale_after_s)),
+                                              name="silent nodes"))  # fmt: skip
+        await stop.wait()
+        log.info("shutting down")
+    finally:
+        api.serving = False
+        for task in background:
+            task.cancel()
+        for task in background:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if grpc_server is not None:
+            await grpc_server.stop(grace=1.0)
+        if runner is not None:
+            await runner.cleanup()
+        if reviewer is not None:
+            await reviewer.close()
+    return 0
+
+
+def security_summary(config: ExtenderConfig) -> str:
+    """One line saying which of TLS, mTLS and agent authentication are on."""
+    tls = config.tls
+    if tls is None:
+        parts = ["TLS off (plain HTTP and gRPC)"]
+    else:
+        parts = [f"TLS on for HTTPS and gRPC ({tls.cert}, reloaded when it changes)"]
+        parts.append(f"mTLS on: agents need a client certificate signed by {tls.client_ca}" if tls.client_ca
+                     else "mTLS off (no --tls-ca)")  # fmt: skip
+    auth = config.agent_auth
+    if auth.mode == "tokenreview":
+        parts.append(f"agent auth: TokenReview (service account {auth.service_account}, audience {auth.audience!r}, "
+                     f"token bound to the reporting node, re-checked every {auth.reauth_after_s:g}s)" + ("" if tls else "; tokens travel in cleartext: add "
+                                                             "--tls-cert/--tls-key"))  # fmt: skip
+    else:
+        parts.append("agent auth: none" + ("" if tls and tls.client_ca else
+                                             " (any client that reaches the gRPC port can report for any node)"))
+    return "; ".join(parts)
+
+
+def _tune_gc() -> None:
+    """Keep garbage-collector pauses off the scheduler's latency.
+
+    A 5,000-node call creates >10,000 short-lived objects, which used to trigger a
+    full collection every few calls, each scanning every object the process owns
+    (~30 ms on 2 cores): the p99. Everything alive after start-up (modules,
+    config, inventory) is frozen out of those scans, and young collections run
+    less often. Request objects are freed by reference counting anyway.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(20_000, 10, 10)
+
+
+async def _forget_departed(state: GpuState, forget_after_s: float) -> None:
+    while True:
+        await asyncio.sleep(min(60.0, forget_after_s / 4))
+        for name in state.forget_older_than(time.monotonic() - forget_after_s):
+            log.info("forgot node %s: no report for %.0fs", name, forget_after_s)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

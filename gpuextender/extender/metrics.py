@@ -1,0 +1,102 @@
+"""The extender's Prometheus metrics (own registry, so tests can run several apps)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from gpuextender.extender.gpu_state import GpuState
+from gpuextender.extender.inventory.store import InventoryStore
+
+LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+
+class _NodeDataCollector(Collector):
+    """Per-node data age, computed at scrape time from the live state."""
+
+    def __init__(self, state: GpuState, store: InventoryStore | None, clock: Callable[[], float]) -> None:
+        self._state = state
+        self._store = store
+        self._clock = clock
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        now = self._clock()
+        age = GaugeMetricFamily(
+            "gpu_extender_node_data_age_seconds", "Seconds since the node's agent last reported.", labels=["node"]
+        )
+        idle = GaugeMetricFamily("gpu_extender_node_idle_gpus", "Idle healthy GPUs in the node's last report.",
+                                 labels=["node"])  # fmt: skip
+        for s in self._state.summaries():
+            age.add_metric([s.node], max(0.0, now - s.received_at))
+            idle.add_metric([s.node], s.idle_gpus)
+        yield age
+        yield idle
+        yield GaugeMetricFamily("gpu_extender_nodes_with_data", "Nodes with GPU data from an agent.",
+                                value=len(self._state))  # fmt: skip
+        if self._store is not None:
+            objects = GaugeMetricFamily("gpu_extender_inventory_objects", "Objects in the inventory, by kind.",
+                                        labels=["kind"])  # fmt: skip
+            for kind, count in self._store.counts().items():
+                objects.add_metric([kind], count)
+            yield objects
+
+
+class ExtenderMetrics:
+    def __init__(
+        self, state: GpuState, store: InventoryStore | None = None, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.registry = r = CollectorRegistry()
+        self.request_duration = Histogram(
+            "gpu_extender_request_duration_seconds", "Time to answer a scheduler call, by verb.",
+            ["verb"], buckets=LATENCY_BUCKETS, registry=r,
+        )  # fmt: skip
+        self.requests = Counter("gpu_extender_requests", "Scheduler calls answered, by verb and HTTP status.",
+                                ["verb", "code"], registry=r)  # fmt: skip
+        self.bad_requests = Counter("gpu_extender_bad_requests", "Refused calls, by verb and reason code.",
+                                    ["verb", "reason"], registry=r)  # fmt: skip
+        self.filter_nodes = Counter("gpu_extender_filter_nodes", "Candidate nodes judged by filter, by result.",
+                                    ["result"], registry=r)  # fmt: skip
+        self.filter_failures = Counter("gpu_extender_filter_failures", "Nodes rejected by filter, by reason code.",
+                                       ["reason"], registry=r)  # fmt: skip
+        self.filter_fallbacks = Counter(
+            "gpu_extender_filter_fallbacks", "Filter calls where no node fit and the soft failures were passed.",
+            registry=r,
+        )  # fmt: skip
+        self.filter_assumed_passes = Counter(
+            "gpu_extender_filter_assumed_passes", "Nodes passed by filter on assumed data (agent silent or never "
+            "heard) because no node with fresh GPU data fit.", registry=r,
+        )  # fmt: skip
+        self.runtime_incompatible = Counter(
+            "gpu_extender_runtime_incompatible", "Filter calls for OME pods whose runtime cannot serve their model, "
+            "by --runtime-check mode (enforce: every node failed; warn: only reported).", ["mode"], registry=r,
+        )  # fmt: skip
+        self.reports = Counter("gpu_extender_reports", "Node reports from agents, by result.", ["result"], registry=r)
+        self.connected_agents = Gauge("gpu_extender_connected_agents", "Agent streams currently open.", registry=r)
+        self.reports_rejected = Counter(
+            "gpu_extender_reports_rejected", "Reports answered REJECTED (not stored), by reason: invalid, "
+            "clock_skew, sequence, unknown_node_limit, node_mismatch, superseded.", ["reason"], registry=r,
+        )  # fmt: skip
+        self.unknown_nodes = Gauge(
+            "gpu_extender_unknown_nodes", "Nodes not in the inventory whose reports are held "
+            "(at most --max-unknown-nodes; 0 without an inventory source).", registry=r,
+        )  # fmt: skip
+        self.paced_streams = Gauge(
+            "gpu_extender_paced_streams", "Agent streams waiting because they send reports faster than the "
+            "per-stream rate limit (a real agent never does).", registry=r,
+        )  # fmt: skip
+        self.paced_reports = Counter(
+            "gpu_extender_paced_reports", "Reports held back by the per-stream rate limit before processing.",
+            registry=r,
+        )  # fmt: skip
+        self.invalid_objects = Counter(
+            "gpu_extender_inventory_invalid_objects", "Inventory objects skipped as invalid, by kind.",
+            ["kind"], registry=r,
+        )  # fmt: skip
+        r.register(_NodeDataCollector(state, store, clock))
+
+    def count_invalid_object(self, kind: str, key: str, problem: str) -> None:
+        self.invalid_objects.labels(kind=kind).inc()

@@ -1,0 +1,266 @@
+"""Which AcceleratorClasses a GPU pod may land on, decided from the inventory view.
+
+For an OME engine/decoder pod: the InferenceService and runtime come from the
+pod's labels (`extender.ome.pod_intent`); the runtime's
+`acceleratorRequirements.acceleratorClasses` is the allow-list and preference
+order; an explicit class (override -> InferenceService -> annotation) narrows it
+to one, and must be on that list; otherwise the policy (override ->
+InferenceService -> --default-class-policy) with the InferenceService's
+constraints decides which listed classes are eligible and in which order
+(`extender.ome.class_policy`). Availability is applied at prioritize time: a
+class with no node that can take the pod now is skipped.
+
+Pods that are not accelerated OME components, or whose objects are not in the
+inventory, or whose runtime lists no classes, are class-neutral: only the idle
+GPU rules apply to them.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Set as AbstractSet  # typing's AbstractSet is deprecated
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from gpuextender.extender import decision, reasons
+from gpuextender.extender.inventory.sink import CLUSTER_SERVING_RUNTIME, INFERENCE_SERVICE, SERVING_RUNTIME
+from gpuextender.extender.inventory.view import InventoryView
+from gpuextender.extender.ome.accelerator_class import AcceleratorClass
+from gpuextender.extender.ome.class_policy import (
+    ClassRanking,
+    Constraints,
+    InvalidAcceleratorSelector,
+    parse_constraints,
+    rank_classes,
+)
+from gpuextender.extender.ome.pod_intent import PodIdentity, class_intent, pod_identity
+from gpuextender.extender.ome.runtime_selector import RuntimeSelectionError, find_base_model, validate_runtime
+
+log = logging.getLogger("gpu_extender.placement")
+
+
+@dataclass(frozen=True, slots=True)
+class ClassPlan:
+    applies: bool  # False: class-neutral
+    allowed: tuple[str, ...] = ()  # classes whose nodes may take the pod, in preference order
+    incompatible: str = ""  # non-empty: no node can take the pod; the sentence says why
+    incompatible_reason: reasons.Reason = reasons.CLASS_INCOMPATIBLE
+    runtime_warning: str = ""  # runtime/model incompatibility under --runtime-check warn
+    policy: str = ""
+    constraints: Constraints | None = None
+    explicit: bool = False  # one class was named: no policy ranking
+    why: dict[str, str] = field(default_factory=dict)  # what was resolved, and from where
+
+
+def runtime_problem(ident: PodIdentity, view: InventoryView, runtime_name: str) -> str:
+    """OME's ValidateRuntime for the pod's runtime and model (§7.3-7.12): "" when it can
+    serve the model, else OME's error message. Unknown model: nothing to judge."""
+    isvc = view.inference_services.get(f"{ident.namespace}/{ident.inference_service}")
+    model_name = ident.base_model or (isvc.model_name if isvc is not None else None)
+    if not model_name:
+        return ""
+    model = find_base_model(model_name, ident.namespace, view.models)
+    if model is None:
+        return ""
+    try:
+        validate_runtime(runtime_name, model, view.runtimes, isvc, namespace=ident.namespace,
+                         accelerator_class=ident.class_annotation or None)  # fmt: skip
+    except RuntimeSelectionError as exc:
+        return str(exc)
+    return ""
+
+
+def plan_classes(
+    pod: dict[str, Any], view: InventoryView, default_policy: str, runtime_check: str = "warn"
+) -> ClassPlan:
+    """`runtime_check`: "enforce" fails every node when the runtime cannot serve the
+    pod's model, "warn" only reports it (ClassPlan.runtime_warning), "off" skips it."""
+    ident = pod_identity(pod)
+    if ident.neutral:
+        reason = "not an OME pod" if not ident.is_ome else f"OME {ident.component or 'unlabelled'} component"
+        return ClassPlan(False, why={"classes": f"none apply ({reason})"})
+    isvc_key = f"{ident.namespace}/{ident.inference_service}"
+    isvc = view.get(INFERENCE_SERVICE.kind, isvc_key)
+    if isvc is None:
+        return ClassPlan(False, why={"classes": f"none apply (InferenceService {isvc_key} not in the inventory)"})
+    spec = isvc.get("spec") if isinstance(isvc.get("spec"), dict) else {}
+    runtime_ref = spec.get("runtime") if isinstance(spec.get("runtime"), dict) else {}
+    runtime_name = ident.runtime or str(runtime_ref.get("name") or "")
+    runtime_kind, runtime = view.namespaced_first(SERVING_RUNTIME.kind, CLUSTER_SERVING_RUNTIME.kind,
+                                                  ident.namespace, runtime_name)  # fmt: skip
+    why = {"inferenceService": isvc_key, "component": ident.component}
+    if runtime is None:
+        why["classes"] = f"none apply (runtime {runtime_name or '?'} not in the inventory)"
+        return ClassPlan(False, why=why)
+    why["runtime"] = f"{runtime_kind} {runtime_name}"
+    problem = runtime_problem(ident, view, runtime_name) if runtime_check != "off" else ""
+    if problem and runtime_check == "enforce":
+        return ClassPlan(True, incompatible=problem, incompatible_reason=reasons.RUNTIME_INCOMPATIBLE, why=why)
+    plan = _class_plan(ident, isvc, runtime, runtime_name, view, default_policy, why)
+    return replace(plan, runtime_warning=problem) if problem else plan
+
+
+def _class_plan(
+    ident: PodIdentity,
+    isvc: dict[str, Any],
+    runtime: dict[str, Any],
+    runtime_name: str,
+    view: InventoryView,
+    default_policy: str,
+    why: dict[str, str],
+) -> ClassPlan:
+    isvc_key = f"{ident.namespace}/{ident.inference_service}"
+    spec = isvc.get("spec") if isinstance(isvc.get("spec"), dict) else {}
+    requirements = (runtime.get("spec") or {}).get("acceleratorRequirements") or {}
+    listed = requirements.get("acceleratorClasses") if isinstance(requirements, dict) else None
+    runtime_classes = tuple(dict.fromkeys(c for c in listed if isinstance(c, str))) if isinstance(listed, list) else ()
+
+    intent = class_intent(ident, isvc, default_policy)
+    selector = spec.get("acceleratorSelector") if isinstance(spec.get("acceleratorSelector"), dict) else {}
+    try:
+        constraints = parse_constraints(selector.get("constraints"), "spec.acceleratorSelector.constraints")
+    except InvalidAcceleratorSelector as exc:
+        log.warning("InferenceService %s: constraints ignored: %s", isvc_key, exc)
+        constraints = None
+
+    if intent.accelerator_class:
+        name = intent.accelerator_class
+        why["class"] = f"{name} (from {intent.class_source})"
+        if runtime_classes and name not in runtime_classes:
+            sentence = (f"accelerator class {name} (from {intent.class_source}) is not supported by runtime "
+                        f"{runtime_name} (supports {', '.join(runtime_classes)})")  # fmt: skip
+            return ClassPlan(True, incompatible=sentence, why=why)
+        if name not in view.classes:
+            return ClassPlan(True, incompatible=f"accelerator class {name} does not exist", why=why)
+        return ClassPlan(True, allowed=(name,), policy=intent.policy, explicit=True, why=why)
+    if not runtime_classes:
+        why["classes"] = f"none apply (runtime {runtime_name} lists no accelerator classes)"
+        return ClassPlan(False, why=why)
+    why["policy"] = f"{intent.policy} (from {intent.policy_source})"
+    ranking = rank_classes(intent.policy, runtime_classes, view.classes, constraints)
+    allowed = tuple(r.name for r in ranking.ranked)
+    if not allowed:
+        return ClassPlan(True, incompatible=ranking.none_reason or "no accelerator class is eligible", why=why)
+    return ClassPlan(True, allowed=allowed, policy=intent.policy, constraints=constraints, why=why)
+
+
+# node -> the AcceleratorClasses it is in (ClassMembership.classes_by_node). A mapping,
+# not a function: the per-node loops below use its C-level .get.
+ClassesByNode = Mapping[str, tuple[str, ...]]
+
+
+def node_cost(classes_by_node: ClassesByNode, classes: Mapping[str, AcceleratorClass]) -> Callable[[str], float | None]:
+    """A node's hourly cost for the `cost` strategy: the cheapest of its classes,
+    spot price where given (as OME's Cheapest policy reads it)."""
+
+    def cost(node: str) -> float | None:
+        prices = []
+        for name in classes_by_node.get(node, ()):
+            c = classes.get(name)
+            price = None if c is None or c.cost is None else (c.cost.spot_per_hour or c.cost.per_hour)
+            if price is not None:
+                prices.append(price)
+        return min(prices) if prices else None
+
+    return cost
+
+
+def filter_with_classes(
+    needed: int,
+    names: Sequence[str],
+    allocatable: Mapping[str, int],
+    lookup: decision.SummaryLookup,
+    now: float,
+    policy: decision.Policy,
+    plan: ClassPlan,
+    classes_by_node: ClassesByNode,
+    allowed_nodes: AbstractSet[str] | None = None,
+) -> decision.FilterOutcome:
+    """The GPU filter, preceded by the class rules: a node outside the allowed
+    classes fails AcceleratorClassNotAllowed; an impossible class request fails
+    every node. Both are unresolvable: preemption cannot change a node's GPU model.
+    `allowed_nodes` (the nodes of `plan.allowed`, see `nodes_in_classes`) may be
+    passed in by a caller that caches it; it is derived from `classes_by_node` if not."""
+    if needed <= 0 or not plan.applies:
+        return decision.filter_nodes(needed, names, allocatable, lookup, now, policy)
+    if plan.incompatible:
+        return decision.FilterOutcome(failed=dict.fromkeys(names, plan.incompatible_reason))
+    if allowed_nodes is None:
+        allowed_nodes = nodes_in_classes(classes_by_node, plan.allowed)
+    inside = [n for n in names if n in allowed_nodes]
+    outcome = decision.filter_nodes(needed, inside, allocatable, lookup, now, policy)
+    if len(inside) != len(names):
+        outcome.failed.update(dict.fromkeys([n for n in names if n not in allowed_nodes], reasons.CLASS_NOT_ALLOWED))
+    return outcome
+
+
+def nodes_in_classes(classes_by_node: ClassesByNode, classes: Sequence[str]) -> frozenset[str]:
+    """The nodes in at least one of `classes`."""
+    wanted = set(classes)
+    return frozenset(node for node, cs in classes_by_node.items() if not wanted.isdisjoint(cs))
+
+
+def prioritize_with_classes(
+    needed: int,
+    names: Sequence[str],
+    allocatable: Mapping[str, int],
+    lookup: decision.SummaryLookup,
+    now: float,
+    policy: decision.Policy,
+    plan: ClassPlan,
+    classes_by_node: ClassesByNode,
+    classes: Mapping[str, AcceleratorClass],
+    strategy: str = "spread",
+    seed: str = "",
+) -> tuple[list[tuple[str, int]], ClassRanking | None]:
+    """Scores 0-10: the policy's class ranking first, the node ranking within a class second.
+
+        K = classes ranked (only those with a node that can take the pod now)
+        p = the node's best class position in that ranking (0 = best)
+        s = the node's own 0-10 score (decision.prioritize)
+        score = round(1 + 9 * ((K - 1 - p) + s / 10) / K)   for a node that fits, else 0
+
+    so every node of a better class outranks every node of a worse one, and with
+    one class (or an explicit class) this is the plain node score.
+    """
+    allowed = set(plan.allowed)
+    # Only a fresh fit inside the allowed classes demotes assumed verdicts, as in filter_with_classes.
+    in_allowed = (lambda node: not allowed.isdisjoint(classes_by_node.get(node, ()))) if plan.applies else None
+    ranked = decision.rank_nodes(needed, names, allocatable, lookup, now, policy, strategy, seed,
+                                 node_cost(classes_by_node, classes) if strategy == "cost" else None,
+                                 in_allowed)  # fmt: skip
+    if needed <= 0 or not plan.applies:
+        return [(name, score) for name, score, _ in ranked], None
+    if plan.incompatible:
+        return [(name, 0) for name in names], None
+    get = classes_by_node.get
+    placeable: set[str] = set()
+    for name, _, fits in ranked:
+        if fits:
+            placeable.update(allowed.intersection(get(name, ())))
+            if len(placeable) == len(allowed):
+                break
+    if plan.explicit:
+        ranking = None
+        position = {plan.allowed[0]: 0}
+    else:
+        ranking = rank_classes(plan.policy, plan.allowed, classes, plan.constraints, placeable.__contains__)
+        position = {r.name: i for i, r in enumerate(ranking.ranked)}
+    k = max(1, len(position))
+    # The formula as a table over (p, s): node scores are integers 0-10, so the loop
+    # below is lookups only. Nodes share few distinct class tuples: their best p is memoised.
+    table = [[min(decision.MAX_SCORE, round(1 + 9 * ((k - 1 - p) + s / 10) / k)) for s in range(decision.MAX_SCORE + 1)]
+             for p in range(k)]  # fmt: skip
+    best: dict[tuple[str, ...], int] = {}  # class tuple -> p, or -1 when none of them is ranked
+    scores = []
+    for name, node_score, fits in ranked:
+        if not fits:
+            scores.append((name, 0))
+            continue
+        node_classes = get(name, ())
+        p = best.get(node_classes)
+        if p is None:
+            p = best[node_classes] = min((position[c] for c in node_classes if c in position), default=-1)
+        scores.append((name, table[p][node_score] if p >= 0 else 0))
+    return scores, ranking
