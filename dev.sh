@@ -3,6 +3,7 @@
 # project with its test extras, then runs what you asked for:
 #   ./dev.sh demo     local demo: extender + 3 fake-GPU agents + a captured scheduler request
 #   ./dev.sh test     the whole test suite (what CI runs)
+#   ./dev.sh lint     type-check the package (mypy; config in pyproject.toml)
 #   ./dev.sh bench    the benchmarks in bench/ (not part of the tests)
 #   ./dev.sh proto    regenerate gpuextender/v1/*_pb2*.py
 set -euo pipefail
@@ -29,7 +30,8 @@ cmd=${1:-}
 case "$cmd" in
   demo)  ensure_venv; exec "$VENV/bin/python" examples/demo.py "$@" ;;
   test)  ensure_venv; exec "$VENV/bin/python" -m pytest "$@" ;;
+  lint)  ensure_venv; exec "$VENV/bin/python" -m mypy "$@" ;;
   bench) ensure_venv; exec "$VENV/bin/python" bench/run_all.py "$@" ;;
   proto) ensure_venv; exec "$VENV/bin/python" proto/generate.py "$@" ;;
-  *) sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

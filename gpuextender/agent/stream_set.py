@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Callable, Iterable
 
@@ -61,7 +62,7 @@ class StreamSet:
         for target in change.added:
             stream = self._make_stream(target)
             task = asyncio.create_task(stream.run(), name=f"stream {target}")
-            task.add_done_callback(lambda t, s=stream: self._stream_done(s, t))
+            task.add_done_callback(functools.partial(self._stream_done, stream))
             self._running[target] = (stream, task)
 
     def _stream_done(self, stream: ExtenderStream, task: asyncio.Task[None]) -> None:

@@ -12,4 +12,4 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         help_text = action.help or ""
         if action.default in (None, [], "", False) or "default:" in help_text:
             return help_text
-        return super()._get_help_string(action)
+        return super()._get_help_string(action) or help_text

@@ -21,6 +21,8 @@ from typing import Any, Protocol
 
 import grpc
 
+from gpuextender.extender.json_fields import object_at
+
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
@@ -105,7 +107,7 @@ def judge_review(status: Mapping[str, Any], expected: ServiceAccountRef, audienc
     if not isinstance(audiences, list) or audience not in audiences:
         return Refusal(grpc.StatusCode.UNAUTHENTICATED, "wrong_audience",
                        f"token is for audience(s) {audiences or 'of the API server'}, not {audience!r}")  # fmt: skip
-    user = status.get("user") if isinstance(status.get("user"), Mapping) else {}
+    user = object_at(status, "user")
     username = str(user.get("username") or "")
     if username != expected.username:
         return Refusal(
@@ -113,7 +115,7 @@ def judge_review(status: Mapping[str, Any], expected: ServiceAccountRef, audienc
             f"token belongs to {username or 'nobody'!r}, not to the agents' service account {expected} "
             f"({expected.username})",
         )  # fmt: skip
-    extra = user.get("extra") if isinstance(user.get("extra"), Mapping) else {}
+    extra = object_at(user, "extra")
     nodes = extra.get(NODE_NAME_EXTRA) or []
     node = nodes[0] if isinstance(nodes, list) and len(nodes) == 1 and isinstance(nodes[0], str) else ""
     if not node:

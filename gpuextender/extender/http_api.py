@@ -40,6 +40,7 @@ from gpuextender.extender.scheduler_wire import (
     parse_extender_args,
     prioritize_result,
 )
+from gpuextender.extender.json_fields import object_at
 
 log = logging.getLogger("gpu_extender.http")
 
@@ -189,8 +190,8 @@ class SchedulerApi:
 
     def _strategy(self, pod: dict[str, Any]) -> tuple[str, str]:
         """(node strategy, random seed) for the pod: its annotation, else the configured one."""
-        meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
-        annotations = meta.get("annotations") if isinstance(meta.get("annotations"), dict) else {}
+        meta = object_at(pod, "metadata")
+        annotations = object_at(meta, "annotations")
         strategy = annotations.get(STRATEGY_ANNOTATION, self.settings.node_strategy)
         if strategy not in decision.NODE_STRATEGIES:
             # A typo in an annotation must not block scheduling: say so, use the default.

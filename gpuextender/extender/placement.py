@@ -36,6 +36,7 @@ from gpuextender.extender.ome.class_policy import (
 )
 from gpuextender.extender.ome.pod_intent import PodIdentity, class_intent, pod_identity
 from gpuextender.extender.ome.runtime_selector import RuntimeSelectionError, find_base_model, validate_runtime
+from gpuextender.extender.json_fields import object_at
 
 log = logging.getLogger("gpu_extender.placement")
 
@@ -84,8 +85,8 @@ def plan_classes(
     isvc = view.get(INFERENCE_SERVICE.kind, isvc_key)
     if isvc is None:
         return ClassPlan(False, why={"classes": f"none apply (InferenceService {isvc_key} not in the inventory)"})
-    spec = isvc.get("spec") if isinstance(isvc.get("spec"), dict) else {}
-    runtime_ref = spec.get("runtime") if isinstance(spec.get("runtime"), dict) else {}
+    spec = object_at(isvc, "spec")
+    runtime_ref = object_at(spec, "runtime")
     runtime_name = ident.runtime or str(runtime_ref.get("name") or "")
     runtime_kind, runtime = view.namespaced_first(SERVING_RUNTIME.kind, CLUSTER_SERVING_RUNTIME.kind,
                                                   ident.namespace, runtime_name)  # fmt: skip
@@ -111,13 +112,13 @@ def _class_plan(
     why: dict[str, str],
 ) -> ClassPlan:
     isvc_key = f"{ident.namespace}/{ident.inference_service}"
-    spec = isvc.get("spec") if isinstance(isvc.get("spec"), dict) else {}
+    spec = object_at(isvc, "spec")
     requirements = (runtime.get("spec") or {}).get("acceleratorRequirements") or {}
     listed = requirements.get("acceleratorClasses") if isinstance(requirements, dict) else None
     runtime_classes = tuple(dict.fromkeys(c for c in listed if isinstance(c, str))) if isinstance(listed, list) else ()
 
     intent = class_intent(ident, isvc, default_policy)
-    selector = spec.get("acceleratorSelector") if isinstance(spec.get("acceleratorSelector"), dict) else {}
+    selector = object_at(spec, "acceleratorSelector")
     try:
         constraints = parse_constraints(selector.get("constraints"), "spec.acceleratorSelector.constraints")
     except InvalidAcceleratorSelector as exc:

@@ -20,6 +20,7 @@ from decimal import Context, Decimal, Inexact, InvalidOperation, Overflow
 from typing import Any
 
 from gpuextender.extender.bad_request import BadRequest, shown
+from gpuextender.extender.json_fields import object_at
 
 MAX_GPU_COUNT = 2**31  # per quantity, per Node and per pod (all its containers); inclusive
 MAX_QUANTITY_CHARS = 64  # a real GPU quantity is a few characters ("8", "2k"); inclusive
@@ -129,7 +130,7 @@ def gpus_requested(pod: Mapping[str, Any], resources: Sequence[str]) -> int:
 
 def pod_ref(pod: Mapping[str, Any]) -> str:
     """`namespace/name` for logs; never fails, never longer than two Kubernetes names."""
-    meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
+    meta = object_at(pod, "metadata")
     return f"{_name(meta.get('namespace'))}/{_name(meta.get('name'))}"
 
 

@@ -139,8 +139,10 @@ class TokenReviewer:
         }  # fmt: skip
         self.reviews += 1
         try:
-            resp: aiohttp.ClientResponse = await k8s.AuthenticationV1Api(self._client).create_token_review(
-                body=body, _preload_content=False, _request_timeout=aiohttp.ClientTimeout(total=self._timeout_s)
+            # _preload_content=False: the raw aiohttp response (the generated stubs say V1TokenReview).
+            resp: aiohttp.ClientResponse = await k8s.AuthenticationV1Api(self._client).create_token_review(  # type: ignore[assignment]
+                body=body,  # type: ignore[arg-type]  # a plain dict serialises the same
+                _preload_content=False, _request_timeout=aiohttp.ClientTimeout(total=self._timeout_s),
             )
             try:
                 raw = await resp.read()

@@ -75,6 +75,7 @@ from kubernetes_asyncio.config.config_exception import ConfigException
 from gpuextender.common.backoff import Backoff
 
 from gpuextender.extender.inventory.sink import KINDS, InventorySink, KindInfo, KubeObject
+from gpuextender.extender.json_fields import object_at
 
 log = logging.getLogger("gpu_extender.inventory.kube")
 
@@ -351,7 +352,7 @@ def _list_call(api_client: k8s.ApiClient, info: KindInfo) -> _ListCall:
 
         return call
     # e.g. CoreV1Api.list_node (cluster-scoped) or list_pod_for_all_namespaces (namespaced).
-    return getattr(k8s.CoreV1Api(api_client), _core_list_method(info))  # type: ignore[no-any-return]
+    return getattr(k8s.CoreV1Api(api_client), _core_list_method(info))
 
 
 def _object_name(obj: Any) -> str | None:
@@ -511,7 +512,7 @@ class _KindWatcher:
                 raise _ProtocolError(f"LIST response is not JSON ({exc})") from exc
             if not isinstance(page, dict):
                 raise _ProtocolError("LIST response is not a JSON object")
-            meta = page.get("metadata") if isinstance(page.get("metadata"), dict) else {}
+            meta = object_at(page, "metadata")
             page_items = page.get("items") or []
             if not isinstance(page_items, list):
                 raise _ProtocolError("LIST response `items` is not a list")

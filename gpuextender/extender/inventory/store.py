@@ -23,8 +23,11 @@ from gpuextender.extender.inventory.sink import KIND_BY_NAME, KINDS, NODE, KubeO
 log = logging.getLogger("gpu_extender.inventory")
 
 
+_ALL_KINDS = tuple(k.kind for k in KINDS)
+
+
 class InventoryStore:
-    def __init__(self, kinds: Iterable[str] = tuple(k.kind for k in KINDS)) -> None:
+    def __init__(self, kinds: Iterable[str] = _ALL_KINDS) -> None:
         self._objects: dict[str, dict[str, KubeObject]] = {kind: {} for kind in kinds}
         self._synced: set[str] = set()
         self.version = 0

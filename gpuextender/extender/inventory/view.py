@@ -11,6 +11,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from gpuextender.extender.bad_request import BadRequest
 from gpuextender.extender.inventory.sink import (
@@ -37,6 +38,7 @@ from gpuextender.extender.ome.ome_objects import (
     parse_serving_runtime,
 )
 from gpuextender.extender.pod_gpus import parse_count
+from gpuextender.extender.json_fields import object_at
 
 log = logging.getLogger("gpu_extender.inventory")
 
@@ -81,7 +83,7 @@ class ViewBuilder:
         self._on_invalid = on_invalid or (lambda kind, key, problem: None)
         self._warned: set[tuple[str, str, str]] = set()  # (kind, key, resourceVersion)
         self._scheduled = False
-        self._rebuilt: list[Callable[[InventoryView], None]] = []
+        self._rebuilt: list[Callable[[InventoryView], object]] = []
         self._class_report: tuple[object, ...] = ()
         # Per-node results of the last rebuild, reused while the store holds the same
         # object (keyed by id, checked by identity): one changed Node re-parses and
@@ -92,7 +94,7 @@ class ViewBuilder:
         self.current = InventoryView()
         store.on_change(self._changed)
 
-    def on_rebuild(self, listener: Callable[[InventoryView], None]) -> None:
+    def on_rebuild(self, listener: Callable[[InventoryView], object]) -> None:
         """Call `listener(view)` after every rebuild: derived state follows off the request path."""
         self._rebuilt.append(listener)
 
@@ -171,17 +173,17 @@ class ViewBuilder:
         classes: dict[str, AcceleratorClass] = {}
         for obj in self._store.objects(ACCELERATOR_CLASS.kind):
             try:
-                parsed = parse_accelerator_class(obj)
+                accelerator_class = parse_accelerator_class(obj)
             except InvalidAcceleratorClass as exc:
                 invalid[ACCELERATOR_CLASS.kind] = invalid.get(ACCELERATOR_CLASS.kind, 0) + 1
                 self._invalid(ACCELERATOR_CLASS.kind, obj, str(exc))
                 continue
-            classes[parsed.name] = parsed
+            classes[accelerator_class.name] = accelerator_class
         membership = self._classify(valid_nodes, classes)
         if classes:
             self._report_classless(membership, allocatable)
         objects: dict[str, dict[str, KubeObject]] = {}
-        parsed: dict[str, list[object]] = {}
+        parsed: dict[str, list[Any]] = {}  # kind -> its parsed objects (each kind its own type)
         parsers = (
             (SERVING_RUNTIME, parse_serving_runtime), (CLUSTER_SERVING_RUNTIME, parse_serving_runtime),
             (INFERENCE_SERVICE, parse_inference_service),
@@ -202,7 +204,7 @@ class ViewBuilder:
         services = {f"{i.namespace}/{i.name}": i for i in parsed.get(INFERENCE_SERVICE.kind, [])}
         self.current = InventoryView(
             self._store.version, allocatable, labels, invalid, classes, membership, objects,
-            runtimes, models, services,  # type: ignore[arg-type]
+            runtimes, models, services,
         )  # fmt: skip
         for listener in self._rebuilt:
             listener(self.current)
@@ -210,12 +212,12 @@ class ViewBuilder:
 
 
 def _parse_node(obj: KubeObject, gpu_resources: Sequence[str]) -> tuple[str, int, dict[str, str]]:
-    meta = obj.get("metadata")
-    name = meta.get("name") if isinstance(meta, dict) else None
+    meta = object_at(obj, "metadata")
+    name = meta.get("name")
     if not isinstance(name, str) or not name:
         raise BadRequest("wrong_type", "metadata.name is missing")
-    status = obj.get("status") if isinstance(obj.get("status"), dict) else {}
-    allocatable = status.get("allocatable") if isinstance(status.get("allocatable"), dict) else {}
+    status = object_at(obj, "status")
+    allocatable = object_at(status, "allocatable")
     gpus = sum(parse_count(allocatable[r], f"status.allocatable[{r}]") for r in gpu_resources if r in allocatable)
     raw_labels = meta.get("labels")
     if raw_labels is not None and not isinstance(raw_labels, dict):

@@ -500,9 +500,9 @@ def rank_classes(
             reason = f"accelerator class {name} not found at cluster scope"  # OME's AcceleratorNotFoundError
             excluded.append(ExcludedClass(name, Stage.NOT_FOUND, reason))
             continue
-        reason = meets_requirements(cls, constraints)
-        if reason is not None:
-            excluded.append(ExcludedClass(name, Stage.CONSTRAINTS, reason))
+        unmet = meets_requirements(cls, constraints)
+        if unmet is not None:
+            excluded.append(ExcludedClass(name, Stage.CONSTRAINTS, unmet))
         else:
             survivors.append(cls)
     placeable = survivors

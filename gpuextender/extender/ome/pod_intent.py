@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gpuextender.extender.json_fields import object_at
+
 INFERENCE_SERVICE_LABEL = "ome.io/inferenceservice"
 COMPONENT_LABEL = "component"
 RUNTIME_LABEL = "serving-runtime"
@@ -51,7 +53,7 @@ def _string_map(value: Any) -> dict[str, str]:
 
 
 def pod_identity(pod: dict[str, Any]) -> PodIdentity:
-    meta = pod.get("metadata") if isinstance(pod.get("metadata"), dict) else {}
+    meta = object_at(pod, "metadata")
     labels = _string_map(meta.get("labels"))
     annotations = _string_map(meta.get("annotations"))
     namespace = meta.get("namespace") if isinstance(meta.get("namespace"), str) else ""
@@ -76,11 +78,11 @@ class ClassIntent:
 
 
 def class_intent(identity: PodIdentity, isvc: dict[str, Any] | None, default_policy: str) -> ClassIntent:
-    spec = isvc.get("spec") if isinstance(isvc, dict) and isinstance(isvc.get("spec"), dict) else {}
-    component = spec.get(identity.component) if isinstance(spec.get(identity.component), dict) else {}
-    override = component.get("acceleratorOverride") if isinstance(component.get("acceleratorOverride"), dict) else {}
-    selector = spec.get("acceleratorSelector") if isinstance(spec.get("acceleratorSelector"), dict) else {}
-    isvc_meta = isvc.get("metadata") if isinstance(isvc, dict) and isinstance(isvc.get("metadata"), dict) else {}
+    spec = object_at(isvc, "spec")
+    component = object_at(spec, identity.component)
+    override = object_at(component, "acceleratorOverride")
+    selector = object_at(spec, "acceleratorSelector")
+    isvc_meta = object_at(isvc, "metadata")
     isvc_annotation = _string_map(isvc_meta.get("annotations")).get(CLASS_ANNOTATION, "")
 
     candidates = (
