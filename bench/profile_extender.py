@@ -2,10 +2,10 @@
 
 What it measures: the handler path of one scheduler call, split into its phases,
 for the same fleet and Pod as bench_extender.py (NodeNames mode by default):
-  parse  = extender.scheduler_wire.parse_extender_args (json.loads + checks)
-  inputs = gpus_requested + ExtenderArgs.candidate_names / .allocatable
-  decide = extender.decision.filter_nodes / prioritize
-  record = SchedulerApi._record_filter (metrics + the decision log line)
+  parse    = scheduler_wire.parse_extender_args (json.loads + checks)
+  question = SchedulerApi.decide: read_pod + candidates + snapshot + class plan
+  decide   = Decision.filtered / Decision.scores (placement on decision.py)
+  record   = SchedulerApi._record_filter (metrics + the decision log line)
   answer = filter_result / prioritize_result
   encode = scheduler_wire.encode (json.dumps)
 Logging is set to WARNING, as in the benchmark. Then it runs cProfile over the
@@ -38,12 +38,12 @@ from bench_extender import (  # noqa: E402
     node_report,
 )
 
-from gpuextender.extender import decision, scheduler_wire  # noqa: E402
+from gpuextender.extender import scheduler_wire  # noqa: E402
+from gpuextender.extender.decide import Decision  # noqa: E402
 from gpuextender.extender.config import build_config  # noqa: E402
 from gpuextender.extender.gpu_state import GpuState  # noqa: E402
 from gpuextender.extender.http_api import SchedulerApi  # noqa: E402
 from gpuextender.extender.metrics import ExtenderMetrics  # noqa: E402
-from gpuextender.extender.pod_gpus import gpus_requested  # noqa: E402
 
 
 def build_api(nodes: int) -> SchedulerApi:
@@ -69,24 +69,19 @@ def phases(api: SchedulerApi, body: bytes, verb: str, repeat: int) -> list[tuple
     """Best-of-`repeat` milliseconds per phase."""
     settings = api.settings
     ms_parse, args = _time(lambda: scheduler_wire.parse_extender_args(body), repeat)
-    ms_inputs, (needed, names, allocatable) = _time(
-        lambda: (gpus_requested(args.pod, settings.gpu_resources), args.candidate_names(),
-                 args.allocatable(settings.gpu_resources, api.inventory().allocatable_gpus)),
-        repeat,
-    )  # fmt: skip
-    now = time.monotonic()
-    rows = [("parse", ms_parse), ("inputs", ms_inputs)]
+    ms_question, d = _time(lambda: api.decide(args), repeat)
+
+    def fresh() -> Decision:  # its parts are computed once: time each on a new Decision
+        return Decision(d.pod, d.plan, d.candidates, d.known)
+
+    rows = [("parse", ms_parse), ("question", ms_question)]
     if verb == "filter":
-        ms_decide, outcome = _time(
-            lambda: decision.filter_nodes(needed, names, allocatable, api.state.summary, now, settings.policy), repeat
-        )
-        ms_record, _ = _time(lambda: api._record_filter(args, needed, outcome, allocatable), repeat)
+        ms_decide, outcome = _time(lambda: fresh().filtered, repeat)
+        ms_record, _ = _time(lambda: api._record_filter(d), repeat)
         ms_answer, answer = _time(lambda: scheduler_wire.filter_result(args, outcome), repeat)
         rows += [("decide", ms_decide), ("record", ms_record), ("answer", ms_answer)]
     else:
-        ms_decide, scores = _time(
-            lambda: decision.prioritize(needed, names, allocatable, api.state.summary, now, settings.policy), repeat
-        )
+        ms_decide, scores = _time(lambda: fresh().scores, repeat)
         ms_answer, answer = _time(
             lambda: scheduler_wire.prioritize_result(scores, compact=settings.compact_priorities), repeat
         )

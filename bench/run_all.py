@@ -192,8 +192,8 @@ def render_markdown(
         ]
         what = {
             "parse": "`scheduler_wire.parse_extender_args` (json.loads + checks)",
-            "inputs": "`gpus_requested` + `ExtenderArgs.candidate_names` / `.allocatable`",
-            "decide": "`decision.filter_nodes` (one `assess` / `NodeAssessment` per node)",
+            "question": "`SchedulerApi.decide`: the pod read once (`pod_request.read_pod`), candidates, snapshot, class plan",
+            "decide": "`Decision.filtered` (placement + `decision.filter_nodes`)",
             "record": "`SchedulerApi._record_filter` (metrics per failed node + decision log text)",
             "answer": "`scheduler_wire.filter_result`",
             "encode": "`scheduler_wire.encode` (json.dumps)",

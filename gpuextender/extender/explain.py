@@ -6,59 +6,37 @@ utilization), the filter verdict with reason code and sentence, the policy's
 class rank and the score with its parts; plus what was resolved for the pod
 (InferenceService, runtime, class, policy, each with where it came from).
 
-It runs the same functions as the scheduler verbs, so what it says is what they
-decided; it is meant for people (and `gpu-extender explain`), not for the
-scheduler, and costs more than filter (one assess() per node).
+It renders the same `decide.Decision` as the scheduler verbs, so what it says is
+what they decided; it is meant for people (and `gpu-extender explain`), not for
+the scheduler, and costs more than filter (one assess() per node).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpuextender.extender import decision, placement
-from gpuextender.extender.gpu_summary import NodeSummary
-from gpuextender.extender.inventory.view import InventoryView
-from gpuextender.extender.live_classes import LiveClasses
+from gpuextender.extender.decide import Decision
 
 NODE_FORMULA = "1 + round(9 * v / (C + 1)), v from the node strategy (gpuextender/extender/decision.py)"
 CLASS_FORMULA = "round(1 + 9 * ((K - 1 - p) + node score / 10) / K) (gpuextender/extender/placement.py)"
 
 
-def explain(
-    pod_ref: str,
-    needed: int,
-    names: Sequence[str],
-    allocatable: Mapping[str, int],
-    lookup: decision.SummaryLookup,
-    now: float,
-    policy: decision.Policy,
-    plan: placement.ClassPlan,
-    view: InventoryView,
-    live_classes: LiveClasses,
-    strategy: str = "spread",
-    seed: str = "",
-) -> dict[str, Any]:
-    classes_of = live_classes.classes_by_node(view)
-    outcome = placement.filter_with_classes(needed, names, allocatable, lookup, now, policy, plan, classes_of)
-    scores, ranking = placement.prioritize_with_classes(
-        needed, names, allocatable, lookup, now, policy, plan, classes_of, view.classes, strategy, seed
-    )
-    cost_of = placement.node_cost(classes_of, view.classes)
-    node_scores = dict(decision.prioritize(needed, names, allocatable, lookup, now, policy, strategy, seed, cost_of))
-    final = dict(scores)
+def explain(d: Decision) -> dict[str, Any]:
+    """The Decision as a person reads it: every candidate with its numbers, verdict and score parts."""
+    known, plan, pod = d.known, d.plan, d.pod
+    classes_of = known.classes_by_node
+    outcome, final, node_scores, ranking = d.filtered, dict(d.scores), d.node_scores, d.class_ranking
     position = {r.name: i for i, r in enumerate(ranking.ranked)} if ranking is not None else {}
     if plan.explicit:
         position = {plan.allowed[0]: 0}
     passed = set(outcome.passed)
     nodes = []
-    for name in names:
-        summary: NodeSummary | None = lookup(name)
-        a = decision.assess(name, allocatable.get(name), summary, needed, now, policy)
+    for name in d.candidates.names:
+        a = d.assess(name)
         reason = outcome.failed.get(name)
         node_classes = classes_of.get(name, ())
         ranks = [position[c] for c in node_classes if c in position]
-        excluded = live_classes.excluded(view, name)
+        excluded = known.classes.excluded(known.view, name)
         nodes.append({
             "node": name,
             "classes": list(node_classes),
@@ -82,7 +60,7 @@ def explain(
                            "classesRanked": len(position) if plan.applies else None},
         })  # fmt: skip
     resolved: dict[str, Any] = dict(plan.why)
-    resolved["nodeStrategy"] = strategy
+    resolved["nodeStrategy"] = pod.strategy
     resolved["classRulesApply"] = plan.applies
     if plan.applies:
         resolved["allowedClasses"] = list(plan.allowed)
@@ -91,8 +69,8 @@ def explain(
     if plan.runtime_warning:
         resolved["runtimeWarning"] = plan.runtime_warning
     answer: dict[str, Any] = {
-        "pod": pod_ref,
-        "gpusNeeded": needed,
+        "pod": pod.ref,
+        "gpusNeeded": pod.gpus_needed,
         "resolved": resolved,
         "fallback": outcome.fallback,
         # Nodes that passed only on assumed data: no node with fresh data fit.

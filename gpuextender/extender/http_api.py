@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any
@@ -27,9 +27,10 @@ from gpuextender.extender.bad_request import shown as shown_value
 from gpuextender.extender.gpu_state import GpuState
 from gpuextender.extender.inventory.view import InventoryView
 from gpuextender.extender.live_classes import LiveClasses, LiveClassesCollector
-from gpuextender.extender.ome.pod_intent import PodIdentity, pod_identity
+from gpuextender.extender.ome.pod_intent import PodIdentity
 from gpuextender.extender.metrics import ExtenderMetrics
-from gpuextender.extender.pod_gpus import gpus_requested, pod_ref
+from gpuextender.extender.decide import Candidates, Decision, Snapshot
+from gpuextender.extender.pod_request import PodRequest, read_pod
 from gpuextender.extender.scheduler_wire import (
     BYTES_PER_CONTAINER,
     EXPLAIN_MAX_CANDIDATES,
@@ -40,11 +41,9 @@ from gpuextender.extender.scheduler_wire import (
     parse_extender_args,
     prioritize_result,
 )
-from gpuextender.extender.json_fields import object_at
 
 log = logging.getLogger("gpu_extender.http")
 
-STRATEGY_ANNOTATION = "gpu-extender.io/node-strategy"
 _PLAN_CACHE_SIZE = 4096  # distinct OME pod identities per inventory version; cleared when full
 
 # How many failed nodes an INFO decision line names; the rest are counted (DEBUG names all).
@@ -128,83 +127,58 @@ class SchedulerApi:
         """The current inventory snapshot."""
         return self._inventory()
 
-    def _plan(self, args: ExtenderArgs, needed: int) -> tuple[InventoryView, placement.ClassPlan]:
+    def decide(self, args: ExtenderArgs) -> Decision:
+        """The question (the pod, read once; the candidates) against what we know now."""
+        settings = self.settings
+        pod = read_pod(args.pod, settings.gpu_resources, settings.node_strategy, settings.random_seed)
+        view = self._inventory()
+        candidates = Candidates(args.candidate_names(), args.allocatable(settings.gpu_resources, view.allocatable_gpus))
+        known = Snapshot(self.state.summary, view, self.classes, self._clock(), settings.policy)
+        return Decision(pod, self._plan(pod, view), candidates, known)
+
+    def _plan(self, pod: PodRequest, view: InventoryView) -> placement.ClassPlan:
         """The pod's class plan. It depends only on the pod's OME identity and the
         inventory, so it is computed once per (inventory version, identity): the
         replicas of one InferenceService and filter+prioritize share it."""
-        view = self._inventory()
-        if needed <= 0:
-            return view, placement.ClassPlan(False)
-        identity = pod_identity(args.pod)
+        if pod.gpus_needed <= 0:
+            return placement.ClassPlan(False)
         if self._plan_version != view.version or len(self._plans) >= _PLAN_CACHE_SIZE:
             self._plans.clear()
             self._plan_version = view.version
-        plan = self._plans.get(identity)
+        plan = self._plans.get(pod.identity)
         if plan is None:
-            plan = placement.plan_classes(args.pod, view, self.settings.default_class_policy,
+            plan = placement.plan_classes(pod.identity, view, self.settings.default_class_policy,
                                           self.settings.runtime_check)  # fmt: skip
-            self._plans[identity] = plan
-        return view, plan
+            self._plans[pod.identity] = plan
+        return plan
+
+    # The three verbs render one Decision each.
 
     def filter(self, args: ExtenderArgs) -> dict[str, Any]:
-        needed = gpus_requested(args.pod, self.settings.gpu_resources)
-        view, plan = self._plan(args, needed)
-        names = args.candidate_names()
-        allocatable = args.allocatable(self.settings.gpu_resources, view.allocatable_gpus)
-        allowed_nodes = self.classes.nodes_in(view, plan.allowed) if plan.allowed else None
-        outcome = placement.filter_with_classes(needed, names, allocatable, self.state.summary, self._clock(),
-                                                self.settings.policy, plan, self.classes.classes_by_node(view),
-                                                allowed_nodes)  # fmt: skip
+        d = self.decide(args)
+        plan = d.plan
         if plan.incompatible:
-            log.warning("filter %s: %s", pod_ref(args.pod), plan.incompatible)
+            log.warning("filter %s: %s", d.pod.ref, plan.incompatible)
         if plan.runtime_warning or plan.incompatible_reason is reasons.RUNTIME_INCOMPATIBLE and plan.incompatible:
             self.metrics.runtime_incompatible.labels(mode=self.settings.runtime_check).inc()
         if plan.runtime_warning:
             log.warning("filter %s: runtime cannot serve the model (--runtime-check warn, not enforced): %s",
-                        pod_ref(args.pod), plan.runtime_warning)  # fmt: skip
-        self._record_filter(args, needed, outcome, allocatable)
-        return filter_result(args, outcome)
+                        d.pod.ref, plan.runtime_warning)  # fmt: skip
+        self._record_filter(d)
+        return filter_result(args, d.filtered)
 
     def prioritize(self, args: ExtenderArgs) -> list[dict[str, Any]]:
-        needed = gpus_requested(args.pod, self.settings.gpu_resources)
-        view, plan = self._plan(args, needed)
-        names = args.candidate_names()
-        allocatable = args.allocatable(self.settings.gpu_resources, view.allocatable_gpus)
-        strategy, seed = self._strategy(args.pod)
-        scores, _ = placement.prioritize_with_classes(
-            needed, names, allocatable, self.state.summary, self._clock(), self.settings.policy,
-            plan, self.classes.classes_by_node(view), view.classes, strategy, seed,
-        )  # fmt: skip
+        d = self.decide(args)
         if log.isEnabledFor(logging.DEBUG):
-            log.debug("prioritize %s (needs %d GPU): %s", pod_ref(args.pod), needed,
-                      ", ".join(f"{name}={score}" for name, score in scores))  # fmt: skip
-        return prioritize_result(scores, compact=self.settings.compact_priorities)
+            log.debug("prioritize %s (needs %d GPU): %s", d.pod.ref, d.pod.gpus_needed,
+                      ", ".join(f"{name}={score}" for name, score in d.scores))  # fmt: skip
+        return prioritize_result(d.scores, compact=self.settings.compact_priorities)
 
     def explain(self, args: ExtenderArgs) -> dict[str, Any]:
-        needed = gpus_requested(args.pod, self.settings.gpu_resources)
-        view, plan = self._plan(args, needed)
-        allocatable = args.allocatable(self.settings.gpu_resources, view.allocatable_gpus)
-        strategy, seed = self._strategy(args.pod)
-        return explain_decision(pod_ref(args.pod), needed, args.candidate_names(), allocatable, self.state.summary,
-                                self._clock(), self.settings.policy, plan, view, self.classes, strategy, seed)  # fmt: skip
+        return explain_decision(self.decide(args))
 
-    def _strategy(self, pod: dict[str, Any]) -> tuple[str, str]:
-        """(node strategy, random seed) for the pod: its annotation, else the configured one."""
-        meta = object_at(pod, "metadata")
-        annotations = object_at(meta, "annotations")
-        strategy = annotations.get(STRATEGY_ANNOTATION, self.settings.node_strategy)
-        if strategy not in decision.NODE_STRATEGIES:
-            # A typo in an annotation must not block scheduling: say so, use the default.
-            log.warning("pod %s: %s=%s is not one of %s; using %s", pod_ref(pod), STRATEGY_ANNOTATION,
-                        shown_value(strategy), ", ".join(decision.NODE_STRATEGIES),
-                        self.settings.node_strategy)  # fmt: skip
-            strategy = self.settings.node_strategy
-        return strategy, f"{self.settings.random_seed}/{meta.get('uid', '')}"
-
-    def _record_filter(
-        self, args: ExtenderArgs, needed: int, outcome: decision.FilterOutcome, allocatable: Mapping[str, int]
-    ) -> None:
-        m = self.metrics
+    def _record_filter(self, d: Decision) -> None:
+        m, outcome, needed = self.metrics, d.filtered, d.pod.gpus_needed
         m.filter_nodes.labels(result="passed").inc(len(outcome.passed))
         m.filter_nodes.labels(result="failed").inc(len(outcome.failed))
         for reason, count in Counter(outcome.failed.values()).items():
@@ -214,22 +188,17 @@ class SchedulerApi:
         if outcome.assumed:
             m.filter_assumed_passes.inc(len(outcome.assumed))
         if needed == 0:
-            log.debug("filter %s: needs no GPU, all %d node(s) pass", pod_ref(args.pod), len(outcome.passed))
+            log.debug("filter %s: needs no GPU, all %d node(s) pass", d.pod.ref, len(outcome.passed))
             return
         if not log.isEnabledFor(logging.INFO):
             return
         # Name a few failed nodes with their numbers (all at DEBUG); the text is built only for those.
         limit = len(outcome.failed) if log.isEnabledFor(logging.DEBUG) else _LOG_FAILED_NODES
-        now, policy = self._clock(), self.settings.policy
-        shown = [
-            _failure_text(reason.code, decision.assess(name, allocatable.get(name), self.state.summary(name),
-                                                       needed, now, policy))  # fmt: skip
-            for name, reason in islice(outcome.failed.items(), limit)
-        ]
+        shown = [_failure_text(reason.code, d.assess(name)) for name, reason in islice(outcome.failed.items(), limit)]
         more = f" and {len(outcome.failed) - len(shown)} more" if len(outcome.failed) > len(shown) else ""
         log.info(
             "filter %s needs %d GPU: %d passed%s, %d failed%s%s",
-            pod_ref(args.pod), needed, len(outcome.passed),
+            d.pod.ref, needed, len(outcome.passed),
             " (no node fit: passing the busy/stale ones, kube-scheduler decides)" if outcome.fallback else
             f" (on assumed data: no node with fresh GPU data fits; {_names(outcome.assumed)})" if outcome.assumed
             else "",

@@ -34,7 +34,7 @@ from gpuextender.extender.ome.class_policy import (
     parse_constraints,
     rank_classes,
 )
-from gpuextender.extender.ome.pod_intent import PodIdentity, class_intent, pod_identity
+from gpuextender.extender.ome.pod_intent import PodIdentity, class_intent
 from gpuextender.extender.ome.runtime_selector import RuntimeSelectionError, find_base_model, validate_runtime
 from gpuextender.extender.json_fields import object_at
 
@@ -73,11 +73,11 @@ def runtime_problem(ident: PodIdentity, view: InventoryView, runtime_name: str) 
 
 
 def plan_classes(
-    pod: dict[str, Any], view: InventoryView, default_policy: str, runtime_check: str = "warn"
+    ident: PodIdentity, view: InventoryView, default_policy: str, runtime_check: str = "warn"
 ) -> ClassPlan:
-    """`runtime_check`: "enforce" fails every node when the runtime cannot serve the
-    pod's model, "warn" only reports it (ClassPlan.runtime_warning), "off" skips it."""
-    ident = pod_identity(pod)
+    """The classes a pod of this OME identity may land on. `runtime_check`: "enforce" fails
+    every node when the runtime cannot serve the pod's model, "warn" only reports it
+    (ClassPlan.runtime_warning), "off" skips it."""
     if ident.neutral:
         reason = "not an OME pod" if not ident.is_ome else f"OME {ident.component or 'unlabelled'} component"
         return ClassPlan(False, why={"classes": f"none apply ({reason})"})

@@ -13,6 +13,7 @@ from gpuextender.extender.gpu_summary import IdleRule
 from gpuextender.extender.inventory.file_source import FileInventorySource
 from gpuextender.extender.inventory.store import InventoryStore
 from gpuextender.extender.inventory.view import InventoryView, ViewBuilder
+from gpuextender.extender.ome.pod_intent import PodIdentity, pod_identity
 from tests.e2e.test_accelerator_classes import NODES, ome_request, write_inventory
 from tests.extender.builders import gpu, report
 
@@ -27,8 +28,9 @@ def view(tmp_path_factory: pytest.TempPathFactory) -> InventoryView:
     return views.current
 
 
-def pod(isvc: str, runtime: str, component: str = "engine") -> dict:
-    return json.loads(ome_request(isvc, runtime, NODES, component=component))["Pod"]
+def pod(isvc: str, runtime: str, component: str = "engine") -> PodIdentity:
+    """The OME identity of the pod OME would create for this InferenceService component."""
+    return pod_identity(json.loads(ome_request(isvc, runtime, NODES, component=component))["Pod"])
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,90 @@
+"""One pod's placement over one call's candidates: the `Decision` that filter,
+prioritize and explain render.
+
+    wire (scheduler_wire) -> question (pod_request.PodRequest, Candidates)
+      -> what we know (Snapshot) -> decision (this module, on decision.py and
+      placement.py) -> answer (scheduler_wire.filter_result / prioritize_result,
+      explain.explain)
+
+A Decision computes each of its parts at most once, when a rendering first asks
+for it: filter pays only for the filter verdicts, explain reuses whatever
+filter and prioritize computed. Pure: everything it reads is in its arguments.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+
+from gpuextender.extender import decision, placement
+from gpuextender.extender.inventory.view import InventoryView
+from gpuextender.extender.live_classes import LiveClasses
+from gpuextender.extender.ome.class_policy import ClassRanking
+from gpuextender.extender.pod_request import PodRequest
+
+
+@dataclass(frozen=True, slots=True)
+class Candidates:
+    names: Sequence[str]  # in request order
+    allocatable: Mapping[str, int]  # allocatable GPUs per node (from the request's Nodes, or the inventory)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What the extender knows, fixed for one request."""
+
+    summary: decision.SummaryLookup  # the node's GPU summary from its agent, or None
+    view: InventoryView
+    classes: LiveClasses  # AcceleratorClass membership, labels refined by NVML facts
+    now: float  # monotonic seconds: data age is judged on it
+    policy: decision.Policy
+
+    @property
+    def classes_by_node(self) -> placement.ClassesByNode:
+        return self.classes.classes_by_node(self.view)
+
+
+class Decision:
+    def __init__(self, pod: PodRequest, plan: placement.ClassPlan, candidates: Candidates, known: Snapshot) -> None:
+        self.pod, self.plan, self.candidates, self.known = pod, plan, candidates, known
+
+    @cached_property
+    def filtered(self) -> decision.FilterOutcome:
+        """Which candidates pass, and why each other one fails."""
+        known, plan, c = self.known, self.plan, self.candidates
+        allowed = known.classes.nodes_in(known.view, plan.allowed) if plan.allowed else None
+        return placement.filter_with_classes(self.pod.gpus_needed, c.names, c.allocatable, known.summary, known.now,
+                                             known.policy, plan, known.classes_by_node, allowed)  # fmt: skip
+
+    @cached_property
+    def _ranked(self) -> tuple[list[tuple[str, int]], ClassRanking | None]:
+        known, c = self.known, self.candidates
+        return placement.prioritize_with_classes(
+            self.pod.gpus_needed, c.names, c.allocatable, known.summary, known.now, known.policy, self.plan,
+            known.classes_by_node, known.view.classes, self.pod.strategy, self.pod.seed,
+        )  # fmt: skip
+
+    @property
+    def scores(self) -> list[tuple[str, int]]:
+        """(node, 0-10) for every candidate, in request order: classes first, then the node strategy."""
+        return self._ranked[0]
+
+    @property
+    def class_ranking(self) -> ClassRanking | None:
+        """The policy's ranking of the allowed classes (None: class-neutral or one explicit class)."""
+        return self._ranked[1]
+
+    @cached_property
+    def node_scores(self) -> dict[str, int]:
+        """The node strategy's own 0-10 score, before classes (explain shows both)."""
+        known, c = self.known, self.candidates
+        cost_of = placement.node_cost(known.classes_by_node, known.view.classes)
+        return dict(decision.prioritize(self.pod.gpus_needed, c.names, c.allocatable, known.summary, known.now,
+                                        known.policy, self.pod.strategy, self.pod.seed, cost_of))  # fmt: skip
+
+    def assess(self, node: str) -> decision.NodeAssessment:
+        """One node's GPU verdict with the numbers behind it (for logs and explain)."""
+        known = self.known
+        return decision.assess(node, self.candidates.allocatable.get(node), known.summary(node),
+                               self.pod.gpus_needed, known.now, known.policy)  # fmt: skip
