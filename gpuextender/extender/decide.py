@@ -1,10 +1,10 @@
 """One pod's placement over one call's candidates: the `Decision` that filter,
 prioritize and explain render.
 
-    wire (scheduler_wire) -> question (pod_request.PodRequest, Candidates)
-      -> what we know (Snapshot) -> decision (this module, on decision.py and
-      placement.py) -> answer (scheduler_wire.filter_result / prioritize_result,
-      explain.explain)
+    wire (scheduler_wire) -> question (pod_request.PodRequest, snapshot.Candidates)
+      -> what we know (snapshot.Snapshot) -> decision (this module, on
+      placement.py and decision.py) -> answer (scheduler_wire.filter_result /
+      prioritize_result, explain.explain)
 
 A Decision computes each of its parts at most once, when a rendering first asks
 for it: filter pays only for the filter verdicts, explain reuses whatever
@@ -13,36 +13,12 @@ filter and prioritize computed. Pure: everything it reads is in its arguments.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from functools import cached_property
 
 from gpuextender.extender import decision, placement
-from gpuextender.extender.inventory.view import InventoryView
-from gpuextender.extender.live_classes import LiveClasses
 from gpuextender.extender.ome.class_policy import ClassRanking
 from gpuextender.extender.pod_request import PodRequest
-
-
-@dataclass(frozen=True, slots=True)
-class Candidates:
-    names: Sequence[str]  # in request order
-    allocatable: Mapping[str, int]  # allocatable GPUs per node (from the request's Nodes, or the inventory)
-
-
-@dataclass(frozen=True, slots=True)
-class Snapshot:
-    """What the extender knows, fixed for one request."""
-
-    summary: decision.SummaryLookup  # the node's GPU summary from its agent, or None
-    view: InventoryView
-    classes: LiveClasses  # AcceleratorClass membership, labels refined by NVML facts
-    now: float  # monotonic seconds: data age is judged on it
-    policy: decision.Policy
-
-    @property
-    def classes_by_node(self) -> placement.ClassesByNode:
-        return self.classes.classes_by_node(self.view)
+from gpuextender.extender.snapshot import Candidates, Snapshot
 
 
 class Decision:
@@ -52,18 +28,13 @@ class Decision:
     @cached_property
     def filtered(self) -> decision.FilterOutcome:
         """Which candidates pass, and why each other one fails."""
-        known, plan, c = self.known, self.plan, self.candidates
-        allowed = known.classes.nodes_in(known.view, plan.allowed) if plan.allowed else None
-        return placement.filter_with_classes(self.pod.gpus_needed, c.names, c.allocatable, known.summary, known.now,
-                                             known.policy, plan, known.classes_by_node, allowed)  # fmt: skip
+        return placement.filter_with_classes(self.pod.gpus_needed, self.candidates, self.known, self.plan)
 
     @cached_property
     def _ranked(self) -> tuple[list[tuple[str, int]], ClassRanking | None]:
-        known, c = self.known, self.candidates
-        return placement.prioritize_with_classes(
-            self.pod.gpus_needed, c.names, c.allocatable, known.summary, known.now, known.policy, self.plan,
-            known.classes_by_node, known.view.classes, self.pod.strategy, self.pod.seed,
-        )  # fmt: skip
+        pod = self.pod
+        return placement.prioritize_with_classes(pod.gpus_needed, self.candidates, self.known, self.plan,
+                                                 pod.strategy, pod.seed)  # fmt: skip
 
     @property
     def scores(self) -> list[tuple[str, int]]:

@@ -36,7 +36,7 @@ def explain(d: Decision) -> dict[str, Any]:
         reason = outcome.failed.get(name)
         node_classes = classes_of.get(name, ())
         ranks = [position[c] for c in node_classes if c in position]
-        excluded = known.classes.excluded(known.view, name)
+        excluded = known.excluded(name)
         nodes.append({
             "node": name,
             "classes": list(node_classes),

@@ -29,7 +29,8 @@ from gpuextender.extender.inventory.view import InventoryView
 from gpuextender.extender.live_classes import LiveClasses, LiveClassesCollector
 from gpuextender.extender.ome.pod_intent import PodIdentity
 from gpuextender.extender.metrics import ExtenderMetrics
-from gpuextender.extender.decide import Candidates, Decision, Snapshot
+from gpuextender.extender.decide import Decision
+from gpuextender.extender.snapshot import Candidates, Snapshot
 from gpuextender.extender.pod_request import PodRequest, read_pod
 from gpuextender.extender.scheduler_wire import (
     BYTES_PER_CONTAINER,
@@ -133,7 +134,10 @@ class SchedulerApi:
         pod = read_pod(args.pod, settings.gpu_resources, settings.node_strategy, settings.random_seed)
         view = self._inventory()
         candidates = Candidates(args.candidate_names(), args.allocatable(settings.gpu_resources, view.allocatable_gpus))
-        known = Snapshot(self.state.summary, view, self.classes, self._clock(), settings.policy)
+        classes = self.classes
+        known = Snapshot(self.state.summary, view, classes.classes_by_node(view), self._clock(), settings.policy,
+                         nodes_in=lambda wanted: classes.nodes_in(view, wanted),
+                         excluded=lambda node: classes.excluded(view, node))  # fmt: skip
         return Decision(pod, self._plan(pod, view), candidates, known)
 
     def _plan(self, pod: PodRequest, view: InventoryView) -> placement.ClassPlan:

@@ -27,7 +27,7 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from gpuextender.extender.gpu_state import GpuState
-from gpuextender.extender.placement import nodes_in_classes
+from gpuextender.extender.snapshot import nodes_in_classes
 from gpuextender.extender.inventory.view import InventoryView
 from gpuextender.extender.ome.node_class import MEMORY_TOLERANCE, ClassMatcher, GpuFacts, Mismatch
 

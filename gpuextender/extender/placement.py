@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping, Sequence
-from collections.abc import Set as AbstractSet  # typing's AbstractSet is deprecated
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -37,6 +36,7 @@ from gpuextender.extender.ome.class_policy import (
 from gpuextender.extender.ome.pod_intent import PodIdentity, class_intent
 from gpuextender.extender.ome.runtime_selector import RuntimeSelectionError, find_base_model, validate_runtime
 from gpuextender.extender.json_fields import object_at
+from gpuextender.extender.snapshot import Candidates, ClassesByNode, Snapshot
 
 log = logging.getLogger("gpu_extender.placement")
 
@@ -146,9 +146,6 @@ def _class_plan(
     return ClassPlan(True, allowed=allowed, policy=intent.policy, constraints=constraints, why=why)
 
 
-# node -> the AcceleratorClasses it is in (ClassMembership.classes_by_node). A mapping,
-# not a function: the per-node loops below use its C-level .get.
-ClassesByNode = Mapping[str, tuple[str, ...]]
 
 
 def node_cost(classes_by_node: ClassesByNode, classes: Mapping[str, AcceleratorClass]) -> Callable[[str], float | None]:
@@ -167,28 +164,17 @@ def node_cost(classes_by_node: ClassesByNode, classes: Mapping[str, AcceleratorC
     return cost
 
 
-def filter_with_classes(
-    needed: int,
-    names: Sequence[str],
-    allocatable: Mapping[str, int],
-    lookup: decision.SummaryLookup,
-    now: float,
-    policy: decision.Policy,
-    plan: ClassPlan,
-    classes_by_node: ClassesByNode,
-    allowed_nodes: AbstractSet[str] | None = None,
-) -> decision.FilterOutcome:
+def filter_with_classes(needed: int, candidates: Candidates, known: Snapshot, plan: ClassPlan) -> decision.FilterOutcome:
     """The GPU filter, preceded by the class rules: a node outside the allowed
     classes fails AcceleratorClassNotAllowed; an impossible class request fails
-    every node. Both are unresolvable: preemption cannot change a node's GPU model.
-    `allowed_nodes` (the nodes of `plan.allowed`, see `nodes_in_classes`) may be
-    passed in by a caller that caches it; it is derived from `classes_by_node` if not."""
+    every node. Both are unresolvable: preemption cannot change a node's GPU model."""
+    names, allocatable, lookup, now, policy = (candidates.names, candidates.allocatable, known.summary, known.now,
+                                               known.policy)  # fmt: skip
     if needed <= 0 or not plan.applies:
         return decision.filter_nodes(needed, names, allocatable, lookup, now, policy)
     if plan.incompatible:
         return decision.FilterOutcome(failed=dict.fromkeys(names, plan.incompatible_reason))
-    if allowed_nodes is None:
-        allowed_nodes = nodes_in_classes(classes_by_node, plan.allowed)
+    allowed_nodes = known.nodes_of(plan.allowed)
     inside = [n for n in names if n in allowed_nodes]
     outcome = decision.filter_nodes(needed, inside, allocatable, lookup, now, policy)
     if len(inside) != len(names):
@@ -196,24 +182,8 @@ def filter_with_classes(
     return outcome
 
 
-def nodes_in_classes(classes_by_node: ClassesByNode, classes: Sequence[str]) -> frozenset[str]:
-    """The nodes in at least one of `classes`."""
-    wanted = set(classes)
-    return frozenset(node for node, cs in classes_by_node.items() if not wanted.isdisjoint(cs))
-
-
 def prioritize_with_classes(
-    needed: int,
-    names: Sequence[str],
-    allocatable: Mapping[str, int],
-    lookup: decision.SummaryLookup,
-    now: float,
-    policy: decision.Policy,
-    plan: ClassPlan,
-    classes_by_node: ClassesByNode,
-    classes: Mapping[str, AcceleratorClass],
-    strategy: str = "spread",
-    seed: str = "",
+    needed: int, candidates: Candidates, known: Snapshot, plan: ClassPlan, strategy: str = "spread", seed: str = ""
 ) -> tuple[list[tuple[str, int]], ClassRanking | None]:
     """Scores 0-10: the policy's class ranking first, the node ranking within a class second.
 
@@ -225,11 +195,12 @@ def prioritize_with_classes(
     so every node of a better class outranks every node of a worse one, and with
     one class (or an explicit class) this is the plain node score.
     """
+    names, classes_by_node, classes = candidates.names, known.classes_by_node, known.view.classes
     allowed = set(plan.allowed)
     # Only a fresh fit inside the allowed classes demotes assumed verdicts, as in filter_with_classes.
     in_allowed = (lambda node: not allowed.isdisjoint(classes_by_node.get(node, ()))) if plan.applies else None
-    ranked = decision.rank_nodes(needed, names, allocatable, lookup, now, policy, strategy, seed,
-                                 node_cost(classes_by_node, classes) if strategy == "cost" else None,
+    ranked = decision.rank_nodes(needed, names, candidates.allocatable, known.summary, known.now, known.policy,
+                                 strategy, seed, node_cost(classes_by_node, classes) if strategy == "cost" else None,
                                  in_allowed)  # fmt: skip
     if needed <= 0 or not plan.applies:
         return [(name, score) for name, score, _ in ranked], None

@@ -14,6 +14,7 @@ from gpuextender.extender.inventory.file_source import FileInventorySource
 from gpuextender.extender.inventory.store import InventoryStore
 from gpuextender.extender.inventory.view import InventoryView, ViewBuilder
 from gpuextender.extender.ome.pod_intent import PodIdentity, pod_identity
+from gpuextender.extender.snapshot import Candidates, Snapshot
 from tests.e2e.test_accelerator_classes import NODES, ome_request, write_inventory
 from tests.extender.builders import gpu, report
 
@@ -26,6 +27,15 @@ def view(tmp_path_factory: pytest.TempPathFactory) -> InventoryView:
     views = ViewBuilder(store, ("nvidia.com/gpu",))
     FileInventorySource(directory, store).load()
     return views.current
+
+
+def known(view: InventoryView, state: GpuState) -> Snapshot:
+    """What the extender would know at t=0: the nodes' labels decide their classes."""
+    return Snapshot(state.summary, view, view.membership.classes_by_node, 0.0, decision.Policy())
+
+
+def candidates(view: InventoryView) -> Candidates:
+    return Candidates(NODES, view.allocatable_gpus)
 
 
 def pod(isvc: str, runtime: str, component: str = "engine") -> PodIdentity:
@@ -79,8 +89,7 @@ def test_runtime_check_modes(view: InventoryView) -> None:
                                         runtime_check="enforce")  # fmt: skip
     assert not compatible.incompatible and compatible.runtime_warning == ""
     state = GpuState(IdleRule())
-    out = placement.filter_with_classes(1, NODES, view.allocatable_gpus, state.summary, 0.0, decision.Policy(),
-                                        enforced, view.membership.classes_by_node)  # fmt: skip
+    out = placement.filter_with_classes(1, candidates(view), known(view, state), enforced)
     assert out.passed == [] and set(out.failed.values()) == {reasons.RUNTIME_INCOMPATIBLE}
 
 
@@ -90,14 +99,13 @@ def test_class_rank_outranks_node_rank_and_skips_full_classes(view: InventoryVie
     # The H100 node (first class) is half busy; the A100-80GB node is idle: class order still wins.
     state.ingest(report("h100-node", [gpu(i, 0 if i < 4 else 90, 1 if i < 4 else 90) for i in range(8)]), 0.0)
     state.ingest(report("a100-80-node", [gpu(i) for i in range(8)]), 0.0)
-    args = (view.allocatable_gpus, state.summary, 0.0, decision.Policy(), plan, view.membership.classes_by_node,
-            view.classes)  # fmt: skip
-    scores, ranking = placement.prioritize_with_classes(2, NODES, *args)
+    args = (candidates(view), known(view, state), plan)
+    scores, ranking = placement.prioritize_with_classes(2, *args)
     s = dict(scores)
     assert ranking is not None and ranking.chosen == "nvidia-h100-80gb"
     assert s["h100-node"] > s["a100-80-node"] > 0 and s["l40s-node"] == s["a100-40-node"] == 0
     # A 6-GPU pod does not fit the H100 node (4 idle): FirstAvailable moves on to the A100s.
-    scores, ranking = placement.prioritize_with_classes(6, NODES, *args)
+    scores, ranking = placement.prioritize_with_classes(6, *args)
     s = dict(scores)
     assert ranking.chosen == "nvidia-a100-80gb" and s["a100-80-node"] == 10 and s["h100-node"] == 0
     assert [e.name for e in ranking.excluded] == ["nvidia-h100-80gb"]
@@ -109,16 +117,14 @@ def test_a_fresh_node_outside_the_allowed_classes_does_not_demote_assumed_ones(v
     assert "nvidia-l40s" not in plan.allowed
     state = GpuState(IdleRule())
     state.ingest(report("l40s-node", [gpu(i) for i in range(8)]), 0.0)  # fresh and idle, but not allowed
-    args = (view.allocatable_gpus, state.summary, 0.0, decision.Policy(), plan)
-    out = placement.filter_with_classes(2, NODES, *args, view.membership.classes_by_node)
+    args = (candidates(view), known(view, state), plan)
+    out = placement.filter_with_classes(2, *args)
     assert set(out.passed) == set(out.assumed) == {"h100-node", "a100-80-node"}
-    scores = dict(placement.prioritize_with_classes(2, NODES, *args, view.membership.classes_by_node,
-                                                    view.classes)[0])  # fmt: skip
+    scores = dict(placement.prioritize_with_classes(2, *args)[0])
     assert scores["h100-node"] >= 1 and scores["a100-80-node"] >= 1 and scores["l40s-node"] == 0
     # Once an allowed node reports and fits, the silent ones step back in both verbs.
     state.ingest(report("a100-80-node", [gpu(i) for i in range(8)]), 0.0)
-    out = placement.filter_with_classes(2, NODES, *args, view.membership.classes_by_node)
+    out = placement.filter_with_classes(2, *args)
     assert out.passed == ["a100-80-node"] and out.failed["h100-node"] is reasons.NO_FRESH_GPU_DATA
-    scores = dict(placement.prioritize_with_classes(2, NODES, *args, view.membership.classes_by_node,
-                                                    view.classes)[0])  # fmt: skip
+    scores = dict(placement.prioritize_with_classes(2, *args)[0])
     assert scores["a100-80-node"] >= 1 and scores["h100-node"] == 0
