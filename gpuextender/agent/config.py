@@ -61,7 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where /metrics and /healthz are served")  # fmt: skip
     p.add_argument("--fake", metavar="SCENARIO.yaml", type=Path,
                    help="simulate GPUs from a scenario file instead of loading libnvidia-ml "
-                   "(see gpuextender/agent/fake_scenario.py for the format)")  # fmt: skip
+                   "(see gpuextender/agent/fake_scenario.py for the format); edits to the file "
+                   "while the agent runs change the simulated GPUs")  # fmt: skip
     p.add_argument("--reconnect-initial-backoff", type=float, default=0.2, metavar="SECONDS",
                    help="first delay before reopening a broken extender stream")  # fmt: skip
     p.add_argument("--reconnect-max-backoff", type=float, default=5.0, metavar="SECONDS",

@@ -22,7 +22,7 @@ from typing import Any
 
 import pynvml
 
-from gpuextender.agent.fake_scenario import FakeGpu, Scenario
+from gpuextender.agent.fake_scenario import FakeGpu, Scenario, ScenarioFile
 
 _OK = pynvml.NVML_SUCCESS
 # Symbols that work before nvmlInit, as in the real library.
@@ -57,9 +57,15 @@ class FakeNvmlLibrary:
     """Simulated NVML driver library for one node."""
 
     def __init__(
-        self, scenario: Scenario, *, uuid_seed: str = "", clock: Callable[[], float] = time.monotonic
+        self,
+        scenario: Scenario,
+        *,
+        uuid_seed: str = "",
+        clock: Callable[[], float] = time.monotonic,
+        follow: ScenarioFile | None = None,
     ) -> None:
         self.scenario = scenario
+        self._follow = follow  # the file edited while running: GPU readings follow it
         self._clock = clock
         self._started = clock()
         self._init_count = 0
@@ -83,6 +89,8 @@ class FakeNvmlLibrary:
 
     def _dispatch(self, symbol: str, impl: Callable[..., Any], args: tuple[Any, ...]) -> Any:
         self.calls += 1
+        if self._follow is not None:
+            self.scenario = self._follow.current()
         if symbol == "nvmlErrorString":
             return impl(*args)
         gpu = self._gpu_of(symbol, args)

@@ -17,6 +17,8 @@
         after_s: 10                       # optional: from agent start (default 0)
         for_s: 30                         # optional: how long (default: forever)
 
+A running agent follows the file: edit it (same number of GPUs) and the next samples change.
+
 Patterns: a plain number is constant; `{pattern: sine, min, max, period_s}`,
 `{pattern: steps, values: [...], every_s}`, `{pattern: ramp, from, to, over_s}`
 (ramp holds at `to` afterwards).
@@ -24,7 +26,10 @@ Patterns: a plain number is constant; `{pattern: sine, min, max, period_s}`,
 
 from __future__ import annotations
 
+import logging
 import math
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +37,8 @@ from typing import Any
 import yaml
 
 from gpuextender.agent.nvml_errors import known_error_names
+
+log = logging.getLogger(__name__)
 
 
 class ScenarioError(ValueError):
@@ -230,3 +237,49 @@ def _parse_error(ctx: _Context, where: str, entry: Any, gpu_count: int) -> Injec
         after_s=ctx.number(f"{where}.after_s", entry.get("after_s", 0), low=0),
         for_s=None if for_s is None else ctx.number(f"{where}.for_s", for_s, low=0),
     )
+
+
+class ScenarioFile:
+    """A scenario file followed while the agent runs: editing it changes the simulated GPUs, as a
+    workload starting or stopping would on a real node. Checked at most every `check_every_s`
+    (one stat). A file that does not parse (half-written, or wrong) or that changes the number of
+    GPUs (NVML enumerates devices once, at init) is logged and ignored: the last good scenario stays."""
+
+    def __init__(
+        self, path: Path, scenario: Scenario, *, check_every_s: float = 0.5, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.path = path
+        self._scenario = scenario
+        self._every = check_every_s
+        self._clock = clock
+        self._checked = clock()
+        self._seen = self._stamp()
+
+    def _stamp(self) -> tuple[int, int] | None:
+        try:
+            st = self.path.stat()
+        except OSError:
+            return None
+        return st.st_mtime_ns, st.st_size
+
+    def current(self) -> Scenario:
+        now = self._clock()
+        if now - self._checked < self._every:
+            return self._scenario
+        self._checked = now
+        stamp = self._stamp()
+        if stamp is None or stamp == self._seen:
+            return self._scenario
+        self._seen = stamp
+        try:
+            scenario = load_scenario(self.path)
+        except ScenarioError as exc:
+            log.warning("%s; keeping the last good scenario", exc)
+            return self._scenario
+        if len(scenario.gpus) != len(self._scenario.gpus):
+            log.warning("%s: now %d GPUs, was %d: NVML enumerates GPUs once; keeping the last good scenario",
+                        self.path, len(scenario.gpus), len(self._scenario.gpus))  # fmt: skip
+            return self._scenario
+        log.info("%s changed: simulated GPUs updated", self.path)
+        self._scenario = scenario
+        return scenario

@@ -18,7 +18,7 @@ from gpuextender.common.logs import configure_logging
 from gpuextender.common.backoff import Backoff
 from gpuextender.agent.config import AgentConfig, ConfigError, build_config
 from gpuextender.agent.discovery import ServiceWatch
-from gpuextender.agent.fake_scenario import ScenarioError, load_scenario
+from gpuextender.agent.fake_scenario import ScenarioError, ScenarioFile, load_scenario
 from gpuextender.agent.http_server import build_app
 from gpuextender.agent.latest import LatestReport
 from gpuextender.agent.metrics import AgentMetrics
@@ -49,7 +49,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _fail(str(exc))
         from gpuextender.agent.fake_nvml import FakeNvmlLibrary, install
 
-        install(FakeNvmlLibrary(scenario, uuid_seed=config.node_name))
+        follow = ScenarioFile(config.fake_scenario, scenario)
+        install(FakeNvmlLibrary(scenario, uuid_seed=config.node_name, follow=follow))
         log.info("fake NVML from %s: %d simulated GPU(s)", config.fake_scenario, len(scenario.gpus))
     metrics = AgentMetrics(config.node_name)
     reader = NvmlReader(on_error=metrics.count_nvml_error)

@@ -174,3 +174,57 @@ def test_error_codes_pynvml_has_no_message_for_still_stringify(clock: Clock) -> 
     with pytest.raises(pynvml.NVMLError_GpuNotFound) as info:
         pynvml.nvmlDeviceGetPowerUsage(pynvml.nvmlDeviceGetHandleByIndex(0))
     assert "fake" in str(info.value)  # through the library's nvmlErrorString, as on a real driver
+
+
+def _write_scenario(path, utilization: int, count: int = 2) -> None:
+    import yaml
+
+    path.write_text(yaml.safe_dump({"gpus": [{**H100, "count": count, "utilization_percent": utilization}]}))
+
+
+def test_an_edited_scenario_file_changes_the_next_samples(tmp_path, clock: Clock, caplog) -> None:
+    """What the real-scheduler tests use to play a workload starting: the agent follows its file.
+    Checked at most every check_every_s (exactly at it: checked); a broken or resized file keeps
+    the last good scenario, with a warning."""
+    import os
+
+    from gpuextender.agent.fake_scenario import ScenarioFile, load_scenario
+
+    path = tmp_path / "node.yaml"
+    _write_scenario(path, 5)
+    follow = ScenarioFile(path, load_scenario(path), check_every_s=0.5, clock=clock)
+    install(FakeNvmlLibrary(follow.current(), uuid_seed="node-1", clock=clock, follow=follow))
+    reader = NvmlReader(on_error=lambda call, name: None)
+    reader.start()
+
+    def utilization() -> list[int]:
+        return [g.utilization_gpu_percent for g in reader.sample().gpus]
+
+    def edit(text: str | None = None, utilization: int = 0, count: int = 2) -> None:
+        if text is None:
+            _write_scenario(path, utilization, count)
+        else:
+            path.write_text(text)
+        stamp = path.stat().st_mtime_ns + 1_000_000  # a new mtime even within the filesystem's granularity
+        os.utime(path, ns=(stamp, stamp))
+
+    assert utilization() == [5, 5]
+    edit(utilization=90)
+    clock.t += 0.49
+    assert utilization() == [5, 5]  # not yet checked
+    clock.t += 0.01
+    assert utilization() == [90, 90]
+    with caplog.at_level(logging.WARNING):
+        edit("gpus: [{product: NVIDIA H1")  # half-written
+        clock.t += 0.5
+        assert utilization() == [90, 90]
+        edit(utilization=10, count=3)
+        clock.t += 0.5
+        assert utilization() == [90, 90]
+    assert "keeping the last good scenario" in caplog.text and "now 3 GPUs, was 2" in caplog.text
+    path.unlink()  # a deleted file: nothing to follow, the last good scenario stays
+    clock.t += 0.5
+    assert utilization() == [90, 90]
+    edit(utilization=20)
+    clock.t += 0.5
+    assert utilization() == [20, 20]
