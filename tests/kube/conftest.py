@@ -1,0 +1,86 @@
+"""Fixtures of the real-control-plane tests: one etcd + kube-apiserver per test session (started on
+first use), the CRDs the extender watches, and a fresh namespace (a `Scene`) per test.
+
+Skipped, with one line, when KUBEBUILDER_ASSETS is unset (README: "Tests against a real
+kube-scheduler")."""
+
+from __future__ import annotations
+
+import itertools
+from functools import partial
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import trustme
+import yaml
+
+from tests.control_plane import ControlPlane, Kube, assets, skip_reason, wait_for
+from tests.harness import ROOT
+from tests.kube.scene import Scene, scene
+
+CRDS = [ROOT / "deploy/components/acceleratorclass-crd/acceleratorclasses.ome.io.yaml",
+        Path(__file__).parent / "ome-crds.yaml"]  # fmt: skip
+_numbers = itertools.count(1)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Without the binaries, the whole folder is one skipped test (one line in the report), the
+    rest deselected."""
+    reason = skip_reason()
+    here = Path(__file__).parent
+    ours = [item for item in items if here in Path(str(item.path)).parents]
+    if reason is None or not ours:
+        return
+    ours[0].add_marker(pytest.mark.skip(reason=f"real control plane ({len(ours)} test(s) in tests/kube): {reason}"))
+    config.hook.pytest_deselected(items=ours[1:])
+    items[:] = [item for item in items if item not in ours[1:]]
+
+
+@pytest.fixture(scope="session")
+def k8s_assets() -> Path:
+    """The folder of binaries (the tests are skipped above when it is not set)."""
+    folder = assets()
+    assert folder is not None
+    return folder
+
+
+@pytest.fixture(scope="session")
+def control_plane(k8s_assets: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ControlPlane, Kube]]:
+    plane = ControlPlane(tmp_path_factory.mktemp("control-plane"), k8s_assets)
+    try:
+        kube = plane.start()
+        kube.create_namespace("gpu-extender")  # the shipped gpu-scheduler's Lease lives there
+        for path in CRDS:
+            kube.apply_yaml([doc for doc in yaml.safe_load_all(path.read_text()) if doc])
+        for path in CRDS:
+            for doc in yaml.safe_load_all(path.read_text()):
+                if doc:
+                    name: str = doc["metadata"]["name"]
+                    wait_for(f"CRD {name} established", partial(_established, kube, name), 30)
+        yield plane, kube
+    finally:
+        plane.stop()
+
+
+def _established(kube: Kube, name: str) -> bool:
+    crd = kube.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
+    return any(c["type"] == "Established" and c["status"] == "True" for c in crd.get("status", {}).get("conditions", []))
+
+
+@pytest.fixture(scope="session")
+def extender_ca() -> trustme.CA:
+    return trustme.CA(organization_name="gpu-extender test")
+
+
+@pytest.fixture
+def world(control_plane: tuple[ControlPlane, Kube], extender_ca: trustme.CA, request: pytest.FixtureRequest,
+          tmp_path: Path) -> Iterator[Scene]:  # fmt: skip
+    """The test's own namespace, nodes and processes on the shared control plane."""
+    plane, kube = control_plane
+    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower().removeprefix("test_"))[:24].strip("-")
+    ns = f"t{next(_numbers):02d}-{slug}"
+    kube.create_namespace(ns)
+    with scene(plane, kube, ns, tmp_path, extender_ca) as s:
+        yield s

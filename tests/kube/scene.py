@@ -1,0 +1,194 @@
+"""One test's world on the real control plane: its namespace, its Nodes, the real gpu-extender
+(`--kubernetes`, HTTPS with a test CA) and gpu-agents on fake NVML, and a real kube-scheduler
+started from a shipped KubeSchedulerConfiguration. Everything is removed when the test ends."""
+
+from __future__ import annotations
+
+import base64
+import copy
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trustme
+import yaml
+
+from tests.control_plane import GPU, ControlPlane, Kube, KubeError, Process
+from tests.harness import Cluster, Proc, Samples, client_ssl_context, http, metric, parse_metrics, wait_until
+from tests.harness import ROOT, write_ca, write_leaf
+
+SECOND_SCHEDULER = ROOT / "deploy/base/scheduler/kube-scheduler-config.yaml"
+DEFAULT_SCHEDULER = ROOT / "deploy/default-scheduler/kube-scheduler-config.yaml"
+EXTENDER_NAME = "gpu-extender.gpu-extender.svc"  # the serverName both shipped configs verify
+NODE_LABEL = "gpu-extender.test/namespace"  # each test's pods select its own nodes only
+
+H100 = {"product": "NVIDIA H100 80GB HBM3", "memory_gib": 80, "compute_capability": "9.0",
+        "label": "NVIDIA-H100-80GB-HBM3"}  # fmt: skip
+A100_40 = {"product": "NVIDIA A100-SXM4-40GB", "memory_gib": 40, "compute_capability": "8.0",
+           "label": "NVIDIA-A100-SXM4-40GB"}  # fmt: skip
+
+
+def scenario(gpu: dict[str, Any], idle: int, busy: int = 0) -> dict[str, Any]:
+    """A fake-NVML scenario: `busy` GPUs at 90 % utilization, then `idle` ones at 2 %."""
+    fields = {k: v for k, v in gpu.items() if k != "label"}
+    groups = [{**fields, "count": busy, "utilization_percent": 90, "memory_used_percent": 80}] if busy else []
+    if idle:
+        groups.append({**fields, "count": idle, "utilization_percent": 2, "memory_used_percent": 1})
+    return {"gpus": groups}
+
+
+def shipped_config(path: Path, url: str, ca_pem: bytes, **extender: Any) -> dict[str, Any]:
+    """A shipped KubeSchedulerConfiguration pointed at the test's extender: its URL, and the test CA
+    as caData in place of the caFile mounted in a cluster. Every other line is as shipped, unless a
+    test overrides an extender field (e.g. ignorable) and says why."""
+    config = yaml.safe_load(path.read_text())
+    ext = config["extenders"][0]
+    ext["urlPrefix"] = url
+    tls = ext["tlsConfig"]
+    tls.pop("caFile")
+    tls["caData"] = base64.b64encode(ca_pem).decode()
+    ext.update(extender)
+    return dict(config)
+
+
+@dataclass
+class Scene:
+    plane: ControlPlane
+    kube: Kube
+    ns: str
+    workdir: Path
+    procs: Cluster
+    ca: trustme.CA
+    nodes: list[str] = field(default_factory=list)
+    schedulers: list[Process] = field(default_factory=list)
+    scenario_files: dict[str, Path] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.cert, self.key = write_leaf(self.workdir, self.ca, "extender", "127.0.0.1", EXTENDER_NAME)
+        self.ca_file = write_ca(self.workdir, self.ca, "extender-ca")
+        self.client_tls = client_ssl_context(self.ca)
+
+    # -- Nodes and agents ---------------------------------------------------------------------------
+
+    def node(self, name: str, gpu: dict[str, Any], idle: int, busy: int = 0, *, agent: "Proc | None | bool" = True,
+             labels: dict[str, str] | None = None) -> str:  # fmt: skip
+        """A Ready GPU Node with GFD's product label and `idle + busy` GPUs; named `<ns>-<name>`."""
+        full = f"{self.ns}-{name}"
+        self.kube.create_node(full, idle + busy, {NODE_LABEL: self.ns, "nvidia.com/gpu.product": gpu["label"],
+                                                  "nvidia.com/gpu.count": str(idle + busy), **(labels or {})})  # fmt: skip
+        self.nodes.append(full)
+        self.set_gpus(full, gpu, idle, busy)
+        return full
+
+    def set_gpus(self, node: str, gpu: dict[str, Any], idle: int, busy: int = 0) -> None:
+        """(Re)write the node's scenario file: a running agent follows it, as if workloads started."""
+        path = self.workdir / f"{node}.yaml"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(yaml.safe_dump(scenario(gpu, idle, busy)))
+        tmp.replace(path)
+        self.scenario_files[node] = path
+
+    def agent(self, node: str, ext: Proc, *extra: str) -> Proc:
+        """The node's gpu-agent on fake NVML, streaming to `ext` over TLS (the extender's gRPC port
+        serves the same certificate as its HTTPS port)."""
+        tls = ("--tls-ca", str(self.ca_file), "--tls-server-name", EXTENDER_NAME)
+        return self.procs.agent(node, self.scenario_files[node], ext, extra=("--interval", "0.2", *tls, *extra))
+
+    # -- the extender -------------------------------------------------------------------------------
+
+    def extender(self, *extra: str, http_port: int | None = None, grpc_port: int | None = None) -> Proc:
+        """The real gpu-extender over HTTPS, with Nodes and OME objects from the real apiserver's watch."""
+        return self.procs.extender(
+            "--kubernetes", "--kubeconfig", str(self.plane.kubeconfig),
+            "--tls-cert", str(self.cert), "--tls-key", str(self.key), *extra,
+            http_port=http_port, grpc_port=grpc_port, ssl_context=self.client_tls,
+        )  # fmt: skip
+
+    def url(self, ext: Proc) -> str:
+        return f"https://127.0.0.1:{ext.ports['http']}"
+
+    def scrape(self, ext: Proc) -> Samples:
+        status, raw = http("GET", self.url(ext) + "/metrics", ssl_context=self.client_tls)
+        assert status == 200, status
+        return parse_metrics(raw.decode())
+
+    def wait_idle(self, ext: Proc, node: str, idle: int, timeout: float = 20.0) -> None:
+        """Until the extender holds `idle` idle GPUs for `node` from its agent."""
+        wait_until(f"{node}: {idle} idle GPUs in the extender",
+                   lambda: metric(self.scrape(ext), "gpu_extender_node_idle_gpus", node=node) == idle, timeout)  # fmt: skip
+
+    def wait_inventory(self, ext: Proc, kind: str, count: int) -> None:
+        wait_until(f"{count} {kind} in the extender's inventory",
+                   lambda: metric(self.scrape(ext), "gpu_extender_inventory_objects", kind=kind) == count)  # fmt: skip
+
+    # -- kube-scheduler -----------------------------------------------------------------------------
+
+    def scheduler(self, ext: Proc | None, which: Path = SECOND_SCHEDULER, *, port: int | None = None,
+                  ca_pem: bytes | None = None, **extender: Any) -> Process:  # fmt: skip
+        """A real kube-scheduler from the shipped config `which`, calling `ext` (or `port`) over HTTPS."""
+        target = port if port is not None else (ext.ports["http"] if ext is not None else 0)
+        pem = ca_pem if ca_pem is not None else self.ca.cert_pem.bytes()
+        config = shipped_config(which, f"https://127.0.0.1:{target}", pem, **extender)
+        proc = self.plane.scheduler(config, name=f"kube-scheduler-{len(self.schedulers)}")
+        self.schedulers.append(proc)
+        return proc
+
+    # -- pods ---------------------------------------------------------------------------------------
+
+    def pod(self, name: str, gpus: int, *, scheduler: str = "gpu-scheduler", labels: dict[str, str] | None = None,
+            annotations: dict[str, str] | None = None) -> str:  # fmt: skip
+        limits = {GPU: str(gpus)} if gpus else {}
+        self.kube.create(f"/api/v1/namespaces/{self.ns}/pods", {
+            "metadata": {"name": name, "labels": labels or {}, "annotations": annotations or {}},
+            "spec": {
+                "schedulerName": scheduler,
+                "nodeSelector": {NODE_LABEL: self.ns},
+                "containers": [{"name": "main", "image": "registry.example/llm:1", "resources": {"limits": limits}}],
+            },
+        })  # fmt: skip
+        return name
+
+    def bound(self, pod: str, timeout: float = 30.0) -> str:
+        return self.kube.wait_bound(self.ns, pod, timeout)
+
+    def unschedulable(self, pod: str, timeout: float = 30.0) -> str:
+        return self.kube.wait_unschedulable(self.ns, pod, timeout)
+
+    def node_of(self, pod: str) -> str | None:
+        return self.kube.node_of(self.ns, pod)
+
+    def cleanup(self) -> None:
+        self.procs.stop_all()
+        for proc in self.schedulers:
+            proc.stop()
+        # The next test's scheduler must not wait for this one's lease to expire.
+        for lease in ("/apis/coordination.k8s.io/v1/namespaces/gpu-extender/leases/gpu-scheduler",
+                      "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kube-scheduler"):  # fmt: skip
+            self.kube.delete(lease, grace_seconds=None)
+        self.kube.delete_pods(self.ns)
+        for node in self.nodes:
+            self.kube.delete(f"/api/v1/nodes/{node}", grace_seconds=None)
+
+
+@contextmanager
+def scene(plane: ControlPlane, kube: Kube, ns: str, workdir: Path, ca: trustme.CA) -> Iterator[Scene]:
+    procs = Cluster(workdir)
+    s = Scene(plane, kube, ns, workdir, procs, ca)
+    try:
+        yield s
+    finally:
+        s.cleanup()
+
+
+def copy_ome_objects(kube: Kube, docs: list[dict[str, Any]], namespace: str) -> None:
+    """Create OME example objects in the apiserver; namespaced ones in the test's namespace."""
+    for doc in docs:
+        doc = copy.deepcopy(doc)
+        if "namespace" in doc["metadata"]:
+            doc["metadata"]["namespace"] = namespace
+        try:
+            kube.apply_yaml([doc], namespace)
+        except KubeError as exc:
+            raise AssertionError(f"{doc['kind']}/{doc['metadata']['name']}: {exc}") from None
