@@ -1,8 +1,77 @@
-"""What one NVML sample of a node holds: plain data, no NVML or gRPC types."""
+"""What one sample of a node holds: plain data, no NVML, kubelet or gRPC types.
+
+NVML fills the GPU readings (nvml_reader), the kubelet's PodResources API fills who holds which
+GPU (allocation), the health classifier fills `health`; report.py turns it into the wire message.
+A reading that is not supported or could not be read is None: unknown, never zero."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
+HEALTHY = "healthy"
+DEGRADED = "degraded"
+UNHEALTHY = "unhealthy"
+
+# How a physical GPU is shared (wire: SharingMode). "" = unknown.
+EXCLUSIVE = "exclusive"
+TIME_SLICING = "time-slicing"
+MPS = "mps"
+MIG = "mig"
+
+# Where NodeSample.gpus[*].holders came from (wire: AllocationSource). "" = not asked.
+ALLOCATION_KUBELET = "kubelet"
+ALLOCATION_UNAVAILABLE = "unavailable"
+
+
+@dataclass(frozen=True, slots=True)
+class Holder:
+    """A container holding a GPU, a time-slicing replica of it, or a MIG instance."""
+
+    namespace: str
+    pod: str
+    container: str
+    resource_name: str  # e.g. "nvidia.com/gpu"
+    device_id: str  # as the device plugin named it: "GPU-<uuid>", "GPU-<uuid>::2", "MIG-<uuid>"
+
+
+@dataclass(slots=True)
+class ErrorCounters:
+    """NVML's memory-error counters for one GPU; None = not supported / not readable."""
+
+    ecc_uncorrected_volatile: int | None = None
+    ecc_corrected_volatile: int | None = None
+    remapped_rows_correctable: int | None = None
+    remapped_rows_uncorrectable: int | None = None
+    remap_pending: bool | None = None
+    remap_failure: bool | None = None
+    retired_pages_pending: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class XidEvent:
+    xid: int
+    time: float  # Unix seconds, the node's clock, when the agent received it
+
+
+@dataclass(slots=True)
+class MigReading:
+    uuid: str  # "MIG-<uuid>"
+    profile: str  # e.g. "1g.10gb"
+    gpu_instance_id: int
+    compute_instance_id: int
+    memory_total_bytes: int | None = None
+    memory_used_bytes: int | None = None
+    holders: list[Holder] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuLink:
+    """How GPUs `a` < `b` (indexes) reach each other."""
+
+    a: int
+    b: int
+    nvlinks: int  # active NVLink links between them, 0 = none
+    pcie: str  # "internal", "single", "multiple", "hostbridge", "node", "system", or "" (unknown)
 
 
 @dataclass(slots=True)
@@ -24,6 +93,21 @@ class GpuReading:
     power_watts: float | None = None
     healthy: bool = True
     unhealthy_reasons: list[str] = field(default_factory=list)
+    # -- 0.2: health beyond "NVML answered"
+    health: str = HEALTHY  # HEALTHY / DEGRADED / UNHEALTHY; healthy is False exactly when UNHEALTHY
+    health_reasons: list[str] = field(default_factory=list)  # stable codes for DEGRADED and UNHEALTHY
+    errors: ErrorCounters | None = None
+    xids: list[XidEvent] = field(default_factory=list)  # critical XIDs since start (ignore list applied)
+    clock_event_reasons: int | None = None  # nvmlClocksEventReason* bitmask
+    sm_clock_mhz: int | None = None
+    memory_clock_mhz: int | None = None
+    energy_millijoules: int | None = None
+    numa_node: int | None = None
+    mig_instances: list[MigReading] = field(default_factory=list)
+    # -- 0.2: allocation (from the kubelet) and sharing
+    holders: list[Holder] = field(default_factory=list)
+    sharing_mode: str = ""  # EXCLUSIVE / TIME_SLICING / MPS / MIG, "" = unknown
+    replicas: int = 0  # advertised replicas under time-slicing/MPS (1 when exclusive), 0 = unknown
 
 
 @dataclass(slots=True)
@@ -36,3 +120,8 @@ class NodeSample:
     gpus: list[GpuReading] = field(default_factory=list)
     # Set when NVML is unusable for the whole node (driver not loaded, ...).
     node_error: str = ""
+    # -- 0.2
+    allocation_source: str = ""  # ALLOCATION_KUBELET / ALLOCATION_UNAVAILABLE, "" = not asked
+    allocation_problem: str = ""  # short code when ALLOCATION_UNAVAILABLE
+    topology: list[GpuLink] | None = None  # None = unknown
+    sharing_labels: dict[str, str] = field(default_factory=dict)  # GFD's nvidia.com/gpu.replicas, ...

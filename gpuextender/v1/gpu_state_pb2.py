@@ -25,23 +25,49 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1egpuextender/v1/gpu_state.proto\x12\x0egpuextender.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xce\x01\n\nNodeReport\x12\x11\n\tnode_name\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x04\x12/\n\x0bsample_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\ragent_version\x18\x04 \x01(\t\x12\x16\n\x0e\x64river_version\x18\x05 \x01(\t\x12\'\n\x04gpus\x18\x06 \x03(\x0b\x32\x19.gpuextender.v1.GpuSample\x12\x12\n\nnode_error\x18\x07 \x01(\t\"1\n\x11\x43omputeCapability\x12\r\n\x05major\x18\x01 \x01(\r\x12\r\n\x05minor\x18\x02 \x01(\r\"\x85\x05\n\tGpuSample\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0c\n\x04uuid\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x12\n\npci_bus_id\x18\x04 \x01(\t\x12=\n\x12\x63ompute_capability\x18\x05 \x01(\x0b\x32!.gpuextender.v1.ComputeCapability\x12\x1f\n\x12memory_total_bytes\x18\x06 \x01(\x04H\x00\x88\x01\x01\x12\x1e\n\x11memory_used_bytes\x18\x07 \x01(\x04H\x01\x88\x01\x01\x12\x1e\n\x11memory_free_bytes\x18\x08 \x01(\x04H\x02\x88\x01\x01\x12\"\n\x15memory_reserved_bytes\x18\t \x01(\x04H\x03\x88\x01\x01\x12$\n\x17utilization_gpu_percent\x18\n \x01(\rH\x04\x88\x01\x01\x12\'\n\x1autilization_memory_percent\x18\x0b \x01(\rH\x05\x88\x01\x01\x12 \n\x13temperature_celsius\x18\x0c \x01(\rH\x06\x88\x01\x01\x12\x18\n\x0bpower_watts\x18\r \x01(\x01H\x07\x88\x01\x01\x12\x0f\n\x07healthy\x18\x0e \x01(\x08\x12\x19\n\x11unhealthy_reasons\x18\x0f \x03(\tB\x15\n\x13_memory_total_bytesB\x14\n\x12_memory_used_bytesB\x14\n\x12_memory_free_bytesB\x18\n\x16_memory_reserved_bytesB\x1a\n\x18_utilization_gpu_percentB\x1d\n\x1b_utilization_memory_percentB\x16\n\x14_temperature_celsiusB\x0e\n\x0c_power_watts\"\xbc\x01\n\tReportAck\x12\x10\n\x08sequence\x18\x01 \x01(\x04\x12\x30\n\x06status\x18\x02 \x01(\x0e\x32 .gpuextender.v1.ReportAck.Status\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x1d\n\x15requested_interval_ms\x18\x04 \x01(\r\"<\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x41\x43\x43\x45PTED\x10\x01\x12\x0c\n\x08REJECTED\x10\x02\x32\x61\n\x0fGpuStateService\x12N\n\x11StreamNodeReports\x12\x1a.gpuextender.v1.NodeReport\x1a\x19.gpuextender.v1.ReportAck(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1egpuextender/v1/gpu_state.proto\x12\x0egpuextender.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd0\x03\n\nNodeReport\x12\x11\n\tnode_name\x18\x01 \x01(\t\x12\x10\n\x08sequence\x18\x02 \x01(\x04\x12/\n\x0bsample_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x15\n\ragent_version\x18\x04 \x01(\t\x12\x16\n\x0e\x64river_version\x18\x05 \x01(\t\x12\'\n\x04gpus\x18\x06 \x03(\x0b\x32\x19.gpuextender.v1.GpuSample\x12\x12\n\nnode_error\x18\x07 \x01(\t\x12;\n\x11\x61llocation_source\x18\x08 \x01(\x0e\x32 .gpuextender.v1.AllocationSource\x12\x1a\n\x12\x61llocation_problem\x18\t \x01(\t\x12*\n\x08topology\x18\n \x01(\x0b\x32\x18.gpuextender.v1.Topology\x12\x45\n\x0esharing_labels\x18\x0b \x03(\x0b\x32-.gpuextender.v1.NodeReport.SharingLabelsEntry\x1a\x34\n\x12SharingLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"e\n\x06Holder\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0b\n\x03pod\x18\x02 \x01(\t\x12\x11\n\tcontainer\x18\x03 \x01(\t\x12\x15\n\rresource_name\x18\x04 \x01(\t\x12\x11\n\tdevice_id\x18\x05 \x01(\t\"F\n\x07Sharing\x12)\n\x04mode\x18\x01 \x01(\x0e\x32\x1b.gpuextender.v1.SharingMode\x12\x10\n\x08replicas\x18\x02 \x01(\r\"\xbd\x03\n\rErrorCounters\x12%\n\x18\x65\x63\x63_uncorrected_volatile\x18\x01 \x01(\x04H\x00\x88\x01\x01\x12#\n\x16\x65\x63\x63_corrected_volatile\x18\x02 \x01(\x04H\x01\x88\x01\x01\x12&\n\x19remapped_rows_correctable\x18\x03 \x01(\x04H\x02\x88\x01\x01\x12(\n\x1bremapped_rows_uncorrectable\x18\x04 \x01(\x04H\x03\x88\x01\x01\x12\x1a\n\rremap_pending\x18\x05 \x01(\x08H\x04\x88\x01\x01\x12\x1a\n\rremap_failure\x18\x06 \x01(\x08H\x05\x88\x01\x01\x12\"\n\x15retired_pages_pending\x18\x07 \x01(\x08H\x06\x88\x01\x01\x42\x1b\n\x19_ecc_uncorrected_volatileB\x19\n\x17_ecc_corrected_volatileB\x1c\n\x1a_remapped_rows_correctableB\x1e\n\x1c_remapped_rows_uncorrectableB\x10\n\x0e_remap_pendingB\x10\n\x0e_remap_failureB\x18\n\x16_retired_pages_pending\"A\n\x08XidEvent\x12\x0b\n\x03xid\x18\x01 \x01(\r\x12(\n\x04time\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xf9\x01\n\x0bMigInstance\x12\x0c\n\x04uuid\x18\x01 \x01(\t\x12\x0f\n\x07profile\x18\x02 \x01(\t\x12\x17\n\x0fgpu_instance_id\x18\x03 \x01(\r\x12\x1b\n\x13\x63ompute_instance_id\x18\x04 \x01(\r\x12\x1f\n\x12memory_total_bytes\x18\x05 \x01(\x04H\x00\x88\x01\x01\x12\x1e\n\x11memory_used_bytes\x18\x06 \x01(\x04H\x01\x88\x01\x01\x12\'\n\x07holders\x18\x07 \x03(\x0b\x32\x16.gpuextender.v1.HolderB\x15\n\x13_memory_total_bytesB\x14\n\x12_memory_used_bytes\"\\\n\x07GpuLink\x12\t\n\x01\x61\x18\x01 \x01(\r\x12\t\n\x01\x62\x18\x02 \x01(\r\x12\x0f\n\x07nvlinks\x18\x03 \x01(\r\x12*\n\x04pcie\x18\x04 \x01(\x0e\x32\x1c.gpuextender.v1.PcieRelation\"2\n\x08Topology\x12&\n\x05links\x18\x01 \x03(\x0b\x32\x17.gpuextender.v1.GpuLink\"1\n\x11\x43omputeCapability\x12\r\n\x05major\x18\x01 \x01(\r\x12\r\n\x05minor\x18\x02 \x01(\r\"\xa0\t\n\tGpuSample\x12\r\n\x05index\x18\x01 \x01(\r\x12\x0c\n\x04uuid\x18\x02 \x01(\t\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x12\n\npci_bus_id\x18\x04 \x01(\t\x12=\n\x12\x63ompute_capability\x18\x05 \x01(\x0b\x32!.gpuextender.v1.ComputeCapability\x12\x1f\n\x12memory_total_bytes\x18\x06 \x01(\x04H\x00\x88\x01\x01\x12\x1e\n\x11memory_used_bytes\x18\x07 \x01(\x04H\x01\x88\x01\x01\x12\x1e\n\x11memory_free_bytes\x18\x08 \x01(\x04H\x02\x88\x01\x01\x12\"\n\x15memory_reserved_bytes\x18\t \x01(\x04H\x03\x88\x01\x01\x12$\n\x17utilization_gpu_percent\x18\n \x01(\rH\x04\x88\x01\x01\x12\'\n\x1autilization_memory_percent\x18\x0b \x01(\rH\x05\x88\x01\x01\x12 \n\x13temperature_celsius\x18\x0c \x01(\rH\x06\x88\x01\x01\x12\x18\n\x0bpower_watts\x18\r \x01(\x01H\x07\x88\x01\x01\x12\x0f\n\x07healthy\x18\x0e \x01(\x08\x12\x19\n\x11unhealthy_reasons\x18\x0f \x03(\t\x12\'\n\x07holders\x18\x10 \x03(\x0b\x32\x16.gpuextender.v1.Holder\x12(\n\x07sharing\x18\x11 \x01(\x0b\x32\x17.gpuextender.v1.Sharing\x12+\n\x06health\x18\x12 \x01(\x0e\x32\x1b.gpuextender.v1.HealthState\x12\x16\n\x0ehealth_reasons\x18\x13 \x03(\t\x12-\n\x06\x65rrors\x18\x14 \x01(\x0b\x32\x1d.gpuextender.v1.ErrorCounters\x12&\n\x04xids\x18\x15 \x03(\x0b\x32\x18.gpuextender.v1.XidEvent\x12 \n\x13\x63lock_event_reasons\x18\x16 \x01(\x04H\x08\x88\x01\x01\x12\x19\n\x0csm_clock_mhz\x18\x17 \x01(\rH\t\x88\x01\x01\x12\x1d\n\x10memory_clock_mhz\x18\x18 \x01(\rH\n\x88\x01\x01\x12\x1f\n\x12\x65nergy_millijoules\x18\x19 \x01(\x04H\x0b\x88\x01\x01\x12\x16\n\tnuma_node\x18\x1a \x01(\x05H\x0c\x88\x01\x01\x12\x32\n\rmig_instances\x18\x1b \x03(\x0b\x32\x1b.gpuextender.v1.MigInstanceB\x15\n\x13_memory_total_bytesB\x14\n\x12_memory_used_bytesB\x14\n\x12_memory_free_bytesB\x18\n\x16_memory_reserved_bytesB\x1a\n\x18_utilization_gpu_percentB\x1d\n\x1b_utilization_memory_percentB\x16\n\x14_temperature_celsiusB\x0e\n\x0c_power_wattsB\x16\n\x14_clock_event_reasonsB\x0f\n\r_sm_clock_mhzB\x13\n\x11_memory_clock_mhzB\x15\n\x13_energy_millijoulesB\x0c\n\n_numa_node\"\xbc\x01\n\tReportAck\x12\x10\n\x08sequence\x18\x01 \x01(\x04\x12\x30\n\x06status\x18\x02 \x01(\x0e\x32 .gpuextender.v1.ReportAck.Status\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x1d\n\x15requested_interval_ms\x18\x04 \x01(\r\"<\n\x06Status\x12\x16\n\x12STATUS_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x41\x43\x43\x45PTED\x10\x01\x12\x0c\n\x08REJECTED\x10\x02*i\n\x10\x41llocationSource\x12!\n\x1d\x41LLOCATION_SOURCE_UNSPECIFIED\x10\x00\x12\x16\n\x12\x41LLOCATION_KUBELET\x10\x01\x12\x1a\n\x16\x41LLOCATION_UNAVAILABLE\x10\x02*~\n\x0bSharingMode\x12\x1c\n\x18SHARING_MODE_UNSPECIFIED\x10\x00\x12\x15\n\x11SHARING_EXCLUSIVE\x10\x01\x12\x18\n\x14SHARING_TIME_SLICING\x10\x02\x12\x0f\n\x0bSHARING_MPS\x10\x03\x12\x0f\n\x0bSHARING_MIG\x10\x04*j\n\x0bHealthState\x12\x1c\n\x18HEALTH_STATE_UNSPECIFIED\x10\x00\x12\x12\n\x0eHEALTH_HEALTHY\x10\x01\x12\x13\n\x0fHEALTH_DEGRADED\x10\x02\x12\x14\n\x10HEALTH_UNHEALTHY\x10\x03*\x99\x01\n\x0cPcieRelation\x12\x1d\n\x19PCIE_RELATION_UNSPECIFIED\x10\x00\x12\x11\n\rPCIE_INTERNAL\x10\x01\x12\x0f\n\x0bPCIE_SINGLE\x10\x02\x12\x11\n\rPCIE_MULTIPLE\x10\x03\x12\x13\n\x0fPCIE_HOSTBRIDGE\x10\x04\x12\r\n\tPCIE_NODE\x10\x05\x12\x0f\n\x0bPCIE_SYSTEM\x10\x06\x32\x61\n\x0fGpuStateService\x12N\n\x11StreamNodeReports\x12\x1a.gpuextender.v1.NodeReport\x1a\x19.gpuextender.v1.ReportAck(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'gpuextender.v1.gpu_state_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_NODEREPORT_SHARINGLABELSENTRY']._loaded_options = None
+  _globals['_NODEREPORT_SHARINGLABELSENTRY']._serialized_options = b'8\001'
+  _globals['_ALLOCATIONSOURCE']._serialized_start=3067
+  _globals['_ALLOCATIONSOURCE']._serialized_end=3172
+  _globals['_SHARINGMODE']._serialized_start=3174
+  _globals['_SHARINGMODE']._serialized_end=3300
+  _globals['_HEALTHSTATE']._serialized_start=3302
+  _globals['_HEALTHSTATE']._serialized_end=3408
+  _globals['_PCIERELATION']._serialized_start=3411
+  _globals['_PCIERELATION']._serialized_end=3564
   _globals['_NODEREPORT']._serialized_start=84
-  _globals['_NODEREPORT']._serialized_end=290
-  _globals['_COMPUTECAPABILITY']._serialized_start=292
-  _globals['_COMPUTECAPABILITY']._serialized_end=341
-  _globals['_GPUSAMPLE']._serialized_start=344
-  _globals['_GPUSAMPLE']._serialized_end=989
-  _globals['_REPORTACK']._serialized_start=992
-  _globals['_REPORTACK']._serialized_end=1180
-  _globals['_REPORTACK_STATUS']._serialized_start=1120
-  _globals['_REPORTACK_STATUS']._serialized_end=1180
-  _globals['_GPUSTATESERVICE']._serialized_start=1182
-  _globals['_GPUSTATESERVICE']._serialized_end=1279
+  _globals['_NODEREPORT']._serialized_end=548
+  _globals['_NODEREPORT_SHARINGLABELSENTRY']._serialized_start=496
+  _globals['_NODEREPORT_SHARINGLABELSENTRY']._serialized_end=548
+  _globals['_HOLDER']._serialized_start=550
+  _globals['_HOLDER']._serialized_end=651
+  _globals['_SHARING']._serialized_start=653
+  _globals['_SHARING']._serialized_end=723
+  _globals['_ERRORCOUNTERS']._serialized_start=726
+  _globals['_ERRORCOUNTERS']._serialized_end=1171
+  _globals['_XIDEVENT']._serialized_start=1173
+  _globals['_XIDEVENT']._serialized_end=1238
+  _globals['_MIGINSTANCE']._serialized_start=1241
+  _globals['_MIGINSTANCE']._serialized_end=1490
+  _globals['_GPULINK']._serialized_start=1492
+  _globals['_GPULINK']._serialized_end=1584
+  _globals['_TOPOLOGY']._serialized_start=1586
+  _globals['_TOPOLOGY']._serialized_end=1636
+  _globals['_COMPUTECAPABILITY']._serialized_start=1638
+  _globals['_COMPUTECAPABILITY']._serialized_end=1687
+  _globals['_GPUSAMPLE']._serialized_start=1690
+  _globals['_GPUSAMPLE']._serialized_end=2874
+  _globals['_REPORTACK']._serialized_start=2877
+  _globals['_REPORTACK']._serialized_end=3065
+  _globals['_REPORTACK_STATUS']._serialized_start=3005
+  _globals['_REPORTACK_STATUS']._serialized_end=3065
+  _globals['_GPUSTATESERVICE']._serialized_start=3566
+  _globals['_GPUSTATESERVICE']._serialized_end=3663
 # @@protoc_insertion_point(module_scope)
