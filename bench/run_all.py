@@ -18,7 +18,10 @@ What it measures (details in each script's docstring):
   maximal reports over gRPC (with and without an inventory, and over the size
   bound), and what 50 streams that never read acks get processed;
 - profile_extender.py (phases only): where the extender's time goes inside one
-  5,000-name filter call, in-process, without HTTP.
+  5,000-name filter call, in-process, without HTTP;
+- bench_scheduler.py: pods/s a real kube-scheduler binds at 1,000 nodes with no
+  extender, do-nothing extenders (Python, Go) and gpu-extender (needs
+  KUBEBUILDER_ASSETS; skipped with one line when it is unset).
 Then it prints a summary, checks the targets (filter p99 < 10 ms at 5,000
 names; agent < 2 % of one core and < 64 MiB RSS) and (re)writes
 bench/RESULTS.md, plus the raw figures in bench/out/results.json.
@@ -46,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_agent  # noqa: E402
 import bench_classes  # noqa: E402
 import bench_reconnect  # noqa: E402
+import bench_scheduler  # noqa: E402
 import bench_extender  # noqa: E402
 import bench_hostile_http  # noqa: E402
 import bench_hostile_ingest  # noqa: E402
@@ -120,6 +124,7 @@ def render_markdown(
     reconnect: list[bench_reconnect.OutageResult] | None = None,
     hostile_ingest: tuple[list[bench_hostile_ingest.Row], bench_hostile_ingest.FloodResult] | None = None,
     hostile_http: list[str] | None = None,
+    scheduler: bench_scheduler.SchedulerBenchResult | None = None,
 ) -> str:
     m = machine_facts()
     out = [
@@ -270,6 +275,8 @@ def render_markdown(
     ]
     if classes:
         out += ["", *classes_markdown(classes)]
+    if scheduler is not None:
+        out += ["", *bench_scheduler.markdown_section(scheduler)]
     if reconnect:
         out += ["", *reconnect_markdown(reconnect)]
     if hostile_http:
@@ -348,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
                         help="smoke check: few iterations and a 5 s agent window; RESULTS.md left alone")  # fmt: skip
-    parser.add_argument("--only", choices=("extender", "agent", "reconnect", "ingest", "http"),
+    parser.add_argument("--only", choices=("extender", "agent", "reconnect", "ingest", "http", "scheduler"),
                         help="run only this benchmark")  # fmt: skip
     parser.add_argument("--scenario", action="append", choices=[s.name for s in bench_extender.SCENARIOS],
                         help="extender scenario to run (repeatable; default: all)")  # fmt: skip
@@ -365,6 +372,7 @@ def main(argv: list[str] | None = None) -> int:
     hostile_ingest: tuple[list[bench_hostile_ingest.Row], bench_hostile_ingest.FloodResult] | None = None
     classes: list[dict] | None = None
     hostile_http: list[str] | None = None
+    scheduler: bench_scheduler.SchedulerBenchResult | None = None
     try:
         if args.only in (None, "extender"):
             print("== gpu-extender: filter / prioritize", flush=True)
@@ -390,6 +398,14 @@ def main(argv: list[str] | None = None) -> int:
             print("== gpu-extender: hostile scheduler requests (event-loop hold)", flush=True)
             hostile_http = bench_hostile_http.report(repeat=2 if args.quick else 5)
             print("\n".join(hostile_http), flush=True)
+        if args.only in (None, "scheduler"):
+            skip = bench_scheduler.unavailable()
+            if skip is not None:
+                print(f"== real kube-scheduler: binding throughput: skipped ({skip})", flush=True)
+            else:
+                print("== real kube-scheduler: binding throughput", flush=True)
+                scheduler = bench_scheduler.run(quick=args.quick)
+                print(bench_scheduler.format_result(scheduler), flush=True)
         phases = profile_phases(ext, args.quick)
     except BenchError as exc:
         print(f"run_all: FAILED: {exc}", file=sys.stderr)
@@ -408,6 +424,11 @@ def main(argv: list[str] | None = None) -> int:
     for r in reconnect or []:
         print(f"  {r.variant}: {r.agents} agents after a {r.outage_s:.0f} s outage all back in "
               f"{r.last_s:.2f} s (<= {bench_reconnect.TARGET_S:g} s) {_verdict(r.ok)}")  # fmt: skip
+    if scheduler is not None:
+        print("  real kube-scheduler, median pods/s: " + ", ".join(
+            f"{key} {bench_scheduler.fmt_value(scheduler.median(key))}" for key in scheduler.variants) + "; "
+            + ", ".join(f"c/{den} {bench_scheduler.fmt_value(scheduler.ratio('c', den), '.2f', 'x')}"
+                        for den in ("b1", "b2", "a")))  # fmt: skip
     busy = background_warning(ext, agent)
     if busy:
         print(f"  WARNING: {busy}")
@@ -419,7 +440,8 @@ def main(argv: list[str] | None = None) -> int:
            "filter_phases_ms": dict(phases) if phases else None, "classes": classes,
            "reconnect": [asdict(r) for r in reconnect] if reconnect else None,
            "hostile_ingest": {"rows": [asdict(r) for r in hostile_ingest[0]], "flood": asdict(hostile_ingest[1])}
-           if hostile_ingest else None, "hostile_http": hostile_http}  # fmt: skip
+           if hostile_ingest else None, "hostile_http": hostile_http,
+           "scheduler": asdict(scheduler) if scheduler else None}  # fmt: skip
     (OUT_DIR / "results.json").write_text(json.dumps(raw, indent=2))
 
     target = args.results or (None if args.quick else RESULTS_MD)
@@ -431,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
     target.write_text(render_markdown(when=when, command=command, quick=args.quick, total_s=total_s,
                                       ext=ext, agent=agent, phases=phases, classes=classes,
                                       reconnect=reconnect, hostile_ingest=hostile_ingest,
-                                      hostile_http=hostile_http))  # fmt: skip
+                                      hostile_http=hostile_http, scheduler=scheduler))  # fmt: skip
     print(f"  wrote {target}")
     return 0
 

@@ -1,0 +1,3 @@
+module noopextender
+
+go 1.22
