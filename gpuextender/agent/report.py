@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from google.protobuf.timestamp_pb2 import Timestamp
+
 from gpuextender.v1 import gpu_state_pb2 as pb
 
-from gpuextender.agent.readings import GpuReading, NodeSample
+from gpuextender.agent import readings as r
+from gpuextender.agent.readings import GpuReading, Holder, NodeSample
 
 # Optional proto fields copied as-is when the reading exists (absent stays absent).
 _OPTIONAL_FIELDS = (
@@ -16,7 +19,30 @@ _OPTIONAL_FIELDS = (
     "utilization_memory_percent",
     "temperature_celsius",
     "power_watts",
+    "clock_event_reasons",
+    "sm_clock_mhz",
+    "memory_clock_mhz",
+    "energy_millijoules",
+    "numa_node",
 )
+_ERROR_FIELDS = tuple(pb.ErrorCounters.DESCRIPTOR.fields_by_name)
+_HEALTH = {r.HEALTHY: pb.HEALTH_HEALTHY, r.DEGRADED: pb.HEALTH_DEGRADED, r.UNHEALTHY: pb.HEALTH_UNHEALTHY}
+_SHARING = {r.EXCLUSIVE: pb.SHARING_EXCLUSIVE, r.TIME_SLICING: pb.SHARING_TIME_SLICING, r.MPS: pb.SHARING_MPS,
+            r.MIG: pb.SHARING_MIG}  # fmt: skip
+_ALLOCATION = {r.ALLOCATION_KUBELET: pb.ALLOCATION_KUBELET, r.ALLOCATION_UNAVAILABLE: pb.ALLOCATION_UNAVAILABLE}
+_PCIE = {"internal": pb.PCIE_INTERNAL, "single": pb.PCIE_SINGLE, "multiple": pb.PCIE_MULTIPLE,
+         "hostbridge": pb.PCIE_HOSTBRIDGE, "node": pb.PCIE_NODE, "system": pb.PCIE_SYSTEM}  # fmt: skip
+
+
+def _holder(h: Holder) -> pb.Holder:
+    return pb.Holder(namespace=h.namespace, pod=h.pod, container=h.container, resource_name=h.resource_name,
+                     device_id=h.device_id)  # fmt: skip
+
+
+def _set_time(msg: Timestamp, seconds_f: float) -> None:
+    seconds = int(seconds_f)
+    msg.seconds = seconds
+    msg.nanos = int((seconds_f - seconds) * 1e9)
 
 
 def gpu_to_proto(reading: GpuReading) -> pb.GpuSample:
@@ -27,6 +53,9 @@ def gpu_to_proto(reading: GpuReading) -> pb.GpuSample:
         pci_bus_id=reading.pci_bus_id,
         healthy=reading.healthy,
         unhealthy_reasons=reading.unhealthy_reasons,
+        holders=[_holder(h) for h in reading.holders],
+        health=_HEALTH.get(reading.health, pb.HEALTH_STATE_UNSPECIFIED),
+        health_reasons=reading.health_reasons,
     )
     if reading.compute_capability is not None:
         msg.compute_capability.major, msg.compute_capability.minor = reading.compute_capability
@@ -34,6 +63,24 @@ def gpu_to_proto(reading: GpuReading) -> pb.GpuSample:
         value = getattr(reading, name)
         if value is not None:
             setattr(msg, name, value)
+    if reading.sharing_mode or reading.replicas:
+        msg.sharing.mode = _SHARING.get(reading.sharing_mode, pb.SHARING_MODE_UNSPECIFIED)
+        msg.sharing.replicas = reading.replicas
+    if reading.errors is not None:
+        for name in _ERROR_FIELDS:
+            value = getattr(reading.errors, name)
+            if value is not None:
+                setattr(msg.errors, name, value)
+    for xid in reading.xids:
+        _set_time(msg.xids.add(xid=xid.xid).time, xid.time)
+    for mig in reading.mig_instances:
+        instance = msg.mig_instances.add(uuid=mig.uuid, profile=mig.profile, gpu_instance_id=mig.gpu_instance_id,
+                                         compute_instance_id=mig.compute_instance_id,
+                                         holders=[_holder(h) for h in mig.holders])  # fmt: skip
+        if mig.memory_total_bytes is not None:
+            instance.memory_total_bytes = mig.memory_total_bytes
+        if mig.memory_used_bytes is not None:
+            instance.memory_used_bytes = mig.memory_used_bytes
     return msg
 
 
@@ -45,8 +92,14 @@ def sample_to_report(sample: NodeSample, *, node_name: str, sequence: int, agent
         driver_version=sample.driver_version,
         gpus=[gpu_to_proto(g) for g in sample.gpus],
         node_error=sample.node_error,
+        allocation_source=_ALLOCATION.get(sample.allocation_source, pb.ALLOCATION_SOURCE_UNSPECIFIED),
+        allocation_problem=sample.allocation_problem,
+        sharing_labels=sample.sharing_labels,
     )
-    seconds = int(sample.sample_time)
-    report.sample_time.seconds = seconds
-    report.sample_time.nanos = int((sample.sample_time - seconds) * 1e9)
+    _set_time(report.sample_time, sample.sample_time)
+    if sample.topology is not None:
+        report.topology.SetInParent()  # present even with no links: "known, nothing connected"
+        for link in sample.topology:
+            report.topology.links.add(a=link.a, b=link.b, nvlinks=link.nvlinks,
+                                      pcie=_PCIE.get(link.pcie, pb.PCIE_RELATION_UNSPECIFIED))  # fmt: skip
     return report
