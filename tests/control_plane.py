@@ -285,6 +285,9 @@ class ControlPlane:
         ca = trustme.CA(organization_name="gpu-extender test control plane")
         serving = ca.issue_cert("127.0.0.1", "localhost", "kubernetes.default.svc", common_name="kube-apiserver")
         self.ca_file.write_bytes(ca.cert_pem.bytes())
+        # The front-proxy CA: with it the apiserver publishes extension-apiserver-authentication
+        # in full, and kube-scheduler stops logging that requestheader-client-ca-file is missing.
+        (self.workdir / "front-proxy-ca.crt").write_bytes(trustme.CA().cert_pem.bytes())
         serving.cert_chain_pems[0].write_to_path(str(self.workdir / "apiserver.crt"))
         serving.private_key_pem.write_to_path(str(self.workdir / "apiserver.key"))
         sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
@@ -323,6 +326,11 @@ class ControlPlane:
             "--service-cluster-ip-range", "10.0.0.0/24",
             "--endpoint-reconciler-type", "none",
             "--cert-dir", str(self.workdir / "apiserver-certs"),
+            "--requestheader-client-ca-file", str(self.workdir / "front-proxy-ca.crt"),
+            "--requestheader-allowed-names", "front-proxy-client",
+            "--requestheader-username-headers", "X-Remote-User",
+            "--requestheader-group-headers", "X-Remote-Group",
+            "--requestheader-extra-headers-prefix", "X-Remote-Extra-",
         ], self.workdir / "kube-apiserver.log")  # fmt: skip
         self.processes.append(apiserver)
         kube = self.client()
