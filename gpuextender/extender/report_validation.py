@@ -9,6 +9,7 @@ agent really produce, so a real agent never meets them.
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 
 from gpuextender.v1 import gpu_state_pb2 as pb
 
@@ -28,14 +29,40 @@ MAX_UNHEALTHY_REASONS = 8
 MAX_UNHEALTHY_REASON_CHARS = 32
 # The largest report gRPC accepts (grpc.max_receive_message_length on the extender). A 256-GPU
 # report with every field at the bounds above is 150,960 bytes (147.4 KiB; an 8-GPU node sends
-# ~2 KB): this leaves ~108 KiB, ~430 bytes per GPU at 256 GPUs, for the per-GPU pod lists a later
-# report version adds. Anything larger ends the stream with RESOURCE_EXHAUSTED before it is parsed.
+# ~2 KB): this leaves ~108 KiB, ~430 bytes per GPU at 256 GPUs. The 0.2 facts (holders, MIG
+# instances, topology) are bounded one by one below, but all at their bounds on every GPU they would
+# exceed it: this limit is then the one that holds. What real nodes send stays far below it (an
+# 8-GPU node with 64 time-slicing holders per GPU, ~70 KB). Anything larger ends the stream with
+# RESOURCE_EXHAUSTED before it is parsed.
 MAX_REPORT_BYTES = 256 * 1024
+
+# -- 0.2 facts. Kubernetes' own limits for the names a Holder carries.
+MAX_NAMESPACE_CHARS = 63  # a DNS label
+MAX_POD_NAME_CHARS = 253  # a DNS subdomain
+MAX_CONTAINER_NAME_CHARS = 63
+MAX_RESOURCE_NAME_CHARS = 316  # a qualified name: 253-character prefix + "/" + 63-character name - 1 slack
+MAX_DEVICE_ID_CHARS = 256  # "GPU-<uuid>::<replica>" is ~45; device plugins use short IDs
+# A GPU's holders: one per container per device ID. Time-slicing advertises up to `replicas` IDs per
+# GPU (GFD labels commonly 2-16; NVIDIA's examples stop at 10): 64 leaves room for wide sharing.
+MAX_HOLDERS_PER_GPU = 64
+MAX_HEALTH_REASONS = 16  # each code once; the agent's classifier has fewer codes than this
+MAX_XIDS_PER_GPU = 16  # the agent keeps the 16 newest
+MAX_MIG_INSTANCES = 7  # MIG's maximum on any GPU (A100/H100/H200/B200: 7; A30: 4)
+MAX_MIG_PROFILE_CHARS = 32  # "1g.10gb", "7g.80gb", "1g.12gb+me"
+MAX_NVLINKS = 18  # NVML_NVLINK_MAX_LINKS
+MAX_SHARING_LABELS = 8
+MAX_LABEL_KEY_CHARS = 316  # qualified name, as resource names
+MAX_LABEL_VALUE_CHARS = 63
+MAX_ALLOCATION_PROBLEM_CHARS = 64
+_HOLDER_STRINGS = (("namespace", MAX_NAMESPACE_CHARS), ("pod", MAX_POD_NAME_CHARS),
+                   ("container", MAX_CONTAINER_NAME_CHARS), ("resource_name", MAX_RESOURCE_NAME_CHARS),
+                   ("device_id", MAX_DEVICE_ID_CHARS))  # fmt: skip
 
 _NODE_STRINGS = (
     ("agent_version", MAX_AGENT_VERSION_CHARS),
     ("driver_version", MAX_DRIVER_VERSION_CHARS),
     ("node_error", MAX_NODE_ERROR_CHARS),
+    ("allocation_problem", MAX_ALLOCATION_PROBLEM_CHARS),
 )
 _GPU_STRINGS = (("uuid", MAX_UUID_CHARS), ("name", MAX_GPU_NAME_CHARS), ("pci_bus_id", MAX_PCI_BUS_ID_CHARS))
 
@@ -61,6 +88,60 @@ def report_problem(report: pb.NodeReport, bound_node: str | None) -> str | None:
         problem = _gpu_problem(gpu)
         if problem is not None:
             return f"GPU {gpu.index}: {problem}"
+    return _node_extras_problem(report, seen)
+
+
+def _node_extras_problem(report: pb.NodeReport, indexes: set[int]) -> str | None:
+    if len(report.sharing_labels) > MAX_SHARING_LABELS:
+        return f"{len(report.sharing_labels)} sharing_labels, more than the {MAX_SHARING_LABELS} allowed"
+    for key, value in report.sharing_labels.items():
+        if len(key) > MAX_LABEL_KEY_CHARS or len(value) > MAX_LABEL_VALUE_CHARS:
+            return (f"a sharing label is longer than {MAX_LABEL_KEY_CHARS} (key) or "
+                    f"{MAX_LABEL_VALUE_CHARS} (value) characters")  # fmt: skip
+    # At most one link per pair of reported GPUs.
+    pairs: set[tuple[int, int]] = set()
+    for link in report.topology.links:
+        if not (link.a < link.b and link.a in indexes and link.b in indexes):
+            return f"topology link ({link.a}, {link.b}) does not join two reported GPUs a < b"
+        if (link.a, link.b) in pairs:
+            return f"topology link ({link.a}, {link.b}) appears twice"
+        pairs.add((link.a, link.b))
+        if link.nvlinks > MAX_NVLINKS:
+            return f"topology link ({link.a}, {link.b}) has {link.nvlinks} NVLinks, more than {MAX_NVLINKS}"
+    return None
+
+
+def _holders_problem(holders: Sequence[pb.Holder]) -> str | None:
+    if len(holders) > MAX_HOLDERS_PER_GPU:
+        return f"{len(holders)} holders, more than the {MAX_HOLDERS_PER_GPU} allowed"
+    for holder in holders:
+        for field, limit in _HOLDER_STRINGS:
+            if len(getattr(holder, field)) > limit:
+                return f"a holder's {field} is {len(getattr(holder, field))} characters, more than the {limit} allowed"
+    return None
+
+
+def _gpu_extras_problem(gpu: pb.GpuSample) -> str | None:
+    problem = _holders_problem(gpu.holders)
+    if problem is not None:
+        return problem
+    if len(gpu.health_reasons) > MAX_HEALTH_REASONS:
+        return f"{len(gpu.health_reasons)} health_reasons, more than the {MAX_HEALTH_REASONS} allowed"
+    if any(len(reason) > MAX_UNHEALTHY_REASON_CHARS for reason in gpu.health_reasons):
+        return f"a health_reason is longer than {MAX_UNHEALTHY_REASON_CHARS} characters"
+    if len(gpu.xids) > MAX_XIDS_PER_GPU:
+        return f"{len(gpu.xids)} xids, more than the {MAX_XIDS_PER_GPU} allowed"
+    if len(gpu.mig_instances) > MAX_MIG_INSTANCES:
+        return f"{len(gpu.mig_instances)} mig_instances, more than the {MAX_MIG_INSTANCES} allowed"
+    for mig in gpu.mig_instances:
+        if len(mig.uuid) > MAX_UUID_CHARS or len(mig.profile) > MAX_MIG_PROFILE_CHARS:
+            return f"a MIG instance's uuid or profile is longer than {MAX_UUID_CHARS}/{MAX_MIG_PROFILE_CHARS} characters"
+        if mig.HasField("memory_used_bytes") and mig.HasField("memory_total_bytes") \
+                and mig.memory_used_bytes > mig.memory_total_bytes:  # fmt: skip
+            return f"MIG instance {mig.uuid[:MAX_UUID_CHARS]!r}: memory_used_bytes is above memory_total_bytes"
+        problem = _holders_problem(mig.holders)
+        if problem is not None:
+            return f"MIG instance {mig.uuid[:MAX_UUID_CHARS]!r}: {problem}"
     return None
 
 
@@ -86,7 +167,7 @@ def _gpu_problem(gpu: pb.GpuSample) -> str | None:
         return "memory_total_bytes is 0: a GPU has memory"
     if has_total and gpu.memory_used_bytes > gpu.memory_total_bytes:
         return f"memory_used_bytes is above memory_total_bytes={gpu.memory_total_bytes}"
-    return None
+    return _gpu_extras_problem(gpu)
 
 
 def clock_skew_problem(report: pb.NodeReport, wall_now_s: float, max_skew_s: float) -> str | None:

@@ -1,0 +1,120 @@
+"""The 0.2 facts an agent may send are bounded like the rest of a report: each bound accepted at
+exactly its value and refused one above, with a reason naming the field."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from gpuextender.extender import report_validation as v
+from gpuextender.extender.report_validation import report_problem
+from gpuextender.v1 import gpu_state_pb2 as pb
+from tests.extender.builders import gpu, report
+
+
+def _holder(**over: str) -> pb.Holder:
+    fields = {"namespace": "llm", "pod": "vllm-0", "container": "engine", "resource_name": "nvidia.com/gpu",
+              "device_id": "GPU-0::1", **over}  # fmt: skip
+    return pb.Holder(**fields)
+
+
+def _two_gpus() -> pb.NodeReport:
+    return report("n", [gpu(0), gpu(1)])
+
+
+def _with(edit: Callable[[pb.NodeReport], None]) -> str | None:
+    r = _two_gpus()
+    edit(r)
+    return report_problem(r, None)
+
+
+COUNTED: list[tuple[str, int, Callable[[pb.NodeReport, int], None], str]] = [
+    ("holders", v.MAX_HOLDERS_PER_GPU, lambda r, n: r.gpus[0].holders.extend([_holder()] * n), "holders"),
+    ("health_reasons", v.MAX_HEALTH_REASONS, lambda r, n: r.gpus[0].health_reasons.extend(["R"] * n),
+     "health_reasons"),
+    ("xids", v.MAX_XIDS_PER_GPU, lambda r, n: r.gpus[0].xids.extend([pb.XidEvent(xid=79)] * n), "xids"),
+    ("mig_instances", v.MAX_MIG_INSTANCES,
+     lambda r, n: r.gpus[0].mig_instances.extend([pb.MigInstance(uuid="MIG-1", profile="1g.10gb")] * n),
+     "mig_instances"),
+    ("mig_holders", v.MAX_HOLDERS_PER_GPU,
+     lambda r, n: r.gpus[0].mig_instances.add(uuid="MIG-1").holders.extend([_holder()] * n), "holders"),
+    ("sharing_labels", v.MAX_SHARING_LABELS,
+     lambda r, n: r.sharing_labels.update({f"nvidia.com/l{i}": "1" for i in range(n)}), "sharing_labels"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("name", "limit", "fill", "words"), COUNTED, ids=[c[0] for c in COUNTED])
+def test_counts_are_bounded_exactly(name: str, limit: int, fill: Callable[[pb.NodeReport, int], None],
+                                    words: str) -> None:  # fmt: skip
+    assert _with(lambda r: fill(r, limit)) is None
+    problem = _with(lambda r: fill(r, limit + 1))
+    assert problem is not None and f"{limit + 1} {words}, more than the {limit} allowed" in problem
+
+
+HOLDER_STRINGS = [("namespace", v.MAX_NAMESPACE_CHARS), ("pod", v.MAX_POD_NAME_CHARS),
+                  ("container", v.MAX_CONTAINER_NAME_CHARS), ("resource_name", v.MAX_RESOURCE_NAME_CHARS),
+                  ("device_id", v.MAX_DEVICE_ID_CHARS)]  # fmt: skip
+
+
+@pytest.mark.parametrize(("field", "limit"), HOLDER_STRINGS, ids=[h[0] for h in HOLDER_STRINGS])
+def test_holder_strings_are_bounded_exactly(field: str, limit: int) -> None:
+    assert _with(lambda r: r.gpus[0].holders.append(_holder(**{field: "x" * limit}))) is None
+    problem = _with(lambda r: r.gpus[0].holders.append(_holder(**{field: "x" * (limit + 1)})))
+    assert problem is not None and f"a holder's {field} is {limit + 1} characters, more than the {limit}" in problem
+
+
+def test_other_strings_are_bounded_exactly() -> None:
+    def reason(n: int) -> Callable[[pb.NodeReport], None]:
+        return lambda r: r.gpus[0].health_reasons.append("R" * n)
+
+    def profile(n: int) -> Callable[[pb.NodeReport], None]:
+        return lambda r: r.gpus[0].mig_instances.add(uuid="MIG-1", profile="p" * n) and None
+
+    def label(key: int, value: int) -> Callable[[pb.NodeReport], None]:
+        return lambda r: r.sharing_labels.update({"k" * key: "v" * value})
+
+    def problem(n: int) -> Callable[[pb.NodeReport], None]:
+        return lambda r: setattr(r, "allocation_problem", "p" * n)
+
+    for ok, over in [(reason(v.MAX_UNHEALTHY_REASON_CHARS), reason(v.MAX_UNHEALTHY_REASON_CHARS + 1)),
+                     (profile(v.MAX_MIG_PROFILE_CHARS), profile(v.MAX_MIG_PROFILE_CHARS + 1)),
+                     (label(v.MAX_LABEL_KEY_CHARS, 1), label(v.MAX_LABEL_KEY_CHARS + 1, 1)),
+                     (label(1, v.MAX_LABEL_VALUE_CHARS), label(1, v.MAX_LABEL_VALUE_CHARS + 1)),
+                     (problem(v.MAX_ALLOCATION_PROBLEM_CHARS), problem(v.MAX_ALLOCATION_PROBLEM_CHARS + 1))]:  # fmt: skip
+        assert _with(ok) is None
+        assert _with(over) is not None
+
+
+def test_topology_links_join_two_reported_gpus_once() -> None:
+    def link(a: int, b: int, nvlinks: int = 0, twice: bool = False) -> Callable[[pb.NodeReport], None]:
+        def edit(r: pb.NodeReport) -> None:
+            for _ in range(2 if twice else 1):
+                r.topology.links.add(a=a, b=b, nvlinks=nvlinks, pcie=pb.PCIE_SYSTEM)
+        return edit
+
+    assert _with(link(0, 1, v.MAX_NVLINKS)) is None
+    assert "19 NVLinks, more than 18" in str(_with(link(0, 1, v.MAX_NVLINKS + 1)))
+    assert "does not join two reported GPUs" in str(_with(link(1, 0)))
+    assert "does not join two reported GPUs" in str(_with(link(0, 0)))
+    assert "does not join two reported GPUs" in str(_with(link(0, 2)))  # GPU 2 is not in the report
+    assert "appears twice" in str(_with(link(0, 1, twice=True)))
+
+
+def test_a_mig_instance_cannot_use_more_memory_than_it_has() -> None:
+    def mig(used: int) -> Callable[[pb.NodeReport], None]:
+        return lambda r: r.gpus[0].mig_instances.add(uuid="MIG-1", memory_total_bytes=10, memory_used_bytes=used) \
+            and None  # fmt: skip
+
+    assert _with(mig(10)) is None
+    assert "memory_used_bytes is above memory_total_bytes" in str(_with(mig(11)))
+
+
+def test_unknown_enum_values_from_a_newer_agent_are_accepted() -> None:
+    """proto3 enums are open: a value this extender does not know is kept and read as unknown."""
+    r = _two_gpus()
+    r.allocation_source = 7  # type: ignore[assignment]
+    r.gpus[0].health = 9  # type: ignore[assignment]
+    r.gpus[0].sharing.mode = 42  # type: ignore[assignment]
+    parsed = pb.NodeReport.FromString(r.SerializeToString())
+    assert report_problem(parsed, None) is None and parsed.gpus[0].health == 9
