@@ -1,13 +1,20 @@
-"""Samples NVML every interval and publishes the result as the latest report."""
+"""Samples NVML every interval and publishes the result as the latest report.
+
+A health event (e.g. an XID, from the NVML event thread) calls `wake_now()`: the next sample is
+taken at once instead of at the next interval, so the extender hears of it in well under a
+second. Samples stay at least MIN_INTERVAL_S apart, so an event storm cannot spin the loop."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+from collections.abc import Callable, Sequence
 
 from gpuextender.agent.latest import LatestReport
 from gpuextender.agent.metrics import AgentMetrics
 from gpuextender.agent.nvml_reader import NvmlReader
+from gpuextender.agent.readings import NodeSample
 from gpuextender.agent.report import sample_to_report
 
 log = logging.getLogger("gpu_agent.sampler")
@@ -26,8 +33,13 @@ class SampleLoop:
         node_name: str,
         interval_s: float,
         agent_version: str,
+        enrichers: Sequence[Callable[[NodeSample], None]] = (),
     ) -> None:
         self._reader = reader
+        # Run on the sample, in the sampling thread, in order: allocation from the kubelet, health.
+        self._enrichers = tuple(enrichers)
+        self._wake = asyncio.Event()
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._latest = latest
         self._metrics = metrics
         self._node_name = node_name
@@ -43,12 +55,24 @@ class SampleLoop:
             log.info("sample interval %.2fs -> %.2fs (requested by extender)", self.interval_s, bounded)
             self.interval_s = bounded
 
+    def wake_now(self) -> None:
+        """Sample again now (after MIN_INTERVAL_S at least). Safe to call from any thread."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._wake.set)
+
+    def _read(self) -> NodeSample:
+        sample = self._reader.sample()
+        for enrich in self._enrichers:
+            enrich(sample)
+        return sample
+
     async def run(self) -> None:
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         while True:
             started = loop.time()
-            # NVML calls block (and can stall on a sick GPU): keep them off the event loop.
-            sample = await asyncio.to_thread(self._reader.sample)
+            self._wake.clear()  # an event from here on triggers the next sample early
+            # NVML and kubelet calls block (and can stall on a sick GPU): keep them off the event loop.
+            sample = await asyncio.to_thread(self._read)
             self.sequence += 1
             self.last_sample_monotonic = loop.time()
             self._metrics.observe_sample(sample)
@@ -56,4 +80,6 @@ class SampleLoop:
                 sample, node_name=self._node_name, sequence=self.sequence, agent_version=self._agent_version
             )
             self._latest.publish(report)
-            await asyncio.sleep(max(0.0, started + self.interval_s - loop.time()))
+            await asyncio.sleep(max(0.0, started + MIN_INTERVAL_S - loop.time()))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), max(0.0, started + self.interval_s - loop.time()))

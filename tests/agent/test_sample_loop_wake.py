@@ -1,0 +1,104 @@
+"""The sample loop samples at its interval, at once when woken from another thread (a health
+event), and never closer than MIN_INTERVAL_S however often it is woken."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+from gpuextender.agent.latest import LatestReport
+from gpuextender.agent.metrics import AgentMetrics
+from gpuextender.agent.readings import GpuReading, NodeSample
+from gpuextender.agent.sample_loop import MIN_INTERVAL_S, SampleLoop
+
+
+class Reader:
+    """Stands in for NvmlReader: records when it was asked."""
+
+    def __init__(self) -> None:
+        self.times: list[float] = []
+
+    def sample(self) -> NodeSample:
+        self.times.append(time.monotonic())
+        return NodeSample(sample_time=time.time(), duration_s=0.0, gpus=[GpuReading(index=0)])
+
+
+def _loop(reader: Reader, interval_s: float, enrichers: tuple = ()) -> SampleLoop:
+    return SampleLoop(reader, LatestReport(), AgentMetrics("n1"), node_name="n1", interval_s=interval_s,  # type: ignore[arg-type]
+                      agent_version="t", enrichers=enrichers)  # fmt: skip
+
+
+async def _run_until(loop: SampleLoop, reader: Reader, samples: int, timeout: float = 5.0) -> None:
+    task = asyncio.create_task(loop.run())
+    try:
+        deadline = time.monotonic() + timeout
+        while len(reader.times) < samples and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+    finally:
+        task.cancel()
+
+
+def test_a_wake_from_another_thread_samples_at_once() -> None:
+    async def scenario() -> None:
+        reader = Reader()
+        sampler = _loop(reader, interval_s=30.0)
+        task = asyncio.create_task(sampler.run())
+        while not reader.times:
+            await asyncio.sleep(0.005)
+        await asyncio.sleep(MIN_INTERVAL_S)
+        woken_at = time.monotonic()
+        threading.Thread(target=sampler.wake_now).start()  # as the NVML event thread does
+        while len(reader.times) < 2:
+            await asyncio.sleep(0.005)
+        task.cancel()
+        # The next sample came on the wake, not 30 s later.
+        assert reader.times[1] - woken_at < 5.0
+        assert reader.times[1] >= woken_at
+
+    asyncio.run(scenario())
+
+
+def test_a_storm_of_wakes_keeps_samples_min_interval_apart() -> None:
+    async def scenario() -> None:
+        reader = Reader()
+        sampler = _loop(reader, interval_s=30.0)
+        stop = threading.Event()
+
+        def storm() -> None:
+            while not stop.is_set():
+                sampler.wake_now()
+                time.sleep(0.001)
+
+        thread = threading.Thread(target=storm)
+        task = asyncio.create_task(sampler.run())
+        await asyncio.sleep(0.01)
+        thread.start()
+        while len(reader.times) < 5:
+            await asyncio.sleep(0.005)
+        stop.set()
+        thread.join()
+        task.cancel()
+        gaps = [b - a for a, b in zip(reader.times, reader.times[1:])]
+        assert min(gaps) >= MIN_INTERVAL_S * 0.99, gaps  # monotonic clock granularity only
+
+    asyncio.run(scenario())
+
+
+def test_enrichers_run_on_each_sample_in_order() -> None:
+    seen: list[str] = []
+
+    def first(sample: NodeSample) -> None:
+        seen.append("allocation")
+        sample.allocation_source = "kubelet"
+
+    def second(sample: NodeSample) -> None:
+        seen.append(f"health after {sample.allocation_source}")
+
+    async def scenario() -> None:
+        reader = Reader()
+        sampler = _loop(reader, interval_s=MIN_INTERVAL_S, enrichers=(first, second))
+        await _run_until(sampler, reader, 2)
+
+    asyncio.run(scenario())
+    assert seen[:2] == ["allocation", "health after kubelet"]
