@@ -1,4 +1,12 @@
-"""The agent's HTTP side: Prometheus /metrics and a liveness /healthz."""
+"""The agent's HTTP side: Prometheus /metrics, a liveness /healthz and a readiness /readyz.
+
+/readyz is 200 once NVML works (the latest sample has no node_error) and, when the agent has
+extenders to report to, once one of them has ACCEPTED a report since start: a new agent whose
+reports no extender takes (wrong address, TLS or token, node name refused) is not ready, so a
+rollout gated on readiness stops there. The ack part latches: later extender outages show in
+gpu_agent_stream_connected, not here, so they do not flap every agent at once. In metrics-only
+mode (no --extender, no --extender-service) NVML alone decides: there is nobody to ack.
+Otherwise 503 with a one-line reason."""
 
 from __future__ import annotations
 
@@ -11,7 +19,9 @@ from gpuextender.agent.metrics import AgentMetrics
 from gpuextender.agent.sample_loop import SampleLoop
 
 
-def build_app(metrics: AgentMetrics, sampler: SampleLoop) -> web.Application:
+def build_app(metrics: AgentMetrics, sampler: SampleLoop, *, require_ack: bool = True) -> web.Application:
+    """`require_ack`: whether the agent has extenders to report to (False in metrics-only mode)."""
+
     async def get_metrics(_: web.Request) -> web.Response:
         return web.Response(body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
@@ -28,7 +38,18 @@ def build_app(metrics: AgentMetrics, sampler: SampleLoop) -> web.Application:
         nvml = f"nvml error {sample.node_error}" if sample and sample.node_error else "nvml ok"
         return web.Response(text=f"ok ({nvml}, sequence {sampler.sequence})\n")
 
+    async def get_readyz(_: web.Request) -> web.Response:
+        sample = metrics.last_sample
+        if sample is None:
+            return web.Response(status=503, text="not ready: no NVML sample yet\n")
+        if sample.node_error:
+            return web.Response(status=503, text=f"not ready: NVML not initialised ({sample.node_error})\n")
+        if require_ack and not metrics.report_accepted:
+            return web.Response(status=503, text="not ready: no extender has accepted a report yet\n")
+        return web.Response(text="ready\n")
+
     app = web.Application()
     app.router.add_get("/metrics", get_metrics)
     app.router.add_get("/healthz", get_healthz)
+    app.router.add_get("/readyz", get_readyz)
     return app

@@ -72,7 +72,9 @@ async def _serve(config: AgentConfig, reader: NvmlReader, metrics: AgentMetrics)
         reader, latest, metrics,
         node_name=config.node_name, interval_s=config.interval_s, agent_version=__version__,
     )  # fmt: skip
-    runner = web.AppRunner(build_app(metrics, sampler), access_log=None)
+    # Metrics-only mode (no extender to ack a report): /readyz needs NVML alone.
+    has_extenders = bool(config.extenders) or config.extender_service is not None
+    runner = web.AppRunner(build_app(metrics, sampler, require_ack=has_extenders), access_log=None)
     await runner.setup()
     await web.TCPSite(runner, config.metrics_addr.host, config.metrics_addr.port).start()
     log.info(

@@ -1,18 +1,24 @@
-"""The agent's Prometheus metrics: per-GPU gauges and the agent's own health.
+"""The agent's Prometheus metrics: per-GPU gauges, the same under dcgm-exporter's names
+(agent.dcgm_metrics), allocated-but-idle GPUs (agent.idle_tracker) and the agent's own health.
 
-GPU gauges are produced at scrape time from the latest sample (a custom
-collector), so a GPU that disappears also disappears from /metrics instead of
+GPU gauges are produced at scrape time from the latest sample (custom
+collectors), so a GPU that disappears also disappears from /metrics instead of
 freezing at its last value.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import platform
+import time
+from collections.abc import Callable, Iterator
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from gpuextender import __version__
+from gpuextender.agent.dcgm_metrics import DcgmCollector
+from gpuextender.agent.idle_tracker import DEFAULT_THRESHOLD_PERCENT, DEFAULT_WINDOW_S, IdleTracker
 from gpuextender.agent.readings import GpuReading, NodeSample
 
 GPU_LABELS = ["node", "gpu", "uuid", "model"]
@@ -54,12 +60,59 @@ class _GpuCollector(Collector):
         yield ok
 
 
+class _IdleCollector(Collector):
+    def __init__(self, metrics: AgentMetrics) -> None:
+        self._metrics = metrics
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        idle, node = self._metrics.idle, self._metrics.node_name
+        window = f"{idle.window_s:g}s"
+        threshold = f"{idle.threshold_percent:g}%"
+        seconds = GaugeMetricFamily(
+            "gpu_agent_gpu_idle_seconds",
+            f"Seconds this GPU has been idle (utilization <= {threshold} in every sample), 0 when busy; "
+            "absent while utilization is unknown (unknown is never idle).",
+            labels=GPU_LABELS,
+        )
+        for gpu in idle.gpu_idle():
+            seconds.add_metric([node, str(gpu.index), gpu.uuid, gpu.model], gpu.idle_s)
+        yield seconds
+        pods = GaugeMetricFamily(
+            "gpu_agent_pod_idle_gpus",
+            f"GPUs this pod holds that have been idle (utilization <= {threshold}) for at least {window} while "
+            "it held them. A time-sliced or MPS GPU counts for each pod holding it; MIG instances are not "
+            "counted (no per-instance utilization). Absent while the kubelet cannot be asked.",
+            labels=["node", "namespace", "pod"],
+        )
+        for (namespace, pod), count in sorted((idle.pod_idle_gpus() or {}).items()):
+            pods.add_metric([node, namespace, pod], float(count))
+        yield pods
+
+
 class AgentMetrics:
-    def __init__(self, node_name: str, registry: CollectorRegistry | None = None) -> None:
+    def __init__(
+        self,
+        node_name: str,
+        registry: CollectorRegistry | None = None,
+        *,
+        dcgm_names: bool = True,
+        idle_threshold_percent: float = DEFAULT_THRESHOLD_PERCENT,
+        idle_window_s: float = DEFAULT_WINDOW_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.node_name = node_name
         self.registry = registry or CollectorRegistry()
         self.last_sample: NodeSample | None = None
+        # Set by a stream on the first ACCEPTED ack and never cleared: /readyz's "an extender
+        # has taken our reports since start" (gpu_agent_stream_connected says whether one does now).
+        self.report_accepted = False
+        self.idle = IdleTracker(threshold_percent=idle_threshold_percent, window_s=idle_window_s, clock=clock)
         r = self.registry
+        ProcessCollector(registry=r)  # process_*: the agent's own CPU, memory, open files
+        Gauge(
+            "gpu_agent_build_info", "Always 1; the agent's version and Python version as labels.",
+            ["version", "python_version"], registry=r,
+        ).labels(version=__version__, python_version=platform.python_version()).set(1)  # fmt: skip
         self.sample_duration = Histogram(
             "gpu_agent_sample_duration_seconds", "Time to read all GPUs through NVML once.",
             buckets=(0.0002, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0), registry=r,
@@ -84,11 +137,18 @@ class AgentMetrics:
             "gpu_agent_reports_rejected", "Node reports the extender rejected.", ["extender"], registry=r
         )
         self.registry.register(_GpuCollector(self))
+        self.registry.register(_IdleCollector(self))
+        if dcgm_names:
+            self.registry.register(DcgmCollector(node_name, lambda: self.last_sample))
 
     def observe_sample(self, sample: NodeSample) -> None:
         self.last_sample = sample
+        self.idle.observe(sample)
         self.sample_duration.observe(sample.duration_s)
         self.last_sample_time.set(sample.sample_time)
 
     def count_nvml_error(self, call: str, error: str) -> None:
         self.nvml_errors.labels(call=call, error=error).inc()
+
+    def note_report_accepted(self) -> None:
+        self.report_accepted = True

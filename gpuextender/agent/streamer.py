@@ -194,6 +194,8 @@ class ExtenderStream:
         else:
             self._last_reject_reason = ""
             self._set_connected(True)
+            if ack.status == pb.ReportAck.ACCEPTED:  # not UNSPECIFIED: an extender that says nothing is no proof
+                self._metrics.note_report_accepted()
         if ack.requested_interval_ms > 0:
             self._on_requested_interval(ack.requested_interval_ms / 1000.0)
 

@@ -1,14 +1,19 @@
 """deploy/grafana/gpu-extender-dashboard.json: valid JSON, and every metric its queries use is
 one the programs export. The exported names come from the metric registries themselves
 (AgentMetrics, ExtenderMetrics), built without starting anything, with the sample names
-Prometheus sees (`_total` for counters, `_bucket`/`_sum`/`_count` for histograms)."""
+Prometheus sees (`_total` for counters, `_bucket`/`_sum`/`_count` for histograms). The panels on
+dcgm-exporter's names also only use labels the agent really puts on those series."""
 
 from __future__ import annotations
 
 import json
 import re
 
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
 from gpuextender.agent.metrics import AgentMetrics
+from gpuextender.agent.readings import ALLOCATION_KUBELET, GpuReading, Holder, MigReading, NodeSample
 from gpuextender.extender.gpu_state import GpuState
 from gpuextender.extender.gpu_summary import IdleRule
 from gpuextender.extender.inventory.store import InventoryStore
@@ -65,6 +70,17 @@ def panels(dash: dict):
     for panel in dash["panels"]:
         yield panel
         yield from panel.get("panels", [])
+
+
+def label_names(expr: str) -> set[str]:
+    """Label names in a PromQL expression's matchers and by/without/on/ignoring clauses."""
+    text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)
+    names = set()
+    for matchers in re.findall(r"\{([^}]*)\}", text):
+        names |= set(re.findall(r"([a-zA-Z_]\w*)\s*(?:=~|!~|!=|=)", matchers))
+    for clause in re.findall(r"\b(?:by|without|on|ignoring)\s*\(([^)]*)\)", text):
+        names |= {n.strip() for n in clause.split(",") if n.strip()}
+    return names
 
 
 def queries(dash: dict) -> list[str]:
@@ -126,3 +142,67 @@ def test_dashboard_is_importable() -> None:
         if panel["type"] != "row":
             assert panel["datasource"]["uid"] == "${datasource}", panel["title"]
             assert panel["targets"], panel["title"]
+
+
+# Labels Prometheus puts on every agent series itself: the target's, and `node` from the PodMonitor.
+TARGET_LABELS = {"instance", "job", "node"}
+
+
+def agent_series_labels() -> dict[str, set[str]]:
+    """Label names per metric in the agent's /metrics for a node with a held GPU and a MIG instance."""
+    metrics = AgentMetrics("gpu-node-1")
+    held = Holder("team", "train", "main", "nvidia.com/gpu", "GPU-0")
+    mig = MigReading("MIG-1", "1g.10gb", 1, 0, memory_total_bytes=10 << 30, memory_used_bytes=1 << 30,
+                     holders=[Holder("team", "small", "main", "nvidia.com/mig-1g.10gb", "MIG-1")])  # fmt: skip
+    gpus = [GpuReading(index=0, uuid="GPU-0", name="NVIDIA H100 80GB HBM3", utilization_gpu_percent=0,
+                       memory_used_bytes=1 << 30, temperature_celsius=40, power_watts=70.0, holders=[held]),
+            GpuReading(index=1, uuid="GPU-1", name="NVIDIA A100-SXM4-80GB", memory_used_bytes=1 << 30,
+                       mig_instances=[mig])]  # fmt: skip
+    metrics.observe_sample(NodeSample(sample_time=1.0, duration_s=0.01, driver_version="550.127.05", gpus=gpus,
+                                      allocation_source=ALLOCATION_KUBELET))  # fmt: skip
+    labels: dict[str, set[str]] = {}
+    for family in text_string_to_metric_families(generate_latest(metrics.registry).decode()):
+        for sample in family.samples:
+            labels.setdefault(sample.name, set()).update(sample.labels)
+    return labels
+
+
+def dcgm_panels(dash: dict) -> list[dict]:
+    return [p for p in panels(dash) if any("DCGM_" in t["expr"] or "gpu_agent_pod_idle_gpus" in t["expr"]
+                                           for t in p.get("targets", []))]  # fmt: skip
+
+
+def test_dashboard_has_the_dcgm_panels_and_variables() -> None:
+    dash = dashboard()
+    used = set().union(*(metric_names(t["expr"]) for p in dcgm_panels(dash) for t in p["targets"]))
+    required = {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE",
+                "DCGM_FI_DEV_XID_ERRORS", "gpu_agent_pod_idle_gpus"}  # fmt: skip
+    assert required <= used, sorted(required - used)
+    variables = {v["name"]: v["query"]["query"] for v in dash["templating"]["list"] if v["type"] == "query"}
+    # As NVIDIA's dcgm-exporter dashboard builds them (peers.md §4.1), per host rather than per instance.
+    assert variables["Hostname"] == "label_values(DCGM_FI_DEV_GPU_TEMP, Hostname)"
+    assert re.fullmatch(r"label_values\(DCGM_FI_DEV_GPU_TEMP(\{.*\})?, gpu\)", variables["gpu"])
+
+
+def test_dcgm_panels_use_only_labels_the_agent_serves() -> None:
+    served = agent_series_labels()
+    dash = dashboard()
+    checked = 0
+    for panel in dcgm_panels(dash):
+        for target in panel["targets"]:
+            names = metric_names(target["expr"])
+            available = set().union(*(served[n] for n in names)) | TARGET_LABELS
+            used = label_names(target["expr"]) | set(re.findall(r"\{\{\s*(\w+)\s*\}\}", target["legendFormat"]))
+            assert used <= available, f"{panel['title']}: {sorted(used - available)} not on {sorted(names)}"
+            checked += 1
+    for var in dash["templating"]["list"]:
+        found = re.fullmatch(r"label_values\((\w+)(\{.*\})?, (\w+)\)", str(var.get("definition", "")))
+        if found and found.group(1).startswith("DCGM_"):
+            assert found.group(3) in served[found.group(1)], var["name"]
+            checked += 1
+    assert checked >= 8
+
+
+def test_label_extractor() -> None:
+    expr = 'max by (Hostname, gpu) (DCGM_FI_DEV_FB_USED{Hostname=~"$Hostname", GPU_I_ID!="a,b"}) > on(node) x'
+    assert label_names(expr) == {"Hostname", "gpu", "GPU_I_ID", "node"}
