@@ -105,8 +105,9 @@ def test_agent_probes_and_scrape_annotations_use_the_metrics_port(base_objects: 
     ds = m.one(base_objects, "DaemonSet", "gpu-agent", m.NAMESPACE)
     pod, c = the_container(base_objects, "DaemonSet", "gpu-agent")
     metrics_port = int(m.flag_value(c["args"], "--metrics-addr").rsplit(":", 1)[1])
+    assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
+    assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
     for kind in ("livenessProbe", "readinessProbe"):
-        assert c[kind]["httpGet"]["path"] == "/healthz"
         assert _probe_port(c, c[kind]) == metrics_port
     annotations = ds["spec"]["template"]["metadata"]["annotations"]
     assert annotations["prometheus.io/scrape"] == "true"
