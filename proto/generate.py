@@ -2,9 +2,10 @@
 
 Usage: python proto/generate.py [OUT_DIR]
 
-Writes gpu_state_pb2.py, gpu_state_pb2.pyi and gpu_state_pb2_grpc.py next to
-the .proto, gpuextender/v1/gpu_state.proto in the package (or under OUT_DIR, which tests use to check the committed files are
-current). Needs the pinned grpcio-tools from the `dev` extra, so that the same
+Writes <name>_pb2.py, <name>_pb2.pyi and <name>_pb2_grpc.py next to each .proto of
+PROTO_FILES in the package: our contract gpuextender/v1/gpu_state.proto and our copy of the
+kubelet's PodResources API, gpuextender/podresources/v1/api.proto (or under OUT_DIR, which
+tests use to check the committed files are current). Needs the pinned grpcio-tools from the `dev` extra, so that the same
 input always produces the same bytes.
 """
 
@@ -14,10 +15,10 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-# The .proto ships inside the package; its path below the include root is its protobuf name
+# The .protos ship inside the package; a path below the include root is its protobuf name
 # (gpuextender/v1/gpu_state.proto), which the generated code imports by.
 PROTO_ROOT = Path(__file__).resolve().parent.parent
-PROTO_FILES = ["gpuextender/v1/gpu_state.proto"]
+PROTO_FILES = ["gpuextender/v1/gpu_state.proto", "gpuextender/podresources/v1/api.proto"]
 
 
 def generate(out_dir: Path = PROTO_ROOT) -> list[Path]:

@@ -493,7 +493,9 @@ def test_wheel_is_complete_and_holds_no_tests(built: Built) -> None:
             "gpuextender/v1/gpu_state.proto", "gpuextender/v1/gpu_state_pb2.pyi", "gpuextender/py.typed",
             "gpuextender/agent/main.py", "gpuextender/agent/__main__.py", "gpuextender/extender/main.py",
             "gpuextender/extender/__main__.py", "gpuextender/extender/inventory/__init__.py",
-            "gpuextender/extender/ome/__init__.py", "gpuextender/common/backoff.py"} <= names
+            "gpuextender/extender/ome/__init__.py", "gpuextender/common/backoff.py",
+            "gpuextender/podresources/v1/api_pb2.py", "gpuextender/podresources/v1/api_pb2_grpc.py",
+            "gpuextender/podresources/v1/api.proto", "gpuextender/podresources/v1/api_pb2.pyi"} <= names
     tops = {n.split("/", 1)[0] for n in names if not n.split("/", 1)[0].endswith((".dist-info", ".data"))}
     assert tops == set(OUR_PACKAGES)  # no tests/, proto/, bench/, examples/, and no generic names
     # What pip records as the distribution's top-level import names: exactly one, ours.

@@ -1,0 +1,1 @@
+"""Our copy of the kubelet's PodResources gRPC API (the parts gpu-agent uses)."""

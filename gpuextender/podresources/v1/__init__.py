@@ -1,0 +1,1 @@
+"""PodResources v1: wire-compatible with the kubelet's `v1.PodResourcesLister` service."""
