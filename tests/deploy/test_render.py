@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import json
 from pathlib import Path
+from typing import Any
 
 import kubernetes_validate
 import pytest
@@ -119,9 +120,10 @@ def test_each_component_renders_with_the_base(tmp_path: Path, component: Path) -
     objects = m.kustomize_with(tmp_path, [m.BASE], [component])
     errors, skipped = validation_errors(objects)
     assert not errors, "\n".join(errors)
-    in_base = {m.identity(b) for b in m.load_source(m.BASE)}
-    added = [o for o in objects if m.identity(o) not in in_base]
-    assert added, f"{component.name} adds nothing"
+    base = {m.identity(b): b for b in m.load_source(m.BASE)}
+    added = [o for o in objects if m.identity(o) not in base]
+    changed = [o for o in objects if m.identity(o) in base and o != _rendered_base()[m.identity(o)]]
+    assert added or changed, f"{component.name} adds or changes nothing"
     for obj in added:
         if obj["kind"] not in m.CLUSTER_SCOPED:
             assert obj["metadata"].get("namespace") == m.NAMESPACE, m.identity(obj)
@@ -139,8 +141,45 @@ def test_all_components_together_and_the_overlay_render(tmp_path: Path) -> None:
 
 
 def test_components_are_kustomize_components() -> None:
-    assert {p.name for p in COMPONENTS} == {"acceleratorclass-crd", "cert-manager", "monitoring"}
+    assert {p.name for p in COMPONENTS} == {"acceleratorclass-crd", "cert-manager", "kubelet-allocation", "monitoring"}
     for component in COMPONENTS:
         doc = m.load_yaml_docs(component / "kustomization.yaml")[0]
         assert doc["kind"] == "Component" and doc["apiVersion"] == "kustomize.config.k8s.io/v1alpha1"
-        assert m.load_source(component), f"{component.name} lists no resources"
+        assert m.load_source(component) or doc.get("patches"), f"{component.name} lists no resources or patches"
+
+
+@functools.lru_cache(maxsize=1)
+def _rendered_base() -> dict[Any, m.KubeObject]:
+    return {m.identity(o): o for o in m.kustomize(m.BASE)}
+
+
+@needs_kubectl
+def test_kubelet_allocation_grants_the_agent_its_sockets_and_nothing_more(tmp_path: Path) -> None:
+    """The agent reaches the kubelet's root-owned socket as uid 0 with no capability, no privilege
+    escalation and a read-only root; both host paths are mounted read-only; the namespace enforces
+    privileged (hostPath) while warn and audit stay restricted. The base is unchanged."""
+    objects = m.kustomize_with(tmp_path, [m.BASE], [m.COMPONENTS / "kubelet-allocation"])
+    ds = m.one(objects, "DaemonSet", "gpu-agent", m.NAMESPACE)
+    pod = ds["spec"]["template"]["spec"]
+    (c,) = [c for c in pod["containers"] if c["name"] == "gpu-agent"]
+    ctx = c["securityContext"]
+    assert (ctx["runAsUser"], ctx["runAsNonRoot"], pod["securityContext"]["runAsUser"]) == (0, False, 0)
+    assert ctx["allowPrivilegeEscalation"] is False and ctx["readOnlyRootFilesystem"] is True
+    assert ctx["capabilities"] == {"drop": ["ALL"]} and ctx["privileged"] is False
+    host = {v["name"]: v["hostPath"] for v in pod["volumes"] if "hostPath" in v}
+    assert host == {"pod-resources": {"path": "/var/lib/kubelet/pod-resources", "type": "Directory"},
+                    "gfd-labels": {"path": "/etc/kubernetes/node-feature-discovery/features.d",
+                                   "type": "DirectoryOrCreate"}}  # fmt: skip
+    mounts = {v["name"]: v for v in c["volumeMounts"]}
+    for name in host:
+        assert mounts[name]["readOnly"] is True
+    assert mounts["pod-resources"]["mountPath"] == "/var/lib/kubelet/pod-resources"  # the agent's default socket dir
+    ns = m.one(objects, "Namespace", m.NAMESPACE, None)
+    labels = ns["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "privileged"
+    assert labels["pod-security.kubernetes.io/warn"] == labels["pod-security.kubernetes.io/audit"] == "restricted"
+    # Only the agent changed: every other pod template is as in the base.
+    base = _rendered_base()
+    for obj in objects:
+        if obj["kind"] in ("Deployment",) and m.identity(obj) in base:
+            assert obj == base[m.identity(obj)], m.identity(obj)
