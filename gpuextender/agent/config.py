@@ -15,6 +15,7 @@ from gpuextender.common.netaddr import AddressError, HostPort, parse_host_port
 from gpuextender.common.tls_files import CredentialFileError, check_ca, check_pair, check_readable
 
 from gpuextender.agent.dial import DialSettings
+from gpuextender.agent.health import DEFAULT_IGNORED_XIDS, parse_xid_list
 
 _NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
@@ -36,6 +37,11 @@ class AgentConfig:
     extender_service: HostPort | None = None
     resolve_interval_s: float = 15.0
     dial: DialSettings = DialSettings()
+    # -- 0.2 health
+    ignored_xids: frozenset[int] = DEFAULT_IGNORED_XIDS
+    health_events: bool = True  # run the NVML event thread (XIDs, DBE, ...)
+    control_dir: Path = Path("/tmp/gpu-agent")  # where --clear-xid requests are answered
+    clear_xids: tuple[str, ...] = ()  # one-shot mode: ask the running agent to clear these GPUs, exit
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -84,8 +90,33 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--token-file", type=Path, metavar="PATH",
                    help="projected ServiceAccount token sent as `authorization: Bearer` on each stream; "
                    "re-read on every (re)connect (the kubelet rotates it)")  # fmt: skip
+    p.add_argument("--ignore-xids", default=",".join(map(str, sorted(DEFAULT_IGNORED_XIDS))), metavar="LIST",
+                   help="comma-separated XIDs that do not make a GPU unhealthy: the application errors NVIDIA's "
+                   "device plugin also ignores; an empty string ignores none")  # fmt: skip
+    p.add_argument("--health-events", action=argparse.BooleanOptionalAction, default=True,
+                   help="watch NVML events (critical XIDs, double-bit ECC, GPU unavailable, recovery actions) on a "
+                   "thread and report at once; without it no XID is seen, the per-sample health reads remain")  # fmt: skip
+    p.add_argument("--clear-xid", action="append", default=[], metavar="GPU",
+                   help="run in the agent's container (kubectl exec POD -- gpu-agent --clear-xid 3): ask the running "
+                   "agent to lift the quarantine of GPU (an index, a GPU-<uuid>, or 'all') that critical XIDs and "
+                   "other events put it in, print its answer and exit; repeatable. A quarantine lasts until "
+                   "cleared so, or until the agent restarts (kubectl delete pod): XIDs are only known since the "
+                   "agent started")  # fmt: skip
+    p.add_argument("--control-dir", type=Path, default=Path("/tmp/gpu-agent"), metavar="PATH",
+                   help="private directory (created 0700) where the running agent answers --clear-xid requests; "
+                   "both sides must use the same one")  # fmt: skip
     p.add_argument("--log-level", default="info", choices=LEVELS)
     return p
+
+
+def _clear_targets(values: Sequence[str]) -> tuple[str, ...]:
+    targets: list[str] = []
+    for value in values:
+        value = value.strip()
+        if not (value == "all" or value.isdigit() or (value.startswith("GPU-") and len(value) > 4)):
+            raise ConfigError(f"--clear-xid {value!r}: expected a GPU index, a GPU-<uuid> or 'all'")
+        targets.append(value)
+    return tuple(dict.fromkeys(targets))
 
 
 def _dial(args: argparse.Namespace) -> DialSettings:
@@ -122,11 +153,16 @@ def _extender_service(text: str) -> HostPort | None:
 
 def build_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> AgentConfig:
     args = build_parser().parse_args(argv)
+    clear_xids = _clear_targets(args.clear_xid)
     node_name = args.node_name or env.get("NODE_NAME", "")
-    if not node_name:
+    if not node_name and not clear_xids:  # the one-shot --clear-xid needs no node name
         raise ConfigError("no node name: pass --node-name or set NODE_NAME (downward API spec.nodeName)")
-    if not _NODE_NAME.match(node_name):
+    if node_name and not _NODE_NAME.match(node_name):
         raise ConfigError(f"node name {node_name!r} is not a valid Kubernetes node name")
+    try:
+        ignored_xids = parse_xid_list(args.ignore_xids)
+    except ValueError as exc:
+        raise ConfigError(f"--ignore-xids: {exc}") from None
     extenders = list(args.extender)
     if not extenders and env.get("GPU_AGENT_EXTENDERS"):
         extenders = [e.strip() for e in env["GPU_AGENT_EXTENDERS"].split(",") if e.strip()]
@@ -160,4 +196,8 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> AgentCon
         extender_service=service,
         resolve_interval_s=args.resolve_interval,
         dial=_dial(args),
+        ignored_xids=ignored_xids,
+        health_events=args.health_events,
+        control_dir=args.control_dir,
+        clear_xids=clear_xids,
     )

@@ -9,12 +9,23 @@ layer, the driver, is simulated from a `Scenario`.
 
 Like the real library it returns NVML_ERROR_UNINITIALIZED before nvmlInit,
 NVML_ERROR_ARGUMENT_VERSION_MISMATCH for a wrong struct version, and a missing
-symbol surfaces as NVMLError_FunctionNotFound.
+symbol surfaces as NVMLError_FunctionNotFound. A reading the scenario does not
+define answers NVML_ERROR_NOT_SUPPORTED, as on a GPU without the feature.
+
+Events: `nvmlEventSetWait` blocks (a threading.Condition, real time) up to its
+timeout and returns NVML_ERROR_TIMEOUT, or the next scripted event whose time
+(the fake's clock) has come, for a GPU registered for its type. Tests that drive
+a manual clock call `wake()` after moving it; `push_event()` delivers one now.
+
+MIG: a GPU whose scenario has `mig:` is in MIG mode; its MIG device handles are
+pointers to their own structs, accepted only by the calls real NVML takes them
+in (UUID, name, memory, instance ids, attributes), others answer NotSupported.
 """
 
 from __future__ import annotations
 
 import ctypes
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -22,11 +33,43 @@ from typing import Any
 
 import pynvml
 
-from gpuextender.agent.fake_scenario import FakeGpu, Scenario, ScenarioFile
+from gpuextender.agent.fake_scenario import (
+    EVENT_TYPES,
+    MAX_MIG_DEVICES,
+    FakeEvent,
+    FakeGpu,
+    FakeMig,
+    Scenario,
+    ScenarioFile,
+)
 
 _OK = pynvml.NVML_SUCCESS
+_NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
+_INVALID = pynvml.NVML_ERROR_INVALID_ARGUMENT
 # Symbols that work before nvmlInit, as in the real library.
 _NO_INIT_NEEDED = {"nvmlInitWithFlags", "nvmlInit_v2", "nvmlErrorString"}
+# pynvml functions that take a MIG device handle (the rest answer NotSupported for one).
+_MIG_OK = {
+    "nvmlDeviceGetUUID", "nvmlDeviceGetName", "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetGpuInstanceId",
+    "nvmlDeviceGetComputeInstanceId", "nvmlDeviceGetAttributes", "nvmlDeviceIsMigDeviceHandle",
+    "nvmlDeviceGetDeviceHandleFromMigDeviceHandle",
+}  # fmt: skip
+# What nvmlDeviceGetSupportedEventTypes answers for a GPU with events (the fake's model of a data-center GPU).
+SUPPORTED_EVENTS = (
+    pynvml.nvmlEventTypeSingleBitEccError | pynvml.nvmlEventTypeDoubleBitEccError | pynvml.nvmlEventTypePState
+    | pynvml.nvmlEventTypeXidCriticalError | pynvml.nvmlEventTypeClock | pynvml.nvmlEventMigConfigChange
+    | EVENT_TYPES["gpu_unavailable"] | EVENT_TYPES["recovery_action"]
+)  # fmt: skip
+_NVLINK_SLOTS = 18  # links per GPU (H100); links past the scripted ones are inactive
+_NVSWITCHES = 4  # switch links are spread over this many NVSwitch PCI devices, as on an HGX board
+_NO_INSTANCE = 0xFFFFFFFF  # gpuInstanceId/computeInstanceId of an event not tied to a MIG instance
+
+
+class _EventSet:
+    def __init__(self) -> None:
+        self.struct = pynvml.struct_c_nvmlEventSet_t()
+        self.masks: dict[int, int] = {}  # GPU index -> registered nvmlEventType* bits
+        self.delivered: set[tuple[Any, ...]] = set()
 
 
 # C symbols whose pynvml function has another name.
@@ -74,6 +117,16 @@ class FakeNvmlLibrary:
         self._index_by_address = {ctypes.addressof(d): i for i, d in enumerate(self._devices)}
         namespace = uuid.uuid5(uuid.NAMESPACE_DNS, f"fake-gpu.{uuid_seed or 'node'}")
         self._uuids = [f"GPU-{uuid.uuid5(namespace, str(i))}" for i in range(len(scenario.gpus))]
+        self._namespace = namespace
+        # MIG device handles: MAX_MIG_DEVICES structs per GPU, whatever the scenario has now.
+        self._mig_devices = [[pynvml.struct_c_nvmlDevice_t() for _ in range(MAX_MIG_DEVICES)] for _ in scenario.gpus]
+        self._mig_by_address = {
+            ctypes.addressof(d): (gpu, slot) for gpu, slots in enumerate(self._mig_devices) for slot, d in enumerate(slots)
+        }  # fmt: skip
+        self._energy: dict[int, tuple[float, float]] = {}  # GPU -> (fake time, millijoules) at the last read
+        self._events = threading.Condition()
+        self._event_sets: dict[int, _EventSet] = {}
+        self._pushed: list[tuple[int, FakeEvent]] = []  # (sequence, event) from push_event()
         self.calls = 0  # how many C calls were made (benchmarks read it)
 
     def __getattr__(self, symbol: str) -> _Symbol:
@@ -85,6 +138,18 @@ class FakeNvmlLibrary:
     def elapsed(self) -> float:
         return self._clock() - self._started
 
+    def wake(self) -> None:
+        """Make waiting nvmlEventSetWait calls look at the clock again (after a test moved it)."""
+        with self._events:
+            self._events.notify_all()
+
+    def push_event(self, gpu: int, kind: str, data: int = 0) -> None:
+        """Deliver an event now (in addition to the scenario's), e.g. `push_event(1, "xid", 79)`."""
+        with self._events:
+            event = FakeEvent(self.elapsed(), gpu, kind, EVENT_TYPES[kind], data)
+            self._pushed.append((len(self._pushed), event))
+            self._events.notify_all()
+
     # -- dispatch: init state and injected errors, in one place ------------
 
     def _dispatch(self, symbol: str, impl: Callable[..., Any], args: tuple[Any, ...]) -> Any:
@@ -93,27 +158,40 @@ class FakeNvmlLibrary:
             self.scenario = self._follow.current()
         if symbol == "nvmlErrorString":
             return impl(*args)
-        gpu = self._gpu_of(symbol, args)
+        gpu, mig_slot = self._gpu_of(symbol, args)
         injected = self._injected(symbol, gpu)
         if injected is not None:
             return injected
         if symbol not in _NO_INIT_NEEDED and self._init_count == 0:
             return pynvml.NVML_ERROR_UNINITIALIZED
         if gpu is not None and not 0 <= gpu < len(self._devices):
-            return pynvml.NVML_ERROR_INVALID_ARGUMENT
+            return _INVALID
+        if gpu is not None and mig_slot is not None:
+            if _pynvml_name(symbol) not in _MIG_OK:
+                return _NOT_SUPPORTED
+            if self._mig(gpu, mig_slot) is None:  # the scenario was edited: the device is gone
+                return _INVALID
         return impl(*args)
 
-    def _gpu_of(self, symbol: str, args: tuple[Any, ...]) -> int | None:
+    def _gpu_of(self, symbol: str, args: tuple[Any, ...]) -> tuple[int | None, int | None]:
+        """(GPU index, MIG slot) a call is about: the MIG slot is None for a whole-GPU handle."""
         if not args:
-            return None
+            return None, None
         if symbol.startswith("nvmlDeviceGetHandleByIndex"):
-            return int(args[0].value)
+            return int(args[0].value), None
         if symbol.startswith("nvmlDevice") and not symbol.startswith("nvmlDeviceGetCount"):
             handle = args[0]
             if not isinstance(handle, pynvml.c_nvmlDevice_t) or not handle:
-                return -1  # NULL or not a handle: invalid argument
-            return self._index_by_address.get(ctypes.addressof(handle.contents), -1)
-        return None
+                return -1, None  # NULL or not a handle: invalid argument
+            address = ctypes.addressof(handle.contents)
+            if address in self._mig_by_address:
+                return self._mig_by_address[address]
+            return self._index_by_address.get(address, -1), None
+        return None, None
+
+    def _mig(self, gpu: int, slot: int) -> FakeMig | None:
+        devices = self.scenario.gpus[gpu].mig
+        return devices[slot] if devices is not None and slot < len(devices) else None
 
     def _injected(self, symbol: str, gpu: int | None) -> int | None:
         names = ("*", symbol, _pynvml_name(symbol))
@@ -128,6 +206,23 @@ class FakeNvmlLibrary:
 
     def _gpu(self, handle: Any) -> FakeGpu:
         return self.scenario.gpus[self._index_by_address[ctypes.addressof(handle.contents)]]
+
+    def _index(self, handle: Any) -> int:
+        return self._index_by_address[ctypes.addressof(handle.contents)]
+
+    def _mig_of(self, handle: Any) -> tuple[int, int, FakeMig] | None:
+        """(GPU, slot, device) for a MIG device handle (validated by _dispatch), None for a GPU handle."""
+        found = self._mig_by_address.get(ctypes.addressof(handle.contents))
+        if found is None:
+            return None
+        mig = self._mig(*found)
+        assert mig is not None
+        return found[0], found[1], mig
+
+    @staticmethod
+    def _bus_id(index: int) -> tuple[int, str]:
+        bus = 0x18 + 0x10 * index
+        return bus, f"00000000:{bus:02X}:00.0"
 
     @staticmethod
     def _write_string(buffer: Any, size: Any, text: str) -> int:
@@ -162,17 +257,23 @@ class FakeNvmlLibrary:
         return _OK
 
     def _c_nvmlDeviceGetName(self, handle: Any, buffer: Any, size: Any) -> int:
+        mig = self._mig_of(handle)
+        if mig is not None:  # as the driver names a MIG device: "<GPU name> MIG <profile>"
+            return self._write_string(buffer, size, f"{self.scenario.gpus[mig[0]].product} MIG {mig[2].profile}")
         return self._write_string(buffer, size, self._gpu(handle).product)
 
     def _c_nvmlDeviceGetUUID(self, handle: Any, buffer: Any, size: Any) -> int:
-        return self._write_string(buffer, size, self._uuids[self._index_by_address[ctypes.addressof(handle.contents)]])
+        mig = self._mig_of(handle)
+        if mig is not None:  # a new MIG UUID when the device is re-created with another profile
+            gpu, slot, device = mig
+            return self._write_string(buffer, size, f"MIG-{uuid.uuid5(self._namespace, f'{gpu}/{slot}/{device.profile}')}")
+        return self._write_string(buffer, size, self._uuids[self._index(handle)])
 
     def _c_nvmlDeviceGetPciInfo_v3(self, handle: Any, info_ref: Any) -> int:
-        index = self._index_by_address[ctypes.addressof(handle.contents)]
-        bus = 0x18 + 0x10 * index
+        bus, bus_id = self._bus_id(self._index(handle))
         info = info_ref._obj
         info.domain, info.bus, info.device = 0, bus, 0
-        info.busId = f"00000000:{bus:02X}:00.0".encode()
+        info.busId = bus_id.encode()
         info.busIdLegacy = f"0000:{bus:02X}:00.0".encode()
         return _OK
 
@@ -184,6 +285,13 @@ class FakeNvmlLibrary:
         memory = memory_ref._obj
         if memory.version != pynvml.nvmlMemory_v2:
             return pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+        mig = self._mig_of(handle)
+        if mig is not None:
+            device = mig[2]
+            memory.total, memory.reserved = device.memory_bytes, 0
+            memory.used = int(device.memory_bytes * device.memory_used_percent.at(self.elapsed()) / 100)
+            memory.free = memory.total - memory.used
+            return _OK
         gpu = self._gpu(handle)
         total = gpu.memory_bytes
         reserved = min(total, 512 * 1024**2)  # the driver keeps some; v2 reports it apart
@@ -194,6 +302,8 @@ class FakeNvmlLibrary:
 
     def _c_nvmlDeviceGetUtilizationRates(self, handle: Any, util_ref: Any) -> int:
         gpu = self._gpu(handle)
+        if gpu.mig is not None:
+            return _NOT_SUPPORTED  # as on a real MIG-enabled GPU
         t = self.elapsed()
         util_ref._obj.gpu = round(gpu.utilization_percent.at(t))
         util_ref._obj.memory = round(gpu.utilization_percent.at(t) / 2)
@@ -207,6 +317,302 @@ class FakeNvmlLibrary:
 
     def _c_nvmlDeviceGetPowerUsage(self, handle: Any, power_ref: Any) -> int:
         power_ref._obj.value = round(self._gpu(handle).power_watts.at(self.elapsed()) * 1000)
+        return _OK
+
+    # -- memory errors, clocks, energy, NUMA ---------------------------------
+
+    def _c_nvmlDeviceGetTotalEccErrors(self, handle: Any, error_type: Any, counter_type: Any, count_ref: Any) -> int:
+        ecc = self._gpu(handle).ecc
+        if ecc is None:
+            return _NOT_SUPPORTED
+        # The fake keeps one counter per type: aggregate (lifetime) reads the volatile one.
+        if int(error_type.value) == pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED:
+            count_ref._obj.value = round(ecc.uncorrected.at(self.elapsed()))
+        elif int(error_type.value) == pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED:
+            count_ref._obj.value = round(ecc.corrected.at(self.elapsed()))
+        else:
+            return _INVALID
+        return _OK
+
+    def _c_nvmlDeviceGetRemappedRows(self, handle: Any, corr: Any, unc: Any, pending: Any, failure: Any) -> int:
+        gpu = self._gpu(handle)
+        if gpu.remapped_rows is None or gpu.mig:
+            return _NOT_SUPPORTED  # NVML: not supported on MIG-enabled GPUs with active instances
+        rows = gpu.remapped_rows
+        corr._obj.value, unc._obj.value = rows.correctable, rows.uncorrectable
+        pending._obj.value, failure._obj.value = int(rows.pending), int(rows.failure)
+        return _OK
+
+    def _c_nvmlDeviceGetRetiredPagesPendingStatus(self, handle: Any, pending_ref: Any) -> int:
+        pending = self._gpu(handle).retired_pages_pending
+        if pending is None:
+            return _NOT_SUPPORTED
+        pending_ref._obj.value = pynvml.NVML_FEATURE_ENABLED if pending else pynvml.NVML_FEATURE_DISABLED
+        return _OK
+
+    def _c_nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any, reasons_ref: Any) -> int:
+        reasons = self._gpu(handle).clock_event_reasons
+        if reasons is None:
+            return _NOT_SUPPORTED
+        reasons_ref._obj.value = reasons
+        return _OK
+
+    # The pre-535 name of the same call (drivers older than the rename export only this one).
+    _c_nvmlDeviceGetCurrentClocksThrottleReasons = _c_nvmlDeviceGetCurrentClocksEventReasons
+
+    def _c_nvmlDeviceGetClockInfo(self, handle: Any, clock_type: Any, clock_ref: Any) -> int:
+        gpu = self._gpu(handle)
+        kind = int(clock_type.value)
+        if kind in (pynvml.NVML_CLOCK_SM, pynvml.NVML_CLOCK_GRAPHICS):
+            pattern = gpu.sm_clock_mhz
+        elif kind == pynvml.NVML_CLOCK_MEM:
+            pattern = gpu.memory_clock_mhz
+        else:
+            return _NOT_SUPPORTED
+        if pattern is None:
+            return _NOT_SUPPORTED
+        clock_ref._obj.value = round(pattern.at(self.elapsed()))
+        return _OK
+
+    def _c_nvmlDeviceGetTotalEnergyConsumption(self, handle: Any, energy_ref: Any) -> int:
+        index = self._index(handle)
+        gpu = self.scenario.gpus[index]
+        if gpu.energy_start_mj is None:
+            return _NOT_SUPPORTED
+        now = self.elapsed()
+        last_t, energy = self._energy.get(index, (0.0, gpu.energy_start_mj))
+        if now > last_t:  # trapezoid: exact for constant and ramping power
+            energy += (gpu.power_watts.at(last_t) + gpu.power_watts.at(now)) / 2 * (now - last_t) * 1000
+            self._energy[index] = (now, energy)
+        energy_ref._obj.value = int(energy)
+        return _OK
+
+    def _c_nvmlDeviceGetMemoryAffinity(self, handle: Any, node_set_size: int, affinity_ref: Any, scope: Any) -> int:
+        node = self._gpu(handle).numa_node
+        if node is None:
+            return _NOT_SUPPORTED
+        if int(scope.value) != 0:  # NVML_AFFINITY_SCOPE_NODE
+            return _NOT_SUPPORTED
+        if node >= 64 * int(node_set_size):
+            return pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+        affinity_ref._obj[node // 64] = 1 << (node % 64)
+        return _OK
+
+    # -- MIG -----------------------------------------------------------------
+
+    def _c_nvmlDeviceGetMigMode(self, handle: Any, current_ref: Any, pending_ref: Any) -> int:
+        if self._gpu(handle).mig is None:
+            return _NOT_SUPPORTED
+        current_ref._obj.value = pending_ref._obj.value = pynvml.NVML_DEVICE_MIG_ENABLE
+        return _OK
+
+    def _c_nvmlDeviceGetMaxMigDeviceCount(self, handle: Any, count_ref: Any) -> int:
+        if self._gpu(handle).mig is None:
+            return _NOT_SUPPORTED
+        count_ref._obj.value = MAX_MIG_DEVICES
+        return _OK
+
+    def _c_nvmlDeviceGetMigDeviceHandleByIndex(self, handle: Any, index: Any, mig_ref: Any) -> int:
+        gpu = self._index(handle)
+        devices = self.scenario.gpus[gpu].mig
+        if devices is None:
+            return _NOT_SUPPORTED
+        slot = int(index.value)
+        if slot >= MAX_MIG_DEVICES:
+            return _INVALID
+        if slot >= len(devices):
+            return pynvml.NVML_ERROR_NOT_FOUND  # an empty slot
+        mig_ref._obj.contents = self._mig_devices[gpu][slot]
+        return _OK
+
+    def _c_nvmlDeviceIsMigDeviceHandle(self, handle: Any, is_mig_ref: Any) -> int:
+        is_mig_ref._obj.value = int(self._mig_of(handle) is not None)
+        return _OK
+
+    def _c_nvmlDeviceGetDeviceHandleFromMigDeviceHandle(self, handle: Any, device_ref: Any) -> int:
+        mig = self._mig_of(handle)
+        if mig is None:
+            return _INVALID
+        device_ref._obj.contents = self._devices[mig[0]]
+        return _OK
+
+    def _c_nvmlDeviceGetGpuInstanceId(self, handle: Any, id_ref: Any) -> int:
+        mig = self._mig_of(handle)
+        if mig is None:
+            return _INVALID  # NVML: only for MIG device handles
+        id_ref._obj.value = mig[1] + 1
+        return _OK
+
+    def _c_nvmlDeviceGetComputeInstanceId(self, handle: Any, id_ref: Any) -> int:
+        if self._mig_of(handle) is None:
+            return _INVALID
+        id_ref._obj.value = 0
+        return _OK
+
+    def _c_nvmlDeviceGetAttributes_v2(self, handle: Any, attrs_ref: Any) -> int:
+        mig = self._mig_of(handle)
+        if mig is None:
+            return _NOT_SUPPORTED  # the fake answers for MIG devices only
+        device = mig[2]
+        attrs = attrs_ref._obj
+        attrs.multiprocessorCount = 16 * device.compute_slices
+        attrs.sharedCopyEngineCount = attrs.sharedDecoderCount = attrs.sharedJpegCount = attrs.sharedOfaCount = 1
+        attrs.sharedEncoderCount = 0
+        attrs.gpuInstanceSliceCount = device.gpu_slices
+        attrs.computeInstanceSliceCount = device.compute_slices
+        attrs.memorySizeMB = device.memory_bytes // 1024**2
+        return _OK
+
+    # -- topology --------------------------------------------------------------
+
+    def _c_nvmlDeviceGetTopologyCommonAncestor(self, handle1: Any, handle2: Any, level_ref: Any) -> int:
+        topology = self.scenario.topology
+        if topology is None:
+            return _NOT_SUPPORTED
+        other = self._index_by_address.get(ctypes.addressof(handle2.contents)) if handle2 else None
+        if other is None:
+            return _INVALID
+        index = self._index(handle1)
+        level_ref._obj.value = pynvml.NVML_TOPOLOGY_INTERNAL if index == other else topology.pcie_level(index, other)
+        return _OK
+
+    def _links(self, index: int) -> list[int | None]:
+        """The GPU's active NVLinks in link order: the peer GPU's index, or None for an NVSwitch."""
+        topology = self.scenario.topology
+        if topology is None:
+            return []
+        links: list[int | None] = []
+        for (a, b), count in sorted(topology.nvlinks.items()):
+            if index in (a, b):
+                links.extend([b if index == a else a] * count)
+        return links + [None] * topology.nvswitch_links
+
+    def _link(self, handle: Any, link: int) -> tuple[int, list[int | None]] | int:
+        """(link, active links) or an NVML error code."""
+        links = self._links(self._index(handle))
+        if not links:
+            return _NOT_SUPPORTED  # no NVLink on this GPU
+        if not 0 <= int(link) < max(_NVLINK_SLOTS, len(links)):
+            return _INVALID
+        return int(link), links
+
+    def _c_nvmlDeviceGetNvLinkState(self, handle: Any, link: int, active_ref: Any) -> int:
+        found = self._link(handle, link)
+        if isinstance(found, int):
+            return found
+        active_ref._obj.value = int(found[0] < len(found[1]))
+        return _OK
+
+    def _c_nvmlDeviceGetNvLinkRemotePciInfo_v2(self, handle: Any, link: int, pci_ref: Any) -> int:
+        found = self._link(handle, link)
+        if isinstance(found, int):
+            return found
+        number, links = found
+        if number >= len(links):
+            return _NOT_SUPPORTED  # an inactive link has no remote end
+        peer = links[number]
+        info = pci_ref._obj
+        if peer is None:
+            info.domain, info.bus, info.device = 0, 0xC0 + number % _NVSWITCHES, 0
+            info.busId = f"00000000:{info.bus:02X}:00.0".encode()
+        else:
+            bus, bus_id = self._bus_id(peer)
+            info.domain, info.bus, info.device = 0, bus, 0
+            info.busId = bus_id.encode()
+        return _OK
+
+    def _c_nvmlDeviceGetNvLinkRemoteDeviceType(self, handle: Any, link: int, type_ref: Any) -> int:
+        found = self._link(handle, link)
+        if isinstance(found, int):
+            return found
+        number, links = found
+        if number >= len(links):
+            return _NOT_SUPPORTED
+        type_ref._obj.value = pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH if links[number] is None else pynvml.NVML_NVLINK_DEVICE_TYPE_GPU
+        return _OK
+
+    # -- events ----------------------------------------------------------------
+
+    def _event_set(self, set_ptr: Any) -> _EventSet | None:
+        if not set_ptr:
+            return None
+        return self._event_sets.get(ctypes.addressof(set_ptr.contents))
+
+    def _c_nvmlEventSetCreate(self, set_ref: Any) -> int:
+        event_set = _EventSet()
+        with self._events:
+            self._event_sets[ctypes.addressof(event_set.struct)] = event_set
+        set_ref._obj.contents = event_set.struct
+        return _OK
+
+    def _c_nvmlDeviceGetSupportedEventTypes(self, handle: Any, types_ref: Any) -> int:
+        if not self._gpu(handle).events_supported:
+            return _NOT_SUPPORTED
+        types_ref._obj.value = SUPPORTED_EVENTS
+        return _OK
+
+    def _c_nvmlDeviceRegisterEvents(self, handle: Any, event_types: Any, set_ptr: Any) -> int:
+        with self._events:
+            event_set = self._event_set(set_ptr)
+            if event_set is None:
+                return _INVALID
+            types = int(event_types.value)
+            if not self._gpu(handle).events_supported or types & ~SUPPORTED_EVENTS:
+                return _NOT_SUPPORTED  # NVML: some of the requested types are not supported
+            index = self._index(handle)
+            event_set.masks[index] = event_set.masks.get(index, 0) | types
+        return _OK
+
+    def _c_nvmlEventSetWait_v2(self, set_ptr: Any, data_ref: Any, timeout_ms: Any) -> int:
+        deadline = time.monotonic() + int(timeout_ms.value) / 1000
+        with self._events:
+            while True:
+                event_set = self._event_set(set_ptr)
+                if event_set is None:
+                    return _INVALID  # freed (or never created)
+                if self._follow is not None:
+                    self.scenario = self._follow.current()
+                due, next_at = self._next_event(event_set)
+                if due is not None:
+                    key, event = due
+                    event_set.delivered.add(key)
+                    data = data_ref._obj
+                    data.device = ctypes.pointer(self._devices[event.gpu])
+                    data.eventType, data.eventData = event.event_type, event.data
+                    data.gpuInstanceId = data.computeInstanceId = _NO_INSTANCE
+                    return _OK
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return pynvml.NVML_ERROR_TIMEOUT
+                # Sleep until the next scripted event is due (assuming the fake's clock runs in real
+                # time; a test that moves a manual clock calls wake()), or the timeout.
+                self._events.wait(remaining if next_at is None else min(remaining, max(0.001, next_at)))
+
+    def _next_event(self, event_set: _EventSet) -> tuple[tuple[tuple[Any, ...], FakeEvent] | None, float | None]:
+        """The earliest undelivered event that is due for this set, and else the seconds until the next one."""
+        now = self.elapsed()
+        candidates: list[tuple[tuple[Any, ...], FakeEvent]] = [
+            (("scenario", e.at_s, e.gpu, e.event_type, e.data), e) for e in self.scenario.events
+        ]
+        candidates += [(("pushed", seq), e) for seq, e in self._pushed]
+        due: tuple[tuple[Any, ...], FakeEvent] | None = None
+        next_at: float | None = None
+        for key, event in candidates:
+            if key in event_set.delivered or not event_set.masks.get(event.gpu, 0) & event.event_type:
+                continue
+            if event.at_s <= now:
+                if due is None or event.at_s < due[1].at_s:
+                    due = (key, event)
+            elif next_at is None or event.at_s - now < next_at:
+                next_at = event.at_s - now
+        return due, next_at
+
+    def _c_nvmlEventSetFree(self, set_ptr: Any) -> int:
+        with self._events:
+            if self._event_set(set_ptr) is None:
+                return _INVALID
+            del self._event_sets[ctypes.addressof(set_ptr.contents)]
+            self._events.notify_all()
         return _OK
 
 

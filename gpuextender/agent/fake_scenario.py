@@ -10,14 +10,51 @@
         memory_used_percent: {pattern: steps, values: [10, 70], every_s: 30}
         temperature_c: 35
         power_watts: {pattern: sine, min: 70, max: 650, period_s: 60}
+        # -- optional 0.2 readings; a reading left out answers NVML_ERROR_NOT_SUPPORTED, as on a
+        # -- GPU without the feature (the agent then reports it as unknown, never as zero)
+        ecc: {uncorrected: 0, corrected: 12}   # volatile ECC totals (numbers or patterns)
+        remapped_rows: {correctable: 2, uncorrectable: 0, pending: false, failure: false}
+        retired_pages_pending: false      # pre-Ampere page retirement
+        clock_event_reasons: [sw_power_cap]   # names below; [] = none
+        sm_clock_mhz: 1980                # number or pattern
+        memory_clock_mhz: 2619
+        energy_start_mj: 0                # total energy: starts here, grows with power_watts
+        numa_node: 0                      # NUMA node of the GPU's PCIe device
+        events_supported: true            # false: NVML events NotSupported on these GPUs
+        mig:                              # MIG mode enabled, with these MIG devices (at most 7)
+          - profile: 1g.10gb              # "<g>g.<gb>gb", "<c>c.<g>g.<gb>gb", optional "+me"
+            count: 2                      # default 1
+            memory_used_percent: 30       # of the instance's memory (number or pattern)
     errors:                               # NVML errors to inject (optional)
       - call: nvmlDeviceGetUtilizationRates   # pynvml function name, or "*" for every call
         error: GpuIsLost                  # any NVMLError_<Name> pynvml defines
         gpus: [2]                         # optional: only these GPU indexes
         after_s: 10                       # optional: from agent start (default 0)
         for_s: 30                         # optional: how long (default: forever)
+    events:                               # NVML events delivered by nvmlEventSetWait (optional)
+      - at_s: 5                           # seconds after the fake started (default 0)
+        gpus: [1]                         # GPU indexes
+        xid: 79                           # an XidCriticalError with this XID, or:
+        # type: dbe | sbe | gpu_unavailable | recovery_action (with action: gpu_reset,
+        #       node_reboot, drain_p2p, drain_and_reset, none)
+    topology:                             # optional; absent: NotSupported (topology unknown)
+      pcie: system                        # relation of GPUs not in a pcie_groups entry
+      pcie_groups:                        # later entries win for the pairs they cover
+        - {gpus: [0, 1, 2, 3], relation: node}
+      nvlinks:                            # direct GPU-GPU NVLinks
+        - {gpus: [0, 1], links: 4}
+      nvswitch_links: 18                  # every GPU has this many active links into one NVSwitch fabric
 
-A running agent follows the file: edit it (same number of GPUs) and the next samples change.
+Clock event reason names: gpu_idle, applications_clocks, sw_power_cap, hw_slowdown, sync_boost,
+sw_thermal, hw_thermal, power_brake, display_clock (nvmlClocksEventReason* bits).
+PCIe relations: internal, single, multiple, hostbridge, node, system (nvmlGpuTopologyLevel_t).
+
+Like the real driver, events are only delivered to a GPU registered for their type; unlike it,
+an event scheduled before the agent registered is still delivered (so `at_s: 0` is seen). A
+`dbe` event does not change the `ecc` counters: script both if both should show.
+
+A running agent follows the file: edit it (same number of GPUs) and the next samples change; an
+event added with a time already past is delivered at once.
 
 Patterns: a plain number is constant; `{pattern: sine, min, max, period_s}`,
 `{pattern: steps, values: [...], every_s}`, `{pattern: ramp, from, to, over_s}`
@@ -28,12 +65,15 @@ from __future__ import annotations
 
 import logging
 import math
+import re
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pynvml
 import yaml
 
 from gpuextender.agent.nvml_errors import known_error_names
@@ -66,6 +106,69 @@ class Pattern:
         return end if t >= over else start + (end - start) * t / over
 
 
+# Values from nvml.h, not pynvml names: older nvidia-ml-py releases (our floor is 12.535) lack some.
+CLOCK_EVENT_REASONS: dict[str, int] = {  # nvmlClocksEventReason*
+    "gpu_idle": 0x01,
+    "applications_clocks": 0x02,
+    "sw_power_cap": 0x04,
+    "hw_slowdown": 0x08,
+    "sync_boost": 0x10,
+    "sw_thermal": 0x20,
+    "hw_thermal": 0x40,
+    "power_brake": 0x80,
+    "display_clock": 0x100,
+}
+PCIE_RELATIONS: dict[str, int] = {
+    "internal": pynvml.NVML_TOPOLOGY_INTERNAL,
+    "single": pynvml.NVML_TOPOLOGY_SINGLE,
+    "multiple": pynvml.NVML_TOPOLOGY_MULTIPLE,
+    "hostbridge": pynvml.NVML_TOPOLOGY_HOSTBRIDGE,
+    "node": pynvml.NVML_TOPOLOGY_NODE,
+    "system": pynvml.NVML_TOPOLOGY_SYSTEM,
+}
+EVENT_TYPES: dict[str, int] = {  # nvmlEventType*
+    "xid": 0x0008,
+    "dbe": 0x0002,
+    "sbe": 0x0001,
+    "gpu_unavailable": 0x4000,
+    "recovery_action": 0x8000,
+}
+RECOVERY_ACTIONS: dict[str, int] = {  # nvmlDeviceGpuRecoveryAction_t
+    "none": 0,
+    "gpu_reset": 1,
+    "node_reboot": 2,
+    "drain_p2p": 3,
+    "drain_and_reset": 4,
+}
+MAX_MIG_DEVICES = 7  # A100/H100: 7 GPU instance slices
+_MIG_PROFILE = re.compile(r"^(?:(?P<c>[1-8])c\.)?(?P<g>[1-8])g\.(?P<gb>[0-9]{1,4})gb(?:\+me)?$")
+
+
+@dataclass(frozen=True, slots=True)
+class FakeEcc:
+    uncorrected: Pattern  # volatile totals
+    corrected: Pattern
+
+
+@dataclass(frozen=True, slots=True)
+class FakeRemappedRows:
+    correctable: int
+    uncorrectable: int
+    pending: bool
+    failure: bool
+
+
+@dataclass(frozen=True, slots=True)
+class FakeMig:
+    """One MIG device (a GPU instance with one compute instance)."""
+
+    profile: str  # e.g. "1g.10gb"
+    gpu_slices: int
+    compute_slices: int
+    memory_bytes: int
+    memory_used_percent: Pattern
+
+
 @dataclass(frozen=True, slots=True)
 class FakeGpu:
     product: str
@@ -75,6 +178,37 @@ class FakeGpu:
     memory_used_percent: Pattern
     temperature_c: Pattern
     power_watts: Pattern
+    # 0.2 readings: None = the GPU does not support it (NVML_ERROR_NOT_SUPPORTED)
+    ecc: FakeEcc | None = None
+    remapped_rows: FakeRemappedRows | None = None
+    retired_pages_pending: bool | None = None
+    clock_event_reasons: int | None = None
+    sm_clock_mhz: Pattern | None = None
+    memory_clock_mhz: Pattern | None = None
+    energy_start_mj: float | None = None
+    numa_node: int | None = None
+    events_supported: bool = True
+    mig: tuple[FakeMig, ...] | None = None  # None: MIG not supported; (): enabled, no devices
+
+
+@dataclass(frozen=True, slots=True)
+class FakeEvent:
+    at_s: float
+    gpu: int
+    kind: str  # a key of EVENT_TYPES
+    event_type: int  # nvmlEventType* bit
+    data: int  # the XID, the recovery action, or 0
+
+
+@dataclass(frozen=True, slots=True)
+class FakeTopology:
+    default_pcie: int  # nvmlGpuTopologyLevel_t
+    pcie: dict[tuple[int, int], int]  # (a, b), a < b -> level, overriding default_pcie
+    nvlinks: dict[tuple[int, int], int]  # (a, b), a < b -> direct links
+    nvswitch_links: int  # links from every GPU into one NVSwitch fabric; 0 = none
+
+    def pcie_level(self, a: int, b: int) -> int:
+        return self.pcie.get((min(a, b), max(a, b)), self.default_pcie)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +230,8 @@ class Scenario:
     errors: tuple[InjectedError, ...] = ()
     driver_version: str = "550.127.05"
     source: str = field(default="<inline>", compare=False)
+    events: tuple[FakeEvent, ...] = ()
+    topology: FakeTopology | None = None
 
 
 def load_scenario(path: str | Path) -> Scenario:
@@ -113,7 +249,7 @@ def parse_scenario(document: Any, *, source: str = "<inline>") -> Scenario:
     ctx = _Context(source)
     if not isinstance(document, dict):
         raise ctx.error("", "the top level must be a mapping with a `gpus` list")
-    ctx.reject_unknown("", document, {"gpus", "errors", "driver_version"})
+    ctx.reject_unknown("", document, {"gpus", "errors", "driver_version", "events", "topology"})
     groups = document.get("gpus")
     if not isinstance(groups, list) or not groups:
         raise ctx.error("gpus", "must be a non-empty list")
@@ -128,7 +264,15 @@ def parse_scenario(document: Any, *, source: str = "<inline>") -> Scenario:
     driver = document.get("driver_version", "550.127.05")
     if not isinstance(driver, str) or not driver:
         raise ctx.error("driver_version", "must be a non-empty string")
-    return Scenario(gpus=tuple(gpus), errors=errors, driver_version=driver, source=source)
+    events_doc = document.get("events") or []
+    if not isinstance(events_doc, list):
+        raise ctx.error("events", "must be a list")
+    events = tuple(ev for i, e in enumerate(events_doc) for ev in _parse_event(ctx, f"events[{i}]", e, len(gpus)))
+    topology = None
+    if document.get("topology") is not None:
+        topology = _parse_topology(ctx, "topology", document["topology"], len(gpus))
+    return Scenario(gpus=tuple(gpus), errors=errors, driver_version=driver, source=source,
+                    events=events, topology=topology)  # fmt: skip
 
 
 class _Context:
@@ -150,11 +294,36 @@ class _Context:
             raise self.error(where, f"{value} is outside {low}..{high}")
         return float(value)
 
+    def integer(self, where: str, value: Any, low: int, high: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise self.error(where, f"must be an integer in {low}..{high}, got {value!r}")
+        return value
+
+    def boolean(self, where: str, value: Any) -> bool:
+        if not isinstance(value, bool):
+            raise self.error(where, f"must be true or false, got {value!r}")
+        return value
+
+    def mapping(self, where: str, value: Any, allowed: set[str]) -> dict[str, Any]:
+        if not isinstance(value, dict):
+            raise self.error(where, "must be a mapping")
+        self.reject_unknown(where, value, allowed)
+        return value
+
+    def gpu_list(self, where: str, value: Any, gpu_count: int, *, min_len: int = 1) -> list[int]:
+        if (not isinstance(value, list) or len(value) < min_len
+                or not all(isinstance(g, int) and not isinstance(g, bool) and 0 <= g < gpu_count for g in value)):
+            raise self.error(where, f"must be a list of at least {min_len} GPU index(es) in 0..{gpu_count - 1}")
+        return value
+
 
 _GPU_FIELDS = {
     "count", "product", "memory_gib", "compute_capability",
     "utilization_percent", "memory_used_percent", "temperature_c", "power_watts",
+    "ecc", "remapped_rows", "retired_pages_pending", "clock_event_reasons", "sm_clock_mhz",
+    "memory_clock_mhz", "energy_start_mj", "numa_node", "events_supported", "mig",
 }  # fmt: skip
+_MAX_COUNTER = 1e12
 
 
 def _parse_gpu_group(ctx: _Context, where: str, group: Any) -> tuple[int, FakeGpu]:
@@ -180,8 +349,138 @@ def _parse_gpu_group(ctx: _Context, where: str, group: Any) -> tuple[int, FakeGp
         memory_used_percent=_parse_pattern(ctx, f"{where}.memory_used_percent", group.get("memory_used_percent", 0), 0, 100),
         temperature_c=_parse_pattern(ctx, f"{where}.temperature_c", group.get("temperature_c", 35), 0, 150),
         power_watts=_parse_pattern(ctx, f"{where}.power_watts", group.get("power_watts", 70), 0, 2000),
+        **_parse_gpu_health(ctx, where, group, int(memory_gib * 1024**3)),
     )  # fmt: skip
     return count, gpu
+
+
+def _parse_gpu_health(ctx: _Context, where: str, group: dict[str, Any], memory_bytes: int) -> dict[str, Any]:
+    """The optional 0.2 fields of a GPU group, as FakeGpu keyword arguments (absent: unsupported)."""
+    out: dict[str, Any] = {}
+    if "ecc" in group:
+        ecc = ctx.mapping(f"{where}.ecc", group["ecc"], {"uncorrected", "corrected"})
+        out["ecc"] = FakeEcc(
+            _parse_pattern(ctx, f"{where}.ecc.uncorrected", ecc.get("uncorrected", 0), 0, _MAX_COUNTER),
+            _parse_pattern(ctx, f"{where}.ecc.corrected", ecc.get("corrected", 0), 0, _MAX_COUNTER),
+        )
+    if "remapped_rows" in group:
+        w = f"{where}.remapped_rows"
+        rows = ctx.mapping(w, group["remapped_rows"], {"correctable", "uncorrectable", "pending", "failure"})
+        out["remapped_rows"] = FakeRemappedRows(
+            ctx.integer(f"{w}.correctable", rows.get("correctable", 0), 0, 100_000),
+            ctx.integer(f"{w}.uncorrectable", rows.get("uncorrectable", 0), 0, 100_000),
+            ctx.boolean(f"{w}.pending", rows.get("pending", False)),
+            ctx.boolean(f"{w}.failure", rows.get("failure", False)),
+        )
+    if "retired_pages_pending" in group:
+        out["retired_pages_pending"] = ctx.boolean(f"{where}.retired_pages_pending", group["retired_pages_pending"])
+    if "clock_event_reasons" in group:
+        names = group["clock_event_reasons"]
+        if not isinstance(names, list) or not all(n in CLOCK_EVENT_REASONS for n in names):
+            raise ctx.error(f"{where}.clock_event_reasons",
+                            f"must be a list of names from {sorted(CLOCK_EVENT_REASONS)}, got {names!r}")  # fmt: skip
+        mask = 0
+        for name in names:
+            mask |= CLOCK_EVENT_REASONS[name]
+        out["clock_event_reasons"] = mask
+    for key in ("sm_clock_mhz", "memory_clock_mhz"):
+        if key in group:
+            out[key] = _parse_pattern(ctx, f"{where}.{key}", group[key], 0, 10_000)
+    if "energy_start_mj" in group:
+        out["energy_start_mj"] = ctx.number(f"{where}.energy_start_mj", group["energy_start_mj"], low=0, high=1e18)
+    if "numa_node" in group:
+        out["numa_node"] = ctx.integer(f"{where}.numa_node", group["numa_node"], 0, 63)
+    if "events_supported" in group:
+        out["events_supported"] = ctx.boolean(f"{where}.events_supported", group["events_supported"])
+    if "mig" in group:
+        out["mig"] = _parse_mig(ctx, f"{where}.mig", group["mig"], memory_bytes)
+    return out
+
+
+def _parse_mig(ctx: _Context, where: str, value: Any, gpu_memory_bytes: int) -> tuple[FakeMig, ...]:
+    if not isinstance(value, list):
+        raise ctx.error(where, "must be a list of MIG devices ([] = MIG enabled, none created)")
+    devices: list[FakeMig] = []
+    for i, entry in enumerate(value):
+        w = f"{where}[{i}]"
+        entry = ctx.mapping(w, entry, {"profile", "count", "memory_used_percent"})
+        profile = entry.get("profile")
+        match = _MIG_PROFILE.match(profile) if isinstance(profile, str) else None
+        if match is None or not isinstance(profile, str):
+            raise ctx.error(f"{w}.profile", f"must look like '1g.10gb', '1c.2g.20gb' or '1g.10gb+me', got {profile!r}")
+        g = int(match["g"])
+        memory = int(match["gb"]) * 1024**3
+        if memory > gpu_memory_bytes:
+            raise ctx.error(f"{w}.profile", f"{profile} has more memory than the GPU")
+        count = ctx.integer(f"{w}.count", entry.get("count", 1), 1, MAX_MIG_DEVICES)
+        used = _parse_pattern(ctx, f"{w}.memory_used_percent", entry.get("memory_used_percent", 0), 0, 100)
+        devices.extend([FakeMig(profile, g, int(match["c"] or g), memory, used)] * count)
+    if len(devices) > MAX_MIG_DEVICES:
+        raise ctx.error(where, f"{len(devices)} MIG devices; a GPU has at most {MAX_MIG_DEVICES}")
+    return tuple(devices)
+
+
+def _parse_event(ctx: _Context, where: str, entry: Any, gpu_count: int) -> list[FakeEvent]:
+    entry = ctx.mapping(where, entry, {"at_s", "gpus", "xid", "type", "action"})
+    kind = entry.get("type", "xid")
+    if kind not in EVENT_TYPES:
+        raise ctx.error(f"{where}.type", f"must be one of {sorted(EVENT_TYPES)}, got {kind!r}")
+    data = 0
+    if kind == "xid":
+        data = ctx.integer(f"{where}.xid", entry.get("xid"), 1, 65535)
+    elif "xid" in entry:
+        raise ctx.error(f"{where}.xid", f"only for type xid, not {kind}")
+    if kind == "recovery_action":
+        action = entry.get("action")
+        if action not in RECOVERY_ACTIONS:
+            raise ctx.error(f"{where}.action", f"must be one of {sorted(RECOVERY_ACTIONS)}, got {action!r}")
+        data = RECOVERY_ACTIONS[action]
+    elif "action" in entry:
+        raise ctx.error(f"{where}.action", f"only for type recovery_action, not {kind}")
+    at_s = ctx.number(f"{where}.at_s", entry.get("at_s", 0), low=0)
+    gpus = ctx.gpu_list(f"{where}.gpus", entry.get("gpus"), gpu_count)
+    return [FakeEvent(at_s, g, kind, EVENT_TYPES[kind], data) for g in gpus]
+
+
+def _parse_topology(ctx: _Context, where: str, value: Any, gpu_count: int) -> FakeTopology:
+    doc = ctx.mapping(where, value, {"pcie", "pcie_groups", "nvlinks", "nvswitch_links"})
+
+    def relation(w: str, name: Any) -> int:
+        if name not in PCIE_RELATIONS:
+            raise ctx.error(w, f"must be one of {list(PCIE_RELATIONS)}, got {name!r}")
+        return PCIE_RELATIONS[name]
+
+    default = relation(f"{where}.pcie", doc.get("pcie", "system"))
+    pcie: dict[tuple[int, int], int] = {}
+    groups = doc.get("pcie_groups") or []
+    if not isinstance(groups, list):
+        raise ctx.error(f"{where}.pcie_groups", "must be a list")
+    for i, group in enumerate(groups):
+        w = f"{where}.pcie_groups[{i}]"
+        group = ctx.mapping(w, group, {"gpus", "relation"})
+        members = sorted(set(ctx.gpu_list(f"{w}.gpus", group.get("gpus"), gpu_count, min_len=2)))
+        level = relation(f"{w}.relation", group.get("relation"))
+        for x, a in enumerate(members):
+            for b in members[x + 1 :]:
+                pcie[(a, b)] = level
+    nvlinks: dict[tuple[int, int], int] = {}
+    links_doc = doc.get("nvlinks") or []
+    if not isinstance(links_doc, list):
+        raise ctx.error(f"{where}.nvlinks", "must be a list")
+    for i, entry in enumerate(links_doc):
+        w = f"{where}.nvlinks[{i}]"
+        entry = ctx.mapping(w, entry, {"gpus", "links"})
+        pair = ctx.gpu_list(f"{w}.gpus", entry.get("gpus"), gpu_count, min_len=2)
+        if len(pair) != 2 or pair[0] == pair[1]:
+            raise ctx.error(f"{w}.gpus", f"must name two different GPUs, got {pair!r}")
+        key = (min(pair), max(pair))
+        nvlinks[key] = nvlinks.get(key, 0) + ctx.integer(f"{w}.links", entry.get("links"), 1, 18)
+    switch = ctx.integer(f"{where}.nvswitch_links", doc.get("nvswitch_links", 0), 0, 18)
+    for g in range(gpu_count):
+        direct = sum(n for pair, n in nvlinks.items() if g in pair)
+        if direct + switch > pynvml.NVML_NVLINK_MAX_LINKS:
+            raise ctx.error(where, f"GPU {g} has {direct + switch} NVLinks; NVML has at most {pynvml.NVML_NVLINK_MAX_LINKS}")
+    return FakeTopology(default, pcie, nvlinks, switch)
 
 
 def _parse_pattern(ctx: _Context, where: str, value: Any, low: float, high: float) -> Pattern:
@@ -254,6 +553,8 @@ class ScenarioFile:
         self._clock = clock
         self._checked = clock()
         self._seen = self._stamp()
+        # The NVML event thread and the sampling thread both call the fake: one reload at a time.
+        self._lock = threading.Lock()
 
     def _stamp(self) -> tuple[int, int] | None:
         try:
@@ -265,6 +566,12 @@ class ScenarioFile:
     def current(self) -> Scenario:
         now = self._clock()
         if now - self._checked < self._every:
+            return self._scenario
+        with self._lock:
+            return self._reload(now)
+
+    def _reload(self, now: float) -> Scenario:
+        if now - self._checked < self._every:  # another thread checked while this one waited
             return self._scenario
         self._checked = now
         stamp = self._stamp()

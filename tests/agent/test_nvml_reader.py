@@ -228,3 +228,120 @@ def test_an_edited_scenario_file_changes_the_next_samples(tmp_path, clock: Clock
     edit(utilization=20)
     clock.t += 0.5
     assert utilization() == [20, 20]
+
+
+# -- 0.2 per-sample reads ----------------------------------------------------------------------------
+
+FULL = {
+    "ecc": {"uncorrected": 1, "corrected": {"pattern": "ramp", "from": 0, "to": 100, "over_s": 10}},
+    "remapped_rows": {"correctable": 3, "uncorrectable": 1, "pending": True, "failure": False},
+    "retired_pages_pending": False,
+    "clock_event_reasons": ["sw_power_cap", "hw_thermal"],
+    "sm_clock_mhz": {"pattern": "steps", "values": [1980, 1410], "every_s": 5},
+    "memory_clock_mhz": 2619,
+    "energy_start_mj": 1000,
+    "power_watts": 500,
+    "numa_node": 1,
+}
+NEW_FIELDS = ("errors", "clock_event_reasons", "sm_clock_mhz", "memory_clock_mhz", "energy_millijoules", "numa_node")
+
+
+def test_health_counters_clocks_energy_and_numa_are_read(clock: Clock) -> None:
+    errors: list = []
+    reader, _ = start_reader({"gpus": [{**H100, **FULL}]}, clock, errors)
+    gpu = reader.sample().gpus[0]
+    assert gpu.errors is not None
+    assert (gpu.errors.ecc_uncorrected_volatile, gpu.errors.ecc_corrected_volatile) == (1, 0)
+    assert (gpu.errors.remapped_rows_correctable, gpu.errors.remapped_rows_uncorrectable) == (3, 1)
+    assert (gpu.errors.remap_pending, gpu.errors.remap_failure, gpu.errors.retired_pages_pending) == (True, False, False)
+    assert gpu.clock_event_reasons == pynvml.nvmlClocksEventReasonSwPowerCap | pynvml.nvmlClocksEventReasonHwThermalSlowdown
+    assert (gpu.sm_clock_mhz, gpu.memory_clock_mhz, gpu.energy_millijoules, gpu.numa_node) == (1980, 2619, 1000, 1)
+    clock.t = 5.0
+    gpu = reader.sample().gpus[0]
+    assert gpu.errors is not None and gpu.errors.ecc_corrected_volatile == 50
+    assert gpu.sm_clock_mhz == 1410
+    assert gpu.energy_millijoules == 1000 + 500 * 5 * 1000  # grows with power: 500 W for 5 s
+    assert errors == [] and gpu.healthy
+
+
+def test_unsupported_health_readings_are_none_not_zero_and_not_errors(clock: Clock) -> None:
+    errors: list = []
+    reader, _ = start_reader({"gpus": [H100]}, clock, errors)  # a 0.1 scenario: none of it supported
+    gpu = reader.sample().gpus[0]
+    assert all(getattr(gpu, name) is None for name in NEW_FIELDS)
+    assert gpu.mig_instances == [] and gpu.healthy and errors == []
+
+
+def test_partly_supported_error_counters_keep_the_rest_unknown(clock: Clock) -> None:
+    reader, _ = start_reader({"gpus": [{**H100, "retired_pages_pending": True}]}, clock)  # a V100-like GPU
+    errors = reader.sample().gpus[0].errors
+    assert errors is not None and errors.retired_pages_pending is True
+    assert errors.ecc_uncorrected_volatile is None and errors.remapped_rows_correctable is None
+
+
+def test_an_unsupported_reading_is_not_asked_again_for_a_minute(clock: Clock) -> None:
+    lib = FakeNvmlLibrary(parse_scenario({"gpus": [H100]}), clock=clock)
+    install(lib)
+    reader = NvmlReader(clock=clock)
+    reader.start()
+    reader.sample()
+    before = lib.calls
+    reader.sample()
+    assert lib.calls - before == 4  # memory, utilization, temperature, power: the unsupported ones are skipped
+    clock.t = 59.9
+    before = lib.calls
+    reader.sample()
+    assert lib.calls - before == 4
+    clock.t = 60.0  # ABSENT_RECHECK_S: asked again (some answers change at run time: MIG)
+    before = lib.calls
+    reader.sample()
+    assert lib.calls - before == 4 + 9
+
+
+def test_a_failing_health_read_is_an_error_but_not_a_verdict(clock: Clock) -> None:
+    errors: list = []
+    reader, _ = start_reader({"gpus": [{**H100, **FULL}], "errors": [
+        {"call": "nvmlDeviceGetRemappedRows", "error": "Timeout"},
+        {"call": "nvmlDeviceGetTotalEnergyConsumption", "error": "GpuIsLost", "after_s": 1},
+    ]}, clock, errors)  # fmt: skip
+    gpu = reader.sample().gpus[0]
+    assert gpu.errors is not None and gpu.errors.remap_pending is None and gpu.errors.ecc_uncorrected_volatile == 1
+    assert gpu.healthy and ("nvmlDeviceGetRemappedRows", "Timeout") in errors
+    reader.sample()  # a transient error is asked again next sample (not cached like NotSupported)
+    assert errors.count(("nvmlDeviceGetRemappedRows", "Timeout")) == 2
+    clock.t = 1.0
+    gpu = reader.sample().gpus[0]
+    assert not gpu.healthy and gpu.unhealthy_reasons == ["GpuIsLost"]
+
+
+def test_clock_reasons_fall_back_to_the_pre_535_name(clock: Clock, monkeypatch: pytest.MonkeyPatch,
+                                                      caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+    monkeypatch.delattr(FakeNvmlLibrary, "_c_nvmlDeviceGetCurrentClocksEventReasons")  # an older driver
+    reader, _ = start_reader({"gpus": [{**H100, "count": 2, "clock_event_reasons": ["hw_slowdown"]}]}, clock)
+    with caplog.at_level(logging.INFO, logger="gpu_agent.nvml"):
+        assert [g.clock_event_reasons for g in reader.sample().gpus] == [0x08, 0x08]
+        assert [g.clock_event_reasons for g in reader.sample().gpus] == [0x08, 0x08]
+    assert caplog.text.count("nvmlDeviceGetCurrentClocksThrottleReasons") == 1
+
+
+def test_numa_node_falls_back_to_sysfs(clock: Clock, tmp_path) -> None:
+    device = tmp_path / "bus" / "pci" / "devices" / "0000:18:00.0"
+    device.mkdir(parents=True)
+    (device / "numa_node").write_text("1\n")
+    other = tmp_path / "bus" / "pci" / "devices" / "0000:28:00.0"
+    other.mkdir(parents=True)
+    (other / "numa_node").write_text("-1\n")  # a machine without NUMA
+    install(FakeNvmlLibrary(parse_scenario({"gpus": [{**H100, "count": 3}]}), clock=clock))
+    reader = NvmlReader(sysfs_root=tmp_path)
+    reader.start()
+    assert [g.numa_node for g in reader.sample().gpus] == [1, None, None]  # GPU 2: no such device
+
+
+def test_numa_node_from_memory_affinity_wins_over_sysfs(clock: Clock, tmp_path) -> None:
+    device = tmp_path / "bus" / "pci" / "devices" / "0000:18:00.0"
+    device.mkdir(parents=True)
+    (device / "numa_node").write_text("0\n")
+    install(FakeNvmlLibrary(parse_scenario({"gpus": [{**H100, "numa_node": 3}]}), clock=clock))
+    reader = NvmlReader(sysfs_root=tmp_path)
+    reader.start()
+    assert reader.sample().gpus[0].numa_node == 3
