@@ -15,7 +15,10 @@ from gpuextender.common.netaddr import AddressError, HostPort, parse_host_port
 from gpuextender.common.tls_files import CredentialFileError, check_ca, check_pair, check_readable
 
 from gpuextender.agent.dial import DialSettings
+from gpuextender.agent.gfd_labels import DEFAULT_PATH as DEFAULT_GFD_LABELS
 from gpuextender.agent.health import DEFAULT_IGNORED_XIDS, parse_xid_list
+from gpuextender.agent.idle_tracker import DEFAULT_THRESHOLD_PERCENT, DEFAULT_WINDOW_S
+from gpuextender.agent.pod_resources import DEFAULT_SOCKET as DEFAULT_POD_RESOURCES
 
 _NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
@@ -42,6 +45,12 @@ class AgentConfig:
     health_events: bool = True  # run the NVML event thread (XIDs, DBE, ...)
     control_dir: Path = Path("/tmp/gpu-agent")  # where --clear-xid requests are answered
     clear_xids: tuple[str, ...] = ()  # one-shot mode: ask the running agent to clear these GPUs, exit
+    # -- 0.2 allocation and metrics
+    pod_resources_socket: Path | None = Path(DEFAULT_POD_RESOURCES)  # None: do not ask the kubelet
+    gfd_labels_file: Path | None = Path(DEFAULT_GFD_LABELS)  # None: read no GFD labels
+    dcgm_names: bool = True
+    idle_threshold_percent: float = DEFAULT_THRESHOLD_PERCENT
+    idle_window_s: float = DEFAULT_WINDOW_S
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: comma-separated $GPU_AGENT_EXTENDERS)")  # fmt: skip
     p.add_argument("--interval", type=float, default=1.0, metavar="SECONDS", help="NVML sample interval")
     p.add_argument("--metrics-addr", default="0.0.0.0:9402", metavar="HOST:PORT",
-                   help="where /metrics and /healthz are served")  # fmt: skip
+                   help="where /metrics, /healthz and /readyz are served")  # fmt: skip
     p.add_argument("--fake", metavar="SCENARIO.yaml", type=Path,
                    help="simulate GPUs from a scenario file instead of loading libnvidia-ml "
                    "(see gpuextender/agent/fake_scenario.py for the format); edits to the file "
@@ -105,6 +114,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--control-dir", type=Path, default=Path("/tmp/gpu-agent"), metavar="PATH",
                    help="private directory (created 0700) where the running agent answers --clear-xid requests; "
                    "both sides must use the same one")  # fmt: skip
+    p.add_argument("--pod-resources-socket", default=DEFAULT_POD_RESOURCES, metavar="PATH",
+                   help="the kubelet's PodResources socket: each sample asks it which containers hold which GPU "
+                   "(List) and which device IDs it hands out (GetAllocatableResources). Mount its directory, not "
+                   "the file (deploy/components/kubelet-allocation). Unreadable: allocation is reported unknown, "
+                   "said once in the log. '' turns it off")  # fmt: skip
+    p.add_argument("--gfd-labels-file", default=DEFAULT_GFD_LABELS, metavar="PATH",
+                   help="GPU Feature Discovery's labels file for node-feature-discovery (key=value lines); only "
+                   "nvidia.com/gpu.replicas, .sharing-strategy, .product and .count are read, again when it "
+                   "changes. Missing: no labels. '' turns it off")  # fmt: skip
+    p.add_argument("--dcgm-names", action=argparse.BooleanOptionalAction, default=True,
+                   help="also serve the GPU readings under NVIDIA dcgm-exporter's metric names and labels "
+                   "(DCGM_FI_DEV_GPU_UTIL{gpu,UUID,Hostname,pod,...}), so its dashboards and alerts work "
+                   "unchanged")  # fmt: skip
+    p.add_argument("--idle-threshold", type=float, default=DEFAULT_THRESHOLD_PERCENT, metavar="PERCENT",
+                   help="for gpu_agent_pod_idle_gpus: a GPU is idle while its utilization is at or under this; "
+                   "unknown utilization is never idle")  # fmt: skip
+    p.add_argument("--idle-window", type=float, default=DEFAULT_WINDOW_S, metavar="SECONDS",
+                   help="gpu_agent_pod_idle_gpus counts a pod's GPU once it has been idle this long while the pod "
+                   "held it (allocated but idle: the waste to hunt)")  # fmt: skip
     p.add_argument("--log-level", default="info", choices=LEVELS)
     return p
 
@@ -184,6 +212,10 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> AgentCon
     )
     if not 0.1 <= args.resolve_interval <= 3600:
         raise ConfigError(f"--resolve-interval {args.resolve_interval} must be within 0.1..3600 seconds")
+    if not 0 <= args.idle_threshold <= 100:
+        raise ConfigError(f"--idle-threshold {args.idle_threshold} must be within 0..100 percent")
+    if not 0 <= args.idle_window <= 7 * 86400:
+        raise ConfigError(f"--idle-window {args.idle_window} must be within 0..604800 seconds")
     return AgentConfig(
         node_name=node_name,
         extenders=tuple(dict.fromkeys(extenders)),
@@ -200,4 +232,9 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> AgentCon
         health_events=args.health_events,
         control_dir=args.control_dir,
         clear_xids=clear_xids,
+        pod_resources_socket=Path(args.pod_resources_socket) if args.pod_resources_socket.strip() else None,
+        gfd_labels_file=Path(args.gfd_labels_file) if args.gfd_labels_file.strip() else None,
+        dcgm_names=args.dcgm_names,
+        idle_threshold_percent=args.idle_threshold,
+        idle_window_s=args.idle_window,
     )

@@ -8,7 +8,8 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from aiohttp import web
 from prometheus_client import disable_created_metrics
@@ -19,10 +20,15 @@ from gpuextender.common.backoff import Backoff
 from gpuextender.agent.config import AgentConfig, ConfigError, build_config
 from gpuextender.agent.discovery import ServiceWatch
 from gpuextender.agent.fake_scenario import ScenarioError, ScenarioFile, load_scenario
+from gpuextender.agent.gfd_labels import GfdLabelsFile
+from gpuextender.agent.health import HealthEnricher, HealthPolicy
 from gpuextender.agent.http_server import build_app
 from gpuextender.agent.latest import LatestReport
 from gpuextender.agent.metrics import AgentMetrics
+from gpuextender.agent.nvml_events import ClearRequests, EventStore, NvmlEventWatcher, request_clear
 from gpuextender.agent.nvml_reader import NvmlReader, NvmlUnavailable
+from gpuextender.agent.pod_resources import PodAttribution
+from gpuextender.agent.readings import NodeSample
 from gpuextender.agent.sample_loop import SampleLoop
 from gpuextender.agent.stream_set import StreamSet
 from gpuextender.agent.streamer import ExtenderStream
@@ -42,6 +48,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         return _fail(str(exc))
     configure_logging(config.log_level)
+    if config.clear_xids:  # one-shot: `kubectl exec POD -- gpu-agent --clear-xid N`
+        return request_clear(config.control_dir, config.clear_xids)
     if config.fake_scenario is not None:
         try:
             scenario = load_scenario(config.fake_scenario)
@@ -52,8 +60,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         follow = ScenarioFile(config.fake_scenario, scenario)
         install(FakeNvmlLibrary(scenario, uuid_seed=config.node_name, follow=follow))
         log.info("fake NVML from %s: %d simulated GPU(s)", config.fake_scenario, len(scenario.gpus))
-    metrics = AgentMetrics(config.node_name)
-    reader = NvmlReader(on_error=metrics.count_nvml_error)
+    metrics = AgentMetrics(config.node_name, dcgm_names=config.dcgm_names,
+                           idle_threshold_percent=config.idle_threshold_percent, idle_window_s=config.idle_window_s)
+    # The fake's PCI bus IDs are not this machine's devices: no sysfs NUMA fallback for it.
+    reader = NvmlReader(on_error=metrics.count_nvml_error,
+                        sysfs_root=None if config.fake_scenario is not None else Path("/sys"))  # fmt: skip
     try:
         reader.start()
     except NvmlUnavailable as exc:
@@ -66,12 +77,36 @@ def main(argv: Sequence[str] | None = None) -> int:
         reader.close()
 
 
+def _allocation_enricher(config: AgentConfig) -> tuple[Callable[[NodeSample], None], Callable[[], None]]:
+    """Per sample: GFD's sharing labels, then who holds which GPU per the kubelet (it reads the
+    labels). Returns (enrich, close)."""
+    gfd = GfdLabelsFile(str(config.gfd_labels_file)) if config.gfd_labels_file is not None else None
+    kubelet = PodAttribution(str(config.pod_resources_socket)) if config.pod_resources_socket is not None else None
+
+    def enrich(sample: NodeSample) -> None:
+        sample.sharing_labels = gfd.current() if gfd is not None else {}
+        if kubelet is not None:
+            kubelet.annotate(sample)
+
+    return enrich, (kubelet.close if kubelet is not None else lambda: None)
+
+
 async def _serve(config: AgentConfig, reader: NvmlReader, metrics: AgentMetrics) -> int:
     latest = LatestReport()
+    allocation, close_allocation = _allocation_enricher(config)
+    store = EventStore(ignored_xids=config.ignored_xids)
+    health = HealthEnricher(HealthPolicy(ignored_xids=config.ignored_xids), store.snapshot)
     sampler = SampleLoop(
         reader, latest, metrics,
         node_name=config.node_name, interval_s=config.interval_s, agent_version=__version__,
+        enrichers=[allocation, health],  # health last: it sees everything else of the sample
     )  # fmt: skip
+    watcher: NvmlEventWatcher | None = None
+    if config.health_events:
+        # A critical event wakes the sample loop: the extender hears of it within a sample's time.
+        watcher = NvmlEventWatcher(store, on_event=lambda _event: sampler.wake_now(),
+                                   clear_requests=ClearRequests(config.control_dir), on_clear=sampler.wake_now)  # fmt: skip
+        watcher.start()
     # Metrics-only mode (no extender to ack a report): /readyz needs NVML alone.
     has_extenders = bool(config.extenders) or config.extender_service is not None
     runner = web.AppRunner(build_app(metrics, sampler, require_ack=has_extenders), access_log=None)
@@ -116,6 +151,9 @@ async def _serve(config: AgentConfig, reader: NvmlReader, metrics: AgentMetrics)
     for task in tasks:
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await task
+    if watcher is not None:
+        await asyncio.to_thread(watcher.stop)  # at most one event-wait timeout (~1 s)
+    close_allocation()
     await runner.cleanup()
     return exit_code
 

@@ -173,17 +173,19 @@ class ClearRequests:
         self.control_dir = control_dir
         self.enabled = _prepare_control_dir(control_dir)
 
-    def poll(self, store: EventStore) -> None:
-        """Answer every pending request (called by the watcher about once a second)."""
+    def poll(self, store: EventStore) -> bool:
+        """Answer every pending request (called by the watcher about once a second); True when
+        there was one."""
         if not self.enabled:
-            return
+            return False
         try:
             names = sorted(e.name for e in os.scandir(self.control_dir)
                            if e.name.startswith(CLEAR_PREFIX) and e.name.endswith(".json"))  # fmt: skip
         except OSError:
-            return
+            return False
         for name in names:
             self._answer(self.control_dir / name, store)
+        return bool(names)
 
     def _answer(self, path: Path, store: EventStore) -> None:
         try:
@@ -286,12 +288,14 @@ class NvmlEventWatcher:
         retry_s: float = 30.0,
         clear_requests: ClearRequests | None = None,
         event_types: int = WATCHED_EVENTS,
+        on_clear: Callable[[], None] | None = None,
     ) -> None:
         self._store = store
         self._on_event = on_event
         self._wait_ms = max(1, int(wait_timeout_s * 1000))
         self._retry_s = retry_s
         self._clear = clear_requests
+        self._on_clear = on_clear  # after a --clear-xid request: report the lifted quarantine at once
         self._wanted = event_types
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -330,8 +334,8 @@ class NvmlEventWatcher:
                     self._wait_once()
                 else:
                     self._stop.wait(self._wait_ms / 1000)
-                if self._clear is not None:
-                    self._clear.poll(self._store)
+                if self._clear is not None and self._clear.poll(self._store) and self._on_clear is not None:
+                    self._on_clear()
         except Exception:  # noqa: BLE001 - a bug here must not take the agent down; samples go on
             log.exception("NVML event thread failed; XIDs are no longer watched")
         finally:

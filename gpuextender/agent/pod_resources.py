@@ -384,6 +384,8 @@ class PodAttribution:
             self._problem_since = now
             why = ("reports over the extender's holder bound" if problem == PROBLEM_TOO_MANY_HOLDERS
                    else f"kubelet PodResources at {path}")  # fmt: skip
+            if problem in (PROBLEM_SOCKET_MISSING, PROBLEM_PERMISSION_DENIED):
+                why += ": mount its directory read-only and run as uid 0 (deploy/components/kubelet-allocation)"
             log.warning("GPU allocation unknown: %s (%s); reported as unavailable until it recovers", problem, why)
         elif problem:  # one problem gave way to another: not news enough for a warning every sample
             log.debug("GPU allocation still unknown: %s", problem)

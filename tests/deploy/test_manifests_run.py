@@ -71,6 +71,7 @@ class Laptop:
 
 
 LISTEN_FLAGS = ("--http-addr", "--grpc-addr", "--metrics-addr")
+EMPTY_DIR_MARK = ".test-emptydir"
 
 
 def localize(args: list[str], laptop: Laptop) -> list[str]:
@@ -116,6 +117,8 @@ def rebase(path: str, mounts: dict[str, Path]) -> Path:
     pure = PurePosixPath(path)
     for mount_path, local in mounts.items():
         if pure.is_relative_to(mount_path):
+            if (local / EMPTY_DIR_MARK).exists():
+                return local / pure.relative_to(mount_path)  # a writable emptyDir: the program makes it
             local_file = local / pure.relative_to(mount_path)
             assert local_file.is_file(), f"{path}: the volume mounted at {mount_path} has no such key"
             return local_file
@@ -147,6 +150,8 @@ def mount_volumes(objects: list[m.KubeObject], workload: m.KubeObject, container
         elif "projected" in volume:
             for source in volume["projected"]["sources"]:
                 (local / source["serviceAccountToken"]["path"]).write_text(token)
+        elif "emptyDir" in volume:
+            (local / EMPTY_DIR_MARK).touch()  # writable scratch space (the kubelet makes it 0777)
         else:
             pytest.fail(f"volume {mount['name']}: no local stand-in for {volume}")
         mounts[mount["mountPath"]] = local
@@ -381,6 +386,8 @@ def test_the_agent_streams_over_mtls_with_its_projected_token(live: Live) -> Non
     server_name = m.flag_value(agent_args, "--tls-server-name")
     assert f"for the name {server_name!r}, client certificate " in agent_log  # TLS + client cert, manifest's name
     assert "; bearer token from " in agent_log
+    # --clear-xid works with the manifest's --control-dir on its emptyDir (read-only root filesystem).
+    assert "answering `gpu-agent --clear-xid` requests in " in agent_log and "--clear-xid unavailable" not in agent_log
     target = f"127.0.0.1:{live.extender.ports['grpc']}"
     agent_metrics = parse_metrics(http("GET", f"http://127.0.0.1:{live.agent.ports['metrics']}/metrics")[1].decode())
     assert metric(agent_metrics, "gpu_agent_stream_connected", extender=target) == 1

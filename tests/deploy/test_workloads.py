@@ -166,8 +166,11 @@ def test_program_configs_build_from_the_manifest_arguments(base_objects: list[m.
             flag, sep, value = arg.partition("=")
             if sep and value.startswith("/"):
                 path = tmp_path / value.lstrip("/")
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_bytes(contents[path.name])
+                if path.name in contents:
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    path.write_bytes(contents[path.name])
+                else:  # a directory flag (--control-dir under an emptyDir): the agent makes it
+                    path.parent.mkdir(parents=True, exist_ok=True)
                 arg = f"{flag}={path}"
             out.append(arg)
         return out
