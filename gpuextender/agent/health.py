@@ -48,6 +48,11 @@ from gpuextender.agent.readings import DEGRADED, HEALTHY, UNHEALTHY, GpuReading,
 
 DEFAULT_IGNORED_XIDS: frozenset[int] = frozenset({13, 31, 43, 45, 68, 109})
 MAX_REPORTED_XIDS = 16  # GpuSample.xids: newest last, at most 16 (the wire contract)
+# What extenders accept (report_validation): unhealthy_reasons at most 8 - the bound of 0.1
+# extenders, which reject a whole report above it - and health_reasons at most 16. UNHEALTHY
+# codes come first, so a cut drops DEGRADED ones; `healthy` and `health` are never cut.
+MAX_UNHEALTHY_REASONS = 8
+MAX_HEALTH_REASONS = 16
 
 # nvmlClocksEventReason* bits (values from nvml.h; pynvml's names in comments)
 REASON_HW_SLOWDOWN = 0x08  # nvmlClocksEventReasonHwSlowdown
@@ -170,8 +175,8 @@ def apply(reading: GpuReading, events: GpuEvents | None, policy: HealthPolicy) -
     """Set the reading's health fields (and its XIDs) from `classify`."""
     verdict = classify(reading, events, policy)
     reading.health = verdict.health
-    reading.health_reasons = verdict.reasons
-    reading.unhealthy_reasons = list(verdict.unhealthy)
+    reading.health_reasons = verdict.reasons[:MAX_HEALTH_REASONS]
+    reading.unhealthy_reasons = list(verdict.unhealthy[:MAX_UNHEALTHY_REASONS])
     reading.healthy = verdict.health != UNHEALTHY
     reading.xids = critical_xids(events, policy)
     return verdict

@@ -75,3 +75,27 @@ def test_a_0_1_report_parses_with_every_new_fact_unknown() -> None:
     assert parsed.allocation_source == pb.ALLOCATION_SOURCE_UNSPECIFIED and not parsed.HasField("topology")
     assert parsed.gpus[0].health == pb.HEALTH_STATE_UNSPECIFIED and parsed.gpus[0].healthy
     assert not parsed.gpus[0].HasField("sharing") and len(parsed.gpus[0].holders) == 0
+
+
+def test_the_most_reasons_the_agent_can_give_pass_every_extenders_bounds() -> None:
+    """Every NVML error name the reader may list, and every code the classifier sets, at once: the
+    report still passes this extender's validation and a 0.1 extender's (8 unhealthy reasons)."""
+    from gpuextender.agent import health
+    from gpuextender.agent.nvml_errors import known_error_names
+    from gpuextender.extender import report_validation as v
+
+    reading = r.GpuReading(index=0, uuid="GPU-1", unhealthy_reasons=[*known_error_names(), "NoHandle"],
+                           errors=r.ErrorCounters(ecc_uncorrected_volatile=1, remap_failure=True, remap_pending=True,
+                                                  retired_pages_pending=True, remapped_rows_correctable=99),
+                           clock_event_reasons=0xFF)  # fmt: skip
+    events = health.GpuEvents(xids=tuple([r.XidEvent(79, 1.0)] * 40), double_bit_ecc=1, gpu_unavailable=True,
+                              recovery_action=2)
+    health.apply(reading, events, health.HealthPolicy())
+    assert not reading.healthy and reading.health == r.UNHEALTHY
+    assert len(reading.unhealthy_reasons) == health.MAX_UNHEALTHY_REASONS == 8  # a 0.1 extender's bound
+    assert len(reading.health_reasons) == health.MAX_HEALTH_REASONS == v.MAX_HEALTH_REASONS
+    assert health.MAX_UNHEALTHY_REASONS <= v.MAX_UNHEALTHY_REASONS
+    assert len(reading.xids) == v.MAX_XIDS_PER_GPU
+    sample = r.NodeSample(sample_time=1_700_000_000.0, duration_s=0.0, gpus=[reading])
+    report = _wire(sample)
+    assert v.report_problem(report, None) is None
