@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Developer entry point. Creates ./.venv on first use (Python >= 3.11), installs the
 # project with its test extras, then runs what you asked for:
-#   ./dev.sh demo     local demo: extender + 3 fake-GPU agents + a captured scheduler request
+#   ./dev.sh demo     local demo: extender + 3 fake-GPU agents and fake kubelets + a captured scheduler request
 #   ./dev.sh test     the whole test suite (what CI runs)
 #   ./dev.sh lint     type-check the package (mypy; config in pyproject.toml)
 #   ./dev.sh bench    the benchmarks in bench/ (not part of the tests)

@@ -351,10 +351,36 @@ def test_demo_runs_and_shows_decisions() -> None:
     result = subprocess.run([sys.executable, str(ROOT / "examples" / "demo.py")], capture_output=True, text=True,
                             timeout=120, cwd=ROOT)  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
-    rows = {line.split()[0]: line for line in result.stdout.splitlines() if line.startswith("gpu-node-")}
-    assert "FAIL" in rows["gpu-node-1"] and "InsufficientIdleGPUs" in rows["gpu-node-1"]
-    assert rows["gpu-node-2"].split()[-1] == "10" and " pass " in rows["gpu-node-2"]
-    assert " pass " in rows["gpu-node-3"] and "7" in rows["gpu-node-3"].split()[2]
+    quarantined, _, cleared = result.stdout.partition("after the clear, the same request again:")
+    assert cleared, result.stdout
+
+    def table(text: str) -> dict[str, list[str]]:
+        return {line.split()[0]: line.split() for line in text.splitlines() if line.startswith("gpu-node-")}
+
+    # columns: NODE, IDLE/TOTAL, HEALTHY, MEAN UTIL, FILTER verdict..., SCORE
+    rows = table(quarantined)
+    assert rows["gpu-node-1"][4] == "FAIL" and "(InsufficientIdleGPUs)" in rows["gpu-node-1"]
+    # gpu-node-2's GPU 5 is quarantined by the scripted XID 79: one GPU less, still the best node.
+    assert rows["gpu-node-2"][1:3] == ["7/8", "7"] and rows["gpu-node-2"][4] == "pass"
+    assert rows["gpu-node-2"][-1] == "9"
+    assert rows["gpu-node-3"][1:3] == ["3/8", "7"] and rows["gpu-node-3"][4] == "pass"  # GPU 7 lost
+    assert "GPU 5 on node gpu-node-2 quarantined: XID 79 (clear with: gpu-agent --clear-xid 5 " in quarantined
+    assert "or restart the agent)" in quarantined
+    assert "GPU 7 on node gpu-node-3 unhealthy" in quarantined
+    # Allocation from the fake kubelets, and the allocated-but-idle pod (--idle-window 2 s).
+    lines = [line.split() for line in quarantined.splitlines()]
+    assert ["gpu-node-1", "ml/train-llm-0", "GPU", "0,1,2,3"] in lines
+    assert ["gpu-node-3", "serving/llm-server-0", "GPU", "0,1,2,3"] in lines
+    idle = quarantined.partition("allocated but idle")[2]
+    assert "--idle-window 2" in idle and "600 s" in idle
+    assert any(line.split()[:2] == ["gpu-node-2", "research/notebook-alice"] and "GPU 0 (idle for" in line
+               for line in idle.splitlines()), idle  # fmt: skip
+    assert "ml/train-llm-0" not in idle
+    # `gpu-agent --clear-xid 5` lifts the quarantine: the GPU counts again, and the score with it.
+    answer = quarantined.partition("clearing the quarantine")[2]
+    assert "$ gpu-agent --clear-xid 5 --control-dir " in answer and "cleared XID 79" in answer, answer
+    rows = table(cleared)
+    assert rows["gpu-node-2"][1:3] == ["8/8", "8"] and rows["gpu-node-2"][-1] == "10"
 
 
 def test_both_programs_export_prometheus_metrics(live: Cluster) -> None:
