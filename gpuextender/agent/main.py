@@ -10,28 +10,23 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from aiohttp import web
-from prometheus_client import disable_created_metrics
 from gpuextender import __version__
 from gpuextender.common.logs import configure_logging
 
-from gpuextender.common.backoff import Backoff
 from gpuextender.agent.config import AgentConfig, ConfigError, build_config
-from gpuextender.agent.discovery import ServiceWatch
-from gpuextender.agent.fake_scenario import ScenarioError, ScenarioFile, load_scenario
-from gpuextender.agent.gfd_labels import GfdLabelsFile
-from gpuextender.agent.health import HealthEnricher, HealthPolicy
-from gpuextender.agent.http_server import build_app
-from gpuextender.agent.latest import LatestReport
-from gpuextender.agent.metrics import AgentMetrics
-from gpuextender.agent.nvml_events import ClearRequests, EventStore, NvmlEventWatcher, request_clear
-from gpuextender.agent.nvml_reader import NvmlReader, NvmlUnavailable
-from gpuextender.agent.pod_resources import PodAttribution
-from gpuextender.agent.readings import NodeSample
-from gpuextender.agent.sample_loop import SampleLoop
-from gpuextender.agent.stream_set import StreamSet
-from gpuextender.agent.streamer import ExtenderStream
+from gpuextender.agent.nvml_events import request_clear
+
+# What only the serving agent needs is imported after the one-shot mode: `kubectl exec POD --
+# gpu-agent --clear-xid N` runs beside the agent, inside the container's memory limit, and needs
+# neither aiohttp nor prometheus_client nor the sample loop (~16 MiB less RSS). The fake NVML and
+# PyYAML are imported for --fake only (~1.6 MiB the agent on a real node never holds).
+# bench/agent_imports.py measures both.
+if TYPE_CHECKING:
+    from gpuextender.agent.metrics import AgentMetrics
+    from gpuextender.agent.nvml_reader import NvmlReader
+    from gpuextender.agent.readings import NodeSample
 
 log = logging.getLogger("gpu_agent")
 
@@ -42,7 +37,6 @@ def _fail(message: str) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    disable_created_metrics()  # *_created series only add noise to every scrape
     try:
         config = build_config(argv, os.environ)
     except ConfigError as exc:
@@ -50,7 +44,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     configure_logging(config.log_level)
     if config.clear_xids:  # one-shot: `kubectl exec POD -- gpu-agent --clear-xid N`
         return request_clear(config.control_dir, config.clear_xids)
+    from prometheus_client import disable_created_metrics
+
+    from gpuextender.agent.metrics import AgentMetrics
+    from gpuextender.agent.nvml_reader import NvmlReader, NvmlUnavailable
+
+    disable_created_metrics()  # *_created series only add noise to every scrape (none exists yet)
     if config.fake_scenario is not None:
+        from gpuextender.agent.fake_scenario import ScenarioError, ScenarioFile, load_scenario
+
         try:
             scenario = load_scenario(config.fake_scenario)
         except ScenarioError as exc:
@@ -80,6 +82,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _allocation_enricher(config: AgentConfig) -> tuple[Callable[[NodeSample], None], Callable[[], None]]:
     """Per sample: GFD's sharing labels, then who holds which GPU per the kubelet (it reads the
     labels). Returns (enrich, close)."""
+    from gpuextender.agent.gfd_labels import GfdLabelsFile
+    from gpuextender.agent.pod_resources import PodAttribution
+
     gfd = GfdLabelsFile(str(config.gfd_labels_file)) if config.gfd_labels_file is not None else None
     kubelet = PodAttribution(str(config.pod_resources_socket)) if config.pod_resources_socket is not None else None
 
@@ -92,6 +97,18 @@ def _allocation_enricher(config: AgentConfig) -> tuple[Callable[[NodeSample], No
 
 
 async def _serve(config: AgentConfig, reader: NvmlReader, metrics: AgentMetrics) -> int:
+    from aiohttp import web
+
+    from gpuextender.common.backoff import Backoff
+    from gpuextender.agent.discovery import ServiceWatch
+    from gpuextender.agent.health import HealthEnricher, HealthPolicy
+    from gpuextender.agent.http_server import build_app
+    from gpuextender.agent.latest import LatestReport
+    from gpuextender.agent.nvml_events import ClearRequests, EventStore, NvmlEventWatcher
+    from gpuextender.agent.sample_loop import SampleLoop
+    from gpuextender.agent.stream_set import StreamSet
+    from gpuextender.agent.streamer import ExtenderStream
+
     latest = LatestReport()
     allocation, close_allocation = _allocation_enricher(config)
     store = EventStore(ignored_xids=config.ignored_xids)

@@ -1,0 +1,45 @@
+"""What the gpu-agent process imports: its RSS is mostly the code it loads (bench/agent_imports.py).
+
+The agent on a node loads none of the extender's side (gpuextender.extender, kubernetes_asyncio,
+orjson) nor what only `--fake` needs (PyYAML, the fake NVML); the `--clear-xid` one-shot, which runs
+beside the agent inside its container's memory limit, loads none of the serving side either.
+Each check imports in a fresh interpreter, as the process would."""
+
+from __future__ import annotations
+
+import json
+import pkgutil
+import subprocess
+import sys
+
+import gpuextender.agent
+
+NEVER_IN_THE_AGENT = ("gpuextender.extender", "kubernetes_asyncio", "orjson", "yaml",
+                      "gpuextender.agent.fake_nvml", "gpuextender.agent.fake_scenario",
+                      "gpuextender.agent.fake_kubelet")  # fmt: skip
+SERVING_ONLY = ("aiohttp", "prometheus_client", "gpuextender.agent.http_server", "gpuextender.agent.sample_loop",
+                "gpuextender.agent.streamer", "gpuextender.agent.fake_nvml")  # fmt: skip
+
+
+def _modules_after_importing(*names: str) -> set[str]:
+    code = "import importlib, json, sys\nfor n in sys.argv[1:]: importlib.import_module(n)\nprint(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code, *names], capture_output=True, text=True, check=True).stdout
+    return set(json.loads(out))
+
+
+def _loaded(modules: set[str], prefixes: tuple[str, ...]) -> list[str]:
+    return sorted(m for m in modules if any(m == p or m.startswith(p + ".") for p in prefixes))
+
+
+def test_the_agents_modules_pull_in_neither_the_extender_nor_the_fakes() -> None:
+    agent = sorted(f"gpuextender.agent.{m.name}" for m in pkgutil.iter_modules(gpuextender.agent.__path__)
+                   if not m.name.startswith("fake_") and m.name != "__main__")  # fmt: skip
+    assert "gpuextender.agent.main" in agent and "gpuextender.agent.http_server" in agent
+    modules = _modules_after_importing(*agent)
+    assert {"aiohttp", "prometheus_client", "grpc", "pynvml"} <= modules  # the check sees real imports
+    assert _loaded(modules, NEVER_IN_THE_AGENT) == []
+
+
+def test_the_clear_xid_one_shot_loads_no_serving_side() -> None:
+    modules = _modules_after_importing("gpuextender.agent.main")
+    assert _loaded(modules, NEVER_IN_THE_AGENT + SERVING_ONLY) == []
