@@ -141,7 +141,7 @@ def _mib(kib: int) -> float:
 
 def layers(repeat: int) -> list[Row]:
     points = _probe([mods for _, mods in LAYERS], repeat=repeat)
-    rows = [Row("interpreter (python with site, nothing imported)", _mib(points[0]["VmRSS"]),
+    rows = [Row("interpreter (python, site)", _mib(points[0]["VmRSS"]),
                 _mib(points[0]["RssAnon"]), _mib(points[0]["RssFile"]), points[0]["modules"])]  # fmt: skip
     for (name, _), before, after in zip(LAYERS, points, points[1:]):
         rows.append(Row(name, _mib(after["VmRSS"] - before["VmRSS"]), _mib(after["RssAnon"] - before["RssAnon"]),

@@ -214,8 +214,11 @@ def render_markdown(
         out += [
             "## gpu-agent",
             "",
-            f"One agent, `--fake bench/scenarios/bench-8gpu.yaml` ({a.gpus} GPUs), `--interval 1`, streaming to one "
-            f"extender; {a.window_s:.1f} s window after a {a.warmup_s:g} s warm-up.",
+            f"One node-like agent, `--fake bench/scenarios/bench-8gpu-node.yaml` ({a.gpus} GPUs with the 0.2 "
+            "readings), `--interval 1`, the NVML event thread, the kubelet's List (a fake kubelet, "
+            "bench/scenarios/bench-kubelet.yaml) and GFD's labels every sample, /metrics scraped every 15 s, "
+            f"streaming to one extender; {a.window_s:.1f} s window after a {a.warmup_s:g} s warm-up "
+            "(bench/bench_agent.py says how the agent is made to see a GPU node's CPU count).",
             "",
             "| figure | value | target |",
             "|---|---:|---|",

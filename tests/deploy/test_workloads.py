@@ -71,9 +71,9 @@ def test_every_container_has_requests_and_limits(base_objects: list[m.KubeObject
 
 
 def test_agent_resources_cover_the_measured_figures(base_objects: list[m.KubeObject]) -> None:
-    """bench/RESULTS.md: the agent's RSS is 56.6 MiB; its memory request must hold that."""
+    """bench/RESULTS.md: the agent's RSS is ~60 MiB; its memory request must hold that."""
     _, c = the_container(base_objects, "DaemonSet", "gpu-agent")
-    assert m.quantity(c["resources"]["requests"]["memory"]) >= 56.6 * 2**20
+    assert m.quantity(c["resources"]["requests"]["memory"]) >= 60 * 2**20
     _, c = the_container(base_objects, "Deployment", "gpu-extender")
     assert m.quantity(c["resources"]["limits"]["memory"]) >= 120 * 2**20  # measured peak
 
