@@ -20,14 +20,15 @@ import ssl
 import subprocess
 import time
 import urllib.error
-import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from tests.harness import free_port
 
 ASSETS_ENV = "KUBEBUILDER_ASSETS"
 BINARIES = ("etcd", "kube-apiserver", "kube-scheduler")
@@ -51,14 +52,6 @@ def skip_reason() -> str | None:
     if missing:
         return f"{ASSETS_ENV}={folder} has no executable {', '.join(missing)}"
     return None
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -229,10 +222,6 @@ class Kube:
 
         return str(wait_for(f"pod {namespace}/{name} PodScheduled=False", check, timeout))
 
-    def events_for(self, namespace: str, name: str) -> list[dict[str, Any]]:
-        selector = urllib.parse.quote(f"involvedObject.name={name}")
-        items = self.get(f"/api/v1/namespaces/{namespace}/events?fieldSelector={selector}")["items"]
-        return list(items)
 
 
 def collection_path(obj: dict[str, Any], namespace: str | None = None) -> str:
@@ -384,16 +373,3 @@ def kubeconfig_yaml(server: str, ca_file: Path, token: str) -> str:
         "users": [{"name": "admin", "user": {"token": token}}],
         "contexts": [{"name": "test", "context": {"cluster": "test", "user": "admin"}}],
     })  # fmt: skip
-
-
-def running(workdir: Path) -> Iterator[tuple[ControlPlane, Kube]]:
-    """Start a control plane in `workdir` from KUBEBUILDER_ASSETS; stop it when the generator closes."""
-    folder = assets()
-    if folder is None:
-        raise RuntimeError(skip_reason())
-    plane = ControlPlane(workdir, folder)
-    try:
-        kube = plane.start()
-        yield plane, kube
-    finally:
-        plane.stop()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
+from collections.abc import Callable
 
 from gpuextender.agent.latest import LatestReport
 from gpuextender.agent.metrics import AgentMetrics
@@ -29,12 +30,18 @@ def _loop(reader: Reader, interval_s: float, enrichers: tuple = ()) -> SampleLoo
                       agent_version="t", enrichers=enrichers)  # fmt: skip
 
 
+async def _until(what: str, check: Callable[[], bool], timeout: float = 5.0) -> None:
+    """Poll `check` on the event loop; fail (never hang) when it stays false."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        await asyncio.sleep(0.005)
+
+
 async def _run_until(loop: SampleLoop, reader: Reader, samples: int, timeout: float = 5.0) -> None:
     task = asyncio.create_task(loop.run())
     try:
-        deadline = time.monotonic() + timeout
-        while len(reader.times) < samples and time.monotonic() < deadline:
-            await asyncio.sleep(0.005)
+        await _until(f"{samples} samples", lambda: len(reader.times) >= samples, timeout)
     finally:
         task.cancel()
 
@@ -44,13 +51,11 @@ def test_a_wake_from_another_thread_samples_at_once() -> None:
         reader = Reader()
         sampler = _loop(reader, interval_s=30.0)
         task = asyncio.create_task(sampler.run())
-        while not reader.times:
-            await asyncio.sleep(0.005)
+        await _until("the first sample", lambda: bool(reader.times))
         await asyncio.sleep(MIN_INTERVAL_S)
         woken_at = time.monotonic()
         threading.Thread(target=sampler.wake_now).start()  # as the NVML event thread does
-        while len(reader.times) < 2:
-            await asyncio.sleep(0.005)
+        await _until("the sample after the wake", lambda: len(reader.times) >= 2)
         task.cancel()
         # The next sample came on the wake, not 30 s later.
         assert reader.times[1] - woken_at < 5.0
@@ -74,9 +79,10 @@ def test_a_storm_of_wakes_keeps_samples_min_interval_apart() -> None:
         task = asyncio.create_task(sampler.run())
         await asyncio.sleep(0.01)
         thread.start()
-        while len(reader.times) < 5:
-            await asyncio.sleep(0.005)
-        stop.set()
+        try:
+            await _until("5 samples under the storm", lambda: len(reader.times) >= 5)
+        finally:
+            stop.set()
         thread.join()
         task.cancel()
         gaps = [b - a for a, b in zip(reader.times, reader.times[1:])]

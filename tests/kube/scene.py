@@ -72,7 +72,7 @@ class Scene:
 
     # -- Nodes and agents ---------------------------------------------------------------------------
 
-    def node(self, name: str, gpu: dict[str, Any], idle: int, busy: int = 0, *, agent: "Proc | None | bool" = True,
+    def node(self, name: str, gpu: dict[str, Any], idle: int, busy: int = 0, *,
              labels: dict[str, str] | None = None) -> str:  # fmt: skip
         """A Ready GPU Node with GFD's product label and `idle + busy` GPUs; named `<ns>-<name>`."""
         full = f"{self.ns}-{name}"
