@@ -229,6 +229,9 @@ def test_not_a_socket_and_a_stale_socket(sock: str) -> None:
 _AS_NOBODY = """
 import os, sys
 from gpuextender.agent import pod_resources  # imported while still root
+# One call as root first: gRPC imports modules lazily (grpc._channel, ...), and the checkout may sit
+# in a directory nobody cannot read (mktemp -d is 0700): only the socket's permissions may decide.
+pod_resources.PodResourcesClient(sys.argv[1]).fetch()
 os.setgroups([]); os.setgid(65534); os.setuid(65534)
 if sys.argv[2] == "lsm":  # an LSM that passes access(2) but denies connect(): only gRPC can tell
     pod_resources.diagnose_socket = lambda path: ""
