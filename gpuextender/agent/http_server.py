@@ -6,26 +6,27 @@ reports no extender takes (wrong address, TLS or token, node name refused) is no
 rollout gated on readiness stops there. The ack part latches: later extender outages show in
 gpu_agent_stream_connected, not here, so they do not flap every agent at once. In metrics-only
 mode (no --extender, no --extender-service) NVML alone decides: there is nobody to ack.
-Otherwise 503 with a one-line reason."""
+Otherwise 503 with a one-line reason. Served by http_get_server (why not aiohttp: see there)."""
 
 from __future__ import annotations
 
 import asyncio
 
-from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from gpuextender.agent.http_get_server import Handler, Response, text
 from gpuextender.agent.metrics import AgentMetrics
 from gpuextender.agent.sample_loop import SampleLoop
 
 
-def build_app(metrics: AgentMetrics, sampler: SampleLoop, *, require_ack: bool = True) -> web.Application:
-    """`require_ack`: whether the agent has extenders to report to (False in metrics-only mode)."""
+def routes(metrics: AgentMetrics, sampler: SampleLoop, *, require_ack: bool = True) -> dict[str, Handler]:
+    """`require_ack`: whether the agent has extenders to report to (False in metrics-only mode).
+    The handlers run on the event loop (they read the loop's clock)."""
 
-    async def get_metrics(_: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+    def get_metrics() -> Response:
+        return Response(200, generate_latest(metrics.registry), CONTENT_TYPE_LATEST)
 
-    async def get_healthz(_: web.Request) -> web.Response:
+    def get_healthz() -> Response:
         # Live while the sample loop keeps producing samples; a stalled NVML call
         # (hung driver) makes the kubelet restart us. NVML errors alone do not:
         # they are reported to the extender, which is more useful than a restart loop.
@@ -33,23 +34,19 @@ def build_app(metrics: AgentMetrics, sampler: SampleLoop, *, require_ack: bool =
         limit = max(10.0, 5 * sampler.interval_s)
         if last is None or asyncio.get_running_loop().time() - last > limit:
             age = "never" if last is None else f"{asyncio.get_running_loop().time() - last:.1f}s ago"
-            return web.Response(status=503, text=f"no NVML sample for too long (last: {age})\n")
+            return text(503, f"no NVML sample for too long (last: {age})\n")
         sample = metrics.last_sample
         nvml = f"nvml error {sample.node_error}" if sample and sample.node_error else "nvml ok"
-        return web.Response(text=f"ok ({nvml}, sequence {sampler.sequence})\n")
+        return text(200, f"ok ({nvml}, sequence {sampler.sequence})\n")
 
-    async def get_readyz(_: web.Request) -> web.Response:
+    def get_readyz() -> Response:
         sample = metrics.last_sample
         if sample is None:
-            return web.Response(status=503, text="not ready: no NVML sample yet\n")
+            return text(503, "not ready: no NVML sample yet\n")
         if sample.node_error:
-            return web.Response(status=503, text=f"not ready: NVML not initialised ({sample.node_error})\n")
+            return text(503, f"not ready: NVML not initialised ({sample.node_error})\n")
         if require_ack and not metrics.report_accepted:
-            return web.Response(status=503, text="not ready: no extender has accepted a report yet\n")
-        return web.Response(text="ready\n")
+            return text(503, "not ready: no extender has accepted a report yet\n")
+        return text(200, "ready\n")
 
-    app = web.Application()
-    app.router.add_get("/metrics", get_metrics)
-    app.router.add_get("/healthz", get_healthz)
-    app.router.add_get("/readyz", get_readyz)
-    return app
+    return {"/metrics": get_metrics, "/healthz": get_healthz, "/readyz": get_readyz}

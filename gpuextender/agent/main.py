@@ -20,7 +20,7 @@ from gpuextender.agent.nvml_events import request_clear
 
 # What only the serving agent needs is imported after the one-shot mode: `kubectl exec POD --
 # gpu-agent --clear-xid N` runs beside the agent, inside the container's memory limit, and needs
-# neither aiohttp nor prometheus_client nor the sample loop (~16 MiB less RSS). The fake NVML and
+# neither prometheus_client nor the sample loop (~5.5 MiB less RSS). The fake NVML and
 # PyYAML are imported for --fake only (~1.6 MiB the agent on a real node never holds).
 # bench/agent_imports.py measures both.
 if TYPE_CHECKING:
@@ -97,12 +97,12 @@ def _allocation_enricher(config: AgentConfig) -> tuple[Callable[[NodeSample], No
 
 
 async def _serve(config: AgentConfig, reader: NvmlReader, metrics: AgentMetrics) -> int:
-    from aiohttp import web
-
     from gpuextender.common.backoff import Backoff
     from gpuextender.agent.discovery import ServiceWatch
     from gpuextender.agent.health import HealthEnricher, HealthPolicy
-    from gpuextender.agent.http_server import build_app
+    from gpuextender.agent.heap import trim_c_heap
+    from gpuextender.agent.http_get_server import GetServer
+    from gpuextender.agent.http_server import routes
     from gpuextender.agent.latest import LatestReport
     from gpuextender.agent.nvml_events import ClearRequests, EventStore, NvmlEventWatcher
     from gpuextender.agent.sample_loop import SampleLoop
@@ -126,14 +126,14 @@ async def _serve(config: AgentConfig, reader: NvmlReader, metrics: AgentMetrics)
         watcher.start()
     # Metrics-only mode (no extender to ack a report): /readyz needs NVML alone.
     has_extenders = bool(config.extenders) or config.extender_service is not None
-    runner = web.AppRunner(build_app(metrics, sampler, require_ack=has_extenders), access_log=None)
-    await runner.setup()
-    await web.TCPSite(runner, config.metrics_addr.host, config.metrics_addr.port).start()
+    http = GetServer(routes(metrics, sampler, require_ack=has_extenders))
+    await http.start(config.metrics_addr.host, config.metrics_addr.port)
     log.info(
         "gpu-agent %s for node %s: metrics on http://%s/metrics, sampling every %.2fs, extenders: %s",
         __version__, config.node_name, config.metrics_addr, config.interval_s, _extenders_summary(config),
     )  # fmt: skip
     log.info("stream security: %s", _security_summary(config))
+    trim_c_heap()  # everything is imported and set up: what start-up freed goes back to the kernel
 
     def make_stream(target: str) -> ExtenderStream:
         return ExtenderStream(
@@ -171,7 +171,7 @@ async def _serve(config: AgentConfig, reader: NvmlReader, metrics: AgentMetrics)
     if watcher is not None:
         await asyncio.to_thread(watcher.stop)  # at most one event-wait timeout (~1 s)
     close_allocation()
-    await runner.cleanup()
+    await http.close()
     return exit_code
 
 

@@ -2,17 +2,16 @@
 (NVML alone in metrics-only mode); 503 with a one-line reason otherwise.
 
 The real agent and extender processes on loopback (tests.harness) for the paths that need a
-stream; the aiohttp app in-process for the states a process cannot be held in."""
+stream; the routes in-process, behind the agent's real HTTP server on loopback, for the states a
+process cannot be held in."""
 
 from __future__ import annotations
 
 import asyncio
 from pathlib import Path
 
-from aiohttp import web
-from aiohttp.test_utils import TestClient, TestServer
-
-from gpuextender.agent.http_server import build_app
+from gpuextender.agent.http_get_server import GetServer, Handler
+from gpuextender.agent.http_server import routes
 from gpuextender.agent.latest import LatestReport
 from gpuextender.agent.metrics import AgentMetrics
 from gpuextender.agent.readings import GpuReading, NodeSample
@@ -25,19 +24,23 @@ IDLE = FIXTURES / "scenarios" / "idle8.yaml"
 # -- in-process -------------------------------------------------------------------------------
 
 
-def app_for(metrics: AgentMetrics, *, require_ack: bool = True) -> web.Application:
+def app_for(metrics: AgentMetrics, *, require_ack: bool = True) -> dict[str, Handler]:
     sampler = SampleLoop(None, LatestReport(), metrics, node_name="n", interval_s=1.0,  # type: ignore[arg-type]
                          agent_version="test")  # fmt: skip
-    return build_app(metrics, sampler, require_ack=require_ack)
+    return routes(metrics, sampler, require_ack=require_ack)
 
 
-def get(app: web.Application, path: str = "/readyz") -> tuple[int, str]:
+def get(app: dict[str, Handler], path: str = "/readyz") -> tuple[int, str]:
     async def run() -> tuple[int, str]:
-        async with TestClient(TestServer(app)) as client:
-            response = await client.get(path)
-            return response.status, await response.text()
+        server = GetServer(app)
+        await server.start("127.0.0.1", 0)
+        try:
+            return await asyncio.to_thread(http, "GET", f"http://127.0.0.1:{server.port}{path}")
+        finally:
+            await server.close()
 
-    return asyncio.run(run())
+    status, body = asyncio.run(run())
+    return status, body.decode()
 
 
 def good_sample() -> NodeSample:
