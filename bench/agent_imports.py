@@ -4,12 +4,15 @@ The agent's steady-state RSS (bench/bench_agent.py) is mostly code loaded at sta
 interpreter, the libraries and our modules. This measures it layer by layer, each case in a fresh
 interpreter (best of --repeat, VmRSS/RssAnon/RssFile from /proc/self/status after gc.collect()):
 
-- layers: cumulative, in dependency order (interpreter, stdlib runtime, importlib.metadata for
-  the version, gRPC, protobuf and our messages, pynvml, prometheus_client, aiohttp, our agent
-  modules, then what only `--fake` loads: PyYAML, the scenario parser, the fake driver); each row
-  is what that layer adds on top of the rows above it, so the rows add up to the total;
-- leave-one-out: the whole agent module set without one component (its dependents stubbed out of
-  the list, not out of the code), i.e. what dropping that component alone would save;
+- layers: cumulative, in dependency order (interpreter, stdlib runtime, gRPC, protobuf and our
+  messages, pynvml, prometheus_client, our agent modules, what only `--fake` loads (PyYAML, the
+  scenario parser, the fake driver), then the C-heap trim the agent does once it is set up
+  (gpuextender.agent.heap)); each row is what that layer adds on top of the rows above it (the
+  trim's is negative), so the rows add up to the total;
+- alternatives: what the agent's module set would weigh with something it no longer loads: aiohttp
+  for its three GET routes (the agent serves them with gpuextender.agent.http_get_server), and
+  importlib.metadata for its version (gpuextender.__version__ is a literal that pyproject.toml
+  reads); and what leaving prometheus_client out would save;
 - one-shot: what `gpu-agent --clear-xid N` loads (`import gpuextender.agent.main` only), which
   runs beside the agent inside its container's memory limit.
 
@@ -42,46 +45,40 @@ AGENT_MODULES = sorted(
     f"gpuextender.agent.{m.name}" for m in pkgutil.iter_modules(gpuextender.agent.__path__)
     if f"gpuextender.agent.{m.name}" not in FAKE_ONLY and m.name != "__main__"
 ) + ["grpc._channel"]  # fmt: skip
+TRIM = "!trim"  # not a module: the probe calls gpuextender.agent.heap.trim_c_heap() here
 
 # (name, modules imported at this layer); later layers import on top of the earlier ones.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("stdlib runtime (asyncio, ssl, logging, json, ctypes...)",
      ("asyncio", "ssl", "logging", "argparse", "json", "ctypes", "dataclasses", "pathlib", "concurrent.futures",
-      "platform", "uuid", "socket")),
-    ("importlib.metadata (gpuextender.__version__)", ("importlib.metadata", "gpuextender")),
+      "platform", "socket")),
     ("grpc + grpc.aio (cygrpc)", ("grpc", "grpc.aio", "grpc._channel")),
     ("protobuf + our messages", ("google.protobuf", "gpuextender.v1.gpu_state_pb2", "gpuextender.v1.gpu_state_pb2_grpc",
                                  "gpuextender.podresources.v1.api_pb2", "gpuextender.podresources.v1.api_pb2_grpc")),
     ("pynvml (nvidia-ml-py)", ("pynvml",)),
     ("prometheus_client", ("prometheus_client",)),
-    ("aiohttp (+ aiohttp.web)", ("aiohttp", "aiohttp.web")),
     ("gpuextender.agent modules", tuple(AGENT_MODULES)),
     ("--fake only: PyYAML, fake_scenario, fake_nvml", ("yaml", "gpuextender.agent.fake_scenario",
                                                        "gpuextender.agent.fake_nvml")),
+    # Last, as in the agent: main() loads the fake before _serve() trims.
+    ("C heap trimmed once set up (malloc_trim)", (TRIM,)),
 ]  # fmt: skip
-AGENT_SET = tuple(m for _, mods in LAYERS[:-1] for m in mods)
-# Leave-one-out: (name, prefixes left out of AGENT_SET, stubbed modules). A stub stands in for a
-# module some other one imports (importlib.metadata for gpuextender.__version__).
-LEAVE_OUT: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = [
-    ("aiohttp (and http_server, main)",
-     ("aiohttp", "gpuextender.agent.http_server", "gpuextender.agent.main"), ()),
-    ("importlib.metadata (a stub version())", (), ("importlib.metadata",)),
-    ("prometheus_client and the modules that use it",
+FAKE_LAYER = 6  # index in LAYERS (the interpreter is row 0 of the table, so row 7 there)
+AGENT_SET = tuple(m for _, mods in LAYERS[:FAKE_LAYER] for m in mods)
+# (name, modules added to AGENT_SET, prefixes left out of it): what the set weighs with the
+# additions and without the left-out modules, as a difference to the set itself.
+ALTERNATIVES: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = [
+    ("+ aiohttp (+ aiohttp.web) to serve the GET routes", ("aiohttp", "aiohttp.web"), ()),
+    ("+ importlib.metadata to read the version", ("importlib.metadata",), ()),
+    ("- prometheus_client and the modules that use it", (),
      ("prometheus_client", "gpuextender.agent.metrics", "gpuextender.agent.dcgm_metrics",
       "gpuextender.agent.http_server", "gpuextender.agent.sample_loop", "gpuextender.agent.streamer",
-      "gpuextender.agent.stream_set", "gpuextender.agent.main"), ()),
+      "gpuextender.agent.stream_set", "gpuextender.agent.main")),
 ]  # fmt: skip
 
 _PROBE = r"""
-import gc, importlib, json, sys, types
-stubs, skip, mods = sys.argv[1], sys.argv[2], sys.argv[3:]
-for name in filter(None, stubs.split(",")):
-    stub = types.ModuleType(name)
-    class PackageNotFoundError(ModuleNotFoundError):
-        pass
-    stub.PackageNotFoundError = PackageNotFoundError
-    stub.version = lambda _name: "0+stub"
-    sys.modules[name] = stub
+import gc, importlib, json, sys
+skip, mods = sys.argv[1], sys.argv[2:]
 left_out = tuple(filter(None, skip.split(",")))
 def out(m):
     return any(m == p or m.startswith(p + ".") for p in left_out)
@@ -100,8 +97,10 @@ points.append(status())
 for group in mods:
     if group == "|":
         points.append(status())
-        continue
-    if not out(group):
+    elif group == "!trim":
+        gc.collect()
+        importlib.import_module("gpuextender.agent.heap").trim_c_heap()
+    elif not out(group):
         importlib.import_module(group)
 points.append(status())
 leaked = sorted({m for m in sys.modules if out(m)})
@@ -118,13 +117,12 @@ class Row:
     modules: int
 
 
-def _probe(groups: list[tuple[str, ...]], *, skip: tuple[str, ...] = (), stubs: tuple[str, ...] = (),
-           repeat: int = 3) -> list[dict[str, int]]:  # fmt: skip
+def _probe(groups: list[tuple[str, ...]], *, skip: tuple[str, ...] = (), repeat: int = 3) -> list[dict[str, int]]:
     """Status after the bare interpreter and after each group, best (lowest final RSS) of `repeat`."""
     argv = [m for g in groups for m in (*g, "|")][:-1] if groups else []
     best: dict | None = None
     for _ in range(repeat):
-        proc = subprocess.run([sys.executable, "-c", _PROBE, ",".join(stubs), ",".join(skip), *argv],
+        proc = subprocess.run([sys.executable, "-c", _PROBE, ",".join(skip), *argv],
                               capture_output=True, text=True, check=True, cwd=REPO_ROOT)  # fmt: skip
         got = json.loads(proc.stdout)
         if got["leaked"]:
@@ -149,15 +147,15 @@ def layers(repeat: int) -> list[Row]:
     return rows
 
 
-def leave_one_out(repeat: int) -> tuple[Row, list[Row]]:
+def alternatives(repeat: int) -> tuple[Row, list[Row]]:
     full = _probe([AGENT_SET], repeat=repeat)[-1]
     base = Row("the agent's module set (no fake)", _mib(full["VmRSS"]), _mib(full["RssAnon"]), _mib(full["RssFile"]),
                full["modules"])  # fmt: skip
     rows = []
-    for name, skip, stubs in LEAVE_OUT:
-        got = _probe([AGENT_SET], skip=skip, stubs=stubs, repeat=repeat)[-1]
-        rows.append(Row(name, _mib(full["VmRSS"] - got["VmRSS"]), _mib(full["RssAnon"] - got["RssAnon"]),
-                        _mib(full["RssFile"] - got["RssFile"]), full["modules"] - got["modules"]))  # fmt: skip
+    for name, added, skip in ALTERNATIVES:
+        got = _probe([AGENT_SET + added], skip=skip, repeat=repeat)[-1]
+        rows.append(Row(name, _mib(got["VmRSS"] - full["VmRSS"]), _mib(got["RssAnon"] - full["RssAnon"]),
+                        _mib(got["RssFile"] - full["RssFile"]), got["modules"] - full["modules"]))  # fmt: skip
     return base, rows
 
 
@@ -179,22 +177,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="also write the rows as JSON here")
     args = parser.parse_args(argv)
     lay = layers(args.repeat)
-    base, loo = leave_one_out(args.repeat)
+    base, alt = alternatives(args.repeat)
     shot = one_shot(args.repeat)
     total = sum(r.rss_mib for r in lay)
-    agent_total = sum(r.rss_mib for r in lay[:-1])
+    agent_total = total - lay[FAKE_LAYER + 1].rss_mib
     lines = ["gpu-agent imports, VmRSS after each layer (cumulative order; each row adds to the ones above):"]
     lines += _table(lay, "layer")
     lines.append(f"  = {agent_total:.1f} MiB for what the agent imports on a node, {total:.1f} MiB with --fake's modules")
-    lines.append(f"leave one out (the agent's module set is {base.rss_mib:.1f} MiB; each row: what leaving it out saves):")
-    lines += _table(loo, "left out")
+    lines.append(f"alternatives (the agent's module set is {base.rss_mib:.1f} MiB untrimmed; each row: what it adds, "
+                 "negative: saves):")  # fmt: skip
+    lines += _table(alt, "the set, with or without")
     lines.append("one-shot mode:")
     lines += _table([shot], "process")
     print("\n".join(lines))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps({"layers": [asdict(r) for r in lay], "agent_set": asdict(base),
-                                         "leave_one_out": [asdict(r) for r in loo], "one_shot": asdict(shot)},
+                                         "alternatives": [asdict(r) for r in alt], "one_shot": asdict(shot)},
                                         indent=2))  # fmt: skip
     return 0
 

@@ -53,7 +53,7 @@ The fake NVML runs pynvml and its ctypes layer unchanged; only the driver
 underneath is simulated, so real NVML calls (which talk to the kernel driver)
 cost more per sample than measured here, and the real libnvidia-ml.so adds its
 own pages to the RSS. The fake also loads what the agent on a node does not
-(PyYAML, the scenario parser, the fake driver: ~1.8 MiB, bench/agent_imports.py
+(PyYAML, the scenario parser, the fake driver: ~2 MiB, bench/agent_imports.py
 measures it, and what the rest of the RSS is made of).
 
 Run: `.venv/bin/python bench/bench_agent.py [--quick] [--window S] [--variants node,bare,node-here]`

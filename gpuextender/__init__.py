@@ -3,10 +3,5 @@
 and `gpuextender.common` (helpers both programs use: backoff, CLI, logging,
 addresses, credential files)."""
 
-from importlib.metadata import PackageNotFoundError, version
-
-try:
-    # From the installed distribution's metadata: one version, set in pyproject.toml.
-    __version__ = version("kube-gpu-extender")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0+unknown"
+# The project's one version: pyproject.toml takes it from here (tool.setuptools.dynamic).
+__version__ = "0.1.0"

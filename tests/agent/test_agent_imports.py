@@ -1,7 +1,8 @@
 """What the gpu-agent process imports: its RSS is mostly the code it loads (bench/agent_imports.py).
 
 The agent on a node loads none of the extender's side (gpuextender.extender, kubernetes_asyncio,
-orjson) nor what only `--fake` needs (PyYAML, the fake NVML); the `--clear-xid` one-shot, which runs
+orjson), nor what only `--fake` needs (PyYAML, the fake NVML), nor aiohttp (~9 MiB; the agent's
+own GET server replaces it) nor importlib.metadata (~0.8 MiB; the version is a literal); the `--clear-xid` one-shot, which runs
 beside the agent inside its container's memory limit, loads none of the serving side either.
 Each check imports in a fresh interpreter, as the process would."""
 
@@ -14,10 +15,11 @@ import sys
 
 import gpuextender.agent
 
-NEVER_IN_THE_AGENT = ("gpuextender.extender", "kubernetes_asyncio", "orjson", "yaml",
+NEVER_IN_THE_AGENT = ("gpuextender.extender", "kubernetes_asyncio", "orjson", "yaml", "aiohttp", "importlib.metadata",
                       "gpuextender.agent.fake_nvml", "gpuextender.agent.fake_scenario",
                       "gpuextender.agent.fake_kubelet")  # fmt: skip
-SERVING_ONLY = ("aiohttp", "prometheus_client", "gpuextender.agent.http_server", "gpuextender.agent.sample_loop",
+SERVING_ONLY = ("prometheus_client", "gpuextender.agent.http_server", "gpuextender.agent.http_get_server",
+                "gpuextender.agent.sample_loop",
                 "gpuextender.agent.streamer", "gpuextender.agent.fake_nvml")  # fmt: skip
 
 
@@ -36,7 +38,7 @@ def test_the_agents_modules_pull_in_neither_the_extender_nor_the_fakes() -> None
                    if not m.name.startswith("fake_") and m.name != "__main__")  # fmt: skip
     assert "gpuextender.agent.main" in agent and "gpuextender.agent.http_server" in agent
     modules = _modules_after_importing(*agent)
-    assert {"aiohttp", "prometheus_client", "grpc", "pynvml"} <= modules  # the check sees real imports
+    assert {"prometheus_client", "grpc", "pynvml", "asyncio"} <= modules  # the check sees real imports
     assert _loaded(modules, NEVER_IN_THE_AGENT) == []
 
 
