@@ -152,9 +152,10 @@ def main() -> int:
         )
         wait_for("gpu-extender /readyz", lambda: http(f"{extender_url}/readyz")[0] == 200)
         # Scripted 2 s after each agent starts: gpu-node-3's GPU 7 is lost, gpu-node-2's GPU 5
-        # gets XID 79. Wait until the extender counts both GPUs out (idle 4 -> 3 and 8 -> 7).
+        # gets XID 79. Wait until the extender counts both GPUs out (idle 4 -> 3; 7 -> 6 on
+        # gpu-node-2, whose GPU 0 a notebook pod holds: allocated GPUs are not idle capacity).
         wait_for("GPU 7 on gpu-node-3 to be reported lost", lambda: extender_idle("gpu-node-3") == 3.0)
-        wait_for("XID 79 on GPU 5 of gpu-node-2 to reach the extender", lambda: extender_idle("gpu-node-2") == 7.0)
+        wait_for("XID 79 on GPU 5 of gpu-node-2 to reach the extender", lambda: extender_idle("gpu-node-2") == 6.0)
         # The notebook pod on gpu-node-2 holds GPU 0 and never uses it.
         wait_for(f"a GPU allocated but idle for {IDLE_WINDOW_S} s", lambda: any(
             value >= 1 for _, value in series(scrape(f"http://127.0.0.1:{agent_ports['gpu-node-2']}/metrics"),
@@ -167,7 +168,7 @@ def main() -> int:
               f"(2 x nvidia.com/gpu, nodeCacheCapable: true)\n")  # fmt: skip
         filter_body, prioritize_body = replay(extender_url, body)
         print_table(extender_url, agent_ports, json.loads(filter_body), json.loads(prioritize_body))
-        print("\nIDLE GPUS: idle and healthy (utilization < 30 % and memory < 50 %) / GPUs NVML sees; "
+        print("\nIDLE GPUS: healthy, idle (utilization < 30 % and memory < 50 %) and held by no pod / GPUs NVML sees; "
               "MEAN UTIL: over GPUs that report it.\nSCORE: 0-10, more idle GPUs first, then lower utilization "
               "(formula in gpuextender/extender/decision.py).\n")  # fmt: skip
         quarantined = print_unhealthy(agent_ports, work)
@@ -233,7 +234,7 @@ def print_table(extender_url: str, agent_ports: dict[str, int], filtered: dict, 
     extender = scrape(f"{extender_url}/metrics")
     score_of = {s["Host"]: s["Score"] for s in scores}
     failed = {**filtered.get("FailedNodes", {}), **filtered.get("FailedAndUnresolvableNodes", {})}
-    print(f"{'NODE':<12} {'IDLE GPUS':>9} {'HEALTHY':>7} {'MEAN UTIL':>9}  {'FILTER':<60} {'SCORE':>5}")
+    print(f"{'NODE':<12} {'IDLE GPUS':>9} {'HEALTHY':>7} {'MEAN UTIL':>9}  {'FILTER':<68} {'SCORE':>5}")
     for node, port in agent_ports.items():
         agent = scrape(f"http://127.0.0.1:{port}/metrics")
         health = [v for _, v in series(agent, "gpu_agent_gpu_healthy")]
@@ -241,7 +242,7 @@ def print_table(extender_url: str, agent_ports: dict[str, int], filtered: dict, 
         idle = int(extender.get(("gpu_extender_node_idle_gpus", (("node", node),)), 0))
         verdict = "pass" if node in filtered.get("NodeNames", []) else f"FAIL {failed.get(node, '?')}"
         mean = f"{sum(utils) / len(utils):.0f}%" if utils else "n/a"
-        print(f"{node:<12} {idle:>4}/{len(health):<4} {int(sum(health)):>7} {mean:>9}  {verdict:<60} "
+        print(f"{node:<12} {idle:>4}/{len(health):<4} {int(sum(health)):>7} {mean:>9}  {verdict:<68} "
               f"{score_of.get(node, 0):>5}")  # fmt: skip
 
 
@@ -296,8 +297,9 @@ def print_allocation(agent_ports: dict[str, int]) -> None:
           f"{IDLE_WINDOW_S} s while the pod held it;\nthe demo's agents run with --idle-window {IDLE_WINDOW_S}, "
           "the default is 600 s = 10 minutes):")  # fmt: skip
     print("\n".join(idle_lines) if idle_lines else "  none")
-    print("(IDLE GPUS above counts such a GPU too: gpu-extender goes by the readings, while kube-scheduler's\n"
-          " NodeResourcesFit already leaves allocated nvidia.com/gpu out)")  # fmt: skip
+    print("(IDLE GPUS above leaves such a GPU out: with the kubelet's allocation, a held GPU is never spare\n"
+          " capacity however quiet; gpu-extender counts it in gpu_extender_node_allocated_idle_gpus and\n"
+          " gpu_extender_namespace_allocated_idle_gpus instead)")  # fmt: skip
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from gpuextender import __version__
 from gpuextender.common.netaddr import parse_host_port
 
 from tests import dockerfile_rules as rules
@@ -34,6 +35,7 @@ from tests.dockerfile_rules import Dockerfile, DockerfileError, Stage
 
 ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
+assert PYPROJECT["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "gpuextender.__version__"}
 
 # What the python:*-slim base image puts in the environment before our ENV instructions.
 PYTHON_IMAGE_ENV = {"PATH": "/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/sbin:/bin", "LANG": "C.UTF-8"}
@@ -135,7 +137,7 @@ def test_oci_labels(image: Image) -> None:
     final = image.load().final
     expected = {
         "org.opencontainers.image.title": image.script,
-        "org.opencontainers.image.version": PYPROJECT["project"]["version"],
+        "org.opencontainers.image.version": __version__,  # the one version (pyproject reads it too)
         "org.opencontainers.image.licenses": PYPROJECT["project"]["license"]["text"],
     }
     assert rules.label_problems(final, expected) == []

@@ -3,10 +3,19 @@
 No I/O and no clock reads here: the caller passes `now` (monotonic seconds) and a
 lookup of node summaries, so any decision can be replayed from its inputs.
 
+Counts are in units of the GPU resource (gpu_summary: one per whole GPU, `replicas`
+per time-sliced or MPS GPU, none for a MIG-enabled GPU), and "idle" GPUs are the
+available ones: healthy, idle by the thresholds, and, where the agent read the
+kubelet's allocation, held by no pod. Where allocation is unknown (an agent before
+0.2, or a kubelet it cannot read) the idle readings alone decide, and explain says so.
+
 Unknown is never spare capacity. Per node (`assess`):
 - fresh data: NVML broken -> NvmlUnavailable; fewer GPUs than needed ->
   InsufficientGPUs; fewer healthy GPUs than needed -> InsufficientHealthyGPUs;
-  fewer idle healthy GPUs than needed -> InsufficientIdleGPUs.
+  allocation known and fewer healthy unallocated GPUs than needed ->
+  InsufficientFreeGPUs; fewer available GPUs than needed -> InsufficientIdleGPUs.
+  Unhealthy GPUs (critical XID, uncorrected ECC, row-remap failure, lost) never
+  count; degraded ones (thermal or power brake, pending remap) count.
 - data older than `stale_after_s`: `fail-closed` fails the node with
   StaleGPUData; `fail-open` (default) keeps what was last known to be wrong and
   assumes the rest: NVML last seen broken -> NvmlUnavailable; allocatable (or the
@@ -30,6 +39,10 @@ Prioritize (integer 0-10, the formula):
     C     = the largest GPU count among the candidates (at least 1)
     score = 1 + round(9 * v / (C + 1))   for a node that passes filter (1..10)
           = 0                            for a node that does not
+Degraded GPUs rank lower: a node that fits only by counting its DEGRADED available
+GPUs (available minus degraded < needed) scores 1 while some node fits on healthy
+ones; those then score 2 + round(8 * v / (C + 1)) (2..10). Without both kinds among
+the fitting nodes, the first formula applies to all.
 A node passes as filter says: on fresh data, or on assumed data only when no
 node with fresh data fits, so an assumed verdict (score 0 then) always ranks
 strictly below every fresh node that fits (score >= 1).
@@ -130,6 +143,8 @@ def _fresh_reason(summary: NodeSummary, needed: int) -> Reason | None:
         return reasons.INSUFFICIENT_GPUS
     if summary.healthy_gpus < needed:
         return reasons.INSUFFICIENT_HEALTHY_GPUS
+    if summary.free_gpus is not None and summary.free_gpus < needed:
+        return reasons.INSUFFICIENT_FREE_GPUS
     if summary.idle_gpus < needed:
         return reasons.INSUFFICIENT_IDLE_GPUS
     return None
@@ -235,7 +250,8 @@ def rank_nodes(
     stale_after = policy.stale_after_s
     rows: list[tuple[str, bool, int, float]] = []  # (node, fits, idle, utilization)
     assumed: list[int] = []  # rows that fit on assumed data
-    fresh_fits = False
+    degraded_only: list[int] = []  # rows that fit only by counting degraded GPUs
+    fresh_fits = clean_fits = False
     capacity = max(needed, 1)
     for name in names:
         summary = lookup(name)
@@ -243,8 +259,13 @@ def rank_nodes(
             idle, count = summary.idle_gpus, summary.gpu_count
             utilization = summary.mean_utilization  # from validated reports: within 0..100
             fits = idle >= needed
-            if fits and not fresh_fits:
-                fresh_fits = eligible is None or eligible(name)
+            if fits:
+                if idle - summary.degraded_idle_gpus < needed:
+                    degraded_only.append(len(rows))
+                elif not clean_fits:
+                    clean_fits = eligible is None or eligible(name)
+                if not fresh_fits:
+                    fresh_fits = eligible is None or eligible(name)
         else:
             a = assess(name, allocatable.get(name), summary, needed, now, policy)
             idle = a.idle_gpus if a.idle_gpus is not None else needed  # unknown: assume just enough
@@ -262,6 +283,12 @@ def rank_nodes(
     if not any(fits for _, fits, _, _ in rows):  # the pass-all fallback: least loaded first, whatever the strategy
         return [(name, min(MAX_SCORE, round(MAX_SCORE * _spread(i, u) / scale)), False) for name, _, i, u in rows]
     values = _strategy_values(strategy, rows, capacity, seed, cost_of)
+    if clean_fits and degraded_only:  # the degraded tier (module docstring)
+        lower = set(degraded_only)
+        return [
+            (name, (1 if i in lower else min(MAX_SCORE, 2 + round(8 * v / scale))) if fits else 0, fits)
+            for i, ((name, fits, _, _), v) in enumerate(zip(rows, values, strict=True))
+        ]
     return [
         (name, min(MAX_SCORE, 1 + round(9 * v / scale)) if fits else 0, fits)
         for (name, fits, _, _), v in zip(rows, values, strict=True)

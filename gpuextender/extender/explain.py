@@ -2,13 +2,15 @@
 
 Takes the same ExtenderArgs as `filter` and answers, per candidate node: its
 AcceleratorClasses (and those its labels match but its GPUs do not), GPU data (fresh/stale/none, age, idle/healthy GPUs, mean
-utilization), the filter verdict with reason code and sentence, the policy's
+utilization, where allocation came from or why it is unknown, free, degraded and allocated-but-idle
+GPUs), the filter verdict with reason code and sentence, the policy's
 class rank and the score with its parts; plus what was resolved for the pod
 (InferenceService, runtime, class, policy, each with where it came from).
 
 It renders the same `decide.Decision` as the scheduler verbs, so what it says is
 what they decided; it is meant for people (and `gpu-extender explain`), not for
-the scheduler, and costs more than filter (one assess() per node).
+the scheduler, and costs more than filter (one assess() per node). Nodes are listed best
+score first; a failing node scores 0.
 """
 
 from __future__ import annotations
@@ -16,9 +18,23 @@ from __future__ import annotations
 from typing import Any
 
 from gpuextender.extender.decide import Decision
+from gpuextender.extender.gpu_summary import NodeSummary
 
 NODE_FORMULA = "1 + round(9 * v / (C + 1)), v from the node strategy (gpuextender/extender/decision.py)"
 CLASS_FORMULA = "round(1 + 9 * ((K - 1 - p) + node score / 10) / K) (gpuextender/extender/placement.py)"
+
+
+def _allocation(summary: NodeSummary | None) -> dict[str, Any]:
+    """What the node's agent knows of allocation: with it, idle GPUs are the unallocated ones."""
+    if summary is None:
+        return {"allocation": None, "freeGpus": None, "degradedIdleGpus": None, "allocatedIdleGpus": None}
+    known = summary.free_gpus is not None
+    return {
+        "allocation": summary.allocation if known else f"{summary.allocation}: idle readings alone decide",
+        "freeGpus": summary.free_gpus,  # healthy and held by no pod; None: allocation unknown
+        "degradedIdleGpus": summary.degraded_idle_gpus,
+        "allocatedIdleGpus": summary.allocated_idle_gpus if known else None,
+    }
 
 
 def explain(d: Decision) -> dict[str, Any]:
@@ -47,6 +63,7 @@ def explain(d: Decision) -> dict[str, Any]:
             "gpus": a.gpu_count,
             "healthyGpus": a.healthy_gpus,
             "idleGpus": a.idle_gpus,
+            **_allocation(known.summary(name)),
             "meanUtilization": None if a.mean_utilization is None else round(a.mean_utilization, 1),
             # The GPU numbers are assumed (agent silent or never heard): idle = needed, never all-idle.
             "assumedData": a.assumed,
@@ -66,6 +83,8 @@ def explain(d: Decision) -> dict[str, Any]:
         resolved["allowedClasses"] = list(plan.allowed)
     if plan.incompatible:
         resolved["incompatible"] = plan.incompatible
+    if plan.no_class:  # why["classes"] has the sentence; this is the metric's reason code
+        resolved["classPolicyNoClass"] = plan.no_class
     if plan.runtime_warning:
         resolved["runtimeWarning"] = plan.runtime_warning
     answer: dict[str, Any] = {
@@ -76,7 +95,8 @@ def explain(d: Decision) -> dict[str, Any]:
         # Nodes that passed only on assumed data: no node with fresh data fit.
         "passedOnAssumedData": list(outcome.assumed),
         "formulas": {"node": NODE_FORMULA, "class": CLASS_FORMULA if plan.applies else None},
-        "nodes": nodes,
+        # Best first, as kube-scheduler would pick; a failing node scores 0 (stable: request order within a score).
+        "nodes": sorted(nodes, key=lambda row: -row["score"]),
     }
     if ranking is not None:
         answer["classRanking"] = {

@@ -5,6 +5,24 @@ its utilization is below `max_utilization_percent` AND its memory used is below
 `max_memory_used_percent` of its total. A reading the GPU does not provide (e.g.
 utilization on a MIG-enabled GPU) does not count against idleness; the other
 reading decides.
+
+Counts are in units of the GPU resource a pod requests, as the device plugin
+advertises them: one per whole GPU, `replicas` per GPU shared by time-slicing or
+MPS (a node with 8 GPUs and replicas 4 advertises and is counted as 32). Per GPU:
+- units:     replicas when shared (time-slicing, MPS; 1 when the agent does not
+             know), 1 when exclusive or unknown; a MIG-enabled GPU's capacity is
+             its MIG instances (other resources), so it offers 0 whole-GPU units.
+- free:      allocation known (the agent read the kubelet): units minus the
+             distinct device IDs its holders hold (an exclusive GPU with any holder
+             is not free); allocation unknown (agent before 0.2, kubelet not
+             readable): all its units, the idle readings alone decide (today's rule).
+- available: free units of a healthy GPU that is idle by the rule above. For a
+             shared GPU the readings judge the whole physical GPU: its free
+             replicas count only while it is idle enough.
+A node's idle_gpus is the sum of available units; degraded_idle_gpus is the part of
+it on GPUs the agent reports DEGRADED (usable, ranked lower: see decision.py).
+Allocated-but-idle GPUs (held by a pod, idle by the rule) are counted per node and
+per namespace of their holders: the waste platform teams hunt.
 """
 
 from __future__ import annotations
@@ -12,6 +30,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuextender.v1 import gpu_state_pb2 as pb
+
+_TIME_SLICING, _MPS, _MIG, _DEGRADED = pb.SHARING_TIME_SLICING, pb.SHARING_MPS, pb.SHARING_MIG, pb.HEALTH_DEGRADED
+ALLOCATION_FROM_KUBELET = "kubelet"
+ALLOCATION_BEFORE_0_2 = "unknown (agent before 0.2)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,14 +45,20 @@ class IdleRule:
 @dataclass(frozen=True, slots=True)
 class NodeSummary:
     node: str
-    gpu_count: int
-    healthy_gpus: int
-    idle_gpus: int  # healthy and idle
+    gpu_count: int  # units (module docstring): whole GPUs, or replicas of shared ones
+    healthy_gpus: int  # units on healthy GPUs
+    idle_gpus: int  # available units: healthy, idle, and free (not held) when allocation is known
     mean_utilization: float | None  # over GPUs that report utilization
     node_error: str  # NVML unusable on the node (then healthy_gpus is 0)
     sequence: int
     sample_time: float  # Unix seconds, agent clock
     received_at: float  # extender monotonic clock: freshness is judged on our own clock
+    # -- from 0.2 agents (defaults: what an older agent's report means)
+    free_gpus: int | None = None  # units on healthy GPUs not held by a pod; None: allocation unknown
+    degraded_idle_gpus: int = 0  # the part of idle_gpus on DEGRADED GPUs
+    allocated_idle_gpus: int = 0  # physical GPUs held by a pod yet idle (allocation known only)
+    idle_by_namespace: tuple[tuple[str, int], ...] = ()  # allocated-but-idle GPUs per holder namespace
+    allocation: str = ALLOCATION_BEFORE_0_2  # where allocation came from, or why it is unknown
 
 
 def gpu_is_idle(gpu: pb.GpuSample, rule: IdleRule) -> bool:
@@ -44,21 +72,70 @@ def gpu_is_idle(gpu: pb.GpuSample, rule: IdleRule) -> bool:
     return True
 
 
+def gpu_units(gpu: pb.GpuSample) -> int:
+    """What one physical GPU counts for in the GPU resource (module docstring)."""
+    mode = gpu.sharing.mode
+    if mode == _TIME_SLICING or mode == _MPS:
+        return gpu.sharing.replicas or 1
+    return 0 if mode == _MIG else 1
+
+
+def allocation_of(report: pb.NodeReport) -> str:
+    if report.allocation_source == pb.ALLOCATION_KUBELET:
+        return ALLOCATION_FROM_KUBELET
+    if report.allocation_source == pb.ALLOCATION_UNAVAILABLE:
+        return f"unavailable ({report.allocation_problem or 'no reason given'})"
+    return ALLOCATION_BEFORE_0_2
+
+
 def summarize(report: pb.NodeReport, rule: IdleRule, received_at: float) -> NodeSummary:
-    healthy = 0
-    idle = 0
+    known = report.allocation_source == pb.ALLOCATION_KUBELET
+    broken = bool(report.node_error)
+    max_util, max_mem = rule.max_utilization_percent, rule.max_memory_used_percent
+    total = healthy = free = idle = degraded = allocated_idle = 0
     utilizations: list[int] = []
-    if not report.node_error:
-        for gpu in report.gpus:
-            if gpu.healthy:
-                healthy += 1
-                if gpu_is_idle(gpu, rule):
-                    idle += 1
-            if gpu.HasField("utilization_gpu_percent"):
-                utilizations.append(gpu.utilization_gpu_percent)
+    waste: dict[str, int] = {}
+    # Runs for every report of every node (bench_extender's ingest): gpu_units() and
+    # gpu_is_idle() are inlined, each protobuf field read once.
+    for gpu in report.gpus:
+        sharing = gpu.sharing
+        mode = sharing.mode
+        if mode == _TIME_SLICING or mode == _MPS:
+            units = sharing.replicas or 1
+        else:
+            units = 0 if mode == _MIG else 1
+        total += units
+        if broken:
+            continue
+        has_util = gpu.HasField("utilization_gpu_percent")
+        if has_util:
+            utilizations.append(gpu.utilization_gpu_percent)
+        if not gpu.healthy:
+            continue
+        healthy += units
+        holders = gpu.holders
+        if known and holders:
+            # Distinct device IDs: the kubelet lists a device for every container given it.
+            held = len({h.device_id for h in holders}) if len(holders) > 1 else 1
+            unheld = units - held if units > held else 0
+        else:
+            held, unheld = 0, units
+        free += unheld
+        if has_util and gpu.utilization_gpu_percent >= max_util:
+            continue
+        if gpu.HasField("memory_used_bytes") and gpu.memory_total_bytes > 0:
+            if 100.0 * gpu.memory_used_bytes / gpu.memory_total_bytes >= max_mem:
+                continue
+        idle += unheld
+        if unheld and gpu.health == _DEGRADED:
+            degraded += unheld
+        if held:
+            allocated_idle += 1
+            for namespace in {h.namespace for h in holders}:
+                waste[namespace] = waste.get(namespace, 0) + 1
     return NodeSummary(
         node=report.node_name,
-        gpu_count=len(report.gpus),
+        gpu_count=total,
         healthy_gpus=healthy,
         idle_gpus=idle,
         mean_utilization=sum(utilizations) / len(utilizations) if utilizations else None,
@@ -66,4 +143,9 @@ def summarize(report: pb.NodeReport, rule: IdleRule, received_at: float) -> Node
         sequence=report.sequence,
         sample_time=report.sample_time.seconds + report.sample_time.nanos / 1e9,
         received_at=received_at,
+        free_gpus=free if known else None,
+        degraded_idle_gpus=degraded,
+        allocated_idle_gpus=allocated_idle,
+        idle_by_namespace=tuple(sorted(waste.items())) if waste else (),
+        allocation=ALLOCATION_FROM_KUBELET if known else allocation_of(report),
     )

@@ -165,6 +165,8 @@ class SchedulerApi:
             log.warning("filter %s: %s", d.pod.ref, plan.incompatible)
         if plan.runtime_warning or plan.incompatible_reason is reasons.RUNTIME_INCOMPATIBLE and plan.incompatible:
             self.metrics.runtime_incompatible.labels(mode=self.settings.runtime_check).inc()
+        if plan.no_class:  # logged once per plan, in placement
+            self.metrics.class_policy_no_class.labels(reason=plan.no_class).inc()
         if plan.runtime_warning:
             log.warning("filter %s: runtime cannot serve the model (--runtime-check warn, not enforced): %s",
                         d.pod.ref, plan.runtime_warning)  # fmt: skip

@@ -28,13 +28,31 @@ class _NodeDataCollector(Collector):
         age = GaugeMetricFamily(
             "gpu_extender_node_data_age_seconds", "Seconds since the node's agent last reported.", labels=["node"]
         )
-        idle = GaugeMetricFamily("gpu_extender_node_idle_gpus", "Idle healthy GPUs in the node's last report.",
-                                 labels=["node"])  # fmt: skip
+        idle = GaugeMetricFamily("gpu_extender_node_idle_gpus",
+                                 "GPUs (or time-slicing replicas) in the node's last report that can take a pod: "
+                                 "healthy, idle, and unallocated where allocation is known.", labels=["node"])  # fmt: skip
+        # The waste platform teams hunt: GPUs held by a pod yet idle (only where the agent knows
+        # allocation; elsewhere no series, as unknown is not zero).
+        waste = GaugeMetricFamily("gpu_extender_node_allocated_idle_gpus",
+                                  "GPUs held by a pod yet idle in the node's last report (allocation known).",
+                                  labels=["node"])  # fmt: skip
+        by_namespace: dict[str, int] = {}
         for s in self._state.summaries():
             age.add_metric([s.node], max(0.0, now - s.received_at))
             idle.add_metric([s.node], s.idle_gpus)
+            if s.free_gpus is not None:
+                waste.add_metric([s.node], s.allocated_idle_gpus)
+                for namespace, count in s.idle_by_namespace:
+                    by_namespace[namespace] = by_namespace.get(namespace, 0) + count
         yield age
         yield idle
+        yield waste
+        wasted = GaugeMetricFamily("gpu_extender_namespace_allocated_idle_gpus",
+                                   "GPUs held by the namespace's pods yet idle, over all nodes (a GPU shared by "
+                                   "two namespaces counts for each).", labels=["namespace"])  # fmt: skip
+        for namespace, count in sorted(by_namespace.items()):
+            wasted.add_metric([namespace], count)
+        yield wasted
         yield GaugeMetricFamily("gpu_extender_nodes_with_data", "Nodes with GPU data from an agent.",
                                 value=len(self._state))  # fmt: skip
         if self._store is not None:
@@ -73,6 +91,11 @@ class ExtenderMetrics:
         self.runtime_incompatible = Counter(
             "gpu_extender_runtime_incompatible", "Filter calls for OME pods whose runtime cannot serve their model, "
             "by --runtime-check mode (enforce: every node failed; warn: only reported).", ["mode"], registry=r,
+        )  # fmt: skip
+        self.class_policy_no_class = Counter(
+            "gpu_extender_class_policy_no_class", "Filter calls for OME pods left class-neutral because the "
+            "AcceleratorClass policy chose no class (as OME does), by reason (class_policy.NoClass: "
+            "no_eligible_class, no_cost_data, unknown_policy, no_policy, class_not_found).", ["reason"], registry=r,
         )  # fmt: skip
         self.reports = Counter("gpu_extender_reports", "Node reports from agents, by result.", ["result"], registry=r)
         self.connected_agents = Gauge("gpu_extender_connected_agents", "Agent streams currently open.", registry=r)

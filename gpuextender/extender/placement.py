@@ -3,16 +3,26 @@
 For an OME engine/decoder pod: the InferenceService and runtime come from the
 pod's labels (`extender.ome.pod_intent`); the runtime's
 `acceleratorRequirements.acceleratorClasses` is the allow-list and preference
-order; an explicit class (override -> InferenceService -> annotation) narrows it
-to one, and must be on that list; otherwise the policy (override ->
-InferenceService -> --default-class-policy) with the InferenceService's
-constraints decides which listed classes are eligible and in which order
-(`extender.ome.class_policy`). Availability is applied at prioritize time: a
-class with no node that can take the pod now is skipped.
+order; an explicit class (override -> InferenceService -> annotation; an
+`acceleratorClass: ""` masks the levels below it) narrows it to one, and must be
+on that list; otherwise the policy (override -> InferenceService ->
+--default-class-policy) with the InferenceService's constraints decides which
+listed classes are eligible and in which order (`extender.ome.class_policy`).
+Availability is applied at prioritize time: a class with no node that can take
+the pod now is skipped.
 
-Pods that are not accelerated OME components, or whose objects are not in the
-inventory, or whose runtime lists no classes, are class-neutral: only the idle
-GPU rules apply to them.
+Class-neutral (only the idle GPU rules apply), as OME then puts no class
+constraint on the pod (`pkg/acceleratorclassselector/selector.go`):
+- pods that are not accelerated OME components, or whose objects are not in the
+  inventory;
+- a runtime that lists no classes (absent or empty list), even when the pod names
+  a class: OME's GetAcceleratorClass returns before reading the name (whether the
+  runtime may serve a named class at all is the runtime check's question);
+- a policy that chooses no class: every class rejected by the constraints,
+  Cheapest without cost data, an unknown policy, or a listed class that does not
+  exist (OME aborts the policy step). `ClassPlan.no_class` gives the reason code
+  (`gpu_extender_class_policy_no_class_total{reason}`); a warning is logged once
+  per plan, i.e. per pod identity and inventory version (the extender caches plans).
 """
 
 from __future__ import annotations
@@ -30,6 +40,7 @@ from gpuextender.extender.ome.class_policy import (
     ClassRanking,
     Constraints,
     InvalidAcceleratorSelector,
+    NoClass,
     parse_constraints,
     rank_classes,
 )
@@ -51,6 +62,7 @@ class ClassPlan:
     policy: str = ""
     constraints: Constraints | None = None
     explicit: bool = False  # one class was named: no policy ranking
+    no_class: str = ""  # class_policy.NoClass value: class-neutral because the policy chose no class
     why: dict[str, str] = field(default_factory=dict)  # what was resolved, and from where
 
 
@@ -118,6 +130,10 @@ def _class_plan(
     runtime_classes = tuple(dict.fromkeys(c for c in listed if isinstance(c, str))) if isinstance(listed, list) else ()
 
     intent = class_intent(ident, isvc, default_policy)
+    if not runtime_classes:
+        named = f"; OME selects none, not even the named {intent.accelerator_class}" if intent.accelerator_class else ""
+        why["classes"] = f"none apply (runtime {runtime_name} lists no accelerator classes{named})"
+        return ClassPlan(False, why=why)
     selector = object_at(spec, "acceleratorSelector")
     try:
         constraints = parse_constraints(selector.get("constraints"), "spec.acceleratorSelector.constraints")
@@ -128,22 +144,31 @@ def _class_plan(
     if intent.accelerator_class:
         name = intent.accelerator_class
         why["class"] = f"{name} (from {intent.class_source})"
-        if runtime_classes and name not in runtime_classes:
+        if name not in runtime_classes:
             sentence = (f"accelerator class {name} (from {intent.class_source}) is not supported by runtime "
                         f"{runtime_name} (supports {', '.join(runtime_classes)})")  # fmt: skip
             return ClassPlan(True, incompatible=sentence, why=why)
         if name not in view.classes:
             return ClassPlan(True, incompatible=f"accelerator class {name} does not exist", why=why)
         return ClassPlan(True, allowed=(name,), policy=intent.policy, explicit=True, why=why)
-    if not runtime_classes:
-        why["classes"] = f"none apply (runtime {runtime_name} lists no accelerator classes)"
-        return ClassPlan(False, why=why)
+    if intent.masked:
+        why["class"] = f'none named ({intent.class_source} sets acceleratorClass: "")'
     why["policy"] = f"{intent.policy} (from {intent.policy_source})"
     ranking = rank_classes(intent.policy, runtime_classes, view.classes, constraints)
     allowed = tuple(r.name for r in ranking.ranked)
     if not allowed:
-        return ClassPlan(True, incompatible=ranking.none_reason or "no accelerator class is eligible", why=why)
+        return _policy_chose_none(isvc_key, ident.component, ranking, why)
     return ClassPlan(True, allowed=allowed, policy=intent.policy, constraints=constraints, why=why)
+
+
+def _policy_chose_none(isvc_key: str, component: str, ranking: ClassRanking, why: dict[str, str]) -> ClassPlan:
+    """OME builds the pod with no class constraint when the policy yields none: class-neutral."""
+    code = ranking.none_code or NoClass.NO_ELIGIBLE_CLASS
+    sentence = (f"none apply: class-neutral because policy {ranking.policy} chose no class "
+                f"({ranking.none_reason}), so OME puts no class constraint on the pod")  # fmt: skip
+    why["classes"] = sentence
+    log.warning("InferenceService %s %s: %s", isvc_key, component, sentence)
+    return ClassPlan(False, policy=ranking.policy, no_class=str(code), why=why)
 
 
 

@@ -33,6 +33,10 @@ class Reason:
 INSUFFICIENT_IDLE_GPUS = Reason(
     "InsufficientIdleGPUs", "too few idle GPUs", unresolvable=False
 )
+# Allocation known: too few GPUs no pod holds. Soft: preempting pods there would free them.
+INSUFFICIENT_FREE_GPUS = Reason(
+    "InsufficientFreeGPUs", "too few unallocated GPUs", unresolvable=False
+)
 INSUFFICIENT_GPUS = Reason(
     "InsufficientGPUs", "node has too few GPUs", unresolvable=True
 )

@@ -359,10 +359,12 @@ def test_demo_runs_and_shows_decisions() -> None:
 
     # columns: NODE, IDLE/TOTAL, HEALTHY, MEAN UTIL, FILTER verdict..., SCORE
     rows = table(quarantined)
-    assert rows["gpu-node-1"][4] == "FAIL" and "(InsufficientIdleGPUs)" in rows["gpu-node-1"]
-    # gpu-node-2's GPU 5 is quarantined by the scripted XID 79: one GPU less, still the best node.
-    assert rows["gpu-node-2"][1:3] == ["7/8", "7"] and rows["gpu-node-2"][4] == "pass"
-    assert rows["gpu-node-2"][-1] == "9"
+    # gpu-node-1: 7 of its GPUs held by training pods, 1 free: allocation, not load, rules it out.
+    assert rows["gpu-node-1"][4] == "FAIL" and "(InsufficientFreeGPUs)" in rows["gpu-node-1"]
+    # gpu-node-2's GPU 5 is quarantined by the scripted XID 79 and its GPU 0 is held by a quiet
+    # notebook pod: two GPUs less, still the best node.
+    assert rows["gpu-node-2"][1:3] == ["6/8", "7"] and rows["gpu-node-2"][4] == "pass"
+    assert rows["gpu-node-2"][-1] == "8"
     assert rows["gpu-node-3"][1:3] == ["3/8", "7"] and rows["gpu-node-3"][4] == "pass"  # GPU 7 lost
     assert "GPU 5 on node gpu-node-2 quarantined: XID 79 (clear with: gpu-agent --clear-xid 5 " in quarantined
     assert "or restart the agent)" in quarantined
@@ -376,11 +378,12 @@ def test_demo_runs_and_shows_decisions() -> None:
     assert any(line.split()[:2] == ["gpu-node-2", "research/notebook-alice"] and "GPU 0 (idle for" in line
                for line in idle.splitlines()), idle  # fmt: skip
     assert "ml/train-llm-0" not in idle
+    assert "IDLE GPUS above leaves such a GPU out" in idle
     # `gpu-agent --clear-xid 5` lifts the quarantine: the GPU counts again, and the score with it.
     answer = quarantined.partition("clearing the quarantine")[2]
     assert "$ gpu-agent --clear-xid 5 --control-dir " in answer and "cleared XID 79" in answer, answer
     rows = table(cleared)
-    assert rows["gpu-node-2"][1:3] == ["8/8", "8"] and rows["gpu-node-2"][-1] == "10"
+    assert rows["gpu-node-2"][1:3] == ["7/8", "8"] and rows["gpu-node-2"][-1] == "9"  # GPU 0 stays held
 
 
 def test_both_programs_export_prometheus_metrics(live: Cluster) -> None:

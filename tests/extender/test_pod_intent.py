@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from gpuextender.extender.ome.class_policy import resolve_class_request
 from gpuextender.extender.ome.pod_intent import class_intent, pod_identity
 
 
@@ -74,3 +75,47 @@ def test_decoder_uses_its_own_override() -> None:
     service["spec"]["decoder"] = {"acceleratorOverride": {"acceleratorClass": "l40s"}}
     ident = pod_identity(pod({**OME_ENGINE, "component": "decoder"}))
     assert class_intent(ident, service, "FirstAvailable").accelerator_class == "l40s"
+
+
+@pytest.mark.parametrize(
+    ("service", "pod_annotation", "expected"),
+    [
+        # pkg/acceleratorclassselector/selector.go: getAcceleratorClassByName takes the first non-nil
+        # pointer: an override acceleratorClass "" hides the selector's name; the policy decides.
+        (isvc({"acceleratorClass": "a100", "policy": "Cheapest"}, {"acceleratorClass": ""}), "",
+         ("", "engine.acceleratorOverride", "Cheapest", "InferenceService acceleratorSelector")),
+        # ... and every level below it, the annotations (which OME's class selector never reads) included.
+        (isvc({"acceleratorClass": "a100"}, {"acceleratorClass": ""}, annotation="l40s"), "h100",
+         ("", "engine.acceleratorOverride", "FirstAvailable", "default")),
+        (isvc({"acceleratorClass": ""}, annotation="l40s"), "h100",
+         ("", "InferenceService acceleratorSelector", "FirstAvailable", "default")),
+        # selector.go: getComponentAcceleratorPolicy, by contrast, skips an empty policy.
+        (isvc({"policy": "BestFit"}, {"acceleratorClass": "h100", "policy": ""}), "",
+         ("h100", "engine.acceleratorOverride", "BestFit", "InferenceService acceleratorSelector")),
+        # An absent (not empty) override still falls through to the lower levels.
+        (isvc({}, {"policy": "BestFit"}, annotation="l40s"), "",
+         ("l40s", "InferenceService annotation ome.io/accelerator-class", "BestFit", "engine.acceleratorOverride")),
+    ],
+)  # fmt: skip
+def test_an_empty_class_masks_the_lower_levels(service: dict, pod_annotation: str, expected: tuple) -> None:
+    ident = pod_identity(pod(OME_ENGINE, {"ome.io/accelerator-class": pod_annotation} if pod_annotation else {}))
+    intent = class_intent(ident, service, "FirstAvailable")
+    assert (intent.accelerator_class, intent.class_source, intent.policy, intent.policy_source) == expected
+    assert intent.masked is (expected[0] == "" and expected[1] != "")
+
+
+@pytest.mark.parametrize(
+    "service",
+    [
+        isvc({"acceleratorClass": "a100", "policy": "Cheapest"}, {"acceleratorClass": ""}),
+        isvc({"acceleratorClass": "", "policy": "Cheapest"}),
+        isvc({"acceleratorClass": "a100"}, {"acceleratorClass": "h100", "policy": "BestFit"}),
+        isvc({"acceleratorClass": "a100", "policy": ""}, {"policy": ""}),
+        isvc({}, {}),
+    ],
+)
+def test_class_intent_agrees_with_resolve_class_request(service: dict) -> None:
+    """pod_intent (placement's path) and class_policy.resolve_class_request name the same class and policy."""
+    intent = class_intent(pod_identity(pod(OME_ENGINE)), service, "")
+    request = resolve_class_request(service, "engine")
+    assert (intent.accelerator_class or None, intent.policy or None) == (request.explicit_class, request.policy)

@@ -13,19 +13,27 @@ Where the request comes from (§4.1, §7.13 steps 2-3; `resolve_class_request`):
   policy came from the override; `ClassRequest.ignored_constraints_source` says when
   that happened, for explanations.
 
-Selection (`select_class`, §7.13 steps 1-4):
-1. An explicit name wins over any policy. A name outside the runtime's list (an absent
-   or empty list included) is an incompatibility: OME's runtime matcher (§7.4) requires
-   every named class in the runtime's list and would have refused the runtime. Outcome
-   INCOMPATIBLE, which the extender turns into "every node fails". A listed name with no
-   (valid) AcceleratorClass object is OME's AcceleratorNotFoundError: outcome NOT_FOUND.
-2. Without a name: the runtime's `acceleratorRequirements.acceleratorClasses` missing or
-   empty, or no policy, means no class (NO_ACCELERATOR).
-3. Otherwise the policy ranks the candidates (`rank_classes`): outcome POLICY, whose
-   class may still be None (nothing eligible, nothing placeable, no cost data).
+Selection (`select_class`, §7.13 steps 1-4; OME `pkg/acceleratorclassselector/selector.go:
+GetAcceleratorClass`):
+1. The runtime's `acceleratorRequirements.acceleratorClasses` missing or empty means no
+   class (NO_ACCELERATOR), even when a class is named: OME returns before it reads the
+   name. (OME's runtime matcher, §7.4, refuses that runtime for a named class; that is
+   the runtime check's business, `runtime_selector`, not this one's.)
+2. An explicit name wins over any policy. A name outside the runtime's (non-empty) list is
+   an incompatibility: the runtime matcher requires every named class in the list and
+   would have refused the runtime. Outcome INCOMPATIBLE, which the extender turns into
+   "every node fails". A listed name with no (valid) AcceleratorClass object is OME's
+   AcceleratorNotFoundError: outcome NOT_FOUND.
+3. Without a name, no policy means no class (NO_ACCELERATOR).
+4. Otherwise the policy ranks the candidates (`rank_classes`): outcome POLICY, whose
+   class may still be None (`ClassRanking.none_code` says why). OME then builds the pod
+   with no class constraint, so the extender treats it as class-neutral.
 
 Ranking (`rank_classes`):
-- Candidates: the runtime list in order, de-duplicated (first occurrence wins).
+- Candidates: the runtime list in order, de-duplicated (first occurrence wins). A listed
+  class that does not exist (or failed to parse) aborts the ranking: no class, none_code
+  CLASS_NOT_FOUND, as OME's `candidatesFromNames` returns the fetcher's
+  AcceleratorNotFoundError and `getAcceleratorClassByPolicy` gives up (no class).
 - `meets_requirements` filters them in OME's order with OME's messages: excludedClasses
   ("explicitly excluded"); architectureFamilies (an entry with "-" is compared with
   "vendor-family", otherwise with "family", case-insensitively); min/maxMemory against
@@ -66,10 +74,9 @@ Deliberate divergences from OME, all on inputs where OME crashes, is unstable or
 - BestFit with `minMemory: 0` (or a non-positive minComputePerformanceTFLOPS) counts as no
   requirement instead of dividing by zero (OME: an +Inf ratio, so memory score 0 for
   every class with memory; the ranking is the same unless a class has memoryGB 0).
-- A listed class that does not exist (or failed to parse) is skipped and reported
-  (NOT_FOUND in `excluded`). OME at the snapshot aborted policy selection on it (no
-  class); later OME skips it, as here.
 - Ties are resolved by runtime-list order (see above).
+- A listed class that exists in the cluster but failed to parse here counts as missing
+  (it aborts the ranking): OME would read it, the extender cannot judge it.
 - Availability, as described: `chosen` is availability-aware; `ome_choice` is not.
 """
 
@@ -380,6 +387,18 @@ def _cost_key(cls: AcceleratorClass) -> tuple[int, float, str] | None:
 # --- ranking ---------------------------------------------------------------------------------
 
 
+class NoClass(enum.StrEnum):
+    """Why a ranking chose no class: a small fixed set (metric label values)."""
+
+    NO_POLICY = "no_policy"  # OME has no default policy
+    UNKNOWN_POLICY = "unknown_policy"
+    NO_CANDIDATES = "no_candidates"  # the runtime lists no classes
+    CLASS_NOT_FOUND = "class_not_found"  # a listed class does not exist: OME aborts
+    NO_ELIGIBLE_CLASS = "no_eligible_class"  # the constraints reject every class
+    UNAVAILABLE = "unavailable"  # availability only (not OME): no node of any eligible class fits now
+    NO_COST_DATA = "no_cost_data"  # Cheapest over >= 2 classes, none with cost data
+
+
 class Stage(enum.StrEnum):
     """Why a candidate is out of the ranking."""
 
@@ -412,6 +431,7 @@ class ClassRanking:
     excluded: tuple[ExcludedClass, ...]  # in runtime-list order
     ome_choice: str | None  # what OME itself picks: the same policy, availability ignored
     none_reason: str | None  # why `ranked` is empty (None when it is not)
+    none_code: NoClass | None = None  # the same, as a fixed code
 
     @property
     def chosen(self) -> str | None:
@@ -488,18 +508,18 @@ def rank_classes(
     """
     if policy not in POLICIES:
         why = "no policy given (OME has no default)" if not policy else f"unknown policy {policy!r}"
-        return ClassRanking(policy, (), (), None, f"{why}: OME selects no accelerator class")
+        code = NoClass.NO_POLICY if not policy else NoClass.UNKNOWN_POLICY
+        return ClassRanking(policy, (), (), None, f"{why}: OME selects no accelerator class", code)
     pool = dedupe(candidates)
     if not pool:
-        return ClassRanking(policy, (), (), None, "the runtime lists no accelerator classes")
+        return ClassRanking(policy, (), (), None, "the runtime lists no accelerator classes", NoClass.NO_CANDIDATES)
+    missing = _missing(pool, classes)
+    if missing:
+        return ClassRanking(policy, (), missing, None, _missing_reason(missing), NoClass.CLASS_NOT_FOUND)
     excluded: list[ExcludedClass] = []
     survivors: list[AcceleratorClass] = []
     for name in pool:
-        cls = classes.get(name)
-        if cls is None:
-            reason = f"accelerator class {name} not found at cluster scope"  # OME's AcceleratorNotFoundError
-            excluded.append(ExcludedClass(name, Stage.NOT_FOUND, reason))
-            continue
+        cls = classes[name]
         unmet = meets_requirements(cls, constraints)
         if unmet is not None:
             excluded.append(ExcludedClass(name, Stage.CONSTRAINTS, unmet))
@@ -522,21 +542,36 @@ def rank_classes(
         ome_ranked, _ = _order(policy, survivors, constraints)
         ome_choice = ome_ranked[0].name if ome_ranked else None
 
-    none_reason = None
+    none_reason, none_code = None, None
     if not ranked:
         if not survivors:
-            none_reason = (
-                "none of the runtime's accelerator classes exists"
-                if all(e.stage == Stage.NOT_FOUND for e in excluded)
-                else "no accelerator class meets the constraints"
-            )
+            none_reason, none_code = "no accelerator class meets the constraints", NoClass.NO_ELIGIBLE_CLASS
         elif not placeable:
             none_reason = "no node of any eligible accelerator class can take the pod now"
+            none_code = NoClass.UNAVAILABLE
         else:
-            none_reason = "no eligible accelerator class has cost data"
+            none_reason, none_code = "no eligible accelerator class has cost data", NoClass.NO_COST_DATA
     order = {n: i for i, n in enumerate(pool)}
     excluded.sort(key=lambda e: order[e.name])
-    return ClassRanking(policy, tuple(ranked), tuple(excluded), ome_choice, none_reason)
+    return ClassRanking(policy, tuple(ranked), tuple(excluded), ome_choice, none_reason, none_code)
+
+
+def _missing(pool: Sequence[str], classes: Mapping[str, AcceleratorClass]) -> tuple[ExcludedClass, ...]:
+    """The listed classes with no (valid) AcceleratorClass: OME's AcceleratorNotFoundError."""
+    return tuple(
+        ExcludedClass(name, Stage.NOT_FOUND, f"accelerator class {name} not found at cluster scope")
+        for name in pool
+        if name not in classes
+    )
+
+
+def _missing_reason(missing: Sequence[ExcludedClass]) -> str:
+    # OME's candidatesFromNames returns the fetch error and the policy step selects nothing; it
+    # does not skip the missing class. Following it is safe: OME then builds the pod with no
+    # class nodeSelector or overrides, so pinning it to the remaining classes would constrain a
+    # pod OME configured for none of them.
+    listed = ", ".join(m.name for m in missing)
+    return f"the runtime lists accelerator classes that do not exist ({listed}): OME aborts the policy step"
 
 
 # --- the whole decision for one component ----------------------------------------------------
@@ -575,10 +610,16 @@ def select_class(
             Outcome.NO_ACCELERATOR, request, None, None, f"the {request.component} gets no accelerator class"
         )
     listed = dedupe(runtime_classes or ())
+    if not listed:
+        # OME's GetAcceleratorClass returns before reading the name (selector.go step 1).
+        named = f" (not even the named {request.explicit_class})" if request.explicit_class else ""
+        return ClassSelection(
+            Outcome.NO_ACCELERATOR, request, None, None, f"the runtime lists no accelerator classes{named}"
+        )
     if request.explicit_class is not None:
         name, src = request.explicit_class, request.explicit_source
         if name not in listed:
-            allowed = f"[{', '.join(listed)}]" if listed else "no classes"
+            allowed = f"[{', '.join(listed)}]"
             return ClassSelection(
                 Outcome.INCOMPATIBLE, request, name, None,
                 f"accelerator class {name} (from {src}) is not among the runtime's acceleratorClasses: {allowed}",
@@ -588,10 +629,6 @@ def select_class(
                 Outcome.NOT_FOUND, request, name, None, f"accelerator class {name} not found at cluster scope"
             )
         return ClassSelection(Outcome.EXPLICIT, request, name, None, f"accelerator class {name} named by {src}")
-    if not listed:
-        return ClassSelection(
-            Outcome.NO_ACCELERATOR, request, None, None, "the runtime lists no accelerator classes"
-        )
     if request.policy is None:
         return ClassSelection(
             Outcome.NO_ACCELERATOR, request, None, None,

@@ -2,11 +2,16 @@
 from the labels and annotations OME writes on engine/decoder/router pods
 (ome-api.md §6), plus the accelerator-class intent in OME's order of precedence.
 
-Class intent, highest first (DESIGN.md "Decision model" 2):
+Class intent, highest first:
   1. the component's `acceleratorOverride.acceleratorClass` (engine/decoder),
   2. the InferenceService's `spec.acceleratorSelector.acceleratorClass`,
   3. the annotation `ome.io/accelerator-class`, on the pod, then on the InferenceService.
-Policy: the component override's `policy`, then the InferenceService's, then
+Levels 1-2 follow OME (`pkg/acceleratorclassselector/selector.go:
+getAcceleratorClassByName`, the first non-nil pointer wins): a level that is present
+but empty (`acceleratorClass: ""`) names no class and masks every level below it, so
+the policy decides, as in `class_policy.resolve_class_request`. Level 3 is an addition
+(OME's class selector never reads the annotation; README "Deviations from OME").
+Policy: the component override's non-empty `policy`, then the InferenceService's, then
 the configured default. Router pods are CPU-only and always neutral.
 """
 
@@ -72,9 +77,16 @@ class ClassIntent:
     """The accelerator class and policy asked for, and where each came from."""
 
     accelerator_class: str  # "" when none is named
-    class_source: str  # e.g. "engine.acceleratorOverride", "acceleratorSelector", "pod annotation"
+    # e.g. "engine.acceleratorOverride", "acceleratorSelector", "pod annotation"; with no class
+    # named: the level whose `acceleratorClass: ""` masked the rest, else "".
+    class_source: str
     policy: str
     policy_source: str
+
+    @property
+    def masked(self) -> bool:
+        """A present-but-empty acceleratorClass named no class and hid the lower levels."""
+        return not self.accelerator_class and bool(self.class_source)
 
 
 def class_intent(identity: PodIdentity, isvc: dict[str, Any] | None, default_policy: str) -> ClassIntent:
@@ -85,13 +97,19 @@ def class_intent(identity: PodIdentity, isvc: dict[str, Any] | None, default_pol
     isvc_meta = object_at(isvc, "metadata")
     isvc_annotation = _string_map(isvc_meta.get("annotations")).get(CLASS_ANNOTATION, "")
 
-    candidates = (
+    spec_levels = (
         (override.get("acceleratorClass"), f"{identity.component}.acceleratorOverride"),
         (selector.get("acceleratorClass"), "InferenceService acceleratorSelector"),
+    )
+    annotations = (
         (identity.class_annotation, f"pod annotation {CLASS_ANNOTATION}"),
         (isvc_annotation, f"InferenceService annotation {CLASS_ANNOTATION}"),
     )
-    name, source = next(((n, s) for n, s in candidates if isinstance(n, str) and n), ("", ""))
+    # Spec levels: present wins, "" included (OME's first non-nil pointer). Annotations: only a name.
+    name, source = next(
+        ((n, s) for n, s in spec_levels if isinstance(n, str)),
+        next(((n, s) for n, s in annotations if n), ("", "")),
+    )
     policies = (
         (override.get("policy"), f"{identity.component}.acceleratorOverride"),
         (selector.get("policy"), "InferenceService acceleratorSelector"),

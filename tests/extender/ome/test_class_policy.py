@@ -11,6 +11,7 @@ from gpuextender.extender.ome.class_policy import (
     ClassRequest,
     Constraints,
     InvalidAcceleratorSelector,
+    NoClass,
     Outcome,
     Policy,
     Stage,
@@ -364,38 +365,60 @@ def test_excluded_are_listed_in_runtime_order_with_their_stage() -> None:
     classes = catalog(
         cls("a", cost=None), cls("b", memory="40Gi", cost=cost(tier="low")), cls("d", cost=cost(per_hour="1")), cls("e")
     )
-    r = rank_classes("Cheapest", ["a", "b", "c", "d", "e"], classes, Constraints(min_memory=80), lambda n: n != "e")
+    r = rank_classes("Cheapest", ["a", "b", "d", "e"], classes, Constraints(min_memory=80), lambda n: n != "e")
     assert [(e.name, e.stage) for e in r.excluded] == [
         ("a", Stage.NO_COST),
         ("b", Stage.CONSTRAINTS),
-        ("c", Stage.NOT_FOUND),
         ("e", Stage.UNAVAILABLE),
     ]
     assert names(r) == ["d"]
-    assert r.excluded[2].reason == "accelerator class c not found at cluster scope"
 
 
 @pytest.mark.parametrize(
-    ("policy", "candidates", "constraints", "reason"),
+    ("policy", "candidates", "constraints", "reason", "code"),
     [
-        ("", ["h100"], None, "no policy given (OME has no default): OME selects no accelerator class"),
-        ("Fastest", ["h100"], None, "unknown policy 'Fastest': OME selects no accelerator class"),
-        ("bestfit", ["h100"], None, "unknown policy 'bestfit': OME selects no accelerator class"),  # enum is exact
-        ("BestFit", [], None, "the runtime lists no accelerator classes"),
-        ("BestFit", ["x", "y"], None, "none of the runtime's accelerator classes exists"),
-        ("BestFit", ["h100", "x"], Constraints(min_memory=500), "no accelerator class meets the constraints"),
+        ("", ["h100"], None, "no policy given (OME has no default): OME selects no accelerator class", NoClass.NO_POLICY),
+        ("Fastest", ["h100"], None, "unknown policy 'Fastest': OME selects no accelerator class",
+         NoClass.UNKNOWN_POLICY),
+        ("bestfit", ["h100"], None, "unknown policy 'bestfit': OME selects no accelerator class",
+         NoClass.UNKNOWN_POLICY),  # enum is exact
+        ("BestFit", [], None, "the runtime lists no accelerator classes", NoClass.NO_CANDIDATES),
+        ("BestFit", ["x", "y"], None,
+         "the runtime lists accelerator classes that do not exist (x, y): OME aborts the policy step",
+         NoClass.CLASS_NOT_FOUND),
+        ("BestFit", ["h100"], Constraints(min_memory=500), "no accelerator class meets the constraints",
+         NoClass.NO_ELIGIBLE_CLASS),
+        ("Cheapest", ["h100", "a100"], None, "no eligible accelerator class has cost data", NoClass.NO_COST_DATA),
     ],
-)
-def test_no_choice_reasons(policy: str, candidates: list[str], constraints: Constraints | None, reason: str) -> None:
-    r = rank_classes(policy, candidates, catalog(H100), constraints)
+)  # fmt: skip
+def test_no_choice_reasons(
+    policy: str, candidates: list[str], constraints: Constraints | None, reason: str, code: NoClass
+) -> None:
+    r = rank_classes(policy, candidates, catalog(H100, A100), constraints)
     assert r.chosen is None and r.ome_choice is None
     assert r.none_reason == reason
+    assert r.none_code is code
 
 
-def test_missing_class_is_skipped_not_fatal() -> None:
-    r = rank_classes("FirstAvailable", ["gone", "h100"], catalog(H100))
-    assert r.chosen == r.ome_choice == "h100"
-    assert r.none_reason is None
+@pytest.mark.parametrize(
+    ("policy", "candidates"),
+    [
+        # pkg/acceleratorclassselector/policy_helpers.go: candidatesFromNames returns the fetcher's
+        # AcceleratorNotFoundError (fetcher.go: GetAcceleratorClass), and selector.go:
+        # getAcceleratorClassByPolicy returns nil on it: no class, wherever the missing one is listed.
+        ("FirstAvailable", ["gone", "h100"]),
+        ("FirstAvailable", ["h100", "gone"]),
+        ("BestFit", ["h100", "gone", "gone"]),
+        ("Cheapest", ["gone", "h100"]),
+    ],
+)
+def test_missing_class_aborts_the_policy_step_as_in_ome(policy: str, candidates: list[str]) -> None:
+    r = rank_classes(policy, candidates, catalog(H100), None, lambda n: True)
+    assert r.chosen is None and r.ome_choice is None and r.ranked == ()
+    assert r.none_code is NoClass.CLASS_NOT_FOUND
+    assert [(e.name, e.stage, e.reason) for e in r.excluded] == [
+        ("gone", Stage.NOT_FOUND, "accelerator class gone not found at cluster scope")
+    ]
 
 
 # --- the request from an InferenceService -----------------------------------------------------
@@ -508,8 +531,20 @@ CLASSES = catalog(H100, A100, B200)
          f"accelerator class a100 named by {ENG}.acceleratorClass"),
         (isvc({"acceleratorClass": "b200"}), ["a100", "h100"], Outcome.INCOMPATIBLE, "b200",
          f"accelerator class b200 (from {SEL}.acceleratorClass) is not among the runtime's acceleratorClasses: [a100, h100]"),
-        (isvc({"acceleratorClass": "h100"}), None, Outcome.INCOMPATIBLE, "h100",
-         f"accelerator class h100 (from {SEL}.acceleratorClass) is not among the runtime's acceleratorClasses: no classes"),
+        # selector.go: GetAcceleratorClass returns (nil, "", nil) before reading the name when the
+        # runtime has no acceleratorRequirements or an empty acceleratorClasses list.
+        (isvc({"acceleratorClass": "h100"}), None, Outcome.NO_ACCELERATOR, None,
+         "the runtime lists no accelerator classes (not even the named h100)"),
+        (isvc(None, {"acceleratorClass": "h100"}), [], Outcome.NO_ACCELERATOR, None,
+         "the runtime lists no accelerator classes (not even the named h100)"),
+        # selector.go: getAcceleratorClassByPolicy, a listed class that does not exist: no class.
+        (isvc({"policy": "BestFit"}), ["h100", "gone"], Outcome.POLICY, None,
+         f"policy BestFit (from {SEL}.policy) chose no class: the runtime lists accelerator classes that do not "
+         "exist (gone): OME aborts the policy step"),
+        # selector.go: getAcceleratorClassByName, an override acceleratorClass "" is a non-nil pointer: it
+        # masks the selector's name and the policy decides.
+        (isvc({"acceleratorClass": "h100", "policy": "FirstAvailable"}, {"acceleratorClass": ""}), ["a100", "h100"],
+         Outcome.POLICY, "a100", f"policy FirstAvailable (from {SEL}.policy) ranks a100 first"),
         (isvc({"acceleratorClass": "H100"}), ["h100"], Outcome.INCOMPATIBLE, "H100",  # exact, case-sensitive
          f"accelerator class H100 (from {SEL}.acceleratorClass) is not among the runtime's acceleratorClasses: [h100]"),
         (isvc({"acceleratorClass": "gone"}), ["gone", "h100"], Outcome.NOT_FOUND, "gone",
