@@ -73,6 +73,13 @@ GPU_MEMORY_BYTES = 80 * 1024**3
 POD_GPUS = 2  # what the fixture's Pod requests
 LOAD_CONCURRENCY = 64
 SEED = 20261122
+# The 0.2 facts an agent on an 8-GPU NVLink node sends with every report: two NVLink islands of
+# four GPUs, one per NUMA node. Busy GPUs are held by a pod (the kubelet's allocation).
+ISLANDS = pb.Topology(links=[
+    pb.GpuLink(a=a, b=b, nvlinks=12, pcie=pb.PCIE_NODE) if (a < 4) == (b < 4) else pb.GpuLink(a=a, b=b, pcie=pb.PCIE_SYSTEM)
+    for a in range(GPUS_PER_NODE) for b in range(a + 1, GPUS_PER_NODE)
+])  # fmt: skip
+HELD_AT_UTILIZATION = 40  # a GPU this busy is held by a pod; quieter ones are free
 JSON_HEADERS = {"Content-Type": "application/json", "Accept-Encoding": "gzip"}
 # The extender's idle rule at its defaults (--idle-max-utilization 30, --idle-max-memory 50).
 IDLE_MAX_UTILIZATION = 30.0
@@ -171,6 +178,11 @@ def node_report(node: NodeState, sample_time: float) -> pb.NodeReport:
                 healthy=g.healthy,
             )
             gpu.compute_capability.major, gpu.compute_capability.minor = 9, 0
+            gpu.sharing.mode, gpu.sharing.replicas = pb.SHARING_EXCLUSIVE, 1
+            gpu.health = pb.HEALTH_HEALTHY if g.healthy else pb.HEALTH_UNHEALTHY
+            if g.utilization >= HELD_AT_UTILIZATION:
+                gpu.holders.add(namespace="llm", pod=f"{node.name}-engine", container="engine",
+                                resource_name="nvidia.com/gpu", device_id=gpu.uuid)  # fmt: skip
             if g.healthy:
                 reserved = 512 * 1024**2
                 used = int(GPU_MEMORY_BYTES * g.memory_percent / 100)
@@ -187,8 +199,10 @@ def node_report(node: NodeState, sample_time: float) -> pb.NodeReport:
             gpus.append(gpu)
     report = pb.NodeReport(
         node_name=node.name, sequence=1, agent_version="bench", driver_version="550.127.05",
-        gpus=gpus, node_error=node.node_error,
+        gpus=gpus, node_error=node.node_error, allocation_source=pb.ALLOCATION_KUBELET,
     )  # fmt: skip
+    if gpus:
+        report.topology.CopyFrom(ISLANDS)
     report.sample_time.seconds = int(sample_time)
     report.sample_time.nanos = int((sample_time - int(sample_time)) * 1e9)
     return report

@@ -244,9 +244,10 @@ def render_markdown(
         "the extender so no data goes stale and no request is logged. Client, extender and agent share the same "
         "machine's cores.",
         "- GPU state reaches the extender through the real gRPC contract (`StreamNodeReports`): one NodeReport "
-        "with 8 GPUs per node. Fleet: a third busy (7 of 8 GPUs at 90 % utilization, 85 % memory: fails a "
-        "2-GPU pod), a third idle, a third partly busy (2-6 busy GPUs); every 97th node has a lost GPU and "
-        "every 499th an NVML node error (unresolvable).",
+        "with 8 GPUs per node, with the 0.2 facts (the kubelet's allocation: a GPU at 40 % utilization or more "
+        "is held by a pod; health states; two NVLink islands of 4 GPUs). Fleet: a third busy (7 of 8 GPUs at "
+        "90 % utilization, 85 % memory: fails a 2-GPU pod), a third idle, a third partly busy (2-6 busy GPUs); "
+        "every 97th node has a lost GPU and every 499th an NVML node error (unresolvable).",
         "- Calls are made like kube-scheduler makes them: strictly sequential (one request in flight), over one "
         "keep-alive HTTP/1.1 connection, filter then prioritize for the same pod (the fixture's 2-GPU Pod from "
         "`tests/fixtures/extender-requests/`), candidates in a shuffled order that changes per call. In "

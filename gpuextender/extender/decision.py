@@ -39,10 +39,18 @@ Prioritize (integer 0-10, the formula):
     C     = the largest GPU count among the candidates (at least 1)
     score = 1 + round(9 * v / (C + 1))   for a node that passes filter (1..10)
           = 0                            for a node that does not
-Degraded GPUs rank lower: a node that fits only by counting its DEGRADED available
-GPUs (available minus degraded < needed) scores 1 while some node fits on healthy
-ones; those then score 2 + round(8 * v / (C + 1)) (2..10). Without both kinds among
-the fitting nodes, the first formula applies to all.
+Quality comes before v. Each node that fits on fresh data has a quality class
+    q = 5 * d + t   (lower is better)
+    d = 1 when it fits only by counting its DEGRADED available GPUs (available minus
+        degraded < needed), else 0: degraded GPUs count, but rank lower;
+    t = for a pod of 2 or more GPUs, the best connection among `needed` of the node's
+        available whole GPUs (gpu_topology): 0 all pairs NVLink, 1 one PCIe switch,
+        2 one NUMA node, 3 apart or unknown (no topology from the agent, shared GPUs),
+        4 not that many whole GPUs; 0 for a 1-GPU pod.
+When the fitting nodes (of the classes the pod may use) fall into m > 1 classes, the best
+class scores m + round((10 - m) * v / (C + 1)) and the class of rank r = 1..m-1 scores
+m - r: every node of a better class outranks every node of a worse one, the best keeps
+its order by v. With one class the first formula applies to all.
 A node passes as filter says: on fresh data, or on assumed data only when no
 node with fresh data fits, so an assumed verdict (score 0 then) always ranks
 strictly below every fresh node that fits (score >= 1).
@@ -72,6 +80,7 @@ from dataclasses import dataclass, field
 
 from gpuextender.extender import reasons
 from gpuextender.extender.gpu_summary import NodeSummary
+from gpuextender.extender.gpu_topology import APART, TIER_NONE
 from gpuextender.extender.reasons import Reason
 
 MAX_SCORE = 10  # kube-scheduler's MaxExtenderPriority
@@ -250,8 +259,8 @@ def rank_nodes(
     stale_after = policy.stale_after_s
     rows: list[tuple[str, bool, int, float]] = []  # (node, fits, idle, utilization)
     assumed: list[int] = []  # rows that fit on assumed data
-    degraded_only: list[int] = []  # rows that fit only by counting degraded GPUs
-    fresh_fits = clean_fits = False
+    quality: dict[int, int] = {}  # row -> quality class q (module docstring) of a fresh fit
+    fresh_fits = False
     capacity = max(needed, 1)
     for name in names:
         summary = lookup(name)
@@ -260,10 +269,11 @@ def rank_nodes(
             utilization = summary.mean_utilization  # from validated reports: within 0..100
             fits = idle >= needed
             if fits:
-                if idle - summary.degraded_idle_gpus < needed:
-                    degraded_only.append(len(rows))
-                elif not clean_fits:
-                    clean_fits = eligible is None or eligible(name)
+                q = 5 if idle - summary.degraded_idle_gpus < needed else 0
+                if needed > 1:  # tier_for(), inlined: runs once per fitting candidate
+                    tiers = summary.set_tiers
+                    q += tiers[needed] if needed < len(tiers) else (APART if not tiers else TIER_NONE)
+                quality[len(rows)] = q
                 if not fresh_fits:
                     fresh_fits = eligible is None or eligible(name)
         else:
@@ -283,16 +293,32 @@ def rank_nodes(
     if not any(fits for _, fits, _, _ in rows):  # the pass-all fallback: least loaded first, whatever the strategy
         return [(name, min(MAX_SCORE, round(MAX_SCORE * _spread(i, u) / scale)), False) for name, _, i, u in rows]
     values = _strategy_values(strategy, rows, capacity, seed, cost_of)
-    if clean_fits and degraded_only:  # the degraded tier (module docstring)
-        lower = set(degraded_only)
+    classes = _quality_classes(quality, rows, eligible)
+    if len(classes) > 1:  # quality before v (module docstring)
+        m = len(classes)
+        # Score per class rank r >= 1 (m - r); rank 0 is the band. An ineligible class: last.
+        below: dict[int | None, int] = {q: m - r for r, q in enumerate(classes) if r}
+        best, band = classes[0], (MAX_SCORE - m) / scale
+        get = quality.get
         return [
-            (name, (1 if i in lower else min(MAX_SCORE, 2 + round(8 * v / scale))) if fits else 0, fits)
-            for i, ((name, fits, _, _), v) in enumerate(zip(rows, values, strict=True))
+            (name, (min(MAX_SCORE, m + round(band * v)) if q == best else below.get(q, 1)) if fits else 0, fits)
+            for (name, fits, _, _), v, q in zip(rows, values, [get(i) for i in range(len(rows))], strict=True)
         ]
     return [
         (name, min(MAX_SCORE, 1 + round(9 * v / scale)) if fits else 0, fits)
         for (name, fits, _, _), v in zip(rows, values, strict=True)
     ]
+
+
+def _quality_classes(quality: Mapping[int, int], rows: Sequence[tuple[str, bool, int, float]],
+                     eligible: Callable[[str], bool] | None) -> list[int]:  # fmt: skip
+    """The distinct quality classes of the fresh fits the caller's filter judges, best first."""
+    if not quality:
+        return []
+    present = set(quality.values())
+    if len(present) > 1 and eligible is not None:
+        present = {q for i, q in quality.items() if eligible(rows[i][0])}
+    return sorted(present)
 
 
 def _spread(idle: int, utilization: float) -> float:

@@ -3,7 +3,7 @@
 Takes the same ExtenderArgs as `filter` and answers, per candidate node: its
 AcceleratorClasses (and those its labels match but its GPUs do not), GPU data (fresh/stale/none, age, idle/healthy GPUs, mean
 utilization, where allocation came from or why it is unknown, free, degraded and allocated-but-idle
-GPUs), the filter verdict with reason code and sentence, the policy's
+GPUs, and for a multi-GPU pod how well its best set of that many GPUs connects), the filter verdict with reason code and sentence, the policy's
 class rank and the score with its parts; plus what was resolved for the pod
 (InferenceService, runtime, class, policy, each with where it came from).
 
@@ -19,8 +19,11 @@ from typing import Any
 
 from gpuextender.extender.decide import Decision
 from gpuextender.extender.gpu_summary import NodeSummary
+from gpuextender.extender.gpu_topology import TIER_NAMES, tier_for
 
-NODE_FORMULA = "1 + round(9 * v / (C + 1)), v from the node strategy (gpuextender/extender/decision.py)"
+NODE_FORMULA = ("1 + round(9 * v / (C + 1)), v from the node strategy; with m > 1 quality classes "
+                "(q = 5 * degraded-only + GPU-set tier) among the fits: best class m + round((10 - m) * v / (C + 1)), "
+                "class of rank r m - r (gpuextender/extender/decision.py)")
 CLASS_FORMULA = "round(1 + 9 * ((K - 1 - p) + node score / 10) / K) (gpuextender/extender/placement.py)"
 
 
@@ -35,6 +38,12 @@ def _allocation(summary: NodeSummary | None) -> dict[str, Any]:
         "degradedIdleGpus": summary.degraded_idle_gpus,
         "allocatedIdleGpus": summary.allocated_idle_gpus if known else None,
     }
+
+
+def _gpu_set(summary: NodeSummary | None, needed: int) -> str | None:
+    if summary is None or needed < 2:
+        return None
+    return TIER_NAMES[tier_for(summary.set_tiers, needed)]
 
 
 def explain(d: Decision) -> dict[str, Any]:
@@ -64,6 +73,8 @@ def explain(d: Decision) -> dict[str, Any]:
             "healthyGpus": a.healthy_gpus,
             "idleGpus": a.idle_gpus,
             **_allocation(known.summary(name)),
+            # For a multi-GPU pod: how well the best set of that many available GPUs connects.
+            "gpuSet": _gpu_set(known.summary(name), pod.gpus_needed),
             "meanUtilization": None if a.mean_utilization is None else round(a.mean_utilization, 1),
             # The GPU numbers are assumed (agent silent or never heard): idle = needed, never all-idle.
             "assumedData": a.assumed,

@@ -22,7 +22,9 @@ MPS (a node with 8 GPUs and replicas 4 advertises and is counted as 32). Per GPU
 A node's idle_gpus is the sum of available units; degraded_idle_gpus is the part of
 it on GPUs the agent reports DEGRADED (usable, ranked lower: see decision.py).
 Allocated-but-idle GPUs (held by a pod, idle by the rule) are counted per node and
-per namespace of their holders: the waste platform teams hunt.
+per namespace of their holders: the waste platform teams hunt. How well the
+available whole GPUs connect (NVLink, PCIe switch, NUMA node) is looked up per set
+size in gpu_topology's per-topology table.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuextender.v1 import gpu_state_pb2 as pb
+
+from gpuextender.extender.gpu_topology import set_tiers
 
 _TIME_SLICING, _MPS, _MIG, _DEGRADED = pb.SHARING_TIME_SLICING, pb.SHARING_MPS, pb.SHARING_MIG, pb.HEALTH_DEGRADED
 ALLOCATION_FROM_KUBELET = "kubelet"
@@ -59,6 +63,9 @@ class NodeSummary:
     allocated_idle_gpus: int = 0  # physical GPUs held by a pod yet idle (allocation known only)
     idle_by_namespace: tuple[tuple[str, int], ...] = ()  # allocated-but-idle GPUs per holder namespace
     allocation: str = ALLOCATION_BEFORE_0_2  # where allocation came from, or why it is unknown
+    # Best connection tier per set size of the available whole GPUs (gpu_topology); (): unknown
+    # (no topology, shared or MIG GPUs, or GPUs not reported in index order).
+    set_tiers: tuple[int, ...] = ()
 
 
 def gpu_is_idle(gpu: pb.GpuSample, rule: IdleRule) -> bool:
@@ -95,15 +102,19 @@ def summarize(report: pb.NodeReport, rule: IdleRule, received_at: float) -> Node
     total = healthy = free = idle = degraded = allocated_idle = 0
     utilizations: list[int] = []
     waste: dict[str, int] = {}
+    available_mask = 0  # bit i: report.gpus[i] is an available whole GPU
+    whole = True  # every GPU exclusive (or of an old agent) and at its index: topology applies
     # Runs for every report of every node (bench_extender's ingest): gpu_units() and
     # gpu_is_idle() are inlined, each protobuf field read once.
-    for gpu in report.gpus:
+    for position, gpu in enumerate(report.gpus):
         sharing = gpu.sharing
         mode = sharing.mode
         if mode == _TIME_SLICING or mode == _MPS:
             units = sharing.replicas or 1
         else:
             units = 0 if mode == _MIG else 1
+        if units != 1 or gpu.index != position:
+            whole = False
         total += units
         if broken:
             continue
@@ -127,8 +138,10 @@ def summarize(report: pb.NodeReport, rule: IdleRule, received_at: float) -> Node
             if 100.0 * gpu.memory_used_bytes / gpu.memory_total_bytes >= max_mem:
                 continue
         idle += unheld
-        if unheld and gpu.health == _DEGRADED:
-            degraded += unheld
+        if unheld:
+            available_mask |= 1 << position
+            if gpu.health == _DEGRADED:
+                degraded += unheld
         if held:
             allocated_idle += 1
             for namespace in {h.namespace for h in holders}:
@@ -148,4 +161,5 @@ def summarize(report: pb.NodeReport, rule: IdleRule, received_at: float) -> Node
         allocated_idle_gpus=allocated_idle,
         idle_by_namespace=tuple(sorted(waste.items())) if waste else (),
         allocation=ALLOCATION_FROM_KUBELET if known else allocation_of(report),
+        set_tiers=set_tiers(report, available_mask) if whole and not broken and report.gpus else (),
     )

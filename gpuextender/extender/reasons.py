@@ -35,7 +35,7 @@ INSUFFICIENT_IDLE_GPUS = Reason(
 )
 # Allocation known: too few GPUs no pod holds. Soft: preempting pods there would free them.
 INSUFFICIENT_FREE_GPUS = Reason(
-    "InsufficientFreeGPUs", "too few unallocated GPUs", unresolvable=False
+    "InsufficientFreeGPUs", "too few free GPUs", unresolvable=False
 )
 INSUFFICIENT_GPUS = Reason(
     "InsufficientGPUs", "node has too few GPUs", unresolvable=True

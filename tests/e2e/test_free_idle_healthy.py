@@ -85,7 +85,7 @@ def test_free_idle_healthy_with_real_agents_and_kubelets(tmp_path: Path, short_d
         # 3 GPUs: `half` has 2 free (its 6 others are held, however quiet).
         answer = _call(ext, "filter", 3)
         assert sorted(answer["NodeNames"]) == ["empty", "no-kubelet", "sliced"]
-        assert answer["FailedNodes"] == {"half": "gpu-extender: too few unallocated GPUs (InsufficientFreeGPUs)"}
+        assert answer["FailedNodes"] == {"half": "gpu-extender: too few free GPUs (InsufficientFreeGPUs)"}
         # 12 replicas on the time-sliced node (27 free, 32 advertised): it fits; whole-GPU nodes do not.
         twelve = _call(ext, "filter", 12)
         assert twelve["NodeNames"] == ["sliced"], twelve
@@ -116,3 +116,42 @@ def test_free_idle_healthy_with_real_agents_and_kubelets(tmp_path: Path, short_d
         assert metric(samples, "gpu_extender_namespace_allocated_idle_gpus", namespace="team-a") == 6
         assert metric(samples, "gpu_extender_namespace_allocated_idle_gpus", namespace="team-b") == 2
         assert metric(samples, "gpu_extender_node_allocated_idle_gpus", node="no-kubelet") is None  # unknown
+
+
+def _islands() -> dict[str, Any]:
+    """Two NVLink islands of 4 GPUs (0-3, 4-7), one per NUMA node, as the fake NVML scripts it."""
+    nvlinks = [{"gpus": [a, b], "links": 4} for island in ((0, 1, 2, 3), (4, 5, 6, 7))
+               for i, a in enumerate(island) for b in island[i + 1:]]  # fmt: skip
+    return {"pcie": "system", "nvlinks": nvlinks,
+            "pcie_groups": [{"gpus": [0, 1, 2, 3], "relation": "node"}, {"gpus": [4, 5, 6, 7], "relation": "node"}]}
+
+
+def test_a_multi_gpu_pod_goes_where_its_gpus_share_nvlink(tmp_path: Path, short_dir: Path) -> None:
+    """`linked`: GPUs 4-7 held, one island free (4 NVLinked GPUs). `scattered`: 5 free GPUs, at
+    most 3 on one island. For 4 GPUs `linked` wins although `scattered` has more idle GPUs."""
+    scenario = tmp_path / "islands.yaml"
+    scenario.write_text(yaml.safe_dump({"gpus": [{**H100, "count": 8}], "topology": _islands()}))
+    held = {"linked": [4, 5, 6, 7], "scattered": [2, 3, 7]}
+    with cluster(tmp_path) as c:
+        ext = c.extender("--stale-after", "60")
+        for node, gpus in held.items():
+            socket, spec = short_dir / f"{node}.sock", tmp_path / f"kubelet-{node}.yaml"
+            spec.write_text(yaml.safe_dump({"allocatable": {"nvidia.com/gpu": [{"gpus": 8}]},
+                                            "pods": _pods([{"gpu": g} for g in gpus], "train")}))  # fmt: skip
+            c.spawn(f"kubelet-{node}", "gpuextender.agent.fake_kubelet",
+                    ["--socket", str(socket), "--scenario", str(spec), "--node", node])  # fmt: skip
+            wait_until(f"{node}'s fake kubelet", socket.exists)
+            c.agent(node, scenario, ext, extra=("--interval", "0.5", "--pod-resources-socket", str(socket)))
+        wait_until("both nodes' allocation", lambda: {
+            n: metric(scrape(url(ext, "/metrics")), "gpu_extender_node_idle_gpus", node=n) for n in held
+        } == {"linked": 4, "scattered": 5}, timeout=30)  # fmt: skip
+
+        status, four = post_json(url(ext, "/explain"), request_for(list(held), gpus=4))
+        assert status == 200
+        rows = {r["node"]: r for r in four["nodes"]}
+        assert (rows["linked"]["gpuSet"], rows["scattered"]["gpuSet"]) == ("nvlink", "apart-or-unknown")
+        assert rows["linked"]["score"] > rows["scattered"]["score"] > 0
+        assert [r["node"] for r in four["nodes"]] == ["linked", "scattered"]
+        # One GPU: topology does not matter, more idle GPUs first.
+        status, one = post_json(url(ext, "/explain"), request_for(list(held), gpus=1))
+        assert [r["node"] for r in one["nodes"]] == ["scattered", "linked"] and one["nodes"][0]["gpuSet"] is None
