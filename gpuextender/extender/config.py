@@ -85,7 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
                    "--kubeconfig / $KUBECONFIG / ~/.kube/config)")  # fmt: skip
     p.add_argument("--kubeconfig", type=Path, metavar="PATH", help="kubeconfig for --kubernetes")
     p.add_argument("--gpu-resource", action="append", default=[], metavar="NAME",
-                   help="extended resource counted as GPUs; repeatable (default: nvidia.com/gpu)")  # fmt: skip
+                   help="extended resource counted as GPUs; repeatable (default: nvidia.com/gpu). A name "
+                        "nvidia.com/mig-<profile> (GFD's mixed MIG strategy) is matched to free MIG devices of "
+                        "that profile instead, e.g. --gpu-resource nvidia.com/gpu --gpu-resource "
+                        "nvidia.com/mig-1g.10gb")  # fmt: skip
     p.add_argument("--idle-max-utilization", type=float, default=30.0, metavar="PERCENT",
                    help="a GPU is idle only below this utilization")  # fmt: skip
     p.add_argument("--idle-max-memory", type=float, default=50.0, metavar="PERCENT",

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from functools import cached_property
 
-from gpuextender.extender import decision, placement
+from gpuextender.extender import decision, mig_fit, placement
 from gpuextender.extender.ome.class_policy import ClassRanking
 from gpuextender.extender.pod_request import PodRequest
 from gpuextender.extender.snapshot import Candidates, Snapshot
@@ -26,9 +26,23 @@ class Decision:
         self.pod, self.plan, self.candidates, self.known = pod, plan, candidates, known
 
     @cached_property
+    def _mig(self) -> decision.FilterOutcome:
+        """The MIG step (mig_fit), before the whole-GPU rules: which nodes can give the pod its MIG devices."""
+        known = self.known
+        return mig_fit.filter_mig(self.pod.mig_needed, self.candidates.names, known.summary, known.now, known.policy)
+
+    @cached_property
     def filtered(self) -> decision.FilterOutcome:
         """Which candidates pass, and why each other one fails."""
-        return placement.filter_with_classes(self.pod.gpus_needed, self.candidates, self.known, self.plan)
+        if not self.pod.mig_needed:
+            return placement.filter_with_classes(self.pod.gpus_needed, self.candidates, self.known, self.plan)
+        mig = self._mig
+        rest = Candidates(mig.passed, self.candidates.allocatable)
+        outcome = placement.filter_with_classes(self.pod.gpus_needed, rest, self.known, self.plan)
+        outcome.failed.update(mig.failed)
+        outcome.fallback = outcome.fallback or mig.fallback
+        outcome.assumed.extend(n for n in mig.assumed if n in set(outcome.passed) and n not in outcome.assumed)
+        return outcome
 
     @cached_property
     def _ranked(self) -> tuple[list[tuple[str, int]], ClassRanking | None]:
@@ -38,8 +52,12 @@ class Decision:
 
     @property
     def scores(self) -> list[tuple[str, int]]:
-        """(node, 0-10) for every candidate, in request order: classes first, then the node strategy."""
-        return self._ranked[0]
+        """(node, 0-10) for every candidate, in request order: classes first, then the node strategy.
+        A node that cannot give the pod its MIG devices scores 0."""
+        if not self.pod.mig_needed:
+            return self._ranked[0]
+        failed = self._mig.failed
+        return [(name, 0 if name in failed else score) for name, score in self._ranked[0]]
 
     @property
     def class_ranking(self) -> ClassRanking | None:

@@ -11,7 +11,8 @@ kubelet's allocation, held by no pod. Where allocation is unknown (an agent befo
 
 Unknown is never spare capacity. Per node (`assess`):
 - fresh data: NVML broken -> NvmlUnavailable; fewer GPUs than needed ->
-  InsufficientGPUs; fewer healthy GPUs than needed -> InsufficientHealthyGPUs;
+  InsufficientGPUs (MigPartitioned when the node has MIG-mode GPUs, which offer MIG
+  devices only: mig_fit matches those); fewer healthy GPUs than needed -> InsufficientHealthyGPUs;
   allocation known and fewer healthy unallocated GPUs than needed ->
   InsufficientFreeGPUs; fewer available GPUs than needed -> InsufficientIdleGPUs.
   Unhealthy GPUs (critical XID, uncorrected ECC, row-remap failure, lost) never
@@ -149,7 +150,7 @@ def _fresh_reason(summary: NodeSummary, needed: int) -> Reason | None:
     if summary.node_error:
         return reasons.NVML_UNAVAILABLE
     if summary.gpu_count < needed:
-        return reasons.INSUFFICIENT_GPUS
+        return reasons.MIG_PARTITIONED if summary.mig_gpus else reasons.INSUFFICIENT_GPUS
     if summary.healthy_gpus < needed:
         return reasons.INSUFFICIENT_HEALTHY_GPUS
     if summary.free_gpus is not None and summary.free_gpus < needed:

@@ -30,12 +30,16 @@ CLASS_FORMULA = "round(1 + 9 * ((K - 1 - p) + node score / 10) / K) (gpuextender
 def _allocation(summary: NodeSummary | None) -> dict[str, Any]:
     """What the node's agent knows of allocation: with it, idle GPUs are the unallocated ones."""
     if summary is None:
-        return {"allocation": None, "freeGpus": None, "degradedIdleGpus": None, "allocatedIdleGpus": None}
+        return {"allocation": None, "freeGpus": None, "degradedIdleGpus": None, "migDevices": None,
+                "migDevicesFree": None, "allocatedIdleGpus": None}
     known = summary.free_gpus is not None
     return {
         "allocation": summary.allocation if known else f"{summary.allocation}: idle readings alone decide",
         "freeGpus": summary.free_gpus,  # healthy and held by no pod; None: allocation unknown
         "degradedIdleGpus": summary.degraded_idle_gpus,
+        # MIG devices per profile: on healthy GPUs, and free (unheld, idle) of those.
+        "migDevices": dict(summary.mig_instances),
+        "migDevicesFree": dict(summary.mig_free),
         "allocatedIdleGpus": summary.allocated_idle_gpus if known else None,
     }
 
@@ -101,6 +105,7 @@ def explain(d: Decision) -> dict[str, Any]:
     answer: dict[str, Any] = {
         "pod": pod.ref,
         "gpusNeeded": pod.gpus_needed,
+        "migDevicesNeeded": dict(pod.mig_needed),  # profile -> count, from nvidia.com/mig-<profile>
         "resolved": resolved,
         "fallback": outcome.fallback,
         # Nodes that passed only on assumed data: no node with fresh data fit.

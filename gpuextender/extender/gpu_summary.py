@@ -22,7 +22,10 @@ MPS (a node with 8 GPUs and replicas 4 advertises and is counted as 32). Per GPU
 A node's idle_gpus is the sum of available units; degraded_idle_gpus is the part of
 it on GPUs the agent reports DEGRADED (usable, ranked lower: see decision.py).
 Allocated-but-idle GPUs (held by a pod, idle by the rule) are counted per node and
-per namespace of their holders: the waste platform teams hunt. How well the
+per namespace of their holders: the waste platform teams hunt. MIG instances are
+counted per profile (mig_fit matches `nvidia.com/mig-<profile>` requests to them:
+on a healthy GPU in MIG mode, free when no pod holds the instance where allocation
+is known, idle when its memory used is below the threshold). How well the
 available whole GPUs connect (NVLink, PCIe switch, NUMA node) is looked up per set
 size in gpu_topology's per-topology table.
 """
@@ -66,6 +69,11 @@ class NodeSummary:
     # Best connection tier per set size of the available whole GPUs (gpu_topology); (): unknown
     # (no topology, shared or MIG GPUs, or GPUs not reported in index order).
     set_tiers: tuple[int, ...] = ()
+    mig_gpus: int = 0  # GPUs in MIG mode (they offer MIG devices, never whole GPUs)
+    # Per MIG profile ("1g.10gb"): instances on healthy GPUs, and those free (no holder where
+    # allocation is known) and idle (memory used below the idle threshold). Sorted by profile.
+    mig_instances: tuple[tuple[str, int], ...] = ()
+    mig_free: tuple[tuple[str, int], ...] = ()
 
 
 def gpu_is_idle(gpu: pb.GpuSample, rule: IdleRule) -> bool:
@@ -103,6 +111,9 @@ def summarize(report: pb.NodeReport, rule: IdleRule, received_at: float) -> Node
     utilizations: list[int] = []
     waste: dict[str, int] = {}
     available_mask = 0  # bit i: report.gpus[i] is an available whole GPU
+    mig_gpus = 0
+    mig_all: dict[str, int] = {}
+    mig_free: dict[str, int] = {}
     whole = True  # every GPU exclusive (or of an old agent) and at its index: topology applies
     # Runs for every report of every node (bench_extender's ingest): gpu_units() and
     # gpu_is_idle() are inlined, each protobuf field read once.
@@ -122,7 +133,12 @@ def summarize(report: pb.NodeReport, rule: IdleRule, received_at: float) -> Node
         if has_util:
             utilizations.append(gpu.utilization_gpu_percent)
         if not gpu.healthy:
+            if mode == _MIG:
+                mig_gpus += 1
             continue
+        if mode == _MIG:
+            mig_gpus += 1
+            _count_mig(gpu, known, max_mem, mig_all, mig_free)
         healthy += units
         holders = gpu.holders
         if known and holders:
@@ -162,4 +178,21 @@ def summarize(report: pb.NodeReport, rule: IdleRule, received_at: float) -> Node
         idle_by_namespace=tuple(sorted(waste.items())) if waste else (),
         allocation=ALLOCATION_FROM_KUBELET if known else allocation_of(report),
         set_tiers=set_tiers(report, available_mask) if whole and not broken and report.gpus else (),
+        mig_gpus=mig_gpus,
+        mig_instances=tuple(sorted(mig_all.items())) if mig_all else (),
+        mig_free=tuple(sorted(mig_free.items())) if mig_free else (),
     )
+
+
+def _count_mig(gpu: pb.GpuSample, known: bool, max_mem: float, every: dict[str, int], free: dict[str, int]) -> None:
+    """A healthy MIG GPU's instances per profile; free ones are unheld (allocation known) and
+    idle by memory (NVML gives no per-instance utilization)."""
+    for inst in gpu.mig_instances:
+        profile = inst.profile
+        every[profile] = every.get(profile, 0) + 1
+        if known and inst.holders:
+            continue
+        if inst.HasField("memory_used_bytes") and inst.memory_total_bytes > 0:
+            if 100.0 * inst.memory_used_bytes / inst.memory_total_bytes >= max_mem:
+                continue
+        free[profile] = free.get(profile, 0) + 1

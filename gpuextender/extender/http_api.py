@@ -193,7 +193,8 @@ class SchedulerApi:
             m.filter_fallbacks.inc()
         if outcome.assumed:
             m.filter_assumed_passes.inc(len(outcome.assumed))
-        if needed == 0:
+        mig = d.pod.mig_needed
+        if needed == 0 and not mig:
             log.debug("filter %s: needs no GPU, all %d node(s) pass", d.pod.ref, len(outcome.passed))
             return
         if not log.isEnabledFor(logging.INFO):
@@ -203,8 +204,8 @@ class SchedulerApi:
         shown = [_failure_text(reason.code, d.assess(name)) for name, reason in islice(outcome.failed.items(), limit)]
         more = f" and {len(outcome.failed) - len(shown)} more" if len(outcome.failed) > len(shown) else ""
         log.info(
-            "filter %s needs %d GPU: %d passed%s, %d failed%s%s",
-            d.pod.ref, needed, len(outcome.passed),
+            "filter %s needs %d GPU%s: %d passed%s, %d failed%s%s",
+            d.pod.ref, needed, "".join(f", {n} MIG {p}" for p, n in mig), len(outcome.passed),
             " (no node fit: passing the busy/stale ones, kube-scheduler decides)" if outcome.fallback else
             f" (on assumed data: no node with fresh GPU data fits; {_names(outcome.assumed)})" if outcome.assumed
             else "",

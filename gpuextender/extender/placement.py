@@ -171,8 +171,6 @@ def _policy_chose_none(isvc_key: str, component: str, ranking: ClassRanking, why
     return ClassPlan(False, policy=ranking.policy, no_class=str(code), why=why)
 
 
-
-
 def node_cost(classes_by_node: ClassesByNode, classes: Mapping[str, AcceleratorClass]) -> Callable[[str], float | None]:
     """A node's hourly cost for the `cost` strategy: the cheapest of its classes,
     spot price where given (as OME's Cheapest policy reads it)."""

@@ -1,6 +1,7 @@
 """The question a scheduler call asks, read once from the Pod at the wire edge.
 
-Everything the decision needs from the pod (GPUs needed, its OME identity, the
+Everything the decision needs from the pod (whole GPUs needed, MIG devices needed per
+profile for the configured `nvidia.com/mig-<profile>` resources, its OME identity, the
 node strategy and random seed, a display name) is read here, with the input
 checks, into one immutable `PodRequest`; nothing after this reads the raw pod.
 """
@@ -15,6 +16,7 @@ from typing import Any
 from gpuextender.extender.bad_request import shown
 from gpuextender.extender.decision import NODE_STRATEGIES
 from gpuextender.extender.json_fields import object_at
+from gpuextender.extender.mig_fit import MigNeed, mig_profile
 from gpuextender.extender.ome.pod_intent import PodIdentity, pod_identity
 from gpuextender.extender.pod_gpus import gpus_requested, pod_ref
 
@@ -26,10 +28,11 @@ STRATEGY_ANNOTATION = "gpu-extender.io/node-strategy"
 @dataclass(frozen=True, slots=True)
 class PodRequest:
     ref: str  # namespace/name, bounded: for logs and /explain
-    gpus_needed: int  # 0: not a GPU pod, the extender is neutral
+    gpus_needed: int  # whole GPUs (or time-slicing replicas); 0 with no MIG need: not a GPU pod, neutral
     identity: PodIdentity  # OME's labels and annotations
     strategy: str  # one of decision.NODE_STRATEGIES
     seed: str  # the random strategy's seed: --random-seed and the pod UID
+    mig_needed: MigNeed = ()  # (profile, count) per configured nvidia.com/mig-<profile> resource asked for
 
 
 def read_pod(pod: dict[str, Any], gpu_resources: Sequence[str], default_strategy: str, random_seed: str) -> PodRequest:
@@ -43,9 +46,13 @@ def read_pod(pod: dict[str, Any], gpu_resources: Sequence[str], default_strategy
                     ", ".join(NODE_STRATEGIES), default_strategy)  # fmt: skip
         strategy = default_strategy
     uid = meta.get("uid")
+    whole = [r for r in gpu_resources if mig_profile(r) is None]
+    mig = tuple(sorted((profile, n) for r in gpu_resources if (profile := mig_profile(r)) is not None
+                       if (n := gpus_requested(pod, [r])) > 0))  # fmt: skip
     return PodRequest(
         ref=ref,
-        gpus_needed=gpus_requested(pod, gpu_resources),
+        gpus_needed=gpus_requested(pod, whole) if whole else 0,
+        mig_needed=mig,
         identity=pod_identity(pod),
         strategy=strategy,
         seed=f"{random_seed}/{uid if isinstance(uid, str) else ''}",

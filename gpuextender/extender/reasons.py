@@ -43,6 +43,18 @@ INSUFFICIENT_GPUS = Reason(
 INSUFFICIENT_HEALTHY_GPUS = Reason(
     "InsufficientHealthyGPUs", "too few healthy GPUs", unresolvable=True
 )
+# Whole GPUs asked for, and the node's GPUs are MIG-partitioned: ask for nvidia.com/mig-<profile>.
+MIG_PARTITIONED = Reason(
+    "MigPartitioned", "GPUs are MIG-partitioned: request MIG devices", unresolvable=True
+)
+# nvidia.com/mig-<profile>: fewer instances of the profile on healthy GPUs than asked for.
+INSUFFICIENT_MIG_DEVICES = Reason(
+    "InsufficientMigDevices", "too few MIG devices of the profile", unresolvable=True
+)
+# ... or enough of them, but too few free and idle. Soft: pods may end or be preempted.
+INSUFFICIENT_FREE_MIG_DEVICES = Reason(
+    "InsufficientFreeMigDevices", "too few free MIG devices of the profile", unresolvable=False
+)
 NVML_UNAVAILABLE = Reason(
     "NvmlUnavailable", "node agent cannot read NVML", unresolvable=True
 )

@@ -155,3 +155,44 @@ def test_a_multi_gpu_pod_goes_where_its_gpus_share_nvlink(tmp_path: Path, short_
         # One GPU: topology does not matter, more idle GPUs first.
         status, one = post_json(url(ext, "/explain"), request_for(list(held), gpus=1))
         assert [r["node"] for r in one["nodes"]] == ["scattered", "linked"] and one["nodes"][0]["gpuSet"] is None
+
+
+def test_mig_devices_are_matched_per_profile(tmp_path: Path, short_dir: Path) -> None:
+    """`mig`: one GPU in MIG mode with three 1g.10gb devices, one held by a pod (fake kubelet) and
+    one busy (60 % of its memory): one free. A pod asking for nvidia.com/mig-1g.10gb: 1 fits it,
+    2 does not; a whole-GPU pod fails there as MigPartitioned."""
+    scenario = tmp_path / "mig.yaml"
+    scenario.write_text(yaml.safe_dump({"gpus": [{**H100, "count": 1, "mig": [
+        {"profile": "1g.10gb", "count": 2, "memory_used_percent": 1},
+        {"profile": "1g.10gb", "count": 1, "memory_used_percent": 60}]}]}))  # fmt: skip
+    spec = tmp_path / "kubelet-mig.yaml"
+    spec.write_text(yaml.safe_dump({
+        "allocatable": {"nvidia.com/mig-1g.10gb": [{"gpu": 0, "mig": m, "profile": "1g.10gb"} for m in range(3)]},
+        "pods": [{"namespace": "llm", "name": "small-0", "containers": [
+            {"name": "c", "devices": {"nvidia.com/mig-1g.10gb": [{"gpu": 0, "mig": 0, "profile": "1g.10gb"}]}}]}],
+    }))  # fmt: skip
+    socket = short_dir / "mig.sock"
+    with cluster(tmp_path) as c:
+        # --no-fit-policy reject: the lone node's soft failure is not passed through by the fallback.
+        ext = c.extender("--stale-after", "60", "--no-fit-policy", "reject", "--gpu-resource", "nvidia.com/gpu",
+                         "--gpu-resource", "nvidia.com/mig-1g.10gb")  # fmt: skip
+        c.spawn("kubelet-mig", "gpuextender.agent.fake_kubelet",
+                ["--socket", str(socket), "--scenario", str(spec), "--node", "mig"])  # fmt: skip
+        wait_until("the fake kubelet", socket.exists)
+        c.agent("mig", scenario, ext, extra=("--interval", "0.5", "--pod-resources-socket", str(socket)))
+
+        def ask(requests: dict[str, str]) -> Any:
+            body = json.loads(request_for(["mig"]))
+            for container in body["Pod"]["spec"]["containers"]:
+                container["resources"] = {"requests": requests, "limits": requests}
+            status, answer = post_json(url(ext, "/explain"), json.dumps(body).encode())
+            assert status == 200, answer
+            return answer["nodes"][0]
+
+        row = wait_until("the MIG devices in the extender",
+                         lambda: (r := ask({"nvidia.com/mig-1g.10gb": "1"}))["migDevicesFree"] == {"1g.10gb": 1} and r)
+        assert row["migDevices"] == {"1g.10gb": 3} and row["result"] == "pass"
+        two = ask({"nvidia.com/mig-1g.10gb": "2"})
+        assert (two["result"], two["reasonCode"]) == ("fail", "InsufficientFreeMigDevices")
+        whole = ask({"nvidia.com/gpu": "1"})
+        assert (whole["result"], whole["reasonCode"]) == ("fail", "MigPartitioned")

@@ -196,7 +196,13 @@ def test_unknown_allocation_keeps_todays_rule() -> None:
 
 def test_mig_enabled_gpus_offer_no_whole_gpus() -> None:
     s = kubelet("mig", [shared(quiet(i), 0, pb.SHARING_MIG) for i in range(8)])
-    assert assess("mig", 8, s, 1, NOW, POLICY).reason is reasons.INSUFFICIENT_GPUS
+    assert assess("mig", 8, s, 1, NOW, POLICY).reason is reasons.MIG_PARTITIONED
+    # Half in MIG mode: the 4 whole GPUs take a 4-GPU pod; a 5th is not there.
+    mixed = kubelet("mixed", [shared(quiet(i), 0, pb.SHARING_MIG) for i in range(4)] + [quiet(i) for i in range(4, 8)])
+    assert assess("mixed", 8, mixed, 4, NOW, POLICY).reason is None
+    assert assess("mixed", 8, mixed, 5, NOW, POLICY).reason is reasons.MIG_PARTITIONED
+    whole = kubelet("whole", [quiet(i) for i in range(4)])
+    assert assess("whole", 4, whole, 5, NOW, POLICY).reason is reasons.INSUFFICIENT_GPUS
 
 
 def degraded_node(name: str, clean: int, degraded: int) -> NodeSummary:
