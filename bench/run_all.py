@@ -21,7 +21,9 @@ What it measures (details in each script's docstring):
   5,000-name filter call, in-process, without HTTP;
 - bench_scheduler.py: pods/s a real kube-scheduler binds at 1,000 nodes with no
   extender, do-nothing extenders (Python, Go) and gpu-extender (needs
-  KUBEBUILDER_ASSETS; skipped with one line when it is unset).
+  KUBEBUILDER_ASSETS; skipped with one line when it is unset);
+- bench_placement.py: placement quality on a simulated 500-node fleet, kube-scheduler
+  alone against each node strategy of the real extender (issue 12's targets).
 Then it prints a summary, checks the targets (filter p99 < 10 ms at 5,000
 names; agent <= 1 % of one core and <= 48 MiB RSS) and (re)writes
 bench/RESULTS.md, plus the raw figures in bench/out/results.json.
@@ -53,6 +55,7 @@ import bench_scheduler  # noqa: E402
 import bench_extender  # noqa: E402
 import bench_hostile_http  # noqa: E402
 import bench_hostile_ingest  # noqa: E402
+import bench_placement  # noqa: E402
 import profile_extender  # noqa: E402
 from benchlib import BENCH_DIR, OUT_DIR, REPO_ROOT, BenchError, exit_on_sigterm, machine_facts  # noqa: E402
 
@@ -60,6 +63,9 @@ RESULTS_MD = BENCH_DIR / "RESULTS.md"
 TARGET_FILTER_P99_MS = 10.0
 TARGET_SCENARIO = "names-5000"
 BACKGROUND_WARN_CORES = 0.15
+
+
+PLACEMENT_STALE_AFTER_S = 3.0  # bench_placement's default: dying agents go stale within the run
 
 
 def _git_revision() -> str:
@@ -125,6 +131,7 @@ def render_markdown(
     hostile_ingest: tuple[list[bench_hostile_ingest.Row], bench_hostile_ingest.FloodResult] | None = None,
     hostile_http: list[str] | None = None,
     scheduler: bench_scheduler.SchedulerBenchResult | None = None,
+    placement: tuple[bench_placement.SimConfig, list[bench_placement.VariantResult]] | None = None,
 ) -> str:
     m = machine_facts()
     out = [
@@ -280,6 +287,8 @@ def render_markdown(
     ]
     if classes:
         out += ["", *classes_markdown(classes)]
+    if placement is not None:
+        out += ["", *placement_markdown(*placement)]
     if scheduler is not None:
         out += ["", *bench_scheduler.markdown_section(scheduler)]
     if reconnect:
@@ -293,6 +302,21 @@ def render_markdown(
     if hostile_ingest:
         out += ["", *hostile_ingest_markdown(*hostile_ingest)]
     return "\n".join(out)
+
+
+def placement_markdown(cfg: bench_placement.SimConfig, results: list[bench_placement.VariantResult]) -> list[str]:
+    """Placement quality: kube-scheduler alone against the extender's strategies on one simulated fleet."""
+    return [
+        "## Placement quality (simulated fleet)", "",
+        f"`bench/bench_placement.py`: {cfg.nodes} nodes (H100 and A100 8-GPU NVLink boxes, L40S 4-GPU PCIe "
+        f"boxes, some time-sliced), {cfg.pods} pods from a seeded trace (seed {cfg.seed}: 1-8 GPUs, pods "
+        "that go quiet or end, load from outside Kubernetes, failing and degrading GPUs, dying agents), "
+        f"scheduled by replaying kube-scheduler's fit check, then filter and prioritize on the real extender "
+        f"(`--stale-after {PLACEMENT_STALE_AFTER_S:g}`), the top score bound; `none` is "
+        "kube-scheduler's LeastAllocated alone. bench/placement_sim.py defines every column. Targets "
+        "(issue 12): 0 % on short, stale and nvlink; no more pending than `none`.", "",
+        "```", bench_placement.format_table(results), bench_placement.LEGEND, "```",
+    ]  # fmt: skip
 
 
 def classes_markdown(classes: list[dict]) -> list[str]:
@@ -360,7 +384,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true",
                         help="smoke check: few iterations and a 5 s agent window; RESULTS.md left alone")  # fmt: skip
-    parser.add_argument("--only", choices=("extender", "agent", "reconnect", "ingest", "http", "scheduler"),
+    parser.add_argument("--only", choices=("extender", "agent", "reconnect", "ingest", "http", "scheduler",
+                                           "placement"),
                         help="run only this benchmark")  # fmt: skip
     parser.add_argument("--scenario", action="append", choices=[s.name for s in bench_extender.SCENARIOS],
                         help="extender scenario to run (repeatable; default: all)")  # fmt: skip
@@ -378,6 +403,7 @@ def main(argv: list[str] | None = None) -> int:
     classes: list[dict] | None = None
     hostile_http: list[str] | None = None
     scheduler: bench_scheduler.SchedulerBenchResult | None = None
+    placement: tuple[bench_placement.SimConfig, list[bench_placement.VariantResult]] | None = None
     try:
         if args.only in (None, "extender"):
             print("== gpu-extender: filter / prioritize", flush=True)
@@ -403,6 +429,12 @@ def main(argv: list[str] | None = None) -> int:
             print("== gpu-extender: hostile scheduler requests (event-loop hold)", flush=True)
             hostile_http = bench_hostile_http.report(repeat=2 if args.quick else 5)
             print("\n".join(hostile_http), flush=True)
+        if args.only in (None, "placement"):
+            print("== placement quality on a simulated fleet", flush=True)
+            cfg = bench_placement.SimConfig(nodes=60, pods=240) if args.quick else bench_placement.SimConfig()
+            placement = (cfg, bench_placement.run(cfg, bench_placement.VARIANTS,
+                                                  PLACEMENT_STALE_AFTER_S))  # fmt: skip
+            print(bench_placement.format_table(placement[1]), flush=True)
         if args.only in (None, "scheduler"):
             skip = bench_scheduler.unavailable()
             if skip is not None:
@@ -447,7 +479,8 @@ def main(argv: list[str] | None = None) -> int:
            "reconnect": [asdict(r) for r in reconnect] if reconnect else None,
            "hostile_ingest": {"rows": [asdict(r) for r in hostile_ingest[0]], "flood": asdict(hostile_ingest[1])}
            if hostile_ingest else None, "hostile_http": hostile_http,
-           "scheduler": asdict(scheduler) if scheduler else None}  # fmt: skip
+           "scheduler": asdict(scheduler) if scheduler else None,
+           "placement": [asdict(r) for r in placement[1]] if placement else None}  # fmt: skip
     (OUT_DIR / "results.json").write_text(json.dumps(raw, indent=2))
 
     target = args.results or (None if args.quick else RESULTS_MD)
@@ -459,7 +492,7 @@ def main(argv: list[str] | None = None) -> int:
     target.write_text(render_markdown(when=when, command=command, quick=args.quick, total_s=total_s,
                                       ext=ext, agent=agent, phases=phases, classes=classes,
                                       reconnect=reconnect, hostile_ingest=hostile_ingest,
-                                      hostile_http=hostile_http, scheduler=scheduler))  # fmt: skip
+                                      hostile_http=hostile_http, scheduler=scheduler, placement=placement))  # fmt: skip
     print(f"  wrote {target}")
     return 0
 
