@@ -22,6 +22,7 @@ What it measures (details in each script's docstring):
 - bench_scheduler.py: pods/s a real kube-scheduler binds at 1,000 nodes with no
   extender, do-nothing extenders (Python, Go) and gpu-extender (needs
   KUBEBUILDER_ASSETS; skipped with one line when it is unset);
+- bench_pod_resources.py (with the agent): the cost of one kubelet PodResources List per sample;
 - bench_placement.py: placement quality on a simulated 500-node fleet, kube-scheduler
   alone against each node strategy of the real extender (issue 12's targets).
 Then it prints a summary, checks the targets (filter p99 < 10 ms at 5,000
@@ -132,6 +133,7 @@ def render_markdown(
     hostile_http: list[str] | None = None,
     scheduler: bench_scheduler.SchedulerBenchResult | None = None,
     placement: tuple[bench_placement.SimConfig, list[bench_placement.VariantResult]] | None = None,
+    pod_resources: list[str] | None = None,
 ) -> str:
     m = machine_facts()
     out = [
@@ -287,6 +289,13 @@ def render_markdown(
     ]
     if classes:
         out += ["", *classes_markdown(classes)]
+    if pod_resources:
+        out += ["", "## gpu-agent: one PodResources List", "",
+                "`bench/bench_pod_resources.py`: what the agent pays per sample to ask the kubelet who holds which "
+                "GPU (the fake kubelet: a real gRPC server on a unix socket, first in its own process as the kubelet "
+                "is, then in the bench's own process). The agent's CPU per sample is the `CPU` column of "
+                "PodAttribution.annotate in the first two blocks.", "",
+                "```", *pod_resources, "```"]  # fmt: skip
     if placement is not None:
         out += ["", *placement_markdown(*placement)]
     if scheduler is not None:
@@ -302,6 +311,15 @@ def render_markdown(
     if hostile_ingest:
         out += ["", *hostile_ingest_markdown(*hostile_ingest)]
     return "\n".join(out)
+
+
+def pod_resources_report(calls: int) -> list[str]:
+    """bench_pod_resources.py's report (it runs the fake kubelet as its own process)."""
+    done = subprocess.run([sys.executable, str(BENCH_DIR / "bench_pod_resources.py"), "--calls", str(calls)],
+                          capture_output=True, text=True, timeout=600, cwd=REPO_ROOT)  # fmt: skip
+    if done.returncode != 0:
+        raise BenchError(f"bench_pod_resources.py failed: {done.stderr.strip()[-500:]}")
+    return done.stdout.rstrip().splitlines()
 
 
 def placement_markdown(cfg: bench_placement.SimConfig, results: list[bench_placement.VariantResult]) -> list[str]:
@@ -404,6 +422,7 @@ def main(argv: list[str] | None = None) -> int:
     hostile_http: list[str] | None = None
     scheduler: bench_scheduler.SchedulerBenchResult | None = None
     placement: tuple[bench_placement.SimConfig, list[bench_placement.VariantResult]] | None = None
+    pod_resources: list[str] | None = None
     try:
         if args.only in (None, "extender"):
             print("== gpu-extender: filter / prioritize", flush=True)
@@ -417,6 +436,9 @@ def main(argv: list[str] | None = None) -> int:
             print("== gpu-agent: CPU and memory", flush=True)
             agent = bench_agent.run(quick=args.quick)
             print(bench_agent.format_result(agent), flush=True)
+            print("== gpu-agent: one PodResources List", flush=True)
+            pod_resources = pod_resources_report(calls=100 if args.quick else 1000)
+            print("\n".join(pod_resources), flush=True)
         if args.only in (None, "reconnect"):
             print("== gpu-agent: reconnect after an extender outage", flush=True)
             print(bench_reconnect.HEADER, flush=True)  # rows are printed as they are measured
@@ -480,7 +502,8 @@ def main(argv: list[str] | None = None) -> int:
            "hostile_ingest": {"rows": [asdict(r) for r in hostile_ingest[0]], "flood": asdict(hostile_ingest[1])}
            if hostile_ingest else None, "hostile_http": hostile_http,
            "scheduler": asdict(scheduler) if scheduler else None,
-           "placement": [asdict(r) for r in placement[1]] if placement else None}  # fmt: skip
+           "placement": [asdict(r) for r in placement[1]] if placement else None,
+           "pod_resources": pod_resources}  # fmt: skip
     (OUT_DIR / "results.json").write_text(json.dumps(raw, indent=2))
 
     target = args.results or (None if args.quick else RESULTS_MD)
@@ -492,7 +515,8 @@ def main(argv: list[str] | None = None) -> int:
     target.write_text(render_markdown(when=when, command=command, quick=args.quick, total_s=total_s,
                                       ext=ext, agent=agent, phases=phases, classes=classes,
                                       reconnect=reconnect, hostile_ingest=hostile_ingest,
-                                      hostile_http=hostile_http, scheduler=scheduler, placement=placement))  # fmt: skip
+                                      hostile_http=hostile_http, scheduler=scheduler, placement=placement,
+                                      pod_resources=pod_resources))  # fmt: skip
     print(f"  wrote {target}")
     return 0
 
