@@ -22,6 +22,8 @@ What it measures (details in each script's docstring):
 - bench_scheduler.py: pods/s a real kube-scheduler binds at 1,000 nodes with no
   extender, do-nothing extenders (Python, Go) and gpu-extender (needs
   KUBEBUILDER_ASSETS; skipped with one line when it is unset);
+- bench_baseline.py (with --baseline REV): filter/prioritize at 5,000 names against an
+  earlier revision's extender, alternating in one run;
 - bench_pod_resources.py (with the agent): the cost of one kubelet PodResources List per sample;
 - bench_placement.py: placement quality on a simulated 500-node fleet, kube-scheduler
   alone against each node strategy of the real extender (issue 12's targets).
@@ -50,6 +52,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_agent  # noqa: E402
+import bench_baseline  # noqa: E402
 import bench_classes  # noqa: E402
 import bench_reconnect  # noqa: E402
 import bench_scheduler  # noqa: E402
@@ -134,6 +137,7 @@ def render_markdown(
     scheduler: bench_scheduler.SchedulerBenchResult | None = None,
     placement: tuple[bench_placement.SimConfig, list[bench_placement.VariantResult]] | None = None,
     pod_resources: list[str] | None = None,
+    baseline: bench_baseline.BaselineResult | None = None,
 ) -> str:
     m = machine_facts()
     out = [
@@ -289,6 +293,12 @@ def render_markdown(
     ]
     if classes:
         out += ["", *classes_markdown(classes)]
+    if baseline is not None:
+        out += ["", f"## gpu-extender against {baseline.revision}, same run", "",
+                f"`bench/bench_baseline.py {baseline.revision}`: the names-5000 scenario above, {baseline.rounds} "
+                f"round(s) against the extender of `{baseline.revision}` and {baseline.rounds} against this "
+                "tree, alternating (same client, fleet and requests); one figure per round, ratios of the medians.",
+                "", "```", *bench_baseline.format_result(baseline), "```"]  # fmt: skip
     if pod_resources:
         out += ["", "## gpu-agent: one PodResources List", "",
                 "`bench/bench_pod_resources.py`: what the agent pays per sample to ask the kubelet who holds which "
@@ -405,6 +415,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", choices=("extender", "agent", "reconnect", "ingest", "http", "scheduler",
                                            "placement"),
                         help="run only this benchmark")  # fmt: skip
+    parser.add_argument("--baseline", metavar="REV",
+                        help="also compare filter/prioritize at 5,000 names with this git revision, same run")
     parser.add_argument("--scenario", action="append", choices=[s.name for s in bench_extender.SCENARIOS],
                         help="extender scenario to run (repeatable; default: all)")  # fmt: skip
     parser.add_argument("--results", type=Path,
@@ -423,6 +435,7 @@ def main(argv: list[str] | None = None) -> int:
     scheduler: bench_scheduler.SchedulerBenchResult | None = None
     placement: tuple[bench_placement.SimConfig, list[bench_placement.VariantResult]] | None = None
     pod_resources: list[str] | None = None
+    baseline: bench_baseline.BaselineResult | None = None
     try:
         if args.only in (None, "extender"):
             print("== gpu-extender: filter / prioritize", flush=True)
@@ -432,6 +445,10 @@ def main(argv: list[str] | None = None) -> int:
             classes = bench_classes.run(quick=args.quick)
             for line in classes_markdown(classes)[-2 * len(classes):]:
                 print(line, flush=True)
+        if args.baseline and args.only in (None, "extender"):
+            print(f"== gpu-extender against {args.baseline}, same run", flush=True)
+            baseline = bench_baseline.run(args.baseline, rounds=1 if args.quick else 2, quick=args.quick)
+            print("\n".join(bench_baseline.format_result(baseline)), flush=True)
         if args.only in (None, "agent"):
             print("== gpu-agent: CPU and memory", flush=True)
             agent = bench_agent.run(quick=args.quick)
@@ -503,7 +520,7 @@ def main(argv: list[str] | None = None) -> int:
            if hostile_ingest else None, "hostile_http": hostile_http,
            "scheduler": asdict(scheduler) if scheduler else None,
            "placement": [asdict(r) for r in placement[1]] if placement else None,
-           "pod_resources": pod_resources}  # fmt: skip
+           "pod_resources": pod_resources, "baseline": asdict(baseline) if baseline else None}  # fmt: skip
     (OUT_DIR / "results.json").write_text(json.dumps(raw, indent=2))
 
     target = args.results or (None if args.quick else RESULTS_MD)
@@ -516,7 +533,7 @@ def main(argv: list[str] | None = None) -> int:
                                       ext=ext, agent=agent, phases=phases, classes=classes,
                                       reconnect=reconnect, hostile_ingest=hostile_ingest,
                                       hostile_http=hostile_http, scheduler=scheduler, placement=placement,
-                                      pod_resources=pod_resources))  # fmt: skip
+                                      pod_resources=pod_resources, baseline=baseline))  # fmt: skip
     print(f"  wrote {target}")
     return 0
 

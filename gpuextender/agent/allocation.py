@@ -61,6 +61,10 @@ _LABEL_STRATEGY_MODE = {"time-slicing": TIME_SLICING, "mps": MPS}
 # allocation is reported unknown rather than cut short, which would show held replicas as free.
 MAX_HOLDERS_PER_DEVICE = 64
 PROBLEM_TOO_MANY_HOLDERS = "too_many_holders"
+# The most replicas the extender takes for one shared GPU (report_validation.MAX_SHARING_REPLICAS,
+# kept equal by a test): it counts capacity in them. More are reported as 0 (unknown: the extender
+# then counts the GPU once), never as a count it would refuse the whole report for.
+MAX_REPLICAS = 64
 
 _INDEX_ID = re.compile(r"[0-9]{1,5}")  # --device-id-strategy=index, whole GPU
 
@@ -217,6 +221,16 @@ def _allocatable_by_gpu(
 
 
 def _sharing(
+    gpu: GpuReading,
+    allocatable: dict[int, list[str]] | None,
+    held: dict[int, list[str]],
+    labels: Mapping[str, str],
+) -> tuple[str, int]:
+    mode, replicas = _sharing_evidence(gpu, allocatable, held, labels)
+    return mode, (replicas if replicas <= MAX_REPLICAS else 0)
+
+
+def _sharing_evidence(
     gpu: GpuReading,
     allocatable: dict[int, list[str]] | None,
     held: dict[int, list[str]],

@@ -80,11 +80,11 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpuextender.extender import reasons
-from gpuextender.extender.gpu_summary import NodeSummary
-from gpuextender.extender.gpu_topology import APART, TIER_NONE
+from gpuextender.extender.gpu_summary import NodeSummary, quality_for
 from gpuextender.extender.reasons import Reason
 
 MAX_SCORE = 10  # kube-scheduler's MaxExtenderPriority
+NO_QUALITY = 1 << 30  # above every quality class
 
 SummaryLookup = Callable[[str], NodeSummary | None]
 
@@ -260,21 +260,25 @@ def rank_nodes(
     stale_after = policy.stale_after_s
     rows: list[tuple[str, bool, int, float]] = []  # (node, fits, idle, utilization)
     assumed: list[int] = []  # rows that fit on assumed data
-    quality: dict[int, int] = {}  # row -> quality class q (module docstring) of a fresh fit
+    quality: list[int] = []  # per row: the quality class q (module docstring) of a fresh fit, else -1
+    q_low, q_high = NO_QUALITY, -1
     fresh_fits = False
     capacity = max(needed, 1)
     for name in names:
         summary = lookup(name)
+        q = -1
         if summary is not None and not summary.node_error and now - summary.received_at <= stale_after:  # fresh, NVML ok
             idle, count = summary.idle_gpus, summary.gpu_count
             utilization = summary.mean_utilization  # from validated reports: within 0..100
             fits = idle >= needed
             if fits:
-                q = 5 if idle - summary.degraded_idle_gpus < needed else 0
-                if needed > 1:  # tier_for(), inlined: runs once per fitting candidate
-                    tiers = summary.set_tiers
-                    q += tiers[needed] if needed < len(tiers) else (APART if not tiers else TIER_NONE)
-                quality[len(rows)] = q
+                qs = summary.quality  # precomputed per set size at ingest
+                q = qs[needed] if needed < len(qs) else quality_for(needed, idle, summary.degraded_idle_gpus,
+                                                                   summary.set_tiers)  # fmt: skip
+                if q < q_low:
+                    q_low = q
+                if q > q_high:
+                    q_high = q
                 if not fresh_fits:
                     fresh_fits = eligible is None or eligible(name)
         else:
@@ -286,6 +290,7 @@ def rank_nodes(
         if count > capacity:
             capacity = count
         rows.append((name, fits, idle, utilization or 0.0))
+        quality.append(q)
     if fresh_fits:  # as in filter: an assumed verdict does not pass while a fresh node fits
         for i in assumed:
             name, _, idle, utilization = rows[i]
@@ -294,16 +299,16 @@ def rank_nodes(
     if not any(fits for _, fits, _, _ in rows):  # the pass-all fallback: least loaded first, whatever the strategy
         return [(name, min(MAX_SCORE, round(MAX_SCORE * _spread(i, u) / scale)), False) for name, _, i, u in rows]
     values = _strategy_values(strategy, rows, capacity, seed, cost_of)
-    classes = _quality_classes(quality, rows, eligible)
+    classes = _quality_classes(quality, rows, eligible) if q_high > q_low else []
     if len(classes) > 1:  # quality before v (module docstring)
         m = len(classes)
-        # Score per class rank r >= 1 (m - r); rank 0 is the band. An ineligible class: last.
-        below: dict[int | None, int] = {q: m - r for r, q in enumerate(classes) if r}
+        # Score per class rank r >= 1 (m - r); rank 0 is the band. An ineligible class, or an
+        # assumed fit (q -1): last.
+        below = {q: m - r for r, q in enumerate(classes) if r}
         best, band = classes[0], (MAX_SCORE - m) / scale
-        get = quality.get
         return [
             (name, (min(MAX_SCORE, m + round(band * v)) if q == best else below.get(q, 1)) if fits else 0, fits)
-            for (name, fits, _, _), v, q in zip(rows, values, [get(i) for i in range(len(rows))], strict=True)
+            for (name, fits, _, _), v, q in zip(rows, values, quality, strict=True)
         ]
     return [
         (name, min(MAX_SCORE, 1 + round(9 * v / scale)) if fits else 0, fits)
@@ -311,14 +316,13 @@ def rank_nodes(
     ]
 
 
-def _quality_classes(quality: Mapping[int, int], rows: Sequence[tuple[str, bool, int, float]],
+def _quality_classes(quality: Sequence[int], rows: Sequence[tuple[str, bool, int, float]],
                      eligible: Callable[[str], bool] | None) -> list[int]:  # fmt: skip
     """The distinct quality classes of the fresh fits the caller's filter judges, best first."""
-    if not quality:
-        return []
-    present = set(quality.values())
+    present = set(quality)
+    present.discard(-1)
     if len(present) > 1 and eligible is not None:
-        present = {q for i, q in quality.items() if eligible(rows[i][0])}
+        present = {q for q, row in zip(quality, rows, strict=True) if q >= 0 and eligible(row[0])}
     return sorted(present)
 
 

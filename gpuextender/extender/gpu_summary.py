@@ -36,8 +36,10 @@ from dataclasses import dataclass
 
 from gpuextender.v1 import gpu_state_pb2 as pb
 
-from gpuextender.extender.gpu_topology import set_tiers
+from gpuextender.extender.gpu_topology import set_tiers, tier_for
 
+# Set sizes whose quality class is precomputed per report: up to 64 GPUs (or replicas) per pod.
+QUALITY_SIZES = 65
 _TIME_SLICING, _MPS, _MIG, _DEGRADED = pb.SHARING_TIME_SLICING, pb.SHARING_MPS, pb.SHARING_MIG, pb.HEALTH_DEGRADED
 ALLOCATION_FROM_KUBELET = "kubelet"
 ALLOCATION_BEFORE_0_2 = "unknown (agent before 0.2)"
@@ -74,6 +76,9 @@ class NodeSummary:
     # allocation is known) and idle (memory used below the idle threshold). Sorted by profile.
     mig_instances: tuple[tuple[str, int], ...] = ()
     mig_free: tuple[tuple[str, int], ...] = ()
+    # decision.py's quality class q for a pod of k = 0..min(idle_gpus, 64) GPUs (5 * degraded-only
+    # + set tier): computed here, once per report, so ranking a node is one index.
+    quality: tuple[int, ...] = (0,)
 
 
 def gpu_is_idle(gpu: pb.GpuSample, rule: IdleRule) -> bool:
@@ -162,6 +167,7 @@ def summarize(report: pb.NodeReport, rule: IdleRule, received_at: float) -> Node
             allocated_idle += 1
             for namespace in {h.namespace for h in holders}:
                 waste[namespace] = waste.get(namespace, 0) + 1
+    tiers = set_tiers(report, available_mask) if whole and not broken and report.gpus else ()
     return NodeSummary(
         node=report.node_name,
         gpu_count=total,
@@ -177,11 +183,23 @@ def summarize(report: pb.NodeReport, rule: IdleRule, received_at: float) -> Node
         allocated_idle_gpus=allocated_idle,
         idle_by_namespace=tuple(sorted(waste.items())) if waste else (),
         allocation=ALLOCATION_FROM_KUBELET if known else allocation_of(report),
-        set_tiers=set_tiers(report, available_mask) if whole and not broken and report.gpus else (),
+        set_tiers=tiers,
+        quality=_quality(idle, degraded, tiers),
         mig_gpus=mig_gpus,
         mig_instances=tuple(sorted(mig_all.items())) if mig_all else (),
         mig_free=tuple(sorted(mig_free.items())) if mig_free else (),
     )
+
+
+def quality_for(k: int, idle: int, degraded: int, tiers: tuple[int, ...]) -> int:
+    """decision.py's quality class q of a k-GPU pod on this node: 5 when its k GPUs must include
+    degraded ones, plus for k >= 2 the best connection tier of k available whole GPUs."""
+    return (5 if idle - degraded < k else 0) + (tier_for(tiers, k) if k > 1 else 0)
+
+
+def _quality(idle: int, degraded: int, tiers: tuple[int, ...]) -> tuple[int, ...]:
+    """q for k = 0..min(idle, QUALITY_SIZES - 1); larger pods are rare: ranked via quality_for()."""
+    return tuple(quality_for(k, idle, degraded, tiers) for k in range(min(idle, QUALITY_SIZES - 1) + 1))
 
 
 def _count_mig(gpu: pb.GpuSample, known: bool, max_mem: float, every: dict[str, int], free: dict[str, int]) -> None:

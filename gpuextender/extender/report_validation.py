@@ -45,6 +45,9 @@ MAX_DEVICE_ID_CHARS = 256  # "GPU-<uuid>::<replica>" is ~45; device plugins use 
 # A GPU's holders: one per container per device ID. Time-slicing advertises up to `replicas` IDs per
 # GPU (GFD labels commonly 2-16; NVIDIA's examples stop at 10): 64 leaves room for wide sharing.
 MAX_HOLDERS_PER_GPU = 64
+# Advertised replicas of one shared GPU: the extender counts capacity in them (gpu_summary), so an
+# unbounded count would be unbounded capacity. As many as a GPU can have holders.
+MAX_SHARING_REPLICAS = MAX_HOLDERS_PER_GPU
 MAX_HEALTH_REASONS = 16  # each code once; the agent's classifier has fewer codes than this
 MAX_XIDS_PER_GPU = 16  # the agent keeps the 16 newest
 MAX_MIG_INSTANCES = 7  # MIG's maximum on any GPU (A100/H100/H200/B200: 7; A30: 4)
@@ -125,6 +128,8 @@ def _gpu_extras_problem(gpu: pb.GpuSample) -> str | None:
     problem = _holders_problem(gpu.holders)
     if problem is not None:
         return problem
+    if gpu.sharing.replicas > MAX_SHARING_REPLICAS:
+        return f"sharing.replicas {gpu.sharing.replicas} is more than the {MAX_SHARING_REPLICAS} allowed"
     if len(gpu.health_reasons) > MAX_HEALTH_REASONS:
         return f"{len(gpu.health_reasons)} health_reasons, more than the {MAX_HEALTH_REASONS} allowed"
     if any(len(reason) > MAX_UNHEALTHY_REASON_CHARS for reason in gpu.health_reasons):

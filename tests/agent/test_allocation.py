@@ -8,6 +8,7 @@ from gpuextender.agent.allocation import (
     LABEL_REPLICAS,
     LABEL_SHARING_STRATEGY,
     MAX_HOLDERS_PER_DEVICE,
+    MAX_REPLICAS,
     PROBLEM_TOO_MANY_HOLDERS,
     DeviceAssignment,
     GpuResourceNames,
@@ -81,6 +82,16 @@ def test_mps_is_known_only_from_the_gfd_label() -> None:
     sample = node(labels={LABEL_SHARING_STRATEGY: "time-slicing", LABEL_REPLICAS: "9"})
     apply_allocation(sample, answer)
     assert (sample.gpus[0].sharing_mode, sample.gpus[0].replicas) == (TIME_SLICING, 2)  # the kubelet's IDs win
+
+
+@pytest.mark.parametrize(("replicas", "reported"), [(MAX_REPLICAS, MAX_REPLICAS), (MAX_REPLICAS + 1, 0)])
+def test_replicas_past_the_extenders_bound_are_reported_unknown(replicas: int, reported: int) -> None:
+    sample = node()
+    apply_allocation(sample, KubeletAllocations((), {GPU: tuple(f"{U0}::{r}" for r in range(replicas))}))
+    assert (sample.gpus[0].sharing_mode, sample.gpus[0].replicas) == (TIME_SLICING, reported)
+    labelled = node(labels={LABEL_SHARING_STRATEGY: "time-slicing", LABEL_REPLICAS: str(replicas)})
+    apply_allocation(labelled, KubeletAllocations((), {}))
+    assert (labelled.gpus[0].sharing_mode, labelled.gpus[0].replicas) == (TIME_SLICING, reported)
 
 
 def test_one_replica_is_exclusive() -> None:
@@ -190,7 +201,8 @@ def test_holders_per_gpu_at_the_bound_are_kept_and_one_more_makes_allocation_unk
     apply_allocation(sample, over)
     assert (sample.allocation_source, sample.allocation_problem) == (ALLOCATION_UNAVAILABLE, PROBLEM_TOO_MANY_HOLDERS)
     assert sample.gpus[0].holders == []
-    assert (sample.gpus[0].sharing_mode, sample.gpus[0].replicas) == (TIME_SLICING, MAX_HOLDERS_PER_DEVICE + 1)
+    # 65 advertised replicas: past MAX_REPLICAS, so reported as unknown (0), which the extender takes.
+    assert (sample.gpus[0].sharing_mode, sample.gpus[0].replicas) == (TIME_SLICING, 0)
 
 
 def test_the_holder_bound_applies_to_mig_instances_too() -> None:
@@ -209,6 +221,7 @@ def test_agent_bounds_equal_the_extenders() -> None:
     from gpuextender.extender import report_validation as extender
 
     assert MAX_HOLDERS_PER_DEVICE == extender.MAX_HOLDERS_PER_GPU
+    assert MAX_REPLICAS == extender.MAX_SHARING_REPLICAS
     assert pod_resources.PodResourcesLimits().max_device_id_chars == extender.MAX_DEVICE_ID_CHARS
     assert pod_resources.MAX_NAMESPACE_CHARS == extender.MAX_NAMESPACE_CHARS
     assert pod_resources.MAX_POD_NAME_CHARS == extender.MAX_POD_NAME_CHARS

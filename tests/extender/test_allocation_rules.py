@@ -250,3 +250,16 @@ def test_a_gpu_leaves_the_candidate_set_with_the_report_that_says_it_failed() ->
     # The very next call, on the same clock reading: no wait for a sample or a cache.
     assert filter_nodes(2, ["n"], {}, state.summary, NOW + 0.001, POLICY).failed == {
         "n": reasons.INSUFFICIENT_HEALTHY_GPUS}  # fmt: skip
+
+
+def test_pods_beyond_the_precomputed_sizes_are_ranked_the_same_way() -> None:
+    """Quality classes are precomputed per report for pods of up to 64 units; a larger pod (here
+    100 replicas) gets its class computed at ranking time, by the same rule."""
+    from gpuextender.extender.gpu_summary import QUALITY_SIZES
+
+    clean = kubelet("clean", [shared(quiet(i), 16) for i in range(8)])
+    worn = kubelet("worn", [health(shared(quiet(i), 16), pb.HEALTH_DEGRADED, "ThermalSlowdown") for i in range(8)])
+    assert clean.idle_gpus == 128 and len(clean.quality) == QUALITY_SIZES
+    scores = dict(prioritize(100, ["worn", "clean"], {}, table(clean, worn), NOW, POLICY))
+    assert scores["worn"] == 1 and scores["clean"] >= 2  # degraded-only ranks below
+    assert dict(prioritize(64, ["worn", "clean"], {}, table(clean, worn), NOW, POLICY))["worn"] == 1  # precomputed

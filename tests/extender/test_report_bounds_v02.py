@@ -118,3 +118,16 @@ def test_unknown_enum_values_from_a_newer_agent_are_accepted() -> None:
     r.gpus[0].sharing.mode = 42  # type: ignore[assignment]
     parsed = pb.NodeReport.FromString(r.SerializeToString())
     assert report_problem(parsed, None) is None and parsed.gpus[0].health == 9
+
+
+def test_sharing_replicas_are_bounded_exactly() -> None:
+    """The extender counts capacity in replicas: an unbounded count would be unbounded capacity."""
+
+    def replicas(n: int) -> Callable[[pb.NodeReport], None]:
+        def edit(r: pb.NodeReport) -> None:
+            r.gpus[0].sharing.mode, r.gpus[0].sharing.replicas = pb.SHARING_TIME_SLICING, n
+        return edit
+
+    assert _with(replicas(v.MAX_SHARING_REPLICAS)) is None
+    problem = _with(replicas(v.MAX_SHARING_REPLICAS + 1))
+    assert problem is not None and f"sharing.replicas {v.MAX_SHARING_REPLICAS + 1} is more than the" in problem
