@@ -31,7 +31,7 @@ def _allocation(summary: NodeSummary | None) -> dict[str, Any]:
     """What the node's agent knows of allocation: with it, idle GPUs are the unallocated ones."""
     if summary is None:
         return {"allocation": None, "freeGpus": None, "degradedIdleGpus": None, "migDevices": None,
-                "migDevicesFree": None, "allocatedIdleGpus": None}
+                "migDevicesFree": None, "allocatedIdleGpus": None, "allocatedIdleByNamespace": None}
     known = summary.free_gpus is not None
     return {
         "allocation": summary.allocation if known else f"{summary.allocation}: idle readings alone decide",
@@ -41,6 +41,8 @@ def _allocation(summary: NodeSummary | None) -> dict[str, Any]:
         "migDevices": dict(summary.mig_instances),
         "migDevicesFree": dict(summary.mig_free),
         "allocatedIdleGpus": summary.allocated_idle_gpus if known else None,
+        # The same GPUs by the namespace of the pods holding them (a shared GPU counts for each).
+        "allocatedIdleByNamespace": dict(summary.idle_by_namespace) if known else None,
     }
 
 

@@ -105,7 +105,10 @@ def test_free_idle_healthy_with_real_agents_and_kubelets(tmp_path: Path, short_d
         assert rows[-1]["node"] == "half" and by_node["half"]["score"] == 0
         assert (by_node["half"]["allocation"], by_node["half"]["freeGpus"], by_node["half"]["allocatedIdleGpus"]) == (
             "kubelet", 2, 6)  # fmt: skip
+        assert by_node["half"]["allocatedIdleByNamespace"] == {"team-a": 6}
+        assert by_node["sliced"]["allocatedIdleByNamespace"] == {"team-b": 2}
         assert by_node["no-kubelet"]["allocation"].endswith("idle readings alone decide")
+        assert by_node["no-kubelet"]["allocatedIdleByNamespace"] is None  # unknown, not zero
         assert by_node["no-kubelet"]["freeGpus"] is None
         print(json.dumps({n: (r["score"], r["allocation"]) for n, r in by_node.items()}))
 
