@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import base64
 import copy
+import shutil
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -30,13 +32,21 @@ A100_40 = {"product": "NVIDIA A100-SXM4-40GB", "memory_gib": 40, "compute_capabi
            "label": "NVIDIA-A100-SXM4-40GB"}  # fmt: skip
 
 
-def scenario(gpu: dict[str, Any], idle: int, busy: int = 0) -> dict[str, Any]:
-    """A fake-NVML scenario: `busy` GPUs at 90 % utilization, then `idle` ones at 2 %."""
+def scenario(gpu: dict[str, Any], idle: int, busy: int = 0, topology: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A fake-NVML scenario: `busy` GPUs at 90 % utilization, then `idle` ones at 2 %; with
+    `topology` (fake_scenario's `topology:` section) when given."""
     fields = {k: v for k, v in gpu.items() if k != "label"}
     groups = [{**fields, "count": busy, "utilization_percent": 90, "memory_used_percent": 80}] if busy else []
     if idle:
         groups.append({**fields, "count": idle, "utilization_percent": 2, "memory_used_percent": 1})
-    return {"gpus": groups}
+    return {"gpus": groups, **({"topology": topology} if topology is not None else {})}
+
+
+def holder(name: str, *devices: dict[str, int], namespace: str = "elsewhere", resource: str = GPU) -> dict[str, Any]:
+    """A pod in a fake kubelet's List holding fake GPUs by index: {"gpu": 3}, or one replica of a
+    shared GPU, {"gpu": 3, "replica": 1} (fake_kubelet's scenario format)."""
+    container = {"name": "main", "devices": {resource: list(devices)}}
+    return {"namespace": namespace, "name": name, "containers": [container]}
 
 
 def shipped_config(path: Path, url: str, ca_pem: bytes, **extender: Any) -> dict[str, Any]:
@@ -64,6 +74,10 @@ class Scene:
     nodes: list[str] = field(default_factory=list)
     schedulers: list[Process] = field(default_factory=list)
     scenario_files: dict[str, Path] = field(default_factory=dict)
+    topologies: dict[str, dict[str, Any]] = field(default_factory=dict)  # node -> fake NVML topology
+    kubelet_files: dict[str, Path] = field(default_factory=dict)  # node -> its fake kubelet's scenario
+    kubelet_sockets: dict[str, Path] = field(default_factory=dict)
+    socket_dir: Path | None = None  # unix socket paths must stay short: not under pytest's tmp_path
 
     def __post_init__(self) -> None:
         self.cert, self.key = write_leaf(self.workdir, self.ca, "extender", "127.0.0.1", EXTENDER_NAME)
@@ -73,12 +87,18 @@ class Scene:
     # -- Nodes and agents ---------------------------------------------------------------------------
 
     def node(self, name: str, gpu: dict[str, Any], idle: int, busy: int = 0, *,
-             labels: dict[str, str] | None = None) -> str:  # fmt: skip
-        """A Ready GPU Node with GFD's product label and `idle + busy` GPUs; named `<ns>-<name>`."""
+             labels: dict[str, str] | None = None, allocatable: int | None = None,
+             topology: dict[str, Any] | None = None) -> str:  # fmt: skip
+        """A Ready GPU Node with GFD's product label and `idle + busy` GPUs; named `<ns>-<name>`.
+        `allocatable`: the Node's nvidia.com/gpu when it is not the GPU count (time-slicing
+        advertises GPUs x replicas); `topology`: the fake NVML's topology, kept by set_gpus."""
         full = f"{self.ns}-{name}"
-        self.kube.create_node(full, idle + busy, {NODE_LABEL: self.ns, "nvidia.com/gpu.product": gpu["label"],
-                                                  "nvidia.com/gpu.count": str(idle + busy), **(labels or {})})  # fmt: skip
+        count = idle + busy if allocatable is None else allocatable
+        self.kube.create_node(full, count, {NODE_LABEL: self.ns, "nvidia.com/gpu.product": gpu["label"],
+                                            "nvidia.com/gpu.count": str(idle + busy), **(labels or {})})  # fmt: skip
         self.nodes.append(full)
+        if topology is not None:
+            self.topologies[full] = topology
         self.set_gpus(full, gpu, idle, busy)
         return full
 
@@ -86,15 +106,48 @@ class Scene:
         """(Re)write the node's scenario file: a running agent follows it, as if workloads started."""
         path = self.workdir / f"{node}.yaml"
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(yaml.safe_dump(scenario(gpu, idle, busy)))
+        tmp.write_text(yaml.safe_dump(scenario(gpu, idle, busy, self.topologies.get(node))))
         tmp.replace(path)
         self.scenario_files[node] = path
+
+    def kubelet(self, node: str, pods: list[dict[str, Any]], allocatable: dict[str, Any] | None = None) -> Proc:
+        """A fake kubelet serving PodResources for `node` (start it before the node's agent, which
+        then reads it): `pods` as `holder` writes them, `allocatable` the device IDs it hands out
+        (default: each of the node's fake GPUs once). Its GPU UUIDs are the fake NVML's for the node."""
+        if self.socket_dir is None:
+            self.socket_dir = Path(tempfile.mkdtemp(prefix="kube-kl-"))
+        if allocatable is None:
+            gpus = sum(group["count"] for group in yaml.safe_load(self.scenario_files[node].read_text())["gpus"])
+            allocatable = {GPU: [{"gpus": gpus}]}
+        socket = self.socket_dir / f"{len(self.kubelet_sockets)}.sock"
+        self.kubelet_files[node] = self.workdir / f"kubelet-{node}.yaml"
+        self.kubelet_sockets[node] = socket
+        self._write_kubelet(node, {"allocatable": allocatable, "pods": pods})
+        args = ["--socket", str(socket), "--scenario", str(self.kubelet_files[node]), "--node", node]
+        proc = self.procs.spawn(f"kubelet-{node}", "gpuextender.agent.fake_kubelet", args)
+        wait_until(f"{node}'s fake kubelet ({proc.log_path})", lambda: _alive_and_exists(proc, socket))
+        return proc
+
+    def set_pods(self, node: str, pods: list[dict[str, Any]]) -> None:
+        """Rewrite the pods the node's fake kubelet lists (it reads its file again when it changes):
+        a pod's workload starts, or held GPUs are released."""
+        spec = yaml.safe_load(self.kubelet_files[node].read_text())
+        self._write_kubelet(node, {**spec, "pods": pods})
+
+    def _write_kubelet(self, node: str, spec: dict[str, Any]) -> None:
+        path = self.kubelet_files[node]
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(yaml.safe_dump(spec))
+        tmp.replace(path)
 
     def agent(self, node: str, ext: Proc, *extra: str) -> Proc:
         """The node's gpu-agent on fake NVML, streaming to `ext` over TLS (the extender's gRPC port
         serves the same certificate as its HTTPS port)."""
         tls = ("--tls-ca", str(self.ca_file), "--tls-server-name", EXTENDER_NAME)
-        return self.procs.agent(node, self.scenario_files[node], ext, extra=("--interval", "0.2", *tls, *extra))
+        # A node with a fake kubelet: its agent reads the allocation from it.
+        kubelet = ("--pod-resources-socket", str(self.kubelet_sockets[node])) if node in self.kubelet_sockets else ()
+        return self.procs.agent(node, self.scenario_files[node], ext,
+                                extra=("--interval", "0.2", *tls, *kubelet, *extra))  # fmt: skip
 
     # -- the extender -------------------------------------------------------------------------------
 
@@ -161,6 +214,8 @@ class Scene:
 
     def cleanup(self) -> None:
         self.procs.stop_all()
+        if self.socket_dir is not None:  # the fake kubelets were stopped with the other processes
+            shutil.rmtree(self.socket_dir, ignore_errors=True)
         for proc in self.schedulers:
             proc.stop()
         # The next test's scheduler must not wait for this one's lease to expire.
@@ -180,6 +235,12 @@ def scene(plane: ControlPlane, kube: Kube, ns: str, workdir: Path, ca: trustme.C
         yield s
     finally:
         s.cleanup()
+
+
+def _alive_and_exists(proc: Proc, path: Path) -> bool:
+    if not proc.alive():
+        raise RuntimeError(f"{proc.name} exited with {proc.popen.returncode}:\n{proc.log()}")
+    return path.exists()
 
 
 def copy_ome_objects(kube: Kube, docs: list[dict[str, Any]], namespace: str) -> None:

@@ -117,14 +117,16 @@ def ome_docs(kind: str, *names: str) -> list[dict]:
 
 def test_ome_objects_in_the_apiserver_steer_engine_pods_and_leave_routers_alone(world: Scene) -> None:
     ext, n = start(world, nodes={"h100": (H100, 4, 4), "a100": (A100_40, 8, 0)})
+    # Every class the runtime lists exists: one that does not would abort the policy step, as in
+    # OME (no class: the pod is class-neutral). Only the H100 and A100-40 ones have nodes here.
     copy_ome_objects(world.kube, [
-        *ome_docs("AcceleratorClass", "nvidia-h100-80gb", "nvidia-a100-40gb"),
+        *ome_docs("AcceleratorClass", "nvidia-h100-80gb", "nvidia-a100-40gb", "nvidia-a100-80gb", "nvidia-l40s"),
         *ome_docs("ClusterServingRuntime", "vllm-llama-small"),
         *ome_docs("ClusterBaseModel", "llama-3-1-8b-instruct"),
         *ome_docs("InferenceService", "llama-8b-pinned-a100", "llama-8b-most-capable"),
     ], world.ns)  # fmt: skip
     world.wait_inventory(ext, "InferenceService", 2)
-    world.wait_inventory(ext, "AcceleratorClass", 2)
+    world.wait_inventory(ext, "AcceleratorClass", 4)
 
     def ome_pod(name: str, isvc: str, component: str) -> str:
         labels = {"ome.io/inferenceservice": isvc, "component": component, "serving-runtime": "vllm-llama-small"}
