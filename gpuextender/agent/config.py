@@ -32,6 +32,7 @@ class AgentConfig:
     node_name: str
     extenders: tuple[str, ...]
     interval_s: float
+    heartbeat_s: float
     metrics_addr: HostPort
     fake_scenario: Path | None
     reconnect_initial_s: float
@@ -72,6 +73,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="gpu-extender gRPC address; repeat once per replica "
                    "(default: comma-separated $GPU_AGENT_EXTENDERS)")  # fmt: skip
     p.add_argument("--interval", type=float, default=1.0, metavar="SECONDS", help="NVML sample interval")
+    p.add_argument("--heartbeat", type=float, default=3.0, metavar="SECONDS",
+                   help="stream a report when something the extenders decide with changed (health, allocation, "
+                   "a GPU turning busy or idle under their idle rule, ...) and otherwise at most this long "
+                   "apart (never longer than a third of the extender's --stale-after, which its acks say); "
+                   "/metrics keeps every sample. 0: stream every sample (also what happens while an "
+                   "extender older than 0.3 is streamed to)")  # fmt: skip
     p.add_argument("--metrics-addr", default="0.0.0.0:9402", metavar="HOST:PORT",
                    help="where /metrics, /healthz and /readyz are served")  # fmt: skip
     p.add_argument("--fake", metavar="SCENARIO.yaml", type=Path,
@@ -201,6 +208,8 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> AgentCon
             raise ConfigError(f"--extender {exc}") from None
     if not 0.05 <= args.interval <= 60:
         raise ConfigError(f"--interval {args.interval} must be within 0.05..60 seconds")
+    if not 0 <= args.heartbeat <= 60:
+        raise ConfigError(f"--heartbeat {args.heartbeat} must be within 0..60 seconds (0: every sample)")
     if not 0 < args.reconnect_initial_backoff <= args.reconnect_max_backoff:
         raise ConfigError("need 0 < --reconnect-initial-backoff <= --reconnect-max-backoff")
     try:
@@ -220,6 +229,7 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> AgentCon
         node_name=node_name,
         extenders=tuple(dict.fromkeys(extenders)),
         interval_s=args.interval,
+        heartbeat_s=args.heartbeat,
         metrics_addr=metrics_addr,
         fake_scenario=args.fake,
         reconnect_initial_s=args.reconnect_initial_backoff,

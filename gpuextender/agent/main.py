@@ -104,12 +104,14 @@ async def _serve(config: AgentConfig, reader: NvmlReader, metrics: AgentMetrics)
     from gpuextender.agent.http_get_server import GetServer
     from gpuextender.agent.http_server import routes
     from gpuextender.agent.latest import LatestReport
+    from gpuextender.agent.report_gate import ReportGate
     from gpuextender.agent.nvml_events import ClearRequests, EventStore, NvmlEventWatcher
     from gpuextender.agent.sample_loop import SampleLoop
     from gpuextender.agent.stream_set import StreamSet
     from gpuextender.agent.streamer import ExtenderStream
 
     latest = LatestReport()
+    gate = ReportGate(config.heartbeat_s)
     allocation, close_allocation = _allocation_enricher(config)
     store = EventStore(ignored_xids=config.ignored_xids)
     health = HealthEnricher(HealthPolicy(ignored_xids=config.ignored_xids), store.snapshot)
@@ -117,6 +119,7 @@ async def _serve(config: AgentConfig, reader: NvmlReader, metrics: AgentMetrics)
         reader, latest, metrics,
         node_name=config.node_name, interval_s=config.interval_s, agent_version=__version__,
         enrichers=[allocation, health],  # health last: it sees everything else of the sample
+        gate=gate,
     )  # fmt: skip
     watcher: NvmlEventWatcher | None = None
     if config.health_events:
@@ -129,8 +132,10 @@ async def _serve(config: AgentConfig, reader: NvmlReader, metrics: AgentMetrics)
     http = GetServer(routes(metrics, sampler, require_ack=has_extenders))
     await http.start(config.metrics_addr.host, config.metrics_addr.port)
     log.info(
-        "gpu-agent %s for node %s: metrics on http://%s/metrics, sampling every %.2fs, extenders: %s",
-        __version__, config.node_name, config.metrics_addr, config.interval_s, _extenders_summary(config),
+        "gpu-agent %s for node %s: metrics on http://%s/metrics, sampling every %.2fs, streaming %s, extenders: %s",
+        __version__, config.node_name, config.metrics_addr, config.interval_s,
+        f"on change with a heartbeat of at most {config.heartbeat_s:g}s" if config.heartbeat_s else "every sample",
+        _extenders_summary(config),
     )  # fmt: skip
     log.info("stream security: %s", _security_summary(config))
     trim_c_heap()  # everything is imported and set up: what start-up freed goes back to the kernel
@@ -142,6 +147,7 @@ async def _serve(config: AgentConfig, reader: NvmlReader, metrics: AgentMetrics)
             ack_timeout_s=max(10.0, 5 * config.interval_s),
             on_requested_interval=sampler.set_interval,
             dial=config.dial,
+            gate=gate,
         )  # fmt: skip
 
     streams = StreamSet(make_stream, static=config.extenders)

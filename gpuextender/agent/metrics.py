@@ -133,6 +133,11 @@ class AgentMetrics:
             ["extender"], registry=r,
         )  # fmt: skip
         self.reports_sent = Counter("gpu_agent_reports_sent", "Node reports sent.", ["extender"], registry=r)
+        self.samples_not_streamed = Counter(
+            "gpu_agent_samples_not_streamed",
+            "Samples not streamed: nothing the extenders decide with changed and no heartbeat was due.",
+            registry=r,
+        )  # fmt: skip
         self.reports_rejected = Counter(
             "gpu_agent_reports_rejected", "Node reports the extender rejected.", ["extender"], registry=r
         )

@@ -1,4 +1,5 @@
-"""Samples NVML every interval and publishes the result as the latest report.
+"""Samples NVML every interval and publishes the result as the latest report (when the report
+gate says the extenders need it: report_gate; every sample feeds /metrics).
 
 A health event (e.g. an XID, from the NVML event thread) calls `wake_now()`: the next sample is
 taken at once instead of at the next interval, so the extender hears of it in well under a
@@ -16,6 +17,7 @@ from gpuextender.agent.metrics import AgentMetrics
 from gpuextender.agent.nvml_reader import NvmlReader
 from gpuextender.agent.readings import NodeSample
 from gpuextender.agent.report import sample_to_report
+from gpuextender.agent.report_gate import ReportGate
 
 log = logging.getLogger("gpu_agent.sampler")
 
@@ -34,6 +36,7 @@ class SampleLoop:
         interval_s: float,
         agent_version: str,
         enrichers: Sequence[Callable[[NodeSample], None]] = (),
+        gate: ReportGate | None = None,
     ) -> None:
         self._reader = reader
         # Run on the sample, in the sampling thread, in order: allocation from the kubelet, health.
@@ -41,6 +44,7 @@ class SampleLoop:
         self._wake = asyncio.Event()
         self._loop: asyncio.AbstractEventLoop | None = None
         self._latest = latest
+        self._gate = gate  # None: every sample is streamed
         self._metrics = metrics
         self._node_name = node_name
         self._agent_version = agent_version
@@ -79,7 +83,10 @@ class SampleLoop:
             report = sample_to_report(
                 sample, node_name=self._node_name, sequence=self.sequence, agent_version=self._agent_version
             )
-            self._latest.publish(report)
+            if self._gate is None or self._gate.admit(report, loop.time()):
+                self._latest.publish(report)
+            else:
+                self._metrics.samples_not_streamed.inc()
             await asyncio.sleep(max(0.0, started + MIN_INTERVAL_S - loop.time()))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), max(0.0, started + self.interval_s - loop.time()))

@@ -28,6 +28,7 @@ from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 from gpuextender.common.backoff import Backoff
 from gpuextender.agent.dial import DialError, DialSettings, call_metadata, open_channel
 from gpuextender.agent.latest import LatestReport
+from gpuextender.agent.report_gate import ReportGate, rule_from_ack
 from gpuextender.agent.metrics import AgentMetrics
 from gpuextender.agent.stream_problem import StreamProblem, describe_failure
 
@@ -58,6 +59,7 @@ class ExtenderStream:
         ack_timeout_s: float,
         on_requested_interval: Callable[[float], None],
         dial: DialSettings = DialSettings(),
+        gate: ReportGate | None = None,
     ) -> None:
         self.target = target
         self._dial = dial
@@ -66,6 +68,7 @@ class ExtenderStream:
         self._backoff = backoff
         self._ack_timeout_s = ack_timeout_s
         self._on_requested_interval = on_requested_interval
+        self._gate = gate  # learns from each ACCEPTED ack what this extender decides with
         self._last_reject_reason = ""
         self.connected = False
 
@@ -196,11 +199,15 @@ class ExtenderStream:
             self._set_connected(True)
             if ack.status == pb.ReportAck.ACCEPTED:  # not UNSPECIFIED: an extender that says nothing is no proof
                 self._metrics.note_report_accepted()
+                if self._gate is not None:
+                    self._gate.learn(self.target, rule_from_ack(ack))
         if ack.requested_interval_ms > 0:
             self._on_requested_interval(ack.requested_interval_ms / 1000.0)
 
     def forget_metrics(self) -> None:
-        """Drop this extender's series: resolved pod IPs change with every rollout."""
+        """Drop this extender's series (resolved pod IPs change with every rollout), and its rule."""
+        if self._gate is not None:
+            self._gate.forget(self.target)
         for family in (self._metrics.stream_connected, self._metrics.stream_reconnects,
                        self._metrics.reports_sent, self._metrics.reports_rejected):  # fmt: skip
             try:

@@ -87,6 +87,7 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
         max_unknown_nodes: int = MAX_UNKNOWN_NODES,
         reports_per_second: float = REPORTS_PER_SECOND,
         report_burst: int = REPORT_BURST,
+        stale_after_s: float = 0.0,
     ) -> None:
         """`known_node`: is this node in the inventory? None when there is no inventory source
         (every node is allowed then). `clock` (monotonic) orders and paces reports; `wall_clock`
@@ -94,6 +95,11 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
         self._state = state
         self._metrics = metrics
         self._requested_interval_ms = requested_interval_ms
+        # Told to the agent in every ACCEPTED ack: what makes a change matter here (the idle rule),
+        # and how long a quiet agent may go without a heartbeat (stale_after_s; 0: not said).
+        self._idle_max_utilization = state.rule.max_utilization_percent
+        self._idle_max_memory = state.rule.max_memory_used_percent
+        self._stale_after_ms = max(0, min(2**32 - 1, round(stale_after_s * 1000)))
         self._clock = clock
         self._wall_clock = wall_clock
         self._authenticator = authenticator
@@ -174,6 +180,9 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
                     sequence=report.sequence,
                     status=pb.ReportAck.ACCEPTED,
                     requested_interval_ms=self._requested_interval_ms,
+                    idle_max_utilization_percent=self._idle_max_utilization,
+                    idle_max_memory_used_percent=self._idle_max_memory,
+                    stale_after_ms=self._stale_after_ms,
                 )
         finally:
             if node is not None:

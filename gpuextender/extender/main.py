@@ -151,7 +151,7 @@ async def _serve(
         ingest = IngestService(
             state, metrics, requested_interval_ms=config.requested_agent_interval_ms, authenticator=authenticator,
             max_clock_skew_s=config.max_clock_skew_s, known_node=known_node,
-            max_unknown_nodes=config.max_unknown_nodes,
+            max_unknown_nodes=config.max_unknown_nodes, stale_after_s=config.api.policy.stale_after_s,
         )  # fmt: skip
         pb_grpc.add_GpuStateServiceServicer_to_server(ingest, grpc_server)
         grpc_target = str(config.grpc_addr)

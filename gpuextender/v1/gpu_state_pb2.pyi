@@ -244,7 +244,7 @@ class GpuSample(_message.Message):
     def __init__(self, index: _Optional[int] = ..., uuid: _Optional[str] = ..., name: _Optional[str] = ..., pci_bus_id: _Optional[str] = ..., compute_capability: _Optional[_Union[ComputeCapability, _Mapping]] = ..., memory_total_bytes: _Optional[int] = ..., memory_used_bytes: _Optional[int] = ..., memory_free_bytes: _Optional[int] = ..., memory_reserved_bytes: _Optional[int] = ..., utilization_gpu_percent: _Optional[int] = ..., utilization_memory_percent: _Optional[int] = ..., temperature_celsius: _Optional[int] = ..., power_watts: _Optional[float] = ..., healthy: _Optional[bool] = ..., unhealthy_reasons: _Optional[_Iterable[str]] = ..., holders: _Optional[_Iterable[_Union[Holder, _Mapping]]] = ..., sharing: _Optional[_Union[Sharing, _Mapping]] = ..., health: _Optional[_Union[HealthState, str]] = ..., health_reasons: _Optional[_Iterable[str]] = ..., errors: _Optional[_Union[ErrorCounters, _Mapping]] = ..., xids: _Optional[_Iterable[_Union[XidEvent, _Mapping]]] = ..., clock_event_reasons: _Optional[int] = ..., sm_clock_mhz: _Optional[int] = ..., memory_clock_mhz: _Optional[int] = ..., energy_millijoules: _Optional[int] = ..., numa_node: _Optional[int] = ..., mig_instances: _Optional[_Iterable[_Union[MigInstance, _Mapping]]] = ...) -> None: ...
 
 class ReportAck(_message.Message):
-    __slots__ = ("sequence", "status", "reason", "requested_interval_ms")
+    __slots__ = ("sequence", "status", "reason", "requested_interval_ms", "idle_max_utilization_percent", "idle_max_memory_used_percent", "stale_after_ms")
     class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         STATUS_UNSPECIFIED: _ClassVar[ReportAck.Status]
@@ -257,8 +257,14 @@ class ReportAck(_message.Message):
     STATUS_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     REQUESTED_INTERVAL_MS_FIELD_NUMBER: _ClassVar[int]
+    IDLE_MAX_UTILIZATION_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    IDLE_MAX_MEMORY_USED_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    STALE_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
     sequence: int
     status: ReportAck.Status
     reason: str
     requested_interval_ms: int
-    def __init__(self, sequence: _Optional[int] = ..., status: _Optional[_Union[ReportAck.Status, str]] = ..., reason: _Optional[str] = ..., requested_interval_ms: _Optional[int] = ...) -> None: ...
+    idle_max_utilization_percent: float
+    idle_max_memory_used_percent: float
+    stale_after_ms: int
+    def __init__(self, sequence: _Optional[int] = ..., status: _Optional[_Union[ReportAck.Status, str]] = ..., reason: _Optional[str] = ..., requested_interval_ms: _Optional[int] = ..., idle_max_utilization_percent: _Optional[float] = ..., idle_max_memory_used_percent: _Optional[float] = ..., stale_after_ms: _Optional[int] = ...) -> None: ...
