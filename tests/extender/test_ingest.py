@@ -23,7 +23,8 @@ async def exchange(reports: list[pb.NodeReport], state: GpuState, metrics: Exten
     port = free_port()
     server = grpc.aio.server()
     pb_grpc.add_GpuStateServiceServicer_to_server(
-        IngestService(state, metrics, requested_interval_ms=2000, clock=lambda: 50.0, wall_clock=lambda: 1000.0),
+        IngestService(state, metrics, requested_interval_ms=2000, clock=lambda: 50.0, wall_clock=lambda: 1000.0,
+                      stale_after_s=10.0),
         server,
     )
     server.add_insecure_port(f"127.0.0.1:{port}")
@@ -62,6 +63,11 @@ def test_reports_are_stored_acked_and_bad_ones_rejected() -> None:
     assert "changed from 'gpu-node-1' to 'gpu-node-2'" in acks[1].reason
     assert "GPU index 0 appears twice" in acks[2].reason
     assert all(a.requested_interval_ms == 2000 for a in acks if a.status == pb.ReportAck.ACCEPTED)
+    # 0.3: every ACCEPTED ack says what the extender decides with (the agent's report gate).
+    rule = [(a.idle_max_utilization_percent, a.idle_max_memory_used_percent, a.stale_after_ms)
+            for a in acks if a.status == pb.ReportAck.ACCEPTED]  # fmt: skip
+    assert rule == [(IdleRule().max_utilization_percent, IdleRule().max_memory_used_percent, 10_000)] * 3
+    assert not any(a.HasField("idle_max_utilization_percent") for a in acks if a.status == pb.ReportAck.REJECTED)
     summary = state.summary("gpu-node-1")
     assert (summary.idle_gpus, summary.sequence, summary.received_at) == (2, 5, 50.0)
     assert state.summary("gpu-node-2") is None
