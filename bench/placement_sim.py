@@ -53,7 +53,8 @@ allocated covers the request):
 - stale: placed on a node without fresh data while a candidate with fresh data
   and enough free idle healthy capacity existed;
 - nvlink: a multi-GPU pod placed on a node with no NVLink-connected set of the
-  requested size among its free idle healthy GPUs while a candidate had one;
+  requested size among its free idle healthy GPUs while a candidate with fresh
+  data had one;
 - pending with capacity: a pod given up on (after its bounded retries) although
   at one of its attempts a candidate with fresh data had enough free idle
   healthy capacity;
@@ -492,7 +493,8 @@ class Simulation:
             m.stale += 1
         if k > 1:
             m.placed_multi += 1
-            if any(caps[n.name][1] >= k for n in candidates):
+            # Only a node with fresh data counts: a dead agent's NVLink set is not known to exist.
+            if any(caps[n.name][1] >= k and n.fresh(now, self.stale_after) for n in candidates):
                 m.nvlink_possible += 1
                 if nvlink_set < k:
                     m.nvlink += 1

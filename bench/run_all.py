@@ -26,7 +26,9 @@ What it measures (details in each script's docstring):
   earlier revision's extender, alternating in one run;
 - bench_pod_resources.py (with the agent): the cost of one kubelet PodResources List per sample;
 - bench_placement.py: placement quality on a simulated 500-node fleet, kube-scheduler
-  alone against each node strategy of the real extender (issue 12's targets).
+  alone against each node strategy of the real extender (issue 12's targets), and
+  bench_placement_kube.py: a smaller run of the same fleet through a real kube-scheduler
+  (needs KUBEBUILDER_ASSETS, like bench_scheduler).
 Then it prints a summary, checks the targets (filter p99 < 10 ms at 5,000
 names; agent <= 1 % of one core and <= 48 MiB RSS) and (re)writes
 bench/RESULTS.md, plus the raw figures in bench/out/results.json.
@@ -60,6 +62,7 @@ import bench_extender  # noqa: E402
 import bench_hostile_http  # noqa: E402
 import bench_hostile_ingest  # noqa: E402
 import bench_placement  # noqa: E402
+import bench_placement_kube  # noqa: E402
 import profile_extender  # noqa: E402
 from benchlib import BENCH_DIR, OUT_DIR, REPO_ROOT, BenchError, exit_on_sigterm, machine_facts  # noqa: E402
 
@@ -138,6 +141,7 @@ def render_markdown(
     placement: tuple[bench_placement.SimConfig, list[bench_placement.VariantResult]] | None = None,
     pod_resources: list[str] | None = None,
     baseline: bench_baseline.BaselineResult | None = None,
+    placement_kube: tuple[bench_placement.SimConfig, list[bench_placement_kube.KubeVariantResult]] | None = None,
 ) -> str:
     m = machine_facts()
     out = [
@@ -308,6 +312,14 @@ def render_markdown(
                 "```", *pod_resources, "```"]  # fmt: skip
     if placement is not None:
         out += ["", *placement_markdown(*placement)]
+    if placement_kube is not None:
+        cfg, rows = placement_kube
+        out += ["", "### The same fleet through a real kube-scheduler", "",
+                f"`bench/bench_placement_kube.py`: {cfg.nodes} nodes and {cfg.pods} pods of the same trace (seed "
+                f"{cfg.seed}), the node chosen by a real kube-scheduler (the shipped configuration, with the real "
+                "extender over HTTPS for the extender variants; `none`: stock kube-scheduler, whose LeastAllocated "
+                "scores cpu and memory; `none-gpu`: LeastAllocated on nvidia.com/gpu).", "",
+                "```", bench_placement_kube.format_table(rows), bench_placement_kube.LEGEND, "```"]  # fmt: skip
     if scheduler is not None:
         out += ["", *bench_scheduler.markdown_section(scheduler)]
     if reconnect:
@@ -436,6 +448,7 @@ def main(argv: list[str] | None = None) -> int:
     placement: tuple[bench_placement.SimConfig, list[bench_placement.VariantResult]] | None = None
     pod_resources: list[str] | None = None
     baseline: bench_baseline.BaselineResult | None = None
+    placement_kube: tuple[bench_placement.SimConfig, list[bench_placement_kube.KubeVariantResult]] | None = None
     try:
         if args.only in (None, "extender"):
             print("== gpu-extender: filter / prioritize", flush=True)
@@ -474,6 +487,17 @@ def main(argv: list[str] | None = None) -> int:
             placement = (cfg, bench_placement.run(cfg, bench_placement.VARIANTS,
                                                   PLACEMENT_STALE_AFTER_S))  # fmt: skip
             print(bench_placement.format_table(placement[1]), flush=True)
+            skip = bench_scheduler.unavailable()
+            if skip is not None:
+                print(f"== placement quality through a real kube-scheduler: skipped ({skip})", flush=True)
+            else:
+                print("== placement quality through a real kube-scheduler", flush=True)
+                kube_cfg = bench_placement.SimConfig(nodes=bench_placement_kube.DEFAULT_NODES,
+                                                     pods=bench_placement_kube.DEFAULT_PODS)  # fmt: skip
+                placement_kube = (kube_cfg, bench_placement_kube.run(
+                    kube_cfg, bench_placement_kube.DEFAULT_VARIANTS, PLACEMENT_STALE_AFTER_S,
+                    lambda line: print(f"  {line}", flush=True)))  # fmt: skip
+                print(bench_placement_kube.format_table(placement_kube[1]), flush=True)
         if args.only in (None, "scheduler"):
             skip = bench_scheduler.unavailable()
             if skip is not None:
@@ -520,7 +544,8 @@ def main(argv: list[str] | None = None) -> int:
            if hostile_ingest else None, "hostile_http": hostile_http,
            "scheduler": asdict(scheduler) if scheduler else None,
            "placement": [asdict(r) for r in placement[1]] if placement else None,
-           "pod_resources": pod_resources, "baseline": asdict(baseline) if baseline else None}  # fmt: skip
+           "pod_resources": pod_resources, "baseline": asdict(baseline) if baseline else None,
+           "placement_kube": [asdict(r) for r in placement_kube[1]] if placement_kube else None}  # fmt: skip
     (OUT_DIR / "results.json").write_text(json.dumps(raw, indent=2))
 
     target = args.results or (None if args.quick else RESULTS_MD)
@@ -533,7 +558,8 @@ def main(argv: list[str] | None = None) -> int:
                                       ext=ext, agent=agent, phases=phases, classes=classes,
                                       reconnect=reconnect, hostile_ingest=hostile_ingest,
                                       hostile_http=hostile_http, scheduler=scheduler, placement=placement,
-                                      pod_resources=pod_resources, baseline=baseline))  # fmt: skip
+                                      pod_resources=pod_resources, baseline=baseline,
+                                      placement_kube=placement_kube))  # fmt: skip
     print(f"  wrote {target}")
     return 0
 

@@ -41,13 +41,15 @@ Prioritize (integer 0-10, the formula):
     score = 1 + round(9 * v / (C + 1))   for a node that passes filter (1..10)
           = 0                            for a node that does not
 Quality comes before v. Each node that fits on fresh data has a quality class
-    q = 5 * d + t   (lower is better)
-    d = 1 when it fits only by counting its DEGRADED available GPUs (available minus
-        degraded < needed), else 0: degraded GPUs count, but rank lower;
+    q = 2 * t + d   (lower is better)
     t = for a pod of 2 or more GPUs, the best connection among `needed` of the node's
         available whole GPUs (gpu_topology): 0 all pairs NVLink, 1 one PCIe switch,
         2 one NUMA node, 3 apart or unknown (no topology from the agent, shared GPUs),
-        4 not that many whole GPUs; 0 for a 1-GPU pod.
+        4 not that many whole GPUs; 0 for a 1-GPU pod;
+    d = 1 when it fits only by counting its DEGRADED available GPUs (available minus
+        degraded < needed), else 0: degraded GPUs count, but rank lower.
+Connection first: a throttled or remap-pending GPU costs a multi-GPU pod a fraction of
+its speed, a PCIe hop between its GPUs a multiple (tensor-parallel traffic).
 When the fitting nodes (of the classes the pod may use) fall into m > 1 classes, the best
 class scores m + round((10 - m) * v / (C + 1)) and the class of rank r = 1..m-1 scores
 m - r: every node of a better class outranks every node of a worse one, the best keeps

@@ -22,7 +22,7 @@ from gpuextender.extender.gpu_summary import NodeSummary
 from gpuextender.extender.gpu_topology import TIER_NAMES, tier_for
 
 NODE_FORMULA = ("1 + round(9 * v / (C + 1)), v from the node strategy; with m > 1 quality classes "
-                "(q = 5 * degraded-only + GPU-set tier) among the fits: best class m + round((10 - m) * v / (C + 1)), "
+                "(q = 2 * GPU-set tier + degraded-only) among the fits: best class m + round((10 - m) * v / (C + 1)), "
                 "class of rank r m - r (gpuextender/extender/decision.py)")
 CLASS_FORMULA = "round(1 + 9 * ((K - 1 - p) + node score / 10) / K) (gpuextender/extender/placement.py)"
 

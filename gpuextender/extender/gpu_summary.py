@@ -76,8 +76,8 @@ class NodeSummary:
     # allocation is known) and idle (memory used below the idle threshold). Sorted by profile.
     mig_instances: tuple[tuple[str, int], ...] = ()
     mig_free: tuple[tuple[str, int], ...] = ()
-    # decision.py's quality class q for a pod of k = 0..min(idle_gpus, 64) GPUs (5 * degraded-only
-    # + set tier): computed here, once per report, so ranking a node is one index.
+    # decision.py's quality class q for a pod of k = 0..min(idle_gpus, 64) GPUs (2 * set tier +
+    # degraded-only): computed here, once per report, so ranking a node is one index.
     quality: tuple[int, ...] = (0,)
 
 
@@ -192,9 +192,9 @@ def summarize(report: pb.NodeReport, rule: IdleRule, received_at: float) -> Node
 
 
 def quality_for(k: int, idle: int, degraded: int, tiers: tuple[int, ...]) -> int:
-    """decision.py's quality class q of a k-GPU pod on this node: 5 when its k GPUs must include
-    degraded ones, plus for k >= 2 the best connection tier of k available whole GPUs."""
-    return (5 if idle - degraded < k else 0) + (tier_for(tiers, k) if k > 1 else 0)
+    """decision.py's quality class q of a k-GPU pod on this node: twice the best connection tier
+    of k available whole GPUs (k >= 2), plus 1 when its k GPUs must include degraded ones."""
+    return (2 * tier_for(tiers, k) if k > 1 else 0) + (1 if idle - degraded < k else 0)
 
 
 def _quality(idle: int, degraded: int, tiers: tuple[int, ...]) -> tuple[int, ...]:

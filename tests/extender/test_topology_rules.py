@@ -165,19 +165,26 @@ def test_a_4_gpu_pod_prefers_an_nvlinked_set_over_more_scattered_idle_gpus() -> 
     assert one["scattered"] > one["linked"]
 
 
-def test_quality_classes_degraded_before_topology_and_bands_are_exact() -> None:
-    best = summary("best", [0, 1, 2, 3])  # q 0
-    apart = summary("apart", [0, 1, 4, 5])  # 2 + 2 across islands: q 3
-    degraded = [gpu(i) for i in range(4)]
-    for g in degraded:
+def test_quality_classes_connection_before_degraded_and_bands_are_exact() -> None:
+    best = summary("best", [0, 1, 2, 3])  # one island free, healthy: q 0
+    apart = summary("apart", [0, 1, 4, 5])  # 2 + 2 across the islands, healthy: q 2 * 3 = 6
+    degraded = [gpu(i) for i in range(8)]
+    for g in degraded[:4]:
         g.health = pb.HEALTH_DEGRADED
-    worst = summarize(node_report("worst", degraded, dgx_like(4)), IdleRule(), NOW)  # NVLinked but degraded: q 5
-    scores = dict(prioritize(4, ["worst", "apart", "best"], {}, table(best, apart, worst), NOW, Policy()))
-    # m = 3 classes: the best in 3..10, then 2, then 1.
-    assert scores["apart"] == 2 and scores["worst"] == 1 and 3 <= scores["best"] <= 10
-    # Without the best, two classes remain: apart takes the band.
-    two = dict(prioritize(4, ["worst", "apart"], {}, table(apart, worst), NOW, Policy()))
-    assert two["worst"] == 1 and two["apart"] >= 2
+    for g in degraded[4:]:  # the other island held
+        g.holders.add(namespace="ns", pod=f"p{g.index}", container="c", resource_name="nvidia.com/gpu", device_id=g.uuid)
+    linked_worn = summarize(node_report("worn", degraded, dgx_like()), IdleRule(), NOW)  # NVLinked, degraded: q 1
+    scores = dict(prioritize(4, ["apart", "worn", "best"], {}, table(best, apart, linked_worn), NOW, Policy()))
+    # m = 3 classes (0, 1, 6): the best in 3..10, then 2, then 1. An NVLinked set of degraded GPUs
+    # outranks healthy GPUs that must talk over PCIe across NUMA nodes.
+    assert scores["worn"] == 2 and scores["apart"] == 1 and 3 <= scores["best"] <= 10
+    # Without the best, two classes remain: the NVLinked degraded node takes the band.
+    two = dict(prioritize(4, ["apart", "worn"], {}, table(apart, linked_worn), NOW, Policy()))
+    assert two["apart"] == 1 and two["worn"] >= 2
+    # Same connection: the healthy set first.
+    healthy_linked = summary("fresh", [0, 1, 2, 3])
+    same = dict(prioritize(4, ["worn", "fresh"], {}, table(healthy_linked, linked_worn), NOW, Policy()))
+    assert same["worn"] == 1 and same["fresh"] >= 2
 
 
 def test_one_quality_class_keeps_the_plain_formula() -> None:
