@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from functools import lru_cache
 
 from gpuextender.v1 import gpu_state_pb2 as pb
 
@@ -88,10 +89,38 @@ def report_problem(report: pb.NodeReport, bound_node: str | None) -> str | None:
         if gpu.index in seen:
             return f"GPU index {gpu.index} appears twice"
         seen.add(gpu.index)
-        problem = _gpu_problem(gpu)
-        if problem is not None:
-            return f"GPU {gpu.index}: {problem}"
+        if _gpu_suspect(gpu):  # the common case skips the checks that find the reason
+            problem = _gpu_problem(gpu)
+            if problem is not None:
+                return f"GPU {gpu.index}: {problem}"
     return _node_extras_problem(report, seen)
+
+
+def _gpu_suspect(g: pb.GpuSample) -> bool:
+    """False only when _gpu_problem would find nothing: every report of every agent passes
+    here (bench: 52 -> ~15 us for an 8-GPU report), so the cheapest expression of its checks
+    decides first. Anything uncommon (reasons, holders, XIDs, MIG) goes to the full checks.
+    An absent proto3 optional reads 0, which passes every bound here."""
+    return bool(
+        len(g.uuid) > MAX_UUID_CHARS or len(g.name) > MAX_GPU_NAME_CHARS or len(g.pci_bus_id) > MAX_PCI_BUS_ID_CHARS
+        or g.utilization_gpu_percent > 100 or g.utilization_memory_percent > 100
+        or g.memory_used_bytes > g.memory_total_bytes
+        or g.HasField("memory_total_bytes") != g.HasField("memory_used_bytes")
+        or (g.memory_total_bytes == 0 and g.HasField("memory_total_bytes"))
+        or g.sharing.replicas > MAX_SHARING_REPLICAS
+        or g.unhealthy_reasons or g.health_reasons or g.xids or g.mig_instances
+        or (bool(g.holders) and _holders_suspect(g.holders))
+    )  # fmt: skip
+
+
+def _holders_suspect(holders: Sequence[pb.Holder]) -> bool:
+    """_holders_problem's checks, each holder's strings in one expression."""
+    return len(holders) > MAX_HOLDERS_PER_GPU or any(
+        len(h.namespace) > MAX_NAMESPACE_CHARS or len(h.pod) > MAX_POD_NAME_CHARS
+        or len(h.container) > MAX_CONTAINER_NAME_CHARS or len(h.resource_name) > MAX_RESOURCE_NAME_CHARS
+        or len(h.device_id) > MAX_DEVICE_ID_CHARS
+        for h in holders
+    )  # fmt: skip
 
 
 def _node_extras_problem(report: pb.NodeReport, indexes: set[int]) -> str | None:
@@ -101,16 +130,27 @@ def _node_extras_problem(report: pb.NodeReport, indexes: set[int]) -> str | None
         if len(key) > MAX_LABEL_KEY_CHARS or len(value) > MAX_LABEL_VALUE_CHARS:
             return (f"a sharing label is longer than {MAX_LABEL_KEY_CHARS} (key) or "
                     f"{MAX_LABEL_VALUE_CHARS} (value) characters")  # fmt: skip
-    # At most one link per pair of reported GPUs.
-    pairs: set[tuple[int, int]] = set()
-    for link in report.topology.links:
-        if not (link.a < link.b and link.a in indexes and link.b in indexes):
-            return f"topology link ({link.a}, {link.b}) does not join two reported GPUs a < b"
-        if (link.a, link.b) in pairs:
-            return f"topology link ({link.a}, {link.b}) appears twice"
-        pairs.add((link.a, link.b))
+    if not report.topology.links:
+        return None
+    # An agent reads its topology once and repeats it in every report: judged once per
+    # (topology, GPU indexes), not per report (28 links of an 8-GPU node: ~18 us).
+    return _links_problem(report.topology.SerializeToString(), frozenset(indexes))
+
+
+@lru_cache(maxsize=256)
+def _links_problem(topology: bytes, indexes: frozenset[int]) -> str | None:
+    # At most one link per pair of reported GPUs (a pair as one int: indexes are uint32).
+    pairs: set[int] = set()
+    for link in pb.Topology.FromString(topology).links:
+        a, b = link.a, link.b
+        if not (a < b and a in indexes and b in indexes):
+            return f"topology link ({a}, {b}) does not join two reported GPUs a < b"
+        pair = a << 32 | b
+        if pair in pairs:
+            return f"topology link ({a}, {b}) appears twice"
+        pairs.add(pair)
         if link.nvlinks > MAX_NVLINKS:
-            return f"topology link ({link.a}, {link.b}) has {link.nvlinks} NVLinks, more than {MAX_NVLINKS}"
+            return f"topology link ({a}, {b}) has {link.nvlinks} NVLinks, more than {MAX_NVLINKS}"
     return None
 
 

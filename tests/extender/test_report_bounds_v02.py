@@ -131,3 +131,47 @@ def test_sharing_replicas_are_bounded_exactly() -> None:
     assert _with(replicas(v.MAX_SHARING_REPLICAS)) is None
     problem = _with(replicas(v.MAX_SHARING_REPLICAS + 1))
     assert problem is not None and f"sharing.replicas {v.MAX_SHARING_REPLICAS + 1} is more than the" in problem
+
+
+def test_the_fast_check_never_passes_a_gpu_the_full_checks_refuse() -> None:
+    """report_problem runs the full per-GPU checks only for a GPU `_gpu_suspect` flags: random GPUs
+    with every field near its bound (both sides) must never pass the fast check and fail the full one."""
+    import random
+
+    rng = random.Random(20261123)
+
+    def near(limit: int) -> int:
+        return rng.choice([0, 1, limit - 1, limit, limit + 1])
+
+    def text(limit: int) -> str:
+        return "x" * near(limit)
+
+    refused = 0
+    for _ in range(3000):
+        g = pb.GpuSample(index=0, uuid=text(v.MAX_UUID_CHARS), name=text(v.MAX_GPU_NAME_CHARS),
+                         pci_bus_id=text(v.MAX_PCI_BUS_ID_CHARS), healthy=rng.random() < 0.5)  # fmt: skip
+        if rng.random() < 0.5:
+            g.utilization_gpu_percent = near(100)
+        if rng.random() < 0.3:
+            g.utilization_memory_percent = near(100)
+        if rng.random() < 0.7:
+            g.memory_total_bytes = rng.choice([0, 1, 80])
+        if rng.random() < 0.7:
+            g.memory_used_bytes = rng.choice([0, 1, 80, 81])
+        if rng.random() < 0.2:
+            g.unhealthy_reasons.extend(["R" * near(v.MAX_UNHEALTHY_REASON_CHARS)] * rng.choice([1, near(8)]))
+        if rng.random() < 0.2:
+            g.health_reasons.extend(["H" * near(v.MAX_UNHEALTHY_REASON_CHARS)] * rng.choice([1, near(16)]))
+        if rng.random() < 0.2:
+            g.sharing.replicas = near(v.MAX_SHARING_REPLICAS)
+        if rng.random() < 0.3:
+            g.holders.extend([_holder(**{field: "h" * near(limit)}) for field, limit in HOLDER_STRINGS
+                              if rng.random() < 0.5] * rng.choice([1, 2, 33]))  # fmt: skip
+        if rng.random() < 0.1:
+            g.xids.extend([pb.XidEvent(xid=79)] * near(v.MAX_XIDS_PER_GPU))
+        if rng.random() < 0.1:
+            g.mig_instances.add(uuid=text(v.MAX_UUID_CHARS), profile=text(v.MAX_MIG_PROFILE_CHARS))
+        full = v._gpu_problem(g)
+        refused += full is not None
+        assert full is None or v._gpu_suspect(g), (full, g)
+    assert refused > 500  # the draw did reach past the bounds
