@@ -22,6 +22,8 @@ What it measures (details in each script's docstring):
 - bench_scheduler.py: pods/s a real kube-scheduler binds at 1,000 nodes with no
   extender, do-nothing extenders (Python, Go) and gpu-extender (needs
   KUBEBUILDER_ASSETS; skipped with one line when it is unset);
+- bench_ingest.py: 5,000 simulated agents against one extender: reports/s per core, the
+  core share at 1 s, and filter/prioritize p99 with and without that load (issue 13);
 - bench_baseline.py (with --baseline REV): filter/prioritize at 5,000 names against an
   earlier revision's extender, alternating in one run;
 - bench_pod_resources.py (with the agent): the cost of one kubelet PodResources List per sample;
@@ -142,6 +144,7 @@ def render_markdown(
     pod_resources: list[str] | None = None,
     baseline: bench_baseline.BaselineResult | None = None,
     placement_kube: tuple[bench_placement.SimConfig, list[bench_placement_kube.KubeVariantResult]] | None = None,
+    ingest: tuple[list[str], dict[str, float]] | None = None,
 ) -> str:
     m = machine_facts()
     out = [
@@ -169,6 +172,8 @@ def render_markdown(
     else:
         out += [f"| agent CPU <= {bench_agent.TARGET_CPU_PERCENT:g} % of one core | n/a | n/a |",
                 f"| agent RSS <= {bench_agent.TARGET_RSS_MIB:g} MiB | n/a | n/a |"]
+    if ingest is not None:
+        out += ingest_targets(ingest[1])
     for r in reconnect or []:
         if r.variant == "fixed":
             out.append(f"| {r.agents} agents back <= {bench_reconnect.TARGET_S:g} s after a {r.outage_s:.0f} s "
@@ -303,6 +308,14 @@ def render_markdown(
                 f"round(s) against the extender of `{baseline.revision}` and {baseline.rounds} against this "
                 "tree, alternating (same client, fleet and requests); one figure per round, ratios of the medians.",
                 "", "```", *bench_baseline.format_result(baseline), "```"]  # fmt: skip
+    if ingest is not None:
+        out += ["", "## gpu-extender: ingest at fleet scale", "",
+                "`bench/bench_ingest.py`: the real extender and 5,000 simulated agents in one load process (one "
+                "long-lived StreamNodeReports stream each over 8 channels; 8-GPU 0.2 reports from bench_extender's "
+                "fleet). Flat out: every stream sends as soon as its ack is back (reports/s per core of extender "
+                "CPU); paced: one report per node per second. Then filter+prioritize at 5,000 names with the paced "
+                "load running and without, alternating. Client and extender share this machine's cores.", "",
+                "```", *ingest[0], "```"]  # fmt: skip
     if pod_resources:
         out += ["", "## gpu-agent: one PodResources List", "",
                 "`bench/bench_pod_resources.py`: what the agent pays per sample to ask the kubelet who holds which "
@@ -333,6 +346,35 @@ def render_markdown(
     if hostile_ingest:
         out += ["", *hostile_ingest_markdown(*hostile_ingest)]
     return "\n".join(out)
+
+
+def ingest_targets(summary: dict[str, float]) -> list[str]:
+    """Issue 13's goals as rows of the targets table (bench_ingest's summary)."""
+    rows = []
+    per_core = summary.get("flat_varied_reports_per_extender_core")
+    if per_core is not None:
+        rows.append(f"| ingest >= 20,000 reports/s per extender core (8-GPU reports) | {per_core:,.0f} | "
+                    f"{_verdict(per_core >= 20_000)} |")  # fmt: skip
+    paced = summary.get("paced_varied_core_percent_at_5000_per_s")
+    if paced is not None:
+        rows.append(f"| 5,000 nodes at 1 s <= 25 % of an extender core | {paced:.1f} % | {_verdict(paced <= 25)} |")
+    for verb in ("filter", "prioritize"):
+        ratio = summary.get(f"{verb}_p99_ratio")
+        if ratio is not None:
+            rows.append(f"| {verb} p99 at 5,000 names while 5,000 agents stream <= 1.2x without | {ratio:.2f}x | "
+                        f"{_verdict(ratio <= 1.2)} |")  # fmt: skip
+    return rows
+
+
+def ingest_report(quick: bool) -> tuple[list[str], dict[str, float]]:
+    """bench_ingest.py's report and summary (it starts its own extender and load process)."""
+    raw = OUT_DIR / "ingest.json"
+    done = subprocess.run([sys.executable, str(BENCH_DIR / "bench_ingest.py"), "--json", str(raw),
+                           *(["--quick"] if quick else [])],
+                          capture_output=True, text=True, timeout=900, cwd=REPO_ROOT)  # fmt: skip
+    if done.returncode != 0:
+        raise BenchError(f"bench_ingest.py failed: {done.stderr.strip()[-500:]}")
+    return done.stdout.rstrip().splitlines(), json.loads(raw.read_text())["summary"]
 
 
 def pod_resources_report(calls: int) -> list[str]:
@@ -425,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true",
                         help="smoke check: few iterations and a 5 s agent window; RESULTS.md left alone")  # fmt: skip
     parser.add_argument("--only", choices=("extender", "agent", "reconnect", "ingest", "http", "scheduler",
-                                           "placement"),
+                                           "placement", "fleet"),
                         help="run only this benchmark")  # fmt: skip
     parser.add_argument("--baseline", metavar="REV",
                         help="also compare filter/prioritize at 5,000 names with this git revision, same run")
@@ -449,6 +491,7 @@ def main(argv: list[str] | None = None) -> int:
     pod_resources: list[str] | None = None
     baseline: bench_baseline.BaselineResult | None = None
     placement_kube: tuple[bench_placement.SimConfig, list[bench_placement_kube.KubeVariantResult]] | None = None
+    fleet_ingest: tuple[list[str], dict[str, float]] | None = None
     try:
         if args.only in (None, "extender"):
             print("== gpu-extender: filter / prioritize", flush=True)
@@ -477,6 +520,10 @@ def main(argv: list[str] | None = None) -> int:
             print("== gpu-extender: hostile gRPC clients", flush=True)
             hostile_ingest = bench_hostile_ingest.run(quick=args.quick)
             print(bench_hostile_ingest.format_result(*hostile_ingest), flush=True)
+        if args.only in (None, "fleet"):
+            print("== gpu-extender: ingest at fleet scale (5,000 agents)", flush=True)
+            fleet_ingest = ingest_report(args.quick)
+            print("\n".join(fleet_ingest[0]), flush=True)
         if args.only in (None, "http"):
             print("== gpu-extender: hostile scheduler requests (event-loop hold)", flush=True)
             hostile_http = bench_hostile_http.report(repeat=2 if args.quick else 5)
@@ -545,7 +592,8 @@ def main(argv: list[str] | None = None) -> int:
            "scheduler": asdict(scheduler) if scheduler else None,
            "placement": [asdict(r) for r in placement[1]] if placement else None,
            "pod_resources": pod_resources, "baseline": asdict(baseline) if baseline else None,
-           "placement_kube": [asdict(r) for r in placement_kube[1]] if placement_kube else None}  # fmt: skip
+           "placement_kube": [asdict(r) for r in placement_kube[1]] if placement_kube else None,
+           "fleet_ingest": fleet_ingest[1] if fleet_ingest else None}  # fmt: skip
     (OUT_DIR / "results.json").write_text(json.dumps(raw, indent=2))
 
     target = args.results or (None if args.quick else RESULTS_MD)
@@ -559,7 +607,7 @@ def main(argv: list[str] | None = None) -> int:
                                       reconnect=reconnect, hostile_ingest=hostile_ingest,
                                       hostile_http=hostile_http, scheduler=scheduler, placement=placement,
                                       pod_resources=pod_resources, baseline=baseline,
-                                      placement_kube=placement_kube))  # fmt: skip
+                                      placement_kube=placement_kube, ingest=fleet_ingest))  # fmt: skip
     print(f"  wrote {target}")
     return 0
 
