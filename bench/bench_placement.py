@@ -445,7 +445,7 @@ def format_table(results: Sequence[VariantResult]) -> str:
 
 
 LEGEND = """\
-short %:   placed on a node with fewer free idle healthy GPUs than requested while a candidate had enough
+short %:   placed on a node with fewer free idle healthy GPUs than requested while a fresh candidate had enough
 stale %:   placed on a node without fresh data while a fresh candidate had enough free idle healthy GPUs
 nvlink %:  multi-GPU pods placed without an NVLink-connected free idle set of that size while a fresh candidate had one
 pending:   pods given up after their retries; pend+cap: of those, ones that met capacity on a fresh node

@@ -49,7 +49,7 @@ Metrics (`Metrics`), each decided at the moment of the decision, before the
 bind, against the kube-scheduler candidates (nodes whose allocatable minus
 allocated covers the request):
 - short: placed on a node whose free idle healthy capacity < request while a
-  candidate had enough;
+  candidate with fresh data had enough;
 - stale: placed on a node without fresh data while a candidate with fresh data
   and enough free idle healthy capacity existed;
 - nvlink: a multi-GPU pod placed on a node with no NVLink-connected set of the
@@ -487,7 +487,7 @@ class Simulation:
         assert choice.kube_free >= k, f"{choice.name} cannot take {pod.name}"
         m.placed += 1
         have, nvlink_set = self.capacity(choice)
-        if have < k and enough:
+        if have < k and fresh_enough:  # as for nvlink: a dead agent's capacity is not known to exist
             m.short += 1
         if not choice.fresh(now, self.stale_after) and fresh_enough:
             m.stale += 1
