@@ -75,6 +75,8 @@ from benchlib import (  # noqa: E402
 )
 from placement_sim import (  # noqa: E402
     DEGRADED,
+    METRIC_HEADER,
+    METRIC_LEGEND,
     PRODUCTS,
     UNHEALTHY,
     Metrics,
@@ -83,6 +85,7 @@ from placement_sim import (  # noqa: E402
     SimConfig,
     Simulation,
     least_allocated,
+    metric_cells,
     nvlink_pairs,
     pcie_relation,
     pct,
@@ -430,27 +433,16 @@ def run(cfg: SimConfig, variants: Sequence[str], stale_after: float) -> list[Var
 
 
 def format_table(results: Sequence[VariantResult]) -> str:
-    head = (f"{'variant':<8} {'placed':>6} {'short %':>8} {'stale %':>8} {'nvlink %':>9} {'pending':>7} "
-            f"{'pend+cap':>8} {'8-GPU nodes':>11} {'stranded':>8} {'free idle':>9} {'mean ms':>8}")  # fmt: skip
+    head = f"{'variant':<8} {METRIC_HEADER} {'mean ms':>8}"
     lines = [head, "-" * len(head)]
     for r in results:
-        m = r.metrics
         ms = f"{r.decision_mean_ms:8.2f}" if r.decision_mean_ms is not None else f"{'-':>8}"
-        lines.append(
-            f"{r.variant:<8} {m['placed']:>6} {m['short_pct']:>8.1f} {m['stale_pct']:>8.1f} {m['nvlink_pct']:>9.1f} "
-            f"{m['given_up']:>7} {m['given_up_with_capacity']:>8} {m['nodes_fit_8']:>11} {m['stranded_slots']:>8} "
-            f"{m['free_idle_healthy']:>9} {ms}"
-        )
+        lines.append(f"{r.variant:<8} {metric_cells(r.metrics)} {ms}")
     return "\n".join(lines)
 
 
-LEGEND = """\
-short %:   placed on a node with fewer free idle healthy GPUs than requested while a fresh candidate had enough
-stale %:   placed on a node without fresh data while a fresh candidate had enough free idle healthy GPUs
-nvlink %:  multi-GPU pods placed without an NVLink-connected free idle set of that size while a fresh candidate had one
-pending:   pods given up after their retries; pend+cap: of those, ones that met capacity on a fresh node
-8-GPU nodes / stranded / free idle: at the end, nodes with >= 8 free idle healthy GPUs, free slots on
-           nodes with 1-3 free, free idle healthy slots in the fleet
+LEGEND = f"""\
+{METRIC_LEGEND}
 mean ms:   filter + prioritize per decision, client side (context only)
 targets (issue 12): 0 % on the first three, no more pending than `none`"""
 

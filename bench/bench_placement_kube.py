@@ -102,7 +102,7 @@ from benchlib import (  # noqa: E402
     machine_facts,
     parse_prometheus,
 )
-from placement_sim import Node, SimConfig, Simulation  # noqa: E402
+from placement_sim import METRIC_HEADER, METRIC_LEGEND, Node, SimConfig, Simulation, metric_cells  # noqa: E402
 
 SCHEDULER_CONFIG = REPO_ROOT / "deploy" / "base" / "scheduler" / "kube-scheduler-config.yaml"
 CRD = REPO_ROOT / "deploy" / "components" / "acceleratorclass-crd" / "acceleratorclasses.ome.io.yaml"
@@ -604,28 +604,16 @@ def run(cfg: SimConfig, variants: Sequence[str], stale_after: float,
 
 
 def format_table(results: Sequence[KubeVariantResult]) -> str:
-    head = (f"{'variant':<9} {'placed':>6} {'short %':>8} {'stale %':>8} {'nvlink %':>9} {'pending':>7} "
-            f"{'pend+cap':>8} {'8-GPU nodes':>11} {'stranded':>8} {'free idle':>9} {'pods/s':>7} {'bind ms':>8} "
-            f"{'time s':>7}")  # fmt: skip
+    head = f"{'variant':<9} {METRIC_HEADER} {'pods/s':>7} {'bind ms':>8} {'time s':>7}"
     lines = [head, "-" * len(head)]
     for r in results:
-        m = r.metrics
         ms = f"{r.bind_mean_ms:8.1f}" if r.bind_mean_ms is not None else f"{'-':>8}"
-        lines.append(
-            f"{r.variant:<9} {m['placed']:>6} {m['short_pct']:>8.1f} {m['stale_pct']:>8.1f} {m['nvlink_pct']:>9.1f} "
-            f"{m['given_up']:>7} {m['given_up_with_capacity']:>8} {m['nodes_fit_8']:>11} {m['stranded_slots']:>8} "
-            f"{m['free_idle_healthy']:>9} {r.pods_per_s:>7.1f} {ms} {r.wall_s:>7.1f}"
-        )
+        lines.append(f"{r.variant:<9} {metric_cells(r.metrics)} {r.pods_per_s:>7.1f} {ms} {r.wall_s:>7.1f}")
     return "\n".join(lines)
 
 
-LEGEND = """\
-short %:   placed on a node with fewer free idle healthy GPUs than requested while a fresh candidate had enough
-stale %:   placed on a node without fresh data while a fresh candidate had enough free idle healthy GPUs
-nvlink %:  multi-GPU pods placed without an NVLink-connected free idle set of that size while a fresh candidate had one
-pending:   pods given up after their retries; pend+cap: of those, ones that met capacity on a fresh node
-8-GPU nodes / stranded / free idle: at the end, nodes with >= 8 free idle healthy GPUs, free slots on
-           nodes with 1-3 free, free idle healthy slots in the fleet
+LEGEND = f"""\
+{METRIC_LEGEND}
 pods/s:    pods bound per second of the replay loop (includes the bench's own work per pod)
 bind ms:   mean, pod create request to the bind seen on the bench's watch
 time s:    the whole variant (namespace reset, pre-existing pods, extender and scheduler start, replay)

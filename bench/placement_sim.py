@@ -586,3 +586,23 @@ def run_without_extender(cfg: SimConfig, clock_step: float = 0.01, report_every:
         if not sim.pods or sim.tick > len(sim.pods) + cfg.retry_after * (cfg.max_retries + 1):
             break
     return sim.finish()
+
+
+# -- the report columns both placement benches print ---------------------------------
+
+METRIC_HEADER = (f"{'placed':>6} {'short %':>8} {'stale %':>8} {'nvlink %':>9} {'pending':>7} {'pend+cap':>8} "
+                 f"{'8-GPU nodes':>11} {'stranded':>8} {'free idle':>9}")  # fmt: skip
+METRIC_LEGEND = """\
+short %:   placed on a node with fewer free idle healthy GPUs than requested while a fresh candidate had enough
+stale %:   placed on a node without fresh data while a fresh candidate had enough free idle healthy GPUs
+nvlink %:  multi-GPU pods placed without an NVLink-connected free idle set of that size while a fresh candidate had one
+pending:   pods given up after their retries; pend+cap: of those, ones that met capacity on a fresh node
+8-GPU nodes / stranded / free idle: at the end, nodes with >= 8 free idle healthy GPUs, free slots on
+           nodes with 1-3 free, free idle healthy slots in the fleet"""
+
+
+def metric_cells(m: dict[str, float]) -> str:
+    """One row's METRIC_HEADER columns from a summarized Metrics (bench_placement.summarize)."""
+    return (f"{m['placed']:>6} {m['short_pct']:>8.1f} {m['stale_pct']:>8.1f} {m['nvlink_pct']:>9.1f} "
+            f"{m['given_up']:>7} {m['given_up_with_capacity']:>8} {m['nodes_fit_8']:>11} {m['stranded_slots']:>8} "
+            f"{m['free_idle_healthy']:>9}")  # fmt: skip
