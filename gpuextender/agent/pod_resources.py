@@ -193,6 +193,10 @@ class PodResourcesClient:
                 ("grpc.max_send_message_length", 64 * 1024),  # our requests are empty
                 ("grpc.enable_http_proxy", 0),  # a node's https_proxy must not catch a local socket
                 ("grpc.enable_retries", 0),  # one attempt per sample; the next sample is the retry
+                # A channel made anew (after a failure) gets a new connection, not a subchannel the
+                # process-wide pool kept from the old one (still in backoff, or from before the
+                # kubelet restarted).
+                ("grpc.use_local_subchannel_pool", 1),
             ],
         )
         self._stub = api_pb2_grpc.PodResourcesListerStub(self._channel)

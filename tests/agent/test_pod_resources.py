@@ -231,7 +231,9 @@ import os, sys
 from gpuextender.agent import pod_resources  # imported while still root
 # One call as root first: gRPC imports modules lazily (grpc._channel, ...), and the checkout may sit
 # in a directory nobody cannot read (mktemp -d is 0700): only the socket's permissions may decide.
-pod_resources.PodResourcesClient(sys.argv[1]).fetch()
+warm = pod_resources.PodResourcesClient(sys.argv[1])
+warm.fetch()
+warm.close()  # its connection was made as root: the calls below must make their own
 os.setgroups([]); os.setgid(65534); os.setuid(65534)
 if sys.argv[2] == "lsm":  # an LSM that passes access(2) but denies connect(): only gRPC can tell
     pod_resources.diagnose_socket = lambda path: ""
