@@ -41,7 +41,8 @@ class Decision:
         outcome = placement.filter_with_classes(self.pod.gpus_needed, rest, self.known, self.plan)
         outcome.failed.update(mig.failed)
         outcome.fallback = outcome.fallback or mig.fallback
-        outcome.assumed.extend(n for n in mig.assumed if n in set(outcome.passed) and n not in outcome.assumed)
+        passed, already = set(outcome.passed), set(outcome.assumed)
+        outcome.assumed.extend(n for n in mig.assumed if n in passed and n not in already)
         return outcome
 
     @cached_property

@@ -133,8 +133,16 @@ def _node_extras_problem(report: pb.NodeReport, indexes: set[int]) -> str | None
     if not report.topology.links:
         return None
     # An agent reads its topology once and repeats it in every report: judged once per
-    # (topology, GPU indexes), not per report (28 links of an 8-GPU node: ~18 us).
-    return _links_problem(report.topology.SerializeToString(), frozenset(indexes))
+    # (topology, GPU indexes), not per report (28 links of an 8-GPU node: ~18 us). Only small
+    # topologies are remembered: the cache holds its keys, and 256 reports of 256 KiB each with a
+    # new topology would otherwise keep 64 MiB.
+    topology = report.topology.SerializeToString()
+    if len(topology) > MAX_CACHED_TOPOLOGY_BYTES:
+        return _links_problem.__wrapped__(topology, frozenset(indexes))
+    return _links_problem(topology, frozenset(indexes))
+
+
+MAX_CACHED_TOPOLOGY_BYTES = 4096  # a 16-GPU node's 120 links serialize to ~1.3 KB
 
 
 @lru_cache(maxsize=256)

@@ -236,3 +236,13 @@ def test_counters_and_clock_reasons_read_through_pynvml_classify_as_documented()
         (HEALTHY, []),
     ]
     assert [g.healthy for g in sample.gpus] == [True, False, True, False, True, True, True]
+
+
+@pytest.mark.parametrize(("value", "ok"), [("0", True), ("60", True), ("60.01", False), ("-0.01", False)])
+def test_heartbeat_bounds(value: str, ok: bool) -> None:
+    args = ["--heartbeat", value]
+    if ok:
+        assert build_config(args, {"NODE_NAME": "n1"}).heartbeat_s == float(value)
+    else:
+        with pytest.raises(ConfigError, match="--heartbeat .* must be within 0..60 seconds"):
+            build_config(args, {"NODE_NAME": "n1"})

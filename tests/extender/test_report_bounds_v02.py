@@ -175,3 +175,18 @@ def test_the_fast_check_never_passes_a_gpu_the_full_checks_refuse() -> None:
         refused += full is not None
         assert full is None or v._gpu_suspect(g), (full, g)
     assert refused > 500  # the draw did reach past the bounds
+
+
+def test_only_small_topologies_are_remembered(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The link checks are cached per topology, and the cache keeps its keys: a topology larger
+    than MAX_CACHED_TOPOLOGY_BYTES is checked every time and never kept."""
+    r = _two_gpus()
+    r.topology.links.add(a=0, b=1, nvlinks=12, pcie=pb.PCIE_SYSTEM)
+    size = len(r.topology.SerializeToString())
+    for bound, kept in ((size, True), (size - 1, False)):
+        monkeypatch.setattr(v, "MAX_CACHED_TOPOLOGY_BYTES", bound)
+        v._links_problem.cache_clear()
+        assert report_problem(r, None) is None
+        assert v._links_problem.cache_info().currsize == (1 if kept else 0)
+    r.topology.links.add(a=0, b=1)  # the checks still run on the uncached path
+    assert "appears twice" in str(report_problem(r, None))
