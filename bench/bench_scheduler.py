@@ -58,7 +58,7 @@ import time
 import urllib.error
 import urllib.request
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -485,7 +485,7 @@ async def measure(api: Api, plane: ControlPlane, base_config: dict[str, Any], va
     if variant.url is not None and (calls["filter"] < size.pods or calls["prioritize"] < size.pods):
         raise BenchError(f"{variant.key}: the extender answered {calls} calls for {size.pods} pods; "
                          f"was it called? scheduler log errors: {log_errors}")  # fmt: skip
-    if variant.key == "c" and set(nodes) & must_reject:
+    if variant.key in ("c", "c0") and set(nodes) & must_reject:
         raise BenchError(f"c: pods landed on nodes gpu-extender must reject: {sorted(set(nodes) & must_reject)}")
     window = times[-1] - times[0]
     ours = sum(v for k, v in cpu_s.items() if k != "machine")
@@ -541,25 +541,16 @@ async def _bench(plane: ControlPlane, size: Size, go_binary: Path | None, skippe
                                         noop_go.pid))  # fmt: skip
 
             t0 = time.monotonic()
-            ours, addrs = extender_process("extender-scheduler-bench",
-                                           ["--kubernetes", "--kubeconfig", str(plane.kubeconfig)])  # fmt: skip
-            stack.enter_context(ours)
-            _wait_ok(f"{addrs.base_url}/readyz", ours)
-            # Reports for nodes it has not listed yet are capped (--max-unknown-nodes): wait for the list.
-            deadline = time.monotonic() + 60
-            while _metrics(addrs.base_url).get('gpu_extender_inventory_objects{kind="Node"}') != size.nodes:
-                ours.check_alive()
-                if time.monotonic() > deadline:
-                    raise BenchError(f"gpu-extender did not list {size.nodes} Nodes in 60 s:\n{ours.log_tail()}")
-                await asyncio.sleep(0.2)
-            setup["extender_inventory_s"] = time.monotonic() - t0
-            setup["load_fleet_s"] = await load_fleet(addrs.grpc_target, fleet)
-            with_data = _metrics(addrs.base_url).get("gpu_extender_nodes_with_data")
-            if with_data != size.nodes:
-                raise BenchError(f"gpu-extender has GPU data for {with_data} nodes, expected {size.nodes}")
+            ours, addrs = await _start_gpu_extender(stack, plane.kubeconfig, size, fleet, "c", setup)
             progress(f"gpu-extender listed {size.nodes} Nodes and took their GPU reports "
                      f"({setup['load_fleet_s']:.1f}s over gRPC)")  # fmt: skip
             variants.append(Variant("c", "gpu-extender", addrs.base_url, _extender_stats(addrs.base_url), ours.pid))
+            # The same extender answering every node that passes (no shortlist): what the shortlist buys.
+            all_ours, all_addrs = await _start_gpu_extender(stack, plane.kubeconfig, size, fleet, "c0", setup,
+                                                            ["--shortlist", "0"])  # fmt: skip
+            variants.append(Variant("c0", "gpu-extender --shortlist 0 (every passing node answered)",
+                                    all_addrs.base_url, _extender_stats(all_addrs.base_url), all_ours.pid))  # fmt: skip
+            setup["extender_inventory_s"] = time.monotonic() - t0
             filter_nodes_before = _metrics(addrs.base_url)
 
             core_pids = {p.name: p.popen.pid for p in plane.processes if p.name in ("etcd", "kube-apiserver")}
@@ -571,7 +562,7 @@ async def _bench(plane: ControlPlane, size: Size, go_binary: Path | None, skippe
             for round_no in range(size.rounds):
                 shift = round_no % len(variants)
                 for variant in variants[shift:] + variants[:shift]:
-                    for proc in (noop_py, ours):
+                    for proc in (noop_py, ours, all_ours):
                         proc.check_alive()
                     m = await measure(api, plane, base_config, variant, round_no, size, set(names), must_reject,
                                       core_pids)  # fmt: skip
@@ -590,6 +581,28 @@ async def _bench(plane: ControlPlane, size: Size, go_binary: Path | None, skippe
             return result
     finally:
         await api.close()
+
+
+async def _start_gpu_extender(stack: ExitStack, kubeconfig: Path, size: Size, fleet: Any, key: str,
+                              setup: dict[str, float], extra: Sequence[str] = ()) -> tuple[ManagedProcess, Any]:
+    """A gpu-extender listing the apiserver's Nodes, with GPU reports for all of them over gRPC."""
+    ours, addrs = extender_process(f"extender-scheduler-bench-{key}", ["--kubernetes", "--kubeconfig", str(kubeconfig),
+                                                                       *extra])  # fmt: skip
+    stack.enter_context(ours)
+    _wait_ok(f"{addrs.base_url}/readyz", ours)
+    # Reports for nodes it has not listed yet are capped (--max-unknown-nodes): wait for the list.
+    deadline = time.monotonic() + 60
+    while _metrics(addrs.base_url).get('gpu_extender_inventory_objects{kind="Node"}') != size.nodes:
+        ours.check_alive()
+        if time.monotonic() > deadline:
+            raise BenchError(f"gpu-extender ({key}) did not list {size.nodes} Nodes in 60 s:\n{ours.log_tail()}")
+        await asyncio.sleep(0.2)
+    setup[f"load_fleet_{key}_s"] = await load_fleet(addrs.grpc_target, fleet)
+    setup.setdefault("load_fleet_s", setup[f"load_fleet_{key}_s"])
+    with_data = _metrics(addrs.base_url).get("gpu_extender_nodes_with_data")
+    if with_data != size.nodes:
+        raise BenchError(f"gpu-extender ({key}) has GPU data for {with_data} nodes, expected {size.nodes}")
+    return ours, addrs
 
 
 def unavailable() -> str | None:
@@ -640,7 +653,8 @@ def format_result(result: SchedulerBenchResult) -> str:
     for key, why in result.skipped.items():
         lines.append(f"{key:<44} skipped: {why}")
     lines.append("ratios of medians: " + ", ".join(
-        f"c/{den} {fmt_value(result.ratio('c', den), '.2f', 'x')}" for den in ("b1", "b2", "a")))  # fmt: skip
+        f"{num}/{den} {fmt_value(result.ratio(num, den), '.2f', 'x')}"
+        for num, den in (("c", "b1"), ("c", "b2"), ("c", "a"), ("c0", "b2"), ("c", "c0"))))  # fmt: skip
     return "\n".join(lines)
 
 
@@ -693,7 +707,8 @@ def markdown_section(result: SchedulerBenchResult) -> list[str]:
         "",
         "| ratio of medians | value |",
         "|---|---:|",
-        *(f"| c / {den} | {fmt_value(result.ratio('c', den), '.2f', 'x')} |" for den in ("b1", "b2", "a")),
+        *(f"| {num} / {den} | {fmt_value(result.ratio(num, den), '.2f', 'x')} |"
+          for num, den in (("c", "b1"), ("c", "b2"), ("c", "a"), ("c0", "b2"), ("c", "c0"))),
         "",
         "CPU figures are /proc ticks over the bind window (10 ms resolution), divided by the pods bound. The "
         "machine has 2 cores and every process of the control plane shares them: when *machine busy* is near "

@@ -25,6 +25,8 @@ from gpuextender.extender.serving_tls import ServingTlsFiles
 
 # Above the agents' --resolve-interval (15 s) and reconnect backoff (5 s), with room to spare.
 DEFAULT_READINESS_GRACE_S = 30.0
+# kube-scheduler's own floor for the nodes it scores (minFeasibleNodesToFind).
+DEFAULT_SHORTLIST = 100
 
 
 class ConfigError(ValueError):
@@ -104,6 +106,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--prioritize-answer", choices=("compact", "full"), default="compact",
                    help="compact: subtract the lowest score and omit zeros (same ranking, smaller answer); "
                    "full: every node with its 0-10 score")  # fmt: skip
+    p.add_argument("--shortlist", type=int, default=DEFAULT_SHORTLIST, metavar="N",
+                   help="filter answers at most the N best nodes (by prioritize's score) of those that pass a GPU "
+                   "pod; the others pass but are left out, so kube-scheduler scores and sends back only N nodes. "
+                   "Like its own percentageOfNodesToScore (which keeps at least 100 nodes), but the best by GPU "
+                   f"state instead of the first found. 0: answer every node that passes (default {DEFAULT_SHORTLIST})")  # fmt: skip
     p.add_argument("--default-class-policy", default="FirstAvailable",
                    choices=("FirstAvailable", "BestFit", "Cheapest", "MostCapable"),
                    help="AcceleratorClass policy for OME pods whose InferenceService names none")  # fmt: skip
@@ -222,6 +229,8 @@ def build_config(argv: Sequence[str] | None) -> ExtenderConfig:
         raise ConfigError("--stale-after must be positive")
     if args.max_body_bytes < 64 * 1024:
         raise ConfigError("--max-body-bytes below 64 KiB cannot hold one scheduler request")
+    if args.shortlist < 0:
+        raise ConfigError(f"--shortlist {args.shortlist} must be >= 0 (0: answer every node that passes)")
     if args.max_candidates < 1:
         raise ConfigError(f"--max-candidates {args.max_candidates} must be at least 1")
     if not (math.isfinite(args.body_read_timeout) and args.body_read_timeout > 0):
@@ -253,6 +262,7 @@ def build_config(argv: Sequence[str] | None) -> ExtenderConfig:
             policy=Policy(args.stale_after, args.stale_policy, args.no_fit_policy),
             gpu_resources=resources,
             compact_priorities=args.prioritize_answer == "compact",
+            shortlist=args.shortlist,
             max_body_bytes=args.max_body_bytes,
             max_candidates=args.max_candidates,
             body_read_timeout_s=args.body_read_timeout,

@@ -7,12 +7,24 @@ prioritize and explain render.
       prioritize_result, explain.explain)
 
 A Decision computes each of its parts at most once, when a rendering first asks
-for it: filter pays only for the filter verdicts, explain reuses whatever
-filter and prioritize computed. Pure: everything it reads is in its arguments.
+for it: filter pays only for the filter verdicts (and the scores, when it must
+shortlist), explain reuses whatever filter and prioritize computed. Pure:
+everything it reads is in its arguments.
+
+The shortlist: when more than `shortlist` nodes pass a GPU pod's filter, the
+answer names only the `shortlist` best of them (by score; ties in an order
+rotated per pod, so equal nodes share the pods). kube-scheduler scores, and
+sends to prioritize, only the nodes filter answered, so at 1,000 nodes it
+decodes, scores and re-encodes a tenth of them. It is what kube-scheduler does
+itself with percentageOfNodesToScore (at least 100 nodes), except that the nodes
+kept are the best by GPU state instead of the first found. The nodes held back
+pass on their merits (explain shows them as passed, `shortlisted: false`); they
+are left out of the answer, not failed, so no reason string is sent for them.
 """
 
 from __future__ import annotations
 
+import zlib
 from functools import cached_property
 
 from gpuextender.extender import decision, mig_fit, placement
@@ -22,8 +34,11 @@ from gpuextender.extender.snapshot import Candidates, Snapshot
 
 
 class Decision:
-    def __init__(self, pod: PodRequest, plan: placement.ClassPlan, candidates: Candidates, known: Snapshot) -> None:
+    def __init__(self, pod: PodRequest, plan: placement.ClassPlan, candidates: Candidates, known: Snapshot,
+                 shortlist: int = 0) -> None:  # fmt: skip
+        """`shortlist`: filter answers at most this many of the nodes that pass (0: all)."""
         self.pod, self.plan, self.candidates, self.known = pod, plan, candidates, known
+        self.shortlist = shortlist
 
     @cached_property
     def _mig(self) -> decision.FilterOutcome:
@@ -44,6 +59,34 @@ class Decision:
         passed, already = set(outcome.passed), set(outcome.assumed)
         outcome.assumed.extend(n for n in mig.assumed if n in passed and n not in already)
         return outcome
+
+    @cached_property
+    def answered(self) -> decision.FilterOutcome:
+        """What filter answers: `filtered`, its passes cut to the shortlist (module docstring)."""
+        outcome, keep = self.filtered, self.shortlist
+        if keep <= 0 or len(outcome.passed) <= keep or (self.pod.gpus_needed <= 0 and not self.pod.mig_needed):
+            return outcome
+        kept = set(self._best(outcome.passed, keep))
+        return decision.FilterOutcome(
+            [n for n in outcome.passed if n in kept], outcome.failed, outcome.fallback,
+            [n for n in outcome.assumed if n in kept],
+        )  # fmt: skip
+
+    @cached_property
+    def held_back(self) -> frozenset[str]:
+        """Nodes that pass but are not in filter's answer (not among the shortlist's best)."""
+        answered = self.answered
+        if answered is self.filtered:
+            return frozenset()
+        return frozenset(self.filtered.passed).difference(answered.passed)
+
+    def _best(self, passed: list[str], keep: int) -> list[str]:
+        """The `keep` best of `passed` by score. Equal scores are taken in request order rotated
+        by a hash of the pod (its UID seed), so a run of equal nodes is not always cut the same way."""
+        score = dict(self.scores)
+        start = zlib.crc32(self.pod.seed.encode()) % len(passed)
+        # sorted() is stable with reverse=True too: equal scores keep the rotated order.
+        return sorted(passed[start:] + passed[:start], key=score.__getitem__, reverse=True)[:keep]
 
     @cached_property
     def _ranked(self) -> tuple[list[tuple[str, int]], ClassRanking | None]:

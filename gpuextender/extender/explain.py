@@ -60,7 +60,7 @@ def explain(d: Decision) -> dict[str, Any]:
     position = {r.name: i for i, r in enumerate(ranking.ranked)} if ranking is not None else {}
     if plan.explicit:
         position = {plan.allowed[0]: 0}
-    passed = set(outcome.passed)
+    passed, held_back = set(outcome.passed), d.held_back
     nodes = []
     for name in d.candidates.names:
         a = d.assess(name)
@@ -85,6 +85,8 @@ def explain(d: Decision) -> dict[str, Any]:
             # The GPU numbers are assumed (agent silent or never heard): idle = needed, never all-idle.
             "assumedData": a.assumed,
             "result": "pass" if name in passed else "fail",
+            # A pass that filter's answer left out: not among the --shortlist best (decide.py).
+            "shortlisted": None if name not in passed else name not in held_back,
             "reasonCode": reason.code if reason else None,
             "reason": reason.sentence if reason else None,
             "unresolvable": reason.unresolvable if reason else None,
@@ -110,6 +112,7 @@ def explain(d: Decision) -> dict[str, Any]:
         "migDevicesNeeded": dict(pod.mig_needed),  # profile -> count, from nvidia.com/mig-<profile>
         "resolved": resolved,
         "fallback": outcome.fallback,
+        "shortlist": d.shortlist or None,  # filter answers at most this many passing nodes (None: all)
         # Nodes that passed only on assumed data: no node with fresh data fit.
         "passedOnAssumedData": list(outcome.assumed),
         "formulas": {"node": NODE_FORMULA, "class": CLASS_FORMULA if plan.applies else None},

@@ -61,6 +61,7 @@ class ApiSettings:
     policy: decision.Policy
     gpu_resources: tuple[str, ...] = ("nvidia.com/gpu",)
     compact_priorities: bool = True
+    shortlist: int = 0  # filter answers at most this many passing nodes, the best (decide.py); 0: all
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_candidates: int = MAX_CANDIDATES
     body_read_timeout_s: float = DEFAULT_BODY_READ_TIMEOUT_S
@@ -138,7 +139,7 @@ class SchedulerApi:
         known = Snapshot(self.state.summary, view, classes.classes_by_node(view), self._clock(), settings.policy,
                          nodes_in=lambda wanted: classes.nodes_in(view, wanted),
                          excluded=lambda node: classes.excluded(view, node))  # fmt: skip
-        return Decision(pod, self._plan(pod, view), candidates, known)
+        return Decision(pod, self._plan(pod, view), candidates, known, settings.shortlist)
 
     def _plan(self, pod: PodRequest, view: InventoryView) -> placement.ClassPlan:
         """The pod's class plan. It depends only on the pod's OME identity and the
@@ -171,7 +172,7 @@ class SchedulerApi:
             log.warning("filter %s: runtime cannot serve the model (--runtime-check warn, not enforced): %s",
                         d.pod.ref, plan.runtime_warning)  # fmt: skip
         self._record_filter(d)
-        return filter_result(args, d.filtered)
+        return filter_result(args, d.answered)
 
     def prioritize(self, args: ExtenderArgs) -> list[dict[str, Any]]:
         d = self.decide(args)
@@ -184,9 +185,11 @@ class SchedulerApi:
         return explain_decision(self.decide(args))
 
     def _record_filter(self, d: Decision) -> None:
-        m, outcome, needed = self.metrics, d.filtered, d.pod.gpus_needed
-        m.filter_nodes.labels(result="passed").inc(len(outcome.passed))
+        m, outcome, needed, held_back = self.metrics, d.filtered, d.pod.gpus_needed, len(d.held_back)
+        m.filter_nodes.labels(result="passed").inc(len(outcome.passed) - held_back)
         m.filter_nodes.labels(result="failed").inc(len(outcome.failed))
+        if held_back:
+            m.filter_nodes.labels(result="held_back").inc(held_back)
         for reason, count in Counter(outcome.failed.values()).items():
             m.filter_failures.labels(reason=reason.code).inc(count)
         if outcome.fallback:
@@ -204,8 +207,9 @@ class SchedulerApi:
         shown = [_failure_text(reason.code, d.assess(name)) for name, reason in islice(outcome.failed.items(), limit)]
         more = f" and {len(outcome.failed) - len(shown)} more" if len(outcome.failed) > len(shown) else ""
         log.info(
-            "filter %s needs %d GPU%s: %d passed%s, %d failed%s%s",
+            "filter %s needs %d GPU%s: %d passed%s%s, %d failed%s%s",
             d.pod.ref, needed, "".join(f", {n} MIG {p}" for p, n in mig), len(outcome.passed),
+            f" ({len(outcome.passed) - held_back} best answered, --shortlist {d.shortlist})" if held_back else "",
             " (no node fit: passing the busy/stale ones, kube-scheduler decides)" if outcome.fallback else
             f" (on assumed data: no node with fresh GPU data fits; {_names(outcome.assumed)})" if outcome.assumed
             else "",

@@ -76,7 +76,8 @@ class ExtenderMetrics:
                                 ["verb", "code"], registry=r)  # fmt: skip
         self.bad_requests = Counter("gpu_extender_bad_requests", "Refused calls, by verb and reason code.",
                                     ["verb", "reason"], registry=r)  # fmt: skip
-        self.filter_nodes = Counter("gpu_extender_filter_nodes", "Candidate nodes judged by filter, by result.",
+        self.filter_nodes = Counter("gpu_extender_filter_nodes", "Candidate nodes judged by filter, by result "
+                                    "(passed: in the answer; held_back: passed, not among the --shortlist best).",
                                     ["result"], registry=r)  # fmt: skip
         self.filter_failures = Counter("gpu_extender_filter_failures", "Nodes rejected by filter, by reason code.",
                                        ["reason"], registry=r)  # fmt: skip
