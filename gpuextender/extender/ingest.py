@@ -110,6 +110,7 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
             self._unknown = UnknownNodes(known_node, lambda n: state.summary(n) is not None, max_unknown_nodes)
             metrics.unknown_nodes.set_function(self._unknown.count)
         self._should_log = _OncePer(_REPEAT_REFUSAL_S, clock)
+        self._accepted = metrics.reports.labels(result="accepted")  # once: labels() is a lookup per call
         self.auth_failures: Counter | None = None
         if authenticator is not None:
             self.auth_failures = Counter(
@@ -147,7 +148,9 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
         pacer = ReportPacer(self._clock, *self._pace)
         try:
             async for report in request_iterator:
-                await self._wait_for_pace(pacer)
+                delay = pacer.take()
+                if delay > 0.0:  # no coroutine per report: only a stream over its rate waits
+                    await self._wait_for_pace(pacer, delay)
                 mismatch = node_mismatch(identity, report.node_name) if identity is not None else None
                 if mismatch is not None:
                     self._count_auth_failure("node_mismatch")
@@ -175,7 +178,7 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
                     yield self._rejected(report, f"a report for node {node} received later is already stored")
                     continue
                 last_sequence = report.sequence
-                self._metrics.reports.labels(result="accepted").inc()
+                self._accepted.inc()
                 yield pb.ReportAck(
                     sequence=report.sequence,
                     status=pb.ReportAck.ACCEPTED,
@@ -209,11 +212,9 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
             )  # fmt: skip
         return "", None
 
-    async def _wait_for_pace(self, pacer: ReportPacer) -> None:
-        """Hold the stream while it is over its rate: nothing more is read from it meanwhile."""
-        delay = pacer.take()
-        if delay <= 0.0:
-            return
+    async def _wait_for_pace(self, pacer: ReportPacer, delay: float) -> None:
+        """Hold the stream while it is over its rate (`delay`: the pacer's first answer): nothing
+        more is read from it meanwhile."""
         self._metrics.paced_reports.inc()
         self._metrics.paced_streams.inc()
         try:
