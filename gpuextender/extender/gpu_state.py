@@ -1,4 +1,4 @@
-"""The extender's live GPU state: the latest report and its summary per node.
+"""The extender's live GPU state: the summary of the latest report per node.
 
 Written by the gRPC ingest path, read by request handlers. Everything runs on
 one asyncio loop, so plain dicts are safe; readers see either the old or the
@@ -14,7 +14,6 @@ membership built from them is updated per node instead of per report.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from gpuextender.v1 import gpu_state_pb2 as pb
 
@@ -26,16 +25,11 @@ FactsListener = Callable[[str], None]  # called with the node name whose GPU fac
 _FACTS_POOL_SIZE = 4096  # distinct hardware configurations; cleared (not evicted) when full
 
 
-@dataclass(frozen=True, slots=True)
-class NodeEntry:
-    report: pb.NodeReport
-    summary: NodeSummary
-
-
 class GpuState:
     def __init__(self, rule: IdleRule) -> None:
         self.rule = rule
-        self._nodes: dict[str, NodeEntry] = {}
+        # Only the summary of a report is kept: a parsed 8-GPU report holds ~8 KB (40 MiB at
+        # 5,000 nodes), and every decision reads the summary.
         self._summaries: dict[str, NodeSummary] = {}
         self._facts: dict[str, tuple[GpuFacts, ...]] = {}
         self._fingerprints: dict[str, int] = {}
@@ -54,12 +48,10 @@ class GpuState:
         that is the node's clock, and one report stamped in the future (an NTP step) would
         make every later one look older and the node go stale. Returns False, storing
         nothing, only for a report received before the stored one (a caller's older time)."""
-        current = self._nodes.get(report.node_name)
-        if current is not None and received_at < current.summary.received_at:
+        current = self._summaries.get(report.node_name)
+        if current is not None and received_at < current.received_at:
             return False
-        entry = NodeEntry(report, summarize(report, self.rule, received_at))
-        self._nodes[report.node_name] = entry
-        self._summaries[report.node_name] = entry.summary
+        self._summaries[report.node_name] = summarize(report, self.rule, received_at)
         # Facts are re-read when the node's GPUs change (their UUIDs), and on every report
         # while they are incomplete: the agent sends a GPU's UUID even when NVML could not
         # give its name, memory or compute capability yet. Once complete, a report costs one
@@ -97,9 +89,8 @@ class GpuState:
 
     def forget_older_than(self, cutoff: float) -> list[str]:
         """Drop nodes whose last report arrived before `cutoff` (monotonic); return their names."""
-        gone = [name for name, e in self._nodes.items() if e.summary.received_at < cutoff]
+        gone = [name for name, s in self._summaries.items() if s.received_at < cutoff]
         for name in gone:
-            del self._nodes[name]
             del self._summaries[name]
             del self._fingerprints[name]
             self._incomplete.discard(name)
@@ -108,4 +99,4 @@ class GpuState:
         return gone
 
     def __len__(self) -> int:
-        return len(self._nodes)
+        return len(self._summaries)
