@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -102,6 +103,9 @@ def wait_for(what: str, check, timeout: float = 20.0) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--keep-running", action="store_true", help="leave the extender and agents running")
+    parser.add_argument("--keep-logs", action="store_true",
+                        help="keep the temporary directory of logs and sockets (removed at exit otherwise, "
+                        "unless the demo failed)")  # fmt: skip
     options = parser.parse_args()
     signal.signal(signal.SIGTERM, _interrupted)  # `kill` stops the demo's processes too, as Ctrl-C does
 
@@ -117,6 +121,7 @@ def main() -> int:
     def extender_idle(node: str) -> float | None:
         return scrape(f"{extender_url}/metrics").get(("gpu_extender_node_idle_gpus", (("node", node),)))
 
+    ok = False
     try:
         print(f"starting gpu-extender on {extender_url} (agents stream to 127.0.0.1:{grpc_port})")
         start("gpu-extender", [
@@ -199,6 +204,7 @@ def main() -> int:
             print_table(extender_url, agent_ports, json.loads(filter_body), json.loads(prioritize_body))
 
         print(f"\nlogs: {work}/ (gpu-extender.log has one decision line per filter call)")
+        ok = True
         if options.keep_running:
             print(f"\nstill running; try: curl -s {extender_url}/metrics | grep gpu_extender_   (Ctrl-C stops)")
             for node, port in agent_ports.items():
@@ -207,6 +213,7 @@ def main() -> int:
                 time.sleep(3600)
         return 0
     except KeyboardInterrupt:
+        ok = True
         return 0
     finally:
         for proc in procs:
@@ -216,6 +223,11 @@ def main() -> int:
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 proc.kill()
+        if ok and not options.keep_logs:
+            shutil.rmtree(work, ignore_errors=True)
+            print(f"removed {work}/ (--keep-logs keeps it)")
+        else:
+            print(f"logs kept in {work}/", file=sys.stderr)
 
 
 def _interrupted(*_: object) -> None:

@@ -37,3 +37,12 @@ def test_console_scripts_point_at_real_functions() -> None:
     for target in scripts.values():
         module, _, function = target.partition(":")
         assert callable(getattr(__import__(module, fromlist=[function]), function))
+
+
+def test_the_license_is_an_spdx_expression() -> None:
+    """PEP 639's form: setuptools warns that the TOML table (`{ text = ... }`) is deprecated, and the
+    build backend it needs (>= 77) is the one pyproject asks for."""
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert pyproject["project"]["license"] == "Apache-2.0"
+    assert "setuptools>=77" in pyproject["build-system"]["requires"]
+    assert not any(c.startswith("License ::") for c in pyproject["project"].get("classifiers", []))

@@ -351,6 +351,9 @@ def test_demo_runs_and_shows_decisions() -> None:
     result = subprocess.run([sys.executable, str(ROOT / "examples" / "demo.py")], capture_output=True, text=True,
                             timeout=120, cwd=ROOT)  # fmt: skip
     assert result.returncode == 0, result.stdout + result.stderr
+    # The demo removes its temporary directory (logs, sockets) when it ends well.
+    work = next(line.split()[1].rstrip("/") for line in result.stdout.splitlines() if line.startswith("logs: "))
+    assert f"removed {work}/" in result.stdout and not Path(work).exists()
     quarantined, _, cleared = result.stdout.partition("after the clear, the same request again:")
     assert cleared, result.stdout
 
