@@ -50,6 +50,7 @@ import aiohttp
 import grpc
 from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
+from gpuextender.extender.config import DEFAULT_SHORTLIST
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import (  # noqa: E402
@@ -286,9 +287,12 @@ def _decode(verb: str, raw: bytes) -> Any:
 
 
 def check_filter(
-    status: int, raw: bytes, doc: Any, mode: str, sent: list[str], expected: dict[str, str]
+    status: int, raw: bytes, doc: Any, mode: str, sent: list[str], expected: dict[str, str],
+    shortlist: int = DEFAULT_SHORTLIST,
 ) -> list[str]:
-    """Validate a filter answer; return the passed node names."""
+    """Validate a filter answer; return the passed node names. With more than `shortlist` nodes
+    that must pass, exactly `shortlist` of them are answered and the rest are left out (the
+    extender's --shortlist, its default here); failures are always all answered."""
     if status != 200:
         raise _fail("filter", f"HTTP {status}", raw)
     if not isinstance(doc, dict):
@@ -309,15 +313,21 @@ def check_filter(
     if not isinstance(failed, dict) or not isinstance(unresolvable, dict):
         raise _fail("filter", "FailedNodes / FailedAndUnresolvableNodes are not objects", raw)
     got = {**{n: "pass" for n in passed}, **{n: "soft" for n in failed}, **{n: "unresolvable" for n in unresolvable}}
-    if len(got) != len(sent) or len(passed) + len(failed) + len(unresolvable) != len(sent):
-        raise _fail("filter", f"{len(sent)} nodes sent, answer accounts for {len(got)}", raw)
-    wrong = [(n, got.get(n), expected[n]) for n in sent if got.get(n) != expected[n]]
+    must_pass = sum(1 for n in sent if expected[n] == "pass")
+    held_back = must_pass - len(passed) if shortlist and must_pass > shortlist else 0
+    if len(passed) + len(failed) + len(unresolvable) != len(got) or len(got) + held_back != len(sent):
+        raise _fail("filter", f"{len(sent)} nodes sent, answer accounts for {len(got)} "
+                    f"(+{held_back} held back by --shortlist {shortlist})", raw)  # fmt: skip
+    if held_back and len(passed) != shortlist:
+        raise _fail("filter", f"{len(passed)} nodes answered as passing, --shortlist is {shortlist}", raw)
+    wrong = [(n, got.get(n), expected[n]) for n in sent if got.get(n, "pass" if held_back else None) != expected[n]]
     if wrong:
         raise _fail("filter", f"{len(wrong)} wrong verdicts, e.g. (node, got, expected) {wrong[:3]}", raw)
     return passed
 
 
-def check_prioritize(status: int, raw: bytes, doc: Any, sent: list[str]) -> None:
+def check_prioritize(status: int, raw: bytes, doc: Any, sent: list[str], mixed: bool = True) -> None:
+    """`mixed`: the nodes sent differ in GPU state, so an answer where all score the same is wrong."""
     if status != 200:
         raise _fail("prioritize", f"HTTP {status}", raw)
     if not isinstance(doc, list):
@@ -331,7 +341,7 @@ def check_prioritize(status: int, raw: bytes, doc: Any, sent: list[str]) -> None
             raise _fail("prioritize", f"Score {score!r} is not an integer in 0..10", raw)
         if entry["Host"] not in known:
             raise _fail("prioritize", f"Host {entry['Host']!r} was not sent", raw)
-    if len(sent) > 1 and not doc:
+    if mixed and len(sent) > 1 and not doc:
         raise _fail("prioritize", "all nodes scored the same on a mixed fleet", raw)
 
 
@@ -461,7 +471,9 @@ async def run_scenario(
             prio_raw = await resp.read()
         prio_doc = _decode("prioritize", prio_raw) if prio_status == 200 else None
         t3 = time.perf_counter_ns()
-        check_prioritize(prio_status, prio_raw, prio_doc, prio_names)
+        # A shortlist holds the best nodes: they may all score the same (an empty compact answer).
+        shortlisted = len(passed) < sum(1 for n in sent_names if expected[n] == "pass")
+        check_prioritize(prio_status, prio_raw, prio_doc, prio_names, mixed=prioritize_all or not shortlisted)
 
         if it >= scenario.warmup:
             filter_ns.append(t1 - t0)
