@@ -24,6 +24,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
+from typing import Protocol
 
 import grpc
 from gpuextender.v1 import gpu_state_pb2 as pb
@@ -31,7 +32,7 @@ from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 from prometheus_client import Counter
 
 from gpuextender.extender.agent_identity import AgentIdentity, AgentRefused, Authenticator, node_mismatch
-from gpuextender.extender.gpu_state import GpuState
+from gpuextender.extender.gpu_summary import IdleRule, NodeSummary
 from gpuextender.extender.ingest_limits import (
     MAX_CLOCK_SKEW_S,
     MAX_UNKNOWN_NODES,
@@ -72,10 +73,20 @@ class _OncePer:
         return True
 
 
+class ReportStore(Protocol):
+    """Where accepted reports go: the live GpuState, or the relay to it (ingest_worker.py)."""
+
+    rule: IdleRule
+
+    def summary(self, node: str) -> NodeSummary | None: ...  # None: no data held for the node
+
+    def ingest(self, report: pb.NodeReport, received_at: float) -> bool: ...
+
+
 class IngestService(pb_grpc.GpuStateServiceServicer):
     def __init__(
         self,
-        state: GpuState,
+        state: ReportStore,
         metrics: ExtenderMetrics,
         *,
         requested_interval_ms: int = 0,

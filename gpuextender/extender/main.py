@@ -16,19 +16,18 @@ from aiohttp import web
 from prometheus_client import disable_created_metrics
 from gpuextender import __version__
 from gpuextender.common.logs import configure_logging
-from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 
 from gpuextender.extender.config import ConfigError, ExtenderConfig, build_config
 from gpuextender.extender.agent_identity import Authenticator
 from gpuextender.extender.gpu_state import GpuState
 from gpuextender.extender.http_api import SchedulerApi, build_app, listen_backlog, new_runner
-from gpuextender.extender.ingest import REAUTH_GRACE_S, IngestService
+from gpuextender.extender.ingest import IngestService
+from gpuextender.extender.ingest_server import start_ingest_server
 from gpuextender.extender.inventory.file_source import FileInventorySource, InventoryPathError
 from gpuextender.extender.inventory.sink import KINDS, NODE
 from gpuextender.extender.inventory.store import InventoryStore
 from gpuextender.extender.inventory.view import ViewBuilder
 from gpuextender.extender.metrics import ExtenderMetrics
-from gpuextender.extender.report_validation import MAX_REPORT_BYTES
 from gpuextender.extender.serving_tls import ServingCertificate, TlsLoadError
 from gpuextender.extender.silent_nodes import SilentNodesCollector, SilentNodesWarning
 
@@ -127,23 +126,6 @@ async def _serve(
             for kind in KINDS:  # no inventory source: nothing to wait for
                 store.replace_all(kind.kind, [])
 
-        options: list[tuple[str, int]] = [
-            # Agents ping every 20 s to notice dead peers; allow it even between reports.
-            ("grpc.keepalive_permit_without_calls", 1),
-            ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
-            # Far above a real report (~2 KB for 8 GPUs), below what one client may make us parse
-            # and hold (report_validation.MAX_REPORT_BYTES says what fits).
-            ("grpc.max_receive_message_length", MAX_REPORT_BYTES),
-            # Keep each stream's HTTP/2 window at its initial 64 KiB: with BDP probing it grows
-            # until a client that writes without waiting for acks had ~270 MB buffered here while
-            # the ingest paced it (ingest_limits.ReportPacer). Agents send ~2 KB a second.
-            ("grpc.http2.bdp_probe", 0),
-        ]
-        if authenticator is not None:  # re-authenticate every agent now and then (ingest.py)
-            age_s = config.agent_auth.reauth_after_s
-            options += [("grpc.max_connection_age_ms", int(age_s * 1000)),
-                        ("grpc.max_connection_age_grace_ms", int(min(REAUTH_GRACE_S, age_s) * 1000))]  # fmt: skip
-        grpc_server = grpc.aio.server(options=options)
         # With an inventory source, a node it does not list is "unknown" (kept for a bounded few);
         # before the first list every node is (only agents racing a new replica's first list).
         known_node = None if source is None and kube_source is None else (
@@ -153,15 +135,7 @@ async def _serve(
             max_clock_skew_s=config.max_clock_skew_s, known_node=known_node,
             max_unknown_nodes=config.max_unknown_nodes, stale_after_s=config.api.policy.stale_after_s,
         )  # fmt: skip
-        pb_grpc.add_GpuStateServiceServicer_to_server(ingest, grpc_server)
-        grpc_target = str(config.grpc_addr)
-        if certificate is not None:
-            bound = grpc_server.add_secure_port(grpc_target, certificate.grpc_credentials())
-        else:
-            bound = grpc_server.add_insecure_port(grpc_target)
-        if bound == 0:
-            raise OSError(f"gRPC address {grpc_target} is not available")
-        await grpc_server.start()
+        grpc_server = await start_ingest_server(config, ingest, certificate, authenticator is not None)
 
         app_runner = new_runner(build_app(api), access_log=None, keepalive_timeout=KEEPALIVE_TIMEOUT_S)
         await app_runner.setup()

@@ -1,0 +1,50 @@
+"""The gRPC server agents stream to: its options, and starting it with the ingest service.
+
+Used by the extender itself (--ingest-in-process) and by its ingest process (ingest_worker.py).
+"""
+
+from __future__ import annotations
+
+import grpc
+from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
+
+from gpuextender.extender.config import ExtenderConfig
+from gpuextender.extender.ingest import REAUTH_GRACE_S, IngestService
+from gpuextender.extender.report_validation import MAX_REPORT_BYTES
+from gpuextender.extender.serving_tls import ServingCertificate
+
+
+def grpc_options(config: ExtenderConfig, authenticating: bool) -> list[tuple[str, int]]:
+    options: list[tuple[str, int]] = [
+        # Agents ping every 20 s to notice dead peers; allow it even between reports.
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
+        # Far above a real report (~2 KB for 8 GPUs), below what one client may make us parse
+        # and hold (report_validation.MAX_REPORT_BYTES says what fits).
+        ("grpc.max_receive_message_length", MAX_REPORT_BYTES),
+        # Keep each stream's HTTP/2 window at its initial 64 KiB: with BDP probing it grows
+        # until a client that writes without waiting for acks had ~270 MB buffered here while
+        # the ingest paced it (ingest_limits.ReportPacer). Agents send ~2 KB a second.
+        ("grpc.http2.bdp_probe", 0),
+    ]
+    if authenticating:  # re-authenticate every agent now and then (ingest.py)
+        age_s = config.agent_auth.reauth_after_s
+        options += [("grpc.max_connection_age_ms", int(age_s * 1000)),
+                    ("grpc.max_connection_age_grace_ms", int(min(REAUTH_GRACE_S, age_s) * 1000))]  # fmt: skip
+    return options
+
+
+async def start_ingest_server(config: ExtenderConfig, service: IngestService, certificate: ServingCertificate | None,
+                              authenticating: bool) -> grpc.aio.Server:  # fmt: skip
+    """A started server on --grpc-addr; OSError when the address cannot be bound."""
+    server = grpc.aio.server(options=grpc_options(config, authenticating))
+    pb_grpc.add_GpuStateServiceServicer_to_server(service, server)
+    target = str(config.grpc_addr)
+    if certificate is not None:
+        bound = server.add_secure_port(target, certificate.grpc_credentials())
+    else:
+        bound = server.add_insecure_port(target)
+    if bound == 0:
+        raise OSError(f"gRPC address {target} is not available")
+    await server.start()
+    return server
