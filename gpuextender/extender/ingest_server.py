@@ -40,10 +40,13 @@ async def start_ingest_server(config: ExtenderConfig, service: IngestService, ce
     server = grpc.aio.server(options=grpc_options(config, authenticating))
     pb_grpc.add_GpuStateServiceServicer_to_server(service, server)
     target = str(config.grpc_addr)
-    if certificate is not None:
-        bound = server.add_secure_port(target, certificate.grpc_credentials())
-    else:
-        bound = server.add_insecure_port(target)
+    try:
+        if certificate is not None:
+            bound = server.add_secure_port(target, certificate.grpc_credentials())
+        else:
+            bound = server.add_insecure_port(target)
+    except RuntimeError:  # grpcio raises instead of returning 0 for a port in use
+        bound = 0
     if bound == 0:
         raise OSError(f"gRPC address {target} is not available")
     await server.start()

@@ -9,7 +9,7 @@ import logging
 import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import grpc
 from aiohttp import web
@@ -22,6 +22,7 @@ from gpuextender.extender.agent_identity import Authenticator
 from gpuextender.extender.gpu_state import GpuState
 from gpuextender.extender.http_api import SchedulerApi, build_app, listen_backlog, new_runner
 from gpuextender.extender.ingest import IngestService
+from gpuextender.extender.ingest_relay import IngestProcess, IngestStartError, sync_known_nodes
 from gpuextender.extender.ingest_server import start_ingest_server
 from gpuextender.extender.inventory.file_source import FileInventorySource, InventoryPathError
 from gpuextender.extender.inventory.sink import KINDS, NODE
@@ -73,7 +74,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except TlsLoadError as exc:
             return _fail(str(exc))
     try:
-        return asyncio.run(_serve(config, store, source, certificate))
+        return asyncio.run(_serve(config, store, source, certificate, argv))
     except _StartupError as exc:
         return _fail(str(exc))
     except OSError as exc:
@@ -85,6 +86,7 @@ async def _serve(
     store: InventoryStore,
     source: FileInventorySource | None,
     certificate: ServingCertificate | None,
+    argv: Sequence[str] = (),
 ) -> int:
     kube_source = None
     authenticator: Authenticator | None = None
@@ -106,7 +108,7 @@ async def _serve(
             authenticator = reviewer
 
     state = GpuState(config.idle_rule)
-    metrics = ExtenderMetrics(state, store)
+    metrics = ExtenderMetrics(state, store, ingest_here=config.ingest_in_process)
     views = ViewBuilder(store, config.api.gpu_resources, on_invalid=metrics.count_invalid_object)
     api = SchedulerApi(state, metrics, config.api, inventory=lambda: views.current)
     views.on_rebuild(api.classes.classes_by_node)  # class membership follows each rebuild, not the next request
@@ -115,6 +117,8 @@ async def _serve(
     api.inventory_ready = lambda: store.ready
     background: list[asyncio.Task[None]] = []
     grpc_server: grpc.aio.Server | None = None
+    ingest_process: IngestProcess | None = None
+    exit_code = 0
     runner: web.AppRunner | None = None
     try:  # whatever fails on the way up (a port in use), what was started is stopped again
         if source is not None:
@@ -126,16 +130,37 @@ async def _serve(
             for kind in KINDS:  # no inventory source: nothing to wait for
                 store.replace_all(kind.kind, [])
 
-        # With an inventory source, a node it does not list is "unknown" (kept for a bounded few);
-        # before the first list every node is (only agents racing a new replica's first list).
-        known_node = None if source is None and kube_source is None else (
-            lambda name: store.get(NODE.kind, name) is not None)  # fmt: skip
-        ingest = IngestService(
-            state, metrics, requested_interval_ms=config.requested_agent_interval_ms, authenticator=authenticator,
-            max_clock_skew_s=config.max_clock_skew_s, known_node=known_node,
-            max_unknown_nodes=config.max_unknown_nodes, stale_after_s=config.api.policy.stale_after_s,
-        )  # fmt: skip
-        grpc_server = await start_ingest_server(config, ingest, certificate, authenticator is not None)
+        stop = asyncio.Event()
+        has_inventory = source is not None or kube_source is not None
+        if config.ingest_in_process:
+            # With an inventory source, a node it does not list is "unknown" (kept for a bounded few);
+            # before the first list every node is (only agents racing a new replica's first list).
+            known_node = (lambda name: store.get(NODE.kind, name) is not None) if has_inventory else None
+            ingest = IngestService(
+                state, metrics, requested_interval_ms=config.requested_agent_interval_ms,
+                authenticator=authenticator, max_clock_skew_s=config.max_clock_skew_s, known_node=known_node,
+                max_unknown_nodes=config.max_unknown_nodes, stale_after_s=config.api.policy.stale_after_s,
+            )  # fmt: skip
+            grpc_server = await start_ingest_server(config, ingest, certificate, authenticator is not None)
+        else:
+            assert metrics.relayed is not None  # ingest_here=False
+            ingest_process = IngestProcess(argv, state, metrics.relayed)
+            node_names = (lambda: frozenset(o["metadata"]["name"] for o in store.objects(NODE.kind))
+                          ) if has_inventory else None  # fmt: skip
+            try:
+                await ingest_process.start(node_names() if node_names else None)
+            except IngestStartError as exc:
+                raise _StartupError(str(exc)) from None
+
+            def ingest_gone() -> None:
+                nonlocal exit_code
+                exit_code = 1
+                stop.set()
+
+            background.append(asyncio.create_task(ingest_process.run(ingest_gone), name="ingest relay"))
+            if node_names is not None:
+                background.append(asyncio.create_task(sync_known_nodes(ingest_process, node_names),
+                                                      name="known nodes"))  # fmt: skip
 
         app_runner = new_runner(build_app(api), access_log=None, keepalive_timeout=KEEPALIVE_TIMEOUT_S)
         await app_runner.setup()
@@ -158,11 +183,11 @@ async def _serve(
         )  # fmt: skip
         log.info("security: %s", security_summary(config))
 
-        stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
-        background.append(asyncio.create_task(_forget_departed(state, config.forget_after_s), name="forget"))
+        forgot = ingest_process.send_forgot if ingest_process is not None else None
+        background.append(asyncio.create_task(_forget_departed(state, config.forget_after_s, forgot), name="forget"))
         # Agents report every second or so: a GPU node still silent after the stale bound (or the
         # readiness grace) is worth a warning; looked at again every stale bound (at least 5 s).
         stale_after_s = config.api.policy.stale_after_s
@@ -180,11 +205,13 @@ async def _serve(
                 await task
         if grpc_server is not None:
             await grpc_server.stop(grace=1.0)
+        if ingest_process is not None:
+            await ingest_process.stop()
         if runner is not None:
             await runner.cleanup()
         if reviewer is not None:
             await reviewer.close()
-    return 0
+    return exit_code
 
 
 def security_summary(config: ExtenderConfig) -> str:
@@ -221,11 +248,15 @@ def _tune_gc() -> None:
     gc.set_threshold(20_000, 10, 10)
 
 
-async def _forget_departed(state: GpuState, forget_after_s: float) -> None:
+async def _forget_departed(state: GpuState, forget_after_s: float,
+                           forgot: Callable[[list[str]], None] | None = None) -> None:  # fmt: skip
     while True:
         await asyncio.sleep(min(60.0, forget_after_s / 4))
-        for name in state.forget_older_than(time.monotonic() - forget_after_s):
+        gone = state.forget_older_than(time.monotonic() - forget_after_s)
+        for name in gone:
             log.info("forgot node %s: no report for %.0fs", name, forget_after_s)
+        if forgot is not None:
+            forgot(gone)
 
 
 if __name__ == "__main__":

@@ -3,14 +3,24 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.metrics_core import Metric
+from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
 from gpuextender.extender.gpu_state import GpuState
 from gpuextender.extender.inventory.store import InventoryStore
+
+# The ingest's own series: counted where the gRPC server runs (the ingest process, unless
+# --ingest-in-process), shown on the extender's /metrics either way.
+INGEST_SAMPLES = [
+    "gpu_extender_reports_total", "gpu_extender_reports_rejected_total", "gpu_extender_connected_agents",
+    "gpu_extender_unknown_nodes", "gpu_extender_paced_streams", "gpu_extender_paced_reports_total",
+    "gpu_extender_agent_auth_failures_total",
+]  # fmt: skip
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 
@@ -63,10 +73,28 @@ class _NodeDataCollector(Collector):
             yield objects
 
 
+class RelayedMetrics(Collector):
+    """The ingest process's series, as it last sent them (ingest_relay.py); `refresh` asks it
+    for them now (a scrape then shows every report it acked before)."""
+
+    def __init__(self) -> None:
+        self.text = ""
+        self.ask: Callable[[], Awaitable[None]] | None = None
+
+    async def refresh(self) -> None:
+        if self.ask is not None:
+            await self.ask()
+
+    def collect(self) -> Iterator[Metric]:
+        yield from text_string_to_metric_families(self.text)
+
+
 class ExtenderMetrics:
     def __init__(
-        self, state: GpuState, store: InventoryStore | None = None, clock: Callable[[], float] = time.monotonic
+        self, state: GpuState, store: InventoryStore | None = None, clock: Callable[[], float] = time.monotonic,
+        *, ingest_here: bool = True,
     ) -> None:
+        """`ingest_here` False: the ingest series come from the ingest process (`relayed`)."""
         self.registry = r = CollectorRegistry()
         self.request_duration = Histogram(
             "gpu_extender_request_duration_seconds", "Time to answer a scheduler call, by verb.",
@@ -121,6 +149,13 @@ class ExtenderMetrics:
             ["kind"], registry=r,
         )  # fmt: skip
         r.register(_NodeDataCollector(state, store, clock))
+        self.relayed: RelayedMetrics | None = None
+        if not ingest_here:  # the same names come from the ingest process instead
+            for collector in (self.reports, self.connected_agents, self.reports_rejected, self.unknown_nodes,
+                              self.paced_streams, self.paced_reports):  # fmt: skip
+                r.unregister(collector)
+            self.relayed = RelayedMetrics()
+            r.register(self.relayed)
 
     def count_invalid_object(self, kind: str, key: str, problem: str) -> None:
         self.invalid_objects.labels(kind=kind).inc()

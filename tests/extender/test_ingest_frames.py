@@ -1,0 +1,93 @@
+"""The link between gpu-extender and its ingest process: frames, and the relay store's batch."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from gpuextender.extender import ingest_frames as frames
+from gpuextender.extender import ingest_worker
+from gpuextender.extender.gpu_summary import IdleRule
+from gpuextender.extender.ingest_worker import FLUSH_BYTES, RelayStore
+from tests.extender.builders import gpu, report
+
+
+def read_all(data: bytes) -> list[tuple[bytes, bytes] | None]:
+    async def go() -> list[tuple[bytes, bytes] | None]:
+        reader = asyncio.StreamReader()
+        reader.feed_data(data)
+        reader.feed_eof()
+        out: list[tuple[bytes, bytes] | None] = []
+        while True:
+            got = await frames.read_frame(reader)
+            out.append(got)
+            if got is None:
+                return out
+
+    return asyncio.run(go())
+
+
+def test_frames_round_trip_and_end_cleanly() -> None:
+    entries = frames.report_entry(1.5, b"abc") + frames.report_entry(2.25, b"")
+    data = frames.frame(frames.REPORTS, entries) + frames.frame(frames.READY) + frames.frame(frames.KNOWN, b"a\nb")
+    got = read_all(data)
+    assert got == [(frames.REPORTS, entries), (frames.READY, b""), (frames.KNOWN, b"a\nb"), None]
+    assert list(frames.report_entries(entries)) == [(1.5, b"abc"), (2.25, b"")]
+    assert frames.names(b"a\nb") == ["a", "b"] and frames.names(b"") == []
+
+
+@pytest.mark.parametrize("cut", [1, 4, 6])
+def test_a_stream_cut_inside_a_frame_is_an_error(cut: int) -> None:
+    data = frames.frame(frames.METRICS, b"xyz")
+    with pytest.raises(frames.FrameError):
+        read_all(data[:cut])
+
+
+def test_a_cut_report_entry_is_an_error() -> None:
+    entry = frames.report_entry(1.0, b"abcdef")
+    for cut in (3, len(entry) - 1):
+        with pytest.raises(frames.FrameError):
+            list(frames.report_entries(entry[:cut]))
+
+
+def test_frame_sizes_are_bounded_at_exactly_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(frames, "MAX_FRAME_BYTES", 8)
+    assert read_all(frames.frame(frames.METRICS, b"x" * 8))[0] == (frames.METRICS, b"x" * 8)
+    with pytest.raises(frames.FrameError, match="frame of 10 bytes"):
+        read_all(frames.frame(frames.METRICS, b"x" * 9))
+    with pytest.raises(frames.FrameError, match="frame of 0 bytes"):
+        read_all(b"\x00\x00\x00\x00Y")
+
+
+def test_the_relay_store_batches_reports_and_remembers_which_nodes_have_data() -> None:
+    async def go() -> None:
+        store = RelayStore(IdleRule())
+        r = report("n1", [gpu(0)], seq=3)
+        assert store.summary("n1") is None
+        assert store.ingest(r, 7.0) is True
+        assert store.summary("n1") is not None and store.summary("n2") is None
+        batch = store.take()
+        assert [(t, type(r).FromString(b)) for t, b in frames.report_entries(batch)] == [(7.0, r)]
+        assert store.take() == b""
+        store.forget(["n1", "never-seen"])
+        assert store.summary("n1") is None
+
+    asyncio.run(go())
+
+
+def test_a_batch_is_sent_at_once_when_it_reaches_its_size(monkeypatch: pytest.MonkeyPatch) -> None:
+    async def go() -> None:
+        store = RelayStore(IdleRule())
+        r = report("n1", [gpu(0)])
+        size = len(frames.report_entry(0.0, r.SerializeToString()))
+        monkeypatch.setattr(ingest_worker, "FLUSH_BYTES", 2 * size)
+        store.ingest(r, 1.0)
+        assert not store.full.is_set()  # one entry: below the size
+        store.ingest(r, 2.0)
+        assert store.full.is_set()  # exactly the size
+        store.take()
+        assert not store.full.is_set()
+
+    assert FLUSH_BYTES == 1024 * 1024
+    asyncio.run(go())
