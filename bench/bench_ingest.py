@@ -308,11 +308,13 @@ class LoadWorker:
         loop = asyncio.get_running_loop()
         interval, p, heartbeat = self.interval, self.change_rate, self.heartbeat
         now = loop.time()
-        k = int((now - self.epoch) / interval - offset) + 1  # the next sample
+        # The sample just sent at (asyncio may wake a timer up to a clock tick early: the nearest
+        # sample, not the next one, or every heartbeat would come one sample early).
+        last = round((now - self.epoch) / interval - offset)
         # Samples until one changes something: geometric, 1 + floor(log(u) / log(1 - p)).
         samples = 1 + int(math.log(1.0 - rng.random()) / math.log(1.0 - p)) if 0 < p < 1 else (1 if p >= 1 else 10**9)
-        change_t = self.epoch + (k + samples - 1 + offset) * interval
-        beat_t = self.epoch + (k + offset) * interval + heartbeat - interval
+        change_t = self.epoch + (last + samples + offset) * interval
+        beat_t = self.epoch + (last + offset) * interval + heartbeat
         await asyncio.sleep(max(0.0, min(change_t, beat_t) - now))
 
     async def _send(self, call: Any, header: pb.NodeReport, body: bytes, seq: int) -> None:
