@@ -586,7 +586,10 @@ class FakeNvmlLibrary:
                     return pynvml.NVML_ERROR_TIMEOUT
                 # Sleep until the next scripted event is due (assuming the fake's clock runs in real
                 # time; a test that moves a manual clock calls wake()), or the timeout.
-                self._events.wait(remaining if next_at is None else min(remaining, max(0.001, next_at)))
+                timeout = remaining if next_at is None else min(remaining, max(0.001, next_at))
+                if self._follow is not None:  # an event edited into the file is seen within a check
+                    timeout = min(timeout, max(0.01, self._follow.check_every_s))
+                self._events.wait(timeout)
 
     def _next_event(self, event_set: _EventSet) -> tuple[tuple[tuple[Any, ...], FakeEvent] | None, float | None]:
         """The earliest undelivered event that is due for this set, and else the seconds until the next one."""

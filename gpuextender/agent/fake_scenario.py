@@ -545,11 +545,11 @@ class ScenarioFile:
     GPUs (NVML enumerates devices once, at init) is logged and ignored: the last good scenario stays."""
 
     def __init__(
-        self, path: Path, scenario: Scenario, *, check_every_s: float = 0.5, clock: Callable[[], float] = time.monotonic
+        self, path: Path, scenario: Scenario, *, check_every_s: float = 0.1, clock: Callable[[], float] = time.monotonic
     ) -> None:
         self.path = path
         self._scenario = scenario
-        self._every = check_every_s
+        self.check_every_s = check_every_s  # one stat; an edit is seen this long after it at most
         self._clock = clock
         self._checked = clock()
         self._seen = self._stamp()
@@ -565,13 +565,13 @@ class ScenarioFile:
 
     def current(self) -> Scenario:
         now = self._clock()
-        if now - self._checked < self._every:
+        if now - self._checked < self.check_every_s:
             return self._scenario
         with self._lock:
             return self._reload(now)
 
     def _reload(self, now: float) -> Scenario:
-        if now - self._checked < self._every:  # another thread checked while this one waited
+        if now - self._checked < self.check_every_s:  # another thread checked while this one waited
             return self._scenario
         self._checked = now
         stamp = self._stamp()
