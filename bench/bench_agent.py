@@ -48,7 +48,10 @@ host noise hits them alike); the first is the measured agent of the result:
 - `node-here`: `node` seeing this machine's CPUs (on a 2-CPU VM: 4 gRPC
   event-engine threads instead of 16), i.e. what the CPU emulation changes;
 - `node-every`: `node` streaming every sample (`--heartbeat 0`, as agents did before
-  0.3 sent reports on change with a heartbeat), i.e. what the report gate saves.
+  0.3 sent reports on change with a heartbeat), i.e. what the report gate saves;
+- `node-3x`: `node` streaming to 3 extender replicas (each its own process), as an agent
+  does where the extender runs 3 replicas (issue 13: <= 1 % of a core); `node-3x-every`:
+  the same without the gate (every sample to each replica).
 `--variants node` runs the node alone.
 
 The fake NVML runs pynvml and its ctypes layer unchanged; only the driver
@@ -93,6 +96,7 @@ from benchlib import (  # noqa: E402
     ExtenderAddrs,
     ManagedProcess,
     cpu_ticks,
+    tree_cpu_ticks,
     exit_on_sigterm,
     extender_process,
     free_port,
@@ -159,6 +163,7 @@ class Variant:
     env: tuple[tuple[str, str], ...] = ()  # on top of the DaemonSet's env (a name set to "" is removed)
     daemonset_env: bool = True
     node_cpus: bool = True  # the agent sees NODE_CPUS CPUs (when the shim can be built), else this machine's
+    extenders: int = 1  # extender replicas it streams to (each its own process)
 
 
 HEARTBEAT_S = 3.0  # gpu-agent's --heartbeat default
@@ -171,8 +176,12 @@ EVERY = Variant("node-every", "as node, but streaming every sample (--heartbeat 
                 SCENARIO, kubelet=True, args=("--heartbeat=0",))  # fmt: skip
 HERE = Variant("node-here", "as node, but seeing this machine's CPUs (gRPC: fewer event-engine threads)",
                SCENARIO, kubelet=True, node_cpus=False)  # fmt: skip
-VARIANTS = {v.name: v for v in (NODE, BARE, HERE, EVERY)}
-DEFAULT_VARIANTS = ("node", "bare", "node-here", "node-every")
+THREE = Variant("node-3x", "as node, streaming to 3 extender replicas (issue 13: <= 1 % of a core)",
+                SCENARIO, kubelet=True, extenders=3)  # fmt: skip
+THREE_EVERY = Variant("node-3x-every", "as node-3x, but streaming every sample to each (--heartbeat 0)",
+                      SCENARIO, kubelet=True, args=("--heartbeat=0",), extenders=3)  # fmt: skip
+VARIANTS = {v.name: v for v in (NODE, BARE, HERE, EVERY, THREE, THREE_EVERY)}
+DEFAULT_VARIANTS = ("node", "bare", "node-here", "node-every", "node-3x", "node-3x-every")
 
 
 @dataclass(slots=True)
@@ -302,7 +311,9 @@ class _Agent:
 
     def __init__(self, variant: Variant, workdir: Path, shim: Path | None) -> None:
         self.variant = variant
-        self.extender, self.addrs = extender_process(f"extender-for-agent-bench-{variant.name}")
+        self.replicas = [extender_process(f"extender-for-agent-bench-{variant.name}-{i}")
+                         for i in range(variant.extenders)]  # fmt: skip
+        self.extender, self.addrs = self.replicas[0]
         self.metrics_port = free_port()
         self.kubelet: ManagedProcess | None = None
         here = workdir / variant.name
@@ -337,7 +348,7 @@ class _Agent:
             "--fake", str(variant.scenario),
             "--interval", "1",
             "--node-name", NODE_NAME,
-            "--extender", self.addrs.grpc_target,
+            *(a for _, addrs in self.replicas for a in ("--extender", addrs.grpc_target)),
             "--metrics-addr", f"{LOOPBACK}:{self.metrics_port}",
             "--control-dir", str(here / "control"),
             *args,
@@ -351,7 +362,7 @@ class _Agent:
 
     @property
     def procs(self) -> list[ManagedProcess]:
-        return [p for p in (self.extender, self.kubelet, self.agent) if p is not None]
+        return [p for p in (*(e for e, _ in self.replicas), self.kubelet, self.agent) if p is not None]
 
     def check_alive(self) -> None:
         for proc in self.procs:
@@ -419,12 +430,12 @@ async def _bench(agents: Sequence[_Agent], warmup_s: float, window_s: float,
 
         before = [await scrape(session, a.metrics_url) for a in agents]
         rss_start = [_proc_status(a.agent.pid).get("VmRSS", 0) for a in agents]
-        ext_ticks0 = [cpu_ticks(a.extender.pid) for a in agents]
+        ext_ticks0 = [tree_cpu_ticks(a.extender.pid) for a in agents]
         ticks0, t0 = [cpu_ticks(a.agent.pid) for a in agents], time.monotonic()
         background = BackgroundLoad(*(p.pid for a in agents for p in a.procs))
         await _scrape_during(session, agents, window_s, scrape_every_s)
         ticks1, t1 = [cpu_ticks(a.agent.pid) for a in agents], time.monotonic()
-        ext_ticks1 = [cpu_ticks(a.extender.pid) for a in agents]
+        ext_ticks1 = [tree_cpu_ticks(a.extender.pid) for a in agents]
         status = [_proc_status(a.agent.pid) for a in agents]
         background_cores = background.cores()
 
@@ -497,14 +508,16 @@ def _running(agents: Sequence[_Agent]) -> Iterator[None]:
     """Start every variant's extender and kubelet, then the agents; stop all of them (always)."""
     with contextlib.ExitStack() as stack:
         for a in agents:
-            stack.enter_context(a.extender)
+            for extender, _ in a.replicas:
+                stack.enter_context(extender)
             if a.kubelet is not None:
                 stack.enter_context(a.kubelet)
 
         async def ready() -> None:
             async with aiohttp.ClientSession() as session:
                 for a in agents:
-                    await wait_http_ok(session, f"{a.addrs.base_url}/readyz", a.extender)
+                    for extender, addrs in a.replicas:
+                        await wait_http_ok(session, f"{addrs.base_url}/readyz", extender)
             deadline = time.monotonic() + 20.0
             for a in agents:
                 while a.kubelet is not None and not a.socket.exists():

@@ -62,7 +62,7 @@ from benchlib import (  # noqa: E402
     ManagedProcess,
     exit_on_sigterm,
     extender_process,
-    memory_kib,
+    tree_memory_kib,
     percentile,
     scrape,
     wait_http_ok,
@@ -522,7 +522,7 @@ async def _bench(
         have = metrics.get("gpu_extender_nodes_with_data")
         if have != float(fleet_size):
             raise BenchError(f"extender reports gpu_extender_nodes_with_data {have}, expected {fleet_size}")
-        rss_after_load = memory_kib(process.pid).get("VmRSS", 0)
+        rss_after_load = tree_memory_kib(process.pid).get("VmRSS", 0)
         result = ExtenderBenchResult(
             nodes_loaded=fleet_size, load_s=load_s, extender_rss_after_load_kib=rss_after_load,
             extender_rss_end_kib=0, extender_hwm_end_kib=0,
@@ -533,7 +533,7 @@ async def _bench(
             result.scenarios.append(
                 await run_scenario(session, process, addrs, scenario, fleet, pod, prioritize_all=prioritize_all)
             )
-        mem = memory_kib(process.pid)
+        mem = tree_memory_kib(process.pid)
         result.extender_rss_end_kib = mem.get("VmRSS", 0)
         result.extender_hwm_end_kib = mem.get("VmHWM", 0)
     return result

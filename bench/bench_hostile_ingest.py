@@ -40,10 +40,10 @@ from benchlib import (  # noqa: E402
     OUT_DIR,
     BenchError,
     ManagedProcess,
-    cpu_ticks,
     exit_on_sigterm,
     extender_process,
-    memory_kib,
+    tree_cpu_ticks,
+    tree_memory_kib,
     scrape,
     wait_http_ok,
 )
@@ -164,7 +164,7 @@ async def send_reports(target: str, reports: list[pb.NodeReport], count: int) ->
 async def _settled_rss(proc: ManagedProcess) -> dict[str, int]:
     await asyncio.sleep(1.0)  # let the loop finish what the last acks started
     proc.check_alive()
-    return memory_kib(proc.pid)
+    return tree_memory_kib(proc.pid)
 
 
 async def _scenario(name: str, extra: list[str], reports: list[pb.NodeReport], count: int) -> Row:
@@ -205,11 +205,11 @@ async def _flood(window_s: float) -> FloodResult:
                         seq += 1
                         await call.write(stamp(template, seq))
 
-                ticks0, t0 = cpu_ticks(process.pid), time.monotonic()
+                ticks0, t0 = tree_cpu_ticks(process.pid), time.monotonic()
                 writers = [asyncio.create_task(write_forever(c, f"flood-{i}")) for i, c in enumerate(calls)]
                 await asyncio.sleep(window_s)
                 metrics = await scrape(session, f"{addrs.base_url}/metrics")
-                ticks1, t1 = cpu_ticks(process.pid), time.monotonic()
+                ticks1, t1 = tree_cpu_ticks(process.pid), time.monotonic()
                 for task in writers:
                     task.cancel()
                 for call in calls:

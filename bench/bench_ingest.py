@@ -85,38 +85,13 @@ from benchlib import (  # noqa: E402
     machine_facts,
     memory_kib,
     scrape,
+    tree_cpu_ticks,
+    tree_pids,
+    tree_rss_kib,
     wait_http_ok,
 )
 
 METHOD = "/gpuextender.v1.GpuStateService/StreamNodeReports"
-
-
-def tree_pids(pid: int) -> list[int]:
-    """`pid` and its descendants (gpu-extender and its ingest process)."""
-    out, todo = [], [pid]
-    while todo:
-        p = todo.pop()
-        out.append(p)
-        try:
-            for task in Path(f"/proc/{p}/task").iterdir():
-                todo += [int(c) for c in (task / "children").read_text().split()]
-        except OSError:  # gone meanwhile
-            continue
-    return out
-
-
-def tree_cpu_ticks(pid: int) -> int:
-    total = 0
-    for p in tree_pids(pid):
-        try:
-            total += cpu_ticks(p)
-        except OSError:
-            continue
-    return total
-
-
-def tree_rss_kib(pid: int) -> int:
-    return sum(memory_kib(p).get("VmRSS", 0) for p in tree_pids(pid))
 DEFAULT_NODES = 5_000
 DEFAULT_CHANNELS = 8
 DEFAULT_VARIANTS = 4

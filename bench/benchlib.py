@@ -143,6 +143,48 @@ def cpu_ticks(pid: int) -> int:
     return int(fields[11]) + int(fields[12])  # fields 14 and 15 of proc(5)
 
 
+def tree_pids(pid: int) -> list[int]:
+    """`pid` and its descendants (gpu-extender and its ingest process)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        try:
+            for task in Path(f"/proc/{p}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:  # gone meanwhile
+            continue
+    return out
+
+
+def tree_cpu_ticks(pid: int) -> int:
+    """utime + stime of `pid` and its descendants, in clock ticks."""
+    total = 0
+    for p in tree_pids(pid):
+        try:
+            total += cpu_ticks(p)
+        except OSError:
+            continue
+    return total
+
+
+def tree_memory_kib(pid: int) -> dict[str, int]:
+    """VmRSS and VmHWM summed over `pid` and its descendants (the peaks need not coincide), KiB."""
+    out: dict[str, int] = {}
+    for p in tree_pids(pid):
+        try:
+            for key, value in memory_kib(p).items():
+                out[key] = out.get(key, 0) + value
+        except OSError:
+            continue
+    return out
+
+
+def tree_rss_kib(pid: int) -> int:
+    """VmRSS of `pid` and its descendants, in KiB."""
+    return tree_memory_kib(pid).get("VmRSS", 0)
+
+
 def memory_kib(pid: int) -> dict[str, int]:
     """VmRSS and VmHWM (peak RSS) of a process, in KiB."""
     out: dict[str, int] = {}
