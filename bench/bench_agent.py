@@ -35,10 +35,12 @@ How:
    included), so scraping counts against the agent (`--scrape-every 0`: none);
 4. reads the agent's /metrics outside the window: the
    `gpu_agent_sample_duration_seconds` histogram (sum/count = mean cost of one
-   NVML pass, whole run and window), reports sent and the stream state; and
-   checks that the extender's /metrics shows `gpu_extender_nodes_with_data 1.0`.
+   NVML pass, whole run and window), reports sent (whole run and window, summed
+   over its extenders) and the stream state; and checks that every extender's
+   /metrics shows `gpu_extender_nodes_with_data 1.0` and that each agent has one
+   connected stream per extender and sent at least one report per heartbeat to each.
 
-Variants run side by side, at the same time, each with its own extender (so
+Variants run side by side, at the same time, each with its own extender(s) (so
 host noise hits them alike); the first is the measured agent of the result:
 - `node`: all of the above (the figures the targets are judged on);
 - `bare`: the agent as the earlier benchmark ran it, without the new features:
@@ -49,10 +51,19 @@ host noise hits them alike); the first is the measured agent of the result:
   event-engine threads instead of 16), i.e. what the CPU emulation changes;
 - `node-every`: `node` streaming every sample (`--heartbeat 0`, as agents did before
   0.3 sent reports on change with a heartbeat), i.e. what the report gate saves;
-- `node-3x`: `node` streaming to 3 extender replicas (each its own process), as an agent
-  does where the extender runs 3 replicas (issue 13: <= 1 % of a core); `node-3x-every`:
-  the same without the gate (every sample to each replica).
-`--variants node` runs the node alone.
+- `node-3x`: `node` streaming to 3 real extender replicas (3 `gpu-extender`
+  processes on their own ports, the agent given `--extender 127.0.0.1:PORT` once
+  per replica: one stream each, as the DaemonSet's --extender-service opens one per
+  address of the headless Service, which needs one IP per replica), with the default
+  gate (--heartbeat 3): issue 13's target, agent CPU with 3 extender replicas
+  <= 1 % of a core, is judged on it (`replicas3_*` fields of the result);
+- `node-3x-every`: `node-3x` with the gate off (`--heartbeat 0`: every sample to
+  every replica, as agents did before 0.3), i.e. what the gate saves at 3 replicas.
+The table gives every variant's CPU and RSS ratio to `bare` and to `node` (the same
+agent with one extender). All 6 (10 extenders, 6 kubelets) run in the one window, so
+the default run is the 30 s window plus ~15 s of start-up and warm-up.
+`--variants node` runs the node alone; `--variants node,node-3x,node-3x-every` the
+replica comparison alone.
 
 The fake NVML runs pynvml and its ctypes layer unchanged; only the driver
 underneath is simulated, so real NVML calls (which talk to the kernel driver)
@@ -61,7 +72,7 @@ own pages to the RSS. The fake also loads what the agent on a node does not
 (PyYAML, the scenario parser, the fake driver: ~2 MiB, bench/agent_imports.py
 measures it, and what the rest of the RSS is made of).
 
-Run: `.venv/bin/python bench/bench_agent.py [--quick] [--window S] [--variants node,bare,node-here]`
+Run: `.venv/bin/python bench/bench_agent.py [--quick] [--window S] [--variants node,node-3x,...]`
 (or via bench/run_all.py).
 """
 
@@ -201,6 +212,13 @@ class VariantResult:
     sample_mean_window_ms: float
     cpus_seen: int = 0  # what sysconf told the agent
     env: dict[str, str] = field(default_factory=dict)
+    extenders: int = 1  # extender replicas it streamed to
+    reports_sent: int = 0  # whole run, summed over its extenders
+    reports_window: int = 0  # inside the window, summed over its extenders
+    streams_connected: float = 0.0  # sum of gpu_agent_stream_connected: one per extender when healthy
+    extender_cpu_percent: float = 0.0  # all its extender replicas (process trees) together, same window
+    cpu_vs_node: float | None = None  # cpu_percent / the `node` variant's (1 extender), when both ran
+    rss_vs_node: float | None = None
 
 
 @dataclass(slots=True)
@@ -237,10 +255,27 @@ class AgentBenchResult:
     kubelet_holders: dict[str, int] = field(default_factory=dict)  # pod -> GPUs, from the agent's /metrics
     env: dict[str, str] = field(default_factory=dict)  # environment given to the agent beyond the bench's own
     compare: list[VariantResult] = field(default_factory=list)  # every variant, the measured one first
+    # Issue 13: the agent streaming to 3 extender replicas with the default gate (variant `node-3x`),
+    # and with the gate off (`node-3x-every`); None when that variant did not run. Its target is
+    # target_cpu_percent (replicas3_cpu_ok); the ratios are to the `node` variant (1 extender).
+    replicas3_variant: str | None = None
+    replicas3_cpu_percent: float | None = None
+    replicas3_rss_mib: float | None = None
+    replicas3_cpu_vs_node: float | None = None
+    replicas3_every_cpu_percent: float | None = None
+    replicas3_every_rss_mib: float | None = None
+    replicas3_every_cpu_vs_node: float | None = None
 
     @property
     def cpu_ok(self) -> bool:
         return self.cpu_percent <= self.target_cpu_percent
+
+    @property
+    def replicas3_cpu_ok(self) -> bool | None:
+        """Agent CPU with 3 extender replicas <= target_cpu_percent (None: `node-3x` did not run)."""
+        if self.replicas3_cpu_percent is None:
+            return None
+        return self.replicas3_cpu_percent <= self.target_cpu_percent
 
     @property
     def rss_ok(self) -> bool:
@@ -378,22 +413,26 @@ async def _sleep_watching(seconds: float, agents: Sequence[_Agent]) -> None:
 
 
 async def _wait_for_data(session: aiohttp.ClientSession, a: _Agent, timeout_s: float = 20.0) -> float:
-    """Until the extender holds the agent's data (and, with a kubelet, the agent shows its
-    holders); returns when the extender had it (monotonic)."""
+    """Until every extender replica holds the agent's data (and, with a kubelet, the agent shows
+    its holders); returns when the first replica had it (monotonic)."""
     deadline = time.monotonic() + timeout_s
     first: float | None = None
+    waiting = [addrs for _, addrs in a.replicas]
     while True:
         a.check_alive()
-        if first is None:
-            metrics = await scrape(session, f"{a.addrs.base_url}/metrics")
+        for addrs in list(waiting):
+            metrics = await scrape(session, f"{addrs.base_url}/metrics")
             if metrics.get("gpu_extender_nodes_with_data") == 1.0:
-                first = time.monotonic()
-        if first is not None:
+                waiting.remove(addrs)
+                if addrs is a.addrs:
+                    first = time.monotonic()
+        if not waiting and first is not None:
             if not a.expects_holders or _holders(await scrape(session, a.metrics_url)) == EXPECTED_HOLDERS:
                 return first
         if time.monotonic() > deadline:
-            what = "has no data from the agent" if first is None else "sees no kubelet holders in the agent"
-            raise BenchError(f"[{a.variant.name}] extender {what} after {timeout_s:.0f}s; agent log:\n"
+            what = (f"{len(waiting)} of {len(a.replicas)} extender(s) have no data from the agent" if waiting
+                    else "the extender sees no kubelet holders in the agent")  # fmt: skip
+            raise BenchError(f"[{a.variant.name}] {what} after {timeout_s:.0f}s; agent log:\n"
                              f"{a.agent.log_tail()}")  # fmt: skip
         await asyncio.sleep(0.1)
 
@@ -430,12 +469,12 @@ async def _bench(agents: Sequence[_Agent], warmup_s: float, window_s: float,
 
         before = [await scrape(session, a.metrics_url) for a in agents]
         rss_start = [_proc_status(a.agent.pid).get("VmRSS", 0) for a in agents]
-        ext_ticks0 = [tree_cpu_ticks(a.extender.pid) for a in agents]
+        ext_ticks0 = [[tree_cpu_ticks(e.pid) for e, _ in a.replicas] for a in agents]
         ticks0, t0 = [cpu_ticks(a.agent.pid) for a in agents], time.monotonic()
         background = BackgroundLoad(*(p.pid for a in agents for p in a.procs))
         await _scrape_during(session, agents, window_s, scrape_every_s)
         ticks1, t1 = [cpu_ticks(a.agent.pid) for a in agents], time.monotonic()
-        ext_ticks1 = [tree_cpu_ticks(a.extender.pid) for a in agents]
+        ext_ticks1 = [[tree_cpu_ticks(e.pid) for e, _ in a.replicas] for a in agents]
         status = [_proc_status(a.agent.pid) for a in agents]
         background_cores = background.cores()
 
@@ -443,6 +482,11 @@ async def _bench(agents: Sequence[_Agent], warmup_s: float, window_s: float,
         m = agents[0]
         async with session.get(f"{m.addrs.base_url}/metrics") as resp:
             extender_text = await resp.text()
+        for a in agents:
+            for _, addrs in a.replicas:
+                if (await scrape(session, f"{addrs.base_url}/metrics")).get("gpu_extender_nodes_with_data") != 1.0:
+                    raise BenchError(f"[{a.variant.name}] extender {addrs.grpc_target} /metrics does not show "
+                                     "`gpu_extender_nodes_with_data 1.0`")  # fmt: skip
     if "gpu_extender_nodes_with_data 1.0" not in extender_text.splitlines():
         raise BenchError("extender /metrics does not show `gpu_extender_nodes_with_data 1.0`")
     extender_metrics = {k: v for k, v in (line.rsplit(" ", 1) for line in extender_text.splitlines()
@@ -465,8 +509,20 @@ async def _bench(agents: Sequence[_Agent], warmup_s: float, window_s: float,
             hwm_end_mib=st.get("VmHWM", 0) / 1024, rss_anon_mib=st.get("RssAnon", 0) / 1024,
             rss_file_mib=st.get("RssFile", 0) / 1024, threads=st.get("Threads", 0),
             sample_mean_window_ms=1000.0 * (s1 - s0) / (c1 - c0) if c1 > c0 else float("nan"),
-            cpus_seen=a.cpus_seen, env=a.env,
+            cpus_seen=a.cpus_seen, env=a.env, extenders=len(a.replicas),
+            reports_sent=int(_labelled(after[i], "gpu_agent_reports_sent_total")),
+            reports_window=int(_labelled(after[i], "gpu_agent_reports_sent_total")
+                               - _labelled(before[i], "gpu_agent_reports_sent_total")),
+            streams_connected=_labelled(after[i], "gpu_agent_stream_connected"),
+            extender_cpu_percent=100.0 * (sum(ext_ticks1[i]) - sum(ext_ticks0[i])) / CLOCK_TICKS / elapsed,
         ))  # fmt: skip
+    node = next((v for v in compare if v.name == NODE.name), None)
+    if node is not None:
+        for v in compare:
+            v.cpu_vs_node = v.cpu_percent / node.cpu_percent if node.cpu_percent > 0 else None
+            v.rss_vs_node = v.rss_end_mib / node.rss_end_mib if node.rss_end_mib > 0 else None
+    three = next((v for v in compare if v.name == THREE.name), None)
+    three_every = next((v for v in compare if v.name == THREE_EVERY.name), None)
     s0, c0 = _sum_count(before[0], base)
     s1, c1 = _sum_count(after[0], base)
     main_result = compare[0]
@@ -488,7 +544,7 @@ async def _bench(agents: Sequence[_Agent], warmup_s: float, window_s: float,
         stream_connected=_labelled(after[0], "gpu_agent_stream_connected"),
         nvml_errors=_labelled(after[0], "gpu_agent_nvml_errors_total"),
         extender_nodes_with_data=float(extender_metrics.get("gpu_extender_nodes_with_data", "nan")),
-        extender_cpu_percent=100.0 * (ext_ticks1[0] - ext_ticks0[0]) / CLOCK_TICKS / elapsed,
+        extender_cpu_percent=100.0 * (ext_ticks1[0][0] - ext_ticks0[0][0]) / CLOCK_TICKS / elapsed,
         time_to_first_report_s=firsts[0] - m.started,
         background_cores=background_cores,
         variant=m.variant.name,
@@ -500,6 +556,13 @@ async def _bench(agents: Sequence[_Agent], warmup_s: float, window_s: float,
         kubelet_holders=_holders(after[0]),
         env=m.env,
         compare=compare,
+        replicas3_variant=None if three is None else three.name,
+        replicas3_cpu_percent=None if three is None else three.cpu_percent,
+        replicas3_rss_mib=None if three is None else three.rss_end_mib,
+        replicas3_cpu_vs_node=None if three is None else three.cpu_vs_node,
+        replicas3_every_cpu_percent=None if three_every is None else three_every.cpu_percent,
+        replicas3_every_rss_mib=None if three_every is None else three_every.rss_end_mib,
+        replicas3_every_cpu_vs_node=None if three_every is None else three_every.cpu_vs_node,
     )
 
 
@@ -546,10 +609,14 @@ def run_variants(variants: Sequence[Variant], *, warmup_s: float = 5.0, window_s
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     # Reports go on change and at least every heartbeat (the agent's default 3 s: the bench's
-    # extender never goes stale), so a healthy stream sent at least one per heartbeat.
-    if result.stream_connected != 1.0 or result.reports_sent < result.window_s / HEARTBEAT_S:
-        raise BenchError(f"agent stream unhealthy: connected={result.stream_connected}, "
-                         f"reports sent={result.reports_sent}, samples in window={result.samples_window}")  # fmt: skip
+    # extender never goes stale), so a healthy stream sent about one per heartbeat to each extender
+    # (one fewer allowed: the window's edges and timer slack).
+    least = max(1, int(result.window_s / HEARTBEAT_S) - 1)
+    for v in result.compare:
+        if v.streams_connected != v.extenders or v.reports_window < v.extenders * least:
+            raise BenchError(f"[{v.name}] agent stream unhealthy: connected={v.streams_connected:g} of "
+                             f"{v.extenders}, reports sent={v.reports_sent} ({v.reports_window} in the "
+                             f"{result.window_s:.1f}s window)")  # fmt: skip
     if holders_expected and result.kubelet_holders != EXPECTED_HOLDERS:
         raise BenchError(f"the agent lost the kubelet's holders: {result.kubelet_holders}")
     return result
@@ -569,18 +636,28 @@ def _ratio(a: float, b: float) -> str:
 
 
 def format_compare(r: AgentBenchResult) -> list[str]:
-    """The side-by-side table (and ratios to the last variant), when more than one ran."""
+    """The side-by-side table (ratios to `bare`, else the last variant, and to `node`), when more
+    than one ran."""
     if len(r.compare) < 2:
         return []
     ref = next((v for v in r.compare if v.name == BARE.name), r.compare[-1])
-    lines = [f"  side by side, same window ({len(r.compare)} agents at once, each with its own extender):",
-             f"    {'variant':10s} {'CPU %':>6s} {'ticks':>5s} {'VmRSS':>6s} {'VmHWM':>6s} {'anon':>6s} "
-             f"{'file':>6s} {'thr':>3s} {'CPUs':>4s} {'pass ms':>7s}  vs {ref.name} (CPU, RSS)"]  # fmt: skip
+    node = next((v for v in r.compare if v.name == NODE.name), None)
+    w = max(10, *(len(v.name) for v in r.compare))
+    vs_node = "" if node is None or node is ref else f"  vs {node.name} (CPU, RSS)"
+    lines = [f"  side by side, same window ({len(r.compare)} agents at once, each with its own extender(s); "
+             f"ext: extender replicas streamed to, rep: reports sent to them in the window):",
+             f"    {'variant':{w}s} {'CPU %':>6s} {'ticks':>5s} {'VmRSS':>6s} {'VmHWM':>6s} {'anon':>6s} "
+             f"{'file':>6s} {'thr':>3s} {'CPUs':>4s} {'pass ms':>7s} {'ext':>3s} {'rep':>4s}  "
+             f"vs {ref.name} (CPU, RSS){vs_node}"]  # fmt: skip
     for v in r.compare:
-        lines.append(f"    {v.name:10s} {v.cpu_percent:6.2f} {v.cpu_ticks:5d} {v.rss_end_mib:6.1f} {v.hwm_end_mib:6.1f} "
+        ratios = f"{_ratio(v.cpu_percent, ref.cpu_percent):>5s} {_ratio(v.rss_end_mib, ref.rss_end_mib):>5s}"
+        if vs_node and node is not None:
+            ratios += (f"{'':{len(ref.name) + 6}s}{_ratio(v.cpu_percent, node.cpu_percent):>5s} "
+                       f"{_ratio(v.rss_end_mib, node.rss_end_mib):>5s}")  # fmt: skip
+        lines.append(f"    {v.name:{w}s} {v.cpu_percent:6.2f} {v.cpu_ticks:5d} {v.rss_end_mib:6.1f} {v.hwm_end_mib:6.1f} "
                      f"{v.rss_anon_mib:6.1f} {v.rss_file_mib:6.1f} {v.threads:3d} {v.cpus_seen:4d} "
-                     f"{v.sample_mean_window_ms:7.3f}  {_ratio(v.cpu_percent, ref.cpu_percent):>5s} "
-                     f"{_ratio(v.rss_end_mib, ref.rss_end_mib):>5s}  {v.what}")  # fmt: skip
+                     f"{v.sample_mean_window_ms:7.3f} {v.extenders:3d} {v.reports_window:4d}  {ratios}  "
+                     f"{v.what}")  # fmt: skip
     return lines
 
 
@@ -594,12 +671,23 @@ def format_result(r: AgentBenchResult) -> str:
             else f"sees this machine's {r.cpus_seen} CPUs")  # fmt: skip
     scraped = f"scraped every {r.scrape_every_s:g}s in the window" if r.scrape_every_s > 0 else "not scraped"
     holders = ", ".join(f"{p} {n}" for p, n in sorted(r.kubelet_holders.items())) or "none"
+    replicas3 = []
+    if r.replicas3_cpu_percent is not None and r.replicas3_cpu_ok is not None:
+        vs = "" if r.replicas3_cpu_vs_node is None else f", {r.replicas3_cpu_vs_node:.2f}x the 1-extender node"
+        replicas3.append(f"  3 repl.   {r.replicas3_cpu_percent:6.2f} % of one core with 3 extender replicas "
+                         f"(`{r.replicas3_variant}`, RSS {r.replicas3_rss_mib:.1f} MiB{vs})   "
+                         f"target <= {r.target_cpu_percent:g} %   {verdict(r.replicas3_cpu_ok)}")  # fmt: skip
+    if r.replicas3_every_cpu_percent is not None:
+        vs = "" if r.replicas3_every_cpu_vs_node is None else f", {r.replicas3_every_cpu_vs_node:.2f}x node"
+        replicas3.append(f"            {r.replicas3_every_cpu_percent:6.2f} % with the gate off, every sample to "
+                         f"each (`{THREE_EVERY.name}`, RSS {r.replicas3_every_rss_mib:.1f} MiB{vs})")  # fmt: skip
     return "\n".join([
         f"gpu-agent, {r.gpus} fake GPUs, --interval {r.interval_s:g}s, {r.window_s:.1f}s window after {r.warmup_s:g}s warm-up:",
         f"  CPU       {r.cpu_percent:6.2f} % of one core ({r.cpu_ticks} ticks)   target <= {r.target_cpu_percent:g} %   "
         f"{verdict(r.cpu_ok)}",
         f"  RSS       {r.rss_end_mib:6.1f} MiB (peak {r.hwm_end_mib:.1f}, {r.rss_start_mib:.1f} at window start)   "
         f"target <= {r.target_rss_mib:g} MiB   {verdict(r.rss_ok)}",
+        *replicas3,
         f"  memory    {r.rss_anon_mib:.1f} MiB anonymous + {r.rss_file_mib:.1f} MiB file-backed; {r.threads} threads; "
         f"env {env}",
         f"  agent     variant `{r.variant}`, {cpus}, {scraped}; kubelet holders (pod GPUs): {holders}",

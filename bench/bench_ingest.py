@@ -230,15 +230,19 @@ class LoadWorker:
             if self.opened == len(self.fleet):
                 all_open.set()
             next_t: float | None = None
+            last_mode = ""
             while True:
                 mode = self.mode
+                if mode != "gated":
+                    last_mode = mode
                 if mode == "idle":
                     next_t = None
                     await self.wake.wait()
                     continue
                 if mode == "gated":
                     next_t = None
-                    await self._wait_gated(rng, offset)
+                    await self._wait_gated(rng, offset, first=last_mode != "gated")
+                    last_mode = mode
                     if self.mode != "gated":
                         continue
                 elif mode == "paced":
@@ -276,10 +280,12 @@ class LoadWorker:
             if call is not None:
                 call.cancel()
 
-    async def _wait_gated(self, rng: random.Random, offset: float) -> None:
+    async def _wait_gated(self, rng: random.Random, offset: float, first: bool) -> None:
         """Until this agent's next report: its next 1 s sample that brings a change (each does
         with probability change_rate), or its heartbeat, whichever is first. Samples fall on
-        this stream's phase of the interval, so the fleet's reports are spread evenly."""
+        this stream's phase of the interval, and (`first`, when the load turns gated) its first
+        heartbeat on a random sample of the heartbeat period, so the fleet's reports are spread
+        evenly, as agents started at different times are, not in a burst every heartbeat."""
         loop = asyncio.get_running_loop()
         interval, p, heartbeat = self.interval, self.change_rate, self.heartbeat
         now = loop.time()
@@ -290,6 +296,8 @@ class LoadWorker:
         samples = 1 + int(math.log(1.0 - rng.random()) / math.log(1.0 - p)) if 0 < p < 1 else (1 if p >= 1 else 10**9)
         change_t = self.epoch + (last + samples + offset) * interval
         beat_t = self.epoch + (last + offset) * interval + heartbeat
+        if first:
+            beat_t = self.epoch + (last + offset + rng.randint(1, max(1, round(heartbeat / interval)))) * interval
         await asyncio.sleep(max(0.0, min(change_t, beat_t) - now))
 
     async def _send(self, call: Any, header: pb.NodeReport, body: bytes, seq: int) -> None:
@@ -712,7 +720,7 @@ def format_report(r: IngestBenchResult) -> str:
 
 
 def run(args: argparse.Namespace) -> IngestBenchResult:
-    extender, addrs = extender_process("extender-ingest")
+    extender, addrs = extender_process("extender-ingest", args.extender_arg)
     with extender:
         return asyncio.run(_bench(args, extender, addrs))
 
@@ -731,6 +739,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-ingest", action="store_true", help="only the scheduling-under-ingest part")
     parser.add_argument("--skip-latency", action="store_true", help="only the ingest-rate part")
     parser.add_argument("--json", type=Path, help="also write the raw results as JSON here")
+    parser.add_argument("--extender-arg", action="append", default=[], metavar="ARG",
+                        help="an extra gpu-extender flag (repeatable), e.g. --extender-arg=--ingest-in-process")
     # the load worker (internal): this script started by itself
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--target", help=argparse.SUPPRESS)
