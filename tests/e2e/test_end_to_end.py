@@ -332,20 +332,24 @@ def test_agent_config_errors_are_one_clear_line(args: list[str], message: str) -
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
-def test_extender_with_its_http_port_taken_exits_cleanly_with_the_cause() -> None:
-    """Everything started before the failing listener (gRPC server, inventory tasks) is
-    stopped again: one line, exit 2, no traceback or unclosed-resource noise."""
+@pytest.mark.parametrize("taken_port", ["http", "grpc"])
+def test_extender_with_a_port_taken_exits_cleanly_with_the_cause(taken_port: str) -> None:
+    """Everything started before the failing listener (the ingest process, inventory tasks) is
+    stopped again: the cause, exit 2, no traceback or unclosed-resource noise. The gRPC port is
+    the ingest process's: it says why, and the extender that it exited."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        port = taken.getsockname()[1]
+        ports = {"http": free_port(), "grpc": free_port(), taken_port: taken.getsockname()[1]}
         result = subprocess.run(
-            [sys.executable, "-m", "gpuextender.extender", "--http-addr", f"127.0.0.1:{port}",
-             "--grpc-addr", f"127.0.0.1:{free_port()}"],
+            [sys.executable, "-m", "gpuextender.extender", "--http-addr", f"127.0.0.1:{ports['http']}",
+             "--grpc-addr", f"127.0.0.1:{ports['grpc']}"],
             capture_output=True, text=True, timeout=30, cwd=ROOT,
         )  # fmt: skip
     assert result.returncode == 2, result.stderr
     assert "gpu-extender: cannot listen" in result.stderr
+    if taken_port == "grpc":
+        assert "gpu-extender: the ingest process exited with code 2" in result.stderr
     assert "Traceback" not in result.stderr and "Unclosed" not in result.stderr, result.stderr
 
 

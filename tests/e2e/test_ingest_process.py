@@ -7,15 +7,12 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import yaml
 
-from tests.harness import ROOT, Proc, cluster, free_port, metric, scrape, url, wait_until
+from tests.harness import Proc, cluster, metric, scrape, url, wait_until
 
 NODE = "gpu-node-1"
 H100 = {"product": "NVIDIA H100 80GB HBM3", "memory_gib": 80, "compute_capability": "9.0", "memory_used_percent": 1}
@@ -84,19 +81,3 @@ def test_in_process_ingest_needs_no_second_process(tmp_path: Path) -> None:
                                                                      "gpu_extender_node_idle_gpus", node=NODE) == 8)
         assert metric(scrape(url(ext, "/metrics")), "gpu_extender_connected_agents") == 1
         assert "ingest process" not in ext.log()
-
-
-def test_a_grpc_port_in_use_stops_start_up_with_the_reason() -> None:
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
-        result = subprocess.run(
-            [sys.executable, "-m", "gpuextender.extender", "--http-addr", f"127.0.0.1:{free_port()}",
-             "--grpc-addr", f"127.0.0.1:{port}"],
-            capture_output=True, text=True, timeout=30, cwd=ROOT,
-        )  # fmt: skip
-    assert result.returncode == 2, result.stderr
-    assert "gpu-extender: cannot listen" in result.stderr
-    assert "gpu-extender: the ingest process exited with code 2" in result.stderr
-    assert "Traceback" not in result.stderr, result.stderr
