@@ -95,7 +95,10 @@ class IngestProcess:
     async def _apply(self, payload: bytes) -> None:
         ingest, parse = self._state.ingest, pb.NodeReport.FromString
         for i, (received_at, report) in enumerate(frames.report_entries(payload), 1):
-            ingest(parse(report), received_at)
+            try:
+                ingest(parse(report), received_at)
+            except Exception:  # a bug, never a reason to stop taking reports: say so, go on
+                log.exception("could not store a relayed report (%d bytes)", len(report))
             if i % SLICE == 0:
                 await asyncio.sleep(0)
 

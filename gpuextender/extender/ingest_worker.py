@@ -50,13 +50,15 @@ FLUSH_BYTES = 1024 * 1024  # or goes at once with the batch that reaches this si
 
 
 class RelayStore:
-    """The ReportStore of this process: accepted reports are queued for the extender. It keeps
-    only which nodes have data (the unknown-node limit counts them), as the extender does."""
+    """The ReportStore of this process: accepted reports wait here for the next frame to the
+    extender, the newest per node only (a full snapshot supersedes the one before, so a slow
+    extender costs at most one report per node here, never a backlog). It keeps which nodes
+    have data (the unknown-node limit counts them), as the extender does."""
 
     def __init__(self, rule: IdleRule) -> None:
         self.rule = rule
         self._held: dict[str, NodeSummary | None] = {}
-        self._batch: list[bytes] = []
+        self._batch: dict[str, bytes] = {}
         self._size = 0
         self.full = asyncio.Event()  # set: send now (a full batch, or the extender asked for metrics)
         self.metrics_asked = False
@@ -66,10 +68,12 @@ class RelayStore:
         return _HELD if node in self._held else None
 
     def ingest(self, report: pb.NodeReport, received_at: float) -> bool:
+        node = report.node_name
         entry = frames.report_entry(received_at, report.SerializeToString())
-        self._batch.append(entry)
-        self._size += len(entry)
-        self._held[report.node_name] = None
+        replaced = self._batch.pop(node, None)  # re-inserted last: frames keep arrival order
+        self._size += len(entry) - (len(replaced) if replaced is not None else 0)
+        self._batch[node] = entry
+        self._held[node] = None
         if self._size >= FLUSH_BYTES:
             self.full.set()
         return True
@@ -79,9 +83,9 @@ class RelayStore:
             self._held.pop(node, None)
 
     def take(self) -> bytes:
-        batch, self._batch, self._size = self._batch, [], 0
+        batch, self._batch, self._size = self._batch, {}, 0
         self.full.clear()
-        return b"".join(batch)
+        return b"".join(batch.values())
 
 
 _HELD = NodeSummary(node="", gpu_count=0, healthy_gpus=0, idle_gpus=0, mean_utilization=None, node_error="",

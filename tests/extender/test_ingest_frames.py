@@ -79,15 +79,31 @@ def test_the_relay_store_batches_reports_and_remembers_which_nodes_have_data() -
 def test_a_batch_is_sent_at_once_when_it_reaches_its_size(monkeypatch: pytest.MonkeyPatch) -> None:
     async def go() -> None:
         store = RelayStore(IdleRule())
-        r = report("n1", [gpu(0)])
-        size = len(frames.report_entry(0.0, r.SerializeToString()))
+        r1, r2 = report("n1", [gpu(0)]), report("n2", [gpu(0)])
+        size = len(frames.report_entry(0.0, r1.SerializeToString()))
         monkeypatch.setattr(ingest_worker, "FLUSH_BYTES", 2 * size)
-        store.ingest(r, 1.0)
+        store.ingest(r1, 1.0)
+        store.ingest(r1, 1.5)  # replaces n1's: the batch does not grow
         assert not store.full.is_set()  # one entry: below the size
-        store.ingest(r, 2.0)
+        store.ingest(r2, 2.0)
         assert store.full.is_set()  # exactly the size
         store.take()
         assert not store.full.is_set()
 
     assert FLUSH_BYTES == 1024 * 1024
+    asyncio.run(go())
+
+
+def test_the_relay_store_keeps_only_the_newest_report_of_a_node() -> None:
+    """A slow extender costs one waiting report per node, never a backlog; arrival order is kept."""
+
+    async def go() -> None:
+        store = RelayStore(IdleRule())
+        old, other, new = report("n1", [gpu(0)], seq=1), report("n2", [gpu(0)], seq=1), report("n1", [gpu(0)], seq=2)
+        store.ingest(old, 1.0)
+        store.ingest(other, 2.0)
+        store.ingest(new, 3.0)
+        got = [(t, type(new).FromString(b)) for t, b in frames.report_entries(store.take())]
+        assert got == [(2.0, other), (3.0, new)]
+
     asyncio.run(go())
