@@ -322,8 +322,8 @@ def render_markdown(
                 "per core of extender CPU); paced: every node every second (agents before the report gate); gated: "
                 "agents with the gate (1 s samples, a report when something decision-relevant changed, with "
                 "probability p per sample, else a heartbeat every 3 s). Then filter (5,000 names) + prioritize "
-                "(the nodes filter answered: its --shortlist of 100) with the gated load (p = 0.02) running and "
-                "without, alternating. Client and extender share this machine's 2 cores. Below it, "
+                "(the nodes filter answered: its --shortlist of 100) with the gated load (p = 0.02) running, "
+                "without, and (worst case, not a goal) with the paced every-second load, alternating. Client and extender share this machine's 2 cores. Below it, "
                 "`bench/bench_grpc_floor.py`: a bare grpc.aio server that only acks, at the same rate: the "
                 "transport's share of the extender's cost, with shared connections (as the load process) and "
                 "one per agent (as in a cluster).", "",
@@ -361,19 +361,27 @@ def render_markdown(
 
 
 def ingest_targets(summary: dict[str, float]) -> list[str]:
-    """Issue 13's goals as rows of the targets table (bench_ingest's summary)."""
+    """Issue 13's goals as rows of the targets table (bench_ingest's summary). The 1 s freshness
+    and p99 goals are read under gated agents (the report gate at the bench's assumed change rate);
+    with fewer than 5,000 agents (--quick) the 5,000-node figures are linear estimates."""
+    nodes = int(summary.get("nodes", 5_000))
+    rate = 100 * summary.get("change_rate", 0.02)
+    heartbeat = summary.get("heartbeat_s", 3.0)
+    est = "" if nodes == 5_000 else f" (estimate from {nodes:,})"
+    at = "" if nodes == 5_000 else f" (measured at {nodes:,})"
     # (summary key, target, how the figure reads, met?)
     goals: list[tuple[str, str, Callable[[float], str], Callable[[float], bool]]] = [
-        ("flat_varied_reports_per_extender_core", "ingest >= 20,000 reports/s per extender core (8-GPU reports)",
-         lambda v: f"{v:,.0f}", lambda v: v >= 20_000),
-        ("gated_0.02_extender_core_percent", "5,000 nodes at 1 s freshness <= 25 % of an extender core (agents "
-         "gated: heartbeat 3 s, 2 % of nodes change per second)", lambda v: f"{v:.1f} %", lambda v: v <= 25),
-        ("paced_varied_core_percent_at_5000_per_s", "(every node reports every 1 s, the agent before the gate) "
-         "<= 25 % of an extender core", lambda v: f"{v:.1f} %", lambda v: v <= 25),
+        ("flat_varied_reports_per_extender_core", "ingest >= 20,000 reports/s per extender core (8-GPU reports, "
+         "flat out: the extender's cost per report)", lambda v: f"{v:,.0f}", lambda v: v >= 20_000),
+        ("gated_core_percent_at_5000_nodes", f"5,000 nodes at 1 s freshness (agents gated: heartbeat {heartbeat:g} s, "
+         f"{rate:g} % of nodes change per second) <= 25 % of an extender core", lambda v: f"{v:.1f} %{est}",
+         lambda v: v <= 25),
+        ("paced_varied_core_percent_at_5000_per_s", "(worst case, not the goal: every node reports every 1 s, the "
+         "agent before the gate) <= 25 % of an extender core", lambda v: f"{v:.1f} %{est}", lambda v: v <= 25),
         *((f"{verb}_p99_ratio", f"{verb} p99 at 5,000 names while 5,000 gated agents stream <= 1.2x without",
-           lambda v: f"{v:.2f}x", lambda v: v <= 1.2) for verb in ("filter", "prioritize")),
-        ("extender_rss_end_mib", "extender RSS (both processes) with 5,000 agents streaming <= 150 MiB",
-         lambda v: f"{v:.0f} MiB", lambda v: v <= 150),
+           lambda v: f"{v:.2f}x{at}", lambda v: v <= 1.2) for verb in ("filter", "prioritize")),
+        ("extender_rss_max_mib", "extender RSS with 5,000 nodes streaming <= 150 MiB (both its processes; "
+         "the larger of streams open / end)", lambda v: f"{v:.0f} MiB{at}", lambda v: v <= 150),
     ]  # fmt: skip
     return [f"| {target} | {shown(summary[key])} | {_verdict(met(summary[key]))} |"
             for key, target, shown, met in goals if key in summary]
