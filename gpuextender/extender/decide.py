@@ -88,14 +88,11 @@ class Decision:
         less work at 5,000 names than scoring every candidate). Explain scores every candidate on
         a scale (the largest GPU count among them) the same or coarser: the order agrees, up to
         nodes that tie here."""
-        if "_ranked" in self.__dict__:  # prioritize or explain already scored every candidate
-            score = dict(self.scores)
-        else:
-            pod = self.pod
-            ranked, _ = placement.prioritize_with_classes(
-                pod.gpus_needed, Candidates(passed, self.candidates.allocatable), self.known, self.plan,
-                pod.strategy, pod.seed)  # fmt: skip
-            score = dict(ranked)
+        pod = self.pod  # always this scoring, so explain shows the very cut filter answers
+        ranked, _ = placement.prioritize_with_classes(
+            pod.gpus_needed, Candidates(passed, self.candidates.allocatable), self.known, self.plan,
+            pod.strategy, pod.seed)  # fmt: skip
+        score = dict(ranked)
         start = zlib.crc32(self.pod.seed.encode()) % len(passed)
         # sorted() is stable with reverse=True too: equal scores keep the rotated order.
         return sorted(passed[start:] + passed[:start], key=score.__getitem__, reverse=True)[:keep]

@@ -103,3 +103,22 @@ def test_the_flag() -> None:
     assert build_config(["--shortlist", "0"]).api.shortlist == 0
     with pytest.raises(ConfigError, match="--shortlist -1"):
         build_config(["--shortlist", "-1"])
+
+
+def test_explain_shows_the_very_cut_filter_answers() -> None:
+    """A failing 16-GPU node makes explain's scale (every candidate) coarser than the shortlist's
+    (the passing nodes): explain still marks exactly the nodes filter answered."""
+    state = GpuState(IdleRule())
+    names = []
+    for i in range(30):
+        idle = 1 + i % 8
+        gpus = [gpu(j, i % 25, 1) for j in range(idle)] + [gpu(j, 90, 80) for j in range(idle, 8)]
+        state.ingest(report(f"n{i:02d}", gpus), NOW)
+        names.append(f"n{i:02d}")
+    state.ingest(report("big", [gpu(j, 90, 80) for j in range(16)]), NOW)  # fails: no idle GPU
+    api = SchedulerApi(state, ExtenderMetrics(state), ApiSettings(Policy(), shortlist=7), clock=lambda: NOW)
+    for uid in ("a", "b", "c"):
+        answered = api.filter(args([*names, "big"], uid=uid))["NodeNames"]
+        rows = api.explain(args([*names, "big"], uid=uid))["nodes"]
+        assert len(answered) == 7
+        assert {r["node"] for r in rows if r["shortlisted"]} == set(answered)
