@@ -158,17 +158,29 @@ async def serve(config: ExtenderConfig, link: socket.socket, certificate: Servin
     writer.write(frames.frame(frames.READY))
     await writer.drain()
     relay = asyncio.create_task(_relay(store, writer, metrics), name="relay")
+    listen = asyncio.create_task(_listen(reader, store, known), name="listen")
+    code = 0
     try:
-        await _listen(reader, store, known)  # returns when the extender's end closes
+        # Until the extender's end closes. Should the relay itself fail (a bug), exit: the
+        # extender sees the link close and stops, rather than wait for reports that never come.
+        await asyncio.wait({relay, listen}, return_when=asyncio.FIRST_COMPLETED)
+        if relay.done() and not relay.cancelled() and relay.exception() is not None:
+            if not isinstance(relay.exception(), ConnectionError):
+                log.error("relaying reports to gpu-extender failed", exc_info=relay.exception())
+            code = 1
+        if listen.done():
+            listen.result()  # a broken frame from the extender raises FrameError here
     finally:
-        relay.cancel()
-        with contextlib.suppress(asyncio.CancelledError, ConnectionError):
-            await relay
+        for task in (relay, listen):
+            task.cancel()
+        for task in (relay, listen):
+            with contextlib.suppress(asyncio.CancelledError, ConnectionError, frames.FrameError):
+                await task
         await server.stop(grace=1.0)
         close = getattr(reviewer, "close", None)
         if close is not None:
             await close()
-    return 0
+    return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
