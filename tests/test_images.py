@@ -138,7 +138,7 @@ def test_oci_labels(image: Image) -> None:
     expected = {
         "org.opencontainers.image.title": image.script,
         "org.opencontainers.image.version": __version__,  # the one version (pyproject reads it too)
-        "org.opencontainers.image.licenses": PYPROJECT["project"]["license"]["text"],
+        "org.opencontainers.image.licenses": PYPROJECT["project"]["license"],  # an SPDX expression
     }
     assert rules.label_problems(final, expected) == []
     assert final.labels()["org.opencontainers.image.source"].startswith("https://")
