@@ -1,15 +1,20 @@
-"""The gRPC server agents stream to: its options, and starting it with the ingest service.
+"""The gRPC server agents stream to: its options, and starting it with the ingest service
+configured from the extender's flags.
 
 Used by the extender itself (--ingest-in-process) and by its ingest process (ingest_worker.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import grpc
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 
+from gpuextender.extender.agent_identity import Authenticator
 from gpuextender.extender.config import ExtenderConfig
-from gpuextender.extender.ingest import REAUTH_GRACE_S, IngestService
+from gpuextender.extender.ingest import REAUTH_GRACE_S, IngestService, ReportStore
+from gpuextender.extender.metrics import ExtenderMetrics
 from gpuextender.extender.report_validation import MAX_REPORT_BYTES
 from gpuextender.extender.serving_tls import ServingCertificate
 
@@ -34,10 +39,22 @@ def grpc_options(config: ExtenderConfig, authenticating: bool) -> list[tuple[str
     return options
 
 
-async def start_ingest_server(config: ExtenderConfig, service: IngestService, certificate: ServingCertificate | None,
-                              authenticating: bool) -> grpc.aio.Server:  # fmt: skip
-    """A started server on --grpc-addr; OSError when the address cannot be bound."""
-    server = grpc.aio.server(options=grpc_options(config, authenticating))
+async def start_ingest_server(
+    config: ExtenderConfig,
+    store: ReportStore,
+    metrics: ExtenderMetrics,
+    certificate: ServingCertificate | None,
+    authenticator: Authenticator | None,
+    known_node: Callable[[str], bool] | None,
+) -> grpc.aio.Server:
+    """A started server on --grpc-addr, its reports stored into `store`; OSError when the address
+    cannot be bound. `known_node`: is the node in the inventory (None: no inventory source)."""
+    service = IngestService(
+        store, metrics, requested_interval_ms=config.requested_agent_interval_ms, authenticator=authenticator,
+        max_clock_skew_s=config.max_clock_skew_s, known_node=known_node,
+        max_unknown_nodes=config.max_unknown_nodes, stale_after_s=config.api.policy.stale_after_s,
+    )  # fmt: skip
+    server = grpc.aio.server(options=grpc_options(config, authenticator is not None))
     pb_grpc.add_GpuStateServiceServicer_to_server(service, server)
     target = str(config.grpc_addr)
     try:

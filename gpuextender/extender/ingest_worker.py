@@ -34,7 +34,6 @@ from gpuextender.extender.agent_identity import Authenticator
 from gpuextender.extender.config import ConfigError, ExtenderConfig, build_config
 from gpuextender.extender.gpu_state import GpuState
 from gpuextender.extender.gpu_summary import IdleRule, NodeSummary
-from gpuextender.extender.ingest import IngestService
 from gpuextender.extender.ingest_server import start_ingest_server
 from gpuextender.extender.metrics import INGEST_SAMPLES, ExtenderMetrics
 from gpuextender.extender.serving_tls import ServingCertificate, TlsLoadError
@@ -57,7 +56,7 @@ class RelayStore:
 
     def __init__(self, rule: IdleRule) -> None:
         self.rule = rule
-        self._held: dict[str, NodeSummary | None] = {}
+        self._held: set[str] = set()
         self._batch: dict[str, bytes] = {}
         self._size = 0
         self.full = asyncio.Event()  # set: send now (a full batch, or the extender asked for metrics)
@@ -73,14 +72,14 @@ class RelayStore:
         replaced = self._batch.pop(node, None)  # re-inserted last: frames keep arrival order
         self._size += len(entry) - (len(replaced) if replaced is not None else 0)
         self._batch[node] = entry
-        self._held[node] = None
+        self._held.add(node)
         if self._size >= FLUSH_BYTES:
             self.full.set()
         return True
 
     def forget(self, nodes: Sequence[str]) -> None:
         for node in nodes:
-            self._held.pop(node, None)
+            self._held.discard(node)
 
     def take(self) -> bytes:
         batch, self._batch, self._size = self._batch, {}, 0
@@ -149,12 +148,8 @@ async def serve(config: ExtenderConfig, link: socket.socket, certificate: Servin
         if first is None or first[0] != frames.KNOWN:
             raise frames.FrameError("expected the inventory's node names first")
         known.update(frames.names(first[1]))
-    ingest = IngestService(
-        store, metrics, requested_interval_ms=config.requested_agent_interval_ms, authenticator=authenticator,
-        max_clock_skew_s=config.max_clock_skew_s, known_node=known.__contains__ if has_inventory else None,
-        max_unknown_nodes=config.max_unknown_nodes, stale_after_s=config.api.policy.stale_after_s,
-    )  # fmt: skip
-    server = await start_ingest_server(config, ingest, certificate, authenticator is not None)
+    server = await start_ingest_server(config, store, metrics, certificate, authenticator,
+                                       known.__contains__ if has_inventory else None)  # fmt: skip
     writer.write(frames.frame(frames.READY))
     await writer.drain()
     relay = asyncio.create_task(_relay(store, writer, metrics), name="relay")

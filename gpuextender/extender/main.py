@@ -21,7 +21,6 @@ from gpuextender.extender.config import ConfigError, ExtenderConfig, build_confi
 from gpuextender.extender.agent_identity import Authenticator
 from gpuextender.extender.gpu_state import GpuState
 from gpuextender.extender.http_api import SchedulerApi, build_app, listen_backlog, new_runner
-from gpuextender.extender.ingest import IngestService
 from gpuextender.extender.ingest_relay import IngestProcess, IngestStartError, sync_known_nodes
 from gpuextender.extender.ingest_server import start_ingest_server
 from gpuextender.extender.inventory.file_source import FileInventorySource, InventoryPathError
@@ -136,12 +135,7 @@ async def _serve(
             # With an inventory source, a node it does not list is "unknown" (kept for a bounded few);
             # before the first list every node is (only agents racing a new replica's first list).
             known_node = (lambda name: store.get(NODE.kind, name) is not None) if has_inventory else None
-            ingest = IngestService(
-                state, metrics, requested_interval_ms=config.requested_agent_interval_ms,
-                authenticator=authenticator, max_clock_skew_s=config.max_clock_skew_s, known_node=known_node,
-                max_unknown_nodes=config.max_unknown_nodes, stale_after_s=config.api.policy.stale_after_s,
-            )  # fmt: skip
-            grpc_server = await start_ingest_server(config, ingest, certificate, authenticator is not None)
+            grpc_server = await start_ingest_server(config, state, metrics, certificate, authenticator, known_node)
         else:
             assert metrics.relayed is not None  # ingest_here=False
             ingest_process = IngestProcess(argv, state, metrics.relayed)
