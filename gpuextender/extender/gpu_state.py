@@ -100,3 +100,7 @@ class GpuState:
 
     def __len__(self) -> int:
         return len(self._summaries)
+
+    def node_names(self) -> list[str]:
+        """The nodes holding GPU data."""
+        return list(self._summaries)

@@ -182,7 +182,15 @@ class SchedulerApi:
         return prioritize_result(d.scores, compact=self.settings.compact_priorities)
 
     def explain(self, args: ExtenderArgs) -> dict[str, Any]:
-        return explain_decision(self.decide(args))
+        if args.node_names is not None or args.nodes is not None:
+            return explain_decision(self.decide(args))
+        # No candidates named (`gpu-extender explain POD.yaml`, the fleet page's form): every node the
+        # inventory or the agents know, by name, as many as one /explain takes.
+        known = sorted(set(self._inventory().node_labels).union(self.state.node_names()))
+        args.node_names = known[:EXPLAIN_MAX_CANDIDATES]
+        answer = explain_decision(self.decide(args))
+        answer["candidates"] = {"source": "every known node", "known": len(known), "explained": len(args.node_names)}
+        return answer
 
     def _record_filter(self, d: Decision) -> None:
         m, outcome, needed, held_back = self.metrics, d.filtered, d.pod.gpus_needed, len(d.held_back)
@@ -319,13 +327,15 @@ def build_app(api: SchedulerApi) -> web.Application:
         return response
 
     def scheduler_verb(
-        verb: str, decide: Callable[[ExtenderArgs], Any], max_candidates: int = settings.max_candidates
+        verb: str, decide: Callable[[ExtenderArgs], Any], max_candidates: int = settings.max_candidates,
+        nodes_optional: bool = False,
     ) -> Callable[[web.Request], Awaitable[web.Response]]:
         async def handle(request: web.Request) -> web.Response:
             started = time.perf_counter()
             try:
                 body = await _read_body(request, settings)
-                args = parse_extender_args(body, max_candidates=max_candidates, max_containers=max_containers)
+                args = parse_extender_args(body, max_candidates=max_candidates, max_containers=max_containers,
+                                           nodes_optional=nodes_optional)  # fmt: skip
                 response = _json(decide(args))
             except BadRequest as exc:
                 response = refuse(verb, request, 400, exc.code, exc.message)
@@ -364,7 +374,7 @@ def build_app(api: SchedulerApi) -> web.Application:
     app.router.add_post(f"{prefix}/filter", scheduler_verb("filter", api.filter))
     app.router.add_post(f"{prefix}/prioritize", scheduler_verb("prioritize", api.prioritize))
     app.router.add_post(f"{prefix}/explain", scheduler_verb(
-        "explain", api.explain, min(settings.max_candidates, EXPLAIN_MAX_CANDIDATES)))  # fmt: skip
+        "explain", api.explain, min(settings.max_candidates, EXPLAIN_MAX_CANDIDATES), nodes_optional=True))  # fmt: skip
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", get_metrics)

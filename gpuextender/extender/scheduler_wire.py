@@ -95,10 +95,12 @@ def _top_level(document: Any) -> dict[str, Any]:
 
 
 def parse_extender_args(
-    body: bytes, *, max_candidates: int = MAX_CANDIDATES, max_containers: int | None = None
+    body: bytes, *, max_candidates: int = MAX_CANDIDATES, max_containers: int | None = None,
+    nodes_optional: bool = False,
 ) -> ExtenderArgs:
     """`max_containers`: JSON objects + arrays allowed (None: no bound; the server passes
-    its body limit / BYTES_PER_CONTAINER)."""
+    its body limit / BYTES_PER_CONTAINER). `nodes_optional` (/explain): a body naming no
+    candidates is the question "which of all the nodes you know?" (both fields stay None)."""
     # '{' and '[' inside strings count too: an over-estimate, checked at C speed.
     if max_containers is not None and (count := body.count(b"{") + body.count(b"[")) > max_containers:
         raise BadRequest("too_complex", f"body has {count} '{{' and '[' (JSON objects and arrays); at most "
@@ -135,7 +137,7 @@ def parse_extender_args(
             if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
                 raise BadRequest("wrong_type", f"Nodes.items[{i}] has no metadata.name")
         _check_echoable(nodes_metadata, nodes)
-    if node_names is None and nodes is None:
+    if node_names is None and nodes is None and not nodes_optional:
         raise BadRequest("missing_nodes", "ExtenderArgs has neither NodeNames nor Nodes")
     return ExtenderArgs(pod=pod, node_names=node_names, nodes=nodes, nodes_metadata=nodes_metadata)
 

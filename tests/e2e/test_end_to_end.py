@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
 import pytest
 
 from tests.harness import (
@@ -198,6 +199,8 @@ def test_bad_bodies_get_400_with_a_reason_and_the_server_keeps_serving(live: Clu
     ext = _extender(live)
     good = fixture_bytes(f"{'filter' if verb == 'explain' else verb}-request-nodecache-true.json")
     for body, reason in BAD_BODIES:
+        if verb == "explain" and reason == "missing_nodes":
+            continue  # /explain without candidates explains every known node (test below)
         status, answer = post_json(url(ext, f"/{verb}"), body)
         assert status == 400, body
         assert answer["reason"] == reason, (body, answer)
@@ -206,6 +209,19 @@ def test_bad_bodies_get_400_with_a_reason_and_the_server_keeps_serving(live: Clu
     samples = scrape(url(ext, "/metrics"))
     assert metric(samples, "gpu_extender_bad_requests_total", verb=verb, reason="malformed_json") >= 3
     assert "refused request" in ext.log() and "Traceback" not in ext.log()
+
+
+@pytest.mark.parametrize("body", [b'{"Pod": %s}', b'{"Pod": %s, "NodeNames": null, "Nodes": null}'])
+def test_explain_without_candidates_explains_every_node_with_data(live: Cluster, body: bytes) -> None:
+    pod = orjson.loads(fixture_bytes("filter-request-nodecache-true.json"))["Pod"]
+    status, answer = post_json(url(_extender(live), "/explain"), body % orjson.dumps(pod))
+    assert status == 200, answer
+    # No inventory here: the candidates are the four nodes whose agents report, best first.
+    assert answer["candidates"] == {"source": "every known node", "known": 4, "explained": 4}
+    assert sorted(n["node"] for n in answer["nodes"]) == ["gpu-node-1", "gpu-node-2", "gpu-node-3", "gpu-node-4"]
+    assert answer["nodes"][0]["node"] == "gpu-node-2" and answer["nodes"][0]["result"] == "pass"
+    status, answer = post_json(url(_extender(live), "/filter"), body % orjson.dumps(pod))
+    assert status == 400 and answer["reason"] == "missing_nodes"  # the scheduler verbs still need candidates
 
 
 def test_oversized_body_gets_413_and_large_node_lists_are_accepted(tmp_path: Path) -> None:
