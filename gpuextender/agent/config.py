@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from gpuextender import __version__
 from gpuextender.common.cli import HelpFormatter
-from gpuextender.common.logs import LEVELS
+from gpuextender.common.layered_config import SettingsError, epilog, parse_layered
+from gpuextender.common.logs import FORMATS, LEVELS
 from gpuextender.common.netaddr import AddressError, HostPort, parse_host_port
 from gpuextender.common.tls_files import CredentialFileError, check_ca, check_pair, check_readable
 
@@ -20,6 +22,7 @@ from gpuextender.agent.health import DEFAULT_IGNORED_XIDS, parse_xid_list
 from gpuextender.agent.idle_tracker import DEFAULT_THRESHOLD_PERCENT, DEFAULT_WINDOW_S
 from gpuextender.agent.pod_resources import DEFAULT_SOCKET as DEFAULT_POD_RESOURCES
 
+ENV_PREFIX = "GPU_AGENT_"
 _NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 
@@ -52,6 +55,9 @@ class AgentConfig:
     dcgm_names: bool = True
     idle_threshold_percent: float = DEFAULT_THRESHOLD_PERCENT
     idle_window_s: float = DEFAULT_WINDOW_S
+    log_format: str = "text"
+    # Settings that came from the environment or the config file (dest -> source), for the start-up log.
+    sources: tuple[tuple[str, str], ...] = ()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -64,14 +70,19 @@ def build_parser() -> argparse.ArgumentParser:
             "headless Service given with --extender-service."
         ),
         formatter_class=HelpFormatter,
+        epilog=epilog(ENV_PREFIX, "--interval", "2") + " Besides, --node-name falls back to $NODE_NAME (the "
+        "downward API's spec.nodeName) and --extender to $GPU_AGENT_EXTENDERS (the older name of $GPU_AGENT_EXTENDER).",
     )
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}",
                    help="print the installed version and exit")
+    p.add_argument("--config", type=Path, metavar="PATH",
+                   help="YAML file of settings: the long flags without '--' as keys (interval: 2, "
+                   "extender: [extender-0:9090]); flags and GPU_AGENT_* variables override it")  # fmt: skip
     p.add_argument("--node-name", help="Kubernetes Node name of this node (default: $NODE_NAME, "
                    "set it from the downward API: spec.nodeName)")  # fmt: skip
     p.add_argument("--extender", action="append", default=[], metavar="HOST:PORT",
                    help="gpu-extender gRPC address; repeat once per replica "
-                   "(default: comma-separated $GPU_AGENT_EXTENDERS)")  # fmt: skip
+                   "(default: comma-separated $GPU_AGENT_EXTENDER)")  # fmt: skip
     p.add_argument("--interval", type=float, default=1.0, metavar="SECONDS", help="NVML sample interval")
     p.add_argument("--heartbeat", type=float, default=3.0, metavar="SECONDS",
                    help="stream a report when something the extenders decide with changed (health, allocation, "
@@ -82,9 +93,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metrics-addr", default="0.0.0.0:9402", metavar="HOST:PORT",
                    help="where /metrics, /healthz and /readyz are served")  # fmt: skip
     p.add_argument("--fake", metavar="SCENARIO.yaml", type=Path,
-                   help="simulate GPUs from a scenario file instead of loading libnvidia-ml "
-                   "(see gpuextender/agent/fake_scenario.py for the format); edits to the file "
-                   "while the agent runs change the simulated GPUs")  # fmt: skip
+                   help="simulate GPUs from a scenario file instead of loading libnvidia-ml: a YAML mapping "
+                   "with a `gpus:` list, each GPU with its name, memory, utilization pattern over time and "
+                   "injected NVML errors (format: README, 'Scenario files'; examples/demo/scenarios); edits to "
+                   "the file while the agent runs change the simulated GPUs")  # fmt: skip
     p.add_argument("--reconnect-initial-backoff", type=float, default=0.2, metavar="SECONDS",
                    help="first delay before reopening a broken extender stream")  # fmt: skip
     p.add_argument("--reconnect-max-backoff", type=float, default=5.0, metavar="SECONDS",
@@ -141,6 +153,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="gpu_agent_pod_idle_gpus counts a pod's GPU once it has been idle this long while the pod "
                    "held it (allocated but idle: the waste to hunt)")  # fmt: skip
     p.add_argument("--log-level", default="info", choices=LEVELS)
+    p.add_argument("--log-format", default="text", choices=FORMATS,
+                   help="text: one line per event; json: one JSON object per line with the structured fields "
+                   "(node, peer, reason) as keys")  # fmt: skip
     return p
 
 
@@ -187,7 +202,14 @@ def _extender_service(text: str) -> HostPort | None:
 
 
 def build_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> AgentConfig:
-    args = build_parser().parse_args(argv)
+    """Flags over GPU_AGENT_* variables over --config's file over defaults (common/layered_config.py)."""
+    try:
+        # --clear-xid is a one-shot command, not a setting: only the command line gives it.
+        layered = parse_layered(build_parser, sys.argv[1:] if argv is None else argv, env, ENV_PREFIX,
+                                not_settings=("clear_xid",))  # fmt: skip
+    except SettingsError as exc:
+        raise ConfigError(str(exc)) from None
+    args = layered.args
     clear_xids = _clear_targets(args.clear_xid)
     node_name = args.node_name or env.get("NODE_NAME", "")
     if not node_name and not clear_xids:  # the one-shot --clear-xid needs no node name
@@ -216,9 +238,7 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> AgentCon
         metrics_addr = parse_host_port(args.metrics_addr)
     except AddressError as exc:
         raise ConfigError(f"--metrics-addr {exc}") from None
-    service = _extender_service(
-        args.extender_service if args.extender_service is not None else env.get("GPU_AGENT_EXTENDER_SERVICE", "")
-    )
+    service = _extender_service(args.extender_service or "")
     if not 0.1 <= args.resolve_interval <= 3600:
         raise ConfigError(f"--resolve-interval {args.resolve_interval} must be within 0.1..3600 seconds")
     if not 0 <= args.idle_threshold <= 100:
@@ -247,4 +267,6 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> AgentCon
         dcgm_names=args.dcgm_names,
         idle_threshold_percent=args.idle_threshold,
         idle_window_s=args.idle_window,
+        log_format=args.log_format,
+        sources=tuple((d, src) for d, src in layered.sources.items() if src != "flag"),
     )

@@ -1,64 +1,12 @@
 """Fake-GPU scenarios: a YAML file describing simulated GPUs for `gpu-agent --fake`.
 
-    driver_version: "550.127.05"          # optional
-    gpus:
-      - count: 4                          # this many identical GPUs (default 1)
-        product: NVIDIA H100 80GB HBM3    # raw NVML name
-        memory_gib: 80
-        compute_capability: "9.0"
-        utilization_percent: 5            # a number, or a pattern (below)
-        memory_used_percent: {pattern: steps, values: [10, 70], every_s: 30}
-        temperature_c: 35
-        power_watts: {pattern: sine, min: 70, max: 650, period_s: 60}
-        # -- optional 0.2 readings; a reading left out answers NVML_ERROR_NOT_SUPPORTED, as on a
-        # -- GPU without the feature (the agent then reports it as unknown, never as zero)
-        ecc: {uncorrected: 0, corrected: 12}   # volatile ECC totals (numbers or patterns)
-        remapped_rows: {correctable: 2, uncorrectable: 0, pending: false, failure: false}
-        retired_pages_pending: false      # pre-Ampere page retirement
-        clock_event_reasons: [sw_power_cap]   # names below; [] = none
-        sm_clock_mhz: 1980                # number or pattern
-        memory_clock_mhz: 2619
-        energy_start_mj: 0                # total energy: starts here, grows with power_watts
-        numa_node: 0                      # NUMA node of the GPU's PCIe device
-        events_supported: true            # false: NVML events NotSupported on these GPUs
-        mig:                              # MIG mode enabled, with these MIG devices (at most 7)
-          - profile: 1g.10gb              # "<g>g.<gb>gb", "<c>c.<g>g.<gb>gb", optional "+me"
-            count: 2                      # default 1
-            memory_used_percent: 30       # of the instance's memory (number or pattern)
-    errors:                               # NVML errors to inject (optional)
-      - call: nvmlDeviceGetUtilizationRates   # pynvml function name, or "*" for every call
-        error: GpuIsLost                  # any NVMLError_<Name> pynvml defines
-        gpus: [2]                         # optional: only these GPU indexes
-        after_s: 10                       # optional: from agent start (default 0)
-        for_s: 30                         # optional: how long (default: forever)
-    events:                               # NVML events delivered by nvmlEventSetWait (optional)
-      - at_s: 5                           # seconds after the fake started (default 0)
-        gpus: [1]                         # GPU indexes
-        xid: 79                           # an XidCriticalError with this XID, or:
-        # type: dbe | sbe | gpu_unavailable | recovery_action (with action: gpu_reset,
-        #       node_reboot, drain_p2p, drain_and_reset, none)
-    topology:                             # optional; absent: NotSupported (topology unknown)
-      pcie: system                        # relation of GPUs not in a pcie_groups entry
-      pcie_groups:                        # later entries win for the pairs they cover
-        - {gpus: [0, 1, 2, 3], relation: node}
-      nvlinks:                            # direct GPU-GPU NVLinks
-        - {gpus: [0, 1], links: 4}
-      nvswitch_links: 18                  # every GPU has this many active links into one NVSwitch fabric
-
-Clock event reason names: gpu_idle, applications_clocks, sw_power_cap, hw_slowdown, sync_boost,
-sw_thermal, hw_thermal, power_brake, display_clock (nvmlClocksEventReason* bits).
-PCIe relations: internal, single, multiple, hostbridge, node, system (nvmlGpuTopologyLevel_t).
+The format, for the people who write scenarios, is in the README (*Scenario files (`--fake`)*):
+GPUs with their readings as numbers or patterns over time (sine, steps, ramp), NVML errors to
+inject, NVML events to deliver, and the topology. This module parses it and answers pynvml's
+questions from it; a running agent follows edits to the file (same number of GPUs).
 
 Like the real driver, events are only delivered to a GPU registered for their type; unlike it,
-an event scheduled before the agent registered is still delivered (so `at_s: 0` is seen). A
-`dbe` event does not change the `ecc` counters: script both if both should show.
-
-A running agent follows the file: edit it (same number of GPUs) and the next samples change; an
-event added with a time already past is delivered at once.
-
-Patterns: a plain number is constant; `{pattern: sine, min, max, period_s}`,
-`{pattern: steps, values: [...], every_s}`, `{pattern: ramp, from, to, over_s}`
-(ramp holds at `to` afterwards).
+an event scheduled before the agent registered is still delivered (so `at_s: 0` is seen).
 """
 
 from __future__ import annotations

@@ -13,7 +13,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpuextender import __version__
+from gpuextender.common.layered_config import describe_sources
 from gpuextender.common.logs import configure_logging
+from gpuextender.common.netaddr import HostPort
 
 from gpuextender.agent.config import AgentConfig, ConfigError, build_config
 from gpuextender.agent.nvml_events import request_clear
@@ -41,7 +43,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = build_config(argv, os.environ)
     except ConfigError as exc:
         return _fail(str(exc))
-    configure_logging(config.log_level)
+    configure_logging(config.log_level, config.log_format)
     if config.clear_xids:  # one-shot: `kubectl exec POD -- gpu-agent --clear-xid N`
         return request_clear(config.control_dir, config.clear_xids)
     from prometheus_client import disable_created_metrics
@@ -133,10 +135,12 @@ async def _serve(config: AgentConfig, reader: NvmlReader, metrics: AgentMetrics)
     await http.start(config.metrics_addr.host, config.metrics_addr.port)
     log.info(
         "gpu-agent %s for node %s: metrics on http://%s/metrics, sampling every %.2fs, streaming %s, extenders: %s",
-        __version__, config.node_name, config.metrics_addr, config.interval_s,
+        __version__, config.node_name, HostPort(config.metrics_addr.host, http.port), config.interval_s,
         f"on change with a heartbeat of at most {config.heartbeat_s:g}s" if config.heartbeat_s else "every sample",
         _extenders_summary(config),
     )  # fmt: skip
+    if config.sources:
+        log.info("settings from the environment or the config file: %s", describe_sources(config.sources))
     log.info("stream security: %s", _security_summary(config))
     trim_c_heap()  # everything is imported and set up: what start-up freed goes back to the kernel
 

@@ -192,7 +192,8 @@ class ExtenderStream:
         if ack.status == pb.ReportAck.REJECTED:
             self._metrics.reports_rejected.labels(extender=self.target).inc()
             if ack.reason != self._last_reject_reason:
-                log.error("extender %s rejected report %d: %s", self.target, ack.sequence, ack.reason)
+                log.error("extender %s rejected report %d: %s", self.target, ack.sequence, ack.reason,
+                          extra={"peer": self.target, "reason": ack.reason})  # fmt: skip
                 self._last_reject_reason = ack.reason
         else:
             self._last_reject_reason = ""

@@ -38,3 +38,11 @@ def parse_host_port(text: str, *, default_host: str = "0.0.0.0") -> HostPort:
     if not 0 <= port <= 65535:
         raise AddressError(f"{text!r}: port {port} is outside 0..65535")
     return HostPort(host or default_host, port)
+
+
+def bound_address(sockname: object) -> str:
+    """A listening socket's address (`getsockname()`: (host, port) or (host, port, flow, scope)) as
+    host:port, so the log shows the real port where `:0` was asked for."""
+    if isinstance(sockname, tuple) and len(sockname) >= 2:
+        return str(HostPort(str(sockname[0]), int(sockname[1])))
+    return str(sockname)

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import argparse
 import math
-from collections.abc import Sequence
+import os
+import sys
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from gpuextender import __version__
 from gpuextender.common.cli import HelpFormatter
-from gpuextender.common.logs import LEVELS
+from gpuextender.common.layered_config import SettingsError, epilog, parse_layered
+from gpuextender.common.logs import FORMATS, LEVELS
 from gpuextender.common.netaddr import AddressError, HostPort, parse_host_port
 from gpuextender.common.tls_files import CredentialFileError, check_readable
 
@@ -27,6 +30,9 @@ from gpuextender.extender.serving_tls import ServingTlsFiles
 DEFAULT_READINESS_GRACE_S = 30.0
 # kube-scheduler's own floor for the nodes it scores (minFeasibleNodesToFind).
 DEFAULT_SHORTLIST = 100
+
+
+ENV_PREFIX = "GPU_EXTENDER_"
 
 
 class ConfigError(ValueError):
@@ -58,6 +64,9 @@ class ExtenderConfig:
     max_clock_skew_s: float = MAX_CLOCK_SKEW_S
     max_unknown_nodes: int = MAX_UNKNOWN_NODES
     ingest_in_process: bool = False
+    log_format: str = "text"
+    # Settings that came from the environment or the config file (dest -> source), for the start-up log.
+    sources: tuple[tuple[str, str], ...] = ()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -67,12 +76,16 @@ def build_parser() -> argparse.ArgumentParser:
             "kube-scheduler extender that places GPU pods on nodes whose GPUs are really idle. "
             "gpu-agents stream live NVML data to --grpc-addr; kube-scheduler calls POST /filter "
             "and /prioritize on --http-addr (configure it with nodeCacheCapable: true). "
-            "`gpu-extender explain REQUEST.json` asks a running extender why it decides as it does."
+            "`gpu-extender explain FILE|--pod NAMESPACE/NAME` asks a running extender why it decides as it does."
         ),
         formatter_class=HelpFormatter,
+        epilog=epilog(ENV_PREFIX, "--stale-after", "20"),
     )
     p.add_argument("--version", action="version", version=f"%(prog)s {__version__}",
                    help="print the installed version and exit")
+    p.add_argument("--config", type=Path, metavar="PATH",
+                   help="YAML file of settings: the long flags without '--' as keys (stale-after: 20, "
+                   "gpu-resource: [nvidia.com/gpu]); flags and GPU_EXTENDER_* variables override it")  # fmt: skip
     p.add_argument("--http-addr", default="0.0.0.0:8888", metavar="HOST:PORT",
                    help="scheduler API, /healthz, /readyz, /metrics")  # fmt: skip
     p.add_argument("--grpc-addr", default="0.0.0.0:9090", metavar="HOST:PORT", help="where agents stream reports")
@@ -116,8 +129,10 @@ def build_parser() -> argparse.ArgumentParser:
                    choices=("FirstAvailable", "BestFit", "Cheapest", "MostCapable"),
                    help="AcceleratorClass policy for OME pods whose InferenceService names none")  # fmt: skip
     p.add_argument("--node-strategy", choices=("spread", "binpack", "cost", "random"), default="spread",
-                   help="how prioritize ranks nodes within a class (a pod's annotation "
-                   "gpu-extender.io/node-strategy overrides it); formulas in gpuextender/extender/decision.py")  # fmt: skip
+                   help="how prioritize ranks nodes within a class (a pod's annotation gpu-extender.io/node-strategy "
+                   "overrides it): spread prefers the node with the most idle GPUs, binpack the fewest that still "
+                   "fit, cost the cheapest AcceleratorClass, random a seeded shuffle (formulas: README, "
+                   "'Node strategies')")  # fmt: skip
     p.add_argument("--random-seed", default="", metavar="TEXT",
                    help="seed for the random strategy (with the pod UID): same seed, same ranking")  # fmt: skip
     p.add_argument("--runtime-check", choices=("enforce", "warn", "off"), default="warn",
@@ -179,6 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
                    "(~50 MiB less memory). By default a second process receives, validates and acks the "
                    "reports and relays them, so scheduler calls do not queue behind bursts of agent reports")  # fmt: skip
     p.add_argument("--log-level", default="info", choices=LEVELS)
+    p.add_argument("--log-format", default="text", choices=FORMATS,
+                   help="text: one line per event; json: one JSON object per line with the structured fields "
+                   "(node, pod, verb, reason) as keys")  # fmt: skip
     return p
 
 
@@ -217,8 +235,14 @@ def _agent_auth(args: argparse.Namespace) -> AgentAuth:
     return AgentAuth("tokenreview", service_account, audience, args.agent_reauth_interval)
 
 
-def build_config(argv: Sequence[str] | None) -> ExtenderConfig:
-    args = build_parser().parse_args(argv)
+def build_config(argv: Sequence[str] | None, env: Mapping[str, str] | None = None) -> ExtenderConfig:
+    """Flags over GPU_EXTENDER_* variables over --config's file over defaults (common/layered_config.py)."""
+    try:
+        layered = parse_layered(build_parser, sys.argv[1:] if argv is None else argv,
+                                os.environ if env is None else env, ENV_PREFIX)  # fmt: skip
+    except SettingsError as exc:
+        raise ConfigError(str(exc)) from None
+    args = layered.args
     try:
         http_addr = parse_host_port(args.http_addr)
         grpc_addr = parse_host_port(args.grpc_addr)
@@ -286,4 +310,6 @@ def build_config(argv: Sequence[str] | None) -> ExtenderConfig:
         max_clock_skew_s=args.max_clock_skew,
         max_unknown_nodes=args.max_unknown_nodes,
         ingest_in_process=args.ingest_in_process,
+        log_format=args.log_format,
+        sources=tuple((d, src) for d, src in layered.sources.items() if src != "flag"),
     )

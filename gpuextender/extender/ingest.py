@@ -146,13 +146,14 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
                 refusal = exc.refusal
                 self._count_auth_failure(refusal.reason)
                 if self._should_log(refusal.reason, _peer_host(peer)):
-                    log.warning("refused agent stream from %s (%s): %s", peer, refusal.code.name, refusal.message)
+                    log.warning("refused agent stream from %s (%s): %s", peer, refusal.code.name, refusal.message,
+                                extra={"peer": peer, "reason": refusal.reason})  # fmt: skip
                 await context.abort(refusal.code, refusal.message)
             except Exception as exc:  # a bug or an odd API answer: refuse, say so, never UNKNOWN + traceback
                 self._count_auth_failure("review_failed")
                 if self._should_log("review_failed", _peer_host(peer)):
                     log.warning("refused agent stream from %s: cannot verify its token: %s: %s", peer,
-                                type(exc).__name__, exc)  # fmt: skip
+                                type(exc).__name__, exc, extra={"peer": peer, "reason": "review_failed"})  # fmt: skip
                 await context.abort(grpc.StatusCode.UNAVAILABLE, "cannot verify the agent token now; retry")
         mismatch_logged = False
         last_sequence = 0  # sequences start at 1 (proto)
@@ -167,7 +168,8 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
                     self._count_auth_failure("node_mismatch")
                     self._count_rejected("node_mismatch")
                     if not mismatch_logged:  # once per stream: the agent sends one a second
-                        log.warning("rejected report %d from %s: %s", report.sequence, peer, mismatch)
+                        log.warning("rejected report %d from %s: %s", report.sequence, peer, mismatch,
+                                    extra={"peer": peer, "node": report.node_name[:253], "reason": "node_mismatch"})  # fmt: skip
                         mismatch_logged = True
                     yield self._rejected(report, mismatch)
                     continue
@@ -176,14 +178,15 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
                     self._count_rejected(kind)
                     if self._should_log(kind, _peer_host(peer)):  # a line a minute per client and kind
                         log.warning("rejected report %d for node %r from %s: %s", report.sequence,
-                                    report.node_name[:253], peer, problem)  # fmt: skip
+                                    report.node_name[:253], peer, problem,
+                                    extra={"peer": peer, "node": report.node_name[:253], "reason": kind})  # fmt: skip
                     yield self._rejected(report, problem)
                     continue
                 if node is None:
                     node = report.node_name
                     self._metrics.connected_agents.inc()
                     log.info("agent for node %s connected (%s, agent %s%s)", node, peer, report.agent_version or "?",
-                             f", {identity.username}" if identity else "")  # fmt: skip
+                             f", {identity.username}" if identity else "", extra={"node": node, "peer": peer})  # fmt: skip
                 if not self._state.ingest(report, self._clock()):  # not reachable on one loop; never ack it
                     self._count_rejected("superseded")
                     yield self._rejected(report, f"a report for node {node} received later is already stored")
@@ -201,7 +204,7 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
         finally:
             if node is not None:
                 self._metrics.connected_agents.dec()
-                log.info("agent for node %s disconnected (%s)", node, peer)
+                log.info("agent for node %s disconnected (%s)", node, peer, extra={"node": node, "peer": peer})
 
     def _problem(self, report: pb.NodeReport, node: str | None, last_sequence: int) -> tuple[str, str | None]:
         """Why the report may not be stored, as (metric reason, sentence for the agent); (_, None) if it may."""

@@ -2,7 +2,7 @@
 
 A frame is a 4-byte big-endian length (of what follows), a 1-byte kind, and a payload:
   worker -> extender
-    READY    the gRPC port listens (empty)
+    READY    the gRPC port listens (its port number, decimal ASCII)
     REPORTS  accepted reports in arrival order: per report an 8-byte big-endian float
              (when it was received, time.monotonic(), the same clock in both processes on
              Linux), a 4-byte length and the serialized NodeReport

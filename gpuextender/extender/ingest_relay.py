@@ -41,6 +41,7 @@ class IngestProcess:
     def __init__(self, argv: Sequence[str], state: GpuState, relayed: RelayedMetrics) -> None:
         self._argv, self._state, self._relayed = list(argv), state, relayed
         self._proc: asyncio.subprocess.Process | None = None
+        self.port = 0  # the gRPC port it bound, once started
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._known: frozenset[str] | None = None
@@ -70,6 +71,7 @@ class IngestProcess:
             code = await self._proc.wait()
             raise IngestStartError(f"the ingest process exited with code {code} before its gRPC port listened "
                                    "(its message is above)")  # fmt: skip
+        self.port = int(got[1] or b"0")
         log.info("ingest process %d serves the agents' gRPC port", self._proc.pid)
 
     async def run(self, on_exit: Callable[[], None]) -> None:

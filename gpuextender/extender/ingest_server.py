@@ -46,9 +46,10 @@ async def start_ingest_server(
     certificate: ServingCertificate | None,
     authenticator: Authenticator | None,
     known_node: Callable[[str], bool] | None,
-) -> grpc.aio.Server:
-    """A started server on --grpc-addr, its reports stored into `store`; OSError when the address
-    cannot be bound. `known_node`: is the node in the inventory (None: no inventory source)."""
+) -> tuple[grpc.aio.Server, int]:
+    """A started server on --grpc-addr and the port it bound (the real one for `:0`), its reports
+    stored into `store`; OSError when the address cannot be bound. `known_node`: is the node in
+    the inventory (None: no inventory source)."""
     service = IngestService(
         store, metrics, requested_interval_ms=config.requested_agent_interval_ms, authenticator=authenticator,
         max_clock_skew_s=config.max_clock_skew_s, known_node=known_node,
@@ -67,4 +68,4 @@ async def start_ingest_server(
     if bound == 0:
         raise OSError(f"gRPC address {target} is not available")
     await server.start()
-    return server
+    return server, bound

@@ -148,9 +148,9 @@ async def serve(config: ExtenderConfig, link: socket.socket, certificate: Servin
         if first is None or first[0] != frames.KNOWN:
             raise frames.FrameError("expected the inventory's node names first")
         known.update(frames.names(first[1]))
-    server = await start_ingest_server(config, store, metrics, certificate, authenticator,
+    server, port = await start_ingest_server(config, store, metrics, certificate, authenticator,
                                        known.__contains__ if has_inventory else None)  # fmt: skip
-    writer.write(frames.frame(frames.READY))
+    writer.write(frames.frame(frames.READY, str(port).encode()))
     await writer.drain()
     relay = asyncio.create_task(_relay(store, writer, metrics), name="relay")
     listen = asyncio.create_task(_listen(reader, store, known), name="listen")
@@ -191,7 +191,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"gpu-extender: {exc}", file=sys.stderr)
         return 2
-    configure_logging(config.log_level)
+    configure_logging(config.log_level, config.log_format)
     certificate = None
     if config.tls is not None:
         try:

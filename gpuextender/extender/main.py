@@ -15,7 +15,9 @@ import grpc
 from aiohttp import web
 from prometheus_client import disable_created_metrics
 from gpuextender import __version__
+from gpuextender.common.layered_config import describe_sources
 from gpuextender.common.logs import configure_logging
+from gpuextender.common.netaddr import HostPort, bound_address
 
 from gpuextender.extender.config import ConfigError, ExtenderConfig, build_config
 from gpuextender.extender.agent_identity import Authenticator
@@ -58,7 +60,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         config = build_config(argv)
     except ConfigError as exc:
         return _fail(str(exc))
-    configure_logging(config.log_level)
+    configure_logging(config.log_level, config.log_format)
     store = InventoryStore()
     source: FileInventorySource | None = None
     if config.inventory is not None:
@@ -135,7 +137,8 @@ async def _serve(
             # With an inventory source, a node it does not list is "unknown" (kept for a bounded few);
             # before the first list every node is (only agents racing a new replica's first list).
             known_node = (lambda name: store.get(NODE.kind, name) is not None) if has_inventory else None
-            grpc_server = await start_ingest_server(config, state, metrics, certificate, authenticator, known_node)
+            grpc_server, grpc_port = await start_ingest_server(config, state, metrics, certificate, authenticator,
+                                                               known_node)  # fmt: skip
         else:
             assert metrics.relayed is not None  # ingest_here=False
             ingest_process = IngestProcess(argv, state, metrics.relayed)
@@ -151,6 +154,7 @@ async def _serve(
                 exit_code = 1
                 stop.set()
 
+            grpc_port = ingest_process.port
             background.append(asyncio.create_task(ingest_process.run(ingest_gone), name="ingest relay"))
             if node_names is not None:
                 background.append(asyncio.create_task(sync_known_nodes(ingest_process, node_names),
@@ -165,16 +169,21 @@ async def _serve(
         _tune_gc()
         api.serving = True
         policy = config.api.policy
+        http_bound = ", ".join(bound_address(a) for a in runner.addresses)
+        grpc_bound = str(HostPort(config.grpc_addr.host, grpc_port))
         log.info(
             "gpu-extender %s: scheduler API on %s://%s%s/{filter,prioritize}, agents on grpc://%s; idle = util < %g%% "
             "and memory < %g%%; stale after %gs (%s); no fit: %s; GPU resources: %s; inventory: %s",
-            __version__, "https" if certificate else "http", config.http_addr, config.api.path_prefix,
-            config.grpc_addr, config.idle_rule.max_utilization_percent, config.idle_rule.max_memory_used_percent,
+            __version__, "https" if certificate else "http", http_bound, config.api.path_prefix,
+            grpc_bound, config.idle_rule.max_utilization_percent, config.idle_rule.max_memory_used_percent,
             policy.stale_after_s, policy.stale_policy, policy.no_fit_policy,
             ",".join(config.api.gpu_resources),
             f"{config.inventory} ({', '.join(f'{n} {k}' for k, n in store.counts().items() if n)})"
             if source else ("Kubernetes API (list+watch)" if kube_source else "none"),
+            extra={"address": http_bound},
         )  # fmt: skip
+        if config.sources:
+            log.info("settings from the environment or the config file: %s", describe_sources(config.sources))
         log.info("security: %s", security_summary(config))
 
         loop = asyncio.get_running_loop()
@@ -248,7 +257,7 @@ async def _forget_departed(state: GpuState, forget_after_s: float,
         await asyncio.sleep(min(60.0, forget_after_s / 4))
         gone = state.forget_older_than(time.monotonic() - forget_after_s)
         for name in gone:
-            log.info("forgot node %s: no report for %.0fs", name, forget_after_s)
+            log.info("forgot node %s: no report for %.0fs", name, forget_after_s, extra={"node": name})
         if forgot is not None:
             forgot(gone)
 
