@@ -207,3 +207,12 @@ def test_the_programs_log_the_addresses_they_really_bound(tmp_path: Path) -> Non
     finally:
         extender.terminate()
         extender.wait(timeout=10)
+
+
+def test_the_fleet_page_can_be_turned_off_by_flag_env_or_file(tmp_path: Path) -> None:
+    assert build_config([], {}).api.fleet_page is True
+    assert build_config(["--no-fleet-page"], {}).api.fleet_page is False
+    assert build_config([], {"GPU_EXTENDER_FLEET_PAGE": "false"}).api.fleet_page is False
+    off = write(tmp_path, "fleet-page: false\n")
+    assert build_config(["--config", str(off)], {}).api.fleet_page is False
+    assert build_config(["--config", str(off), "--fleet-page"], {}).api.fleet_page is True

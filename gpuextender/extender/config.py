@@ -193,6 +193,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="serve the agents' gRPC port on the scheduler API's own event loop, in this process "
                    "(~50 MiB less memory). By default a second process receives, validates and acks the "
                    "reports and relays them, so scheduler calls do not queue behind bursts of agent reports")  # fmt: skip
+    p.add_argument("--fleet-page", action=argparse.BooleanOptionalAction, default=True,
+                   help="serve the read-only fleet page on --http-addr (GET /ui, its JSON and its 'where would this "
+                   "pod go?' form): GPU nodes, their GPUs' state, utilization and memory, AcceleratorClasses, node "
+                   "names; no login, nothing secret. --no-fleet-page: those paths answer 404")  # fmt: skip
     p.add_argument("--log-level", default="info", choices=LEVELS)
     p.add_argument("--log-format", default="text", choices=FORMATS,
                    help="text: one line per event; json: one JSON object per line with the structured fields "
@@ -301,6 +305,7 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str] | None = Non
             node_strategy=args.node_strategy,
             random_seed=args.random_seed,
             readiness_grace_s=args.readiness_grace,
+            fleet_page=args.fleet_page,
         ),
         requested_agent_interval_ms=int(args.requested_agent_interval * 1000),
         forget_after_s=args.forget_after,

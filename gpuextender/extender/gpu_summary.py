@@ -44,6 +44,14 @@ _TIME_SLICING, _MPS, _MIG, _DEGRADED = pb.SHARING_TIME_SLICING, pb.SHARING_MPS, 
 ALLOCATION_FROM_KUBELET = "kubelet"
 ALLOCATION_BEFORE_0_2 = "unknown (agent before 0.2)"
 
+# Each GPU's state as the rules above see it (NodeSummary.gpus: the fleet page's cells), first
+# match wins: unhealthy; degraded (healthy but DEGRADED); held by a pod (allocation known) and
+# busy or idle by the idle rule; else free and busy or idle. Allocation unknown: every GPU is
+# free, as the decision counts it. A shared GPU with any replica held counts as allocated.
+GPU_FREE_IDLE, GPU_FREE_BUSY, GPU_ALLOCATED_BUSY, GPU_ALLOCATED_IDLE, GPU_DEGRADED, GPU_UNHEALTHY = range(6)
+# (NVML index, state, utilization %, memory used %); a reading NVML did not give: None.
+GpuCell = tuple[int, int, int | None, float | None]
+
 
 @dataclass(frozen=True, slots=True)
 class IdleRule:
@@ -79,6 +87,8 @@ class NodeSummary:
     # decision.py's quality class q for a pod of k = 0..min(idle_gpus, 64) GPUs (2 * set tier +
     # degraded-only): computed here, once per report, so ranking a node is one index.
     quality: tuple[int, ...] = (0,)
+    # Per GPU in report order (GpuCell): for people (the fleet page), never read by decisions.
+    gpus: tuple[GpuCell, ...] = ()
 
 
 def gpu_is_idle(gpu: pb.GpuSample, rule: IdleRule) -> bool:
@@ -120,6 +130,7 @@ def summarize(report: pb.NodeReport, rule: IdleRule, received_at: float) -> Node
     mig_all: dict[str, int] = {}
     mig_free: dict[str, int] = {}
     whole = True  # every GPU exclusive (or of an old agent) and at its index: topology applies
+    cells: list[GpuCell] = []
     # Runs for every report of every node (bench_extender's ingest): gpu_units() and
     # gpu_is_idle() are inlined, each protobuf field read once.
     for position, gpu in enumerate(report.gpus):
@@ -129,15 +140,22 @@ def summarize(report: pb.NodeReport, rule: IdleRule, received_at: float) -> Node
             units = sharing.replicas or 1
         else:
             units = 0 if mode == _MIG else 1
-        if units != 1 or gpu.index != position:
+        index = gpu.index
+        if units != 1 or index != position:
             whole = False
         total += units
         if broken:
+            cells.append((index, GPU_UNHEALTHY, None, None))
             continue
-        has_util = gpu.HasField("utilization_gpu_percent")
-        if has_util:
-            utilizations.append(gpu.utilization_gpu_percent)
+        util = gpu.utilization_gpu_percent if gpu.HasField("utilization_gpu_percent") else None
+        if util is not None:
+            utilizations.append(util)
+        if gpu.HasField("memory_used_bytes") and gpu.memory_total_bytes > 0:
+            mem_percent: float | None = 100.0 * gpu.memory_used_bytes / gpu.memory_total_bytes
+        else:
+            mem_percent = None
         if not gpu.healthy:
+            cells.append((index, GPU_UNHEALTHY, util, mem_percent))
             if mode == _MIG:
                 mig_gpus += 1
             continue
@@ -153,15 +171,17 @@ def summarize(report: pb.NodeReport, rule: IdleRule, received_at: float) -> Node
         else:
             held, unheld = 0, units
         free += unheld
-        if has_util and gpu.utilization_gpu_percent >= max_util:
+        busy = (util is not None and util >= max_util) or (mem_percent is not None and mem_percent >= max_mem)
+        degraded_gpu = gpu.health == _DEGRADED
+        state = (GPU_DEGRADED if degraded_gpu else GPU_ALLOCATED_BUSY if busy else GPU_ALLOCATED_IDLE) if held else \
+            (GPU_DEGRADED if degraded_gpu else GPU_FREE_BUSY if busy else GPU_FREE_IDLE)  # fmt: skip
+        cells.append((index, state, util, mem_percent))
+        if busy:
             continue
-        if gpu.HasField("memory_used_bytes") and gpu.memory_total_bytes > 0:
-            if 100.0 * gpu.memory_used_bytes / gpu.memory_total_bytes >= max_mem:
-                continue
         idle += unheld
         if unheld:
             available_mask |= 1 << position
-            if gpu.health == _DEGRADED:
+            if degraded_gpu:
                 degraded += unheld
         if held:
             allocated_idle += 1
@@ -188,6 +208,7 @@ def summarize(report: pb.NodeReport, rule: IdleRule, received_at: float) -> Node
         mig_gpus=mig_gpus,
         mig_instances=tuple(sorted(mig_all.items())) if mig_all else (),
         mig_free=tuple(sorted(mig_free.items())) if mig_free else (),
+        gpus=tuple(cells),
     )
 
 

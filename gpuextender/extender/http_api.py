@@ -1,5 +1,5 @@
 """The extender's HTTP side: kube-scheduler's `filter` and `prioritize` verbs, plus
-/healthz, /readyz and /metrics.
+/explain, /healthz, /readyz, /metrics and the fleet page (/ui: fleet_page.py).
 
 Handlers only parse, look up in-memory state, call the pure decision functions
 and encode: no API server, no NVML, no other I/O on the request path.
@@ -71,6 +71,7 @@ class ApiSettings:
     node_strategy: str = "spread"  # decision.NODE_STRATEGIES; a pod annotation may pick another
     random_seed: str = ""
     readiness_grace_s: float = 0.0  # /readyz waits up to this long for every GPU node's agent data
+    fleet_page: bool = True  # GET /ui, /ui/fleet.json, POST /ui/explain (fleet_page.py); False: not routed
 
 
 class SchedulerApi:
@@ -129,6 +130,10 @@ class SchedulerApi:
         """The current inventory snapshot."""
         return self._inventory()
 
+    def now(self) -> float:
+        """The clock GPU data age is judged on (monotonic seconds)."""
+        return self._clock()
+
     def decide(self, args: ExtenderArgs) -> Decision:
         """The question (the pod, read once; the candidates) against what we know now."""
         settings = self.settings
@@ -163,7 +168,8 @@ class SchedulerApi:
         d = self.decide(args)
         plan = d.plan
         if plan.incompatible:
-            log.warning("filter %s: %s", d.pod.ref, plan.incompatible)
+            log.warning("filter %s: %s", d.pod.ref, plan.incompatible,
+                        extra={"pod": d.pod.ref, "verb": "filter", "reason": plan.incompatible_reason.code})  # fmt: skip
         if plan.runtime_warning or plan.incompatible_reason is reasons.RUNTIME_INCOMPATIBLE and plan.incompatible:
             self.metrics.runtime_incompatible.labels(mode=self.settings.runtime_check).inc()
         if plan.no_class:  # logged once per plan, in placement
@@ -320,7 +326,8 @@ def build_app(api: SchedulerApi) -> web.Application:
 
     def refuse(verb: str, request: web.Request, status: int, code: str, message: str) -> web.Response:
         metrics.bad_requests.labels(verb=verb, reason=code).inc()
-        log.warning("%s: refused request from %s: %s", verb, request.remote, message)
+        log.warning("%s: refused request from %s: %s", verb, request.remote, message,
+                    extra={"verb": verb, "reason": code, "peer": request.remote})  # fmt: skip
         response = _json({"error": message, "reason": code}, status=status)
         if status == 415:
             response.headers["Accept-Encoding"] = "identity"  # RFC 7694: what we do accept
@@ -378,5 +385,9 @@ def build_app(api: SchedulerApi) -> web.Application:
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", get_metrics)
+    if settings.fleet_page:
+        from gpuextender.extender.fleet_page import add_routes  # imports this module
+
+        add_routes(app, api, prefix)
     return app
 

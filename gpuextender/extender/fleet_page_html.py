@@ -1,0 +1,264 @@
+"""The fleet page itself: one self-contained HTML document (inline CSS and JS, no build
+step, no CDN, no web fonts: it works in an air-gapped cluster). Served by fleet_page.py,
+which sets `data-base` (the --path-prefix) on <html> and a Content-Security-Policy
+that allows exactly this script and style (by their hashes) and requests to the
+extender itself.
+
+The script fetches `ui/fleet.json` every few seconds and updates the rows in place
+(no reload), and posts the form's YAML to `ui/explain`. Everything from the server is
+put into the page as text (textContent, attributes), never parsed as HTML.
+"""
+
+from __future__ import annotations
+
+STYLE = """
+:root { --free-idle:#2e9d4f; --free-busy:#d4a20a; --allocated-busy:#2f6fd6; --allocated-idle:#9b59b6;
+  --degraded:#e67e22; --unhealthy:#c0392b; --unknown:#8c8c8c; }
+body { font: 14px/1.4 system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 1rem 1.5rem; color: #222; }
+h1 { font-size: 1.4rem; margin: 0 0 .3rem; } h2 { font-size: 1.1rem; margin: 1.2rem 0 .3rem; }
+.muted { color: #666; } .warn { color: #a33; font-weight: 600; }
+#status.bad { color: #a33; font-weight: 600; }
+.legend, .counts { display: flex; flex-wrap: wrap; gap: .4rem 1rem; margin: .3rem 0; }
+.legend span, .counts span { display: inline-flex; align-items: center; gap: .3rem; }
+.swatch { display: inline-block; width: 14px; height: 14px; border-radius: 3px; }
+.cell { display: inline-block; width: 30px; height: 22px; margin: 1px; border-radius: 3px; color: #fff;
+  font-size: 11px; line-height: 22px; text-align: center; vertical-align: middle; font-variant-numeric: tabular-nums; }
+.s-free-idle { background: var(--free-idle); } .s-free-busy { background: var(--free-busy); color: #222; }
+.s-allocated-busy { background: var(--allocated-busy); } .s-allocated-idle { background: var(--allocated-idle); }
+.s-degraded { background: var(--degraded); } .s-unhealthy { background: var(--unhealthy); }
+.s-unknown { background: repeating-linear-gradient(45deg, #8c8c8c 0 4px, #b5b5b5 4px 8px); color: #222; }
+.page-stale .cell { opacity: .35; }
+.node { display: flex; align-items: center; gap: .6rem; padding: 2px 0; border-bottom: 1px solid #eee; }
+.node .name { width: 16rem; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; font-family: ui-monospace, monospace; }
+.node .info { width: 16rem; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; font-size: 12px; color: #666; }
+textarea { width: 100%; max-width: 60rem; height: 12rem; font-family: ui-monospace, monospace; font-size: 12px; }
+table { border-collapse: collapse; margin-top: .5rem; }
+th, td { border: 1px solid #ddd; padding: 2px 6px; text-align: left; vertical-align: top; font-size: 13px; }
+th { background: #f4f4f4; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
+tr.fail td.result { color: #a33; } tr.pass td.result { color: #2e7d32; font-weight: 600; }
+section.fleet { margin-bottom: 1rem; }
+"""
+
+SCRIPT = r"""
+"use strict";
+const BASE = document.documentElement.dataset.base || "";
+const REFRESH_MS = 3000;
+const $ = (id) => document.getElementById(id);
+function el(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined && text !== null) e.textContent = String(text);
+  return e;
+}
+let lastOk = 0, staleAfterMs = 10000, states = [], stateText = [];
+const sections = new Map();  // class key -> {section, head, counts, rows}
+const rows = new Map();      // class key + NUL + node -> {el, sig}
+
+function countsLine(target, counts) {
+  target.replaceChildren();
+  states.forEach((s) => {
+    const n = counts[s] || 0;
+    const span = el("span"); span.dataset.state = s; span.dataset.count = n;
+    span.append(el("i", "swatch s-" + s), el("b", null, n), el("span", null, s));
+    target.append(span);
+  });
+}
+
+function cellTitle(row, cell) {
+  const [index, code, util, mem] = cell;
+  const parts = ["GPU " + index, stateText[code] || states[code]];
+  if (row.data === "fresh") {
+    parts.push("utilization " + (util === null ? "not reported" : util + " %"));
+    if (mem === null) parts.push("memory not reported");
+    else if (row.gpuMemoryGiB) parts.push("memory " + mem + " % of " + row.gpuMemoryGiB + " GiB (" + (row.gpuMemoryGiB * mem / 100).toFixed(1) + " GiB used)");
+    else parts.push("memory " + mem + " %");
+  } else if (row.data === "stale") {
+    parts.push("last report " + row.ageSeconds + " s ago (older than --stale-after)");
+  } else {
+    parts.push("no report from the node's agent");
+  }
+  return parts.join(" · ");
+}
+
+function buildRow(row) {
+  const line = el("div", "node"); line.dataset.node = row.node; line.dataset.data = row.data;
+  const name = el("span", "name", row.node);
+  const info = el("span", "info", [row.model || "", row.data === "fresh" ? "" : row.data === "stale" ? "stale data" : "no data",
+    row.error ? "NVML: " + row.error : ""].filter(Boolean).join(" · "));
+  line.append(name, info);
+  const cells = el("span", "cells");
+  row.gpus.forEach((cell) => {
+    const s = states[cell[1]];
+    const c = el("span", "cell s-" + s, row.data === "fresh" && cell[2] !== null ? cell[2] : (s === "unknown" ? "?" : "–"));
+    c.dataset.gpu = cell[0]; c.dataset.state = s; c.title = cellTitle(row, cell);
+    c.setAttribute("aria-label", c.title);
+    cells.append(c);
+  });
+  line.append(cells);
+  return line;
+}
+
+function nodeTitle(row) {
+  const parts = [row.node, "data " + row.data + (row.ageSeconds === null ? "" : " (" + row.ageSeconds + " s old)")];
+  if (row.allocation) parts.push("allocation: " + row.allocation);
+  if (row.allocatedIdleByNamespace) parts.push("allocated-idle by namespace: " +
+    Object.entries(row.allocatedIdleByNamespace).map(([k, v]) => k + " " + v).join(", "));
+  return parts.join(" · ");
+}
+
+function render(doc) {
+  states = doc.states; stateText = doc.stateText; staleAfterMs = doc.staleAfterSeconds * 1000;
+  if (!$("legend").childElementCount) {
+    states.forEach((s, i) => {
+      const span = el("span"); span.dataset.state = s; span.title = stateText[i];
+      span.append(el("i", "swatch s-" + s), el("span", null, stateText[i]));
+      $("legend").append(span);
+    });
+  }
+  $("rule").textContent = "idle = utilization < " + doc.idleRule.maxUtilizationPercent + " % and memory used < " +
+    doc.idleRule.maxMemoryUsedPercent + " %; data older than " + doc.staleAfterSeconds + " s is stale (unknown).";
+  const t = doc.totals;
+  $("totals-head").textContent = t.nodes + " GPU node(s), " + t.gpus + " GPU(s)";
+  countsLine($("totals"), t.counts);
+  const seenSections = new Set(), seenRows = new Set();
+  const order = [];
+  doc.classes.forEach((g) => {
+    const key = g.class === null ? "\u0000unclassified" : g.class;
+    seenSections.add(key);
+    let s = sections.get(key);
+    if (!s) {
+      s = { section: el("section", "fleet"), head: el("h2"), counts: el("div", "counts"), rows: el("div", "rows") };
+      s.section.dataset.class = g.class === null ? "" : g.class;
+      s.section.append(s.head, s.counts, s.rows);
+      sections.set(key, s);
+    }
+    s.head.textContent = (g.class === null ? "Unclassified (no AcceleratorClass)" : "AcceleratorClass " + g.class) +
+      " — " + g.nodes + " node(s), " + g.gpus + " GPU(s)";
+    countsLine(s.counts, g.counts);
+    const els = g.rows.map((row) => {
+      const rk = key + "\u0000" + row.node;
+      seenRows.add(rk);
+      const sig = JSON.stringify([row.data, row.gpus, row.model, row.error, row.gpuMemoryGiB]);
+      let r = rows.get(rk);
+      if (!r || r.sig !== sig) { r = { el: buildRow(row), sig }; rows.set(rk, r); }
+      r.el.firstChild.title = nodeTitle(row);
+      return r.el;
+    });
+    s.rows.replaceChildren(...els);
+    order.push(s.section);
+  });
+  for (const k of [...sections.keys()]) if (!seenSections.has(k)) sections.delete(k);
+  for (const k of [...rows.keys()]) if (!seenRows.has(k)) rows.delete(k);
+  $("fleet").replaceChildren(...order);
+}
+
+async function refresh() {
+  try {
+    const r = await fetch(BASE + "/ui/fleet.json", { cache: "no-store" });
+    if (!r.ok) throw new Error("HTTP " + r.status);
+    render(await r.json());
+    lastOk = Date.now();
+    $("status").className = "";
+    $("status").textContent = "updated " + new Date(lastOk).toLocaleTimeString() + " (every " + REFRESH_MS / 1000 + " s)";
+    document.body.classList.remove("page-stale");
+  } catch (err) {
+    $("status").className = "bad";
+    $("status").textContent = "cannot refresh (" + err.message + ")" + (lastOk ? "; showing data from " + new Date(lastOk).toLocaleTimeString() : "");
+    if (!lastOk || Date.now() - lastOk > staleAfterMs) document.body.classList.add("page-stale");
+  } finally {
+    setTimeout(refresh, REFRESH_MS);
+  }
+}
+
+function td(tr, text, cls) { const c = el("td", cls, text === null || text === undefined ? "" : text); tr.append(c); return c; }
+
+function renderExplain(answer) {
+  const out = $("answer");
+  out.replaceChildren();
+  const head = el("p");
+  head.append(el("b", null, answer.pod), el("span", null, " needs " + answer.gpusNeeded + " GPU(s)" +
+    (Object.keys(answer.migDevicesNeeded || {}).length ? " and MIG " + JSON.stringify(answer.migDevicesNeeded) : "")));
+  out.append(head);
+  if (answer.input && answer.input.kind === "InferenceService") {
+    out.append(el("p", "muted", "Explained as the " + answer.input.component + " pod OME creates for InferenceService " +
+      answer.input.inferenceService + " (GPUs from " + answer.input.gpusFrom + ")" + (answer.input.note ? "; " + answer.input.note : "")));
+  }
+  const resolved = Object.entries(answer.resolved || {}).map(([k, v]) => k + ": " + (typeof v === "string" ? v : JSON.stringify(v)));
+  if (resolved.length) out.append(el("p", "muted", resolved.join(" · ")));
+  if (answer.fallback) out.append(el("p", "warn", "No node fits: the pass-all fallback lets kube-scheduler decide among the soft failures."));
+  const table = el("table"); table.id = "answer-table";
+  const hr = el("tr");
+  ["#", "node", "result", "score", "reason", "classes", "idle / healthy / GPUs", "data"].forEach((h) => hr.append(el("th", null, h)));
+  table.append(el("thead")); table.firstChild.append(hr);
+  const body = el("tbody");
+  answer.nodes.forEach((n, i) => {
+    const tr = el("tr", n.result); tr.dataset.node = n.node;
+    td(tr, i + 1, "num");
+    td(tr, n.node, "node");
+    td(tr, n.result + (n.shortlisted === false ? " (held back by --shortlist)" : "") + (n.assumedData ? " (assumed data)" : ""), "result");
+    td(tr, n.score, "num score");
+    td(tr, n.reasonCode ? n.reasonCode + ": " + n.reason : "", "reason");
+    td(tr, n.classes.join(", "), "classes");
+    const v = (x) => (x === null || x === undefined ? "?" : x);
+    td(tr, v(n.idleGpus) + " / " + v(n.healthyGpus) + " / " + v(n.gpus), "num");
+    td(tr, n.data + (n.dataAgeSeconds === null ? "" : " (" + n.dataAgeSeconds + " s)"), "data");
+    body.append(tr);
+  });
+  table.append(body);
+  out.append(table);
+  if (answer.candidates) out.append(el("p", "muted", "Explained " + answer.candidates.explained + " of " + answer.candidates.known + " known node(s)."));
+}
+
+$("ask").addEventListener("submit", async (e) => {
+  e.preventDefault();
+  const out = $("answer");
+  out.replaceChildren(el("p", "muted", "asking…"));
+  try {
+    const r = await fetch(BASE + "/ui/explain", { method: "POST", headers: { "Content-Type": "application/yaml" }, body: $("yaml").value });
+    const answer = await r.json();
+    if (!r.ok) { out.replaceChildren(el("p", "warn", "Refused (" + answer.reason + "): " + answer.error)); out.firstChild.id = "answer-error"; return; }
+    renderExplain(answer);
+  } catch (err) {
+    out.replaceChildren(el("p", "warn", "Request failed: " + err.message));
+  }
+});
+
+refresh();
+"""
+
+# {base} (the escaped path prefix) is filled in by fleet_page.page_html(); the rest is literal.
+TEMPLATE = """<!doctype html>
+<html lang="en" data-base="{base}">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>GPU fleet — gpu-extender</title>
+<style>{style}</style>
+</head>
+<body>
+<h1>GPU fleet</h1>
+<p class="muted">Read-only view of what gpu-extender knows: every GPU node as a row of its GPUs, grouped by
+AcceleratorClass. Hover a GPU for its readings. <span id="status">loading…</span></p>
+<p class="muted" id="rule"></p>
+<div class="legend" id="legend" aria-label="legend"></div>
+<h2 id="totals-head">All nodes</h2>
+<div class="counts" id="totals"></div>
+<div id="fleet"></div>
+<h2>Where would this pod go?</h2>
+<form id="ask">
+<p class="muted">Paste a Pod or an OME InferenceService (YAML or JSON). The extender explains it over every known node,
+as <code>POST /explain</code> does; nothing is created.</p>
+<textarea id="yaml" name="yaml" spellcheck="false" placeholder="apiVersion: v1
+kind: Pod
+metadata: {{name: trial, namespace: default}}
+spec:
+  containers:
+  - name: main
+    resources: {{limits: {{nvidia.com/gpu: 1}}}}"></textarea><br>
+<button type="submit" id="ask-button">Explain</button>
+</form>
+<div id="answer"></div>
+<script>{script}</script>
+</body>
+</html>
+"""

@@ -1,0 +1,181 @@
+"""The fleet page in a real browser: a real extender (file inventory) with real agents on fake
+NVML, /ui opened in headless Chromium through Selenium. What a person sees: a busy GPU shows
+busy, an idle one idle, a node with no agent unknown; an edit of the simulated GPUs shows up
+without a reload; the form's answer lists the nodes and scores POST /explain gives."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.harness import ROOT, Proc, cluster, metric, post_json, scrape, url, wait_until
+
+CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
+pytestmark = pytest.mark.skipif(not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
+                                reason="needs /usr/bin/chromium and /usr/bin/chromedriver")  # fmt: skip
+
+H100 = {"product": "NVIDIA H100 80GB HBM3", "memory_gib": 80, "compute_capability": "9.0"}
+POD = """apiVersion: v1
+kind: Pod
+metadata: {name: trial, namespace: research, uid: u-1}
+spec:
+  containers:
+  - name: main
+    resources: {limits: {nvidia.com/gpu: 2}}
+"""
+
+
+def write_scenario(path: Path, busy: int, idle: int) -> None:
+    groups = []
+    if busy:
+        groups.append({**H100, "count": busy, "utilization_percent": 95, "memory_used_percent": 70})
+    if idle:
+        groups.append({**H100, "count": idle, "utilization_percent": 2, "memory_used_percent": 1})
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(yaml.safe_dump({"gpus": groups}))
+    tmp.replace(path)  # atomic, as a real edit lands
+
+
+def write_inventory(directory: Path) -> None:
+    shutil.copy(ROOT / "examples" / "ome" / "accelerator-classes.yaml", directory / "classes.yaml")
+    nodes = [{"apiVersion": "v1", "kind": "Node",
+              "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}},
+              "status": {"allocatable": {"nvidia.com/gpu": "4"}}} for name in ("gpu-a", "gpu-b", "gpu-silent")]  # fmt: skip
+    (directory / "nodes.yaml").write_text("\n---\n".join(json.dumps(n) for n in nodes))
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[Any]:
+    webdriver = pytest.importorskip("selenium.webdriver")
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = str(CHROMIUM)
+    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-dev-shm-usage", "--window-size=1400,1000", f"--user-data-dir={tmp_path / 'chromium'}"):
+        options.add_argument(flag)  # fmt: skip
+    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def cell(driver: Any, node: str, gpu: int) -> dict[str, str]:
+    """What the page shows for one GPU: its state, text, hover text and colours (and the legend's)."""
+    found: dict[str, str] | None = driver.execute_script("""
+        const c = document.querySelector(`#fleet .node[data-node="${arguments[0]}"] .cell[data-gpu="${arguments[1]}"]`);
+        if (!c) return null;
+        const swatch = document.querySelector(`#legend [data-state="${c.dataset.state}"] .swatch`);
+        const paint = (e) => { const s = getComputedStyle(e); return s.backgroundColor + " " + s.backgroundImage; };
+        return {state: c.dataset.state, text: c.textContent, title: c.title, paint: paint(c), legend: paint(swatch)};
+    """, node, gpu)  # fmt: skip
+    assert found is not None, f"no cell for {node} GPU {gpu}"
+    return found
+
+
+def wait_for(what: str, check: Any, timeout: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        result = check()
+        if result:
+            return result
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+
+
+def answer_rows(driver: Any) -> list[tuple[str, int]]:
+    rows = driver.execute_script("""
+        return [...document.querySelectorAll("#answer-table tbody tr")].map(
+            (tr) => [tr.dataset.node, tr.querySelector("td.score").textContent]);
+    """)
+    return [(node, int(score)) for node, score in rows]
+
+
+def explain_rows(ext: Proc) -> list[tuple[str, int]]:
+    status, answer = post_json(url(ext, "/explain"), json.dumps({"Pod": yaml.safe_load(POD)}).encode())
+    assert status == 200, answer
+    return [(n["node"], n["score"]) for n in answer["nodes"]]
+
+
+def test_the_fleet_page_shows_live_gpu_state_and_explains_a_pod(tmp_path: Path, browser: Any) -> None:
+    from selenium.webdriver.common.by import By
+
+    inventory = tmp_path / "inventory"
+    inventory.mkdir()
+    write_inventory(inventory)
+    scenario_a, scenario_b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    write_scenario(scenario_a, busy=2, idle=2)
+    write_scenario(scenario_b, busy=0, idle=4)
+    with cluster(tmp_path) as c:
+        ext = c.extender("--inventory", str(inventory))
+        c.agent("gpu-a", scenario_a, ext)
+        c.agent("gpu-b", scenario_b, ext)
+        wait_until("2 nodes with data", lambda: metric(scrape(url(ext, "/metrics")), "gpu_extender_nodes_with_data") == 2)
+
+        browser.get(url(ext, "/"))  # redirected to /ui
+        assert browser.current_url.endswith("/ui")
+        wait_for("the fleet rows", lambda: browser.find_elements(By.CSS_SELECTOR, '#fleet .node[data-node="gpu-b"] .cell'))
+        browser.execute_script("window.loadedOnce = 'yes'")
+
+        busy, idle, unknown = cell(browser, "gpu-a", 0), cell(browser, "gpu-a", 3), cell(browser, "gpu-silent", 0)
+        assert busy["state"] == "free-busy" and busy["text"] == "95"
+        assert "free, busy" in busy["title"] and "utilization 95 %" in busy["title"] and "of 80 GiB" in busy["title"]
+        assert idle["state"] == "free-idle" and idle["text"] == "2" and "utilization 2 %" in idle["title"]
+        assert unknown["state"] == "unknown" and unknown["text"] == "?" and "no report" in unknown["title"]
+        for shown in (busy, idle, unknown):
+            assert shown["paint"] == shown["legend"]  # the colour the legend gives that state
+        assert len({busy["paint"], idle["paint"], unknown["paint"]}) == 3
+        group = browser.find_element(By.CSS_SELECTOR, 'section[data-class="nvidia-h100-80gb"] h2').text
+        assert "nvidia-h100-80gb" in group and "3 node(s), 12 GPU(s)" in group
+        totals = browser.find_element(By.CSS_SELECTOR, '#totals [data-state="unknown"]').get_attribute("data-count")
+        assert totals == "4"
+
+        # The GPUs change; the page follows without a reload.
+        write_scenario(scenario_b, busy=1, idle=3)
+        edited = time.monotonic()
+        wait_for("gpu-b GPU 0 busy on the page", lambda: cell(browser, "gpu-b", 0)["state"] == "free-busy")
+        print(f"page updated {time.monotonic() - edited:.1f} s after the scenario edit")
+        assert browser.execute_script("return window.loadedOnce") == "yes"
+        assert cell(browser, "gpu-b", 1)["state"] == "free-idle"
+
+        # The form: the table is what POST /explain answers for the same pod.
+        textarea = browser.find_element(By.ID, "yaml")
+        textarea.clear()
+        textarea.send_keys(POD)
+        for _ in range(3):  # the two answers are asked one after the other: retried if a report lands between
+            browser.execute_script("document.getElementById('answer').replaceChildren()")
+            browser.find_element(By.ID, "ask-button").click()
+            shown_rows = wait_for("the answer table", lambda: answer_rows(browser))
+            if shown_rows == explain_rows(ext):
+                break
+        assert shown_rows == explain_rows(ext)
+        # 3 idle GPUs beat 2; the node without an agent fails while reporting nodes fit.
+        assert [node for node, _ in shown_rows] == ["gpu-b", "gpu-a", "gpu-silent"]
+        assert shown_rows[0][1] > shown_rows[1][1] > shown_rows[2][1] == 0
+        reason = browser.find_element(By.CSS_SELECTOR, '#answer-table tr[data-node="gpu-silent"] td.reason').text
+        assert reason.startswith("NoFreshGPUData: ")
+
+        # A refused paste says why.
+        textarea.clear()
+        textarea.send_keys("kind: Deployment\n")
+        browser.find_element(By.ID, "ask-button").click()
+        error = wait_for("the refusal", lambda: browser.find_elements(By.ID, "answer-error"))[0].text
+        assert "not_a_pod" in error and "kind 'Deployment'" in error
+
+        textarea.clear()
+        textarea.send_keys(POD)
+        browser.find_element(By.ID, "ask-button").click()
+        wait_for("the answer table", lambda: answer_rows(browser))
+        screenshot = tmp_path / "fleet-page.png"
+        browser.set_window_size(1400, 1400)
+        browser.save_screenshot(str(screenshot))
+        print(f"screenshot: {screenshot}")

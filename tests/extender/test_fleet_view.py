@@ -1,0 +1,167 @@
+"""The fleet page's pure view: each GPU's state (classified at ingest by the decision's own
+comparisons), data freshness, class grouping and the counts per class."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pytest
+
+from gpuextender.v1 import gpu_state_pb2 as pb
+
+from gpuextender.extender.decision import Policy
+from gpuextender.extender.fleet_view import STATES, FleetInputs, build, gpu_nodes, node_row
+from gpuextender.extender.gpu_summary import IdleRule, NodeSummary, summarize
+from gpuextender.extender.ome.node_class import GpuFacts
+from tests.extender.builders import GIB, gpu, report
+
+RULE = IdleRule(max_utilization_percent=30.0, max_memory_used_percent=50.0)
+STALE_AFTER = Policy().stale_after_s
+NOW = 1_000.0
+
+
+def _mem(sample: pb.GpuSample, used_bytes: int) -> pb.GpuSample:
+    sample.memory_total_bytes = 80 * GIB
+    sample.memory_used_bytes = used_bytes
+    return sample
+
+
+def state_of(sample: pb.GpuSample, *, held: bool = False, rule: IdleRule = RULE) -> str:
+    r = report("n", [sample])
+    if held:
+        r.allocation_source = pb.ALLOCATION_KUBELET
+        sample = r.gpus[0]
+        sample.holders.add(namespace="team-a", pod="p", container="c", device_id=sample.uuid)
+    (cell,) = summarize(r, rule, NOW).gpus
+    return STATES[cell[1]]
+
+
+HALF = 40 * GIB  # exactly 50 % of 80 GiB
+
+
+@pytest.mark.parametrize(
+    ("util", "used", "held", "expected"),
+    [
+        (29, HALF - 1, False, "free-idle"),  # both readings just under the rule
+        (30, 0, False, "free-busy"),  # utilization at the threshold: busy
+        (29, HALF, False, "free-busy"),  # memory at the threshold: busy
+        (0, HALF - 1, False, "free-idle"),
+        (29, HALF - 1, True, "allocated-idle"),
+        (30, 0, True, "allocated-busy"),
+        (29, HALF, True, "allocated-busy"),
+    ],
+)  # fmt: skip
+def test_each_gpu_is_classified_by_the_idle_rule_at_its_boundaries(util: int, used: int, held: bool,
+                                                                   expected: str) -> None:  # fmt: skip
+    assert state_of(_mem(gpu(0, util, None), used), held=held) == expected
+
+
+def test_the_thresholds_come_from_the_configured_rule() -> None:
+    strict = IdleRule(max_utilization_percent=5.0, max_memory_used_percent=10.0)
+    assert state_of(_mem(gpu(0, 4, None), 8 * GIB - 1), rule=strict) == "free-idle"
+    assert state_of(_mem(gpu(0, 5, None), 0), rule=strict) == "free-busy"
+    assert state_of(_mem(gpu(0, 0, None), 8 * GIB), rule=strict) == "free-busy"
+
+
+def test_degraded_and_unhealthy_come_before_allocation_and_load() -> None:
+    degraded = gpu(0, 95, 90)
+    degraded.health = pb.HEALTH_DEGRADED
+    assert state_of(degraded) == "degraded"
+    assert state_of(degraded, held=True) == "degraded"
+    assert state_of(gpu(0, None, None, healthy=False)) == "unhealthy"
+    assert state_of(gpu(0, 0, 0, healthy=False), held=True) == "unhealthy"
+
+
+def test_a_missing_reading_does_not_make_a_gpu_busy() -> None:
+    assert state_of(gpu(0, None, None)) == "free-idle"  # as gpu_is_idle: the other reading decides
+    assert state_of(gpu(0, None, 60)) == "free-busy"
+
+
+def test_nvml_broken_on_the_node_makes_every_gpu_unhealthy() -> None:
+    s = summarize(report("n", [gpu(0), gpu(1)], node_error="NVML_ERROR_DRIVER_NOT_LOADED"), RULE, NOW)
+    assert [STATES[c[1]] for c in s.gpus] == ["unhealthy", "unhealthy"]
+
+
+def test_the_cells_agree_with_the_counts_the_decision_uses() -> None:
+    gpus = [gpu(0, 0, 1), gpu(1, 90, 80), gpu(2, 10, 5), gpu(3, None, None, healthy=False)]
+    s = summarize(report("n", gpus), RULE, NOW)
+    assert [(c[0], STATES[c[1]], c[2]) for c in s.gpus] == [
+        (0, "free-idle", 0), (1, "free-busy", 90), (2, "free-idle", 10), (3, "unhealthy", None)]  # fmt: skip
+    assert s.idle_gpus == sum(1 for c in s.gpus if STATES[c[1]] == "free-idle")
+    assert s.gpus[1][3] == pytest.approx(80.0, abs=0.01)
+
+
+# -- rows, freshness, grouping, counts ------------------------------------------------------------
+
+
+def inputs(summaries: Mapping[str, NodeSummary], allocatable: Mapping[str, int] | None = None,
+           classes: Mapping[str, tuple[str, ...]] | None = None, class_names: tuple[str, ...] = (),
+           now: float = NOW) -> FleetInputs:  # fmt: skip
+    facts = {name: tuple(GpuFacts("NVIDIA H100 80GB HBM3", 80 * GIB, "9.0") for _ in s.gpus)
+             for name, s in summaries.items()}  # fmt: skip
+    return FleetInputs(summaries.get, facts.get, allocatable or {}, classes or {}, class_names, now,
+                       STALE_AFTER, RULE)  # fmt: skip
+
+
+def summary(name: str, received_at: float = NOW, idle: int = 2, busy: int = 0) -> NodeSummary:
+    gpus = [gpu(i, 0, 1) for i in range(idle)] + [gpu(idle + i, 90, 80) for i in range(busy)]
+    return summarize(report(name, gpus), RULE, received_at)
+
+
+def test_data_at_the_stale_bound_is_fresh_and_past_it_unknown() -> None:
+    at_bound = summary("a", received_at=NOW - STALE_AFTER)
+    past = summary("b", received_at=NOW - STALE_AFTER - 0.001)
+    view = inputs({"a": at_bound, "b": past})
+    fresh, stale = node_row("a", view), node_row("b", view)
+    assert fresh["data"] == "fresh" and [STATES[c[1]] for c in fresh["gpus"]] == ["free-idle", "free-idle"]
+    assert stale["data"] == "stale" and [STATES[c[1]] for c in stale["gpus"]] == ["unknown", "unknown"]
+    assert all(c[2] is None and c[3] is None for c in stale["gpus"])  # no old reading shown as current
+    assert fresh["model"] == "NVIDIA H100 80GB HBM3" and fresh["gpuMemoryGiB"] == 80
+
+
+def test_a_node_without_agent_data_shows_its_allocatable_gpus_as_unknown() -> None:
+    row = node_row("quiet", inputs({}, allocatable={"quiet": 4}))
+    assert row["data"] == "none" and row["ageSeconds"] is None
+    assert [(c[0], STATES[c[1]]) for c in row["gpus"]] == [(i, "unknown") for i in range(4)]
+
+
+def test_gpu_nodes_are_the_inventorys_gpu_nodes_and_the_reporting_ones() -> None:
+    assert gpu_nodes({"cpu": 0, "b": 8, "a": 2}, ["z-agent-only", "b"]) == ["a", "b", "z-agent-only"]
+
+
+def test_nodes_are_grouped_by_class_with_counts_and_the_unclassified_last() -> None:
+    summaries = {"h1": summary("h1", idle=2, busy=1), "h2": summary("h2", idle=0, busy=2),
+                 "both": summary("both", idle=1), "loose": summary("loose", idle=1, busy=1)}  # fmt: skip
+    classes = {"h1": ("h100",), "h2": ("h100",), "both": ("h100", "a100"), "loose": (), "silent": ("a100",)}
+    doc = build(inputs(summaries, allocatable={"silent": 2, "cpu-only": 0}, classes=classes,
+                       class_names=("h100", "a100", "l40s")),
+                gpu_nodes({"silent": 2, "cpu-only": 0}, summaries))  # fmt: skip
+    groups = {g["class"]: g for g in doc["classes"]}
+    assert [g["class"] for g in doc["classes"]] == ["a100", "h100", "l40s", None]
+    assert [r["node"] for r in groups["h100"]["rows"]] == ["both", "h1", "h2"]
+    assert [r["node"] for r in groups["a100"]["rows"]] == ["both", "silent"]
+    assert [r["node"] for r in groups[None]["rows"]] == ["loose"]
+    assert groups["l40s"]["nodes"] == 0 and groups["l40s"]["rows"] == []  # a class with no node still shows
+    h100 = groups["h100"]
+    assert (h100["nodes"], h100["gpus"]) == (3, 6)
+    assert h100["counts"] == {**dict.fromkeys(STATES, 0), "free-idle": 3, "free-busy": 3}
+    assert groups["a100"]["counts"]["unknown"] == 2 and groups["a100"]["counts"]["free-idle"] == 1
+    # Totals count each node once, however many classes it is in.
+    totals = doc["totals"]
+    assert (totals["nodes"], totals["gpus"]) == (5, 10)
+    assert totals["counts"] == {**dict.fromkeys(STATES, 0), "free-idle": 4, "free-busy": 4, "unknown": 2}
+    assert doc["states"] == list(STATES) and len(doc["stateText"]) == len(STATES)
+
+
+def test_no_class_at_all_puts_every_node_in_the_unclassified_group() -> None:
+    doc = build(inputs({"a": summary("a")}), ["a"])
+    assert [(g["class"], g["nodes"]) for g in doc["classes"]] == [(None, 1)]
+
+
+def test_the_document_holds_nothing_about_pods_but_namespaces() -> None:
+    r = report("n", [gpu(0, 0, 1)])
+    r.allocation_source = pb.ALLOCATION_KUBELET
+    r.gpus[0].holders.add(namespace="team-a", pod="secret-pod-name", container="c", device_id="GPU-0")
+    row = node_row("n", inputs({"n": summarize(r, RULE, NOW)}))
+    assert row["allocatedIdleByNamespace"] == {"team-a": 1}
+    assert "secret-pod-name" not in repr(row)
