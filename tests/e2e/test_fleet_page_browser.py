@@ -106,7 +106,9 @@ def explain_rows(ext: Proc) -> list[tuple[str, int]]:
     return [(n["node"], n["score"]) for n in answer["nodes"]]
 
 
-def test_the_fleet_page_shows_live_gpu_state_and_explains_a_pod(tmp_path: Path, browser: Any) -> None:
+def test_the_fleet_page_shows_live_gpu_state_and_explains_a_pod(
+    tmp_path: Path, browser: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
     from selenium.webdriver.common.by import By
 
     inventory = tmp_path / "inventory"
@@ -178,4 +180,5 @@ def test_the_fleet_page_shows_live_gpu_state_and_explains_a_pod(tmp_path: Path, 
         screenshot = tmp_path / "fleet-page.png"
         browser.set_window_size(1400, 1400)
         browser.save_screenshot(str(screenshot))
-        print(f"screenshot: {screenshot}")
+        with capsys.disabled():  # in CI's output, not only on failure
+            print(f"\nfleet page screenshot: {screenshot}")
