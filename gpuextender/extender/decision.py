@@ -9,6 +9,18 @@ available ones: healthy, idle by the thresholds, and, where the agent read the
 kubelet's allocation, held by no pod. Where allocation is unknown (an agent before
 0.2, or a kubelet it cannot read) the idle readings alone decide, and explain says so.
 
+Bound pods (one rule, bound_pods.py): kube-scheduler binds a pod seconds to minutes before its
+node's agent can attribute it (the kubelet admits it, then PodResources lists it). The GPUs a node
+can still offer = what its agent reports as free (unallocated, healthy and idle; idle where
+allocation is unknown) minus the GPU requests of the pods bound to it that the agent does not
+attribute yet, never below zero: matched by namespace/name against the holders the agent read
+from the kubelet, so a pod is never counted twice; where allocation is unknown, a bound pod counts
+until it is Running. A deleted or finished pod leaves the ledger (pod_ledger.py) at once and
+releases its GPUs. MIG devices follow the same rule per profile, time-sliced GPUs in replicas.
+Without usable agent data (none, or stale), the node's allocatable GPUs less all its bound pods'
+are what is assumed. The lookups below see the result (GpuState.summary), so every verdict and
+score, and explain, count the same way.
+
 Unknown is never spare capacity. Per node (`assess`):
 - fresh data: NVML broken -> NvmlUnavailable; fewer GPUs than needed ->
   InsufficientGPUs (MigPartitioned when the node has MIG-mode GPUs, which offer MIG
@@ -155,10 +167,11 @@ def _fresh_reason(summary: NodeSummary, needed: int) -> Reason | None:
         return reasons.MIG_PARTITIONED if summary.mig_gpus else reasons.INSUFFICIENT_GPUS
     if summary.healthy_gpus < needed:
         return reasons.INSUFFICIENT_HEALTHY_GPUS
+    bound = summary.bound_pod_units  # enough before the bound pods were taken off: say it is them
     if summary.free_gpus is not None and summary.free_gpus < needed:
-        return reasons.INSUFFICIENT_FREE_GPUS
+        return reasons.GPUS_TAKEN_BY_BOUND_PODS if summary.free_gpus + bound >= needed else reasons.INSUFFICIENT_FREE_GPUS
     if summary.idle_gpus < needed:
-        return reasons.INSUFFICIENT_IDLE_GPUS
+        return reasons.GPUS_TAKEN_BY_BOUND_PODS if summary.idle_gpus + bound >= needed else reasons.INSUFFICIENT_IDLE_GPUS
     return None
 
 

@@ -17,9 +17,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuextender.extender.bound_pods import pending
 from gpuextender.extender.decide import Decision
+from gpuextender.extender.decision import DataState
 from gpuextender.extender.gpu_summary import NodeSummary
 from gpuextender.extender.gpu_topology import TIER_NAMES, tier_for
+from gpuextender.extender.snapshot import Snapshot
 
 NODE_FORMULA = ("1 + round(9 * v / (C + 1)), v from the node strategy; with m > 1 quality classes "
                 "(q = 2 * GPU-set tier + degraded-only) among the fits: best class m + round((10 - m) * v / (C + 1)), "
@@ -52,6 +55,21 @@ def _gpu_set(summary: NodeSummary | None, needed: int) -> str | None:
     return TIER_NAMES[tier_for(summary.set_tiers, needed)]
 
 
+def _bound_pods(known: Snapshot, name: str, fresh: bool) -> dict[str, Any]:
+    """The pods bound to the node that its data does not account for yet (bound_pods.py), taken
+    off what it offers; and the agent's own idle count before that."""
+    reported = known.reported(name) if known.reported is not None and fresh else None
+    p = pending(reported, known.bound_pods(name))
+    now = known.now
+    return {
+        "reportedIdleGpus": reported.idle_gpus if reported is not None else None,
+        "boundPodsPending": [{"pod": b.key, "uid": b.uid, "gpus": b.gpus, "migDevices": dict(b.mig),
+                              "phase": b.phase or None, "ageSeconds": round(max(0.0, now - b.seen_at), 3),
+                              "inferenceService": b.inference_service or None} for b in p.pods],  # fmt: skip
+        "boundPodsPendingGpus": p.units,
+    }
+
+
 def explain(d: Decision) -> dict[str, Any]:
     """The Decision as a person reads it: every candidate with its numbers, verdict and score parts."""
     known, plan, pod = d.known, d.plan, d.pod
@@ -81,6 +99,7 @@ def explain(d: Decision) -> dict[str, Any]:
             **_allocation(known.summary(name)),
             # For a multi-GPU pod: how well the best set of that many available GPUs connects.
             "gpuSet": _gpu_set(known.summary(name), pod.gpus_needed),
+            **_bound_pods(known, name, a.data is DataState.FRESH),
             "meanUtilization": None if a.mean_utilization is None else round(a.mean_utilization, 1),
             # The GPU numbers are assumed (agent silent or never heard): idle = needed, never all-idle.
             "assumedData": a.assumed,

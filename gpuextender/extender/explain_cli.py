@@ -232,6 +232,11 @@ def render(answer: dict[str, Any]) -> str:
                      f"{util:>5} {rank:>4} {n['score']:>5}  {_result(n)}")  # fmt: skip
         for cls, why in (n.get("classesExcludedByGpus") or {}).items():
             lines.append(f"  not in {cls} although its labels match: {why}")
+        if n.get("boundPodsPending"):
+            pods = ", ".join(f"{b['pod']} ({b['gpus']} GPU, {b['phase'] or 'no phase'}, {b['ageSeconds']:.0f}s)"
+                             for b in n["boundPodsPending"])  # fmt: skip
+            lines.append(f"  bound here, not yet attributed by the agent ({n['boundPodsPendingGpus']} GPU taken off): "
+                         f"{pods}")  # fmt: skip
     lines += ["", f"node score: {answer['formulas']['node']}"]
     if any(n.get("assumedData") for n in answer["nodes"]):
         lines.append("* assumed data (no fresh agent report): idle GPUs counted as just enough, never as all idle")

@@ -9,15 +9,21 @@ total, compute capability) are kept for AcceleratorClass capability checks.
 They change only when a node's GPUs do (first report, hardware change, node
 forgotten), and listeners hear of exactly those changes, so the class
 membership built from them is updated per node instead of per report.
+
+Decisions read `summary(node)`: the report's summary less the GPUs of pods bound to the node
+that its agent does not attribute yet (bound_pods.py), kept up to date on every report and on
+every change of the node's pods in the ledger; `reported(node)` is the agent's own.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from gpuextender.v1 import gpu_state_pb2 as pb
 
+from gpuextender.extender.bound_pods import offered, pending
 from gpuextender.extender.gpu_summary import IdleRule, NodeSummary, summarize
+from gpuextender.extender.pod_ledger import BoundPod
 from gpuextender.extender.ome.node_class import GpuFacts, facts_from_report
 
 FactsListener = Callable[[str], None]  # called with the node name whose GPU facts changed
@@ -38,8 +44,14 @@ class GpuState:
         # would otherwise hold 40,000 copies of "NVIDIA H100 80GB HBM3").
         self._facts_pool: dict[tuple[GpuFacts, ...], tuple[GpuFacts, ...]] = {}
         self._facts_listeners: list[FactsListener] = []
+        # What the decisions read: each summary less the bound pods its agent does not attribute
+        # yet (bound_pods.py); the same object for a node with none.
+        self._offered: dict[str, NodeSummary] = {}
+        self._pods_on: Callable[[str], Iterable[BoundPod]] = lambda _node: ()
         # The request path's lookup: a bound dict.get, no Python frame per node.
-        self.summary = self._summaries.get
+        self.summary = self._offered.get
+        # The agent's own numbers, before bound pods are taken off (explain shows both).
+        self.reported = self._summaries.get
 
     def ingest(self, report: pb.NodeReport, received_at: float) -> bool:
         """Store a full snapshot; the one received last wins (snapshots are idempotent).
@@ -51,7 +63,9 @@ class GpuState:
         current = self._summaries.get(report.node_name)
         if current is not None and received_at < current.received_at:
             return False
-        self._summaries[report.node_name] = summarize(report, self.rule, received_at)
+        summary = self._summaries[report.node_name] = summarize(report, self.rule, received_at)
+        pods = self._pods_on(report.node_name)
+        self._offered[report.node_name] = offered(summary, pending(summary, pods)) if pods else summary
         # Facts are re-read when the node's GPUs change (their UUIDs), and on every report
         # while they are incomplete: the agent sends a GPU's UUID even when NVML could not
         # give its name, memory or compute capability yet. Once complete, a report costs one
@@ -84,6 +98,19 @@ class GpuState:
         for listener in self._facts_listeners:
             listener(node)
 
+    def count_bound_pods(self, pods_on: Callable[[str], Iterable[BoundPod]]) -> None:
+        """Take each node's ledger pods (pod_ledger.PodLedger.pods_on) off what it offers; call
+        `bound_pods_changed(node)` whenever a node's pods change."""
+        self._pods_on = pods_on
+        for node in self._summaries:
+            self.bound_pods_changed(node)
+
+    def bound_pods_changed(self, node: str) -> None:
+        summary = self._summaries.get(node)
+        if summary is not None:
+            pods = self._pods_on(node)
+            self._offered[node] = offered(summary, pending(summary, pods)) if pods else summary
+
     def summaries(self) -> list[NodeSummary]:
         return list(self._summaries.values())
 
@@ -92,6 +119,7 @@ class GpuState:
         gone = [name for name, s in self._summaries.items() if s.received_at < cutoff]
         for name in gone:
             del self._summaries[name]
+            del self._offered[name]
             del self._fingerprints[name]
             self._incomplete.discard(name)
             if self._facts.pop(name, None) is not None:

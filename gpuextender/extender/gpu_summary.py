@@ -89,6 +89,11 @@ class NodeSummary:
     quality: tuple[int, ...] = (0,)
     # Per GPU in report order (GpuCell): for people (the fleet page), never read by decisions.
     gpus: tuple[GpuCell, ...] = ()
+    # "namespace/pod" of every pod holding one of its GPUs or MIG devices (allocation known only):
+    # the bound pods the agent already attributes (bound_pods.py counts the others).
+    holder_pods: frozenset[str] = frozenset()
+    # Units taken off idle_gpus/free_gpus for bound pods not attributed yet (bound_pods.offered).
+    bound_pod_units: int = 0
 
 
 def gpu_is_idle(gpu: pb.GpuSample, rule: IdleRule) -> bool:
@@ -188,6 +193,7 @@ def summarize(report: pb.NodeReport, rule: IdleRule, received_at: float) -> Node
             for namespace in {h.namespace for h in holders}:
                 waste[namespace] = waste.get(namespace, 0) + 1
     tiers = set_tiers(report, available_mask) if whole and not broken and report.gpus else ()
+    holder_pods = frozenset(_holder_pods(report)) if known else frozenset()
     return NodeSummary(
         node=report.node_name,
         gpu_count=total,
@@ -204,12 +210,21 @@ def summarize(report: pb.NodeReport, rule: IdleRule, received_at: float) -> Node
         idle_by_namespace=tuple(sorted(waste.items())) if waste else (),
         allocation=ALLOCATION_FROM_KUBELET if known else allocation_of(report),
         set_tiers=tiers,
-        quality=_quality(idle, degraded, tiers),
+        quality=quality_table(idle, degraded, tiers),
         mig_gpus=mig_gpus,
         mig_instances=tuple(sorted(mig_all.items())) if mig_all else (),
         mig_free=tuple(sorted(mig_free.items())) if mig_free else (),
         gpus=tuple(cells),
+        holder_pods=holder_pods,
     )
+
+
+def _holder_pods(report: pb.NodeReport) -> set[str]:
+    pods = {f"{h.namespace}/{h.pod}" for gpu in report.gpus for h in gpu.holders}
+    for gpu in report.gpus:
+        for inst in gpu.mig_instances:
+            pods.update(f"{h.namespace}/{h.pod}" for h in inst.holders)
+    return pods
 
 
 def quality_for(k: int, idle: int, degraded: int, tiers: tuple[int, ...]) -> int:
@@ -218,7 +233,7 @@ def quality_for(k: int, idle: int, degraded: int, tiers: tuple[int, ...]) -> int
     return (2 * tier_for(tiers, k) if k > 1 else 0) + (1 if idle - degraded < k else 0)
 
 
-def _quality(idle: int, degraded: int, tiers: tuple[int, ...]) -> tuple[int, ...]:
+def quality_table(idle: int, degraded: int, tiers: tuple[int, ...]) -> tuple[int, ...]:
     """q for k = 0..min(idle, QUALITY_SIZES - 1); larger pods are rare: ranked via quality_for()."""
     return tuple(quality_for(k, idle, degraded, tiers) for k in range(min(idle, QUALITY_SIZES - 1) + 1))
 

@@ -24,7 +24,10 @@ from gpuextender.extender import decision, placement, reasons
 from gpuextender.extender.explain import explain as explain_decision
 from gpuextender.extender.bad_request import BadRequest
 from gpuextender.extender.bad_request import shown as shown_value
+from gpuextender.extender.bound_pods import AllocatableLessBound
+from gpuextender.extender.bound_pods_collector import BoundPodsCollector
 from gpuextender.extender.gpu_state import GpuState
+from gpuextender.extender.pod_ledger import PodLedger
 from gpuextender.extender.inventory.view import InventoryView
 from gpuextender.extender.live_classes import LiveClasses, LiveClassesCollector
 from gpuextender.extender.ome.pod_intent import PodIdentity
@@ -92,10 +95,19 @@ class SchedulerApi:
         self._plans: dict[PodIdentity, placement.ClassPlan] = {}
         self._plan_version = -1
         self.inventory_ready: Callable[[], bool] = lambda: True
+        # Bound pods (pod_ledger.py), set by main once its source runs; the state takes them off too.
+        self.ledger: PodLedger | None = None
         self._grace_deadline: float | None = None  # set by the first readiness check
         self._agents_in = False
         self.classes = LiveClasses(state)
         metrics.registry.register(LiveClassesCollector(self.classes, inventory))
+
+    def count_bound_pods(self, ledger: PodLedger) -> None:
+        """Decide with the ledger's bound pods taken off what their nodes offer (bound_pods.py)."""
+        self.ledger = ledger
+        self.state.count_bound_pods(ledger.pods_on)
+        ledger.on_change(self.state.bound_pods_changed)
+        self.metrics.registry.register(BoundPodsCollector(self.state, ledger, self._clock))
 
     def not_ready_reason(self) -> str | None:
         if not self.serving:
@@ -139,11 +151,17 @@ class SchedulerApi:
         settings = self.settings
         pod = read_pod(args.pod, settings.gpu_resources, settings.node_strategy, settings.random_seed)
         view = self._inventory()
-        candidates = Candidates(args.candidate_names(), args.allocatable(settings.gpu_resources, view.allocatable_gpus))
+        allocatable = args.allocatable(settings.gpu_resources, view.allocatable_gpus)
+        ledger = self.ledger
+        if ledger is not None and len(ledger):  # nodes without usable agent data: less their bound pods
+            allocatable = AllocatableLessBound(allocatable, ledger.pods_on)
+        candidates = Candidates(args.candidate_names(), allocatable)
         classes = self.classes
         known = Snapshot(self.state.summary, view, classes.classes_by_node(view), self._clock(), settings.policy,
                          nodes_in=lambda wanted: classes.nodes_in(view, wanted),
-                         excluded=lambda node: classes.excluded(view, node))  # fmt: skip
+                         excluded=lambda node: classes.excluded(view, node),
+                         bound_pods=ledger.pods_on if ledger is not None else lambda node: (),
+                         reported=self.state.reported)  # fmt: skip
         return Decision(pod, self._plan(pod, view), candidates, known, settings.shortlist)
 
     def _plan(self, pod: PodRequest, view: InventoryView) -> placement.ClassPlan:

@@ -37,6 +37,11 @@ INSUFFICIENT_IDLE_GPUS = Reason(
 INSUFFICIENT_FREE_GPUS = Reason(
     "InsufficientFreeGPUs", "too few free GPUs", unresolvable=False
 )
+# Enough free idle GPUs by the agent's report, but not after the GPUs of pods just bound to the
+# node that its agent does not attribute yet (decision.py, "Bound pods"). Soft: they may never start.
+GPUS_TAKEN_BY_BOUND_PODS = Reason(
+    "GPUsTakenByBoundPods", "too few GPUs left by pods bound here and not yet running", unresolvable=False
+)
 INSUFFICIENT_GPUS = Reason(
     "InsufficientGPUs", "node has too few GPUs", unresolvable=True
 )

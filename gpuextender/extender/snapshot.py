@@ -3,12 +3,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from gpuextender.extender import decision
 from gpuextender.extender.inventory.view import InventoryView
+from gpuextender.extender.pod_ledger import BoundPod
 
 # node -> the AcceleratorClasses it is in. A mapping, not a function: the per-node
 # loops of the decision use its C-level .get.
@@ -38,6 +39,10 @@ class Snapshot:
     nodes_in: Callable[[tuple[str, ...]], frozenset[str]] | None = None
     # Classes a node's labels match but its GPUs do not, with why (explain shows them).
     excluded: Callable[[str], Mapping[str, Any]] = field(default=lambda node: {})
+    # The node's bound pods from the ledger (explain lists those its data does not account for),
+    # and the agent's own summary before they are taken off.
+    bound_pods: Callable[[str], Iterable[BoundPod]] = field(default=lambda node: ())
+    reported: decision.SummaryLookup | None = None
 
     def nodes_of(self, classes: tuple[str, ...]) -> frozenset[str]:
         """The nodes in at least one of `classes`."""

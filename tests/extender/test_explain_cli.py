@@ -338,3 +338,15 @@ def test_unreachable_extender(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     request = _write(tmp_path, "request.json", '{"Pod": {}}')
     assert explain_cli.main([str(request), "--url", "http://127.0.0.1:1", "--timeout", "2"]) == 2
     assert "cannot reach http://127.0.0.1:1/explain" in capsys.readouterr().err
+
+
+def test_bound_pods_not_yet_attributed_are_listed_under_their_node() -> None:
+    row = _row("n1", "fail", 0, "GPUsTakenByBoundPods", "too few GPUs left by pods bound here and not yet running")
+    row |= {"boundPodsPendingGpus": 3, "boundPodsPending": [
+        {"pod": "ml/a", "gpus": 1, "phase": "Pending", "ageSeconds": 4.6},
+        {"pod": "ml/b", "gpus": 2, "phase": None, "ageSeconds": 0.2}]}  # fmt: skip
+    lines = explain_cli.render(_answer([row, _row("n2", "pass", 5)])).splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("n1 "))
+    assert lines[at + 1] == ("  bound here, not yet attributed by the agent (3 GPU taken off): "
+                             "ml/a (1 GPU, Pending, 5s), ml/b (2 GPU, no phase, 0s)")  # fmt: skip
+    assert not any("bound here" in line for line in lines[at + 2:])
