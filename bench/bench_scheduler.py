@@ -119,6 +119,7 @@ class Variant:
     url: str | None  # the extender's base URL; None: no extender
     stats: Callable[[], dict[str, int]] | None = None  # calls answered so far, by verb
     pid: int | None = None  # the extender's process
+    bind: bool = False  # bindVerb: bind (the optional bind verb: only gpu-extender serves it)
 
     @property
     def scheduler_name(self) -> str:
@@ -421,6 +422,8 @@ def scheduler_config(base: dict[str, Any], variant: Variant) -> dict[str, Any]:
     else:
         extender = config["extenders"][0]
         extender["urlPrefix"] = variant.url
+        if variant.bind:
+            extender["bindVerb"] = "bind"
         # Plain HTTP on loopback for every extender: TLS is not what is compared.
         extender.pop("enableHTTPS", None)
         extender.pop("tlsConfig", None)
@@ -485,7 +488,7 @@ async def measure(api: Api, plane: ControlPlane, base_config: dict[str, Any], va
     if variant.url is not None and (calls["filter"] < size.pods or calls["prioritize"] < size.pods):
         raise BenchError(f"{variant.key}: the extender answered {calls} calls for {size.pods} pods; "
                          f"was it called? scheduler log errors: {log_errors}")  # fmt: skip
-    if variant.key in ("c", "c0") and set(nodes) & must_reject:
+    if variant.key in ("c", "cb", "c0") and set(nodes) & must_reject:
         raise BenchError(f"c: pods landed on nodes gpu-extender must reject: {sorted(set(nodes) & must_reject)}")
     window = times[-1] - times[0]
     ours = sum(v for k, v in cpu_s.items() if k != "machine")
@@ -545,6 +548,10 @@ async def _bench(plane: ControlPlane, size: Size, go_binary: Path | None, skippe
             progress(f"gpu-extender listed {size.nodes} Nodes and took their GPU reports "
                      f"({setup['load_fleet_s']:.1f}s over gRPC)")  # fmt: skip
             variants.append(Variant("c", "gpu-extender", addrs.base_url, _extender_stats(addrs.base_url), ours.pid))
+            # The same extender binding the pods itself (bindVerb: bind, the optional bind verb):
+            # what binding in the extender costs or buys against its pod watch.
+            variants.append(Variant("cb", "gpu-extender with bindVerb", addrs.base_url,
+                                    _extender_stats(addrs.base_url), ours.pid, bind=True))  # fmt: skip
             # The same extender answering every node that passes (no shortlist): what the shortlist buys.
             all_ours, all_addrs = await _start_gpu_extender(stack, plane.kubeconfig, size, fleet, "c0", setup,
                                                             ["--shortlist", "0"])  # fmt: skip
@@ -654,7 +661,7 @@ def format_result(result: SchedulerBenchResult) -> str:
         lines.append(f"{key:<44} skipped: {why}")
     lines.append("ratios of medians: " + ", ".join(
         f"{num}/{den} {fmt_value(result.ratio(num, den), '.2f', 'x')}"
-        for num, den in (("c", "b1"), ("c", "b2"), ("c", "a"), ("c0", "b2"), ("c", "c0"))))  # fmt: skip
+        for num, den in (("c", "b1"), ("c", "b2"), ("c", "a"), ("c0", "b2"), ("c", "c0"), ("cb", "c"))))  # fmt: skip
     return "\n".join(lines)
 
 
@@ -708,7 +715,7 @@ def markdown_section(result: SchedulerBenchResult) -> list[str]:
         "| ratio of medians | value |",
         "|---|---:|",
         *(f"| {num} / {den} | {fmt_value(result.ratio(num, den), '.2f', 'x')} |"
-          for num, den in (("c", "b1"), ("c", "b2"), ("c", "a"), ("c0", "b2"), ("c", "c0"))),
+          for num, den in (("c", "b1"), ("c", "b2"), ("c", "a"), ("c0", "b2"), ("c", "c0"), ("cb", "c"))),
         "",
         "CPU figures are /proc ticks over the bind window (10 ms resolution), divided by the pods bound. The "
         "machine has 2 cores and every process of the control plane shares them: when *machine busy* is near "

@@ -1,7 +1,7 @@
 """A small in-process Kubernetes API server for tests: enough list+watch for kubernetes-asyncio.
 
 Serves `GET /api/v1/<plural>` and `GET /apis/<group>/<version>/<plural>` for the kinds it is
-given (default: `extender.inventory.sink.KINDS`), on 127.0.0.1 with a random port:
+given (default: `extender.inventory.sink.KINDS` and `POD`), on 127.0.0.1 with a random port:
 
 - LIST: `{"kind": "<Kind>List", "apiVersion": ..., "metadata": {"resourceVersion": "N"}, "items": [...]}`,
   paged with `limit`/`continue` like the real one (pages of one snapshot). As on a real server,
@@ -10,6 +10,10 @@ given (default: `extender.inventory.sink.KINDS`), on 127.0.0.1 with a random por
   stream of JSON lines `{"type": ..., "object": ...}`. Events after N are replayed from the
   history, then live events follow; the stream ends after `timeoutSeconds`.
 - One global resourceVersion counter; each change gets the next value.
+- `fieldSelector` (`a.b=v`, `a.b==v`, `a.b!=v`, comma-joined; a missing field reads as "") on
+  LIST and WATCH, like the real one on a watch: a MODIFIED object that starts matching is ADDED,
+  one that stops matching is DELETED (with its last matching state, as kube-apiserver's watch
+  cache sends it), one that never matches is not sent.
 
 What a test can do: `add` / `modify` / `delete` objects (pushed to open watches; `silent=True`
 changes state without any event, like changes lost to history compaction), `bookmark()`,
@@ -43,7 +47,7 @@ import yaml
 from aiohttp import web
 from kubernetes_asyncio import client as k8s
 
-from gpuextender.extender.inventory.sink import KINDS, KindInfo, KubeObject
+from gpuextender.extender.inventory.sink import KINDS, POD, KindInfo, KubeObject
 
 _CLOSE = "close"
 _ABORT = "abort"
@@ -55,6 +59,7 @@ class WatchRequest:
     resource_version: str | None
     allow_bookmarks: bool
     timeout_seconds: int | None
+    field_selector: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +67,7 @@ class ListRequest:
     kind: str
     limit: int | None
     continue_token: str | None
+    field_selector: str | None = None
 
 
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:
@@ -89,14 +95,57 @@ class TokenReviewRequest:
     audiences: tuple[str, ...]
 
 
+def _field(obj: KubeObject, path: str) -> str:
+    value: Any = obj
+    for part in path.split("."):
+        value = value.get(part) if isinstance(value, dict) else None
+    return "" if value is None else str(value)
+
+
+def _matches(obj: KubeObject, selector: str | None) -> bool:
+    """Whether `obj` is selected by a fieldSelector (None or "": everything)."""
+    for term in (selector or "").split(","):
+        if not term:
+            continue
+        if "!=" in term:
+            path, _, want = term.partition("!=")
+            if _field(obj, path) == want:
+                return False
+        else:
+            path, _, want = term.replace("==", "=").partition("=")
+            if _field(obj, path) != want:
+                return False
+    return True
+
+
+def _selected(event: dict[str, Any], old: KubeObject | None, selector: str | None) -> dict[str, Any] | None:
+    """The event as a watch with `selector` sees it (None: not sent), as the real API server does."""
+    if not selector or event.get("type") not in ("ADDED", "MODIFIED", "DELETED"):
+        return event
+    now = _matches(event["object"], selector)
+    before = old is not None and _matches(old, selector)
+    if event["type"] == "MODIFIED":
+        if now and not before:
+            return {**event, "type": "ADDED"}
+        if before and not now:
+            return {"type": "DELETED", "object": old}  # the real one sends the last state that matched
+    return event if now or (event["type"] == "MODIFIED" and before) else None
+
+
 class _Watch:
-    def __init__(self, kind: str) -> None:
+    def __init__(self, kind: str, field_selector: str | None = None) -> None:
         self.kind = kind
+        self.field_selector = field_selector
         self.queue: asyncio.Queue[dict[str, Any] | str] = asyncio.Queue()
+
+    def offer(self, event: dict[str, Any], old: KubeObject | None) -> None:
+        seen = _selected(event, old, self.field_selector)
+        if seen is not None:
+            self.queue.put_nowait(seen)
 
 
 class KubeApiServer:
-    def __init__(self, kinds: Iterable[KindInfo] = KINDS, *, installed: Iterable[str] | None = None) -> None:
+    def __init__(self, kinds: Iterable[KindInfo] = (*KINDS, POD), *, installed: Iterable[str] | None = None) -> None:
         self.kinds = {k.kind: k for k in kinds}
         self._by_path: dict[str, KindInfo] = {}
         for k in self.kinds.values():
@@ -106,7 +155,8 @@ class KubeApiServer:
         self.objects: dict[str, dict[str, KubeObject]] = {k: {} for k in self.kinds}
         self.rv = 1
         self._compacted = 0  # a watch from a resourceVersion below this is 410 Gone
-        self._history: list[tuple[int, str, dict[str, Any]]] = []  # (rv, kind, event)
+        # (rv, kind, event, the object before a MODIFIED: for field selectors)
+        self._history: list[tuple[int, str, dict[str, Any], KubeObject | None]] = []
         self._watches: set[_Watch] = set()
         self._snapshots: dict[str, tuple[int, list[KubeObject]]] = {}
         self._snapshot_ids = itertools.count(1)
@@ -192,12 +242,12 @@ class KubeApiServer:
         self.rv += 1
         return self.rv
 
-    def _publish(self, kind: str, etype: str, obj: KubeObject, rv: int) -> None:
+    def _publish(self, kind: str, etype: str, obj: KubeObject, rv: int, old: KubeObject | None = None) -> None:
         event = {"type": etype, "object": copy.deepcopy(obj)}
-        self._history.append((rv, kind, event))
+        self._history.append((rv, kind, event, old))
         for watch in list(self._watches):
             if watch.kind == kind:
-                watch.queue.put_nowait(event)
+                watch.offer(event, old)
 
     def _key(self, kind: str, obj: KubeObject) -> str:
         meta = obj["metadata"]
@@ -219,10 +269,11 @@ class KubeApiServer:
         rv = self._bump()
         stored = self._complete(kind, obj, rv)
         key = self._key(kind, stored)
-        etype = "MODIFIED" if key in self.objects[kind] else "ADDED"
+        old = self.objects[kind].get(key)
+        etype = "MODIFIED" if old is not None else "ADDED"
         self.objects[kind][key] = stored
         if not silent:
-            self._publish(kind, etype, stored, rv)
+            self._publish(kind, etype, stored, rv, old)
         return copy.deepcopy(stored)
 
     modify = add
@@ -348,12 +399,13 @@ class KubeApiServer:
             self.watch_requests.append(
                 WatchRequest(
                     info.kind, request.query.get("resourceVersion"),
-                    _truthy(request.query.get("allowWatchBookmarks")), timeout,
+                    _truthy(request.query.get("allowWatchBookmarks")), timeout, request.query.get("fieldSelector"),
                 )
             )  # fmt: skip
         else:
             limit = int(request.query["limit"]) if request.query.get("limit") else None
-            self.list_requests.append(ListRequest(info.kind, limit, request.query.get("continue") or None))
+            self.list_requests.append(ListRequest(info.kind, limit, request.query.get("continue") or None,
+                                                  request.query.get("fieldSelector")))  # fmt: skip
         if info.kind not in self.installed:
             return web.json_response(
                 _status(404, "NotFound", "the server could not find the requested resource"), status=404
@@ -411,7 +463,8 @@ class KubeApiServer:
             offset = int(offset_text)
         else:
             rv = self.rv
-            items = [copy.deepcopy(o) for _, o in sorted(self.objects[info.kind].items())]
+            selector = request.query.get("fieldSelector")
+            items = [copy.deepcopy(o) for _, o in sorted(self.objects[info.kind].items()) if _matches(o, selector)]
             offset = 0
             snapshot_id = str(next(self._snapshot_ids))
             self._snapshots[snapshot_id] = (rv, items)
@@ -440,18 +493,18 @@ class KubeApiServer:
             return web.json_response(_status(410, "Expired", message), status=410)
 
         # Register before the first await, so no event falls between the replay and the live feed.
-        watch = _Watch(info.kind)
+        watch = _Watch(info.kind, request.query.get("fieldSelector"))
         if since is not None and since < self._compacted:
             message = f"too old resource version: {since} ({self._compacted})"
             watch.queue.put_nowait({"type": "ERROR", "object": _status(410, "Expired", message)})
             watch.queue.put_nowait(_CLOSE)
         elif since is None:  # "0" or none: synthetic ADDED for everything, then live
             for _, obj in sorted(self.objects[info.kind].items()):
-                watch.queue.put_nowait({"type": "ADDED", "object": copy.deepcopy(obj)})
+                watch.offer({"type": "ADDED", "object": copy.deepcopy(obj)}, None)
         else:
-            for rv, kind, event in self._history:
+            for rv, kind, event, old in self._history:
                 if kind == info.kind and rv > since:
-                    watch.queue.put_nowait(event)
+                    watch.offer(event, old)
         self._watches.add(watch)
 
         response = web.StreamResponse(status=200, headers={"Content-Type": "application/json"})

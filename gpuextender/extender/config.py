@@ -30,6 +30,10 @@ from gpuextender.extender.serving_tls import ServingTlsFiles
 DEFAULT_READINESS_GRACE_S = 30.0
 # kube-scheduler's own floor for the nodes it scores (minFeasibleNodesToFind).
 DEFAULT_SHORTLIST = 100
+# A binding arrives within milliseconds through the bind verb, tens of them through the watch; a
+# pod whose cycle ends without one holds the next GPU pod's filter this long at most.
+DEFAULT_BINDING_WAIT_S = 0.5
+MAX_BINDING_WAIT_S = 1.5  # the shipped httpTimeout is 2 s: the wait plus the decision must fit
 
 
 ENV_PREFIX = "GPU_EXTENDER_"
@@ -193,6 +197,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="serve the agents' gRPC port on the scheduler API's own event loop, in this process "
                    "(~50 MiB less memory). By default a second process receives, validates and acks the "
                    "reports and relays them, so scheduler calls do not queue behind bursts of agent reports")  # fmt: skip
+    p.add_argument("--binding-wait", type=float, default=DEFAULT_BINDING_WAIT_S, metavar="SECONDS",
+                   help="with --kubernetes: a filter waits at most this long for the bindings of pods filter answered "
+                   "before it (kube-scheduler starts the next pod's cycle before it binds the last one), so GPUs "
+                   "just taken are never offered again. Bindings reach the extender through its bind verb (bindVerb: "
+                   f"bind, milliseconds) or the pod watch. 0: never wait; at most {MAX_BINDING_WAIT_S:g}, under the "
+                   "scheduler's httpTimeout")  # fmt: skip
     p.add_argument("--fleet-page", action=argparse.BooleanOptionalAction, default=True,
                    help="serve the read-only fleet page on --http-addr (GET /ui, its JSON and its 'where would this "
                    "pod go?' form): GPU nodes, their GPUs' state, utilization and memory, AcceleratorClasses, node "
@@ -278,6 +288,8 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str] | None = Non
         raise ConfigError("--kubeconfig only applies with --kubernetes")
     if not 1 <= args.max_clock_skew <= 86_400:  # also refuses NaN and inf
         raise ConfigError(f"--max-clock-skew {args.max_clock_skew:g} must be within [1, 86400] seconds")
+    if not 0 <= args.binding_wait <= MAX_BINDING_WAIT_S:  # also refuses NaN
+        raise ConfigError(f"--binding-wait {args.binding_wait:g} must be within [0, {MAX_BINDING_WAIT_S:g}] seconds")
     if args.max_unknown_nodes < 0:
         raise ConfigError(f"--max-unknown-nodes {args.max_unknown_nodes} must be >= 0 (0: inventory nodes only)")
     resources = tuple(dict.fromkeys(r.strip() for r in args.gpu_resource if r.strip())) or ("nvidia.com/gpu",)
@@ -306,6 +318,7 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str] | None = Non
             random_seed=args.random_seed,
             readiness_grace_s=args.readiness_grace,
             fleet_page=args.fleet_page,
+            binding_wait_s=args.binding_wait if args.kubernetes else 0.0,
         ),
         requested_agent_interval_ms=int(args.requested_agent_interval * 1000),
         forget_after_s=args.forget_after,

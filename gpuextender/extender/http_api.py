@@ -24,9 +24,13 @@ from gpuextender.extender import decision, placement, reasons
 from gpuextender.extender.explain import explain as explain_decision
 from gpuextender.extender.bad_request import BadRequest
 from gpuextender.extender.bad_request import shown as shown_value
+from gpuextender.extender.binding import Bindings, BindingsCollector, pod_uid
+from gpuextender.extender.binding_gate import BindingGate
 from gpuextender.extender.bound_pods import AllocatableLessBound
 from gpuextender.extender.bound_pods_collector import BoundPodsCollector
 from gpuextender.extender.gpu_state import GpuState
+from gpuextender.extender.mig_fit import mig_profile
+from gpuextender.extender.pod_gpus import gpus_requested
 from gpuextender.extender.pod_ledger import PodLedger
 from gpuextender.extender.inventory.view import InventoryView
 from gpuextender.extender.live_classes import LiveClasses, LiveClassesCollector
@@ -42,6 +46,7 @@ from gpuextender.extender.scheduler_wire import (
     ExtenderArgs,
     encode,
     filter_result,
+    parse_binding_args,
     parse_extender_args,
     prioritize_result,
 )
@@ -75,6 +80,9 @@ class ApiSettings:
     random_seed: str = ""
     readiness_grace_s: float = 0.0  # /readyz waits up to this long for every GPU node's agent data
     fleet_page: bool = True  # GET /ui, /ui/fleet.json, POST /ui/explain (fleet_page.py); False: not routed
+    # How long a filter waits for earlier pods' bindings (binding_gate.py); 0: not at all. Only
+    # meaningful where bindings are seen (--kubernetes: the pod watch, the bind verb).
+    binding_wait_s: float = 0.0
 
 
 class SchedulerApi:
@@ -97,6 +105,9 @@ class SchedulerApi:
         self.inventory_ready: Callable[[], bool] = lambda: True
         # Bound pods (pod_ledger.py), set by main once its source runs; the state takes them off too.
         self.ledger: PodLedger | None = None
+        self.bindings = Bindings(BindingGate(settings.binding_wait_s, clock), clock)
+        self._whole_resources = [r for r in settings.gpu_resources if mig_profile(r) is None]
+        metrics.registry.register(BindingsCollector(self.bindings))
         self._grace_deadline: float | None = None  # set by the first readiness check
         self._agents_in = False
         self.classes = LiveClasses(state)
@@ -104,10 +115,28 @@ class SchedulerApi:
 
     def count_bound_pods(self, ledger: PodLedger) -> None:
         """Decide with the ledger's bound pods taken off what their nodes offer (bound_pods.py)."""
-        self.ledger = ledger
+        self.ledger = self.bindings.ledger = ledger
         self.state.count_bound_pods(ledger.pods_on)
         ledger.on_change(self.state.bound_pods_changed)
+        ledger.on_bound(self.bindings.gate.bound)
         self.metrics.registry.register(BoundPodsCollector(self.state, ledger, self._clock))
+
+    async def settle(self, args: ExtenderArgs) -> None:
+        """Before a filter decides: wait for earlier pods' bindings that could change its verdicts."""
+        gate = self.bindings.gate
+        if not gate.open_count():
+            return
+        try:
+            need = gpus_requested(args.pod, self._whole_resources)
+        except BadRequest:
+            return  # decide() refuses it with the reason
+        summary, now, stale_after = self.state.summary, self._clock(), self.settings.policy.stale_after_s
+
+        def idle_of(node: str) -> int | None:
+            s = summary(node)
+            return s.idle_gpus if s is not None and now - s.received_at <= stale_after else None
+
+        await gate.settle(pod_uid(args.pod), need, idle_of)
 
     def not_ready_reason(self) -> str | None:
         if not self.serving:
@@ -196,7 +225,9 @@ class SchedulerApi:
             log.warning("filter %s: runtime cannot serve the model (--runtime-check warn, not enforced): %s",
                         d.pod.ref, plan.runtime_warning)  # fmt: skip
         self._record_filter(d)
-        return filter_result(args, d.answered)
+        answered = d.answered
+        self.bindings.filtered(pod_uid(args.pod), d.pod, answered.passed)
+        return filter_result(args, answered)
 
     def prioritize(self, args: ExtenderArgs) -> list[dict[str, Any]]:
         d = self.decide(args)
@@ -351,17 +382,29 @@ def build_app(api: SchedulerApi) -> web.Application:
             response.headers["Accept-Encoding"] = "identity"  # RFC 7694: what we do accept
         return response
 
+    def decided(decide: Callable[[ExtenderArgs], Any], max_candidates: int = settings.max_candidates,
+                nodes_optional: bool = False, settle: bool = False) -> Callable[[bytes], Awaitable[Any]]:  # fmt: skip
+        """A verb that answers ExtenderArgs; `settle`: first wait for earlier pods' bindings (binding_gate.py)."""
+        async def respond(body: bytes) -> Any:
+            args = parse_extender_args(body, max_candidates=max_candidates, max_containers=max_containers,
+                                       nodes_optional=nodes_optional)  # fmt: skip
+            if settle:
+                await api.settle(args)
+            return decide(args)
+
+        return respond
+
+    async def bind(body: bytes) -> Any:
+        return await api.bindings.bind(parse_binding_args(body))
+
     def scheduler_verb(
-        verb: str, decide: Callable[[ExtenderArgs], Any], max_candidates: int = settings.max_candidates,
-        nodes_optional: bool = False,
+        verb: str, respond: Callable[[bytes], Awaitable[Any]]
     ) -> Callable[[web.Request], Awaitable[web.Response]]:
         async def handle(request: web.Request) -> web.Response:
             started = time.perf_counter()
             try:
                 body = await _read_body(request, settings)
-                args = parse_extender_args(body, max_candidates=max_candidates, max_containers=max_containers,
-                                           nodes_optional=nodes_optional)  # fmt: skip
-                response = _json(decide(args))
+                response = _json(await respond(body))
             except BadRequest as exc:
                 response = refuse(verb, request, 400, exc.code, exc.message)
             except _Refused as exc:
@@ -396,10 +439,11 @@ def build_app(api: SchedulerApi) -> web.Application:
 
     app = web.Application(client_max_size=settings.max_body_bytes)
     prefix = settings.path_prefix.rstrip("/")
-    app.router.add_post(f"{prefix}/filter", scheduler_verb("filter", api.filter))
-    app.router.add_post(f"{prefix}/prioritize", scheduler_verb("prioritize", api.prioritize))
+    app.router.add_post(f"{prefix}/filter", scheduler_verb("filter", decided(api.filter, settle=True)))
+    app.router.add_post(f"{prefix}/prioritize", scheduler_verb("prioritize", decided(api.prioritize)))
+    app.router.add_post(f"{prefix}/bind", scheduler_verb("bind", bind))
     app.router.add_post(f"{prefix}/explain", scheduler_verb(
-        "explain", api.explain, min(settings.max_candidates, EXPLAIN_MAX_CANDIDATES), nodes_optional=True))  # fmt: skip
+        "explain", decided(api.explain, min(settings.max_candidates, EXPLAIN_MAX_CANDIDATES), nodes_optional=True)))  # fmt: skip
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", get_metrics)

@@ -26,10 +26,12 @@ from gpuextender.extender.http_api import SchedulerApi, build_app, listen_backlo
 from gpuextender.extender.ingest_relay import IngestProcess, IngestStartError, sync_known_nodes
 from gpuextender.extender.ingest_server import start_ingest_server
 from gpuextender.extender.inventory.file_source import FileInventorySource, InventoryPathError
-from gpuextender.extender.inventory.sink import KINDS, NODE
+from gpuextender.extender.inventory.sink import KINDS, NODE, POD
 from gpuextender.extender.inventory.store import InventoryStore
 from gpuextender.extender.inventory.view import ViewBuilder
 from gpuextender.extender.metrics import ExtenderMetrics
+from gpuextender.extender.pod_gpus import may_request
+from gpuextender.extender.pod_ledger import PodLedger
 from gpuextender.extender.serving_tls import ServingCertificate, TlsLoadError
 from gpuextender.extender.silent_nodes import SilentNodesCollector, SilentNodesWarning
 
@@ -62,10 +64,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(exc))
     configure_logging(config.log_level, config.log_format)
     store = InventoryStore()
+    ledger = PodLedger(config.api.gpu_resources)  # bound GPU pods, kept apart from the store (pod_ledger.py)
     source: FileInventorySource | None = None
     if config.inventory is not None:
         try:
-            source = FileInventorySource(config.inventory, store)
+            source = FileInventorySource(config.inventory, store, pods=ledger)
         except InventoryPathError as exc:
             return _fail(str(exc))
     certificate: ServingCertificate | None = None
@@ -75,7 +78,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except TlsLoadError as exc:
             return _fail(str(exc))
     try:
-        return asyncio.run(_serve(config, store, source, certificate, argv))
+        return asyncio.run(_serve(config, store, ledger, source, certificate, argv))
     except _StartupError as exc:
         return _fail(str(exc))
     except OSError as exc:
@@ -85,13 +88,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 async def _serve(
     config: ExtenderConfig,
     store: InventoryStore,
+    ledger: PodLedger,
     source: FileInventorySource | None,
     certificate: ServingCertificate | None,
     argv: Sequence[str] = (),
 ) -> int:
     kube_source = None
+    pod_source = None
     authenticator: Authenticator | None = None
     reviewer = None
+    state = GpuState(config.idle_rule)
+    metrics = ExtenderMetrics(state, store, ingest_here=config.ingest_in_process, ledger=ledger)
     if config.kubernetes:
         # Imported only when used: kubernetes-asyncio adds ~35 MiB to the extender's RSS.
         from gpuextender.extender.inventory.kube_source import KubeConfigError, KubeInventorySource, load_kube_config
@@ -100,7 +107,12 @@ async def _serve(
             connection = await load_kube_config(config.kubeconfig)
         except KubeConfigError as exc:
             raise _StartupError(str(exc)) from None
-        kube_source = KubeInventorySource(store, connection)
+        kube_source = KubeInventorySource(store, connection, on_restart=metrics.count_watch_restart)
+        # Bound, unfinished pods (POD's field selector), into the ledger only: their churn never
+        # rebuilds the view. A relist keeps only the items that name a GPU resource.
+        resources = config.api.gpu_resources
+        pod_source = KubeInventorySource(ledger, connection, kinds=(POD,), on_restart=metrics.count_watch_restart,
+                                         list_filter=lambda _kind, pod: may_request(pod, resources))  # fmt: skip
         if config.agent_auth.mode == "tokenreview":
             from gpuextender.extender.token_review import TokenReviewer
 
@@ -108,14 +120,18 @@ async def _serve(
             reviewer = TokenReviewer(connection, config.agent_auth.service_account, config.agent_auth.audience)
             authenticator = reviewer
 
-    state = GpuState(config.idle_rule)
-    metrics = ExtenderMetrics(state, store, ingest_here=config.ingest_in_process)
     views = ViewBuilder(store, config.api.gpu_resources, on_invalid=metrics.count_invalid_object)
     api = SchedulerApi(state, metrics, config.api, inventory=lambda: views.current)
     views.on_rebuild(api.classes.classes_by_node)  # class membership follows each rebuild, not the next request
     metrics.registry.register(SilentNodesCollector(state, lambda: views.current))
     silent_nodes = SilentNodesWarning(state, lambda: views.current)
-    api.inventory_ready = lambda: store.ready
+    api.count_bound_pods(ledger)
+    binder = None
+    if config.kubernetes:  # the bind verb creates Bindings (pods/binding) with the same credentials
+        from gpuextender.extender.pod_binder import PodBinder
+
+        binder = api.bindings.binder = PodBinder(connection)
+    api.inventory_ready = lambda: store.ready and ledger.synced
     background: list[asyncio.Task[None]] = []
     grpc_server: grpc.aio.Server | None = None
     ingest_process: IngestProcess | None = None
@@ -125,11 +141,14 @@ async def _serve(
         if source is not None:
             source.load()  # the first list, before we answer anything
             background.append(asyncio.create_task(source.run(), name="inventory files"))
-        elif kube_source is not None:  # /readyz stays 503 until every kind is listed once
+        elif kube_source is not None:  # /readyz stays 503 until every kind (pods too) is listed once
             background.append(asyncio.create_task(kube_source.run(), name="inventory watch"))
+            assert pod_source is not None
+            background.append(asyncio.create_task(pod_source.run(), name="bound pods watch"))
         else:
             for kind in KINDS:  # no inventory source: nothing to wait for
                 store.replace_all(kind.kind, [])
+            ledger.replace_all(POD.kind, [])
 
         stop = asyncio.Event()
         has_inventory = source is not None or kube_source is not None
@@ -214,6 +233,8 @@ async def _serve(
             await runner.cleanup()
         if reviewer is not None:
             await reviewer.close()
+        if binder is not None:
+            await binder.close()
     return exit_code
 
 

@@ -13,6 +13,7 @@ from prometheus_client.registry import Collector
 
 from gpuextender.extender.gpu_state import GpuState
 from gpuextender.extender.inventory.store import InventoryStore
+from gpuextender.extender.pod_ledger import PodLedger
 
 # The ingest's own series: counted where the gRPC server runs (the ingest process, unless
 # --ingest-in-process), shown on the extender's /metrics either way.
@@ -92,9 +93,10 @@ class RelayedMetrics(Collector):
 class ExtenderMetrics:
     def __init__(
         self, state: GpuState, store: InventoryStore | None = None, clock: Callable[[], float] = time.monotonic,
-        *, ingest_here: bool = True,
+        *, ingest_here: bool = True, ledger: PodLedger | None = None,
     ) -> None:
-        """`ingest_here` False: the ingest series come from the ingest process (`relayed`)."""
+        """`ingest_here` False: the ingest series come from the ingest process (`relayed`).
+        `ledger`: the bound-pod ledger, counted in gpu_extender_bound_pods (absent without one)."""
         self.registry = r = CollectorRegistry()
         self.request_duration = Histogram(
             "gpu_extender_request_duration_seconds", "Time to answer a scheduler call, by verb.",
@@ -148,6 +150,16 @@ class ExtenderMetrics:
             "gpu_extender_inventory_invalid_objects", "Inventory objects skipped as invalid, by kind.",
             ["kind"], registry=r,
         )  # fmt: skip
+        self.watch_restarts = Counter(
+            "gpu_extender_inventory_watch_restarts", "Times a kind's list+watch started over, by kind and cause: "
+            "relist_410 (resourceVersion expired: relisted), crd_removed (CRD gone while watched: relisted), "
+            "server_closed (the server ended the watch: watched again), error (a failed LIST or WATCH: retried "
+            "after backoff).", ["kind", "cause"], registry=r,
+        )  # fmt: skip
+        if ledger is not None:
+            bound = Gauge("gpu_extender_bound_pods", "Pods bound to a node, not finished nor being deleted, that "
+                          "request GPUs (the bound-pod ledger).", registry=r)  # fmt: skip
+            bound.set_function(lambda: len(ledger))
         r.register(_NodeDataCollector(state, store, clock))
         self.relayed: RelayedMetrics | None = None
         if not ingest_here:  # the same names come from the ingest process instead
@@ -156,6 +168,9 @@ class ExtenderMetrics:
                 r.unregister(collector)
             self.relayed = RelayedMetrics()
             r.register(self.relayed)
+
+    def count_watch_restart(self, kind: str, cause: str) -> None:
+        self.watch_restarts.labels(kind=kind, cause=cause).inc()
 
     def count_invalid_object(self, kind: str, key: str, problem: str) -> None:
         self.invalid_objects.labels(kind=kind).inc()

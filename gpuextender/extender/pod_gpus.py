@@ -139,3 +139,38 @@ def _name(value: Any) -> str:
     if not isinstance(value, str):
         return "?"
     return value if len(value) <= 253 else value[:253] + "..."
+
+
+def may_request(pod: Any, resources: Sequence[str]) -> bool:
+    """False only when no container or init container of `pod` names one of `resources` in its
+    requests or limits, so `gpus_requested` is 0 without parsing a quantity. Cheap (key lookups)
+    and never raises: a malformed pod is True, for the caller's full parse to judge. The
+    bound-pod watch drops most LIST items with it as each page arrives (kube_source)."""
+    if not isinstance(pod, dict):
+        return True
+    spec = pod.get("spec")
+    if spec is None:
+        return False
+    if not isinstance(spec, dict):
+        return True
+    for key in ("containers", "initContainers"):
+        containers = spec.get(key)
+        if containers is None:
+            continue
+        if not isinstance(containers, list):
+            return True
+        for container in containers:
+            if not isinstance(container, dict):
+                return True
+            amounts = container.get("resources")
+            if amounts is None:
+                continue
+            if not isinstance(amounts, dict):
+                return True
+            for field in ("requests", "limits"):
+                named = amounts.get(field)
+                if named is None:
+                    continue
+                if not isinstance(named, dict) or any(r in named for r in resources):
+                    return True
+    return False

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from gpuextender.extender.bad_request import BadRequest
-from gpuextender.extender.inventory.sink import KubeObject
+from gpuextender.extender.inventory.sink import POD, KubeObject
 from gpuextender.extender.json_fields import object_at
 from gpuextender.extender.mig_fit import MigNeed, mig_profile
 from gpuextender.extender.ome.pod_intent import INFERENCE_SERVICE_LABEL
@@ -34,7 +34,7 @@ POD_KIND = "Pod"
 FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
 # What the watch asks for: bound pods that have not finished (a pod leaving the selection, by
 # finishing, arrives as DELETED).
-FIELD_SELECTOR = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+FIELD_SELECTOR = POD.field_selector
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,11 +64,36 @@ class PodLedger:
         self._by_uid: dict[str, BoundPod] = {}
         self._by_node: dict[str, dict[str, BoundPod]] = {}
         self._listeners: list[Callable[[str], None]] = []
+        self._bound_listeners: list[Callable[[str], None]] = []
         self.synced = False
         self.invalid = 0  # pods skipped for a GPU request the request path would refuse
 
     def on_change(self, listener: Callable[[str], None]) -> None:
         self._listeners.append(listener)
+
+    def on_bound(self, listener: Callable[[str], None]) -> None:
+        """`listener(uid)` for every pod that enters the ledger (the binding_gate's "bound")."""
+        self._bound_listeners.append(listener)
+
+    def assume(self, pod: BoundPod) -> None:
+        """The bind verb: the extender is binding `pod` now; count it before the watch says so
+        (the watch's record for the same uid replaces this one)."""
+        before = self._by_uid.get(pod.uid)
+        if before is not None:
+            if before.node == pod.node:
+                return  # already known bound there (a retried bind)
+            self._drop(before)
+        self._by_uid[pod.uid] = pod
+        self._by_node.setdefault(pod.node, {})[pod.uid] = pod
+        self._notify({pod.node} | ({before.node} if before is not None else set()))
+        self._notify_bound(pod.uid)
+
+    def forget(self, uid: str) -> None:
+        """The binding the extender assumed failed: the pod is not on that node."""
+        before = self._by_uid.get(uid)
+        if before is not None:
+            self._drop(before)
+            self._notify({before.node})
 
     def __len__(self) -> int:
         return len(self._by_uid)
@@ -127,6 +152,8 @@ class PodLedger:
             self._by_node.setdefault(pod.node, {})[pod.uid] = pod
         self.synced = True
         self._notify(changed)
+        for uid in fresh.keys() - old.keys():
+            self._notify_bound(uid)
 
     def upsert(self, kind: str, obj: KubeObject) -> None:
         uid = object_at(obj, "metadata").get("uid")
@@ -145,6 +172,8 @@ class PodLedger:
             self._by_node.setdefault(pod.node, {})[uid] = pod
             changed.add(pod.node)
         self._notify(changed)
+        if pod is not None and before is None:
+            self._notify_bound(uid)
 
     def delete(self, kind: str, obj: KubeObject) -> None:
         uid = object_at(obj, "metadata").get("uid")
@@ -164,6 +193,10 @@ class PodLedger:
         for node in nodes:
             for listener in self._listeners:
                 listener(node)
+
+    def _notify_bound(self, uid: str) -> None:
+        for listener in self._bound_listeners:
+            listener(uid)
 
 
 def _node(obj: KubeObject) -> object:

@@ -196,3 +196,46 @@ def prioritize_result(scores: Sequence[tuple[str, int]], *, compact: bool) -> li
 def encode(payload: Any) -> bytes:
     # orjson: the full-Node mode echoes megabytes of Node objects, ~6x faster than json.
     return orjson.dumps(payload)
+
+
+MAX_BIND_FIELD_CHARS = 253  # a DNS subdomain (node and pod names); namespaces and UIDs are shorter
+
+
+@dataclass(frozen=True, slots=True)
+class BindingArgs:
+    """ExtenderBindingArgs: the pod kube-scheduler decided to bind, and where."""
+
+    pod_name: str
+    namespace: str
+    uid: str
+    node: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.pod_name}"
+
+
+def parse_binding_args(body: bytes) -> BindingArgs:
+    """`{"PodName", "PodNamespace", "PodUID", "Node"}` (keys case-insensitive, as Go decodes them);
+    every field a non-empty string of at most MAX_BIND_FIELD_CHARS."""
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest("malformed_json", f"body is not valid JSON: {exc}") from None
+    top = _top_level(document)
+    values = []
+    for field_name in ("PodName", "PodNamespace", "PodUID", "Node"):
+        value = top.get(field_name.lower())
+        if not isinstance(value, str) or not value:
+            raise BadRequest("missing_field", f"ExtenderBindingArgs.{field_name} must be a non-empty string, "
+                             f"got {shown(value)}")  # fmt: skip
+        if len(value) > MAX_BIND_FIELD_CHARS:
+            raise BadRequest("too_long", f"ExtenderBindingArgs.{field_name} is {len(value)} characters; at most "
+                             f"{MAX_BIND_FIELD_CHARS}")  # fmt: skip
+        values.append(value)
+    return BindingArgs(*values)
+
+
+def binding_result(error: str = "") -> dict[str, str]:
+    """ExtenderBindingResult: an empty Error means bound."""
+    return {"Error": error}

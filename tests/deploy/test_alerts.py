@@ -45,6 +45,9 @@ from gpuextender.extender.inventory.store import InventoryStore
 from gpuextender.extender.inventory.view import InventoryView
 from gpuextender.extender.metrics import LATENCY_BUCKETS, ExtenderMetrics
 from gpuextender.extender.silent_nodes import SilentNodesCollector
+from gpuextender.extender.decision import Policy
+from gpuextender.extender.http_api import ApiSettings, SchedulerApi
+from gpuextender.extender.pod_ledger import PodLedger
 
 from tests.deploy import manifests as m
 from tests.deploy.test_dashboard import label_names, metric_names
@@ -73,6 +76,7 @@ KUBE_STATE_METRICS_ALERTS = {"GPUExtenderNotReady"}
 OTHER_SIDE = {
     "GPUExtenderDown": 0,  # absent(up == 1): a down target is 0
     "GPUExtenderFilterFallbacks": 1,  # one fallback in the window
+    "GPUExtenderBindingRaces": 1,  # one race in the window
     "GPUExtenderLatencyNearTimeout": 1.75,  # the histogram's next step above 1 s at 100 calls/s
     "GPUAgentDown": 1,
     "GPUNodesWithoutAgentData": 1,
@@ -252,6 +256,8 @@ def exposition() -> dict[str, set[str]]:
     assert state.ingest(report("gpu-node-1", [gpu(0)]), received_at=0.0)
     extender = ExtenderMetrics(state, InventoryStore(), clock=lambda: 5.0)
     extender.registry.register(SilentNodesCollector(state, InventoryView))  # as gpuextender/extender/main.py
+    api = SchedulerApi(state, extender, ApiSettings(Policy()))  # registers the binding metrics, as main.py
+    api.count_bound_pods(PodLedger(("nvidia.com/gpu",)))
     extender.request_duration.labels(verb="filter").observe(0.01)
     extender.requests.labels(verb="filter", code="200").inc()
     extender.filter_fallbacks.inc()

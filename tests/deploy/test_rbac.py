@@ -1,5 +1,6 @@
 """Least-privilege RBAC: the extender may read exactly the kinds its inventory watches
-(gpuextender/extender/inventory/sink.py KINDS) and create TokenReviews; the agent has no API access at all;
+(gpuextender/extender/inventory/sink.py KINDS), list+watch Pods (POD, the bound-pod ledger) and
+create TokenReviews; the agent has no API access at all;
 the second scheduler has the upstream system roles plus its own Lease and the authentication
 reader Role in kube-system. No wildcards anywhere."""
 
@@ -7,7 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from gpuextender.extender.inventory.sink import KINDS
+from gpuextender.extender.inventory.sink import KINDS, POD
 
 from tests.deploy import manifests as m
 
@@ -56,9 +57,28 @@ def test_extender_reads_exactly_the_inventory_kinds_and_creates_tokenreviews(bas
     assert bound == [("ClusterRoleBinding", "", "ClusterRole/gpu-extender")]
     role = m.one(base_objects, "ClusterRole", "gpu-extender")
     # The inventory sources only LIST and WATCH (gpuextender/extender/inventory/kube_source.py): no `get`.
-    expected = {(k.group, k.plural, verb, ()) for k in KINDS for verb in ("list", "watch")}
+    expected = {(k.group, k.plural, verb, ()) for k in (*KINDS, POD) for verb in ("list", "watch")}
     expected.add(("authentication.k8s.io", "tokenreviews", "create", ()))
     assert permissions(role["rules"]) == expected
+
+
+def test_extender_may_only_list_and_watch_pods(base_objects: list[m.KubeObject]) -> None:
+    """The bound-pod watch (kube_source with POD's field selector) needs list+watch on core pods:
+    no get, no pods/status, no pods/binding (deploy/components/extender-binds adds that one)."""
+    role = m.one(base_objects, "ClusterRole", "gpu-extender")
+    on_pods = {p for p in permissions(role["rules"]) if p[1].split("/")[0] == "pods"}
+    assert on_pods == {("", "pods", "list", ()), ("", "pods", "watch", ())}
+    assert (POD.group, POD.plural) == ("", "pods")
+
+
+def test_the_bind_component_adds_exactly_pods_binding_create_for_the_extender() -> None:
+    objects = m.load_source(m.COMPONENTS / "extender-binds")
+    role = m.one(objects, "ClusterRole", "gpu-extender-binds")
+    assert permissions(role["rules"]) == {("", "pods/binding", "create", ())}
+    binding = m.one(objects, "ClusterRoleBinding", "gpu-extender-binds")
+    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                                  "name": "gpu-extender-binds"}  # fmt: skip
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gpu-extender", "namespace": m.NAMESPACE}]
 
 
 def test_agent_has_no_api_access(base_objects: list[m.KubeObject]) -> None:
@@ -97,7 +117,7 @@ def test_only_our_service_accounts_are_bound_and_roles_are_ours(base_objects: li
 
 
 def test_the_permission_check_notices_an_extra_rule(base_objects: list[m.KubeObject]) -> None:
-    """A rule added to the extender's ClusterRole (pods, say) changes what `permissions` returns."""
+    """A rule added to the extender's ClusterRole (a `get` on pods, say) changes what `permissions` returns."""
     role = m.one(base_objects, "ClusterRole", "gpu-extender")
-    widened = role["rules"] + [{"apiGroups": [""], "resources": ["pods"], "verbs": ["list"]}]
-    assert permissions(widened) - permissions(role["rules"]) == {("", "pods", "list", ())}
+    widened = role["rules"] + [{"apiGroups": [""], "resources": ["pods", "pods/status"], "verbs": ["get"]}]
+    assert permissions(widened) - permissions(role["rules"]) == {("", "pods", "get", ()), ("", "pods/status", "get", ())}

@@ -141,8 +141,8 @@ def test_all_components_together_and_the_overlay_render(tmp_path: Path) -> None:
 
 
 def test_components_are_kustomize_components() -> None:
-    assert {p.name for p in COMPONENTS} == {"acceleratorclass-crd", "alerts", "cert-manager", "extender-config",
-                                           "kubelet-allocation", "monitoring"}
+    assert {p.name for p in COMPONENTS} == {"acceleratorclass-crd", "alerts", "cert-manager", "extender-binds",
+                                           "extender-config", "kubelet-allocation", "monitoring"}
     for component in COMPONENTS:
         doc = m.load_yaml_docs(component / "kustomization.yaml")[0]
         assert doc["kind"] == "Component" and doc["apiVersion"] == "kustomize.config.k8s.io/v1alpha1"

@@ -97,8 +97,10 @@ def config_problems(cfg: dict[str, Any]) -> list[str]:
             problems += _typed(res, MANAGED_RESOURCE, f"{where}.managedResources[{j}]")
         if managed != [{"name": "nvidia.com/gpu", "ignoredByScheduler": False}]:
             problems.append(f"{where}.managedResources must be [{{name: nvidia.com/gpu, ignoredByScheduler: false}}]")
-        if ext.get("bindVerb") or ext.get("preemptVerb"):
-            problems.append(f"{where}: the extender serves no bind or preempt verb")
+        if "bindVerb" in ext and ext["bindVerb"] != "bind":
+            problems.append(f"{where}.bindVerb must be bind (the extender's route) when set")
+        if ext.get("preemptVerb"):
+            problems.append(f"{where}: the extender serves no preempt verb")
     return problems
 
 
@@ -110,6 +112,9 @@ def default_scheduler_config() -> dict[str, Any]:
 
 def test_gpu_scheduler_config_has_only_valid_keys_and_values(scheduler_config: dict) -> None:
     assert config_problems(scheduler_config) == []
+    # kube-scheduler binds; the extender sees bindings in its pod watch (the bind verb is an option:
+    # deploy/components/extender-binds; bench/RESULTS.md, "Bursts").
+    assert "bindVerb" not in scheduler_config["extenders"][0]
 
 
 def test_default_scheduler_snippet_has_only_valid_keys_and_values() -> None:
@@ -136,9 +141,11 @@ def test_default_scheduler_snippet_has_only_valid_keys_and_values() -> None:
         (lambda c: c["extenders"][0].update(httpTimeout=2), "Go duration"),
         (lambda c: c["extenders"][0].pop("ignorable"), "ignorable must be chosen"),
         (lambda c: c["profiles"][0].update(SchedulerName="x"), "unknown key 'SchedulerName'"),
+        (lambda c: c["extenders"][0].update(bindVerb="Bind"), "bindVerb must be bind"),
+        (lambda c: c["extenders"][0].update(preemptVerb="preempt"), "no preempt verb"),
     ],
     ids=["enableHttps", "extenderConfigs", "tls-cafile", "http", "weight-0", "weight-string", "nodecache-false",
-         "managed-shape", "no-ca", "timeout-int", "ignorable-unset", "profile-case"],  # fmt: skip
+         "managed-shape", "no-ca", "timeout-int", "ignorable-unset", "profile-case", "no-bind", "preempt"],  # fmt: skip
 )
 def test_the_checker_rejects_what_kube_scheduler_would(scheduler_config: dict, mutate, expected: str) -> None:
     cfg = copy.deepcopy(scheduler_config)

@@ -110,3 +110,63 @@ def test_watched_objects_drive_decisions(api: ThreadedApiServer, tmp_path: Path)
         wait_until("namespaced runtime used", lambda: post_json(url(ext, "/filter"), cheap)[1]["NodeNames"]
                    == ["h100-node"])  # fmt: skip
         assert "inventory: BaseModel: CRD not installed" in ext.log() and ext.alive()
+
+
+def gpu_pod(name: str, node: str | None, gpus: str = "1", phase: str = "Pending") -> dict:
+    spec: dict[str, Any] = {"containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}
+    if node is not None:
+        spec["nodeName"] = node
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "llm", "uid": f"uid-{name}"},
+            "spec": spec, "status": {"phase": phase}}  # fmt: skip
+
+
+def bound_pods(ext: Any) -> float | None:
+    return metric(scrape(url(ext, "/metrics")), "gpu_extender_bound_pods")
+
+
+def test_the_pod_watch_feeds_the_ledger_and_readiness_waits_for_its_first_list(
+    api: ThreadedApiServer, tmp_path: Path
+) -> None:
+    s = api.server
+    api.call(lambda: s.add("Node", node("h100-node", "NVIDIA-H100-80GB-HBM3")))
+    api.call(lambda: s.add("Pod", gpu_pod("serving", "h100-node", "2")))
+    api.call(lambda: s.add("Pod", gpu_pod("waiting", None)))  # unbound: not selected
+    api.call(lambda: s.add("Pod", gpu_pod("done", "h100-node", phase="Succeeded")))  # finished: not selected
+    api.call(lambda: s.uninstall("Pod"))  # pods cannot be listed yet (404): not ready
+    kubeconfig = s.write_kubeconfig(tmp_path / "kubeconfig")
+    with cluster(tmp_path) as c:
+        ext = c.extender("--kubernetes", "--kubeconfig", str(kubeconfig), wait_ready=False)
+        wait_until("the Pod list tried", lambda: api.call(lambda: s.list_count("Pod")) >= 1)
+        status, body = http("GET", url(ext, "/readyz"))
+        assert status == 503 and b"inventory" in body, body
+        api.call(lambda: s.install("Pod", [gpu_pod("serving", "h100-node", "2"), gpu_pod("waiting", None),
+                                           gpu_pod("done", "h100-node", phase="Succeeded")]))  # fmt: skip
+        wait_until("ready once pods are listed", lambda: http("GET", url(ext, "/readyz"))[0] == 200)
+        assert bound_pods(ext) == 1
+        requests = api.call(lambda: [r.field_selector for r in s.list_requests if r.kind == "Pod"])
+        assert set(requests) == {"spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"}
+
+        api.call(lambda: s.add("Pod", gpu_pod("waiting", "h100-node")))  # bound now
+        wait_until("the bound pod counted", lambda: bound_pods(ext) == 2)
+        api.call(lambda: s.close_watches())
+        wait_until("the restart counted", lambda: (metric(scrape(url(ext, "/metrics")),
+                   "gpu_extender_inventory_watch_restarts_total", kind="Pod", cause="server_closed") or 0) >= 1)
+        api.call(lambda: s.add("Pod", gpu_pod("serving", "h100-node", "2", phase="Succeeded")))  # finished
+        wait_until("the finished pod gone", lambda: bound_pods(ext) == 1)
+        samples = scrape(url(ext, "/metrics"))
+        assert metric(samples, "gpu_extender_inventory_objects", kind="Pod") is None  # never in the store
+        assert metric(samples, "gpu_extender_inventory_watch_restarts_total", kind="Pod", cause="error") >= 1  # 404s
+        assert ext.alive()
+
+
+def test_the_file_inventory_feeds_the_ledger(tmp_path: Path) -> None:
+    inventory = tmp_path / "inventory"
+    inventory.mkdir()
+    (inventory / "nodes.yaml").write_text(yaml.safe_dump(node("h100-node", "NVIDIA-H100-80GB-HBM3")))
+    pods = inventory / "pods.yaml"
+    pods.write_text(yaml.safe_dump_all([gpu_pod("serving", "h100-node"), gpu_pod("waiting", None)]))
+    with cluster(tmp_path) as c:
+        ext = c.extender("--inventory", str(inventory))
+        assert bound_pods(ext) == 1
+        pods.unlink()
+        wait_until("the pod's file removed", lambda: bound_pods(ext) == 0)

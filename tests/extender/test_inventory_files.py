@@ -11,6 +11,7 @@ import pytest
 from gpuextender.extender.inventory.file_source import FileInventorySource, InventoryPathError
 from gpuextender.extender.inventory.store import InventoryStore
 from gpuextender.extender.inventory.view import ViewBuilder
+from gpuextender.extender.pod_ledger import PodLedger
 from tests.harness import ROOT
 
 GPU = ("nvidia.com/gpu",)
@@ -366,3 +367,67 @@ def test_a_single_inventory_file_truncated_keeps_its_objects(tmp_path: Path) -> 
     touch_later(nodes, "")
     source.load()
     assert views.current.allocatable_gpus == {"a": 8, "b": 8}
+
+
+PODS = """
+kind: Pod
+metadata: {name: serving, namespace: ml, uid: u-1, labels: {ome.io/inferenceservice: llama}}
+spec:
+  nodeName: gpu-node-1
+  containers: [{name: main, resources: {limits: {nvidia.com/gpu: "2"}}}]
+status: {phase: Running}
+---
+kind: List
+items:
+- kind: Pod
+  metadata: {name: by-hand}
+  spec:
+    nodeName: gpu-node-2
+    containers: [{name: main, resources: {requests: {nvidia.com/gpu: "1"}}}]
+- kind: Pod
+  metadata: {name: pending, namespace: ml, uid: u-3}
+  spec: {containers: [{name: main, resources: {limits: {nvidia.com/gpu: "1"}}}]}
+"""
+
+NODE_ONLY = """
+kind: Node
+metadata: {name: gpu-node-1}
+status: {allocatable: {nvidia.com/gpu: '8'}}
+"""
+
+
+def test_pods_in_the_files_go_to_the_ledger_not_the_store(tmp_path: Path) -> None:
+    (tmp_path / "nodes.yaml").write_text(NODE_ONLY)
+    touch_later(tmp_path / "pods.yaml", PODS)
+    store, ledger = InventoryStore(), PodLedger(GPU)
+    heard: list[str] = []
+    ledger.on_change(heard.append)
+    source = FileInventorySource(tmp_path, store, pods=ledger)
+    assert source.load()
+    assert ledger.synced and store.ready
+    assert "Pod" not in store.counts() and store.counts()["Node"] == 1
+    [serving] = ledger.pods_on("gpu-node-1")
+    assert (serving.uid, serving.key, serving.gpus, serving.phase, serving.inference_service) == (
+        "u-1", "ml/serving", 2, "Running", "llama")  # fmt: skip
+    [by_hand] = ledger.pods_on("gpu-node-2")  # no uid, no namespace: one made from its name
+    assert (by_hand.uid, by_hand.key) == ("file:default/by-hand", "default/by-hand")
+    assert len(ledger) == 2 and sorted(heard) == ["gpu-node-1", "gpu-node-2"]  # the unbound pod is not held
+
+    heard.clear()
+    touch_later(tmp_path / "nodes.yaml", NODE_ONLY.replace("'8'", "'4'"))  # reloaded: pods replaced, unchanged
+    assert source.load()
+    assert len(ledger) == 2 and heard == [] and [p.key for p in ledger.pods_on("gpu-node-2")] == ["default/by-hand"]
+
+    touch_later(tmp_path / "pods.yaml", PODS.split("---")[0])  # by-hand removed from the file: it leaves
+    assert source.load()
+    assert len(ledger) == 1 and list(ledger.pods_on("gpu-node-2")) == [] and heard == ["gpu-node-2"]
+    (tmp_path / "pods.yaml").unlink()
+    assert source.load()
+    assert len(ledger) == 0 and list(ledger.nodes()) == []
+
+
+def test_without_a_ledger_pods_in_the_files_are_ignored(tmp_path: Path) -> None:
+    (tmp_path / "pods.yaml").write_text(PODS + "---\n" + NODE_ONLY)
+    store = InventoryStore()
+    assert FileInventorySource(tmp_path, store).load()
+    assert store.ready and "Pod" not in store.counts() and store.counts()["Node"] == 1

@@ -26,10 +26,10 @@ def explain(world: Scene, ext: Proc, *args: str, kubeconfig: Path | None = None)
 
 
 def rows(out: str) -> dict[str, str]:
-    """NODE -> its table row, in the order printed."""
+    """NODE -> its table row, in the order printed (indented lines belong to the row above)."""
     lines = out.splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith("NODE"))
-    return {line.split()[0]: line for line in lines[start + 1:lines.index("", start)]}
+    return {line.split()[0]: line for line in lines[start + 1:lines.index("", start)] if not line.startswith(" ")}
 
 
 def setup(world: Scene) -> tuple[Proc, dict[str, str]]:
@@ -99,6 +99,8 @@ def test_explain_a_pending_pod_of_the_cluster(world: Scene, tmp_path: Path) -> N
     assert drafted.returncode == 0, drafted.stderr
     assert drafted.stdout.startswith(f"pod {world.ns}/draft needs 6 GPU(s)")
     assert list(rows(drafted.stdout)) == [n["idle"], n["busy"], n["half"]]
+    # The pod bound to `half` a moment ago, which no agent attributes (no kubelet here), is counted.
+    assert f"  bound here, not yet attributed by the agent (1 GPU taken off): {world.ns}/bound (1 GPU" in drafted.stdout
 
 
 def test_explain_errors_are_one_line(world: Scene, tmp_path: Path) -> None:

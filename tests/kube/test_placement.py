@@ -3,9 +3,11 @@ the real gpu-extender over HTTPS; Nodes come from the apiserver's watch, GPU sta
 gpu-agents on fake NVML. Each assertion reads the node the pod was bound to, or the pod's
 PodScheduled condition as kube-scheduler wrote it.
 
-A bound pod stays Pending (no kubelet), and nothing in the extender counts it yet: the test plays
-the workload starting by editing the node's scenario file (its agent follows it) and waits until
-the extender has the new idle count before the next pod."""
+No kubelet runs, so a bound pod stays Pending and the extender counts its GPUs from its ledger of
+bound pods (these agents cannot read a kubelet: a pod counts until it is Running). The test plays
+the workload starting as a kubelet and the GPUs would show it: the pod Running, the node's scenario
+file edited (its agent follows it); it waits until the extender has the new idle count before the
+next pod."""
 
 from __future__ import annotations
 
@@ -27,7 +29,9 @@ def start(world: Scene, *extender_flags: str, nodes: dict[str, tuple[dict, int, 
     return ext, names
 
 
-def workload_starts(world: Scene, ext: Proc, node: str, gpu: dict, idle: int, busy: int) -> None:
+def workload_starts(world: Scene, ext: Proc, node: str, gpu: dict, idle: int, busy: int, *pods: str) -> None:
+    for pod in pods:  # what the kubelet writes once the containers run
+        world.kube.merge_patch(f"/api/v1/namespaces/{world.ns}/pods/{pod}/status", {"status": {"phase": "Running"}})
     world.set_gpus(node, gpu, idle, busy)
     world.wait_idle(ext, node, idle)
 
@@ -36,10 +40,10 @@ def test_pods_land_only_where_enough_gpus_are_idle(world: Scene) -> None:
     ext, n = start(world, nodes={"idle": (H100, 8, 0), "busy": (H100, 0, 8), "half": (H100, 4, 4)})
     # 6 GPUs: only the all-idle node has them idle (kube-scheduler alone sees 8 free on all three).
     assert world.bound(world.pod("six", 6)) == n["idle"]
-    workload_starts(world, ext, n["idle"], H100, idle=2, busy=6)
+    workload_starts(world, ext, n["idle"], H100, 2, 6, "six")
     # 4 GPUs: only `half` has 4 idle now; the busy node never gets a pod while idle GPUs exist.
     assert world.bound(world.pod("four", 4)) == n["half"]
-    workload_starts(world, ext, n["half"], H100, idle=0, busy=8)
+    workload_starts(world, ext, n["half"], H100, 0, 8, "four")
     assert world.bound(world.pod("two", 2)) == n["idle"]
 
 
@@ -58,10 +62,10 @@ def test_spread_sends_successive_pods_to_the_most_idle_nodes(world: Scene) -> No
     ext, n = start(world, nodes={"a": (H100, 8, 0), "b": (H100, 8, 0), "c": (H100, 6, 2)})
     first = world.bound(world.pod("p1", 2))
     assert first in (n["a"], n["b"])  # 8 idle beats 6
-    workload_starts(world, ext, first, H100, idle=6, busy=2)
+    workload_starts(world, ext, first, H100, 6, 2, "p1")
     second = world.bound(world.pod("p2", 2))
     assert second in (n["a"], n["b"]) and second != first  # the other 8-idle node
-    workload_starts(world, ext, second, H100, idle=6, busy=2)
+    workload_starts(world, ext, second, H100, 6, 2, "p2")
     workload_starts(world, ext, n["c"], H100, idle=8, busy=0)  # c's workload ended
     assert world.bound(world.pod("p3", 2)) == n["c"]
 
@@ -70,11 +74,11 @@ def test_binpack_fills_one_node_first(world: Scene) -> None:
     ext, n = start(world, "--node-strategy", "binpack", nodes={"a": (H100, 8, 0), "b": (H100, 8, 0), "c": (H100, 8, 0)})
     first = world.bound(world.pod("p1", 2))
     idle = 6
-    workload_starts(world, ext, first, H100, idle=idle, busy=8 - idle)
+    workload_starts(world, ext, first, H100, idle, 8 - idle, "p1")
     for i in (2, 3, 4):  # the node with the fewest idle GPUs that still fit, until it is full
         assert world.bound(world.pod(f"p{i}", 2)) == first
         idle -= 2
-        workload_starts(world, ext, first, H100, idle=idle, busy=8 - idle)
+        workload_starts(world, ext, first, H100, idle, 8 - idle, f"p{i}")
     fifth = world.bound(world.pod("p5", 2))
     assert fifth != first and fifth in n.values()
 

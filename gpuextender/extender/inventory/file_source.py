@@ -15,6 +15,11 @@ first and writes it piecemeal; none of those moments may make objects vanish.
 `{kind: List, items: []}`). A file that is unusable when first seen contributes
 nothing until it holds objects. A well-formed object of an unknown kind is
 ignored; one the view cannot use is skipped there (`extender.inventory.view`).
+
+`kind: Pod` objects go to the `pods` sink (the bound-pod ledger, extender/pod_ledger.py), not
+to the inventory store: every load that changed anything replaces them all with the pods the
+files hold now (ignored without a `pods` sink). A Pod without `metadata.uid` (written by hand)
+is given `file:<namespace>/<name>`, so the same pod keeps its identity across reloads.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from typing import Any
 
 import yaml
 
-from gpuextender.extender.inventory.sink import KIND_BY_NAME, InventorySink, KubeObject
+from gpuextender.extender.inventory.sink import KIND_BY_NAME, POD, InventorySink, KubeObject
 
 log = logging.getLogger("gpu_extender.inventory")
 
@@ -50,11 +55,15 @@ class _FileState:
 
 
 class FileInventorySource:
-    def __init__(self, path: Path, sink: InventorySink, *, poll_interval_s: float = 1.0) -> None:
+    def __init__(
+        self, path: Path, sink: InventorySink, *, poll_interval_s: float = 1.0, pods: InventorySink | None = None
+    ) -> None:
         if not path.exists():
             raise InventoryPathError(f"inventory {path}: no such file or directory")
         self.path = path
         self._sink = sink
+        self._pods = pods
+        self._kinds = {*KIND_BY_NAME, POD.kind} if pods is not None else set(KIND_BY_NAME)
         self._poll_interval_s = poll_interval_s
         self._files: dict[Path, _FileState] = {}
         self._listing: tuple[tuple[str, float, int], ...] | None = None
@@ -92,19 +101,22 @@ class FileInventorySource:
             if state is not None and state.signature == signature:
                 continue
             try:
-                objects = _read_objects(path)
+                objects = _read_objects(path, self._kinds)
             except _Unusable as exc:
                 self._keep(path, signature, state, str(exc))
                 continue
             self._files[path] = _FileState(signature, objects)
             if not first:
                 log.info("inventory: reloaded %s (%d object(s))", path, len(objects))
-        by_kind: dict[str, list[KubeObject]] = {kind: [] for kind in KIND_BY_NAME}
+        by_kind: dict[str, list[KubeObject]] = {kind: [] for kind in self._kinds}
         for state in self._files.values():
             for obj in state.objects:
                 by_kind[obj["kind"]].append(obj)
+        pods = by_kind.pop(POD.kind, None)
         for kind, objects in by_kind.items():
             self._sink.replace_all(kind, objects)
+        if self._pods is not None and pods is not None:
+            self._pods.replace_all(POD.kind, pods)
         return True
 
     def _keep(self, path: Path, signature: tuple[float, int], state: _FileState | None, why: str) -> None:
@@ -128,8 +140,8 @@ class FileInventorySource:
                 log.warning("inventory %s: %s", self.path, exc)
 
 
-def _read_objects(path: Path) -> list[KubeObject]:
-    """The objects of the kinds we use; raises `_Unusable` for a file that is not inventory as a whole."""
+def _read_objects(path: Path, kinds: set[str]) -> list[KubeObject]:
+    """The objects of `kinds`; raises `_Unusable` for a file that is not inventory as a whole."""
     try:
         documents = list(yaml.safe_load_all(path.read_text()))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
@@ -142,11 +154,19 @@ def _read_objects(path: Path) -> list[KubeObject]:
             continue
         for obj in _unwrap(document, number):
             kind = obj["kind"]
-            if kind in KIND_BY_NAME:
+            if kind in kinds:
+                if kind == POD.kind:
+                    _give_uid(obj)
                 objects.append(obj)
             else:
                 log.debug("inventory: %s document %d: kind %r not used, skipped", path, number, kind)
     return objects
+
+
+def _give_uid(pod: KubeObject) -> None:
+    meta = pod.get("metadata")
+    if isinstance(meta, dict) and not meta.get("uid"):
+        meta["uid"] = f"file:{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
 
 
 def _unwrap(document: Any, number: int) -> list[dict[str, Any]]:

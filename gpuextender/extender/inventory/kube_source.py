@@ -35,6 +35,18 @@ reaches the sink as the plain JSON dict the API server sent:
    watch) goes back through the same path and empties the kind.
 7. A malformed watch event (not JSON, not an object, unknown type, an object
    without `metadata.name`) is logged and skipped; it never stops the watch.
+8. A kind with a `field_selector` (`KindInfo`; the Pods of the bound-pod ledger) sends it as
+   `fieldSelector` on the LIST and on every WATCH; an object that stops matching arrives as
+   DELETED. A source's optional `list_filter(kind, item)` drops LIST items as each page
+   arrives, so a relist never holds a large kind whole (watch events are never filtered: a
+   DELETED must always reach the sink).
+
+Each time a kind's loop starts over, `on_restart(kind, cause)` is called: `relist_410` (the
+resourceVersion or continue token expired), `crd_removed` (404 on the watch of a CRD kind),
+`server_closed` (the server ended the watch normally: its timeout or a restart; watched
+again from the last resourceVersion) and `error` (any other failure of a LIST or WATCH,
+retried after backoff). The extender counts them in
+`gpu_extender_inventory_watch_restarts_total{kind,cause}`.
 
 `ready` turns true (and `wait_ready()` returns) once every kind has had its
 first `replace_all`, CRD-absent kinds included; it stays true through later
@@ -80,6 +92,7 @@ from gpuextender.extender.json_fields import object_at
 log = logging.getLogger("gpu_extender.inventory.kube")
 
 __all__ = [
+    "RESTART_CAUSES",
     "KubeConfigError",
     "KubeInventorySource",
     "KubeSourceTimings",
@@ -89,6 +102,16 @@ __all__ = [
 
 
 # -- configuration -------------------------------------------------------------
+
+
+RESTART_CAUSES = ("relist_410", "crd_removed", "server_closed", "error")  # see the module docstring
+
+ListFilter = Callable[[str, KubeObject], bool]
+RestartHook = Callable[[str, str], None]
+
+
+def _no_restart_hook(kind: str, cause: str) -> None:
+    pass
 
 
 class KubeConfigError(RuntimeError):
@@ -385,6 +408,8 @@ class _KindWatcher:
         problems: _ProblemLog,
         on_synced: Callable[[str], None],
         rng: random.Random,
+        list_filter: ListFilter | None = None,
+        on_restart: RestartHook = _no_restart_hook,
     ) -> None:
         self.info = info
         self.status = KindStatus(info.kind)
@@ -399,6 +424,9 @@ class _KindWatcher:
         self._crd_absent = False
         self._events_since_list = 0
         self._call: _ListCall | None = None
+        self._list_filter = list_filter
+        self._on_restart = on_restart
+        self._selector: dict[str, str] = {"field_selector": info.field_selector} if info.field_selector else {}
 
     # The resourceVersion lives in the status so that tests and /readyz details see it.
     @property
@@ -422,9 +450,11 @@ class _KindWatcher:
                             await asyncio.sleep(self._t.crd_recheck_s * self._rng.uniform(0.9, 1.1))
                             continue
                     await self._watch()
+                    self._restarted("server_closed")
                 except asyncio.CancelledError:
                     raise
                 except _Gone as exc:
+                    self._restarted("relist_410")
                     if self.resource_version is None:  # a paged LIST whose continue token expired
                         log.info("inventory: %s: list continue token expired (%s); listing again", self.info.kind, exc)
                     else:
@@ -440,6 +470,7 @@ class _KindWatcher:
                 except _NotFound as exc:
                     if self.info.group and self.resource_version is not None:
                         # The CRD went away while watched: relist, which finds the 404 and empties the kind.
+                        self._restarted("crd_removed")
                         log.info("inventory: %s: watch answered 404 (%s); relisting", self.info.kind, exc)
                         self.resource_version = None
                         self.status.relists += 1
@@ -453,7 +484,14 @@ class _KindWatcher:
         self.status.state = "backoff"
         await asyncio.sleep(self._backoff.next_delay())
 
+    def _restarted(self, cause: str) -> None:
+        try:
+            self._on_restart(self.info.kind, cause)
+        except Exception:  # a metrics hook must not stop the watch
+            log.exception("inventory: %s: the restart hook failed", self.info.kind)
+
     async def _failed(self, exc: Exception) -> None:
+        self._restarted("error")
         category, detail = _describe(exc, self.info)
         self.status.consecutive_failures += 1
         self.status.last_error = detail
@@ -489,7 +527,7 @@ class _KindWatcher:
         token: str | None = None
         resource_version: str | None = None
         while True:
-            kwargs: dict[str, Any] = {"_preload_content": False, "_request_timeout": timeout}
+            kwargs: dict[str, Any] = {"_preload_content": False, "_request_timeout": timeout, **self._selector}
             if self._t.list_page_size > 0:
                 kwargs["limit"] = self._t.list_page_size
             if token:
@@ -516,6 +554,10 @@ class _KindWatcher:
             page_items = page.get("items") or []
             if not isinstance(page_items, list):
                 raise _ProtocolError("LIST response `items` is not a list")
+            if self._list_filter is not None:
+                kind, keep = self.info.kind, self._list_filter
+                page_items = [item for item in page_items if keep(kind, item)]
+            del page, body  # only the kept items outlive the page
             items.extend(page_items)
             resource_version = meta.get("resourceVersion") or resource_version
             token = meta.get("continue") or None
@@ -593,6 +635,7 @@ class _KindWatcher:
             timeout_seconds=self._t.watch_timeout_s,
             _preload_content=False,
             _request_timeout=timeout,
+            **self._selector,
         )
         try:
             if resp.status != 200:
@@ -678,6 +721,7 @@ class KubeInventorySource:
     `connection` is a kubernetes-asyncio `Configuration` (e.g. from `load_kube_config`) or a
     zero-argument factory returning a fresh `ApiClient`. Each kind gets its own ApiClient, so its
     long-lived watch has its own HTTP connection and one broken connection affects one kind.
+    `list_filter` and `on_restart`: see the module docstring (points 8 and after).
     """
 
     def __init__(
@@ -688,6 +732,8 @@ class KubeInventorySource:
         kinds: Iterable[KindInfo] = KINDS,
         timings: KubeSourceTimings = KubeSourceTimings(),
         rng: random.Random | None = None,
+        list_filter: ListFilter | None = None,
+        on_restart: RestartHook = _no_restart_hook,
     ) -> None:
         if isinstance(connection, k8s.Configuration):
             configuration = connection
@@ -712,7 +758,8 @@ class KubeInventorySource:
         self._ready = asyncio.Event()
         self._synced: set[str] = set()
         self._watchers = {
-            k.kind: _KindWatcher(k, sink, self._factory, timings, self._problems, self._on_synced, self._rng)
+            k.kind: _KindWatcher(k, sink, self._factory, timings, self._problems, self._on_synced, self._rng,
+                                 list_filter, on_restart)  # fmt: skip
             for k in self.kinds
         }
 

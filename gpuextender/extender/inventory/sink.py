@@ -15,6 +15,9 @@ class KindInfo:
     version: str
     plural: str
     namespaced: bool
+    # A `fieldSelector` sent with every LIST and WATCH of the kind ("" = all objects). Objects that
+    # leave the selection while watched arrive as DELETED events, as the API server sends them.
+    field_selector: str = ""
 
 
 NODE = KindInfo("Node", "", "v1", "nodes", namespaced=False)
@@ -31,6 +34,11 @@ KINDS: tuple[KindInfo, ...] = (
     NODE, ACCELERATOR_CLASS, SERVING_RUNTIME, CLUSTER_SERVING_RUNTIME, INFERENCE_SERVICE, BASE_MODEL, CLUSTER_BASE_MODEL,
 )  # fmt: skip
 KIND_BY_NAME = {k.kind: k for k in KINDS}
+
+# Not in KINDS: pods go to the bound-pod ledger (extender/pod_ledger.py), never to the
+# InventoryStore, whose every change rebuilds the view. Only bound, unfinished pods are asked for.
+POD = KindInfo("Pod", "", "v1", "pods", namespaced=True,
+               field_selector="spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed")  # fmt: skip
 
 
 def object_key(obj: KubeObject) -> str:

@@ -13,12 +13,13 @@ from typing import Any, TypeVar
 import pytest
 
 from gpuextender.extender.inventory.kube_source import (
+    RESTART_CAUSES,
     KubeConfigError,
     KubeInventorySource,
     KubeSourceTimings,
     load_kube_config,
 )
-from gpuextender.extender.inventory.sink import KINDS, KindInfo
+from gpuextender.extender.inventory.sink import KINDS, POD, KindInfo
 from kubernetes_asyncio.config import incluster_config
 from tests.extender.inventory.conftest import RecordingSink
 from tests.kube_apiserver import KubeApiServer
@@ -46,17 +47,19 @@ async def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 
 
 @contextlib.asynccontextmanager
 async def running(
-    sink: RecordingSink, timings: KubeSourceTimings, server: KubeApiServer | None = None
+    sink: RecordingSink, timings: KubeSourceTimings, server: KubeApiServer | None = None,
+    kinds: tuple[KindInfo, ...] = KINDS, **options: Any,
 ) -> AsyncIterator[tuple[KubeApiServer, KubeInventorySource]]:
-    """Start `server` (or a fresh one), a source against it, and wait until the source is ready."""
+    """Start `server` (or a fresh one), a source of `kinds` against it (with `options`), and wait
+    until the source is ready."""
     server = server or KubeApiServer()
     async with server:
-        source = KubeInventorySource(sink, server.configuration(), timings=timings)
+        source = KubeInventorySource(sink, server.configuration(), kinds=kinds, timings=timings, **options)
         assert not source.ready
         task = asyncio.create_task(source.run())
         try:
             await asyncio.wait_for(source.wait_ready(), 3.0)
-            await wait_until(lambda: server.open_watches() == server_watch_target(server), "every watch open")
+            await wait_until(lambda: server.open_watches() == server_watch_target(server, kinds), "every watch open")
             yield server, source
         finally:
             task.cancel()
@@ -64,8 +67,8 @@ async def running(
                 await task
 
 
-def server_watch_target(server: KubeApiServer) -> int:
-    return len(server.installed)
+def server_watch_target(server: KubeApiServer, kinds: tuple[KindInfo, ...] = KINDS) -> int:
+    return sum(1 for k in kinds if k.kind in server.installed)
 
 
 def node(name: str, gpus: int = 8, **labels: str) -> dict[str, Any]:
@@ -127,7 +130,10 @@ def test_first_list_fills_every_kind_raw_and_flips_ready(sink: RecordingSink, ti
                 assert watch.resource_version == str(server.rv)
                 assert watch.allow_bookmarks is True
                 assert watch.timeout_seconds == timings.watch_timeout_s
+                assert watch.field_selector is None  # only a kind with one (Pod) sends a fieldSelector
                 assert source.status()[info.kind].synced
+            assert all(r.field_selector is None for r in server.list_requests)
+            assert server.list_count("Pod") == 0  # the inventory's kinds are not the ledger's
 
     run(scenario())
 
@@ -446,6 +452,122 @@ def test_source_accepts_an_api_client_factory(sink: RecordingSink, timings: Kube
             with contextlib.suppress(asyncio.CancelledError):
                 await task
             assert all(c.rest_client.pool_manager.closed for c in made)
+
+    run(scenario())
+
+
+# -- the bound-pod watch: field selector, list filter; restart causes ----------------------------
+
+
+def pod(name: str, node: str | None = "gpu-node-1", phase: str = "Pending", gpus: str | None = "1") -> dict[str, Any]:
+    spec: dict[str, Any] = {"containers": [{"name": "main", "resources": {
+        "requests": {"nvidia.com/gpu": gpus} if gpus is not None else {"cpu": "1"}}}]}  # fmt: skip
+    if node is not None:
+        spec["nodeName"] = node
+    return {"metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}"}, "spec": spec,
+            "status": {"phase": phase}}  # fmt: skip
+
+
+def test_pod_watch_sends_the_field_selector_on_the_list_and_every_watch(
+    sink: RecordingSink, timings: KubeSourceTimings
+) -> None:
+    async def scenario() -> None:
+        server = KubeApiServer()
+        server.add("Pod", pod("bound"))
+        server.add("Pod", pod("unbound", node=None))
+        server.add("Pod", pod("done", phase="Succeeded"))
+        server.add("Pod", pod("failed", phase="Failed"))
+        async with running(sink, timings, server, kinds=(POD,)) as (server, source):
+            assert sink.calls_for("Pod") == [("replace_all", ["ml/bound"])]
+            assert [(r.kind, r.field_selector) for r in server.list_requests] == [("Pod", POD.field_selector)]
+            server.add("Pod", pod("unbound"))  # bound now: it enters the selection, as ADDED
+            server.add("Pod", pod("bound", phase="Succeeded"))  # finished: it leaves it, as DELETED
+            server.add("Pod", pod("done", phase="Succeeded", node="gpu-node-2"))  # never selected: never sent
+            await wait_until(lambda: len(sink.calls) == 3, "two events")
+            assert sink.calls_for("Pod")[1:] == [("upsert", "ml/unbound"), ("delete", "ml/bound")]
+            assert sink.state["Pod"]["ml/unbound"]["kind"] == "Pod"
+            server.close_watches()
+            await wait_until(lambda: len(server.watches_of("Pod")) == 2, "re-watch")
+            assert [w.field_selector for w in server.watches_of("Pod")] == [POD.field_selector] * 2
+            assert [w.resource_version for w in server.watches_of("Pod")][1] == source.resource_version("Pod")
+            assert server.list_count("Pod") == 1 and server.list_count("Node") == 0
+
+    run(scenario())
+
+
+def test_list_filter_drops_items_as_each_page_arrives_and_never_filters_events(
+    sink: RecordingSink, timings: KubeSourceTimings
+) -> None:
+    timings = dataclasses.replace(timings, list_page_size=2)
+    offered: list[tuple[str, str, int]] = []  # (kind, name, LIST pages requested when offered)
+    server = KubeApiServer()
+
+    def gpu_only(kind: str, obj: dict[str, Any]) -> bool:
+        offered.append((kind, obj["metadata"]["name"], len(server.list_requests)))
+        return "nvidia.com/gpu" in obj["spec"]["containers"][0]["resources"]["requests"]
+
+    async def scenario() -> None:
+        for i, gpus in enumerate(["1", None, None, "2", None]):
+            server.add("Pod", pod(f"p{i}", gpus=gpus))
+        async with running(sink, timings, server, kinds=(POD,), list_filter=gpu_only) as (api, source):
+            assert sink.calls_for("Pod") == [("replace_all", ["ml/p0", "ml/p3"])]
+            # Each item is judged before the next page is asked for: p0, p1 on page 1, ... p4 on page 3.
+            assert offered == [("Pod", "p0", 1), ("Pod", "p1", 1), ("Pod", "p2", 2), ("Pod", "p3", 2),
+                               ("Pod", "p4", 3)]  # fmt: skip
+            api.add("Pod", pod("cpu", gpus=None))  # a watch event reaches the sink whatever the filter says
+            api.delete("Pod", "p1", "ml")
+            await wait_until(lambda: len(sink.calls) == 3, "events")
+            assert sink.calls_for("Pod")[1:] == [("upsert", "ml/cpu"), ("delete", "ml/p1")]
+            assert len(offered) == 5
+
+    run(scenario())
+
+
+RestartCall = tuple[str, str]
+
+
+@pytest.mark.parametrize("cause", RESTART_CAUSES)
+def test_each_restart_is_reported_with_its_cause(sink: RecordingSink, timings: KubeSourceTimings, cause: str) -> None:
+    heard: list[RestartCall] = []
+
+    async def scenario() -> None:
+        kind = "AcceleratorClass" if cause == "crd_removed" else "Node"
+        async with running(sink, timings, seeded(), on_restart=lambda k, c: heard.append((k, c))) as (server, source):
+            assert heard == []
+            if cause == "server_closed":
+                server.close_watches()
+                expected = {(k.kind, "server_closed") for k in KINDS}
+            elif cause == "relist_410":
+                server.expire_history()
+                server.close_watches()
+                expected = {(k.kind, c) for k in KINDS for c in ("server_closed", "relist_410")}
+            elif cause == "error":
+                server.send_error_event(kind, code=500, reason="InternalError")
+                expected = {(kind, "error")}
+            else:
+                assert cause == "crd_removed", f"no scenario for the cause {cause}"
+                server.uninstall(kind)  # the watch ends, the re-watch gets 404, the relist finds none
+                expected = {(kind, "server_closed"), (kind, "crd_removed")}
+            await wait_until(lambda: set(heard) == expected, f"restarts {expected}")
+            await wait_until(lambda: server.open_watches() == server_watch_target(server), "watches reopened")
+            assert set(heard) == expected and len(heard) == len(expected)
+            if cause == "relist_410":
+                assert all(server.list_count(k.kind) == 2 for k in KINDS)
+
+    run(scenario())
+
+
+def test_a_failing_restart_hook_does_not_stop_the_watch(sink: RecordingSink, timings: KubeSourceTimings) -> None:
+    def broken(kind: str, cause: str) -> None:
+        raise RuntimeError("metrics bug")
+
+    async def scenario() -> None:
+        async with running(sink, timings, seeded(), on_restart=broken) as (server, source):
+            server.close_watches()
+            await wait_until(lambda: len(server.watches_of("Node")) == 2, "re-watch")
+            server.add("Node", node("gpu-node-11"))
+            await wait_until(lambda: "gpu-node-11" in sink.keys("Node"), "events after the hook failed")
+            assert source.status()["Node"].consecutive_failures == 0
 
     run(scenario())
 

@@ -1,0 +1,118 @@
+"""The race inside a burst: a filter must not decide before the previous pod's binding is known.
+
+kube-scheduler runs one scheduling cycle at a time (filter, prioritize, pick, "assume") and binds
+in a separate goroutine, so the next pod's filter can reach the extender before the previous pod's
+binding does, through the bind verb or the pod watch. Deciding then counts the same idle GPUs
+twice. The gate closes that gap:
+
+- `decided(uid, need, nodes)`: filter answered a GPU pod of `need` GPUs with `nodes`: its
+  binding is *open* (it will be bound to one of them).
+- `bound(uid)`: the ledger has the pod bound (bind verb, or the watch): closed.
+- `settle(uid, need, idle_of)`: before a filter for a pod of `need` GPUs decides, wait while
+  another pod's binding is open *and could change a verdict*: one of its nodes would have fewer
+  than `need` idle GPUs left were that pod bound there (`idle_of(node)`: the node's idle GPUs now,
+  None when unknown: at risk). Wait at most until that binding's deadline (`hold_s` after its
+  filter; a pod whose cycle ended without a binding simply expires). Bindings that cannot change
+  a verdict do not hold the filter: a burst onto roomy nodes runs at full speed. A filter for the
+  same pod again (a retry) closes its own earlier entry.
+
+Only filter waits (prioritize follows its own filter, after the wait). A filter that decided
+while another binding was open, which then did arrive, is a *race* (`races`): what the gate
+exists to avoid, and what `hold_s = 0` (the gate off) measures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+
+LATE_S = 60.0  # how long an expired binding is remembered, to count it as a race should it arrive
+MAX_LATE = 10_000
+
+
+@dataclass(slots=True)
+class _Open:
+    deadline: float
+    need: int  # GPUs (0 for a MIG-only pod: then every later filter waits for it)
+    nodes: frozenset[str]  # where filter said it may go
+    overlapped: bool = False  # a filter it could have changed decided while this binding was open
+
+
+class BindingGate:
+    def __init__(self, hold_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.hold_s = hold_s
+        self._clock = clock
+        self._open: dict[str, _Open] = {}
+        # Bindings that expired unseen, for a while: one that arrives late still counts as a race.
+        self._late: dict[str, float] = {}
+        self._changed = asyncio.Event()
+        self.races = 0  # filters that decided without a binding that then happened
+        self.waited = 0  # filters that waited for another pod's binding
+        self.expired = 0  # open bindings that never arrived within hold_s
+
+    def decided(self, uid: str, need: int, nodes: frozenset[str]) -> None:
+        if uid:
+            self._open[uid] = _Open(self._clock() + self.hold_s, need, nodes)
+
+    def bound(self, uid: str) -> None:
+        entry = self._open.pop(uid, None)
+        if entry is not None:
+            if entry.overlapped:
+                self.races += 1
+            self._changed.set()
+        elif self._late.pop(uid, None) is not None:
+            self.races += 1
+
+    def open_count(self) -> int:
+        return len(self._open)
+
+    def _at_risk(self, need: int, idle_of: Callable[[str], int | None]) -> list[_Open]:
+        risky = []
+        for entry in self._open.values():
+            if entry.need <= 0 or need <= 0:
+                risky.append(entry)  # MIG devices: not counted here, always wait
+                continue
+            for node in entry.nodes:
+                idle = idle_of(node)
+                if idle is None or idle - entry.need < need:
+                    risky.append(entry)
+                    break
+        return risky
+
+    async def settle(self, uid: str, need: int = 1, idle_of: Callable[[str], int | None] = lambda _n: None) -> float:
+        """Wait until no other pod's binding that could change this pod's verdicts is open (or its
+        deadline passed); return the seconds waited."""
+        self._open.pop(uid, None)  # this pod's own earlier cycle ended without a binding
+        started = self._clock()
+        waited = False
+        while True:
+            now = self._clock()
+            for key in [k for k, e in self._open.items() if e.deadline <= now]:
+                del self._open[key]
+                self.expired += 1
+                if len(self._late) >= MAX_LATE:
+                    self._late.clear()  # a flood of pods that never bind: forget, do not grow
+                self._late[key] = now + LATE_S
+            if self._late:
+                for key in [k for k, until in self._late.items() if until <= now]:
+                    del self._late[key]
+            risky = self._at_risk(need, idle_of) if self._open else []
+            if not risky:
+                break
+            if self.hold_s <= 0:  # the gate is off: decide now, and remember it raced
+                for entry in risky:
+                    entry.overlapped = True
+                break
+            if not waited:
+                waited = True
+                self.waited += 1
+            self._changed.clear()
+            timeout = min(e.deadline for e in risky) - now
+            try:
+                await asyncio.wait_for(self._changed.wait(), timeout)
+            except TimeoutError:
+                pass
+        return self._clock() - started
