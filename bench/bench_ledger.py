@@ -150,12 +150,12 @@ def p(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="500 nodes, fewer calls")
-    args = parser.parse_args(argv)
-    nodes, per_node = (500, 8) if args.quick else (5000, 8)
-    calls, rounds = (20, 2) if args.quick else (100, 7)
+TARGET_RATIO = 1.1  # issue 16: filter/prioritize p99 with the ledger <= 1.1x without, same run
+
+
+def run(quick: bool = False) -> dict[str, Any]:
+    nodes, per_node = (500, 8) if quick else (5000, 8)
+    calls, rounds = (20, 2) if quick else (100, 7)
     gc.collect()
 
     # Memory: the ledger's records and index, and the offered summaries they change.
@@ -208,17 +208,45 @@ def main(argv: list[str] | None = None) -> int:
     out["ratios_p99"] = {k: {"filter": round(d["filter"]["p99"] / base_f["p99"], 2),
                              "prioritize": round(d["prioritize"]["p99"] / base_p["p99"], 2)}
                          for k, d in out["latency_ms"].items()}  # fmt: skip
-    print(f"ledger: {out['ledger_pods']} pods on {nodes} nodes: {out['ledger_mib']} MiB (tracemalloc: records, index "
-          f"and the offered summaries they change; {out['ledger_bytes_per_pod']} B/pod)")
-    print(f"watch CPU: list {out['load_cpu_us_per_pod']} us/pod; churn {out['churn_cpu_us_per_event']} us/event: "
-          f"100 changes/s = {out['churn_100_per_s_core_percent']} % of a core (decode + slim + upsert + offered summary)")
-    print(f"{'variant':<22} {'filter p50/p99 ms':>18} {'prioritize p50/p99 ms':>22} {'p99 ratio f/p':>14}")
-    for k, d in out["latency_ms"].items():
-        ratio = out["ratios_p99"][k]
-        print(f"{k:<22} {d['filter']['p50']:>8.2f} / {d['filter']['p99']:<7.2f} {d['prioritize']['p50']:>10.2f} / "
-              f"{d['prioritize']['p99']:<9.2f} {ratio['filter']:>6.2f} / {ratio['prioritize']:<5.2f}")  # fmt: skip
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     (OUT_DIR / "ledger.json").write_text(json.dumps(out, indent=1))
+    return out
+
+
+def report(out: dict[str, Any]) -> list[str]:
+    lines = [f"ledger: {out['ledger_pods']} pods on {out['nodes']} nodes: {out['ledger_mib']} MiB (tracemalloc: records, "
+             f"index and the offered summaries they change; {out['ledger_bytes_per_pod']} B/pod)",
+             f"watch CPU: list {out['load_cpu_us_per_pod']} us/pod; churn {out['churn_cpu_us_per_event']} us/event: "
+             f"100 changes/s = {out['churn_100_per_s_core_percent']} % of a core (decode + slim + upsert + offered "
+             "summary)",
+             f"{'variant':<22} {'filter p50/p99 ms':>18} {'prioritize p50/p99 ms':>22} {'p99 ratio f/p':>14}"]  # fmt: skip
+    for k, d in out["latency_ms"].items():
+        ratio = out["ratios_p99"][k]
+        lines.append(f"{k:<22} {d['filter']['p50']:>8.2f} / {d['filter']['p99']:<7.2f} {d['prioritize']['p50']:>10.2f} / "
+                     f"{d['prioritize']['p99']:<9.2f} {ratio['filter']:>6.2f} / {ratio['prioritize']:<5.2f}")  # fmt: skip
+    return lines
+
+
+def markdown(out: dict[str, Any]) -> list[str]:
+    return ["## The bound-pod ledger at scale", "",
+            "`bench/bench_ledger.py`, in-process on the real code: 5,000 GPU nodes x 8 bound pods (40,000 pods as "
+            "the API server sends them in watch events: decoded with orjson, fed to PodLedger as kube_source does), "
+            "a churn of pod changes (phase flips), and filter + prioritize at 5,000 names, side by side: no "
+            "ledger, the 40,000 pods already attributed by the agents (steady state), and none attributed yet "
+            "(every node with 8 pending pods; the worst case). The watch's HTTP transport is not counted.", "",
+            "```", *report(out), "```"]  # fmt: skip
+
+
+def attributed_ratio_ok(out: dict[str, Any]) -> bool:
+    r = out["ratios_p99"]["ledger, attributed"]
+    return r["filter"] <= TARGET_RATIO and r["prioritize"] <= TARGET_RATIO
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="500 nodes, fewer calls")
+    args = parser.parse_args(argv)
+    print("\n".join(report(run(args.quick))))
     return 0
 
 

@@ -30,7 +30,11 @@ What it measures (details in each script's docstring):
 - bench_placement.py: placement quality on a simulated 500-node fleet, kube-scheduler
   alone against each node strategy of the real extender (issue 12's targets), and
   bench_placement_kube.py: a smaller run of the same fleet through a real kube-scheduler
-  (needs KUBEBUILDER_ASSETS, like bench_scheduler).
+  (needs KUBEBUILDER_ASSETS, like bench_scheduler);
+- bench_burst.py: 300 one-GPU pods at once through a real kube-scheduler, how many land on GPUs
+  already taken, per way the extender learns of bindings (issue 16; needs KUBEBUILDER_ASSETS);
+- bench_ledger.py: the bound-pod ledger with 40,000 pods: memory, watch CPU, and filter/prioritize
+  at 5,000 names with and without it (issue 16).
 Then it prints a summary, checks the targets (filter p99 < 10 ms at 5,000
 names; agent <= 1 % of one core and <= 48 MiB RSS) and (re)writes
 bench/RESULTS.md, plus the raw figures in bench/out/results.json.
@@ -51,6 +55,7 @@ import logging
 import subprocess
 import sys
 import time
+from typing import Any
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -61,6 +66,8 @@ import bench_baseline  # noqa: E402
 import bench_classes  # noqa: E402
 import bench_reconnect  # noqa: E402
 import bench_scheduler  # noqa: E402
+import bench_burst  # noqa: E402
+import bench_ledger  # noqa: E402
 import bench_extender  # noqa: E402
 import bench_hostile_http  # noqa: E402
 import bench_hostile_ingest  # noqa: E402
@@ -146,6 +153,8 @@ def render_markdown(
     baseline: bench_baseline.BaselineResult | None = None,
     placement_kube: tuple[bench_placement.SimConfig, list[bench_placement_kube.KubeVariantResult]] | None = None,
     ingest: tuple[list[str], dict[str, float]] | None = None,
+    bursts: list[dict[str, Any]] | None = None,
+    ledger: dict[str, Any] | None = None,
 ) -> str:
     m = machine_facts()
     out = [
@@ -179,6 +188,18 @@ def render_markdown(
                 f"| agent RSS <= {bench_agent.TARGET_RSS_MIB:g} MiB | n/a | n/a |"]
     if ingest is not None:
         out += ingest_targets(ingest[1])
+    if bursts:
+        shipped = bench_burst.medians(bursts).get("watch-wait")
+        if shipped is not None:
+            worst = shipped["misplaced_max"]
+            out.append(f"| burst of 300 one-GPU pods, real kube-scheduler, shipped config: misplaced pods = "
+                       f"{bench_burst.TARGET_MISPLACED} (worst round) | {worst:.0f} | "
+                       f"{_verdict(worst <= bench_burst.TARGET_MISPLACED)} |")  # fmt: skip
+    if ledger:
+        r = ledger["ratios_p99"]["ledger, attributed"]
+        out.append(f"| filter / prioritize p99 at 5,000 names with 40,000 bound pods <= "
+                   f"{bench_ledger.TARGET_RATIO:g}x without | {r['filter']:.2f}x / {r['prioritize']:.2f}x | "
+                   f"{_verdict(bench_ledger.attributed_ratio_ok(ledger))} |")  # fmt: skip
     for r in reconnect or []:
         if r.variant == "fixed":
             out.append(f"| {r.agents} agents back <= {bench_reconnect.TARGET_S:g} s after a {r.outage_s:.0f} s "
@@ -347,6 +368,10 @@ def render_markdown(
                 "```", bench_placement_kube.format_table(rows), bench_placement_kube.LEGEND, "```"]  # fmt: skip
     if scheduler is not None:
         out += ["", *bench_scheduler.markdown_section(scheduler)]
+    if bursts:
+        out += ["", *bench_burst.markdown(bursts)]
+    if ledger:
+        out += ["", *bench_ledger.markdown(ledger)]
     if reconnect:
         out += ["", *reconnect_markdown(reconnect)]
     if hostile_http:
@@ -495,7 +520,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true",
                         help="smoke check: few iterations and a 5 s agent window; RESULTS.md left alone")  # fmt: skip
     parser.add_argument("--only", choices=("extender", "agent", "reconnect", "ingest", "http", "scheduler",
-                                           "placement", "fleet"),
+                                           "placement", "fleet", "bursts", "ledger"),
                         help="run only this benchmark")  # fmt: skip
     parser.add_argument("--baseline", metavar="REV",
                         help="also compare filter/prioritize at 5,000 names with this git revision, same run")
@@ -520,6 +545,8 @@ def main(argv: list[str] | None = None) -> int:
     baseline: bench_baseline.BaselineResult | None = None
     placement_kube: tuple[bench_placement.SimConfig, list[bench_placement_kube.KubeVariantResult]] | None = None
     fleet_ingest: tuple[list[str], dict[str, float]] | None = None
+    bursts: list[dict[str, Any]] | None = None
+    ledger: dict[str, Any] | None = None
     try:
         if args.only in (None, "extender"):
             print("== gpu-extender: filter / prioritize", flush=True)
@@ -581,6 +608,19 @@ def main(argv: list[str] | None = None) -> int:
                 print("== real kube-scheduler: binding throughput", flush=True)
                 scheduler = bench_scheduler.run(quick=args.quick)
                 print(bench_scheduler.format_result(scheduler), flush=True)
+        if args.only in (None, "bursts"):
+            skip = bench_burst.unavailable()
+            if skip is not None:
+                print(f"== bursts through a real kube-scheduler: skipped ({skip})", flush=True)
+            else:
+                print("== bursts through a real kube-scheduler (bindings and the next filter)", flush=True)
+                bursts = bench_burst.run(rounds=1 if args.quick else 3,
+                                         progress=lambda line: print(f"  {line}", flush=True))  # fmt: skip
+                print("\n".join(bench_burst.table(bursts)), flush=True)
+        if args.only in (None, "ledger"):
+            print("== the bound-pod ledger at scale (40,000 pods)", flush=True)
+            ledger = bench_ledger.run(quick=args.quick)
+            print("\n".join(bench_ledger.report(ledger)), flush=True)
         phases = profile_phases(ext, args.quick)
     except BenchError as exc:
         print(f"run_all: FAILED: {exc}", file=sys.stderr)
@@ -621,7 +661,7 @@ def main(argv: list[str] | None = None) -> int:
            "placement": [asdict(r) for r in placement[1]] if placement else None,
            "pod_resources": pod_resources, "baseline": asdict(baseline) if baseline else None,
            "placement_kube": [asdict(r) for r in placement_kube[1]] if placement_kube else None,
-           "fleet_ingest": fleet_ingest[1] if fleet_ingest else None}  # fmt: skip
+           "fleet_ingest": fleet_ingest[1] if fleet_ingest else None, "bursts": bursts, "ledger": ledger}  # fmt: skip
     (OUT_DIR / "results.json").write_text(json.dumps(raw, indent=2))
 
     target = args.results or (None if args.quick else RESULTS_MD)
@@ -635,7 +675,8 @@ def main(argv: list[str] | None = None) -> int:
                                       reconnect=reconnect, hostile_ingest=hostile_ingest,
                                       hostile_http=hostile_http, scheduler=scheduler, placement=placement,
                                       pod_resources=pod_resources, baseline=baseline,
-                                      placement_kube=placement_kube, ingest=fleet_ingest))  # fmt: skip
+                                      placement_kube=placement_kube, ingest=fleet_ingest, bursts=bursts,
+                                      ledger=ledger))  # fmt: skip
     print(f"  wrote {target}")
     return 0
 

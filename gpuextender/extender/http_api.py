@@ -1,8 +1,10 @@
-"""The extender's HTTP side: kube-scheduler's `filter` and `prioritize` verbs, plus
-/explain, /healthz, /readyz, /metrics and the fleet page (/ui: fleet_page.py).
+"""The extender's HTTP side: kube-scheduler's `filter`, `prioritize` and (optional) `bind`
+verbs, plus /explain, /healthz, /readyz, /metrics and the fleet page (/ui: fleet_page.py).
 
 Handlers only parse, look up in-memory state, call the pure decision functions
-and encode: no API server, no NVML, no other I/O on the request path.
+and encode: no API server, no NVML, no other I/O on the request path. Two exceptions,
+both bounded: a filter may first wait for an earlier pod's binding (binding_gate.py,
+--binding-wait), and `bind` creates the pod's Binding through the API server (pod_binder.py).
 Refused input gets a 4xx with a JSON reason and a log line; the server goes on.
 """
 
