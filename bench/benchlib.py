@@ -17,7 +17,6 @@ import os
 import platform
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -51,10 +50,13 @@ def program(name: str, module: str) -> list[str]:
 
 
 def free_port() -> int:
-    """A TCP port that is free on the loopback address right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((LOOPBACK, 0))
-        return int(s.getsockname()[1])
+    """A TCP port free on the loopback address now, below the kernel's ephemeral range (tests/harness.py
+    says why: a run with thousands of connections took a handed-out port before it was bound)."""
+    if str(REPO_ROOT) not in sys.path:  # bench scripts run from bench/
+        sys.path.insert(0, str(REPO_ROOT))
+    from tests.harness import free_port as below_ephemeral
+
+    return below_ephemeral()
 
 
 def exit_on_sigterm() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import signal
 import socket
 import ssl
@@ -26,10 +27,25 @@ FIXTURES = Path(__file__).resolve().parent / "fixtures"
 REQUESTS = FIXTURES / "extender-requests"
 
 
+# Listening ports for the processes under test come from below Linux's ephemeral range (32768-
+# 60999): a port the kernel handed out (bind to 0) can be taken again as the source port of some
+# outgoing connection before the process under test binds it, and a run with thousands of gRPC
+# connections (the benchmarks) does hit that.
+_PORT_RANGE = (20000, 32767)
+_ports = random.Random()
+
+
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A TCP port free on 127.0.0.1 now, outside the kernel's ephemeral range."""
+    for _ in range(1000):
+        port = _ports.randint(*_PORT_RANGE)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {_PORT_RANGE} on 127.0.0.1")
 
 
 def http(

@@ -64,14 +64,14 @@ class Bindings:
                                   "remove bindVerb from the scheduler's extender configuration")  # fmt: skip
         pod = self._remembered.pop(b.uid, None)
         ledger = self.ledger
-        if pod is not None and ledger is not None:
-            ledger.assume(BoundPod(b.uid, b.key, b.node, pod.gpus_needed, pod.mig_needed, "Pending", self._clock(),
-                                   pod.identity.inference_service))  # fmt: skip
+        assumed = pod is not None and ledger is not None and ledger.assume(
+            BoundPod(b.uid, b.key, b.node, pod.gpus_needed, pod.mig_needed, "Pending", self._clock(),
+                     pod.identity.inference_service))  # fmt: skip
         error = await self.binder.bind(b)
         if error:
             self.binds["error"] += 1
-            if pod is not None and ledger is not None:
-                ledger.forget(b.uid)
+            if assumed and ledger is not None:  # only what this call recorded: a retried bind's 409
+                ledger.forget(b.uid)  # ("already bound") must not drop the watch's record
             log.warning("bind %s: %s", b.key, error, extra={"pod": b.key, "node": b.node, "verb": "bind"})
         else:
             self.binds["bound"] += 1

@@ -75,18 +75,20 @@ class PodLedger:
         """`listener(uid)` for every pod that enters the ledger (the binding_gate's "bound")."""
         self._bound_listeners.append(listener)
 
-    def assume(self, pod: BoundPod) -> None:
+    def assume(self, pod: BoundPod) -> bool:
         """The bind verb: the extender is binding `pod` now; count it before the watch says so
-        (the watch's record for the same uid replaces this one)."""
+        (the watch's record for the same uid replaces this one). False: already known bound there
+        (a retried bind), nothing recorded."""
         before = self._by_uid.get(pod.uid)
         if before is not None:
             if before.node == pod.node:
-                return  # already known bound there (a retried bind)
+                return False
             self._drop(before)
         self._by_uid[pod.uid] = pod
         self._by_node.setdefault(pod.node, {})[pod.uid] = pod
         self._notify({pod.node} | ({before.node} if before is not None else set()))
         self._notify_bound(pod.uid)
+        return True
 
     def forget(self, uid: str) -> None:
         """The binding the extender assumed failed: the pod is not on that node."""

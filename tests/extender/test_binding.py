@@ -244,3 +244,15 @@ def test_without_kubernetes_nothing_waits() -> None:
     """No pod watch and no bind verb: no binding can ever be seen, so waiting would only delay."""
     assert build_config([], {}).api.binding_wait_s == 0.0
     assert build_config(["--kubernetes"], {}).api.binding_wait_s == 0.5
+
+
+def test_a_retried_bind_refused_as_already_bound_keeps_the_watchs_record() -> None:
+    """The first bind timed out after the Binding was made; the watch recorded the pod; kube-scheduler
+    retries and the API server answers 409: the pod is bound, and stays in the ledger."""
+    b, ledger, _ = bindings("binding ns/p to n2: HTTP 409: pod p is already assigned to node n2")
+    watched = {"metadata": {"name": "p", "namespace": "ns", "uid": "u-1"},
+               "spec": {"nodeName": "n2", "containers": pod()["spec"]["containers"]}, "status": {"phase": "Pending"}}  # fmt: skip
+    ledger.upsert(POD_KIND, watched)
+    b.filtered("u-1", read_pod(pod(), ("nvidia.com/gpu",), "spread", ""), ["n2"])
+    assert asyncio.run(b.bind(BindingArgs("p", "ns", "u-1", "n2")))["Error"].endswith("already assigned to node n2")
+    assert [p.uid for p in ledger.pods_on("n2")] == ["u-1"]
