@@ -28,9 +28,8 @@ import base64
 import gzip
 import hashlib
 import html
-import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +40,7 @@ from aiohttp import web
 from gpuextender.extender import fleet_page_html
 from gpuextender.extender.bad_request import BadRequest, shown
 from gpuextender.extender.fleet_view import FleetAccumulator, FleetInputs, gpu_nodes
-from gpuextender.extender.http_api import CLIENT_CLOSED, SchedulerApi, _HungUp, _json, _read_body, _Refused
+from gpuextender.extender.http_api import SchedulerApi
 from gpuextender.extender.inventory.sink import CLUSTER_SERVING_RUNTIME, SERVING_RUNTIME
 from gpuextender.extender.inventory.view import InventoryView
 from gpuextender.extender.json_fields import object_at
@@ -55,7 +54,6 @@ from gpuextender.extender.ome.pod_intent import (
 from gpuextender.extender.pod_request import STRATEGY_ANNOTATION
 from gpuextender.extender.scheduler_wire import BYTES_PER_CONTAINER, ExtenderArgs
 
-log = logging.getLogger("gpu_extender.http")
 
 FLEET_CACHE_S = 1.5  # one build serves every browser for this long
 SLICE_S = 0.0005  # one slice of a build: this much work (~50 nodes of 8 GPUs), then a pause
@@ -295,10 +293,14 @@ def _string(value: Any) -> str:
 
 # -- routes --------------------------------------------------------------------------------------
 
+# http_api's handler of a POST verb: (metric label, the answer from the body) -> the aiohttp handler.
+VerbHandler = Callable[[str, Callable[[bytes], Awaitable[Any]]], Callable[[web.Request], Awaitable[web.StreamResponse]]]
 
-def add_routes(app: web.Application, api: SchedulerApi, prefix: str) -> FleetCache:
-    """GET {prefix}/ -> {prefix}/ui, GET {prefix}/ui, GET {prefix}/ui/fleet.json, POST {prefix}/ui/explain."""
-    settings, metrics = api.settings, api.metrics
+
+def add_routes(app: web.Application, api: SchedulerApi, prefix: str, verb: VerbHandler) -> FleetCache:
+    """GET {prefix}/ -> {prefix}/ui, GET {prefix}/ui, GET {prefix}/ui/fleet.json, POST {prefix}/ui/explain.
+    `verb(name, respond)`: http_api's handler of a POST verb (body bounds, refusals, metrics)."""
+    settings = api.settings
     page = page_html(prefix).encode()
     cache = FleetCache(api)
     max_nodes = settings.max_body_bytes // BYTES_PER_CONTAINER
@@ -318,38 +320,16 @@ def add_routes(app: web.Application, api: SchedulerApi, prefix: str) -> FleetCac
             return web.Response(body=built.gzipped, content_type="application/json", headers=headers)
         return web.Response(body=built.body, content_type="application/json", headers=headers)
 
-    async def explain(request: web.Request) -> web.Response:
-        verb, started = "ui_explain", time.perf_counter()
-        try:
-            body = await _read_body(request, settings)
-            async with parsing:
-                document = await asyncio.to_thread(load_one_object, body, max_nodes)
-            asked = pod_to_explain(document, api.inventory())
-            answer = api.explain(ExtenderArgs(asked.pod, None, None))
-            answer["input"] = asked.input
-            response = _json(answer)
-        except BadRequest as exc:
-            response = _refuse(request, 400, exc.code, exc.message)
-        except _Refused as exc:
-            response = _refuse(request, exc.status, exc.code, exc.message)
-            if exc.close:
-                response.force_close()
-        except _HungUp:
-            response = web.Response(status=CLIENT_CLOSED)
-        except Exception:
-            log.exception("%s: internal error", verb)
-            response = _json({"error": "internal error; see the gpu-extender log", "reason": "internal"}, 500)
-        metrics.requests.labels(verb=verb, code=str(response.status)).inc()
-        metrics.request_duration.labels(verb=verb).observe(time.perf_counter() - started)
-        return response
-
-    def _refuse(request: web.Request, status: int, code: str, message: str) -> web.Response:
-        metrics.bad_requests.labels(verb="ui_explain", reason=code).inc()
-        log.info("ui_explain: refused request from %s: %s", request.remote, message)
-        return _json({"error": message, "reason": code}, status=status)
+    async def explain(body: bytes) -> dict[str, Any]:
+        async with parsing:
+            document = await asyncio.to_thread(load_one_object, body, max_nodes)
+        asked = pod_to_explain(document, api.inventory())
+        answer = api.explain(ExtenderArgs(asked.pod, None, None))
+        answer["input"] = asked.input
+        return answer
 
     app.router.add_get(f"{prefix}/", root)
     app.router.add_get(f"{prefix}/ui", ui)
     app.router.add_get(f"{prefix}/ui/fleet.json", fleet_json)
-    app.router.add_post(f"{prefix}/ui/explain", explain)
+    app.router.add_post(f"{prefix}/ui/explain", verb("ui_explain", explain))
     return cache

@@ -452,6 +452,6 @@ def build_app(api: SchedulerApi) -> web.Application:
     if settings.fleet_page:
         from gpuextender.extender.fleet_page import add_routes  # imports this module
 
-        add_routes(app, api, prefix)
+        add_routes(app, api, prefix, scheduler_verb)
     return app
 

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.extender.test_fleet_page import POD  # the same 2-GPU pod as the form's own tests
 from tests.harness import ROOT, Proc, cluster, metric, post_json, scrape, url, wait_until
 
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
@@ -22,14 +23,6 @@ pytestmark = pytest.mark.skipif(not (CHROMIUM.exists() and CHROMEDRIVER.exists()
                                 reason="needs /usr/bin/chromium and /usr/bin/chromedriver")  # fmt: skip
 
 H100 = {"product": "NVIDIA H100 80GB HBM3", "memory_gib": 80, "compute_capability": "9.0"}
-POD = """apiVersion: v1
-kind: Pod
-metadata: {name: trial, namespace: research, uid: u-1}
-spec:
-  containers:
-  - name: main
-    resources: {limits: {nvidia.com/gpu: 2}}
-"""
 
 
 def write_scenario(path: Path, busy: int, idle: int) -> None:
