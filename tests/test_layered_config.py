@@ -95,6 +95,7 @@ def test_a_lower_source_switch_is_switched_off_by_a_higher_one(tmp_path: Path) -
     (["--config", "{file}"], {}, "stale-after: true\n", "stale-after: expected a single value"),
     (["--config", "{file}"], {}, "stale-after: {a: 1}\n", "stale-after: expected a single value"),
     (["--config", "{file}"], {}, "stale-after: [20\n", "not valid YAML"),
+    (["--config", "{file}"], {}, "stale-after: " + "[" * 60_000 + "]" * 60_000, "not valid YAML"),  # deep: no traceback
     (["--config", "{file}"], {}, "stale-policy: maybe\n", "argument --stale-policy: invalid choice"),
     (["--config", "{file}"], {}, "version: true\n", "unknown setting 'version'"),
     (["--config", "{file}"], {}, "config: other.yaml\n", "unknown setting 'config'"),

@@ -158,9 +158,13 @@ def _file_tokens(path: Path, source: str, settable: dict[str, argparse.Action]) 
         raise SettingsError(f"{source} {path}: larger than {MAX_CONFIG_BYTES // 1024} KiB; a config file holds "
                             "settings only")  # fmt: skip
     try:
-        document = yaml.safe_load(raw)
+        # libyaml's loader when PyYAML has it: it refuses deep nesting itself; the pure-Python one
+        # recurses, and 120 KB of '[' would end start-up in a RecursionError traceback.
+        document = yaml.load(raw, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 (safe)
     except yaml.YAMLError as exc:
         raise SettingsError(f"{source} {path}: not valid YAML: {exc}") from None
+    except RecursionError:
+        raise SettingsError(f"{source} {path}: nested too deeply to be a file of settings") from None
     if document is None:
         return {}  # an empty file sets nothing
     if not isinstance(document, dict):

@@ -78,6 +78,8 @@ def _one_document(raw: bytes, what: str) -> tuple[Any, bool]:
         return json.loads(raw), True
     except ValueError:  # not JSON (UnicodeDecodeError is a ValueError too): YAML
         pass
+    except RecursionError:  # json's decoder recurses: 200 KB of '[' is no Pod
+        raise SourceError(f"{what} is nested too deeply to be a Pod or an ExtenderArgs body") from None
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
         documents = [doc for doc in yaml.load_all(raw, Loader=loader) if doc is not None]

@@ -77,6 +77,8 @@ def test_a_manifest_keeps_its_namespace_and_namespace_fills_a_missing_one() -> N
     ("42", "pod.yaml is not an object (a int): expected an ExtenderArgs body or a Pod manifest"),
     ("kind: Pod\nspec: [\n", "pod.yaml is neither JSON nor YAML: "),
     ("kind: Pod\nmetadata: {name: x}\n", "pod.yaml: the Pod has no spec"),
+    ("[" * 100_000 + "]" * 100_000, "pod.yaml is nested too deeply to be a Pod or an ExtenderArgs body"),
+    ("spec: " + "[" * 100_000 + "]" * 100_000, "pod.yaml is neither JSON nor YAML: "),
 ])  # fmt: skip
 def test_what_is_not_one_pod_is_refused_with_one_line(text: str, message: str, tmp_path: Path,
                                                        capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
