@@ -50,7 +50,7 @@ import aiohttp
 import grpc
 from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
-from gpuextender.extender.config import DEFAULT_SHORTLIST
+from gpuextender.extender.settings import DEFAULT_SHORTLIST
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import (  # noqa: E402

@@ -35,16 +35,16 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gpuextender.v1 import gpu_state_pb2 as pb  # noqa: E402
 
-from gpuextender.extender.decision import Policy  # noqa: E402
-from gpuextender.extender.fleet_page import PAUSE_S, SLICE_S, _encoded, build_fleet, fleet_inputs  # noqa: E402
-from gpuextender.extender.fleet_view import FleetAccumulator  # noqa: E402
-from gpuextender.extender.gpu_state import GpuState  # noqa: E402
-from gpuextender.extender.gpu_summary import IdleRule  # noqa: E402
-from gpuextender.extender.http_api import ApiSettings, SchedulerApi, build_app, new_runner  # noqa: E402
-from gpuextender.extender.inventory.sink import KINDS  # noqa: E402
-from gpuextender.extender.inventory.store import InventoryStore  # noqa: E402
-from gpuextender.extender.inventory.view import ViewBuilder  # noqa: E402
-from gpuextender.extender.metrics import ExtenderMetrics  # noqa: E402
+from gpuextender.extender.decide.whole_gpus import Policy  # noqa: E402
+from gpuextender.extender.ui.fleet_page import PAUSE_S, SLICE_S, _encoded, build_fleet, fleet_inputs  # noqa: E402
+from gpuextender.extender.ui.fleet_view import FleetAccumulator  # noqa: E402
+from gpuextender.extender.state.gpu_state import GpuState  # noqa: E402
+from gpuextender.extender.state.gpu_summary import IdleRule  # noqa: E402
+from gpuextender.extender.scheduler.http_api import ApiSettings, SchedulerApi, build_app, new_runner  # noqa: E402
+from gpuextender.extender.model.kube_objects import KINDS  # noqa: E402
+from gpuextender.extender.state.inventory_store import InventoryStore  # noqa: E402
+from gpuextender.extender.state.inventory_view import ViewBuilder  # noqa: E402
+from gpuextender.extender.observe.metrics import ExtenderMetrics  # noqa: E402
 
 GIB = 1024**3
 # (node label, NVML name, memory GiB, compute capability): each node's GPUs match its label.
@@ -177,7 +177,7 @@ def serve(port: int, nodes: int, ready: Any) -> None:
         await web.TCPSite(runner, "127.0.0.1", port).start()
         gc.collect()
         gc.freeze()
-        gc.set_threshold(20_000, 10, 10)  # as gpuextender.extender.main._tune_gc
+        gc.set_threshold(20_000, 10, 10)  # as gpuextender.extender.cli._tune_gc
         ready.set()
         await asyncio.Event().wait()
 

@@ -3,7 +3,7 @@
 The HTTP handler parses, decides and encodes in one synchronous step, so that step's
 time is how long the event loop (and with it /healthz, gRPC ingest and every other
 call) is held. This measures that step in-process, best of `--repeat`, with the
-garbage collector tuned as gpuextender.extender.main does, for:
+garbage collector tuned as gpuextender.extender.cli does, for:
 
 1. cost per candidate name: N names no agent reports (the dearest case) through
    filter, prioritize and explain, N up to 100,000 (--max-candidates lifted);
@@ -27,13 +27,13 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from gpuextender.extender import scheduler_wire  # noqa: E402
-from gpuextender.extender.bad_request import BadRequest  # noqa: E402
-from gpuextender.extender.config import build_config  # noqa: E402
-from gpuextender.extender.gpu_state import GpuState  # noqa: E402
-from gpuextender.extender.http_api import ApiSettings, SchedulerApi  # noqa: E402
-from gpuextender.extender.metrics import ExtenderMetrics  # noqa: E402
-from gpuextender.extender.pod_gpus import parse_count  # noqa: E402
+from gpuextender.extender.scheduler import wire  # noqa: E402
+from gpuextender.extender.model.bad_request import BadRequest  # noqa: E402
+from gpuextender.extender.settings import build_config  # noqa: E402
+from gpuextender.extender.state.gpu_state import GpuState  # noqa: E402
+from gpuextender.extender.scheduler.http_api import ApiSettings, SchedulerApi  # noqa: E402
+from gpuextender.extender.observe.metrics import ExtenderMetrics  # noqa: E402
+from gpuextender.extender.model.pod_gpus import parse_count  # noqa: E402
 from tests.hostile_bodies import compact, full_nodes_request, names_request, unknown_names, worst_bodies  # noqa: E402
 
 VERBS = ("filter", "prioritize", "explain")
@@ -51,7 +51,7 @@ def build_api(**overrides: Any) -> SchedulerApi:
 def candidate_bound(api: SchedulerApi, verb: str) -> int:
     """--max-candidates, or /explain's own lower bound (as extender.http_api.build_app)."""
     bound = api.settings.max_candidates
-    return min(bound, scheduler_wire.EXPLAIN_MAX_CANDIDATES) if verb == "explain" else bound
+    return min(bound, wire.EXPLAIN_MAX_CANDIDATES) if verb == "explain" else bound
 
 
 def loop_hold_ms(api: SchedulerApi, verb: str, body: bytes, repeat: int) -> tuple[float, str]:
@@ -62,11 +62,11 @@ def loop_hold_ms(api: SchedulerApi, verb: str, body: bytes, repeat: int) -> tupl
     for _ in range(repeat):
         t0 = time.perf_counter()
         try:
-            args = scheduler_wire.parse_extender_args(
+            args = wire.parse_extender_args(
                 body, max_candidates=candidate_bound(api, verb),
-                max_containers=settings.max_body_bytes // scheduler_wire.BYTES_PER_CONTAINER,
+                max_containers=settings.max_body_bytes // wire.BYTES_PER_CONTAINER,
             )  # fmt: skip
-            scheduler_wire.encode(decide(args))
+            wire.encode(decide(args))
             outcome = "200"
         except BadRequest as exc:
             outcome = f"400 {exc.code}"
@@ -79,7 +79,7 @@ def report(repeat: int = 5) -> list[str]:
     logging.getLogger().setLevel(logging.WARNING)  # no decision lines from the handlers
     gc.collect()
     gc.freeze()
-    gc.set_threshold(20_000, 10, 10)  # as gpuextender.extender.main._tune_gc
+    gc.set_threshold(20_000, 10, 10)  # as gpuextender.extender.cli._tune_gc
     lines: list[str] = []
     print = lines.append  # noqa: A001 - the report reads like the script it was
 
@@ -111,7 +111,7 @@ def report(repeat: int = 5) -> list[str]:
     settings = api.settings
     print(f"3. dearest bodies within the defaults (--max-body-bytes {settings.max_body_bytes:,}, "
           f"--max-candidates {settings.max_candidates:,})")  # fmt: skip
-    containers = settings.max_body_bytes // scheduler_wire.BYTES_PER_CONTAINER
+    containers = settings.max_body_bytes // wire.BYTES_PER_CONTAINER
     per_verb = {verb: worst_bodies(settings.max_body_bytes, candidate_bound(api, verb), containers) for verb in VERBS}
     worst = 0.0
     for name, body in per_verb["filter"].items():

@@ -6,7 +6,7 @@ extender from 91 to 436 MiB RSS, kept for an hour (--forget-after). This starts
 the real `gpu-extender` and, over real grpc.aio streams:
 
 1. no inventory: 100 made-up nodes each send 3 maximal reports (every string and
-   list at the bounds of gpuextender/extender/report_validation.py, 256 GPUs: ~147 KiB each);
+   list at the bounds of gpuextender/extender/ingest/report_checks.py, 256 GPUs: ~147 KiB each);
    every node is allowed without an inventory source, so all are kept;
 2. with an inventory (`--inventory`, 4 real nodes): the same 100 made-up nodes
    plus the 4 real ones; only --max-unknown-nodes (64) made-up nodes are kept;
@@ -47,8 +47,8 @@ from benchlib import (  # noqa: E402
     scrape,
     wait_http_ok,
 )
-from gpuextender.extender.ingest_limits import MAX_UNKNOWN_NODES, REPORT_BURST, REPORTS_PER_SECOND  # noqa: E402
-from gpuextender.extender.report_validation import (  # noqa: E402
+from gpuextender.extender.ingest.limits import MAX_UNKNOWN_NODES, REPORT_BURST, REPORTS_PER_SECOND  # noqa: E402
+from gpuextender.extender.ingest.report_checks import (  # noqa: E402
     MAX_AGENT_VERSION_CHARS,
     MAX_DRIVER_VERSION_CHARS,
     MAX_GPU_NAME_CHARS,

@@ -1,6 +1,6 @@
 """The bound-pod ledger at scale (issue 16): 5,000 GPU nodes x 8 bound pods (40,000 pods) and a churn
 of 100 pod changes per second. In-process, on the real code: pod JSON as the API server sends it in
-watch events, decoded with orjson and fed to PodLedger.upsert exactly as kube_source does; the
+watch events, decoded with orjson and fed to PodLedger.upsert exactly as kube_watch does; the
 GpuState takes them off what the nodes offer on every change; SchedulerApi answers filter and
 prioritize at 5,000 names.
 
@@ -13,7 +13,7 @@ Measured, side by side in one run:
   the same fleet and pod without the ledger, with 40,000 pods the agents already attribute
   (steady state), and with 40,000 pods none is attributed yet (the worst case: every node has
   8 pending pods); p50 over every call, p99 the median of the rounds' p99s, and their ratios. The
-  garbage collector is tuned as the extender tunes it (gpuextender/extender/main.py).
+  garbage collector is tuned as the extender tunes it (gpuextender/extender/cli.py).
 
 Run: `.venv/bin/python bench/bench_ledger.py [--quick]`.
 """
@@ -37,15 +37,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import orjson  # noqa: E402
 
 from gpuextender.v1 import gpu_state_pb2 as pb  # noqa: E402
-from gpuextender.extender.decision import Policy  # noqa: E402
-from gpuextender.extender.gpu_state import GpuState  # noqa: E402
-from gpuextender.extender.gpu_summary import IdleRule  # noqa: E402
-from gpuextender.extender.http_api import ApiSettings, SchedulerApi  # noqa: E402
-from gpuextender.extender.metrics import ExtenderMetrics  # noqa: E402
-from gpuextender.extender.pod_ledger import POD_KIND, PodLedger  # noqa: E402
-from gpuextender.extender.scheduler_wire import parse_extender_args  # noqa: E402
+from gpuextender.extender.decide.whole_gpus import Policy  # noqa: E402
+from gpuextender.extender.state.gpu_state import GpuState  # noqa: E402
+from gpuextender.extender.state.gpu_summary import IdleRule  # noqa: E402
+from gpuextender.extender.scheduler.http_api import ApiSettings, SchedulerApi  # noqa: E402
+from gpuextender.extender.observe.metrics import ExtenderMetrics  # noqa: E402
+from gpuextender.extender.state.pod_ledger import POD_KIND, PodLedger  # noqa: E402
+from gpuextender.extender.scheduler.wire import parse_extender_args  # noqa: E402
 from benchlib import OUT_DIR  # noqa: E402
-from gpuextender.extender.main import _tune_gc as tune_gc  # noqa: E402
+from gpuextender.extender.cli import _tune_gc as tune_gc  # noqa: E402
 
 NOW = 1000.0
 GIB = 1024**3
@@ -234,7 +234,7 @@ def report(out: dict[str, Any]) -> list[str]:
 def markdown(out: dict[str, Any]) -> list[str]:
     return ["## The bound-pod ledger at scale", "",
             "`bench/bench_ledger.py`, in-process on the real code: 5,000 GPU nodes x 8 bound pods (40,000 pods as "
-            "the API server sends them in watch events: decoded with orjson, fed to PodLedger as kube_source does), "
+            "the API server sends them in watch events: decoded with orjson, fed to PodLedger as kube_watch does), "
             "a churn of pod changes (phase flips), and filter + prioritize at 5,000 names, side by side: no "
             "ledger, the 40,000 pods already attributed by the agents (steady state), and none attributed yet "
             "(every node with 8 pending pods; the worst case). The watch's HTTP transport is not counted.", "",

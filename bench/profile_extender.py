@@ -2,12 +2,12 @@
 
 What it measures: the handler path of one scheduler call, split into its phases,
 for the same fleet and Pod as bench_extender.py (NodeNames mode by default):
-  parse    = scheduler_wire.parse_extender_args (json.loads + checks)
+  parse    = wire.parse_extender_args (json.loads + checks)
   question = SchedulerApi.decide: read_pod + candidates + snapshot + class plan
-  decide   = Decision.filtered / Decision.scores (placement on decision.py)
+  decide   = Decision.filtered / Decision.scores (placement on whole_gpus.py)
   record   = SchedulerApi._record_filter (metrics + the decision log line)
   answer = filter_result / prioritize_result
-  encode = scheduler_wire.encode (json.dumps)
+  encode = wire.encode (json.dumps)
 Logging is set to WARNING, as in the benchmark. Then it runs cProfile over the
 whole SchedulerApi call and prints the top functions by own and cumulative time.
 
@@ -38,12 +38,12 @@ from bench_extender import (  # noqa: E402
     node_report,
 )
 
-from gpuextender.extender import scheduler_wire  # noqa: E402
-from gpuextender.extender.decide import Decision  # noqa: E402
-from gpuextender.extender.config import build_config  # noqa: E402
-from gpuextender.extender.gpu_state import GpuState  # noqa: E402
-from gpuextender.extender.http_api import SchedulerApi  # noqa: E402
-from gpuextender.extender.metrics import ExtenderMetrics  # noqa: E402
+from gpuextender.extender.scheduler import wire  # noqa: E402
+from gpuextender.extender.decide.decision import Decision  # noqa: E402
+from gpuextender.extender.settings import build_config  # noqa: E402
+from gpuextender.extender.state.gpu_state import GpuState  # noqa: E402
+from gpuextender.extender.scheduler.http_api import SchedulerApi  # noqa: E402
+from gpuextender.extender.observe.metrics import ExtenderMetrics  # noqa: E402
 
 
 def build_api(nodes: int) -> SchedulerApi:
@@ -68,7 +68,7 @@ def _time(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
 def phases(api: SchedulerApi, body: bytes, verb: str, repeat: int) -> list[tuple[str, float]]:
     """Best-of-`repeat` milliseconds per phase."""
     settings = api.settings
-    ms_parse, args = _time(lambda: scheduler_wire.parse_extender_args(body), repeat)
+    ms_parse, args = _time(lambda: wire.parse_extender_args(body), repeat)
     ms_question, d = _time(lambda: api.decide(args), repeat)
 
     def fresh() -> Decision:  # its parts are computed once: time each on a new Decision
@@ -78,16 +78,16 @@ def phases(api: SchedulerApi, body: bytes, verb: str, repeat: int) -> list[tuple
     if verb == "filter":
         ms_decide, outcome = _time(lambda: fresh().filtered, repeat)
         ms_record, _ = _time(lambda: api._record_filter(d), repeat)
-        ms_answer, answer = _time(lambda: scheduler_wire.filter_result(args, outcome), repeat)
+        ms_answer, answer = _time(lambda: wire.filter_result(args, outcome), repeat)
         rows += [("decide", ms_decide), ("record", ms_record), ("answer", ms_answer)]
     else:
         ms_decide, scores = _time(lambda: fresh().scores, repeat)
         ms_answer, answer = _time(
-            lambda: scheduler_wire.prioritize_result(scores, compact=settings.compact_priorities), repeat
+            lambda: wire.prioritize_result(scores, compact=settings.compact_priorities), repeat
         )
         rows += [("decide", ms_decide), ("answer", ms_answer)]
-    ms_encode, _ = _time(lambda: scheduler_wire.encode(answer), repeat)
-    ms_total, _ = _time(lambda: scheduler_wire.encode(getattr(api, verb)(scheduler_wire.parse_extender_args(body))),
+    ms_encode, _ = _time(lambda: wire.encode(answer), repeat)
+    ms_total, _ = _time(lambda: wire.encode(getattr(api, verb)(wire.parse_extender_args(body))),
                         repeat)  # fmt: skip
     rows += [("encode", ms_encode), ("TOTAL (whole call)", ms_total)]
     return rows
@@ -116,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     profiler = cProfile.Profile()
     profiler.enable()
     for _ in range(args.repeat):
-        scheduler_wire.encode(call(scheduler_wire.parse_extender_args(body)))
+        wire.encode(call(wire.parse_extender_args(body)))
     profiler.disable()
     stats = pstats.Stats(profiler, stream=sys.stdout).strip_dirs()
     print(f"\ncProfile, {args.repeat} calls, by own time:")

@@ -245,12 +245,12 @@ def render_markdown(
             "|---|---|---:|",
         ]
         what = {
-            "parse": "`scheduler_wire.parse_extender_args` (json.loads + checks)",
+            "parse": "`wire.parse_extender_args` (json.loads + checks)",
             "question": "`SchedulerApi.decide`: the pod read once (`pod_request.read_pod`), candidates, snapshot, class plan",
             "decide": "`Decision.filtered` (placement + `decision.filter_nodes`)",
             "record": "`SchedulerApi._record_filter` (metrics per failed node + decision log text)",
-            "answer": "`scheduler_wire.filter_result`",
-            "encode": "`scheduler_wire.encode` (json.dumps)",
+            "answer": "`wire.filter_result`",
+            "encode": "`wire.encode` (json.dumps)",
             "TOTAL (whole call)": "`SchedulerApi.filter` from bytes to bytes",
         }
         for name, ms in phases:

@@ -175,7 +175,7 @@ def main() -> int:
         print_table(extender_url, agent_ports, json.loads(filter_body), json.loads(prioritize_body))
         print("\nIDLE GPUS: healthy, idle (utilization < 30 % and memory < 50 %) and held by no pod / GPUs NVML sees; "
               "MEAN UTIL: over GPUs that report it.\nSCORE: 0-10, more idle GPUs first, then lower utilization "
-              "(formula in gpuextender/extender/decision.py).\n")  # fmt: skip
+              "(formula in gpuextender/extender/decide/whole_gpus.py).\n")  # fmt: skip
         quarantined = print_unhealthy(agent_ports, work)
 
         print("\nraw answers, as kube-scheduler decodes them:")

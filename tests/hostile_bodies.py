@@ -14,7 +14,7 @@ import random
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from gpuextender.extender.pod_gpus import MAX_CONTAINERS
+from gpuextender.extender.model.pod_gpus import MAX_CONTAINERS
 from tests.harness import REQUESTS
 
 FIXTURE_NAMES = sorted(p.name for p in REQUESTS.glob("*request*.json"))
@@ -71,7 +71,7 @@ def pad_to(args: dict[str, Any], size: int, unit: str) -> bytes:
 
 def worst_bodies(max_body_bytes: int, max_candidates: int, max_json_containers: int) -> dict[str, bytes]:
     """The dearest bodies the limits let through (or refuse at the last step), by name.
-    `max_json_containers`: JSON objects + arrays allowed (scheduler_wire.BYTES_PER_CONTAINER)."""
+    `max_json_containers`: JSON objects + arrays allowed (wire.BYTES_PER_CONTAINER)."""
     near = max_body_bytes - 64
     many = names_request(unknown_names(max_candidates))
     gpu_containers = fixture("filter-request-nodecache-true.json")["Pod"]

@@ -47,7 +47,7 @@ import yaml
 from aiohttp import web
 from kubernetes_asyncio import client as k8s
 
-from gpuextender.extender.inventory.sink import KINDS, POD, KindInfo, KubeObject
+from gpuextender.extender.model.kube_objects import KINDS, POD, KindInfo, KubeObject
 
 _CLOSE = "close"
 _ABORT = "abort"

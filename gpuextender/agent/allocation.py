@@ -57,11 +57,11 @@ LABEL_COUNT = "nvidia.com/gpu.count"
 _LABEL_STRATEGY_MODE = {"time-slicing": TIME_SLICING, "mps": MPS}
 
 # The most holders one GPU or MIG instance may report: the extender refuses a whole report with more
-# (extender.report_validation.MAX_HOLDERS_PER_GPU; a test keeps the two equal). Past it the node's
+# (extender.report_checks.MAX_HOLDERS_PER_GPU; a test keeps the two equal). Past it the node's
 # allocation is reported unknown rather than cut short, which would show held replicas as free.
 MAX_HOLDERS_PER_DEVICE = 64
 PROBLEM_TOO_MANY_HOLDERS = "too_many_holders"
-# The most replicas the extender takes for one shared GPU (report_validation.MAX_SHARING_REPLICAS,
+# The most replicas the extender takes for one shared GPU (report_checks.MAX_SHARING_REPLICAS,
 # kept equal by a test): it counts capacity in them. More are reported as 0 (unknown: the extender
 # then counts the GPU once), never as a count it would refuse the whole report for.
 MAX_REPLICAS = 64

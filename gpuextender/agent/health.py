@@ -48,7 +48,7 @@ from gpuextender.agent.readings import DEGRADED, HEALTHY, UNHEALTHY, GpuReading,
 
 DEFAULT_IGNORED_XIDS: frozenset[int] = frozenset({13, 31, 43, 45, 68, 109})
 MAX_REPORTED_XIDS = 16  # GpuSample.xids: newest last, at most 16 (the wire contract)
-# What extenders accept (report_validation): unhealthy_reasons at most 8 - the bound of 0.1
+# What extenders accept (report_checks): unhealthy_reasons at most 8 - the bound of 0.1
 # extenders, which reject a whole report above it - and health_reasons at most 16. UNHEALTHY
 # codes come first, so a cut drops DEGRADED ones; `healthy` and `health` are never cut.
 MAX_UNHEALTHY_REASONS = 8

@@ -1,13 +1,13 @@
 """Which samples are streamed: a report when something an extender decides with changed, a
 heartbeat otherwise. Every sample still feeds /metrics (Prometheus keeps its 1 s samples).
 
-What an extender decides with (gpuextender/extender/gpu_summary.py, decision.py):
+What an extender decides with (gpuextender/extender/state/gpu_summary.py, whole_gpus.py):
 - the node: NVML error, where allocation came from (or why it is unknown), GFD's sharing
   labels, the topology;
 - per GPU: identity (UUID, name, memory total, compute capability), healthy, health state and
   reasons, critical XIDs, holders, sharing mode and replicas, MIG instances (profile, holders,
   idle), and whether it is idle under each extender's idle rule.
-Utilization and memory beyond that idle bit only move a node within its rank (decision.py's v,
+Utilization and memory beyond that idle bit only move a node within its rank (whole_gpus.py's v,
 a fraction below one GPU): the heartbeat carries them.
 
 Each extender says its idle rule and staleness TTL in its acks (ReportAck's 0.3 fields). Until

@@ -2,6 +2,6 @@
 
 import sys
 
-from gpuextender.extender.main import main
+from gpuextender.extender.cli import main
 
 sys.exit(main())

@@ -218,7 +218,7 @@ def test_the_holder_bound_applies_to_mig_instances_too() -> None:
 
 def test_agent_bounds_equal_the_extenders() -> None:
     from gpuextender.agent import pod_resources
-    from gpuextender.extender import report_validation as extender
+    from gpuextender.extender.ingest import report_checks as extender
 
     assert MAX_HOLDERS_PER_DEVICE == extender.MAX_HOLDERS_PER_GPU
     assert MAX_REPLICAS == extender.MAX_SHARING_REPLICAS

@@ -82,7 +82,7 @@ def test_the_most_reasons_the_agent_can_give_pass_every_extenders_bounds() -> No
     report still passes this extender's validation and a 0.1 extender's (8 unhealthy reasons)."""
     from gpuextender.agent import health
     from gpuextender.agent.nvml_errors import known_error_names
-    from gpuextender.extender import report_validation as v
+    from gpuextender.extender.ingest import report_checks as v
 
     reading = r.GpuReading(index=0, uuid="GPU-1", unhealthy_reasons=[*known_error_names(), "NoHandle"],
                            errors=r.ErrorCounters(ecc_uncorrected_volatile=1, remap_failure=True, remap_pending=True,

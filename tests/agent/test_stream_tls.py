@@ -18,7 +18,7 @@ from gpuextender.agent.latest import LatestReport
 from gpuextender.agent.metrics import AgentMetrics
 from gpuextender.agent.stream_problem import describe_failure
 from gpuextender.agent.streamer import ExtenderStream
-from gpuextender.extender.serving_tls import ServingCertificate, ServingTlsFiles
+from gpuextender.common.serving_tls import ServingCertificate, ServingTlsFiles
 from gpuextender.common.backoff import Backoff
 from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc

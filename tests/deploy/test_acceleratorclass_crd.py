@@ -10,7 +10,7 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from gpuextender.extender.inventory.sink import ACCELERATOR_CLASS
+from gpuextender.extender.model.kube_objects import ACCELERATOR_CLASS
 
 from tests.deploy import manifests as m
 

@@ -14,10 +14,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpuextender.agent.metrics import AgentMetrics
 from gpuextender.agent.readings import ALLOCATION_KUBELET, GpuReading, Holder, MigReading, NodeSample
-from gpuextender.extender.gpu_state import GpuState
-from gpuextender.extender.gpu_summary import IdleRule
-from gpuextender.extender.inventory.store import InventoryStore
-from gpuextender.extender.metrics import ExtenderMetrics
+from gpuextender.extender.state.gpu_state import GpuState
+from gpuextender.extender.state.gpu_summary import IdleRule
+from gpuextender.extender.state.inventory_store import InventoryStore
+from gpuextender.extender.observe.metrics import ExtenderMetrics
 
 from tests.deploy import manifests as m
 
@@ -110,7 +110,7 @@ def test_every_dashboard_metric_is_exported() -> None:
     exported = exported_names()
     used = set().union(*(metric_names(e) for e in queries(dashboard())))
     assert used, "no queries found"
-    assert used <= exported, f"not exported by gpuextender/agent/metrics.py or gpuextender/extender/metrics.py: {sorted(used - exported)}"
+    assert used <= exported, f"not exported by gpuextender/agent/metrics.py or gpuextender/extender/observe/metrics.py: {sorted(used - exported)}"
 
 
 def test_dashboard_covers_the_agent_and_the_extender() -> None:

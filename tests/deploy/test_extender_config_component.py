@@ -11,7 +11,7 @@ from pathlib import Path, PurePosixPath
 import pytest
 import yaml
 
-from gpuextender.extender.config import ExtenderConfig, build_config
+from gpuextender.extender.settings import ExtenderConfig, build_config
 from tests.deploy import manifests as m
 
 COMPONENT = m.COMPONENTS / "extender-config"

@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 import pytest
 import yaml
 
-from gpuextender.extender.agent_identity import NODE_NAME_EXTRA
+from gpuextender.extender.ingest.agent_identity import NODE_NAME_EXTRA
 from tests.deploy import manifests as m
 from tests.deploy.test_certs import OPENSSL, run_script
 from tests.e2e.test_kubernetes_inventory import ThreadedApiServer

@@ -1,5 +1,5 @@
 """Least-privilege RBAC: the extender may read exactly the kinds its inventory watches
-(gpuextender/extender/inventory/sink.py KINDS), list+watch Pods (POD, the bound-pod ledger) and
+(gpuextender/extender/model/kube_objects.py KINDS), list+watch Pods (POD, the bound-pod ledger) and
 create TokenReviews; the agent has no API access at all;
 the second scheduler has the upstream system roles plus its own Lease and the authentication
 reader Role in kube-system. No wildcards anywhere."""
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from gpuextender.extender.inventory.sink import KINDS, POD
+from gpuextender.extender.model.kube_objects import KINDS, POD
 
 from tests.deploy import manifests as m
 
@@ -56,14 +56,14 @@ def test_extender_reads_exactly_the_inventory_kinds_and_creates_tokenreviews(bas
     bound = bindings_by_subject(base_objects)[EXTENDER_SA]
     assert bound == [("ClusterRoleBinding", "", "ClusterRole/gpu-extender")]
     role = m.one(base_objects, "ClusterRole", "gpu-extender")
-    # The inventory sources only LIST and WATCH (gpuextender/extender/inventory/kube_source.py): no `get`.
+    # The inventory sources only LIST and WATCH (gpuextender/extender/inventory/kube_watch.py): no `get`.
     expected = {(k.group, k.plural, verb, ()) for k in (*KINDS, POD) for verb in ("list", "watch")}
     expected.add(("authentication.k8s.io", "tokenreviews", "create", ()))
     assert permissions(role["rules"]) == expected
 
 
 def test_extender_may_only_list_and_watch_pods(base_objects: list[m.KubeObject]) -> None:
-    """The bound-pod watch (kube_source with POD's field selector) needs list+watch on core pods:
+    """The bound-pod watch (kube_watch with POD's field selector) needs list+watch on core pods:
     no get, no pods/status, no pods/binding (deploy/components/extender-binds adds that one)."""
     role = m.one(base_objects, "ClusterRole", "gpu-extender")
     on_pods = {p for p in permissions(role["rules"]) if p[1].split("/")[0] == "pods"}

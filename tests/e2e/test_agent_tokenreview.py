@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import trustme
 
-from gpuextender.extender.agent_identity import NODE_NAME_EXTRA
+from gpuextender.extender.ingest.agent_identity import NODE_NAME_EXTRA
 from tests.e2e.test_kubernetes_inventory import ThreadedApiServer
 from tests.harness import (
     FIXTURES,

@@ -44,7 +44,7 @@ def test_reports_and_metrics_come_through_the_ingest_process(tmp_path: Path) -> 
         ext = c.extender()
         pid = ingest_pid(ext)
         assert pid != ext.popen.pid
-        assert "gpuextender.extender.ingest_worker" in Path(f"/proc/{pid}/cmdline").read_text()
+        assert "gpuextender.extender.ingest_process" in Path(f"/proc/{pid}/cmdline").read_text()
         c.agent(NODE, scenario(tmp_path / "node.yaml"), ext)
         wait_until("the node's data in the extender", lambda: metric(scrape(url(ext, "/metrics")),
                                                                      "gpu_extender_node_idle_gpus", node=NODE) == 8)

@@ -15,7 +15,7 @@ import grpc
 import pytest
 from prometheus_client import generate_latest
 
-from gpuextender.extender.agent_identity import (
+from gpuextender.extender.ingest.agent_identity import (
     NODE_NAME_EXTRA,
     AgentIdentity,
     Refusal,
@@ -25,11 +25,11 @@ from gpuextender.extender.agent_identity import (
     parse_service_account,
     token_expiry,
 )
-from gpuextender.extender.gpu_state import GpuState
-from gpuextender.extender.gpu_summary import IdleRule
-from gpuextender.extender.ingest import IngestService
-from gpuextender.extender.metrics import ExtenderMetrics
-from gpuextender.extender.token_review import TokenReviewer
+from gpuextender.extender.state.gpu_state import GpuState
+from gpuextender.extender.state.gpu_summary import IdleRule
+from gpuextender.extender.ingest.service import IngestService
+from gpuextender.extender.observe.metrics import ExtenderMetrics
+from gpuextender.extender.ingest.token_review import TokenReviewer
 from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 from tests.extender.builders import gpu, report

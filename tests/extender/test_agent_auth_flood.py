@@ -11,11 +11,11 @@ import grpc
 from aiohttp import web
 from prometheus_client import generate_latest
 
-from gpuextender.extender.gpu_state import GpuState
-from gpuextender.extender.gpu_summary import IdleRule
-from gpuextender.extender.ingest import IngestService
-from gpuextender.extender.metrics import ExtenderMetrics
-from gpuextender.extender.token_review import MAX_REVIEWS_PER_PEER, TokenReviewer
+from gpuextender.extender.state.gpu_state import GpuState
+from gpuextender.extender.state.gpu_summary import IdleRule
+from gpuextender.extender.ingest.service import IngestService
+from gpuextender.extender.observe.metrics import ExtenderMetrics
+from gpuextender.extender.ingest.token_review import MAX_REVIEWS_PER_PEER, TokenReviewer
 from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 from tests.extender.builders import gpu, report

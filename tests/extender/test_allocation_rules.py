@@ -12,10 +12,10 @@ import pytest
 
 from gpuextender.v1 import gpu_state_pb2 as pb
 
-from gpuextender.extender import reasons
-from gpuextender.extender.decision import Policy, assess, filter_nodes, prioritize
-from gpuextender.extender.gpu_state import GpuState
-from gpuextender.extender.gpu_summary import (
+from gpuextender.extender.decide import reasons
+from gpuextender.extender.decide.whole_gpus import Policy, assess, filter_nodes, prioritize
+from gpuextender.extender.state.gpu_state import GpuState
+from gpuextender.extender.state.gpu_summary import (
     ALLOCATION_BEFORE_0_2,
     ALLOCATION_FROM_KUBELET,
     IdleRule,
@@ -255,7 +255,7 @@ def test_a_gpu_leaves_the_candidate_set_with_the_report_that_says_it_failed() ->
 def test_pods_beyond_the_precomputed_sizes_are_ranked_the_same_way() -> None:
     """Quality classes are precomputed per report for pods of up to 64 units; a larger pod (here
     100 replicas) gets its class computed at ranking time, by the same rule."""
-    from gpuextender.extender.gpu_summary import QUALITY_SIZES
+    from gpuextender.extender.state.gpu_summary import QUALITY_SIZES
 
     clean = kubelet("clean", [shared(quiet(i), 16) for i in range(8)])
     worn = kubelet("worn", [health(shared(quiet(i), 16), pb.HEALTH_DEGRADED, "ThermalSlowdown") for i in range(8)])

@@ -1,4 +1,4 @@
-"""The bound-pod rule (decision.py, "Bound pods"; bound_pods.py), through the real decision path:
+"""The bound-pod rule (whole_gpus.py, "Bound pods"; bound_pods.py), through the real decision path:
 a PodLedger fed like the watch feeds it, a GpuState fed agent reports, SchedulerApi's verbs.
 Every count at exactly its bound, on both sides."""
 
@@ -11,15 +11,15 @@ import pytest
 
 from gpuextender.v1 import gpu_state_pb2 as pb
 
-from gpuextender.extender.bound_pods import NOTHING, offered, pending
-from gpuextender.extender.decision import Policy
-from gpuextender.extender.gpu_state import GpuState
-from gpuextender.extender.gpu_summary import IdleRule
-from gpuextender.extender.http_api import ApiSettings, SchedulerApi
-from gpuextender.extender.inventory.view import InventoryView
-from gpuextender.extender.metrics import ExtenderMetrics
-from gpuextender.extender.pod_ledger import POD_KIND, PodLedger
-from gpuextender.extender.scheduler_wire import parse_extender_args
+from gpuextender.extender.state.bound_pods import NOTHING, offered, pending
+from gpuextender.extender.decide.whole_gpus import Policy
+from gpuextender.extender.state.gpu_state import GpuState
+from gpuextender.extender.state.gpu_summary import IdleRule
+from gpuextender.extender.scheduler.http_api import ApiSettings, SchedulerApi
+from gpuextender.extender.state.inventory_view import InventoryView
+from gpuextender.extender.observe.metrics import ExtenderMetrics
+from gpuextender.extender.state.pod_ledger import POD_KIND, PodLedger
+from gpuextender.extender.scheduler.wire import parse_extender_args
 from tests.extender.builders import gpu, report
 
 NOW = 1000.0

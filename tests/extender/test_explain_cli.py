@@ -17,8 +17,8 @@ import pytest
 import trustme
 import yaml
 
-from gpuextender.extender import explain_cli
-from gpuextender.extender.explain_source import SourceError, candidate_nodes, question_from_file
+from gpuextender.extender.ui import explain_cli
+from gpuextender.extender.ui.explain_lookup import SourceError, candidate_nodes, question_from_file
 from tests.harness import FIXTURES, Cluster, cluster, metric, scrape, url, wait_until, write_ca, write_leaf
 
 HINT = "give the pod template as a Pod, or use --pod for a running pod"

@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 import trustme
 
-from gpuextender.extender.agent_identity import ServiceAccountRef
-from gpuextender.extender.config import AgentAuth, ConfigError, build_config, build_parser
-from gpuextender.extender.main import security_summary
-from gpuextender.extender.serving_tls import ServingTlsFiles
+from gpuextender.extender.ingest.agent_identity import ServiceAccountRef
+from gpuextender.extender.settings import AgentAuth, ConfigError, build_config, build_parser
+from gpuextender.extender.cli import security_summary
+from gpuextender.common.serving_tls import ServingTlsFiles
 from tests.harness import write_ca, write_leaf
 
 

@@ -13,16 +13,16 @@ import pytest
 import yaml
 from aiohttp.test_utils import TestClient, TestServer
 
-from gpuextender.extender.decision import Policy
-from gpuextender.extender.fleet_page import FleetCache, build_fleet, load_one_object
-from gpuextender.extender.gpu_state import GpuState
-from gpuextender.extender.gpu_summary import IdleRule
-from gpuextender.extender.http_api import ApiSettings, SchedulerApi, build_app
-from gpuextender.extender.inventory.sink import KINDS
-from gpuextender.extender.inventory.store import InventoryStore
-from gpuextender.extender.inventory.view import InventoryView, ViewBuilder
-from gpuextender.extender.metrics import ExtenderMetrics
-from gpuextender.extender.bad_request import BadRequest
+from gpuextender.extender.decide.whole_gpus import Policy
+from gpuextender.extender.ui.fleet_page import FleetCache, build_fleet, load_one_object
+from gpuextender.extender.state.gpu_state import GpuState
+from gpuextender.extender.state.gpu_summary import IdleRule
+from gpuextender.extender.scheduler.http_api import ApiSettings, SchedulerApi, build_app
+from gpuextender.extender.model.kube_objects import KINDS
+from gpuextender.extender.state.inventory_store import InventoryStore
+from gpuextender.extender.state.inventory_view import InventoryView, ViewBuilder
+from gpuextender.extender.observe.metrics import ExtenderMetrics
+from gpuextender.extender.model.bad_request import BadRequest
 from tests.extender.builders import gpu, report
 from tests.harness import ROOT
 
@@ -275,7 +275,7 @@ def test_gzip_is_served_to_browsers_that_accept_it() -> None:
 
 
 def test_the_html_has_no_external_reference() -> None:
-    from gpuextender.extender import fleet_page_html
+    from gpuextender.extender.ui import fleet_page_html
 
     page = Path(fleet_page_html.__file__).read_text()
     assert "http://" not in page and "https://" not in page and "@import" not in page

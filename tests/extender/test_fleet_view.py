@@ -9,10 +9,10 @@ import pytest
 
 from gpuextender.v1 import gpu_state_pb2 as pb
 
-from gpuextender.extender.decision import Policy
-from gpuextender.extender.fleet_view import STATES, FleetInputs, build, gpu_nodes, node_row
-from gpuextender.extender.gpu_summary import IdleRule, NodeSummary, summarize
-from gpuextender.extender.ome.node_class import GpuFacts
+from gpuextender.extender.decide.whole_gpus import Policy
+from gpuextender.extender.ui.fleet_view import STATES, FleetInputs, build, gpu_nodes, node_row
+from gpuextender.extender.state.gpu_summary import IdleRule, NodeSummary, summarize
+from gpuextender.extender.model.ome.node_class import GpuFacts
 from tests.extender.builders import GIB, gpu, report
 
 RULE = IdleRule(max_utilization_percent=30.0, max_memory_used_percent=50.0)

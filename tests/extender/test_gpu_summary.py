@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuextender.extender.gpu_summary import IdleRule, gpu_is_idle, summarize
+from gpuextender.extender.state.gpu_summary import IdleRule, gpu_is_idle, summarize
 from tests.extender.builders import gpu, node, report
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuextender.extender.http_api import LISTEN_BACKLOG, listen_backlog
+from gpuextender.extender.scheduler.http_api import LISTEN_BACKLOG, listen_backlog
 
 
 @pytest.mark.parametrize(

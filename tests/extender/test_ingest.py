@@ -7,11 +7,11 @@ import asyncio
 import grpc
 import pytest
 
-from gpuextender.extender.gpu_state import GpuState
-from gpuextender.extender.gpu_summary import IdleRule
-from gpuextender.extender.ingest import IngestService
-from gpuextender.extender.metrics import ExtenderMetrics
-from gpuextender.extender.report_validation import report_problem
+from gpuextender.extender.state.gpu_state import GpuState
+from gpuextender.extender.state.gpu_summary import IdleRule
+from gpuextender.extender.ingest.service import IngestService
+from gpuextender.extender.observe.metrics import ExtenderMetrics
+from gpuextender.extender.ingest.report_checks import report_problem
 from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 from tests.extender.builders import gpu, report

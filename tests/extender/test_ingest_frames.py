@@ -6,10 +6,10 @@ import asyncio
 
 import pytest
 
-from gpuextender.extender import ingest_frames as frames
-from gpuextender.extender import ingest_worker
-from gpuextender.extender.gpu_summary import IdleRule
-from gpuextender.extender.ingest_worker import FLUSH_BYTES, RelayStore
+from gpuextender.extender.ingest import frames as frames
+from gpuextender.extender import ingest_process
+from gpuextender.extender.state.gpu_summary import IdleRule
+from gpuextender.extender.ingest_process import FLUSH_BYTES, RelayStore
 from tests.extender.builders import gpu, report
 
 
@@ -81,7 +81,7 @@ def test_a_batch_is_sent_at_once_when_it_reaches_its_size(monkeypatch: pytest.Mo
         store = RelayStore(IdleRule())
         r1, r2 = report("n1", [gpu(0)]), report("n2", [gpu(0)])
         size = len(frames.report_entry(0.0, r1.SerializeToString()))
-        monkeypatch.setattr(ingest_worker, "FLUSH_BYTES", 2 * size)
+        monkeypatch.setattr(ingest_process, "FLUSH_BYTES", 2 * size)
         store.ingest(r1, 1.0)
         store.ingest(r1, 1.5)  # replaces n1's: the batch does not grow
         assert not store.full.is_set()  # one entry: below the size

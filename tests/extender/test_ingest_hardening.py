@@ -18,12 +18,12 @@ from prometheus_client import generate_latest
 
 from gpuextender.agent.nvml_errors import ErrorGroup, classify, known_error_names
 from gpuextender.agent.sample_loop import MIN_INTERVAL_S
-from gpuextender.extender.gpu_state import GpuState
-from gpuextender.extender.gpu_summary import IdleRule
-from gpuextender.extender.ingest import IngestService
-from gpuextender.extender.ingest_limits import REPORT_BURST, REPORTS_PER_SECOND, ReportPacer, UnknownNodes
-from gpuextender.extender.metrics import ExtenderMetrics
-from gpuextender.extender.report_validation import (
+from gpuextender.extender.state.gpu_state import GpuState
+from gpuextender.extender.state.gpu_summary import IdleRule
+from gpuextender.extender.ingest.service import IngestService
+from gpuextender.extender.ingest.limits import REPORT_BURST, REPORTS_PER_SECOND, ReportPacer, UnknownNodes
+from gpuextender.extender.observe.metrics import ExtenderMetrics
+from gpuextender.extender.ingest.report_checks import (
     MAX_AGENT_VERSION_CHARS,
     MAX_DRIVER_VERSION_CHARS,
     MAX_GPU_NAME_CHARS,
@@ -284,7 +284,7 @@ def maximal_report() -> pb.NodeReport:
 def test_the_largest_valid_report_fits_the_grpc_limit_with_room_to_spare() -> None:
     r = maximal_report()
     assert report_problem(r, None) is None
-    assert r.ByteSize() == 150_960  # the figure report_validation.MAX_REPORT_BYTES's comment gives
+    assert r.ByteSize() == 150_960  # the figure report_checks.MAX_REPORT_BYTES's comment gives
     assert MAX_REPORT_BYTES - r.ByteSize() >= 100 * 1024  # room for per-GPU pod lists
 
 

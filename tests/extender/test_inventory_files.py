@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from gpuextender.extender.inventory.file_source import FileInventorySource, InventoryPathError
-from gpuextender.extender.inventory.store import InventoryStore
-from gpuextender.extender.inventory.view import ViewBuilder
-from gpuextender.extender.pod_ledger import PodLedger
+from gpuextender.extender.inventory.files import FileInventorySource, InventoryPathError
+from gpuextender.extender.state.inventory_store import InventoryStore
+from gpuextender.extender.state.inventory_view import ViewBuilder
+from gpuextender.extender.state.pod_ledger import PodLedger
 from tests.harness import ROOT
 
 GPU = ("nvidia.com/gpu",)

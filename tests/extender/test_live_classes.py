@@ -10,11 +10,11 @@ import pytest
 from gpuextender.v1 import gpu_state_pb2 as pb
 from prometheus_client import CollectorRegistry
 
-from gpuextender.extender.gpu_state import GpuState
-from gpuextender.extender.gpu_summary import IdleRule
-from gpuextender.extender.inventory.view import InventoryView
-from gpuextender.extender.live_classes import LiveClasses, LiveClassesCollector
-from gpuextender.extender.ome.node_class import GpuFacts, classify_nodes
+from gpuextender.extender.state.gpu_state import GpuState
+from gpuextender.extender.state.gpu_summary import IdleRule
+from gpuextender.extender.state.inventory_view import InventoryView
+from gpuextender.extender.state.live_classes import LiveClasses, LiveClassesCollector
+from gpuextender.extender.model.ome.node_class import GpuFacts, classify_nodes
 from tests.extender.builders import GIB, report
 from tests.extender.test_placement import view  # noqa: F401  (module fixture: examples/ome inventory)
 

@@ -1,5 +1,5 @@
 """MIG devices (issue 12): `nvidia.com/mig-<profile>` requests matched to free MIG instances of
-that profile (gpuextender.extender.mig_fit), from the pod's spec through the summary to the
+that profile (gpuextender.extender.decide.mig_devices), from the pod's spec through the summary to the
 filter, prioritize and explain answers of the in-process SchedulerApi."""
 
 from __future__ import annotations
@@ -12,15 +12,15 @@ import pytest
 
 from gpuextender.v1 import gpu_state_pb2 as pb
 
-from gpuextender.extender import reasons
-from gpuextender.extender.decision import Policy
-from gpuextender.extender.gpu_state import GpuState
-from gpuextender.extender.gpu_summary import IdleRule, NodeSummary, summarize
-from gpuextender.extender.http_api import ApiSettings, SchedulerApi
-from gpuextender.extender.metrics import ExtenderMetrics
-from gpuextender.extender.mig_fit import filter_mig, mig_profile
-from gpuextender.extender.pod_request import read_pod
-from gpuextender.extender.scheduler_wire import parse_extender_args
+from gpuextender.extender.decide import reasons
+from gpuextender.extender.decide.whole_gpus import Policy
+from gpuextender.extender.state.gpu_state import GpuState
+from gpuextender.extender.state.gpu_summary import IdleRule, NodeSummary, summarize
+from gpuextender.extender.scheduler.http_api import ApiSettings, SchedulerApi
+from gpuextender.extender.observe.metrics import ExtenderMetrics
+from gpuextender.extender.decide.mig_devices import filter_mig, mig_profile
+from gpuextender.extender.model.pod_request import read_pod
+from gpuextender.extender.scheduler.wire import parse_extender_args
 from tests.extender.builders import GIB, gpu, report
 
 NOW = 100.0

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpuextender.extender.bad_request import BadRequest
-from gpuextender.extender.pod_gpus import (
+from gpuextender.extender.model.bad_request import BadRequest
+from gpuextender.extender.model.pod_gpus import (
     MAX_CONTAINERS,
     MAX_EXPONENT,
     MAX_GPU_COUNT,

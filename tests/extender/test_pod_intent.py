@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpuextender.extender.ome.class_policy import resolve_class_request
-from gpuextender.extender.ome.pod_intent import class_intent, pod_identity
+from gpuextender.extender.decide.class_policy import resolve_class_request
+from gpuextender.extender.model.ome.pod_intent import class_intent, pod_identity
 
 
 def pod(labels: dict | None = None, annotations: dict | None = None, namespace: str = "llm") -> dict:

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from gpuextender.extender import pod_ledger
-from gpuextender.extender.inventory.sink import KINDS, POD
-from gpuextender.extender.pod_gpus import MAX_GPU_COUNT, may_request
-from gpuextender.extender.pod_ledger import BoundPod, PodLedger
+from gpuextender.extender.state import pod_ledger
+from gpuextender.extender.model.kube_objects import KINDS, POD
+from gpuextender.extender.model.pod_gpus import MAX_GPU_COUNT, may_request
+from gpuextender.extender.state.pod_ledger import BoundPod, PodLedger
 
 GPU = "nvidia.com/gpu"
 MIG_1G = "nvidia.com/mig-1g.10gb"

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from gpuextender.extender.decision import Policy
-from gpuextender.extender.gpu_state import GpuState
-from gpuextender.extender.gpu_summary import IdleRule
-from gpuextender.extender.http_api import ApiSettings, SchedulerApi
-from gpuextender.extender.inventory.view import InventoryView
-from gpuextender.extender.metrics import ExtenderMetrics
+from gpuextender.extender.decide.whole_gpus import Policy
+from gpuextender.extender.state.gpu_state import GpuState
+from gpuextender.extender.state.gpu_summary import IdleRule
+from gpuextender.extender.scheduler.http_api import ApiSettings, SchedulerApi
+from gpuextender.extender.state.inventory_view import InventoryView
+from gpuextender.extender.observe.metrics import ExtenderMetrics
 from tests.extender.builders import gpu, report
 
 

@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 import pytest
 
-from gpuextender.extender import report_validation as v
-from gpuextender.extender.report_validation import report_problem
+from gpuextender.extender.ingest import report_checks as v
+from gpuextender.extender.ingest.report_checks import report_problem
 from gpuextender.v1 import gpu_state_pb2 as pb
 from tests.extender.builders import gpu, report
 

@@ -6,12 +6,12 @@ import json
 
 import pytest
 
-from gpuextender.extender import reasons
-from gpuextender.extender.bad_request import BadRequest
-from gpuextender.extender.decision import FilterOutcome
+from gpuextender.extender.decide import reasons
+from gpuextender.extender.model.bad_request import BadRequest
+from gpuextender.extender.decide.whole_gpus import FilterOutcome
 import orjson
 
-from gpuextender.extender.scheduler_wire import MAX_CANDIDATES, filter_result, parse_extender_args, prioritize_result
+from gpuextender.extender.scheduler.wire import MAX_CANDIDATES, filter_result, parse_extender_args, prioritize_result
 from tests.harness import fixture_bytes
 
 GPU = ("nvidia.com/gpu",)

@@ -14,7 +14,7 @@ import pytest
 import trustme
 from aiohttp import web
 
-from gpuextender.extender.serving_tls import ServingCertificate, ServingTlsFiles, TlsLoadError
+from gpuextender.common.serving_tls import ServingCertificate, ServingTlsFiles, TlsLoadError
 from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 from tests.harness import client_ssl_context, write_ca, write_leaf, write_pem

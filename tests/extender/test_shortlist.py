@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from gpuextender.extender.config import DEFAULT_SHORTLIST, ConfigError, build_config
-from gpuextender.extender.decision import Policy
-from gpuextender.extender.gpu_state import GpuState
-from gpuextender.extender.gpu_summary import IdleRule
-from gpuextender.extender.http_api import ApiSettings, SchedulerApi
-from gpuextender.extender.metrics import ExtenderMetrics
-from gpuextender.extender.scheduler_wire import ExtenderArgs, parse_extender_args
+from gpuextender.extender.settings import DEFAULT_SHORTLIST, ConfigError, build_config
+from gpuextender.extender.decide.whole_gpus import Policy
+from gpuextender.extender.state.gpu_state import GpuState
+from gpuextender.extender.state.gpu_summary import IdleRule
+from gpuextender.extender.scheduler.http_api import ApiSettings, SchedulerApi
+from gpuextender.extender.observe.metrics import ExtenderMetrics
+from gpuextender.extender.scheduler.wire import ExtenderArgs, parse_extender_args
 from tests.extender.builders import gpu, report
 
 NOW = 1000.0

@@ -7,10 +7,10 @@ import logging
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from gpuextender.extender.gpu_state import GpuState
-from gpuextender.extender.gpu_summary import IdleRule
-from gpuextender.extender.inventory.view import InventoryView
-from gpuextender.extender.silent_nodes import SilentNodesCollector, SilentNodesWarning, silent_gpu_nodes
+from gpuextender.extender.state.gpu_state import GpuState
+from gpuextender.extender.state.gpu_summary import IdleRule
+from gpuextender.extender.state.inventory_view import InventoryView
+from gpuextender.extender.observe.silent_nodes import SilentNodesCollector, SilentNodesWarning, silent_gpu_nodes
 from tests.extender.builders import gpu, report
 from tests.harness import metric, parse_metrics
 

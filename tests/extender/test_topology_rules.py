@@ -12,9 +12,9 @@ import pytest
 
 from gpuextender.v1 import gpu_state_pb2 as pb
 
-from gpuextender.extender.decision import Policy, prioritize
-from gpuextender.extender.gpu_summary import IdleRule, NodeSummary, summarize
-from gpuextender.extender.gpu_topology import (
+from gpuextender.extender.decide.whole_gpus import Policy, prioritize
+from gpuextender.extender.state.gpu_summary import IdleRule, NodeSummary, summarize
+from gpuextender.extender.state.gpu_topology import (
     APART,
     MAX_EXACT_GPUS,
     NUMA,

@@ -1,4 +1,4 @@
-"""The bound-pod ledger fed by the extender's own Pod list+watch (kube_source with POD's field
+"""The bound-pod ledger fed by the extender's own Pod list+watch (kube_watch with POD's field
 selector and main's list filter), in-process, against the real kube-apiserver: which pods it
 holds, and that a pod leaves at once when it finishes, is deleted, or is marked for deletion.
 The field selector is proven by what never reaches the sink: an unbound pod, a finished one."""
@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from gpuextender.extender.inventory.kube_source import KubeInventorySource, KubeSourceTimings, load_kube_config
-from gpuextender.extender.inventory.sink import POD, KubeObject
-from gpuextender.extender.pod_gpus import may_request
-from gpuextender.extender.pod_ledger import PodLedger
+from gpuextender.extender.inventory.kube_watch import KubeInventorySource, KubeSourceTimings, load_kube_config
+from gpuextender.extender.model.kube_objects import POD, KubeObject
+from gpuextender.extender.model.pod_gpus import may_request
+from gpuextender.extender.state.pod_ledger import PodLedger
 from tests.control_plane import GPU
 from tests.kube.scene import H100, Scene
 

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from gpuextender.extender.inventory.kube_source import KubeSourceTimings
-from gpuextender.extender.inventory.sink import KubeObject, object_key
+from gpuextender.extender.inventory.kube_watch import KubeSourceTimings
+from gpuextender.extender.model.kube_objects import KubeObject, object_key
 
 
 class RecordingSink:

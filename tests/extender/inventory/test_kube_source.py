@@ -12,14 +12,14 @@ from typing import Any, TypeVar
 
 import pytest
 
-from gpuextender.extender.inventory.kube_source import (
+from gpuextender.extender.inventory.kube_watch import (
     RESTART_CAUSES,
     KubeConfigError,
     KubeInventorySource,
     KubeSourceTimings,
     load_kube_config,
 )
-from gpuextender.extender.inventory.sink import KINDS, POD, KindInfo
+from gpuextender.extender.model.kube_objects import KINDS, POD, KindInfo
 from kubernetes_asyncio.config import incluster_config
 from tests.extender.inventory.conftest import RecordingSink
 from tests.kube_apiserver import KubeApiServer

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gpuextender.extender.ome.accelerator_class import (
+from gpuextender.extender.model.ome.accelerator_class import (
     AcceleratorResource,
     Cost,
     InvalidAcceleratorClass,

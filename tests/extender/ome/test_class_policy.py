@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from gpuextender.extender.ome.accelerator_class import AcceleratorClass, parse_accelerator_class
-from gpuextender.extender.ome.class_policy import (
+from gpuextender.extender.model.ome.accelerator_class import AcceleratorClass, parse_accelerator_class
+from gpuextender.extender.decide.class_policy import (
     ClassRequest,
     Constraints,
     InvalidAcceleratorSelector,

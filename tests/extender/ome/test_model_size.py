@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from gpuextender.extender.ome.model_size import parse_go_float, parse_model_size
+from gpuextender.extender.model.ome.model_size import parse_go_float, parse_model_size
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuextender.extender.ome.model_version import (
+from gpuextender.extender.model.ome.model_version import (
     ModelVersion,
     VersionParseError,
     compare_model_versions,

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 from gpuextender.v1 import gpu_state_pb2 as pb
 
-from gpuextender.extender.ome.accelerator_class import AcceleratorClass, parse_accelerator_class
-from gpuextender.extender.ome.node_class import (
+from gpuextender.extender.model.ome.accelerator_class import AcceleratorClass, parse_accelerator_class
+from gpuextender.extender.model.ome.node_class import (
     AFFINITY,
     COMPUTE_CAPABILITY,
     GPU_PRODUCT_LABEL,

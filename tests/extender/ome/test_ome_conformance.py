@@ -13,24 +13,24 @@ from typing import Any
 
 import pytest
 
-from gpuextender.extender import placement, reasons
-from gpuextender.extender.decision import Policy
-from gpuextender.extender.explain_cli import render
-from gpuextender.extender.gpu_state import GpuState
-from gpuextender.extender.gpu_summary import IdleRule
-from gpuextender.extender.http_api import ApiSettings, SchedulerApi
-from gpuextender.extender.inventory.sink import (
+from gpuextender.extender.decide import class_plan, reasons
+from gpuextender.extender.decide.whole_gpus import Policy
+from gpuextender.extender.ui.explain_cli import render
+from gpuextender.extender.state.gpu_state import GpuState
+from gpuextender.extender.state.gpu_summary import IdleRule
+from gpuextender.extender.scheduler.http_api import ApiSettings, SchedulerApi
+from gpuextender.extender.model.kube_objects import (
     ACCELERATOR_CLASS,
     CLUSTER_SERVING_RUNTIME,
     INFERENCE_SERVICE,
     NODE,
     KINDS,
 )
-from gpuextender.extender.inventory.store import InventoryStore
-from gpuextender.extender.inventory.view import InventoryView, ViewBuilder
-from gpuextender.extender.metrics import ExtenderMetrics
-from gpuextender.extender.ome.pod_intent import PodIdentity, pod_identity
-from gpuextender.extender.scheduler_wire import parse_extender_args
+from gpuextender.extender.state.inventory_store import InventoryStore
+from gpuextender.extender.state.inventory_view import InventoryView, ViewBuilder
+from gpuextender.extender.observe.metrics import ExtenderMetrics
+from gpuextender.extender.model.ome.pod_intent import PodIdentity, pod_identity
+from gpuextender.extender.scheduler.wire import parse_extender_args
 
 PRODUCTS = {"h100-node": "NVIDIA-H100-80GB-HBM3", "a100-node": "NVIDIA-A100-SXM4-80GB"}
 NODES = list(PRODUCTS)
@@ -136,7 +136,7 @@ def _args(isvc: str, runtime: str) -> Any:
 def test_runtime_without_classes_is_class_neutral_even_for_a_named_class(
     view: InventoryView, isvc: str, runtime: str
 ) -> None:
-    plan = placement.plan_classes(_ident(isvc, runtime), view, "FirstAvailable")
+    plan = class_plan.plan_classes(_ident(isvc, runtime), view, "FirstAvailable")
     assert not plan.applies and not plan.incompatible and plan.allowed == ()
     assert plan.why["classes"] == (f"none apply (runtime {runtime} lists no accelerator classes; "
                                    "OME selects none, not even the named h100)")  # fmt: skip
@@ -175,7 +175,7 @@ def test_a_policy_without_a_class_leaves_the_pod_class_neutral(
     view: InventoryView, caplog: pytest.LogCaptureFixture, isvc: str, runtime: str, code: str, why: str
 ) -> None:
     with caplog.at_level(logging.WARNING, "gpu_extender.placement"):
-        plan = placement.plan_classes(_ident(isvc, runtime), view, "FirstAvailable")
+        plan = class_plan.plan_classes(_ident(isvc, runtime), view, "FirstAvailable")
     policy = plan.policy
     sentence = (f"none apply: class-neutral because policy {policy} chose no class ({why}), "
                 "so OME puts no class constraint on the pod")  # fmt: skip
@@ -199,9 +199,9 @@ def test_a_policy_without_a_class_leaves_the_pod_class_neutral(
 
 def test_the_policy_choosing_a_class_still_pins(view: InventoryView) -> None:
     """The control row: with an eligible class the plan applies and the filter pins to it."""
-    plan = placement.plan_classes(_ident("first-available", "rt-both"), view, "FirstAvailable")
+    plan = class_plan.plan_classes(_ident("first-available", "rt-both"), view, "FirstAvailable")
     assert plan.applies and plan.allowed == ("h100", "a100") and plan.no_class == ""
-    strict = placement.plan_classes(_ident("named", "rt-both"), view, "FirstAvailable")
+    strict = class_plan.plan_classes(_ident("named", "rt-both"), view, "FirstAvailable")
     assert strict.allowed == ("h100",) and strict.explicit
     answer = _api(view).filter(_args("named", "rt-both"))
     assert answer["NodeNames"] == ["h100-node"]
@@ -229,7 +229,7 @@ def test_the_policy_choosing_a_class_still_pins(view: InventoryView) -> None:
 def test_an_empty_class_masks_the_lower_levels(
     view: InventoryView, isvc: str, annotations: dict[str, str] | None, source: str
 ) -> None:
-    plan = placement.plan_classes(_ident(isvc, "rt-both", annotations), view, "FirstAvailable")
+    plan = class_plan.plan_classes(_ident(isvc, "rt-both", annotations), view, "FirstAvailable")
     assert plan.applies and not plan.explicit and not plan.incompatible
     assert plan.allowed == ("h100", "a100")  # FirstAvailable over the runtime's list, not a pin to a100
     assert plan.why["class"] == f'none named ({source} sets acceleratorClass: "")'

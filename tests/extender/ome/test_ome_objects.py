@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from gpuextender.extender.ome.ome_objects import (
+from gpuextender.extender.model.ome.ome_objects import (
     AcceleratorModelConfig,
     DiffusionComponent,
     InvalidObject,

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gpuextender.extender.ome.ome_objects import (
+from gpuextender.extender.model.ome.ome_objects import (
     BaseModel,
     InferenceService,
     ServingRuntime,
@@ -14,7 +14,7 @@ from gpuextender.extender.ome.ome_objects import (
     parse_inference_service,
     parse_serving_runtime,
 )
-from gpuextender.extender.ome.runtime_selector import (
+from gpuextender.extender.decide.runtime_selector import (
     REASON_ACCELERATOR,
     REASON_DISABLED,
     WARNING_NO_AUTO_SELECT,

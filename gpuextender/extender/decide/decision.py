@@ -1,0 +1,132 @@
+"""One pod's placement over one call's candidates: the `Decision` that filter,
+prioritize and explain render.
+
+    wire (wire) -> question (pod_request.PodRequest, snapshot.Candidates)
+      -> what we know (snapshot.Snapshot) -> decision (this module, on
+      class_plan.py and whole_gpus.py) -> answer (wire.filter_result /
+      prioritize_result, explain.explain)
+
+A Decision computes each of its parts at most once, when a rendering first asks
+for it: filter pays only for the filter verdicts (and the scores, when it must
+shortlist), explain reuses whatever filter and prioritize computed. Pure:
+everything it reads is in its arguments.
+
+The shortlist: when more than `shortlist` nodes pass a GPU pod's filter, the
+answer names only the `shortlist` best of them (by score; ties in an order
+rotated per pod, so equal nodes share the pods). kube-scheduler scores, and
+sends to prioritize, only the nodes filter answered, so at 1,000 nodes it
+decodes, scores and re-encodes a tenth of them. It is what kube-scheduler does
+itself with percentageOfNodesToScore (at least 100 nodes), except that the nodes
+kept are the best by GPU state instead of the first found. The nodes held back
+pass on their merits (explain shows them as passed, `shortlisted: false`); they
+are left out of the answer, not failed, so no reason string is sent for them.
+"""
+
+from __future__ import annotations
+
+import zlib
+from functools import cached_property
+
+from gpuextender.extender.decide import whole_gpus, mig_devices, class_plan
+from gpuextender.extender.decide.class_policy import ClassRanking
+from gpuextender.extender.model.pod_request import PodRequest
+from gpuextender.extender.decide.snapshot import Candidates, Snapshot
+
+
+class Decision:
+    def __init__(self, pod: PodRequest, plan: class_plan.ClassPlan, candidates: Candidates, known: Snapshot,
+                 shortlist: int = 0) -> None:  # fmt: skip
+        """`shortlist`: filter answers at most this many of the nodes that pass (0: all)."""
+        self.pod, self.plan, self.candidates, self.known = pod, plan, candidates, known
+        self.shortlist = shortlist
+
+    @cached_property
+    def _mig(self) -> whole_gpus.FilterOutcome:
+        """The MIG step (mig_devices), before the whole-GPU rules: which nodes can give the pod its MIG devices."""
+        known = self.known
+        return mig_devices.filter_mig(self.pod.mig_needed, self.candidates.names, known.summary, known.now, known.policy)
+
+    @cached_property
+    def filtered(self) -> whole_gpus.FilterOutcome:
+        """Which candidates pass, and why each other one fails."""
+        if not self.pod.mig_needed:
+            return class_plan.filter_with_classes(self.pod.gpus_needed, self.candidates, self.known, self.plan)
+        mig = self._mig
+        rest = Candidates(mig.passed, self.candidates.allocatable)
+        outcome = class_plan.filter_with_classes(self.pod.gpus_needed, rest, self.known, self.plan)
+        outcome.failed.update(mig.failed)
+        outcome.fallback = outcome.fallback or mig.fallback
+        passed, already = set(outcome.passed), set(outcome.assumed)
+        outcome.assumed.extend(n for n in mig.assumed if n in passed and n not in already)
+        return outcome
+
+    @cached_property
+    def answered(self) -> whole_gpus.FilterOutcome:
+        """What filter answers: `filtered`, its passes cut to the shortlist (module docstring)."""
+        outcome, keep = self.filtered, self.shortlist
+        if keep <= 0 or len(outcome.passed) <= keep or (self.pod.gpus_needed <= 0 and not self.pod.mig_needed):
+            return outcome
+        kept = set(self._best(outcome.passed, keep))
+        return whole_gpus.FilterOutcome(
+            [n for n in outcome.passed if n in kept], outcome.failed, outcome.fallback,
+            [n for n in outcome.assumed if n in kept],
+        )  # fmt: skip
+
+    @cached_property
+    def held_back(self) -> frozenset[str]:
+        """Nodes that pass but are not in filter's answer (not among the shortlist's best)."""
+        answered = self.answered
+        if answered is self.filtered:
+            return frozenset()
+        return frozenset(self.filtered.passed).difference(answered.passed)
+
+    def _best(self, passed: list[str], keep: int) -> list[str]:
+        """The `keep` best of `passed` by score. Equal scores are taken in request order rotated
+        by a hash of the pod (its UID seed), so a run of equal nodes is not always cut the same way.
+
+        Scored among `passed` only, as kube-scheduler's prioritize call then scores them (a third
+        less work at 5,000 names than scoring every candidate). Explain scores every candidate on
+        a scale (the largest GPU count among them) the same or coarser: the order agrees, up to
+        nodes that tie here."""
+        pod = self.pod  # always this scoring, so explain shows the very cut filter answers
+        ranked, _ = class_plan.prioritize_with_classes(
+            pod.gpus_needed, Candidates(passed, self.candidates.allocatable), self.known, self.plan,
+            pod.strategy, pod.seed)  # fmt: skip
+        score = dict(ranked)
+        start = zlib.crc32(self.pod.seed.encode()) % len(passed)
+        # sorted() is stable with reverse=True too: equal scores keep the rotated order.
+        return sorted(passed[start:] + passed[:start], key=score.__getitem__, reverse=True)[:keep]
+
+    @cached_property
+    def _ranked(self) -> tuple[list[tuple[str, int]], ClassRanking | None]:
+        pod = self.pod
+        return class_plan.prioritize_with_classes(pod.gpus_needed, self.candidates, self.known, self.plan,
+                                                 pod.strategy, pod.seed)  # fmt: skip
+
+    @property
+    def scores(self) -> list[tuple[str, int]]:
+        """(node, 0-10) for every candidate, in request order: classes first, then the node strategy.
+        A node that cannot give the pod its MIG devices scores 0."""
+        if not self.pod.mig_needed:
+            return self._ranked[0]
+        failed = self._mig.failed
+        return [(name, 0 if name in failed else score) for name, score in self._ranked[0]]
+
+    @property
+    def class_ranking(self) -> ClassRanking | None:
+        """The policy's ranking of the allowed classes (None: class-neutral or one explicit class)."""
+        return self._ranked[1]
+
+    @cached_property
+    def node_scores(self) -> dict[str, int]:
+        """The node strategy's own 0-10 score, before classes (explain shows both)."""
+        known, c = self.known, self.candidates
+        cost_of = class_plan.node_cost(known.classes_by_node, known.view.classes)
+        return dict(whole_gpus.prioritize(self.pod.gpus_needed, c.names, c.allocatable, known.summary, known.now,
+                                        known.policy, self.pod.strategy, self.pod.seed, cost_of))  # fmt: skip
+
+    def assess(self, node: str) -> whole_gpus.NodeAssessment:
+        """One node's GPU verdict with the numbers behind it (for logs and explain)."""
+        known = self.known
+        return whole_gpus.assess(node, self.candidates.allocatable.get(node), known.summary(node),
+                               self.pod.gpus_needed, known.now, known.policy)  # fmt: skip

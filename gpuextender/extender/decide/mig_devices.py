@@ -1,0 +1,77 @@
+"""MIG devices: a pod's `nvidia.com/mig-<profile>` requests matched to each node's MIG instances.
+
+Pure, like whole_gpus.py, and run before it: a node that cannot give the pod its MIG devices
+fails here and is not judged for whole GPUs. Per node and requested (profile, count):
+- fresh data: fewer instances of the profile on healthy MIG-mode GPUs than asked for ->
+  InsufficientMigDevices (unresolvable); fewer free and idle ones (gpu_summary: unheld where
+  allocation is known, memory used below the idle threshold) -> InsufficientFreeMigDevices;
+- stale or no data: assumed to fit (kube-scheduler already checked the Node's allocatable of
+  that resource), but only while no node with fresh data fits: otherwise NoFreshGPUData, as
+  for whole GPUs (whole_gpus.py). Under --stale-policy fail-closed stale data fails StaleGPUData.
+If no node passes, `no_fit_policy="pass-all"` lets the soft failures through, as whole_gpus.py does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from gpuextender.extender.decide import reasons
+from gpuextender.extender.decide.whole_gpus import FilterOutcome, Policy, SummaryLookup
+from gpuextender.extender.state.gpu_summary import NodeSummary
+from gpuextender.extender.decide.reasons import Reason
+
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"  # GFD's mixed strategy: nvidia.com/mig-1g.10gb, ...
+
+MigNeed = tuple[tuple[str, int], ...]  # (profile, count), sorted by profile
+
+
+def mig_profile(resource: str) -> str | None:
+    """"1g.10gb" for "nvidia.com/mig-1g.10gb"; None for any other resource."""
+    if resource.startswith(MIG_RESOURCE_PREFIX) and len(resource) > len(MIG_RESOURCE_PREFIX):
+        return resource[len(MIG_RESOURCE_PREFIX) :]
+    return None
+
+
+def mig_reason(summary: NodeSummary, need: MigNeed) -> Reason | None:
+    """The verdict on fresh data: None when every requested profile has enough free instances."""
+    if summary.node_error:
+        return reasons.NVML_UNAVAILABLE
+    instances, free = dict(summary.mig_instances), dict(summary.mig_free)
+    if any(instances.get(profile, 0) < count for profile, count in need):
+        return reasons.INSUFFICIENT_MIG_DEVICES
+    if any(free.get(profile, 0) < count for profile, count in need):
+        return reasons.INSUFFICIENT_FREE_MIG_DEVICES
+    return None
+
+
+def filter_mig(need: MigNeed, names: Sequence[str], lookup: SummaryLookup, now: float, policy: Policy) -> FilterOutcome:
+    outcome = FilterOutcome()
+    if not need:
+        outcome.passed = list(names)
+        return outcome
+    assumed: list[str] = []
+    for name in names:
+        summary = lookup(name)
+        if summary is not None and now - summary.received_at <= policy.stale_after_s:
+            reason = mig_reason(summary, need)
+            if reason is None:
+                outcome.passed.append(name)
+            else:
+                outcome.failed[name] = reason
+        elif summary is not None and policy.stale_policy == "fail-closed":
+            outcome.failed[name] = reasons.STALE_GPU_DATA
+        else:
+            assumed.append(name)
+    if assumed:
+        if outcome.passed:  # a node with fresh data fits: assumed data never competes with it
+            outcome.failed.update(dict.fromkeys(assumed, reasons.NO_FRESH_GPU_DATA))
+        else:
+            outcome.passed.extend(assumed)
+            outcome.assumed.extend(assumed)
+    if not outcome.passed and policy.no_fit_policy == "pass-all":
+        soft = [name for name, reason in outcome.failed.items() if not reason.unresolvable]
+        if soft:
+            outcome.fallback = True
+            outcome.passed = soft
+            outcome.failed = {n: r for n, r in outcome.failed.items() if r.unresolvable}
+    return outcome

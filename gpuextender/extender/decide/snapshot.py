@@ -1,0 +1,51 @@
+"""The two inputs of a decision besides the pod: the call's candidate nodes, and a
+`Snapshot` of what the extender knows, fixed for the whole request."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuextender.extender.decide import whole_gpus
+from gpuextender.extender.state.inventory_view import InventoryView
+from gpuextender.extender.state.pod_ledger import BoundPod
+
+# node -> the AcceleratorClasses it is in. A mapping, not a function: the per-node
+# loops of the decision use its C-level .get.
+ClassesByNode = Mapping[str, tuple[str, ...]]
+
+
+@dataclass(frozen=True, slots=True)
+class Candidates:
+    names: Sequence[str]  # in request order
+    allocatable: Mapping[str, int]  # allocatable GPUs per node (from the request's Nodes, or the inventory)
+
+
+def nodes_in_classes(classes_by_node: ClassesByNode, classes: Sequence[str]) -> frozenset[str]:
+    """The nodes in at least one of `classes`."""
+    wanted = set(classes)
+    return frozenset(node for node, cs in classes_by_node.items() if not wanted.isdisjoint(cs))
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    summary: whole_gpus.SummaryLookup  # the node's GPU summary from its agent, or None
+    view: InventoryView
+    classes_by_node: ClassesByNode  # labels, refined by NVML facts where the agent reported
+    now: float  # monotonic seconds: data age is judged on it
+    policy: whole_gpus.Policy
+    # Cached per membership version by extender.live_classes.LiveClasses; computed here if not given.
+    nodes_in: Callable[[tuple[str, ...]], frozenset[str]] | None = None
+    # Classes a node's labels match but its GPUs do not, with why (explain shows them).
+    excluded: Callable[[str], Mapping[str, Any]] = field(default=lambda node: {})
+    # The node's bound pods from the ledger (explain lists those its data does not account for),
+    # and the agent's own summary before they are taken off.
+    bound_pods: Callable[[str], Iterable[BoundPod]] = field(default=lambda node: ())
+    reported: whole_gpus.SummaryLookup | None = None
+
+    def nodes_of(self, classes: tuple[str, ...]) -> frozenset[str]:
+        """The nodes in at least one of `classes`."""
+        if self.nodes_in is not None:
+            return self.nodes_in(classes)
+        return nodes_in_classes(self.classes_by_node, classes)

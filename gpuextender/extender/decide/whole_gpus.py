@@ -1,0 +1,389 @@
+"""Filter and prioritize: pure functions of (pod's GPU need, candidates, GPU state, now).
+
+No I/O and no clock reads here: the caller passes `now` (monotonic seconds) and a
+lookup of node summaries, so any decision can be replayed from its inputs.
+
+Counts are in units of the GPU resource (gpu_summary: one per whole GPU, `replicas`
+per time-sliced or MPS GPU, none for a MIG-enabled GPU), and "idle" GPUs are the
+available ones: healthy, idle by the thresholds, and, where the agent read the
+kubelet's allocation, held by no pod. Where allocation is unknown (an agent before
+0.2, or a kubelet it cannot read) the idle readings alone decide, and explain says so.
+
+Bound pods (one rule, bound_pods.py): kube-scheduler binds a pod seconds to minutes before its
+node's agent can attribute it (the kubelet admits it, then PodResources lists it). The GPUs a node
+can still offer = what its agent reports as free (unallocated, healthy and idle; idle where
+allocation is unknown) minus the GPU requests of the pods bound to it that the agent does not
+attribute yet, never below zero: matched by namespace/name against the holders the agent read
+from the kubelet, so a pod is never counted twice; where allocation is unknown, a bound pod counts
+until it is Running. A deleted or finished pod leaves the ledger (pod_ledger.py) at once and
+releases its GPUs. MIG devices follow the same rule per profile, time-sliced GPUs in replicas.
+Without usable agent data (none, or stale), the node's allocatable GPUs less all its bound pods'
+are what is assumed. The lookups below see the result (GpuState.summary), so every verdict and
+score, and explain, count the same way.
+
+Unknown is never spare capacity. Per node (`assess`):
+- fresh data: NVML broken -> NvmlUnavailable; fewer GPUs than needed ->
+  InsufficientGPUs (MigPartitioned when the node has MIG-mode GPUs, which offer MIG
+  devices only: mig_devices matches those); fewer healthy GPUs than needed -> InsufficientHealthyGPUs;
+  allocation known and fewer healthy unallocated GPUs than needed ->
+  InsufficientFreeGPUs; fewer available GPUs than needed -> InsufficientIdleGPUs.
+  Unhealthy GPUs (critical XID, uncorrected ECC, row-remap failure, lost) never
+  count; degraded ones (thermal or power brake, pending remap) count.
+- data older than `stale_after_s`: `fail-closed` fails the node with
+  StaleGPUData; `fail-open` (default) keeps what was last known to be wrong and
+  assumes the rest: NVML last seen broken -> NvmlUnavailable; allocatable (or the
+  last GPU count) below needed -> InsufficientGPUs; allocatable minus the GPUs
+  last seen unhealthy below needed -> InsufficientHealthyGPUs (a lost GPU stays
+  lost until fresh data says otherwise); else it fits on *assumed* data.
+- no data from its agent: allocatable below needed -> InsufficientGPUs (unknown
+  allocatable: kube-scheduler's NodeResourcesFit already checked the count);
+  else it fits on *assumed* data.
+A verdict on assumed data counts the node as "just enough": idle = needed, at
+0 % utilization, never as all-idle.
+
+Filter: nodes with fresh data that fit pass. Nodes that fit on assumed data pass
+only when no node with fresh data fits; otherwise they fail softly with
+NoFreshGPUData, so a dead agent never attracts pods while a reporting node can
+take them. If nothing passes, `no_fit_policy="pass-all"` lets kube-scheduler
+decide among the nodes that failed only softly (busy, stale, no fresh data);
+nodes with broken GPUs stay rejected. `"reject"` keeps every failure.
+
+Prioritize (integer 0-10, the formula):
+    C     = the largest GPU count among the candidates (at least 1)
+    score = 1 + round(9 * v / (C + 1))   for a node that passes filter (1..10)
+          = 0                            for a node that does not
+Quality comes before v. Each node that fits on fresh data has a quality class
+    q = 2 * t + d   (lower is better)
+    t = for a pod of 2 or more GPUs, the best connection among `needed` of the node's
+        available whole GPUs (gpu_topology): 0 all pairs NVLink, 1 one PCIe switch,
+        2 one NUMA node, 3 apart or unknown (no topology from the agent, shared GPUs),
+        4 not that many whole GPUs; 0 for a 1-GPU pod;
+    d = 1 when it fits only by counting its DEGRADED available GPUs (available minus
+        degraded < needed), else 0: degraded GPUs count, but rank lower.
+Connection first: a throttled or remap-pending GPU costs a multi-GPU pod a fraction of
+its speed, a PCIe hop between its GPUs a multiple (tensor-parallel traffic).
+When the fitting nodes (of the classes the pod may use) fall into m > 1 classes, the best
+class scores m + round((10 - m) * v / (C + 1)) and the class of rank r = 1..m-1 scores
+m - r: every node of a better class outranks every node of a worse one, the best keeps
+its order by v. With one class the first formula applies to all.
+A node passes as filter says: on fresh data, or on assumed data only when no
+node with fresh data fits, so an assumed verdict (score 0 then) always ranks
+strictly below every fresh node that fits (score >= 1).
+v in [0, C + 1) comes from the node strategy (per pod annotation
+`gpu-extender.io/node-strategy`, else --node-strategy), with idle = needed and
+utilization 0 for an assumed verdict:
+    spread  (default) v = idle + (100 - mean utilization %) / 101: most idle GPUs,
+            then lowest utilization (the autotuner's ranking). The fraction stays
+            below 1, so one more idle GPU always outranks any utilization gap.
+    binpack v = (C - idle) + utilization / 101: fewest idle GPUs that still fit,
+            then the busiest, so whole nodes stay free for big pods.
+    cost    v = C * cheapness + spread / (C + 1): the node's AcceleratorClass
+            hourly cost (spot when given; cheapest = 1, dearest = 0, unknown = 0),
+            then spread.
+    random  v = (C + 1) * hash(seed, node): repeatable per pod (seed = pod UID and
+            --random-seed), spreads pods without looking at load.
+When no candidate passes (the pass-all fallback), every node is ranked by spread
+whatever the strategy: score = round(10 * v / (C + 1)).
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from gpuextender.extender.decide import reasons
+from gpuextender.extender.state.gpu_summary import NodeSummary, quality_for
+from gpuextender.extender.decide.reasons import Reason
+
+MAX_SCORE = 10  # kube-scheduler's MaxExtenderPriority
+NO_QUALITY = 1 << 30  # above every quality class
+
+SummaryLookup = Callable[[str], NodeSummary | None]
+
+
+class DataState(enum.Enum):
+    FRESH = "fresh"
+    STALE = "stale"
+    NONE = "none"
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    stale_after_s: float = 10.0
+    stale_policy: str = "fail-open"  # or "fail-closed"
+    no_fit_policy: str = "pass-all"  # or "reject"
+
+
+# Built per node per call: a plain slotted class, not a frozen one (a frozen
+# dataclass sets every field through object.__setattr__, ~5x slower to build).
+@dataclass(slots=True)
+class NodeAssessment:
+    name: str
+    data: DataState
+    data_age_s: float | None
+    idle_gpus: int | None  # what the decision used; None: unknown, assumed enough
+    healthy_gpus: int | None
+    gpu_count: int | None
+    mean_utilization: float | None
+    reason: Reason | None  # None: the node fits
+    assumed: bool = False  # the verdict rests on assumed data (stale under fail-open, or none)
+
+
+@dataclass(slots=True)
+class FilterOutcome:
+    passed: list[str] = field(default_factory=list)
+    failed: dict[str, Reason] = field(default_factory=dict)  # assess() gives the numbers behind one
+    fallback: bool = False  # no node fit and pass-all let the soft failures through
+    assumed: list[str] = field(default_factory=list)  # passed on assumed data (no node with fresh data fit)
+
+
+def assess(
+    name: str, allocatable: int | None, summary: NodeSummary | None, needed: int, now: float, policy: Policy
+) -> NodeAssessment:
+    """One node's full verdict with the numbers behind it."""
+    if summary is None:
+        return _assumed(name, allocatable, 0, DataState.NONE, None, needed)
+    age = max(0.0, now - summary.received_at)
+    if age > policy.stale_after_s:
+        if policy.stale_policy == "fail-closed":
+            return NodeAssessment(name, DataState.STALE, age, None, None, summary.gpu_count, None, reasons.STALE_GPU_DATA)
+        if summary.node_error:  # NVML was last seen broken: nothing about its GPUs can be assumed
+            return NodeAssessment(name, DataState.STALE, age, 0, 0, summary.gpu_count, None, reasons.NVML_UNAVAILABLE)
+        count = allocatable if allocatable is not None else summary.gpu_count
+        return _assumed(name, count, summary.gpu_count - summary.healthy_gpus, DataState.STALE, age, needed)
+    return NodeAssessment(
+        name, DataState.FRESH, age, summary.idle_gpus, summary.healthy_gpus,
+        summary.gpu_count, summary.mean_utilization, _fresh_reason(summary, needed),
+    )  # fmt: skip
+
+
+def _fresh_reason(summary: NodeSummary, needed: int) -> Reason | None:
+    """The verdict on fresh data, most fundamental shortfall first."""
+    if summary.node_error:
+        return reasons.NVML_UNAVAILABLE
+    if summary.gpu_count < needed:
+        return reasons.MIG_PARTITIONED if summary.mig_gpus else reasons.INSUFFICIENT_GPUS
+    if summary.healthy_gpus < needed:
+        return reasons.INSUFFICIENT_HEALTHY_GPUS
+    bound = summary.bound_pod_units  # enough before the bound pods were taken off: say it is them
+    if summary.free_gpus is not None and summary.free_gpus < needed:
+        return reasons.GPUS_TAKEN_BY_BOUND_PODS if summary.free_gpus + bound >= needed else reasons.INSUFFICIENT_FREE_GPUS
+    if summary.idle_gpus < needed:
+        return reasons.GPUS_TAKEN_BY_BOUND_PODS if summary.idle_gpus + bound >= needed else reasons.INSUFFICIENT_IDLE_GPUS
+    return None
+
+
+def _assumed(
+    name: str, count: int | None, lost: int, data: DataState, age: float | None, needed: int
+) -> NodeAssessment:
+    """No usable data: GPUs last seen unhealthy (`lost`) stay unhealthy, and a node that
+    may fit counts as just enough (idle = needed), never as all-idle."""
+    healthy = None if count is None else max(0, count - lost)
+    if count is not None and count < needed:
+        reason: Reason | None = reasons.INSUFFICIENT_GPUS
+    elif healthy is not None and healthy < needed:
+        reason = reasons.INSUFFICIENT_HEALTHY_GPUS
+    else:
+        return NodeAssessment(name, data, age, needed, healthy, count, None, None, assumed=True)
+    return NodeAssessment(name, data, age, min(needed, healthy or 0), healthy, count, None, reason)
+
+
+def filter_nodes(
+    needed: int,
+    names: Sequence[str],
+    allocatable: Mapping[str, int],
+    lookup: SummaryLookup,
+    now: float,
+    policy: Policy,
+) -> FilterOutcome:
+    outcome = FilterOutcome()
+    if needed <= 0:  # not a GPU pod: neutral
+        outcome.passed = list(names)
+        return outcome
+    stale_after = policy.stale_after_s
+    passed, failed, assumed = outcome.passed, outcome.failed, outcome.assumed
+    for name in names:
+        summary = lookup(name)
+        if summary is not None and now - summary.received_at <= stale_after:
+            # Hot path: fresh data decides from the summary alone (assess() would
+            # give the same verdict, with numbers nobody reads here).
+            if summary.idle_gpus >= needed and not summary.node_error:
+                passed.append(name)  # idle <= healthy <= count: nothing else can fail
+            else:
+                failed[name] = _fresh_reason(summary, needed)  # type: ignore[assignment]
+            continue
+        reason = assess(name, allocatable.get(name), summary, needed, now, policy).reason
+        if reason is None:
+            assumed.append(name)
+        else:
+            failed[name] = reason
+    if assumed:
+        if passed:  # a node with fresh data fits: assumed data never competes with it
+            failed.update(dict.fromkeys(assumed, reasons.NO_FRESH_GPU_DATA))
+            assumed.clear()
+        else:
+            passed.extend(assumed)
+    if not passed and failed and policy.no_fit_policy == "pass-all":
+        soft = [name for name, reason in failed.items() if not reason.unresolvable]
+        if soft:
+            outcome.fallback = True
+            outcome.passed = soft
+            outcome.failed = {n: r for n, r in failed.items() if r.unresolvable}
+    return outcome
+
+
+NODE_STRATEGIES = ("spread", "binpack", "cost", "random")
+
+
+def prioritize(
+    needed: int,
+    names: Sequence[str],
+    allocatable: Mapping[str, int],
+    lookup: SummaryLookup,
+    now: float,
+    policy: Policy,
+    strategy: str = "spread",
+    seed: str = "",
+    cost_of: Callable[[str], float | None] | None = None,
+) -> list[tuple[str, int]]:
+    """(node, score 0-10) for every name, in input order."""
+    ranked = rank_nodes(needed, names, allocatable, lookup, now, policy, strategy, seed, cost_of)
+    return [(name, score) for name, score, _ in ranked]
+
+
+def rank_nodes(
+    needed: int,
+    names: Sequence[str],
+    allocatable: Mapping[str, int],
+    lookup: SummaryLookup,
+    now: float,
+    policy: Policy,
+    strategy: str = "spread",
+    seed: str = "",
+    cost_of: Callable[[str], float | None] | None = None,
+    eligible: Callable[[str], bool] | None = None,
+) -> list[tuple[str, int, bool]]:
+    """(node, score 0-10, fits) for every name, in input order: prioritize's
+    scores plus the filter verdict it already computed, for callers that need both.
+    `strategy` picks v (module docstring); `seed` makes `random` repeatable;
+    `cost_of(node)` is the node's hourly cost for `cost`; `eligible(node)` says which
+    nodes the caller's filter judged at all (the others' fresh fits demote no one)."""
+    if needed <= 0:
+        return [(name, 0, True) for name in names]
+    stale_after = policy.stale_after_s
+    rows: list[tuple[str, bool, int, float]] = []  # (node, fits, idle, utilization)
+    assumed: list[int] = []  # rows that fit on assumed data
+    quality: list[int] = []  # per row: the quality class q (module docstring) of a fresh fit, else -1
+    q_low, q_high = NO_QUALITY, -1
+    fresh_fits = False
+    capacity = max(needed, 1)
+    for name in names:
+        summary = lookup(name)
+        q = -1
+        if summary is not None and not summary.node_error and now - summary.received_at <= stale_after:  # fresh, NVML ok
+            idle, count = summary.idle_gpus, summary.gpu_count
+            utilization = summary.mean_utilization  # from validated reports: within 0..100
+            fits = idle >= needed
+            if fits:
+                qs = summary.quality  # precomputed per set size at ingest
+                q = qs[needed] if needed < len(qs) else quality_for(needed, idle, summary.degraded_idle_gpus,
+                                                                   summary.set_tiers)  # fmt: skip
+                if q < q_low:
+                    q_low = q
+                if q > q_high:
+                    q_high = q
+                if not fresh_fits:
+                    fresh_fits = eligible is None or eligible(name)
+        else:
+            a = assess(name, allocatable.get(name), summary, needed, now, policy)
+            idle = a.idle_gpus if a.idle_gpus is not None else needed  # unknown: assume just enough
+            utilization, count, fits = a.mean_utilization, a.gpu_count or 0, a.reason is None
+            if a.assumed:
+                assumed.append(len(rows))
+        if count > capacity:
+            capacity = count
+        rows.append((name, fits, idle, utilization or 0.0))
+        quality.append(q)
+    if fresh_fits:  # as in filter: an assumed verdict does not pass while a fresh node fits
+        for i in assumed:
+            name, _, idle, utilization = rows[i]
+            rows[i] = (name, False, idle, utilization)
+    scale = capacity + 1
+    if not any(fits for _, fits, _, _ in rows):  # the pass-all fallback: least loaded first, whatever the strategy
+        return [(name, min(MAX_SCORE, round(MAX_SCORE * _spread(i, u) / scale)), False) for name, _, i, u in rows]
+    values = _strategy_values(strategy, rows, capacity, seed, cost_of)
+    classes = _quality_classes(quality, rows, eligible) if q_high > q_low else []
+    if len(classes) > 1:  # quality before v (module docstring)
+        m = len(classes)
+        # Score per class rank r >= 1 (m - r); rank 0 is the band. An ineligible class, or an
+        # assumed fit (q -1): last.
+        below = {q: m - r for r, q in enumerate(classes) if r}
+        best, band = classes[0], (MAX_SCORE - m) / scale
+        return [
+            (name, (min(MAX_SCORE, m + round(band * v)) if q == best else below.get(q, 1)) if fits else 0, fits)
+            for (name, fits, _, _), v, q in zip(rows, values, quality, strict=True)
+        ]
+    return [
+        (name, min(MAX_SCORE, 1 + round(9 * v / scale)) if fits else 0, fits)
+        for (name, fits, _, _), v in zip(rows, values, strict=True)
+    ]
+
+
+def _quality_classes(quality: Sequence[int], rows: Sequence[tuple[str, bool, int, float]],
+                     eligible: Callable[[str], bool] | None) -> list[int]:  # fmt: skip
+    """The distinct quality classes of the fresh fits the caller's filter judges, best first."""
+    present = set(quality)
+    present.discard(-1)
+    if len(present) > 1 and eligible is not None:
+        present = {q for q, row in zip(quality, rows, strict=True) if q >= 0 and eligible(row[0])}
+    return sorted(present)
+
+
+def _spread(idle: int, utilization: float) -> float:
+    return idle + (100.0 - utilization) / 101.0  # rank_value(), inlined: runs once per candidate
+
+
+def _strategy_values(
+    strategy: str,
+    rows: Sequence[tuple[str, bool, int, float]],
+    capacity: int,
+    seed: str,
+    cost_of: Callable[[str], float | None] | None,
+) -> list[float]:
+    """v in [0, capacity + 1) for each row, higher is better."""
+    if strategy == "binpack":
+        return [max(0, capacity - idle) + utilization / 101.0 for _, _, idle, utilization in rows]
+    if strategy == "random":
+        return [(capacity + 1) * _unit_hash(seed, name) for name, _, _, _ in rows]
+    spread = [_spread(idle, u) for _, _, idle, u in rows]
+    if strategy != "cost" or cost_of is None:
+        return spread
+    costs = [cost_of(name) for name, _, _, _ in rows]
+    # The price range of the nodes that can take the pod: others score 0 anyway.
+    known = [c for c, (_, fits, _, _) in zip(costs, rows, strict=True) if c is not None and fits]
+    if not known:
+        return spread
+    low, high = min(known), max(known)
+    span = high - low
+    # Cheapest first (C per unit of cheapness), then least loaded within a price (< 1).
+    return [
+        capacity * min(1.0, max(0.0, (high - c) / span if span > 0 else 1.0)) + v / (capacity + 1)
+        if c is not None
+        else v / (capacity + 1)
+        for c, v in zip(costs, spread, strict=True)
+    ]
+
+
+def _unit_hash(seed: str, name: str) -> float:
+    """A repeatable pseudo-random number in [0, 1) per (seed, node)."""
+    digest = hashlib.blake2b(f"{seed}\0{name}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2**64
+
+
+def rank_value(idle_gpus: int, mean_utilization: float | None) -> float:
+    """v = idle + (100 - utilization) / 101: the fraction stays below 1, so one more
+    idle GPU always outranks any utilization difference."""
+    utilization = 0.0 if mean_utilization is None else min(100.0, max(0.0, mean_utilization))
+    return idle_gpus + (100.0 - utilization) / 101.0

@@ -1,0 +1,71 @@
+"""The gRPC server agents stream to: its options, and starting it with the ingest service
+configured from the extender's flags.
+
+Used by the extender itself (--ingest-in-process) and by its ingest process (ingest_process.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import grpc
+from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
+
+from gpuextender.extender.ingest.agent_identity import Authenticator
+from gpuextender.extender.settings import ExtenderConfig
+from gpuextender.extender.ingest.service import REAUTH_GRACE_S, IngestService, ReportStore
+from gpuextender.extender.observe.metrics import ExtenderMetrics
+from gpuextender.extender.ingest.report_checks import MAX_REPORT_BYTES
+from gpuextender.common.serving_tls import ServingCertificate
+
+
+def grpc_options(config: ExtenderConfig, authenticating: bool) -> list[tuple[str, int]]:
+    options: list[tuple[str, int]] = [
+        # Agents ping every 20 s to notice dead peers; allow it even between reports.
+        ("grpc.keepalive_permit_without_calls", 1),
+        ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
+        # Far above a real report (~2 KB for 8 GPUs), below what one client may make us parse
+        # and hold (report_checks.MAX_REPORT_BYTES says what fits).
+        ("grpc.max_receive_message_length", MAX_REPORT_BYTES),
+        # Keep each stream's HTTP/2 window at its initial 64 KiB: with BDP probing it grows
+        # until a client that writes without waiting for acks had ~270 MB buffered here while
+        # the ingest paced it (ingest_limits.ReportPacer). Agents send ~2 KB a second.
+        ("grpc.http2.bdp_probe", 0),
+    ]
+    if authenticating:  # re-authenticate every agent now and then (ingest.py)
+        age_s = config.agent_auth.reauth_after_s
+        options += [("grpc.max_connection_age_ms", int(age_s * 1000)),
+                    ("grpc.max_connection_age_grace_ms", int(min(REAUTH_GRACE_S, age_s) * 1000))]  # fmt: skip
+    return options
+
+
+async def start_ingest_server(
+    config: ExtenderConfig,
+    store: ReportStore,
+    metrics: ExtenderMetrics,
+    certificate: ServingCertificate | None,
+    authenticator: Authenticator | None,
+    known_node: Callable[[str], bool] | None,
+) -> tuple[grpc.aio.Server, int]:
+    """A started server on --grpc-addr and the port it bound (the real one for `:0`), its reports
+    stored into `store`; OSError when the address cannot be bound. `known_node`: is the node in
+    the inventory (None: no inventory source)."""
+    service = IngestService(
+        store, metrics, requested_interval_ms=config.requested_agent_interval_ms, authenticator=authenticator,
+        max_clock_skew_s=config.max_clock_skew_s, known_node=known_node,
+        max_unknown_nodes=config.max_unknown_nodes, stale_after_s=config.api.policy.stale_after_s,
+    )  # fmt: skip
+    server = grpc.aio.server(options=grpc_options(config, authenticator is not None))
+    pb_grpc.add_GpuStateServiceServicer_to_server(service, server)
+    target = str(config.grpc_addr)
+    try:
+        if certificate is not None:
+            bound = server.add_secure_port(target, certificate.grpc_credentials())
+        else:
+            bound = server.add_insecure_port(target)
+    except RuntimeError:  # grpcio raises instead of returning 0 for a port in use
+        bound = 0
+    if bound == 0:
+        raise OSError(f"gRPC address {target} is not available")
+    await server.start()
+    return server, bound

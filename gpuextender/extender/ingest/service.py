@@ -1,0 +1,256 @@
+"""gRPC ingest: agents stream NodeReports in, the live GpuState is updated, each report is acked.
+
+With an authenticator (`--agent-auth tokenreview`) a stream is authenticated
+once, when it opens (the server ends every connection after --agent-reauth-interval,
+so a revoked or expired token stops working at the agent's next reconnect): a refused stream ends with UNAUTHENTICATED /
+PERMISSION_DENIED (UNAVAILABLE when the API server cannot answer) and is
+counted in `gpu_extender_agent_auth_failures_total{reason}`. A report for a
+node other than the one the token is bound to gets a REJECTED ack and is not
+stored.
+
+A report is stored or answered REJECTED with a reason, never acked ACCEPTED
+without being stored. Reports are ordered by receipt, never by `sample_time`
+(the node's clock): within a stream the sequence must increase, and a
+sample_time further than --max-clock-skew from our wall clock is refused. Each
+stream is paced (`ingest_limits.ReportPacer`): a client writing faster waits
+before its next report is read, so HTTP/2 flow control pushes back on it. With
+an inventory source, reports for nodes it does not know are kept for at most
+--max-unknown-nodes nodes (`ingest_limits.UnknownNodes`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Protocol
+
+import grpc
+from gpuextender.v1 import gpu_state_pb2 as pb
+from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
+from prometheus_client import Counter
+
+from gpuextender.extender.ingest.agent_identity import AgentIdentity, AgentRefused, Authenticator, node_mismatch
+from gpuextender.extender.state.gpu_summary import IdleRule, NodeSummary
+from gpuextender.extender.ingest.limits import (
+    MAX_CLOCK_SKEW_S,
+    MAX_UNKNOWN_NODES,
+    REPORT_BURST,
+    REPORTS_PER_SECOND,
+    ReportPacer,
+    UnknownNodes,
+)
+from gpuextender.extender.observe.metrics import ExtenderMetrics
+from gpuextender.extender.ingest.report_checks import clock_skew_problem, report_problem
+
+log = logging.getLogger("gpu_extender.ingest")
+
+# A misconfigured agent retries every few seconds: repeat its refusal line at most this often.
+_REPEAT_REFUSAL_S = 60.0
+
+# With authentication on, a connection past --agent-reauth-interval (gRPC max_connection_age)
+# gets this long (at most; no longer than the interval itself) to finish its stream; the agent
+# then reconnects with a fresh token.
+REAUTH_GRACE_S = 30
+
+
+class _OncePer:
+    """True for a key at most once per `period_s` (bounded: forgets everything when full)."""
+
+    def __init__(self, period_s: float, clock: Callable[[], float], max_keys: int = 10_000) -> None:
+        self._period_s, self._clock, self._max_keys = period_s, clock, max_keys
+        self._last: dict[tuple[str, ...], float] = {}
+
+    def __call__(self, *key: str) -> bool:
+        now = self._clock()
+        last = self._last.get(key)
+        if last is not None and now - last < self._period_s:
+            return False
+        if len(self._last) >= self._max_keys:
+            self._last.clear()
+        self._last[key] = now
+        return True
+
+
+class ReportStore(Protocol):
+    """Where accepted reports go: the live GpuState, or the relay to it (ingest_process.py)."""
+
+    rule: IdleRule
+
+    def summary(self, node: str) -> NodeSummary | None: ...  # None: no data held for the node
+
+    def ingest(self, report: pb.NodeReport, received_at: float) -> bool: ...
+
+
+class IngestService(pb_grpc.GpuStateServiceServicer):
+    def __init__(
+        self,
+        state: ReportStore,
+        metrics: ExtenderMetrics,
+        *,
+        requested_interval_ms: int = 0,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
+        authenticator: Authenticator | None = None,
+        max_clock_skew_s: float = MAX_CLOCK_SKEW_S,
+        known_node: Callable[[str], bool] | None = None,
+        max_unknown_nodes: int = MAX_UNKNOWN_NODES,
+        reports_per_second: float = REPORTS_PER_SECOND,
+        report_burst: int = REPORT_BURST,
+        stale_after_s: float = 0.0,
+    ) -> None:
+        """`known_node`: is this node in the inventory? None when there is no inventory source
+        (every node is allowed then). `clock` (monotonic) orders and paces reports; `wall_clock`
+        (Unix seconds) is what sample times are compared with."""
+        self._state = state
+        self._metrics = metrics
+        self._requested_interval_ms = requested_interval_ms
+        # Told to the agent in every ACCEPTED ack: what makes a change matter here (the idle rule),
+        # and how long a quiet agent may go without a heartbeat (stale_after_s; 0: not said).
+        self._idle_max_utilization = state.rule.max_utilization_percent
+        self._idle_max_memory = state.rule.max_memory_used_percent
+        self._stale_after_ms = max(0, min(2**32 - 1, round(stale_after_s * 1000)))
+        self._clock = clock
+        self._wall_clock = wall_clock
+        self._authenticator = authenticator
+        self._max_clock_skew_s = max_clock_skew_s
+        self._pace = (reports_per_second, report_burst)
+        self._unknown: UnknownNodes | None = None
+        if known_node is not None:
+            self._unknown = UnknownNodes(known_node, lambda n: state.summary(n) is not None, max_unknown_nodes)
+            metrics.unknown_nodes.set_function(self._unknown.count)
+        self._should_log = _OncePer(_REPEAT_REFUSAL_S, clock)
+        self._accepted = metrics.reports.labels(result="accepted")  # once: labels() is a lookup per call
+        self.auth_failures: Counter | None = None
+        if authenticator is not None:
+            self.auth_failures = Counter(
+                "gpu_extender_agent_auth_failures",
+                "Agent streams refused at open (missing/invalid token, wrong service account, no node-name claim, "
+                "TokenReview unavailable, peer_busy: too many reviews under way for one client address) and "
+                "reports rejected for another node than the token's, by reason.",
+                ["reason"], registry=metrics.registry,
+            )  # fmt: skip
+
+    async def StreamNodeReports(
+        self, request_iterator: AsyncIterator[pb.NodeReport], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[pb.ReportAck]:
+        node: str | None = None
+        peer = context.peer()
+        identity: AgentIdentity | None = None
+        if self._authenticator is not None:
+            try:
+                metadata = context.invocation_metadata() or ()
+                identity = await self._authenticator.authenticate(metadata, _peer_host(peer))
+            except AgentRefused as exc:
+                refusal = exc.refusal
+                self._count_auth_failure(refusal.reason)
+                if self._should_log(refusal.reason, _peer_host(peer)):
+                    log.warning("refused agent stream from %s (%s): %s", peer, refusal.code.name, refusal.message,
+                                extra={"peer": peer, "reason": refusal.reason})  # fmt: skip
+                await context.abort(refusal.code, refusal.message)
+            except Exception as exc:  # a bug or an odd API answer: refuse, say so, never UNKNOWN + traceback
+                self._count_auth_failure("review_failed")
+                if self._should_log("review_failed", _peer_host(peer)):
+                    log.warning("refused agent stream from %s: cannot verify its token: %s: %s", peer,
+                                type(exc).__name__, exc, extra={"peer": peer, "reason": "review_failed"})  # fmt: skip
+                await context.abort(grpc.StatusCode.UNAVAILABLE, "cannot verify the agent token now; retry")
+        mismatch_logged = False
+        last_sequence = 0  # sequences start at 1 (proto)
+        pacer = ReportPacer(self._clock, *self._pace)
+        try:
+            async for report in request_iterator:
+                delay = pacer.take()
+                if delay > 0.0:  # no coroutine per report: only a stream over its rate waits
+                    await self._wait_for_pace(pacer, delay)
+                mismatch = node_mismatch(identity, report.node_name) if identity is not None else None
+                if mismatch is not None:
+                    self._count_auth_failure("node_mismatch")
+                    self._count_rejected("node_mismatch")
+                    if not mismatch_logged:  # once per stream: the agent sends one a second
+                        log.warning("rejected report %d from %s: %s", report.sequence, peer, mismatch,
+                                    extra={"peer": peer, "node": report.node_name[:253], "reason": "node_mismatch"})  # fmt: skip
+                        mismatch_logged = True
+                    yield self._rejected(report, mismatch)
+                    continue
+                kind, problem = self._problem(report, node, last_sequence)
+                if problem is not None:
+                    self._count_rejected(kind)
+                    if self._should_log(kind, _peer_host(peer)):  # a line a minute per client and kind
+                        log.warning("rejected report %d for node %r from %s: %s", report.sequence,
+                                    report.node_name[:253], peer, problem,
+                                    extra={"peer": peer, "node": report.node_name[:253], "reason": kind})  # fmt: skip
+                    yield self._rejected(report, problem)
+                    continue
+                if node is None:
+                    node = report.node_name
+                    self._metrics.connected_agents.inc()
+                    log.info("agent for node %s connected (%s, agent %s%s)", node, peer, report.agent_version or "?",
+                             f", {identity.username}" if identity else "", extra={"node": node, "peer": peer})  # fmt: skip
+                if not self._state.ingest(report, self._clock()):  # not reachable on one loop; never ack it
+                    self._count_rejected("superseded")
+                    yield self._rejected(report, f"a report for node {node} received later is already stored")
+                    continue
+                last_sequence = report.sequence
+                self._accepted.inc()
+                yield pb.ReportAck(
+                    sequence=report.sequence,
+                    status=pb.ReportAck.ACCEPTED,
+                    requested_interval_ms=self._requested_interval_ms,
+                    idle_max_utilization_percent=self._idle_max_utilization,
+                    idle_max_memory_used_percent=self._idle_max_memory,
+                    stale_after_ms=self._stale_after_ms,
+                )
+        finally:
+            if node is not None:
+                self._metrics.connected_agents.dec()
+                log.info("agent for node %s disconnected (%s)", node, peer, extra={"node": node, "peer": peer})
+
+    def _problem(self, report: pb.NodeReport, node: str | None, last_sequence: int) -> tuple[str, str | None]:
+        """Why the report may not be stored, as (metric reason, sentence for the agent); (_, None) if it may."""
+        problem = report_problem(report, node)
+        if problem is not None:
+            return "invalid", problem
+        problem = clock_skew_problem(report, self._wall_clock(), self._max_clock_skew_s)
+        if problem is not None:
+            return "clock_skew", problem
+        if report.sequence <= last_sequence:
+            return "sequence", (f"sequence {report.sequence} does not increase (last stored on this stream: "
+                                f"{last_sequence}; sequences start at 1 and grow with every report)")  # fmt: skip
+        if self._unknown is not None and not self._unknown.admit(report.node_name):
+            limit = self._unknown.limit
+            return "unknown_node_limit", (
+                f"node {report.node_name!r} is not in the extender's inventory and reports of {limit} such "
+                f"node(s) are already held (--max-unknown-nodes {limit}); its reports are stored once the "
+                "node is in the inventory"
+            )  # fmt: skip
+        return "", None
+
+    async def _wait_for_pace(self, pacer: ReportPacer, delay: float) -> None:
+        """Hold the stream while it is over its rate (`delay`: the pacer's first answer): nothing
+        more is read from it meanwhile."""
+        self._metrics.paced_reports.inc()
+        self._metrics.paced_streams.inc()
+        try:
+            while delay > 0.0:
+                await asyncio.sleep(delay)
+                delay = pacer.take()
+        finally:
+            self._metrics.paced_streams.dec()
+
+    def _rejected(self, report: pb.NodeReport, reason: str) -> pb.ReportAck:
+        return pb.ReportAck(sequence=report.sequence, status=pb.ReportAck.REJECTED, reason=reason)
+
+    def _count_rejected(self, reason: str) -> None:
+        self._metrics.reports.labels(result="rejected").inc()
+        self._metrics.reports_rejected.labels(reason=reason).inc()
+
+    def _count_auth_failure(self, reason: str) -> None:
+        if self.auth_failures is not None:
+            self.auth_failures.labels(reason=reason).inc()
+
+
+def _peer_host(peer: str) -> str:
+    """`ipv4:10.0.0.5:41234` → `ipv4:10.0.0.5`: the port changes on every reconnect."""
+    host, sep, _ = peer.rpartition(":")
+    return host if sep else peer

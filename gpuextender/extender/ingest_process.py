@@ -1,0 +1,215 @@
+"""gpu-extender's ingest process: the gRPC server agents stream to, off the scheduler's loop.
+
+Why a process: on the loop that answers kube-scheduler, each agent report is several
+callbacks (gRPC's completion, the stream's coroutine, its ack) queued ahead of any HTTP
+request that arrives meanwhile. With 5,000 agents at their heartbeat (1,667 reports/s) a
+5,000-name filter's p99 grew by 4-5 ms and a shortlisted prioritize's fourfold
+(bench/bench_ingest.py); on a thread of its own it was worse (the two loops trade the
+interpreter lock). Here the reports are received, paced, authenticated and validated
+exactly as in one process (ingest.IngestService, acks included), and each accepted report
+is relayed as bytes to the extender, which stores it (relay.py): its loop sees one
+frame per ~10 ms instead of callbacks per report.
+
+Started by gpu-extender with its own argv (the same flags: TLS, agent auth, limits) and one
+end of a socketpair (`--link-fd`); frames.py says what crosses it. The extender's end
+closing (it exited) stops this process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import sys
+from collections.abc import Sequence
+
+from gpuextender.v1 import gpu_state_pb2 as pb
+from prometheus_client import disable_created_metrics, generate_latest
+
+from gpuextender.common.logs import configure_logging
+from gpuextender.extender.ingest import frames as frames
+from gpuextender.extender.ingest.agent_identity import Authenticator
+from gpuextender.extender.settings import ConfigError, ExtenderConfig, build_config
+from gpuextender.extender.state.gpu_state import GpuState
+from gpuextender.extender.state.gpu_summary import IdleRule, NodeSummary
+from gpuextender.extender.ingest.server import start_ingest_server
+from gpuextender.extender.observe.metrics import INGEST_SAMPLES, ExtenderMetrics
+from gpuextender.common.serving_tls import ServingCertificate, TlsLoadError
+
+log = logging.getLogger("gpu_extender.ingest")
+
+# Below the extender's CPU priority: where the two compete for a core, the kernel runs the
+# scheduler's call first (CFS weight 335 vs 1024, ~25 % of a contended core for ingest, which
+# 5,000 agents at their heartbeat need about; uncontended, ingest runs at full speed).
+NICE = 5
+FLUSH_S = 0.01  # a report waits at most this long before it is relayed
+FLUSH_BYTES = 1024 * 1024  # or goes at once with the batch that reaches this size
+
+
+class RelayStore:
+    """The ReportStore of this process: accepted reports wait here for the next frame to the
+    extender, the newest per node only (a full snapshot supersedes the one before, so a slow
+    extender costs at most one report per node here, never a backlog). It keeps which nodes
+    have data (the unknown-node limit counts them), as the extender does."""
+
+    def __init__(self, rule: IdleRule) -> None:
+        self.rule = rule
+        self._held: set[str] = set()
+        self._batch: dict[str, bytes] = {}
+        self._size = 0
+        self.full = asyncio.Event()  # set: send now (a full batch, or the extender asked for metrics)
+        self.metrics_asked = False
+
+    def summary(self, node: str) -> NodeSummary | None:
+        # A node with data only counts here: the summary itself lives in the extender.
+        return _HELD if node in self._held else None
+
+    def ingest(self, report: pb.NodeReport, received_at: float) -> bool:
+        node = report.node_name
+        entry = frames.report_entry(received_at, report.SerializeToString())
+        replaced = self._batch.pop(node, None)  # re-inserted last: frames keep arrival order
+        self._size += len(entry) - (len(replaced) if replaced is not None else 0)
+        self._batch[node] = entry
+        self._held.add(node)
+        if self._size >= FLUSH_BYTES:
+            self.full.set()
+        return True
+
+    def forget(self, nodes: Sequence[str]) -> None:
+        for node in nodes:
+            self._held.discard(node)
+
+    def take(self) -> bytes:
+        batch, self._batch, self._size = self._batch, {}, 0
+        self.full.clear()
+        return b"".join(batch.values())
+
+
+_HELD = NodeSummary(node="", gpu_count=0, healthy_gpus=0, idle_gpus=0, mean_utilization=None, node_error="",
+                    sequence=0, sample_time=0.0, received_at=0.0)  # fmt: skip
+
+
+async def _relay(store: RelayStore, writer: asyncio.StreamWriter, metrics: ExtenderMetrics) -> None:
+    """Send the queued reports every FLUSH_S (or when a batch is full), and the metrics when the
+    extender asks (after the reports queued before: its scrape counts what it has stored)."""
+    restricted = metrics.registry.restricted_registry(INGEST_SAMPLES)
+    while True:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(store.full.wait(), FLUSH_S)
+        batch = store.take()
+        if batch:
+            writer.write(frames.frame(frames.REPORTS, batch))
+        if store.metrics_asked:
+            store.metrics_asked = False
+            writer.write(frames.frame(frames.METRICS, generate_latest(restricted)))
+        await writer.drain()
+
+
+async def _listen(reader: asyncio.StreamReader, store: RelayStore, known: set[str]) -> None:
+    """The extender's frames, until it goes away."""
+    while True:
+        got = await frames.read_frame(reader)
+        if got is None:
+            return
+        kind, payload = got
+        if kind == frames.KNOWN:
+            known.clear()
+            known.update(frames.names(payload))
+        elif kind == frames.FORGOT:
+            store.forget(frames.names(payload))
+        elif kind == frames.ASK_METRICS:
+            store.metrics_asked = True
+            store.full.set()  # answered at once, not at the next flush
+
+
+async def _authenticator(config: ExtenderConfig) -> tuple[Authenticator | None, object | None]:
+    if not (config.kubernetes and config.agent_auth.mode == "tokenreview"):
+        return None, None
+    from gpuextender.extender.inventory.kube_watch import load_kube_config
+    from gpuextender.extender.ingest.token_review import TokenReviewer
+
+    connection = await load_kube_config(config.kubeconfig)
+    assert config.agent_auth.service_account is not None  # config guarantees it
+    reviewer = TokenReviewer(connection, config.agent_auth.service_account, config.agent_auth.audience)
+    return reviewer, reviewer
+
+
+async def serve(config: ExtenderConfig, link: socket.socket, certificate: ServingCertificate | None) -> int:
+    reader, writer = await asyncio.open_unix_connection(sock=link)
+    authenticator, reviewer = await _authenticator(config)
+    store = RelayStore(config.idle_rule)
+    metrics = ExtenderMetrics(GpuState(config.idle_rule))
+    known: set[str] = set()
+    has_inventory = config.inventory is not None or config.kubernetes
+    if has_inventory:  # the extender sends the inventory's node names first: no report waits on them
+        first = await frames.read_frame(reader)
+        if first is None or first[0] != frames.KNOWN:
+            raise frames.FrameError("expected the inventory's node names first")
+        known.update(frames.names(first[1]))
+    server, port = await start_ingest_server(config, store, metrics, certificate, authenticator,
+                                       known.__contains__ if has_inventory else None)  # fmt: skip
+    writer.write(frames.frame(frames.READY, str(port).encode()))
+    await writer.drain()
+    relay = asyncio.create_task(_relay(store, writer, metrics), name="relay")
+    listen = asyncio.create_task(_listen(reader, store, known), name="listen")
+    code = 0
+    try:
+        # Until the extender's end closes. Should the relay itself fail (a bug), exit: the
+        # extender sees the link close and stops, rather than wait for reports that never come.
+        await asyncio.wait({relay, listen}, return_when=asyncio.FIRST_COMPLETED)
+        if relay.done() and not relay.cancelled() and relay.exception() is not None:
+            if not isinstance(relay.exception(), ConnectionError):
+                log.error("relaying reports to gpu-extender failed", exc_info=relay.exception())
+            code = 1
+        if listen.done():
+            listen.result()  # a broken frame from the extender raises FrameError here
+    finally:
+        for task in (relay, listen):
+            task.cancel()
+        for task in (relay, listen):
+            with contextlib.suppress(asyncio.CancelledError, ConnectionError, frames.FrameError):
+                await task
+        await server.stop(grace=1.0)
+        close = getattr(reviewer, "close", None)
+        if close is not None:
+            await close()
+    return code
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] != ["--link-fd"] or len(argv) < 2:
+        print("gpu-extender ingest process: started by gpu-extender, not by hand", file=sys.stderr)
+        return 2
+    link = socket.socket(fileno=int(argv[1]))
+    os.nice(NICE)
+    disable_created_metrics()
+    try:
+        config = build_config(argv[2:])
+    except ConfigError as exc:
+        print(f"gpu-extender: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(config.log_level, config.log_format)
+    certificate = None
+    if config.tls is not None:
+        try:
+            certificate = ServingCertificate(config.tls)
+        except TlsLoadError as exc:
+            print(f"gpu-extender: {exc}", file=sys.stderr)
+            return 2
+    try:
+        return asyncio.run(serve(config, link, certificate))
+    except OSError as exc:
+        print(f"gpu-extender: cannot listen: {exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except frames.FrameError as exc:
+        log.error("link to gpu-extender broken: %s", exc)
+        return 1
+    except KeyboardInterrupt:  # Ctrl-C reaches the whole process group: the extender stops us
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

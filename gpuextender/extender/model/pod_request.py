@@ -1,0 +1,59 @@
+"""The question a scheduler call asks, read once from the Pod at the wire edge.
+
+Everything the decision needs from the pod (whole GPUs needed, MIG devices needed per
+profile for the configured `nvidia.com/mig-<profile>` resources, its OME identity, the
+node strategy and random seed, a display name) is read here, with the input
+checks, into one immutable `PodRequest`; nothing after this reads the raw pod.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpuextender.extender.model.bad_request import shown
+from gpuextender.extender.decide.whole_gpus import NODE_STRATEGIES
+from gpuextender.extender.model.untrusted import object_at
+from gpuextender.extender.decide.mig_devices import MigNeed, mig_profile
+from gpuextender.extender.model.ome.pod_intent import PodIdentity, pod_identity
+from gpuextender.extender.model.pod_gpus import gpus_requested, pod_ref
+
+log = logging.getLogger("gpu_extender.http")
+
+STRATEGY_ANNOTATION = "gpu-extender.io/node-strategy"
+
+
+@dataclass(frozen=True, slots=True)
+class PodRequest:
+    ref: str  # namespace/name, bounded: for logs and /explain
+    gpus_needed: int  # whole GPUs (or time-slicing replicas); 0 with no MIG need: not a GPU pod, neutral
+    identity: PodIdentity  # OME's labels and annotations
+    strategy: str  # one of decision.NODE_STRATEGIES
+    seed: str  # the random strategy's seed: --random-seed and the pod UID
+    mig_needed: MigNeed = ()  # (profile, count) per configured nvidia.com/mig-<profile> resource asked for
+
+
+def read_pod(pod: dict[str, Any], gpu_resources: Sequence[str], default_strategy: str, random_seed: str) -> PodRequest:
+    """Raises BadRequest for a pod the extender refuses (bad quantities, too many containers)."""
+    ref = pod_ref(pod)
+    meta = object_at(pod, "metadata")
+    strategy = object_at(meta, "annotations").get(STRATEGY_ANNOTATION, default_strategy)
+    if strategy not in NODE_STRATEGIES:
+        # A typo in an annotation must not block scheduling: say so, use the default.
+        log.warning("pod %s: %s=%s is not one of %s; using %s", ref, STRATEGY_ANNOTATION, shown(strategy),
+                    ", ".join(NODE_STRATEGIES), default_strategy)  # fmt: skip
+        strategy = default_strategy
+    uid = meta.get("uid")
+    whole = [r for r in gpu_resources if mig_profile(r) is None]
+    mig = tuple(sorted((profile, n) for r in gpu_resources if (profile := mig_profile(r)) is not None
+                       if (n := gpus_requested(pod, [r])) > 0))  # fmt: skip
+    return PodRequest(
+        ref=ref,
+        gpus_needed=gpus_requested(pod, whole) if whole else 0,
+        mig_needed=mig,
+        identity=pod_identity(pod),
+        strategy=strategy,
+        seed=f"{random_seed}/{uid if isinstance(uid, str) else ''}",
+    )

@@ -1,0 +1,104 @@
+"""What the extender does around a binding: the gate before each filter (binding_gate.py), the
+`bind` verb (the ledger first, then the Binding through the API server: pod_binder.py), and the
+metrics of both.
+
+The bind verb needs the pod's GPU request, which ExtenderBindingArgs does not carry: filter
+remembers it per pod UID for the pods it answered (at most `MAX_REMEMBERED`, oldest dropped;
+a pod filtered longer ago than that is bound without an early ledger record, and the watch
+records it).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from gpuextender.extender.scheduler.binding_gate import BindingGate
+from gpuextender.extender.scheduler.pod_binder import PodBinder
+from gpuextender.extender.state.pod_ledger import BoundPod, PodLedger
+from gpuextender.extender.model.pod_request import PodRequest
+from gpuextender.extender.scheduler.wire import BindingArgs, binding_result
+
+log = logging.getLogger("gpu_extender.bind")
+
+MAX_REMEMBERED = 4096  # pods filtered and not yet bound: far above one scheduler's in-flight binds
+
+
+def pod_uid(pod: dict[str, Any]) -> str:
+    meta = pod.get("metadata")
+    uid = meta.get("uid") if isinstance(meta, dict) else None
+    return uid if isinstance(uid, str) else ""
+
+
+class Bindings:
+    def __init__(self, gate: BindingGate, clock: Callable[[], float] = time.monotonic) -> None:
+        self.gate = gate
+        self.binder: PodBinder | None = None  # set with --kubernetes
+        self.ledger: PodLedger | None = None
+        self._clock = clock
+        self._remembered: dict[str, PodRequest] = {}
+        self.binds = {"bound": 0, "error": 0}
+
+    def filtered(self, uid: str, pod: PodRequest, answered: Sequence[str]) -> None:
+        """Filter answered `pod` with the nodes `answered`: its binding is now open."""
+        if not uid or not answered or (pod.gpus_needed <= 0 and not pod.mig_needed):
+            return
+        remembered = self._remembered
+        remembered.pop(uid, None)
+        if len(remembered) >= MAX_REMEMBERED:
+            del remembered[next(iter(remembered))]
+        remembered[uid] = pod
+        self.gate.decided(uid, 0 if pod.mig_needed else pod.gpus_needed, frozenset(answered))
+
+    async def bind(self, b: BindingArgs) -> dict[str, str]:
+        """ExtenderBindingResult. The pod goes into the ledger before the API call, so a filter
+        arriving meanwhile already counts it; out again if the Binding is refused."""
+        if self.binder is None:
+            self.binds["error"] += 1
+            return binding_result("this gpu-extender has no API server to bind with (it runs without --kubernetes); "
+                                  "remove bindVerb from the scheduler's extender configuration")  # fmt: skip
+        pod = self._remembered.pop(b.uid, None)
+        ledger = self.ledger
+        assumed = pod is not None and ledger is not None and ledger.assume(
+            BoundPod(b.uid, b.key, b.node, pod.gpus_needed, pod.mig_needed, "Pending", self._clock(),
+                     pod.identity.inference_service))  # fmt: skip
+        error = await self.binder.bind(b)
+        if error:
+            self.binds["error"] += 1
+            if assumed and ledger is not None:  # only what this call recorded: a retried bind's 409
+                ledger.forget(b.uid)  # ("already bound") must not drop the watch's record
+            log.warning("bind %s: %s", b.key, error, extra={"pod": b.key, "node": b.node, "verb": "bind"})
+        else:
+            self.binds["bound"] += 1
+            self.gate.bound(b.uid)  # also when the ledger does not keep it (no GPU request remembered)
+        return binding_result(error)
+
+
+class BindingsCollector(Collector):
+    def __init__(self, bindings: Bindings) -> None:
+        self._bindings = bindings
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        b, gate = self._bindings, self._bindings.gate
+        binds = CounterMetricFamily("gpu_extender_binds", "Bind verb calls by result (the Binding made, or an "
+                                    "error answered to kube-scheduler).", labels=["result"])  # fmt: skip
+        for result, count in b.binds.items():
+            binds.add_metric([result], count)
+        yield binds
+        yield CounterMetricFamily(
+            "gpu_extender_binding_races", "Filters that decided while an earlier pod's binding was not known yet, "
+            "the binding then arriving (the race the binding wait closes; with --binding-wait 0 every one).",
+            value=gate.races)  # fmt: skip
+        yield CounterMetricFamily(
+            "gpu_extender_binding_waits", "Filters that waited for an earlier pod's binding (--binding-wait).",
+            value=gate.waited)  # fmt: skip
+        yield CounterMetricFamily(
+            "gpu_extender_binding_wait_expired", "Earlier pods' bindings that did not arrive within --binding-wait "
+            "(their scheduling cycle ended without a binding, or binding is slow).", value=gate.expired)  # fmt: skip
+        yield GaugeMetricFamily("gpu_extender_bindings_open", "Pods filter answered whose binding is not known yet.",
+                                value=gate.open_count())  # fmt: skip

@@ -1,0 +1,457 @@
+"""The extender's HTTP side: kube-scheduler's `filter`, `prioritize` and (optional) `bind`
+verbs, plus /explain, /healthz, /readyz, /metrics and the fleet page (/ui: fleet_page.py).
+
+Handlers only parse, look up in-memory state, call the pure decision functions
+and encode: no API server, no NVML, no other I/O on the request path. Two exceptions,
+both bounded: a filter may first wait for an earlier pod's binding (binding_gate.py,
+--binding-wait), and `bind` creates the pod's Binding through the API server (pod_binder.py).
+Refused input gets a 4xx with a JSON reason and a log line; the server goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from itertools import islice
+from typing import Any
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+
+from gpuextender.extender.decide import whole_gpus, class_plan, reasons
+from gpuextender.extender.decide.explain import explain as explain_decision
+from gpuextender.extender.model.bad_request import BadRequest
+from gpuextender.extender.model.bad_request import shown as shown_value
+from gpuextender.extender.scheduler.binding import Bindings, BindingsCollector, pod_uid
+from gpuextender.extender.scheduler.binding_gate import BindingGate
+from gpuextender.extender.state.bound_pods import AllocatableLessBound
+from gpuextender.extender.observe.bound_pods_collector import BoundPodsCollector
+from gpuextender.extender.state.gpu_state import GpuState
+from gpuextender.extender.decide.mig_devices import mig_profile
+from gpuextender.extender.model.pod_gpus import gpus_requested
+from gpuextender.extender.state.pod_ledger import PodLedger
+from gpuextender.extender.state.inventory_view import InventoryView
+from gpuextender.extender.state.live_classes import LiveClasses, LiveClassesCollector
+from gpuextender.extender.model.ome.pod_intent import PodIdentity
+from gpuextender.extender.observe.metrics import ExtenderMetrics
+from gpuextender.extender.decide.decision import Decision
+from gpuextender.extender.decide.snapshot import Candidates, Snapshot
+from gpuextender.extender.model.pod_request import PodRequest, read_pod
+from gpuextender.extender.scheduler.wire import (
+    BYTES_PER_CONTAINER,
+    EXPLAIN_MAX_CANDIDATES,
+    MAX_CANDIDATES,
+    ExtenderArgs,
+    encode,
+    filter_result,
+    parse_binding_args,
+    parse_extender_args,
+    prioritize_result,
+)
+
+log = logging.getLogger("gpu_extender.http")
+
+_PLAN_CACHE_SIZE = 4096  # distinct OME pod identities per inventory version; cleared when full
+
+# How many failed nodes an INFO decision line names; the rest are counted (DEBUG names all).
+_LOG_FAILED_NODES = 5
+
+
+# Bounds on one scheduler call; why these values: the --max-body-bytes and --body-read-timeout help.
+DEFAULT_MAX_BODY_BYTES = 2 * 1024**2
+DEFAULT_BODY_READ_TIMEOUT_S = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class ApiSettings:
+    policy: whole_gpus.Policy
+    gpu_resources: tuple[str, ...] = ("nvidia.com/gpu",)
+    compact_priorities: bool = True
+    shortlist: int = 0  # filter answers at most this many passing nodes, the best (decision.py); 0: all
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_candidates: int = MAX_CANDIDATES
+    body_read_timeout_s: float = DEFAULT_BODY_READ_TIMEOUT_S
+    path_prefix: str = ""
+    default_class_policy: str = "FirstAvailable"
+    runtime_check: str = "warn"  # enforce | warn | off
+    node_strategy: str = "spread"  # whole_gpus.NODE_STRATEGIES; a pod annotation may pick another
+    random_seed: str = ""
+    readiness_grace_s: float = 0.0  # /readyz waits up to this long for every GPU node's agent data
+    fleet_page: bool = True  # GET /ui, /ui/fleet.json, POST /ui/explain (fleet_page.py); False: not routed
+    # How long a filter waits for earlier pods' bindings (binding_gate.py); 0: not at all. Only
+    # meaningful where bindings are seen (--kubernetes: the pod watch, the bind verb).
+    binding_wait_s: float = 0.0
+
+
+class SchedulerApi:
+    def __init__(
+        self,
+        state: GpuState,
+        metrics: ExtenderMetrics,
+        settings: ApiSettings,
+        inventory: Callable[[], InventoryView] = InventoryView,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.state = state
+        self.metrics = metrics
+        self.settings = settings
+        self._inventory = inventory  # the current inventory snapshot (never I/O)
+        self._clock = clock
+        self.serving = False
+        self._plans: dict[PodIdentity, class_plan.ClassPlan] = {}
+        self._plan_version = -1
+        self.inventory_ready: Callable[[], bool] = lambda: True
+        # Bound pods (pod_ledger.py), set by main once its source runs; the state takes them off too.
+        self.ledger: PodLedger | None = None
+        self.bindings = Bindings(BindingGate(settings.binding_wait_s, clock), clock)
+        self._whole_resources = [r for r in settings.gpu_resources if mig_profile(r) is None]
+        metrics.registry.register(BindingsCollector(self.bindings))
+        self._grace_deadline: float | None = None  # set by the first readiness check
+        self._agents_in = False
+        self.classes = LiveClasses(state)
+        metrics.registry.register(LiveClassesCollector(self.classes, inventory))
+
+    def count_bound_pods(self, ledger: PodLedger) -> None:
+        """Decide with the ledger's bound pods taken off what their nodes offer (bound_pods.py)."""
+        self.ledger = self.bindings.ledger = ledger
+        self.state.count_bound_pods(ledger.pods_on)
+        ledger.on_change(self.state.bound_pods_changed)
+        ledger.on_bound(self.bindings.gate.bound)
+        self.metrics.registry.register(BoundPodsCollector(self.state, ledger, self._clock))
+
+    async def settle(self, args: ExtenderArgs) -> None:
+        """Before a filter decides: wait for earlier pods' bindings that could change its verdicts."""
+        gate = self.bindings.gate
+        if not gate.open_count():
+            return
+        try:
+            need = gpus_requested(args.pod, self._whole_resources)
+        except BadRequest:
+            return  # decide() refuses it with the reason
+        summary, now, stale_after = self.state.summary, self._clock(), self.settings.policy.stale_after_s
+
+        def idle_of(node: str) -> int | None:
+            s = summary(node)
+            return s.idle_gpus if s is not None and now - s.received_at <= stale_after else None
+
+        await gate.settle(pod_uid(args.pod), need, idle_of)
+
+    def not_ready_reason(self) -> str | None:
+        if not self.serving:
+            return "starting"
+        if not self.inventory_ready():
+            return "waiting for the first full inventory list"
+        return self._waiting_for_agents()
+
+    def _waiting_for_agents(self) -> str | None:
+        """A replica that has just started has no GPU data: every node would look idle to
+        it until the agents find it (their next --resolve-interval). Under
+        --readiness-grace it stays unready until every GPU node in the inventory has
+        reported, or the grace has passed; then it is ready for good (no flapping)."""
+        grace = self.settings.readiness_grace_s
+        if self._agents_in or grace <= 0:
+            return None
+        now = self._clock()
+        if self._grace_deadline is None:
+            self._grace_deadline = now + grace
+        view = self._inventory()
+        gpu_nodes = [n for n, count in view.allocatable_gpus.items() if count > 0]
+        missing = sum(1 for n in gpu_nodes if self.state.summary(n) is None)
+        if now >= self._grace_deadline or (gpu_nodes and not missing):
+            self._agents_in = True
+            log.info("ready: %d of %d GPU node(s) have reported (%s)", len(gpu_nodes) - missing, len(gpu_nodes),
+                     "all in" if not missing else f"--readiness-grace {grace:g}s passed")  # fmt: skip
+            return None
+        return (f"waiting for agent data: {missing} of {len(gpu_nodes)} GPU node(s) not reported yet "
+                f"(--readiness-grace, {self._grace_deadline - now:.0f}s left)")
+
+    def inventory(self) -> InventoryView:
+        """The current inventory snapshot."""
+        return self._inventory()
+
+    def now(self) -> float:
+        """The clock GPU data age is judged on (monotonic seconds)."""
+        return self._clock()
+
+    def decide(self, args: ExtenderArgs) -> Decision:
+        """The question (the pod, read once; the candidates) against what we know now."""
+        settings = self.settings
+        pod = read_pod(args.pod, settings.gpu_resources, settings.node_strategy, settings.random_seed)
+        view = self._inventory()
+        allocatable = args.allocatable(settings.gpu_resources, view.allocatable_gpus)
+        ledger = self.ledger
+        if ledger is not None and len(ledger):  # nodes without usable agent data: less their bound pods
+            allocatable = AllocatableLessBound(allocatable, ledger.pods_on)
+        candidates = Candidates(args.candidate_names(), allocatable)
+        classes = self.classes
+        known = Snapshot(self.state.summary, view, classes.classes_by_node(view), self._clock(), settings.policy,
+                         nodes_in=lambda wanted: classes.nodes_in(view, wanted),
+                         excluded=lambda node: classes.excluded(view, node),
+                         bound_pods=ledger.pods_on if ledger is not None else lambda node: (),
+                         reported=self.state.reported)  # fmt: skip
+        return Decision(pod, self._plan(pod, view), candidates, known, settings.shortlist)
+
+    def _plan(self, pod: PodRequest, view: InventoryView) -> class_plan.ClassPlan:
+        """The pod's class plan. It depends only on the pod's OME identity and the
+        inventory, so it is computed once per (inventory version, identity): the
+        replicas of one InferenceService and filter+prioritize share it."""
+        if pod.gpus_needed <= 0:
+            return class_plan.ClassPlan(False)
+        if self._plan_version != view.version or len(self._plans) >= _PLAN_CACHE_SIZE:
+            self._plans.clear()
+            self._plan_version = view.version
+        plan = self._plans.get(pod.identity)
+        if plan is None:
+            plan = class_plan.plan_classes(pod.identity, view, self.settings.default_class_policy,
+                                          self.settings.runtime_check)  # fmt: skip
+            self._plans[pod.identity] = plan
+        return plan
+
+    # The three verbs render one Decision each.
+
+    def filter(self, args: ExtenderArgs) -> dict[str, Any]:
+        d = self.decide(args)
+        plan = d.plan
+        if plan.incompatible:
+            log.warning("filter %s: %s", d.pod.ref, plan.incompatible,
+                        extra={"pod": d.pod.ref, "verb": "filter", "reason": plan.incompatible_reason.code})  # fmt: skip
+        if plan.runtime_warning or plan.incompatible_reason is reasons.RUNTIME_INCOMPATIBLE and plan.incompatible:
+            self.metrics.runtime_incompatible.labels(mode=self.settings.runtime_check).inc()
+        if plan.no_class:  # logged once per plan, in placement
+            self.metrics.class_policy_no_class.labels(reason=plan.no_class).inc()
+        if plan.runtime_warning:
+            log.warning("filter %s: runtime cannot serve the model (--runtime-check warn, not enforced): %s",
+                        d.pod.ref, plan.runtime_warning)  # fmt: skip
+        self._record_filter(d)
+        answered = d.answered
+        self.bindings.filtered(pod_uid(args.pod), d.pod, answered.passed)
+        return filter_result(args, answered)
+
+    def prioritize(self, args: ExtenderArgs) -> list[dict[str, Any]]:
+        d = self.decide(args)
+        if log.isEnabledFor(logging.DEBUG):
+            log.debug("prioritize %s (needs %d GPU): %s", d.pod.ref, d.pod.gpus_needed,
+                      ", ".join(f"{name}={score}" for name, score in d.scores))  # fmt: skip
+        return prioritize_result(d.scores, compact=self.settings.compact_priorities)
+
+    def explain(self, args: ExtenderArgs) -> dict[str, Any]:
+        if args.node_names is not None or args.nodes is not None:
+            return explain_decision(self.decide(args))
+        # No candidates named (`gpu-extender explain POD.yaml`, the fleet page's form): every node the
+        # inventory or the agents know, by name, as many as one /explain takes.
+        known = sorted(set(self._inventory().node_labels).union(self.state.node_names()))
+        args.node_names = known[:EXPLAIN_MAX_CANDIDATES]
+        answer = explain_decision(self.decide(args))
+        answer["candidates"] = {"source": "every known node", "known": len(known), "explained": len(args.node_names)}
+        return answer
+
+    def _record_filter(self, d: Decision) -> None:
+        m, outcome, needed, held_back = self.metrics, d.filtered, d.pod.gpus_needed, len(d.held_back)
+        m.filter_nodes.labels(result="passed").inc(len(outcome.passed) - held_back)
+        m.filter_nodes.labels(result="failed").inc(len(outcome.failed))
+        if held_back:
+            m.filter_nodes.labels(result="held_back").inc(held_back)
+        for reason, count in Counter(outcome.failed.values()).items():
+            m.filter_failures.labels(reason=reason.code).inc(count)
+        if outcome.fallback:
+            m.filter_fallbacks.inc()
+        if outcome.assumed:
+            m.filter_assumed_passes.inc(len(outcome.assumed))
+        mig = d.pod.mig_needed
+        if needed == 0 and not mig:
+            log.debug("filter %s: needs no GPU, all %d node(s) pass", d.pod.ref, len(outcome.passed))
+            return
+        if not log.isEnabledFor(logging.INFO):
+            return
+        # Name a few failed nodes with their numbers (all at DEBUG); the text is built only for those.
+        limit = len(outcome.failed) if log.isEnabledFor(logging.DEBUG) else _LOG_FAILED_NODES
+        shown = [_failure_text(reason.code, d.assess(name)) for name, reason in islice(outcome.failed.items(), limit)]
+        more = f" and {len(outcome.failed) - len(shown)} more" if len(outcome.failed) > len(shown) else ""
+        log.info(
+            "filter %s needs %d GPU%s: %d passed%s%s, %d failed%s%s",
+            d.pod.ref, needed, "".join(f", {n} MIG {p}" for p, n in mig), len(outcome.passed),
+            f" ({len(outcome.passed) - held_back} best answered, --shortlist {d.shortlist})" if held_back else "",
+            " (no node fit: passing the busy/stale ones, kube-scheduler decides)" if outcome.fallback else
+            f" (on assumed data: no node with fresh GPU data fits; {_names(outcome.assumed)})" if outcome.assumed
+            else "",
+            len(outcome.failed), (": " + "; ".join(shown)) if shown else "", more,
+        )  # fmt: skip
+
+
+def _failure_text(code: str, a: whole_gpus.NodeAssessment) -> str:
+    """The reason the node failed (class or GPU rules), with its GPU numbers."""
+    assumed = ", assumed" if a.assumed else ""  # the numbers are not measured: idle = needed
+    return (f"{a.name}: {code} (idle {_n(a.idle_gpus)}, healthy {_n(a.healthy_gpus)}/{_n(a.gpu_count)}, "
+            f"data {a.data.value}{assumed})")
+
+
+def _names(names: list[str]) -> str:
+    shown = ", ".join(names[:_LOG_FAILED_NODES])
+    return shown + (f" and {len(names) - _LOG_FAILED_NODES} more" if len(names) > _LOG_FAILED_NODES else "")
+
+
+def _n(value: int | None) -> str:
+    return "?" if value is None else str(value)
+
+
+def _json(payload: Any, status: int = 200) -> web.Response:
+    return web.Response(body=encode(payload), status=status, content_type="application/json")
+
+
+# The status counted in gpu_extender_requests_total when the client hung up before its body
+# was complete (nginx's convention): nobody reads the answer, and it is not our error.
+CLIENT_CLOSED = 499
+# The accept queue we ask for: at aiohttp's 128, 1,000 calls arriving at once overflowed it and
+# the kernel reset connections. The kernel caps it at net.core.somaxconn anyway.
+LISTEN_BACKLOG = 4096
+
+
+class _Refused(Exception):
+    """A request refused before its body was parsed; `close` drops the connection after."""
+
+    def __init__(self, status: int, code: str, message: str, *, close: bool = False) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.close = status, code, message, close
+
+
+class _HungUp(Exception):
+    """The client closed the connection before its body was complete."""
+
+
+async def _read_body(request: web.Request, settings: ApiSettings) -> bytes:
+    """The body, refused before any of it is read when its encoding or declared size is wrong."""
+    encoding = ", ".join(request.headers.getall("Content-Encoding", ()))  # every header, not the first
+    if any(token.strip().lower() not in ("", "identity") for token in encoding.split(",")):
+        # kube-scheduler never compresses; a compressed body is refused unread, never inflated
+        # (a 2 MB gzip body of zeros is 2 GiB). The AppRunner must not auto-decompress: new_runner().
+        raise _Refused(415, "unsupported_encoding", f"Content-Encoding {shown_value(encoding)} is not accepted: "
+                       "send the body uncompressed (identity), as kube-scheduler does")  # fmt: skip
+    if request.content_length is not None and request.content_length > settings.max_body_bytes:
+        raise _too_large(settings)  # declared: refused before reading a byte
+    try:
+        async with asyncio.timeout(settings.body_read_timeout_s):
+            return await request.read()
+    except TimeoutError:
+        raise _Refused(408, "body_timeout", f"request body not complete within {settings.body_read_timeout_s:g}s "
+                       "(--body-read-timeout); closing the connection", close=True) from None  # fmt: skip
+    except web.HTTPRequestEntityTooLarge:  # chunked: refused once the limit is passed
+        raise _too_large(settings) from None
+    except web.RequestPayloadError as exc:  # broken chunked framing and the like
+        raise _Refused(400, "bad_body", f"request body could not be read: {shown_value(str(exc))}") from None
+    except ConnectionError:
+        raise _HungUp from None
+
+
+def _too_large(settings: ApiSettings) -> _Refused:
+    return _Refused(413, "too_large", f"request body is larger than {settings.max_body_bytes} bytes; raise "
+                    "--max-body-bytes or configure kube-scheduler with nodeCacheCapable: true")  # fmt: skip
+
+
+def new_runner(app: web.Application, **options: Any) -> web.AppRunner:
+    """The AppRunner for build_app(): aiohttp inflates compressed bodies as they arrive,
+    even ones the handler refuses unread; auto_decompress=False keeps them compressed."""
+    return web.AppRunner(app, auto_decompress=False, **options)
+
+
+def listen_backlog(somaxconn: str = "/proc/sys/net/core/somaxconn") -> int:
+    """LISTEN_BACKLOG, or the kernel's cap when that is lower (said once in the log)."""
+    try:
+        with open(somaxconn) as f:
+            cap = int(f.read())
+    except (OSError, ValueError):
+        return LISTEN_BACKLOG
+    if cap < LISTEN_BACKLOG:
+        log.warning("net.core.somaxconn is %d: the scheduler API's accept queue holds only that many "
+                    "connections arriving at once (raise the sysctl to %d)", cap, LISTEN_BACKLOG)  # fmt: skip
+    return max(1, min(cap, LISTEN_BACKLOG))
+
+
+def build_app(api: SchedulerApi) -> web.Application:
+    settings = api.settings
+    metrics = api.metrics
+    max_containers = settings.max_body_bytes // BYTES_PER_CONTAINER
+
+    def refuse(verb: str, request: web.Request, status: int, code: str, message: str) -> web.Response:
+        metrics.bad_requests.labels(verb=verb, reason=code).inc()
+        log.warning("%s: refused request from %s: %s", verb, request.remote, message,
+                    extra={"verb": verb, "reason": code, "peer": request.remote})  # fmt: skip
+        response = _json({"error": message, "reason": code}, status=status)
+        if status == 415:
+            response.headers["Accept-Encoding"] = "identity"  # RFC 7694: what we do accept
+        return response
+
+    def decided(decide: Callable[[ExtenderArgs], Any], max_candidates: int = settings.max_candidates,
+                nodes_optional: bool = False, settle: bool = False) -> Callable[[bytes], Awaitable[Any]]:  # fmt: skip
+        """A verb that answers ExtenderArgs; `settle`: first wait for earlier pods' bindings (binding_gate.py)."""
+        async def respond(body: bytes) -> Any:
+            args = parse_extender_args(body, max_candidates=max_candidates, max_containers=max_containers,
+                                       nodes_optional=nodes_optional)  # fmt: skip
+            if settle:
+                await api.settle(args)
+            return decide(args)
+
+        return respond
+
+    async def bind(body: bytes) -> Any:
+        return await api.bindings.bind(parse_binding_args(body))
+
+    def scheduler_verb(
+        verb: str, respond: Callable[[bytes], Awaitable[Any]]
+    ) -> Callable[[web.Request], Awaitable[web.Response]]:
+        async def handle(request: web.Request) -> web.Response:
+            started = time.perf_counter()
+            try:
+                body = await _read_body(request, settings)
+                response = _json(await respond(body))
+            except BadRequest as exc:
+                response = refuse(verb, request, 400, exc.code, exc.message)
+            except _Refused as exc:
+                response = refuse(verb, request, exc.status, exc.code, exc.message)
+                if exc.close:
+                    response.force_close()  # no lingering: a half-sent body must not hold the connection
+            except _HungUp:
+                log.info("%s: client %s hung up before its request body was complete", verb, request.remote)
+                response = web.Response(status=CLIENT_CLOSED)  # never sent; counted below
+            except Exception:
+                log.exception("%s: internal error", verb)
+                response = _json({"error": "internal error; see the gpu-extender log", "reason": "internal"}, 500)
+            metrics.requests.labels(verb=verb, code=str(response.status)).inc()
+            metrics.request_duration.labels(verb=verb).observe(time.perf_counter() - started)
+            return response
+
+        return handle
+
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok\n")
+
+    async def readyz(_: web.Request) -> web.Response:
+        reason = api.not_ready_reason()
+        if reason is not None:
+            return web.Response(status=503, text=f"not ready: {reason}\n")
+        return web.Response(text=f"ready ({len(api.state)} node(s) with GPU data)\n")
+
+    async def get_metrics(_: web.Request) -> web.Response:
+        if metrics.relayed is not None:  # the ingest series, asked of the ingest process now
+            await metrics.relayed.refresh()
+        return web.Response(body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+    app = web.Application(client_max_size=settings.max_body_bytes)
+    prefix = settings.path_prefix.rstrip("/")
+    app.router.add_post(f"{prefix}/filter", scheduler_verb("filter", decided(api.filter, settle=True)))
+    app.router.add_post(f"{prefix}/prioritize", scheduler_verb("prioritize", decided(api.prioritize)))
+    app.router.add_post(f"{prefix}/bind", scheduler_verb("bind", bind))
+    app.router.add_post(f"{prefix}/explain", scheduler_verb(
+        "explain", decided(api.explain, min(settings.max_candidates, EXPLAIN_MAX_CANDIDATES), nodes_optional=True)))  # fmt: skip
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/metrics", get_metrics)
+    if settings.fleet_page:
+        from gpuextender.extender.ui.fleet_page import add_routes  # imports this module
+
+        add_routes(app, api, prefix, scheduler_verb)
+    return app
+

@@ -1,0 +1,241 @@
+"""kube-scheduler's extender wire format (k8s.io/kube-scheduler/extender/v1).
+
+Requests (`ExtenderArgs`) use Go field names with no json tags: `Pod`, `Nodes`,
+`NodeNames`, with the unused one sent as `null`. Go decodes keys
+case-insensitively, so we read them case-insensitively too, and answer with the
+exact Go casing. Scores must be JSON integers: a float makes Go discard the
+whole prioritize answer.
+
+With nodeCacheCapable=true the scheduler sends `NodeNames` and reads
+`NodeNames` back; with false it sends full Node objects in `Nodes.items` and
+reads back the passing Node objects, which we echo unchanged. Answering in the
+other mode silently rejects every node, so the answer always mirrors the request.
+
+Parsing runs on the event loop, so what one body may make us do is bounded before
+the work: at most `max_candidates` nodes, at most one JSON object or array per
+`BYTES_PER_CONTAINER` bytes of the body limit (counted with bytes.count before
+orjson builds them), and quantities bounded in gpuextender/extender/model/pod_gpus.py.
+"""
+
+from __future__ import annotations
+
+import orjson
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpuextender.extender.model.bad_request import BadRequest, shown
+from gpuextender.extender.decide.whole_gpus import FilterOutcome
+from gpuextender.extender.model.pod_gpus import MAX_GPU_COUNT, parse_count
+
+# kube-scheduler sends at most every node of the cluster. Upstream Kubernetes supports 5,000
+# nodes and some managed offerings 15,000; refusing a real cluster's call would stall every GPU
+# pod, so the bound is the larger. filter and prioritize cost ~0.7 / ~1.5 us per unknown name
+# (bench/bench_hostile_http.py): 15,000 hold the loop ~25 ms at most.
+MAX_CANDIDATES = 15_000
+# /explain, a person's tool, costs ~6 us per name: it takes at most this many (~30 ms).
+EXPLAIN_MAX_CANDIDATES = 5_000
+# Real requests hold one JSON object or array per ~33 bytes (a pod: 2,300 B / 68; a full Node:
+# 3,465 B / 105). An empty one costs orjson ~100 ns to build, as much as ~10 bytes of string:
+# without this bound a body of `[[],[],...]` held the loop 3x longer than real JSON of its size.
+BYTES_PER_CONTAINER = 16
+
+
+@dataclass(slots=True)
+class ExtenderArgs:
+    pod: dict[str, Any]
+    node_names: list[str] | None  # nodeCacheCapable: true
+    nodes: list[dict[str, Any]] | None  # nodeCacheCapable: false (full Node objects)
+    nodes_metadata: Any = None
+
+    def candidate_names(self) -> list[str]:
+        """Candidate node names, in request order."""
+        if self.nodes is not None:
+            return [n["metadata"]["name"] for n in self.nodes]  # checked in parse_extender_args
+        return self.node_names or []
+
+    def allocatable(self, gpu_resources: Sequence[str], inventory: Mapping[str, int]) -> Mapping[str, int]:
+        """Allocatable GPUs per node: from the Node objects when the scheduler sent
+        them, otherwise from the inventory (nodes missing there are unknown)."""
+        if self.nodes is None:
+            return inventory
+        counts = {}
+        for i, node in enumerate(self.nodes):
+            count = _allocatable_gpus(node, i, gpu_resources)
+            if count is not None:
+                counts[node["metadata"]["name"]] = count
+        return counts
+
+
+def _allocatable_gpus(node: dict[str, Any], i: int, gpu_resources: Sequence[str]) -> int | None:
+    status = node.get("status")
+    allocatable = status.get("allocatable") if isinstance(status, dict) else None
+    if not isinstance(allocatable, dict):
+        return None
+    present = [name for name in gpu_resources if name in allocatable]
+    if not present:
+        return 0  # a Node object that lists no GPU resource has none
+    total = sum(parse_count(allocatable[n], f"Nodes.items[{i}].status.allocatable[{n}]") for n in present)
+    if total > MAX_GPU_COUNT:
+        raise BadRequest("too_many_gpus", f"Nodes.items[{i}] has {total} allocatable devices in total; "
+                         f"at most {MAX_GPU_COUNT} (2**31)")  # fmt: skip
+    return total
+
+
+def _top_level(document: Any) -> dict[str, Any]:
+    if not isinstance(document, dict):
+        raise BadRequest("wrong_type", f"body must be a JSON object (ExtenderArgs), got {type(document).__name__}")
+    lowered: dict[str, Any] = {}
+    for key, value in document.items():
+        low = key.lower()
+        if low in lowered:
+            raise BadRequest("duplicate_key", f"key {shown(key)} appears twice (keys are case-insensitive)")
+        lowered[low] = value
+    return lowered
+
+
+def parse_extender_args(
+    body: bytes, *, max_candidates: int = MAX_CANDIDATES, max_containers: int | None = None,
+    nodes_optional: bool = False,
+) -> ExtenderArgs:
+    """`max_containers`: JSON objects + arrays allowed (None: no bound; the server passes
+    its body limit / BYTES_PER_CONTAINER). `nodes_optional` (/explain): a body naming no
+    candidates is the question "which of all the nodes you know?" (both fields stay None)."""
+    # '{' and '[' inside strings count too: an over-estimate, checked at C speed.
+    if max_containers is not None and (count := body.count(b"{") + body.count(b"[")) > max_containers:
+        raise BadRequest("too_complex", f"body has {count} '{{' and '[' (JSON objects and arrays); at most "
+                         f"{max_containers}, one per {BYTES_PER_CONTAINER} bytes of --max-body-bytes")  # fmt: skip
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest("malformed_json", f"body is not valid JSON: {exc}") from None
+    top = _top_level(document)
+    pod = top.get("pod")
+    if pod is None:
+        raise BadRequest("missing_pod", "ExtenderArgs has no Pod")
+    if not isinstance(pod, dict):
+        raise BadRequest("wrong_type", f"Pod must be an object, got {type(pod).__name__}")
+
+    node_names = top.get("nodenames")
+    if node_names is not None:
+        _check_candidates("NodeNames", node_names, max_candidates)
+        # C-speed checks: this runs over every candidate name of every call.
+        if not set(map(type, node_names)) <= {str} or "" in node_names:
+            raise BadRequest("wrong_type", "NodeNames must be a list of non-empty strings")
+
+    nodes = None
+    nodes_metadata: Any = None
+    node_list = top.get("nodes")
+    if node_list is not None:
+        if not isinstance(node_list, dict) or not isinstance(node_list.get("items"), list):
+            raise BadRequest("wrong_type", "Nodes must be a NodeList object with an items list")
+        nodes = node_list["items"]
+        _check_candidates("Nodes.items", nodes, max_candidates)
+        nodes_metadata = node_list.get("metadata", {})
+        for i, node in enumerate(nodes):
+            meta = node.get("metadata") if isinstance(node, dict) else None
+            if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
+                raise BadRequest("wrong_type", f"Nodes.items[{i}] has no metadata.name")
+        _check_echoable(nodes_metadata, nodes)
+    if node_names is None and nodes is None and not nodes_optional:
+        raise BadRequest("missing_nodes", "ExtenderArgs has neither NodeNames nor Nodes")
+    return ExtenderArgs(pod=pod, node_names=node_names, nodes=nodes, nodes_metadata=nodes_metadata)
+
+
+def _check_candidates(field: str, value: Any, max_candidates: int) -> None:
+    if not isinstance(value, list):
+        raise BadRequest("wrong_type", f"{field} must be a list, got {type(value).__name__}")
+    if len(value) > max_candidates:
+        raise BadRequest("too_many_nodes", f"{field} has {len(value)} candidate nodes; at most {max_candidates} "
+                         "per call (--max-candidates)")  # fmt: skip
+
+
+def _check_echoable(metadata: Any, items: list[Any]) -> None:
+    """filter echoes the passing Node objects: refuse now what orjson cannot encode
+    (nesting deeper than 254 levels; orjson reads up to 1,024), not with a 500 later.
+    Encoded in the answer's own shape, so the depth is the one the answer will have."""
+    try:
+        orjson.dumps({"Nodes": {"metadata": metadata, "items": items}})
+    except orjson.JSONEncodeError as exc:
+        raise BadRequest("too_deep", f"Nodes cannot be echoed in the answer: {exc} "
+                         "(JSON nested deeper than 254 levels)") from None
+
+
+def filter_result(args: ExtenderArgs, outcome: FilterOutcome) -> dict[str, Any]:
+    """ExtenderFilterResult in the request's mode; every rejected node has a reason."""
+    result: dict[str, Any] = {}
+    if args.node_names is not None:
+        result["NodeNames"] = outcome.passed
+    if args.nodes is not None:
+        passed = set(outcome.passed)
+        result["Nodes"] = {
+            "metadata": args.nodes_metadata if args.nodes_metadata is not None else {},
+            "items": [n for n in args.nodes if n["metadata"]["name"] in passed],
+        }
+    failed: dict[str, str] = {}
+    unresolvable: dict[str, str] = {}
+    for name, reason in outcome.failed.items():
+        (unresolvable if reason.unresolvable else failed)[name] = reason.message
+    result["FailedNodes"] = failed
+    result["FailedAndUnresolvableNodes"] = unresolvable
+    result["Error"] = ""
+    return result
+
+
+def prioritize_result(scores: Sequence[tuple[str, int]], *, compact: bool) -> list[dict[str, Any]]:
+    """HostPriorityList. kube-scheduler adds `Score * weight * 10` to each node's
+    total and counts a missing node as 0, so `compact` subtracts the lowest score
+    from all and leaves out the zeros: the ranking is unchanged and the scheduler
+    has less to decode (all-equal scores give an empty list)."""
+    if not compact:
+        return [{"Host": name, "Score": int(score)} for name, score in scores]
+    floor = min((score for _, score in scores), default=0)
+    return [{"Host": name, "Score": int(score - floor)} for name, score in scores if score > floor]
+
+
+def encode(payload: Any) -> bytes:
+    # orjson: the full-Node mode echoes megabytes of Node objects, ~6x faster than json.
+    return orjson.dumps(payload)
+
+
+MAX_BIND_FIELD_CHARS = 253  # a DNS subdomain (node and pod names); namespaces and UIDs are shorter
+
+
+@dataclass(frozen=True, slots=True)
+class BindingArgs:
+    """ExtenderBindingArgs: the pod kube-scheduler decided to bind, and where."""
+
+    pod_name: str
+    namespace: str
+    uid: str
+    node: str
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.pod_name}"
+
+
+def parse_binding_args(body: bytes) -> BindingArgs:
+    """`{"PodName", "PodNamespace", "PodUID", "Node"}` (keys case-insensitive, as Go decodes them);
+    every field a non-empty string of at most MAX_BIND_FIELD_CHARS."""
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise BadRequest("malformed_json", f"body is not valid JSON: {exc}") from None
+    top = _top_level(document)
+    values = []
+    for field_name in ("PodName", "PodNamespace", "PodUID", "Node"):
+        value = top.get(field_name.lower())
+        if not isinstance(value, str) or not value:
+            raise BadRequest("missing_field", f"ExtenderBindingArgs.{field_name} must be a non-empty string, "
+                             f"got {shown(value)}")  # fmt: skip
+        if len(value) > MAX_BIND_FIELD_CHARS:
+            raise BadRequest("too_long", f"ExtenderBindingArgs.{field_name} is {len(value)} characters; at most "
+                             f"{MAX_BIND_FIELD_CHARS}")  # fmt: skip
+        values.append(value)
+    return BindingArgs(*values)
+
+
+def binding_result(error: str = "") -> dict[str, str]:
+    """ExtenderBindingResult: an empty Error means bound."""
+    return {"Error": error}

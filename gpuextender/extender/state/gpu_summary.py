@@ -1,0 +1,252 @@
+"""Per-node GPU summary, computed once when a report arrives (never per request).
+
+Idle rule (from the LLM inference autotuner): a GPU is idle when it is healthy,
+its utilization is below `max_utilization_percent` AND its memory used is below
+`max_memory_used_percent` of its total. A reading the GPU does not provide (e.g.
+utilization on a MIG-enabled GPU) does not count against idleness; the other
+reading decides.
+
+Counts are in units of the GPU resource a pod requests, as the device plugin
+advertises them: one per whole GPU, `replicas` per GPU shared by time-slicing or
+MPS (a node with 8 GPUs and replicas 4 advertises and is counted as 32). Per GPU:
+- units:     replicas when shared (time-slicing, MPS; 1 when the agent does not
+             know), 1 when exclusive or unknown; a MIG-enabled GPU's capacity is
+             its MIG instances (other resources), so it offers 0 whole-GPU units.
+- free:      allocation known (the agent read the kubelet): units minus the
+             distinct device IDs its holders hold (an exclusive GPU with any holder
+             is not free); allocation unknown (agent before 0.2, kubelet not
+             readable): all its units, the idle readings alone decide (today's rule).
+- available: free units of a healthy GPU that is idle by the rule above. For a
+             shared GPU the readings judge the whole physical GPU: its free
+             replicas count only while it is idle enough.
+A node's idle_gpus is the sum of available units; degraded_idle_gpus is the part of
+it on GPUs the agent reports DEGRADED (usable, ranked lower: see whole_gpus.py).
+Allocated-but-idle GPUs (held by a pod, idle by the rule) are counted per node and
+per namespace of their holders: the waste platform teams hunt. MIG instances are
+counted per profile (mig_devices matches `nvidia.com/mig-<profile>` requests to them:
+on a healthy GPU in MIG mode, free when no pod holds the instance where allocation
+is known, idle when its memory used is below the threshold). How well the
+available whole GPUs connect (NVLink, PCIe switch, NUMA node) is looked up per set
+size in gpu_topology's per-topology table.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from gpuextender.v1 import gpu_state_pb2 as pb
+
+from gpuextender.extender.state.gpu_topology import set_tiers, tier_for
+
+# Set sizes whose quality class is precomputed per report: up to 64 GPUs (or replicas) per pod.
+QUALITY_SIZES = 65
+_TIME_SLICING, _MPS, _MIG, _DEGRADED = pb.SHARING_TIME_SLICING, pb.SHARING_MPS, pb.SHARING_MIG, pb.HEALTH_DEGRADED
+ALLOCATION_FROM_KUBELET = "kubelet"
+ALLOCATION_BEFORE_0_2 = "unknown (agent before 0.2)"
+
+# Each GPU's state as the rules above see it (NodeSummary.gpus: the fleet page's cells), first
+# match wins: unhealthy; degraded (healthy but DEGRADED); held by a pod (allocation known) and
+# busy or idle by the idle rule; else free and busy or idle. Allocation unknown: every GPU is
+# free, as the decision counts it. A shared GPU with any replica held counts as allocated.
+GPU_FREE_IDLE, GPU_FREE_BUSY, GPU_ALLOCATED_BUSY, GPU_ALLOCATED_IDLE, GPU_DEGRADED, GPU_UNHEALTHY = range(6)
+# (NVML index, state, utilization %, memory used %); a reading NVML did not give: None.
+GpuCell = tuple[int, int, int | None, float | None]
+
+
+@dataclass(frozen=True, slots=True)
+class IdleRule:
+    max_utilization_percent: float = 30.0
+    max_memory_used_percent: float = 50.0
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSummary:
+    node: str
+    gpu_count: int  # units (module docstring): whole GPUs, or replicas of shared ones
+    healthy_gpus: int  # units on healthy GPUs
+    idle_gpus: int  # available units: healthy, idle, and free (not held) when allocation is known
+    mean_utilization: float | None  # over GPUs that report utilization
+    node_error: str  # NVML unusable on the node (then healthy_gpus is 0)
+    sequence: int
+    sample_time: float  # Unix seconds, agent clock
+    received_at: float  # extender monotonic clock: freshness is judged on our own clock
+    # -- from 0.2 agents (defaults: what an older agent's report means)
+    free_gpus: int | None = None  # units on healthy GPUs not held by a pod; None: allocation unknown
+    degraded_idle_gpus: int = 0  # the part of idle_gpus on DEGRADED GPUs
+    allocated_idle_gpus: int = 0  # physical GPUs held by a pod yet idle (allocation known only)
+    idle_by_namespace: tuple[tuple[str, int], ...] = ()  # allocated-but-idle GPUs per holder namespace
+    allocation: str = ALLOCATION_BEFORE_0_2  # where allocation came from, or why it is unknown
+    # Best connection tier per set size of the available whole GPUs (gpu_topology); (): unknown
+    # (no topology, shared or MIG GPUs, or GPUs not reported in index order).
+    set_tiers: tuple[int, ...] = ()
+    mig_gpus: int = 0  # GPUs in MIG mode (they offer MIG devices, never whole GPUs)
+    # Per MIG profile ("1g.10gb"): instances on healthy GPUs, and those free (no holder where
+    # allocation is known) and idle (memory used below the idle threshold). Sorted by profile.
+    mig_instances: tuple[tuple[str, int], ...] = ()
+    mig_free: tuple[tuple[str, int], ...] = ()
+    # whole_gpus.py's quality class q for a pod of k = 0..min(idle_gpus, 64) GPUs (2 * set tier +
+    # degraded-only): computed here, once per report, so ranking a node is one index.
+    quality: tuple[int, ...] = (0,)
+    # Per GPU in report order (GpuCell): for people (the fleet page), never read by decisions.
+    gpus: tuple[GpuCell, ...] = ()
+    # "namespace/pod" of every pod holding one of its GPUs or MIG devices (allocation known only):
+    # the bound pods the agent already attributes (bound_pods.py counts the others).
+    holder_pods: frozenset[str] = frozenset()
+    # Units taken off idle_gpus/free_gpus for bound pods not attributed yet (bound_pods.offered).
+    bound_pod_units: int = 0
+
+
+def gpu_is_idle(gpu: pb.GpuSample, rule: IdleRule) -> bool:
+    if not gpu.healthy:
+        return False
+    if gpu.HasField("utilization_gpu_percent") and gpu.utilization_gpu_percent >= rule.max_utilization_percent:
+        return False
+    if gpu.HasField("memory_used_bytes") and gpu.HasField("memory_total_bytes") and gpu.memory_total_bytes > 0:
+        if 100.0 * gpu.memory_used_bytes / gpu.memory_total_bytes >= rule.max_memory_used_percent:
+            return False
+    return True
+
+
+def gpu_units(gpu: pb.GpuSample) -> int:
+    """What one physical GPU counts for in the GPU resource (module docstring)."""
+    mode = gpu.sharing.mode
+    if mode == _TIME_SLICING or mode == _MPS:
+        return gpu.sharing.replicas or 1
+    return 0 if mode == _MIG else 1
+
+
+def allocation_of(report: pb.NodeReport) -> str:
+    if report.allocation_source == pb.ALLOCATION_KUBELET:
+        return ALLOCATION_FROM_KUBELET
+    if report.allocation_source == pb.ALLOCATION_UNAVAILABLE:
+        return f"unavailable ({report.allocation_problem or 'no reason given'})"
+    return ALLOCATION_BEFORE_0_2
+
+
+def summarize(report: pb.NodeReport, rule: IdleRule, received_at: float) -> NodeSummary:
+    known = report.allocation_source == pb.ALLOCATION_KUBELET
+    broken = bool(report.node_error)
+    max_util, max_mem = rule.max_utilization_percent, rule.max_memory_used_percent
+    total = healthy = free = idle = degraded = allocated_idle = 0
+    utilizations: list[int] = []
+    waste: dict[str, int] = {}
+    available_mask = 0  # bit i: report.gpus[i] is an available whole GPU
+    mig_gpus = 0
+    mig_all: dict[str, int] = {}
+    mig_free: dict[str, int] = {}
+    whole = True  # every GPU exclusive (or of an old agent) and at its index: topology applies
+    cells: list[GpuCell] = []
+    # Runs for every report of every node (bench_extender's ingest): gpu_units() and
+    # gpu_is_idle() are inlined, each protobuf field read once.
+    for position, gpu in enumerate(report.gpus):
+        sharing = gpu.sharing
+        mode = sharing.mode
+        if mode == _TIME_SLICING or mode == _MPS:
+            units = sharing.replicas or 1
+        else:
+            units = 0 if mode == _MIG else 1
+        index = gpu.index
+        if units != 1 or index != position:
+            whole = False
+        total += units
+        if broken:
+            cells.append((index, GPU_UNHEALTHY, None, None))
+            continue
+        util = gpu.utilization_gpu_percent if gpu.HasField("utilization_gpu_percent") else None
+        if util is not None:
+            utilizations.append(util)
+        if gpu.HasField("memory_used_bytes") and gpu.memory_total_bytes > 0:
+            mem_percent: float | None = 100.0 * gpu.memory_used_bytes / gpu.memory_total_bytes
+        else:
+            mem_percent = None
+        if not gpu.healthy:
+            cells.append((index, GPU_UNHEALTHY, util, mem_percent))
+            if mode == _MIG:
+                mig_gpus += 1
+            continue
+        if mode == _MIG:
+            mig_gpus += 1
+            _count_mig(gpu, known, max_mem, mig_all, mig_free)
+        healthy += units
+        holders = gpu.holders
+        if known and holders:
+            # Distinct device IDs: the kubelet lists a device for every container given it.
+            held = len({h.device_id for h in holders}) if len(holders) > 1 else 1
+            unheld = units - held if units > held else 0
+        else:
+            held, unheld = 0, units
+        free += unheld
+        busy = (util is not None and util >= max_util) or (mem_percent is not None and mem_percent >= max_mem)
+        degraded_gpu = gpu.health == _DEGRADED
+        state = (GPU_DEGRADED if degraded_gpu else GPU_ALLOCATED_BUSY if busy else GPU_ALLOCATED_IDLE) if held else \
+            (GPU_DEGRADED if degraded_gpu else GPU_FREE_BUSY if busy else GPU_FREE_IDLE)  # fmt: skip
+        cells.append((index, state, util, mem_percent))
+        if busy:
+            continue
+        idle += unheld
+        if unheld:
+            available_mask |= 1 << position
+            if degraded_gpu:
+                degraded += unheld
+        if held:
+            allocated_idle += 1
+            for namespace in {h.namespace for h in holders}:
+                waste[namespace] = waste.get(namespace, 0) + 1
+    tiers = set_tiers(report, available_mask) if whole and not broken and report.gpus else ()
+    holder_pods = frozenset(_holder_pods(report)) if known else frozenset()
+    return NodeSummary(
+        node=report.node_name,
+        gpu_count=total,
+        healthy_gpus=healthy,
+        idle_gpus=idle,
+        mean_utilization=sum(utilizations) / len(utilizations) if utilizations else None,
+        node_error=report.node_error,
+        sequence=report.sequence,
+        sample_time=report.sample_time.seconds + report.sample_time.nanos / 1e9,
+        received_at=received_at,
+        free_gpus=free if known else None,
+        degraded_idle_gpus=degraded,
+        allocated_idle_gpus=allocated_idle,
+        idle_by_namespace=tuple(sorted(waste.items())) if waste else (),
+        allocation=ALLOCATION_FROM_KUBELET if known else allocation_of(report),
+        set_tiers=tiers,
+        quality=quality_table(idle, degraded, tiers),
+        mig_gpus=mig_gpus,
+        mig_instances=tuple(sorted(mig_all.items())) if mig_all else (),
+        mig_free=tuple(sorted(mig_free.items())) if mig_free else (),
+        gpus=tuple(cells),
+        holder_pods=holder_pods,
+    )
+
+
+def _holder_pods(report: pb.NodeReport) -> set[str]:
+    pods = {f"{h.namespace}/{h.pod}" for gpu in report.gpus for h in gpu.holders}
+    for gpu in report.gpus:
+        for inst in gpu.mig_instances:
+            pods.update(f"{h.namespace}/{h.pod}" for h in inst.holders)
+    return pods
+
+
+def quality_for(k: int, idle: int, degraded: int, tiers: tuple[int, ...]) -> int:
+    """whole_gpus.py's quality class q of a k-GPU pod on this node: twice the best connection tier
+    of k available whole GPUs (k >= 2), plus 1 when its k GPUs must include degraded ones."""
+    return (2 * tier_for(tiers, k) if k > 1 else 0) + (1 if idle - degraded < k else 0)
+
+
+def quality_table(idle: int, degraded: int, tiers: tuple[int, ...]) -> tuple[int, ...]:
+    """q for k = 0..min(idle, QUALITY_SIZES - 1); larger pods are rare: ranked via quality_for()."""
+    return tuple(quality_for(k, idle, degraded, tiers) for k in range(min(idle, QUALITY_SIZES - 1) + 1))
+
+
+def _count_mig(gpu: pb.GpuSample, known: bool, max_mem: float, every: dict[str, int], free: dict[str, int]) -> None:
+    """A healthy MIG GPU's instances per profile; free ones are unheld (allocation known) and
+    idle by memory (NVML gives no per-instance utilization)."""
+    for inst in gpu.mig_instances:
+        profile = inst.profile
+        every[profile] = every.get(profile, 0) + 1
+        if known and inst.holders:
+            continue
+        if inst.HasField("memory_used_bytes") and inst.memory_total_bytes > 0:
+            if 100.0 * inst.memory_used_bytes / inst.memory_total_bytes >= max_mem:
+                continue
+        free[profile] = free.get(profile, 0) + 1

@@ -1,0 +1,139 @@
+"""In-memory store of the cluster objects the sources deliver.
+
+Sources call `replace_all` / `upsert` / `delete` (the `InventorySink`
+protocol). Every change bumps `version` and calls the `on_change` hook, which
+the extender uses to rebuild its derived view (node classes, runtimes, ...)
+off the request path.
+
+Nodes are kept as the part the extender reads (name, labels, allocatable): a
+full Node is ~10-20 KB of images and conditions, and the kubelet rewrites its
+status every few minutes even when nothing changed. An update that leaves that
+part unchanged is stored (its new resourceVersion) but is not a change: in a
+5,000-node cluster that turns thousands of status writes per minute into no
+view rebuilds at all.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+
+from gpuextender.extender.model.kube_objects import KIND_BY_NAME, KINDS, NODE, KubeObject, object_key
+
+log = logging.getLogger("gpu_extender.inventory")
+
+
+_ALL_KINDS = tuple(k.kind for k in KINDS)
+
+
+class InventoryStore:
+    def __init__(self, kinds: Iterable[str] = _ALL_KINDS) -> None:
+        self._objects: dict[str, dict[str, KubeObject]] = {kind: {} for kind in kinds}
+        self._synced: set[str] = set()
+        self.version = 0
+        self._listeners: list[Callable[[str], None]] = []
+
+    def on_change(self, listener: Callable[[str], None]) -> None:
+        """Call `listener(kind)` after every change."""
+        self._listeners.append(listener)
+
+    def _changed(self, kind: str) -> None:
+        self.version += 1
+        for listener in self._listeners:
+            listener(kind)
+
+    def _bucket(self, kind: str) -> dict[str, KubeObject]:
+        bucket = self._objects.get(kind)
+        if bucket is None:
+            raise ValueError(f"unknown kind {kind!r}; known: {sorted(KIND_BY_NAME)}")
+        return bucket
+
+    # -- InventorySink ---------------------------------------------------------
+
+    def replace_all(self, kind: str, objects: list[KubeObject]) -> None:
+        bucket = self._bucket(kind)
+        fresh: dict[str, KubeObject] = {}
+        for obj in objects:
+            key = _key_or_none(kind, obj)
+            if key is not None:
+                fresh[key] = relevant_node_part(obj) if kind == NODE.kind else obj
+        bucket.clear()
+        bucket.update(fresh)
+        first = kind not in self._synced
+        self._synced.add(kind)
+        if first:
+            log.info("inventory: %s synced (%d object(s))", kind, len(fresh))
+        self._changed(kind)
+
+    def upsert(self, kind: str, obj: KubeObject) -> None:
+        key = _key_or_none(kind, obj)
+        if key is None:
+            return
+        bucket = self._bucket(kind)
+        if kind == NODE.kind:
+            obj = relevant_node_part(obj)
+            old = bucket.get(key)
+            if old is not None and _without_version(old) == _without_version(obj):
+                bucket[key] = obj
+                return
+        bucket[key] = obj
+        self._changed(kind)
+
+    def delete(self, kind: str, obj: KubeObject) -> None:
+        key = _key_or_none(kind, obj)
+        if key is not None and self._bucket(kind).pop(key, None) is not None:
+            self._changed(kind)
+
+    # -- reading -----------------------------------------------------------------
+
+    def objects(self, kind: str) -> list[KubeObject]:
+        return list(self._bucket(kind).values())
+
+    def get(self, kind: str, key: str) -> KubeObject | None:
+        return self._bucket(kind).get(key)
+
+    def synced(self, kind: str) -> bool:
+        return kind in self._synced
+
+    @property
+    def ready(self) -> bool:
+        """Every kind has been listed at least once (the first full list is in)."""
+        return self._synced >= set(self._objects)
+
+    def counts(self) -> dict[str, int]:
+        return {kind: len(bucket) for kind, bucket in self._objects.items()}
+
+
+def _key_or_none(kind: str, obj: KubeObject) -> str | None:
+    try:
+        return object_key(obj)
+    except (KeyError, TypeError, AttributeError):
+        log.warning("inventory: %s object without metadata.name skipped", kind)
+        return None
+
+
+def relevant_node_part(node: KubeObject) -> KubeObject:
+    """What the extender reads of a Node (`view._parse_node`, `node_class`): identity,
+    labels and status.allocatable. Malformed parts are kept as they are, so the view
+    still reports them as invalid."""
+    meta = node.get("metadata")
+    if not isinstance(meta, dict):
+        return node
+    slim: KubeObject = {
+        "apiVersion": node.get("apiVersion", "v1"),
+        "kind": "Node",
+        "metadata": {k: meta[k] for k in ("name", "labels", "resourceVersion", "uid") if k in meta},
+    }
+    status = node.get("status")
+    if isinstance(status, dict) and "allocatable" in status:
+        slim["status"] = {"allocatable": status["allocatable"]}
+    elif status is not None and not isinstance(status, dict):
+        slim["status"] = status
+    return slim
+
+
+def _without_version(node: KubeObject) -> KubeObject:
+    meta = node.get("metadata")
+    if not isinstance(meta, dict) or "resourceVersion" not in meta:
+        return node
+    return {**node, "metadata": {k: v for k, v in meta.items() if k != "resourceVersion"}}

@@ -1,0 +1,225 @@
+"""What the request path reads from the inventory: an immutable snapshot, rebuilt
+off the request path whenever the store changes.
+
+Invalid objects are skipped here, each with one log line (per object version,
+not per rebuild) and a count per kind, so one bad object never hides the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpuextender.extender.model.bad_request import BadRequest
+from gpuextender.extender.model.kube_objects import (
+    ACCELERATOR_CLASS,
+    BASE_MODEL,
+    CLUSTER_BASE_MODEL,
+    CLUSTER_SERVING_RUNTIME,
+    INFERENCE_SERVICE,
+    NODE,
+    SERVING_RUNTIME,
+    KubeObject,
+    object_key,
+)
+from gpuextender.extender.state.inventory_store import InventoryStore
+from gpuextender.extender.model.ome.accelerator_class import AcceleratorClass, InvalidAcceleratorClass, parse_accelerator_class
+from gpuextender.extender.model.ome.node_class import ClassMembership, classes_for_node, compile_classes, membership_from
+from gpuextender.extender.model.ome.ome_objects import (
+    BaseModel,
+    InferenceService,
+    InvalidObject,
+    ServingRuntime,
+    parse_base_model,
+    parse_inference_service,
+    parse_serving_runtime,
+)
+from gpuextender.extender.model.pod_gpus import parse_count
+from gpuextender.extender.model.untrusted import object_at
+
+log = logging.getLogger("gpu_extender.inventory")
+
+
+@dataclass(frozen=True, slots=True)
+class InventoryView:
+    version: int = 0
+    allocatable_gpus: dict[str, int] = field(default_factory=dict)  # node -> allocatable GPUs
+    node_labels: dict[str, dict[str, str]] = field(default_factory=dict)
+    invalid: dict[str, int] = field(default_factory=dict)  # kind -> objects skipped
+    classes: dict[str, AcceleratorClass] = field(default_factory=dict)  # valid AcceleratorClasses by name
+    membership: ClassMembership = field(default_factory=lambda: membership_from({}, ()))
+    # Valid OME objects, raw, by `namespace/name` (namespaced kinds) or `name` (cluster kinds).
+    objects: dict[str, dict[str, KubeObject]] = field(default_factory=dict)
+    # The same objects parsed for runtime selection (extender.ome.runtime_selector).
+    runtimes: tuple[ServingRuntime, ...] = ()
+    models: tuple[BaseModel, ...] = ()
+    inference_services: dict[str, InferenceService] = field(default_factory=dict)
+
+    def get(self, kind: str, key: str) -> KubeObject | None:
+        return self.objects.get(kind, {}).get(key)
+
+    def namespaced_first(self, kind: str, cluster_kind: str, namespace: str, name: str) -> tuple[str, KubeObject | None]:
+        """OME's lookup order: the namespaced object, else the cluster-scoped one (§7.2)."""
+        found = self.get(kind, f"{namespace}/{name}")
+        if found is not None:
+            return kind, found
+        return cluster_kind, self.get(cluster_kind, name)
+
+
+class ViewBuilder:
+    """Keeps `current` in step with the store; rebuilds at most once per loop turn."""
+
+    def __init__(
+        self,
+        store: InventoryStore,
+        gpu_resources: Sequence[str],
+        on_invalid: Callable[[str, str, str], None] | None = None,
+    ) -> None:
+        self._store = store
+        self._gpu_resources = tuple(gpu_resources)
+        self._on_invalid = on_invalid or (lambda kind, key, problem: None)
+        self._warned: set[tuple[str, str, str]] = set()  # (kind, key, resourceVersion)
+        self._scheduled = False
+        self._rebuilt: list[Callable[[InventoryView], object]] = []
+        self._class_report: tuple[object, ...] = ()
+        # Per-node results of the last rebuild, reused while the store holds the same
+        # object (keyed by id, checked by identity): one changed Node re-parses and
+        # re-classifies one node, not all of them.
+        self._parsed_nodes: dict[int, tuple[KubeObject, tuple[str, int, dict[str, str]]]] = {}
+        self._node_classes: dict[int, tuple[KubeObject, tuple[str, ...]]] = {}
+        self._classes_seen: list[AcceleratorClass] = []
+        self.current = InventoryView()
+        store.on_change(self._changed)
+
+    def on_rebuild(self, listener: Callable[[InventoryView], object]) -> None:
+        """Call `listener(view)` after every rebuild: derived state follows off the request path."""
+        self._rebuilt.append(listener)
+
+    def _changed(self, kind: str) -> None:
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (tests, start-up): rebuild now
+            self.rebuild()
+            return
+        if not self._scheduled:
+            self._scheduled = True
+            loop.call_soon(self.rebuild)
+
+    def _invalid(self, kind: str, obj: KubeObject, problem: str) -> None:
+        key = object_key(obj)
+        version = str((obj.get("metadata") or {}).get("resourceVersion", ""))
+        if (kind, key, version) not in self._warned:
+            self._warned.add((kind, key, version))
+            log.warning("inventory: %s %s skipped: %s", kind, key, problem)
+            self._on_invalid(kind, key, problem)
+
+    def _report_classless(self, membership: ClassMembership, allocatable: dict[str, int]) -> None:
+        """Log nodes in several classes, and GPU nodes in none, when that set changes."""
+        unclassed = tuple(n for n in membership.no_class if allocatable.get(n, 0) > 0)
+        report = (tuple(membership.multi_class.items()), unclassed)
+        if report == self._class_report:
+            return
+        self._class_report = report
+        if membership.multi_class:
+            log.info("inventory: %d node(s) in several AcceleratorClasses: %s", len(membership.multi_class),
+                     "; ".join(f"{n}: {', '.join(cs)}" for n, cs in list(membership.multi_class.items())[:10]))  # fmt: skip
+        if unclassed:
+            log.info("inventory: %d GPU node(s) match no AcceleratorClass (OME pods with class rules cannot "
+                     "land there): %s", len(unclassed), ", ".join(unclassed[:10]))  # fmt: skip
+
+    def _classify(self, nodes: list[KubeObject], classes: dict[str, AcceleratorClass]) -> ClassMembership:
+        current = list(classes.values())
+        if current != self._classes_seen:  # any class added, changed or removed: classify all again
+            self._classes_seen = current
+            self._node_classes = {}
+        matchers = compile_classes(current)
+        by_node: dict[str, tuple[str, ...]] = {}
+        node_classes: dict[int, tuple[KubeObject, tuple[str, ...]]] = {}
+        for node in nodes:
+            cached = self._node_classes.get(id(node))
+            names = cached[1] if cached is not None and cached[0] is node else classes_for_node(node, matchers)
+            node_classes[id(node)] = (node, names)
+            by_node[node["metadata"]["name"]] = names
+        self._node_classes = node_classes
+        return membership_from(by_node, classes)
+
+    def rebuild(self) -> InventoryView:
+        self._scheduled = False
+        invalid: dict[str, int] = {}
+        allocatable: dict[str, int] = {}
+        labels: dict[str, dict[str, str]] = {}
+        valid_nodes: list[KubeObject] = []
+        parsed_nodes: dict[int, tuple[KubeObject, tuple[str, int, dict[str, str]]]] = {}
+        for node in self._store.objects(NODE.kind):
+            cached = self._parsed_nodes.get(id(node))
+            if cached is not None and cached[0] is node:  # the same object as last time: same result
+                result = cached[1]
+            else:
+                try:
+                    result = _parse_node(node, self._gpu_resources)
+                except BadRequest as exc:
+                    invalid[NODE.kind] = invalid.get(NODE.kind, 0) + 1
+                    self._invalid(NODE.kind, node, exc.message)
+                    continue
+            parsed_nodes[id(node)] = (node, result)
+            name, gpus, node_labels = result
+            allocatable[name] = gpus
+            labels[name] = node_labels
+            valid_nodes.append(node)
+        self._parsed_nodes = parsed_nodes
+        classes: dict[str, AcceleratorClass] = {}
+        for obj in self._store.objects(ACCELERATOR_CLASS.kind):
+            try:
+                accelerator_class = parse_accelerator_class(obj)
+            except InvalidAcceleratorClass as exc:
+                invalid[ACCELERATOR_CLASS.kind] = invalid.get(ACCELERATOR_CLASS.kind, 0) + 1
+                self._invalid(ACCELERATOR_CLASS.kind, obj, str(exc))
+                continue
+            classes[accelerator_class.name] = accelerator_class
+        membership = self._classify(valid_nodes, classes)
+        if classes:
+            self._report_classless(membership, allocatable)
+        objects: dict[str, dict[str, KubeObject]] = {}
+        parsed: dict[str, list[Any]] = {}  # kind -> its parsed objects (each kind its own type)
+        parsers = (
+            (SERVING_RUNTIME, parse_serving_runtime), (CLUSTER_SERVING_RUNTIME, parse_serving_runtime),
+            (INFERENCE_SERVICE, parse_inference_service),
+            (BASE_MODEL, parse_base_model), (CLUSTER_BASE_MODEL, parse_base_model),
+        )  # fmt: skip
+        for kind, parse in parsers:
+            valid = objects.setdefault(kind.kind, {})
+            for obj in self._store.objects(kind.kind):
+                try:
+                    parsed.setdefault(kind.kind, []).append(parse(obj))
+                except InvalidObject as exc:
+                    invalid[kind.kind] = invalid.get(kind.kind, 0) + 1
+                    self._invalid(kind.kind, obj, str(exc))
+                    continue
+                valid[object_key(obj)] = obj
+        runtimes = tuple(parsed.get(SERVING_RUNTIME.kind, []) + parsed.get(CLUSTER_SERVING_RUNTIME.kind, []))
+        models = tuple(parsed.get(BASE_MODEL.kind, []) + parsed.get(CLUSTER_BASE_MODEL.kind, []))
+        services = {f"{i.namespace}/{i.name}": i for i in parsed.get(INFERENCE_SERVICE.kind, [])}
+        self.current = InventoryView(
+            self._store.version, allocatable, labels, invalid, classes, membership, objects,
+            runtimes, models, services,
+        )  # fmt: skip
+        for listener in self._rebuilt:
+            listener(self.current)
+        return self.current
+
+
+def _parse_node(obj: KubeObject, gpu_resources: Sequence[str]) -> tuple[str, int, dict[str, str]]:
+    meta = object_at(obj, "metadata")
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        raise BadRequest("wrong_type", "metadata.name is missing")
+    status = object_at(obj, "status")
+    allocatable = object_at(status, "allocatable")
+    gpus = sum(parse_count(allocatable[r], f"status.allocatable[{r}]") for r in gpu_resources if r in allocatable)
+    raw_labels = meta.get("labels")
+    if raw_labels is not None and not isinstance(raw_labels, dict):
+        raise BadRequest("wrong_type", "metadata.labels is not a map")
+    return name, gpus, {str(k): str(v) for k, v in (raw_labels or {}).items()}

@@ -1,0 +1,205 @@
+"""The bound-pod ledger: the GPU pods kube-scheduler has placed, kept slim, indexed by node.
+
+kube-scheduler "assumes" a pod on its node the moment it decides; the agents learn of it only
+when the kubelet admits it (seconds later, minutes for a large image). Until then every decision
+would count the same idle GPUs again. The ledger holds what the decision must subtract
+(whole_gpus.py, "Bound pods"): per bound, unfinished, undeleted pod that requests GPUs, its
+uid, namespace/name, node, GPUs per configured resource (parsed like the request path, with
+its bounds), phase, and the OME InferenceService it serves.
+
+It is an `InventorySink` for the kind Pod, fed by the same list+watch as Nodes (with a field
+selector, so finished pods never reach it) or by the file inventory; it is not part of the
+InventoryStore, whose every change rebuilds the view: pod churn must not. A pod leaves the
+ledger at once when it is deleted, marked for deletion (`metadata.deletionTimestamp`) or
+finished (Succeeded/Failed): its GPUs are released by the next decision.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+from gpuextender.extender.model.bad_request import BadRequest
+from gpuextender.extender.model.kube_objects import POD, KubeObject
+from gpuextender.extender.model.untrusted import object_at
+from gpuextender.extender.decide.mig_devices import MigNeed, mig_profile
+from gpuextender.extender.model.ome.pod_intent import INFERENCE_SERVICE_LABEL
+from gpuextender.extender.model.pod_gpus import gpus_requested
+
+log = logging.getLogger("gpu_extender.pods")
+
+POD_KIND = "Pod"
+FINISHED_PHASES = frozenset({"Succeeded", "Failed"})
+# What the watch asks for: bound pods that have not finished (a pod leaving the selection, by
+# finishing, arrives as DELETED).
+FIELD_SELECTOR = POD.field_selector
+
+
+@dataclass(frozen=True, slots=True)
+class BoundPod:
+    uid: str
+    key: str  # namespace/name, as the agent's PodResources holders name it
+    node: str
+    gpus: int  # whole GPUs or time-slicing/MPS replicas, over the configured non-MIG resources
+    mig: MigNeed  # (profile, count) per configured nvidia.com/mig-<profile> resource
+    phase: str  # Pending, Running, Unknown, "" (not reported yet)
+    seen_at: float  # monotonic time the ledger first saw it bound: the age of a pending binding
+    inference_service: str = ""  # the ome.io/inferenceservice label
+
+
+def _key(meta: KubeObject) -> str:
+    return f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
+
+
+class PodLedger:
+    """`InventorySink` for kind Pod. `on_change(node)` listeners hear of every node whose pods
+    changed; `pods_on(node)` is what the decisions read."""
+
+    def __init__(self, gpu_resources: Sequence[str], clock: Callable[[], float] = time.monotonic) -> None:
+        self._whole = [r for r in gpu_resources if mig_profile(r) is None]
+        self._mig = [(r, p) for r in gpu_resources if (p := mig_profile(r)) is not None]
+        self._clock = clock
+        self._by_uid: dict[str, BoundPod] = {}
+        self._by_node: dict[str, dict[str, BoundPod]] = {}
+        self._listeners: list[Callable[[str], None]] = []
+        self._bound_listeners: list[Callable[[str], None]] = []
+        self.synced = False
+        self.invalid = 0  # pods skipped for a GPU request the request path would refuse
+
+    def on_change(self, listener: Callable[[str], None]) -> None:
+        self._listeners.append(listener)
+
+    def on_bound(self, listener: Callable[[str], None]) -> None:
+        """`listener(uid)` for every pod that enters the ledger (the binding_gate's "bound")."""
+        self._bound_listeners.append(listener)
+
+    def assume(self, pod: BoundPod) -> bool:
+        """The bind verb: the extender is binding `pod` now; count it before the watch says so
+        (the watch's record for the same uid replaces this one). False: already known bound there
+        (a retried bind), nothing recorded."""
+        before = self._by_uid.get(pod.uid)
+        if before is not None:
+            if before.node == pod.node:
+                return False
+            self._drop(before)
+        self._by_uid[pod.uid] = pod
+        self._by_node.setdefault(pod.node, {})[pod.uid] = pod
+        self._notify({pod.node} | ({before.node} if before is not None else set()))
+        self._notify_bound(pod.uid)
+        return True
+
+    def forget(self, uid: str) -> None:
+        """The binding the extender assumed failed: the pod is not on that node."""
+        before = self._by_uid.get(uid)
+        if before is not None:
+            self._drop(before)
+            self._notify({before.node})
+
+    def __len__(self) -> int:
+        return len(self._by_uid)
+
+    def pods_on(self, node: str) -> Iterable[BoundPod]:
+        pods = self._by_node.get(node)
+        return pods.values() if pods else ()
+
+    def nodes(self) -> Iterable[str]:
+        return self._by_node.keys()
+
+    def slim(self, obj: KubeObject, seen_at: float) -> BoundPod | None:
+        """The record, or None for a pod that holds nothing here (unbound, finished, being
+        deleted, no GPU request, or a request the extender refuses: counted in `invalid`)."""
+        meta = object_at(obj, "metadata")
+        spec = object_at(obj, "spec")
+        node = spec.get("nodeName")
+        uid = meta.get("uid")
+        phase = object_at(obj, "status").get("phase") or ""
+        if not node or not isinstance(node, str) or not isinstance(uid, str) or not uid:
+            return None
+        if phase in FINISHED_PHASES or meta.get("deletionTimestamp"):
+            return None
+        try:
+            gpus = gpus_requested(obj, self._whole) if self._whole else 0
+            mig = tuple(sorted((p, n) for r, p in self._mig if (n := gpus_requested(obj, [r])) > 0))
+        except BadRequest as exc:
+            self.invalid += 1
+            log.warning("pod %s on %s: GPU request not counted: %s", _key(meta), node, exc.message,
+                        extra={"pod": _key(meta), "node": node, "reason": exc.code})  # fmt: skip
+            return None
+        if gpus <= 0 and not mig:
+            return None
+        labels = object_at(meta, "labels")
+        isvc = labels.get(INFERENCE_SERVICE_LABEL)
+        return BoundPod(uid, _key(meta), node, gpus, mig, str(phase), seen_at,
+                        isvc if isinstance(isvc, str) else "")  # fmt: skip
+
+    # -- InventorySink ---------------------------------------------------------
+
+    def replace_all(self, kind: str, objects: list[KubeObject]) -> None:
+        now = self._clock()
+        old = self._by_uid
+        fresh: dict[str, BoundPod] = {}
+        for obj in objects:
+            uid = object_at(obj, "metadata").get("uid")
+            before = old.get(uid) if isinstance(uid, str) else None
+            pod = self.slim(obj, before.seen_at if before is not None and before.node == _node(obj) else now)
+            if pod is not None:
+                fresh[pod.uid] = pod
+        changed = {p.node for p in old.values() if fresh.get(p.uid) != p} | {
+            p.node for p in fresh.values() if old.get(p.uid) != p}  # fmt: skip
+        self._by_uid = fresh
+        self._by_node = {}
+        for pod in fresh.values():
+            self._by_node.setdefault(pod.node, {})[pod.uid] = pod
+        self.synced = True
+        self._notify(changed)
+        for uid in fresh.keys() - old.keys():
+            self._notify_bound(uid)
+
+    def upsert(self, kind: str, obj: KubeObject) -> None:
+        uid = object_at(obj, "metadata").get("uid")
+        if not isinstance(uid, str):
+            return
+        before = self._by_uid.get(uid)
+        pod = self.slim(obj, before.seen_at if before is not None and before.node == _node(obj) else self._clock())
+        if pod == before:
+            return
+        changed = set()
+        if before is not None:
+            self._drop(before)
+            changed.add(before.node)
+        if pod is not None:
+            self._by_uid[uid] = pod
+            self._by_node.setdefault(pod.node, {})[uid] = pod
+            changed.add(pod.node)
+        self._notify(changed)
+        if pod is not None and before is None:
+            self._notify_bound(uid)
+
+    def delete(self, kind: str, obj: KubeObject) -> None:
+        uid = object_at(obj, "metadata").get("uid")
+        before = self._by_uid.get(uid) if isinstance(uid, str) else None
+        if before is not None:
+            self._drop(before)
+            self._notify({before.node})
+
+    def _drop(self, pod: BoundPod) -> None:
+        del self._by_uid[pod.uid]
+        on_node = self._by_node[pod.node]
+        del on_node[pod.uid]
+        if not on_node:
+            del self._by_node[pod.node]
+
+    def _notify(self, nodes: Iterable[str]) -> None:
+        for node in nodes:
+            for listener in self._listeners:
+                listener(node)
+
+    def _notify_bound(self, uid: str) -> None:
+        for listener in self._bound_listeners:
+            listener(uid)
+
+
+def _node(obj: KubeObject) -> object:
+    return object_at(obj, "spec").get("nodeName")

@@ -1,0 +1,256 @@
+"""`gpu-extender explain`: ask a running extender why it would place a pod where it would.
+
+    gpu-extender explain --pod NAMESPACE/NAME [--kubeconfig PATH] [--context NAME] [--url URL]
+    gpu-extender explain POD.yaml [--url URL]          # a Pod manifest: every node the extender knows
+    gpu-extender explain REQUEST.json [--url URL]      # an ExtenderArgs body, as kube-scheduler posts it
+
+The answer comes from the extender's `POST /explain`; the rows are sorted best first (passing
+nodes by score, then failing nodes with their reason). Where the question comes from:
+`gpuextender/extender/ui/explain_lookup.py`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import ssl
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from typing import Any
+
+from gpuextender.common.cli import HelpFormatter
+from gpuextender.extender.ui.explain_lookup import (
+    Candidates,
+    SourceError,
+    candidate_nodes,
+    question_from_file,
+    read_cluster,
+    split_pod_ref,
+)
+
+PROG = "gpu-extender explain"
+TLS_SECRET, TLS_NAMESPACE = "gpu-extender-tls", "gpu-extender"  # deploy/components/cert-manager/certificates.yaml
+CA_COMMAND = (f"kubectl -n {TLS_NAMESPACE} get secret {TLS_SECRET} -o jsonpath='{{.data.ca\\.crt}}' "
+              "| base64 -d > ca.crt")  # fmt: skip
+HOSTNAME_MISMATCH = 62  # X509_V_ERR_HOSTNAME_MISMATCH
+
+EPILOG = f"""\
+where the pod comes from:
+  --pod NS/NAME     a pod in the cluster (kubeconfig: --kubeconfig, else in-cluster when running
+                    in a pod, else $KUBECONFIG, else ~/.kube/config). The candidates are the
+                    cluster's Nodes as kube-scheduler (nodeCacheCapable: true) would pass them:
+                    cordoned nodes (spec.unschedulable) are left out unless the pod tolerates
+                    node.kubernetes.io/unschedulable, and so are nodes missing a label of the
+                    pod's nodeSelector. Other kube-scheduler filters (affinity, taints, free
+                    CPU/memory) are not replayed: those nodes are explained too. --all-nodes
+                    sends every node.
+  POD.yaml          a Pod manifest (YAML or JSON, one document, kind: Pod), e.g. a pod template
+                    written as a Pod. Sent without candidates: the extender explains every node
+                    it knows. The cluster is not contacted unless --kubeconfig or --context is
+                    given; then the cluster's nodes are the candidates, chosen as for --pod.
+  REQUEST.json      an ExtenderArgs body (Pod + NodeNames or Nodes), sent unchanged; - reads stdin.
+
+TLS: an https:// extender is verified with --cacert. In a cluster its CA is ca.crt of the
+{TLS_SECRET} Secret:
+  {CA_COMMAND}
+  kubectl -n {TLS_NAMESPACE} port-forward deploy/gpu-extender 8888:8888 &
+  gpu-extender explain --pod llm/my-pod --url https://127.0.0.1:8888 --cacert ca.crt
+
+Exit status: 0 answered, 1 the extender refused the request, 2 the question could not be asked.
+"""
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter, HelpFormatter):
+    """Keeps the epilog's layout; shows meaningful defaults."""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0], epilog=EPILOG,
+                                formatter_class=_Formatter)  # fmt: skip
+    p.add_argument("request", nargs="?", metavar="FILE",
+                   help="a Pod manifest (YAML/JSON) or an ExtenderArgs JSON body; - for stdin")  # fmt: skip
+    p.add_argument("--pod", metavar="NAMESPACE/NAME", help="explain this pod of the cluster (instead of FILE)")
+    p.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig for --pod (default: see below)")
+    p.add_argument("--context", metavar="NAME", help="kubeconfig context (default: the current one)")
+    p.add_argument("--all-nodes", action="store_true",
+                   help="with --pod: send every node, cordoned and nodeSelector-mismatched ones too")  # fmt: skip
+    p.add_argument("-n", "--namespace", default="default",
+                   help="namespace of a Pod manifest without metadata.namespace")  # fmt: skip
+    p.add_argument("--url", default="http://127.0.0.1:8888", help="the extender's HTTP address (and path prefix)")
+    p.add_argument("--cacert", metavar="PATH",
+                   help="CA certificate to verify an https:// extender with (the issuer of its --tls-cert; "
+                        f"in a cluster ca.crt of the {TLS_SECRET} Secret)")  # fmt: skip
+    p.add_argument("--json", action="store_true", help="print the raw /explain answer")
+    p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="for each request to the extender and to the API server")  # fmt: skip
+    return p
+
+
+def _fail(message: str, *hints: str) -> int:
+    print(f"{PROG}: {message}", file=sys.stderr)
+    for hint in hints:
+        print(f"hint: {hint}", file=sys.stderr)
+    return 2
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if (args.request is None) == (args.pod is None):
+        parser.error("give either FILE or --pod NAMESPACE/NAME")
+    try:
+        body, candidates, note = _question(args)
+    except SourceError as exc:
+        return _fail(str(exc))
+    try:
+        context = ssl.create_default_context(cafile=args.cacert) if args.cacert else None
+    except (OSError, ssl.SSLError) as exc:
+        return _fail(f"--cacert {args.cacert}: {exc}")
+    url = args.url.rstrip("/") + "/explain"
+    request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=args.timeout, context=context) as response:
+            answer = json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        detail = exc.read().decode(errors="replace")
+        try:
+            detail = json.loads(detail).get("error", detail)
+        except (ValueError, AttributeError):
+            pass
+        print(f"{PROG}: {url} answered {exc.code}: {detail}", file=sys.stderr)
+        return 1
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        if isinstance(reason, ssl.SSLCertVerificationError):
+            return _fail(f"cannot verify {url}: {reason.verify_message or reason}", tls_hint(reason, args.cacert))
+        return _fail(f"cannot reach {url}: {reason}")
+    except ValueError:
+        return _fail(f"{url} answered something that is not JSON (is --url the extender?)")
+    if args.json:
+        print(json.dumps(answer, indent=2))
+        return 0
+    if candidates is not None:
+        answer["candidates"] = candidates.describe()
+    if note:
+        answer["note"] = note
+    print(render(answer))
+    return 0
+
+
+def _question(args: argparse.Namespace) -> tuple[bytes, Candidates | None, str | None]:
+    """The /explain body; with the cluster asked, the candidates chosen and a note on the pod."""
+    pod: dict[str, Any] | None = None
+    if args.pod is None:
+        what = "standard input" if args.request == "-" else args.request
+        try:
+            raw = sys.stdin.buffer.read() if args.request == "-" else open(args.request, "rb").read()
+        except OSError as exc:
+            raise SourceError(f"cannot read {args.request}: {exc.strerror}") from None
+        question = question_from_file(raw, what, args.namespace)
+        if question.pod is None:
+            if args.kubeconfig or args.context or args.all_nodes:
+                raise SourceError(f"{what} is an ExtenderArgs body: it names its own candidates, so --kubeconfig/"
+                                  "--context/--all-nodes do not apply (give a Pod manifest or --pod)")  # fmt: skip
+            return question.body, None, None
+        if not (args.kubeconfig or args.context):
+            if args.all_nodes:
+                raise SourceError("--all-nodes needs the cluster: give --pod, or --kubeconfig with a manifest")
+            return question.body, None, None  # the extender explains every node it knows
+        pod = question.pod
+    ref = split_pod_ref(args.pod) if args.pod is not None else None
+    cluster = asyncio.run(read_cluster(ref, kubeconfig=args.kubeconfig, context=args.context, timeout=args.timeout))
+    if cluster.pod is not None:
+        pod = cluster.pod
+    assert pod is not None
+    candidates = candidate_nodes(pod, cluster.nodes, every=args.all_nodes)
+    bound = (pod.get("spec") or {}).get("nodeName")
+    note = f"the pod is already bound to {bound}: this is what the extender would decide now" if bound else None
+    return json.dumps({"Pod": pod, "NodeNames": candidates.names}).encode(), candidates, note
+
+
+def tls_hint(error: ssl.SSLCertVerificationError, cacert: str | None) -> str:
+    """What to do when the extender's certificate cannot be verified."""
+    if error.verify_code == HOSTNAME_MISMATCH:
+        return ("the extender's certificate does not name the host in --url: use a name it carries (in a "
+                f"cluster the {TLS_SECRET} certificate names gpu-extender.{TLS_NAMESPACE}.svc, localhost and "
+                "127.0.0.1, e.g. through kubectl port-forward)")  # fmt: skip
+    which = (f"--cacert {cacert} did not sign the extender's certificate; pass" if cacert
+             else "pass --cacert with")  # fmt: skip
+    return (f"{which} the CA that signed the extender's certificate (in a cluster: ca.crt of the {TLS_SECRET} "
+            f"Secret: {CA_COMMAND})")
+
+
+def ordered(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Best first: passing nodes by score (highest first), then failing nodes, each group by name."""
+    return sorted(nodes, key=lambda n: (n["result"] != "pass", -(n.get("score") or 0), n["node"]))
+
+
+def _result(n: dict[str, Any]) -> str:
+    if n["result"] == "pass":
+        return "pass (not in filter's shortlist)" if n.get("shortlisted") is False else "pass"
+    return f"FAIL {n['reasonCode']}: {n['reason']}" if n.get("reason") else f"FAIL {n['reasonCode']}"
+
+
+def render(answer: dict[str, Any]) -> str:
+    lines = [f"pod {answer['pod']} needs {answer['gpusNeeded']} GPU(s)"]
+    if answer.get("note"):
+        lines.append(f"  note: {answer['note']}")
+    for key, value in answer["resolved"].items():
+        lines.append(f"  {key}: {', '.join(value) if isinstance(value, list) else value}")
+    ranking = answer.get("classRanking")
+    if ranking:
+        ranked = "; ".join(f"{i + 1}. {r['class']} ({r['basis']})" for i, r in enumerate(ranking["ranked"]))
+        lines.append(f"  class ranking ({ranking['policy']}): {ranked or 'none'}")
+        for e in ranking["excluded"]:
+            lines.append(f"    excluded {e['class']}: {e['stage']}: {e['reason']}")
+        lines.append(f"  OME alone would choose: {ranking['omeWouldChoose'] or 'none'}")
+    candidates = answer.get("candidates")
+    if candidates:
+        lines.append(f"  candidates: {_candidates(candidates)}")
+    if answer["fallback"]:
+        lines.append("  no node fits: busy/stale nodes pass, kube-scheduler decides")
+    if answer.get("passedOnAssumedData"):
+        lines.append("  no node with fresh GPU data fits: nodes without it pass on assumed data (marked *)")
+    rows = ordered(answer["nodes"])
+    node_w = max([20, *(len(n["node"]) for n in rows)])
+    class_w = max([22, *(len(",".join(n["classes"])) for n in rows)])
+    header = (f"{'NODE':<{node_w}} {'CLASSES':<{class_w}} {'DATA':<6} {'IDLE/HEALTHY/GPUS':>17} {'UTIL':>5} "
+              f"{'RANK':>4} {'SCORE':>5}  RESULT")  # fmt: skip
+    lines += ["", header]
+    if not rows:
+        lines.append("(no candidate nodes)")
+    for n in rows:
+        gpus = "/".join("?" if v is None else str(v) for v in (n["idleGpus"], n["healthyGpus"], n["gpus"]))
+        if n.get("assumedData"):
+            gpus = "*" + gpus  # assumed: idle = needed, not measured
+        util = "-" if n["meanUtilization"] is None else f"{n['meanUtilization']:.0f}%"
+        rank = "-" if n["classRank"] is None else str(n["classRank"] + 1)
+        lines.append(f"{n['node']:<{node_w}} {','.join(n['classes']) or '-':<{class_w}} {n['data']:<6} {gpus:>17} "
+                     f"{util:>5} {rank:>4} {n['score']:>5}  {_result(n)}")  # fmt: skip
+        for cls, why in (n.get("classesExcludedByGpus") or {}).items():
+            lines.append(f"  not in {cls} although its labels match: {why}")
+        if n.get("boundPodsPending"):
+            pods = ", ".join(f"{b['pod']} ({b['gpus']} GPU, {b['phase'] or 'no phase'}, {b['ageSeconds']:.0f}s)"
+                             for b in n["boundPodsPending"])  # fmt: skip
+            lines.append(f"  bound here, not yet attributed by the agent ({n['boundPodsPendingGpus']} GPU taken off): "
+                         f"{pods}")  # fmt: skip
+    lines += ["", f"node score: {answer['formulas']['node']}"]
+    if any(n.get("assumedData") for n in answer["nodes"]):
+        lines.append("* assumed data (no fresh agent report): idle GPUs counted as just enough, never as all idle")
+    if answer["formulas"]["class"]:
+        lines.append(f"with classes: {answer['formulas']['class']}")
+    return "\n".join(lines)
+
+
+def _candidates(c: dict[str, Any]) -> str:
+    known, explained = c.get("known"), c.get("explained")
+    text = f"{c.get('source', '?')}: {explained} of {known} explained"
+    if isinstance(known, int) and isinstance(explained, int) and explained < known and not c.get("skipped"):
+        text += f" (the first {explained} by name: /explain takes at most that many)"
+    skipped = c.get("skipped") or {}
+    if skipped:
+        text += " (left out: " + ", ".join(f"{count} {why}" for why, count in skipped.items()) + ")"
+    return text

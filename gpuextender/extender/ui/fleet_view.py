@@ -1,0 +1,172 @@
+"""The fleet page's data (`GET /ui/fleet.json`): every GPU node as a row of its GPUs,
+grouped by AcceleratorClass, with the number of GPUs in each state per class.
+
+Pure: it reads the per-node summaries the extender keeps (gpu_summary.NodeSummary.gpus,
+one cell per GPU classified at ingest by the same comparisons the decision uses), the
+static GPU facts, the inventory's allocatable GPUs and the live class membership
+(live_classes: labels refined by NVML facts, what the decisions use). No I/O, no clock.
+
+States (`STATES`; a cell's state is an index into it):
+    free-idle       healthy, held by no pod, idle by the idle rule: what a pod can get
+    free-busy       held by no pod, but its utilization or memory is over the idle rule
+    allocated-busy  held by a pod and busy
+    allocated-idle  held by a pod yet idle: the waste platform teams hunt
+    degraded        usable but throttled or pending a row remap (ranked lower)
+    unhealthy       critical XID, ECC, lost GPU, or NVML unusable on the node
+    unknown         no agent data, or data older than --stale-after: never shown as idle
+Where the agent cannot read allocation, every healthy GPU counts as free (as in the
+decision); the row says where allocation came from.
+
+Only what is safe to show without a login goes in: node names, GPU models and memory,
+utilization and memory readings, data age, NVML error text, and the namespaces of
+pods holding idle GPUs. No pod names, no labels, no tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from gpuextender.extender.decide.whole_gpus import SummaryLookup
+from gpuextender.extender.state.gpu_summary import GPU_UNHEALTHY, IdleRule, NodeSummary
+from gpuextender.extender.model.ome.node_class import GpuFacts
+
+STATES = ("free-idle", "free-busy", "allocated-busy", "allocated-idle", "degraded", "unhealthy", "unknown")
+UNKNOWN = STATES.index("unknown")
+STATE_TEXT = (
+    "free, idle: a pod can get it",
+    "free, busy: utilization or memory over the idle rule",
+    "allocated to a pod, busy",
+    "allocated to a pod, idle (waste)",
+    "degraded: usable, ranked lower",
+    "unhealthy: never used",
+    "unknown: no data or stale data (never counted as idle)",
+)
+_GIB = 1024**3
+
+
+@dataclass(frozen=True, slots=True)
+class FleetInputs:
+    summary: SummaryLookup  # node -> its agent's summary, or None
+    facts: Callable[[str], tuple[GpuFacts, ...] | None]  # node -> its GPUs' static facts
+    allocatable: Mapping[str, int]  # node -> allocatable GPUs (inventory)
+    classes_by_node: Mapping[str, tuple[str, ...]]  # node -> its AcceleratorClasses (live_classes)
+    class_names: Sequence[str]  # every valid AcceleratorClass, shown even when empty
+    now: float  # monotonic seconds, the clock summaries' received_at is on
+    stale_after_s: float
+    rule: IdleRule
+
+
+def gpu_nodes(allocatable: Mapping[str, int], agent_nodes: Iterable[str]) -> list[str]:
+    """Every GPU node, by name: allocatable GPUs in the inventory, or data from an agent."""
+    names = {name for name, count in allocatable.items() if count > 0}
+    names.update(agent_nodes)
+    return sorted(names)
+
+
+def node_row(name: str, inputs: FleetInputs) -> dict[str, Any]:
+    """One node: its data state and one cell per GPU, [index, state, utilization %, memory used %]."""
+    summary = inputs.summary(name)
+    allocatable = inputs.allocatable.get(name, 0)
+    row: dict[str, Any] = {"node": name, "data": "none", "ageSeconds": None}
+    if summary is None:
+        # Nothing from the agent: the allocatable GPUs, each unknown.
+        row["gpus"] = [[i, UNKNOWN, None, None] for i in range(allocatable)]
+    else:
+        age = max(0.0, inputs.now - summary.received_at)
+        row["ageSeconds"] = round(age, 1)
+        if age > inputs.stale_after_s:  # decision.assess's bound: stale past it, fresh at it
+            row["data"] = "stale"
+            row["gpus"] = [[cell[0], UNKNOWN, None, None] for cell in summary.gpus]
+        else:
+            row["data"] = "fresh"
+            row["gpus"] = [[i, state, util, None if mem is None else round(mem, 1)] for i, state, util, mem in summary.gpus]
+            if not summary.gpus and summary.node_error:  # NVML gave no GPU at all
+                row["gpus"] = [[i, GPU_UNHEALTHY, None, None] for i in range(allocatable)]
+        _describe(row, summary)
+    _hardware(row, inputs.facts(name))
+    return row
+
+
+def _describe(row: dict[str, Any], summary: NodeSummary) -> None:
+    row["allocation"] = summary.allocation
+    if summary.node_error:
+        row["error"] = summary.node_error
+    if summary.idle_by_namespace and row["data"] == "fresh":
+        row["allocatedIdleByNamespace"] = dict(summary.idle_by_namespace)
+
+
+def _hardware(row: dict[str, Any], facts: tuple[GpuFacts, ...] | None) -> None:
+    if not facts:
+        return
+    models = sorted({f.name for f in facts if f.name})
+    if models:
+        row["model"] = " + ".join(models)
+    totals = {f.memory_total_bytes for f in facts}
+    if len(totals) == 1 and (total := next(iter(totals))):
+        row["gpuMemoryGiB"] = round(total / _GIB, 1)
+
+
+class FleetAccumulator:
+    """The page's document, node by node (so a caller can build it in slices). `row_out` turns
+    each row into what the document holds (the server encodes each row as it is made, so the
+    final encoding is a copy of bytes, not one long hold of the event loop)."""
+
+    def __init__(self, inputs: FleetInputs, row_out: Callable[[dict[str, Any]], Any] = lambda row: row) -> None:
+        self.inputs = inputs
+        self._row_out = row_out
+        self._groups: dict[str | None, dict[str, Any]] = {name: _group(name) for name in sorted(inputs.class_names)}
+        self._groups[None] = _group(None)
+        self._totals = _group(None)
+
+    def add(self, name: str) -> None:
+        row = node_row(name, self.inputs)
+        cells = row["gpus"]
+        counts = [0] * len(STATES)
+        for cell in cells:
+            counts[cell[1]] += 1
+        out = self._row_out(row)
+        for cls in self.inputs.classes_by_node.get(name, ()) or (None,):
+            group = self._groups.get(cls)
+            if group is None:
+                group = self._groups[cls] = _group(cls)
+            _count(group, counts, len(cells))
+            group["rows"].append(out)
+        _count(self._totals, counts, len(cells))
+
+    def result(self) -> dict[str, Any]:
+        rule = self.inputs.rule
+        groups = [g for cls, g in self._groups.items() if cls is not None]
+        if self._groups[None]["nodes"]:
+            groups.append(self._groups[None])  # the unclassified group last, shown only when it has nodes
+        return {
+            "states": list(STATES),
+            "stateText": list(STATE_TEXT),
+            "staleAfterSeconds": self.inputs.stale_after_s,
+            "idleRule": {"maxUtilizationPercent": rule.max_utilization_percent,
+                         "maxMemoryUsedPercent": rule.max_memory_used_percent},  # fmt: skip
+            "totals": {k: v for k, v in self._totals.items() if k not in ("class", "rows")},
+            "classes": groups,
+        }
+
+
+def _group(name: str | None) -> dict[str, Any]:
+    return {"class": name, "nodes": 0, "gpus": 0, "counts": dict.fromkeys(STATES, 0), "rows": []}
+
+
+def _count(group: dict[str, Any], counts: list[int], gpus: int) -> None:
+    group["nodes"] += 1
+    group["gpus"] += gpus
+    totals = group["counts"]
+    for state, n in zip(STATES, counts):
+        if n:
+            totals[state] += n
+
+
+def build(inputs: FleetInputs, nodes: Iterable[str]) -> dict[str, Any]:
+    """The whole document at once (tests; the server builds it in slices: fleet_page.py)."""
+    acc = FleetAccumulator(inputs)
+    for name in nodes:
+        acc.add(name)
+    return acc.result()
