@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 import logging
 from collections.abc import Callable, Sequence
 
@@ -51,6 +52,9 @@ class SampleLoop:
         self.interval_s = interval_s
         self.sequence = 0
         self.last_sample_monotonic: float | None = None
+        # When the newest read began, in the sampling thread (the loop's clock: time.monotonic). The
+        # next read begins MIN_INTERVAL_S after it at the earliest, however late the thread started.
+        self.read_started = 0.0
 
     def set_interval(self, interval_s: float) -> None:
         """Adopt an interval an extender asked for, within sane bounds."""
@@ -65,6 +69,7 @@ class SampleLoop:
             self._loop.call_soon_threadsafe(self._wake.set)
 
     def _read(self) -> NodeSample:
+        self.read_started = time.monotonic()
         sample = self._reader.sample()
         for enrich in self._enrichers:
             enrich(sample)
@@ -73,7 +78,6 @@ class SampleLoop:
     async def run(self) -> None:
         loop = self._loop = asyncio.get_running_loop()
         while True:
-            started = loop.time()
             self._wake.clear()  # an event from here on triggers the next sample early
             # NVML and kubelet calls block (and can stall on a sick GPU): keep them off the event loop.
             sample = await asyncio.to_thread(self._read)
@@ -87,6 +91,7 @@ class SampleLoop:
                 self._latest.publish(report)
             else:
                 self._metrics.samples_not_streamed.inc()
+            started = self.read_started
             await asyncio.sleep(max(0.0, started + MIN_INTERVAL_S - loop.time()))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), max(0.0, started + self.interval_s - loop.time()))

@@ -13,6 +13,7 @@ import trustme
 import yaml
 
 from tests.control_plane import kubeconfig_yaml
+from tests.tcp_forward import forwarding
 from tests.harness import Proc, free_port, metric, wait_until
 from tests.kube.scene import DEFAULT_SCHEDULER, H100, SECOND_SCHEDULER, Scene
 
@@ -98,17 +99,27 @@ def test_the_scheduler_verifies_the_extenders_certificate(world: Scene) -> None:
 
 
 def test_extender_down_and_not_ignorable_pods_wait_then_bind_when_it_is_back(world: Scene) -> None:
-    ports = (free_port(), free_port())
-    ext, n = _placed(world, ext_ports=ports)
-    world.scheduler(ext)  # the gpu-scheduler: ignorable: false as shipped
-    ext.stop()
+    """Not ignorable: while no extender answers, GPU pods wait (kube-scheduler retries them with
+    backoff) and bind once one answers again. kube-scheduler reaches the extender through its Service,
+    which sends calls only to a ready replica (every GPU node's agent has reported): a forwarder on the
+    scheduler's address stands for it. Reached directly, a restarted extender answers a retry that comes
+    before its agents reconnect on assumed data, where the idle and the busy node are equal (both pass
+    with score 0: decide/whole_gpus.py), so such a pod may bind to either."""
+    service, grpc_port = free_port(), free_port()
+    ext, n = _placed(world, ext_ports=(free_port(), grpc_port))
+    with forwarding(service, ext.ports["http"]):
+        world.scheduler(None, port=service)  # the gpu-scheduler: ignorable: false as shipped
+        ext.stop()
+    # No ready endpoint: the Service's address refuses connections.
     message = world.unschedulable(world.pod("waits", 2))
     assert "connection refused" in message and "/filter" in message, message
     assert world.node_of("waits") is None
-    back = world.extender(http_port=ports[0], grpc_port=ports[1])
-    world.wait_idle(back, n["idle"], 8)  # the agents found the new process on the same address
-    assert world.bound(world.pod("waits-too", 2)) == n["idle"]
-    assert world.bound("waits", timeout=60) == n["idle"]  # retried with backoff (at most 10 s apart)
+    back = world.extender(http_port=free_port(), grpc_port=grpc_port)
+    world.wait_idle(back, n["idle"], 8)  # the agents found the new process on the same gRPC address
+    world.wait_idle(back, n["busy"], 0)
+    with forwarding(service, back.ports["http"]):
+        assert world.bound(world.pod("waits-too", 2)) == n["idle"]
+        assert world.bound("waits", timeout=60) == n["idle"]  # retried with backoff (at most 10 s apart)
 
 
 def test_extender_down_and_ignorable_pods_bind_without_it(world: Scene) -> None:
