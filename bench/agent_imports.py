@@ -7,13 +7,13 @@ interpreter (best of --repeat, VmRSS/RssAnon/RssFile from /proc/self/status afte
 - layers: cumulative, in dependency order (interpreter, stdlib runtime, gRPC, protobuf and our
   messages, pynvml, prometheus_client, our agent modules, what only `--fake` loads (PyYAML, the
   scenario parser, the fake driver), then the C-heap trim the agent does once it is set up
-  (gpuextender.agent.heap)); each row is what that layer adds on top of the rows above it (the
+  (gpuextender.common.heap)); each row is what that layer adds on top of the rows above it (the
   trim's is negative), so the rows add up to the total;
 - alternatives: what the agent's module set would weigh with something it no longer loads: aiohttp
-  for its three GET routes (the agent serves them with gpuextender.agent.http_get_server), and
+  for its three GET routes (the agent serves them with gpuextender.agent.export.http_get_server), and
   importlib.metadata for its version (gpuextender.__version__ is a literal that pyproject.toml
   reads); and what leaving prometheus_client out would save;
-- one-shot: what `gpu-agent --clear-xid N` loads (`import gpuextender.agent.main` only), which
+- one-shot: what `gpu-agent --clear-xid N` loads (`import gpuextender.agent.cli` only), which
   runs beside the agent inside its container's memory limit.
 
 What the agent holds is every gpuextender.agent module except the fakes, plus grpc._channel (the
@@ -39,13 +39,13 @@ sys.path.insert(0, str(REPO_ROOT))
 
 import gpuextender.agent  # noqa: E402
 
-FAKE_ONLY = ("gpuextender.agent.fake_nvml", "gpuextender.agent.fake_scenario", "gpuextender.agent.fake_kubelet",
+FAKE_ONLY = ("gpuextender.agent.fakes.nvml", "gpuextender.agent.fakes.scenario", "gpuextender.agent.fakes.kubelet",
              "yaml")  # fmt: skip
 AGENT_MODULES = sorted(
     f"gpuextender.agent.{m.name}" for m in pkgutil.iter_modules(gpuextender.agent.__path__)
     if f"gpuextender.agent.{m.name}" not in FAKE_ONLY and m.name != "__main__"
 ) + ["grpc._channel"]  # fmt: skip
-TRIM = "!trim"  # not a module: the probe calls gpuextender.agent.heap.trim_c_heap() here
+TRIM = "!trim"  # not a module: the probe calls gpuextender.common.heap.trim_c_heap() here
 
 # (name, modules imported at this layer); later layers import on top of the earlier ones.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
@@ -58,8 +58,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("pynvml (nvidia-ml-py)", ("pynvml",)),
     ("prometheus_client", ("prometheus_client",)),
     ("gpuextender.agent modules", tuple(AGENT_MODULES)),
-    ("--fake only: PyYAML, fake_scenario, fake_nvml", ("yaml", "gpuextender.agent.fake_scenario",
-                                                       "gpuextender.agent.fake_nvml")),
+    ("--fake only: PyYAML, fakes.scenario, fakes.nvml", ("yaml", "gpuextender.agent.fakes.scenario",
+                                                       "gpuextender.agent.fakes.nvml")),
     # Last, as in the agent: main() loads the fake before _serve() trims.
     ("C heap trimmed once set up (malloc_trim)", (TRIM,)),
 ]  # fmt: skip
@@ -71,9 +71,9 @@ ALTERNATIVES: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = [
     ("+ aiohttp (+ aiohttp.web) to serve the GET routes", ("aiohttp", "aiohttp.web"), ()),
     ("+ importlib.metadata to read the version", ("importlib.metadata",), ()),
     ("- prometheus_client and the modules that use it", (),
-     ("prometheus_client", "gpuextender.agent.metrics", "gpuextender.agent.dcgm_metrics",
-      "gpuextender.agent.http_server", "gpuextender.agent.sample_loop", "gpuextender.agent.streamer",
-      "gpuextender.agent.stream_set", "gpuextender.agent.main")),
+     ("prometheus_client", "gpuextender.agent.export.metrics", "gpuextender.agent.export.dcgm_metrics",
+      "gpuextender.agent.export.http_routes", "gpuextender.agent.sampling.sample_loop", "gpuextender.agent.stream.streamer",
+      "gpuextender.agent.stream.stream_set", "gpuextender.agent.cli")),
 ]  # fmt: skip
 
 _PROBE = r"""
@@ -99,7 +99,7 @@ for group in mods:
         points.append(status())
     elif group == "!trim":
         gc.collect()
-        importlib.import_module("gpuextender.agent.heap").trim_c_heap()
+        importlib.import_module("gpuextender.common.heap").trim_c_heap()
     elif not out(group):
         importlib.import_module(group)
 points.append(status())
@@ -160,8 +160,8 @@ def alternatives(repeat: int) -> tuple[Row, list[Row]]:
 
 
 def one_shot(repeat: int) -> Row:
-    got = _probe([("gpuextender.agent.main",)], repeat=repeat)[-1]
-    return Row("gpu-agent --clear-xid (import gpuextender.agent.main)", _mib(got["VmRSS"]), _mib(got["RssAnon"]),
+    got = _probe([("gpuextender.agent.cli",)], repeat=repeat)[-1]
+    return Row("gpu-agent --clear-xid (import gpuextender.agent.cli)", _mib(got["VmRSS"]), _mib(got["RssAnon"]),
                _mib(got["RssFile"]), got["modules"])  # fmt: skip
 
 

@@ -9,7 +9,7 @@ gpu-extender -- what the agent does on a real GPU node (issue 11's target:
 How:
 1. starts, for each variant (below), the real `gpu-extender` on free 127.0.0.1
    ports and waits for /readyz; for the `node` variants also a fake kubelet
-   process (`python -m gpuextender.agent.fake_kubelet`, a real gRPC
+   process (`python -m gpuextender.agent.fakes.kubelet`, a real gRPC
    PodResources server on a unix socket under /tmp) serving
    bench/scenarios/bench-kubelet.yaml (5 of the 8 GPUs held by two pods, 14 pods
    in all) and a GFD labels file;
@@ -360,7 +360,7 @@ class _Agent:
                 raise BenchError(f"{socket}: too long for a unix socket path")
             self.socket = socket
             self.kubelet = ManagedProcess(f"fake-kubelet-{variant.name}", [
-                sys.executable, "-m", "gpuextender.agent.fake_kubelet",
+                sys.executable, "-m", "gpuextender.agent.fakes.kubelet",
                 "--socket", str(socket), "--scenario", str(KUBELET_SCENARIO), "--node", NODE_NAME,
             ])  # fmt: skip
             labels = here / "gfd"

@@ -3,7 +3,7 @@
 Goals (issue 13), measured here in one run:
 - ingest: >= 20,000 node reports/s of 8-GPU reports per core of the extender;
   equivalently, 5,000 nodes at 1 s freshness for <= 25 % of one core. The agent
-  streams through its report gate (gpuextender/agent/report_gate.py): it samples
+  streams through its report gate (gpuextender/agent/report/gate.py): it samples
   every 1 s but sends a report only when something decision-relevant changed, else
   a heartbeat every min(--heartbeat 3 s, the extender's stale_after 10 s / 3) = 3 s.
   The "1 s freshness" goal is measured with that load ("gated", below) at an assumed
@@ -122,7 +122,7 @@ GOAL_REPORTS_PER_CORE = 20_000.0
 GOAL_PACED_CORE_PERCENT = 25.0
 GOAL_P99_RATIO = 1.2
 GOAL_RSS_MIB = 150.0
-# The gated agent (gpuextender/agent/report_gate.py): a report when something decision-relevant
+# The gated agent (gpuextender/agent/report/gate.py): a report when something decision-relevant
 # changed, a heartbeat otherwise. Assumed fleet: 2 % of nodes change such a thing per 1 s
 # sample (a node every ~50 s: a GPU turning busy or idle, a pod placed or gone), heartbeat 3 s
 # (min(--heartbeat 3, --stale-after 10 / 3)).

@@ -31,9 +31,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pynvml  # noqa: E402
 
-from gpuextender.agent.fake_nvml import FakeNvmlLibrary, install  # noqa: E402
-from gpuextender.agent.fake_scenario import parse_scenario  # noqa: E402
-from gpuextender.agent.nvml_reader import NvmlReader  # noqa: E402
+from gpuextender.agent.fakes.nvml import FakeNvmlLibrary, install  # noqa: E402
+from gpuextender.agent.fakes.scenario import parse_scenario  # noqa: E402
+from gpuextender.agent.sources.nvml_reader import NvmlReader  # noqa: E402
 
 H100: dict[str, Any] = {
     "product": "NVIDIA H100 80GB HBM3", "memory_gib": 80, "compute_capability": "9.0",

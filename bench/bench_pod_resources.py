@@ -33,10 +33,10 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpuextender.agent.allocation import apply_allocation  # noqa: E402
-from gpuextender.agent.fake_kubelet import FakeKubelet, fake_gpu_uuid  # noqa: E402
-from gpuextender.agent.pod_resources import PodAttribution, PodResourcesClient  # noqa: E402
-from gpuextender.agent.readings import GpuReading, NodeSample  # noqa: E402
+from gpuextender.agent.sources.allocation import apply_allocation  # noqa: E402
+from gpuextender.agent.fakes.kubelet import FakeKubelet, fake_gpu_uuid  # noqa: E402
+from gpuextender.agent.sources.pod_resources import PodAttribution, PodResourcesClient  # noqa: E402
+from gpuextender.agent.model.readings import GpuReading, NodeSample  # noqa: E402
 
 NODE = "bench-node"
 GPUS = 8
@@ -88,7 +88,7 @@ def report(label: str, measured: tuple[list[float], float]) -> None:
 def fake_kubelet_process(sock: str, scenario: dict[str, Any], directory: str) -> subprocess.Popen[bytes]:
     path = Path(directory) / "kubelet.yaml"
     path.write_text(yaml.safe_dump(scenario))
-    process = subprocess.Popen([sys.executable, "-m", "gpuextender.agent.fake_kubelet", "--socket", sock,
+    process = subprocess.Popen([sys.executable, "-m", "gpuextender.agent.fakes.kubelet", "--socket", sock,
                                 "--scenario", str(path), "--node", NODE],
                                cwd=Path(__file__).resolve().parent.parent, stderr=subprocess.DEVNULL)  # fmt: skip
     client = PodResourcesClient(sock)

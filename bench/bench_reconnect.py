@@ -62,7 +62,7 @@ TARGET_S = MAX_BACKOFF_S + 2.0
 GIVE_UP_S = 150.0  # gRPC's own backoff reaches 120 s (+ jitter): the pre-fix agents may need that long
 VARIANTS = ("fixed", "pre-fix")
 
-_RUN_AGENT = "import sys\nfrom gpuextender.agent.main import main\nsys.exit(main(sys.argv[1:]))\n"
+_RUN_AGENT = "import sys\nfrom gpuextender.agent.cli import main\nsys.exit(main(sys.argv[1:]))\n"
 # The channel options the agent passed before the fix: everything else it adds now is dropped.
 _PRE_FIX = """
 import grpc.aio

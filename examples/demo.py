@@ -133,7 +133,7 @@ def main() -> int:
             print(f"starting a fake kubelet for {node}: PodResources on {sock}, "
                   f"pods from examples/demo/kubelet/{node}.yaml")  # fmt: skip
             start(f"kubelet-{node}", [
-                "gpuextender.agent.fake_kubelet", "--socket", str(sock),
+                "gpuextender.agent.fakes.kubelet", "--socket", str(sock),
                 "--scenario", str(DEMO / "kubelet" / f"{node}.yaml"), "--node", node,
             ])  # fmt: skip
         # Up, but not Ready until every GPU node's agent has reported (--readiness-grace).

@@ -42,7 +42,7 @@ PYTHON_IMAGE_ENV = {"PATH": "/usr/local/bin:/usr/local/sbin:/usr/sbin:/usr/bin:/
 
 
 def _agent_parser() -> argparse.ArgumentParser:
-    from gpuextender.agent.config import build_parser
+    from gpuextender.agent.settings import build_parser
 
     return build_parser()
 
@@ -370,7 +370,7 @@ CMD gpu-extender --help
 
 def test_dockerignore_matching_follows_docker() -> None:
     patterns = rules.parse_dockerignore("*\n!gpuextender\n!proto/keep\n**/__pycache__\n**/*.py[co]\n!keep/**/x.txt\n")
-    assert not rules.is_ignored("gpuextender/agent/main.py", patterns)
+    assert not rules.is_ignored("gpuextender/agent/cli.py", patterns)
     assert not rules.is_ignored("proto/keep/v1/gpu_state.proto", patterns)
     assert not rules.is_ignored("keep/a/b/x.txt", patterns)
     for ignored in ("tests/test_images.py", "proto/generate.py", "gpuextender/__pycache__/main.cpython-311.pyc",
@@ -493,7 +493,7 @@ def test_wheel_is_complete_and_holds_no_tests(built: Built) -> None:
     assert expected <= names, sorted(expected - names)
     assert {"gpuextender/v1/gpu_state_pb2.py", "gpuextender/v1/gpu_state_pb2_grpc.py",
             "gpuextender/v1/gpu_state.proto", "gpuextender/v1/gpu_state_pb2.pyi", "gpuextender/py.typed",
-            "gpuextender/agent/main.py", "gpuextender/agent/__main__.py", "gpuextender/extender/cli.py",
+            "gpuextender/agent/cli.py", "gpuextender/agent/__main__.py", "gpuextender/extender/cli.py",
             "gpuextender/extender/__main__.py", "gpuextender/extender/inventory/__init__.py",
             "gpuextender/extender/model/ome/__init__.py", "gpuextender/common/backoff.py",
             "gpuextender/podresources/v1/api_pb2.py", "gpuextender/podresources/v1/api_pb2_grpc.py",
@@ -525,7 +525,7 @@ def test_venv_holds_the_installed_project_and_no_installer(built: Built, tmp_pat
     # pip compiled our bytecode at install time, so the read-only image never has to.
     assert {p.parent.parent.relative_to(site).parts[0] for p in built.precompiled} == set(OUR_PACKAGES)
     # Imports resolve to site-packages, not to a source tree (run from outside the repository).
-    probe = ("import gpuextender.agent.main as a, gpuextender.extender.cli as e, gpuextender.v1.gpu_state_pb2 as m; "
+    probe = ("import gpuextender.agent.cli as a, gpuextender.extender.cli as e, gpuextender.v1.gpu_state_pb2 as m; "
              "print(a.__file__); print(e.__file__); print(m.__file__)")
     out = subprocess.run([str(built.venv / "bin" / "python"), "-c", probe], cwd=tmp_path,
                          env=built.image_env(IMAGES[0]), capture_output=True, text=True, check=True).stdout

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from gpuextender.agent.config import ConfigError as AgentConfigError
-from gpuextender.agent.config import build_config as agent_config
-from gpuextender.agent.config import build_parser as agent_parser
+from gpuextender.agent.settings import ConfigError as AgentConfigError
+from gpuextender.agent.settings import build_config as agent_config
+from gpuextender.agent.settings import build_parser as agent_parser
 from gpuextender.common.layered_config import MAX_CONFIG_BYTES, describe_sources
 from gpuextender.common.logs import JsonFormatter
 from gpuextender.extender.settings import ConfigError, build_config, build_parser

@@ -2,6 +2,6 @@
 
 import sys
 
-from gpuextender.agent.main import main
+from gpuextender.agent.cli import main
 
 sys.exit(main())

@@ -8,9 +8,9 @@ from typing import Any
 
 import pynvml
 
-from gpuextender.agent.fake_nvml import FakeNvmlLibrary, install
-from gpuextender.agent.fake_scenario import parse_scenario
-from gpuextender.agent.nvml_reader import NvmlReader
+from gpuextender.agent.fakes.nvml import FakeNvmlLibrary, install
+from gpuextender.agent.fakes.scenario import parse_scenario
+from gpuextender.agent.sources.nvml_reader import NvmlReader
 
 H100: dict[str, Any] = {"product": "NVIDIA H100 80GB HBM3", "memory_gib": 80, "compute_capability": "9.0"}
 A100_40: dict[str, Any] = {"product": "NVIDIA A100-SXM4-40GB", "memory_gib": 40, "compute_capability": "8.0"}

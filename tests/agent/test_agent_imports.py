@@ -16,11 +16,11 @@ import sys
 import gpuextender.agent
 
 NEVER_IN_THE_AGENT = ("gpuextender.extender", "kubernetes_asyncio", "orjson", "yaml", "aiohttp", "importlib.metadata",
-                      "gpuextender.agent.fake_nvml", "gpuextender.agent.fake_scenario",
-                      "gpuextender.agent.fake_kubelet")  # fmt: skip
-SERVING_ONLY = ("prometheus_client", "gpuextender.agent.http_server", "gpuextender.agent.http_get_server",
-                "gpuextender.agent.sample_loop",
-                "gpuextender.agent.streamer", "gpuextender.agent.fake_nvml")  # fmt: skip
+                      "gpuextender.agent.fakes.nvml", "gpuextender.agent.fakes.scenario",
+                      "gpuextender.agent.fakes.kubelet")  # fmt: skip
+SERVING_ONLY = ("prometheus_client", "gpuextender.agent.export.http_routes", "gpuextender.agent.export.http_get_server",
+                "gpuextender.agent.sampling.sample_loop",
+                "gpuextender.agent.stream.streamer", "gpuextender.agent.fakes.nvml")  # fmt: skip
 
 
 def _modules_after_importing(*names: str) -> set[str]:
@@ -34,14 +34,14 @@ def _loaded(modules: set[str], prefixes: tuple[str, ...]) -> list[str]:
 
 
 def test_the_agents_modules_pull_in_neither_the_extender_nor_the_fakes() -> None:
-    agent = sorted(f"gpuextender.agent.{m.name}" for m in pkgutil.iter_modules(gpuextender.agent.__path__)
-                   if not m.name.startswith("fake_") and m.name != "__main__")  # fmt: skip
-    assert "gpuextender.agent.main" in agent and "gpuextender.agent.http_server" in agent
+    agent = sorted(m.name for m in pkgutil.walk_packages(gpuextender.agent.__path__, "gpuextender.agent.")
+                   if not m.name.startswith("gpuextender.agent.fakes") and m.name != "gpuextender.agent.__main__")  # fmt: skip
+    assert "gpuextender.agent.cli" in agent and "gpuextender.agent.export.http_routes" in agent
     modules = _modules_after_importing(*agent)
     assert {"prometheus_client", "grpc", "pynvml", "asyncio"} <= modules  # the check sees real imports
     assert _loaded(modules, NEVER_IN_THE_AGENT) == []
 
 
 def test_the_clear_xid_one_shot_loads_no_serving_side() -> None:
-    modules = _modules_after_importing("gpuextender.agent.main")
+    modules = _modules_after_importing("gpuextender.agent.cli")
     assert _loaded(modules, NEVER_IN_THE_AGENT + SERVING_ONLY) == []

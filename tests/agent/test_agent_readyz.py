@@ -10,12 +10,12 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from gpuextender.agent.http_get_server import GetServer, Handler
-from gpuextender.agent.http_server import routes
-from gpuextender.agent.latest import LatestReport
-from gpuextender.agent.metrics import AgentMetrics
-from gpuextender.agent.readings import GpuReading, NodeSample
-from gpuextender.agent.sample_loop import SampleLoop
+from gpuextender.agent.export.http_get_server import GetServer, Handler
+from gpuextender.agent.export.http_routes import routes
+from gpuextender.agent.report.latest import LatestReport
+from gpuextender.agent.export.metrics import AgentMetrics
+from gpuextender.agent.model.readings import GpuReading, NodeSample
+from gpuextender.agent.sampling.sample_loop import SampleLoop
 from tests.harness import FIXTURES, Proc, cluster, free_port, http, metric, scrape, url, wait_until
 
 IDLE = FIXTURES / "scenarios" / "idle8.yaml"

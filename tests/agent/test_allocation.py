@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuextender.agent.allocation import (
+from gpuextender.agent.sources.allocation import (
     LABEL_REPLICAS,
     LABEL_SHARING_STRATEGY,
     MAX_HOLDERS_PER_DEVICE,
@@ -16,7 +16,7 @@ from gpuextender.agent.allocation import (
     apply_allocation,
     split_device_id,
 )
-from gpuextender.agent.readings import (
+from gpuextender.agent.model.readings import (
     ALLOCATION_KUBELET,
     ALLOCATION_UNAVAILABLE,
     EXCLUSIVE,
@@ -217,7 +217,7 @@ def test_the_holder_bound_applies_to_mig_instances_too() -> None:
 
 
 def test_agent_bounds_equal_the_extenders() -> None:
-    from gpuextender.agent import pod_resources
+    from gpuextender.agent.sources import pod_resources
     from gpuextender.extender.ingest import report_checks as extender
 
     assert MAX_HOLDERS_PER_DEVICE == extender.MAX_HOLDERS_PER_GPU

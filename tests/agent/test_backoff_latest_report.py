@@ -6,9 +6,9 @@ import asyncio
 import random
 
 from gpuextender.common.backoff import Backoff
-from gpuextender.agent.latest import LatestReport
-from gpuextender.agent.readings import GpuReading, NodeSample
-from gpuextender.agent.report import sample_to_report
+from gpuextender.agent.report.latest import LatestReport
+from gpuextender.agent.model.readings import GpuReading, NodeSample
+from gpuextender.agent.report.encode import sample_to_report
 from gpuextender.v1 import gpu_state_pb2 as pb
 
 

@@ -12,9 +12,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
 from gpuextender import __version__
-from gpuextender.agent import dcgm_metrics
-from gpuextender.agent.metrics import AgentMetrics
-from gpuextender.agent.readings import (
+from gpuextender.agent.export import dcgm_metrics
+from gpuextender.agent.export.metrics import AgentMetrics
+from gpuextender.agent.model.readings import (
     ALLOCATION_KUBELET,
     ErrorCounters,
     GpuReading,

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuextender.agent.fake_scenario import ScenarioError, load_scenario, parse_scenario
+from gpuextender.agent.fakes.scenario import ScenarioError, load_scenario, parse_scenario
 from tests.harness import ROOT
 
 GPU = {"product": "NVIDIA L40S", "memory_gib": 48}
@@ -84,7 +84,7 @@ def test_shipped_scenarios_load() -> None:
 
 
 def test_health_keys_parse() -> None:
-    from gpuextender.agent.fake_scenario import FakeEcc, FakeRemappedRows
+    from gpuextender.agent.fakes.scenario import FakeEcc, FakeRemappedRows
 
     scenario = parse_scenario({"gpus": [{
         **GPU, "ecc": {"uncorrected": 2}, "remapped_rows": {"correctable": 3, "pending": True},

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from gpuextender.agent.gfd_labels import MAX_FILE_BYTES, MAX_VALUE_CHARS, GfdLabelsFile, parse_labels
+from gpuextender.agent.sources.gfd_labels import MAX_FILE_BYTES, MAX_VALUE_CHARS, GfdLabelsFile, parse_labels
 
 # What GFD writes (one `key=value` per line, in map order), trimmed.
 GFD_FILE = """\

@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from gpuextender.agent.config import ConfigError, build_config
-from gpuextender.agent.health import (
+from gpuextender.agent.settings import ConfigError, build_config
+from gpuextender.agent.rules.health import (
     DEFAULT_IGNORED_XIDS,
     GpuEvents,
     HealthEnricher,
@@ -17,7 +17,7 @@ from gpuextender.agent.health import (
     classify,
     parse_xid_list,
 )
-from gpuextender.agent.readings import DEGRADED, HEALTHY, UNHEALTHY, ErrorCounters, GpuReading, NodeSample, XidEvent
+from gpuextender.agent.model.readings import DEGRADED, HEALTHY, UNHEALTHY, ErrorCounters, GpuReading, NodeSample, XidEvent
 from tests.agent.fake_gpus import H100, restored_pynvml, start_reader
 
 POLICY = HealthPolicy()

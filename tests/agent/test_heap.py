@@ -1,4 +1,4 @@
-"""gpuextender.agent.heap: the once-at-start trim really gives freed C-heap memory back (glibc)."""
+"""gpuextender.common.heap: the once-at-start trim really gives freed C-heap memory back (glibc)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import platform
 
 import pytest
 
-from gpuextender.agent.heap import trim_c_heap
+from gpuextender.common.heap import trim_c_heap
 
 CHUNK = 64 * 1024  # below glibc's mmap threshold (128 KiB): served from the heap, kept after free()
 CHUNKS = 1024  # 64 MiB

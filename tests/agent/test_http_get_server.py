@@ -1,4 +1,4 @@
-"""The agent's GET-only HTTP server (gpuextender.agent.http_get_server) on loopback: real
+"""The agent's GET-only HTTP server (gpuextender.agent.export.http_get_server) on loopback: real
 clients (urllib, aiohttp's keep-alive client) and raw sockets for what a client would not send.
 Every bound is tried at its value and one past it."""
 
@@ -12,7 +12,7 @@ from contextlib import asynccontextmanager
 import aiohttp
 import pytest
 
-from gpuextender.agent.http_get_server import (
+from gpuextender.agent.export.http_get_server import (
     GetServer,
     Handler,
     Request,

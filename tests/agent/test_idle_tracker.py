@@ -6,9 +6,9 @@ from __future__ import annotations
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuextender.agent.idle_tracker import IdleTracker
-from gpuextender.agent.metrics import AgentMetrics
-from gpuextender.agent.readings import (
+from gpuextender.agent.rules.idle_tracker import IdleTracker
+from gpuextender.agent.export.metrics import AgentMetrics
+from gpuextender.agent.model.readings import (
     ALLOCATION_KUBELET,
     ALLOCATION_UNAVAILABLE,
     GpuReading,

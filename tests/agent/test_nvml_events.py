@@ -15,10 +15,10 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from gpuextender.agent.health import HealthEnricher, HealthPolicy
-from gpuextender.agent.latest import LatestReport
-from gpuextender.agent.metrics import AgentMetrics
-from gpuextender.agent.nvml_events import (
+from gpuextender.agent.rules.health import HealthEnricher, HealthPolicy
+from gpuextender.agent.report.latest import LatestReport
+from gpuextender.agent.export.metrics import AgentMetrics
+from gpuextender.agent.sources.nvml_events import (
     CLEAR_PREFIX,
     WATCHED_EVENTS,
     ClearRequests,
@@ -27,7 +27,7 @@ from gpuextender.agent.nvml_events import (
     NvmlEventWatcher,
     request_clear,
 )
-from gpuextender.agent.sample_loop import SampleLoop
+from gpuextender.agent.sampling.sample_loop import SampleLoop
 from gpuextender.v1 import gpu_state_pb2 as pb
 from tests.agent.fake_gpus import H100, Clock, install_fake, restored_pynvml, start_reader
 

@@ -13,10 +13,10 @@ import pynvml
 import pytest
 import yaml
 
-from gpuextender.agent.fake_nvml import FakeNvmlLibrary, install
-from gpuextender.agent.fake_scenario import ScenarioFile, load_scenario
-from gpuextender.agent.nvml_reader import NvmlReader, mig_profile_from_attributes
-from gpuextender.agent.report import sample_to_report
+from gpuextender.agent.fakes.nvml import FakeNvmlLibrary, install
+from gpuextender.agent.fakes.scenario import ScenarioFile, load_scenario
+from gpuextender.agent.sources.nvml_reader import NvmlReader, mig_profile_from_attributes
+from gpuextender.agent.report.encode import sample_to_report
 from tests.agent.fake_gpus import A100_40, H100, Clock, restored_pynvml, start_reader
 
 

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 import pynvml
 import pytest
 
-from gpuextender.agent.fake_nvml import FakeNvmlLibrary, install
-from gpuextender.agent.fake_scenario import parse_scenario
-from gpuextender.agent.nvml_reader import NvmlReader, NvmlUnavailable
+from gpuextender.agent.fakes.nvml import FakeNvmlLibrary, install
+from gpuextender.agent.fakes.scenario import parse_scenario
+from gpuextender.agent.sources.nvml_reader import NvmlReader, NvmlUnavailable
 
 H100 = {"product": "NVIDIA H100 80GB HBM3", "memory_gib": 80, "compute_capability": "9.0"}
 
@@ -188,7 +188,7 @@ def test_an_edited_scenario_file_changes_the_next_samples(tmp_path, clock: Clock
     the last good scenario, with a warning."""
     import os
 
-    from gpuextender.agent.fake_scenario import ScenarioFile, load_scenario
+    from gpuextender.agent.fakes.scenario import ScenarioFile, load_scenario
 
     path = tmp_path / "node.yaml"
     _write_scenario(path, 5)

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 import pynvml
 import pytest
 
-from gpuextender.agent.nvml_reader import bus_key
-from gpuextender.agent.readings import GpuLink
-from gpuextender.agent.report import sample_to_report
+from gpuextender.agent.sources.nvml_reader import bus_key
+from gpuextender.agent.model.readings import GpuLink
+from gpuextender.agent.report.encode import sample_to_report
 from gpuextender.v1 import gpu_state_pb2 as pb
 from tests.agent.fake_gpus import H100, Clock, install_fake, restored_pynvml, start_reader
 

@@ -19,19 +19,19 @@ import grpc
 import pynvml
 import pytest
 
-from gpuextender.agent import pod_resources as pr
-from gpuextender.agent.allocation import (
+from gpuextender.agent.sources import pod_resources as pr
+from gpuextender.agent.sources.allocation import (
     LABEL_REPLICAS,
     LABEL_SHARING_STRATEGY,
     PROBLEM_TOO_MANY_HOLDERS,
     GpuResourceNames,
 )
-from gpuextender.agent.fake_kubelet import FakeKubelet, FakeKubeletError, fake_gpu_uuid, fake_mig_uuid, parse_state
-from gpuextender.agent.fake_nvml import FakeNvmlLibrary, install
-from gpuextender.agent.fake_scenario import ScenarioError, parse_scenario
-from gpuextender.agent.nvml_reader import NvmlReader
-from gpuextender.agent.pod_resources import PodAttribution, PodResourcesClient, PodResourcesLimits
-from gpuextender.agent.readings import (
+from gpuextender.agent.fakes.kubelet import FakeKubelet, FakeKubeletError, fake_gpu_uuid, fake_mig_uuid, parse_state
+from gpuextender.agent.fakes.nvml import FakeNvmlLibrary, install
+from gpuextender.agent.fakes.scenario import ScenarioError, parse_scenario
+from gpuextender.agent.sources.nvml_reader import NvmlReader
+from gpuextender.agent.sources.pod_resources import PodAttribution, PodResourcesClient, PodResourcesLimits
+from gpuextender.agent.model.readings import (
     ALLOCATION_KUBELET,
     ALLOCATION_UNAVAILABLE,
     EXCLUSIVE,
@@ -228,7 +228,7 @@ def test_not_a_socket_and_a_stale_socket(sock: str) -> None:
 
 _AS_NOBODY = """
 import os, sys
-from gpuextender.agent import pod_resources  # imported while still root
+from gpuextender.agent.sources import pod_resources  # imported while still root
 # One call as root first: gRPC imports modules lazily (grpc._channel, ...), and the checkout may sit
 # in a directory nobody cannot read (mktemp -d is 0700): only the socket's permissions may decide.
 warm = pod_resources.PodResourcesClient(sys.argv[1])
@@ -574,7 +574,7 @@ def test_fake_kubelet_runs_alone_and_follows_its_scenario_file(sock_dir: Path) -
     scenario = sock_dir / "kubelet.yaml"
     scenario.write_text("pods: []\nallocatable:\n  nvidia.com/gpu: [{gpus: 2}]\n")
     sock = str(sock_dir / "k.sock")
-    process = subprocess.Popen([sys.executable, "-m", "gpuextender.agent.fake_kubelet", "--socket", sock,
+    process = subprocess.Popen([sys.executable, "-m", "gpuextender.agent.fakes.kubelet", "--socket", sock,
                                 "--scenario", str(scenario), "--node", NODE], cwd=ROOT)  # fmt: skip
     try:
         client = PodResourcesClient(sock)

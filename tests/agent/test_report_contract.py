@@ -4,8 +4,8 @@ unchanged."""
 
 from __future__ import annotations
 
-from gpuextender.agent import readings as r
-from gpuextender.agent.report import sample_to_report
+from gpuextender.agent.model import readings as r
+from gpuextender.agent.report.encode import sample_to_report
 from gpuextender.v1 import gpu_state_pb2 as pb
 
 HOLDER = r.Holder("llm", "vllm-0", "engine", "nvidia.com/gpu", "GPU-1111::2")
@@ -80,8 +80,8 @@ def test_a_0_1_report_parses_with_every_new_fact_unknown() -> None:
 def test_the_most_reasons_the_agent_can_give_pass_every_extenders_bounds() -> None:
     """Every NVML error name the reader may list, and every code the classifier sets, at once: the
     report still passes this extender's validation and a 0.1 extender's (8 unhealthy reasons)."""
-    from gpuextender.agent import health
-    from gpuextender.agent.nvml_errors import known_error_names
+    from gpuextender.agent.rules import health
+    from gpuextender.agent.sources.nvml_errors import known_error_names
     from gpuextender.extender.ingest import report_checks as v
 
     reading = r.GpuReading(index=0, uuid="GPU-1", unhealthy_reasons=[*known_error_names(), "NoHandle"],

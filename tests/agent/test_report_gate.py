@@ -9,7 +9,7 @@ import pytest
 
 from gpuextender.v1 import gpu_state_pb2 as pb
 
-from gpuextender.agent.report_gate import ExtenderRule, ReportGate, decision_key, rule_from_ack
+from gpuextender.agent.report.gate import ExtenderRule, ReportGate, decision_key, rule_from_ack
 from tests.extender.builders import GIB, gpu, report
 
 RULE = ExtenderRule(30.0, 50.0, 30.0)  # heartbeat from the TTL: 10 s

@@ -8,10 +8,10 @@ import threading
 import time
 from collections.abc import Callable
 
-from gpuextender.agent.latest import LatestReport
-from gpuextender.agent.metrics import AgentMetrics
-from gpuextender.agent.readings import GpuReading, NodeSample
-from gpuextender.agent.sample_loop import MIN_INTERVAL_S, SampleLoop
+from gpuextender.agent.report.latest import LatestReport
+from gpuextender.agent.export.metrics import AgentMetrics
+from gpuextender.agent.model.readings import GpuReading, NodeSample
+from gpuextender.agent.sampling.sample_loop import MIN_INTERVAL_S, SampleLoop
 
 
 class Reader:

@@ -13,11 +13,11 @@ import grpc
 import pytest
 import trustme
 
-from gpuextender.agent.dial import DialSettings
-from gpuextender.agent.latest import LatestReport
-from gpuextender.agent.metrics import AgentMetrics
-from gpuextender.agent.stream_problem import describe_failure
-from gpuextender.agent.streamer import ExtenderStream
+from gpuextender.agent.stream.dial import DialSettings
+from gpuextender.agent.report.latest import LatestReport
+from gpuextender.agent.export.metrics import AgentMetrics
+from gpuextender.agent.stream.problem import describe_failure
+from gpuextender.agent.stream.streamer import ExtenderStream
 from gpuextender.common.serving_tls import ServingCertificate, ServingTlsFiles
 from gpuextender.common.backoff import Backoff
 from gpuextender.v1 import gpu_state_pb2 as pb

@@ -11,9 +11,9 @@ import pytest
 from prometheus_client import generate_latest
 
 from gpuextender.common.backoff import Backoff
-from gpuextender.agent.latest import LatestReport
-from gpuextender.agent.metrics import AgentMetrics
-from gpuextender.agent.streamer import ExtenderStream
+from gpuextender.agent.report.latest import LatestReport
+from gpuextender.agent.export.metrics import AgentMetrics
+from gpuextender.agent.stream.streamer import ExtenderStream
 from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 from tests.harness import free_port, parse_metrics

@@ -35,9 +35,9 @@ import yaml
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuextender.agent.config import build_parser as agent_parser
-from gpuextender.agent.metrics import AgentMetrics
-from gpuextender.agent.readings import ALLOCATION_KUBELET, GpuReading, Holder, NodeSample
+from gpuextender.agent.settings import build_parser as agent_parser
+from gpuextender.agent.export.metrics import AgentMetrics
+from gpuextender.agent.model.readings import ALLOCATION_KUBELET, GpuReading, Holder, NodeSample
 from gpuextender.extender.settings import build_parser as extender_parser
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.gpu_summary import IdleRule

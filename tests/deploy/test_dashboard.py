@@ -12,8 +12,8 @@ import re
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuextender.agent.metrics import AgentMetrics
-from gpuextender.agent.readings import ALLOCATION_KUBELET, GpuReading, Holder, MigReading, NodeSample
+from gpuextender.agent.export.metrics import AgentMetrics
+from gpuextender.agent.model.readings import ALLOCATION_KUBELET, GpuReading, Holder, MigReading, NodeSample
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.gpu_summary import IdleRule
 from gpuextender.extender.state.inventory_store import InventoryStore
@@ -110,7 +110,7 @@ def test_every_dashboard_metric_is_exported() -> None:
     exported = exported_names()
     used = set().union(*(metric_names(e) for e in queries(dashboard())))
     assert used, "no queries found"
-    assert used <= exported, f"not exported by gpuextender/agent/metrics.py or gpuextender/extender/observe/metrics.py: {sorted(used - exported)}"
+    assert used <= exported, f"not exported by gpuextender/agent/export/metrics.py or gpuextender/extender/observe/metrics.py: {sorted(used - exported)}"
 
 
 def test_dashboard_covers_the_agent_and_the_extender() -> None:

@@ -9,7 +9,7 @@ import io
 from pathlib import PurePosixPath
 
 import pytest
-from gpuextender.agent.config import build_parser as agent_parser
+from gpuextender.agent.settings import build_parser as agent_parser
 from gpuextender.extender.settings import build_parser as extender_parser
 
 from tests.deploy import manifests as m
@@ -152,7 +152,7 @@ def test_program_configs_build_from_the_manifest_arguments(base_objects: list[m.
     token) are recreated under tmp_path with the content the kubelet would put there: a CA
     certificate in ca.crt, a certificate and its key in tls.crt/tls.key (made with trustme)."""
     import trustme
-    from gpuextender.agent.config import build_config as agent_config
+    from gpuextender.agent.settings import build_config as agent_config
     from gpuextender.extender.settings import build_config as extender_config
 
     ca = trustme.CA()

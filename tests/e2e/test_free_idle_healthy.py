@@ -57,7 +57,7 @@ def _start(c: Cluster, tmp_path: Path, sockets: Path, ext: Proc) -> dict[str, Pr
         if node in KUBELETS:
             spec = tmp_path / f"kubelet-{node}.yaml"
             spec.write_text(yaml.safe_dump(KUBELETS[node]))
-            c.spawn(f"kubelet-{node}", "gpuextender.agent.fake_kubelet",
+            c.spawn(f"kubelet-{node}", "gpuextender.agent.fakes.kubelet",
                     ["--socket", str(socket), "--scenario", str(spec), "--node", node])  # fmt: skip
             wait_until(f"{node}'s fake kubelet", socket.exists)
         agents[node] = c.agent(node, scenario, ext, extra=("--interval", "0.5", "--pod-resources-socket", str(socket)))
@@ -141,7 +141,7 @@ def test_a_multi_gpu_pod_goes_where_its_gpus_share_nvlink(tmp_path: Path, short_
             socket, spec = short_dir / f"{node}.sock", tmp_path / f"kubelet-{node}.yaml"
             spec.write_text(yaml.safe_dump({"allocatable": {"nvidia.com/gpu": [{"gpus": 8}]},
                                             "pods": _pods([{"gpu": g} for g in gpus], "train")}))  # fmt: skip
-            c.spawn(f"kubelet-{node}", "gpuextender.agent.fake_kubelet",
+            c.spawn(f"kubelet-{node}", "gpuextender.agent.fakes.kubelet",
                     ["--socket", str(socket), "--scenario", str(spec), "--node", node])  # fmt: skip
             wait_until(f"{node}'s fake kubelet", socket.exists)
             c.agent(node, scenario, ext, extra=("--interval", "0.5", "--pod-resources-socket", str(socket)))
@@ -179,7 +179,7 @@ def test_mig_devices_are_matched_per_profile(tmp_path: Path, short_dir: Path) ->
         # --no-fit-policy reject: the lone node's soft failure is not passed through by the fallback.
         ext = c.extender("--stale-after", "60", "--no-fit-policy", "reject", "--gpu-resource", "nvidia.com/gpu",
                          "--gpu-resource", "nvidia.com/mig-1g.10gb")  # fmt: skip
-        c.spawn("kubelet-mig", "gpuextender.agent.fake_kubelet",
+        c.spawn("kubelet-mig", "gpuextender.agent.fakes.kubelet",
                 ["--socket", str(socket), "--scenario", str(spec), "--node", "mig"])  # fmt: skip
         wait_until("the fake kubelet", socket.exists)
         c.agent("mig", scenario, ext, extra=("--interval", "0.5", "--pod-resources-socket", str(socket)))

@@ -93,7 +93,7 @@ def _series(samples: dict, name: str) -> list[dict[str, str]]:
 
 
 def _fake_kubelet(c: Cluster, socket: Path, scenario: Path) -> Proc:
-    proc = c.spawn("fake-kubelet", "gpuextender.agent.fake_kubelet",
+    proc = c.spawn("fake-kubelet", "gpuextender.agent.fakes.kubelet",
                    ["--socket", str(socket), "--scenario", str(scenario), "--node", NODE])  # fmt: skip
     wait_until("the fake kubelet's socket", socket.exists)
     return proc

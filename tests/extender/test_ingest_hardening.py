@@ -16,8 +16,8 @@ import pynvml
 import pytest
 from prometheus_client import generate_latest
 
-from gpuextender.agent.nvml_errors import ErrorGroup, classify, known_error_names
-from gpuextender.agent.sample_loop import MIN_INTERVAL_S
+from gpuextender.agent.sources.nvml_errors import ErrorGroup, classify, known_error_names
+from gpuextender.agent.sampling.sample_loop import MIN_INTERVAL_S
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.gpu_summary import IdleRule
 from gpuextender.extender.ingest.service import IngestService

@@ -34,7 +34,7 @@ A100_40 = {"product": "NVIDIA A100-SXM4-40GB", "memory_gib": 40, "compute_capabi
 
 def scenario(gpu: dict[str, Any], idle: int, busy: int = 0, topology: dict[str, Any] | None = None) -> dict[str, Any]:
     """A fake-NVML scenario: `busy` GPUs at 90 % utilization, then `idle` ones at 2 %; with
-    `topology` (fake_scenario's `topology:` section) when given."""
+    `topology` (fakes/scenario.py's `topology:` section) when given."""
     fields = {k: v for k, v in gpu.items() if k != "label"}
     groups = [{**fields, "count": busy, "utilization_percent": 90, "memory_used_percent": 80}] if busy else []
     if idle:
@@ -44,7 +44,7 @@ def scenario(gpu: dict[str, Any], idle: int, busy: int = 0, topology: dict[str, 
 
 def holder(name: str, *devices: dict[str, int], namespace: str = "elsewhere", resource: str = GPU) -> dict[str, Any]:
     """A pod in a fake kubelet's List holding fake GPUs by index: {"gpu": 3}, or one replica of a
-    shared GPU, {"gpu": 3, "replica": 1} (fake_kubelet's scenario format)."""
+    shared GPU, {"gpu": 3, "replica": 1} (fakes/kubelet.py's scenario format)."""
     container = {"name": "main", "devices": {resource: list(devices)}}
     return {"namespace": namespace, "name": name, "containers": [container]}
 
@@ -124,7 +124,7 @@ class Scene:
         self.kubelet_sockets[node] = socket
         self._write_kubelet(node, {"allocatable": allocatable, "pods": pods})
         args = ["--socket", str(socket), "--scenario", str(self.kubelet_files[node]), "--node", node]
-        proc = self.procs.spawn(f"kubelet-{node}", "gpuextender.agent.fake_kubelet", args)
+        proc = self.procs.spawn(f"kubelet-{node}", "gpuextender.agent.fakes.kubelet", args)
         wait_until(f"{node}'s fake kubelet ({proc.log_path})", lambda: _alive_and_exists(proc, socket))
         return proc
 

@@ -25,7 +25,7 @@ MAX_DRIVER_VERSION_CHARS = 79  # NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE 80; "550
 MAX_AGENT_VERSION_CHARS = 64  # a PEP 440 version with a local part ("0.1.0.dev12+g1234abc.d20250101" is 30)
 MAX_NODE_ERROR_CHARS = 256  # the agent sends an NVML error name (23 characters at most today)
 # The agent lists each distinct reason once: the 7 NVML errors that mark a GPU unhealthy
-# (gpuextender/agent/nvml_errors.py) plus NoHandle; a reason is such a name (23 characters at most) or "Code<n>".
+# (gpuextender/agent/sources/nvml_errors.py) plus NoHandle; a reason is such a name (23 characters at most) or "Code<n>".
 MAX_UNHEALTHY_REASONS = 8
 MAX_UNHEALTHY_REASON_CHARS = 32
 # The largest report gRPC accepts (grpc.max_receive_message_length on the extender). A 256-GPU

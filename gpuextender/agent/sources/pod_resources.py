@@ -27,7 +27,7 @@ from typing import Any
 
 import grpc
 
-from gpuextender.agent.allocation import (
+from gpuextender.agent.sources.allocation import (
     DEFAULT_GPU_RESOURCES,
     PROBLEM_TOO_MANY_HOLDERS,
     AllocationResult,
@@ -36,7 +36,7 @@ from gpuextender.agent.allocation import (
     KubeletAllocations,
     apply_allocation,
 )
-from gpuextender.agent.readings import NodeSample
+from gpuextender.agent.model.readings import NodeSample
 from gpuextender.podresources.v1 import api_pb2, api_pb2_grpc
 
 log = logging.getLogger("gpu_agent.pod_resources")

@@ -24,7 +24,7 @@ from typing import Any
 import pynvml
 import yaml
 
-from gpuextender.agent.nvml_errors import known_error_names
+from gpuextender.agent.sources.nvml_errors import known_error_names
 
 log = logging.getLogger(__name__)
 

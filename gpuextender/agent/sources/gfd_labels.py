@@ -17,7 +17,7 @@ import os
 import stat
 from dataclasses import dataclass
 
-from gpuextender.agent.allocation import LABEL_COUNT, LABEL_PRODUCT, LABEL_REPLICAS, LABEL_SHARING_STRATEGY
+from gpuextender.agent.sources.allocation import LABEL_COUNT, LABEL_PRODUCT, LABEL_REPLICAS, LABEL_SHARING_STRATEGY
 
 log = logging.getLogger("gpu_agent.gfd_labels")
 

@@ -14,9 +14,9 @@ import asyncio
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from gpuextender.agent.http_get_server import Handler, Response, text
-from gpuextender.agent.metrics import AgentMetrics
-from gpuextender.agent.sample_loop import SampleLoop
+from gpuextender.agent.export.http_get_server import Handler, Response, text
+from gpuextender.agent.export.metrics import AgentMetrics
+from gpuextender.agent.sampling.sample_loop import SampleLoop
 
 
 def routes(metrics: AgentMetrics, sampler: SampleLoop, *, require_ack: bool = True) -> dict[str, Handler]:

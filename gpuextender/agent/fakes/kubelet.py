@@ -22,7 +22,7 @@ the same node name):
               nvidia.com/gpu: [{gpu: 0}]
               nvidia.com/gpu.shared: [{gpu: 2, replica: 1}]   # GPU-<uuid 2>::1
 
-Run alone: python -m gpuextender.agent.fake_kubelet --socket PATH --scenario FILE --node NAME
+Run alone: python -m gpuextender.agent.fakes.kubelet --socket PATH --scenario FILE --node NAME
 (the file is read again when it changes, so a demo allocates by editing it).
 """
 
@@ -61,7 +61,7 @@ def _namespace(uuid_seed: str) -> uuid.UUID:
 
 
 def fake_gpu_uuid(uuid_seed: str, index: int) -> str:
-    """The UUID fake_nvml.FakeNvmlLibrary gives GPU `index` for `uuid_seed` (the node name):
+    """The UUID fakes.nvml.FakeNvmlLibrary gives GPU `index` for `uuid_seed` (the node name):
     the same derivation, so a scenario can say "pod X holds GPU 1" (a test keeps the two equal)."""
     return f"GPU-{uuid.uuid5(_namespace(uuid_seed), str(index))}"
 

@@ -16,11 +16,11 @@ from gpuextender.common.logs import FORMATS, LEVELS
 from gpuextender.common.netaddr import AddressError, HostPort, parse_host_port
 from gpuextender.common.tls_files import CredentialFileError, check_ca, check_pair, check_readable
 
-from gpuextender.agent.dial import DialSettings
-from gpuextender.agent.gfd_labels import DEFAULT_PATH as DEFAULT_GFD_LABELS
-from gpuextender.agent.health import DEFAULT_IGNORED_XIDS, parse_xid_list
-from gpuextender.agent.idle_tracker import DEFAULT_THRESHOLD_PERCENT, DEFAULT_WINDOW_S
-from gpuextender.agent.pod_resources import DEFAULT_SOCKET as DEFAULT_POD_RESOURCES
+from gpuextender.agent.stream.dial import DialSettings
+from gpuextender.agent.sources.gfd_labels import DEFAULT_PATH as DEFAULT_GFD_LABELS
+from gpuextender.agent.rules.health import DEFAULT_IGNORED_XIDS, parse_xid_list
+from gpuextender.agent.rules.idle_tracker import DEFAULT_THRESHOLD_PERCENT, DEFAULT_WINDOW_S
+from gpuextender.agent.sources.pod_resources import DEFAULT_SOCKET as DEFAULT_POD_RESOURCES
 
 ENV_PREFIX = "GPU_AGENT_"
 _NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")

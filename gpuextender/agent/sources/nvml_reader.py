@@ -1,7 +1,7 @@
 """Reads every GPU of the node through NVML (`nvidia-ml-py`, imported as `pynvml`).
 
 The reader always calls the real `pynvml` functions. Without a GPU, the fake
-backend (`agent.fake_nvml`) is installed *underneath* pynvml in place of
+backend (`agent.fakes.nvml`) is installed *underneath* pynvml in place of
 libnvidia-ml.so.1, so this exact code, pynvml's ctypes wrappers and its error
 classes are what tests and the demo run.
 
@@ -36,8 +36,8 @@ from typing import Any
 
 import pynvml
 
-from gpuextender.agent.nvml_errors import ErrorGroup, classify, error_name
-from gpuextender.agent.readings import ErrorCounters, GpuLink, GpuReading, MigReading, NodeSample
+from gpuextender.agent.sources.nvml_errors import ErrorGroup, classify, error_name
+from gpuextender.agent.model.readings import ErrorCounters, GpuLink, GpuReading, MigReading, NodeSample
 
 log = logging.getLogger("gpu_agent.nvml")
 

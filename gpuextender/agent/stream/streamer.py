@@ -11,7 +11,7 @@ the bearer token are read again from disk (see `agent.dial`), so rotation needs
 no restart, and our backoff alone paces reconnects (gRPC's own reconnect
 backoff is kept within it, and calls do not wait for readiness). Failures are
 logged once when they start or change kind, then at most once a minute, in
-words naming the flag to fix (`agent.stream_problem`).
+words naming the flag to fix (`agent.stream.problem`).
 """
 
 from __future__ import annotations
@@ -26,11 +26,11 @@ from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 
 from gpuextender.common.backoff import Backoff
-from gpuextender.agent.dial import DialError, DialSettings, call_metadata, open_channel
-from gpuextender.agent.latest import LatestReport
-from gpuextender.agent.report_gate import ReportGate, rule_from_ack
-from gpuextender.agent.metrics import AgentMetrics
-from gpuextender.agent.stream_problem import StreamProblem, describe_failure
+from gpuextender.agent.stream.dial import DialError, DialSettings, call_metadata, open_channel
+from gpuextender.agent.report.latest import LatestReport
+from gpuextender.agent.report.gate import ReportGate, rule_from_ack
+from gpuextender.agent.export.metrics import AgentMetrics
+from gpuextender.agent.stream.problem import StreamProblem, describe_failure
 
 log = logging.getLogger("gpu_agent.stream")
 

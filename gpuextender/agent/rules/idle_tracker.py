@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from gpuextender.agent.readings import ALLOCATION_UNAVAILABLE, NodeSample
+from gpuextender.agent.model.readings import ALLOCATION_UNAVAILABLE, NodeSample
 
 DEFAULT_THRESHOLD_PERCENT = 1.0
 DEFAULT_WINDOW_S = 600.0

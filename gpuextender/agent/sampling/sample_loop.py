@@ -13,12 +13,12 @@ import time
 import logging
 from collections.abc import Callable, Sequence
 
-from gpuextender.agent.latest import LatestReport
-from gpuextender.agent.metrics import AgentMetrics
-from gpuextender.agent.nvml_reader import NvmlReader
-from gpuextender.agent.readings import NodeSample
-from gpuextender.agent.report import sample_to_report
-from gpuextender.agent.report_gate import ReportGate
+from gpuextender.agent.report.latest import LatestReport
+from gpuextender.agent.export.metrics import AgentMetrics
+from gpuextender.agent.sources.nvml_reader import NvmlReader
+from gpuextender.agent.model.readings import NodeSample
+from gpuextender.agent.report.encode import sample_to_report
+from gpuextender.agent.report.gate import ReportGate
 
 log = logging.getLogger("gpu_agent.sampler")
 

@@ -17,8 +17,8 @@ from gpuextender.common.layered_config import describe_sources
 from gpuextender.common.logs import configure_logging
 from gpuextender.common.netaddr import HostPort
 
-from gpuextender.agent.config import AgentConfig, ConfigError, build_config
-from gpuextender.agent.nvml_events import request_clear
+from gpuextender.agent.settings import AgentConfig, ConfigError, build_config
+from gpuextender.agent.sources.nvml_events import request_clear
 
 # What only the serving agent needs is imported after the one-shot mode: `kubectl exec POD --
 # gpu-agent --clear-xid N` runs beside the agent, inside the container's memory limit, and needs
@@ -26,9 +26,9 @@ from gpuextender.agent.nvml_events import request_clear
 # PyYAML are imported for --fake only (~1.6 MiB the agent on a real node never holds).
 # bench/agent_imports.py measures both.
 if TYPE_CHECKING:
-    from gpuextender.agent.metrics import AgentMetrics
-    from gpuextender.agent.nvml_reader import NvmlReader
-    from gpuextender.agent.readings import NodeSample
+    from gpuextender.agent.export.metrics import AgentMetrics
+    from gpuextender.agent.sources.nvml_reader import NvmlReader
+    from gpuextender.agent.model.readings import NodeSample
 
 log = logging.getLogger("gpu_agent")
 
@@ -48,18 +48,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return request_clear(config.control_dir, config.clear_xids)
     from prometheus_client import disable_created_metrics
 
-    from gpuextender.agent.metrics import AgentMetrics
-    from gpuextender.agent.nvml_reader import NvmlReader, NvmlUnavailable
+    from gpuextender.agent.export.metrics import AgentMetrics
+    from gpuextender.agent.sources.nvml_reader import NvmlReader, NvmlUnavailable
 
     disable_created_metrics()  # *_created series only add noise to every scrape (none exists yet)
     if config.fake_scenario is not None:
-        from gpuextender.agent.fake_scenario import ScenarioError, ScenarioFile, load_scenario
+        from gpuextender.agent.fakes.scenario import ScenarioError, ScenarioFile, load_scenario
 
         try:
             scenario = load_scenario(config.fake_scenario)
         except ScenarioError as exc:
             return _fail(str(exc))
-        from gpuextender.agent.fake_nvml import FakeNvmlLibrary, install
+        from gpuextender.agent.fakes.nvml import FakeNvmlLibrary, install
 
         follow = ScenarioFile(config.fake_scenario, scenario)
         install(FakeNvmlLibrary(scenario, uuid_seed=config.node_name, follow=follow))
@@ -84,8 +84,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _allocation_enricher(config: AgentConfig) -> tuple[Callable[[NodeSample], None], Callable[[], None]]:
     """Per sample: GFD's sharing labels, then who holds which GPU per the kubelet (it reads the
     labels). Returns (enrich, close)."""
-    from gpuextender.agent.gfd_labels import GfdLabelsFile
-    from gpuextender.agent.pod_resources import PodAttribution
+    from gpuextender.agent.sources.gfd_labels import GfdLabelsFile
+    from gpuextender.agent.sources.pod_resources import PodAttribution
 
     gfd = GfdLabelsFile(str(config.gfd_labels_file)) if config.gfd_labels_file is not None else None
     kubelet = PodAttribution(str(config.pod_resources_socket)) if config.pod_resources_socket is not None else None
@@ -100,17 +100,17 @@ def _allocation_enricher(config: AgentConfig) -> tuple[Callable[[NodeSample], No
 
 async def _serve(config: AgentConfig, reader: NvmlReader, metrics: AgentMetrics) -> int:
     from gpuextender.common.backoff import Backoff
-    from gpuextender.agent.discovery import ServiceWatch
-    from gpuextender.agent.health import HealthEnricher, HealthPolicy
-    from gpuextender.agent.heap import trim_c_heap
-    from gpuextender.agent.http_get_server import GetServer
-    from gpuextender.agent.http_server import routes
-    from gpuextender.agent.latest import LatestReport
-    from gpuextender.agent.report_gate import ReportGate
-    from gpuextender.agent.nvml_events import ClearRequests, EventStore, NvmlEventWatcher
-    from gpuextender.agent.sample_loop import SampleLoop
-    from gpuextender.agent.stream_set import StreamSet
-    from gpuextender.agent.streamer import ExtenderStream
+    from gpuextender.agent.stream.discovery import ServiceWatch
+    from gpuextender.agent.rules.health import HealthEnricher, HealthPolicy
+    from gpuextender.common.heap import trim_c_heap
+    from gpuextender.agent.export.http_get_server import GetServer
+    from gpuextender.agent.export.http_routes import routes
+    from gpuextender.agent.report.latest import LatestReport
+    from gpuextender.agent.report.gate import ReportGate
+    from gpuextender.agent.sources.nvml_events import ClearRequests, EventStore, NvmlEventWatcher
+    from gpuextender.agent.sampling.sample_loop import SampleLoop
+    from gpuextender.agent.stream.stream_set import StreamSet
+    from gpuextender.agent.stream.streamer import ExtenderStream
 
     latest = LatestReport()
     gate = ReportGate(config.heartbeat_s)

@@ -17,9 +17,9 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from gpuextender import __version__
-from gpuextender.agent.dcgm_metrics import DcgmCollector
-from gpuextender.agent.idle_tracker import DEFAULT_THRESHOLD_PERCENT, DEFAULT_WINDOW_S, IdleTracker
-from gpuextender.agent.readings import GpuReading, NodeSample
+from gpuextender.agent.export.dcgm_metrics import DcgmCollector
+from gpuextender.agent.rules.idle_tracker import DEFAULT_THRESHOLD_PERCENT, DEFAULT_WINDOW_S, IdleTracker
+from gpuextender.agent.model.readings import GpuReading, NodeSample
 
 GPU_LABELS = ["node", "gpu", "uuid", "model"]
 

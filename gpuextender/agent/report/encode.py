@@ -6,8 +6,8 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from gpuextender.v1 import gpu_state_pb2 as pb
 
-from gpuextender.agent import readings as r
-from gpuextender.agent.readings import GpuReading, Holder, NodeSample
+from gpuextender.agent.model import readings as r
+from gpuextender.agent.model.readings import GpuReading, Holder, NodeSample
 
 # Optional proto fields copied as-is when the reading exists (absent stays absent).
 _OPTIONAL_FIELDS = (

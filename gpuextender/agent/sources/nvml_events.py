@@ -44,9 +44,9 @@ from typing import Any, TextIO
 
 import pynvml
 
-from gpuextender.agent.health import DEFAULT_IGNORED_XIDS, MAX_REPORTED_XIDS, RECOVERY_NONE, GpuEvents
-from gpuextender.agent.nvml_errors import ErrorGroup, classify, error_name
-from gpuextender.agent.readings import XidEvent
+from gpuextender.agent.rules.health import DEFAULT_IGNORED_XIDS, MAX_REPORTED_XIDS, RECOVERY_NONE, GpuEvents
+from gpuextender.agent.sources.nvml_errors import ErrorGroup, classify, error_name
+from gpuextender.agent.model.readings import XidEvent
 
 log = logging.getLogger("gpu_agent.events")
 

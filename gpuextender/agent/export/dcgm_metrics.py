@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from gpuextender.agent.readings import ErrorCounters, GpuReading, Holder, MigReading, NodeSample
+from gpuextender.agent.model.readings import ErrorCounters, GpuReading, Holder, MigReading, NodeSample
 
 MIB = 2**20
 

@@ -44,7 +44,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from gpuextender.agent.readings import DEGRADED, HEALTHY, UNHEALTHY, GpuReading, NodeSample, XidEvent
+from gpuextender.agent.model.readings import DEGRADED, HEALTHY, UNHEALTHY, GpuReading, NodeSample, XidEvent
 
 DEFAULT_IGNORED_XIDS: frozenset[int] = frozenset({13, 31, 43, 45, 68, 109})
 MAX_REPORTED_XIDS = 16  # GpuSample.xids: newest last, at most 16 (the wire contract)

@@ -33,7 +33,7 @@ from typing import Any
 
 import pynvml
 
-from gpuextender.agent.fake_scenario import (
+from gpuextender.agent.fakes.scenario import (
     EVENT_TYPES,
     MAX_MIG_DEVICES,
     FakeEvent,

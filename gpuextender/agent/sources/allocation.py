@@ -30,7 +30,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
-from gpuextender.agent.readings import (
+from gpuextender.agent.model.readings import (
     ALLOCATION_KUBELET,
     ALLOCATION_UNAVAILABLE,
     EXCLUSIVE,
