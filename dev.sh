@@ -3,7 +3,8 @@
 # project with its test extras, then runs what you asked for:
 #   ./dev.sh demo     local demo: extender + 3 fake-GPU agents and fake kubelets + a captured scheduler request
 #   ./dev.sh test     the whole test suite (what CI runs)
-#   ./dev.sh lint     type-check the package (mypy; config in pyproject.toml)
+#   ./dev.sh lint     formatting, lint, import boundaries and types (ruff, lint-imports, mypy; pyproject.toml)
+#   ./dev.sh format   format and fix what ruff can (then ./dev.sh lint)
 #   ./dev.sh bench    the benchmarks in bench/ (not part of the tests)
 #   ./dev.sh proto    regenerate gpuextender/v1/*_pb2*.py
 set -euo pipefail
@@ -30,9 +31,14 @@ cmd=${1:-}
 case "$cmd" in
   demo)  ensure_venv; exec "$VENV/bin/python" examples/demo.py "$@" ;;
   test)  ensure_venv; exec "$VENV/bin/python" -m pytest "$@" ;;
-  lint)  ensure_venv; exec "$VENV/bin/python" -m mypy "$@" ;;
+  lint)  ensure_venv
+         "$VENV/bin/ruff" format --check .
+         "$VENV/bin/ruff" check .
+         "$VENV/bin/lint-imports"
+         exec "$VENV/bin/python" -m mypy "$@" ;;
+  format) ensure_venv; "$VENV/bin/ruff" format .; exec "$VENV/bin/ruff" check --fix . ;;
   bench) ensure_venv; [ -x "$VENV/bin/go" ] || "$VENV/bin/python" -m pip install --quiet -e '.[test,bench]'
          exec "$VENV/bin/python" bench/run_all.py "$@" ;;
   proto) ensure_venv; exec "$VENV/bin/python" proto/generate.py "$@" ;;
-  *) sed -n '2,8p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  *) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

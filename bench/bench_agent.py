@@ -104,7 +104,6 @@ from benchlib import (  # noqa: E402
     LOOPBACK,
     OUT_DIR,
     BenchError,
-    ExtenderAddrs,
     ManagedProcess,
     cpu_ticks,
     tree_cpu_ticks,

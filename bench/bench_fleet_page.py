@@ -3,7 +3,7 @@
 1. The build, in process, best of --repeat: the work (inputs, rows, final encoding; the
    gzip, in a thread), the body sizes, and build_fleet as served (sliced) on an event loop
    with a monitor task: the longest the loop was held, and the build's wall time.
-2. The scheduling path while pages are fetched: a real extender app (the same build_app,
+2. The scheduling path while pages are fetched: a real extender app (the same http_app,
    in a child process, on loopback) holding 5,000 nodes; this process sends 5,000-name
    filter calls one after another and measures their latency, in alternating phases:
    quiet, then with --browsers simulated browsers (another process) each fetching
@@ -35,12 +35,14 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gpuextender.v1 import gpu_state_pb2 as pb  # noqa: E402
 
-from gpuextender.extender.decide.whole_gpus import Policy  # noqa: E402
+from gpuextender.extender.settings import Policy  # noqa: E402
 from gpuextender.extender.ui.fleet_page import PAUSE_S, SLICE_S, _encoded, build_fleet, fleet_inputs  # noqa: E402
 from gpuextender.extender.ui.fleet_view import FleetAccumulator  # noqa: E402
 from gpuextender.extender.state.gpu_state import GpuState  # noqa: E402
-from gpuextender.extender.state.gpu_summary import IdleRule  # noqa: E402
-from gpuextender.extender.scheduler.http_api import ApiSettings, SchedulerApi, build_app, new_runner  # noqa: E402
+from gpuextender.common.idle_rule import IdleRule  # noqa: E402
+from gpuextender.extender.app import http_app  # noqa: E402
+from gpuextender.extender.scheduler.http_api import SchedulerApi, new_runner  # noqa: E402
+from gpuextender.extender.settings import ApiSettings
 from gpuextender.extender.model.kube_objects import KINDS  # noqa: E402
 from gpuextender.extender.state.inventory_store import InventoryStore  # noqa: E402
 from gpuextender.extender.state.inventory_view import ViewBuilder  # noqa: E402
@@ -170,14 +172,14 @@ def serve(port: int, nodes: int, ready: Any) -> None:
     api = build_api(nodes)
 
     async def run() -> None:
-        runner = new_runner(build_app(api), access_log=None)
+        runner = new_runner(http_app(api), access_log=None)
         await runner.setup()
         from aiohttp import web
 
         await web.TCPSite(runner, "127.0.0.1", port).start()
         gc.collect()
         gc.freeze()
-        gc.set_threshold(20_000, 10, 10)  # as gpuextender.extender.cli._tune_gc
+        gc.set_threshold(20_000, 10, 10)  # as gpuextender.extender.app._tune_gc
         ready.set()
         await asyncio.Event().wait()
 

@@ -3,7 +3,7 @@
 The HTTP handler parses, decides and encodes in one synchronous step, so that step's
 time is how long the event loop (and with it /healthz, gRPC ingest and every other
 call) is held. This measures that step in-process, best of `--repeat`, with the
-garbage collector tuned as gpuextender.extender.cli does, for:
+garbage collector tuned as gpuextender.extender.app does, for:
 
 1. cost per candidate name: N names no agent reports (the dearest case) through
    filter, prioritize and explain, N up to 100,000 (--max-candidates lifted);
@@ -29,9 +29,10 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gpuextender.extender.scheduler import wire  # noqa: E402
 from gpuextender.extender.model.bad_request import BadRequest  # noqa: E402
-from gpuextender.extender.settings import build_config  # noqa: E402
+from gpuextender.extender.flags import build_config  # noqa: E402
 from gpuextender.extender.state.gpu_state import GpuState  # noqa: E402
-from gpuextender.extender.scheduler.http_api import ApiSettings, SchedulerApi  # noqa: E402
+from gpuextender.extender.scheduler.http_api import SchedulerApi  # noqa: E402
+from gpuextender.extender.settings import ApiSettings
 from gpuextender.extender.observe.metrics import ExtenderMetrics  # noqa: E402
 from gpuextender.extender.model.pod_gpus import parse_count  # noqa: E402
 from tests.hostile_bodies import compact, full_nodes_request, names_request, unknown_names, worst_bodies  # noqa: E402
@@ -49,7 +50,7 @@ def build_api(**overrides: Any) -> SchedulerApi:
 
 
 def candidate_bound(api: SchedulerApi, verb: str) -> int:
-    """--max-candidates, or /explain's own lower bound (as extender.http_api.build_app)."""
+    """--max-candidates, or /explain's own lower bound (as extender.scheduler.http_api.build_app)."""
     bound = api.settings.max_candidates
     return min(bound, wire.EXPLAIN_MAX_CANDIDATES) if verb == "explain" else bound
 
@@ -79,7 +80,7 @@ def report(repeat: int = 5) -> list[str]:
     logging.getLogger().setLevel(logging.WARNING)  # no decision lines from the handlers
     gc.collect()
     gc.freeze()
-    gc.set_threshold(20_000, 10, 10)  # as gpuextender.extender.cli._tune_gc
+    gc.set_threshold(20_000, 10, 10)  # as gpuextender.extender.app._tune_gc
     lines: list[str] = []
     print = lines.append  # noqa: A001 - the report reads like the script it was
 

@@ -47,7 +47,8 @@ from benchlib import (  # noqa: E402
     scrape,
     wait_http_ok,
 )
-from gpuextender.extender.ingest.limits import MAX_UNKNOWN_NODES, REPORT_BURST, REPORTS_PER_SECOND  # noqa: E402
+from gpuextender.extender.ingest.limits import REPORT_BURST, REPORTS_PER_SECOND  # noqa: E402
+from gpuextender.extender.settings import MAX_UNKNOWN_NODES
 from gpuextender.extender.ingest.report_checks import (  # noqa: E402
     MAX_AGENT_VERSION_CHARS,
     MAX_DRIVER_VERSION_CHARS,

@@ -13,7 +13,7 @@ Measured, side by side in one run:
   the same fleet and pod without the ledger, with 40,000 pods the agents already attribute
   (steady state), and with 40,000 pods none is attributed yet (the worst case: every node has
   8 pending pods); p50 over every call, p99 the median of the rounds' p99s, and their ratios. The
-  garbage collector is tuned as the extender tunes it (gpuextender/extender/cli.py).
+  garbage collector is tuned as the extender tunes it (gpuextender/extender/app.py).
 
 Run: `.venv/bin/python bench/bench_ledger.py [--quick]`.
 """
@@ -37,15 +37,16 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import orjson  # noqa: E402
 
 from gpuextender.v1 import gpu_state_pb2 as pb  # noqa: E402
-from gpuextender.extender.decide.whole_gpus import Policy  # noqa: E402
+from gpuextender.extender.settings import Policy  # noqa: E402
 from gpuextender.extender.state.gpu_state import GpuState  # noqa: E402
-from gpuextender.extender.state.gpu_summary import IdleRule  # noqa: E402
-from gpuextender.extender.scheduler.http_api import ApiSettings, SchedulerApi  # noqa: E402
+from gpuextender.common.idle_rule import IdleRule  # noqa: E402
+from gpuextender.extender.scheduler.http_api import SchedulerApi  # noqa: E402
+from gpuextender.extender.settings import ApiSettings
 from gpuextender.extender.observe.metrics import ExtenderMetrics  # noqa: E402
 from gpuextender.extender.state.pod_ledger import POD_KIND, PodLedger  # noqa: E402
 from gpuextender.extender.scheduler.wire import parse_extender_args  # noqa: E402
 from benchlib import OUT_DIR  # noqa: E402
-from gpuextender.extender.cli import _tune_gc as tune_gc  # noqa: E402
+from gpuextender.extender.app import _tune_gc as tune_gc  # noqa: E402
 
 NOW = 1000.0
 GIB = 1024**3

@@ -69,7 +69,7 @@ import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from gpuextender.extender.state.gpu_summary import IdleRule
+from gpuextender.common.idle_rule import IdleRule
 
 IDLE = IdleRule()  # the extender's defaults: --idle-max-utilization 30, --idle-max-memory 50
 HEALTHY, DEGRADED, UNHEALTHY = "HEALTHY", "DEGRADED", "UNHEALTHY"

@@ -40,7 +40,7 @@ from bench_extender import (  # noqa: E402
 
 from gpuextender.extender.scheduler import wire  # noqa: E402
 from gpuextender.extender.decide.decision import Decision  # noqa: E402
-from gpuextender.extender.settings import build_config  # noqa: E402
+from gpuextender.extender.flags import build_config  # noqa: E402
 from gpuextender.extender.state.gpu_state import GpuState  # noqa: E402
 from gpuextender.extender.scheduler.http_api import SchedulerApi  # noqa: E402
 from gpuextender.extender.observe.metrics import ExtenderMetrics  # noqa: E402

@@ -37,7 +37,6 @@ import asyncio
 import copy
 import itertools
 import json
-from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path

@@ -48,7 +48,7 @@ def _agent_parser() -> argparse.ArgumentParser:
 
 
 def _extender_parser() -> argparse.ArgumentParser:
-    from gpuextender.extender.settings import build_parser
+    from gpuextender.extender.flags import build_parser
 
     return build_parser()
 

@@ -15,7 +15,7 @@ from gpuextender.agent.settings import build_config as agent_config
 from gpuextender.agent.settings import build_parser as agent_parser
 from gpuextender.common.layered_config import MAX_CONFIG_BYTES, describe_sources
 from gpuextender.common.logs import JsonFormatter
-from gpuextender.extender.settings import ConfigError, build_config, build_parser
+from gpuextender.extender.flags import ConfigError, build_config, build_parser
 
 NODE = {"NODE_NAME": "gpu-node-1"}
 

@@ -23,20 +23,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
-from gpuextender.common.tls_files import CredentialFileError, FileSignature, check_ca, read_flag_file
+from gpuextender.common.tls_files import CredentialFileError, FileSignature, ServingTlsFiles, check_ca, read_flag_file
 
 log = logging.getLogger("gpu_extender.tls")
 
 
 class TlsLoadError(ValueError):
     """The certificate files cannot be used; the message names the flag."""
-
-
-@dataclass(frozen=True, slots=True)
-class ServingTlsFiles:
-    cert: Path
-    key: Path
-    client_ca: Path | None = None  # set: agents must present a certificate signed by it (gRPC only)
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,3 +70,12 @@ def _stat(path: Path | None) -> tuple[int, int, int] | None:
     except OSError:
         return None
     return (st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+@dataclass(frozen=True, slots=True)
+class ServingTlsFiles:
+    """The extender's --tls-cert/--tls-key/--tls-ca (serving_tls.py loads and reloads them)."""
+
+    cert: Path
+    key: Path
+    client_ca: Path | None = None  # set: agents must present a certificate signed by it (gRPC only)

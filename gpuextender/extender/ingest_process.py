@@ -31,9 +31,11 @@ from prometheus_client import disable_created_metrics, generate_latest
 from gpuextender.common.logs import configure_logging
 from gpuextender.extender.ingest import frames as frames
 from gpuextender.extender.ingest.agent_identity import Authenticator
-from gpuextender.extender.settings import ConfigError, ExtenderConfig, build_config
+from gpuextender.extender.settings import ExtenderConfig
+from gpuextender.extender.flags import ConfigError, build_config
 from gpuextender.extender.state.gpu_state import GpuState
-from gpuextender.extender.state.gpu_summary import IdleRule, NodeSummary
+from gpuextender.extender.state.gpu_summary import NodeSummary
+from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.ingest.server import start_ingest_server
 from gpuextender.extender.observe.metrics import INGEST_SAMPLES, ExtenderMetrics
 from gpuextender.common.serving_tls import ServingCertificate, TlsLoadError

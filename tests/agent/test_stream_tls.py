@@ -18,7 +18,8 @@ from gpuextender.agent.report.latest import LatestReport
 from gpuextender.agent.export.metrics import AgentMetrics
 from gpuextender.agent.stream.problem import describe_failure
 from gpuextender.agent.stream.streamer import ExtenderStream
-from gpuextender.common.serving_tls import ServingCertificate, ServingTlsFiles
+from gpuextender.common.serving_tls import ServingCertificate
+from gpuextender.common.tls_files import ServingTlsFiles
 from gpuextender.common.backoff import Backoff
 from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc

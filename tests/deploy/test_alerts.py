@@ -38,15 +38,16 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpuextender.agent.settings import build_parser as agent_parser
 from gpuextender.agent.export.metrics import AgentMetrics
 from gpuextender.agent.model.readings import ALLOCATION_KUBELET, GpuReading, Holder, NodeSample
-from gpuextender.extender.settings import build_parser as extender_parser
+from gpuextender.extender.flags import build_parser as extender_parser
 from gpuextender.extender.state.gpu_state import GpuState
-from gpuextender.extender.state.gpu_summary import IdleRule
+from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.state.inventory_store import InventoryStore
 from gpuextender.extender.state.inventory_view import InventoryView
 from gpuextender.extender.observe.metrics import LATENCY_BUCKETS, ExtenderMetrics
 from gpuextender.extender.observe.silent_nodes import SilentNodesCollector
-from gpuextender.extender.decide.whole_gpus import Policy
-from gpuextender.extender.scheduler.http_api import ApiSettings, SchedulerApi
+from gpuextender.extender.settings import Policy
+from gpuextender.extender.scheduler.http_api import SchedulerApi
+from gpuextender.extender.settings import ApiSettings
 from gpuextender.extender.state.pod_ledger import PodLedger
 
 from tests.deploy import manifests as m
@@ -255,7 +256,7 @@ def exposition() -> dict[str, set[str]]:
     state = GpuState(IdleRule())
     assert state.ingest(report("gpu-node-1", [gpu(0)]), received_at=0.0)
     extender = ExtenderMetrics(state, InventoryStore(), clock=lambda: 5.0)
-    extender.registry.register(SilentNodesCollector(state, InventoryView))  # as gpuextender/extender/cli.py
+    extender.registry.register(SilentNodesCollector(state, InventoryView))  # as gpuextender/extender/app.py
     api = SchedulerApi(state, extender, ApiSettings(Policy()))  # registers the binding metrics, as main.py
     api.count_bound_pods(PodLedger(("nvidia.com/gpu",)))
     extender.request_duration.labels(verb="filter").observe(0.01)

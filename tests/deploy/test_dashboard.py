@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpuextender.agent.export.metrics import AgentMetrics
 from gpuextender.agent.model.readings import ALLOCATION_KUBELET, GpuReading, Holder, MigReading, NodeSample
 from gpuextender.extender.state.gpu_state import GpuState
-from gpuextender.extender.state.gpu_summary import IdleRule
+from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.state.inventory_store import InventoryStore
 from gpuextender.extender.observe.metrics import ExtenderMetrics
 

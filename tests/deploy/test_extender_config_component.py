@@ -11,7 +11,9 @@ from pathlib import Path, PurePosixPath
 import pytest
 import yaml
 
-from gpuextender.extender.settings import ExtenderConfig, build_config
+from gpuextender.extender.settings import ExtenderConfig
+
+from gpuextender.extender.flags import build_config
 from tests.deploy import manifests as m
 
 COMPONENT = m.COMPONENTS / "extender-config"

@@ -10,7 +10,7 @@ from pathlib import PurePosixPath
 
 import pytest
 from gpuextender.agent.settings import build_parser as agent_parser
-from gpuextender.extender.settings import build_parser as extender_parser
+from gpuextender.extender.flags import build_parser as extender_parser
 
 from tests.deploy import manifests as m
 
@@ -153,7 +153,7 @@ def test_program_configs_build_from_the_manifest_arguments(base_objects: list[m.
     certificate in ca.crt, a certificate and its key in tls.crt/tls.key (made with trustme)."""
     import trustme
     from gpuextender.agent.settings import build_config as agent_config
-    from gpuextender.extender.settings import build_config as extender_config
+    from gpuextender.extender.flags import build_config as extender_config
 
     ca = trustme.CA()
     leaf = ca.issue_cert("gpu-extender-agents.gpu-extender.svc")

@@ -27,9 +27,10 @@ from typing import Any
 
 import pytest
 
-from gpuextender.extender.scheduler.http_api import DEFAULT_MAX_BODY_BYTES
+from gpuextender.extender.settings import DEFAULT_MAX_BODY_BYTES
 from gpuextender.extender.model.pod_gpus import MAX_GPU_COUNT
-from gpuextender.extender.scheduler.wire import BYTES_PER_CONTAINER, EXPLAIN_MAX_CANDIDATES, MAX_CANDIDATES
+from gpuextender.extender.scheduler.wire import BYTES_PER_CONTAINER, EXPLAIN_MAX_CANDIDATES
+from gpuextender.extender.settings import MAX_CANDIDATES
 from tests.harness import FIXTURES, Cluster, Proc, cluster, fixture_bytes, metric, scrape, url, wait_until
 from tests.hostile_bodies import Mutator, compact, fixture, full_nodes_request, names_request, worst_bodies
 

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import time
 from pathlib import Path
 
 import yaml

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from gpuextender.v1 import gpu_state_pb2 as pb
 
-from gpuextender.extender.state.gpu_summary import IdleRule, NodeSummary, summarize
+from gpuextender.extender.state.gpu_summary import NodeSummary, summarize
+
+from gpuextender.common.idle_rule import IdleRule
 
 GIB = 1024**3
 

@@ -15,18 +15,11 @@ import grpc
 import pytest
 from prometheus_client import generate_latest
 
-from gpuextender.extender.ingest.agent_identity import (
-    NODE_NAME_EXTRA,
-    AgentIdentity,
-    Refusal,
-    ServiceAccountRef,
-    bearer_token,
-    judge_review,
-    parse_service_account,
-    token_expiry,
-)
+from gpuextender.extender.ingest.agent_identity import NODE_NAME_EXTRA, AgentIdentity, Refusal, bearer_token, judge_review, token_expiry
+
+from gpuextender.extender.settings import ServiceAccountRef, parse_service_account
 from gpuextender.extender.state.gpu_state import GpuState
-from gpuextender.extender.state.gpu_summary import IdleRule
+from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.ingest.service import IngestService
 from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.ingest.token_review import TokenReviewer

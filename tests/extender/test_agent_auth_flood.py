@@ -12,7 +12,7 @@ from aiohttp import web
 from prometheus_client import generate_latest
 
 from gpuextender.extender.state.gpu_state import GpuState
-from gpuextender.extender.state.gpu_summary import IdleRule
+from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.ingest.service import IngestService
 from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.ingest.token_review import MAX_REVIEWS_PER_PEER, TokenReviewer

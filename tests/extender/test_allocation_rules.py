@@ -13,16 +13,11 @@ import pytest
 from gpuextender.v1 import gpu_state_pb2 as pb
 
 from gpuextender.extender.decide import reasons
-from gpuextender.extender.decide.whole_gpus import Policy, assess, filter_nodes, prioritize
+from gpuextender.extender.decide.whole_gpus import assess, filter_nodes, prioritize
+from gpuextender.extender.settings import Policy
 from gpuextender.extender.state.gpu_state import GpuState
-from gpuextender.extender.state.gpu_summary import (
-    ALLOCATION_BEFORE_0_2,
-    ALLOCATION_FROM_KUBELET,
-    IdleRule,
-    NodeSummary,
-    gpu_units,
-    summarize,
-)
+from gpuextender.extender.state.gpu_summary import ALLOCATION_BEFORE_0_2, ALLOCATION_FROM_KUBELET, NodeSummary, gpu_units, summarize
+from gpuextender.common.idle_rule import IdleRule
 from tests.extender.builders import gpu, report
 
 NOW = 100.0

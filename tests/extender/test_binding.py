@@ -14,7 +14,8 @@ import pytest
 from gpuextender.extender.model.bad_request import BadRequest
 from gpuextender.extender.scheduler.binding import MAX_REMEMBERED, Bindings
 from gpuextender.extender.scheduler.binding_gate import BindingGate
-from gpuextender.extender.settings import MAX_BINDING_WAIT_S, ConfigError, build_config
+from gpuextender.extender.settings import MAX_BINDING_WAIT_S
+from gpuextender.extender.flags import ConfigError, build_config
 from gpuextender.extender.state.pod_ledger import POD_KIND, PodLedger
 from gpuextender.extender.model.pod_request import read_pod
 from gpuextender.extender.scheduler.wire import MAX_BIND_FIELD_CHARS, BindingArgs, parse_binding_args

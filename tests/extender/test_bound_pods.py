@@ -12,10 +12,11 @@ import pytest
 from gpuextender.v1 import gpu_state_pb2 as pb
 
 from gpuextender.extender.state.bound_pods import NOTHING, offered, pending
-from gpuextender.extender.decide.whole_gpus import Policy
+from gpuextender.extender.settings import Policy
 from gpuextender.extender.state.gpu_state import GpuState
-from gpuextender.extender.state.gpu_summary import IdleRule
-from gpuextender.extender.scheduler.http_api import ApiSettings, SchedulerApi
+from gpuextender.common.idle_rule import IdleRule
+from gpuextender.extender.scheduler.http_api import SchedulerApi
+from gpuextender.extender.settings import ApiSettings
 from gpuextender.extender.state.inventory_view import InventoryView
 from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.state.pod_ledger import POD_KIND, PodLedger

@@ -8,7 +8,8 @@ import random
 import pytest
 
 from gpuextender.extender.decide import reasons
-from gpuextender.extender.decide.whole_gpus import DataState, Policy, assess, filter_nodes, prioritize, rank_value
+from gpuextender.extender.decide.whole_gpus import DataState, assess, filter_nodes, prioritize, rank_value
+from gpuextender.extender.settings import Policy
 from tests.extender.builders import node
 
 NOW = 100.0

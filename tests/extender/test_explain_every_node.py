@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from gpuextender.extender.decide.whole_gpus import Policy
+from gpuextender.extender.settings import Policy
 from gpuextender.extender.state.gpu_state import GpuState
-from gpuextender.extender.state.gpu_summary import IdleRule
-from gpuextender.extender.scheduler.http_api import ApiSettings, SchedulerApi
+from gpuextender.common.idle_rule import IdleRule
+from gpuextender.extender.scheduler.http_api import SchedulerApi
+from gpuextender.extender.settings import ApiSettings
 from gpuextender.extender.state.inventory_view import InventoryView
 from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.scheduler.wire import EXPLAIN_MAX_CANDIDATES, ExtenderArgs

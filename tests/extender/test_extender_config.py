@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpuextender.extender.settings import ConfigError, build_config, build_parser
+from gpuextender.extender.flags import ConfigError, build_config, build_parser
 
 
 def test_defaults() -> None:

@@ -7,10 +7,11 @@ from pathlib import Path
 import pytest
 import trustme
 
-from gpuextender.extender.ingest.agent_identity import ServiceAccountRef
-from gpuextender.extender.settings import AgentAuth, ConfigError, build_config, build_parser
-from gpuextender.extender.cli import security_summary
-from gpuextender.common.serving_tls import ServingTlsFiles
+from gpuextender.extender.settings import ServiceAccountRef
+from gpuextender.extender.settings import AgentAuth
+from gpuextender.extender.flags import ConfigError, build_config, build_parser
+from gpuextender.extender.app import security_summary
+from gpuextender.common.tls_files import ServingTlsFiles
 from tests.harness import write_ca, write_leaf
 
 

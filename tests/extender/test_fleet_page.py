@@ -13,11 +13,13 @@ import pytest
 import yaml
 from aiohttp.test_utils import TestClient, TestServer
 
-from gpuextender.extender.decide.whole_gpus import Policy
+from gpuextender.extender.settings import Policy
 from gpuextender.extender.ui.fleet_page import FleetCache, build_fleet, load_one_object
 from gpuextender.extender.state.gpu_state import GpuState
-from gpuextender.extender.state.gpu_summary import IdleRule
-from gpuextender.extender.scheduler.http_api import ApiSettings, SchedulerApi, build_app
+from gpuextender.common.idle_rule import IdleRule
+from gpuextender.extender.app import http_app
+from gpuextender.extender.scheduler.http_api import SchedulerApi
+from gpuextender.extender.settings import ApiSettings
 from gpuextender.extender.model.kube_objects import KINDS
 from gpuextender.extender.state.inventory_store import InventoryStore
 from gpuextender.extender.state.inventory_view import InventoryView, ViewBuilder
@@ -61,7 +63,7 @@ def make_api(**settings: Any) -> SchedulerApi:
 
 def run(api: SchedulerApi, test: Callable[[TestClient[Any, Any]], Awaitable[None]]) -> None:
     async def go() -> None:
-        client = TestClient(TestServer(build_app(api)))
+        client = TestClient(TestServer(http_app(api)))
         await client.start_server()
         try:
             await test(client)

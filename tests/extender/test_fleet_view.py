@@ -9,9 +9,10 @@ import pytest
 
 from gpuextender.v1 import gpu_state_pb2 as pb
 
-from gpuextender.extender.decide.whole_gpus import Policy
+from gpuextender.extender.settings import Policy
 from gpuextender.extender.ui.fleet_view import STATES, FleetInputs, build, gpu_nodes, node_row
-from gpuextender.extender.state.gpu_summary import IdleRule, NodeSummary, summarize
+from gpuextender.extender.state.gpu_summary import NodeSummary, summarize
+from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.model.ome.node_class import GpuFacts
 from tests.extender.builders import GIB, gpu, report
 

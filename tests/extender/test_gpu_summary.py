@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from gpuextender.extender.state.gpu_summary import IdleRule, gpu_is_idle, summarize
+from gpuextender.extender.state.gpu_summary import summarize
+
+from gpuextender.common.idle_rule import IdleRule, gpu_is_idle
 from tests.extender.builders import gpu, node, report
 
 

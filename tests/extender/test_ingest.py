@@ -8,7 +8,7 @@ import grpc
 import pytest
 
 from gpuextender.extender.state.gpu_state import GpuState
-from gpuextender.extender.state.gpu_summary import IdleRule
+from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.ingest.service import IngestService
 from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.ingest.report_checks import report_problem

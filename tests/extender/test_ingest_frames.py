@@ -8,7 +8,7 @@ import pytest
 
 from gpuextender.extender.ingest import frames as frames
 from gpuextender.extender import ingest_process
-from gpuextender.extender.state.gpu_summary import IdleRule
+from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.ingest_process import FLUSH_BYTES, RelayStore
 from tests.extender.builders import gpu, report
 

@@ -19,7 +19,7 @@ from prometheus_client import generate_latest
 from gpuextender.agent.sources.nvml_errors import ErrorGroup, classify, known_error_names
 from gpuextender.agent.sampling.sample_loop import MIN_INTERVAL_S
 from gpuextender.extender.state.gpu_state import GpuState
-from gpuextender.extender.state.gpu_summary import IdleRule
+from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.ingest.service import IngestService
 from gpuextender.extender.ingest.limits import REPORT_BURST, REPORTS_PER_SECOND, ReportPacer, UnknownNodes
 from gpuextender.extender.observe.metrics import ExtenderMetrics

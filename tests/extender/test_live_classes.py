@@ -11,7 +11,7 @@ from gpuextender.v1 import gpu_state_pb2 as pb
 from prometheus_client import CollectorRegistry
 
 from gpuextender.extender.state.gpu_state import GpuState
-from gpuextender.extender.state.gpu_summary import IdleRule
+from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.state.inventory_view import InventoryView
 from gpuextender.extender.state.live_classes import LiveClasses, LiveClassesCollector
 from gpuextender.extender.model.ome.node_class import GpuFacts, classify_nodes

@@ -13,12 +13,15 @@ import pytest
 from gpuextender.v1 import gpu_state_pb2 as pb
 
 from gpuextender.extender.decide import reasons
-from gpuextender.extender.decide.whole_gpus import Policy
+from gpuextender.extender.settings import Policy
 from gpuextender.extender.state.gpu_state import GpuState
-from gpuextender.extender.state.gpu_summary import IdleRule, NodeSummary, summarize
-from gpuextender.extender.scheduler.http_api import ApiSettings, SchedulerApi
+from gpuextender.extender.state.gpu_summary import NodeSummary, summarize
+from gpuextender.common.idle_rule import IdleRule
+from gpuextender.extender.scheduler.http_api import SchedulerApi
+from gpuextender.extender.settings import ApiSettings
 from gpuextender.extender.observe.metrics import ExtenderMetrics
-from gpuextender.extender.decide.mig_devices import filter_mig, mig_profile
+from gpuextender.extender.decide.mig_devices import filter_mig
+from gpuextender.extender.model.pod_gpus import mig_profile
 from gpuextender.extender.model.pod_request import read_pod
 from gpuextender.extender.scheduler.wire import parse_extender_args
 from tests.extender.builders import GIB, gpu, report

@@ -3,18 +3,18 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
-from gpuextender.extender.decide import whole_gpus, class_plan, reasons
+from gpuextender.extender.decide import class_plan, reasons
 from gpuextender.extender.state.gpu_state import GpuState
-from gpuextender.extender.state.gpu_summary import IdleRule
+from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.inventory.files import FileInventorySource
 from gpuextender.extender.state.inventory_store import InventoryStore
 from gpuextender.extender.state.inventory_view import InventoryView, ViewBuilder
 from gpuextender.extender.model.ome.pod_intent import PodIdentity, pod_identity
 from gpuextender.extender.decide.snapshot import Candidates, Snapshot
+from gpuextender.extender.settings import Policy
 from tests.e2e.test_accelerator_classes import NODES, ome_request, write_inventory
 from tests.extender.builders import gpu, report
 
@@ -31,7 +31,7 @@ def view(tmp_path_factory: pytest.TempPathFactory) -> InventoryView:
 
 def known(view: InventoryView, state: GpuState) -> Snapshot:
     """What the extender would know at t=0: the nodes' labels decide their classes."""
-    return Snapshot(state.summary, view, view.membership.classes_by_node, 0.0, whole_gpus.Policy())
+    return Snapshot(state.summary, view, view.membership.classes_by_node, 0.0, Policy())
 
 
 def candidates(view: InventoryView) -> Candidates:

@@ -11,7 +11,9 @@ from gpuextender.extender.model.bad_request import BadRequest
 from gpuextender.extender.decide.whole_gpus import FilterOutcome
 import orjson
 
-from gpuextender.extender.scheduler.wire import MAX_CANDIDATES, filter_result, parse_extender_args, prioritize_result
+from gpuextender.extender.scheduler.wire import filter_result, parse_extender_args, prioritize_result
+
+from gpuextender.extender.settings import MAX_CANDIDATES
 from tests.harness import fixture_bytes
 
 GPU = ("nvidia.com/gpu",)

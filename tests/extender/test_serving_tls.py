@@ -14,7 +14,9 @@ import pytest
 import trustme
 from aiohttp import web
 
-from gpuextender.common.serving_tls import ServingCertificate, ServingTlsFiles, TlsLoadError
+from gpuextender.common.serving_tls import ServingCertificate, TlsLoadError
+
+from gpuextender.common.tls_files import ServingTlsFiles
 from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 from tests.harness import client_ssl_context, write_ca, write_leaf, write_pem

@@ -9,11 +9,14 @@ from typing import Any
 
 import pytest
 
-from gpuextender.extender.settings import DEFAULT_SHORTLIST, ConfigError, build_config
-from gpuextender.extender.decide.whole_gpus import Policy
+from gpuextender.extender.flags import ConfigError, build_config
+
+from gpuextender.extender.settings import DEFAULT_SHORTLIST
+from gpuextender.extender.settings import Policy
 from gpuextender.extender.state.gpu_state import GpuState
-from gpuextender.extender.state.gpu_summary import IdleRule
-from gpuextender.extender.scheduler.http_api import ApiSettings, SchedulerApi
+from gpuextender.common.idle_rule import IdleRule
+from gpuextender.extender.scheduler.http_api import SchedulerApi
+from gpuextender.extender.settings import ApiSettings
 from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.scheduler.wire import ExtenderArgs, parse_extender_args
 from tests.extender.builders import gpu, report

@@ -8,7 +8,7 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
 from gpuextender.extender.state.gpu_state import GpuState
-from gpuextender.extender.state.gpu_summary import IdleRule
+from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.state.inventory_view import InventoryView
 from gpuextender.extender.observe.silent_nodes import SilentNodesCollector, SilentNodesWarning, silent_gpu_nodes
 from tests.extender.builders import gpu, report

@@ -12,8 +12,11 @@ import pytest
 
 from gpuextender.v1 import gpu_state_pb2 as pb
 
-from gpuextender.extender.decide.whole_gpus import Policy, prioritize
-from gpuextender.extender.state.gpu_summary import IdleRule, NodeSummary, summarize
+from gpuextender.extender.decide.whole_gpus import prioritize
+
+from gpuextender.extender.settings import Policy
+from gpuextender.extender.state.gpu_summary import NodeSummary, summarize
+from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.state.gpu_topology import (
     APART,
     MAX_EXACT_GPUS,

@@ -11,15 +11,26 @@ Otherwise 503 with a one-line reason. Served by http_get_server (why not aiohttp
 from __future__ import annotations
 
 import asyncio
+from typing import Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gpuextender.agent.export.http_get_server import Handler, Response, text
 from gpuextender.agent.export.metrics import AgentMetrics
-from gpuextender.agent.sampling.sample_loop import SampleLoop
 
 
-def routes(metrics: AgentMetrics, sampler: SampleLoop, *, require_ack: bool = True) -> dict[str, Handler]:
+class SamplerProgress(Protocol):
+    """What the probes read of the sample loop (sampling/sample_loop.py), which sits above this stage."""
+
+    @property
+    def last_sample_monotonic(self) -> float | None: ...
+    @property
+    def interval_s(self) -> float: ...
+    @property
+    def sequence(self) -> int: ...
+
+
+def routes(metrics: AgentMetrics, sampler: SamplerProgress, *, require_ack: bool = True) -> dict[str, Handler]:
     """`require_ack`: whether the agent has extenders to report to (False in metrics-only mode).
     The handlers run on the event loop (they read the loop's clock)."""
 

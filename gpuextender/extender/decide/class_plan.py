@@ -47,7 +47,8 @@ from gpuextender.extender.decide.class_policy import (
 from gpuextender.extender.model.ome.pod_intent import PodIdentity, class_intent
 from gpuextender.extender.decide.runtime_selector import RuntimeSelectionError, find_base_model, validate_runtime
 from gpuextender.extender.model.untrusted import object_at
-from gpuextender.extender.decide.snapshot import Candidates, ClassesByNode, Snapshot
+from gpuextender.extender.decide.snapshot import Candidates, Snapshot
+from gpuextender.extender.state.live_classes import ClassesByNode
 
 log = logging.getLogger("gpu_extender.placement")
 

@@ -16,21 +16,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gpuextender.extender.decide import reasons
-from gpuextender.extender.decide.whole_gpus import FilterOutcome, Policy, SummaryLookup
+from gpuextender.extender.decide.whole_gpus import FilterOutcome, SummaryLookup
+from gpuextender.extender.settings import Policy
 from gpuextender.extender.state.gpu_summary import NodeSummary
 from gpuextender.extender.decide.reasons import Reason
-
-MIG_RESOURCE_PREFIX = "nvidia.com/mig-"  # GFD's mixed strategy: nvidia.com/mig-1g.10gb, ...
-
-MigNeed = tuple[tuple[str, int], ...]  # (profile, count), sorted by profile
-
-
-def mig_profile(resource: str) -> str | None:
-    """"1g.10gb" for "nvidia.com/mig-1g.10gb"; None for any other resource."""
-    if resource.startswith(MIG_RESOURCE_PREFIX) and len(resource) > len(MIG_RESOURCE_PREFIX):
-        return resource[len(MIG_RESOURCE_PREFIX) :]
-    return None
-
+from gpuextender.extender.model.pod_gpus import MigNeed
 
 def mig_reason(summary: NodeSummary, need: MigNeed) -> Reason | None:
     """The verdict on fresh data: None when every requested profile has enough free instances."""

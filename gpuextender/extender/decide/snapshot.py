@@ -10,10 +10,9 @@ from typing import Any
 from gpuextender.extender.decide import whole_gpus
 from gpuextender.extender.state.inventory_view import InventoryView
 from gpuextender.extender.state.pod_ledger import BoundPod
+from gpuextender.extender.state.live_classes import ClassesByNode, nodes_in_classes
+from gpuextender.extender.settings import Policy
 
-# node -> the AcceleratorClasses it is in. A mapping, not a function: the per-node
-# loops of the decision use its C-level .get.
-ClassesByNode = Mapping[str, tuple[str, ...]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,19 +21,13 @@ class Candidates:
     allocatable: Mapping[str, int]  # allocatable GPUs per node (from the request's Nodes, or the inventory)
 
 
-def nodes_in_classes(classes_by_node: ClassesByNode, classes: Sequence[str]) -> frozenset[str]:
-    """The nodes in at least one of `classes`."""
-    wanted = set(classes)
-    return frozenset(node for node, cs in classes_by_node.items() if not wanted.isdisjoint(cs))
-
-
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     summary: whole_gpus.SummaryLookup  # the node's GPU summary from its agent, or None
     view: InventoryView
     classes_by_node: ClassesByNode  # labels, refined by NVML facts where the agent reported
     now: float  # monotonic seconds: data age is judged on it
-    policy: whole_gpus.Policy
+    policy: Policy
     # Cached per membership version by extender.live_classes.LiveClasses; computed here if not given.
     nodes_in: Callable[[tuple[str, ...]], frozenset[str]] | None = None
     # Classes a node's labels match but its GPUs do not, with why (explain shows them).

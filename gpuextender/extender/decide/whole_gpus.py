@@ -96,6 +96,7 @@ from dataclasses import dataclass, field
 from gpuextender.extender.decide import reasons
 from gpuextender.extender.state.gpu_summary import NodeSummary, quality_for
 from gpuextender.extender.decide.reasons import Reason
+from gpuextender.extender.settings import Policy
 
 MAX_SCORE = 10  # kube-scheduler's MaxExtenderPriority
 NO_QUALITY = 1 << 30  # above every quality class
@@ -107,13 +108,6 @@ class DataState(enum.Enum):
     FRESH = "fresh"
     STALE = "stale"
     NONE = "none"
-
-
-@dataclass(frozen=True, slots=True)
-class Policy:
-    stale_after_s: float = 10.0
-    stale_policy: str = "fail-open"  # or "fail-closed"
-    no_fit_policy: str = "pass-all"  # or "reject"
 
 
 # Built per node per call: a plain slotted class, not a frozen one (a frozen
@@ -232,9 +226,6 @@ def filter_nodes(
             outcome.passed = soft
             outcome.failed = {n: r for n, r in failed.items() if r.unresolvable}
     return outcome
-
-
-NODE_STRATEGIES = ("spread", "binpack", "cost", "random")
 
 
 def prioritize(

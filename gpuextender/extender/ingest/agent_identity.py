@@ -14,7 +14,6 @@ import base64
 import binascii
 import json
 import math
-import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -22,30 +21,10 @@ from typing import Any, Protocol
 import grpc
 
 from gpuextender.extender.model.untrusted import object_at
+from gpuextender.extender.settings import ServiceAccountRef
 
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
-
-@dataclass(frozen=True, slots=True)
-class ServiceAccountRef:
-    namespace: str
-    name: str
-
-    @property
-    def username(self) -> str:
-        return f"system:serviceaccount:{self.namespace}:{self.name}"
-
-    def __str__(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-
-def parse_service_account(text: str) -> ServiceAccountRef:
-    namespace, sep, name = text.strip().partition("/")
-    if not sep or not _DNS_LABEL.match(namespace) or not _DNS_SUBDOMAIN.match(name):
-        raise ValueError(f"{text!r}: expected NAMESPACE/NAME of a ServiceAccount (e.g. gpu-extender/gpu-agent)")
-    return ServiceAccountRef(namespace, name)
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,13 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-# A sample_time further than this from the extender's wall clock is refused (--max-clock-skew): NTP
-# keeps nodes within milliseconds, so 30 s means a broken or stepped clock. Freshness is judged on
-# the extender's own clock (receipt), so any skew within the bound is harmless.
-MAX_CLOCK_SKEW_S = 30.0
-# Nodes outside the inventory whose reports are kept (--max-unknown-nodes): room for agents that
-# start before their Node is listed; 64 maximal reports are ~10 MB on the wire.
-MAX_UNKNOWN_NODES = 64
 
 # An agent never samples faster than every 0.1 s (agent.sample_loop.MIN_INTERVAL_S) and sends only
 # its newest report, so a real agent never waits here; a client that writes without reading acks

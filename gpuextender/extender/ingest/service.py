@@ -32,15 +32,10 @@ from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 from prometheus_client import Counter
 
 from gpuextender.extender.ingest.agent_identity import AgentIdentity, AgentRefused, Authenticator, node_mismatch
-from gpuextender.extender.state.gpu_summary import IdleRule, NodeSummary
-from gpuextender.extender.ingest.limits import (
-    MAX_CLOCK_SKEW_S,
-    MAX_UNKNOWN_NODES,
-    REPORT_BURST,
-    REPORTS_PER_SECOND,
-    ReportPacer,
-    UnknownNodes,
-)
+from gpuextender.extender.state.gpu_summary import NodeSummary
+from gpuextender.common.idle_rule import IdleRule
+from gpuextender.extender.ingest.limits import REPORT_BURST, REPORTS_PER_SECOND, ReportPacer, UnknownNodes
+from gpuextender.extender.settings import MAX_CLOCK_SKEW_S, MAX_UNKNOWN_NODES
 from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.ingest.report_checks import clock_skew_problem, report_problem
 

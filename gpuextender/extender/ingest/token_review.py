@@ -31,16 +31,9 @@ import grpc
 import orjson
 from kubernetes_asyncio import client as k8s
 
-from gpuextender.extender.ingest.agent_identity import (
-    AgentIdentity,
-    AgentRefused,
-    Refusal,
-    ServiceAccountRef,
-    bearer_token,
-    judge_review,
-    missing_token,
-    token_expiry,
-)
+from gpuextender.extender.ingest.agent_identity import AgentIdentity, AgentRefused, Refusal, bearer_token, judge_review, missing_token, token_expiry
+
+from gpuextender.extender.settings import ServiceAccountRef
 
 _EXPIRY_MARGIN_S = 5.0  # stop trusting a cached answer this long before the token expires
 # One agent has one token: two reviews at once from one host cover an agent reconnecting while its

@@ -174,3 +174,15 @@ def may_request(pod: Any, resources: Sequence[str]) -> bool:
                 if not isinstance(named, dict) or any(r in named for r in resources):
                     return True
     return False
+
+
+MIG_RESOURCE_PREFIX = "nvidia.com/mig-"  # GFD's mixed strategy: nvidia.com/mig-1g.10gb, ...
+
+MigNeed = tuple[tuple[str, int], ...]  # (profile, count), sorted by profile
+
+
+def mig_profile(resource: str) -> str | None:
+    """"1g.10gb" for "nvidia.com/mig-1g.10gb"; None for any other resource."""
+    if resource.startswith(MIG_RESOURCE_PREFIX) and len(resource) > len(MIG_RESOURCE_PREFIX):
+        return resource[len(MIG_RESOURCE_PREFIX) :]
+    return None

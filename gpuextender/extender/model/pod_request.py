@@ -14,15 +14,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuextender.extender.model.bad_request import shown
-from gpuextender.extender.decide.whole_gpus import NODE_STRATEGIES
 from gpuextender.extender.model.untrusted import object_at
-from gpuextender.extender.decide.mig_devices import MigNeed, mig_profile
+from gpuextender.extender.model.pod_gpus import MigNeed, mig_profile
 from gpuextender.extender.model.ome.pod_intent import PodIdentity, pod_identity
 from gpuextender.extender.model.pod_gpus import gpus_requested, pod_ref
 
 log = logging.getLogger("gpu_extender.http")
 
 STRATEGY_ANNOTATION = "gpu-extender.io/node-strategy"
+NODE_STRATEGIES = ("spread", "binpack", "cost", "random")
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,16 +13,18 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from gpuextender.extender.scheduler.binding_gate import BindingGate
-from gpuextender.extender.scheduler.pod_binder import PodBinder
 from gpuextender.extender.state.pod_ledger import BoundPod, PodLedger
 from gpuextender.extender.model.pod_request import PodRequest
 from gpuextender.extender.scheduler.wire import BindingArgs, binding_result
+
+if TYPE_CHECKING:  # the Kubernetes client is imported only with --kubernetes (app.py)
+    from gpuextender.extender.scheduler.pod_binder import PodBinder
 
 log = logging.getLogger("gpu_extender.bind")
 

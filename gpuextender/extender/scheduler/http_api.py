@@ -15,7 +15,6 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from itertools import islice
 from typing import Any
 
@@ -31,7 +30,7 @@ from gpuextender.extender.scheduler.binding_gate import BindingGate
 from gpuextender.extender.state.bound_pods import AllocatableLessBound
 from gpuextender.extender.observe.bound_pods_collector import BoundPodsCollector
 from gpuextender.extender.state.gpu_state import GpuState
-from gpuextender.extender.decide.mig_devices import mig_profile
+from gpuextender.extender.model.pod_gpus import mig_profile
 from gpuextender.extender.model.pod_gpus import gpus_requested
 from gpuextender.extender.state.pod_ledger import PodLedger
 from gpuextender.extender.state.inventory_view import InventoryView
@@ -41,17 +40,8 @@ from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.decide.decision import Decision
 from gpuextender.extender.decide.snapshot import Candidates, Snapshot
 from gpuextender.extender.model.pod_request import PodRequest, read_pod
-from gpuextender.extender.scheduler.wire import (
-    BYTES_PER_CONTAINER,
-    EXPLAIN_MAX_CANDIDATES,
-    MAX_CANDIDATES,
-    ExtenderArgs,
-    encode,
-    filter_result,
-    parse_binding_args,
-    parse_extender_args,
-    prioritize_result,
-)
+from gpuextender.extender.scheduler.wire import BYTES_PER_CONTAINER, EXPLAIN_MAX_CANDIDATES, ExtenderArgs, encode, filter_result, parse_binding_args, parse_extender_args, prioritize_result
+from gpuextender.extender.settings import ApiSettings
 
 log = logging.getLogger("gpu_extender.http")
 
@@ -59,32 +49,6 @@ _PLAN_CACHE_SIZE = 4096  # distinct OME pod identities per inventory version; cl
 
 # How many failed nodes an INFO decision line names; the rest are counted (DEBUG names all).
 _LOG_FAILED_NODES = 5
-
-
-# Bounds on one scheduler call; why these values: the --max-body-bytes and --body-read-timeout help.
-DEFAULT_MAX_BODY_BYTES = 2 * 1024**2
-DEFAULT_BODY_READ_TIMEOUT_S = 10.0
-
-
-@dataclass(frozen=True, slots=True)
-class ApiSettings:
-    policy: whole_gpus.Policy
-    gpu_resources: tuple[str, ...] = ("nvidia.com/gpu",)
-    compact_priorities: bool = True
-    shortlist: int = 0  # filter answers at most this many passing nodes, the best (decision.py); 0: all
-    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
-    max_candidates: int = MAX_CANDIDATES
-    body_read_timeout_s: float = DEFAULT_BODY_READ_TIMEOUT_S
-    path_prefix: str = ""
-    default_class_policy: str = "FirstAvailable"
-    runtime_check: str = "warn"  # enforce | warn | off
-    node_strategy: str = "spread"  # whole_gpus.NODE_STRATEGIES; a pod annotation may pick another
-    random_seed: str = ""
-    readiness_grace_s: float = 0.0  # /readyz waits up to this long for every GPU node's agent data
-    fleet_page: bool = True  # GET /ui, /ui/fleet.json, POST /ui/explain (fleet_page.py); False: not routed
-    # How long a filter waits for earlier pods' bindings (binding_gate.py); 0: not at all. Only
-    # meaningful where bindings are seen (--kubernetes: the pod watch, the bind verb).
-    binding_wait_s: float = 0.0
 
 
 class SchedulerApi:
@@ -370,7 +334,15 @@ def listen_backlog(somaxconn: str = "/proc/sys/net/core/somaxconn") -> int:
     return max(1, min(cap, LISTEN_BACKLOG))
 
 
-def build_app(api: SchedulerApi) -> web.Application:
+# A POST verb's handler from (metric label, the answer from the body): the one home of body bounds,
+# refusals and per-verb metrics, for the scheduler's verbs and the fleet page's form alike.
+VerbHandler = Callable[[str, Callable[[bytes], Awaitable[Any]]], Callable[[web.Request], Awaitable[web.StreamResponse]]]
+# Adds routes of another stage (the fleet page) to the app: (app, api, path prefix, verb handler).
+PageRoutes = Callable[[web.Application, SchedulerApi, str, VerbHandler], object]
+
+
+def build_app(api: SchedulerApi, pages: PageRoutes | None = None) -> web.Application:
+    """The verbs' routes and /healthz, /readyz, /metrics; `pages` adds more (the fleet page: app.py)."""
     settings = api.settings
     metrics = api.metrics
     max_containers = settings.max_body_bytes // BYTES_PER_CONTAINER
@@ -449,9 +421,7 @@ def build_app(api: SchedulerApi) -> web.Application:
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", get_metrics)
-    if settings.fleet_page:
-        from gpuextender.extender.ui.fleet_page import add_routes  # imports this module
-
-        add_routes(app, api, prefix, scheduler_verb)
+    if pages is not None:
+        pages(app, api, prefix, scheduler_verb)
     return app
 

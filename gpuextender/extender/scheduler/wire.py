@@ -27,12 +27,8 @@ from typing import Any
 from gpuextender.extender.model.bad_request import BadRequest, shown
 from gpuextender.extender.decide.whole_gpus import FilterOutcome
 from gpuextender.extender.model.pod_gpus import MAX_GPU_COUNT, parse_count
+from gpuextender.extender.settings import MAX_CANDIDATES
 
-# kube-scheduler sends at most every node of the cluster. Upstream Kubernetes supports 5,000
-# nodes and some managed offerings 15,000; refusing a real cluster's call would stall every GPU
-# pod, so the bound is the larger. filter and prioritize cost ~0.7 / ~1.5 us per unknown name
-# (bench/bench_hostile_http.py): 15,000 hold the loop ~25 ms at most.
-MAX_CANDIDATES = 15_000
 # /explain, a person's tool, costs ~6 us per name: it takes at most this many (~30 ms).
 EXPLAIN_MAX_CANDIDATES = 5_000
 # Real requests hold one JSON object or array per ~33 bytes (a pod: 2,300 B / 68; a full Node:

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 from gpuextender.v1 import gpu_state_pb2 as pb
 
+from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.state.gpu_topology import set_tiers, tier_for
 
 # Set sizes whose quality class is precomputed per report: up to 64 GPUs (or replicas) per pod.
@@ -51,12 +52,6 @@ ALLOCATION_BEFORE_0_2 = "unknown (agent before 0.2)"
 GPU_FREE_IDLE, GPU_FREE_BUSY, GPU_ALLOCATED_BUSY, GPU_ALLOCATED_IDLE, GPU_DEGRADED, GPU_UNHEALTHY = range(6)
 # (NVML index, state, utilization %, memory used %); a reading NVML did not give: None.
 GpuCell = tuple[int, int, int | None, float | None]
-
-
-@dataclass(frozen=True, slots=True)
-class IdleRule:
-    max_utilization_percent: float = 30.0
-    max_memory_used_percent: float = 50.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,17 +89,6 @@ class NodeSummary:
     holder_pods: frozenset[str] = frozenset()
     # Units taken off idle_gpus/free_gpus for bound pods not attributed yet (bound_pods.offered).
     bound_pod_units: int = 0
-
-
-def gpu_is_idle(gpu: pb.GpuSample, rule: IdleRule) -> bool:
-    if not gpu.healthy:
-        return False
-    if gpu.HasField("utilization_gpu_percent") and gpu.utilization_gpu_percent >= rule.max_utilization_percent:
-        return False
-    if gpu.HasField("memory_used_bytes") and gpu.HasField("memory_total_bytes") and gpu.memory_total_bytes > 0:
-        if 100.0 * gpu.memory_used_bytes / gpu.memory_total_bytes >= rule.max_memory_used_percent:
-            return False
-    return True
 
 
 def gpu_units(gpu: pb.GpuSample) -> int:

@@ -21,19 +21,29 @@ get a plain dict, as before.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Sequence, Callable, Iterator, Mapping
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from gpuextender.extender.state.gpu_state import GpuState
-from gpuextender.extender.decide.snapshot import nodes_in_classes
 from gpuextender.extender.state.inventory_view import InventoryView
 from gpuextender.extender.model.ome.node_class import MEMORY_TOLERANCE, ClassMatcher, GpuFacts, Mismatch
 
 log = logging.getLogger("gpu_extender.classes")
 
 _NODES_IN_CACHE = 256  # distinct allowed-class lists (runtimes x policies); cleared when full
+
+
+# node -> the AcceleratorClasses it is in. A mapping, not a function: the per-node
+# loops of the decision use its C-level .get.
+ClassesByNode = Mapping[str, tuple[str, ...]]
+
+
+def nodes_in_classes(classes_by_node: ClassesByNode, classes: Sequence[str]) -> frozenset[str]:
+    """The nodes in at least one of `classes`."""
+    wanted = set(classes)
+    return frozenset(node for node, cs in classes_by_node.items() if not wanted.isdisjoint(cs))
 
 
 class LiveClasses:

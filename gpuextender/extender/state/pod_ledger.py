@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from gpuextender.extender.model.bad_request import BadRequest
 from gpuextender.extender.model.kube_objects import POD, KubeObject
 from gpuextender.extender.model.untrusted import object_at
-from gpuextender.extender.decide.mig_devices import MigNeed, mig_profile
+from gpuextender.extender.model.pod_gpus import MigNeed, mig_profile
 from gpuextender.extender.model.ome.pod_intent import INFERENCE_SERVICE_LABEL
 from gpuextender.extender.model.pod_gpus import gpus_requested
 

@@ -29,7 +29,7 @@ import gzip
 import hashlib
 import html
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +40,7 @@ from aiohttp import web
 from gpuextender.extender.ui import fleet_page_html
 from gpuextender.extender.model.bad_request import BadRequest, shown
 from gpuextender.extender.ui.fleet_view import FleetAccumulator, FleetInputs, gpu_nodes
-from gpuextender.extender.scheduler.http_api import SchedulerApi
+from gpuextender.extender.scheduler.http_api import SchedulerApi, VerbHandler
 from gpuextender.extender.model.kube_objects import CLUSTER_SERVING_RUNTIME, SERVING_RUNTIME
 from gpuextender.extender.state.inventory_view import InventoryView
 from gpuextender.extender.model.untrusted import object_at
@@ -293,8 +293,6 @@ def _string(value: Any) -> str:
 
 # -- routes --------------------------------------------------------------------------------------
 
-# http_api's handler of a POST verb: (metric label, the answer from the body) -> the aiohttp handler.
-VerbHandler = Callable[[str, Callable[[bytes], Awaitable[Any]]], Callable[[web.Request], Awaitable[web.StreamResponse]]]
 
 
 def add_routes(app: web.Application, api: SchedulerApi, prefix: str, verb: VerbHandler) -> FleetCache:

@@ -29,7 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuextender.extender.decide.whole_gpus import SummaryLookup
-from gpuextender.extender.state.gpu_summary import GPU_UNHEALTHY, IdleRule, NodeSummary
+from gpuextender.extender.state.gpu_summary import GPU_UNHEALTHY, NodeSummary
+from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.model.ome.node_class import GpuFacts
 
 STATES = ("free-idle", "free-busy", "allocated-busy", "allocated-idle", "degraded", "unhealthy", "unknown")

@@ -14,11 +14,12 @@ from typing import Any
 import pytest
 
 from gpuextender.extender.decide import class_plan, reasons
-from gpuextender.extender.decide.whole_gpus import Policy
+from gpuextender.extender.settings import Policy
 from gpuextender.extender.ui.explain_cli import render
 from gpuextender.extender.state.gpu_state import GpuState
-from gpuextender.extender.state.gpu_summary import IdleRule
-from gpuextender.extender.scheduler.http_api import ApiSettings, SchedulerApi
+from gpuextender.common.idle_rule import IdleRule
+from gpuextender.extender.scheduler.http_api import SchedulerApi
+from gpuextender.extender.settings import ApiSettings
 from gpuextender.extender.model.kube_objects import (
     ACCELERATOR_CLASS,
     CLUSTER_SERVING_RUNTIME,

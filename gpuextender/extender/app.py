@@ -1,0 +1,348 @@
+"""gpu-extender's wiring: `build` makes every part from the settings, `Extender.run` starts them,
+serves until SIGTERM/SIGINT (or the ingest process dies), and stops what was started in reverse.
+
+The parts, by stage: the inventory (files, or the Kubernetes list+watch: imported only with
+--kubernetes, the client is ~35 MiB), the bound-pod ledger, the GPU state the agents' reports
+feed (through the ingest process, or in this process with --ingest-in-process), the scheduler
+API with the fleet page, and the metrics that read them all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import logging
+import signal
+import time
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import grpc
+from aiohttp import web
+
+from gpuextender import __version__
+from gpuextender.common.layered_config import describe_sources
+from gpuextender.common.netaddr import HostPort, bound_address
+from gpuextender.common.serving_tls import ServingCertificate
+from gpuextender.extender.ingest.agent_identity import Authenticator
+from gpuextender.extender.ingest.relay import IngestProcess, IngestStartError, sync_known_nodes
+from gpuextender.extender.ingest.server import start_ingest_server
+from gpuextender.extender.inventory.files import FileInventorySource
+from gpuextender.extender.model.kube_objects import KINDS, NODE, POD
+from gpuextender.extender.model.pod_gpus import may_request
+from gpuextender.extender.observe.metrics import ExtenderMetrics
+from gpuextender.extender.observe.silent_nodes import SilentNodesCollector, SilentNodesWarning
+from gpuextender.extender.scheduler.http_api import SchedulerApi, build_app, listen_backlog, new_runner
+from gpuextender.extender.settings import ExtenderConfig
+from gpuextender.extender.state.gpu_state import GpuState
+from gpuextender.extender.state.inventory_store import InventoryStore
+from gpuextender.extender.state.inventory_view import ViewBuilder
+from gpuextender.extender.state.pod_ledger import PodLedger
+from gpuextender.extender.ui.fleet_page import add_routes as add_fleet_page
+
+if TYPE_CHECKING:
+    from gpuextender.extender.ingest.token_review import TokenReviewer
+    from gpuextender.extender.inventory.kube_watch import KubeInventorySource
+    from gpuextender.extender.scheduler.pod_binder import PodBinder
+
+log = logging.getLogger("gpu_extender")
+
+# Above kube-scheduler's Go client idle timeout (90 s), so the server never closes
+# a kept-alive connection just as the scheduler reuses it.
+KEEPALIVE_TIMEOUT_S = 120.0
+
+
+class StartupError(Exception):
+    """Start-up cannot go on; the message is the one line the user sees."""
+
+
+def http_app(api: SchedulerApi) -> web.Application:
+    """The scheduler API's routes, and the fleet page's unless --no-fleet-page."""
+    return build_app(api, add_fleet_page if api.settings.fleet_page else None)
+
+
+@dataclass
+class Extender:
+    """Every part of a running extender; made by `build`, started and stopped by `run`."""
+
+    config: ExtenderConfig
+    store: InventoryStore
+    ledger: PodLedger
+    state: GpuState
+    metrics: ExtenderMetrics
+    views: ViewBuilder
+    api: SchedulerApi
+    silent_nodes: SilentNodesWarning
+    certificate: ServingCertificate | None
+    file_source: FileInventorySource | None
+    kube_watch: KubeInventorySource | None = None
+    pod_watch: KubeInventorySource | None = None
+    authenticator: Authenticator | None = None
+    reviewer: TokenReviewer | None = None
+    binder: PodBinder | None = None
+    argv: Sequence[str] = ()
+    _background: list[asyncio.Task[None]] = field(default_factory=list)
+    _grpc_server: grpc.aio.Server | None = None
+    _ingest: IngestProcess | None = None
+    _runner: web.AppRunner | None = None
+    _exit_code: int = 0
+
+    async def run(self) -> int:
+        """Serve until told to stop; 0, or 1 when the ingest process died under us."""
+        stop = asyncio.Event()
+        try:  # whatever fails on the way up (a port in use), what was started is stopped again
+            self._start_inventory()
+            grpc_port = await self._start_ingest(stop)
+            http_bound = await self._start_http()
+            _tune_gc()
+            self.api.serving = True
+            self._log_started(http_bound, grpc_port)
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, stop.set)
+            self._start_housekeeping()
+            await stop.wait()
+            log.info("shutting down")
+        finally:
+            await self._stop()
+        return self._exit_code
+
+    def _task(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        self._background.append(asyncio.create_task(coro, name=name))
+
+    def _start_inventory(self) -> None:
+        if self.file_source is not None:
+            self.file_source.load()  # the first list, before we answer anything
+            self._task(self.file_source.run(), "inventory files")
+        elif self.kube_watch is not None:  # /readyz stays 503 until every kind (pods too) is listed once
+            self._task(self.kube_watch.run(), "inventory watch")
+            assert self.pod_watch is not None
+            self._task(self.pod_watch.run(), "bound pods watch")
+        else:
+            for kind in KINDS:  # no inventory source: nothing to wait for
+                self.store.replace_all(kind.kind, [])
+            self.ledger.replace_all(POD.kind, [])
+
+    @property
+    def _has_inventory(self) -> bool:
+        return self.file_source is not None or self.kube_watch is not None
+
+    async def _start_ingest(self, stop: asyncio.Event) -> int:
+        """The agents' gRPC port, here or in the ingest process; returns the port bound."""
+        store = self.store
+        if self.config.ingest_in_process:
+            # With an inventory source, a node it does not list is "unknown" (kept for a bounded few);
+            # before the first list every node is (only agents racing a new replica's first list).
+            known_node = (lambda name: store.get(NODE.kind, name) is not None) if self._has_inventory else None
+            self._grpc_server, port = await start_ingest_server(
+                self.config, self.state, self.metrics, self.certificate, self.authenticator, known_node
+            )
+            return port
+        assert self.metrics.relayed is not None  # ingest_here=False
+        ingest = self._ingest = IngestProcess(self.argv, self.state, self.metrics.relayed)
+        node_names = (
+            (lambda: frozenset(o["metadata"]["name"] for o in store.objects(NODE.kind)))
+            if self._has_inventory
+            else None
+        )
+        try:
+            await ingest.start(node_names() if node_names else None)
+        except IngestStartError as exc:
+            raise StartupError(str(exc)) from None
+
+        def ingest_gone() -> None:
+            self._exit_code = 1
+            stop.set()
+
+        self._task(ingest.run(ingest_gone), "ingest relay")
+        if node_names is not None:
+            self._task(sync_known_nodes(ingest, node_names), "known nodes")
+        return ingest.port
+
+    async def _start_http(self) -> str:
+        runner = new_runner(http_app(self.api), access_log=None, keepalive_timeout=KEEPALIVE_TIMEOUT_S)
+        await runner.setup()
+        self._runner = runner
+        ssl_context = self.certificate.ssl_context() if self.certificate is not None else None
+        addr = self.config.http_addr
+        await web.TCPSite(runner, addr.host, addr.port, ssl_context=ssl_context, backlog=listen_backlog()).start()
+        return ", ".join(bound_address(a) for a in runner.addresses)
+
+    def _start_housekeeping(self) -> None:
+        config = self.config
+        forgot = self._ingest.send_forgot if self._ingest is not None else None
+        self._task(_forget_departed(self.state, config.forget_after_s, forgot), "forget")
+        # Agents report every second or so: a GPU node still silent after the stale bound (or the
+        # readiness grace) is worth a warning; looked at again every stale bound (at least 5 s).
+        stale_after_s = config.api.policy.stale_after_s
+        first_look_s = max(stale_after_s, config.api.readiness_grace_s)
+        self._task(self.silent_nodes.run(first_look_s, max(5.0, stale_after_s)), "silent nodes")
+
+    def _log_started(self, http_bound: str, grpc_port: int) -> None:
+        config = self.config
+        policy = config.api.policy
+        grpc_bound = str(HostPort(config.grpc_addr.host, grpc_port))
+        if self.file_source is not None:
+            counts = ", ".join(f"{n} {k}" for k, n in self.store.counts().items() if n)
+            inventory = f"{config.inventory} ({counts})"
+        else:
+            inventory = "Kubernetes API (list+watch)" if self.kube_watch is not None else "none"
+        log.info(
+            "gpu-extender %s: scheduler API on %s://%s%s/{filter,prioritize}, agents on grpc://%s; idle = util < %g%% "
+            "and memory < %g%%; stale after %gs (%s); no fit: %s; GPU resources: %s; inventory: %s",
+            __version__,
+            "https" if self.certificate else "http",
+            http_bound,
+            config.api.path_prefix,
+            grpc_bound,
+            config.idle_rule.max_utilization_percent,
+            config.idle_rule.max_memory_used_percent,
+            policy.stale_after_s,
+            policy.stale_policy,
+            policy.no_fit_policy,
+            ",".join(config.api.gpu_resources),
+            inventory,
+            extra={"address": http_bound},
+        )
+        if config.sources:
+            log.info("settings from the environment or the config file: %s", describe_sources(config.sources))
+        log.info("security: %s", security_summary(config))
+
+    async def _stop(self) -> None:
+        self.api.serving = False
+        for task in self._background:
+            task.cancel()
+        for task in self._background:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._grpc_server is not None:
+            await self._grpc_server.stop(grace=1.0)
+        if self._ingest is not None:
+            await self._ingest.stop()
+        if self._runner is not None:
+            await self._runner.cleanup()
+        if self.reviewer is not None:
+            await self.reviewer.close()
+        if self.binder is not None:
+            await self.binder.close()
+
+
+async def build(
+    config: ExtenderConfig,
+    store: InventoryStore,
+    ledger: PodLedger,
+    file_source: FileInventorySource | None,
+    certificate: ServingCertificate | None,
+    argv: Sequence[str] = (),
+) -> Extender:
+    """Every part, connected; nothing started yet (the Kubernetes client connects here)."""
+    state = GpuState(config.idle_rule)
+    metrics = ExtenderMetrics(state, store, ingest_here=config.ingest_in_process, ledger=ledger)
+    views = ViewBuilder(store, config.api.gpu_resources, on_invalid=metrics.count_invalid_object)
+    api = SchedulerApi(state, metrics, config.api, inventory=lambda: views.current)
+    views.on_rebuild(api.classes.classes_by_node)  # class membership follows each rebuild, not the next request
+    metrics.registry.register(SilentNodesCollector(state, lambda: views.current))
+    api.count_bound_pods(ledger)
+    api.inventory_ready = lambda: store.ready and ledger.synced
+    extender = Extender(
+        config=config,
+        store=store,
+        ledger=ledger,
+        state=state,
+        metrics=metrics,
+        views=views,
+        api=api,
+        silent_nodes=SilentNodesWarning(state, lambda: views.current),
+        certificate=certificate,
+        file_source=file_source,
+        argv=argv,
+    )
+    if config.kubernetes:
+        await _connect_kubernetes(extender)
+    return extender
+
+
+async def _connect_kubernetes(extender: Extender) -> None:
+    # Imported only when used: kubernetes-asyncio adds ~35 MiB to the extender's RSS.
+    from gpuextender.extender.inventory.kube_watch import KubeConfigError, KubeInventorySource, load_kube_config
+    from gpuextender.extender.scheduler.pod_binder import PodBinder
+
+    config, metrics = extender.config, extender.metrics
+    try:
+        connection = await load_kube_config(config.kubeconfig)
+    except KubeConfigError as exc:
+        raise StartupError(str(exc)) from None
+    extender.kube_watch = KubeInventorySource(extender.store, connection, on_restart=metrics.count_watch_restart)
+    # Bound, unfinished pods (POD's field selector), into the ledger only: their churn never
+    # rebuilds the view. A relist keeps only the items that name a GPU resource.
+    resources = config.api.gpu_resources
+    extender.pod_watch = KubeInventorySource(
+        extender.ledger,
+        connection,
+        kinds=(POD,),
+        on_restart=metrics.count_watch_restart,
+        list_filter=lambda _kind, pod: may_request(pod, resources),
+    )
+    if config.agent_auth.mode == "tokenreview":
+        from gpuextender.extender.ingest.token_review import TokenReviewer
+
+        assert config.agent_auth.service_account is not None  # the settings guarantee it
+        extender.reviewer = TokenReviewer(connection, config.agent_auth.service_account, config.agent_auth.audience)
+        extender.authenticator = extender.reviewer
+    # The bind verb creates Bindings (pods/binding) with the same credentials.
+    extender.binder = extender.api.bindings.binder = PodBinder(connection)
+
+
+def security_summary(config: ExtenderConfig) -> str:
+    """One line saying which of TLS, mTLS and agent authentication are on."""
+    tls = config.tls
+    if tls is None:
+        parts = ["TLS off (plain HTTP and gRPC)"]
+    else:
+        parts = [f"TLS on for HTTPS and gRPC ({tls.cert}, reloaded when it changes)"]
+        parts.append(
+            f"mTLS on: agents need a client certificate signed by {tls.client_ca}"
+            if tls.client_ca
+            else "mTLS off (no --tls-ca)"
+        )
+    auth = config.agent_auth
+    if auth.mode == "tokenreview":
+        parts.append(
+            f"agent auth: TokenReview (service account {auth.service_account}, audience {auth.audience!r}, "
+            f"token bound to the reporting node, re-checked every {auth.reauth_after_s:g}s)"
+            + ("" if tls else "; tokens travel in cleartext: add --tls-cert/--tls-key")
+        )
+    else:
+        parts.append(
+            "agent auth: none"
+            + ("" if tls and tls.client_ca else " (any client that reaches the gRPC port can report for any node)")
+        )
+    return "; ".join(parts)
+
+
+def _tune_gc() -> None:
+    """Keep garbage-collector pauses off the scheduler's latency.
+
+    A 5,000-node call creates >10,000 short-lived objects, which used to trigger a
+    full collection every few calls, each scanning every object the process owns
+    (~30 ms on 2 cores): the p99. Everything alive after start-up (modules,
+    config, inventory) is frozen out of those scans, and young collections run
+    less often. Request objects are freed by reference counting anyway.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(20_000, 10, 10)
+
+
+async def _forget_departed(
+    state: GpuState, forget_after_s: float, forgot: Callable[[list[str]], None] | None = None
+) -> None:
+    while True:
+        await asyncio.sleep(min(60.0, forget_after_s / 4))
+        gone = state.forget_older_than(time.monotonic() - forget_after_s)
+        for name in gone:
+            log.info("forgot node %s: no report for %.0fs", name, forget_after_s, extra={"node": name})
+        if forgot is not None:
+            forgot(gone)

@@ -1,0 +1,69 @@
+"""What the extender's two processes import: their idle RSS is mostly the code they load.
+
+The ingest process serves the agents' gRPC port and nothing else: no HTTP server (aiohttp), no
+Kubernetes client, no decision, scheduler or page code (pyproject's import contracts say the same
+of every import statement; these check what a fresh interpreter really loads). The extender loads
+the Kubernetes client (~35 MiB) only with --kubernetes: only four modules import it, and app.py
+imports them only then. Each check imports in a fresh interpreter, as the process would."""
+
+from __future__ import annotations
+
+import json
+import pkgutil
+import subprocess
+import sys
+
+import gpuextender.extender
+
+KUBERNETES_CLIENTS = (
+    "gpuextender.extender.inventory.kube_watch",
+    "gpuextender.extender.ingest.token_review",
+    "gpuextender.extender.scheduler.pod_binder",
+    "gpuextender.extender.ui.explain_lookup",
+)
+NEVER_IN_INGEST = (
+    "aiohttp",
+    "kubernetes_asyncio",
+    "yaml",
+    "gpuextender.extender.decide",
+    "gpuextender.extender.scheduler",
+    "gpuextender.extender.ui",
+    "gpuextender.extender.app",
+    "gpuextender.extender.cli",
+    "gpuextender.extender.inventory",
+    "gpuextender.agent",
+)
+
+
+def _modules_after_importing(*names: str) -> set[str]:
+    code = "import importlib, json, sys\nfor n in sys.argv[1:]: importlib.import_module(n)\nprint(json.dumps(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code, *names], capture_output=True, text=True, check=True).stdout
+    return set(json.loads(out))
+
+
+def _loaded(modules: set[str], prefixes: tuple[str, ...]) -> list[str]:
+    return sorted(m for m in modules if any(m == p or m.startswith(p + ".") for p in prefixes))
+
+
+def test_the_ingest_process_loads_grpc_and_no_http_kubernetes_or_decisions() -> None:
+    modules = _modules_after_importing("gpuextender.extender.ingest_process")
+    assert {"grpc", "prometheus_client", "gpuextender.extender.ingest.service"} <= modules  # the check sees real imports
+    assert _loaded(modules, NEVER_IN_INGEST) == []
+
+
+def test_without_kubernetes_no_module_of_the_extender_loads_the_kubernetes_client() -> None:
+    everything = sorted(
+        m.name
+        for m in pkgutil.walk_packages(gpuextender.extender.__path__, "gpuextender.extender.")
+        if m.name not in KUBERNETES_CLIENTS and m.name != "gpuextender.extender.__main__"
+    )
+    assert "gpuextender.extender.app" in everything and "gpuextender.extender.ui.explain_cli" in everything
+    modules = _modules_after_importing(*everything)
+    assert {"aiohttp", "grpc", "gpuextender.extender.decide.decision"} <= modules
+    assert _loaded(modules, ("kubernetes_asyncio",)) == []
+
+
+def test_each_kubernetes_client_module_does_load_it() -> None:
+    """The other side of the check above: these four are the ones that need the client."""
+    for name in KUBERNETES_CLIENTS[:3]:
+        assert _loaded(_modules_after_importing(name), ("kubernetes_asyncio",)), name
