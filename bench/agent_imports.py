@@ -39,30 +39,61 @@ sys.path.insert(0, str(REPO_ROOT))
 
 import gpuextender.agent  # noqa: E402
 
-FAKE_ONLY = ("gpuextender.agent.fakes.nvml", "gpuextender.agent.fakes.scenario", "gpuextender.agent.fakes.kubelet",
-             "yaml")  # fmt: skip
-AGENT_MODULES = sorted(
-    f"gpuextender.agent.{m.name}" for m in pkgutil.iter_modules(gpuextender.agent.__path__)
-    if f"gpuextender.agent.{m.name}" not in FAKE_ONLY and m.name != "__main__"
-) + ["grpc._channel"]  # fmt: skip
+FAKE_ONLY = (
+    "gpuextender.agent.fakes.nvml",
+    "gpuextender.agent.fakes.scenario",
+    "gpuextender.agent.fakes.kubelet",
+    "yaml",
+)
+AGENT_MODULES = [
+    *sorted(
+        f"gpuextender.agent.{m.name}"
+        for m in pkgutil.iter_modules(gpuextender.agent.__path__)
+        if f"gpuextender.agent.{m.name}" not in FAKE_ONLY and m.name != "__main__"
+    ),
+    "grpc._channel",
+]
 TRIM = "!trim"  # not a module: the probe calls gpuextender.common.heap.trim_c_heap() here
 
 # (name, modules imported at this layer); later layers import on top of the earlier ones.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
-    ("stdlib runtime (asyncio, ssl, logging, json, ctypes...)",
-     ("asyncio", "ssl", "logging", "argparse", "json", "ctypes", "dataclasses", "pathlib", "concurrent.futures",
-      "platform", "socket")),
+    (
+        "stdlib runtime (asyncio, ssl, logging, json, ctypes...)",
+        (
+            "asyncio",
+            "ssl",
+            "logging",
+            "argparse",
+            "json",
+            "ctypes",
+            "dataclasses",
+            "pathlib",
+            "concurrent.futures",
+            "platform",
+            "socket",
+        ),
+    ),
     ("grpc + grpc.aio (cygrpc)", ("grpc", "grpc.aio", "grpc._channel")),
-    ("protobuf + our messages", ("google.protobuf", "gpuextender.v1.gpu_state_pb2", "gpuextender.v1.gpu_state_pb2_grpc",
-                                 "gpuextender.podresources.v1.api_pb2", "gpuextender.podresources.v1.api_pb2_grpc")),
+    (
+        "protobuf + our messages",
+        (
+            "google.protobuf",
+            "gpuextender.v1.gpu_state_pb2",
+            "gpuextender.v1.gpu_state_pb2_grpc",
+            "gpuextender.podresources.v1.api_pb2",
+            "gpuextender.podresources.v1.api_pb2_grpc",
+        ),
+    ),
     ("pynvml (nvidia-ml-py)", ("pynvml",)),
     ("prometheus_client", ("prometheus_client",)),
     ("gpuextender.agent modules", tuple(AGENT_MODULES)),
-    ("--fake only: PyYAML, fakes.scenario, fakes.nvml", ("yaml", "gpuextender.agent.fakes.scenario",
-                                                       "gpuextender.agent.fakes.nvml")),
+    (
+        "--fake only: PyYAML, fakes.scenario, fakes.nvml",
+        ("yaml", "gpuextender.agent.fakes.scenario", "gpuextender.agent.fakes.nvml"),
+    ),
     # Last, as in the agent: main() loads the fake before _serve() trims.
     ("C heap trimmed once set up (malloc_trim)", (TRIM,)),
-]  # fmt: skip
+]
 FAKE_LAYER = 6  # index in LAYERS (the interpreter is row 0 of the table, so row 7 there)
 AGENT_SET = tuple(m for _, mods in LAYERS[:FAKE_LAYER] for m in mods)
 # (name, modules added to AGENT_SET, prefixes left out of it): what the set weighs with the
@@ -70,11 +101,21 @@ AGENT_SET = tuple(m for _, mods in LAYERS[:FAKE_LAYER] for m in mods)
 ALTERNATIVES: list[tuple[str, tuple[str, ...], tuple[str, ...]]] = [
     ("+ aiohttp (+ aiohttp.web) to serve the GET routes", ("aiohttp", "aiohttp.web"), ()),
     ("+ importlib.metadata to read the version", ("importlib.metadata",), ()),
-    ("- prometheus_client and the modules that use it", (),
-     ("prometheus_client", "gpuextender.agent.export.metrics", "gpuextender.agent.export.dcgm_metrics",
-      "gpuextender.agent.export.http_routes", "gpuextender.agent.sampling.sample_loop", "gpuextender.agent.stream.streamer",
-      "gpuextender.agent.stream.stream_set", "gpuextender.agent.cli")),
-]  # fmt: skip
+    (
+        "- prometheus_client and the modules that use it",
+        (),
+        (
+            "prometheus_client",
+            "gpuextender.agent.export.metrics",
+            "gpuextender.agent.export.dcgm_metrics",
+            "gpuextender.agent.export.http_routes",
+            "gpuextender.agent.sampling.sample_loop",
+            "gpuextender.agent.stream.streamer",
+            "gpuextender.agent.stream.stream_set",
+            "gpuextender.agent.cli",
+        ),
+    ),
+]
 
 _PROBE = r"""
 import gc, importlib, json, sys
@@ -122,8 +163,13 @@ def _probe(groups: list[tuple[str, ...]], *, skip: tuple[str, ...] = (), repeat:
     argv = [m for g in groups for m in (*g, "|")][:-1] if groups else []
     best: dict | None = None
     for _ in range(repeat):
-        proc = subprocess.run([sys.executable, "-c", _PROBE, ",".join(skip), *argv],
-                              capture_output=True, text=True, check=True, cwd=REPO_ROOT)  # fmt: skip
+        proc = subprocess.run(
+            [sys.executable, "-c", _PROBE, ",".join(skip), *argv],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=REPO_ROOT,
+        )
         got = json.loads(proc.stdout)
         if got["leaked"]:
             raise SystemExit(f"left out {skip} but still imported: {got['leaked']}")
@@ -139,30 +185,61 @@ def _mib(kib: int) -> float:
 
 def layers(repeat: int) -> list[Row]:
     points = _probe([mods for _, mods in LAYERS], repeat=repeat)
-    rows = [Row("interpreter (python, site)", _mib(points[0]["VmRSS"]),
-                _mib(points[0]["RssAnon"]), _mib(points[0]["RssFile"]), points[0]["modules"])]  # fmt: skip
-    for (name, _), before, after in zip(LAYERS, points, points[1:]):
-        rows.append(Row(name, _mib(after["VmRSS"] - before["VmRSS"]), _mib(after["RssAnon"] - before["RssAnon"]),
-                        _mib(after["RssFile"] - before["RssFile"]), after["modules"] - before["modules"]))  # fmt: skip
+    rows = [
+        Row(
+            "interpreter (python, site)",
+            _mib(points[0]["VmRSS"]),
+            _mib(points[0]["RssAnon"]),
+            _mib(points[0]["RssFile"]),
+            points[0]["modules"],
+        )
+    ]
+    for (name, _), before, after in zip(LAYERS, points, points[1:], strict=False):
+        rows.append(
+            Row(
+                name,
+                _mib(after["VmRSS"] - before["VmRSS"]),
+                _mib(after["RssAnon"] - before["RssAnon"]),
+                _mib(after["RssFile"] - before["RssFile"]),
+                after["modules"] - before["modules"],
+            )
+        )
     return rows
 
 
 def alternatives(repeat: int) -> tuple[Row, list[Row]]:
     full = _probe([AGENT_SET], repeat=repeat)[-1]
-    base = Row("the agent's module set (no fake)", _mib(full["VmRSS"]), _mib(full["RssAnon"]), _mib(full["RssFile"]),
-               full["modules"])  # fmt: skip
+    base = Row(
+        "the agent's module set (no fake)",
+        _mib(full["VmRSS"]),
+        _mib(full["RssAnon"]),
+        _mib(full["RssFile"]),
+        full["modules"],
+    )
     rows = []
     for name, added, skip in ALTERNATIVES:
         got = _probe([AGENT_SET + added], skip=skip, repeat=repeat)[-1]
-        rows.append(Row(name, _mib(got["VmRSS"] - full["VmRSS"]), _mib(got["RssAnon"] - full["RssAnon"]),
-                        _mib(got["RssFile"] - full["RssFile"]), got["modules"] - full["modules"]))  # fmt: skip
+        rows.append(
+            Row(
+                name,
+                _mib(got["VmRSS"] - full["VmRSS"]),
+                _mib(got["RssAnon"] - full["RssAnon"]),
+                _mib(got["RssFile"] - full["RssFile"]),
+                got["modules"] - full["modules"],
+            )
+        )
     return base, rows
 
 
 def one_shot(repeat: int) -> Row:
     got = _probe([("gpuextender.agent.cli",)], repeat=repeat)[-1]
-    return Row("gpu-agent --clear-xid (import gpuextender.agent.cli)", _mib(got["VmRSS"]), _mib(got["RssAnon"]),
-               _mib(got["RssFile"]), got["modules"])  # fmt: skip
+    return Row(
+        "gpu-agent --clear-xid (import gpuextender.agent.cli)",
+        _mib(got["VmRSS"]),
+        _mib(got["RssAnon"]),
+        _mib(got["RssFile"]),
+        got["modules"],
+    )
 
 
 def _table(rows: list[Row], head: str) -> list[str]:
@@ -183,18 +260,30 @@ def main(argv: list[str] | None = None) -> int:
     agent_total = total - lay[FAKE_LAYER + 1].rss_mib
     lines = ["gpu-agent imports, VmRSS after each layer (cumulative order; each row adds to the ones above):"]
     lines += _table(lay, "layer")
-    lines.append(f"  = {agent_total:.1f} MiB for what the agent imports on a node, {total:.1f} MiB with --fake's modules")
-    lines.append(f"alternatives (the agent's module set is {base.rss_mib:.1f} MiB untrimmed; each row: what it adds, "
-                 "negative: saves):")  # fmt: skip
+    lines.append(
+        f"  = {agent_total:.1f} MiB for what the agent imports on a node, {total:.1f} MiB with --fake's modules"
+    )
+    lines.append(
+        f"alternatives (the agent's module set is {base.rss_mib:.1f} MiB untrimmed; each row: what it adds, "
+        "negative: saves):"
+    )
     lines += _table(alt, "the set, with or without")
     lines.append("one-shot mode:")
     lines += _table([shot], "process")
     print("\n".join(lines))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps({"layers": [asdict(r) for r in lay], "agent_set": asdict(base),
-                                         "alternatives": [asdict(r) for r in alt], "one_shot": asdict(shot)},
-                                        indent=2))  # fmt: skip
+        args.json.write_text(
+            json.dumps(
+                {
+                    "layers": [asdict(r) for r in lay],
+                    "agent_set": asdict(base),
+                    "alternatives": [asdict(r) for r in alt],
+                    "one_shot": asdict(shot),
+                },
+                indent=2,
+            )
+        )
     return 0
 
 

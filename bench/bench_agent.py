@@ -96,22 +96,22 @@ import aiohttp
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import (  # noqa: E402
+from benchlib import (
     BENCH_DIR,
-    REPO_ROOT,
-    BackgroundLoad,
     CLOCK_TICKS,
     LOOPBACK,
     OUT_DIR,
+    REPO_ROOT,
+    BackgroundLoad,
     BenchError,
     ManagedProcess,
     cpu_ticks,
-    tree_cpu_ticks,
     exit_on_sigterm,
     extender_process,
     free_port,
     program,
     scrape,
+    tree_cpu_ticks,
     wait_http_ok,
 )
 
@@ -177,19 +177,45 @@ class Variant:
 
 
 HEARTBEAT_S = 3.0  # gpu-agent's --heartbeat default
-NODE = Variant("node", "all on: 0.2 readings, NVML event thread, kubelet List + GFD labels each sample",
-               SCENARIO, kubelet=True)  # fmt: skip
-BARE = Variant("bare", "as before 0.2: no 0.2 readings, no event thread, no kubelet, no GFD labels",
-               BARE_SCENARIO, kubelet=False,
-               args=("--no-health-events", "--pod-resources-socket=", "--gfd-labels-file="))  # fmt: skip
-EVERY = Variant("node-every", "as node, but streaming every sample (--heartbeat 0, as before 0.3)",
-                SCENARIO, kubelet=True, args=("--heartbeat=0",))  # fmt: skip
-HERE = Variant("node-here", "as node, but seeing this machine's CPUs (gRPC: fewer event-engine threads)",
-               SCENARIO, kubelet=True, node_cpus=False)  # fmt: skip
-THREE = Variant("node-3x", "as node, streaming to 3 extender replicas (issue 13: <= 1 % of a core)",
-                SCENARIO, kubelet=True, extenders=3)  # fmt: skip
-THREE_EVERY = Variant("node-3x-every", "as node-3x, but streaming every sample to each (--heartbeat 0)",
-                      SCENARIO, kubelet=True, args=("--heartbeat=0",), extenders=3)  # fmt: skip
+NODE = Variant(
+    "node", "all on: 0.2 readings, NVML event thread, kubelet List + GFD labels each sample", SCENARIO, kubelet=True
+)
+BARE = Variant(
+    "bare",
+    "as before 0.2: no 0.2 readings, no event thread, no kubelet, no GFD labels",
+    BARE_SCENARIO,
+    kubelet=False,
+    args=("--no-health-events", "--pod-resources-socket=", "--gfd-labels-file="),
+)
+EVERY = Variant(
+    "node-every",
+    "as node, but streaming every sample (--heartbeat 0, as before 0.3)",
+    SCENARIO,
+    kubelet=True,
+    args=("--heartbeat=0",),
+)
+HERE = Variant(
+    "node-here",
+    "as node, but seeing this machine's CPUs (gRPC: fewer event-engine threads)",
+    SCENARIO,
+    kubelet=True,
+    node_cpus=False,
+)
+THREE = Variant(
+    "node-3x",
+    "as node, streaming to 3 extender replicas (issue 13: <= 1 % of a core)",
+    SCENARIO,
+    kubelet=True,
+    extenders=3,
+)
+THREE_EVERY = Variant(
+    "node-3x-every",
+    "as node-3x, but streaming every sample to each (--heartbeat 0)",
+    SCENARIO,
+    kubelet=True,
+    args=("--heartbeat=0",),
+    extenders=3,
+)
 VARIANTS = {v.name: v for v in (NODE, BARE, HERE, EVERY, THREE, THREE_EVERY)}
 DEFAULT_VARIANTS = ("node", "bare", "node-here", "node-every", "node-3x", "node-3x-every")
 
@@ -299,11 +325,15 @@ def cpus_shim() -> Path | None:
     if lib.exists() and src.exists() and src.read_text() == _CPUS_SHIM_C:
         return lib
     src.write_text(_CPUS_SHIM_C)
-    built = subprocess.run([cc, "-O2", "-shared", "-fPIC", "-o", str(lib), str(src), "-ldl"],
-                           capture_output=True, text=True)  # fmt: skip
+    built = subprocess.run(
+        [cc, "-O2", "-shared", "-fPIC", "-o", str(lib), str(src), "-ldl"], capture_output=True, text=True
+    )
     if built.returncode != 0:
-        print(f"bench_agent: cannot build the CPU-count shim ({built.stderr.strip()[:200]}); "
-              "agents see this machine's CPUs", file=sys.stderr)  # fmt: skip
+        print(
+            f"bench_agent: cannot build the CPU-count shim ({built.stderr.strip()[:200]}); "
+            "agents see this machine's CPUs",
+            file=sys.stderr,
+        )
         return None
     return lib
 
@@ -345,8 +375,9 @@ class _Agent:
 
     def __init__(self, variant: Variant, workdir: Path, shim: Path | None) -> None:
         self.variant = variant
-        self.replicas = [extender_process(f"extender-for-agent-bench-{variant.name}-{i}")
-                         for i in range(variant.extenders)]  # fmt: skip
+        self.replicas = [
+            extender_process(f"extender-for-agent-bench-{variant.name}-{i}") for i in range(variant.extenders)
+        ]
         self.extender, self.addrs = self.replicas[0]
         self.metrics_port = free_port()
         self.kubelet: ManagedProcess | None = None
@@ -358,10 +389,20 @@ class _Agent:
             if len(str(socket)) > 100:
                 raise BenchError(f"{socket}: too long for a unix socket path")
             self.socket = socket
-            self.kubelet = ManagedProcess(f"fake-kubelet-{variant.name}", [
-                sys.executable, "-m", "gpuextender.agent.fakes.kubelet",
-                "--socket", str(socket), "--scenario", str(KUBELET_SCENARIO), "--node", NODE_NAME,
-            ])  # fmt: skip
+            self.kubelet = ManagedProcess(
+                f"fake-kubelet-{variant.name}",
+                [
+                    sys.executable,
+                    "-m",
+                    "gpuextender.agent.fakes.kubelet",
+                    "--socket",
+                    str(socket),
+                    "--scenario",
+                    str(KUBELET_SCENARIO),
+                    "--node",
+                    NODE_NAME,
+                ],
+            )
             labels = here / "gfd"
             labels.write_text(GFD_LABELS)
             args += [f"--pod-resources-socket={socket}", f"--gfd-labels-file={labels}"]
@@ -378,15 +419,24 @@ class _Agent:
         unset = [k for k, v in env.items() if v == ""]
         # `env` execs the agent: the measured PID is the agent's own.
         prefix = ["env", *(f"-u{k}" for k in unset), *(f"{k}={v}" for k, v in self.env.items())]
-        argv = prefix + program("gpu-agent", "gpuextender.agent") + [
-            "--fake", str(variant.scenario),
-            "--interval", "1",
-            "--node-name", NODE_NAME,
-            *(a for _, addrs in self.replicas for a in ("--extender", addrs.grpc_target)),
-            "--metrics-addr", f"{LOOPBACK}:{self.metrics_port}",
-            "--control-dir", str(here / "control"),
-            *args,
-        ]  # fmt: skip
+        argv = (
+            prefix
+            + program("gpu-agent", "gpuextender.agent")
+            + [
+                "--fake",
+                str(variant.scenario),
+                "--interval",
+                "1",
+                "--node-name",
+                NODE_NAME,
+                *(a for _, addrs in self.replicas for a in ("--extender", addrs.grpc_target)),
+                "--metrics-addr",
+                f"{LOOPBACK}:{self.metrics_port}",
+                "--control-dir",
+                str(here / "control"),
+                *args,
+            ]
+        )
         self.agent = ManagedProcess(f"agent-bench-{variant.name}", argv)
         self.started = 0.0
 
@@ -429,15 +479,18 @@ async def _wait_for_data(session: aiohttp.ClientSession, a: _Agent, timeout_s: f
             if not a.expects_holders or _holders(await scrape(session, a.metrics_url)) == EXPECTED_HOLDERS:
                 return first
         if time.monotonic() > deadline:
-            what = (f"{len(waiting)} of {len(a.replicas)} extender(s) have no data from the agent" if waiting
-                    else "the extender sees no kubelet holders in the agent")  # fmt: skip
-            raise BenchError(f"[{a.variant.name}] {what} after {timeout_s:.0f}s; agent log:\n"
-                             f"{a.agent.log_tail()}")  # fmt: skip
+            what = (
+                f"{len(waiting)} of {len(a.replicas)} extender(s) have no data from the agent"
+                if waiting
+                else "the extender sees no kubelet holders in the agent"
+            )
+            raise BenchError(f"[{a.variant.name}] {what} after {timeout_s:.0f}s; agent log:\n{a.agent.log_tail()}")
         await asyncio.sleep(0.1)
 
 
-async def _scrape_during(session: aiohttp.ClientSession, agents: Sequence[_Agent], seconds: float,
-                         every_s: float) -> None:  # fmt: skip
+async def _scrape_during(
+    session: aiohttp.ClientSession, agents: Sequence[_Agent], seconds: float, every_s: float
+) -> None:
     """Sleep `seconds` watching the processes; scrape each agent every `every_s` (0: never),
     the first time half an interval in, as a Prometheus whose schedule is not ours."""
     if every_s <= 0:
@@ -455,8 +508,7 @@ async def _scrape_during(session: aiohttp.ClientSession, agents: Sequence[_Agent
         next_scrape += every_s
 
 
-async def _bench(agents: Sequence[_Agent], warmup_s: float, window_s: float,
-                 scrape_every_s: float) -> AgentBenchResult:  # fmt: skip
+async def _bench(agents: Sequence[_Agent], warmup_s: float, window_s: float, scrape_every_s: float) -> AgentBenchResult:
     timeout = aiohttp.ClientTimeout(total=10)
     async with aiohttp.ClientSession(timeout=timeout) as session:
         firsts = []
@@ -484,12 +536,16 @@ async def _bench(agents: Sequence[_Agent], warmup_s: float, window_s: float,
         for a in agents:
             for _, addrs in a.replicas:
                 if (await scrape(session, f"{addrs.base_url}/metrics")).get("gpu_extender_nodes_with_data") != 1.0:
-                    raise BenchError(f"[{a.variant.name}] extender {addrs.grpc_target} /metrics does not show "
-                                     "`gpu_extender_nodes_with_data 1.0`")  # fmt: skip
+                    raise BenchError(
+                        f"[{a.variant.name}] extender {addrs.grpc_target} /metrics does not show "
+                        "`gpu_extender_nodes_with_data 1.0`"
+                    )
     if "gpu_extender_nodes_with_data 1.0" not in extender_text.splitlines():
         raise BenchError("extender /metrics does not show `gpu_extender_nodes_with_data 1.0`")
-    extender_metrics = {k: v for k, v in (line.rsplit(" ", 1) for line in extender_text.splitlines()
-                                          if line and not line.startswith("#"))}  # fmt: skip
+    extender_metrics = {
+        k: v
+        for k, v in (line.rsplit(" ", 1) for line in extender_text.splitlines() if line and not line.startswith("#"))
+    }
 
     base = "gpu_agent_sample_duration_seconds"
     elapsed = t1 - t0
@@ -500,21 +556,31 @@ async def _bench(agents: Sequence[_Agent], warmup_s: float, window_s: float,
         if c1 <= 0:
             raise BenchError(f"[{a.variant.name}] the agent's gpu_agent_sample_duration_seconds histogram is empty")
         st = status[i]
-        compare.append(VariantResult(
-            name=a.variant.name, what=a.variant.what,
-            cpu_ticks=ticks1[i] - ticks0[i],
-            cpu_percent=100.0 * (ticks1[i] - ticks0[i]) / CLOCK_TICKS / elapsed,
-            rss_start_mib=rss_start[i] / 1024, rss_end_mib=st.get("VmRSS", 0) / 1024,
-            hwm_end_mib=st.get("VmHWM", 0) / 1024, rss_anon_mib=st.get("RssAnon", 0) / 1024,
-            rss_file_mib=st.get("RssFile", 0) / 1024, threads=st.get("Threads", 0),
-            sample_mean_window_ms=1000.0 * (s1 - s0) / (c1 - c0) if c1 > c0 else float("nan"),
-            cpus_seen=a.cpus_seen, env=a.env, extenders=len(a.replicas),
-            reports_sent=int(_labelled(after[i], "gpu_agent_reports_sent_total")),
-            reports_window=int(_labelled(after[i], "gpu_agent_reports_sent_total")
-                               - _labelled(before[i], "gpu_agent_reports_sent_total")),
-            streams_connected=_labelled(after[i], "gpu_agent_stream_connected"),
-            extender_cpu_percent=100.0 * (sum(ext_ticks1[i]) - sum(ext_ticks0[i])) / CLOCK_TICKS / elapsed,
-        ))  # fmt: skip
+        compare.append(
+            VariantResult(
+                name=a.variant.name,
+                what=a.variant.what,
+                cpu_ticks=ticks1[i] - ticks0[i],
+                cpu_percent=100.0 * (ticks1[i] - ticks0[i]) / CLOCK_TICKS / elapsed,
+                rss_start_mib=rss_start[i] / 1024,
+                rss_end_mib=st.get("VmRSS", 0) / 1024,
+                hwm_end_mib=st.get("VmHWM", 0) / 1024,
+                rss_anon_mib=st.get("RssAnon", 0) / 1024,
+                rss_file_mib=st.get("RssFile", 0) / 1024,
+                threads=st.get("Threads", 0),
+                sample_mean_window_ms=1000.0 * (s1 - s0) / (c1 - c0) if c1 > c0 else float("nan"),
+                cpus_seen=a.cpus_seen,
+                env=a.env,
+                extenders=len(a.replicas),
+                reports_sent=int(_labelled(after[i], "gpu_agent_reports_sent_total")),
+                reports_window=int(
+                    _labelled(after[i], "gpu_agent_reports_sent_total")
+                    - _labelled(before[i], "gpu_agent_reports_sent_total")
+                ),
+                streams_connected=_labelled(after[i], "gpu_agent_stream_connected"),
+                extender_cpu_percent=100.0 * (sum(ext_ticks1[i]) - sum(ext_ticks0[i])) / CLOCK_TICKS / elapsed,
+            )
+        )
     node = next((v for v in compare if v.name == NODE.name), None)
     if node is not None:
         for v in compare:
@@ -595,8 +661,13 @@ def _running(agents: Sequence[_Agent]) -> Iterator[None]:
         yield
 
 
-def run_variants(variants: Sequence[Variant], *, warmup_s: float = 5.0, window_s: float = 30.0,
-                 scrape_every_s: float = SCRAPE_EVERY_S) -> AgentBenchResult:  # fmt: skip
+def run_variants(
+    variants: Sequence[Variant],
+    *,
+    warmup_s: float = 5.0,
+    window_s: float = 30.0,
+    scrape_every_s: float = SCRAPE_EVERY_S,
+) -> AgentBenchResult:
     """Measure the variants side by side; the first one is the measured agent of the result."""
     workdir = Path(tempfile.mkdtemp(prefix="gab-", dir="/tmp"))  # short: unix socket paths are <= 107 bytes
     try:
@@ -613,21 +684,30 @@ def run_variants(variants: Sequence[Variant], *, warmup_s: float = 5.0, window_s
     least = max(1, int(result.window_s / HEARTBEAT_S) - 1)
     for v in result.compare:
         if v.streams_connected != v.extenders or v.reports_window < v.extenders * least:
-            raise BenchError(f"[{v.name}] agent stream unhealthy: connected={v.streams_connected:g} of "
-                             f"{v.extenders}, reports sent={v.reports_sent} ({v.reports_window} in the "
-                             f"{result.window_s:.1f}s window)")  # fmt: skip
+            raise BenchError(
+                f"[{v.name}] agent stream unhealthy: connected={v.streams_connected:g} of "
+                f"{v.extenders}, reports sent={v.reports_sent} ({v.reports_window} in the "
+                f"{result.window_s:.1f}s window)"
+            )
     if holders_expected and result.kubelet_holders != EXPECTED_HOLDERS:
         raise BenchError(f"the agent lost the kubelet's holders: {result.kubelet_holders}")
     return result
 
 
-def run(*, quick: bool = False, warmup_s: float = 5.0, window_s: float = 30.0,
-        variants: Sequence[str] = DEFAULT_VARIANTS, scrape_every_s: float = SCRAPE_EVERY_S) -> AgentBenchResult:  # fmt: skip
+def run(
+    *,
+    quick: bool = False,
+    warmup_s: float = 5.0,
+    window_s: float = 30.0,
+    variants: Sequence[str] = DEFAULT_VARIANTS,
+    scrape_every_s: float = SCRAPE_EVERY_S,
+) -> AgentBenchResult:
     """Start the extenders, kubelet and agents, measure the agents, stop them all (always)."""
     if quick:
         warmup_s, window_s = 3.0, 5.0
-    return run_variants([VARIANTS[v] for v in variants], warmup_s=warmup_s, window_s=window_s,
-                        scrape_every_s=scrape_every_s)  # fmt: skip
+    return run_variants(
+        [VARIANTS[v] for v in variants], warmup_s=warmup_s, window_s=window_s, scrape_every_s=scrape_every_s
+    )
 
 
 def _ratio(a: float, b: float) -> str:
@@ -643,20 +723,26 @@ def format_compare(r: AgentBenchResult) -> list[str]:
     node = next((v for v in r.compare if v.name == NODE.name), None)
     w = max(10, *(len(v.name) for v in r.compare))
     vs_node = "" if node is None or node is ref else f"  vs {node.name} (CPU, RSS)"
-    lines = [f"  side by side, same window ({len(r.compare)} agents at once, each with its own extender(s); "
-             f"ext: extender replicas streamed to, rep: reports sent to them in the window):",
-             f"    {'variant':{w}s} {'CPU %':>6s} {'ticks':>5s} {'VmRSS':>6s} {'VmHWM':>6s} {'anon':>6s} "
-             f"{'file':>6s} {'thr':>3s} {'CPUs':>4s} {'pass ms':>7s} {'ext':>3s} {'rep':>4s}  "
-             f"vs {ref.name} (CPU, RSS){vs_node}"]  # fmt: skip
+    lines = [
+        f"  side by side, same window ({len(r.compare)} agents at once, each with its own extender(s); "
+        f"ext: extender replicas streamed to, rep: reports sent to them in the window):",
+        f"    {'variant':{w}s} {'CPU %':>6s} {'ticks':>5s} {'VmRSS':>6s} {'VmHWM':>6s} {'anon':>6s} "
+        f"{'file':>6s} {'thr':>3s} {'CPUs':>4s} {'pass ms':>7s} {'ext':>3s} {'rep':>4s}  "
+        f"vs {ref.name} (CPU, RSS){vs_node}",
+    ]
     for v in r.compare:
         ratios = f"{_ratio(v.cpu_percent, ref.cpu_percent):>5s} {_ratio(v.rss_end_mib, ref.rss_end_mib):>5s}"
         if vs_node and node is not None:
-            ratios += (f"{'':{len(ref.name) + 6}s}{_ratio(v.cpu_percent, node.cpu_percent):>5s} "
-                       f"{_ratio(v.rss_end_mib, node.rss_end_mib):>5s}")  # fmt: skip
-        lines.append(f"    {v.name:{w}s} {v.cpu_percent:6.2f} {v.cpu_ticks:5d} {v.rss_end_mib:6.1f} {v.hwm_end_mib:6.1f} "
-                     f"{v.rss_anon_mib:6.1f} {v.rss_file_mib:6.1f} {v.threads:3d} {v.cpus_seen:4d} "
-                     f"{v.sample_mean_window_ms:7.3f} {v.extenders:3d} {v.reports_window:4d}  {ratios}  "
-                     f"{v.what}")  # fmt: skip
+            ratios += (
+                f"{'':{len(ref.name) + 6}s}{_ratio(v.cpu_percent, node.cpu_percent):>5s} "
+                f"{_ratio(v.rss_end_mib, node.rss_end_mib):>5s}"
+            )
+        lines.append(
+            f"    {v.name:{w}s} {v.cpu_percent:6.2f} {v.cpu_ticks:5d} {v.rss_end_mib:6.1f} {v.hwm_end_mib:6.1f} "
+            f"{v.rss_anon_mib:6.1f} {v.rss_file_mib:6.1f} {v.threads:3d} {v.cpus_seen:4d} "
+            f"{v.sample_mean_window_ms:7.3f} {v.extenders:3d} {v.reports_window:4d}  {ratios}  "
+            f"{v.what}"
+        )
     return lines
 
 
@@ -664,52 +750,74 @@ def format_result(r: AgentBenchResult) -> str:
     def verdict(ok: bool) -> str:
         return "PASS" if ok else "MISS"
 
-    shown = {k: v for k, v in r.env.items() if not k.startswith("NVIDIA_") and k not in ("LD_PRELOAD", "BENCH_AGENT_CPUS")}
+    shown = {
+        k: v for k, v in r.env.items() if not k.startswith("NVIDIA_") and k not in ("LD_PRELOAD", "BENCH_AGENT_CPUS")
+    }
     env = " ".join(f"{k}={v}" for k, v in shown.items()) or "none"
-    cpus = (f"sees {r.cpus_seen} CPUs (sysconf shim)" if "BENCH_AGENT_CPUS" in r.env
-            else f"sees this machine's {r.cpus_seen} CPUs")  # fmt: skip
+    cpus = (
+        f"sees {r.cpus_seen} CPUs (sysconf shim)"
+        if "BENCH_AGENT_CPUS" in r.env
+        else f"sees this machine's {r.cpus_seen} CPUs"
+    )
     scraped = f"scraped every {r.scrape_every_s:g}s in the window" if r.scrape_every_s > 0 else "not scraped"
     holders = ", ".join(f"{p} {n}" for p, n in sorted(r.kubelet_holders.items())) or "none"
     replicas3 = []
     if r.replicas3_cpu_percent is not None and r.replicas3_cpu_ok is not None:
         vs = "" if r.replicas3_cpu_vs_node is None else f", {r.replicas3_cpu_vs_node:.2f}x the 1-extender node"
-        replicas3.append(f"  3 repl.   {r.replicas3_cpu_percent:6.2f} % of one core with 3 extender replicas "
-                         f"(`{r.replicas3_variant}`, RSS {r.replicas3_rss_mib:.1f} MiB{vs})   "
-                         f"target <= {r.target_cpu_percent:g} %   {verdict(r.replicas3_cpu_ok)}")  # fmt: skip
+        replicas3.append(
+            f"  3 repl.   {r.replicas3_cpu_percent:6.2f} % of one core with 3 extender replicas "
+            f"(`{r.replicas3_variant}`, RSS {r.replicas3_rss_mib:.1f} MiB{vs})   "
+            f"target <= {r.target_cpu_percent:g} %   {verdict(r.replicas3_cpu_ok)}"
+        )
     if r.replicas3_every_cpu_percent is not None:
         vs = "" if r.replicas3_every_cpu_vs_node is None else f", {r.replicas3_every_cpu_vs_node:.2f}x node"
-        replicas3.append(f"            {r.replicas3_every_cpu_percent:6.2f} % with the gate off, every sample to "
-                         f"each (`{THREE_EVERY.name}`, RSS {r.replicas3_every_rss_mib:.1f} MiB{vs})")  # fmt: skip
-    return "\n".join([
-        f"gpu-agent, {r.gpus} fake GPUs, --interval {r.interval_s:g}s, {r.window_s:.1f}s window after {r.warmup_s:g}s warm-up:",
-        f"  CPU       {r.cpu_percent:6.2f} % of one core ({r.cpu_ticks} ticks)   target <= {r.target_cpu_percent:g} %   "
-        f"{verdict(r.cpu_ok)}",
-        f"  RSS       {r.rss_end_mib:6.1f} MiB (peak {r.hwm_end_mib:.1f}, {r.rss_start_mib:.1f} at window start)   "
-        f"target <= {r.target_rss_mib:g} MiB   {verdict(r.rss_ok)}",
-        *replicas3,
-        f"  memory    {r.rss_anon_mib:.1f} MiB anonymous + {r.rss_file_mib:.1f} MiB file-backed; {r.threads} threads; "
-        f"env {env}",
-        f"  agent     variant `{r.variant}`, {cpus}, {scraped}; kubelet holders (pod GPUs): {holders}",
-        f"  sample    {r.sample_mean_window_ms:6.3f} ms mean per NVML pass in the window "
-        f"({r.samples_window} samples; {r.sample_mean_ms:.3f} ms over all {r.samples_total})",
-        f"  stream    {r.reports_sent} reports sent, connected={r.stream_connected:g}, NVML errors={r.nvml_errors:g}, "
-        f"first report in the extender {r.time_to_first_report_s:.2f}s after start",
-        f"  extender  gpu_extender_nodes_with_data {r.extender_nodes_with_data:g}; "
-        f"its CPU for this one agent {r.extender_cpu_percent:.2f} % of one core",
-        f"  machine   other processes used {r.background_cores:.2f} cores meanwhile",
-        *format_compare(r),
-    ])  # fmt: skip
+        replicas3.append(
+            f"            {r.replicas3_every_cpu_percent:6.2f} % with the gate off, every sample to "
+            f"each (`{THREE_EVERY.name}`, RSS {r.replicas3_every_rss_mib:.1f} MiB{vs})"
+        )
+    return "\n".join(
+        [
+            f"gpu-agent, {r.gpus} fake GPUs, --interval {r.interval_s:g}s, "
+            f"{r.window_s:.1f}s window after {r.warmup_s:g}s warm-up:",
+            f"  CPU       {r.cpu_percent:6.2f} % of one core ({r.cpu_ticks} ticks)   "
+            f"target <= {r.target_cpu_percent:g} %   "
+            f"{verdict(r.cpu_ok)}",
+            f"  RSS       {r.rss_end_mib:6.1f} MiB (peak {r.hwm_end_mib:.1f}, {r.rss_start_mib:.1f} at window start)   "
+            f"target <= {r.target_rss_mib:g} MiB   {verdict(r.rss_ok)}",
+            *replicas3,
+            f"  memory    {r.rss_anon_mib:.1f} MiB anonymous + {r.rss_file_mib:.1f} MiB file-backed; "
+            f"{r.threads} threads; "
+            f"env {env}",
+            f"  agent     variant `{r.variant}`, {cpus}, {scraped}; kubelet holders (pod GPUs): {holders}",
+            f"  sample    {r.sample_mean_window_ms:6.3f} ms mean per NVML pass in the window "
+            f"({r.samples_window} samples; {r.sample_mean_ms:.3f} ms over all {r.samples_total})",
+            f"  stream    {r.reports_sent} reports sent, connected={r.stream_connected:g}, "
+            f"NVML errors={r.nvml_errors:g}, "
+            f"first report in the extender {r.time_to_first_report_s:.2f}s after start",
+            f"  extender  gpu_extender_nodes_with_data {r.extender_nodes_with_data:g}; "
+            f"its CPU for this one agent {r.extender_cpu_percent:.2f} % of one core",
+            f"  machine   other processes used {r.background_cores:.2f} cores meanwhile",
+            *format_compare(r),
+        ]
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="3 s warm-up and a 5 s window: a smoke check")
     parser.add_argument("--window", type=float, default=30.0, help="CPU measurement window, seconds")
-    parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
-                        help=f"comma-separated, run side by side; the first is the measured agent "
-                        f"(known: {', '.join(VARIANTS)})")  # fmt: skip
-    parser.add_argument("--scrape-every", type=float, default=SCRAPE_EVERY_S, metavar="SECONDS",
-                        help="scrape each agent's /metrics this often inside the window (0: never)")  # fmt: skip
+    parser.add_argument(
+        "--variants",
+        default=",".join(DEFAULT_VARIANTS),
+        help=f"comma-separated, run side by side; the first is the measured agent (known: {', '.join(VARIANTS)})",
+    )
+    parser.add_argument(
+        "--scrape-every",
+        type=float,
+        default=SCRAPE_EVERY_S,
+        metavar="SECONDS",
+        help="scrape each agent's /metrics this often inside the window (0: never)",
+    )
     parser.add_argument("--json", type=Path, help="also write the raw result as JSON here")
     args = parser.parse_args(argv)
     names = [v.strip() for v in args.variants.split(",") if v.strip()]

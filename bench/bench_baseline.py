@@ -61,14 +61,16 @@ class BaselineResult:
 
 def unpack(revision: str) -> Path:
     """The revision's gpuextender package under bench/out/baseline-<sha>/ (reused when there)."""
-    sha = subprocess.run(["git", "rev-parse", "--short", revision], capture_output=True, text=True, check=True,
-                         cwd=REPO_ROOT).stdout.strip()  # fmt: skip
+    sha = subprocess.run(
+        ["git", "rev-parse", "--short", revision], capture_output=True, text=True, check=True, cwd=REPO_ROOT
+    ).stdout.strip()
     target = OUT_DIR / f"baseline-{sha}"
     if not (target / "gpuextender" / "__init__.py").exists():
         shutil.rmtree(target, ignore_errors=True)
         target.mkdir(parents=True)
-        archive = subprocess.run(["git", "archive", revision, "gpuextender"], capture_output=True, check=True,
-                                 cwd=REPO_ROOT).stdout  # fmt: skip
+        archive = subprocess.run(
+            ["git", "archive", revision, "gpuextender"], capture_output=True, check=True, cwd=REPO_ROOT
+        ).stdout
         subprocess.run(["tar", "-x", "-C", str(target)], input=archive, check=True)
     return target
 
@@ -105,8 +107,10 @@ def format_result(r: BaselineResult) -> list[str]:
         for side in (r.base, r.current):
             cells = [" ".join(f"{v:.2f}" for v in getattr(side, f)[verb]) for f in ("p50_ms", "p99_ms", "server_ms")]
             lines.append(f"{verb:<11} {side.label:<8} {cells[0]:>14} {cells[1]:>14} {cells[2]:>14}")
-        lines.append(f"{verb:<11} {'ratio':<8} {r.ratio('p50_ms', verb):>13.2f}x {r.ratio('p99_ms', verb):>13.2f}x "
-                     f"{r.ratio('server_ms', verb):>13.2f}x")  # fmt: skip
+        lines.append(
+            f"{verb:<11} {'ratio':<8} {r.ratio('p50_ms', verb):>13.2f}x {r.ratio('p99_ms', verb):>13.2f}x "
+            f"{r.ratio('server_ms', verb):>13.2f}x"
+        )
     return lines
 
 
@@ -121,8 +125,10 @@ def main(argv: list[str] | None = None) -> int:
     except (BenchError, subprocess.CalledProcessError) as exc:
         print(f"bench_baseline: FAILED: {exc}", file=sys.stderr)
         return 1
-    print(f"{SCENARIO}: {args.revision} (base) against this tree (current), {args.rounds} round(s) each; "
-          "figures per round, ratio of the medians")  # fmt: skip
+    print(
+        f"{SCENARIO}: {args.revision} (base) against this tree (current), {args.rounds} round(s) each; "
+        "figures per round, ratio of the medians"
+    )
     print("\n".join(format_result(result)))
     return 0
 

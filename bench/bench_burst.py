@@ -28,13 +28,13 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import trustme  # noqa: E402
-import yaml  # noqa: E402
+import trustme
+import yaml
 
-from tests.control_plane import ControlPlane, assets, skip_reason  # noqa: E402
-from tests.kube.burst import create_pods, extender_counters, judge, start_fleet  # noqa: E402
-from tests.kube.conftest import CRDS  # noqa: E402
-from tests.kube.scene import scene  # noqa: E402
+from tests.control_plane import ControlPlane, assets, skip_reason
+from tests.kube.burst import create_pods, extender_counters, judge, start_fleet
+from tests.kube.conftest import CRDS
+from tests.kube.scene import scene
 
 NODES, PODS = 100, 300
 # name: (gpu-extender flags, scheduler extender overrides); None: no extender
@@ -57,16 +57,22 @@ def one(plane: ControlPlane, kube: Any, ca: trustme.CA, workdir: Path, ns: str, 
         started = time.monotonic()
         if spec is None:
             world.procs.stop_all()  # the fleet's data is not used: kube-scheduler alone, no extender
-            config = yaml.safe_load((Path(__file__).resolve().parents[1] /
-                                     "deploy/base/scheduler/kube-scheduler-config.yaml").read_text())  # fmt: skip
+            config = yaml.safe_load(
+                (Path(__file__).resolve().parents[1] / "deploy/base/scheduler/kube-scheduler-config.yaml").read_text()
+            )
             config.pop("extenders")
             world.schedulers.append(plane.scheduler(config, name="kube-scheduler-alone"))
         else:
             world.scheduler(ext, **overrides)
         result = judge(world, busy, PODS, timeout=300, started=started)
         counters = extender_counters(world, ext) if spec is not None else {}
-    return {"variant": variant, "seconds": round(result.seconds, 2), "pods_per_s": round(result.pods_per_s, 1),
-            "misplaced": len(result.misplaced), **counters}  # fmt: skip
+    return {
+        "variant": variant,
+        "seconds": round(result.seconds, 2),
+        "pods_per_s": round(result.pods_per_s, 1),
+        "misplaced": len(result.misplaced),
+        **counters,
+    }
 
 
 TARGET_MISPLACED = 0  # the shipped configuration (watch-wait): issue 16's acceptance
@@ -91,7 +97,7 @@ def run(rounds: int = 3, names: list[str] | None = None, progress: Any = print) 
                 kube.apply_yaml([doc for doc in yaml.safe_load_all(path.read_text()) if doc])
             ca = trustme.CA(organization_name="bench-burst")
             for r in range(rounds):
-                order = names[r % len(names):] + names[:r % len(names)]  # rotate: no variant always first
+                order = names[r % len(names) :] + names[: r % len(names)]  # rotate: no variant always first
                 for i, variant in enumerate(order):
                     workdir = Path(tmp) / f"r{r}-{i}"
                     workdir.mkdir()
@@ -105,8 +111,13 @@ def run(rounds: int = 3, names: list[str] | None = None, progress: Any = print) 
 
 
 def medians(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
-    keys = ("pods_per_s", "misplaced", "gpu_extender_binding_races_total", "gpu_extender_binding_waits_total",
-            "gpu_extender_binding_wait_expired_total")  # fmt: skip
+    keys = (
+        "pods_per_s",
+        "misplaced",
+        "gpu_extender_binding_races_total",
+        "gpu_extender_binding_waits_total",
+        "gpu_extender_binding_wait_expired_total",
+    )
     out: dict[str, dict[str, float]] = {}
     for variant in dict.fromkeys(r["variant"] for r in rows):
         mine = [r for r in rows if r["variant"] == variant]
@@ -117,26 +128,36 @@ def medians(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
 
 def table(rows: list[dict[str, Any]]) -> list[str]:
     rounds = len({r["round"] for r in rows})
-    lines = [f"{NODES} nodes x 8 GPUs (a third idle, a third 2-6 busy, a third 7 busy outside Kubernetes), "
-             f"{PODS} one-GPU pods, {rounds} round(s), medians (misplaced: median / worst round):",
-             f"{'variant':<16} {'pods/s':>7} {'misplaced':>10} {'races':>6} {'waits':>6} {'expired':>8}"]  # fmt: skip
+    lines = [
+        f"{NODES} nodes x 8 GPUs (a third idle, a third 2-6 busy, a third 7 busy outside Kubernetes), "
+        f"{PODS} one-GPU pods, {rounds} round(s), medians (misplaced: median / worst round):",
+        f"{'variant':<16} {'pods/s':>7} {'misplaced':>10} {'races':>6} {'waits':>6} {'expired':>8}",
+    ]
     for variant, m in medians(rows).items():
-        lines.append(f"{variant:<16} {m['pods_per_s']:>7.1f} {m['misplaced']:>5.0f} / {m['misplaced_max']:<3.0f} "
-                     f"{m['gpu_extender_binding_races_total']:>6.0f} {m['gpu_extender_binding_waits_total']:>6.0f} "
-                     f"{m['gpu_extender_binding_wait_expired_total']:>8.0f}")  # fmt: skip
+        lines.append(
+            f"{variant:<16} {m['pods_per_s']:>7.1f} {m['misplaced']:>5.0f} / {m['misplaced_max']:<3.0f} "
+            f"{m['gpu_extender_binding_races_total']:>6.0f} {m['gpu_extender_binding_waits_total']:>6.0f} "
+            f"{m['gpu_extender_binding_wait_expired_total']:>8.0f}"
+        )
     return lines
 
 
 def markdown(rows: list[dict[str, Any]]) -> list[str]:
-    return ["## Bursts: the race between bindings and the next filter", "",
-            "`bench/bench_burst.py`: a real kube-scheduler (the shipped gpu-scheduler configuration, default client "
-            "QPS) and the real gpu-extender (`--kubernetes`, HTTPS), on one control plane; 300 one-GPU pods created "
-            "before the scheduler starts. *misplaced*: pods bound, in binding order, to a node whose idle GPUs minus "
-            "those of the pods already bound there were fewer than needed while another node had room. *races*: "
-            "filters that decided before an earlier binding they needed was seen "
-            "(`gpu_extender_binding_races_total`); *waits*: filters that waited (`--binding-wait`). Variants in "
-            "the module docstring; `watch-wait` is what ships.", "",
-            "```", *table(rows), "```"]  # fmt: skip
+    return [
+        "## Bursts: the race between bindings and the next filter",
+        "",
+        "`bench/bench_burst.py`: a real kube-scheduler (the shipped gpu-scheduler configuration, default client "
+        "QPS) and the real gpu-extender (`--kubernetes`, HTTPS), on one control plane; 300 one-GPU pods created "
+        "before the scheduler starts. *misplaced*: pods bound, in binding order, to a node whose idle GPUs minus "
+        "those of the pods already bound there were fewer than needed while another node had room. *races*: "
+        "filters that decided before an earlier binding they needed was seen "
+        "(`gpu_extender_binding_races_total`); *waits*: filters that waited (`--binding-wait`). Variants in "
+        "the module docstring; `watch-wait` is what ships.",
+        "",
+        "```",
+        *table(rows),
+        "```",
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,7 +10,8 @@ an InferenceService with policy Cheapest, so each call runs the class plan, the
 runtime check, the class filter and the availability-aware class ranking.
 
 Compared with the skeleton's path (a plain GPU pod, no OME labels) measured on the
-same extender, interleaved request by request (target: within 1.5x). Run: `.venv/bin/python bench/bench_classes.py [--quick]`.
+same extender, interleaved request by request (target: within 1.5x).
+Run: `.venv/bin/python bench/bench_classes.py [--quick]`.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ from typing import Any
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_extender import encode, load_fleet, load_pod, make_fleet  # noqa: E402
-from benchlib import OUT_DIR, BenchError, extender_process, percentile, wait_http_ok  # noqa: E402
+from bench_extender import encode, load_fleet, load_pod, make_fleet
+from benchlib import OUT_DIR, BenchError, extender_process, percentile, wait_http_ok
 
 PRODUCTS = [f"NVIDIA-GPU-MODEL-{i}" for i in range(8)]
 CLASSES = [f"class-{i}" for i in range(8)]
@@ -42,31 +43,79 @@ def write_inventory(directory: Path, nodes: list[str]) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     docs: list[dict[str, Any]] = []
     for i, (name, product) in enumerate(zip(CLASSES, PRODUCTS, strict=True)):
-        docs.append({"apiVersion": "ome.io/v1beta1", "kind": "AcceleratorClass", "metadata": {"name": name},
-                     "spec": {"vendor": "nvidia", "family": "hopper",
-                              "discovery": {"nodeSelector": {"nvidia.com/gpu.product": product}},
-                              "capabilities": {"memoryGB": f"{24 + 8 * i}Gi", "computeCapability": "9.0",
-                                               "memoryBandwidthGBps": str(1000 + 300 * i),
-                                               "performance": {"fp16Tflops": 300 + 80 * i}},
-                              "cost": {"perHour": f"{1 + 0.5 * i:.2f}"}}})  # fmt: skip
+        docs.append(
+            {
+                "apiVersion": "ome.io/v1beta1",
+                "kind": "AcceleratorClass",
+                "metadata": {"name": name},
+                "spec": {
+                    "vendor": "nvidia",
+                    "family": "hopper",
+                    "discovery": {"nodeSelector": {"nvidia.com/gpu.product": product}},
+                    "capabilities": {
+                        "memoryGB": f"{24 + 8 * i}Gi",
+                        "computeCapability": "9.0",
+                        "memoryBandwidthGBps": str(1000 + 300 * i),
+                        "performance": {"fp16Tflops": 300 + 80 * i},
+                    },
+                    "cost": {"perHour": f"{1 + 0.5 * i:.2f}"},
+                },
+            }
+        )
     for r in range(RUNTIMES):
         listed = [CLASSES[(r + k) % 8] for k in range(4)]
-        docs.append({"apiVersion": "ome.io/v1beta1", "kind": "ClusterServingRuntime", "metadata": {"name": f"rt-{r}"},
-                     "spec": {"supportedModelFormats": [{"name": "safetensors", "autoSelect": True,
-                                                         "modelFormat": {"name": "safetensors", "version": "1.0.0"}}],
-                              "modelSizeRange": {"min": "1B", "max": "80B"},
-                              "acceleratorRequirements": {"acceleratorClasses": listed}}})  # fmt: skip
-    docs.append({"apiVersion": "ome.io/v1beta1", "kind": "ClusterBaseModel", "metadata": {"name": "model-8b"},
-                 "spec": {"modelFormat": {"name": "safetensors", "version": "1.0.0"}, "modelParameterSize": "8B"}})
+        docs.append(
+            {
+                "apiVersion": "ome.io/v1beta1",
+                "kind": "ClusterServingRuntime",
+                "metadata": {"name": f"rt-{r}"},
+                "spec": {
+                    "supportedModelFormats": [
+                        {
+                            "name": "safetensors",
+                            "autoSelect": True,
+                            "modelFormat": {"name": "safetensors", "version": "1.0.0"},
+                        }
+                    ],
+                    "modelSizeRange": {"min": "1B", "max": "80B"},
+                    "acceleratorRequirements": {"acceleratorClasses": listed},
+                },
+            }
+        )
+    docs.append(
+        {
+            "apiVersion": "ome.io/v1beta1",
+            "kind": "ClusterBaseModel",
+            "metadata": {"name": "model-8b"},
+            "spec": {"modelFormat": {"name": "safetensors", "version": "1.0.0"}, "modelParameterSize": "8B"},
+        }
+    )
     for policy in ("FirstAvailable", "Cheapest", "BestFit", "MostCapable"):
-        docs.append({"apiVersion": "ome.io/v1beta1", "kind": "InferenceService",
-                     "metadata": {"name": f"isvc-{policy.lower()}", "namespace": "llm"},
-                     "spec": {"model": {"name": "model-8b"}, "runtime": {"name": "rt-7"},
-                              "acceleratorSelector": {"policy": policy}}})  # fmt: skip
+        docs.append(
+            {
+                "apiVersion": "ome.io/v1beta1",
+                "kind": "InferenceService",
+                "metadata": {"name": f"isvc-{policy.lower()}", "namespace": "llm"},
+                "spec": {
+                    "model": {"name": "model-8b"},
+                    "runtime": {"name": "rt-7"},
+                    "acceleratorSelector": {"policy": policy},
+                },
+            }
+        )
     (directory / "ome.yaml").write_text("\n---\n".join(json.dumps(d) for d in docs))
-    node_docs = {"apiVersion": "v1", "kind": "List", "items": [
-        {"kind": "Node", "metadata": {"name": n, "labels": {"nvidia.com/gpu.product": PRODUCTS[i % 8]}},
-         "status": {"allocatable": {"nvidia.com/gpu": "8"}}} for i, n in enumerate(nodes)]}  # fmt: skip
+    node_docs = {
+        "apiVersion": "v1",
+        "kind": "List",
+        "items": [
+            {
+                "kind": "Node",
+                "metadata": {"name": n, "labels": {"nvidia.com/gpu.product": PRODUCTS[i % 8]}},
+                "status": {"allocatable": {"nvidia.com/gpu": "8"}},
+            }
+            for i, n in enumerate(nodes)
+        ],
+    }
     (directory / "nodes.json").write_text(json.dumps(node_docs))
 
 
@@ -74,13 +123,17 @@ def ome_pod(policy: str) -> dict[str, Any]:
     """bench_extender's 2-GPU fixture pod, relabelled as the engine of an InferenceService."""
     pod = load_pod()
     pod["metadata"]["namespace"] = "llm"
-    pod["metadata"]["labels"] = {"ome.io/inferenceservice": f"isvc-{policy.lower()}", "component": "engine",
-                                 "serving-runtime": "rt-7"}  # fmt: skip
+    pod["metadata"]["labels"] = {
+        "ome.io/inferenceservice": f"isvc-{policy.lower()}",
+        "component": "engine",
+        "serving-runtime": "rt-7",
+    }
     return pod
 
 
-async def _pair(session: aiohttp.ClientSession, base: str, pod: dict[str, Any], order: list[str],
-                check: bool) -> tuple[float, float, list[str]]:  # fmt: skip
+async def _pair(
+    session: aiohttp.ClientSession, base: str, pod: dict[str, Any], order: list[str], check: bool
+) -> tuple[float, float, list[str]]:
     """One filter + prioritize exchange, as kube-scheduler makes it: (filter ms, prioritize ms, passed)."""
     t0 = time.perf_counter()
     async with session.post(f"{base}/filter", data=encode({"Pod": pod, "Nodes": None, "NodeNames": order})) as r:
@@ -104,8 +157,9 @@ def _stats(values: list[float]) -> dict[str, Any]:
     return {"p50_ms": percentile(values, 50), "p99_ms": percentile(values, 99), "n": len(values)}
 
 
-async def measure(session: aiohttp.ClientSession, base: str, pod: dict[str, Any], names: list[str],
-                  iterations: int, warmup: int) -> dict[str, Any]:  # fmt: skip
+async def measure(
+    session: aiohttp.ClientSession, base: str, pod: dict[str, Any], names: list[str], iterations: int, warmup: int
+) -> dict[str, Any]:
     """The OME pod and the skeleton's plain GPU pod, interleaved on the same extender (the
     order alternating each iteration), so the ratio compares the two paths at the same
     moments of a noisy host instead of two runs minutes apart."""
@@ -113,8 +167,9 @@ async def measure(session: aiohttp.ClientSession, base: str, pod: dict[str, Any]
     orders = [rng.sample(names, len(names)) for _ in range(8)]
     plain = load_pod()
     timings: dict[str, dict[str, list[float]]] = {
-        "classes": {"filter": [], "prioritize": []}, "skeleton": {"filter": [], "prioritize": []},
-    }  # fmt: skip
+        "classes": {"filter": [], "prioritize": []},
+        "skeleton": {"filter": [], "prioritize": []},
+    }
     passed: list[str] = []
     gc.collect()
     gc.freeze()
@@ -145,7 +200,7 @@ async def _bench(quick: bool) -> list[dict[str, Any]]:
             await wait_http_ok(session, f"{addrs.base_url}/readyz", process)
             await load_fleet(addrs.grpc_target, fleet)
             for count in NODE_COUNTS:
-                iterations, warmup = ((20, 5) if quick else ((400, 20) if count <= 1_000 else (200, 20)))
+                iterations, warmup = (20, 5) if quick else ((400, 20) if count <= 1_000 else (200, 20))
                 names = [n.name for n in fleet[:count]]
                 results.append(await measure(session, addrs.base_url, ome_pod("Cheapest"), names, iterations, warmup))
                 process.check_alive()
@@ -167,9 +222,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     for r in results:
         for label, figures in (("classes", r), ("skeleton", r["skeleton"])):
-            print(f"{label}-{r['nodes']}: filter p50 {figures['filter']['p50_ms']:.2f} p99 "
-                  f"{figures['filter']['p99_ms']:.2f} ms; prioritize p50 {figures['prioritize']['p50_ms']:.2f} "
-                  f"p99 {figures['prioritize']['p99_ms']:.2f} ms")  # fmt: skip
+            print(
+                f"{label}-{r['nodes']}: filter p50 {figures['filter']['p50_ms']:.2f} p99 "
+                f"{figures['filter']['p99_ms']:.2f} ms; prioritize p50 {figures['prioritize']['p50_ms']:.2f} "
+                f"p99 {figures['prioritize']['p99_ms']:.2f} ms"
+            )
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     (OUT_DIR / "classes.json").write_text(json.dumps(results, indent=2))
     return 0

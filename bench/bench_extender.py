@@ -48,23 +48,24 @@ from typing import Any
 
 import aiohttp
 import grpc
+
+from gpuextender.extender.settings import DEFAULT_SHORTLIST
 from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
-from gpuextender.extender.settings import DEFAULT_SHORTLIST
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import (  # noqa: E402
+from benchlib import (
     OUT_DIR,
-    BackgroundLoad,
     REPO_ROOT,
+    BackgroundLoad,
     BenchError,
     ExtenderAddrs,
     ManagedProcess,
     exit_on_sigterm,
     extender_process,
-    tree_memory_kib,
     percentile,
     scrape,
+    tree_memory_kib,
     wait_http_ok,
 )
 
@@ -76,10 +77,15 @@ LOAD_CONCURRENCY = 64
 SEED = 20261122
 # The 0.2 facts an agent on an 8-GPU NVLink node sends with every report: two NVLink islands of
 # four GPUs, one per NUMA node. Busy GPUs are held by a pod (the kubelet's allocation).
-ISLANDS = pb.Topology(links=[
-    pb.GpuLink(a=a, b=b, nvlinks=12, pcie=pb.PCIE_NODE) if (a < 4) == (b < 4) else pb.GpuLink(a=a, b=b, pcie=pb.PCIE_SYSTEM)
-    for a in range(GPUS_PER_NODE) for b in range(a + 1, GPUS_PER_NODE)
-])  # fmt: skip
+ISLANDS = pb.Topology(
+    links=[
+        pb.GpuLink(a=a, b=b, nvlinks=12, pcie=pb.PCIE_NODE)
+        if (a < 4) == (b < 4)
+        else pb.GpuLink(a=a, b=b, pcie=pb.PCIE_SYSTEM)
+        for a in range(GPUS_PER_NODE)
+        for b in range(a + 1, GPUS_PER_NODE)
+    ]
+)
 HELD_AT_UTILIZATION = 40  # a GPU this busy is held by a pod; quieter ones are free
 JSON_HEADERS = {"Content-Type": "application/json", "Accept-Encoding": "gzip"}
 # The extender's idle rule at its defaults (--idle-max-utilization 30, --idle-max-memory 50).
@@ -182,8 +188,13 @@ def node_report(node: NodeState, sample_time: float) -> pb.NodeReport:
             gpu.sharing.mode, gpu.sharing.replicas = pb.SHARING_EXCLUSIVE, 1
             gpu.health = pb.HEALTH_HEALTHY if g.healthy else pb.HEALTH_UNHEALTHY
             if g.utilization >= HELD_AT_UTILIZATION:
-                gpu.holders.add(namespace="llm", pod=f"{node.name}-engine", container="engine",
-                                resource_name="nvidia.com/gpu", device_id=gpu.uuid)  # fmt: skip
+                gpu.holders.add(
+                    namespace="llm",
+                    pod=f"{node.name}-engine",
+                    container="engine",
+                    resource_name="nvidia.com/gpu",
+                    device_id=gpu.uuid,
+                )
             if g.healthy:
                 reserved = 512 * 1024**2
                 used = int(GPU_MEMORY_BYTES * g.memory_percent / 100)
@@ -199,9 +210,14 @@ def node_report(node: NodeState, sample_time: float) -> pb.NodeReport:
                 gpu.unhealthy_reasons.append("GpuIsLost")
             gpus.append(gpu)
     report = pb.NodeReport(
-        node_name=node.name, sequence=1, agent_version="bench", driver_version="550.127.05",
-        gpus=gpus, node_error=node.node_error, allocation_source=pb.ALLOCATION_KUBELET,
-    )  # fmt: skip
+        node_name=node.name,
+        sequence=1,
+        agent_version="bench",
+        driver_version="550.127.05",
+        gpus=gpus,
+        node_error=node.node_error,
+        allocation_source=pb.ALLOCATION_KUBELET,
+    )
     if gpus:
         report.topology.CopyFrom(ISLANDS)
     report.sample_time.seconds = int(sample_time)
@@ -287,7 +303,12 @@ def _decode(verb: str, raw: bytes) -> Any:
 
 
 def check_filter(
-    status: int, raw: bytes, doc: Any, mode: str, sent: list[str], expected: dict[str, str],
+    status: int,
+    raw: bytes,
+    doc: Any,
+    mode: str,
+    sent: list[str],
+    expected: dict[str, str],
     shortlist: int = DEFAULT_SHORTLIST,
 ) -> list[str]:
     """Validate a filter answer; return the passed node names. With more than `shortlist` nodes
@@ -316,8 +337,12 @@ def check_filter(
     must_pass = sum(1 for n in sent if expected[n] == "pass")
     held_back = must_pass - len(passed) if shortlist and must_pass > shortlist else 0
     if len(passed) + len(failed) + len(unresolvable) != len(got) or len(got) + held_back != len(sent):
-        raise _fail("filter", f"{len(sent)} nodes sent, answer accounts for {len(got)} "
-                    f"(+{held_back} held back by --shortlist {shortlist})", raw)  # fmt: skip
+        raise _fail(
+            "filter",
+            f"{len(sent)} nodes sent, answer accounts for {len(got)} "
+            f"(+{held_back} held back by --shortlist {shortlist})",
+            raw,
+        )
     if held_back and len(passed) != shortlist:
         raise _fail("filter", f"{len(passed)} nodes answered as passing, --shortlist is {shortlist}", raw)
     wrong = [(n, got.get(n), expected[n]) for n in sent if got.get(n, "pass" if held_back else None) != expected[n]]
@@ -387,16 +412,24 @@ class ExtenderBenchResult:
     scenarios: list[ScenarioResult] = field(default_factory=list)
 
 
-def _stats(verb: str, latencies_ns: list[int], nodes_sent: int, req_bytes: int, resp_bytes: int,
-           server_mean_ms: float) -> VerbStats:  # fmt: skip
+def _stats(
+    verb: str, latencies_ns: list[int], nodes_sent: int, req_bytes: int, resp_bytes: int, server_mean_ms: float
+) -> VerbStats:
     ms = sorted(x / 1e6 for x in latencies_ns)
     mean = sum(ms) / len(ms)
     return VerbStats(
-        verb=verb, nodes_sent=nodes_sent, iterations=len(ms),
-        p50_ms=percentile(ms, 50), p99_ms=percentile(ms, 99), max_ms=ms[-1], mean_ms=mean,
+        verb=verb,
+        nodes_sent=nodes_sent,
+        iterations=len(ms),
+        p50_ms=percentile(ms, 50),
+        p99_ms=percentile(ms, 99),
+        max_ms=ms[-1],
+        mean_ms=mean,
         req_per_s=1000.0 / mean if mean > 0 else float("inf"),
-        request_bytes=req_bytes, response_bytes=resp_bytes, server_mean_ms=server_mean_ms,
-    )  # fmt: skip
+        request_bytes=req_bytes,
+        response_bytes=resp_bytes,
+        server_mean_ms=server_mean_ms,
+    )
 
 
 def _server_totals(metrics: dict[str, float], verb: str) -> tuple[float, float]:
@@ -479,28 +512,40 @@ async def run_scenario(
             filter_ns.append(t1 - t0)
             prioritize_ns.append(t3 - t2)
         if it == 0:
-            sizes = {"filter_req": len(body), "filter_resp": len(raw),
-                     "prio_req": len(prio_body), "prio_resp": len(prio_raw)}  # fmt: skip
+            sizes = {
+                "filter_req": len(body),
+                "filter_resp": len(raw),
+                "prio_req": len(prio_body),
+                "prio_resp": len(prio_raw),
+            }
             prioritize_sent = len(prio_names)
             counts = list(expected.values())
             verdicts = (counts.count("pass"), counts.count("soft"), counts.count("unresolvable"))
     wall = time.perf_counter() - started
     background_cores = background.cores()
     if progress:
-        print(f"  {scenario.name}: {total} filter+prioritize pairs ({scenario.warmup} warm-up) in {wall:.1f}s",
-              file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"  {scenario.name}: {total} filter+prioritize pairs ({scenario.warmup} warm-up) in {wall:.1f}s",
+            file=sys.stderr,
+            flush=True,
+        )
     metrics_after = await scrape(session, f"{addrs.base_url}/metrics")
     server_ms = {}
     for verb in ("filter", "prioritize"):
         s0, c0 = _server_totals(metrics_before, verb)
         s1, c1 = _server_totals(metrics_after, verb)
         server_ms[verb] = 1000.0 * (s1 - s0) / (c1 - c0) if c1 > c0 else float("nan")
-    result = ScenarioResult(scenario.name, scenario.mode, scenario.nodes, *verdicts, wall_s=wall,
-                            background_cores=background_cores)  # fmt: skip
-    result.verbs.append(_stats("filter", filter_ns, len(names), sizes["filter_req"], sizes["filter_resp"],
-                               server_ms["filter"]))  # fmt: skip
-    result.verbs.append(_stats("prioritize", prioritize_ns, prioritize_sent, sizes["prio_req"], sizes["prio_resp"],
-                               server_ms["prioritize"]))  # fmt: skip
+    result = ScenarioResult(
+        scenario.name, scenario.mode, scenario.nodes, *verdicts, wall_s=wall, background_cores=background_cores
+    )
+    result.verbs.append(
+        _stats("filter", filter_ns, len(names), sizes["filter_req"], sizes["filter_resp"], server_ms["filter"])
+    )
+    result.verbs.append(
+        _stats(
+            "prioritize", prioritize_ns, prioritize_sent, sizes["prio_req"], sizes["prio_resp"], server_ms["prioritize"]
+        )
+    )
     return result
 
 
@@ -515,8 +560,11 @@ async def _bench(
     timeout = aiohttp.ClientTimeout(total=60)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as session:
         await wait_http_ok(session, f"{addrs.base_url}/readyz", process)
-        print(f"loading {fleet_size} nodes over gRPC ({LOAD_CONCURRENCY} streams at a time)...",
-              file=sys.stderr, flush=True)  # fmt: skip
+        print(
+            f"loading {fleet_size} nodes over gRPC ({LOAD_CONCURRENCY} streams at a time)...",
+            file=sys.stderr,
+            flush=True,
+        )
         load_s = await load_fleet(addrs.grpc_target, fleet)
         metrics = await scrape(session, f"{addrs.base_url}/metrics")
         have = metrics.get("gpu_extender_nodes_with_data")
@@ -524,10 +572,13 @@ async def _bench(
             raise BenchError(f"extender reports gpu_extender_nodes_with_data {have}, expected {fleet_size}")
         rss_after_load = tree_memory_kib(process.pid).get("VmRSS", 0)
         result = ExtenderBenchResult(
-            nodes_loaded=fleet_size, load_s=load_s, extender_rss_after_load_kib=rss_after_load,
-            extender_rss_end_kib=0, extender_hwm_end_kib=0,
+            nodes_loaded=fleet_size,
+            load_s=load_s,
+            extender_rss_after_load_kib=rss_after_load,
+            extender_rss_end_kib=0,
+            extender_hwm_end_kib=0,
             prioritize_nodes="all candidates" if prioritize_all else "the nodes filter passed",
-        )  # fmt: skip
+        )
         for scenario in scenarios:
             process.check_alive()
             result.scenarios.append(
@@ -549,8 +600,9 @@ def select_scenarios(names: list[str] | None, quick: bool) -> list[Scenario]:
     return chosen
 
 
-def run(scenario_names: list[str] | None = None, *, quick: bool = False,
-        prioritize_all: bool = False) -> ExtenderBenchResult:  # fmt: skip
+def run(
+    scenario_names: list[str] | None = None, *, quick: bool = False, prioritize_all: bool = False
+) -> ExtenderBenchResult:
     """Start the extender, run the scenarios, stop the extender (always)."""
     scenarios = select_scenarios(scenario_names, quick)
     # nodes-1000 sends ~3.4 MB of full Nodes: above the 2 MiB default, sized for names mode.
@@ -560,8 +612,10 @@ def run(scenario_names: list[str] | None = None, *, quick: bool = False,
 
 
 def format_table(result: ExtenderBenchResult) -> str:
-    head = (f"{'scenario':<11} {'nodes':>6} {'verb':<10} {'sent':>5} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} "
-            f"{'req/s':>7} {'req KB':>8} {'resp KB':>8} {'server ms':>9} {'bg cores':>8}")  # fmt: skip
+    head = (
+        f"{'scenario':<11} {'nodes':>6} {'verb':<10} {'sent':>5} {'p50 ms':>8} {'p99 ms':>8} {'max ms':>8} "
+        f"{'req/s':>7} {'req KB':>8} {'resp KB':>8} {'server ms':>9} {'bg cores':>8}"
+    )
     lines = [head, "-" * len(head)]
     for sc in result.scenarios:
         for v in sc.verbs:
@@ -576,10 +630,15 @@ def format_table(result: ExtenderBenchResult) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="few iterations: a smoke check, not a measurement")
-    parser.add_argument("--scenario", action="append", choices=[s.name for s in SCENARIOS],
-                        help="run only this scenario (repeatable)")  # fmt: skip
-    parser.add_argument("--prioritize-nodes", choices=("passed", "all"), default="passed",
-                        help="prioritize gets the nodes filter passed (kube-scheduler) or all N")  # fmt: skip
+    parser.add_argument(
+        "--scenario", action="append", choices=[s.name for s in SCENARIOS], help="run only this scenario (repeatable)"
+    )
+    parser.add_argument(
+        "--prioritize-nodes",
+        choices=("passed", "all"),
+        default="passed",
+        help="prioritize gets the nodes filter passed (kube-scheduler) or all N",
+    )
     parser.add_argument("--json", type=Path, help="also write the raw results as JSON here")
     args = parser.parse_args(argv)
     exit_on_sigterm()
@@ -588,8 +647,10 @@ def main(argv: list[str] | None = None) -> int:
     except BenchError as exc:
         print(f"bench_extender: FAILED: {exc}", file=sys.stderr)
         return 1
-    print(f"loaded {result.nodes_loaded} nodes over gRPC in {result.load_s:.2f}s; "
-          f"extender RSS {result.extender_rss_end_kib / 1024:.0f} MiB (peak {result.extender_hwm_end_kib / 1024:.0f})")  # fmt: skip
+    print(
+        f"loaded {result.nodes_loaded} nodes over gRPC in {result.load_s:.2f}s; "
+        f"extender RSS {result.extender_rss_end_kib / 1024:.0f} MiB (peak {result.extender_hwm_end_kib / 1024:.0f})"
+    )
     print(format_table(result))
     if args.json:
         OUT_DIR.mkdir(parents=True, exist_ok=True)

@@ -33,20 +33,21 @@ from typing import Any
 import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from gpuextender.v1 import gpu_state_pb2 as pb  # noqa: E402
-
-from gpuextender.extender.settings import Policy  # noqa: E402
-from gpuextender.extender.ui.fleet_page import PAUSE_S, SLICE_S, _encoded, build_fleet, fleet_inputs  # noqa: E402
-from gpuextender.extender.ui.fleet_view import FleetAccumulator  # noqa: E402
-from gpuextender.extender.state.gpu_state import GpuState  # noqa: E402
-from gpuextender.common.idle_rule import IdleRule  # noqa: E402
-from gpuextender.extender.app import http_app  # noqa: E402
-from gpuextender.extender.scheduler.http_api import SchedulerApi, new_runner  # noqa: E402
-from gpuextender.extender.settings import ApiSettings
-from gpuextender.extender.model.kube_objects import KINDS  # noqa: E402
-from gpuextender.extender.state.inventory_store import InventoryStore  # noqa: E402
-from gpuextender.extender.state.inventory_view import ViewBuilder  # noqa: E402
-from gpuextender.extender.observe.metrics import ExtenderMetrics  # noqa: E402
+from gpuextender.common.idle_rule import IdleRule
+from gpuextender.extender.app import http_app
+from gpuextender.extender.model.kube_objects import KINDS
+from gpuextender.extender.observe.metrics import ExtenderMetrics
+from gpuextender.extender.scheduler.http_api import SchedulerApi, new_runner
+from gpuextender.extender.settings import (
+    ApiSettings,
+    Policy,
+)
+from gpuextender.extender.state.gpu_state import GpuState
+from gpuextender.extender.state.inventory_store import InventoryStore
+from gpuextender.extender.state.inventory_view import ViewBuilder
+from gpuextender.extender.ui.fleet_page import PAUSE_S, SLICE_S, _encoded, build_fleet, fleet_inputs
+from gpuextender.extender.ui.fleet_view import FleetAccumulator
+from gpuextender.v1 import gpu_state_pb2 as pb
 
 GIB = 1024**3
 # (node label, NVML name, memory GiB, compute capability): each node's GPUs match its label.
@@ -66,7 +67,9 @@ def node_name(i: int) -> str:
 
 def node_report(i: int) -> pb.NodeReport:
     """8 GPUs, kubelet allocation: a mix of free/allocated, idle/busy, a degraded and an unhealthy one."""
-    r = pb.NodeReport(node_name=node_name(i), sequence=1, agent_version="bench", allocation_source=pb.ALLOCATION_KUBELET)
+    r = pb.NodeReport(
+        node_name=node_name(i), sequence=1, agent_version="bench", allocation_source=pb.ALLOCATION_KUBELET
+    )
     r.sample_time.seconds = int(time.time())
     _, product, memory_gib, (major, minor) = PRODUCTS[i % len(PRODUCTS)]
     for g in range(8):
@@ -87,15 +90,27 @@ def build_api(nodes: int) -> SchedulerApi:
 
     store = InventoryStore()
     views = ViewBuilder(store, ("nvidia.com/gpu",))
-    objects: dict[str, list[Any]] = {"AcceleratorClass": list(yaml.safe_load_all(CLASSES_FILE.read_text())), "Node": [
-        {"apiVersion": "v1", "kind": "Node",
-         "metadata": {"name": node_name(i), "labels": {"nvidia.com/gpu.product": PRODUCTS[i % len(PRODUCTS)][0]}},
-         "status": {"allocatable": {"nvidia.com/gpu": "8"}}} for i in range(nodes)]}  # fmt: skip
+    objects: dict[str, list[Any]] = {
+        "AcceleratorClass": list(yaml.safe_load_all(CLASSES_FILE.read_text())),
+        "Node": [
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {
+                    "name": node_name(i),
+                    "labels": {"nvidia.com/gpu.product": PRODUCTS[i % len(PRODUCTS)][0]},
+                },
+                "status": {"allocatable": {"nvidia.com/gpu": "8"}},
+            }
+            for i in range(nodes)
+        ],
+    }
     for kind in KINDS:
         store.replace_all(kind.kind, objects.get(kind.kind, []))
     state = GpuState(IdleRule())
-    api = SchedulerApi(state, ExtenderMetrics(state), ApiSettings(Policy(stale_after_s=3600.0)),
-                       inventory=lambda: views.current)  # fmt: skip
+    api = SchedulerApi(
+        state, ExtenderMetrics(state), ApiSettings(Policy(stale_after_s=3600.0)), inventory=lambda: views.current
+    )
     views.on_rebuild(api.classes.classes_by_node)
     now = time.monotonic()
     for i in range(nodes):
@@ -193,8 +208,9 @@ def browsers(port: int, count: int, interval: float, on: Any, stop: Any, fetched
         await asyncio.sleep(offset)
         while not stop.is_set():
             if on.is_set():
-                async with session.get(f"http://127.0.0.1:{port}/ui/fleet.json",
-                                       headers={"Accept-Encoding": "gzip"}) as response:  # fmt: skip
+                async with session.get(
+                    f"http://127.0.0.1:{port}/ui/fleet.json", headers={"Accept-Encoding": "gzip"}
+                ) as response:
                     await response.read()
                 with fetched.get_lock():
                     fetched.value += 1
@@ -246,11 +262,15 @@ def main() -> None:
     gc.freeze()
     gc.set_threshold(20_000, 10, 10)
     b = measure_build(api, args.repeat)
-    print(f"   nodes {b['nodes']:,.0f}; work on the loop {b['work_ms']:.1f} ms = inputs {b['inputs_ms']:.1f} + rows "
-          f"(each encoded) {b['rows_ms']:.1f} + final encoding {b['encode_ms']:.1f}; gzip in a thread "
-          f"{b['gzip_ms']:.1f} ms; body {b['body_kib']:,.0f} KiB, gzip {b['gzip_kib']:,.0f} KiB")  # fmt: skip
-    print(f"   sliced as served ({SLICE_S * 1000:g} ms slices, {PAUSE_S * 1000:g} ms pauses): longest event-loop "
-          f"hold {b['longest_hold_ms']:.2f} ms, build wall time {b['wall_ms']:.0f} ms")  # fmt: skip
+    print(
+        f"   nodes {b['nodes']:,.0f}; work on the loop {b['work_ms']:.1f} ms = inputs {b['inputs_ms']:.1f} + rows "
+        f"(each encoded) {b['rows_ms']:.1f} + final encoding {b['encode_ms']:.1f}; gzip in a thread "
+        f"{b['gzip_ms']:.1f} ms; body {b['body_kib']:,.0f} KiB, gzip {b['gzip_kib']:,.0f} KiB"
+    )
+    print(
+        f"   sliced as served ({SLICE_S * 1000:g} ms slices, {PAUSE_S * 1000:g} ms pauses): longest event-loop "
+        f"hold {b['longest_hold_ms']:.2f} ms, build wall time {b['wall_ms']:.0f} ms"
+    )
     del api
     gc.unfreeze()
 
@@ -265,11 +285,15 @@ def main() -> None:
     pages = ctx.Process(target=browsers, args=(port, args.browsers, args.page_interval, on, stop, fetched), daemon=True)
     pages.start()
     names = [node_name(i) for i in range(args.nodes)]
-    pod = {"metadata": {"name": "bench", "namespace": "default", "uid": "u"},
-           "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}  # fmt: skip
+    pod = {
+        "metadata": {"name": "bench", "namespace": "default", "uid": "u"},
+        "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+    }
     body = json.dumps({"Pod": pod, "NodeNames": names}).encode()
-    print(f"2. {args.nodes:,}-name filter latency, {args.rounds} rounds of {args.phase_seconds:g} s per phase; pages: "
-          f"{args.browsers} browsers each fetching fleet.json every {args.page_interval:g} s (cache 1.5 s)")  # fmt: skip
+    print(
+        f"2. {args.nodes:,}-name filter latency, {args.rounds} rounds of {args.phase_seconds:g} s per phase; pages: "
+        f"{args.browsers} browsers each fetching fleet.json every {args.page_interval:g} s (cache 1.5 s)"
+    )
     asyncio.run(filter_latencies(port, body, 0.5))  # warm-up
     quiet: list[float] = []
     busy: list[float] = []
@@ -290,10 +314,14 @@ def main() -> None:
         server.terminate()
         server.join(5)
     for label, values in (("quiet", quiet), ("pages", busy)):
-        print(f"   {label:<6} n={len(values)} p50 {p(values, 50):6.2f} ms  p99 {p(values, 99):6.2f} ms  "
-              f"max {max(values):6.2f} ms  mean {statistics.fmean(values):6.2f} ms")  # fmt: skip
-    print(f"   ratio (pages / quiet): p50 {p(busy, 50) / p(quiet, 50):.2f}x, p99 {p(busy, 99) / p(quiet, 99):.2f}x; "
-          f"{fetches} page fetches during the page phases")  # fmt: skip
+        print(
+            f"   {label:<6} n={len(values)} p50 {p(values, 50):6.2f} ms  p99 {p(values, 99):6.2f} ms  "
+            f"max {max(values):6.2f} ms  mean {statistics.fmean(values):6.2f} ms"
+        )
+    print(
+        f"   ratio (pages / quiet): p50 {p(busy, 50) / p(quiet, 50):.2f}x, p99 {p(busy, 99) / p(quiet, 99):.2f}x; "
+        f"{fetches} page fetches during the page phases"
+    )
     print(f"machine: {os.cpu_count()} cores; total {time.perf_counter() - started:.0f} s")
 
 

@@ -64,8 +64,9 @@ async def serve(port: int, ack_each: bool, settle_s: float, window_s: float) -> 
                 yield ACK
 
     server = grpc.aio.server()
-    server.add_generic_rpc_handlers([grpc.method_handlers_generic_handler(
-        "floor", {"Stream": grpc.stream_stream_rpc_method_handler(handler)})])  # fmt: skip
+    server.add_generic_rpc_handlers(
+        [grpc.method_handlers_generic_handler("floor", {"Stream": grpc.stream_stream_rpc_method_handler(handler)})]
+    )
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
     print("ready", flush=True)
@@ -74,8 +75,13 @@ async def serve(port: int, ack_each: bool, settle_s: float, window_s: float) -> 
     await asyncio.sleep(window_s)
     c1, n1, t1 = _cpu_s(), count, time.monotonic()
     reports = max(1, n1 - n0)
-    return {"streams": streams, "reports_per_s": (n1 - n0) / (t1 - t0), "cpu_percent": 100 * (c1 - c0) / (t1 - t0),
-            "us_per_report": 1e6 * (c1 - c0) / reports, "rss_mib": _rss_mib()}  # fmt: skip
+    return {
+        "streams": streams,
+        "reports_per_s": (n1 - n0) / (t1 - t0),
+        "cpu_percent": 100 * (c1 - c0) / (t1 - t0),
+        "us_per_report": 1e6 * (c1 - c0) / reports,
+        "rss_mib": _rss_mib(),
+    }
 
 
 async def load(port: int, agents: int, connections: int, ack_each: bool, period_s: float) -> None:
@@ -119,10 +125,24 @@ class FloorRow:
 
 
 def run_variant(name: str, args: argparse.Namespace) -> FloorRow:
-    connections, ack_each = VARIANTS[name]
+    connections, _ack_each = VARIANTS[name]
     port = _free_port()
-    common = [sys.executable, __file__, "--port", str(port), "--variant", name, "--agents", str(args.agents),
-              "--period", str(args.period), "--settle", str(args.settle), "--window", str(args.window)]  # fmt: skip
+    common = [
+        sys.executable,
+        __file__,
+        "--port",
+        str(port),
+        "--variant",
+        name,
+        "--agents",
+        str(args.agents),
+        "--period",
+        str(args.period),
+        "--settle",
+        str(args.settle),
+        "--window",
+        str(args.window),
+    ]
     server = subprocess.Popen([*common, "--role", "server"], stdout=subprocess.PIPE, text=True)
     assert server.stdout is not None
     if server.stdout.readline().strip() != "ready":
@@ -146,12 +166,16 @@ def _free_port() -> int:
 
 
 def format_rows(rows: list[FloorRow], args: argparse.Namespace) -> str:
-    lines = [f"bare grpc.aio ack server: {args.agents} agents, a 2,000-byte report every {args.period:g} s each, "
-             f"{args.window:g} s window",
-             f"{'variant':<10} {'conns':>6} {'streams':>7} {'reports/s':>9} {'% core':>7} {'us/report':>9} {'RSS MiB':>8}"]  # fmt: skip
+    lines = [
+        f"bare grpc.aio ack server: {args.agents} agents, a 2,000-byte report every {args.period:g} s each, "
+        f"{args.window:g} s window",
+        f"{'variant':<10} {'conns':>6} {'streams':>7} {'reports/s':>9} {'% core':>7} {'us/report':>9} {'RSS MiB':>8}",
+    ]
     for r in rows:
-        lines.append(f"{r.variant:<10} {r.connections:>6} {r.streams:>7} {r.reports_per_s:>9.0f} {r.cpu_percent:>7.1f} "
-                     f"{r.us_per_report:>9.1f} {r.rss_mib:>8.1f}")  # fmt: skip
+        lines.append(
+            f"{r.variant:<10} {r.connections:>6} {r.streams:>7} {r.reports_per_s:>9.0f} {r.cpu_percent:>7.1f} "
+            f"{r.us_per_report:>9.1f} {r.rss_mib:>8.1f}"
+        )
     return "\n".join(lines)
 
 

@@ -27,15 +27,15 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from gpuextender.extender.scheduler import wire  # noqa: E402
-from gpuextender.extender.model.bad_request import BadRequest  # noqa: E402
-from gpuextender.extender.flags import build_config  # noqa: E402
-from gpuextender.extender.state.gpu_state import GpuState  # noqa: E402
-from gpuextender.extender.scheduler.http_api import SchedulerApi  # noqa: E402
+from gpuextender.extender.flags import build_config
+from gpuextender.extender.model.bad_request import BadRequest
+from gpuextender.extender.model.pod_gpus import parse_count
+from gpuextender.extender.observe.metrics import ExtenderMetrics
+from gpuextender.extender.scheduler import wire
+from gpuextender.extender.scheduler.http_api import SchedulerApi
 from gpuextender.extender.settings import ApiSettings
-from gpuextender.extender.observe.metrics import ExtenderMetrics  # noqa: E402
-from gpuextender.extender.model.pod_gpus import parse_count  # noqa: E402
-from tests.hostile_bodies import compact, full_nodes_request, names_request, unknown_names, worst_bodies  # noqa: E402
+from gpuextender.extender.state.gpu_state import GpuState
+from tests.hostile_bodies import compact, full_nodes_request, names_request, unknown_names, worst_bodies
 
 VERBS = ("filter", "prioritize", "explain")
 
@@ -64,9 +64,10 @@ def loop_hold_ms(api: SchedulerApi, verb: str, body: bytes, repeat: int) -> tupl
         t0 = time.perf_counter()
         try:
             args = wire.parse_extender_args(
-                body, max_candidates=candidate_bound(api, verb),
+                body,
+                max_candidates=candidate_bound(api, verb),
                 max_containers=settings.max_body_bytes // wire.BYTES_PER_CONTAINER,
-            )  # fmt: skip
+            )
             wire.encode(decide(args))
             outcome = "200"
         except BadRequest as exc:
@@ -82,7 +83,7 @@ def report(repeat: int = 5) -> list[str]:
     gc.freeze()
     gc.set_threshold(20_000, 10, 10)  # as gpuextender.extender.app._tune_gc
     lines: list[str] = []
-    print = lines.append  # noqa: A001 - the report reads like the script it was
+    print = lines.append
 
     print("1. cost per candidate name (unknown names; ms for the whole synchronous step)")
     wide = build_api(max_candidates=100_000)
@@ -100,18 +101,24 @@ def report(repeat: int = 5) -> list[str]:
     one = full_nodes_request(1)
     node_bytes = len(compact(one["Nodes"]["items"][0]))
     pod_bytes = len(compact(one["Pod"]))
-    print(f"  one Node: {node_bytes:,} B compact; the Pod: {pod_bytes:,} B; 5,000 Nodes: "
-          f"{(5000 * (node_bytes + 1) + pod_bytes) / 2**20:.1f} MiB")  # fmt: skip
+    print(
+        f"  one Node: {node_bytes:,} B compact; the Pod: {pod_bytes:,} B; 5,000 Nodes: "
+        f"{(5000 * (node_bytes + 1) + pod_bytes) / 2**20:.1f} MiB"
+    )
     for count in (100, 500, 5_000):
         body = compact(full_nodes_request(count))
         ms, outcome = loop_hold_ms(build_api(max_body_bytes=32 * 2**20), "filter", body, repeat)
-        print(f"  filter, {count:>5,} Nodes ({len(body) / 2**20:5.2f} MiB): {ms:7.1f} ms "
-              f"({ms / (len(body) / 2**20):5.1f} ms/MiB) -> {outcome}")  # fmt: skip
+        print(
+            f"  filter, {count:>5,} Nodes ({len(body) / 2**20:5.2f} MiB): {ms:7.1f} ms "
+            f"({ms / (len(body) / 2**20):5.1f} ms/MiB) -> {outcome}"
+        )
 
     api = build_api()
     settings = api.settings
-    print(f"3. dearest bodies within the defaults (--max-body-bytes {settings.max_body_bytes:,}, "
-          f"--max-candidates {settings.max_candidates:,})")  # fmt: skip
+    print(
+        f"3. dearest bodies within the defaults (--max-body-bytes {settings.max_body_bytes:,}, "
+        f"--max-candidates {settings.max_candidates:,})"
+    )
     containers = settings.max_body_bytes // wire.BYTES_PER_CONTAINER
     per_verb = {verb: worst_bodies(settings.max_body_bytes, candidate_bound(api, verb), containers) for verb in VERBS}
     worst = 0.0

@@ -35,21 +35,21 @@ import grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from benchlib import (  # noqa: E402
+from benchlib import (
     CLOCK_TICKS,
     OUT_DIR,
     BenchError,
     ManagedProcess,
     exit_on_sigterm,
     extender_process,
+    scrape,
     tree_cpu_ticks,
     tree_memory_kib,
-    scrape,
     wait_http_ok,
 )
-from gpuextender.extender.ingest.limits import REPORT_BURST, REPORTS_PER_SECOND  # noqa: E402
-from gpuextender.extender.settings import MAX_UNKNOWN_NODES
-from gpuextender.extender.ingest.report_checks import (  # noqa: E402
+
+from gpuextender.extender.ingest.limits import REPORT_BURST, REPORTS_PER_SECOND
+from gpuextender.extender.ingest.report_checks import (
     MAX_AGENT_VERSION_CHARS,
     MAX_DRIVER_VERSION_CHARS,
     MAX_GPU_NAME_CHARS,
@@ -60,8 +60,9 @@ from gpuextender.extender.ingest.report_checks import (  # noqa: E402
     MAX_UNHEALTHY_REASONS,
     MAX_UUID_CHARS,
 )
-from gpuextender.v1 import gpu_state_pb2 as pb  # noqa: E402
-from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc  # noqa: E402
+from gpuextender.extender.settings import MAX_UNKNOWN_NODES
+from gpuextender.v1 import gpu_state_pb2 as pb
+from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 
 MADE_UP_NODES = 100
 REAL_NODES = [f"gpu-node-{i}" for i in range(1, 5)]
@@ -106,11 +107,20 @@ def made_up_name(i: int) -> str:
 
 
 def maximal_report(node: str) -> pb.NodeReport:
-    r = pb.NodeReport(node_name=node, agent_version="a" * MAX_AGENT_VERSION_CHARS,
-                      driver_version="d" * MAX_DRIVER_VERSION_CHARS, node_error="e" * MAX_NODE_ERROR_CHARS)  # fmt: skip
+    r = pb.NodeReport(
+        node_name=node,
+        agent_version="a" * MAX_AGENT_VERSION_CHARS,
+        driver_version="d" * MAX_DRIVER_VERSION_CHARS,
+        node_error="e" * MAX_NODE_ERROR_CHARS,
+    )
     for i in range(MAX_GPUS_PER_NODE):
-        g = r.gpus.add(index=i, uuid=f"{i:03d}".ljust(MAX_UUID_CHARS, "u"), name="m" * MAX_GPU_NAME_CHARS,
-                       pci_bus_id="p" * MAX_PCI_BUS_ID_CHARS, healthy=False)  # fmt: skip
+        g = r.gpus.add(
+            index=i,
+            uuid=f"{i:03d}".ljust(MAX_UUID_CHARS, "u"),
+            name="m" * MAX_GPU_NAME_CHARS,
+            pci_bus_id="p" * MAX_PCI_BUS_ID_CHARS,
+            healthy=False,
+        )
         g.compute_capability.major, g.compute_capability.minor = 9, 0
         g.memory_total_bytes = g.memory_used_bytes = g.memory_free_bytes = g.memory_reserved_bytes = 2**64 - 1
         g.utilization_gpu_percent = g.utilization_memory_percent = 100
@@ -180,13 +190,20 @@ async def _scenario(name: str, extra: list[str], reports: list[pb.NodeReport], c
             after = await _settled_rss(process)
             metrics = await scrape(session, f"{addrs.base_url}/metrics")
     return Row(
-        scenario=name, nodes=len(reports), reports_sent=len(reports) * count, accepted=accepted, rejected=rejected,
-        streams_refused=refused, nodes_held=int(metrics.get("gpu_extender_nodes_with_data", -1)),
+        scenario=name,
+        nodes=len(reports),
+        reports_sent=len(reports) * count,
+        accepted=accepted,
+        rejected=rejected,
+        streams_refused=refused,
+        nodes_held=int(metrics.get("gpu_extender_nodes_with_data", -1)),
         unknown_held=int(metrics.get("gpu_extender_unknown_nodes", -1)),
         report_kib=max(r.ByteSize() for r in reports) / 1024,
-        rss_before_mib=before["VmRSS"] / 1024, rss_after_mib=after["VmRSS"] / 1024, hwm_mib=after["VmHWM"] / 1024,
+        rss_before_mib=before["VmRSS"] / 1024,
+        rss_after_mib=after["VmRSS"] / 1024,
+        hwm_mib=after["VmHWM"] / 1024,
         seconds=seconds,
-    )  # fmt: skip
+    )
 
 
 async def _flood(window_s: float) -> FloodResult:
@@ -219,19 +236,28 @@ async def _flood(window_s: float) -> FloodResult:
             rss_after = (await _settled_rss(process))["VmRSS"]
     elapsed = t1 - t0
     return FloodResult(
-        streams=FLOOD_STREAMS, window_s=elapsed,
+        streams=FLOOD_STREAMS,
+        window_s=elapsed,
         processed=int(metrics.get('gpu_extender_reports_total{result="accepted"}', 0)),
         bound=int(FLOOD_STREAMS * (REPORT_BURST + REPORTS_PER_SECOND * elapsed)),
         paced_streams=metrics.get("gpu_extender_paced_streams", 0.0),
         extender_cpu_percent=100.0 * (ticks1 - ticks0) / CLOCK_TICKS / elapsed,
-        rss_before_mib=rss_before / 1024, rss_after_mib=rss_after / 1024,
-    )  # fmt: skip
+        rss_before_mib=rss_before / 1024,
+        rss_after_mib=rss_after / 1024,
+    )
 
 
 def _write_inventory(directory: Path) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
-    docs = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": n},
-             "status": {"allocatable": {"nvidia.com/gpu": "8"}}} for n in REAL_NODES]  # fmt: skip
+    docs = [
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": n},
+            "status": {"allocatable": {"nvidia.com/gpu": "8"}},
+        }
+        for n in REAL_NODES
+    ]
     (directory / "nodes.yaml").write_text("\n---\n".join(json.dumps(d) for d in docs))
     return directory
 
@@ -247,8 +273,14 @@ def run(*, quick: bool = False) -> tuple[list[Row], FloodResult]:
     inventory = _write_inventory(OUT_DIR / "hostile-ingest-inventory")
     rows = [
         asyncio.run(_scenario("no inventory", [], made_up, REPORTS_PER_NODE)),
-        asyncio.run(_scenario(f"--inventory ({len(REAL_NODES)} real nodes)", ["--inventory", str(inventory)],
-                              made_up + real, REPORTS_PER_NODE)),  # fmt: skip
+        asyncio.run(
+            _scenario(
+                f"--inventory ({len(REAL_NODES)} real nodes)",
+                ["--inventory", str(inventory)],
+                made_up + real,
+                REPORTS_PER_NODE,
+            )
+        ),
         asyncio.run(_scenario("over the size bound (3.4 MB)", [], oversize, 1)),
     ]
     flood = asyncio.run(_flood(3.0 if quick else 10.0))
@@ -261,22 +293,28 @@ def run(*, quick: bool = False) -> tuple[list[Row], FloodResult]:
     return rows, flood
 
 
-HEADER = ("| scenario | nodes | report KiB | reports sent | accepted | rejected | streams refused | nodes held "
-          "(unknown) | RSS before MiB | RSS after MiB | growth MiB | peak MiB |\n"
-          "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|")  # fmt: skip
+HEADER = (
+    "| scenario | nodes | report KiB | reports sent | accepted | rejected | streams refused | nodes held "
+    "(unknown) | RSS before MiB | RSS after MiB | growth MiB | peak MiB |\n"
+    "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+)
 
 
 def format_row(r: Row) -> str:
-    return (f"| {r.scenario} | {r.nodes} | {r.report_kib:,.1f} | {r.reports_sent} | {r.accepted} | {r.rejected} | "
-            f"{r.streams_refused} | {r.nodes_held} ({r.unknown_held}) | {r.rss_before_mib:.1f} | "
-            f"{r.rss_after_mib:.1f} | {r.rss_after_mib - r.rss_before_mib:+.1f} | {r.hwm_mib:.1f} |")  # fmt: skip
+    return (
+        f"| {r.scenario} | {r.nodes} | {r.report_kib:,.1f} | {r.reports_sent} | {r.accepted} | {r.rejected} | "
+        f"{r.streams_refused} | {r.nodes_held} ({r.unknown_held}) | {r.rss_before_mib:.1f} | "
+        f"{r.rss_after_mib:.1f} | {r.rss_after_mib - r.rss_before_mib:+.1f} | {r.hwm_mib:.1f} |"
+    )
 
 
 def format_flood(f: FloodResult) -> str:
-    return (f"flood: {f.streams} streams writing without reading acks for {f.window_s:.1f} s: {f.processed:,} "
-            f"reports processed (pacing bound {f.bound:,}), {f.paced_streams:g} streams held at the limit, "
-            f"extender CPU {f.extender_cpu_percent:.1f} % of one core, RSS {f.rss_before_mib:.1f} -> "
-            f"{f.rss_after_mib:.1f} MiB")  # fmt: skip
+    return (
+        f"flood: {f.streams} streams writing without reading acks for {f.window_s:.1f} s: {f.processed:,} "
+        f"reports processed (pacing bound {f.bound:,}), {f.paced_streams:g} streams held at the limit, "
+        f"extender CPU {f.extender_cpu_percent:.1f} % of one core, RSS {f.rss_before_mib:.1f} -> "
+        f"{f.rss_after_mib:.1f} MiB"
+    )
 
 
 def format_result(rows: list[Row], flood: FloodResult) -> str:

@@ -92,11 +92,12 @@ from typing import Any
 
 import aiohttp
 import grpc
+
 from gpuextender.v1 import gpu_state_pb2 as pb
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_extender as bx  # noqa: E402
-from benchlib import (  # noqa: E402
+import bench_extender as bx
+from benchlib import (
     CLOCK_TICKS,
     OUT_DIR,
     BackgroundLoad,
@@ -211,8 +212,14 @@ class LoadWorker:
         self.opened = 0
         self.tasks: list[asyncio.Task[None]] = []
 
-    def set_mode(self, mode: str, vary: bool, interval: float, change_rate: float = DEFAULT_CHANGE_RATE,
-                 heartbeat: float = DEFAULT_HEARTBEAT_S) -> None:  # fmt: skip
+    def set_mode(
+        self,
+        mode: str,
+        vary: bool,
+        interval: float,
+        change_rate: float = DEFAULT_CHANGE_RATE,
+        heartbeat: float = DEFAULT_HEARTBEAT_S,
+    ) -> None:
         self.mode, self.vary, self.interval = mode, vary, interval
         self.change_rate, self.heartbeat = change_rate, heartbeat
         if mode == "idle":
@@ -221,8 +228,15 @@ class LoadWorker:
             self.wake.set()
 
     def stats(self) -> dict[str, Any]:
-        return {"t": time.monotonic(), "accepted": self.accepted, "rejected": self.rejected, "late": self.late,
-                "errors": self.errors, "problem": self.problem, "opened": self.opened}  # fmt: skip
+        return {
+            "t": time.monotonic(),
+            "accepted": self.accepted,
+            "rejected": self.rejected,
+            "late": self.late,
+            "errors": self.errors,
+            "problem": self.problem,
+            "opened": self.opened,
+        }
 
     async def start(self) -> float:
         """Open every stream (each sends its first report and reads the ack); the seconds it took."""
@@ -234,8 +248,10 @@ class LoadWorker:
         ]
         for ch in self.channels:
             await asyncio.wait_for(ch.channel_ready(), timeout=10)
-        methods = [ch.stream_stream(METHOD, request_serializer=None, response_deserializer=pb.ReportAck.FromString)
-                   for ch in self.channels]  # fmt: skip
+        methods = [
+            ch.stream_stream(METHOD, request_serializer=None, response_deserializer=pb.ReportAck.FromString)
+            for ch in self.channels
+        ]
         gate = asyncio.Semaphore(OPEN_CONCURRENCY)
         started = time.perf_counter()
         all_open = asyncio.Event()
@@ -380,9 +396,13 @@ async def worker_main(args: argparse.Namespace) -> int:
             break
         cmd = json.loads(line)
         if cmd["cmd"] == "mode":
-            load.set_mode(cmd["mode"], bool(cmd.get("vary")), float(cmd.get("interval", 1.0)),
-                          float(cmd.get("change_rate", DEFAULT_CHANGE_RATE)),
-                          float(cmd.get("heartbeat", DEFAULT_HEARTBEAT_S)))  # fmt: skip
+            load.set_mode(
+                cmd["mode"],
+                bool(cmd.get("vary")),
+                float(cmd.get("interval", 1.0)),
+                float(cmd.get("change_rate", DEFAULT_CHANGE_RATE)),
+                float(cmd.get("heartbeat", DEFAULT_HEARTBEAT_S)),
+            )
             say({"event": "mode", **load.stats()})
         elif cmd["cmd"] == "stats":
             say({"event": "stats", **load.stats()})
@@ -399,8 +419,19 @@ class WorkerProcess:
     """The load worker as a child process, spoken to over its stdin/stdout."""
 
     def __init__(self, target: str, nodes: int, channels: int, variants: int) -> None:
-        self.argv = [sys.executable, str(Path(__file__).resolve()), "--worker", "--target", target,
-                     "--nodes", str(nodes), "--channels", str(channels), "--variants", str(variants)]  # fmt: skip
+        self.argv = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--worker",
+            "--target",
+            target,
+            "--nodes",
+            str(nodes),
+            "--channels",
+            str(channels),
+            "--variants",
+            str(variants),
+        ]
         self.log_path = OUT_DIR / "ingest-load-worker.log"
         self.proc: asyncio.subprocess.Process | None = None
 
@@ -421,7 +452,7 @@ class WorkerProcess:
         assert self.proc is not None and self.proc.stdout is not None
         try:
             line = await asyncio.wait_for(self.proc.stdout.readline(), timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise BenchError(f"load worker silent for {timeout_s:.0f}s; log: {self.log_path}") from None
         if not line:
             tail = self.log_path.read_text(errors="replace").splitlines()[-20:]
@@ -446,7 +477,7 @@ class WorkerProcess:
             proc.stdin.write(b'{"cmd": "quit"}\n')
             await proc.stdin.drain()
             await asyncio.wait_for(proc.wait(), 10)
-        except (OSError, asyncio.TimeoutError):
+        except (TimeoutError, OSError):
             proc.kill()
             await proc.wait()
 
@@ -540,12 +571,21 @@ class Meter:
         }
 
 
-async def ingest_row(worker: WorkerProcess, extender: ManagedProcess, mode: str, vary: bool, nodes: int,
-                     interval: float, settle_s: float, window_s: float,
-                     change_rate: float = DEFAULT_CHANGE_RATE,
-                     heartbeat: float = DEFAULT_HEARTBEAT_S) -> IngestRow:  # fmt: skip
-    await worker.command(cmd="mode", mode=mode, vary=vary, interval=interval, change_rate=change_rate,
-                         heartbeat=heartbeat)  # fmt: skip
+async def ingest_row(
+    worker: WorkerProcess,
+    extender: ManagedProcess,
+    mode: str,
+    vary: bool,
+    nodes: int,
+    interval: float,
+    settle_s: float,
+    window_s: float,
+    change_rate: float = DEFAULT_CHANGE_RATE,
+    heartbeat: float = DEFAULT_HEARTBEAT_S,
+) -> IngestRow:
+    await worker.command(
+        cmd="mode", mode=mode, vary=vary, interval=interval, change_rate=change_rate, heartbeat=heartbeat
+    )
     await asyncio.sleep(settle_s)
     meter = Meter(worker, extender)
     await meter.begin()
@@ -555,29 +595,52 @@ async def ingest_row(worker: WorkerProcess, extender: ManagedProcess, mode: str,
         raise BenchError(f"{m['rejected']:.0f} reports rejected during {mode}/{'varied' if vary else 'quiet'}")
     rate, cores = m["rate"], m["ext_cores"]
     row = IngestRow(
-        mode=mode, readings="-" if mode == "idle" else "varied" if vary else "quiet", nodes=nodes,
-        interval_s=interval if mode in ("paced", "gated") else None, window_s=m["wall"],
-        accepted=int(m["accepted"]), rejected=int(m["rejected"]), late=int(m["late"]),
-        reports_per_s=rate, extender_cores=cores,
+        mode=mode,
+        readings="-" if mode == "idle" else "varied" if vary else "quiet",
+        nodes=nodes,
+        interval_s=interval if mode in ("paced", "gated") else None,
+        window_s=m["wall"],
+        accepted=int(m["accepted"]),
+        rejected=int(m["rejected"]),
+        late=int(m["late"]),
+        reports_per_s=rate,
+        extender_cores=cores,
         extender_us_per_report=1e6 * cores / rate if rate > 0 else float("nan"),
         reports_per_extender_core=rate / cores if rate > 0 and cores > 0 else float("nan"),
-        client_cores=m["client_cores"], background_cores=m["bg_cores"],
+        client_cores=m["client_cores"],
+        background_cores=m["bg_cores"],
         change_rate=change_rate if mode == "gated" else None,
         heartbeat_s=heartbeat if mode == "gated" else None,
-    )  # fmt: skip
+    )
     label = f"p={change_rate:g}" if mode == "gated" else row.readings
-    print(f"  ingest {mode:<5} {label:<6}: {rate:8.0f} reports/s, extender {100 * cores:5.1f} % of a core, "
-          f"client {100 * row.client_cores:5.1f} %", file=sys.stderr, flush=True)  # fmt: skip
+    print(
+        f"  ingest {mode:<5} {label:<6}: {rate:8.0f} reports/s, extender {100 * cores:5.1f} % of a core, "
+        f"client {100 * row.client_cores:5.1f} %",
+        file=sys.stderr,
+        flush=True,
+    )
     return row
 
 
-async def latency_run(session: aiohttp.ClientSession, worker: WorkerProcess, extender: ManagedProcess,
-                      addrs: Any, scenario: bx.Scenario, fleet: list[bx.NodeState], pod: dict[str, Any],
-                      phase: str, round_no: int, interval: float, settle_s: float, change_rate: float,
-                      heartbeat: float) -> LatencyRun:  # fmt: skip
+async def latency_run(
+    session: aiohttp.ClientSession,
+    worker: WorkerProcess,
+    extender: ManagedProcess,
+    addrs: Any,
+    scenario: bx.Scenario,
+    fleet: list[bx.NodeState],
+    pod: dict[str, Any],
+    phase: str,
+    round_no: int,
+    interval: float,
+    settle_s: float,
+    change_rate: float,
+    heartbeat: float,
+) -> LatencyRun:
     if phase == "loaded":  # the realistic fleet: gated agents at the assumed change rate
-        await worker.command(cmd="mode", mode="gated", vary=True, interval=interval,
-                             change_rate=change_rate, heartbeat=heartbeat)  # fmt: skip
+        await worker.command(
+            cmd="mode", mode="gated", vary=True, interval=interval, change_rate=change_rate, heartbeat=heartbeat
+        )
         settle_s = max(settle_s, heartbeat)  # the first heartbeats spread over the period
     elif phase == "paced":  # the worst case: every node every sample (the agent before the gate)
         await worker.command(cmd="mode", mode="paced", vary=True, interval=interval)
@@ -593,14 +656,25 @@ async def latency_run(session: aiohttp.ClientSession, worker: WorkerProcess, ext
         raise BenchError(f"{m['rejected']:.0f} reports rejected during the {phase} latency run")
     f, p = res.verbs
     run = LatencyRun(
-        phase=phase, round=round_no, filter_p50_ms=f.p50_ms, filter_p99_ms=f.p99_ms,
-        prioritize_p50_ms=p.p50_ms, prioritize_p99_ms=p.p99_ms,
-        filter_server_ms=f.server_mean_ms, prioritize_server_ms=p.server_mean_ms,
-        reports_per_s=m["rate"], extender_cores=m["ext_cores"], client_cores=m["client_cores"],
+        phase=phase,
+        round=round_no,
+        filter_p50_ms=f.p50_ms,
+        filter_p99_ms=f.p99_ms,
+        prioritize_p50_ms=p.p50_ms,
+        prioritize_p99_ms=p.p99_ms,
+        filter_server_ms=f.server_mean_ms,
+        prioritize_server_ms=p.server_mean_ms,
+        reports_per_s=m["rate"],
+        extender_cores=m["ext_cores"],
+        client_cores=m["client_cores"],
         background_cores=m["bg_cores"],
-    )  # fmt: skip
-    print(f"  {scenario.name} {phase:<6} round {round_no}: filter p99 {f.p99_ms:6.2f} ms, prioritize p99 "
-          f"{p.p99_ms:6.2f} ms, ingest {m['rate']:6.0f}/s", file=sys.stderr, flush=True)  # fmt: skip
+    )
+    print(
+        f"  {scenario.name} {phase:<6} round {round_no}: filter p99 {f.p99_ms:6.2f} ms, prioritize p99 "
+        f"{p.p99_ms:6.2f} ms, ingest {m['rate']:6.0f}/s",
+        file=sys.stderr,
+        flush=True,
+    )
     return run
 
 
@@ -619,7 +693,7 @@ async def _bench(args: argparse.Namespace, extender: ManagedProcess, addrs: Any)
     fleet = bx.make_fleet(nodes)
     pod = bx.load_pod()
     names_n = min(5_000, nodes)
-    iterations, warmup = (bx.QUICK_ITERATIONS["names-5000"] if args.quick else (300, 20))
+    iterations, warmup = bx.QUICK_ITERATIONS["names-5000"] if args.quick else (300, 20)
     if args.iterations:
         iterations = args.iterations
     scenario = bx.Scenario(f"names-{names_n}", "names", names_n, iterations=iterations, warmup=warmup)
@@ -632,14 +706,23 @@ async def _bench(args: argparse.Namespace, extender: ManagedProcess, addrs: Any)
             ready = await worker.start(timeout_s=120)
             metrics = await scrape(session, f"{addrs.base_url}/metrics")
             if metrics.get("gpu_extender_nodes_with_data") != float(nodes):
-                raise BenchError(f"extender has data for {metrics.get('gpu_extender_nodes_with_data')} nodes, "
-                                 f"expected {nodes}")  # fmt: skip
+                raise BenchError(
+                    f"extender has data for {metrics.get('gpu_extender_nodes_with_data')} nodes, expected {nodes}"
+                )
             result = IngestBenchResult(
-                nodes=nodes, channels=args.channels, variants=args.variants, window_s=window, interval_s=interval,
-                streams_open_s=ready["open_s"], extender_rss_end_kib=0, machine=machine_facts(),
-                latency_scenario=scenario.name, latency_iterations=iterations,
-                change_rate=args.change_rate, heartbeat_s=args.heartbeat,
-            )  # fmt: skip
+                nodes=nodes,
+                channels=args.channels,
+                variants=args.variants,
+                window_s=window,
+                interval_s=interval,
+                streams_open_s=ready["open_s"],
+                extender_rss_end_kib=0,
+                machine=machine_facts(),
+                latency_scenario=scenario.name,
+                latency_iterations=iterations,
+                change_rate=args.change_rate,
+                heartbeat_s=args.heartbeat,
+            )
             print(f"  {nodes} streams open in {ready['open_s']:.1f}s", file=sys.stderr, flush=True)
             result.extender_rss_open_kib = tree_rss_kib(extender.pid)
             if not args.skip_ingest:
@@ -651,16 +734,40 @@ async def _bench(args: argparse.Namespace, extender: ManagedProcess, addrs: Any)
                             await ingest_row(worker, extender, mode, vary, nodes, interval, settle, window)
                         )
                 for rate in gated_rates(args.change_rate):  # agents with the report gate (the shipped behaviour)
-                    result.ingest.append(await ingest_row(worker, extender, "gated", True, nodes, interval,
-                                                          max(settle, args.heartbeat), window, rate,
-                                                          args.heartbeat))  # fmt: skip
+                    result.ingest.append(
+                        await ingest_row(
+                            worker,
+                            extender,
+                            "gated",
+                            True,
+                            nodes,
+                            interval,
+                            max(settle, args.heartbeat),
+                            window,
+                            rate,
+                            args.heartbeat,
+                        )
+                    )
             if not args.skip_latency:
                 for round_no in range(1, args.rounds + 1):
                     for phase in ("quiet", "loaded") if args.skip_paced_latency else ("quiet", "loaded", "paced"):
                         result.latency.append(
-                            await latency_run(session, worker, extender, addrs, scenario, fleet, pod, phase,
-                                              round_no, interval, settle, args.change_rate, args.heartbeat)
-                        )  # fmt: skip
+                            await latency_run(
+                                session,
+                                worker,
+                                extender,
+                                addrs,
+                                scenario,
+                                fleet,
+                                pod,
+                                phase,
+                                round_no,
+                                interval,
+                                settle,
+                                args.change_rate,
+                                args.heartbeat,
+                            )
+                        )
             await worker.command(cmd="mode", mode="idle")
             final = await scrape(session, f"{addrs.base_url}/metrics")
             rejected = final.get('gpu_extender_reports_total{result="rejected"}', 0.0)
@@ -676,8 +783,7 @@ async def _bench(args: argparse.Namespace, extender: ManagedProcess, addrs: Any)
 def summarize(result: IngestBenchResult) -> dict[str, float]:
     """Flat figures for run_all's targets table. The 5,000-node figures are the measurement at
     5,000 nodes, else a linear estimate: the idle streams' cost + the cost per report x the rate."""
-    s: dict[str, float] = {"nodes": result.nodes, "change_rate": result.change_rate,
-                           "heartbeat_s": result.heartbeat_s}  # fmt: skip
+    s: dict[str, float] = {"nodes": result.nodes, "change_rate": result.change_rate, "heartbeat_s": result.heartbeat_s}
     idle = next((row.extender_cores for row in result.ingest if row.mode == "idle"), 0.0)
     for row in result.ingest:
         key = f"{row.mode}_{row.readings}"
@@ -716,19 +822,23 @@ def summarize(result: IngestBenchResult) -> dict[str, float]:
 
 def format_report(r: IngestBenchResult) -> str:
     per_node = gated_expected_per_node(r.change_rate, r.heartbeat_s, r.interval_s)
-    lines = [f"{r.nodes} agent streams over {r.channels} channels (opened in {r.streams_open_s:.1f}s); "
-             f"{r.window_s:g}s windows; varied readings cycle {r.variants} versions; "
-             f"{r.machine.get('cores')} cores shared by client and server",
-             f"gated agents: a sample every {r.interval_s:g} s; a report when the sample changed something "
-             f"decision-relevant (probability p per node per sample, seeded), else a heartbeat {r.heartbeat_s:g} s "
-             f"after the last report; assumed fleet p = {r.change_rate:g} ({100 * r.change_rate / r.interval_s:g} % "
-             f"of nodes change per second; expected {per_node * r.nodes:,.0f} reports/s); "
-             f"loaded = gated at p = {r.change_rate:g}, paced = every node every {r.interval_s:g} s (worst case)",
-             f"extender RSS (its process tree): {r.extender_rss_open_kib / 1024:.0f} MiB with the {r.nodes} streams "
-             f"open, {r.extender_rss_end_kib / 1024:.0f} MiB at the end"]  # fmt: skip
+    lines = [
+        f"{r.nodes} agent streams over {r.channels} channels (opened in {r.streams_open_s:.1f}s); "
+        f"{r.window_s:g}s windows; varied readings cycle {r.variants} versions; "
+        f"{r.machine.get('cores')} cores shared by client and server",
+        f"gated agents: a sample every {r.interval_s:g} s; a report when the sample changed something "
+        f"decision-relevant (probability p per node per sample, seeded), else a heartbeat {r.heartbeat_s:g} s "
+        f"after the last report; assumed fleet p = {r.change_rate:g} ({100 * r.change_rate / r.interval_s:g} % "
+        f"of nodes change per second; expected {per_node * r.nodes:,.0f} reports/s); "
+        f"loaded = gated at p = {r.change_rate:g}, paced = every node every {r.interval_s:g} s (worst case)",
+        f"extender RSS (its process tree): {r.extender_rss_open_kib / 1024:.0f} MiB with the {r.nodes} streams "
+        f"open, {r.extender_rss_end_kib / 1024:.0f} MiB at the end",
+    ]
     if r.ingest:
-        head = (f"{'mode':<6} {'readings':<8} {'interval':>8} {'reports/s':>10} {'ext %core':>9} {'us/report':>9} "
-                f"{'reports/s/core':>14} {'client %':>8} {'skipped':>7} {'bg cores':>8}")  # fmt: skip
+        head = (
+            f"{'mode':<6} {'readings':<8} {'interval':>8} {'reports/s':>10} {'ext %core':>9} {'us/report':>9} "
+            f"{'reports/s/core':>14} {'client %':>8} {'skipped':>7} {'bg cores':>8}"
+        )
         lines += ["", "ingest", head, "-" * len(head)]
         for row in r.ingest:
             iv = f"{row.interval_s:g}s" if row.interval_s else "-"
@@ -739,10 +849,17 @@ def format_report(r: IngestBenchResult) -> str:
                 f"{100 * row.client_cores:>8.1f} {row.late:>7} {row.background_cores:>8.2f}"
             )
     if r.latency:
-        head = (f"{'phase':<7} {'round':>5} {'filter p50':>10} {'filter p99':>10} {'prio p50':>8} {'prio p99':>8} "
-                f"{'srv f ms':>8} {'srv p ms':>8} {'ingest/s':>8} {'ext %':>6} {'client %':>8} {'bg cores':>8}")  # fmt: skip
-        lines += ["", f"scheduling ({r.latency_scenario}, {r.latency_iterations} filter+prioritize pairs per run; ms; "
-                  f"loaded = gated p={r.change_rate:g}, paced = every {r.interval_s:g} s)", head, "-" * len(head)]  # fmt: skip
+        head = (
+            f"{'phase':<7} {'round':>5} {'filter p50':>10} {'filter p99':>10} {'prio p50':>8} {'prio p99':>8} "
+            f"{'srv f ms':>8} {'srv p ms':>8} {'ingest/s':>8} {'ext %':>6} {'client %':>8} {'bg cores':>8}"
+        )
+        lines += [
+            "",
+            f"scheduling ({r.latency_scenario}, {r.latency_iterations} filter+prioritize pairs per run; ms; "
+            f"loaded = gated p={r.change_rate:g}, paced = every {r.interval_s:g} s)",
+            head,
+            "-" * len(head),
+        ]
         for x in r.latency:
             lines.append(
                 f"{x.phase:<7} {x.round:>5} {x.filter_p50_ms:>10.2f} {x.filter_p99_ms:>10.2f} "
@@ -758,34 +875,46 @@ def format_report(r: IngestBenchResult) -> str:
     for readings in ("varied", "quiet"):
         key = f"flat_{readings}_reports_per_extender_core"
         if key in s:
-            lines.append(f"  ingest per extender core, {readings:<6}: {s[key]:8.0f} reports/s "
-                         f"(goal >= {GOAL_REPORTS_PER_CORE:,.0f}: x{s[f'flat_{readings}_ratio_to_goal']:.2f})")  # fmt: skip
+            lines.append(
+                f"  ingest per extender core, {readings:<6}: {s[key]:8.0f} reports/s "
+                f"(goal >= {GOAL_REPORTS_PER_CORE:,.0f}: x{s[f'flat_{readings}_ratio_to_goal']:.2f})"
+            )
     for rate in gated_rates(r.change_rate):
         key = f"gated_{rate:g}"
         if f"{key}_extender_core_percent" in s:
-            lines.append(f"  gated {r.nodes} nodes, p = {rate:<4g}: {s[f'{key}_reports_per_s']:6.0f} reports/s, "
-                         f"{s[f'{key}_extender_core_percent']:5.1f} % of a core; at 5,000 nodes{estimate}: "
-                         f"{s[f'{key}_core_percent_at_5000_nodes']:5.1f} % (goal <= {GOAL_PACED_CORE_PERCENT:g} %"
-                         f"{'' if rate == r.change_rate else ', not the assumed fleet'})")  # fmt: skip
+            lines.append(
+                f"  gated {r.nodes} nodes, p = {rate:<4g}: {s[f'{key}_reports_per_s']:6.0f} reports/s, "
+                f"{s[f'{key}_extender_core_percent']:5.1f} % of a core; at 5,000 nodes{estimate}: "
+                f"{s[f'{key}_core_percent_at_5000_nodes']:5.1f} % (goal <= {GOAL_PACED_CORE_PERCENT:g} %"
+                f"{'' if rate == r.change_rate else ', not the assumed fleet'})"
+            )
     for readings in ("varied", "quiet"):
         key = f"paced_{readings}_extender_core_percent"
         if key in s:
-            lines.append(f"  paced {r.nodes} nodes at {r.interval_s:g}s (every sample changes), {readings:<6}: "
-                         f"{s[key]:5.1f} % of a core; at 5,000 reports/s"
-                         f"{' (linear estimate)' if r.nodes / r.interval_s != 5_000 else ''}: "
-                         f"{s[f'paced_{readings}_core_percent_at_5000_per_s']:5.1f} % (worst case)")  # fmt: skip
-    lines.append(f"  extender RSS with {r.nodes} streams open: {s['extender_rss_open_mib']:.0f} MiB, at the end "
-                 f"{s['extender_rss_end_mib']:.0f} MiB (goal <= {GOAL_RSS_MIB:g} MiB at 5,000)")  # fmt: skip
+            lines.append(
+                f"  paced {r.nodes} nodes at {r.interval_s:g}s (every sample changes), {readings:<6}: "
+                f"{s[key]:5.1f} % of a core; at 5,000 reports/s"
+                f"{' (linear estimate)' if r.nodes / r.interval_s != 5_000 else ''}: "
+                f"{s[f'paced_{readings}_core_percent_at_5000_per_s']:5.1f} % (worst case)"
+            )
+    lines.append(
+        f"  extender RSS with {r.nodes} streams open: {s['extender_rss_open_mib']:.0f} MiB, at the end "
+        f"{s['extender_rss_end_mib']:.0f} MiB (goal <= {GOAL_RSS_MIB:g} MiB at 5,000)"
+    )
     for verb in ("filter", "prioritize"):
         if f"{verb}_p99_ratio" in s:
-            lines.append(f"  {verb:<10} p99 loaded/quiet: {s[f'{verb}_p99_loaded_ms']:.2f} / "
-                         f"{s[f'{verb}_p99_quiet_ms']:.2f} ms = x{s[f'{verb}_p99_ratio']:.2f} "
-                         f"(goal <= x{GOAL_P99_RATIO:g}; median of rounds; gated p = {r.change_rate:g})")  # fmt: skip
+            lines.append(
+                f"  {verb:<10} p99 loaded/quiet: {s[f'{verb}_p99_loaded_ms']:.2f} / "
+                f"{s[f'{verb}_p99_quiet_ms']:.2f} ms = x{s[f'{verb}_p99_ratio']:.2f} "
+                f"(goal <= x{GOAL_P99_RATIO:g}; median of rounds; gated p = {r.change_rate:g})"
+            )
     for verb in ("filter", "prioritize"):
         if f"{verb}_paced_p99_ratio" in s:
-            lines.append(f"  {verb:<10} p99 paced/quiet: {s[f'{verb}_paced_p99_ms']:.2f} / "
-                         f"{s[f'{verb}_p99_quiet_ms']:.2f} ms = x{s[f'{verb}_paced_p99_ratio']:.2f} "
-                         f"(worst case, every node every {r.interval_s:g} s; not a goal)")  # fmt: skip
+            lines.append(
+                f"  {verb:<10} p99 paced/quiet: {s[f'{verb}_paced_p99_ms']:.2f} / "
+                f"{s[f'{verb}_p99_quiet_ms']:.2f} ms = x{s[f'{verb}_paced_p99_ratio']:.2f} "
+                f"(worst case, every node every {r.interval_s:g} s; not a goal)"
+            )
     return "\n".join(lines)
 
 
@@ -800,17 +929,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="500 nodes, 3 s windows: a smoke check")
     parser.add_argument("--nodes", type=int, help=f"simulated agents (default {DEFAULT_NODES}; --quick 500)")
     parser.add_argument("--window", type=float, help="seconds measured per ingest row (default 10; --quick 3)")
-    parser.add_argument("--settle", type=float, help="seconds after a mode change before measuring (default 2; --quick 1)")
-    parser.add_argument("--interval", type=float, default=1.0,
-                        help="seconds between a node's samples (paced: its reports)")
-    parser.add_argument("--change-rate", type=float, default=DEFAULT_CHANGE_RATE,
-                        help=f"gated: probability that a node's sample changes something decision-relevant "
-                             f"(default {DEFAULT_CHANGE_RATE:g}: a change every ~{1 / DEFAULT_CHANGE_RATE:.0f} samples)")
-    parser.add_argument("--heartbeat", type=float, default=DEFAULT_HEARTBEAT_S,
-                        help=f"gated: seconds from a node's last report to its heartbeat (default {DEFAULT_HEARTBEAT_S:g}: "
-                             "min(agent --heartbeat 3, extender --stale-after 10 / 3))")
-    parser.add_argument("--skip-paced-latency", action="store_true",
-                        help="no paced (every-second, worst case) phase in the latency rounds")
+    parser.add_argument(
+        "--settle", type=float, help="seconds after a mode change before measuring (default 2; --quick 1)"
+    )
+    parser.add_argument(
+        "--interval", type=float, default=1.0, help="seconds between a node's samples (paced: its reports)"
+    )
+    parser.add_argument(
+        "--change-rate",
+        type=float,
+        default=DEFAULT_CHANGE_RATE,
+        help=f"gated: probability that a node's sample changes something decision-relevant "
+        f"(default {DEFAULT_CHANGE_RATE:g}: a change every ~{1 / DEFAULT_CHANGE_RATE:.0f} samples)",
+    )
+    parser.add_argument(
+        "--heartbeat",
+        type=float,
+        default=DEFAULT_HEARTBEAT_S,
+        help=f"gated: seconds from a node's last report to its heartbeat (default {DEFAULT_HEARTBEAT_S:g}: "
+        "min(agent --heartbeat 3, extender --stale-after 10 / 3))",
+    )
+    parser.add_argument(
+        "--skip-paced-latency",
+        action="store_true",
+        help="no paced (every-second, worst case) phase in the latency rounds",
+    )
     parser.add_argument("--channels", type=int, default=DEFAULT_CHANNELS, help="grpc.aio channels the streams share")
     parser.add_argument("--variants", type=int, default=DEFAULT_VARIANTS, help="versions of each report (varied)")
     parser.add_argument("--rounds", type=int, default=2, help="latency rounds (quiet, loaded, paced each)")
@@ -818,8 +961,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--skip-ingest", action="store_true", help="only the scheduling-under-ingest part")
     parser.add_argument("--skip-latency", action="store_true", help="only the ingest-rate part")
     parser.add_argument("--json", type=Path, help="also write the raw results as JSON here")
-    parser.add_argument("--extender-arg", action="append", default=[], metavar="ARG",
-                        help="an extra gpu-extender flag (repeatable), e.g. --extender-arg=--ingest-in-process")
+    parser.add_argument(
+        "--extender-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="an extra gpu-extender flag (repeatable), e.g. --extender-arg=--ingest-in-process",
+    )
     # the load worker (internal): this script started by itself
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--target", help=argparse.SUPPRESS)

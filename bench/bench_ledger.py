@@ -34,19 +34,21 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-import orjson  # noqa: E402
+import orjson
+from benchlib import OUT_DIR
 
-from gpuextender.v1 import gpu_state_pb2 as pb  # noqa: E402
-from gpuextender.extender.settings import Policy  # noqa: E402
-from gpuextender.extender.state.gpu_state import GpuState  # noqa: E402
-from gpuextender.common.idle_rule import IdleRule  # noqa: E402
-from gpuextender.extender.scheduler.http_api import SchedulerApi  # noqa: E402
-from gpuextender.extender.settings import ApiSettings
-from gpuextender.extender.observe.metrics import ExtenderMetrics  # noqa: E402
-from gpuextender.extender.state.pod_ledger import POD_KIND, PodLedger  # noqa: E402
-from gpuextender.extender.scheduler.wire import parse_extender_args  # noqa: E402
-from benchlib import OUT_DIR  # noqa: E402
-from gpuextender.extender.app import _tune_gc as tune_gc  # noqa: E402
+from gpuextender.common.idle_rule import IdleRule
+from gpuextender.extender.app import _tune_gc as tune_gc
+from gpuextender.extender.observe.metrics import ExtenderMetrics
+from gpuextender.extender.scheduler.http_api import SchedulerApi
+from gpuextender.extender.scheduler.wire import parse_extender_args
+from gpuextender.extender.settings import (
+    ApiSettings,
+    Policy,
+)
+from gpuextender.extender.state.gpu_state import GpuState
+from gpuextender.extender.state.pod_ledger import POD_KIND, PodLedger
+from gpuextender.v1 import gpu_state_pb2 as pb
 
 NOW = 1000.0
 GIB = 1024**3
@@ -54,23 +56,50 @@ GIB = 1024**3
 
 def pod_json(i: int, node: str, phase: str = "Running") -> bytes:
     """A bound pod as a watch event's object: the size of a real one (labels, env, probes)."""
-    return orjson.dumps({
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": f"llm-{i:05d}", "namespace": f"team-{i % 40}", "uid": f"uid-{i:08d}",
-                     "resourceVersion": str(100000 + i), "creationTimestamp": "2026-11-25T10:00:00Z",
-                     "labels": {"app": "llm", "ome.io/inferenceservice": f"isvc-{i % 300}", "component": "engine",
-                                "pod-template-hash": "5d9c7f8b6"},
-                     "annotations": {"kubectl.kubernetes.io/restartedAt": "2026-11-25T09:00:00Z"}},
-        "spec": {"nodeName": node, "schedulerName": "gpu-scheduler", "serviceAccountName": "default",
-                 "containers": [{"name": "main", "image": "registry.example/llm:1.2.3",
-                                 "args": ["--model", "/models/llama", "--tensor-parallel-size", "1"],
-                                 "env": [{"name": f"VAR_{k}", "value": "x" * 20} for k in range(8)],
-                                 "resources": {"limits": {"nvidia.com/gpu": "1", "cpu": "8", "memory": "64Gi"},
-                                               "requests": {"nvidia.com/gpu": "1", "cpu": "8", "memory": "64Gi"}},
-                                 "readinessProbe": {"httpGet": {"path": "/health", "port": 8000}}}]},
-        "status": {"phase": phase, "podIP": "10.0.0.1", "hostIP": "10.1.0.1",
-                   "conditions": [{"type": t, "status": "True"} for t in ("PodScheduled", "Initialized", "Ready")]},
-    })  # fmt: skip
+    return orjson.dumps(
+        {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"llm-{i:05d}",
+                "namespace": f"team-{i % 40}",
+                "uid": f"uid-{i:08d}",
+                "resourceVersion": str(100000 + i),
+                "creationTimestamp": "2026-11-25T10:00:00Z",
+                "labels": {
+                    "app": "llm",
+                    "ome.io/inferenceservice": f"isvc-{i % 300}",
+                    "component": "engine",
+                    "pod-template-hash": "5d9c7f8b6",
+                },
+                "annotations": {"kubectl.kubernetes.io/restartedAt": "2026-11-25T09:00:00Z"},
+            },
+            "spec": {
+                "nodeName": node,
+                "schedulerName": "gpu-scheduler",
+                "serviceAccountName": "default",
+                "containers": [
+                    {
+                        "name": "main",
+                        "image": "registry.example/llm:1.2.3",
+                        "args": ["--model", "/models/llama", "--tensor-parallel-size", "1"],
+                        "env": [{"name": f"VAR_{k}", "value": "x" * 20} for k in range(8)],
+                        "resources": {
+                            "limits": {"nvidia.com/gpu": "1", "cpu": "8", "memory": "64Gi"},
+                            "requests": {"nvidia.com/gpu": "1", "cpu": "8", "memory": "64Gi"},
+                        },
+                        "readinessProbe": {"httpGet": {"path": "/health", "port": 8000}},
+                    }
+                ],
+            },
+            "status": {
+                "phase": phase,
+                "podIP": "10.0.0.1",
+                "hostIP": "10.1.0.1",
+                "conditions": [{"type": t, "status": "True"} for t in ("PodScheduled", "Initialized", "Ready")],
+            },
+        }
+    )
 
 
 def node_report(name: str, holders: list[str]) -> pb.NodeReport:
@@ -78,17 +107,26 @@ def node_report(name: str, holders: list[str]) -> pb.NodeReport:
     r = pb.NodeReport(node_name=name, sequence=1, agent_version="bench", allocation_source=pb.ALLOCATION_KUBELET)
     r.sample_time.seconds = 1000
     for i in range(8):
-        g = r.gpus.add(index=i, uuid=f"GPU-{name}-{i}", name="NVIDIA H100 80GB HBM3", healthy=True,
-                       utilization_gpu_percent=2 if i % 2 else 60, memory_total_bytes=80 * GIB,
-                       memory_used_bytes=GIB)  # fmt: skip
+        g = r.gpus.add(
+            index=i,
+            uuid=f"GPU-{name}-{i}",
+            name="NVIDIA H100 80GB HBM3",
+            healthy=True,
+            utilization_gpu_percent=2 if i % 2 else 60,
+            memory_total_bytes=80 * GIB,
+            memory_used_bytes=GIB,
+        )
         if i < len(holders):
             ns, pod = holders[i].split("/")
-            g.holders.add(namespace=ns, pod=pod, container="main", resource_name="nvidia.com/gpu",
-                          device_id=f"GPU-{name}-{i}")  # fmt: skip
+            g.holders.add(
+                namespace=ns, pod=pod, container="main", resource_name="nvidia.com/gpu", device_id=f"GPU-{name}-{i}"
+            )
     return r
 
 
-def world(nodes: int, pods_per_node: int, attributed: bool, with_ledger: bool) -> tuple[SchedulerApi, PodLedger, list[bytes]]:
+def world(
+    nodes: int, pods_per_node: int, attributed: bool, with_ledger: bool
+) -> tuple[SchedulerApi, PodLedger, list[bytes]]:
     state = GpuState(IdleRule())
     api = SchedulerApi(state, ExtenderMetrics(state), ApiSettings(Policy(), shortlist=100), clock=lambda: NOW)
     ledger = PodLedger(("nvidia.com/gpu",), clock=lambda: NOW)
@@ -129,8 +167,10 @@ def churn_cost(ledger: PodLedger, events: list[bytes], changes: int) -> float:
 
 
 def request(names: list[str]) -> bytes:
-    pod = {"metadata": {"name": "new", "namespace": "ml", "uid": "u-new"},
-           "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]}}  # fmt: skip
+    pod = {
+        "metadata": {"name": "new", "namespace": "ml", "uid": "u-new"},
+        "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]},
+    }
     return orjson.dumps({"Pod": pod, "NodeNames": names})
 
 
@@ -140,8 +180,9 @@ def time_calls(api: SchedulerApi, body: bytes, calls: int) -> tuple[list[float],
         t0 = time.perf_counter()
         answer = api.filter(parse_extender_args(body))
         t1 = time.perf_counter()
-        api.prioritize(parse_extender_args(orjson.dumps({"Pod": orjson.loads(body)["Pod"],
-                                                          "NodeNames": answer["NodeNames"]})))  # fmt: skip
+        api.prioritize(
+            parse_extender_args(orjson.dumps({"Pod": orjson.loads(body)["Pod"], "NodeNames": answer["NodeNames"]}))
+        )
         t2 = time.perf_counter()
         f_times.append(t1 - t0)
         p_times.append(t2 - t1)
@@ -189,7 +230,7 @@ def run(quick: bool = False) -> dict[str, Any]:
     body = request([f"node-{n:05d}" for n in range(nodes)])
     results: dict[str, dict[str, list[list[float]]]] = {k: {"filter": [], "prioritize": []} for k in variants}
     for r in range(rounds):
-        order = list(variants)[r % len(variants):] + list(variants)[:r % len(variants)]
+        order = list(variants)[r % len(variants) :] + list(variants)[: r % len(variants)]
         for key in order:
             v = variants[key]
             assert v is not None
@@ -199,47 +240,71 @@ def run(quick: bool = False) -> dict[str, Any]:
             results[key]["prioritize"].append(pr)
 
     out: dict[str, Any] = {
-        "nodes": nodes, "pods": nodes * per_node, "ledger_pods": len(ledger),
-        "ledger_mib": round(ledger_bytes / 2**20, 1), "ledger_bytes_per_pod": round(ledger_bytes / max(1, len(ledger))),
+        "nodes": nodes,
+        "pods": nodes * per_node,
+        "ledger_pods": len(ledger),
+        "ledger_mib": round(ledger_bytes / 2**20, 1),
+        "ledger_bytes_per_pod": round(ledger_bytes / max(1, len(ledger))),
         "load_cpu_us_per_pod": round(load_cpu / len(ledger) * 1e6, 1),
         "churn_cpu_us_per_event": round(per_event * 1e6, 1),
         "churn_100_per_s_core_percent": round(per_event * 100 * 100, 2),
         # p50 over every call; p99 the median of the rounds' p99s (one noisy moment moves one round).
-        "latency_ms": {k: {verb: {"p50": round(p([x for r in v for x in r], 0.5), 2),
-                                  "p99": round(statistics.median(p(r, 0.99) for r in v), 2)} for verb, v in d.items()}
-                       for k, d in results.items()},  # fmt: skip
+        "latency_ms": {
+            k: {
+                verb: {
+                    "p50": round(p([x for r in v for x in r], 0.5), 2),
+                    "p99": round(statistics.median(p(r, 0.99) for r in v), 2),
+                }
+                for verb, v in d.items()
+            }
+            for k, d in results.items()
+        },
     }
     base_f, base_p = out["latency_ms"]["no ledger"]["filter"], out["latency_ms"]["no ledger"]["prioritize"]
-    out["ratios_p99"] = {k: {"filter": round(d["filter"]["p99"] / base_f["p99"], 2),
-                             "prioritize": round(d["prioritize"]["p99"] / base_p["p99"], 2)}
-                         for k, d in out["latency_ms"].items()}  # fmt: skip
+    out["ratios_p99"] = {
+        k: {
+            "filter": round(d["filter"]["p99"] / base_f["p99"], 2),
+            "prioritize": round(d["prioritize"]["p99"] / base_p["p99"], 2),
+        }
+        for k, d in out["latency_ms"].items()
+    }
     OUT_DIR.mkdir(parents=True, exist_ok=True)
     (OUT_DIR / "ledger.json").write_text(json.dumps(out, indent=1))
     return out
 
 
 def report(out: dict[str, Any]) -> list[str]:
-    lines = [f"ledger: {out['ledger_pods']} pods on {out['nodes']} nodes: {out['ledger_mib']} MiB (tracemalloc: records, "
-             f"index and the offered summaries they change; {out['ledger_bytes_per_pod']} B/pod)",
-             f"watch CPU: list {out['load_cpu_us_per_pod']} us/pod; churn {out['churn_cpu_us_per_event']} us/event: "
-             f"100 changes/s = {out['churn_100_per_s_core_percent']} % of a core (decode + slim + upsert + offered "
-             "summary)",
-             f"{'variant':<22} {'filter p50/p99 ms':>18} {'prioritize p50/p99 ms':>22} {'p99 ratio f/p':>14}"]  # fmt: skip
+    lines = [
+        f"ledger: {out['ledger_pods']} pods on {out['nodes']} nodes: {out['ledger_mib']} MiB (tracemalloc: records, "
+        f"index and the offered summaries they change; {out['ledger_bytes_per_pod']} B/pod)",
+        f"watch CPU: list {out['load_cpu_us_per_pod']} us/pod; churn {out['churn_cpu_us_per_event']} us/event: "
+        f"100 changes/s = {out['churn_100_per_s_core_percent']} % of a core (decode + slim + upsert + offered "
+        "summary)",
+        f"{'variant':<22} {'filter p50/p99 ms':>18} {'prioritize p50/p99 ms':>22} {'p99 ratio f/p':>14}",
+    ]
     for k, d in out["latency_ms"].items():
         ratio = out["ratios_p99"][k]
-        lines.append(f"{k:<22} {d['filter']['p50']:>8.2f} / {d['filter']['p99']:<7.2f} {d['prioritize']['p50']:>10.2f} / "
-                     f"{d['prioritize']['p99']:<9.2f} {ratio['filter']:>6.2f} / {ratio['prioritize']:<5.2f}")  # fmt: skip
+        lines.append(
+            f"{k:<22} {d['filter']['p50']:>8.2f} / {d['filter']['p99']:<7.2f} {d['prioritize']['p50']:>10.2f} / "
+            f"{d['prioritize']['p99']:<9.2f} {ratio['filter']:>6.2f} / {ratio['prioritize']:<5.2f}"
+        )
     return lines
 
 
 def markdown(out: dict[str, Any]) -> list[str]:
-    return ["## The bound-pod ledger at scale", "",
-            "`bench/bench_ledger.py`, in-process on the real code: 5,000 GPU nodes x 8 bound pods (40,000 pods as "
-            "the API server sends them in watch events: decoded with orjson, fed to PodLedger as kube_watch does), "
-            "a churn of pod changes (phase flips), and filter + prioritize at 5,000 names, side by side: no "
-            "ledger, the 40,000 pods already attributed by the agents (steady state), and none attributed yet "
-            "(every node with 8 pending pods; the worst case). The watch's HTTP transport is not counted.", "",
-            "```", *report(out), "```"]  # fmt: skip
+    return [
+        "## The bound-pod ledger at scale",
+        "",
+        "`bench/bench_ledger.py`, in-process on the real code: 5,000 GPU nodes x 8 bound pods (40,000 pods as "
+        "the API server sends them in watch events: decoded with orjson, fed to PodLedger as kube_watch does), "
+        "a churn of pod changes (phase flips), and filter + prioritize at 5,000 names, side by side: no "
+        "ledger, the 40,000 pods already attributed by the agents (steady state), and none attributed yet "
+        "(every node with 8 pending pods; the worst case). The watch's HTTP transport is not counted.",
+        "",
+        "```",
+        *report(out),
+        "```",
+    ]
 
 
 def attributed_ratio_ok(out: dict[str, Any]) -> bool:

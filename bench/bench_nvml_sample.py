@@ -29,23 +29,30 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import pynvml  # noqa: E402
+import pynvml
 
-from gpuextender.agent.fakes.nvml import FakeNvmlLibrary, install  # noqa: E402
-from gpuextender.agent.fakes.scenario import parse_scenario  # noqa: E402
-from gpuextender.agent.sources.nvml_reader import NvmlReader  # noqa: E402
+from gpuextender.agent.fakes.nvml import FakeNvmlLibrary, install
+from gpuextender.agent.fakes.scenario import parse_scenario
+from gpuextender.agent.sources.nvml_reader import NvmlReader
 
 H100: dict[str, Any] = {
-    "product": "NVIDIA H100 80GB HBM3", "memory_gib": 80, "compute_capability": "9.0",
+    "product": "NVIDIA H100 80GB HBM3",
+    "memory_gib": 80,
+    "compute_capability": "9.0",
     "utilization_percent": {"pattern": "sine", "min": 10, "max": 90, "period_s": 60},
-    "memory_used_percent": 40, "temperature_c": 55, "power_watts": 400,
-}  # fmt: skip
+    "memory_used_percent": 40,
+    "temperature_c": 55,
+    "power_watts": 400,
+}
 FULL: dict[str, Any] = {
     "ecc": {"uncorrected": 0, "corrected": 3},
     "remapped_rows": {"correctable": 1, "uncorrectable": 0, "pending": False, "failure": False},
     "clock_event_reasons": ["sw_power_cap"],
-    "sm_clock_mhz": 1980, "memory_clock_mhz": 2619, "energy_start_mj": 0, "numa_node": 0,
-}  # fmt: skip
+    "sm_clock_mhz": 1980,
+    "memory_clock_mhz": 2619,
+    "energy_start_mj": 0,
+    "numa_node": 0,
+}
 MIG7 = {"mig": [{"profile": "1g.10gb", "count": 7, "memory_used_percent": 30}]}
 
 SCENARIOS: dict[str, dict[str, Any]] = {
@@ -78,16 +85,19 @@ def bench(name: str, samples: int, repeats: int) -> None:
         means.append((time.perf_counter() - started) / samples * 1e6)
     reader.close()
     deciles = statistics.quantiles(means, n=10) if len(means) > 1 else [means[0]] * 9
-    print(f"{name:>6}: {statistics.median(means):8.1f} µs/sample (p10 {deciles[0]:.1f}, p90 {deciles[-1]:.1f}; "
-          f"{repeats} x {samples} samples), {calls} C calls/sample for 8 GPUs")  # fmt: skip
+    print(
+        f"{name:>6}: {statistics.median(means):8.1f} µs/sample (p10 {deciles[0]:.1f}, p90 {deciles[-1]:.1f}; "
+        f"{repeats} x {samples} samples), {calls} C calls/sample for 8 GPUs"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=200, help="samples per repeat")
     parser.add_argument("--repeats", type=int, default=15, help="repeats; the median of their means is printed")
-    parser.add_argument("--scenario", choices=sorted(SCENARIOS), action="append",
-                        help="scenario to run (repeatable; default: all)")  # fmt: skip
+    parser.add_argument(
+        "--scenario", choices=sorted(SCENARIOS), action="append", help="scenario to run (repeatable; default: all)"
+    )
     args = parser.parse_args()
     saved = pynvml.nvmlLib
     try:

@@ -58,11 +58,12 @@ from typing import Any
 import aiohttp
 import grpc
 import yaml
+
 from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import (  # noqa: E402
+from benchlib import (
     OUT_DIR,
     REPO_ROOT,
     BenchError,
@@ -73,7 +74,7 @@ from benchlib import (  # noqa: E402
     scrape,
     wait_http_ok,
 )
-from placement_sim import (  # noqa: E402
+from placement_sim import (
     DEGRADED,
     METRIC_HEADER,
     METRIC_LEGEND,
@@ -110,17 +111,25 @@ def node_report(sim: Simulation, node: Node, sequence: int, wall: float) -> pb.N
     """The full 0.2 NodeReport of the node's agent now."""
     sharing = "time-slicing" if node.replicas > 1 else "none"
     report = pb.NodeReport(
-        node_name=node.name, sequence=sequence, agent_version="bench-placement", driver_version="550.127.05",
+        node_name=node.name,
+        sequence=sequence,
+        agent_version="bench-placement",
+        driver_version="550.127.05",
         allocation_source=pb.ALLOCATION_KUBELET,
         sharing_labels={"nvidia.com/gpu.replicas": str(node.replicas), "nvidia.com/gpu.sharing-strategy": sharing},
-    )  # fmt: skip
+    )
     report.sample_time.seconds = int(wall)
     report.sample_time.nanos = int((wall - int(wall)) * 1e9)
     product = node.product
     for gpu, utilization, memory_percent in sim.gpu_readings(node):
-        g = report.gpus.add(index=gpu.index, uuid=gpu.uuid, name=product.nvml_name,
-                            pci_bus_id=f"00000000:{0x18 + 0x10 * gpu.index:02X}:00.0", healthy=gpu.healthy,
-                            health=_HEALTH[gpu.health])  # fmt: skip
+        g = report.gpus.add(
+            index=gpu.index,
+            uuid=gpu.uuid,
+            name=product.nvml_name,
+            pci_bus_id=f"00000000:{0x18 + 0x10 * gpu.index:02X}:00.0",
+            healthy=gpu.healthy,
+            health=_HEALTH[gpu.health],
+        )
         g.compute_capability.major, g.compute_capability.minor = product.compute_capability
         reserved = 512 * 1024**2
         used = int(product.memory_bytes * memory_percent / 100)
@@ -142,14 +151,16 @@ def node_report(sim: Simulation, node: Node, sequence: int, wall: float) -> pb.N
         g.sharing.replicas = node.replicas
         for replica, pod in enumerate(gpu.holders):
             device_id = f"{gpu.uuid}::{replica}" if node.replicas > 1 else gpu.uuid
-            g.holders.add(namespace=NAMESPACE, pod=pod, container="main", resource_name=GPU_RESOURCE,
-                          device_id=device_id)  # fmt: skip
+            g.holders.add(
+                namespace=NAMESPACE, pod=pod, container="main", resource_name=GPU_RESOURCE, device_id=device_id
+            )
     report.topology.SetInParent()
     nvlinked = nvlink_pairs(node)
     for a in range(len(node.gpus)):
         for b in range(a + 1, len(node.gpus)):
-            report.topology.links.add(a=a, b=b, nvlinks=product.nvlinks if (a, b) in nvlinked else 0,
-                                      pcie=_PCIE[pcie_relation(node, a, b)])  # fmt: skip
+            report.topology.links.add(
+                a=a, b=b, nvlinks=product.nvlinks if (a, b) in nvlinked else 0, pcie=_PCIE[pcie_relation(node, a, b)]
+            )
     return report
 
 
@@ -157,23 +168,42 @@ def inventory_objects(fleet: Sequence[Node]) -> list[dict[str, Any]]:
     """The Nodes (allocatable nvidia.com/gpu, GFD product label) and one AcceleratorClass per product."""
     objects: list[dict[str, Any]] = []
     for p in PRODUCTS:
-        objects.append({
-            "apiVersion": "ome.io/v1beta1", "kind": "AcceleratorClass", "metadata": {"name": f"bench-{p.key}"},
-            "spec": {"vendor": "nvidia", "model": p.key,
-                     "discovery": {"nodeSelector": {"nvidia.com/gpu.product": p.gfd_product}},
-                     "capabilities": {"memoryGB": f"{p.memory_bytes // 1024**3}Gi",
-                                      "computeCapability": "%d.%d" % p.compute_capability},
-                     "resources": [{"name": GPU_RESOURCE, "quantity": "1"}],
-                     "cost": {"perHour": f"{p.cost_per_hour:.2f}"}},
-        })  # fmt: skip
+        objects.append(
+            {
+                "apiVersion": "ome.io/v1beta1",
+                "kind": "AcceleratorClass",
+                "metadata": {"name": f"bench-{p.key}"},
+                "spec": {
+                    "vendor": "nvidia",
+                    "model": p.key,
+                    "discovery": {"nodeSelector": {"nvidia.com/gpu.product": p.gfd_product}},
+                    "capabilities": {
+                        "memoryGB": f"{p.memory_bytes // 1024**3}Gi",
+                        "computeCapability": "{}.{}".format(*p.compute_capability),
+                    },
+                    "resources": [{"name": GPU_RESOURCE, "quantity": "1"}],
+                    "cost": {"perHour": f"{p.cost_per_hour:.2f}"},
+                },
+            }
+        )
     for n in fleet:
-        labels = {"kubernetes.io/hostname": n.name, "nvidia.com/gpu.product": n.product.gfd_product,
-                  "nvidia.com/gpu.count": str(len(n.gpus)), "nvidia.com/gpu.replicas": str(n.replicas)}  # fmt: skip
-        objects.append({
-            "apiVersion": "v1", "kind": "Node", "metadata": {"name": n.name, "labels": labels},
-            "status": {"allocatable": {GPU_RESOURCE: str(n.allocatable), "cpu": "96", "memory": "1Ti", "pods": "110"},
-                       "capacity": {GPU_RESOURCE: str(n.allocatable), "cpu": "96", "memory": "1Ti", "pods": "110"}},
-        })  # fmt: skip
+        labels = {
+            "kubernetes.io/hostname": n.name,
+            "nvidia.com/gpu.product": n.product.gfd_product,
+            "nvidia.com/gpu.count": str(len(n.gpus)),
+            "nvidia.com/gpu.replicas": str(n.replicas),
+        }
+        objects.append(
+            {
+                "apiVersion": "v1",
+                "kind": "Node",
+                "metadata": {"name": n.name, "labels": labels},
+                "status": {
+                    "allocatable": {GPU_RESOURCE: str(n.allocatable), "cpu": "96", "memory": "1Ti", "pods": "110"},
+                    "capacity": {GPU_RESOURCE: str(n.allocatable), "cpu": "96", "memory": "1Ti", "pods": "110"},
+                },
+            }
+        )
     return objects
 
 
@@ -256,8 +286,9 @@ async def _post(session: aiohttp.ClientSession, url: str, payload: dict[str, Any
     return json.loads(raw)
 
 
-def extender_chooser(session: aiohttp.ClientSession, addrs: ExtenderAddrs, rng: random.Random,
-                     times: VerbTimes) -> Callable[[PodSpec, list[Node]], Awaitable[Node | None]]:  # fmt: skip
+def extender_chooser(
+    session: aiohttp.ClientSession, addrs: ExtenderAddrs, rng: random.Random, times: VerbTimes
+) -> Callable[[PodSpec, list[Node]], Awaitable[Node | None]]:
     template = load_pod_template()
     filter_url, prioritize_url = f"{addrs.base_url}/filter", f"{addrs.base_url}/prioritize"
 
@@ -330,8 +361,13 @@ async def simulate(
                 dead.add(node.name)
                 await hang_up(node)
         now = clock()
-        await publish([n for n in sim.fleet if n.agent_alive and (
-            n.dirty or n.last_report_at is None or now - n.last_report_at >= refresh)])  # fmt: skip
+        await publish(
+            [
+                n
+                for n in sim.fleet
+                if n.agent_alive and (n.dirty or n.last_report_at is None or now - n.last_report_at >= refresh)
+            ]
+        )
         for pod in pods:
             step()
             candidates = sim.candidates(pod)
@@ -373,10 +409,19 @@ async def run_none(cfg: SimConfig, stale_after: float) -> VariantResult:
 
 async def run_extender(cfg: SimConfig, stale_after: float, strategy: str, inventory: Path) -> VariantResult:
     started = time.perf_counter()
-    process, addrs = extender_process(f"extender-placement-{strategy}", [
-        "--stale-after", str(stale_after), "--inventory", str(inventory), "--node-strategy", strategy,
-        "--random-seed", str(cfg.seed),
-    ])  # fmt: skip
+    process, addrs = extender_process(
+        f"extender-placement-{strategy}",
+        [
+            "--stale-after",
+            str(stale_after),
+            "--inventory",
+            str(inventory),
+            "--node-strategy",
+            strategy,
+            "--random-seed",
+            str(cfg.seed),
+        ],
+    )
     sim = Simulation(cfg, stale_after)
     rng = random.Random(f"{cfg.seed}-choose-{strategy}")
     times = VerbTimes()
@@ -388,9 +433,17 @@ async def run_extender(cfg: SimConfig, stale_after: float, strategy: str, invent
                 await asyncio.wait_for(channel.channel_ready(), timeout=10)
                 agents = Agents(sim, channel, time.monotonic)
                 try:
-                    m = await simulate(cfg, stale_after, extender_chooser(session, addrs, rng, times), sim,
-                                       time.monotonic, agents.send_all, agents.hang_up, asyncio.sleep,
-                                       process.check_alive)  # fmt: skip
+                    m = await simulate(
+                        cfg,
+                        stale_after,
+                        extender_chooser(session, addrs, rng, times),
+                        sim,
+                        time.monotonic,
+                        agents.send_all,
+                        agents.hang_up,
+                        asyncio.sleep,
+                        process.check_alive,
+                    )
                 finally:
                     await agents.close()
             have = (await scrape(session, f"{addrs.base_url}/metrics")).get("gpu_extender_nodes_with_data")
@@ -398,7 +451,12 @@ async def run_extender(cfg: SimConfig, stale_after: float, strategy: str, invent
                 raise BenchError(f"the extender holds data for {have} nodes, expected {cfg.nodes}")
     lat = m.decision_latency_ms
     return VariantResult(
-        strategy, summarize(m), _mean(times.filter_ms), _mean(times.prioritize_ms), _mean(lat), agents.sent,
+        strategy,
+        summarize(m),
+        _mean(times.filter_ms),
+        _mean(times.prioritize_ms),
+        _mean(lat),
+        agents.sent,
         time.perf_counter() - started,
     )
 
@@ -470,14 +528,21 @@ def main(argv: list[str] | None = None) -> int:
     except BenchError as exc:
         print(f"bench_placement: FAILED: {exc}", file=sys.stderr)
         return 1
-    print(f"{cfg.nodes} nodes, {cfg.pods} pods, seed {cfg.seed}, --stale-after {args.stale_after:g}s "
-          f"({time.perf_counter() - started:.0f}s)")  # fmt: skip
+    print(
+        f"{cfg.nodes} nodes, {cfg.pods} pods, seed {cfg.seed}, --stale-after {args.stale_after:g}s "
+        f"({time.perf_counter() - started:.0f}s)"
+    )
     print(format_table(results))
     print(LEGEND)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        doc = {"config": asdict(cfg), "stale_after_s": args.stale_after, "machine": machine_facts(),
-               "legend": LEGEND.splitlines(), "results": [asdict(r) for r in results]}  # fmt: skip
+        doc = {
+            "config": asdict(cfg),
+            "stale_after_s": args.stale_after,
+            "machine": machine_facts(),
+            "legend": LEGEND.splitlines(),
+            "results": [asdict(r) for r in results],
+        }
         args.json.write_text(json.dumps(doc, indent=2))
     return 0
 

@@ -2,10 +2,10 @@
 
 The same simulated fleet, trace, ground truth and metrics as bench/bench_placement.py
 (bench/placement_sim.py, unchanged: its docstring defines "free idle healthy" and every metric),
-smaller by default (60 nodes, 240 pods: bench_placement --quick's fleet and stream), but the node choice is made by a real kube-scheduler
-instead of the bench replaying its steps. "Where the real control-plane harness is available,
-run a smaller version of the same fleet through the real kube-scheduler and report the same
-numbers."
+smaller by default (60 nodes, 240 pods: bench_placement --quick's fleet and stream), but the node
+choice is made by a real kube-scheduler instead of the bench replaying its steps. "Where the real
+control-plane harness is available, run a smaller version of the same fleet through the real kube-
+scheduler and report the same numbers."
 
 How (tests/control_plane.py starts etcd + kube-apiserver from $KUBEBUILDER_ASSETS; there is no
 kubelet and no controller-manager, the bench does their part):
@@ -133,8 +133,17 @@ def scheduler_config(base: dict[str, Any], variant: str, url: str | None, ca_pem
     if url is None:
         del config["extenders"]
         if variant == "none-gpu":
-            config["profiles"][0]["pluginConfig"] = [{"name": "NodeResourcesFit", "args": {"scoringStrategy": {
-                "type": "LeastAllocated", "resources": [{"name": GPU_RESOURCE, "weight": 1}]}}}]  # fmt: skip
+            config["profiles"][0]["pluginConfig"] = [
+                {
+                    "name": "NodeResourcesFit",
+                    "args": {
+                        "scoringStrategy": {
+                            "type": "LeastAllocated",
+                            "resources": [{"name": GPU_RESOURCE, "weight": 1}],
+                        }
+                    },
+                }
+            ]
         return config
     ext = config["extenders"][0]
     ext["urlPrefix"] = url
@@ -148,17 +157,19 @@ def scheduler_name(base: dict[str, Any]) -> str:
     return str(base["profiles"][0]["schedulerName"])
 
 
-def pod_manifest(name: str, gpus: int, *, scheduler: str, attempt: int | None = None,
-                 node: str | None = None) -> dict[str, Any]:  # fmt: skip
+def pod_manifest(
+    name: str, gpus: int, *, scheduler: str, attempt: int | None = None, node: str | None = None
+) -> dict[str, Any]:
     labels = {"app": "bench-placement"}
     if attempt is not None:
         labels[ATTEMPT_LABEL] = str(attempt)
     spec: dict[str, Any] = {
         "schedulerName": scheduler,
         "terminationGracePeriodSeconds": 0,
-        "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
-                        "resources": {"limits": {GPU_RESOURCE: str(gpus)}}}],  # requests default to limits
-    }  # fmt: skip
+        "containers": [
+            {"name": "main", "image": "registry.k8s.io/pause:3.10", "resources": {"limits": {GPU_RESOURCE: str(gpus)}}}
+        ],  # requests default to limits
+    }
     if node is not None:
         spec["nodeName"] = node  # already bound: a pre-existing pod
     return {"metadata": {"name": name, "labels": labels}, "spec": spec}
@@ -172,9 +183,16 @@ async def create_fleet(api: Api, fleet: Sequence[Node]) -> None:
     async def node(obj: dict[str, Any]) -> None:
         body = copy.deepcopy(obj)
         del body["apiVersion"], body["kind"]
-        body["status"]["conditions"] = [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                                         "message": "bench node", "lastHeartbeatTime": now,
-                                         "lastTransitionTime": now}]  # fmt: skip
+        body["status"]["conditions"] = [
+            {
+                "type": "Ready",
+                "status": "True",
+                "reason": "KubeletReady",
+                "message": "bench node",
+                "lastHeartbeatTime": now,
+                "lastTransitionTime": now,
+            }
+        ]
         name = body["metadata"]["name"]
         await api.call("POST", "/api/v1/nodes", body)
         await api.call("PATCH", f"/api/v1/nodes/{name}", {"spec": {"taints": None}}, "application/merge-patch+json")
@@ -198,8 +216,10 @@ async def install_crd(api: Api) -> None:
         deadline = time.monotonic() + 30
         while True:
             crd = await api.call("GET", f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
-            if any(c["type"] == "Established" and c["status"] == "True"
-                   for c in (crd.get("status") or {}).get("conditions") or []):  # fmt: skip
+            if any(
+                c["type"] == "Established" and c["status"] == "True"
+                for c in (crd.get("status") or {}).get("conditions") or []
+            ):
                 break
             if time.monotonic() > deadline:
                 raise BenchError(f"CRD {name} not established in 30 s")
@@ -291,8 +311,11 @@ class PodWatch:
             outcome = ("bound", str(node))
         else:
             conditions = (pod.get("status") or {}).get("conditions") or []
-            failed = [c for c in conditions if c.get("type") == "PodScheduled" and c.get("status") == "False"
-                      and c.get("reason") == "Unschedulable"]  # fmt: skip
+            failed = [
+                c
+                for c in conditions
+                if c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("reason") == "Unschedulable"
+            ]
             if not failed:
                 return  # e.g. SchedulerError (an extender error; ignorable: false): it is retried
             outcome = ("unschedulable", str(failed[0].get("message", "")))
@@ -319,8 +342,7 @@ class PodWatch:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise BenchError(f"timed out after {timeout:.0f}s waiting for {what}")
-            done, pending = await asyncio.wait(pending | {self.task}, timeout=left,
-                                               return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+            done, pending = await asyncio.wait(pending | {self.task}, timeout=left, return_when=asyncio.FIRST_COMPLETED)
             if self.task in done:
                 self.task.result()
                 raise BenchError("the pod watch ended")
@@ -377,20 +399,24 @@ async def _extender_metrics(session: aiohttp.ClientSession, base: str) -> dict[s
 
 
 def _calls(metrics: dict[str, float]) -> dict[str, int]:
-    return {verb: int(metrics.get(f'gpu_extender_requests_total{{code="200",verb="{verb}"}}', 0))
-            for verb in ("filter", "prioritize")}  # fmt: skip
+    return {
+        verb: int(metrics.get(f'gpu_extender_requests_total{{code="200",verb="{verb}"}}', 0))
+        for verb in ("filter", "prioritize")
+    }
 
 
-async def run_variant(plane: Any, api: Api, variant: str, cfg: SimConfig, stale_after: float,
-                      base_config: dict[str, Any], tls: Tls) -> KubeVariantResult:  # fmt: skip
+async def run_variant(
+    plane: Any, api: Api, variant: str, cfg: SimConfig, stale_after: float, base_config: dict[str, Any], tls: Tls
+) -> KubeVariantResult:
     started = time.monotonic()
     sim = Simulation(cfg, stale_after)
     sched = scheduler_name(base_config)
     await empty_namespace(api)
     # The pre-existing pods, bound where the simulation put them (same for every variant).
-    await gather_limited(api.call("POST", PODS_PATH, pod_manifest(r.spec.name, r.spec.gpus, scheduler=sched,
-                                                                  node=r.node))
-                         for r in sim.running.values())  # fmt: skip
+    await gather_limited(
+        api.call("POST", PODS_PATH, pod_manifest(r.spec.name, r.spec.gpus, scheduler=sched, node=r.node))
+        for r in sim.running.values()
+    )
     watch = PodWatch(api)
     await watch.start()
     strategy = variant if variant in STRATEGIES else None
@@ -415,20 +441,39 @@ async def run_variant(plane: Any, api: Api, variant: str, cfg: SimConfig, stale_
             url = None
             check_extender: Callable[[], None] = lambda: None  # noqa: E731
         else:
-            ext, addrs = extender_process(f"extender-placement-kube-{strategy}", [
-                "--kubernetes", "--kubeconfig", str(plane.kubeconfig),
-                "--tls-cert", str(tls.cert), "--tls-key", str(tls.key),
-                "--stale-after", str(stale_after), "--node-strategy", strategy, "--random-seed", str(cfg.seed),
-            ])  # fmt: skip
+            ext, addrs = extender_process(
+                f"extender-placement-kube-{strategy}",
+                [
+                    "--kubernetes",
+                    "--kubeconfig",
+                    str(plane.kubeconfig),
+                    "--tls-cert",
+                    str(tls.cert),
+                    "--tls-key",
+                    str(tls.key),
+                    "--stale-after",
+                    str(stale_after),
+                    "--node-strategy",
+                    strategy,
+                    "--random-seed",
+                    str(cfg.seed),
+                ],
+            )
             stack.enter_context(ext)
             check_extender = ext.check_alive
             url = f"https://127.0.0.1:{addrs.http_port}"
-            session = await stack.enter_async_context(aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=2, ssl=tls.client), timeout=aiohttp.ClientTimeout(total=30)))
+            session = await stack.enter_async_context(
+                aiohttp.ClientSession(
+                    connector=aiohttp.TCPConnector(limit=2, ssl=tls.client), timeout=aiohttp.ClientTimeout(total=30)
+                )
+            )
             await _wait_inventory(session, url, ext, cfg.nodes)
             creds = grpc.ssl_channel_credentials(root_certificates=tls.ca_pem)
-            channel = await stack.enter_async_context(grpc.aio.secure_channel(
-                addrs.grpc_target, creds, options=(("grpc.ssl_target_name_override", tls.server_name),)))
+            channel = await stack.enter_async_context(
+                grpc.aio.secure_channel(
+                    addrs.grpc_target, creds, options=(("grpc.ssl_target_name_override", tls.server_name),)
+                )
+            )
             await asyncio.wait_for(channel.channel_ready(), timeout=10)
             agents = Agents(sim, channel, time.monotonic)
             stack.push_async_callback(agents.close)
@@ -463,8 +508,13 @@ async def run_variant(plane: Any, api: Api, variant: str, cfg: SimConfig, stale_
                     dead.add(node.name)
                     await hang_up(node)
             now = clock()
-            await publish([n for n in sim.fleet if n.agent_alive and (
-                n.dirty or n.last_report_at is None or now - n.last_report_at >= refresh)])  # fmt: skip
+            await publish(
+                [
+                    n
+                    for n in sim.fleet
+                    if n.agent_alive and (n.dirty or n.last_report_at is None or now - n.last_report_at >= refresh)
+                ]
+            )
             for pod in pods:
                 check_extender()
                 if not proc.alive():
@@ -484,9 +534,11 @@ async def run_variant(plane: Any, api: Api, variant: str, cfg: SimConfig, stale_
                     if choice is None:
                         raise BenchError(f"{pod.name} bound to {detail}, not a fleet node")
                     if choice.kube_free < pod.gpus:
-                        raise BenchError(f"{pod.name} ({pod.gpus} GPUs) bound to {detail}, where the "
-                                         f"simulation has {choice.kube_free} unallocated: the scheduler's "
-                                         "count differs")  # fmt: skip
+                        raise BenchError(
+                            f"{pod.name} ({pod.gpus} GPUs) bound to {detail}, where the "
+                            f"simulation has {choice.kube_free} unallocated: the scheduler's "
+                            "count differs"
+                        )
                     bind_ms.append(latency)
                 else:
                     choice = None
@@ -508,14 +560,22 @@ async def run_variant(plane: Any, api: Api, variant: str, cfg: SimConfig, stale_
             if have != float(cfg.nodes):
                 raise BenchError(f"the extender holds data for {have} nodes, expected {cfg.nodes}")
             if result_calls["filter"] < m.placed:
-                raise BenchError(f"{variant}: the extender answered {result_calls} for {m.placed} bound pods: "
-                                 f"was it called? kube-scheduler errors: {log_errors}")  # fmt: skip
+                raise BenchError(
+                    f"{variant}: the extender answered {result_calls} for {m.placed} bound pods: "
+                    f"was it called? kube-scheduler errors: {log_errors}"
+                )
     return KubeVariantResult(
-        variant=variant, metrics=summarize(m), pods_per_s=m.placed / replay_s if replay_s > 0 else 0.0,
-        bind_mean_ms=sum(bind_ms) / len(bind_ms) if bind_ms else None, replay_s=replay_s,
-        wall_s=time.monotonic() - started, reports_sent=agents.sent if agents is not None else 0,
-        extender_calls=result_calls, unschedulable_messages=unschedulable, scheduler_log_errors=log_errors,
-    )  # fmt: skip
+        variant=variant,
+        metrics=summarize(m),
+        pods_per_s=m.placed / replay_s if replay_s > 0 else 0.0,
+        bind_mean_ms=sum(bind_ms) / len(bind_ms) if bind_ms else None,
+        replay_s=replay_s,
+        wall_s=time.monotonic() - started,
+        reports_sent=agents.sent if agents is not None else 0,
+        extender_calls=result_calls,
+        unschedulable_messages=unschedulable,
+        scheduler_log_errors=log_errors,
+    )
 
 
 async def _delete(api: Api, watch: PodWatch, names: Sequence[str]) -> None:
@@ -528,8 +588,10 @@ async def _delete(api: Api, watch: PodWatch, names: Sequence[str]) -> None:
 async def _wait_inventory(session: aiohttp.ClientSession, url: str, ext: Any, nodes: int) -> None:
     """Ready, and the apiserver's Nodes and classes listed (reports for unknown nodes are capped)."""
     deadline = time.monotonic() + 60
-    want = {'gpu_extender_inventory_objects{kind="Node"}': float(nodes),
-            'gpu_extender_inventory_objects{kind="AcceleratorClass"}': 3.0}  # fmt: skip
+    want = {
+        'gpu_extender_inventory_objects{kind="Node"}': float(nodes),
+        'gpu_extender_inventory_objects{kind="AcceleratorClass"}': 3.0,
+    }
     last = "no answer"
     while True:
         ext.check_alive()
@@ -540,7 +602,7 @@ async def _wait_inventory(session: aiohttp.ClientSession, url: str, ext: Any, no
             if ready and all(got.get(k) == v for k, v in want.items()):
                 return
             last = f"ready {ready}, " + ", ".join(f"{k} {got.get(k)}" for k in want)
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             last = f"{type(exc).__name__}: {exc}"
         if time.monotonic() > deadline:
             raise BenchError(f"gpu-extender not ready with the inventory in 60 s ({last}):\n{ext.log_tail()}")
@@ -561,8 +623,9 @@ def make_tls(workdir: Path, server_name: str) -> Tls:
     return Tls(ca_file.read_bytes(), cert, key, server_name, client_ssl_context(ca))
 
 
-async def _bench(plane: Any, cfg: SimConfig, variants: Sequence[str], stale_after: float,
-                 say: Callable[[str], None]) -> list[KubeVariantResult]:  # fmt: skip
+async def _bench(
+    plane: Any, cfg: SimConfig, variants: Sequence[str], stale_after: float, say: Callable[[str], None]
+) -> list[KubeVariantResult]:
     base_config = shipped_scheduler_config()
     tls = make_tls(WORKDIR, base_config["extenders"][0]["tlsConfig"]["serverName"])
     fleet = Simulation(cfg, stale_after).fleet
@@ -575,8 +638,10 @@ async def _bench(plane: Any, cfg: SimConfig, variants: Sequence[str], stale_afte
         await api.call("POST", f"/api/v1/namespaces/{NAMESPACE}/serviceaccounts", {"metadata": {"name": "default"}})
         await install_crd(api)
         await create_fleet(api, fleet)
-        say(f"created {cfg.nodes} nodes and {len({n.product.key for n in fleet})} products' classes "
-            f"in {time.monotonic() - t0:.1f}s")  # fmt: skip
+        say(
+            f"created {cfg.nodes} nodes and {len({n.product.key for n in fleet})} products' classes "
+            f"in {time.monotonic() - t0:.1f}s"
+        )
         for variant in variants:
             say(f"  {variant}: {cfg.pods} pods on {cfg.nodes} nodes through kube-scheduler...")
             r = await run_variant(plane, api, variant, cfg, stale_after, base_config, tls)
@@ -587,8 +652,9 @@ async def _bench(plane: Any, cfg: SimConfig, variants: Sequence[str], stale_afte
     return results
 
 
-def run(cfg: SimConfig, variants: Sequence[str], stale_after: float,
-        say: Callable[[str], None]) -> list[KubeVariantResult]:  # fmt: skip
+def run(
+    cfg: SimConfig, variants: Sequence[str], stale_after: float, say: Callable[[str], None]
+) -> list[KubeVariantResult]:
     from tests.control_plane import ControlPlane
 
     shutil.rmtree(WORKDIR, ignore_errors=True)
@@ -627,8 +693,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pods", type=int, default=DEFAULT_PODS, help=f"pods in the stream (default {DEFAULT_PODS})")
     parser.add_argument("--seed", type=int, default=SimConfig().seed)
     parser.add_argument("--stale-after", type=float, default=3.0, help="the extender's --stale-after (seconds)")
-    parser.add_argument("--variant", action="append", choices=VARIANTS,
-                        help=f"run only this variant (repeatable; default {' '.join(DEFAULT_VARIANTS)})")  # fmt: skip
+    parser.add_argument(
+        "--variant",
+        action="append",
+        choices=VARIANTS,
+        help=f"run only this variant (repeatable; default {' '.join(DEFAULT_VARIANTS)})",
+    )
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
     args = parser.parse_args(argv)
     from tests.control_plane import skip_reason
@@ -653,8 +723,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"bench_placement_kube: FAILED: {exc}", file=sys.stderr)
         return 1
     total = time.perf_counter() - started
-    print(f"real kube-scheduler: {cfg.nodes} nodes, {cfg.pods} pods, seed {cfg.seed}, "
-          f"--stale-after {args.stale_after:g}s (total {total:.0f}s)")  # fmt: skip
+    print(
+        f"real kube-scheduler: {cfg.nodes} nodes, {cfg.pods} pods, seed {cfg.seed}, "
+        f"--stale-after {args.stale_after:g}s (total {total:.0f}s)"
+    )
     print(format_table(results))
     print(LEGEND)
     for r in results:
@@ -662,9 +734,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{r.variant}: kube-scheduler error lines: {r.scheduler_log_errors[:2]}")
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        doc = {"config": asdict(cfg), "stale_after_s": args.stale_after, "total_s": total,
-               "machine": machine_facts(), "legend": LEGEND.splitlines(),
-               "results": [asdict(r) for r in results]}  # fmt: skip
+        doc = {
+            "config": asdict(cfg),
+            "stale_after_s": args.stale_after,
+            "total_s": total,
+            "machine": machine_facts(),
+            "legend": LEGEND.splitlines(),
+            "results": [asdict(r) for r in results],
+        }
         args.json.write_text(json.dumps(doc, indent=2))
     return 0
 

@@ -33,10 +33,10 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpuextender.agent.sources.allocation import apply_allocation  # noqa: E402
-from gpuextender.agent.fakes.kubelet import FakeKubelet, fake_gpu_uuid  # noqa: E402
-from gpuextender.agent.sources.pod_resources import PodAttribution, PodResourcesClient  # noqa: E402
-from gpuextender.agent.model.readings import GpuReading, NodeSample  # noqa: E402
+from gpuextender.agent.fakes.kubelet import FakeKubelet, fake_gpu_uuid
+from gpuextender.agent.model.readings import GpuReading, NodeSample
+from gpuextender.agent.sources.allocation import apply_allocation
+from gpuextender.agent.sources.pod_resources import PodAttribution, PodResourcesClient
 
 NODE = "bench-node"
 GPUS = 8
@@ -44,15 +44,34 @@ CONTAINERS = 16
 
 
 def exclusive() -> dict[str, Any]:
-    pods = [{"namespace": "ml", "name": f"pod-{i}", "containers": [{"name": "main", "devices": {
-        **({"nvidia.com/gpu": [{"gpu": i}]} if i < GPUS else {}), "example.com/nic": [f"vf{i}"]}}]}
-        for i in range(CONTAINERS)]  # fmt: skip
+    pods = [
+        {
+            "namespace": "ml",
+            "name": f"pod-{i}",
+            "containers": [
+                {
+                    "name": "main",
+                    "devices": {
+                        **({"nvidia.com/gpu": [{"gpu": i}]} if i < GPUS else {}),
+                        "example.com/nic": [f"vf{i}"],
+                    },
+                }
+            ],
+        }
+        for i in range(CONTAINERS)
+    ]
     return {"allocatable": {"nvidia.com/gpu": [{"gpus": GPUS}]}, "pods": pods}
 
 
 def time_sliced() -> dict[str, Any]:
-    pods = [{"namespace": "ml", "name": f"pod-{i}", "containers": [{"name": "main", "devices": {
-        "nvidia.com/gpu": [{"gpu": i % GPUS, "replica": i // GPUS}]}}]} for i in range(CONTAINERS)]  # fmt: skip
+    pods = [
+        {
+            "namespace": "ml",
+            "name": f"pod-{i}",
+            "containers": [{"name": "main", "devices": {"nvidia.com/gpu": [{"gpu": i % GPUS, "replica": i // GPUS}]}}],
+        }
+        for i in range(CONTAINERS)
+    ]
     return {"allocatable": {"nvidia.com/gpu": [{"gpus": GPUS, "replicas": 4}]}, "pods": pods}
 
 
@@ -81,16 +100,30 @@ def measure(calls: int, step: Callable[[], Any]) -> tuple[list[float], float]:
 def report(label: str, measured: tuple[list[float], float]) -> None:
     times, cpu = measured
     deciles = statistics.quantiles(times, n=10)
-    print(f"  {label:<32} median {statistics.median(times):7.1f} µs  p10 {deciles[0]:7.1f}  p90 {deciles[-1]:7.1f}"
-          f"  | CPU {cpu:7.1f} µs/call")
+    print(
+        f"  {label:<32} median {statistics.median(times):7.1f} µs  p10 {deciles[0]:7.1f}  p90 {deciles[-1]:7.1f}"
+        f"  | CPU {cpu:7.1f} µs/call"
+    )
 
 
 def fake_kubelet_process(sock: str, scenario: dict[str, Any], directory: str) -> subprocess.Popen[bytes]:
     path = Path(directory) / "kubelet.yaml"
     path.write_text(yaml.safe_dump(scenario))
-    process = subprocess.Popen([sys.executable, "-m", "gpuextender.agent.fakes.kubelet", "--socket", sock,
-                                "--scenario", str(path), "--node", NODE],
-                               cwd=Path(__file__).resolve().parent.parent, stderr=subprocess.DEVNULL)  # fmt: skip
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpuextender.agent.fakes.kubelet",
+            "--socket",
+            sock,
+            "--scenario",
+            str(path),
+            "--node",
+            NODE,
+        ],
+        cwd=Path(__file__).resolve().parent.parent,
+        stderr=subprocess.DEVNULL,
+    )
     client = PodResourcesClient(sock)
     deadline = time.monotonic() + 30
     while client.fetch().problem:
@@ -128,8 +161,13 @@ def main() -> int:
         for name, scenario, holders in scenarios:
             process = fake_kubelet_process(sock, scenario, directory)
             try:
-                run(f"{name}: {GPUS} GPUs, {CONTAINERS} containers, fake kubelet in its own process, "
-                    f"{args.calls} calls", sock, args.calls, holders)  # fmt: skip
+                run(
+                    f"{name}: {GPUS} GPUs, {CONTAINERS} containers, fake kubelet in its own process, "
+                    f"{args.calls} calls",
+                    sock,
+                    args.calls,
+                    holders,
+                )
             finally:
                 process.terminate()
                 process.wait(timeout=10)

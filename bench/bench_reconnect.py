@@ -42,7 +42,7 @@ from pathlib import Path
 import aiohttp
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import (  # noqa: E402
+from benchlib import (
     BENCH_DIR,
     LOOPBACK,
     OUT_DIR,
@@ -97,20 +97,39 @@ class OutageResult:
 
 def agent_argv(variant: str, name: str, metrics_port: int, target: str) -> list[str]:
     boot = (_PRE_FIX if variant == "pre-fix" else "") + _RUN_AGENT
-    return [sys.executable, "-c", boot,
-            "--fake", str(SCENARIO), "--node-name", name, "--extender", target,
-            "--metrics-addr", f"{LOOPBACK}:{metrics_port}", "--log-level", "warning"]  # fmt: skip
+    return [
+        sys.executable,
+        "-c",
+        boot,
+        "--fake",
+        str(SCENARIO),
+        "--node-name",
+        name,
+        "--extender",
+        target,
+        "--metrics-addr",
+        f"{LOOPBACK}:{metrics_port}",
+        "--log-level",
+        "warning",
+    ]
 
 
 def extender_argv(addrs: ExtenderAddrs) -> list[str]:
-    return program("gpu-extender", "gpuextender.extender") + [
-        "--http-addr", f"{LOOPBACK}:{addrs.http_port}",
-        "--grpc-addr", f"{LOOPBACK}:{addrs.grpc_port}",
-        "--stale-after", "100000",
-        "--forget-after", "200000",
-        "--log-level", "warning",
-        "--readiness-grace", "0",  # /readyz is not what this measures
-    ]  # fmt: skip
+    return [
+        *program("gpu-extender", "gpuextender.extender"),
+        "--http-addr",
+        f"{LOOPBACK}:{addrs.http_port}",
+        "--grpc-addr",
+        f"{LOOPBACK}:{addrs.grpc_port}",
+        "--stale-after",
+        "100000",
+        "--forget-after",
+        "200000",
+        "--log-level",
+        "warning",
+        "--readiness-grace",
+        "0",  # /readyz is not what this measures
+    ]
 
 
 async def _listening(port: int, proc: ManagedProcess, timeout_s: float = 30.0) -> float:
@@ -121,7 +140,8 @@ async def _listening(port: int, proc: ManagedProcess, timeout_s: float = 30.0) -
             _, writer = await asyncio.open_connection(LOOPBACK, port)
         except OSError:
             if time.monotonic() > deadline:
-                raise BenchError(f"{proc.name} not listening on {port} after {timeout_s:.0f}s:\n{proc.log_tail()}")
+                why = f"{proc.name} not listening on {port} after {timeout_s:.0f}s:\n{proc.log_tail()}"
+                raise BenchError(why) from None
             proc.check_alive()
             await asyncio.sleep(0.01)
             continue
@@ -130,8 +150,14 @@ async def _listening(port: int, proc: ManagedProcess, timeout_s: float = 30.0) -
         return at
 
 
-async def _arrivals(session: aiohttp.ClientSession, addrs: ExtenderAddrs, proc: ManagedProcess,
-                    agents: list[ManagedProcess], since: float, timeout_s: float) -> list[float]:  # fmt: skip
+async def _arrivals(
+    session: aiohttp.ClientSession,
+    addrs: ExtenderAddrs,
+    proc: ManagedProcess,
+    agents: list[ManagedProcess],
+    since: float,
+    timeout_s: float,
+) -> list[float]:
     """Seconds after `since` at which the extender's nodes_with_data reached 1, 2, ... (up to all agents)."""
     back: list[float] = []
     deadline = since + timeout_s
@@ -154,9 +180,14 @@ async def _variant(variant: str, n: int, outages: list[float]) -> list[OutageRes
     results: list[OutageResult] = []
     with contextlib.ExitStack() as stack:
         extender = stack.enter_context(ManagedProcess(f"reconnect-{variant}-extender-0", extender_argv(addrs)))
-        agents = [stack.enter_context(ManagedProcess(
-            f"reconnect-{variant}-agent-{i}", agent_argv(variant, f"node-{i}", free_port(), addrs.grpc_target)))
-            for i in range(n)]  # fmt: skip
+        agents = [
+            stack.enter_context(
+                ManagedProcess(
+                    f"reconnect-{variant}-agent-{i}", agent_argv(variant, f"node-{i}", free_port(), addrs.grpc_target)
+                )
+            )
+            for i in range(n)
+        ]
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5)) as session:
             await wait_http_ok(session, f"{addrs.base_url}/readyz", extender)
             started = time.monotonic()
@@ -178,8 +209,13 @@ async def _variant(variant: str, n: int, outages: list[float]) -> list[OutageRes
     return results
 
 
-def run(*, quick: bool = False, agents: int | None = None, outages: list[float] | None = None,
-        variants: tuple[str, ...] = VARIANTS) -> list[OutageResult]:  # fmt: skip
+def run(
+    *,
+    quick: bool = False,
+    agents: int | None = None,
+    outages: list[float] | None = None,
+    variants: tuple[str, ...] = VARIANTS,
+) -> list[OutageResult]:
     n = agents or (5 if quick else 20)
     outages = outages or ([10.0] if quick else [20.0, 90.0])
     results: list[OutageResult] = []
@@ -188,16 +224,19 @@ def run(*, quick: bool = False, agents: int | None = None, outages: list[float] 
     return results
 
 
-HEADER = ("| variant | agents | outage s | first back s | median s | all back s | "
-          f"target <= {TARGET_S:g} s |\n|---|---:|---:|---:|---:|---:|---|")  # fmt: skip
+HEADER = (
+    "| variant | agents | outage s | first back s | median s | all back s | "
+    f"target <= {TARGET_S:g} s |\n|---|---:|---:|---:|---:|---:|---|"
+)
 
 
 def format_row(r: OutageResult) -> str:
     median = f"{statistics.median(r.back_s):.2f}" if r.back_s else "-"
     first = f"{r.back_s[0]:.2f}" if r.back_s else "-"
     last = f"{r.last_s:.2f}" if r.all_back else f"> {GIVE_UP_S:g} ({len(r.back_s)}/{r.agents} back)"
-    return (f"| {r.variant} | {r.agents} | {r.outage_s:.1f} | {first} | {median} | {last} | "
-            f"{'PASS' if r.ok else 'MISS'} |")  # fmt: skip
+    return (
+        f"| {r.variant} | {r.agents} | {r.outage_s:.1f} | {first} | {median} | {last} | {'PASS' if r.ok else 'MISS'} |"
+    )
 
 
 def format_table(results: list[OutageResult]) -> str:
@@ -216,8 +255,9 @@ def main(argv: list[str] | None = None) -> int:
     print("seconds after the restarted extender listens until agents' reports are accepted", flush=True)
     print(HEADER, flush=True)
     try:
-        results = run(quick=args.quick, agents=args.agents, outages=args.outage,
-                      variants=tuple(args.variant or VARIANTS))  # fmt: skip
+        results = run(
+            quick=args.quick, agents=args.agents, outages=args.outage, variants=tuple(args.variant or VARIANTS)
+        )
     except BenchError as exc:
         print(f"bench_reconnect: FAILED: {exc}", file=sys.stderr)
         return 1

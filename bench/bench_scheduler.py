@@ -85,6 +85,7 @@ from benchlib import (  # noqa: E402
     parse_prometheus,
     system_busy_ticks,
 )
+
 from tests.control_plane import ADMIN_TOKEN, GPU, ControlPlane, Process, skip_reason  # noqa: E402
 
 SCHEDULER_CONFIG = REPO_ROOT / "deploy" / "base" / "scheduler" / "kube-scheduler-config.yaml"
@@ -185,11 +186,16 @@ def build_go_extender() -> tuple[Path | None, str]:
         **os.environ,
         # Everything the build writes stays in git-ignored bench/out; no network (stdlib only):
         # no module proxy, no toolchain download.
-        "GOCACHE": str(OUT_DIR / "go-cache"), "GOPATH": str(OUT_DIR / "gopath"),
-        "GOTOOLCHAIN": "local", "GOPROXY": "off", "GOFLAGS": "-mod=mod", "CGO_ENABLED": "0",
-    }  # fmt: skip
-    done = subprocess.run([go, "build", "-o", str(GO_BINARY), "."], cwd=GO_SOURCE, env=env,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+        "GOCACHE": str(OUT_DIR / "go-cache"),
+        "GOPATH": str(OUT_DIR / "gopath"),
+        "GOTOOLCHAIN": "local",
+        "GOPROXY": "off",
+        "GOFLAGS": "-mod=mod",
+        "CGO_ENABLED": "0",
+    }
+    done = subprocess.run(
+        [go, "build", "-o", str(GO_BINARY), "."], cwd=GO_SOURCE, env=env, capture_output=True, text=True, timeout=300
+    )
     if done.returncode != 0:
         raise BenchError(f"go build of {GO_SOURCE} failed:\n{done.stdout}{done.stderr}")
     return GO_BINARY, ""
@@ -222,8 +228,10 @@ def _noop_stats(base: str) -> Callable[[], dict[str, int]]:
 def _extender_stats(base: str) -> Callable[[], dict[str, int]]:
     def stats() -> dict[str, int]:
         metrics = _metrics(base)
-        return {verb: int(metrics.get(f'gpu_extender_requests_total{{code="200",verb="{verb}"}}', 0))
-                for verb in ("filter", "prioritize")}  # fmt: skip
+        return {
+            verb: int(metrics.get(f'gpu_extender_requests_total{{code="200",verb="{verb}"}}', 0))
+            for verb in ("filter", "prioritize")
+        }
 
     return stats
 
@@ -244,10 +252,9 @@ class Api:
             connector=aiohttp.TCPConnector(limit=API_CONCURRENCY, ssl=self._ssl),
             headers={"Authorization": f"Bearer {ADMIN_TOKEN}", "Accept": "application/json"},
             timeout=aiohttp.ClientTimeout(total=60),
-        )  # fmt: skip
+        )
 
-    async def call(self, method: str, path: str, body: Any = None,
-                   content_type: str = "application/json") -> Any:  # fmt: skip
+    async def call(self, method: str, path: str, body: Any = None, content_type: str = "application/json") -> Any:
         data = None if body is None else json.dumps(body)
         headers = {"Content-Type": content_type} if data is not None else {}
         async with self.session.request(method, self.base + path, data=data, headers=headers) as resp:
@@ -278,13 +285,27 @@ async def create_nodes(api: Api, names: list[str]) -> None:
     now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
     async def one(name: str) -> None:
-        await api.call("POST", "/api/v1/nodes", {
-            "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, PRODUCT_LABEL: PRODUCT}},
-            "status": {"capacity": resources, "allocatable": resources,
-                       "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
-                                       "message": "bench node", "lastHeartbeatTime": now,
-                                       "lastTransitionTime": now}]},
-        })  # fmt: skip
+        await api.call(
+            "POST",
+            "/api/v1/nodes",
+            {
+                "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, PRODUCT_LABEL: PRODUCT}},
+                "status": {
+                    "capacity": resources,
+                    "allocatable": resources,
+                    "conditions": [
+                        {
+                            "type": "Ready",
+                            "status": "True",
+                            "reason": "KubeletReady",
+                            "message": "bench node",
+                            "lastHeartbeatTime": now,
+                            "lastTransitionTime": now,
+                        }
+                    ],
+                },
+            },
+        )
         await api.call("PATCH", f"/api/v1/nodes/{name}", {"spec": {"taints": None}}, "application/merge-patch+json")
 
     await gather_limited(one(n) for n in names)
@@ -301,10 +322,11 @@ def pod_manifest(name: str, scheduler_name: str) -> dict[str, Any]:
         "spec": {
             "schedulerName": scheduler_name,
             "terminationGracePeriodSeconds": 0,
-            "containers": [{"name": "main", "image": "registry.k8s.io/pause:3.10",
-                            "resources": {"limits": {GPU: "1"}}}],  # requests default to limits
+            "containers": [
+                {"name": "main", "image": "registry.k8s.io/pause:3.10", "resources": {"limits": {GPU: "1"}}}
+            ],  # requests default to limits
         },
-    }  # fmt: skip
+    }
 
 
 async def delete_pods(api: Api) -> None:
@@ -369,8 +391,9 @@ class CpuWindow:
         return {k: (now[k] - self._ticks0.get(k, 0)) / CLOCK_TICKS for k in now}, wall
 
 
-async def watch_binds(api: Api, resource_version: str, want: set[str], connected: asyncio.Event,
-                      cpu: CpuWindow) -> tuple[dict[str, tuple[float, str]], int]:  # fmt: skip
+async def watch_binds(
+    api: Api, resource_version: str, want: set[str], connected: asyncio.Event, cpu: CpuWindow
+) -> tuple[dict[str, tuple[float, str]], int]:
     """pod -> (monotonic time the watch delivered it bound, its node), once every pod in `want` is
     bound, and how often the watch had to be reopened. The CPU window opens at the first bind and
     closes (cpu.cores() by the caller) at the last.
@@ -383,8 +406,10 @@ async def watch_binds(api: Api, resource_version: str, want: set[str], connected
     timeout = aiohttp.ClientTimeout(total=None, sock_read=BIND_TIMEOUT_S)
     restarts = 0
     while True:
-        url = (f"{api.base}/api/v1/namespaces/{NAMESPACE}/pods?watch=1&resourceVersion={resource_version}"
-               f"&timeoutSeconds={int(BIND_TIMEOUT_S) + 60}")  # fmt: skip
+        url = (
+            f"{api.base}/api/v1/namespaces/{NAMESPACE}/pods?watch=1&resourceVersion={resource_version}"
+            f"&timeoutSeconds={int(BIND_TIMEOUT_S) + 60}"
+        )
         try:
             async with api.session.get(url, timeout=timeout) as resp:
                 if resp.status != 200:
@@ -437,14 +462,25 @@ KNOWN_HARNESS_NOISE = "requestheader-client-ca-file"
 
 def klog_errors(text: str, limit: int = 5) -> list[str]:
     """klog error lines (`E1123 ...`) of a kube-scheduler log, the first `limit` of them."""
-    lines = [line for line in text.splitlines() if len(line) > 5 and line[0] == "E" and line[1:5].isdigit()
-             and KNOWN_HARNESS_NOISE not in line]  # fmt: skip
+    lines = [
+        line
+        for line in text.splitlines()
+        if len(line) > 5 and line[0] == "E" and line[1:5].isdigit() and KNOWN_HARNESS_NOISE not in line
+    ]
     return lines[:limit] + ([f"... {len(lines) - limit} more"] if len(lines) > limit else [])
 
 
-async def measure(api: Api, plane: ControlPlane, base_config: dict[str, Any], variant: Variant, round_no: int,
-                  size: Size, node_names: set[str], must_reject: set[str],
-                  core_pids: dict[str, int]) -> Measurement:  # fmt: skip
+async def measure(
+    api: Api,
+    plane: ControlPlane,
+    base_config: dict[str, Any],
+    variant: Variant,
+    round_no: int,
+    size: Size,
+    node_names: set[str],
+    must_reject: set[str],
+    core_pids: dict[str, int],
+) -> Measurement:
     pods = [f"{variant.key}-r{round_no}-{i:04d}" for i in range(size.pods)]
     collection = f"/api/v1/namespaces/{NAMESPACE}/pods"
     await gather_limited(api.call("POST", collection, pod_manifest(p, variant.scheduler_name)) for p in pods)
@@ -466,8 +502,9 @@ async def measure(api: Api, plane: ControlPlane, base_config: dict[str, Any], va
         try:
             bound, watch_restarts = await asyncio.wait_for(watch, BIND_TIMEOUT_S)
         except TimeoutError:
-            raise BenchError(f"{variant.key}: not every pod bound within {BIND_TIMEOUT_S:.0f}s; scheduler log:\n"
-                             f"{proc.log()[-3000:]}") from None  # fmt: skip
+            raise BenchError(
+                f"{variant.key}: not every pod bound within {BIND_TIMEOUT_S:.0f}s; scheduler log:\n{proc.log()[-3000:]}"
+            ) from None
         cpu_s, cpu_wall = cpu.seconds()
         # Only what the scheduler logged while it worked: stopping it cancels in-flight requests
         # (event writes, a last binding's response) and logs errors that say nothing about the run.
@@ -486,8 +523,10 @@ async def measure(api: Api, plane: ControlPlane, base_config: dict[str, Any], va
         raise BenchError(f"{variant.key}: pods bound to nodes outside the set: {stray[:5]}")
     calls = {verb: calls_after.get(verb, 0) - calls_before.get(verb, 0) for verb in ("filter", "prioritize")}
     if variant.url is not None and (calls["filter"] < size.pods or calls["prioritize"] < size.pods):
-        raise BenchError(f"{variant.key}: the extender answered {calls} calls for {size.pods} pods; "
-                         f"was it called? scheduler log errors: {log_errors}")  # fmt: skip
+        raise BenchError(
+            f"{variant.key}: the extender answered {calls} calls for {size.pods} pods; "
+            f"was it called? scheduler log errors: {log_errors}"
+        )
     if variant.key in ("c", "cb", "c0") and set(nodes) & must_reject:
         raise BenchError(f"c: pods landed on nodes gpu-extender must reject: {sorted(set(nodes) & must_reject)}")
     window = times[-1] - times[0]
@@ -495,22 +534,34 @@ async def measure(api: Api, plane: ControlPlane, base_config: dict[str, Any], va
     cores = {k: round(v / cpu_wall, 2) for k, v in cpu_s.items()} if cpu_wall > 0 else {}
     cores["other"] = round(max(0.0, cpu_s["machine"] - ours) / cpu_wall, 2) if cpu_wall > 0 else 0.0
     return Measurement(
-        variant=variant.key, round=round_no, pods=size.pods,
+        variant=variant.key,
+        round=round_no,
+        pods=size.pods,
         pods_per_s=(size.pods - 1) / window if window > 0 else float("inf"),
-        bind_window_s=window, start_to_first_bind_s=times[0] - started,
-        filter_calls=calls["filter"], prioritize_calls=calls["prioritize"], nodes_used=len(set(nodes)),
+        bind_window_s=window,
+        start_to_first_bind_s=times[0] - started,
+        filter_calls=calls["filter"],
+        prioritize_calls=calls["prioritize"],
+        nodes_used=len(set(nodes)),
         most_pods_on_a_node=max(Counter(nodes).values()),
-        watch_restarts=watch_restarts, cpu_cores=cores,
+        watch_restarts=watch_restarts,
+        cpu_cores=cores,
         cpu_ms_per_pod={k: round(1000 * v / size.pods, 3) for k, v in cpu_s.items() if k != "machine"},
         scheduler_log_errors=log_errors,
-    )  # fmt: skip
+    )
 
 
 # -- the whole bench ------------------------------------------------------------------------------
 
 
-async def _bench(plane: ControlPlane, size: Size, go_binary: Path | None, skipped: dict[str, str],
-                 setup: dict[str, float], progress: Callable[[str], None]) -> SchedulerBenchResult:  # fmt: skip
+async def _bench(
+    plane: ControlPlane,
+    size: Size,
+    go_binary: Path | None,
+    skipped: dict[str, str],
+    setup: dict[str, float],
+    progress: Callable[[str], None],
+) -> SchedulerBenchResult:
     fleet: list[NodeState] = make_fleet(size.nodes)
     names = [n.name for n in fleet]
     # What gpu-extender's filter must reject for a 1-GPU pod (NVML unusable on the node, or no healthy GPU).
@@ -529,72 +580,110 @@ async def _bench(plane: ControlPlane, size: Size, go_binary: Path | None, skippe
         with ExitStack() as stack:
             variants: list[Variant] = [Variant("a", "no extender", None)]
             port = free_port()
-            noop_py = stack.enter_context(ManagedProcess("noop-extender-py", [
-                sys.executable, str(BENCH_DIR / "noop_extender.py"), "--addr", f"127.0.0.1:{port}"]))  # fmt: skip
+            noop_py = stack.enter_context(
+                ManagedProcess(
+                    "noop-extender-py",
+                    [sys.executable, str(BENCH_DIR / "noop_extender.py"), "--addr", f"127.0.0.1:{port}"],
+                )
+            )
             _wait_ok(f"http://127.0.0.1:{port}/healthz", noop_py)
             url = f"http://127.0.0.1:{port}"
             variants.append(Variant("b1", "do-nothing extender, Python (aiohttp)", url, _noop_stats(url), noop_py.pid))
             if go_binary is not None:
                 port = free_port()
-                noop_go = stack.enter_context(ManagedProcess(
-                    "noop-extender-go", [str(go_binary), "-addr", f"127.0.0.1:{port}"]))  # fmt: skip
+                noop_go = stack.enter_context(
+                    ManagedProcess("noop-extender-go", [str(go_binary), "-addr", f"127.0.0.1:{port}"])
+                )
                 _wait_ok(f"http://127.0.0.1:{port}/healthz", noop_go)
                 url = f"http://127.0.0.1:{port}"
-                variants.append(Variant("b2", "do-nothing extender, Go (net/http)", url, _noop_stats(url),
-                                        noop_go.pid))  # fmt: skip
+                variants.append(Variant("b2", "do-nothing extender, Go (net/http)", url, _noop_stats(url), noop_go.pid))
 
             t0 = time.monotonic()
             ours, addrs = await _start_gpu_extender(stack, plane.kubeconfig, size, fleet, "c", setup)
-            progress(f"gpu-extender listed {size.nodes} Nodes and took their GPU reports "
-                     f"({setup['load_fleet_s']:.1f}s over gRPC)")  # fmt: skip
+            progress(
+                f"gpu-extender listed {size.nodes} Nodes and took their GPU reports "
+                f"({setup['load_fleet_s']:.1f}s over gRPC)"
+            )
             variants.append(Variant("c", "gpu-extender", addrs.base_url, _extender_stats(addrs.base_url), ours.pid))
             # The same extender binding the pods itself (bindVerb: bind, the optional bind verb):
             # what binding in the extender costs or buys against its pod watch.
-            variants.append(Variant("cb", "gpu-extender with bindVerb", addrs.base_url,
-                                    _extender_stats(addrs.base_url), ours.pid, bind=True))  # fmt: skip
+            variants.append(
+                Variant(
+                    "cb",
+                    "gpu-extender with bindVerb",
+                    addrs.base_url,
+                    _extender_stats(addrs.base_url),
+                    ours.pid,
+                    bind=True,
+                )
+            )
             # The same extender answering every node that passes (no shortlist): what the shortlist buys.
-            all_ours, all_addrs = await _start_gpu_extender(stack, plane.kubeconfig, size, fleet, "c0", setup,
-                                                            ["--shortlist", "0"])  # fmt: skip
-            variants.append(Variant("c0", "gpu-extender --shortlist 0 (every passing node answered)",
-                                    all_addrs.base_url, _extender_stats(all_addrs.base_url), all_ours.pid))  # fmt: skip
+            all_ours, all_addrs = await _start_gpu_extender(
+                stack, plane.kubeconfig, size, fleet, "c0", setup, ["--shortlist", "0"]
+            )
+            variants.append(
+                Variant(
+                    "c0",
+                    "gpu-extender --shortlist 0 (every passing node answered)",
+                    all_addrs.base_url,
+                    _extender_stats(all_addrs.base_url),
+                    all_ours.pid,
+                )
+            )
             setup["extender_inventory_s"] = time.monotonic() - t0
             filter_nodes_before = _metrics(addrs.base_url)
 
             core_pids = {p.name: p.popen.pid for p in plane.processes if p.name in ("etcd", "kube-apiserver")}
             core_pids["bench"] = os.getpid()
             result = SchedulerBenchResult(
-                nodes=size.nodes, pods=size.pods, rounds=size.rounds,
-                variants={v.key: v.label for v in variants}, skipped=skipped, setup_s=setup,
-            )  # fmt: skip
+                nodes=size.nodes,
+                pods=size.pods,
+                rounds=size.rounds,
+                variants={v.key: v.label for v in variants},
+                skipped=skipped,
+                setup_s=setup,
+            )
             for round_no in range(size.rounds):
                 shift = round_no % len(variants)
                 for variant in variants[shift:] + variants[:shift]:
                     for proc in (noop_py, ours, all_ours):
                         proc.check_alive()
-                    m = await measure(api, plane, base_config, variant, round_no, size, set(names), must_reject,
-                                      core_pids)  # fmt: skip
+                    m = await measure(
+                        api, plane, base_config, variant, round_no, size, set(names), must_reject, core_pids
+                    )
                     result.measurements.append(m)
-                    progress(f"round {round_no + 1}/{size.rounds} {variant.key:<2} {m.pods_per_s:7.1f} pods/s "
-                             f"({m.pods} pods in {m.bind_window_s:.2f}s, first bind {m.start_to_first_bind_s:.1f}s "
-                             f"after start; {m.nodes_used} nodes used, at most {m.most_pods_on_a_node} pods on one; "
-                             f"calls filter {m.filter_calls} prioritize {m.prioritize_calls}; "
-                             f"CPU ms/pod {m.cpu_ms_per_pod}; machine {m.cpu_cores.get('machine')} cores, other "
-                             f"{m.cpu_cores.get('other')}; watch reopened {m.watch_restarts})")  # fmt: skip
+                    progress(
+                        f"round {round_no + 1}/{size.rounds} {variant.key:<2} {m.pods_per_s:7.1f} pods/s "
+                        f"({m.pods} pods in {m.bind_window_s:.2f}s, first bind {m.start_to_first_bind_s:.1f}s "
+                        f"after start; {m.nodes_used} nodes used, at most {m.most_pods_on_a_node} pods on one; "
+                        f"calls filter {m.filter_calls} prioritize {m.prioritize_calls}; "
+                        f"CPU ms/pod {m.cpu_ms_per_pod}; machine {m.cpu_cores.get('machine')} cores, other "
+                        f"{m.cpu_cores.get('other')}; watch reopened {m.watch_restarts})"
+                    )
             after = _metrics(addrs.base_url)
             for key, value in after.items():
                 if key.startswith("gpu_extender_filter_nodes_total{"):
-                    result.extender_filter_nodes[key[len("gpu_extender_filter_nodes_total"):]] = (
-                        value - filter_nodes_before.get(key, 0.0))  # fmt: skip
+                    result.extender_filter_nodes[key[len("gpu_extender_filter_nodes_total") :]] = (
+                        value - filter_nodes_before.get(key, 0.0)
+                    )
             return result
     finally:
         await api.close()
 
 
-async def _start_gpu_extender(stack: ExitStack, kubeconfig: Path, size: Size, fleet: Any, key: str,
-                              setup: dict[str, float], extra: Sequence[str] = ()) -> tuple[ManagedProcess, Any]:
+async def _start_gpu_extender(
+    stack: ExitStack,
+    kubeconfig: Path,
+    size: Size,
+    fleet: Any,
+    key: str,
+    setup: dict[str, float],
+    extra: Sequence[str] = (),
+) -> tuple[ManagedProcess, Any]:
     """A gpu-extender listing the apiserver's Nodes, with GPU reports for all of them over gRPC."""
-    ours, addrs = extender_process(f"extender-scheduler-bench-{key}", ["--kubernetes", "--kubeconfig", str(kubeconfig),
-                                                                       *extra])  # fmt: skip
+    ours, addrs = extender_process(
+        f"extender-scheduler-bench-{key}", ["--kubernetes", "--kubeconfig", str(kubeconfig), *extra]
+    )
     stack.enter_context(ours)
     _wait_ok(f"{addrs.base_url}/readyz", ours)
     # Reports for nodes it has not listed yet are capped (--max-unknown-nodes): wait for the list.
@@ -617,8 +706,9 @@ def unavailable() -> str | None:
     return skip_reason()
 
 
-def run(quick: bool = False, size: Size | None = None,
-        progress: Callable[[str], None] | None = None) -> SchedulerBenchResult:  # fmt: skip
+def run(
+    quick: bool = False, size: Size | None = None, progress: Callable[[str], None] | None = None
+) -> SchedulerBenchResult:
     """Start a control plane from KUBEBUILDER_ASSETS, measure every variant, stop everything."""
     reason = unavailable()
     if reason is not None:
@@ -659,9 +749,13 @@ def format_result(result: SchedulerBenchResult) -> str:
         lines.append(f"{key + ' ' + label:<44} {fmt_value(result.median(key)):>13}  {runs}")
     for key, why in result.skipped.items():
         lines.append(f"{key:<44} skipped: {why}")
-    lines.append("ratios of medians: " + ", ".join(
-        f"{num}/{den} {fmt_value(result.ratio(num, den), '.2f', 'x')}"
-        for num, den in (("c", "b1"), ("c", "b2"), ("c", "a"), ("c0", "b2"), ("c", "c0"), ("cb", "c"))))  # fmt: skip
+    lines.append(
+        "ratios of medians: "
+        + ", ".join(
+            f"{num}/{den} {fmt_value(result.ratio(num, den), '.2f', 'x')}"
+            for num, den in (("c", "b1"), ("c", "b2"), ("c", "a"), ("c0", "b2"), ("c", "c0"), ("cb", "c"))
+        )
+    )
     return "\n".join(lines)
 
 
@@ -699,23 +793,35 @@ def markdown_section(result: SchedulerBenchResult) -> list[str]:
         if not runs:
             continue
         pods = sum(m.pods for m in runs)
-        calls = (f"{sum(m.filter_calls for m in runs) / pods:.2f} / {sum(m.prioritize_calls for m in runs) / pods:.2f}"
-                 if key != "a" else "-")  # fmt: skip
-        ms = " / ".join("-" if key == "a" and name == "extender"
-                        else f"{statistics.median(m.cpu_ms_per_pod.get(name, 0.0) for m in runs):.2f}"
-                        for name in PROCESSES)  # fmt: skip
-        busy = (f"{_median_of(runs, lambda m: m.cpu_cores.get('machine', 0.0)):.2f} "
-                f"({_median_of(runs, lambda m: m.cpu_cores.get('other', 0.0)):.2f})")  # fmt: skip
-        out.append(f"| {key}: {label} | {fmt_value(result.median(key))} | "
-                   f"{', '.join(f'{m.pods_per_s:.1f}' for m in runs)} | {calls} | {ms} | {busy} |")  # fmt: skip
+        calls = (
+            f"{sum(m.filter_calls for m in runs) / pods:.2f} / {sum(m.prioritize_calls for m in runs) / pods:.2f}"
+            if key != "a"
+            else "-"
+        )
+        ms = " / ".join(
+            "-"
+            if key == "a" and name == "extender"
+            else f"{statistics.median(m.cpu_ms_per_pod.get(name, 0.0) for m in runs):.2f}"
+            for name in PROCESSES
+        )
+        busy = (
+            f"{_median_of(runs, lambda m: m.cpu_cores.get('machine', 0.0)):.2f} "
+            f"({_median_of(runs, lambda m: m.cpu_cores.get('other', 0.0)):.2f})"
+        )
+        out.append(
+            f"| {key}: {label} | {fmt_value(result.median(key))} | "
+            f"{', '.join(f'{m.pods_per_s:.1f}' for m in runs)} | {calls} | {ms} | {busy} |"
+        )
     for key, why in result.skipped.items():
         out.append(f"| {key}: skipped | - | {why} | | | |")
     out += [
         "",
         "| ratio of medians | value |",
         "|---|---:|",
-        *(f"| {num} / {den} | {fmt_value(result.ratio(num, den), '.2f', 'x')} |"
-          for num, den in (("c", "b1"), ("c", "b2"), ("c", "a"), ("c0", "b2"), ("c", "c0"), ("cb", "c"))),
+        *(
+            f"| {num} / {den} | {fmt_value(result.ratio(num, den), '.2f', 'x')} |"
+            for num, den in (("c", "b1"), ("c", "b2"), ("c", "a"), ("c0", "b2"), ("c", "c0"), ("cb", "c"))
+        ),
         "",
         "CPU figures are /proc ticks over the bind window (10 ms resolution), divided by the pods bound. The "
         "machine has 2 cores and every process of the control plane shares them: when *machine busy* is near "
@@ -725,28 +831,39 @@ def markdown_section(result: SchedulerBenchResult) -> list[str]:
     ]
     other = max((m.cpu_cores.get("other", 0.0) for m in result.measurements), default=0.0)
     if other >= OTHER_LOAD_WARN_CORES:
-        out += [f"> **Warning:** other processes on the machine used up to {other:.2f} cores during some "
-                "measurements (last column): those runs are slower; compare the ratios of the runs beside them, "
-                "or rerun on a quiet machine.", ""]  # fmt: skip
+        out += [
+            f"> **Warning:** other processes on the machine used up to {other:.2f} cores during some "
+            "measurements (last column): those runs are slower; compare the ratios of the runs beside them, "
+            "or rerun on a quiet machine.",
+            "",
+        ]
     if result.extender_filter_nodes:
         verdicts = ", ".join(f"{k} {v:,.0f}" for k, v in sorted(result.extender_filter_nodes.items()))
-        out += [f"gpu-extender's filter verdicts over all its runs (`gpu_extender_filter_nodes_total`): {verdicts}.",
-                ""]  # fmt: skip
+        out += [
+            f"gpu-extender's filter verdicts over all its runs (`gpu_extender_filter_nodes_total`): {verdicts}.",
+            "",
+        ]
     restarts = sum(m.watch_restarts for m in result.measurements)
     if restarts:
-        out += [f"The bench's pod watch was ended by the apiserver and reopened {restarts} time(s) (a slow "
-                "watcher; no event lost, a few bind times stamped late).", ""]  # fmt: skip
+        out += [
+            f"The bench's pod watch was ended by the apiserver and reopened {restarts} time(s) (a slow "
+            "watcher; no event lost, a few bind times stamped late).",
+            "",
+        ]
     errors = sorted({line for m in result.measurements for line in m.scheduler_log_errors})
-    out.append("kube-scheduler error lines (klog `E`) while it scheduled: "
-               + ("none." if not errors else f"{len(errors)} distinct, e.g. `{errors[0][:200]}`."))  # fmt: skip
+    out.append(
+        "kube-scheduler error lines (klog `E`) while it scheduled: "
+        + ("none." if not errors else f"{len(errors)} distinct, e.g. `{errors[0][:200]}`.")
+    )
     out.append("")
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true",
-                        help=f"smoke run: {QUICK.nodes} nodes, {QUICK.pods} pods, {QUICK.rounds} round")  # fmt: skip
+    parser.add_argument(
+        "--quick", action="store_true", help=f"smoke run: {QUICK.nodes} nodes, {QUICK.pods} pods, {QUICK.rounds} round"
+    )
     parser.add_argument("--nodes", type=int, help=f"nodes (default {FULL.nodes})")
     parser.add_argument("--pods", type=int, help=f"pods per measurement (default {FULL.pods})")
     parser.add_argument("--rounds", type=int, help=f"rounds of all variants (default {FULL.rounds})")

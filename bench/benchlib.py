@@ -316,21 +316,26 @@ def extender_process(name: str = "extender", extra_args: Sequence[str] = ()) -> 
     """A not yet started `gpu-extender` on free loopback ports. Data never goes
     stale during a run, and it logs only warnings (no per-request lines)."""
     addrs = ExtenderAddrs(http_port=free_port(), grpc_port=free_port())
-    argv = program("gpu-extender", "gpuextender.extender") + [
-        "--http-addr", f"{LOOPBACK}:{addrs.http_port}",
-        "--grpc-addr", f"{LOOPBACK}:{addrs.grpc_port}",
-        "--stale-after", "100000",
-        "--forget-after", "200000",
-        "--log-level", "warning",
-        "--readiness-grace", "0",  # benches measure serving, not the start-up wait for agents
+    argv = [
+        *program("gpu-extender", "gpuextender.extender"),
+        "--http-addr",
+        f"{LOOPBACK}:{addrs.http_port}",
+        "--grpc-addr",
+        f"{LOOPBACK}:{addrs.grpc_port}",
+        "--stale-after",
+        "100000",
+        "--forget-after",
+        "200000",
+        "--log-level",
+        "warning",
+        "--readiness-grace",
+        "0",  # benches measure serving, not the start-up wait for agents
         *extra_args,
-    ]  # fmt: skip
+    ]
     return ManagedProcess(name, argv), addrs
 
 
-async def wait_http_ok(
-    session: aiohttp.ClientSession, url: str, proc: ManagedProcess, timeout_s: float = 20.0
-) -> str:
+async def wait_http_ok(session: aiohttp.ClientSession, url: str, proc: ManagedProcess, timeout_s: float = 20.0) -> str:
     """Poll `url` until it answers 200 (returns the body); fail fast if `proc` dies."""
     deadline = time.monotonic() + timeout_s
     last = "no answer"
@@ -342,7 +347,7 @@ async def wait_http_ok(
                 if resp.status == 200:
                     return text
                 last = f"HTTP {resp.status}: {text.strip()}"
-        except (aiohttp.ClientError, asyncio.TimeoutError) as exc:
+        except (TimeoutError, aiohttp.ClientError) as exc:
             last = f"{type(exc).__name__}: {exc}"
         if time.monotonic() > deadline:
             raise BenchError(f"{url} not ready after {timeout_s:.0f}s ({last}); {proc.name} log:\n{proc.log_tail()}")

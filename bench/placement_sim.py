@@ -226,8 +226,7 @@ def make_fleet(cfg: SimConfig) -> list[Node]:
         product = rng.choices(PRODUCTS, weights=(0.4, 0.3, 0.3))[0]
         replicas = TIME_SLICING_REPLICAS if product is L40S and rng.random() < 0.12 else 1
         gpus = [
-            Gpu(g, f"GPU-{rng.getrandbits(128):032x}"[:40], replicas, jitter=rng.random())
-            for g in range(product.gpus)
+            Gpu(g, f"GPU-{rng.getrandbits(128):032x}"[:40], replicas, jitter=rng.random()) for g in range(product.gpus)
         ]
         for gpu in gpus:
             roll = rng.random()
@@ -246,8 +245,9 @@ def pod_size(rng: random.Random) -> int:
 def _pod(rng: random.Random, name: str, arrival: int, horizon: int, size: int) -> PodSpec:
     lifetime = None if rng.random() < 0.3 else rng.randint(max(1, horizon // 10), max(2, horizon))
     quiet = rng.randint(5, max(6, horizon // 2)) if rng.random() < 0.25 else None
-    return PodSpec(name, f"00000000-0000-4000-8000-{rng.getrandbits(48):012x}", size, arrival, lifetime,
-                   rng.randint(1, 3), quiet)  # fmt: skip
+    return PodSpec(
+        name, f"00000000-0000-4000-8000-{rng.getrandbits(48):012x}", size, arrival, lifetime, rng.randint(1, 3), quiet
+    )
 
 
 def make_pods(cfg: SimConfig) -> list[PodSpec]:
@@ -268,8 +268,13 @@ def make_trace(cfg: SimConfig, fleet: Sequence[Node]) -> list[Event]:
     for n in rng.sample(range(len(fleet)), max(1, len(fleet) // 50)):
         events.append(Event(0, "agent_dies", n))
     for _ in range(max(1, len(fleet) // 100)):
-        events.append(Event(rng.randrange(cfg.pods // 4, max(cfg.pods // 4 + 1, cfg.pods * 3 // 4)), "agent_dies",
-                            rng.randrange(len(fleet))))  # fmt: skip
+        events.append(
+            Event(
+                rng.randrange(cfg.pods // 4, max(cfg.pods // 4 + 1, cfg.pods * 3 // 4)),
+                "agent_dies",
+                rng.randrange(len(fleet)),
+            )
+        )
     # Work outside Kubernetes: some from the start, more arriving over time.
     total_gpus = sum(len(n.gpus) for n in fleet)
     for _ in range(total_gpus * 6 // 100):
@@ -460,8 +465,9 @@ class Simulation:
 
     # -- a decision --
 
-    def place(self, pod: PodSpec, choice: Node | None, candidates: Sequence[Node], now: float,
-              latency_ms: float | None = None) -> None:  # fmt: skip
+    def place(
+        self, pod: PodSpec, choice: Node | None, candidates: Sequence[Node], now: float, latency_ms: float | None = None
+    ) -> None:
         """Judge the decision against the ground truth at this moment, then bind (or queue a retry)."""
         m = self.metrics
         m.attempts += 1
@@ -590,8 +596,10 @@ def run_without_extender(cfg: SimConfig, clock_step: float = 0.01, report_every:
 
 # -- the report columns both placement benches print ---------------------------------
 
-METRIC_HEADER = (f"{'placed':>6} {'short %':>8} {'stale %':>8} {'nvlink %':>9} {'pending':>7} {'pend+cap':>8} "
-                 f"{'8-GPU nodes':>11} {'stranded':>8} {'free idle':>9}")  # fmt: skip
+METRIC_HEADER = (
+    f"{'placed':>6} {'short %':>8} {'stale %':>8} {'nvlink %':>9} {'pending':>7} {'pend+cap':>8} "
+    f"{'8-GPU nodes':>11} {'stranded':>8} {'free idle':>9}"
+)
 METRIC_LEGEND = """\
 short %:   placed on a node with fewer free idle healthy GPUs than requested while a fresh candidate had enough
 stale %:   placed on a node without fresh data while a fresh candidate had enough free idle healthy GPUs
@@ -603,6 +611,8 @@ pending:   pods given up after their retries; pend+cap: of those, ones that met 
 
 def metric_cells(m: dict[str, float]) -> str:
     """One row's METRIC_HEADER columns from a summarized Metrics (bench_placement.summarize)."""
-    return (f"{m['placed']:>6} {m['short_pct']:>8.1f} {m['stale_pct']:>8.1f} {m['nvlink_pct']:>9.1f} "
-            f"{m['given_up']:>7} {m['given_up_with_capacity']:>8} {m['nodes_fit_8']:>11} {m['stranded_slots']:>8} "
-            f"{m['free_idle_healthy']:>9}")  # fmt: skip
+    return (
+        f"{m['placed']:>6} {m['short_pct']:>8.1f} {m['stale_pct']:>8.1f} {m['nvlink_pct']:>9.1f} "
+        f"{m['given_up']:>7} {m['given_up_with_capacity']:>8} {m['nodes_fit_8']:>11} {m['stranded_slots']:>8} "
+        f"{m['free_idle_healthy']:>9}"
+    )

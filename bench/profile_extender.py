@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_extender import (  # noqa: E402
+from bench_extender import (
     POD_GPUS,
     encode,
     filter_body,
@@ -38,12 +38,12 @@ from bench_extender import (  # noqa: E402
     node_report,
 )
 
-from gpuextender.extender.scheduler import wire  # noqa: E402
-from gpuextender.extender.decide.decision import Decision  # noqa: E402
-from gpuextender.extender.flags import build_config  # noqa: E402
-from gpuextender.extender.state.gpu_state import GpuState  # noqa: E402
-from gpuextender.extender.scheduler.http_api import SchedulerApi  # noqa: E402
-from gpuextender.extender.observe.metrics import ExtenderMetrics  # noqa: E402
+from gpuextender.extender.decide.decision import Decision
+from gpuextender.extender.flags import build_config
+from gpuextender.extender.observe.metrics import ExtenderMetrics
+from gpuextender.extender.scheduler import wire
+from gpuextender.extender.scheduler.http_api import SchedulerApi
+from gpuextender.extender.state.gpu_state import GpuState
 
 
 def build_api(nodes: int) -> SchedulerApi:
@@ -82,13 +82,10 @@ def phases(api: SchedulerApi, body: bytes, verb: str, repeat: int) -> list[tuple
         rows += [("decide", ms_decide), ("record", ms_record), ("answer", ms_answer)]
     else:
         ms_decide, scores = _time(lambda: fresh().scores, repeat)
-        ms_answer, answer = _time(
-            lambda: wire.prioritize_result(scores, compact=settings.compact_priorities), repeat
-        )
+        ms_answer, answer = _time(lambda: wire.prioritize_result(scores, compact=settings.compact_priorities), repeat)
         rows += [("decide", ms_decide), ("answer", ms_answer)]
     ms_encode, _ = _time(lambda: wire.encode(answer), repeat)
-    ms_total, _ = _time(lambda: wire.encode(getattr(api, verb)(wire.parse_extender_args(body))),
-                        repeat)  # fmt: skip
+    ms_total, _ = _time(lambda: wire.encode(getattr(api, verb)(wire.parse_extender_args(body))), repeat)
     rows += [("encode", ms_encode), ("TOTAL (whole call)", ms_total)]
     return rows
 
@@ -108,8 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     items: list[Any] = names if args.mode == "names" else make_node_objects(names)
     random.Random(1).shuffle(items)
     body = encode(filter_body(load_pod(), args.mode, items))
-    print(f"{args.verb}, {args.mode} mode, {args.nodes} nodes ({POD_GPUS}-GPU pod), body {len(body) / 1024:.0f} KiB; "
-          f"best of {args.repeat} (ms):")  # fmt: skip
+    print(
+        f"{args.verb}, {args.mode} mode, {args.nodes} nodes ({POD_GPUS}-GPU pod), body {len(body) / 1024:.0f} KiB; "
+        f"best of {args.repeat} (ms):"
+    )
     for name, ms in phases(api, body, args.verb, args.repeat):
         print(f"  {name:<20} {ms:8.2f}")
     call = getattr(api, args.verb)

@@ -55,26 +55,26 @@ import logging
 import subprocess
 import sys
 import time
-from typing import Any
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_agent  # noqa: E402
-import bench_baseline  # noqa: E402
-import bench_classes  # noqa: E402
-import bench_reconnect  # noqa: E402
-import bench_scheduler  # noqa: E402
-import bench_burst  # noqa: E402
-import bench_ledger  # noqa: E402
-import bench_extender  # noqa: E402
-import bench_hostile_http  # noqa: E402
-import bench_hostile_ingest  # noqa: E402
-import bench_placement  # noqa: E402
-import bench_placement_kube  # noqa: E402
-import profile_extender  # noqa: E402
-from benchlib import BENCH_DIR, OUT_DIR, REPO_ROOT, BenchError, exit_on_sigterm, machine_facts  # noqa: E402
+import bench_agent
+import bench_baseline
+import bench_burst
+import bench_classes
+import bench_extender
+import bench_hostile_http
+import bench_hostile_ingest
+import bench_ledger
+import bench_placement
+import bench_placement_kube
+import bench_reconnect
+import bench_scheduler
+import profile_extender
+from benchlib import BENCH_DIR, OUT_DIR, REPO_ROOT, BenchError, exit_on_sigterm, machine_facts
 
 RESULTS_MD = BENCH_DIR / "RESULTS.md"
 TARGET_FILTER_P99_MS = 10.0
@@ -87,10 +87,16 @@ PLACEMENT_STALE_AFTER_S = 3.0  # bench_placement's default: dying agents go stal
 
 def _git_revision() -> str:
     try:
-        rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True,
-                             text=True, check=True).stdout.strip()  # fmt: skip
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO_ROOT,
-                               capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
+        rev = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
     return rev + (" (with uncommitted changes)" if dirty else "")
@@ -110,8 +116,9 @@ def filter_target(ext: bench_extender.ExtenderBenchResult | None) -> tuple[float
     return None, None
 
 
-def background_warning(ext: bench_extender.ExtenderBenchResult | None,
-                       agent: bench_agent.AgentBenchResult | None) -> str:  # fmt: skip
+def background_warning(
+    ext: bench_extender.ExtenderBenchResult | None, agent: bench_agent.AgentBenchResult | None
+) -> str:
     """A sentence when other processes used a noticeable share of the machine during the run."""
     loads = [sc.background_cores for sc in ext.scenarios] if ext else []
     if agent is not None:
@@ -119,8 +126,10 @@ def background_warning(ext: bench_extender.ExtenderBenchResult | None,
     worst = max(loads, default=0.0)
     if worst < BACKGROUND_WARN_CORES:
         return ""
-    return (f"other processes used up to {worst:.2f} cores of this machine during the run (column *other load*); "
-            "latency tails are then inflated. Rerun on a quiet machine for reference figures.")  # fmt: skip
+    return (
+        f"other processes used up to {worst:.2f} cores of this machine during the run (column *other load*); "
+        "latency tails are then inflated. Rerun on a quiet machine for reference figures."
+    )
 
 
 def profile_phases(ext: bench_extender.ExtenderBenchResult | None, quick: bool) -> list[tuple[str, float]] | None:
@@ -172,38 +181,53 @@ def render_markdown(
     ]
     p99, filter_ok = filter_target(ext)
     out += ["## Targets", "", "| target | measured | verdict |", "|---|---|---|"]
-    out.append(f"| filter p99 < {TARGET_FILTER_P99_MS:g} ms at 5,000 names | "
-               f"{'n/a' if p99 is None else f'{p99:.2f} ms'} | {_verdict(filter_ok)} |")  # fmt: skip
+    out.append(
+        f"| filter p99 < {TARGET_FILTER_P99_MS:g} ms at 5,000 names | "
+        f"{'n/a' if p99 is None else f'{p99:.2f} ms'} | {_verdict(filter_ok)} |"
+    )
     if agent is not None:
-        out.append(f"| agent CPU <= {agent.target_cpu_percent:g} % of one core | {agent.cpu_percent:.2f} % | "
-                   f"{_verdict(agent.cpu_ok)} |")  # fmt: skip
+        out.append(
+            f"| agent CPU <= {agent.target_cpu_percent:g} % of one core | {agent.cpu_percent:.2f} % | "
+            f"{_verdict(agent.cpu_ok)} |"
+        )
         three = next((v for v in agent.compare if v.name == "node-3x"), None)
         if three is not None:
-            out.append(f"| agent CPU with 3 extender replicas <= {agent.target_cpu_percent:g} % of one core | "
-                       f"{three.cpu_percent:.2f} % | {_verdict(three.cpu_percent <= agent.target_cpu_percent)} |")
-        out.append(f"| agent RSS <= {agent.target_rss_mib:g} MiB | {agent.rss_end_mib:.1f} MiB | "
-                   f"{_verdict(agent.rss_ok)} |")  # fmt: skip
+            out.append(
+                f"| agent CPU with 3 extender replicas <= {agent.target_cpu_percent:g} % of one core | "
+                f"{three.cpu_percent:.2f} % | {_verdict(three.cpu_percent <= agent.target_cpu_percent)} |"
+            )
+        out.append(
+            f"| agent RSS <= {agent.target_rss_mib:g} MiB | {agent.rss_end_mib:.1f} MiB | {_verdict(agent.rss_ok)} |"
+        )
     else:
-        out += [f"| agent CPU <= {bench_agent.TARGET_CPU_PERCENT:g} % of one core | n/a | n/a |",
-                f"| agent RSS <= {bench_agent.TARGET_RSS_MIB:g} MiB | n/a | n/a |"]
+        out += [
+            f"| agent CPU <= {bench_agent.TARGET_CPU_PERCENT:g} % of one core | n/a | n/a |",
+            f"| agent RSS <= {bench_agent.TARGET_RSS_MIB:g} MiB | n/a | n/a |",
+        ]
     if ingest is not None:
         out += ingest_targets(ingest[1])
     if bursts:
         shipped = bench_burst.medians(bursts).get("watch-wait")
         if shipped is not None:
             worst = shipped["misplaced_max"]
-            out.append(f"| burst of 300 one-GPU pods, real kube-scheduler, shipped config: misplaced pods = "
-                       f"{bench_burst.TARGET_MISPLACED} (worst round) | {worst:.0f} | "
-                       f"{_verdict(worst <= bench_burst.TARGET_MISPLACED)} |")  # fmt: skip
+            out.append(
+                f"| burst of 300 one-GPU pods, real kube-scheduler, shipped config: misplaced pods = "
+                f"{bench_burst.TARGET_MISPLACED} (worst round) | {worst:.0f} | "
+                f"{_verdict(worst <= bench_burst.TARGET_MISPLACED)} |"
+            )
     if ledger:
         r = ledger["ratios_p99"]["ledger, attributed"]
-        out.append(f"| filter / prioritize p99 at 5,000 names with 40,000 bound pods <= "
-                   f"{bench_ledger.TARGET_RATIO:g}x without | {r['filter']:.2f}x / {r['prioritize']:.2f}x | "
-                   f"{_verdict(bench_ledger.attributed_ratio_ok(ledger))} |")  # fmt: skip
+        out.append(
+            f"| filter / prioritize p99 at 5,000 names with 40,000 bound pods <= "
+            f"{bench_ledger.TARGET_RATIO:g}x without | {r['filter']:.2f}x / {r['prioritize']:.2f}x | "
+            f"{_verdict(bench_ledger.attributed_ratio_ok(ledger))} |"
+        )
     for r in reconnect or []:
         if r.variant == "fixed":
-            out.append(f"| {r.agents} agents back <= {bench_reconnect.TARGET_S:g} s after a {r.outage_s:.0f} s "
-                       f"extender outage | {r.last_s:.2f} s | {_verdict(r.ok)} |")  # fmt: skip
+            out.append(
+                f"| {r.agents} agents back <= {bench_reconnect.TARGET_S:g} s after a {r.outage_s:.0f} s "
+                f"extender outage | {r.last_s:.2f} s | {_verdict(r.ok)} |"
+            )
     out.append("")
     busy = background_warning(ext, agent)
     if busy:
@@ -232,8 +256,11 @@ def render_markdown(
         out += [
             "",
             "Filter verdicts per scenario (checked against the loaded state on every answer): "
-            + "; ".join(f"{sc.name}: {sc.passed} pass, {sc.failed_soft} FailedNodes, "
-                        f"{sc.failed_unresolvable} FailedAndUnresolvableNodes" for sc in ext.scenarios)  # fmt: skip
+            + "; ".join(
+                f"{sc.name}: {sc.passed} pass, {sc.failed_soft} FailedNodes, "
+                f"{sc.failed_unresolvable} FailedAndUnresolvableNodes"
+                for sc in ext.scenarios
+            )
             + ".",
             "",
         ]
@@ -246,7 +273,8 @@ def render_markdown(
         ]
         what = {
             "parse": "`wire.parse_extender_args` (json.loads + checks)",
-            "question": "`SchedulerApi.decide`: the pod read once (`pod_request.read_pod`), candidates, snapshot, class plan",
+            "question": "`SchedulerApi.decide`: the pod read once (`pod_request.read_pod`), candidates, snapshot, "
+            "class plan",
             "decide": "`Decision.filtered` (placement + `decision.filter_nodes`)",
             "record": "`SchedulerApi._record_filter` (metrics per failed node + decision log text)",
             "answer": "`wire.filter_result`",
@@ -299,8 +327,8 @@ def render_markdown(
         "- Calls are made like kube-scheduler makes them: strictly sequential (one request in flight), over one "
         "keep-alive HTTP/1.1 connection, filter then prioritize for the same pod (the fixture's 2-GPU Pod from "
         "`tests/fixtures/extender-requests/`), candidates in a shuffled order that changes per call. In "
-        "NodeNames mode the body carries `\"Nodes\": null`; in Nodes mode (`nodeCacheCapable: false`) each "
-        "Node is a clone of the fixture's Node with its name and hostname changed, and `\"NodeNames\": null`.",
+        'NodeNames mode the body carries `"Nodes": null`; in Nodes mode (`nodeCacheCapable: false`) each '
+        'Node is a clone of the fixture\'s Node with its name and hostname changed, and `"NodeNames": null`.',
         "- Prioritize receives the nodes filter passed, as kube-scheduler sends its feasible list "
         "(`bench_extender.py --prioritize-nodes all` sends all N).",
         "- Latency is client-side wall time per request, including JSON encoding of the request and decoding "
@@ -329,43 +357,73 @@ def render_markdown(
     if classes:
         out += ["", *classes_markdown(classes)]
     if baseline is not None:
-        out += ["", f"## gpu-extender against {baseline.revision}, same run", "",
-                f"`bench/bench_baseline.py {baseline.revision}`: the names-5000 scenario above, {baseline.rounds} "
-                f"round(s) against the extender of `{baseline.revision}` and {baseline.rounds} against this "
-                "tree, alternating (same client, fleet and requests); one figure per round, ratios of the medians.",
-                "", "```", *bench_baseline.format_result(baseline), "```"]  # fmt: skip
+        out += [
+            "",
+            f"## gpu-extender against {baseline.revision}, same run",
+            "",
+            f"`bench/bench_baseline.py {baseline.revision}`: the names-5000 scenario above, {baseline.rounds} "
+            f"round(s) against the extender of `{baseline.revision}` and {baseline.rounds} against this "
+            "tree, alternating (same client, fleet and requests); one figure per round, ratios of the medians.",
+            "",
+            "```",
+            *bench_baseline.format_result(baseline),
+            "```",
+        ]
     if ingest is not None:
-        out += ["", "## gpu-extender: ingest at fleet scale", "",
-                "`bench/bench_ingest.py`: the real extender (both its processes: the one answering kube-scheduler "
-                "and its ingest process) and 5,000 simulated agents in one load process (niced: it stands for "
-                "remote agents), one long-lived StreamNodeReports stream each over 8 channels; 8-GPU 0.2 reports "
-                "from bench_extender's fleet. Flat out: every stream sends as soon as its ack is back (reports/s "
-                "per core of extender CPU); paced: every node every second (agents before the report gate); gated: "
-                "agents with the gate (1 s samples, a report when something decision-relevant changed, with "
-                "probability p per sample, else a heartbeat every 3 s). Then filter (5,000 names) + prioritize "
-                "(the nodes filter answered: its --shortlist of 100) with the gated load (p = 0.02) running, "
-                "without, and (worst case, not a goal) with the paced every-second load, alternating. Client and extender share this machine's 2 cores. Below it, "
-                "`bench/bench_grpc_floor.py`: a bare grpc.aio server that only acks, at the same rate: the "
-                "transport's share of the extender's cost, with shared connections (as the load process) and "
-                "one per agent (as in a cluster).", "",
-                "```", *ingest[0], "```"]  # fmt: skip
+        out += [
+            "",
+            "## gpu-extender: ingest at fleet scale",
+            "",
+            "`bench/bench_ingest.py`: the real extender (both its processes: the one answering kube-scheduler "
+            "and its ingest process) and 5,000 simulated agents in one load process (niced: it stands for "
+            "remote agents), one long-lived StreamNodeReports stream each over 8 channels; 8-GPU 0.2 reports "
+            "from bench_extender's fleet. Flat out: every stream sends as soon as its ack is back (reports/s "
+            "per core of extender CPU); paced: every node every second (agents before the report gate); gated: "
+            "agents with the gate (1 s samples, a report when something decision-relevant changed, with "
+            "probability p per sample, else a heartbeat every 3 s). Then filter (5,000 names) + prioritize "
+            "(the nodes filter answered: its --shortlist of 100) with the gated load (p = 0.02) running, "
+            "without, and (worst case, not a goal) with the paced every-second load, alternating. Client and "
+            "extender share this machine's 2 cores. Below it, "
+            "`bench/bench_grpc_floor.py`: a bare grpc.aio server that only acks, at the same rate: the "
+            "transport's share of the extender's cost, with shared connections (as the load process) and "
+            "one per agent (as in a cluster).",
+            "",
+            "```",
+            *ingest[0],
+            "```",
+        ]
     if pod_resources:
-        out += ["", "## gpu-agent: one PodResources List", "",
-                "`bench/bench_pod_resources.py`: what the agent pays per sample to ask the kubelet who holds which "
-                "GPU (the fake kubelet: a real gRPC server on a unix socket, first in its own process as the kubelet "
-                "is, then in the bench's own process). The agent's CPU per sample is the `CPU` column of "
-                "PodAttribution.annotate in the first two blocks.", "",
-                "```", *pod_resources, "```"]  # fmt: skip
+        out += [
+            "",
+            "## gpu-agent: one PodResources List",
+            "",
+            "`bench/bench_pod_resources.py`: what the agent pays per sample to ask the kubelet who holds which "
+            "GPU (the fake kubelet: a real gRPC server on a unix socket, first in its own process as the kubelet "
+            "is, then in the bench's own process). The agent's CPU per sample is the `CPU` column of "
+            "PodAttribution.annotate in the first two blocks.",
+            "",
+            "```",
+            *pod_resources,
+            "```",
+        ]
     if placement is not None:
         out += ["", *placement_markdown(*placement)]
     if placement_kube is not None:
         cfg, rows = placement_kube
-        out += ["", "### The same fleet through a real kube-scheduler", "",
-                f"`bench/bench_placement_kube.py`: {cfg.nodes} nodes and {cfg.pods} pods of the same trace (seed "
-                f"{cfg.seed}), the node chosen by a real kube-scheduler (the shipped configuration, with the real "
-                "extender over HTTPS for the extender variants; `none`: stock kube-scheduler, whose LeastAllocated "
-                "scores cpu and memory; `none-gpu`: LeastAllocated on nvidia.com/gpu).", "",
-                "```", bench_placement_kube.format_table(rows), bench_placement_kube.LEGEND, "```"]  # fmt: skip
+        out += [
+            "",
+            "### The same fleet through a real kube-scheduler",
+            "",
+            f"`bench/bench_placement_kube.py`: {cfg.nodes} nodes and {cfg.pods} pods of the same trace (seed "
+            f"{cfg.seed}), the node chosen by a real kube-scheduler (the shipped configuration, with the real "
+            "extender over HTTPS for the extender variants; `none`: stock kube-scheduler, whose LeastAllocated "
+            "scores cpu and memory; `none-gpu`: LeastAllocated on nvidia.com/gpu).",
+            "",
+            "```",
+            bench_placement_kube.format_table(rows),
+            bench_placement_kube.LEGEND,
+            "```",
+        ]
     if scheduler is not None:
         out += ["", *bench_scheduler.markdown_section(scheduler)]
     if bursts:
@@ -375,11 +433,18 @@ def render_markdown(
     if reconnect:
         out += ["", *reconnect_markdown(reconnect)]
     if hostile_http:
-        out += ["", "## gpu-extender under hostile scheduler requests", "",
-                "`bench/bench_hostile_http.py`: the handler's synchronous step in-process (best of 5), which is how "
-                "long one request holds the event loop; the fuzz test (`tests/e2e/test_hostile_http.py`) checks "
-                "the same bound against the real server from a second connection.", "",
-                "```", *hostile_http, "```"]  # fmt: skip
+        out += [
+            "",
+            "## gpu-extender under hostile scheduler requests",
+            "",
+            "`bench/bench_hostile_http.py`: the handler's synchronous step in-process (best of 5), which is how "
+            "long one request holds the event loop; the fuzz test (`tests/e2e/test_hostile_http.py`) checks "
+            "the same bound against the real server from a second connection.",
+            "",
+            "```",
+            *hostile_http,
+            "```",
+        ]
     if hostile_ingest:
         out += ["", *hostile_ingest_markdown(*hostile_ingest)]
     return "\n".join(out)
@@ -396,44 +461,88 @@ def ingest_targets(summary: dict[str, float]) -> list[str]:
     at = "" if nodes == 5_000 else f" (measured at {nodes:,})"
     # (summary key, target, how the figure reads, met?)
     goals: list[tuple[str, str, Callable[[float], str], Callable[[float], bool]]] = [
-        ("flat_varied_reports_per_extender_core", "ingest >= 20,000 reports/s per extender core (8-GPU reports, "
-         "flat out: the extender's cost per report)", lambda v: f"{v:,.0f}", lambda v: v >= 20_000),
-        ("gated_core_percent_at_5000_nodes", f"5,000 nodes at 1 s freshness (agents gated: heartbeat {heartbeat:g} s, "
-         f"{rate:g} % of nodes change per second) <= 25 % of an extender core", lambda v: f"{v:.1f} %{est}",
-         lambda v: v <= 25),
-        ("paced_varied_core_percent_at_5000_per_s", "(worst case, not the goal: every node reports every 1 s, the "
-         "agent before the gate) <= 25 % of an extender core", lambda v: f"{v:.1f} %{est}", lambda v: v <= 25),
-        *((f"{verb}_p99_ratio", f"{verb} p99 at 5,000 names while 5,000 gated agents stream <= 1.2x without",
-           lambda v: f"{v:.2f}x{at}", lambda v: v <= 1.2) for verb in ("filter", "prioritize")),
-        ("extender_rss_max_mib", "extender RSS with 5,000 nodes streaming <= 150 MiB (both its processes; "
-         "the larger of streams open / end)", lambda v: f"{v:.0f} MiB{at}", lambda v: v <= 150),
-    ]  # fmt: skip
-    return [f"| {target} | {shown(summary[key])} | {_verdict(met(summary[key]))} |"
-            for key, target, shown, met in goals if key in summary]
+        (
+            "flat_varied_reports_per_extender_core",
+            "ingest >= 20,000 reports/s per extender core (8-GPU reports, flat out: the extender's cost per report)",
+            lambda v: f"{v:,.0f}",
+            lambda v: v >= 20_000,
+        ),
+        (
+            "gated_core_percent_at_5000_nodes",
+            f"5,000 nodes at 1 s freshness (agents gated: heartbeat {heartbeat:g} s, "
+            f"{rate:g} % of nodes change per second) <= 25 % of an extender core",
+            lambda v: f"{v:.1f} %{est}",
+            lambda v: v <= 25,
+        ),
+        (
+            "paced_varied_core_percent_at_5000_per_s",
+            "(worst case, not the goal: every node reports every 1 s, the "
+            "agent before the gate) <= 25 % of an extender core",
+            lambda v: f"{v:.1f} %{est}",
+            lambda v: v <= 25,
+        ),
+        *(
+            (
+                f"{verb}_p99_ratio",
+                f"{verb} p99 at 5,000 names while 5,000 gated agents stream <= 1.2x without",
+                lambda v: f"{v:.2f}x{at}",
+                lambda v: v <= 1.2,
+            )
+            for verb in ("filter", "prioritize")
+        ),
+        (
+            "extender_rss_max_mib",
+            "extender RSS with 5,000 nodes streaming <= 150 MiB (both its processes; the larger of streams open / end)",
+            lambda v: f"{v:.0f} MiB{at}",
+            lambda v: v <= 150,
+        ),
+    ]
+    return [
+        f"| {target} | {shown(summary[key])} | {_verdict(met(summary[key]))} |"
+        for key, target, shown, met in goals
+        if key in summary
+    ]
 
 
 def ingest_report(quick: bool) -> tuple[list[str], dict[str, float]]:
     """bench_ingest.py's report and summary (it starts its own extender and load process)."""
     raw = OUT_DIR / "ingest.json"
-    done = subprocess.run([sys.executable, str(BENCH_DIR / "bench_ingest.py"), "--json", str(raw),
-                           *(["--quick"] if quick else [])],
-                          capture_output=True, text=True, timeout=900, cwd=REPO_ROOT)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(BENCH_DIR / "bench_ingest.py"), "--json", str(raw), *(["--quick"] if quick else [])],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        cwd=REPO_ROOT,
+    )
     if done.returncode != 0:
         raise BenchError(f"bench_ingest.py failed: {done.stderr.strip()[-500:]}")
     lines = done.stdout.rstrip().splitlines()
     # The transport's share: a bare grpc.aio server that only acks, at the gated agents' rate.
-    floor = subprocess.run([sys.executable, str(BENCH_DIR / "bench_grpc_floor.py"),
-                            *(["--agents", "500", "--settle", "3", "--window", "3"] if quick else [])],
-                           capture_output=True, text=True, timeout=600, cwd=REPO_ROOT)  # fmt: skip
+    floor = subprocess.run(
+        [
+            sys.executable,
+            str(BENCH_DIR / "bench_grpc_floor.py"),
+            *(["--agents", "500", "--settle", "3", "--window", "3"] if quick else []),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO_ROOT,
+    )
     if floor.returncode != 0:
         raise BenchError(f"bench_grpc_floor.py failed: {floor.stderr.strip()[-500:]}")
-    return lines + ["", *floor.stdout.rstrip().splitlines()], json.loads(raw.read_text())["summary"]
+    return [*lines, "", *floor.stdout.rstrip().splitlines()], json.loads(raw.read_text())["summary"]
 
 
 def pod_resources_report(calls: int) -> list[str]:
     """bench_pod_resources.py's report (it runs the fake kubelet as its own process)."""
-    done = subprocess.run([sys.executable, str(BENCH_DIR / "bench_pod_resources.py"), "--calls", str(calls)],
-                          capture_output=True, text=True, timeout=600, cwd=REPO_ROOT)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(BENCH_DIR / "bench_pod_resources.py"), "--calls", str(calls)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=REPO_ROOT,
+    )
     if done.returncode != 0:
         raise BenchError(f"bench_pod_resources.py failed: {done.stderr.strip()[-500:]}")
     return done.stdout.rstrip().splitlines()
@@ -442,16 +551,21 @@ def pod_resources_report(calls: int) -> list[str]:
 def placement_markdown(cfg: bench_placement.SimConfig, results: list[bench_placement.VariantResult]) -> list[str]:
     """Placement quality: kube-scheduler alone against the extender's strategies on one simulated fleet."""
     return [
-        "## Placement quality (simulated fleet)", "",
+        "## Placement quality (simulated fleet)",
+        "",
         f"`bench/bench_placement.py`: {cfg.nodes} nodes (H100 and A100 8-GPU NVLink boxes, L40S 4-GPU PCIe "
         f"boxes, some time-sliced), {cfg.pods} pods from a seeded trace (seed {cfg.seed}: 1-8 GPUs, pods "
         "that go quiet or end, load from outside Kubernetes, failing and degrading GPUs, dying agents), "
         f"scheduled by replaying kube-scheduler's fit check, then filter and prioritize on the real extender "
         f"(`--stale-after {PLACEMENT_STALE_AFTER_S:g}`), the top score bound; `none` is "
         "kube-scheduler's LeastAllocated alone. bench/placement_sim.py defines every column. Targets "
-        "(issue 12): 0 % on short, stale and nvlink; no more pending than `none`.", "",
-        "```", bench_placement.format_table(results), bench_placement.LEGEND, "```",
-    ]  # fmt: skip
+        "(issue 12): 0 % on short, stale and nvlink; no more pending than `none`.",
+        "",
+        "```",
+        bench_placement.format_table(results),
+        bench_placement.LEGEND,
+        "```",
+    ]
 
 
 def classes_markdown(classes: list[dict]) -> list[str]:
@@ -517,18 +631,42 @@ def hostile_ingest_markdown(rows: list[bench_hostile_ingest.Row], flood: bench_h
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true",
-                        help="smoke check: few iterations and a 5 s agent window; RESULTS.md left alone")  # fmt: skip
-    parser.add_argument("--only", choices=("extender", "agent", "reconnect", "ingest", "http", "scheduler",
-                                           "placement", "fleet", "bursts", "ledger"),
-                        help="run only this benchmark")  # fmt: skip
-    parser.add_argument("--baseline", metavar="REV",
-                        help="also compare filter/prioritize at 5,000 names with this git revision, same run")
-    parser.add_argument("--scenario", action="append", choices=[s.name for s in bench_extender.SCENARIOS],
-                        help="extender scenario to run (repeatable; default: all)")  # fmt: skip
-    parser.add_argument("--results", type=Path,
-                        help=f"write the Markdown report here (default: {RESULTS_MD.relative_to(REPO_ROOT)}, "
-                        "not written by --quick unless given)")  # fmt: skip
+    parser.add_argument(
+        "--quick", action="store_true", help="smoke check: few iterations and a 5 s agent window; RESULTS.md left alone"
+    )
+    parser.add_argument(
+        "--only",
+        choices=(
+            "extender",
+            "agent",
+            "reconnect",
+            "ingest",
+            "http",
+            "scheduler",
+            "placement",
+            "fleet",
+            "bursts",
+            "ledger",
+        ),
+        help="run only this benchmark",
+    )
+    parser.add_argument(
+        "--baseline",
+        metavar="REV",
+        help="also compare filter/prioritize at 5,000 names with this git revision, same run",
+    )
+    parser.add_argument(
+        "--scenario",
+        action="append",
+        choices=[s.name for s in bench_extender.SCENARIOS],
+        help="extender scenario to run (repeatable; default: all)",
+    )
+    parser.add_argument(
+        "--results",
+        type=Path,
+        help=f"write the Markdown report here (default: {RESULTS_MD.relative_to(REPO_ROOT)}, "
+        "not written by --quick unless given)",
+    )
     args = parser.parse_args(argv)
     exit_on_sigterm()
     started = time.monotonic()
@@ -554,7 +692,7 @@ def main(argv: list[str] | None = None) -> int:
             print(bench_extender.format_table(ext), flush=True)
             print("== gpu-extender with 8 classes and 50 runtimes", flush=True)
             classes = bench_classes.run(quick=args.quick)
-            for line in classes_markdown(classes)[-2 * len(classes):]:
+            for line in classes_markdown(classes)[-2 * len(classes) :]:
                 print(line, flush=True)
         if args.baseline and args.only in (None, "extender"):
             print(f"== gpu-extender against {args.baseline}, same run", flush=True)
@@ -586,19 +724,25 @@ def main(argv: list[str] | None = None) -> int:
         if args.only in (None, "placement"):
             print("== placement quality on a simulated fleet", flush=True)
             cfg = bench_placement.SimConfig(nodes=60, pods=240) if args.quick else bench_placement.SimConfig()
-            placement = (cfg, bench_placement.run(cfg, bench_placement.VARIANTS,
-                                                  PLACEMENT_STALE_AFTER_S))  # fmt: skip
+            placement = (cfg, bench_placement.run(cfg, bench_placement.VARIANTS, PLACEMENT_STALE_AFTER_S))
             print(bench_placement.format_table(placement[1]), flush=True)
             skip = bench_scheduler.unavailable()
             if skip is not None:
                 print(f"== placement quality through a real kube-scheduler: skipped ({skip})", flush=True)
             else:
                 print("== placement quality through a real kube-scheduler", flush=True)
-                kube_cfg = bench_placement.SimConfig(nodes=bench_placement_kube.DEFAULT_NODES,
-                                                     pods=bench_placement_kube.DEFAULT_PODS)  # fmt: skip
-                placement_kube = (kube_cfg, bench_placement_kube.run(
-                    kube_cfg, bench_placement_kube.DEFAULT_VARIANTS, PLACEMENT_STALE_AFTER_S,
-                    lambda line: print(f"  {line}", flush=True)))  # fmt: skip
+                kube_cfg = bench_placement.SimConfig(
+                    nodes=bench_placement_kube.DEFAULT_NODES, pods=bench_placement_kube.DEFAULT_PODS
+                )
+                placement_kube = (
+                    kube_cfg,
+                    bench_placement_kube.run(
+                        kube_cfg,
+                        bench_placement_kube.DEFAULT_VARIANTS,
+                        PLACEMENT_STALE_AFTER_S,
+                        lambda line: print(f"  {line}", flush=True),
+                    ),
+                )
                 print(bench_placement_kube.format_table(placement_kube[1]), flush=True)
         if args.only in (None, "scheduler"):
             skip = bench_scheduler.unavailable()
@@ -614,8 +758,9 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"== bursts through a real kube-scheduler: skipped ({skip})", flush=True)
             else:
                 print("== bursts through a real kube-scheduler (bindings and the next filter)", flush=True)
-                bursts = bench_burst.run(rounds=1 if args.quick else 3,
-                                         progress=lambda line: print(f"  {line}", flush=True))  # fmt: skip
+                bursts = bench_burst.run(
+                    rounds=1 if args.quick else 3, progress=lambda line: print(f"  {line}", flush=True)
+                )
                 print("\n".join(bench_burst.table(bursts)), flush=True)
         if args.only in (None, "ledger"):
             print("== the bound-pod ledger at scale (40,000 pods)", flush=True)
@@ -634,34 +779,54 @@ def main(argv: list[str] | None = None) -> int:
     if phases is not None:
         print("  inside one 5,000-name filter call (ms): " + ", ".join(f"{n} {ms:.2f}" for n, ms in phases))
     if agent is not None:
-        print(f"  agent CPU {agent.cpu_percent:.2f} % of a core (<= {agent.target_cpu_percent:g} %) "
-              f"{_verdict(agent.cpu_ok)}; RSS {agent.rss_end_mib:.1f} MiB (<= {agent.target_rss_mib:g} MiB) "
-              f"{_verdict(agent.rss_ok)}")  # fmt: skip
+        print(
+            f"  agent CPU {agent.cpu_percent:.2f} % of a core (<= {agent.target_cpu_percent:g} %) "
+            f"{_verdict(agent.cpu_ok)}; RSS {agent.rss_end_mib:.1f} MiB (<= {agent.target_rss_mib:g} MiB) "
+            f"{_verdict(agent.rss_ok)}"
+        )
     for r in reconnect or []:
-        print(f"  {r.variant}: {r.agents} agents after a {r.outage_s:.0f} s outage all back in "
-              f"{r.last_s:.2f} s (<= {bench_reconnect.TARGET_S:g} s) {_verdict(r.ok)}")  # fmt: skip
+        print(
+            f"  {r.variant}: {r.agents} agents after a {r.outage_s:.0f} s outage all back in "
+            f"{r.last_s:.2f} s (<= {bench_reconnect.TARGET_S:g} s) {_verdict(r.ok)}"
+        )
     if scheduler is not None:
-        print("  real kube-scheduler, median pods/s: " + ", ".join(
-            f"{key} {bench_scheduler.fmt_value(scheduler.median(key))}" for key in scheduler.variants) + "; "
-            + ", ".join(f"c/{den} {bench_scheduler.fmt_value(scheduler.ratio('c', den), '.2f', 'x')}"
-                        for den in ("b1", "b2", "a")))  # fmt: skip
+        print(
+            "  real kube-scheduler, median pods/s: "
+            + ", ".join(f"{key} {bench_scheduler.fmt_value(scheduler.median(key))}" for key in scheduler.variants)
+            + "; "
+            + ", ".join(
+                f"c/{den} {bench_scheduler.fmt_value(scheduler.ratio('c', den), '.2f', 'x')}"
+                for den in ("b1", "b2", "a")
+            )
+        )
     busy = background_warning(ext, agent)
     if busy:
         print(f"  WARNING: {busy}")
     print(f"  total {total_s:.0f} s")
 
     OUT_DIR.mkdir(parents=True, exist_ok=True)
-    raw = {"date_utc": when.isoformat(), "machine": machine_facts(), "quick": args.quick,
-           "extender": asdict(ext) if ext else None, "agent": asdict(agent) if agent else None,
-           "filter_phases_ms": dict(phases) if phases else None, "classes": classes,
-           "reconnect": [asdict(r) for r in reconnect] if reconnect else None,
-           "hostile_ingest": {"rows": [asdict(r) for r in hostile_ingest[0]], "flood": asdict(hostile_ingest[1])}
-           if hostile_ingest else None, "hostile_http": hostile_http,
-           "scheduler": asdict(scheduler) if scheduler else None,
-           "placement": [asdict(r) for r in placement[1]] if placement else None,
-           "pod_resources": pod_resources, "baseline": asdict(baseline) if baseline else None,
-           "placement_kube": [asdict(r) for r in placement_kube[1]] if placement_kube else None,
-           "fleet_ingest": fleet_ingest[1] if fleet_ingest else None, "bursts": bursts, "ledger": ledger}  # fmt: skip
+    raw = {
+        "date_utc": when.isoformat(),
+        "machine": machine_facts(),
+        "quick": args.quick,
+        "extender": asdict(ext) if ext else None,
+        "agent": asdict(agent) if agent else None,
+        "filter_phases_ms": dict(phases) if phases else None,
+        "classes": classes,
+        "reconnect": [asdict(r) for r in reconnect] if reconnect else None,
+        "hostile_ingest": {"rows": [asdict(r) for r in hostile_ingest[0]], "flood": asdict(hostile_ingest[1])}
+        if hostile_ingest
+        else None,
+        "hostile_http": hostile_http,
+        "scheduler": asdict(scheduler) if scheduler else None,
+        "placement": [asdict(r) for r in placement[1]] if placement else None,
+        "pod_resources": pod_resources,
+        "baseline": asdict(baseline) if baseline else None,
+        "placement_kube": [asdict(r) for r in placement_kube[1]] if placement_kube else None,
+        "fleet_ingest": fleet_ingest[1] if fleet_ingest else None,
+        "bursts": bursts,
+        "ledger": ledger,
+    }
     (OUT_DIR / "results.json").write_text(json.dumps(raw, indent=2))
 
     target = args.results or (None if args.quick else RESULTS_MD)
@@ -670,13 +835,29 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     extra = " ".join(a for a in (argv if argv is not None else sys.argv[1:]))
     command = "./dev.sh bench" + (f" {extra}" if extra else "")
-    target.write_text(render_markdown(when=when, command=command, quick=args.quick, total_s=total_s,
-                                      ext=ext, agent=agent, phases=phases, classes=classes,
-                                      reconnect=reconnect, hostile_ingest=hostile_ingest,
-                                      hostile_http=hostile_http, scheduler=scheduler, placement=placement,
-                                      pod_resources=pod_resources, baseline=baseline,
-                                      placement_kube=placement_kube, ingest=fleet_ingest, bursts=bursts,
-                                      ledger=ledger))  # fmt: skip
+    target.write_text(
+        render_markdown(
+            when=when,
+            command=command,
+            quick=args.quick,
+            total_s=total_s,
+            ext=ext,
+            agent=agent,
+            phases=phases,
+            classes=classes,
+            reconnect=reconnect,
+            hostile_ingest=hostile_ingest,
+            hostile_http=hostile_http,
+            scheduler=scheduler,
+            placement=placement,
+            pod_resources=pod_resources,
+            baseline=baseline,
+            placement_kube=placement_kube,
+            ingest=fleet_ingest,
+            bursts=bursts,
+            ledger=ledger,
+        )
+    )
     print(f"  wrote {target}")
     return 0
 

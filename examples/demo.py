@@ -103,9 +103,11 @@ def wait_for(what: str, check, timeout: float = 20.0) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--keep-running", action="store_true", help="leave the extender and agents running")
-    parser.add_argument("--keep-logs", action="store_true",
-                        help="keep the temporary directory of logs and sockets (removed at exit otherwise, "
-                        "unless the demo failed)")  # fmt: skip
+    parser.add_argument(
+        "--keep-logs",
+        action="store_true",
+        help="keep the temporary directory of logs and sockets (removed at exit otherwise, unless the demo failed)",
+    )
     options = parser.parse_args()
     signal.signal(signal.SIGTERM, _interrupted)  # `kill` stops the demo's processes too, as Ctrl-C does
 
@@ -115,7 +117,7 @@ def main() -> int:
     procs: list[subprocess.Popen[bytes]] = []
 
     def start(name: str, args: list[str]) -> None:
-        log_file = open(work / f"{name}.log", "wb")  # noqa: SIM115 - lives as long as the process
+        log_file = open(work / f"{name}.log", "wb")
         procs.append(subprocess.Popen([sys.executable, "-m", *args], stdout=log_file, stderr=subprocess.STDOUT))
 
     def extender_idle(node: str) -> float | None:
@@ -124,18 +126,38 @@ def main() -> int:
     ok = False
     try:
         print(f"starting gpu-extender on {extender_url} (agents stream to 127.0.0.1:{grpc_port})")
-        start("gpu-extender", [
-            "gpuextender.extender", "--http-addr", f"127.0.0.1:{http_port}", "--grpc-addr", f"127.0.0.1:{grpc_port}",
-            "--inventory", str(DEMO / "inventory"), "--prioritize-answer", "full",
-        ])  # fmt: skip
+        start(
+            "gpu-extender",
+            [
+                "gpuextender.extender",
+                "--http-addr",
+                f"127.0.0.1:{http_port}",
+                "--grpc-addr",
+                f"127.0.0.1:{grpc_port}",
+                "--inventory",
+                str(DEMO / "inventory"),
+                "--prioritize-answer",
+                "full",
+            ],
+        )
         kubelet_sockets = {node: work / f"{node}.sock" for node in NODES}
         for node, sock in kubelet_sockets.items():
-            print(f"starting a fake kubelet for {node}: PodResources on {sock}, "
-                  f"pods from examples/demo/kubelet/{node}.yaml")  # fmt: skip
-            start(f"kubelet-{node}", [
-                "gpuextender.agent.fakes.kubelet", "--socket", str(sock),
-                "--scenario", str(DEMO / "kubelet" / f"{node}.yaml"), "--node", node,
-            ])  # fmt: skip
+            print(
+                f"starting a fake kubelet for {node}: PodResources on {sock}, "
+                f"pods from examples/demo/kubelet/{node}.yaml"
+            )
+            start(
+                f"kubelet-{node}",
+                [
+                    "gpuextender.agent.fakes.kubelet",
+                    "--socket",
+                    str(sock),
+                    "--scenario",
+                    str(DEMO / "kubelet" / f"{node}.yaml"),
+                    "--node",
+                    node,
+                ],
+            )
         # Up, but not Ready until every GPU node's agent has reported (--readiness-grace).
         wait_for("gpu-extender /healthz", lambda: http(f"{extender_url}/healthz")[0] == 200)
         for node, sock in kubelet_sockets.items():
@@ -145,12 +167,28 @@ def main() -> int:
         for node in NODES:
             agent_ports[node] = free_port()
             print(f"starting gpu-agent for {node} on fake GPUs from examples/demo/scenarios/{node}.yaml")
-            start(node, [
-                "gpuextender.agent", "--fake", str(DEMO / "scenarios" / f"{node}.yaml"), "--node-name", node,
-                "--extender", f"127.0.0.1:{grpc_port}", "--metrics-addr", f"127.0.0.1:{agent_ports[node]}",
-                "--pod-resources-socket", str(kubelet_sockets[node]), "--control-dir", str(work / f"ctl-{node}"),
-                "--idle-window", str(IDLE_WINDOW_S), "--idle-threshold", str(IDLE_THRESHOLD_PERCENT),
-            ])  # fmt: skip
+            start(
+                node,
+                [
+                    "gpuextender.agent",
+                    "--fake",
+                    str(DEMO / "scenarios" / f"{node}.yaml"),
+                    "--node-name",
+                    node,
+                    "--extender",
+                    f"127.0.0.1:{grpc_port}",
+                    "--metrics-addr",
+                    f"127.0.0.1:{agent_ports[node]}",
+                    "--pod-resources-socket",
+                    str(kubelet_sockets[node]),
+                    "--control-dir",
+                    str(work / f"ctl-{node}"),
+                    "--idle-window",
+                    str(IDLE_WINDOW_S),
+                    "--idle-threshold",
+                    str(IDLE_THRESHOLD_PERCENT),
+                ],
+            )
         wait_for(
             "all three agents to report",
             lambda: scrape(f"{extender_url}/metrics").get(("gpu_extender_nodes_with_data", ())) == 3.0,
@@ -162,20 +200,29 @@ def main() -> int:
         wait_for("GPU 7 on gpu-node-3 to be reported lost", lambda: extender_idle("gpu-node-3") == 3.0)
         wait_for("XID 79 on GPU 5 of gpu-node-2 to reach the extender", lambda: extender_idle("gpu-node-2") == 6.0)
         # The notebook pod on gpu-node-2 holds GPU 0 and never uses it.
-        wait_for(f"a GPU allocated but idle for {IDLE_WINDOW_S} s", lambda: any(
-            value >= 1 for _, value in series(scrape(f"http://127.0.0.1:{agent_ports['gpu-node-2']}/metrics"),
-                                              "gpu_agent_pod_idle_gpus")
-        ))  # fmt: skip
+        wait_for(
+            f"a GPU allocated but idle for {IDLE_WINDOW_S} s",
+            lambda: any(
+                value >= 1
+                for _, value in series(
+                    scrape(f"http://127.0.0.1:{agent_ports['gpu-node-2']}/metrics"), "gpu_agent_pod_idle_gpus"
+                )
+            ),
+        )
 
         body = (REQUESTS / "filter-request-nodecache-true.json").read_bytes()
         pod = json.loads(body)["Pod"]["metadata"]
-        print(f"\nreplaying kube-scheduler's request for pod {pod['namespace']}/{pod['name']} "
-              f"(2 x nvidia.com/gpu, nodeCacheCapable: true)\n")  # fmt: skip
+        print(
+            f"\nreplaying kube-scheduler's request for pod {pod['namespace']}/{pod['name']} "
+            f"(2 x nvidia.com/gpu, nodeCacheCapable: true)\n"
+        )
         filter_body, prioritize_body = replay(extender_url, body)
         print_table(extender_url, agent_ports, json.loads(filter_body), json.loads(prioritize_body))
-        print("\nIDLE GPUS: healthy, idle (utilization < 30 % and memory < 50 %) and held by no pod / GPUs NVML sees; "
-              "MEAN UTIL: over GPUs that report it.\nSCORE: 0-10, more idle GPUs first, then lower utilization "
-              "(formula in gpuextender/extender/decide/whole_gpus.py).\n")  # fmt: skip
+        print(
+            "\nIDLE GPUS: healthy, idle (utilization < 30 % and memory < 50 %) and held by no pod / GPUs NVML sees; "
+            "MEAN UTIL: over GPUs that report it.\nSCORE: 0-10, more idle GPUs first, then lower utilization "
+            "(formula in gpuextender/extender/decide/whole_gpus.py).\n"
+        )
         quarantined = print_unhealthy(agent_ports, work)
 
         print("\nraw answers, as kube-scheduler decodes them:")
@@ -186,18 +233,23 @@ def main() -> int:
 
         for node, gpu in quarantined:
             control_dir = work / f"ctl-{node}"
-            print(f"\nclearing the quarantine, as an operator would after checking the GPU:\n"
-                  f"  $ gpu-agent --clear-xid {gpu} --control-dir {control_dir}")  # fmt: skip
+            print(
+                f"\nclearing the quarantine, as an operator would after checking the GPU:\n"
+                f"  $ gpu-agent --clear-xid {gpu} --control-dir {control_dir}"
+            )
             before = extender_idle(node) or 0.0
             answer = subprocess.run(
                 [sys.executable, "-m", "gpuextender.agent", "--clear-xid", gpu, "--control-dir", str(control_dir)],
-                capture_output=True, text=True, timeout=30,
-            )  # fmt: skip
+                capture_output=True,
+                text=True,
+                timeout=30,
+            )
             for line in (answer.stdout + answer.stderr).strip().splitlines():
                 print(f"  {line}")
-            wait_for(f"GPU {gpu} of {node} to count again", lambda node=node, before=before: (
-                (extender_idle(node) or 0.0) > before
-            ))  # fmt: skip
+            wait_for(
+                f"GPU {gpu} of {node} to count again",
+                lambda node=node, before=before: (extender_idle(node) or 0.0) > before,
+            )
         if quarantined:
             print("\nafter the clear, the same request again:\n")
             filter_body, prioritize_body = replay(extender_url, body)
@@ -254,8 +306,10 @@ def print_table(extender_url: str, agent_ports: dict[str, int], filtered: dict, 
         idle = int(extender.get(("gpu_extender_node_idle_gpus", (("node", node),)), 0))
         verdict = "pass" if node in filtered.get("NodeNames", []) else f"FAIL {failed.get(node, '?')}"
         mean = f"{sum(utils) / len(utils):.0f}%" if utils else "n/a"
-        print(f"{node:<12} {idle:>4}/{len(health):<4} {int(sum(health)):>7} {mean:>9}  {verdict:<68} "
-              f"{score_of.get(node, 0):>5}")  # fmt: skip
+        print(
+            f"{node:<12} {idle:>4}/{len(health):<4} {int(sum(health)):>7} {mean:>9}  {verdict:<68} "
+            f"{score_of.get(node, 0):>5}"
+        )
 
 
 def print_unhealthy(agent_ports: dict[str, int], work: Path) -> list[tuple[str, str]]:
@@ -272,18 +326,24 @@ def print_unhealthy(agent_ports: dict[str, int], work: Path) -> list[tuple[str, 
                 continue
             if gpu in xids:
                 quarantined.append((node, gpu))
-                print(f"GPU {gpu} on node {node} quarantined: XID {xids[gpu]} (clear with: gpu-agent --clear-xid "
-                      f"{gpu} --control-dir {work / f'ctl-{node}'} or restart the agent)")  # fmt: skip
+                print(
+                    f"GPU {gpu} on node {node} quarantined: XID {xids[gpu]} (clear with: gpu-agent --clear-xid "
+                    f"{gpu} --control-dir {work / f'ctl-{node}'} or restart the agent)"
+                )
             else:
-                print(f"GPU {gpu} on node {node} unhealthy: NVML calls on it fail ({', '.join(nvml_errors) or '?'}); "
-                      "it counts again once they work")  # fmt: skip
+                print(
+                    f"GPU {gpu} on node {node} unhealthy: NVML calls on it fail ({', '.join(nvml_errors) or '?'}); "
+                    "it counts again once they work"
+                )
     return quarantined
 
 
 def print_allocation(agent_ports: dict[str, int]) -> None:
     """Who holds which GPU, and the pods whose GPUs sit idle, as each agent's /metrics says."""
-    print("\nwho holds which GPU (each agent asks its node's kubelet, PodResources API; here a fake kubelet;\n"
-          "read from the pod/namespace labels of the agents' dcgm-exporter-named DCGM_FI_DEV_* series):")  # fmt: skip
+    print(
+        "\nwho holds which GPU (each agent asks its node's kubelet, PodResources API; here a fake kubelet;\n"
+        "read from the pod/namespace labels of the agents' dcgm-exporter-named DCGM_FI_DEV_* series):"
+    )
     idle_lines = []
     for node, port in agent_ports.items():
         agent = scrape(f"http://127.0.0.1:{port}/metrics")
@@ -305,13 +365,17 @@ def print_allocation(agent_ports: dict[str, int]) -> None:
             idle_gpus = sorted(g for g in held[pod] if idle_s.get(g, 0.0) >= IDLE_WINDOW_S)
             detail = ", ".join(f"GPU {g} (idle for {idle_s[g]:.0f} s)" for g in idle_gpus)
             idle_lines.append(f"  {node:<12} {pod:<26} {int(count)} of its {len(held[pod])} GPU(s) idle: {detail}")
-    print(f"\nallocated but idle (gpu_agent_pod_idle_gpus: utilization <= {IDLE_THRESHOLD_PERCENT} % for "
-          f"{IDLE_WINDOW_S} s while the pod held it;\nthe demo's agents run with --idle-window {IDLE_WINDOW_S}, "
-          "the default is 600 s = 10 minutes):")  # fmt: skip
+    print(
+        f"\nallocated but idle (gpu_agent_pod_idle_gpus: utilization <= {IDLE_THRESHOLD_PERCENT} % for "
+        f"{IDLE_WINDOW_S} s while the pod held it;\nthe demo's agents run with --idle-window {IDLE_WINDOW_S}, "
+        "the default is 600 s = 10 minutes):"
+    )
     print("\n".join(idle_lines) if idle_lines else "  none")
-    print("(IDLE GPUS above leaves such a GPU out: with the kubelet's allocation, a held GPU is never spare\n"
-          " capacity however quiet; gpu-extender counts it in gpu_extender_node_allocated_idle_gpus and\n"
-          " gpu_extender_namespace_allocated_idle_gpus instead)")  # fmt: skip
+    print(
+        "(IDLE GPUS above leaves such a GPU out: with the kubelet's allocation, a held GPU is never spare\n"
+        " capacity however quiet; gpu-extender counts it in gpu_extender_node_allocated_idle_gpus and\n"
+        " gpu_extender_namespace_allocated_idle_gpus instead)"
+    )
 
 
 if __name__ == "__main__":

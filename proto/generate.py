@@ -5,7 +5,8 @@ Usage: python proto/generate.py [OUT_DIR]
 Writes <name>_pb2.py, <name>_pb2.pyi and <name>_pb2_grpc.py next to each .proto of
 PROTO_FILES in the package: our contract gpuextender/v1/gpu_state.proto and our copy of the
 kubelet's PodResources API, gpuextender/podresources/v1/api.proto (or under OUT_DIR, which
-tests use to check the committed files are current). Needs the pinned grpcio-tools from the `dev` extra, so that the same
+tests use to check the committed files are current). Needs the pinned grpcio-tools from the `dev`
+extra, so that the same
 input always produces the same bytes.
 """
 

@@ -46,8 +46,10 @@ def skip_reason() -> str | None:
     """Why the control-plane tests cannot run here (one line), or None when they can."""
     folder = assets()
     if folder is None:
-        return (f"set {ASSETS_ENV} to a folder with etcd, kube-apiserver and kube-scheduler "
-                "(README, 'Tests against a real kube-scheduler')")  # fmt: skip
+        return (
+            f"set {ASSETS_ENV} to a folder with etcd, kube-apiserver and kube-scheduler "
+            "(README, 'Tests against a real kube-scheduler')"
+        )
     missing = [name for name in BINARIES if not os.access(folder / name, os.X_OK)]
     if missing:
         return f"{ASSETS_ENV}={folder} has no executable {', '.join(missing)}"
@@ -93,8 +95,9 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float, proc: Process 
     last: Exception | None = None
     while time.monotonic() < deadline:
         if proc is not None and not proc.alive():
-            raise RuntimeError(f"{proc.name} exited with {proc.popen.returncode} while waiting for {what}:\n"
-                               f"{proc.log()[-4000:]}")  # fmt: skip
+            raise RuntimeError(
+                f"{proc.name} exited with {proc.popen.returncode} while waiting for {what}:\n{proc.log()[-4000:]}"
+            )
         try:
             result = check()
             if result:
@@ -120,13 +123,15 @@ class Kube:
         self.token = token
         self._ssl = ssl.create_default_context(cafile=str(ca_file))
 
-    def request(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
-                timeout: float = 10.0) -> Any:  # fmt: skip
+    def request(
+        self, method: str, path: str, body: Any = None, content_type: str = "application/json", timeout: float = 10.0
+    ) -> Any:
         raw = self.raw(method, path, body, content_type, timeout)
         return json.loads(raw) if raw else None
 
-    def raw(self, method: str, path: str, body: Any = None, content_type: str = "application/json",
-            timeout: float = 10.0) -> bytes:  # fmt: skip
+    def raw(
+        self, method: str, path: str, body: Any = None, content_type: str = "application/json", timeout: float = 10.0
+    ) -> bytes:
         data = None if body is None else json.dumps(body).encode()
         headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
         if data is not None:
@@ -165,8 +170,10 @@ class Kube:
                 if exc.status != 409:
                     raise
                 current = self.get(f"{path}/{doc['metadata']['name']}")
-                replaced = {**doc, "metadata": {**doc["metadata"],
-                                                "resourceVersion": current["metadata"]["resourceVersion"]}}  # fmt: skip
+                replaced = {
+                    **doc,
+                    "metadata": {**doc["metadata"], "resourceVersion": current["metadata"]["resourceVersion"]},
+                }
                 self.request("PUT", f"{path}/{doc['metadata']['name']}", replaced)
 
     # -- what a controller-manager or kubelet would do ---------------------------------------------
@@ -176,19 +183,35 @@ class Kube:
         self.create("/api/v1/namespaces", {"metadata": {"name": name}})
         self.create(f"/api/v1/namespaces/{name}/serviceaccounts", {"metadata": {"name": "default"}})
 
-    def create_node(self, name: str, gpus: int, labels: dict[str, str] | None = None, cpu: str = "64",
-                    memory: str = "512Gi") -> None:  # fmt: skip
+    def create_node(
+        self, name: str, gpus: int, labels: dict[str, str] | None = None, cpu: str = "64", memory: str = "512Gi"
+    ) -> None:
         """A Ready Node with `gpus` nvidia.com/gpu allocatable and no taints (the one admission adds
         on create is removed, as the node lifecycle controller would once the kubelet reports Ready)."""
-        self.create("/api/v1/nodes", {"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name,
-                                                                            **(labels or {})}}})  # fmt: skip
+        self.create(
+            "/api/v1/nodes", {"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}}}
+        )
         resources = {"cpu": cpu, "memory": memory, "pods": "110", GPU: str(gpus)}
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        self.merge_patch(f"/api/v1/nodes/{name}/status", {"status": {
-            "capacity": resources, "allocatable": resources,
-            "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "test node",
-                            "lastHeartbeatTime": now, "lastTransitionTime": now}],
-        }})  # fmt: skip
+        self.merge_patch(
+            f"/api/v1/nodes/{name}/status",
+            {
+                "status": {
+                    "capacity": resources,
+                    "allocatable": resources,
+                    "conditions": [
+                        {
+                            "type": "Ready",
+                            "status": "True",
+                            "reason": "KubeletReady",
+                            "message": "test node",
+                            "lastHeartbeatTime": now,
+                            "lastTransitionTime": now,
+                        }
+                    ],
+                }
+            },
+        )
         self.merge_patch(f"/api/v1/nodes/{name}", {"spec": {"taints": None}})
 
     def delete_pods(self, namespace: str) -> None:
@@ -214,6 +237,7 @@ class Kube:
 
     def wait_unschedulable(self, namespace: str, name: str, timeout: float = 30.0) -> str:
         """The message of the pod's PodScheduled=False condition, once the scheduler has written one."""
+
         def check() -> str | None:
             condition = self.scheduled_condition(namespace, name)
             if condition and condition.get("status") == "False" and condition.get("message"):
@@ -221,7 +245,6 @@ class Kube:
             return None
 
         return str(wait_for(f"pod {namespace}/{name} PodScheduled=False", check, timeout))
-
 
 
 def collection_path(obj: dict[str, Any], namespace: str | None = None) -> str:
@@ -235,10 +258,22 @@ def collection_path(obj: dict[str, Any], namespace: str | None = None) -> str:
     return f"{base}/namespaces/{ns}/{plural}"
 
 
-_PLURALS = {"CustomResourceDefinition": "customresourcedefinitions", "AcceleratorClass": "acceleratorclasses",
-            "InferenceService": "inferenceservices", "ClusterServingRuntime": "clusterservingruntimes"}  # fmt: skip
-_CLUSTER_SCOPED = {"CustomResourceDefinition", "Node", "Namespace", "ClusterRole", "ClusterRoleBinding",
-                   "AcceleratorClass", "ClusterServingRuntime", "ClusterBaseModel"}  # fmt: skip
+_PLURALS = {
+    "CustomResourceDefinition": "customresourcedefinitions",
+    "AcceleratorClass": "acceleratorclasses",
+    "InferenceService": "inferenceservices",
+    "ClusterServingRuntime": "clusterservingruntimes",
+}
+_CLUSTER_SCOPED = {
+    "CustomResourceDefinition",
+    "Node",
+    "Namespace",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "AcceleratorClass",
+    "ClusterServingRuntime",
+    "ClusterBaseModel",
+}
 
 
 @dataclass
@@ -280,51 +315,97 @@ class ControlPlane:
         serving.cert_chain_pems[0].write_to_path(str(self.workdir / "apiserver.crt"))
         serving.private_key_pem.write_to_path(str(self.workdir / "apiserver.key"))
         sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        (self.workdir / "sa.key").write_bytes(sa_key.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()))
-        (self.workdir / "sa.pub").write_bytes(sa_key.public_key().public_bytes(
-            serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))  # fmt: skip
+        (self.workdir / "sa.key").write_bytes(
+            sa_key.private_bytes(
+                serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
+            )
+        )
+        (self.workdir / "sa.pub").write_bytes(
+            sa_key.public_key().public_bytes(
+                serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+            )
+        )
         (self.workdir / "tokens.csv").write_text(f'{ADMIN_TOKEN},admin,admin-uid,"system:masters"\n')
 
         client_port, peer_port, self.port = free_port(), free_port(), free_port()
-        etcd = start_process("etcd", [
-            str(self.binaries / "etcd"), "--name", "test", "--data-dir", str(self.workdir / "etcd-data"),
-            "--listen-client-urls", f"http://127.0.0.1:{client_port}",
-            "--advertise-client-urls", f"http://127.0.0.1:{client_port}",
-            "--listen-peer-urls", f"http://127.0.0.1:{peer_port}",
-            "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer_port}",
-            "--initial-cluster", f"test=http://127.0.0.1:{peer_port}",
-            # A test's data needs no durability: skip fsync (much faster on a shared disk).
-            "--unsafe-no-fsync", "--log-level", "warn",
-        ], self.workdir / "etcd.log")  # fmt: skip
+        etcd = start_process(
+            "etcd",
+            [
+                str(self.binaries / "etcd"),
+                "--name",
+                "test",
+                "--data-dir",
+                str(self.workdir / "etcd-data"),
+                "--listen-client-urls",
+                f"http://127.0.0.1:{client_port}",
+                "--advertise-client-urls",
+                f"http://127.0.0.1:{client_port}",
+                "--listen-peer-urls",
+                f"http://127.0.0.1:{peer_port}",
+                "--initial-advertise-peer-urls",
+                f"http://127.0.0.1:{peer_port}",
+                "--initial-cluster",
+                f"test=http://127.0.0.1:{peer_port}",
+                # A test's data needs no durability: skip fsync (much faster on a shared disk).
+                "--unsafe-no-fsync",
+                "--log-level",
+                "warn",
+            ],
+            self.workdir / "etcd.log",
+        )
         self.processes.append(etcd)
         wait_for("etcd /health", lambda: _get_ok(f"http://127.0.0.1:{client_port}/health"), timeout, etcd)
 
-        apiserver = start_process("kube-apiserver", [
-            str(self.binaries / "kube-apiserver"),
-            "--etcd-servers", f"http://127.0.0.1:{client_port}",
-            "--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1", "--secure-port", str(self.port),
-            "--tls-cert-file", str(self.workdir / "apiserver.crt"),
-            "--tls-private-key-file", str(self.workdir / "apiserver.key"),
-            "--client-ca-file", str(self.ca_file),
-            "--token-auth-file", str(self.workdir / "tokens.csv"),
-            "--authorization-mode", "Node,RBAC",
-            "--service-account-issuer", "https://kubernetes.default.svc.cluster.local",
-            "--service-account-key-file", str(self.workdir / "sa.pub"),
-            "--service-account-signing-key-file", str(self.workdir / "sa.key"),
-            "--service-cluster-ip-range", "10.0.0.0/24",
-            "--endpoint-reconciler-type", "none",
-            "--cert-dir", str(self.workdir / "apiserver-certs"),
-            "--requestheader-client-ca-file", str(self.workdir / "front-proxy-ca.crt"),
-            "--requestheader-allowed-names", "front-proxy-client",
-            "--requestheader-username-headers", "X-Remote-User",
-            "--requestheader-group-headers", "X-Remote-Group",
-            "--requestheader-extra-headers-prefix", "X-Remote-Extra-",
-        ], self.workdir / "kube-apiserver.log")  # fmt: skip
+        apiserver = start_process(
+            "kube-apiserver",
+            [
+                str(self.binaries / "kube-apiserver"),
+                "--etcd-servers",
+                f"http://127.0.0.1:{client_port}",
+                "--bind-address",
+                "127.0.0.1",
+                "--advertise-address",
+                "127.0.0.1",
+                "--secure-port",
+                str(self.port),
+                "--tls-cert-file",
+                str(self.workdir / "apiserver.crt"),
+                "--tls-private-key-file",
+                str(self.workdir / "apiserver.key"),
+                "--client-ca-file",
+                str(self.ca_file),
+                "--token-auth-file",
+                str(self.workdir / "tokens.csv"),
+                "--authorization-mode",
+                "Node,RBAC",
+                "--service-account-issuer",
+                "https://kubernetes.default.svc.cluster.local",
+                "--service-account-key-file",
+                str(self.workdir / "sa.pub"),
+                "--service-account-signing-key-file",
+                str(self.workdir / "sa.key"),
+                "--service-cluster-ip-range",
+                "10.0.0.0/24",
+                "--endpoint-reconciler-type",
+                "none",
+                "--cert-dir",
+                str(self.workdir / "apiserver-certs"),
+                "--requestheader-client-ca-file",
+                str(self.workdir / "front-proxy-ca.crt"),
+                "--requestheader-allowed-names",
+                "front-proxy-client",
+                "--requestheader-username-headers",
+                "X-Remote-User",
+                "--requestheader-group-headers",
+                "X-Remote-Group",
+                "--requestheader-extra-headers-prefix",
+                "X-Remote-Extra-",
+            ],
+            self.workdir / "kube-apiserver.log",
+        )
         self.processes.append(apiserver)
         kube = self.client()
-        wait_for("kube-apiserver /readyz", lambda: kube.raw("GET", "/readyz") == b"ok", timeout,
-                 apiserver)  # fmt: skip
+        wait_for("kube-apiserver /readyz", lambda: kube.raw("GET", "/readyz") == b"ok", timeout, apiserver)
         self.kubeconfig.write_text(kubeconfig_yaml(self.server, self.ca_file, ADMIN_TOKEN))
         return kube
 
@@ -336,14 +417,27 @@ class ControlPlane:
         path = self.workdir / f"{name}-config.yaml"
         path.write_text(yaml.safe_dump(config, sort_keys=False))
         port = free_port()
-        proc = start_process(name, [
-            str(self.binaries / "kube-scheduler"), "--config", str(path),
-            "--bind-address", "127.0.0.1", "--secure-port", str(port),
-            "--authorization-always-allow-paths", "/healthz,/readyz,/livez,/metrics",
-            "--cert-dir", str(self.workdir / f"{name}-certs"),
-            "--authentication-kubeconfig", str(self.kubeconfig),
-            "--authorization-kubeconfig", str(self.kubeconfig),
-        ], self.workdir / f"{name}.log")  # fmt: skip
+        proc = start_process(
+            name,
+            [
+                str(self.binaries / "kube-scheduler"),
+                "--config",
+                str(path),
+                "--bind-address",
+                "127.0.0.1",
+                "--secure-port",
+                str(port),
+                "--authorization-always-allow-paths",
+                "/healthz,/readyz,/livez,/metrics",
+                "--cert-dir",
+                str(self.workdir / f"{name}-certs"),
+                "--authentication-kubeconfig",
+                str(self.kubeconfig),
+                "--authorization-kubeconfig",
+                str(self.kubeconfig),
+            ],
+            self.workdir / f"{name}.log",
+        )
         self.processes.append(proc)
         insecure = ssl.create_default_context()
         insecure.check_hostname = False
@@ -367,9 +461,13 @@ def _get_ok(url: str, context: ssl.SSLContext | None = None) -> bool:
 
 
 def kubeconfig_yaml(server: str, ca_file: Path, token: str) -> str:
-    return yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "test",
-        "clusters": [{"name": "test", "cluster": {"server": server, "certificate-authority": str(ca_file)}}],
-        "users": [{"name": "admin", "user": {"token": token}}],
-        "contexts": [{"name": "test", "context": {"cluster": "test", "user": "admin"}}],
-    })  # fmt: skip
+    return yaml.safe_dump(
+        {
+            "apiVersion": "v1",
+            "kind": "Config",
+            "current-context": "test",
+            "clusters": [{"name": "test", "cluster": {"server": server, "certificate-authority": str(ca_file)}}],
+            "users": [{"name": "admin", "user": {"token": token}}],
+            "contexts": [{"name": "test", "context": {"cluster": "test", "user": "admin"}}],
+        }
+    )

@@ -43,7 +43,7 @@ class Instruction:
             if m is None:
                 return flags, rest
             flags[m.group(1)] = m.group(2) if m.group(2) is not None else ""
-            rest = rest[m.end():]
+            rest = rest[m.end() :]
 
     def exec_form(self) -> list[str] | None:
         """The JSON array of RUN/CMD/ENTRYPOINT (exec form), or None for the shell form."""
@@ -75,7 +75,9 @@ class Stage:
     def all(self, keyword: str) -> list[Instruction]:
         return [i for i in self.instructions if i.keyword == keyword]
 
-    def _walk(self, base_env: Mapping[str, str] | None) -> tuple[list[tuple[Instruction, dict[str, str]]], dict[str, str]]:
+    def _walk(
+        self, base_env: Mapping[str, str] | None
+    ) -> tuple[list[tuple[Instruction, dict[str, str]]], dict[str, str]]:
         """Each instruction with the ARG/ENV variables in scope before it, and the final ENV.
 
         As in Docker, the values of one ENV instruction see the variables from before it, and
@@ -244,7 +246,7 @@ def key_values(value: str) -> dict[str, str]:
     """ENV/LABEL arguments: `k=v k2="v 2"` pairs, or the legacy `ENV key the value` form."""
     words = shlex.split(value)
     if words and "=" not in words[0]:
-        return {words[0]: value.strip()[len(words[0]):].strip()}
+        return {words[0]: value.strip()[len(words[0]) :].strip()}
     out = {}
     for word in words:
         key, eq, val = word.partition("=")
@@ -255,7 +257,8 @@ def key_values(value: str) -> dict[str, str]:
 
 
 _VARIABLE = re.compile(
-    r"\$(?:\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}|(?P<bare>[A-Za-z_][A-Za-z0-9_]*))")
+    r"\$(?:\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)(?::-(?P<default>[^}]*))?\}|(?P<bare>[A-Za-z_][A-Za-z0-9_]*))"
+)
 
 
 def substitute(value: str, variables: Mapping[str, str]) -> str:
@@ -287,7 +290,7 @@ def split_image_ref(ref: str) -> tuple[str, str | None, str | None]:
     slash = name.rfind("/")
     colon = name.rfind(":")
     if colon > slash:
-        return name[:colon], name[colon + 1:], digest or None
+        return name[:colon], name[colon + 1 :], digest or None
     return name, None, digest or None
 
 
@@ -362,15 +365,30 @@ def copy_problems(df: Dockerfile) -> list[str]:
             normal = os.path.normpath(src)
             if not normal.startswith("/") or normal == "/":
                 problems.append(f"{where}: {src} is not a build artefact's absolute path")
-            elif tree is not None and (normal == tree or normal.startswith(tree.rstrip("/") + "/")
-                                       or tree.startswith(normal.rstrip("/") + "/")):
+            elif tree is not None and (
+                normal == tree or normal.startswith(tree.rstrip("/") + "/") or tree.startswith(normal.rstrip("/") + "/")
+            ):
                 problems.append(f"{where}: {src} is (or holds) the source tree {tree}")
     return problems
 
 
 # System packages that compile things; a -dev package is headers for a compiler.
-_BUILD_PACKAGES = {"build-essential", "gcc", "g++", "cc", "clang", "make", "cmake", "cpp",
-                   "binutils", "musl-dev", "libc-dev", "libc6-dev", "python3-dev", "git"}
+_BUILD_PACKAGES = {
+    "build-essential",
+    "gcc",
+    "g++",
+    "cc",
+    "clang",
+    "make",
+    "cmake",
+    "cpp",
+    "binutils",
+    "musl-dev",
+    "libc-dev",
+    "libc6-dev",
+    "python3-dev",
+    "git",
+}
 _PACKAGE_MANAGERS = {"apt-get", "apt", "aptitude", "apk", "yum", "dnf", "microdnf"}
 
 
@@ -379,8 +397,7 @@ def build_tool_problems(stage: Stage) -> list[str]:
     problems = []
     for command in stage.run_commands():
         words = shlex.split(command.replace(";", " ; ").replace("&&", " && "))
-        installing = any(w in _PACKAGE_MANAGERS for w in words) and any(
-            w in ("install", "add") for w in words)
+        installing = any(w in _PACKAGE_MANAGERS for w in words) and any(w in ("install", "add") for w in words)
         if not installing:
             continue
         for word in words:
@@ -409,8 +426,9 @@ def label_problems(stage: Stage, expected: Mapping[str, str]) -> list[str]:
     """Every OCI label is present and non-empty, and those in `expected` have that value."""
     labels = stage.labels()
     problems = [f"label {k} missing or empty" for k in OCI_LABELS if not labels.get(k)]
-    problems += [f"label {k}={labels.get(k)!r}, expected {v!r}" for k, v in expected.items()
-                 if labels.get(k) and labels[k] != v]
+    problems += [
+        f"label {k}={labels.get(k)!r}, expected {v!r}" for k, v in expected.items() if labels.get(k) and labels[k] != v
+    ]
     return problems
 
 
@@ -431,9 +449,9 @@ def _pattern_regex(pattern: str) -> re.Pattern[str]:
     while i < len(pattern):
         ch = pattern[i]
         if ch == "*":
-            if pattern[i + 1:i + 2] == "*":
+            if pattern[i + 1 : i + 2] == "*":
                 i += 1
-                if pattern[i + 1:i + 2] == "/":
+                if pattern[i + 1 : i + 2] == "/":
                     i += 1
                 out += ".*" if i + 1 >= len(pattern) else "(.*/)?"
             else:
@@ -499,8 +517,9 @@ def context_files(root: Path, patterns: list[IgnorePattern]) -> list[str]:
     for dirpath, dirnames, filenames in os.walk(root):
         rel_dir = Path(dirpath).relative_to(root).as_posix()
         prefix = "" if rel_dir == "." else rel_dir + "/"
-        dirnames[:] = sorted(d for d in dirnames
-                             if not (is_ignored(prefix + d, patterns) and not may_reopen(prefix + d)))
+        dirnames[:] = sorted(
+            d for d in dirnames if not (is_ignored(prefix + d, patterns) and not may_reopen(prefix + d))
+        )
         out += [prefix + f for f in filenames if not is_ignored(prefix + f, patterns)]
     return sorted(out)
 

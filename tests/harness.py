@@ -157,14 +157,20 @@ class Cluster:
         grpc_port = grpc_port or free_port()
         grace = [] if any(a.startswith("--readiness-grace") for a in extra) else ["--readiness-grace", "0"]
         proc = self.spawn(
-            "extender", "gpuextender.extender",
+            "extender",
+            "gpuextender.extender",
             ["--http-addr", f"127.0.0.1:{http_port}", "--grpc-addr", f"127.0.0.1:{grpc_port}", *grace, *extra],
             {"http": http_port, "grpc": grpc_port},
-        )  # fmt: skip
+        )
         scheme = "https" if ssl_context is not None else "http"
         wanted = (200,) if wait_ready else (200, 503)
-        wait_until(f"extender /readyz ({proc.log_path})", lambda: _alive_and(proc, lambda: http(
-            "GET", f"{scheme}://127.0.0.1:{http_port}/readyz", ssl_context=ssl_context)[0] in wanted))  # fmt: skip
+        wait_until(
+            f"extender /readyz ({proc.log_path})",
+            lambda: _alive_and(
+                proc,
+                lambda: http("GET", f"{scheme}://127.0.0.1:{http_port}/readyz", ssl_context=ssl_context)[0] in wanted,
+            ),
+        )
         return proc
 
     def agent(self, node: str, scenario: Path, *extenders: Proc, extra: tuple[str, ...] = ()) -> Proc:
@@ -173,8 +179,10 @@ class Cluster:
         for ext in extenders:
             args += ["--extender", f"127.0.0.1:{ext.ports['grpc']}"]
         proc = self.spawn(f"agent-{node}", "gpuextender.agent", [*args, *extra], {"metrics": metrics_port})
-        wait_until(f"agent {node} /healthz ({proc.log_path})", lambda: _alive_and(proc, lambda: http(
-            "GET", f"http://127.0.0.1:{metrics_port}/healthz")[0] == 200))  # fmt: skip
+        wait_until(
+            f"agent {node} /healthz ({proc.log_path})",
+            lambda: _alive_and(proc, lambda: http("GET", f"http://127.0.0.1:{metrics_port}/healthz")[0] == 200),
+        )
         return proc
 
     def stop_all(self) -> None:

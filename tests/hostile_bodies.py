@@ -89,21 +89,49 @@ def worst_bodies(max_body_bytes: int, max_candidates: int, max_json_containers: 
         "names padded to the limit with zeros": pad_to(many, near, "0"),
         "empty arrays to the limit (refused: too_complex)": pad_to(many, near, "[]"),
         "empty arrays up to the container bound": pad_to(dense, near, '"ab"'),
-        "pod with the most containers, each with GPUs": compact(names_request(unknown_names(max_candidates),
-                                                                              gpu_containers)),
+        "pod with the most containers, each with GPUs": compact(
+            names_request(unknown_names(max_candidates), gpu_containers)
+        ),
         "full Nodes to the limit": compact(full),
         "names one level below the depth limit": compact(names_request(["n"])).replace(
-            b'"Pod":{', b'"Pod":{"deep":' + b"[" * 1020 + b"]" * 1020 + b",", 1),
+            b'"Pod":{', b'"Pod":{"deep":' + b"[" * 1020 + b"]" * 1020 + b",", 1
+        ),
     }
 
 
 # -- seeded mutations ---------------------------------------------------------------------
 
 HUGE_VALUES: list[Any] = [
-    "1e999999", "1e999999Ei", "9" * 5000, "1" + "0" * 4400, 2**63 - 1, 2**64 - 1, -(2**63), 1.7e308,
-    "2147483649", "-1", "0.5", "Infinity", "NaN", "", " ", "\u0000", "\ud7ff" * 3, "x" * 100_000,
-    None, True, [], {}, [[[[[]]]]], {"a": {"b": {"c": {}}}}, 0, 1, "2Gi", "8", 8,
-]  # fmt: skip
+    "1e999999",
+    "1e999999Ei",
+    "9" * 5000,
+    "1" + "0" * 4400,
+    2**63 - 1,
+    2**64 - 1,
+    -(2**63),
+    1.7e308,
+    "2147483649",
+    "-1",
+    "0.5",
+    "Infinity",
+    "NaN",
+    "",
+    " ",
+    "\u0000",
+    "\ud7ff" * 3,
+    "x" * 100_000,
+    None,
+    True,
+    [],
+    {},
+    [[[[[]]]]],
+    {"a": {"b": {"c": {}}}},
+    0,
+    1,
+    "2Gi",
+    "8",
+    8,
+]
 
 
 def _paths(doc: Any, path: tuple[Any, ...] = ()) -> Iterator[tuple[Any, ...]]:
@@ -134,10 +162,19 @@ class Mutator:
         self.rng = random.Random(seed)
         self.documents = [fixture(name) for name in FIXTURE_NAMES]
         self.ops: list[Callable[[], bytes]] = [
-            self.delete_bytes, self.insert_bytes, self.flip_bytes, self.truncate,
-            self.replace_value, self.replace_value, self.replace_value, self.deep_value,
-            self.quantity, self.quantity, self.duplicate_key, self.huge_list,
-        ]  # fmt: skip
+            self.delete_bytes,
+            self.insert_bytes,
+            self.flip_bytes,
+            self.truncate,
+            self.replace_value,
+            self.replace_value,
+            self.replace_value,
+            self.deep_value,
+            self.quantity,
+            self.quantity,
+            self.duplicate_key,
+            self.huge_list,
+        ]
 
     def body(self) -> bytes:
         return self.rng.choice(self.ops)()
@@ -186,9 +223,35 @@ class Mutator:
 
     def quantity(self) -> bytes:
         doc = self._doc()
-        value = self.rng.choice(["1e999999", "1e999999Ei", "2147483648", "2147483649", "2Gi", "3Gi", "1e64",
-                                 "1e65", "0e65", "1" * 65, "1" * 64, "1e9", "2e9", "1E", "8Ei", "7.0", "1000m",
-                                 "1e3k", "+4", "-0", ".5", "5.", 2**31, 2**31 + 1, 2**62])  # fmt: skip
+        value = self.rng.choice(
+            [
+                "1e999999",
+                "1e999999Ei",
+                "2147483648",
+                "2147483649",
+                "2Gi",
+                "3Gi",
+                "1e64",
+                "1e65",
+                "0e65",
+                "1" * 65,
+                "1" * 64,
+                "1e9",
+                "2e9",
+                "1E",
+                "8Ei",
+                "7.0",
+                "1000m",
+                "1e3k",
+                "+4",
+                "-0",
+                ".5",
+                "5.",
+                2**31,
+                2**31 + 1,
+                2**62,
+            ]
+        )
         for path in _paths(doc):
             if path and path[-1] == "nvidia.com/gpu" and self.rng.random() < 0.7:
                 _set(doc, path, value)

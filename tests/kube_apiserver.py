@@ -71,9 +71,14 @@ class ListRequest:
 
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:
     return {
-        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-        "message": message, "reason": reason, "code": code,
-    }  # fmt: skip
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
 
 
 def _truthy(value: str | None) -> bool:
@@ -185,12 +190,18 @@ class KubeApiServer:
 
     def write_kubeconfig(self, path: Path) -> Path:
         """A kubeconfig file pointing here, for a program started with --kubeconfig."""
-        path.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "test",
-            "clusters": [{"name": "test", "cluster": {"server": self.url}}],
-            "users": [{"name": "test", "user": {"token": "test-token"}}],
-            "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test"}}],
-        }))  # fmt: skip
+        path.write_text(
+            yaml.safe_dump(
+                {
+                    "apiVersion": "v1",
+                    "kind": "Config",
+                    "current-context": "test",
+                    "clusters": [{"name": "test", "cluster": {"server": self.url}}],
+                    "users": [{"name": "test", "user": {"token": "test-token"}}],
+                    "contexts": [{"name": "test", "context": {"cluster": "test", "user": "test"}}],
+                }
+            )
+        )
         return path
 
     async def start(self) -> KubeApiServer:
@@ -294,8 +305,9 @@ class KubeApiServer:
                 info = self.kinds[watch.kind]
                 obj = {
                     "apiVersion": f"{info.group}/{info.version}" if info.group else info.version,
-                    "kind": info.kind, "metadata": {"resourceVersion": rv},
-                }  # fmt: skip
+                    "kind": info.kind,
+                    "metadata": {"resourceVersion": rv},
+                }
                 watch.queue.put_nowait({"type": "BOOKMARK", "object": obj})
         return rv
 
@@ -397,14 +409,18 @@ class KubeApiServer:
             timeout = int(request.query["timeoutSeconds"]) if request.query.get("timeoutSeconds") else None
             self.watch_requests.append(
                 WatchRequest(
-                    info.kind, request.query.get("resourceVersion"),
-                    _truthy(request.query.get("allowWatchBookmarks")), timeout, request.query.get("fieldSelector"),
+                    info.kind,
+                    request.query.get("resourceVersion"),
+                    _truthy(request.query.get("allowWatchBookmarks")),
+                    timeout,
+                    request.query.get("fieldSelector"),
                 )
-            )  # fmt: skip
+            )
         else:
             limit = int(request.query["limit"]) if request.query.get("limit") else None
-            self.list_requests.append(ListRequest(info.kind, limit, request.query.get("continue") or None,
-                                                  request.query.get("fieldSelector")))  # fmt: skip
+            self.list_requests.append(
+                ListRequest(info.kind, limit, request.query.get("continue") or None, request.query.get("fieldSelector"))
+            )
         if info.kind not in self.installed:
             return web.json_response(
                 _status(404, "NotFound", "the server could not find the requested resource"), status=404
@@ -431,18 +447,27 @@ class KubeApiServer:
             # for the API server's own when none is asked), and the answer echoes the intersection.
             common = [a for a in entry.audiences if a in wanted] if wanted else list(entry.audiences)
             if not common:
-                status = {"user": {}, "error": f"[invalid bearer token, token audiences {list(entry.audiences)} "
-                                               f"is invalid for the target audiences {list(wanted)}]"}  # fmt: skip
+                status = {
+                    "user": {},
+                    "error": f"[invalid bearer token, token audiences {list(entry.audiences)} "
+                    f"is invalid for the target audiences {list(wanted)}]",
+                }
             else:
-                user: dict[str, Any] = {"username": entry.username, "uid": f"uid-{entry.username}",
-                                        "groups": ["system:serviceaccounts", "system:authenticated"]}  # fmt: skip
+                user: dict[str, Any] = {
+                    "username": entry.username,
+                    "uid": f"uid-{entry.username}",
+                    "groups": ["system:serviceaccounts", "system:authenticated"],
+                }
                 if entry.extra:
                     user["extra"] = entry.extra
                 status = {"authenticated": True, "user": user, "audiences": common}
         body = {
-            "kind": "TokenReview", "apiVersion": "authentication.k8s.io/v1",
-            "metadata": {"creationTimestamp": None}, "spec": spec, "status": status,
-        }  # fmt: skip
+            "kind": "TokenReview",
+            "apiVersion": "authentication.k8s.io/v1",
+            "metadata": {"creationTimestamp": None},
+            "spec": spec,
+            "status": status,
+        }
         return web.json_response(body, status=201)
 
     def _list(self, request: web.Request, info: KindInfo) -> web.Response:

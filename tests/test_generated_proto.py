@@ -26,7 +26,9 @@ def test_committed_modules_match_the_proto(tmp_path: Path) -> None:
     written = generator.generate(tmp_path)
     assert len(written) == 3 * len(generator.PROTO_FILES)
     assert {p.relative_to(tmp_path).as_posix() for p in written} >= {
-        "gpuextender/v1/gpu_state_pb2.py", "gpuextender/podresources/v1/api_pb2_grpc.py"}  # fmt: skip
+        "gpuextender/v1/gpu_state_pb2.py",
+        "gpuextender/podresources/v1/api_pb2_grpc.py",
+    }
     for fresh in written:
         committed = ROOT / fresh.relative_to(tmp_path)
         assert committed.exists(), f"{committed} is missing: run ./dev.sh proto"
@@ -49,16 +51,22 @@ def test_optional_readings_have_presence() -> None:
 KUBELET_FIELDS = {
     "ListPodResourcesRequest": {},
     "ListPodResourcesResponse": {"pod_resources": (1, "PodResources", True)},
-    "PodResources": {"name": (1, "string", False), "namespace": (2, "string", False),
-                     "containers": (3, "ContainerResources", True)},
+    "PodResources": {
+        "name": (1, "string", False),
+        "namespace": (2, "string", False),
+        "containers": (3, "ContainerResources", True),
+    },
     "ContainerResources": {"name": (1, "string", False), "devices": (2, "ContainerDevices", True)},
-    "ContainerDevices": {"resource_name": (1, "string", False), "device_ids": (2, "string", True),
-                         "topology": (3, "TopologyInfo", False)},
+    "ContainerDevices": {
+        "resource_name": (1, "string", False),
+        "device_ids": (2, "string", True),
+        "topology": (3, "TopologyInfo", False),
+    },
     "TopologyInfo": {"nodes": (1, "NUMANode", True)},
     "NUMANode": {"ID": (1, "int64", False)},
     "AllocatableResourcesRequest": {},
     "AllocatableResourcesResponse": {"devices": (1, "ContainerDevices", True)},
-}  # fmt: skip
+}
 
 
 def test_pod_resources_copy_is_wire_compatible_with_the_kubelet() -> None:
@@ -72,8 +80,10 @@ def test_pod_resources_copy_is_wire_compatible_with_the_kubelet() -> None:
         return field.message_type.name if field.type == FieldDescriptor.TYPE_MESSAGE else scalar[field.type]
 
     assert api_pb2.DESCRIPTOR.package == "v1"
-    fields = {name: {f.name: (f.number, kind(f), f.is_repeated) for f in message.fields}
-              for name, message in api_pb2.DESCRIPTOR.message_types_by_name.items()}  # fmt: skip
+    fields = {
+        name: {f.name: (f.number, kind(f), f.is_repeated) for f in message.fields}
+        for name, message in api_pb2.DESCRIPTOR.message_types_by_name.items()
+    }
     assert fields == KUBELET_FIELDS
     service = api_pb2.DESCRIPTOR.services_by_name["PodResourcesLister"]
     assert service.full_name == "v1.PodResourcesLister"

@@ -27,9 +27,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
 from gpuextender import __version__
 from gpuextender.common.netaddr import parse_host_port
-
 from tests import dockerfile_rules as rules
 from tests.dockerfile_rules import Dockerfile, DockerfileError, Stage
 
@@ -179,9 +179,7 @@ def test_extender_image_asks_for_no_gpus() -> None:
 
 def test_both_images_share_one_build_stage() -> None:
     agent, extender = (i.load().stages[0] for i in IMAGES)
-    assert [(i.keyword, i.value) for i in agent.instructions] == [
-        (i.keyword, i.value) for i in extender.instructions
-    ]
+    assert [(i.keyword, i.value) for i in agent.instructions] == [(i.keyword, i.value) for i in extender.instructions]
     assert agent.base == extender.base
 
 
@@ -269,7 +267,9 @@ def test_pin_rule_accepts_digests_registry_ports_and_stage_names() -> None:
     assert rules.pin_problems(rules.parse_dockerfile(text)) == []
 
 
-@pytest.mark.parametrize("user", ["", "USER app\n", "USER 65532\n", "USER 0:65532\n", "USER 65532:0\n", "USER nonroot:nonroot\n"])
+@pytest.mark.parametrize(
+    "user", ["", "USER app\n", "USER 65532\n", "USER 0:65532\n", "USER 65532:0\n", "USER nonroot:nonroot\n"]
+)
 def test_user_rule_rejects_root_names_and_a_missing_gid(user: str) -> None:
     assert rules.user_problems(rules.parse_dockerfile(GOOD).final) == []
     assert rules.user_problems(_variant("USER 65532:65532\n", user).final) != []
@@ -309,7 +309,12 @@ def test_build_tool_rule_rejects_compilers(run: str) -> None:
 
 @pytest.mark.parametrize(
     "entrypoint",
-    ['ENTRYPOINT gpu-agent\n', 'ENTRYPOINT ["python", "-m", "gpuextender.agent"]\n', 'CMD ["gpu-agent"]\n', 'ENTRYPOINT ["gpu-extender"]\n'],
+    [
+        "ENTRYPOINT gpu-agent\n",
+        'ENTRYPOINT ["python", "-m", "gpuextender.agent"]\n',
+        'CMD ["gpu-agent"]\n',
+        'ENTRYPOINT ["gpu-extender"]\n',
+    ],
 )
 def test_entrypoint_rule_wants_the_exec_form_script(entrypoint: str) -> None:
     assert rules.entrypoint_problems(rules.parse_dockerfile(GOOD).final, ["gpu-agent"]) == []
@@ -356,8 +361,14 @@ CMD gpu-extender --help
     assert df.stages[0].run_commands() == ["a     && b     && c"]
     assert rules.and_chain(df.stages[0].run_commands()[0]) == [["a"], ["b"], ["c"]]
     env = df.final.env({"PATH": "/usr/bin"})
-    assert env == {"PATH": "/opt/venv/bin:/usr/bin", "A": "1", "B": "two words", "C": "1-two words",
-                   "D": "fallback", "LEGACY": "the whole rest"}
+    assert env == {
+        "PATH": "/opt/venv/bin:/usr/bin",
+        "A": "1",
+        "B": "two words",
+        "C": "1-two words",
+        "D": "fallback",
+        "LEGACY": "the whole rest",
+    }
     assert df.final.labels() == {"v": "0.2.0", "a": "1"}
     assert df.final.exposed_ports() == {8888, 9090}
     assert df.final.all("ENTRYPOINT")[0].exec_form() == ["gpu-extender", "--log-level", "debug"]
@@ -373,8 +384,15 @@ def test_dockerignore_matching_follows_docker() -> None:
     assert not rules.is_ignored("gpuextender/agent/cli.py", patterns)
     assert not rules.is_ignored("proto/keep/v1/gpu_state.proto", patterns)
     assert not rules.is_ignored("keep/a/b/x.txt", patterns)
-    for ignored in ("tests/test_images.py", "proto/generate.py", "gpuextender/__pycache__/main.cpython-311.pyc",
-                    "gpuextender/sub/__pycache__", "gpuextender/agent/x.pyc", ".venv/bin/python", "Dockerfile.agent"):
+    for ignored in (
+        "tests/test_images.py",
+        "proto/generate.py",
+        "gpuextender/__pycache__/main.cpython-311.pyc",
+        "gpuextender/sub/__pycache__",
+        "gpuextender/agent/x.pyc",
+        ".venv/bin/python",
+        "Dockerfile.agent",
+    ):
         assert rules.is_ignored(ignored, patterns), ignored
 
 
@@ -411,12 +429,16 @@ class Replay:
         return [flag + eq + mapped]
 
     def map_env(self, env: dict[str, str]) -> dict[str, str]:
-        return {k: ":".join(str(self.host(p)) if p.startswith("/") else p for p in v.split(":"))
-                for k, v in env.items()}
+        return {
+            k: ":".join(str(self.host(p)) if p.startswith("/") else p for p in v.split(":")) for k, v in env.items()
+        }
 
     def run_build_stage(self, stage: Stage, context: list[str]) -> None:
-        env = {k: v for k, v in os.environ.items()
-               if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "PIP_REQUIRE_VIRTUALENV")}
+        env = {
+            k: v
+            for k, v in os.environ.items()
+            if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "PIP_REQUIRE_VIRTUALENV")
+        }
         workdir = "/"
         for ins in stage.instructions:
             if ins.keyword == "ENV":
@@ -437,10 +459,15 @@ class Replay:
                         continue  # would upgrade this test's own pip; its pin is checked above
                     assert argv[0] == "python", f"no replay for {argv[0]!r}: teach tests/test_images.py"
                     # --no-cache-dir keeps the image small; here pip's cache keeps the test fast.
-                    words = [sys.executable] + [m for w in argv[1:] if w != "--no-cache-dir"
-                                                for m in self.map_word(w)]
-                    subprocess.run(words, cwd=self.host(workdir), env=env, check=True,
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                    words = [sys.executable] + [m for w in argv[1:] if w != "--no-cache-dir" for m in self.map_word(w)]
+                    subprocess.run(
+                        words,
+                        cwd=self.host(workdir),
+                        env=env,
+                        check=True,
+                        stdout=subprocess.PIPE,
+                        stderr=subprocess.STDOUT,
+                    )
             else:
                 pytest.fail(f"line {ins.line}: no replay for {ins.keyword} in the build stage")
 
@@ -491,13 +518,24 @@ def test_wheel_is_complete_and_holds_no_tests(built: Built) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     expected = {name for name in built.context if name.startswith("gpuextender/") and name.endswith(".py")}
     assert expected <= names, sorted(expected - names)
-    assert {"gpuextender/v1/gpu_state_pb2.py", "gpuextender/v1/gpu_state_pb2_grpc.py",
-            "gpuextender/v1/gpu_state.proto", "gpuextender/v1/gpu_state_pb2.pyi", "gpuextender/py.typed",
-            "gpuextender/agent/cli.py", "gpuextender/agent/__main__.py", "gpuextender/extender/cli.py",
-            "gpuextender/extender/__main__.py", "gpuextender/extender/inventory/__init__.py",
-            "gpuextender/extender/model/ome/__init__.py", "gpuextender/common/backoff.py",
-            "gpuextender/podresources/v1/api_pb2.py", "gpuextender/podresources/v1/api_pb2_grpc.py",
-            "gpuextender/podresources/v1/api.proto", "gpuextender/podresources/v1/api_pb2.pyi"} <= names
+    assert {
+        "gpuextender/v1/gpu_state_pb2.py",
+        "gpuextender/v1/gpu_state_pb2_grpc.py",
+        "gpuextender/v1/gpu_state.proto",
+        "gpuextender/v1/gpu_state_pb2.pyi",
+        "gpuextender/py.typed",
+        "gpuextender/agent/cli.py",
+        "gpuextender/agent/__main__.py",
+        "gpuextender/extender/cli.py",
+        "gpuextender/extender/__main__.py",
+        "gpuextender/extender/inventory/__init__.py",
+        "gpuextender/extender/model/ome/__init__.py",
+        "gpuextender/common/backoff.py",
+        "gpuextender/podresources/v1/api_pb2.py",
+        "gpuextender/podresources/v1/api_pb2_grpc.py",
+        "gpuextender/podresources/v1/api.proto",
+        "gpuextender/podresources/v1/api_pb2.pyi",
+    } <= names
     tops = {n.split("/", 1)[0] for n in names if not n.split("/", 1)[0].endswith((".dist-info", ".data"))}
     assert tops == set(OUR_PACKAGES)  # no tests/, proto/, bench/, examples/, and no generic names
     # What pip records as the distribution's top-level import names: exactly one, ours.
@@ -525,21 +563,32 @@ def test_venv_holds_the_installed_project_and_no_installer(built: Built, tmp_pat
     # pip compiled our bytecode at install time, so the read-only image never has to.
     assert {p.parent.parent.relative_to(site).parts[0] for p in built.precompiled} == set(OUR_PACKAGES)
     # Imports resolve to site-packages, not to a source tree (run from outside the repository).
-    probe = ("import gpuextender.agent.cli as a, gpuextender.extender.cli as e, gpuextender.v1.gpu_state_pb2 as m; "
-             "print(a.__file__); print(e.__file__); print(m.__file__)")
-    out = subprocess.run([str(built.venv / "bin" / "python"), "-c", probe], cwd=tmp_path,
-                         env=built.image_env(IMAGES[0]), capture_output=True, text=True, check=True).stdout
+    probe = (
+        "import gpuextender.agent.cli as a, gpuextender.extender.cli as e, gpuextender.v1.gpu_state_pb2 as m; "
+        "print(a.__file__); print(e.__file__); print(m.__file__)"
+    )
+    out = subprocess.run(
+        [str(built.venv / "bin" / "python"), "-c", probe],
+        cwd=tmp_path,
+        env=built.image_env(IMAGES[0]),
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     for path in out.splitlines():
         assert Path(path).is_relative_to(site), path
 
 
-def _run_entrypoint(built: Built, image: Image, env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def _run_entrypoint(
+    built: Built, image: Image, env: dict[str, str], cwd: Path, *args: str
+) -> subprocess.CompletedProcess[str]:
     argv = image.load().final.all("ENTRYPOINT")[-1].exec_form()
     assert argv is not None
     program = shutil.which(argv[0], path=env["PATH"])
     assert program is not None and Path(program).is_relative_to(built.venv / "bin"), program
-    return subprocess.run([program, *argv[1:], *args], cwd=cwd, env=env, capture_output=True, text=True, check=False,
-                          timeout=120)
+    return subprocess.run(
+        [program, *argv[1:], *args], cwd=cwd, env=env, capture_output=True, text=True, check=False, timeout=120
+    )
 
 
 @pytest.mark.slow
@@ -554,8 +603,11 @@ def test_console_script_runs_from_the_image_venv(built: Built, image: Image, tmp
 
 
 def _snapshot(*dirs: Path) -> dict[str, tuple[int, int]]:
-    return {str(p): (p.stat().st_size if p.is_file() else -1, p.stat().st_mtime_ns)
-            for d in dirs for p in [d, *d.rglob("*")]}
+    return {
+        str(p): (p.stat().st_size if p.is_file() else -1, p.stat().st_mtime_ns)
+        for d in dirs
+        for p in [d, *d.rglob("*")]
+    }
 
 
 @pytest.mark.slow

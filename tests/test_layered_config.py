@@ -56,17 +56,33 @@ def test_a_repeatable_flag_is_replaced_whole_by_a_higher_source(tmp_path: Path) 
     config = write(tmp_path, "gpu-resource: [nvidia.com/gpu, nvidia.com/mig-1g.10gb]\n")
     assert build_config(["--config", str(config)], {}).api.gpu_resources == ("nvidia.com/gpu", "nvidia.com/mig-1g.10gb")
     env = {"GPU_EXTENDER_GPU_RESOURCE": "example.com/gpu, nvidia.com/gpu.shared"}
-    assert build_config(["--config", str(config)], env).api.gpu_resources == ("example.com/gpu", "nvidia.com/gpu.shared")
+    assert build_config(["--config", str(config)], env).api.gpu_resources == (
+        "example.com/gpu",
+        "nvidia.com/gpu.shared",
+    )
     assert build_config(["--config", str(config), "--gpu-resource", "x.io/gpu"], env).api.gpu_resources == ("x.io/gpu",)
     # A single value in the file is a list of one; an empty variable is an empty list (then the default).
-    assert build_config(["--config", str(write(tmp_path, "gpu-resource: a.io/gpu\n", "one.yaml"))], {}
-                        ).api.gpu_resources == ("a.io/gpu",)  # fmt: skip
+    assert build_config(
+        ["--config", str(write(tmp_path, "gpu-resource: a.io/gpu\n", "one.yaml"))], {}
+    ).api.gpu_resources == ("a.io/gpu",)
     assert build_config(["--config", str(config)], {"GPU_EXTENDER_GPU_RESOURCE": ""}).api.gpu_resources == (
-        "nvidia.com/gpu",)  # fmt: skip
+        "nvidia.com/gpu",
+    )
 
 
-@pytest.mark.parametrize(("text", "expected"), [("true", True), ("1", True), ("Yes", True), ("on", True),
-                                                 ("false", False), ("0", False), ("no", False), ("OFF", False)])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("true", True),
+        ("1", True),
+        ("Yes", True),
+        ("on", True),
+        ("false", False),
+        ("0", False),
+        ("no", False),
+        ("OFF", False),
+    ],
+)
 def test_switches_from_the_environment(text: str, expected: bool) -> None:
     # store_true, over a file that switched it on: env false must switch it off again.
     assert build_config([], {"GPU_EXTENDER_INGEST_IN_PROCESS": text}).ingest_in_process is expected
@@ -77,33 +93,54 @@ def test_switches_from_the_environment(text: str, expected: bool) -> None:
 def test_a_lower_source_switch_is_switched_off_by_a_higher_one(tmp_path: Path) -> None:
     config = write(tmp_path, "ingest-in-process: true\n")
     assert build_config(["--config", str(config)], {}).ingest_in_process is True
-    assert build_config(["--config", str(config)], {"GPU_EXTENDER_INGEST_IN_PROCESS": "false"}).ingest_in_process is False
+    assert (
+        build_config(["--config", str(config)], {"GPU_EXTENDER_INGEST_IN_PROCESS": "false"}).ingest_in_process is False
+    )
     assert agent_config([], NODE).dcgm_names is True
     agent_file = write(tmp_path, "dcgm-names: false\n", "agent.yaml")
     assert agent_config(["--config", str(agent_file)], NODE).dcgm_names is False
     assert agent_config(["--config", str(agent_file), "--dcgm-names"], NODE).dcgm_names is True
 
 
-@pytest.mark.parametrize(("argv", "env", "text", "message"), [
-    ([], {"GPU_EXTENDER_STALE_AFTER": "soon"}, None, "GPU_EXTENDER_STALE_AFTER: argument --stale-after: invalid float value"),
-    ([], {"GPU_EXTENDER_STALE_POLICY": "maybe"}, None, "GPU_EXTENDER_STALE_POLICY: argument --stale-policy: invalid choice"),
-    ([], {"GPU_EXTENDER_INGEST_IN_PROCESS": "sure"}, None, "GPU_EXTENDER_INGEST_IN_PROCESS: 'sure' is not on/off"),
-    ([], {"GPU_EXTENDER_SHORTLIST": "-1"}, None, "--shortlist -1 must be >= 0"),  # validated like a flag
-    (["--config", "{file}"], {}, "stale-aftr: 20\n", "unknown setting 'stale-aftr'"),
-    (["--config", "{file}"], {}, "- stale-after\n", "expected a mapping of settings"),
-    (["--config", "{file}"], {}, "stale-after: [1, 2]\n", "stale-after: expected a single value"),
-    (["--config", "{file}"], {}, "stale-after: true\n", "stale-after: expected a single value"),
-    (["--config", "{file}"], {}, "stale-after: {a: 1}\n", "stale-after: expected a single value"),
-    (["--config", "{file}"], {}, "stale-after: [20\n", "not valid YAML"),
-    (["--config", "{file}"], {}, "stale-after: " + "[" * 60_000 + "]" * 60_000, "not valid YAML"),  # deep: no traceback
-    (["--config", "{file}"], {}, "stale-policy: maybe\n", "argument --stale-policy: invalid choice"),
-    (["--config", "{file}"], {}, "version: true\n", "unknown setting 'version'"),
-    (["--config", "{file}"], {}, "config: other.yaml\n", "unknown setting 'config'"),
-    (["--config", "{missing}"], {}, None, "cannot read: No such file or directory"),
-    ([], {"GPU_EXTENDER_CONFIG": "{missing}"}, None, "GPU_EXTENDER_CONFIG {missing}: cannot read"),
-])  # fmt: skip
-def test_wrong_settings_are_refused_naming_their_source(tmp_path: Path, argv: list[str], env: dict[str, str],
-                                                        text: str | None, message: str) -> None:  # fmt: skip
+@pytest.mark.parametrize(
+    ("argv", "env", "text", "message"),
+    [
+        (
+            [],
+            {"GPU_EXTENDER_STALE_AFTER": "soon"},
+            None,
+            "GPU_EXTENDER_STALE_AFTER: argument --stale-after: invalid float value",
+        ),
+        (
+            [],
+            {"GPU_EXTENDER_STALE_POLICY": "maybe"},
+            None,
+            "GPU_EXTENDER_STALE_POLICY: argument --stale-policy: invalid choice",
+        ),
+        ([], {"GPU_EXTENDER_INGEST_IN_PROCESS": "sure"}, None, "GPU_EXTENDER_INGEST_IN_PROCESS: 'sure' is not on/off"),
+        ([], {"GPU_EXTENDER_SHORTLIST": "-1"}, None, "--shortlist -1 must be >= 0"),  # validated like a flag
+        (["--config", "{file}"], {}, "stale-aftr: 20\n", "unknown setting 'stale-aftr'"),
+        (["--config", "{file}"], {}, "- stale-after\n", "expected a mapping of settings"),
+        (["--config", "{file}"], {}, "stale-after: [1, 2]\n", "stale-after: expected a single value"),
+        (["--config", "{file}"], {}, "stale-after: true\n", "stale-after: expected a single value"),
+        (["--config", "{file}"], {}, "stale-after: {a: 1}\n", "stale-after: expected a single value"),
+        (["--config", "{file}"], {}, "stale-after: [20\n", "not valid YAML"),
+        (
+            ["--config", "{file}"],
+            {},
+            "stale-after: " + "[" * 60_000 + "]" * 60_000,
+            "not valid YAML",
+        ),  # deep: no traceback
+        (["--config", "{file}"], {}, "stale-policy: maybe\n", "argument --stale-policy: invalid choice"),
+        (["--config", "{file}"], {}, "version: true\n", "unknown setting 'version'"),
+        (["--config", "{file}"], {}, "config: other.yaml\n", "unknown setting 'config'"),
+        (["--config", "{missing}"], {}, None, "cannot read: No such file or directory"),
+        ([], {"GPU_EXTENDER_CONFIG": "{missing}"}, None, "GPU_EXTENDER_CONFIG {missing}: cannot read"),
+    ],
+)
+def test_wrong_settings_are_refused_naming_their_source(
+    tmp_path: Path, argv: list[str], env: dict[str, str], text: str | None, message: str
+) -> None:
     file, missing = tmp_path / "config.yaml", tmp_path / "missing.yaml"
     if text is not None:
         file.write_text(text)
@@ -129,8 +166,11 @@ def test_the_config_file_size_bound_is_exact(tmp_path: Path) -> None:
 
 def test_other_variables_with_the_prefix_are_ignored() -> None:
     # Kubernetes service links for a Service named gpu-extender, in every pod of its namespace.
-    env = {"GPU_EXTENDER_SERVICE_HOST": "10.0.0.1", "GPU_EXTENDER_PORT": "tcp://10.0.0.1:8888",
-           "GPU_EXTENDER_PORT_8888_TCP_PORT": "8888"}  # fmt: skip
+    env = {
+        "GPU_EXTENDER_SERVICE_HOST": "10.0.0.1",
+        "GPU_EXTENDER_PORT": "tcp://10.0.0.1:8888",
+        "GPU_EXTENDER_PORT_8888_TCP_PORT": "8888",
+    }
     assert build_config([], env).sources == ()
 
 
@@ -138,8 +178,10 @@ def test_agent_settings_follow_the_same_rule(tmp_path: Path) -> None:
     config = write(tmp_path, "interval: 2\nextender: [a:9090, b:9090]\nheartbeat: 5\n")
     c = agent_config(["--config", str(config)], NODE)
     assert (c.interval_s, c.extenders, c.heartbeat_s) == (2.0, ("a:9090", "b:9090"), 5.0)
-    c = agent_config(["--config", str(config), "--heartbeat", "4"], {**NODE, "GPU_AGENT_INTERVAL": "0.5",
-                                                                    "GPU_AGENT_EXTENDER": "c:9090"})  # fmt: skip
+    c = agent_config(
+        ["--config", str(config), "--heartbeat", "4"],
+        {**NODE, "GPU_AGENT_INTERVAL": "0.5", "GPU_AGENT_EXTENDER": "c:9090"},
+    )
     assert (c.interval_s, c.extenders, c.heartbeat_s) == (0.5, ("c:9090",), 4.0)
     # The node name: flag, then GPU_AGENT_NODE_NAME, then the downward API's NODE_NAME.
     assert agent_config([], {"NODE_NAME": "n1", "GPU_AGENT_NODE_NAME": "n2"}).node_name == "n2"
@@ -150,7 +192,7 @@ def test_agent_settings_follow_the_same_rule(tmp_path: Path) -> None:
     assert agent_config([], {**NODE, "GPU_AGENT_EXTENDER_SERVICE": "svc.ns.svc:9090"}).extender_service is not None
     with pytest.raises(AgentConfigError, match="GPU_AGENT_INTERVAL: argument --interval: invalid float value"):
         agent_config([], {**NODE, "GPU_AGENT_INTERVAL": "fast"})
-    with pytest.raises(AgentConfigError, match="--interval 100.0 must be within"):
+    with pytest.raises(AgentConfigError, match=r"--interval 100.0 must be within"):
         agent_config([], {**NODE, "GPU_AGENT_INTERVAL": "100"})
 
 
@@ -160,8 +202,10 @@ def test_a_one_shot_command_is_never_a_setting(tmp_path: Path) -> None:
         agent_config(["--config", str(write(tmp_path, "clear-xid: all\n"))], NODE)
 
 
-@pytest.mark.parametrize(("parser", "prefix", "example"), [(build_parser, "GPU_EXTENDER_", "STALE_AFTER"),
-                                                           (agent_parser, "GPU_AGENT_", "INTERVAL")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("parser", "prefix", "example"),
+    [(build_parser, "GPU_EXTENDER_", "STALE_AFTER"), (agent_parser, "GPU_AGENT_", "INTERVAL")],
+)
 def test_help_states_the_rule_and_needs_no_source_tree(parser, prefix: str, example: str) -> None:  # type: ignore[no-untyped-def]
     text = " ".join(parser().format_help().split())
     assert f"{prefix}<FLAG> ({prefix}{example}=" in text
@@ -183,10 +227,23 @@ def test_json_log_lines_carry_the_structured_fields() -> None:
 def test_the_programs_log_the_addresses_they_really_bound(tmp_path: Path) -> None:
     """`:0` ports: the start-up line names the real ones, and they answer. JSON logs parse line by line."""
     extender = subprocess.Popen(
-        [sys.executable, "-m", "gpuextender.extender", "--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0",
-         "--readiness-grace", "0", "--log-format", "json"],
-        stderr=subprocess.PIPE, text=True, env={"PATH": "/usr/bin:/bin", "GPU_EXTENDER_SHORTLIST": "5"},
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "gpuextender.extender",
+            "--http-addr",
+            "127.0.0.1:0",
+            "--grpc-addr",
+            "127.0.0.1:0",
+            "--readiness-grace",
+            "0",
+            "--log-format",
+            "json",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+        env={"PATH": "/usr/bin:/bin", "GPU_EXTENDER_SHORTLIST": "5"},
+    )
     try:
         entries = []
         assert extender.stderr is not None

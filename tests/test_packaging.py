@@ -25,8 +25,9 @@ def test_every_package_is_shipped_under_one_top_level_name() -> None:
 
 def test_python_dash_m_runs_both_programs() -> None:
     for module, program in (("gpuextender.agent", "gpu-agent"), ("gpuextender.extender", "gpu-extender")):
-        result = subprocess.run([sys.executable, "-m", module, "--version"], capture_output=True, text=True,
-                                timeout=60, cwd=ROOT)  # fmt: skip
+        result = subprocess.run(
+            [sys.executable, "-m", module, "--version"], capture_output=True, text=True, timeout=60, cwd=ROOT
+        )
         assert result.returncode == 0, result.stderr
         assert result.stdout.strip() == f"{program} {version('kube-gpu-extender')}"
 

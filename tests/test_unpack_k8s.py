@@ -50,6 +50,6 @@ def test_unpacks_checks_and_reuses(tmp_path: Path) -> None:
 def test_a_binary_that_does_not_match_its_sum_is_refused_and_not_left_behind(tmp_path: Path) -> None:
     unpack = _module().unpack
     src = _shared(tmp_path, {"etcd": b"tampered"}, sums={"etcd": b"the real etcd"})
-    with pytest.raises(SystemExit, match="etcd: sha256 .* does not match SHA256SUMS"):
+    with pytest.raises(SystemExit, match=r"etcd: sha256 .* does not match SHA256SUMS"):
         unpack(src, tmp_path / "cache")
     assert not any(p.is_file() for p in (tmp_path / "cache").rglob("*"))

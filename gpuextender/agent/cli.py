@@ -13,12 +13,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gpuextender import __version__
+from gpuextender.agent.settings import AgentConfig, ConfigError, build_config
+from gpuextender.agent.sources.nvml_events import request_clear
 from gpuextender.common.layered_config import describe_sources
 from gpuextender.common.logs import configure_logging
 from gpuextender.common.netaddr import HostPort
-
-from gpuextender.agent.settings import AgentConfig, ConfigError, build_config
-from gpuextender.agent.sources.nvml_events import request_clear
 
 # What only the serving agent needs is imported after the one-shot mode: `kubectl exec POD --
 # gpu-agent --clear-xid N` runs beside the agent, inside the container's memory limit, and needs
@@ -27,8 +26,8 @@ from gpuextender.agent.sources.nvml_events import request_clear
 # bench/agent_imports.py measures both.
 if TYPE_CHECKING:
     from gpuextender.agent.export.metrics import AgentMetrics
-    from gpuextender.agent.sources.nvml_reader import NvmlReader
     from gpuextender.agent.model.readings import NodeSample
+    from gpuextender.agent.sources.nvml_reader import NvmlReader
 
 log = logging.getLogger("gpu_agent")
 
@@ -64,11 +63,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         follow = ScenarioFile(config.fake_scenario, scenario)
         install(FakeNvmlLibrary(scenario, uuid_seed=config.node_name, follow=follow))
         log.info("fake NVML from %s: %d simulated GPU(s)", config.fake_scenario, len(scenario.gpus))
-    metrics = AgentMetrics(config.node_name, dcgm_names=config.dcgm_names,
-                           idle_threshold_percent=config.idle_threshold_percent, idle_window_s=config.idle_window_s)
+    metrics = AgentMetrics(
+        config.node_name,
+        dcgm_names=config.dcgm_names,
+        idle_threshold_percent=config.idle_threshold_percent,
+        idle_window_s=config.idle_window_s,
+    )
     # The fake's PCI bus IDs are not this machine's devices: no sysfs NUMA fallback for it.
-    reader = NvmlReader(on_error=metrics.count_nvml_error,
-                        sysfs_root=None if config.fake_scenario is not None else Path("/sys"))  # fmt: skip
+    reader = NvmlReader(
+        on_error=metrics.count_nvml_error, sysfs_root=None if config.fake_scenario is not None else Path("/sys")
+    )
     try:
         reader.start()
     except NvmlUnavailable as exc:
@@ -99,18 +103,18 @@ def _allocation_enricher(config: AgentConfig) -> tuple[Callable[[NodeSample], No
 
 
 async def _serve(config: AgentConfig, reader: NvmlReader, metrics: AgentMetrics) -> int:
-    from gpuextender.common.backoff import Backoff
-    from gpuextender.agent.stream.discovery import ServiceWatch
-    from gpuextender.agent.rules.health import HealthEnricher, HealthPolicy
-    from gpuextender.common.heap import trim_c_heap
     from gpuextender.agent.export.http_get_server import GetServer
     from gpuextender.agent.export.http_routes import routes
-    from gpuextender.agent.report.latest import LatestReport
     from gpuextender.agent.report.gate import ReportGate
-    from gpuextender.agent.sources.nvml_events import ClearRequests, EventStore, NvmlEventWatcher
+    from gpuextender.agent.report.latest import LatestReport
+    from gpuextender.agent.rules.health import HealthEnricher, HealthPolicy
     from gpuextender.agent.sampling.sample_loop import SampleLoop
+    from gpuextender.agent.sources.nvml_events import ClearRequests, EventStore, NvmlEventWatcher
+    from gpuextender.agent.stream.discovery import ServiceWatch
     from gpuextender.agent.stream.stream_set import StreamSet
     from gpuextender.agent.stream.streamer import ExtenderStream
+    from gpuextender.common.backoff import Backoff
+    from gpuextender.common.heap import trim_c_heap
 
     latest = LatestReport()
     gate = ReportGate(config.heartbeat_s)
@@ -118,16 +122,24 @@ async def _serve(config: AgentConfig, reader: NvmlReader, metrics: AgentMetrics)
     store = EventStore(ignored_xids=config.ignored_xids)
     health = HealthEnricher(HealthPolicy(ignored_xids=config.ignored_xids), store.snapshot)
     sampler = SampleLoop(
-        reader, latest, metrics,
-        node_name=config.node_name, interval_s=config.interval_s, agent_version=__version__,
+        reader,
+        latest,
+        metrics,
+        node_name=config.node_name,
+        interval_s=config.interval_s,
+        agent_version=__version__,
         enrichers=[allocation, health],  # health last: it sees everything else of the sample
         gate=gate,
-    )  # fmt: skip
+    )
     watcher: NvmlEventWatcher | None = None
     if config.health_events:
         # A critical event wakes the sample loop: the extender hears of it within a sample's time.
-        watcher = NvmlEventWatcher(store, on_event=lambda _event: sampler.wake_now(),
-                                   clear_requests=ClearRequests(config.control_dir), on_clear=sampler.wake_now)  # fmt: skip
+        watcher = NvmlEventWatcher(
+            store,
+            on_event=lambda _event: sampler.wake_now(),
+            clear_requests=ClearRequests(config.control_dir),
+            on_clear=sampler.wake_now,
+        )
         watcher.start()
     # Metrics-only mode (no extender to ack a report): /readyz needs NVML alone.
     has_extenders = bool(config.extenders) or config.extender_service is not None
@@ -135,10 +147,13 @@ async def _serve(config: AgentConfig, reader: NvmlReader, metrics: AgentMetrics)
     await http.start(config.metrics_addr.host, config.metrics_addr.port)
     log.info(
         "gpu-agent %s for node %s: metrics on http://%s/metrics, sampling every %.2fs, streaming %s, extenders: %s",
-        __version__, config.node_name, HostPort(config.metrics_addr.host, http.port), config.interval_s,
+        __version__,
+        config.node_name,
+        HostPort(config.metrics_addr.host, http.port),
+        config.interval_s,
         f"on change with a heartbeat of at most {config.heartbeat_s:g}s" if config.heartbeat_s else "every sample",
         _extenders_summary(config),
-    )  # fmt: skip
+    )
     if config.sources:
         log.info("settings from the environment or the config file: %s", describe_sources(config.sources))
     log.info("stream security: %s", _security_summary(config))
@@ -146,17 +161,21 @@ async def _serve(config: AgentConfig, reader: NvmlReader, metrics: AgentMetrics)
 
     def make_stream(target: str) -> ExtenderStream:
         return ExtenderStream(
-            target, latest, metrics,
+            target,
+            latest,
+            metrics,
             backoff=Backoff(config.reconnect_initial_s, config.reconnect_max_s),
             ack_timeout_s=max(10.0, 5 * config.interval_s),
             on_requested_interval=sampler.set_interval,
             dial=config.dial,
             gate=gate,
-        )  # fmt: skip
+        )
 
     streams = StreamSet(make_stream, static=config.extenders)
-    tasks = [asyncio.create_task(sampler.run(), name="sampler"),
-             asyncio.create_task(streams.run(), name="extender streams")]  # fmt: skip
+    tasks = [
+        asyncio.create_task(sampler.run(), name="sampler"),
+        asyncio.create_task(streams.run(), name="extender streams"),
+    ]
     if config.extender_service is not None:
         watch = ServiceWatch(config.extender_service, config.resolve_interval_s, streams.set_resolved)
         tasks.append(asyncio.create_task(watch.run(), name="extender service"))

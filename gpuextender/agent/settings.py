@@ -10,17 +10,16 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from gpuextender import __version__
+from gpuextender.agent.rules.health import DEFAULT_IGNORED_XIDS, parse_xid_list
+from gpuextender.agent.rules.idle_tracker import DEFAULT_THRESHOLD_PERCENT, DEFAULT_WINDOW_S
+from gpuextender.agent.sources.gfd_labels import DEFAULT_PATH as DEFAULT_GFD_LABELS
+from gpuextender.agent.sources.pod_resources import DEFAULT_SOCKET as DEFAULT_POD_RESOURCES
+from gpuextender.agent.stream.dial import DialSettings
 from gpuextender.common.cli import HelpFormatter
 from gpuextender.common.layered_config import SettingsError, epilog, parse_layered
 from gpuextender.common.logs import FORMATS, LEVELS
 from gpuextender.common.netaddr import AddressError, HostPort, parse_host_port
 from gpuextender.common.tls_files import CredentialFileError, check_ca, check_pair, check_readable
-
-from gpuextender.agent.stream.dial import DialSettings
-from gpuextender.agent.sources.gfd_labels import DEFAULT_PATH as DEFAULT_GFD_LABELS
-from gpuextender.agent.rules.health import DEFAULT_IGNORED_XIDS, parse_xid_list
-from gpuextender.agent.rules.idle_tracker import DEFAULT_THRESHOLD_PERCENT, DEFAULT_WINDOW_S
-from gpuextender.agent.sources.pod_resources import DEFAULT_SOCKET as DEFAULT_POD_RESOURCES
 
 ENV_PREFIX = "GPU_AGENT_"
 _NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
@@ -73,89 +72,189 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=epilog(ENV_PREFIX, "--interval", "2") + " Besides, --node-name falls back to $NODE_NAME (the "
         "downward API's spec.nodeName) and --extender to $GPU_AGENT_EXTENDERS (the older name of $GPU_AGENT_EXTENDER).",
     )
-    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}",
-                   help="print the installed version and exit")
-    p.add_argument("--config", type=Path, metavar="PATH",
-                   help="YAML file of settings: the long flags without '--' as keys (interval: 2, "
-                   "extender: [extender-0:9090]); flags and GPU_AGENT_* variables override it")  # fmt: skip
-    p.add_argument("--node-name", help="Kubernetes Node name of this node (default: $NODE_NAME, "
-                   "set it from the downward API: spec.nodeName)")  # fmt: skip
-    p.add_argument("--extender", action="append", default=[], metavar="HOST:PORT",
-                   help="gpu-extender gRPC address; repeat once per replica "
-                   "(default: comma-separated $GPU_AGENT_EXTENDER)")  # fmt: skip
+    p.add_argument(
+        "--version", action="version", version=f"%(prog)s {__version__}", help="print the installed version and exit"
+    )
+    p.add_argument(
+        "--config",
+        type=Path,
+        metavar="PATH",
+        help="YAML file of settings: the long flags without '--' as keys (interval: 2, "
+        "extender: [extender-0:9090]); flags and GPU_AGENT_* variables override it",
+    )
+    p.add_argument(
+        "--node-name",
+        help="Kubernetes Node name of this node (default: $NODE_NAME, set it from the downward API: spec.nodeName)",
+    )
+    p.add_argument(
+        "--extender",
+        action="append",
+        default=[],
+        metavar="HOST:PORT",
+        help="gpu-extender gRPC address; repeat once per replica (default: comma-separated $GPU_AGENT_EXTENDER)",
+    )
     p.add_argument("--interval", type=float, default=1.0, metavar="SECONDS", help="NVML sample interval")
-    p.add_argument("--heartbeat", type=float, default=3.0, metavar="SECONDS",
-                   help="stream a report when something the extenders decide with changed (health, allocation, "
-                   "a GPU turning busy or idle under their idle rule, ...) and otherwise at most this long "
-                   "apart (never longer than a third of the extender's --stale-after, which its acks say); "
-                   "/metrics keeps every sample. 0: stream every sample (also what happens while an "
-                   "extender older than 0.3 is streamed to)")  # fmt: skip
-    p.add_argument("--metrics-addr", default="0.0.0.0:9402", metavar="HOST:PORT",
-                   help="where /metrics, /healthz and /readyz are served")  # fmt: skip
-    p.add_argument("--fake", metavar="SCENARIO.yaml", type=Path,
-                   help="simulate GPUs from a scenario file instead of loading libnvidia-ml: a YAML mapping "
-                   "with a `gpus:` list, each GPU with its name, memory, utilization pattern over time and "
-                   "injected NVML errors (format: README, 'Scenario files'; examples/demo/scenarios); edits to "
-                   "the file while the agent runs change the simulated GPUs")  # fmt: skip
-    p.add_argument("--reconnect-initial-backoff", type=float, default=0.2, metavar="SECONDS",
-                   help="first delay before reopening a broken extender stream")  # fmt: skip
-    p.add_argument("--reconnect-max-backoff", type=float, default=5.0, metavar="SECONDS",
-                   help="longest delay between attempts (doubling, with jitter, up to this)")  # fmt: skip
-    p.add_argument("--extender-service", metavar="HOST:PORT",
-                   help="DNS name of the extenders' headless Service; one stream per address it resolves to, "
-                   "re-resolved every --resolve-interval (default: $GPU_AGENT_EXTENDER_SERVICE)")  # fmt: skip
-    p.add_argument("--resolve-interval", type=float, default=15.0, metavar="SECONDS",
-                   help="how often --extender-service is resolved again (replicas come and go)")  # fmt: skip
-    p.add_argument("--tls-ca", type=Path, metavar="PATH",
-                   help="TLS to every extender, verifying its certificate against this CA (PEM); "
-                   "re-read on every reconnect")  # fmt: skip
-    p.add_argument("--tls-cert", type=Path, metavar="PATH",
-                   help="client certificate for mTLS (PEM, with --tls-key); re-read on every reconnect")  # fmt: skip
+    p.add_argument(
+        "--heartbeat",
+        type=float,
+        default=3.0,
+        metavar="SECONDS",
+        help="stream a report when something the extenders decide with changed (health, allocation, "
+        "a GPU turning busy or idle under their idle rule, ...) and otherwise at most this long "
+        "apart (never longer than a third of the extender's --stale-after, which its acks say); "
+        "/metrics keeps every sample. 0: stream every sample (also what happens while an "
+        "extender older than 0.3 is streamed to)",
+    )
+    p.add_argument(
+        "--metrics-addr",
+        default="0.0.0.0:9402",
+        metavar="HOST:PORT",
+        help="where /metrics, /healthz and /readyz are served",
+    )
+    p.add_argument(
+        "--fake",
+        metavar="SCENARIO.yaml",
+        type=Path,
+        help="simulate GPUs from a scenario file instead of loading libnvidia-ml: a YAML mapping "
+        "with a `gpus:` list, each GPU with its name, memory, utilization pattern over time and "
+        "injected NVML errors (format: README, 'Scenario files'; examples/demo/scenarios); edits to "
+        "the file while the agent runs change the simulated GPUs",
+    )
+    p.add_argument(
+        "--reconnect-initial-backoff",
+        type=float,
+        default=0.2,
+        metavar="SECONDS",
+        help="first delay before reopening a broken extender stream",
+    )
+    p.add_argument(
+        "--reconnect-max-backoff",
+        type=float,
+        default=5.0,
+        metavar="SECONDS",
+        help="longest delay between attempts (doubling, with jitter, up to this)",
+    )
+    p.add_argument(
+        "--extender-service",
+        metavar="HOST:PORT",
+        help="DNS name of the extenders' headless Service; one stream per address it resolves to, "
+        "re-resolved every --resolve-interval (default: $GPU_AGENT_EXTENDER_SERVICE)",
+    )
+    p.add_argument(
+        "--resolve-interval",
+        type=float,
+        default=15.0,
+        metavar="SECONDS",
+        help="how often --extender-service is resolved again (replicas come and go)",
+    )
+    p.add_argument(
+        "--tls-ca",
+        type=Path,
+        metavar="PATH",
+        help="TLS to every extender, verifying its certificate against this CA (PEM); re-read on every reconnect",
+    )
+    p.add_argument(
+        "--tls-cert",
+        type=Path,
+        metavar="PATH",
+        help="client certificate for mTLS (PEM, with --tls-key); re-read on every reconnect",
+    )
     p.add_argument("--tls-key", type=Path, metavar="PATH", help="private key of --tls-cert (PEM)")
-    p.add_argument("--tls-server-name", metavar="NAME",
-                   help="name expected in the extender's certificate (agents dial the pod IPs of the headless "
-                   "Service, so pass the Service's DNS name here)")  # fmt: skip
-    p.add_argument("--token-file", type=Path, metavar="PATH",
-                   help="projected ServiceAccount token sent as `authorization: Bearer` on each stream; "
-                   "re-read on every (re)connect (the kubelet rotates it)")  # fmt: skip
-    p.add_argument("--ignore-xids", default=",".join(map(str, sorted(DEFAULT_IGNORED_XIDS))), metavar="LIST",
-                   help="comma-separated XIDs that do not make a GPU unhealthy: the application errors NVIDIA's "
-                   "device plugin also ignores; an empty string ignores none")  # fmt: skip
-    p.add_argument("--health-events", action=argparse.BooleanOptionalAction, default=True,
-                   help="watch NVML events (critical XIDs, double-bit ECC, GPU unavailable, recovery actions) on a "
-                   "thread and report at once; without it no XID is seen, the per-sample health reads remain")  # fmt: skip
-    p.add_argument("--clear-xid", action="append", default=[], metavar="GPU",
-                   help="run in the agent's container (kubectl exec POD -- gpu-agent --clear-xid 3): ask the running "
-                   "agent to lift the quarantine of GPU (an index, a GPU-<uuid>, or 'all') that critical XIDs and "
-                   "other events put it in, print its answer and exit; repeatable. A quarantine lasts until "
-                   "cleared so, or until the agent restarts (kubectl delete pod): XIDs are only known since the "
-                   "agent started")  # fmt: skip
-    p.add_argument("--control-dir", type=Path, default=Path("/tmp/gpu-agent"), metavar="PATH",
-                   help="private directory (created 0700) where the running agent answers --clear-xid requests; "
-                   "both sides must use the same one")  # fmt: skip
-    p.add_argument("--pod-resources-socket", default=DEFAULT_POD_RESOURCES, metavar="PATH",
-                   help="the kubelet's PodResources socket: each sample asks it which containers hold which GPU "
-                   "(List) and which device IDs it hands out (GetAllocatableResources). Mount its directory, not "
-                   "the file (deploy/components/kubelet-allocation). Unreadable: allocation is reported unknown, "
-                   "said once in the log. '' turns it off")  # fmt: skip
-    p.add_argument("--gfd-labels-file", default=DEFAULT_GFD_LABELS, metavar="PATH",
-                   help="GPU Feature Discovery's labels file for node-feature-discovery (key=value lines); only "
-                   "nvidia.com/gpu.replicas, .sharing-strategy, .product and .count are read, again when it "
-                   "changes. Missing: no labels. '' turns it off")  # fmt: skip
-    p.add_argument("--dcgm-names", action=argparse.BooleanOptionalAction, default=True,
-                   help="also serve the GPU readings under NVIDIA dcgm-exporter's metric names and labels "
-                   "(DCGM_FI_DEV_GPU_UTIL{gpu,UUID,Hostname,pod,...}), so its dashboards and alerts work "
-                   "unchanged")  # fmt: skip
-    p.add_argument("--idle-threshold", type=float, default=DEFAULT_THRESHOLD_PERCENT, metavar="PERCENT",
-                   help="for gpu_agent_pod_idle_gpus: a GPU is idle while its utilization is at or under this; "
-                   "unknown utilization is never idle")  # fmt: skip
-    p.add_argument("--idle-window", type=float, default=DEFAULT_WINDOW_S, metavar="SECONDS",
-                   help="gpu_agent_pod_idle_gpus counts a pod's GPU once it has been idle this long while the pod "
-                   "held it (allocated but idle: the waste to hunt)")  # fmt: skip
+    p.add_argument(
+        "--tls-server-name",
+        metavar="NAME",
+        help="name expected in the extender's certificate (agents dial the pod IPs of the headless "
+        "Service, so pass the Service's DNS name here)",
+    )
+    p.add_argument(
+        "--token-file",
+        type=Path,
+        metavar="PATH",
+        help="projected ServiceAccount token sent as `authorization: Bearer` on each stream; "
+        "re-read on every (re)connect (the kubelet rotates it)",
+    )
+    p.add_argument(
+        "--ignore-xids",
+        default=",".join(map(str, sorted(DEFAULT_IGNORED_XIDS))),
+        metavar="LIST",
+        help="comma-separated XIDs that do not make a GPU unhealthy: the application errors NVIDIA's "
+        "device plugin also ignores; an empty string ignores none",
+    )
+    p.add_argument(
+        "--health-events",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="watch NVML events (critical XIDs, double-bit ECC, GPU unavailable, recovery actions) on a "
+        "thread and report at once; without it no XID is seen, the per-sample health reads remain",
+    )
+    p.add_argument(
+        "--clear-xid",
+        action="append",
+        default=[],
+        metavar="GPU",
+        help="run in the agent's container (kubectl exec POD -- gpu-agent --clear-xid 3): ask the running "
+        "agent to lift the quarantine of GPU (an index, a GPU-<uuid>, or 'all') that critical XIDs and "
+        "other events put it in, print its answer and exit; repeatable. A quarantine lasts until "
+        "cleared so, or until the agent restarts (kubectl delete pod): XIDs are only known since the "
+        "agent started",
+    )
+    p.add_argument(
+        "--control-dir",
+        type=Path,
+        default=Path("/tmp/gpu-agent"),
+        metavar="PATH",
+        help="private directory (created 0700) where the running agent answers --clear-xid requests; "
+        "both sides must use the same one",
+    )
+    p.add_argument(
+        "--pod-resources-socket",
+        default=DEFAULT_POD_RESOURCES,
+        metavar="PATH",
+        help="the kubelet's PodResources socket: each sample asks it which containers hold which GPU "
+        "(List) and which device IDs it hands out (GetAllocatableResources). Mount its directory, not "
+        "the file (deploy/components/kubelet-allocation). Unreadable: allocation is reported unknown, "
+        "said once in the log. '' turns it off",
+    )
+    p.add_argument(
+        "--gfd-labels-file",
+        default=DEFAULT_GFD_LABELS,
+        metavar="PATH",
+        help="GPU Feature Discovery's labels file for node-feature-discovery (key=value lines); only "
+        "nvidia.com/gpu.replicas, .sharing-strategy, .product and .count are read, again when it "
+        "changes. Missing: no labels. '' turns it off",
+    )
+    p.add_argument(
+        "--dcgm-names",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also serve the GPU readings under NVIDIA dcgm-exporter's metric names and labels "
+        "(DCGM_FI_DEV_GPU_UTIL{gpu,UUID,Hostname,pod,...}), so its dashboards and alerts work "
+        "unchanged",
+    )
+    p.add_argument(
+        "--idle-threshold",
+        type=float,
+        default=DEFAULT_THRESHOLD_PERCENT,
+        metavar="PERCENT",
+        help="for gpu_agent_pod_idle_gpus: a GPU is idle while its utilization is at or under this; "
+        "unknown utilization is never idle",
+    )
+    p.add_argument(
+        "--idle-window",
+        type=float,
+        default=DEFAULT_WINDOW_S,
+        metavar="SECONDS",
+        help="gpu_agent_pod_idle_gpus counts a pod's GPU once it has been idle this long while the pod "
+        "held it (allocated but idle: the waste to hunt)",
+    )
     p.add_argument("--log-level", default="info", choices=LEVELS)
-    p.add_argument("--log-format", default="text", choices=FORMATS,
-                   help="text: one line per event; json: one JSON object per line with the structured fields "
-                   "(node, peer, reason) as keys")  # fmt: skip
+    p.add_argument(
+        "--log-format",
+        default="text",
+        choices=FORMATS,
+        help="text: one line per event; json: one JSON object per line with the structured fields "
+        "(node, peer, reason) as keys",
+    )
     return p
 
 
@@ -196,8 +295,10 @@ def _extender_service(text: str) -> HostPort | None:
     except AddressError as exc:
         raise ConfigError(f"--extender-service {exc}") from None
     if not service.host or service.port == 0:
-        raise ConfigError(f"--extender-service {text!r}: expected the Service's DNS name and gRPC port, "
-                          "e.g. gpu-extender-agents.gpu-extender.svc:9090")  # fmt: skip
+        raise ConfigError(
+            f"--extender-service {text!r}: expected the Service's DNS name and gRPC port, "
+            "e.g. gpu-extender-agents.gpu-extender.svc:9090"
+        )
     return service
 
 
@@ -205,8 +306,9 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> AgentCon
     """Flags over GPU_AGENT_* variables over --config's file over defaults (common/layered_config.py)."""
     try:
         # --clear-xid is a one-shot command, not a setting: only the command line gives it.
-        layered = parse_layered(build_parser, sys.argv[1:] if argv is None else argv, env, ENV_PREFIX,
-                                not_settings=("clear_xid",))  # fmt: skip
+        layered = parse_layered(
+            build_parser, sys.argv[1:] if argv is None else argv, env, ENV_PREFIX, not_settings=("clear_xid",)
+        )
     except SettingsError as exc:
         raise ConfigError(str(exc)) from None
     args = layered.args

@@ -48,10 +48,12 @@ def env_name(prefix: str, flag: str) -> str:
 def epilog(prefix: str, example_flag: str, example_value: str) -> str:
     """The --help paragraph that states the rule."""
     key = example_flag.lstrip("-")
-    return (f"Every flag can also be set in the environment as {prefix}<FLAG> ({env_name(prefix, example_flag)}="
-            f"{example_value}; repeatable flags take a comma-separated list, on/off flags true or false) or in "
-            f"the YAML file given with --config or {prefix}CONFIG ({key}: {example_value}). Precedence: flag > "
-            "environment > config file > default.")
+    return (
+        f"Every flag can also be set in the environment as {prefix}<FLAG> ({env_name(prefix, example_flag)}="
+        f"{example_value}; repeatable flags take a comma-separated list, on/off flags true or false) or in "
+        f"the YAML file given with --config or {prefix}CONFIG ({key}: {example_value}). Precedence: flag > "
+        "environment > config file > default."
+    )
 
 
 def parse_layered(
@@ -76,20 +78,25 @@ def parse_layered(
     layers: list[tuple[str, dict[str, Any]]] = []
     if config_path is not None:
         tokens = _file_tokens(config_path, config_source, settable)
-        layers.append((f"file {config_path}", _values(build_parser, tokens, settable, f"{config_source} {config_path}")))
+        layers.append(
+            (f"file {config_path}", _values(build_parser, tokens, settable, f"{config_source} {config_path}"))
+        )
     env_layer: dict[str, Any] = {}
     for dest, action in settable.items():
         name = env_name(prefix, _long_flag(action))
         if name in env:
-            env_layer.update(_values(build_parser, {dest: _tokens(action, env[name], from_env=True, where=name)},
-                                     settable, name))  # fmt: skip
+            env_layer.update(
+                _values(build_parser, {dest: _tokens(action, env[name], from_env=True, where=name)}, settable, name)
+            )
     layers.append(("env", env_layer))
     result = Layered(args, {dest: "flag" for dest in explicit})
     for source, values in layers:
         for dest, value in values.items():
             if dest not in explicit:
                 setattr(args, dest, value)
-                result.sources[dest] = source if source != "env" else f"env {env_name(prefix, _long_flag(settable[dest]))}"
+                result.sources[dest] = (
+                    source if source != "env" else f"env {env_name(prefix, _long_flag(settable[dest]))}"
+                )
     return result
 
 
@@ -155,12 +162,13 @@ def _file_tokens(path: Path, source: str, settable: dict[str, argparse.Action]) 
     except OSError as exc:
         raise SettingsError(f"{source} {path}: cannot read: {exc.strerror or exc}") from None
     if len(raw) > MAX_CONFIG_BYTES:
-        raise SettingsError(f"{source} {path}: larger than {MAX_CONFIG_BYTES // 1024} KiB; a config file holds "
-                            "settings only")  # fmt: skip
+        raise SettingsError(
+            f"{source} {path}: larger than {MAX_CONFIG_BYTES // 1024} KiB; a config file holds settings only"
+        )
     try:
         # libyaml's loader when PyYAML has it: it refuses deep nesting itself; the pure-Python one
         # recurses, and 120 KB of '[' would end start-up in a RecursionError traceback.
-        document = yaml.load(raw, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 (safe)
+        document = yaml.load(raw, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.YAMLError as exc:
         raise SettingsError(f"{source} {path}: not valid YAML: {exc}") from None
     except RecursionError:
@@ -168,22 +176,28 @@ def _file_tokens(path: Path, source: str, settable: dict[str, argparse.Action]) 
     if document is None:
         return {}  # an empty file sets nothing
     if not isinstance(document, dict):
-        raise SettingsError(f"{source} {path}: expected a mapping of settings (stale-after: 20), "
-                            f"got {type(document).__name__}")  # fmt: skip
+        raise SettingsError(
+            f"{source} {path}: expected a mapping of settings (stale-after: 20), got {type(document).__name__}"
+        )
     by_key = {_long_flag(a)[2:]: (dest, a) for dest, a in settable.items()}
     tokens: dict[str, list[str]] = {}
     for key, value in document.items():
         name = str(key).replace("_", "-")
         if name not in by_key:
-            raise SettingsError(f"{source} {path}: unknown setting {key!r} (settings are the long flags without "
-                                "'--', see --help)")  # fmt: skip
+            raise SettingsError(
+                f"{source} {path}: unknown setting {key!r} (settings are the long flags without '--', see --help)"
+            )
         dest, action = by_key[name]
         tokens[dest] = _tokens(action, value, from_env=False, where=f"{source} {path}: {key}")
     return tokens
 
 
-def _values(build_parser: Callable[[], argparse.ArgumentParser], tokens: dict[str, list[str]],
-            settable: dict[str, argparse.Action], where: str) -> dict[str, Any]:  # fmt: skip
+def _values(
+    build_parser: Callable[[], argparse.ArgumentParser],
+    tokens: dict[str, list[str]],
+    settable: dict[str, argparse.Action],
+    where: str,
+) -> dict[str, Any]:
     """Parse one source's tokens with the flags' own types and choices; errors name `where`."""
     values = _explicit(build_parser, [t for ts in tokens.values() for t in ts], where, raise_errors=True)
     for dest in tokens:
@@ -192,14 +206,16 @@ def _values(build_parser: Callable[[], argparse.ArgumentParser], tokens: dict[st
     return values
 
 
-def _explicit(build_parser: Callable[[], argparse.ArgumentParser], tokens: list[str], where: str, *,
-              raise_errors: bool) -> dict[str, Any]:  # fmt: skip
+def _explicit(
+    build_parser: Callable[[], argparse.ArgumentParser], tokens: list[str], where: str, *, raise_errors: bool
+) -> dict[str, Any]:
     """Only the settings `tokens` set (every default suppressed)."""
     parser = build_parser()
     for action in parser._actions:
         action.default = argparse.SUPPRESS
         action.required = False
     if raise_errors:
+
         def error(message: str) -> NoReturn:
             raise SettingsError(f"{where}: {message}")
 

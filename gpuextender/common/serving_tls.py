@@ -20,9 +20,9 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import grpc
+
 from gpuextender.common.tls_files import CredentialFileError, FileSignature, ServingTlsFiles, check_ca, read_flag_file
 
 log = logging.getLogger("gpu_extender.tls")

@@ -16,8 +16,7 @@ from gpuextender.common.idle_rule import IdleRule
 from gpuextender.common.layered_config import SettingsError, epilog, parse_layered
 from gpuextender.common.logs import FORMATS, LEVELS
 from gpuextender.common.netaddr import AddressError, parse_host_port
-from gpuextender.common.tls_files import ServingTlsFiles
-from gpuextender.common.tls_files import CredentialFileError, check_readable
+from gpuextender.common.tls_files import CredentialFileError, ServingTlsFiles, check_readable
 from gpuextender.extender.settings import (
     DEFAULT_BINDING_WAIT_S,
     DEFAULT_BODY_READ_TIMEOUT_S,
@@ -54,132 +53,277 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=HelpFormatter,
         epilog=epilog(ENV_PREFIX, "--stale-after", "20"),
     )
-    p.add_argument("--version", action="version", version=f"%(prog)s {__version__}",
-                   help="print the installed version and exit")
-    p.add_argument("--config", type=Path, metavar="PATH",
-                   help="YAML file of settings: the long flags without '--' as keys (stale-after: 20, "
-                   "gpu-resource: [nvidia.com/gpu]); flags and GPU_EXTENDER_* variables override it")  # fmt: skip
-    p.add_argument("--http-addr", default="0.0.0.0:8888", metavar="HOST:PORT",
-                   help="scheduler API, /healthz, /readyz, /metrics")  # fmt: skip
+    p.add_argument(
+        "--version", action="version", version=f"%(prog)s {__version__}", help="print the installed version and exit"
+    )
+    p.add_argument(
+        "--config",
+        type=Path,
+        metavar="PATH",
+        help="YAML file of settings: the long flags without '--' as keys (stale-after: 20, "
+        "gpu-resource: [nvidia.com/gpu]); flags and GPU_EXTENDER_* variables override it",
+    )
+    p.add_argument(
+        "--http-addr", default="0.0.0.0:8888", metavar="HOST:PORT", help="scheduler API, /healthz, /readyz, /metrics"
+    )
     p.add_argument("--grpc-addr", default="0.0.0.0:9090", metavar="HOST:PORT", help="where agents stream reports")
-    p.add_argument("--path-prefix", default="", metavar="PATH",
-                   help="serve the verbs under PATH (urlPrefix http://host:port/PATH in the scheduler config)")  # fmt: skip
-    p.add_argument("--inventory", type=Path, metavar="PATH",
-                   help="read Nodes and OME objects (AcceleratorClass, ServingRuntime, ...) from this YAML "
-                   "file or directory instead of a cluster; reloaded when it changes. A file that is empty, "
-                   "half-written or holds no Kubernetes objects keeps its last good objects (delete the file "
-                   "to remove them)")  # fmt: skip
-    p.add_argument("--kubernetes", action="store_true",
-                   help="list+watch Nodes and OME objects from the API server (in-cluster config, or "
-                   "--kubeconfig / $KUBECONFIG / ~/.kube/config)")  # fmt: skip
+    p.add_argument(
+        "--path-prefix",
+        default="",
+        metavar="PATH",
+        help="serve the verbs under PATH (urlPrefix http://host:port/PATH in the scheduler config)",
+    )
+    p.add_argument(
+        "--inventory",
+        type=Path,
+        metavar="PATH",
+        help="read Nodes and OME objects (AcceleratorClass, ServingRuntime, ...) from this YAML "
+        "file or directory instead of a cluster; reloaded when it changes. A file that is empty, "
+        "half-written or holds no Kubernetes objects keeps its last good objects (delete the file "
+        "to remove them)",
+    )
+    p.add_argument(
+        "--kubernetes",
+        action="store_true",
+        help="list+watch Nodes and OME objects from the API server (in-cluster config, or "
+        "--kubeconfig / $KUBECONFIG / ~/.kube/config)",
+    )
     p.add_argument("--kubeconfig", type=Path, metavar="PATH", help="kubeconfig for --kubernetes")
-    p.add_argument("--gpu-resource", action="append", default=[], metavar="NAME",
-                   help="extended resource counted as GPUs; repeatable (default: nvidia.com/gpu). A name "
-                        "nvidia.com/mig-<profile> (GFD's mixed MIG strategy) is matched to free MIG devices of "
-                        "that profile instead, e.g. --gpu-resource nvidia.com/gpu --gpu-resource "
-                        "nvidia.com/mig-1g.10gb")  # fmt: skip
-    p.add_argument("--idle-max-utilization", type=float, default=30.0, metavar="PERCENT",
-                   help="a GPU is idle only below this utilization")  # fmt: skip
-    p.add_argument("--idle-max-memory", type=float, default=50.0, metavar="PERCENT",
-                   help="... and below this share of its memory used")  # fmt: skip
-    p.add_argument("--stale-after", type=float, default=10.0, metavar="SECONDS",
-                   help="a node's GPU data older than this is stale")  # fmt: skip
-    p.add_argument("--stale-policy", choices=("fail-open", "fail-closed"), default="fail-open",
-                   help="fail-open: treat stale like no data (all allocatable GPUs idle); "
-                   "fail-closed: reject the node (StaleGPUData)")  # fmt: skip
-    p.add_argument("--no-fit-policy", choices=("pass-all", "reject"), default="pass-all",
-                   help="when no node has enough idle GPUs: pass-all lets kube-scheduler choose among the "
-                   "busy/stale nodes; reject keeps them rejected (the pod waits)")  # fmt: skip
-    p.add_argument("--prioritize-answer", choices=("compact", "full"), default="compact",
-                   help="compact: subtract the lowest score and omit zeros (same ranking, smaller answer); "
-                   "full: every node with its 0-10 score")  # fmt: skip
-    p.add_argument("--shortlist", type=int, default=DEFAULT_SHORTLIST, metavar="N",
-                   help="filter answers at most the N best nodes (by prioritize's score) of those that pass a GPU "
-                   "pod; the others pass but are left out, so kube-scheduler scores and sends back only N nodes. "
-                   "Like its own percentageOfNodesToScore (which keeps at least 100 nodes), but the best by GPU "
-                   f"state instead of the first found. 0: answer every node that passes (default {DEFAULT_SHORTLIST})")  # fmt: skip
-    p.add_argument("--default-class-policy", default="FirstAvailable",
-                   choices=("FirstAvailable", "BestFit", "Cheapest", "MostCapable"),
-                   help="AcceleratorClass policy for OME pods whose InferenceService names none")  # fmt: skip
-    p.add_argument("--node-strategy", choices=("spread", "binpack", "cost", "random"), default="spread",
-                   help="how prioritize ranks nodes within a class (a pod's annotation gpu-extender.io/node-strategy "
-                   "overrides it): spread prefers the node with the most idle GPUs, binpack the fewest that still "
-                   "fit, cost the cheapest AcceleratorClass, random a seeded shuffle (formulas: README, "
-                   "'Node strategies')")  # fmt: skip
-    p.add_argument("--random-seed", default="", metavar="TEXT",
-                   help="seed for the random strategy (with the pod UID): same seed, same ranking")  # fmt: skip
-    p.add_argument("--runtime-check", choices=("enforce", "warn", "off"), default="warn",
-                   help="OME pods whose serving runtime cannot serve their model (OME's ValidateRuntime): "
-                   "enforce fails every node (RuntimeIncompatible), warn logs and counts it")  # fmt: skip
-    p.add_argument("--max-body-bytes", type=int, default=DEFAULT_MAX_BODY_BYTES, metavar="BYTES",
-                   help="largest request body accepted (413 above; 2 MiB by default). Sized from what "
-                   "kube-scheduler sends: with nodeCacheCapable: true ~22 B per node name (5,000 nodes: "
-                   "110 KiB), leaving room for a Pod as large as etcd stores (1.5 MiB). Full Node objects "
-                   "(nodeCacheCapable: false) are 3.5 KB each as captured, more with kubelet status: ~600 "
-                   "fit. Parsing holds the event loop (~15 ms per MiB of full Nodes); within 2 MiB no "
-                   "body holds it over 100 ms. Each 16 bytes of this limit also allow one JSON object "
-                   "or array in a body (real ones use ~33)")  # fmt: skip
-    p.add_argument("--max-candidates", type=int, default=MAX_CANDIDATES, metavar="N",
-                   help="most candidate nodes in one filter/prioritize call (400 too_many_nodes above; "
-                   "/explain takes at most 5,000, ~6 us each): above the 15,000 nodes the largest "
-                   "Kubernetes clusters run; filter+prioritize cost ~2 us per node on the event loop")  # fmt: skip
-    p.add_argument("--body-read-timeout", type=float, default=DEFAULT_BODY_READ_TIMEOUT_S, metavar="SECONDS",
-                   help="a request body not complete this long after its headers gets 408 and the "
-                   "connection is closed (a stalled or hostile client must not hold it; kube-scheduler "
-                   "sends the whole body at once)")  # fmt: skip
-    p.add_argument("--requested-agent-interval", type=float, default=0.0, metavar="SECONDS",
-                   help="ask agents to sample at this interval (0: leave it to the agents)")  # fmt: skip
-    p.add_argument("--readiness-grace", type=float, default=DEFAULT_READINESS_GRACE_S, metavar="SECONDS",
-                   help="after start, /readyz stays 503 until every GPU node in the inventory has reported, "
-                   "for up to this long. A new or restarted replica has no GPU data: agents find it only at "
-                   "their next reconnect (backoff, at most ~5 s) or --resolve-interval (15 s), and until then "
-                   "every decision would rest on assumed data. The default stays above both; with no "
-                   "inventory the replica cannot tell which nodes to wait for and waits the whole grace. "
-                   "0 turns the wait off")  # fmt: skip
-    p.add_argument("--forget-after", type=float, default=3600.0, metavar="SECONDS",
-                   help="drop a node's GPU data after this long without reports (node gone)")  # fmt: skip
-    p.add_argument("--tls-cert", type=Path, metavar="PATH",
-                   help="serve HTTPS on --http-addr and TLS on --grpc-addr with this certificate (PEM, with "
-                   "--tls-key); reloaded when the file changes (cert-manager rotation)")  # fmt: skip
+    p.add_argument(
+        "--gpu-resource",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="extended resource counted as GPUs; repeatable (default: nvidia.com/gpu). A name "
+        "nvidia.com/mig-<profile> (GFD's mixed MIG strategy) is matched to free MIG devices of "
+        "that profile instead, e.g. --gpu-resource nvidia.com/gpu --gpu-resource "
+        "nvidia.com/mig-1g.10gb",
+    )
+    p.add_argument(
+        "--idle-max-utilization",
+        type=float,
+        default=30.0,
+        metavar="PERCENT",
+        help="a GPU is idle only below this utilization",
+    )
+    p.add_argument(
+        "--idle-max-memory",
+        type=float,
+        default=50.0,
+        metavar="PERCENT",
+        help="... and below this share of its memory used",
+    )
+    p.add_argument(
+        "--stale-after", type=float, default=10.0, metavar="SECONDS", help="a node's GPU data older than this is stale"
+    )
+    p.add_argument(
+        "--stale-policy",
+        choices=("fail-open", "fail-closed"),
+        default="fail-open",
+        help="fail-open: treat stale like no data (all allocatable GPUs idle); "
+        "fail-closed: reject the node (StaleGPUData)",
+    )
+    p.add_argument(
+        "--no-fit-policy",
+        choices=("pass-all", "reject"),
+        default="pass-all",
+        help="when no node has enough idle GPUs: pass-all lets kube-scheduler choose among the "
+        "busy/stale nodes; reject keeps them rejected (the pod waits)",
+    )
+    p.add_argument(
+        "--prioritize-answer",
+        choices=("compact", "full"),
+        default="compact",
+        help="compact: subtract the lowest score and omit zeros (same ranking, smaller answer); "
+        "full: every node with its 0-10 score",
+    )
+    p.add_argument(
+        "--shortlist",
+        type=int,
+        default=DEFAULT_SHORTLIST,
+        metavar="N",
+        help="filter answers at most the N best nodes (by prioritize's score) of those that pass a GPU "
+        "pod; the others pass but are left out, so kube-scheduler scores and sends back only N nodes. "
+        "Like its own percentageOfNodesToScore (which keeps at least 100 nodes), but the best by GPU "
+        f"state instead of the first found. 0: answer every node that passes (default {DEFAULT_SHORTLIST})",
+    )
+    p.add_argument(
+        "--default-class-policy",
+        default="FirstAvailable",
+        choices=("FirstAvailable", "BestFit", "Cheapest", "MostCapable"),
+        help="AcceleratorClass policy for OME pods whose InferenceService names none",
+    )
+    p.add_argument(
+        "--node-strategy",
+        choices=("spread", "binpack", "cost", "random"),
+        default="spread",
+        help="how prioritize ranks nodes within a class (a pod's annotation gpu-extender.io/node-strategy "
+        "overrides it): spread prefers the node with the most idle GPUs, binpack the fewest that still "
+        "fit, cost the cheapest AcceleratorClass, random a seeded shuffle (formulas: README, "
+        "'Node strategies')",
+    )
+    p.add_argument(
+        "--random-seed",
+        default="",
+        metavar="TEXT",
+        help="seed for the random strategy (with the pod UID): same seed, same ranking",
+    )
+    p.add_argument(
+        "--runtime-check",
+        choices=("enforce", "warn", "off"),
+        default="warn",
+        help="OME pods whose serving runtime cannot serve their model (OME's ValidateRuntime): "
+        "enforce fails every node (RuntimeIncompatible), warn logs and counts it",
+    )
+    p.add_argument(
+        "--max-body-bytes",
+        type=int,
+        default=DEFAULT_MAX_BODY_BYTES,
+        metavar="BYTES",
+        help="largest request body accepted (413 above; 2 MiB by default). Sized from what "
+        "kube-scheduler sends: with nodeCacheCapable: true ~22 B per node name (5,000 nodes: "
+        "110 KiB), leaving room for a Pod as large as etcd stores (1.5 MiB). Full Node objects "
+        "(nodeCacheCapable: false) are 3.5 KB each as captured, more with kubelet status: ~600 "
+        "fit. Parsing holds the event loop (~15 ms per MiB of full Nodes); within 2 MiB no "
+        "body holds it over 100 ms. Each 16 bytes of this limit also allow one JSON object "
+        "or array in a body (real ones use ~33)",
+    )
+    p.add_argument(
+        "--max-candidates",
+        type=int,
+        default=MAX_CANDIDATES,
+        metavar="N",
+        help="most candidate nodes in one filter/prioritize call (400 too_many_nodes above; "
+        "/explain takes at most 5,000, ~6 us each): above the 15,000 nodes the largest "
+        "Kubernetes clusters run; filter+prioritize cost ~2 us per node on the event loop",
+    )
+    p.add_argument(
+        "--body-read-timeout",
+        type=float,
+        default=DEFAULT_BODY_READ_TIMEOUT_S,
+        metavar="SECONDS",
+        help="a request body not complete this long after its headers gets 408 and the "
+        "connection is closed (a stalled or hostile client must not hold it; kube-scheduler "
+        "sends the whole body at once)",
+    )
+    p.add_argument(
+        "--requested-agent-interval",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="ask agents to sample at this interval (0: leave it to the agents)",
+    )
+    p.add_argument(
+        "--readiness-grace",
+        type=float,
+        default=DEFAULT_READINESS_GRACE_S,
+        metavar="SECONDS",
+        help="after start, /readyz stays 503 until every GPU node in the inventory has reported, "
+        "for up to this long. A new or restarted replica has no GPU data: agents find it only at "
+        "their next reconnect (backoff, at most ~5 s) or --resolve-interval (15 s), and until then "
+        "every decision would rest on assumed data. The default stays above both; with no "
+        "inventory the replica cannot tell which nodes to wait for and waits the whole grace. "
+        "0 turns the wait off",
+    )
+    p.add_argument(
+        "--forget-after",
+        type=float,
+        default=3600.0,
+        metavar="SECONDS",
+        help="drop a node's GPU data after this long without reports (node gone)",
+    )
+    p.add_argument(
+        "--tls-cert",
+        type=Path,
+        metavar="PATH",
+        help="serve HTTPS on --http-addr and TLS on --grpc-addr with this certificate (PEM, with "
+        "--tls-key); reloaded when the file changes (cert-manager rotation)",
+    )
     p.add_argument("--tls-key", type=Path, metavar="PATH", help="private key of --tls-cert (PEM)")
-    p.add_argument("--tls-ca", type=Path, metavar="PATH",
-                   help="mTLS on gRPC: agents must present a client certificate signed by this CA "
-                   "(needs --tls-cert/--tls-key; HTTPS stays server-auth only, for kubelet probes)")  # fmt: skip
-    p.add_argument("--agent-auth", choices=("none", "tokenreview"), default="none",
-                   help="tokenreview: agents send a projected ServiceAccount token, checked with the API "
-                   "server's TokenReview when a stream opens; a token only reports for the node its pod "
-                   "runs on (needs --kubernetes and Kubernetes >= 1.30)")  # fmt: skip
-    p.add_argument("--agent-service-account", metavar="NAMESPACE/NAME",
-                   help="the agents' ServiceAccount (required with --agent-auth tokenreview)")  # fmt: skip
-    p.add_argument("--agent-token-audience", default="gpu-extender", metavar="AUD",
-                   help="audience the agents' projected tokens must be issued for")  # fmt: skip
-    p.add_argument("--agent-reauth-interval", type=float, default=600.0, metavar="SECONDS",
-                   help="with --agent-auth: end each agent connection after this long (plus 30 s to finish), so "
-                   "the agent reconnects with its current token and a revoked one stops working")  # fmt: skip
-    p.add_argument("--max-clock-skew", type=float, default=MAX_CLOCK_SKEW_S, metavar="SECONDS",
-                   help="refuse reports whose sample time is further than this from the extender's clock "
-                   "(a node clock stepped or drifting: fix NTP); 1 to 86400")  # fmt: skip
-    p.add_argument("--max-unknown-nodes", type=int, default=MAX_UNKNOWN_NODES, metavar="N",
-                   help="with --inventory or --kubernetes: keep reports of at most N nodes the inventory does "
-                   "not know (agents starting before their Node is listed); reports for more are refused")  # fmt: skip
-    p.add_argument("--ingest-in-process", action="store_true",
-                   help="serve the agents' gRPC port on the scheduler API's own event loop, in this process "
-                   "(~50 MiB less memory). By default a second process receives, validates and acks the "
-                   "reports and relays them, so scheduler calls do not queue behind bursts of agent reports")  # fmt: skip
-    p.add_argument("--binding-wait", type=float, default=DEFAULT_BINDING_WAIT_S, metavar="SECONDS",
-                   help="with --kubernetes: a filter waits at most this long for the bindings of pods filter answered "
-                   "before it (kube-scheduler starts the next pod's cycle before it binds the last one), so GPUs "
-                   "just taken are never offered again. Bindings reach the extender through its bind verb (bindVerb: "
-                   f"bind, milliseconds) or the pod watch. 0: never wait; at most {MAX_BINDING_WAIT_S:g}, under the "
-                   "scheduler's httpTimeout")  # fmt: skip
-    p.add_argument("--fleet-page", action=argparse.BooleanOptionalAction, default=True,
-                   help="serve the read-only fleet page on --http-addr (GET /ui, its JSON and its 'where would this "
-                   "pod go?' form): GPU nodes, their GPUs' state, utilization and memory, AcceleratorClasses, node "
-                   "names; no login, nothing secret. --no-fleet-page: those paths answer 404")  # fmt: skip
+    p.add_argument(
+        "--tls-ca",
+        type=Path,
+        metavar="PATH",
+        help="mTLS on gRPC: agents must present a client certificate signed by this CA "
+        "(needs --tls-cert/--tls-key; HTTPS stays server-auth only, for kubelet probes)",
+    )
+    p.add_argument(
+        "--agent-auth",
+        choices=("none", "tokenreview"),
+        default="none",
+        help="tokenreview: agents send a projected ServiceAccount token, checked with the API "
+        "server's TokenReview when a stream opens; a token only reports for the node its pod "
+        "runs on (needs --kubernetes and Kubernetes >= 1.30)",
+    )
+    p.add_argument(
+        "--agent-service-account",
+        metavar="NAMESPACE/NAME",
+        help="the agents' ServiceAccount (required with --agent-auth tokenreview)",
+    )
+    p.add_argument(
+        "--agent-token-audience",
+        default="gpu-extender",
+        metavar="AUD",
+        help="audience the agents' projected tokens must be issued for",
+    )
+    p.add_argument(
+        "--agent-reauth-interval",
+        type=float,
+        default=600.0,
+        metavar="SECONDS",
+        help="with --agent-auth: end each agent connection after this long (plus 30 s to finish), so "
+        "the agent reconnects with its current token and a revoked one stops working",
+    )
+    p.add_argument(
+        "--max-clock-skew",
+        type=float,
+        default=MAX_CLOCK_SKEW_S,
+        metavar="SECONDS",
+        help="refuse reports whose sample time is further than this from the extender's clock "
+        "(a node clock stepped or drifting: fix NTP); 1 to 86400",
+    )
+    p.add_argument(
+        "--max-unknown-nodes",
+        type=int,
+        default=MAX_UNKNOWN_NODES,
+        metavar="N",
+        help="with --inventory or --kubernetes: keep reports of at most N nodes the inventory does "
+        "not know (agents starting before their Node is listed); reports for more are refused",
+    )
+    p.add_argument(
+        "--ingest-in-process",
+        action="store_true",
+        help="serve the agents' gRPC port on the scheduler API's own event loop, in this process "
+        "(~50 MiB less memory). By default a second process receives, validates and acks the "
+        "reports and relays them, so scheduler calls do not queue behind bursts of agent reports",
+    )
+    p.add_argument(
+        "--binding-wait",
+        type=float,
+        default=DEFAULT_BINDING_WAIT_S,
+        metavar="SECONDS",
+        help="with --kubernetes: a filter waits at most this long for the bindings of pods filter answered "
+        "before it (kube-scheduler starts the next pod's cycle before it binds the last one), so GPUs "
+        "just taken are never offered again. Bindings reach the extender through its bind verb (bindVerb: "
+        f"bind, milliseconds) or the pod watch. 0: never wait; at most {MAX_BINDING_WAIT_S:g}, under the "
+        "scheduler's httpTimeout",
+    )
+    p.add_argument(
+        "--fleet-page",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="serve the read-only fleet page on --http-addr (GET /ui, its JSON and its 'where would this "
+        "pod go?' form): GPU nodes, their GPUs' state, utilization and memory, AcceleratorClasses, node "
+        "names; no login, nothing secret. --no-fleet-page: those paths answer 404",
+    )
     p.add_argument("--log-level", default="info", choices=LEVELS)
-    p.add_argument("--log-format", default="text", choices=FORMATS,
-                   help="text: one line per event; json: one JSON object per line with the structured fields "
-                   "(node, pod, verb, reason) as keys")  # fmt: skip
+    p.add_argument(
+        "--log-format",
+        default="text",
+        choices=FORMATS,
+        help="text: one line per event; json: one JSON object per line with the structured fields "
+        "(node, pod, verb, reason) as keys",
+    )
     return p
 
 
@@ -207,8 +351,10 @@ def _agent_auth(args: argparse.Namespace) -> AgentAuth:
             raise ConfigError("--agent-service-account only applies with --agent-auth tokenreview")
         return AgentAuth("none", None, audience)
     if not args.kubernetes:
-        raise ConfigError("--agent-auth tokenreview calls the API server's TokenReview: it needs --kubernetes "
-                          "(in-cluster credentials or --kubeconfig)")  # fmt: skip
+        raise ConfigError(
+            "--agent-auth tokenreview calls the API server's TokenReview: it needs --kubernetes "
+            "(in-cluster credentials or --kubeconfig)"
+        )
     if not args.agent_service_account:
         raise ConfigError("--agent-auth tokenreview needs --agent-service-account NAMESPACE/NAME")
     try:
@@ -221,8 +367,9 @@ def _agent_auth(args: argparse.Namespace) -> AgentAuth:
 def build_config(argv: Sequence[str] | None, env: Mapping[str, str] | None = None) -> ExtenderConfig:
     """Flags over GPU_EXTENDER_* variables over --config's file over defaults (common/layered_config.py)."""
     try:
-        layered = parse_layered(build_parser, sys.argv[1:] if argv is None else argv,
-                                os.environ if env is None else env, ENV_PREFIX)  # fmt: skip
+        layered = parse_layered(
+            build_parser, sys.argv[1:] if argv is None else argv, os.environ if env is None else env, ENV_PREFIX
+        )
     except SettingsError as exc:
         raise ConfigError(str(exc)) from None
     args = layered.args
@@ -231,8 +378,10 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str] | None = Non
         grpc_addr = parse_host_port(args.grpc_addr)
     except AddressError as exc:
         raise ConfigError(str(exc)) from None
-    for flag, value in (("--idle-max-utilization", args.idle_max_utilization),
-                        ("--idle-max-memory", args.idle_max_memory)):  # fmt: skip
+    for flag, value in (
+        ("--idle-max-utilization", args.idle_max_utilization),
+        ("--idle-max-memory", args.idle_max_memory),
+    ):
         if not 0 < value <= 100:
             raise ConfigError(f"{flag} {value} must be within (0, 100]")
     if args.readiness_grace < 0:

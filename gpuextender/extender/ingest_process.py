@@ -25,20 +25,20 @@ import socket
 import sys
 from collections.abc import Sequence
 
-from gpuextender.v1 import gpu_state_pb2 as pb
 from prometheus_client import disable_created_metrics, generate_latest
 
+from gpuextender.common.idle_rule import IdleRule
 from gpuextender.common.logs import configure_logging
+from gpuextender.common.serving_tls import ServingCertificate, TlsLoadError
+from gpuextender.extender.flags import ConfigError, build_config
 from gpuextender.extender.ingest import frames as frames
 from gpuextender.extender.ingest.agent_identity import Authenticator
-from gpuextender.extender.settings import ExtenderConfig
-from gpuextender.extender.flags import ConfigError, build_config
-from gpuextender.extender.state.gpu_state import GpuState
-from gpuextender.extender.state.gpu_summary import NodeSummary
-from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.ingest.server import start_ingest_server
 from gpuextender.extender.observe.metrics import INGEST_SAMPLES, ExtenderMetrics
-from gpuextender.common.serving_tls import ServingCertificate, TlsLoadError
+from gpuextender.extender.settings import ExtenderConfig
+from gpuextender.extender.state.gpu_state import GpuState
+from gpuextender.extender.state.gpu_summary import NodeSummary
+from gpuextender.v1 import gpu_state_pb2 as pb
 
 log = logging.getLogger("gpu_extender.ingest")
 
@@ -89,8 +89,17 @@ class RelayStore:
         return b"".join(batch.values())
 
 
-_HELD = NodeSummary(node="", gpu_count=0, healthy_gpus=0, idle_gpus=0, mean_utilization=None, node_error="",
-                    sequence=0, sample_time=0.0, received_at=0.0)  # fmt: skip
+_HELD = NodeSummary(
+    node="",
+    gpu_count=0,
+    healthy_gpus=0,
+    idle_gpus=0,
+    mean_utilization=None,
+    node_error="",
+    sequence=0,
+    sample_time=0.0,
+    received_at=0.0,
+)
 
 
 async def _relay(store: RelayStore, writer: asyncio.StreamWriter, metrics: ExtenderMetrics) -> None:
@@ -129,8 +138,8 @@ async def _listen(reader: asyncio.StreamReader, store: RelayStore, known: set[st
 async def _authenticator(config: ExtenderConfig) -> tuple[Authenticator | None, object | None]:
     if not (config.kubernetes and config.agent_auth.mode == "tokenreview"):
         return None, None
-    from gpuextender.extender.inventory.kube_watch import load_kube_config
     from gpuextender.extender.ingest.token_review import TokenReviewer
+    from gpuextender.extender.inventory.kube_watch import load_kube_config
 
     connection = await load_kube_config(config.kubeconfig)
     assert config.agent_auth.service_account is not None  # config guarantees it
@@ -150,8 +159,9 @@ async def serve(config: ExtenderConfig, link: socket.socket, certificate: Servin
         if first is None or first[0] != frames.KNOWN:
             raise frames.FrameError("expected the inventory's node names first")
         known.update(frames.names(first[1]))
-    server, port = await start_ingest_server(config, store, metrics, certificate, authenticator,
-                                       known.__contains__ if has_inventory else None)  # fmt: skip
+    server, port = await start_ingest_server(
+        config, store, metrics, certificate, authenticator, known.__contains__ if has_inventory else None
+    )
     writer.write(frames.frame(frames.READY, str(port).encode()))
     await writer.drain()
     relay = asyncio.create_task(_relay(store, writer, metrics), name="relay")

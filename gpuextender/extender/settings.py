@@ -10,9 +10,7 @@ from pathlib import Path
 
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.common.netaddr import HostPort
-
 from gpuextender.common.tls_files import ServingTlsFiles
-
 
 # Above the agents' --resolve-interval (15 s) and reconnect backoff (5 s), with room to spare.
 DEFAULT_READINESS_GRACE_S = 30.0

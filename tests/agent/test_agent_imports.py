@@ -2,7 +2,8 @@
 
 The agent on a node loads none of the extender's side (gpuextender.extender, kubernetes_asyncio,
 orjson), nor what only `--fake` needs (PyYAML, the fake NVML), nor aiohttp (~9 MiB; the agent's
-own GET server replaces it) nor importlib.metadata (~0.8 MiB; the version is a literal); the `--clear-xid` one-shot, which runs
+own GET server replaces it) nor importlib.metadata (~0.8 MiB; the version is a literal); the
+`--clear-xid` one-shot, which runs
 beside the agent inside its container's memory limit, loads none of the serving side either.
 Each check imports in a fresh interpreter, as the process would."""
 
@@ -15,16 +16,33 @@ import sys
 
 import gpuextender.agent
 
-NEVER_IN_THE_AGENT = ("gpuextender.extender", "kubernetes_asyncio", "orjson", "yaml", "aiohttp", "importlib.metadata",
-                      "gpuextender.agent.fakes.nvml", "gpuextender.agent.fakes.scenario",
-                      "gpuextender.agent.fakes.kubelet")  # fmt: skip
-SERVING_ONLY = ("prometheus_client", "gpuextender.agent.export.http_routes", "gpuextender.agent.export.http_get_server",
-                "gpuextender.agent.sampling.sample_loop",
-                "gpuextender.agent.stream.streamer", "gpuextender.agent.fakes.nvml")  # fmt: skip
+NEVER_IN_THE_AGENT = (
+    "gpuextender.extender",
+    "kubernetes_asyncio",
+    "orjson",
+    "yaml",
+    "aiohttp",
+    "importlib.metadata",
+    "gpuextender.agent.fakes.nvml",
+    "gpuextender.agent.fakes.scenario",
+    "gpuextender.agent.fakes.kubelet",
+)
+SERVING_ONLY = (
+    "prometheus_client",
+    "gpuextender.agent.export.http_routes",
+    "gpuextender.agent.export.http_get_server",
+    "gpuextender.agent.sampling.sample_loop",
+    "gpuextender.agent.stream.streamer",
+    "gpuextender.agent.fakes.nvml",
+)
 
 
 def _modules_after_importing(*names: str) -> set[str]:
-    code = "import importlib, json, sys\nfor n in sys.argv[1:]: importlib.import_module(n)\nprint(json.dumps(sorted(sys.modules)))"
+    code = (
+        "import importlib, json, sys\n"
+        "for n in sys.argv[1:]: importlib.import_module(n)\n"
+        "print(json.dumps(sorted(sys.modules)))"
+    )
     out = subprocess.run([sys.executable, "-c", code, *names], capture_output=True, text=True, check=True).stdout
     return set(json.loads(out))
 
@@ -34,8 +52,11 @@ def _loaded(modules: set[str], prefixes: tuple[str, ...]) -> list[str]:
 
 
 def test_the_agents_modules_pull_in_neither_the_extender_nor_the_fakes() -> None:
-    agent = sorted(m.name for m in pkgutil.walk_packages(gpuextender.agent.__path__, "gpuextender.agent.")
-                   if not m.name.startswith("gpuextender.agent.fakes") and m.name != "gpuextender.agent.__main__")  # fmt: skip
+    agent = sorted(
+        m.name
+        for m in pkgutil.walk_packages(gpuextender.agent.__path__, "gpuextender.agent.")
+        if not m.name.startswith("gpuextender.agent.fakes") and m.name != "gpuextender.agent.__main__"
+    )
     assert "gpuextender.agent.cli" in agent and "gpuextender.agent.export.http_routes" in agent
     modules = _modules_after_importing(*agent)
     assert {"prometheus_client", "grpc", "pynvml", "asyncio"} <= modules  # the check sees real imports

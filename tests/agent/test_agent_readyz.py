@@ -12,9 +12,9 @@ from pathlib import Path
 
 from gpuextender.agent.export.http_get_server import GetServer, Handler
 from gpuextender.agent.export.http_routes import routes
-from gpuextender.agent.report.latest import LatestReport
 from gpuextender.agent.export.metrics import AgentMetrics
 from gpuextender.agent.model.readings import GpuReading, NodeSample
+from gpuextender.agent.report.latest import LatestReport
 from gpuextender.agent.sampling.sample_loop import SampleLoop
 from tests.harness import FIXTURES, Proc, cluster, free_port, http, metric, scrape, url, wait_until
 
@@ -25,8 +25,14 @@ IDLE = FIXTURES / "scenarios" / "idle8.yaml"
 
 
 def app_for(metrics: AgentMetrics, *, require_ack: bool = True) -> dict[str, Handler]:
-    sampler = SampleLoop(None, LatestReport(), metrics, node_name="n", interval_s=1.0,  # type: ignore[arg-type]
-                         agent_version="test")  # fmt: skip
+    sampler = SampleLoop(
+        None,
+        LatestReport(),
+        metrics,
+        node_name="n",
+        interval_s=1.0,  # type: ignore[arg-type]
+        agent_version="test",
+    )
     return routes(metrics, sampler, require_ack=require_ack)
 
 
@@ -95,22 +101,27 @@ def test_ready_once_an_extender_accepts_and_it_stays_ready_through_an_outage(tmp
     target = f"127.0.0.1:{grpc_port}"
     with cluster(tmp_path) as c:
         agent = c.agent("gpu-node-1", IDLE, extra=("--extender", target, "--reconnect-max-backoff", "0.5"))
-        wait_until("samples flowing", lambda: metric(scrape(url(agent, "/metrics")), "gpu_agent_nvml_ok",
-                                                     node="gpu-node-1") == 1)  # fmt: skip
+        wait_until(
+            "samples flowing",
+            lambda: metric(scrape(url(agent, "/metrics")), "gpu_agent_nvml_ok", node="gpu-node-1") == 1,
+        )
         assert readyz(agent) == (503, "not ready: no extender has accepted a report yet\n")
 
         ext = c.extender(grpc_port=grpc_port)
         wait_until("ready after the first ack", lambda: readyz(agent) == (200, "ready\n"))
 
         ext.stop()
-        wait_until("the stream noticed the outage",
-                   lambda: metric(scrape(url(agent, "/metrics")), "gpu_agent_stream_connected", extender=target) == 0)
+        wait_until(
+            "the stream noticed the outage",
+            lambda: metric(scrape(url(agent, "/metrics")), "gpu_agent_stream_connected", extender=target) == 0,
+        )
         assert readyz(agent)[0] == 200  # readiness latches: an extender outage must not unready every agent
 
 
 def test_the_real_agent_serves_dcgm_names(tmp_path: Path) -> None:
     with cluster(tmp_path) as c:
         agent = c.agent("gpu-node-1", IDLE)
+
         def gpu_util() -> list[tuple[str, dict[str, str]]]:
             served = scrape(url(agent, "/metrics"))
             return [(name, dict(labels)) for name, labels in served if name == "DCGM_FI_DEV_GPU_UTIL"]
@@ -129,7 +140,16 @@ def test_not_ready_with_nvml_broken_although_the_extender_accepts(tmp_path: Path
     with cluster(tmp_path) as c:
         ext = c.extender()
         agent = c.agent("gpu-node-1", scenario, ext)
-        wait_until("acked", lambda: metric(scrape(url(agent, "/metrics")), "gpu_agent_stream_connected",
-                                           extender=f"127.0.0.1:{ext.ports['grpc']}") == 1)  # fmt: skip
+        wait_until(
+            "acked",
+            lambda: (
+                metric(
+                    scrape(url(agent, "/metrics")),
+                    "gpu_agent_stream_connected",
+                    extender=f"127.0.0.1:{ext.ports['grpc']}",
+                )
+                == 1
+            ),
+        )
         assert readyz(agent) == (503, "not ready: NVML not initialised (DriverNotLoaded)\n")
         assert http("GET", url(agent, "/healthz"))[0] == 200  # alive: it keeps sampling and retrying

@@ -19,8 +19,13 @@ BASE = ["--node-name", "gpu-node-1"]
 def pems(tmp_path: Path) -> dict[str, str]:
     ca = trustme.CA()
     cert, key = write_leaf(tmp_path, ca, "client", "gpu-agent")
-    return {"ca": str(write_ca(tmp_path, ca, "ca")), "cert": str(cert), "key": str(key),
-            "missing": str(tmp_path / "missing.pem"), "dir": str(tmp_path)}  # fmt: skip
+    return {
+        "ca": str(write_ca(tmp_path, ca, "ca")),
+        "cert": str(cert),
+        "key": str(key),
+        "missing": str(tmp_path / "missing.pem"),
+        "dir": str(tmp_path),
+    }
 
 
 def test_defaults_are_plaintext_without_discovery() -> None:
@@ -39,11 +44,25 @@ def test_extender_service_from_flag_or_environment() -> None:
 
 
 def test_full_mtls_settings(pems: dict[str, str]) -> None:
-    config = build_config([*BASE, "--tls-ca", pems["ca"], "--tls-cert", pems["cert"], "--tls-key", pems["key"],
-                           "--tls-server-name", "gpu-extender.gpu-extender.svc", "--token-file", "/var/run/t"],
-                          {})  # fmt: skip
-    assert config.dial == DialSettings(Path(pems["ca"]), Path(pems["cert"]), Path(pems["key"]),
-                                       "gpu-extender.gpu-extender.svc", Path("/var/run/t"))  # fmt: skip
+    config = build_config(
+        [
+            *BASE,
+            "--tls-ca",
+            pems["ca"],
+            "--tls-cert",
+            pems["cert"],
+            "--tls-key",
+            pems["key"],
+            "--tls-server-name",
+            "gpu-extender.gpu-extender.svc",
+            "--token-file",
+            "/var/run/t",
+        ],
+        {},
+    )
+    assert config.dial == DialSettings(
+        Path(pems["ca"]), Path(pems["cert"]), Path(pems["key"]), "gpu-extender.gpu-extender.svc", Path("/var/run/t")
+    )
     assert config.dial.tls and config.dial.client_cert
 
 

@@ -4,18 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from gpuextender.agent.sources.allocation import (
-    LABEL_REPLICAS,
-    LABEL_SHARING_STRATEGY,
-    MAX_HOLDERS_PER_DEVICE,
-    MAX_REPLICAS,
-    PROBLEM_TOO_MANY_HOLDERS,
-    DeviceAssignment,
-    GpuResourceNames,
-    KubeletAllocations,
-    apply_allocation,
-    split_device_id,
-)
 from gpuextender.agent.model.readings import (
     ALLOCATION_KUBELET,
     ALLOCATION_UNAVAILABLE,
@@ -27,6 +15,18 @@ from gpuextender.agent.model.readings import (
     Holder,
     MigReading,
     NodeSample,
+)
+from gpuextender.agent.sources.allocation import (
+    LABEL_REPLICAS,
+    LABEL_SHARING_STRATEGY,
+    MAX_HOLDERS_PER_DEVICE,
+    MAX_REPLICAS,
+    PROBLEM_TOO_MANY_HOLDERS,
+    DeviceAssignment,
+    GpuResourceNames,
+    KubeletAllocations,
+    apply_allocation,
+    split_device_id,
 )
 
 U0 = "GPU-00000000-0000-4000-8000-000000000000"
@@ -69,7 +69,9 @@ def test_time_slicing_replicas_are_counted_from_the_allocatable_ids() -> None:
     apply_allocation(sample, answer)
     gpu0, gpu1 = sample.gpus
     assert [(h.pod, h.container, h.device_id) for h in gpu0.holders] == [
-        ("a", "main", f"{U0}::1"), ("b", "side", f"{U0}::3")]  # fmt: skip
+        ("a", "main", f"{U0}::1"),
+        ("b", "side", f"{U0}::3"),
+    ]
     assert (gpu0.sharing_mode, gpu0.replicas) == (TIME_SLICING, 4)
     assert (gpu1.sharing_mode, gpu1.replicas) == (EXCLUSIVE, 1)
 
@@ -123,11 +125,13 @@ def test_time_sliced_mig_devices_are_held_by_their_instance() -> None:
 
 def test_only_gpu_resources_count_and_renamed_ones_can_be_added() -> None:
     sample = node()
-    answer = KubeletAllocations((
-        held("nic", U0, resource="example.com/sriov"),  # not a GPU resource: ignored, even with a GPU's ID
-        held("shared", f"{U1}::0", resource="nvidia.com/gpu.shared"),
-        held("custom", U0, resource="acme.io/big-gpu"),
-    ))  # fmt: skip
+    answer = KubeletAllocations(
+        (
+            held("nic", U0, resource="example.com/sriov"),  # not a GPU resource: ignored, even with a GPU's ID
+            held("shared", f"{U1}::0", resource="nvidia.com/gpu.shared"),
+            held("custom", U0, resource="acme.io/big-gpu"),
+        )
+    )
     apply_allocation(sample, answer)
     assert sample.gpus[0].holders == [] and [h.pod for h in sample.gpus[1].holders] == ["shared"]
     apply_allocation(sample, answer, is_gpu_resource=GpuResourceNames(["nvidia.com/*", "acme.io/big-gpu"]))

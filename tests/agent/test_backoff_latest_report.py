@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 import random
 
-from gpuextender.common.backoff import Backoff
-from gpuextender.agent.report.latest import LatestReport
 from gpuextender.agent.model.readings import GpuReading, NodeSample
 from gpuextender.agent.report.encode import sample_to_report
+from gpuextender.agent.report.latest import LatestReport
+from gpuextender.common.backoff import Backoff
 from gpuextender.v1 import gpu_state_pb2 as pb
 
 
@@ -41,13 +41,31 @@ def test_latest_report_skips_to_the_newest_instead_of_queueing() -> None:
 
 
 def test_sample_to_report_keeps_absent_readings_absent() -> None:
-    sample = NodeSample(sample_time=1700000000.25, duration_s=0.001, driver_version="550.1", gpus=[
-        GpuReading(index=0, uuid="GPU-a", name="NVIDIA H100 80GB HBM3", compute_capability=(9, 0),
-                   memory_total_bytes=10, memory_used_bytes=0, utilization_gpu_percent=0, power_watts=None),
-        GpuReading(index=1, healthy=False, unhealthy_reasons=["GpuIsLost"]),
-    ])  # fmt: skip
+    sample = NodeSample(
+        sample_time=1700000000.25,
+        duration_s=0.001,
+        driver_version="550.1",
+        gpus=[
+            GpuReading(
+                index=0,
+                uuid="GPU-a",
+                name="NVIDIA H100 80GB HBM3",
+                compute_capability=(9, 0),
+                memory_total_bytes=10,
+                memory_used_bytes=0,
+                utilization_gpu_percent=0,
+                power_watts=None,
+            ),
+            GpuReading(index=1, healthy=False, unhealthy_reasons=["GpuIsLost"]),
+        ],
+    )
     report = sample_to_report(sample, node_name="n1", sequence=3, agent_version="0.1.0")
-    assert (report.node_name, report.sequence, report.agent_version, report.driver_version) == ("n1", 3, "0.1.0", "550.1")
+    assert (report.node_name, report.sequence, report.agent_version, report.driver_version) == (
+        "n1",
+        3,
+        "0.1.0",
+        "550.1",
+    )
     assert report.sample_time.seconds == 1700000000 and report.sample_time.nanos == 250_000_000
     first, second = report.gpus
     assert first.HasField("utilization_gpu_percent") and first.utilization_gpu_percent == 0

@@ -27,17 +27,36 @@ from gpuextender.agent.model.readings import (
 # dcgm-exporter's metric names as /work/shared/reference/peers.md §4.1 documents them: the default
 # set of etc/default-counters.csv, plus the ECC totals it ships commented out.
 PEERS_4_1_METRICS = {
-    "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_MEM_CLOCK", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_MEMORY_TEMP",
-    "DCGM_FI_DEV_POWER_USAGE", "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
-    "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_ENC_UTIL", "DCGM_FI_DEV_DEC_UTIL",
-    "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_FB_FREE", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_RESERVED",
-    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL", "DCGM_FI_DEV_VGPU_LICENSE_STATUS",
-    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
-    "DCGM_FI_DEV_ROW_REMAP_FAILURE", "DCGM_FI_PROF_GR_ENGINE_ACTIVE", "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
-    "DCGM_FI_PROF_DRAM_ACTIVE", "DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES",
-    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
-    "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
-}  # fmt: skip
+    "DCGM_FI_DEV_SM_CLOCK",
+    "DCGM_FI_DEV_MEM_CLOCK",
+    "DCGM_FI_DEV_GPU_TEMP",
+    "DCGM_FI_DEV_MEMORY_TEMP",
+    "DCGM_FI_DEV_POWER_USAGE",
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+    "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+    "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_DEV_MEM_COPY_UTIL",
+    "DCGM_FI_DEV_ENC_UTIL",
+    "DCGM_FI_DEV_DEC_UTIL",
+    "DCGM_FI_DEV_XID_ERRORS",
+    "DCGM_FI_DEV_FB_FREE",
+    "DCGM_FI_DEV_FB_USED",
+    "DCGM_FI_DEV_FB_RESERVED",
+    "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+    "DCGM_FI_DEV_VGPU_LICENSE_STATUS",
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+    "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+    "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+    "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+    "DCGM_FI_PROF_DRAM_ACTIVE",
+    "DCGM_FI_PROF_PCIE_TX_BYTES",
+    "DCGM_FI_PROF_PCIE_RX_BYTES",
+    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+    "DCGM_FI_DEV_ECC_SBE_AGG_TOTAL",
+    "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL",
+}
 # A DCGM field outside the shipped CSVs (a user adds it to theirs; dcgm-exporter serves any field
 # under its DCGM name): the remap-pending gauge next to ROW_REMAP_FAILURE.
 OTHER_DCGM_FIELDS = {"DCGM_FI_DEV_ROW_REMAP_PENDING"}
@@ -49,13 +68,23 @@ PEERS_4_1_MIG_LABELS = {"GPU_I_PROFILE", "GPU_I_ID"}
 
 # What issue 11 item 6 asks for.
 REQUIRED = {
-    "DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_MEM_COPY_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_FB_FREE",
-    "DCGM_FI_DEV_FB_RESERVED", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE",
-    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", "DCGM_FI_DEV_SM_CLOCK", "DCGM_FI_DEV_MEM_CLOCK",
-    "DCGM_FI_DEV_XID_ERRORS", "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL", "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
-    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS", "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+    "DCGM_FI_DEV_GPU_UTIL",
+    "DCGM_FI_DEV_MEM_COPY_UTIL",
+    "DCGM_FI_DEV_FB_USED",
+    "DCGM_FI_DEV_FB_FREE",
+    "DCGM_FI_DEV_FB_RESERVED",
+    "DCGM_FI_DEV_GPU_TEMP",
+    "DCGM_FI_DEV_POWER_USAGE",
+    "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+    "DCGM_FI_DEV_SM_CLOCK",
+    "DCGM_FI_DEV_MEM_CLOCK",
+    "DCGM_FI_DEV_XID_ERRORS",
+    "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+    "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+    "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+    "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
     "DCGM_FI_DEV_ROW_REMAP_FAILURE",
-}  # fmt: skip
+}
 
 GPU_LABELS = PEERS_4_1_GPU_LABELS | PEERS_4_1_KUBERNETES_LABELS
 MIG_LABELS = GPU_LABELS | PEERS_4_1_MIG_LABELS
@@ -70,15 +99,31 @@ def holder(pod: str, device: str, container: str = "main", namespace: str = "tea
 def full_gpu(index: int, **changes: object) -> GpuReading:
     """A GPU with every reading known."""
     reading = GpuReading(
-        index=index, uuid=f"GPU-{index}", name=MODEL, pci_bus_id=f"00000000:{index + 7:02X}:00.0",
-        memory_total_bytes=80 * 1024 * MIB, memory_used_bytes=1500 * MIB + 123, memory_free_bytes=78000 * MIB,
-        memory_reserved_bytes=420 * MIB, utilization_gpu_percent=37, utilization_memory_percent=12,
-        temperature_celsius=41, power_watts=212.5, energy_millijoules=9_876_543_210, sm_clock_mhz=1410,
+        index=index,
+        uuid=f"GPU-{index}",
+        name=MODEL,
+        pci_bus_id=f"00000000:{index + 7:02X}:00.0",
+        memory_total_bytes=80 * 1024 * MIB,
+        memory_used_bytes=1500 * MIB + 123,
+        memory_free_bytes=78000 * MIB,
+        memory_reserved_bytes=420 * MIB,
+        utilization_gpu_percent=37,
+        utilization_memory_percent=12,
+        temperature_celsius=41,
+        power_watts=212.5,
+        energy_millijoules=9_876_543_210,
+        sm_clock_mhz=1410,
         memory_clock_mhz=1593,
-        errors=ErrorCounters(ecc_uncorrected_volatile=2, ecc_corrected_volatile=17, remapped_rows_correctable=3,
-                             remapped_rows_uncorrectable=1, remap_pending=True, remap_failure=False),
+        errors=ErrorCounters(
+            ecc_uncorrected_volatile=2,
+            ecc_corrected_volatile=17,
+            remapped_rows_correctable=3,
+            remapped_rows_uncorrectable=1,
+            remap_pending=True,
+            remap_failure=False,
+        ),
         xids=[XidEvent(48, 100.0), XidEvent(79, 200.0)],
-    )  # fmt: skip
+    )
     for name, value in changes.items():
         setattr(reading, name, value)
     return reading
@@ -87,17 +132,38 @@ def full_gpu(index: int, **changes: object) -> GpuReading:
 def node_sample() -> NodeSample:
     exclusive = full_gpu(0, holders=[holder("train", "GPU-0")])
     free = full_gpu(1, xids=[])
-    sliced = full_gpu(2, holders=[
-        holder("a", "GPU-2::0"), holder("a", "GPU-2::1"),  # one container, two replicas: one series
-        holder("a", "GPU-2::2", container="sidecar"), holder("b", "GPU-2::3"),
-    ])  # fmt: skip
-    mig = full_gpu(3, utilization_gpu_percent=None, mig_instances=[
-        MigReading("MIG-aaa", "1g.10gb", 9, 0, memory_total_bytes=10 * 1024 * MIB, memory_used_bytes=2 * 1024 * MIB,
-                   holders=[Holder("ml", "mig-pod", "tf", "nvidia.com/mig-1g.10gb", "MIG-aaa")]),
-        MigReading("MIG-bbb", "3g.40gb", 2, 0, memory_total_bytes=40 * 1024 * MIB, memory_used_bytes=None),
-    ])  # fmt: skip
-    return NodeSample(sample_time=1.0, duration_s=0.01, driver_version="550.127.05",
-                      gpus=[exclusive, free, sliced, mig], allocation_source=ALLOCATION_KUBELET)  # fmt: skip
+    sliced = full_gpu(
+        2,
+        holders=[
+            holder("a", "GPU-2::0"),
+            holder("a", "GPU-2::1"),  # one container, two replicas: one series
+            holder("a", "GPU-2::2", container="sidecar"),
+            holder("b", "GPU-2::3"),
+        ],
+    )
+    mig = full_gpu(
+        3,
+        utilization_gpu_percent=None,
+        mig_instances=[
+            MigReading(
+                "MIG-aaa",
+                "1g.10gb",
+                9,
+                0,
+                memory_total_bytes=10 * 1024 * MIB,
+                memory_used_bytes=2 * 1024 * MIB,
+                holders=[Holder("ml", "mig-pod", "tf", "nvidia.com/mig-1g.10gb", "MIG-aaa")],
+            ),
+            MigReading("MIG-bbb", "3g.40gb", 2, 0, memory_total_bytes=40 * 1024 * MIB, memory_used_bytes=None),
+        ],
+    )
+    return NodeSample(
+        sample_time=1.0,
+        duration_s=0.01,
+        driver_version="550.127.05",
+        gpus=[exclusive, free, sliced, mig],
+        allocation_source=ALLOCATION_KUBELET,
+    )
 
 
 def scrape(metrics: AgentMetrics) -> dict[str, list[Sample]]:
@@ -165,17 +231,24 @@ def test_every_family_is_a_gauge_so_the_names_stay_dcgms() -> None:
 def test_values_in_dcgms_units(served: dict[str, list[Sample]]) -> None:
     gpu0 = {"gpu": "0"}
     expected = {
-        "DCGM_FI_DEV_GPU_UTIL": 37, "DCGM_FI_DEV_MEM_COPY_UTIL": 12,
+        "DCGM_FI_DEV_GPU_UTIL": 37,
+        "DCGM_FI_DEV_MEM_COPY_UTIL": 12,
         "DCGM_FI_DEV_FB_USED": 1500,  # MiB, rounded down (1500 MiB + 123 bytes)
-        "DCGM_FI_DEV_FB_FREE": 78000, "DCGM_FI_DEV_FB_RESERVED": 420,
-        "DCGM_FI_DEV_GPU_TEMP": 41, "DCGM_FI_DEV_POWER_USAGE": 212.5,
+        "DCGM_FI_DEV_FB_FREE": 78000,
+        "DCGM_FI_DEV_FB_RESERVED": 420,
+        "DCGM_FI_DEV_GPU_TEMP": 41,
+        "DCGM_FI_DEV_POWER_USAGE": 212.5,
         "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION": 9_876_543_210,  # mJ
-        "DCGM_FI_DEV_SM_CLOCK": 1410, "DCGM_FI_DEV_MEM_CLOCK": 1593,
+        "DCGM_FI_DEV_SM_CLOCK": 1410,
+        "DCGM_FI_DEV_MEM_CLOCK": 1593,
         "DCGM_FI_DEV_XID_ERRORS": 79,  # the last one seen
-        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": 2, "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": 17,
-        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": 1, "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": 3,
-        "DCGM_FI_DEV_ROW_REMAP_FAILURE": 0, "DCGM_FI_DEV_ROW_REMAP_PENDING": 1,
-    }  # fmt: skip
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL": 2,
+        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL": 17,
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS": 1,
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS": 3,
+        "DCGM_FI_DEV_ROW_REMAP_FAILURE": 0,
+        "DCGM_FI_DEV_ROW_REMAP_PENDING": 1,
+    }
     assert {name: value(served[name], **gpu0) for name in expected} == expected
     assert value(served["DCGM_FI_DEV_XID_ERRORS"], gpu="1") == 0  # none since start
 
@@ -198,8 +271,10 @@ def test_one_series_per_holder_and_empty_pod_labels_when_nobody_holds_the_gpu(
     served: dict[str, list[Sample]],
 ) -> None:
     def pods(gpu: str) -> set[tuple[str, str, str]]:
-        return {(s.labels["namespace"], s.labels["pod"], s.labels["container"])
-                for s in series(served["DCGM_FI_DEV_GPU_UTIL"], gpu=gpu)}  # fmt: skip
+        return {
+            (s.labels["namespace"], s.labels["pod"], s.labels["container"])
+            for s in series(served["DCGM_FI_DEV_GPU_UTIL"], gpu=gpu)
+        }
 
     assert pods("0") == {("team", "train", "main")}
     assert pods("1") == {("", "", "")}  # explicit empty strings, as dcgm-exporter --kubernetes printed
@@ -211,7 +286,7 @@ def test_one_series_per_holder_and_empty_pod_labels_when_nobody_holds_the_gpu(
 def test_mig_instances_get_their_own_framebuffer_series(served: dict[str, list[Sample]]) -> None:
     used = series(served["DCGM_FI_DEV_FB_USED"], gpu="3")
     free = series(served["DCGM_FI_DEV_FB_FREE"], gpu="3")
-    assert [s for s in used if "GPU_I_ID" not in s.labels][0].value == 1500  # the whole GPU, nobody holds it
+    assert next(s for s in used if "GPU_I_ID" not in s.labels).value == 1500  # the whole GPU, nobody holds it
     assert value(used, GPU_I_ID="9", GPU_I_PROFILE="1g.10gb", pod="mig-pod", namespace="ml", container="tf") == 2048
     assert value(free, GPU_I_ID="9", GPU_I_PROFILE="1g.10gb") == 8192
     assert not series(used, GPU_I_ID="2")  # used unknown: left out, and so is free

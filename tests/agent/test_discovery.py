@@ -12,12 +12,12 @@ from collections.abc import Iterable
 import grpc
 import pytest
 
-from gpuextender.common.backoff import Backoff
-from gpuextender.agent.stream.discovery import ServiceWatch, TargetChange, diff_targets, resolve_with_loop, targets_for
-from gpuextender.agent.report.latest import LatestReport
 from gpuextender.agent.export.metrics import AgentMetrics
+from gpuextender.agent.report.latest import LatestReport
+from gpuextender.agent.stream.discovery import ServiceWatch, TargetChange, diff_targets, resolve_with_loop, targets_for
 from gpuextender.agent.stream.stream_set import StreamSet
 from gpuextender.agent.stream.streamer import ExtenderStream
+from gpuextender.common.backoff import Backoff
 from gpuextender.common.netaddr import HostPort
 from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
@@ -34,8 +34,9 @@ async def serve(servicer: Recorder, host: str, port: int) -> grpc.aio.Server:
 
 
 def make_stream(target: str, latest: LatestReport, metrics: AgentMetrics) -> ExtenderStream:
-    return ExtenderStream(target, latest, metrics, backoff=Backoff(0.05, 0.2), ack_timeout_s=5.0,
-                          on_requested_interval=lambda _: None)  # fmt: skip
+    return ExtenderStream(
+        target, latest, metrics, backoff=Backoff(0.05, 0.2), ack_timeout_s=5.0, on_requested_interval=lambda _: None
+    )
 
 
 def test_targets_for_formats_ipv4_and_ipv6() -> None:
@@ -82,8 +83,9 @@ def test_one_stream_per_resolved_extender_started_and_stopped_as_the_service_cha
         latest, metrics = LatestReport(), AgentMetrics("n1")
         streams = StreamSet(lambda target: make_stream(target, latest, metrics))
         dns = ScriptedDns("127.0.0.1", "127.0.0.2")
-        watch = ServiceWatch(HostPort("gpu-extender-agents.gpu-extender.svc", port), 0.05, streams.set_resolved,
-                             resolve=dns)  # fmt: skip
+        watch = ServiceWatch(
+            HostPort("gpu-extender-agents.gpu-extender.svc", port), 0.05, streams.set_resolved, resolve=dns
+        )
         tasks = [asyncio.create_task(streams.run()), asyncio.create_task(watch.run())]
         try:
             latest.publish(pb.NodeReport(node_name="n1", sequence=1))

@@ -50,7 +50,10 @@ def test_patterns(pattern: object, t: float, expected: float) -> None:
         ({"gpus": [{**GPU, "utilization_percent": 150}]}, "150 is outside 0..100"),
         ({"gpus": [{**GPU, "utilization_percent": {"pattern": "square"}}]}, "must be one of sine, steps, ramp"),
         ({"gpus": [{**GPU, "utilization_percent": {"pattern": "steps", "values": []}}]}, "non-empty list"),
-        ({"gpus": [GPU], "errors": [{"call": "nvmlDeviceGetName", "error": "GpuIsGone"}]}, "unknown NVML error 'GpuIsGone'"),
+        (
+            {"gpus": [GPU], "errors": [{"call": "nvmlDeviceGetName", "error": "GpuIsGone"}]},
+            "unknown NVML error 'GpuIsGone'",
+        ),
         ({"gpus": [GPU], "errors": [{"call": "getName", "error": "GpuIsLost"}]}, "must be a pynvml function name"),
         ({"gpus": [GPU], "errors": [{"call": "*", "error": "GpuIsLost", "gpus": [1]}]}, "GPU indexes in 0..0"),
         ({"gpus": [GPU], "errors": {"call": "*"}}, "errors: must be a list"),
@@ -86,12 +89,25 @@ def test_shipped_scenarios_load() -> None:
 def test_health_keys_parse() -> None:
     from gpuextender.agent.fakes.scenario import FakeEcc, FakeRemappedRows
 
-    scenario = parse_scenario({"gpus": [{
-        **GPU, "ecc": {"uncorrected": 2}, "remapped_rows": {"correctable": 3, "pending": True},
-        "retired_pages_pending": False, "clock_event_reasons": ["hw_slowdown", "power_brake"],
-        "sm_clock_mhz": {"pattern": "ramp", "from": 1000, "to": 2000, "over_s": 10}, "memory_clock_mhz": 2619,
-        "energy_start_mj": 5, "numa_node": 1, "events_supported": False,
-    }, GPU]})  # fmt: skip
+    scenario = parse_scenario(
+        {
+            "gpus": [
+                {
+                    **GPU,
+                    "ecc": {"uncorrected": 2},
+                    "remapped_rows": {"correctable": 3, "pending": True},
+                    "retired_pages_pending": False,
+                    "clock_event_reasons": ["hw_slowdown", "power_brake"],
+                    "sm_clock_mhz": {"pattern": "ramp", "from": 1000, "to": 2000, "over_s": 10},
+                    "memory_clock_mhz": 2619,
+                    "energy_start_mj": 5,
+                    "numa_node": 1,
+                    "events_supported": False,
+                },
+                GPU,
+            ]
+        }
+    )
     gpu, plain = scenario.gpus
     assert isinstance(gpu.ecc, FakeEcc) and gpu.ecc.uncorrected.at(0) == 2 and gpu.ecc.corrected.at(0) == 0
     assert gpu.remapped_rows == FakeRemappedRows(3, 0, True, False)
@@ -99,24 +115,48 @@ def test_health_keys_parse() -> None:
     assert gpu.sm_clock_mhz is not None and gpu.sm_clock_mhz.at(5) == 1500
     assert (gpu.energy_start_mj, gpu.numa_node, gpu.events_supported, gpu.retired_pages_pending) == (5, 1, False, False)
     # Left out: not supported (None), never a default value.
-    assert (plain.ecc, plain.remapped_rows, plain.clock_event_reasons, plain.sm_clock_mhz, plain.energy_start_mj,
-            plain.numa_node, plain.mig, plain.retired_pages_pending) == (None,) * 8  # fmt: skip
+    assert (
+        plain.ecc,
+        plain.remapped_rows,
+        plain.clock_event_reasons,
+        plain.sm_clock_mhz,
+        plain.energy_start_mj,
+        plain.numa_node,
+        plain.mig,
+        plain.retired_pages_pending,
+    ) == (None,) * 8
     assert plain.events_supported and scenario.events == () and scenario.topology is None
 
 
 def test_mig_events_and_topology_parse() -> None:
-    scenario = parse_scenario({
-        "gpus": [{**GPU, "count": 2, "mig": [{"profile": "1g.10gb", "count": 2}, {"profile": "1c.2g.20gb+me"}]}],
-        "events": [{"at_s": 3, "gpus": [0, 1], "xid": 79}, {"gpus": [1], "type": "dbe"},
-                   {"gpus": [0], "type": "recovery_action", "action": "node_reboot"}],
-        "topology": {"pcie": "node", "pcie_groups": [{"gpus": [0, 1], "relation": "single"}],
-                     "nvlinks": [{"gpus": [1, 0], "links": 4}], "nvswitch_links": 2},
-    })  # fmt: skip
+    scenario = parse_scenario(
+        {
+            "gpus": [{**GPU, "count": 2, "mig": [{"profile": "1g.10gb", "count": 2}, {"profile": "1c.2g.20gb+me"}]}],
+            "events": [
+                {"at_s": 3, "gpus": [0, 1], "xid": 79},
+                {"gpus": [1], "type": "dbe"},
+                {"gpus": [0], "type": "recovery_action", "action": "node_reboot"},
+            ],
+            "topology": {
+                "pcie": "node",
+                "pcie_groups": [{"gpus": [0, 1], "relation": "single"}],
+                "nvlinks": [{"gpus": [1, 0], "links": 4}],
+                "nvswitch_links": 2,
+            },
+        }
+    )
     mig = scenario.gpus[0].mig
     assert mig is not None and [(m.profile, m.gpu_slices, m.compute_slices, m.memory_bytes) for m in mig] == [
-        ("1g.10gb", 1, 1, 10 * 1024**3), ("1g.10gb", 1, 1, 10 * 1024**3), ("1c.2g.20gb+me", 2, 1, 20 * 1024**3)]
+        ("1g.10gb", 1, 1, 10 * 1024**3),
+        ("1g.10gb", 1, 1, 10 * 1024**3),
+        ("1c.2g.20gb+me", 2, 1, 20 * 1024**3),
+    ]
     assert [(e.at_s, e.gpu, e.kind, e.data) for e in scenario.events] == [
-        (3, 0, "xid", 79), (3, 1, "xid", 79), (0, 1, "dbe", 0), (0, 0, "recovery_action", 2)]  # fmt: skip
+        (3, 0, "xid", 79),
+        (3, 1, "xid", 79),
+        (0, 1, "dbe", 0),
+        (0, 0, "recovery_action", 2),
+    ]
     topology = scenario.topology
     assert topology is not None and topology.nvlinks == {(0, 1): 4} and topology.nvswitch_links == 2
     assert topology.pcie_level(1, 0) == 10 and topology.default_pcie == 40
@@ -132,8 +172,10 @@ def test_mig_events_and_topology_parse() -> None:
         ({"gpus": [{**GPU, "numa_node": -1}]}, "numa_node: must be an integer in 0..63"),
         ({"gpus": [{**GPU, "mig": [{"profile": "big"}]}]}, "mig[0].profile: must look like '1g.10gb'"),
         ({"gpus": [{**GPU, "mig": [{"profile": "7g.80gb"}]}]}, "has more memory than the GPU"),
-        ({"gpus": [{**GPU, "mig": [{"profile": "1g.5gb", "count": 5}, {"profile": "1g.5gb", "count": 3}]}]},
-         "8 MIG devices; a GPU has at most 7"),
+        (
+            {"gpus": [{**GPU, "mig": [{"profile": "1g.5gb", "count": 5}, {"profile": "1g.5gb", "count": 3}]}]},
+            "8 MIG devices; a GPU has at most 7",
+        ),
         ({"gpus": [GPU], "events": [{"gpus": [0]}]}, "events[0].xid: must be an integer in 1..65535"),
         ({"gpus": [GPU], "events": [{"gpus": [1], "xid": 79}]}, "events[0].gpus: must be a list of at least 1 GPU"),
         ({"gpus": [GPU], "events": [{"gpus": [0], "type": "xyz"}]}, "events[0].type: must be one of"),
@@ -142,9 +184,20 @@ def test_mig_events_and_topology_parse() -> None:
         ({"gpus": [GPU], "events": {"at_s": 1}}, "events: must be a list"),
         ({"gpus": [GPU, GPU], "topology": {"pcie": "far"}}, "topology.pcie: must be one of"),
         ({"gpus": [GPU, GPU], "topology": {"nvlinks": [{"gpus": [0, 0], "links": 1}]}}, "must name two different GPUs"),
-        ({"gpus": [GPU, GPU], "topology": {"nvlinks": [{"gpus": [0, 1], "links": 40}]}}, "links: must be an integer in 1..18"),
-        ({"gpus": [GPU, GPU, GPU], "topology": {"nvlinks": [{"gpus": [0, 1], "links": 18}, {"gpus": [0, 2], "links": 18}],
-                                                "nvswitch_links": 1}}, "GPU 0 has 37 NVLinks; NVML has at most 36"),
+        (
+            {"gpus": [GPU, GPU], "topology": {"nvlinks": [{"gpus": [0, 1], "links": 40}]}},
+            "links: must be an integer in 1..18",
+        ),
+        (
+            {
+                "gpus": [GPU, GPU, GPU],
+                "topology": {
+                    "nvlinks": [{"gpus": [0, 1], "links": 18}, {"gpus": [0, 2], "links": 18}],
+                    "nvswitch_links": 1,
+                },
+            },
+            "GPU 0 has 37 NVLinks; NVML has at most 36",
+        ),
     ],
 )
 def test_health_key_mistakes_name_the_field(document: object, message: str) -> None:

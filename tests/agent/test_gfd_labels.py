@@ -48,8 +48,10 @@ def test_a_missing_file_is_no_labels_and_no_warning(tmp_path: Path, caplog: pyte
 
 
 def test_comments_blank_and_bad_lines_are_skipped() -> None:
-    text = ("# +expiry-time=2030-01-01T00:00:00Z\n\n  nvidia.com/gpu.replicas = 2 \nno-equals-sign\n=value\n"
-            "nvidia.com/gpu.count=1\nnvidia.com/gpu.count=2\r\n")  # fmt: skip
+    text = (
+        "# +expiry-time=2030-01-01T00:00:00Z\n\n  nvidia.com/gpu.replicas = 2 \nno-equals-sign\n=value\n"
+        "nvidia.com/gpu.count=1\nnvidia.com/gpu.count=2\r\n"
+    )
     labels, bad = parse_labels(text)
     assert labels == {"nvidia.com/gpu.replicas": "2", "nvidia.com/gpu.count": "2"}  # the last repeat wins
     assert bad == 2
@@ -92,10 +94,13 @@ def test_a_file_at_the_size_bound_is_read_and_one_byte_more_is_not(
     assert labels.current() == {"nvidia.com/gpu.replicas": "4"}
     messages = [(r.levelname, r.getMessage()) for r in caplog.records]
     assert messages == [
-        ("WARNING", f"GFD labels file {path}: {MAX_FILE_BYTES + 1} bytes, more than the {MAX_FILE_BYTES} read; "
-                    "sharing labels unknown"),
+        (
+            "WARNING",
+            f"GFD labels file {path}: {MAX_FILE_BYTES + 1} bytes, more than the {MAX_FILE_BYTES} read; "
+            "sharing labels unknown",
+        ),
         ("INFO", f"GFD labels file {path} readable again"),
-    ]  # fmt: skip
+    ]
 
 
 def test_not_a_regular_file(tmp_path: Path) -> None:

@@ -7,7 +7,15 @@ from collections.abc import Iterator
 
 import pytest
 
-from gpuextender.agent.settings import ConfigError, build_config
+from gpuextender.agent.model.readings import (
+    DEGRADED,
+    HEALTHY,
+    UNHEALTHY,
+    ErrorCounters,
+    GpuReading,
+    NodeSample,
+    XidEvent,
+)
 from gpuextender.agent.rules.health import (
     DEFAULT_IGNORED_XIDS,
     GpuEvents,
@@ -17,7 +25,7 @@ from gpuextender.agent.rules.health import (
     classify,
     parse_xid_list,
 )
-from gpuextender.agent.model.readings import DEGRADED, HEALTHY, UNHEALTHY, ErrorCounters, GpuReading, NodeSample, XidEvent
+from gpuextender.agent.settings import ConfigError, build_config
 from tests.agent.fake_gpus import H100, restored_pynvml, start_reader
 
 POLICY = HealthPolicy()
@@ -93,7 +101,9 @@ def test_zero_counters_are_healthy() -> None:
     assert classify(gpu(errors=counters, clock_event_reasons=0), GpuEvents(recovery_action=0), POLICY).health == HEALTHY
 
 
-@pytest.mark.parametrize(("correctable", "uncorrectable", "degraded"), [(7, 0, False), (8, 0, True), (3, 4, False), (4, 4, True)])
+@pytest.mark.parametrize(
+    ("correctable", "uncorrectable", "degraded"), [(7, 0, False), (8, 0, True), (3, 4, False), (4, 4, True)]
+)
 def test_remapped_rows_threshold_at_its_value(correctable: int, uncorrectable: int, degraded: bool) -> None:
     assert POLICY.remapped_rows_degraded == 8
     errors = ErrorCounters(remapped_rows_correctable=correctable, remapped_rows_uncorrectable=uncorrectable)
@@ -155,8 +165,11 @@ def test_a_cleared_quarantine_makes_the_gpu_healthy_again() -> None:
 
 
 def test_enricher_matches_events_by_uuid() -> None:
-    sample = NodeSample(sample_time=0.0, duration_s=0.0, gpus=[
-        GpuReading(index=0, uuid="GPU-a"), GpuReading(index=1, uuid="GPU-b"), GpuReading(index=2, uuid="")])  # fmt: skip
+    sample = NodeSample(
+        sample_time=0.0,
+        duration_s=0.0,
+        gpus=[GpuReading(index=0, uuid="GPU-a"), GpuReading(index=1, uuid="GPU-b"), GpuReading(index=2, uuid="")],
+    )
     calls = []
 
     def snapshot() -> dict[str, GpuEvents]:
@@ -215,15 +228,19 @@ def test_clear_xid_is_a_one_shot_that_needs_no_node_name() -> None:
 
 
 def test_counters_and_clock_reasons_read_through_pynvml_classify_as_documented() -> None:
-    reader, _ = start_reader({"gpus": [
-        {**H100, "ecc": {"uncorrected": 0, "corrected": 40}, "clock_event_reasons": ["sw_power_cap"]},
-        {**H100, "ecc": {"uncorrected": 2, "corrected": 0}},
-        {**H100, "remapped_rows": {"correctable": 3, "uncorrectable": 0, "pending": True, "failure": False}},
-        {**H100, "remapped_rows": {"correctable": 5, "uncorrectable": 3, "pending": False, "failure": True}},
-        {**H100, "clock_event_reasons": ["hw_slowdown", "hw_thermal"]},
-        {**H100, "clock_event_reasons": ["power_brake"], "retired_pages_pending": True},
-        H100,  # nothing supported: unknown, healthy
-    ]})  # fmt: skip
+    reader, _ = start_reader(
+        {
+            "gpus": [
+                {**H100, "ecc": {"uncorrected": 0, "corrected": 40}, "clock_event_reasons": ["sw_power_cap"]},
+                {**H100, "ecc": {"uncorrected": 2, "corrected": 0}},
+                {**H100, "remapped_rows": {"correctable": 3, "uncorrectable": 0, "pending": True, "failure": False}},
+                {**H100, "remapped_rows": {"correctable": 5, "uncorrectable": 3, "pending": False, "failure": True}},
+                {**H100, "clock_event_reasons": ["hw_slowdown", "hw_thermal"]},
+                {**H100, "clock_event_reasons": ["power_brake"], "retired_pages_pending": True},
+                H100,  # nothing supported: unknown, healthy
+            ]
+        }
+    )
     sample = reader.sample()
     HealthEnricher(POLICY)(sample)
     assert [(g.health, g.health_reasons) for g in sample.gpus] == [
@@ -244,5 +261,5 @@ def test_heartbeat_bounds(value: str, ok: bool) -> None:
     if ok:
         assert build_config(args, {"NODE_NAME": "n1"}).heartbeat_s == float(value)
     else:
-        with pytest.raises(ConfigError, match="--heartbeat .* must be within 0..60 seconds"):
+        with pytest.raises(ConfigError, match=r"--heartbeat .* must be within 0..60 seconds"):
             build_config(args, {"NODE_NAME": "n1"})

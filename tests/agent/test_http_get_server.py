@@ -13,11 +13,11 @@ import aiohttp
 import pytest
 
 from gpuextender.agent.export.http_get_server import (
+    BadRequest,
     GetServer,
     Handler,
     Request,
     Response,
-    BadRequest,
     encode_response,
     http_date,
     parse_head,
@@ -128,7 +128,11 @@ def test_real_clients_get_answers_over_one_keep_alive_connection() -> None:
             async with aiohttp.ClientSession(connector=connector) as session:
                 for _ in range(3):
                     async with session.get(f"{base}/ok") as r:
-                        assert (r.status, await r.text(), r.headers["Content-Type"]) == (200, "ok\n", "text/plain; charset=utf-8")
+                        assert (r.status, await r.text(), r.headers["Content-Type"]) == (
+                            200,
+                            "ok\n",
+                            "text/plain; charset=utf-8",
+                        )
                 async with session.head(f"{base}/ok") as r:
                     assert r.status == 200 and r.headers["Content-Length"] == "3" and await r.read() == b""
                 async with session.get(f"{base}/missing") as r:
@@ -148,7 +152,9 @@ def test_real_clients_get_answers_over_one_keep_alive_connection() -> None:
 def test_pipelined_requests_are_answered_in_order() -> None:
     async def run() -> None:
         async with serving() as server:
-            answer = await exchange(server, get_request("/ok") + get_request("/nope") + get_request("/ok", "Connection: close"))
+            answer = await exchange(
+                server, get_request("/ok") + get_request("/nope") + get_request("/ok", "Connection: close")
+            )
             assert statuses(answer) == [200, 404, 200]
 
     asyncio.run(run())

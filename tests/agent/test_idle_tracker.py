@@ -6,7 +6,6 @@ from __future__ import annotations
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuextender.agent.rules.idle_tracker import IdleTracker
 from gpuextender.agent.export.metrics import AgentMetrics
 from gpuextender.agent.model.readings import (
     ALLOCATION_KUBELET,
@@ -16,6 +15,7 @@ from gpuextender.agent.model.readings import (
     MigReading,
     NodeSample,
 )
+from gpuextender.agent.rules.idle_tracker import IdleTracker
 
 WINDOW_S = 600.0
 
@@ -33,8 +33,13 @@ def holder(pod: str, device: str, namespace: str = "team", container: str = "mai
 
 
 def gpu(index: int, util: int | None, *holders: Holder) -> GpuReading:
-    return GpuReading(index=index, uuid=f"GPU-{index}", name="NVIDIA A100-SXM4-80GB", utilization_gpu_percent=util,
-                      holders=list(holders))  # fmt: skip
+    return GpuReading(
+        index=index,
+        uuid=f"GPU-{index}",
+        name="NVIDIA A100-SXM4-80GB",
+        utilization_gpu_percent=util,
+        holders=list(holders),
+    )
 
 
 def sample(*gpus: GpuReading, allocation: str = ALLOCATION_KUBELET) -> NodeSample:
@@ -121,8 +126,14 @@ def test_idle_before_the_pod_got_the_gpu_is_not_the_pods() -> None:
 def test_a_time_sliced_gpu_counts_for_each_holder_pod_once() -> None:
     clock = Clock()
     t = tracker(clock)
-    shared = gpu(0, 0, holder("a", "GPU-0::0"), holder("a", "GPU-0::1", container="sidecar"),
-                 holder("b", "GPU-0::2"), holder("b", "GPU-0::3", namespace="other"))  # fmt: skip
+    shared = gpu(
+        0,
+        0,
+        holder("a", "GPU-0::0"),
+        holder("a", "GPU-0::1", container="sidecar"),
+        holder("b", "GPU-0::2"),
+        holder("b", "GPU-0::3", namespace="other"),
+    )
     t.observe(sample(shared))
     clock.now += WINDOW_S
     assert t.pod_idle_gpus() == {("team", "a"): 1, ("team", "b"): 1, ("other", "b"): 1}
@@ -132,8 +143,12 @@ def test_mig_instances_are_not_counted() -> None:
     clock = Clock()
     t = tracker(clock)
     mig_holder = Holder("team", "m", "main", "nvidia.com/mig-1g.10gb", "MIG-1")
-    mig_gpu = GpuReading(index=0, uuid="GPU-0", utilization_gpu_percent=None,
-                         mig_instances=[MigReading("MIG-1", "1g.10gb", 1, 0, holders=[mig_holder])])  # fmt: skip
+    mig_gpu = GpuReading(
+        index=0,
+        uuid="GPU-0",
+        utilization_gpu_percent=None,
+        mig_instances=[MigReading("MIG-1", "1g.10gb", 1, 0, holders=[mig_holder])],
+    )
     t.observe(sample(mig_gpu))
     clock.now += WINDOW_S
     assert t.pod_idle_gpus() == {}
@@ -169,8 +184,9 @@ def test_a_pod_that_lets_go_is_forgotten_and_a_gpu_that_vanishes_too() -> None:
 def test_the_gauges_on_the_agents_registry() -> None:
     clock = Clock()
     metrics = AgentMetrics("node-a", idle_threshold_percent=1.0, idle_window_s=WINDOW_S, clock=clock)
-    metrics.observe_sample(sample(gpu(0, 0, holder("a", "GPU-0")), gpu(1, 90, holder("a", "GPU-1")),
-                                  gpu(2, 0, holder("b", "GPU-2"))))  # fmt: skip
+    metrics.observe_sample(
+        sample(gpu(0, 0, holder("a", "GPU-0")), gpu(1, 90, holder("a", "GPU-1")), gpu(2, 0, holder("b", "GPU-2")))
+    )
     clock.now += WINDOW_S
     families = {f.name: f for f in text_string_to_metric_families(generate_latest(metrics.registry).decode())}
     pods = {(s.labels["namespace"], s.labels["pod"]): s.value for s in families["gpu_agent_pod_idle_gpus"].samples}

@@ -15,9 +15,10 @@ from pathlib import Path
 import pynvml
 import pytest
 
-from gpuextender.agent.rules.health import HealthEnricher, HealthPolicy
-from gpuextender.agent.report.latest import LatestReport
 from gpuextender.agent.export.metrics import AgentMetrics
+from gpuextender.agent.report.latest import LatestReport
+from gpuextender.agent.rules.health import HealthEnricher, HealthPolicy
+from gpuextender.agent.sampling.sample_loop import SampleLoop
 from gpuextender.agent.sources.nvml_events import (
     CLEAR_PREFIX,
     WATCHED_EVENTS,
@@ -27,7 +28,6 @@ from gpuextender.agent.sources.nvml_events import (
     NvmlEventWatcher,
     request_clear,
 )
-from gpuextender.agent.sampling.sample_loop import SampleLoop
 from gpuextender.v1 import gpu_state_pb2 as pb
 from tests.agent.fake_gpus import H100, Clock, install_fake, restored_pynvml, start_reader
 
@@ -63,15 +63,24 @@ def watch(store: EventStore, on_event: Recorder | None = None, **kwargs: object)
     return watcher
 
 
-def test_a_scripted_xid_reaches_the_callback_and_is_reported_before_the_next_sample(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_scripted_xid_reaches_the_callback_and_is_reported_before_the_next_sample(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     """The whole path an XID takes: fake driver -> nvmlEventSetWait -> store -> callback ->
     SampleLoop.wake_now -> a sample classified UNHEALTHY, published long before the interval."""
     reader, lib = start_reader({"gpus": [{**H100, "count": 2}], "events": [{"at_s": 0.4, "gpus": [1], "xid": 79}]})
     store = EventStore()
     latest = LatestReport()
     interval_s = 30.0
-    sampler = SampleLoop(reader, latest, AgentMetrics("n1"), node_name="n1", interval_s=interval_s, agent_version="t",
-                         enrichers=[HealthEnricher(HealthPolicy(), store.snapshot)])  # fmt: skip
+    sampler = SampleLoop(
+        reader,
+        latest,
+        AgentMetrics("n1"),
+        node_name="n1",
+        interval_s=interval_s,
+        agent_version="t",
+        enrichers=[HealthEnricher(HealthPolicy(), store.snapshot)],
+    )
     recorder = Recorder()
 
     def on_event(event: GpuEvent) -> None:
@@ -85,7 +94,7 @@ def test_a_scripted_xid_reaches_the_callback_and_is_reported_before_the_next_sam
         first_sample = time.monotonic()
         watcher = watch(store, on_event)  # type: ignore[arg-type]
         try:
-            version, report = await asyncio.wait_for(latest.newer_than(1), timeout=10)
+            _version, report = await asyncio.wait_for(latest.newer_than(1), timeout=10)
             published = time.monotonic()
         finally:
             task.cancel()
@@ -94,7 +103,7 @@ def test_a_scripted_xid_reaches_the_callback_and_is_reported_before_the_next_sam
 
     first_sample, published, report = asyncio.run(scenario())
     reader.close()
-    (arrived, event), = recorder.events
+    ((arrived, event),) = recorder.events
     assert (event.gpu_index, event.kind, event.data, event.uuid) == (1, "xid", 79, report.gpus[1].uuid)
     # Ordering: the event came, then the report saying so, both before the next scheduled sample.
     assert first_sample < arrived < published < first_sample + interval_s
@@ -104,13 +113,15 @@ def test_a_scripted_xid_reaches_the_callback_and_is_reported_before_the_next_sam
     assert report.gpus[0].health == pb.HEALTH_HEALTHY
     due = lib._started + 0.4
     with capsys.disabled():
-        print(f"\n  XID due -> callback {1000 * (arrived - due):.1f} ms, -> report published {1000 * (published - due):.1f} ms "
-              f"(next scheduled sample was {interval_s:.0f} s away)")  # fmt: skip
+        print(
+            f"\n  XID due -> callback {1000 * (arrived - due):.1f} ms, "
+            f"-> report published {1000 * (published - due):.1f} ms "
+            f"(next scheduled sample was {interval_s:.0f} s away)"
+        )
 
 
 def test_ignored_xids_are_counted_not_recorded_and_do_not_wake(caplog: pytest.LogCaptureFixture) -> None:
-    install_fake({"gpus": [H100], "events": [
-        {"at_s": 0, "gpus": [0], "xid": 13}, {"at_s": 0, "gpus": [0], "xid": 43}]})  # fmt: skip
+    install_fake({"gpus": [H100], "events": [{"at_s": 0, "gpus": [0], "xid": 13}, {"at_s": 0, "gpus": [0], "xid": 43}]})
     store, recorder = EventStore(), Recorder()
     with caplog.at_level(logging.INFO, logger="gpu_agent.events"):
         watcher = watch(store, recorder)
@@ -133,11 +144,16 @@ def test_the_ignore_list_is_the_stores() -> None:
 
 
 def test_dbe_unavailable_and_recovery_events_are_recorded() -> None:
-    lib = install_fake({"gpus": [{**H100, "count": 3}], "events": [
-        {"at_s": 0, "gpus": [0], "type": "dbe"},
-        {"at_s": 0, "gpus": [1], "type": "gpu_unavailable"},
-        {"at_s": 0, "gpus": [2], "type": "recovery_action", "action": "drain_and_reset"},
-    ]})  # fmt: skip
+    lib = install_fake(
+        {
+            "gpus": [{**H100, "count": 3}],
+            "events": [
+                {"at_s": 0, "gpus": [0], "type": "dbe"},
+                {"at_s": 0, "gpus": [1], "type": "gpu_unavailable"},
+                {"at_s": 0, "gpus": [2], "type": "recovery_action", "action": "drain_and_reset"},
+            ],
+        }
+    )
     store, recorder = EventStore(), Recorder()
     watcher = watch(store, recorder)
     kinds = sorted((e.gpu_index, e.kind, e.data) for e in recorder.wait(3))
@@ -157,7 +173,9 @@ def test_dbe_unavailable_and_recovery_events_are_recorded() -> None:
 
 def test_single_bit_ecc_is_not_watched_by_default() -> None:
     assert not WATCHED_EVENTS & pynvml.nvmlEventTypeSingleBitEccError
-    install_fake({"gpus": [H100], "events": [{"at_s": 0, "gpus": [0], "type": "sbe"}, {"at_s": 0.05, "gpus": [0], "xid": 79}]})
+    install_fake(
+        {"gpus": [H100], "events": [{"at_s": 0, "gpus": [0], "type": "sbe"}, {"at_s": 0.05, "gpus": [0], "xid": 79}]}
+    )
     store, recorder = EventStore(), Recorder()
     watcher = watch(store, recorder)
     assert [e.kind for e in recorder.wait(1)] == ["xid"]
@@ -166,8 +184,9 @@ def test_single_bit_ecc_is_not_watched_by_default() -> None:
 
 
 def test_a_gpu_without_events_is_logged_once_and_the_others_are_watched(caplog: pytest.LogCaptureFixture) -> None:
-    install_fake({"gpus": [{**H100, "events_supported": False}, H100],
-                  "events": [{"at_s": 0, "gpus": [0, 1], "xid": 79}]})  # fmt: skip
+    install_fake(
+        {"gpus": [{**H100, "events_supported": False}, H100], "events": [{"at_s": 0, "gpus": [0, 1], "xid": 79}]}
+    )
     store, recorder = EventStore(), Recorder()
     with caplog.at_level(logging.INFO, logger="gpu_agent.events"):
         watcher = watch(store, recorder)
@@ -227,8 +246,13 @@ def test_stop_frees_the_event_set_and_the_nvml_reference() -> None:
 
 
 def test_wait_errors_back_off_and_recover(caplog: pytest.LogCaptureFixture) -> None:
-    lib = install_fake({"gpus": [H100], "errors": [{"call": "nvmlEventSetWait", "error": "Unknown", "for_s": 0.6}],
-                        "events": [{"at_s": 0.8, "gpus": [0], "xid": 79}]})  # fmt: skip
+    lib = install_fake(
+        {
+            "gpus": [H100],
+            "errors": [{"call": "nvmlEventSetWait", "error": "Unknown", "for_s": 0.6}],
+            "events": [{"at_s": 0.8, "gpus": [0], "xid": 79}],
+        }
+    )
     store, recorder = EventStore(), Recorder()
     with caplog.at_level(logging.INFO, logger="gpu_agent.events"):
         calls_before = lib.calls
@@ -241,8 +265,13 @@ def test_wait_errors_back_off_and_recover(caplog: pytest.LogCaptureFixture) -> N
 
 
 def test_a_driver_that_goes_away_is_set_up_again() -> None:
-    lib = install_fake({"gpus": [H100], "errors": [{"call": "nvmlEventSetWait", "error": "DriverNotLoaded", "for_s": 0.3}],
-                        "events": [{"at_s": 0.5, "gpus": [0], "xid": 79}]})  # fmt: skip
+    lib = install_fake(
+        {
+            "gpus": [H100],
+            "errors": [{"call": "nvmlEventSetWait", "error": "DriverNotLoaded", "for_s": 0.3}],
+            "events": [{"at_s": 0.5, "gpus": [0], "xid": 79}],
+        }
+    )
     store, recorder = EventStore(), Recorder()
     watcher = watch(store, recorder, retry_s=0.2)
     assert [e.data for e in recorder.wait(1)] == [79]
@@ -252,8 +281,13 @@ def test_a_driver_that_goes_away_is_set_up_again() -> None:
 
 
 def test_nvml_missing_at_start_is_retried() -> None:
-    lib = install_fake({"gpus": [H100], "errors": [{"call": "nvmlInit", "error": "DriverNotLoaded", "for_s": 0.3}],
-                        "events": [{"at_s": 0.4, "gpus": [0], "xid": 79}]})  # fmt: skip
+    lib = install_fake(
+        {
+            "gpus": [H100],
+            "errors": [{"call": "nvmlInit", "error": "DriverNotLoaded", "for_s": 0.3}],
+            "events": [{"at_s": 0.4, "gpus": [0], "xid": 79}],
+        }
+    )
     store, recorder = EventStore(), Recorder()
     watcher = watch(store, recorder, retry_s=0.1)
     assert [e.data for e in recorder.wait(1)] == [79]
@@ -272,7 +306,9 @@ def test_events_unsupported_on_the_node_are_not_retried(caplog: pytest.LogCaptur
 
 
 def test_a_failing_callback_is_logged_and_watching_goes_on(caplog: pytest.LogCaptureFixture) -> None:
-    install_fake({"gpus": [H100], "events": [{"at_s": 0, "gpus": [0], "xid": 79}, {"at_s": 0.05, "gpus": [0], "xid": 48}]})
+    install_fake(
+        {"gpus": [H100], "events": [{"at_s": 0, "gpus": [0], "xid": 79}, {"at_s": 0.05, "gpus": [0], "xid": 48}]}
+    )
     seen: list[int] = []
 
     def bad(event: GpuEvent) -> None:
@@ -292,8 +328,9 @@ def test_a_failing_callback_is_logged_and_watching_goes_on(caplog: pytest.LogCap
 
 
 def _event(index: int, uuid: str, xid: int, at: float) -> GpuEvent:
-    return GpuEvent(gpu_index=index, uuid=uuid, kind="xid", event_type=pynvml.nvmlEventTypeXidCriticalError,
-                    data=xid, time=at)  # fmt: skip
+    return GpuEvent(
+        gpu_index=index, uuid=uuid, kind="xid", event_type=pynvml.nvmlEventTypeXidCriticalError, data=xid, time=at
+    )
 
 
 def test_store_clear_forgets_up_to_the_request_time_by_index_uuid_or_all() -> None:
@@ -306,13 +343,14 @@ def test_store_clear_forgets_up_to_the_request_time_by_index_uuid_or_all() -> No
     assert [x.xid for x in store.snapshot()["GPU-a"].xids] == [48]  # after the request: kept
     assert store.clear("GPU-a", before=150.0) == []
     assert store.clear("all", before=300.0) == [
-        "GPU 0 (GPU-a): cleared XID 48", "GPU 1 (GPU-b): cleared XID 79; 1 double-bit ECC event(s)"]  # fmt: skip
+        "GPU 0 (GPU-a): cleared XID 48",
+        "GPU 1 (GPU-b): cleared XID 79; 1 double-bit ECC event(s)",
+    ]
     assert all(not e.xids and not e.double_bit_ecc for e in store.snapshot().values())
 
 
 def test_clear_xid_request_is_answered_by_the_running_watcher(tmp_path: Path) -> None:
-    install_fake({"gpus": [{**H100, "count": 2}], "events": [
-        {"at_s": 0, "gpus": [0, 1], "xid": 79}]})  # fmt: skip
+    install_fake({"gpus": [{**H100, "count": 2}], "events": [{"at_s": 0, "gpus": [0, 1], "xid": 79}]})
     control = tmp_path / "control"
     clear = ClearRequests(control)
     assert clear.enabled and (control.stat().st_mode & 0o777) == 0o700

@@ -15,8 +15,8 @@ import yaml
 
 from gpuextender.agent.fakes.nvml import FakeNvmlLibrary, install
 from gpuextender.agent.fakes.scenario import ScenarioFile, load_scenario
-from gpuextender.agent.sources.nvml_reader import NvmlReader, mig_profile_from_attributes
 from gpuextender.agent.report.encode import sample_to_report
+from gpuextender.agent.sources.nvml_reader import NvmlReader, mig_profile_from_attributes
 from tests.agent.fake_gpus import A100_40, H100, Clock, restored_pynvml, start_reader
 
 
@@ -26,11 +26,16 @@ def _restore_pynvml() -> Iterator[None]:
         yield
 
 
-MIXED = {"gpus": [
-    {**A100_40, "utilization_percent": 60, "mig": [
-        {"profile": "1g.5gb", "count": 2, "memory_used_percent": 50}, {"profile": "3g.20gb"}]},
-    {**H100, "utilization_percent": 60},
-]}  # fmt: skip
+MIXED = {
+    "gpus": [
+        {
+            **A100_40,
+            "utilization_percent": 60,
+            "mig": [{"profile": "1g.5gb", "count": 2, "memory_used_percent": 50}, {"profile": "3g.20gb"}],
+        },
+        {**H100, "utilization_percent": 60},
+    ]
+}
 
 
 def test_mig_instances_are_read_and_reach_the_wire() -> None:
@@ -39,7 +44,10 @@ def test_mig_instances_are_read_and_reach_the_wire() -> None:
     sample = reader.sample()
     mig_gpu, plain = sample.gpus
     assert [(m.profile, m.gpu_instance_id, m.compute_instance_id) for m in mig_gpu.mig_instances] == [
-        ("1g.5gb", 1, 0), ("1g.5gb", 2, 0), ("3g.20gb", 3, 0)]  # fmt: skip
+        ("1g.5gb", 1, 0),
+        ("1g.5gb", 2, 0),
+        ("3g.20gb", 3, 0),
+    ]
     assert all(m.uuid.startswith("MIG-") for m in mig_gpu.mig_instances)
     assert len({m.uuid for m in mig_gpu.mig_instances}) == 3
     first = mig_gpu.mig_instances[0]
@@ -55,8 +63,14 @@ def test_mig_instances_are_read_and_reach_the_wire() -> None:
 
 
 def test_mig_gpu_remapped_rows_are_unknown_while_instances_exist() -> None:
-    reader, _ = start_reader({"gpus": [{**A100_40, "remapped_rows": {"correctable": 1}, "mig": [{"profile": "7g.40gb"}]},
-                                       {**A100_40, "remapped_rows": {"correctable": 1}, "mig": []}]})  # fmt: skip
+    reader, _ = start_reader(
+        {
+            "gpus": [
+                {**A100_40, "remapped_rows": {"correctable": 1}, "mig": [{"profile": "7g.40gb"}]},
+                {**A100_40, "remapped_rows": {"correctable": 1}, "mig": []},
+            ]
+        }
+    )
     with_instances, without = reader.sample().gpus
     assert with_instances.errors is None  # NVML: not supported on MIG-enabled GPUs with active instances
     assert without.errors is not None and without.errors.remapped_rows_correctable == 1

@@ -46,8 +46,21 @@ def start_reader(document: dict, clock: Clock, errors: list | None = None) -> tu
 
 
 def test_reads_identity_and_v2_memory_through_pynvml(clock: Clock) -> None:
-    reader, _ = start_reader({"gpus": [{**H100, "count": 2, "utilization_percent": 40, "memory_used_percent": 25,
-                                        "temperature_c": 51, "power_watts": 312.5}]}, clock)  # fmt: skip
+    reader, _ = start_reader(
+        {
+            "gpus": [
+                {
+                    **H100,
+                    "count": 2,
+                    "utilization_percent": 40,
+                    "memory_used_percent": 25,
+                    "temperature_c": 51,
+                    "power_watts": 312.5,
+                }
+            ]
+        },
+        clock,
+    )
     sample = reader.sample()
     assert sample.node_error == "" and sample.driver_version == "550.127.05"
     assert [g.index for g in sample.gpus] == [0, 1]
@@ -66,8 +79,9 @@ def test_reads_identity_and_v2_memory_through_pynvml(clock: Clock) -> None:
 
 
 def test_patterns_change_readings_over_time(clock: Clock) -> None:
-    reader, _ = start_reader({"gpus": [{**H100, "utilization_percent": {"pattern": "steps", "values": [10, 80],
-                                                                        "every_s": 5}}]}, clock)  # fmt: skip
+    reader, _ = start_reader(
+        {"gpus": [{**H100, "utilization_percent": {"pattern": "steps", "values": [10, 80], "every_s": 5}}]}, clock
+    )
     assert reader.sample().gpus[0].utilization_gpu_percent == 10
     clock.t = 5.0
     assert reader.sample().gpus[0].utilization_gpu_percent == 80
@@ -75,10 +89,17 @@ def test_patterns_change_readings_over_time(clock: Clock) -> None:
 
 def test_not_supported_leaves_the_field_absent_without_an_error(clock: Clock) -> None:
     errors: list = []
-    reader, _ = start_reader({"gpus": [H100], "errors": [
-        {"call": "nvmlDeviceGetPowerUsage", "error": "NotSupported"},
-        {"call": "nvmlDeviceGetUtilizationRates", "error": "NotSupported"},
-    ]}, clock, errors)  # fmt: skip
+    reader, _ = start_reader(
+        {
+            "gpus": [H100],
+            "errors": [
+                {"call": "nvmlDeviceGetPowerUsage", "error": "NotSupported"},
+                {"call": "nvmlDeviceGetUtilizationRates", "error": "NotSupported"},
+            ],
+        },
+        clock,
+        errors,
+    )
     gpu = reader.sample().gpus[0]
     assert gpu.power_watts is None and gpu.utilization_gpu_percent is None
     assert gpu.temperature_celsius == 35 and gpu.healthy
@@ -87,9 +108,16 @@ def test_not_supported_leaves_the_field_absent_without_an_error(clock: Clock) ->
 
 def test_gpu_lost_marks_only_that_gpu_unhealthy_and_recovers(clock: Clock, caplog: pytest.LogCaptureFixture) -> None:
     errors: list = []
-    reader, _ = start_reader({"gpus": [{**H100, "count": 3}], "errors": [
-        {"call": "*", "error": "GpuIsLost", "gpus": [1], "after_s": 1, "for_s": 2},
-    ]}, clock, errors)  # fmt: skip
+    reader, _ = start_reader(
+        {
+            "gpus": [{**H100, "count": 3}],
+            "errors": [
+                {"call": "*", "error": "GpuIsLost", "gpus": [1], "after_s": 1, "for_s": 2},
+            ],
+        },
+        clock,
+        errors,
+    )
     assert all(g.healthy for g in reader.sample().gpus)
     clock.t = 1.5
     with caplog.at_level(logging.WARNING, logger="gpu_agent.nvml"):
@@ -101,8 +129,12 @@ def test_gpu_lost_marks_only_that_gpu_unhealthy_and_recovers(clock: Clock, caplo
     assert lost.uuid  # identity was cached before the loss
     assert sample.gpus[0].healthy and sample.gpus[2].healthy and sample.node_error == ""
     assert ("nvmlDeviceGetUtilizationRates", "GpuIsLost") in errors
-    assert sum("GPU 1: nvmlDeviceGetUtilizationRates failed with NVML error GpuIsLost" in r.message
-               for r in caplog.records) == 1  # fmt: skip
+    assert (
+        sum(
+            "GPU 1: nvmlDeviceGetUtilizationRates failed with NVML error GpuIsLost" in r.message for r in caplog.records
+        )
+        == 1
+    )
     clock.t = 3.5
     with caplog.at_level(logging.INFO, logger="gpu_agent.nvml"):
         assert reader.sample().gpus[1].healthy
@@ -111,17 +143,24 @@ def test_gpu_lost_marks_only_that_gpu_unhealthy_and_recovers(clock: Clock, caplo
 
 def test_transient_errors_drop_the_reading_but_keep_the_gpu_healthy(clock: Clock) -> None:
     errors: list = []
-    reader, _ = start_reader({"gpus": [H100], "errors": [{"call": "nvmlDeviceGetTemperature", "error": "Timeout"}]},
-                             clock, errors)  # fmt: skip
+    reader, _ = start_reader(
+        {"gpus": [H100], "errors": [{"call": "nvmlDeviceGetTemperature", "error": "Timeout"}]}, clock, errors
+    )
     gpu = reader.sample().gpus[0]
     assert gpu.temperature_celsius is None and gpu.healthy
     assert errors == [("nvmlDeviceGetTemperature", "Timeout")]
 
 
 def test_driver_not_loaded_is_a_node_error_and_init_is_retried(clock: Clock) -> None:
-    reader, lib = start_reader({"gpus": [{**H100, "count": 2}], "errors": [
-        {"call": "nvmlInit", "error": "DriverNotLoaded", "for_s": 10},
-    ]}, clock)  # fmt: skip
+    reader, _lib = start_reader(
+        {
+            "gpus": [{**H100, "count": 2}],
+            "errors": [
+                {"call": "nvmlInit", "error": "DriverNotLoaded", "for_s": 10},
+            ],
+        },
+        clock,
+    )
     sample = reader.sample()
     assert sample.node_error == "DriverNotLoaded" and sample.gpus == []
     clock.t = 11
@@ -130,9 +169,15 @@ def test_driver_not_loaded_is_a_node_error_and_init_is_retried(clock: Clock) -> 
 
 
 def test_driver_lost_mid_run_becomes_a_node_error_then_recovers(clock: Clock) -> None:
-    reader, _ = start_reader({"gpus": [H100], "errors": [
-        {"call": "nvmlDeviceGetMemoryInfo", "error": "DriverNotLoaded", "after_s": 1, "for_s": 1},
-    ]}, clock)  # fmt: skip
+    reader, _ = start_reader(
+        {
+            "gpus": [H100],
+            "errors": [
+                {"call": "nvmlDeviceGetMemoryInfo", "error": "DriverNotLoaded", "after_s": 1, "for_s": 1},
+            ],
+        },
+        clock,
+    )
     assert reader.sample().node_error == ""
     clock.t = 1.2
     assert reader.sample().node_error == "DriverNotLoaded"
@@ -151,7 +196,7 @@ def test_missing_library_is_a_clear_startup_error() -> None:
         pytest.skip("this machine has libnvidia-ml.so.1")
     except OSError:
         pass
-    with pytest.raises(NvmlUnavailable, match="libnvidia-ml.so.1 was not found"):
+    with pytest.raises(NvmlUnavailable, match=r"libnvidia-ml.so.1 was not found"):
         NvmlReader().start()
 
 
@@ -253,8 +298,15 @@ def test_health_counters_clocks_energy_and_numa_are_read(clock: Clock) -> None:
     assert gpu.errors is not None
     assert (gpu.errors.ecc_uncorrected_volatile, gpu.errors.ecc_corrected_volatile) == (1, 0)
     assert (gpu.errors.remapped_rows_correctable, gpu.errors.remapped_rows_uncorrectable) == (3, 1)
-    assert (gpu.errors.remap_pending, gpu.errors.remap_failure, gpu.errors.retired_pages_pending) == (True, False, False)
-    assert gpu.clock_event_reasons == pynvml.nvmlClocksEventReasonSwPowerCap | pynvml.nvmlClocksEventReasonHwThermalSlowdown
+    assert (gpu.errors.remap_pending, gpu.errors.remap_failure, gpu.errors.retired_pages_pending) == (
+        True,
+        False,
+        False,
+    )
+    assert (
+        gpu.clock_event_reasons
+        == pynvml.nvmlClocksEventReasonSwPowerCap | pynvml.nvmlClocksEventReasonHwThermalSlowdown
+    )
     assert (gpu.sm_clock_mhz, gpu.memory_clock_mhz, gpu.energy_millijoules, gpu.numa_node) == (1980, 2619, 1000, 1)
     clock.t = 5.0
     gpu = reader.sample().gpus[0]
@@ -300,10 +352,17 @@ def test_an_unsupported_reading_is_not_asked_again_for_a_minute(clock: Clock) ->
 
 def test_a_failing_health_read_is_an_error_but_not_a_verdict(clock: Clock) -> None:
     errors: list = []
-    reader, _ = start_reader({"gpus": [{**H100, **FULL}], "errors": [
-        {"call": "nvmlDeviceGetRemappedRows", "error": "Timeout"},
-        {"call": "nvmlDeviceGetTotalEnergyConsumption", "error": "GpuIsLost", "after_s": 1},
-    ]}, clock, errors)  # fmt: skip
+    reader, _ = start_reader(
+        {
+            "gpus": [{**H100, **FULL}],
+            "errors": [
+                {"call": "nvmlDeviceGetRemappedRows", "error": "Timeout"},
+                {"call": "nvmlDeviceGetTotalEnergyConsumption", "error": "GpuIsLost", "after_s": 1},
+            ],
+        },
+        clock,
+        errors,
+    )
     gpu = reader.sample().gpus[0]
     assert gpu.errors is not None and gpu.errors.remap_pending is None and gpu.errors.ecc_uncorrected_volatile == 1
     assert gpu.healthy and ("nvmlDeviceGetRemappedRows", "Timeout") in errors
@@ -314,8 +373,9 @@ def test_a_failing_health_read_is_an_error_but_not_a_verdict(clock: Clock) -> No
     assert not gpu.healthy and gpu.unhealthy_reasons == ["GpuIsLost"]
 
 
-def test_clock_reasons_fall_back_to_the_pre_535_name(clock: Clock, monkeypatch: pytest.MonkeyPatch,
-                                                      caplog: pytest.LogCaptureFixture) -> None:  # fmt: skip
+def test_clock_reasons_fall_back_to_the_pre_535_name(
+    clock: Clock, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
     monkeypatch.delattr(FakeNvmlLibrary, "_c_nvmlDeviceGetCurrentClocksEventReasons")  # an older driver
     reader, _ = start_reader({"gpus": [{**H100, "count": 2, "clock_event_reasons": ["hw_slowdown"]}]}, clock)
     with caplog.at_level(logging.INFO, logger="gpu_agent.nvml"):

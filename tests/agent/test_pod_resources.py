@@ -19,18 +19,9 @@ import grpc
 import pynvml
 import pytest
 
-from gpuextender.agent.sources import pod_resources as pr
-from gpuextender.agent.sources.allocation import (
-    LABEL_REPLICAS,
-    LABEL_SHARING_STRATEGY,
-    PROBLEM_TOO_MANY_HOLDERS,
-    GpuResourceNames,
-)
 from gpuextender.agent.fakes.kubelet import FakeKubelet, FakeKubeletError, fake_gpu_uuid, fake_mig_uuid, parse_state
 from gpuextender.agent.fakes.nvml import FakeNvmlLibrary, install
 from gpuextender.agent.fakes.scenario import ScenarioError, parse_scenario
-from gpuextender.agent.sources.nvml_reader import NvmlReader
-from gpuextender.agent.sources.pod_resources import PodAttribution, PodResourcesClient, PodResourcesLimits
 from gpuextender.agent.model.readings import (
     ALLOCATION_KUBELET,
     ALLOCATION_UNAVAILABLE,
@@ -41,6 +32,15 @@ from gpuextender.agent.model.readings import (
     MigReading,
     NodeSample,
 )
+from gpuextender.agent.sources import pod_resources as pr
+from gpuextender.agent.sources.allocation import (
+    LABEL_REPLICAS,
+    LABEL_SHARING_STRATEGY,
+    PROBLEM_TOO_MANY_HOLDERS,
+    GpuResourceNames,
+)
+from gpuextender.agent.sources.nvml_reader import NvmlReader
+from gpuextender.agent.sources.pod_resources import PodAttribution, PodResourcesClient, PodResourcesLimits
 from gpuextender.podresources.v1 import api_pb2
 from tests.harness import ROOT
 
@@ -89,17 +89,25 @@ def attribution(sock: str, **kwargs: Any) -> PodAttribution:
 
 
 def test_exclusive_gpus(kubelet: FakeKubelet, sock: str) -> None:
-    kubelet.load({
-        "allocatable": {GPU: [{"gpus": 2}]},
-        "pods": [{"namespace": "ml", "name": "train", "containers": [
-            {"name": "main", "devices": {GPU: [{"gpu": 1}], "example.com/nic": ["eth1"]}}]}],
-    })  # fmt: skip
+    kubelet.load(
+        {
+            "allocatable": {GPU: [{"gpus": 2}]},
+            "pods": [
+                {
+                    "namespace": "ml",
+                    "name": "train",
+                    "containers": [{"name": "main", "devices": {GPU: [{"gpu": 1}], "example.com/nic": ["eth1"]}}],
+                }
+            ],
+        }
+    )
     s = sample()
     result = attribution(sock).annotate(s)
     assert (s.allocation_source, s.allocation_problem, result.unmatched_device_ids) == (ALLOCATION_KUBELET, "", ())
     assert s.gpus[0].holders == []
     assert [(h.namespace, h.pod, h.container, h.resource_name, h.device_id) for h in s.gpus[1].holders] == [
-        ("ml", "train", "main", GPU, kubelet.gpu(1))]  # fmt: skip
+        ("ml", "train", "main", GPU, kubelet.gpu(1))
+    ]
     assert [(g.sharing_mode, g.replicas) for g in s.gpus] == [(EXCLUSIVE, 1)] * 2
 
 
@@ -124,10 +132,12 @@ def test_time_slicing_replicas_and_allocate_release_while_running(kubelet: FakeK
 
 
 def test_mig_instances(kubelet: FakeKubelet, sock: str) -> None:
-    kubelet.load({
-        "allocatable": {"nvidia.com/mig-1g.10gb": [MIG_A]},
-        "pods": [{"name": "infer", "containers": [{"name": "c", "devices": {"nvidia.com/mig-1g.10gb": [MIG_A]}}]}],
-    })  # fmt: skip
+    kubelet.load(
+        {
+            "allocatable": {"nvidia.com/mig-1g.10gb": [MIG_A]},
+            "pods": [{"name": "infer", "containers": [{"name": "c", "devices": {"nvidia.com/mig-1g.10gb": [MIG_A]}}]}],
+        }
+    )
     s = sample()
     s.gpus[0].mig_instances = [MigReading(MIG_A, "1g.10gb", 9, 0)]
     attribution(sock).annotate(s)
@@ -139,8 +149,11 @@ def test_fake_kubelet_gpu_references_are_the_fake_nvml_uuids(kubelet: FakeKubele
     """A scenario's `gpu: 1` is the GPU that gpu-agent --fake reports as index 1 on the same node."""
     saved = pynvml.nvmlLib
     try:
-        install(FakeNvmlLibrary(parse_scenario({"gpus": [{"product": "NVIDIA L4", "memory_gib": 24, "count": 3}]}),
-                                uuid_seed=NODE))  # fmt: skip
+        install(
+            FakeNvmlLibrary(
+                parse_scenario({"gpus": [{"product": "NVIDIA L4", "memory_gib": 24, "count": 3}]}), uuid_seed=NODE
+            )
+        )
         reader = NvmlReader()
         reader.start()
         try:
@@ -159,8 +172,18 @@ def test_fake_kubelet_gpu_references_are_the_fake_nvml_uuids(kubelet: FakeKubele
 
 def test_fake_kubelet_mig_references_are_the_fake_nvml_mig_uuids() -> None:
     try:
-        scenario = parse_scenario({"gpus": [{"product": "NVIDIA A100-SXM4-40GB", "memory_gib": 40, "count": 2,
-                                             "mig": [{"profile": "3g.20gb", "count": 2}]}]})  # fmt: skip
+        scenario = parse_scenario(
+            {
+                "gpus": [
+                    {
+                        "product": "NVIDIA A100-SXM4-40GB",
+                        "memory_gib": 40,
+                        "count": 2,
+                        "mig": [{"profile": "3g.20gb", "count": 2}],
+                    }
+                ]
+            }
+        )
     except ScenarioError:
         pytest.skip("this fake NVML simulates no MIG devices")
     saved = pynvml.nvmlLib
@@ -175,21 +198,40 @@ def test_fake_kubelet_mig_references_are_the_fake_nvml_mig_uuids() -> None:
             pynvml.nvmlLib = saved
             pynvml._nvmlGetFunctionPointer_cache.clear()
     assert uuids == [fake_mig_uuid(NODE, 1, s, "3g.20gb") for s in (0, 1)]
-    state = parse_state({"pods": [{"name": "p", "containers": [{"name": "c", "devices": {
-        "nvidia.com/mig-3g.20gb": [{"gpu": 1, "mig": 1, "profile": "3g.20gb"}]}}]}]}, uuid_seed=NODE)  # fmt: skip
+    state = parse_state(
+        {
+            "pods": [
+                {
+                    "name": "p",
+                    "containers": [
+                        {
+                            "name": "c",
+                            "devices": {"nvidia.com/mig-3g.20gb": [{"gpu": 1, "mig": 1, "profile": "3g.20gb"}]},
+                        }
+                    ],
+                }
+            ]
+        },
+        uuid_seed=NODE,
+    )
     assert state.pods[0].containers[0].devices["nvidia.com/mig-3g.20gb"] == [uuids[1]]
 
 
 def test_fields_a_newer_kubelet_sends_are_skipped(kubelet: FakeKubelet, sock: str) -> None:
     """cpu_ids (pod 4, container 3), memory (pod 5, container 4), dynamic_resources (container 5)
     and an allocatable's cpu_ids (2) are not in our copy of the proto: parsed past, not fatal."""
-    kubelet.load({"pods": [{"name": "p", "containers": [{"name": "c", "devices": {GPU: [{"gpu": 0}]}}]}],
-                  "allocatable": {GPU: [{"gpus": 2}]}})  # fmt: skip
+    kubelet.load(
+        {
+            "pods": [{"name": "p", "containers": [{"name": "c", "devices": {GPU: [{"gpu": 0}]}}]}],
+            "allocatable": {GPU: [{"gpus": 2}]},
+        }
+    )
 
     def with_unknown_fields(rpc: str, response: Any) -> Any:
         if rpc == "List":
             container = response.pod_resources[0].containers[0].SerializeToString() + bytes(
-                [0x1A, 0x02, 0x03, 0x04, 0x22, 0x02, 0x08, 0x10, 0x2A, 0x02, 0x12, 0x00])  # fmt: skip
+                [0x1A, 0x02, 0x03, 0x04, 0x22, 0x02, 0x08, 0x10, 0x2A, 0x02, 0x12, 0x00]
+            )
             pod = api_pb2.PodResources(name="p", namespace="default").SerializeToString()
             pod += bytes([0x1A, len(container)]) + container + bytes([0x22, 0x01, 0x05])
             return api_pb2.ListPodResourcesResponse.FromString(bytes([0x0A, len(pod)]) + pod)
@@ -242,8 +284,9 @@ print(pod_resources.PodResourcesClient(sys.argv[1]).fetch().problem)
 
 
 def _as_nobody(sock: str, mode: str = "") -> str:
-    child = subprocess.run([sys.executable, "-c", _AS_NOBODY, sock, mode], capture_output=True, text=True,
-                           cwd=ROOT, timeout=60)  # fmt: skip
+    child = subprocess.run(
+        [sys.executable, "-c", _AS_NOBODY, sock, mode], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
     if child.returncode != 0 and "Operation not permitted" in child.stderr:
         pytest.skip("root without CAP_SETUID: cannot become another user to test permissions")
     assert child.returncode == 0, child.stderr
@@ -278,8 +321,9 @@ def test_permission_denied_on_the_socket(kubelet: FakeKubelet, sock: str, sock_d
         (grpc.StatusCode.INTERNAL, "boom", pr.PROBLEM_KUBELET_ERROR),
     ],
 )
-def test_list_errors_become_problem_codes(kubelet: FakeKubelet, sock: str, code: grpc.StatusCode, details: str,
-                                          problem: str) -> None:  # fmt: skip
+def test_list_errors_become_problem_codes(
+    kubelet: FakeKubelet, sock: str, code: grpc.StatusCode, details: str, problem: str
+) -> None:
     kubelet.fail(code, details, rpc="List")
     assert PodResourcesClient(sock).fetch().problem == problem
 
@@ -316,7 +360,8 @@ def test_failing_then_recovering_is_logged_once_each(
     messages = [(r.levelname, r.getMessage()) for r in caplog.records]
     assert [m for lvl, m in messages if lvl == "WARNING"] == [
         "GPU allocation unknown: kubelet_unavailable (kubelet PodResources at "
-        f"{sock}); reported as unavailable until it recovers"]  # fmt: skip
+        f"{sock}); reported as unavailable until it recovers"
+    ]
     infos = [m for lvl, m in messages if lvl == "INFO"]
     assert len(infos) == 2 and infos[0].startswith("GPU allocation from the kubelet")
     assert infos[1].startswith("GPU allocation known again")
@@ -342,14 +387,21 @@ def test_unmatched_ids_are_logged_once(kubelet: FakeKubelet, sock: str, caplog: 
     ("code", "details", "problem"),
     [
         (grpc.StatusCode.UNIMPLEMENTED, "unknown method", pr.PROBLEM_ALLOCATABLE_UNIMPLEMENTED),
-        (grpc.StatusCode.UNKNOWN, "Pod Resources API GetAllocatableResources disabled",
-         pr.PROBLEM_ALLOCATABLE_DISABLED),
+        (
+            grpc.StatusCode.UNKNOWN,
+            "Pod Resources API GetAllocatableResources disabled",
+            pr.PROBLEM_ALLOCATABLE_DISABLED,
+        ),
     ],
 )
 def test_a_kubelet_without_get_allocatable_still_gives_allocation(
-    kubelet: FakeKubelet, sock: str, code: grpc.StatusCode, details: str, problem: str,
+    kubelet: FakeKubelet,
+    sock: str,
+    code: grpc.StatusCode,
+    details: str,
+    problem: str,
     caplog: pytest.LogCaptureFixture,
-) -> None:  # fmt: skip
+) -> None:
     kubelet.load({"pods": [{"name": "p", "containers": [{"name": "c", "devices": {GPU: [{"gpu": 0, "replica": 5}]}}]}]})
     kubelet.fail(code, details, rpc="GetAllocatableResources")
     attr = attribution(sock)
@@ -415,7 +467,9 @@ def test_a_transient_allocatable_error_keeps_the_last_answer(kubelet: FakeKubele
 
 def _pods_with_ids(count: int, *, per_container: int = 100) -> dict[str, Any]:
     ids = [f"GPU-{i:036d}" for i in range(count)]
-    containers = [{"name": f"c{n}", "devices": {GPU: ids[n:n + per_container]}} for n in range(0, count, per_container)]
+    containers = [
+        {"name": f"c{n}", "devices": {GPU: ids[n : n + per_container]}} for n in range(0, count, per_container)
+    ]
     return {"pods": [{"name": "big", "containers": containers}]}
 
 
@@ -431,8 +485,23 @@ def test_device_ids_at_the_bound_are_read_and_one_more_is_refused(kubelet: FakeK
 
 
 def test_device_ids_of_other_resources_do_not_count(kubelet: FakeKubelet, sock: str) -> None:
-    kubelet.load({"pods": [{"name": "nics", "containers": [{"name": "c", "devices": {
-        "example.com/vf": [f"vf{i}" for i in range(PodResourcesLimits().max_device_ids + 1)]}}]}]})  # fmt: skip
+    kubelet.load(
+        {
+            "pods": [
+                {
+                    "name": "nics",
+                    "containers": [
+                        {
+                            "name": "c",
+                            "devices": {
+                                "example.com/vf": [f"vf{i}" for i in range(PodResourcesLimits().max_device_ids + 1)]
+                            },
+                        }
+                    ],
+                }
+            ]
+        }
+    )
     assert PodResourcesClient(sock).fetch().problem == ""
 
 
@@ -469,16 +538,30 @@ def test_device_id_length_at_the_bound_is_kept_and_longer_ones_dropped(
 
 @pytest.mark.parametrize(
     ("field", "limit"),
-    [("namespace", pr.MAX_NAMESPACE_CHARS), ("name", pr.MAX_POD_NAME_CHARS),
-     ("container", pr.MAX_CONTAINER_NAME_CHARS), ("resource", pr.MAX_RESOURCE_NAME_CHARS)],
-)  # fmt: skip
-def test_names_longer_than_kubernetes_allows_make_the_answer_invalid(kubelet: FakeKubelet, sock: str, field: str,
-                                                                     limit: int) -> None:  # fmt: skip
+    [
+        ("namespace", pr.MAX_NAMESPACE_CHARS),
+        ("name", pr.MAX_POD_NAME_CHARS),
+        ("container", pr.MAX_CONTAINER_NAME_CHARS),
+        ("resource", pr.MAX_RESOURCE_NAME_CHARS),
+    ],
+)
+def test_names_longer_than_kubernetes_allows_make_the_answer_invalid(
+    kubelet: FakeKubelet, sock: str, field: str, limit: int
+) -> None:
     def answer_with(length: int) -> str:
         names = {"namespace": "ns", "name": "pod", "container": "c", "resource": GPU}
         names[field] = "x" * length
-        kubelet.load({"pods": [{"namespace": names["namespace"], "name": names["name"], "containers": [
-            {"name": names["container"], "devices": {names["resource"]: [{"gpu": 0}]}}]}]})  # fmt: skip
+        kubelet.load(
+            {
+                "pods": [
+                    {
+                        "namespace": names["namespace"],
+                        "name": names["name"],
+                        "containers": [{"name": names["container"], "devices": {names["resource"]: [{"gpu": 0}]}}],
+                    }
+                ]
+            }
+        )
         client = PodResourcesClient(sock, is_gpu_resource=GpuResourceNames(["*"]))
         return client.fetch().problem
 
@@ -491,9 +574,17 @@ def test_message_size_at_the_bound_is_read_and_one_byte_more_refused(kubelet: Fa
     assert limit == 4 * 1024 * 1024
 
     def answer_of(size: int) -> str:
-        filler = api_pb2.ListPodResourcesResponse(pod_resources=[api_pb2.PodResources(containers=[
-            api_pb2.ContainerResources(devices=[api_pb2.ContainerDevices(resource_name="example.com/blob",
-                                                                        device_ids=[""])])])])  # fmt: skip
+        filler = api_pb2.ListPodResourcesResponse(
+            pod_resources=[
+                api_pb2.PodResources(
+                    containers=[
+                        api_pb2.ContainerResources(
+                            devices=[api_pb2.ContainerDevices(resource_name="example.com/blob", device_ids=[""])]
+                        )
+                    ]
+                )
+            ]
+        )
         ids = filler.pod_resources[0].containers[0].devices[0].device_ids
         for _ in range(3):  # the nested length prefixes grow with the blob: converge on `size`
             ids[0] = "b" * (len(ids[0]) + size - filler.ByteSize())
@@ -518,9 +609,15 @@ def test_allocatable_ids_at_the_bound_are_read_and_one_more_makes_them_unknown(k
 
 def test_too_many_holders_for_the_extender_is_reported_unknown(kubelet: FakeKubelet, sock: str) -> None:
     replicas = 65
-    kubelet.load({"allocatable": {GPU: [{"gpu": 0, "replicas": replicas}]}, "pods": [
-        {"name": f"p{r}", "containers": [{"name": "c", "devices": {GPU: [{"gpu": 0, "replica": r}]}}]}
-        for r in range(replicas)]})  # fmt: skip
+    kubelet.load(
+        {
+            "allocatable": {GPU: [{"gpu": 0, "replicas": replicas}]},
+            "pods": [
+                {"name": f"p{r}", "containers": [{"name": "c", "devices": {GPU: [{"gpu": 0, "replica": r}]}}]}
+                for r in range(replicas)
+            ],
+        }
+    )
     s = sample()
     attribution(sock).annotate(s)
     assert (s.allocation_source, s.allocation_problem) == (ALLOCATION_UNAVAILABLE, PROBLEM_TOO_MANY_HOLDERS)
@@ -546,7 +643,9 @@ def test_a_bug_in_the_client_does_not_stop_sampling(sock: str, caplog: pytest.Lo
 
 def test_fake_kubelet_scenarios_resolve_references() -> None:
     pods = [{"name": "p", "containers": [{"name": "c", "devices": {GPU: [{"gpu": 1, "replica": 0}]}}]}]
-    state = parse_state({"allocatable": {GPU: [{"gpus": 2, "replicas": 2}, "GPU-literal"]}, "pods": pods}, uuid_seed="n")
+    state = parse_state(
+        {"allocatable": {GPU: [{"gpus": 2, "replicas": 2}, "GPU-literal"]}, "pods": pods}, uuid_seed="n"
+    )
     u0, u1 = fake_gpu_uuid("n", 0), fake_gpu_uuid("n", 1)
     assert state.allocatable[GPU] == [f"{u0}::0", f"{u0}::1", f"{u1}::0", f"{u1}::1", "GPU-literal"]
     assert state.pods[0].namespace == "default" and state.pods[0].containers[0].devices[GPU] == [f"{u1}::0"]
@@ -557,8 +656,10 @@ def test_fake_kubelet_scenarios_resolve_references() -> None:
     [
         ({"pod": []}, "unknown top-level key"),
         ({"pods": [{"containers": []}]}, "pods[0]: expected a mapping with a name"),
-        ({"pods": [{"name": "p", "containers": [{"name": "c", "devices": {GPU: [{"gpu": -1}]}}]}]},
-         "pods[0].containers[0].devices.nvidia.com/gpu[0].gpu: expected a whole number"),
+        (
+            {"pods": [{"name": "p", "containers": [{"name": "c", "devices": {GPU: [{"gpu": -1}]}}]}]},
+            "pods[0].containers[0].devices.nvidia.com/gpu[0].gpu: expected a whole number",
+        ),
         ({"pods": [{"name": "p", "containers": [{"name": "c", "devices": {GPU: [{"gpus": 2}]}}]}]}, "unknown key"),
         ({"allocatable": {GPU: [{"gpu": 0, "replica": 1, "replicas": 2}]}}, "exclude each other"),
         ({"allocatable": {GPU: "GPU-x"}}, "expected a list of devices"),
@@ -574,8 +675,20 @@ def test_fake_kubelet_runs_alone_and_follows_its_scenario_file(sock_dir: Path) -
     scenario = sock_dir / "kubelet.yaml"
     scenario.write_text("pods: []\nallocatable:\n  nvidia.com/gpu: [{gpus: 2}]\n")
     sock = str(sock_dir / "k.sock")
-    process = subprocess.Popen([sys.executable, "-m", "gpuextender.agent.fakes.kubelet", "--socket", sock,
-                                "--scenario", str(scenario), "--node", NODE], cwd=ROOT)  # fmt: skip
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "gpuextender.agent.fakes.kubelet",
+            "--socket",
+            sock,
+            "--scenario",
+            str(scenario),
+            "--node",
+            NODE,
+        ],
+        cwd=ROOT,
+    )
     try:
         client = PodResourcesClient(sock)
         deadline = time.monotonic() + 30

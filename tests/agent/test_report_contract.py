@@ -13,20 +13,39 @@ HOLDER = r.Holder("llm", "vllm-0", "engine", "nvidia.com/gpu", "GPU-1111::2")
 
 def _full_sample() -> r.NodeSample:
     gpu = r.GpuReading(
-        index=0, uuid="GPU-1111", name="NVIDIA H100 80GB HBM3", healthy=False, unhealthy_reasons=["XidCritical"],
-        health=r.UNHEALTHY, health_reasons=["XidCritical", "ThermalSlowdown"],
+        index=0,
+        uuid="GPU-1111",
+        name="NVIDIA H100 80GB HBM3",
+        healthy=False,
+        unhealthy_reasons=["XidCritical"],
+        health=r.UNHEALTHY,
+        health_reasons=["XidCritical", "ThermalSlowdown"],
         errors=r.ErrorCounters(ecc_uncorrected_volatile=0, remapped_rows_correctable=3, remap_pending=False),
-        xids=[r.XidEvent(79, 1_700_000_000.25)], clock_event_reasons=0x40, sm_clock_mhz=1980, memory_clock_mhz=2619,
-        energy_millijoules=123_456_789, numa_node=0, holders=[HOLDER], sharing_mode=r.TIME_SLICING, replicas=4,
+        xids=[r.XidEvent(79, 1_700_000_000.25)],
+        clock_event_reasons=0x40,
+        sm_clock_mhz=1980,
+        memory_clock_mhz=2619,
+        energy_millijoules=123_456_789,
+        numa_node=0,
+        holders=[HOLDER],
+        sharing_mode=r.TIME_SLICING,
+        replicas=4,
         mig_instances=[r.MigReading("MIG-2222", "1g.10gb", 7, 0, memory_total_bytes=10 << 30, holders=[HOLDER])],
-    )  # fmt: skip
-    return r.NodeSample(sample_time=1_700_000_001.5, duration_s=0.001, gpus=[gpu], allocation_source=r.ALLOCATION_KUBELET,
-                        topology=[r.GpuLink(0, 1, 18, "single")], sharing_labels={"nvidia.com/gpu.replicas": "4"})  # fmt: skip
+    )
+    return r.NodeSample(
+        sample_time=1_700_000_001.5,
+        duration_s=0.001,
+        gpus=[gpu],
+        allocation_source=r.ALLOCATION_KUBELET,
+        topology=[r.GpuLink(0, 1, 18, "single")],
+        sharing_labels={"nvidia.com/gpu.replicas": "4"},
+    )
 
 
 def _wire(sample: r.NodeSample) -> pb.NodeReport:
-    return pb.NodeReport.FromString(sample_to_report(sample, node_name="n1", sequence=1, agent_version="0.2.0")
-                                    .SerializeToString())  # fmt: skip
+    return pb.NodeReport.FromString(
+        sample_to_report(sample, node_name="n1", sequence=1, agent_version="0.2.0").SerializeToString()
+    )
 
 
 def test_every_new_fact_round_trips() -> None:
@@ -42,7 +61,8 @@ def test_every_new_fact_round_trips() -> None:
     assert gpu.energy_millijoules == 123_456_789 and gpu.HasField("numa_node") and gpu.numa_node == 0
     assert gpu.sharing.mode == pb.SHARING_TIME_SLICING and gpu.sharing.replicas == 4
     assert [(h.namespace, h.pod, h.container, h.resource_name, h.device_id) for h in gpu.holders] == [
-        ("llm", "vllm-0", "engine", "nvidia.com/gpu", "GPU-1111::2")]
+        ("llm", "vllm-0", "engine", "nvidia.com/gpu", "GPU-1111::2")
+    ]
     # Zero and False are facts, sent as such; what was not read is absent.
     assert gpu.errors.HasField("ecc_uncorrected_volatile") and gpu.errors.ecc_uncorrected_volatile == 0
     assert gpu.errors.HasField("remap_pending") and gpu.errors.remap_pending is False
@@ -84,12 +104,22 @@ def test_the_most_reasons_the_agent_can_give_pass_every_extenders_bounds() -> No
     from gpuextender.agent.sources.nvml_errors import known_error_names
     from gpuextender.extender.ingest import report_checks as v
 
-    reading = r.GpuReading(index=0, uuid="GPU-1", unhealthy_reasons=[*known_error_names(), "NoHandle"],
-                           errors=r.ErrorCounters(ecc_uncorrected_volatile=1, remap_failure=True, remap_pending=True,
-                                                  retired_pages_pending=True, remapped_rows_correctable=99),
-                           clock_event_reasons=0xFF)  # fmt: skip
-    events = health.GpuEvents(xids=tuple([r.XidEvent(79, 1.0)] * 40), double_bit_ecc=1, gpu_unavailable=True,
-                              recovery_action=2)
+    reading = r.GpuReading(
+        index=0,
+        uuid="GPU-1",
+        unhealthy_reasons=[*known_error_names(), "NoHandle"],
+        errors=r.ErrorCounters(
+            ecc_uncorrected_volatile=1,
+            remap_failure=True,
+            remap_pending=True,
+            retired_pages_pending=True,
+            remapped_rows_correctable=99,
+        ),
+        clock_event_reasons=0xFF,
+    )
+    events = health.GpuEvents(
+        xids=tuple([r.XidEvent(79, 1.0)] * 40), double_bit_ecc=1, gpu_unavailable=True, recovery_action=2
+    )
     health.apply(reading, events, health.HealthPolicy())
     assert not reading.healthy and reading.health == r.UNHEALTHY
     assert len(reading.unhealthy_reasons) == health.MAX_UNHEALTHY_REASONS == 8  # a 0.1 extender's bound

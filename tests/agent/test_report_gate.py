@@ -7,9 +7,8 @@ from collections.abc import Callable
 
 import pytest
 
-from gpuextender.v1 import gpu_state_pb2 as pb
-
 from gpuextender.agent.report.gate import ExtenderRule, ReportGate, decision_key, rule_from_ack
+from gpuextender.v1 import gpu_state_pb2 as pb
 from tests.extender.builders import GIB, gpu, report
 
 RULE = ExtenderRule(30.0, 50.0, 30.0)  # heartbeat from the TTL: 10 s
@@ -43,15 +42,25 @@ MATTERS: list[tuple[str, Callable[[pb.NodeReport], object]]] = [
     ("health reason", lambda r: r.gpus[0].health_reasons.append("ThermalSlowdown")),
     ("critical XID", lambda r: r.gpus[0].xids.add(xid=79)),
     ("holder", lambda r: r.gpus[0].holders.add(namespace="a", pod="p", container="c", device_id="GPU-0")),
-    ("sharing", lambda r: (setattr(r.gpus[0].sharing, "mode", pb.SHARING_TIME_SLICING),
-                           setattr(r.gpus[0].sharing, "replicas", 4))),
+    (
+        "sharing",
+        lambda r: (
+            setattr(r.gpus[0].sharing, "mode", pb.SHARING_TIME_SLICING),
+            setattr(r.gpus[0].sharing, "replicas", 4),
+        ),
+    ),
     ("idle -> busy by utilization", lambda r: setattr(r.gpus[0], "utilization_gpu_percent", 30)),
     ("idle -> busy by memory", lambda r: setattr(r.gpus[0], "memory_used_bytes", used(50))),
-    ("busy -> idle", lambda r: (setattr(r.gpus[1], "utilization_gpu_percent", 29),
-                                setattr(r.gpus[1], "memory_used_bytes", used(49)))),
+    (
+        "busy -> idle",
+        lambda r: (
+            setattr(r.gpus[1], "utilization_gpu_percent", 29),
+            setattr(r.gpus[1], "memory_used_bytes", used(49)),
+        ),
+    ),
     ("MIG instance", lambda r: r.gpus[0].mig_instances.add(uuid="MIG-1", profile="1g.10gb")),
     ("a GPU more", lambda r: r.gpus.add(index=2, uuid="GPU-2")),
-]  # fmt: skip
+]
 
 DOES_NOT: list[tuple[str, Callable[[pb.NodeReport], object]]] = [
     ("sequence", lambda r: setattr(r, "sequence", 99)),
@@ -64,7 +73,7 @@ DOES_NOT: list[tuple[str, Callable[[pb.NodeReport], object]]] = [
     ("energy", lambda r: setattr(r.gpus[0], "energy_millijoules", 123456789)),
     ("clocks", lambda r: setattr(r.gpus[0], "sm_clock_mhz", 1410)),
     ("ECC corrected count", lambda r: setattr(r.gpus[0].errors, "ecc_corrected_volatile", 3)),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("what", "edit"), MATTERS, ids=[m[0] for m in MATTERS])
@@ -127,7 +136,12 @@ def test_zero_heartbeat_turns_the_gate_off() -> None:
 
 
 def test_the_rule_comes_from_the_ack() -> None:
-    ack = pb.ReportAck(sequence=1, status=pb.ReportAck.ACCEPTED, idle_max_utilization_percent=25,
-                       idle_max_memory_used_percent=40, stale_after_ms=10_000)  # fmt: skip
+    ack = pb.ReportAck(
+        sequence=1,
+        status=pb.ReportAck.ACCEPTED,
+        idle_max_utilization_percent=25,
+        idle_max_memory_used_percent=40,
+        stale_after_ms=10_000,
+    )
     assert rule_from_ack(ack) == ExtenderRule(25.0, 40.0, 10.0)
     assert rule_from_ack(pb.ReportAck(sequence=1, status=pb.ReportAck.ACCEPTED)) is None  # an extender before 0.3

@@ -8,9 +8,9 @@ import threading
 import time
 from collections.abc import Callable
 
-from gpuextender.agent.report.latest import LatestReport
 from gpuextender.agent.export.metrics import AgentMetrics
 from gpuextender.agent.model.readings import GpuReading, NodeSample
+from gpuextender.agent.report.latest import LatestReport
 from gpuextender.agent.sampling.sample_loop import MIN_INTERVAL_S, SampleLoop
 
 
@@ -27,8 +27,15 @@ class Reader:
 
 
 def _loop(reader: Reader, interval_s: float, enrichers: tuple = ()) -> SampleLoop:
-    return SampleLoop(reader, LatestReport(), AgentMetrics("n1"), node_name="n1", interval_s=interval_s,  # type: ignore[arg-type]
-                      agent_version="t", enrichers=enrichers)  # fmt: skip
+    return SampleLoop(
+        reader,
+        LatestReport(),
+        AgentMetrics("n1"),
+        node_name="n1",
+        interval_s=interval_s,  # type: ignore[arg-type]
+        agent_version="t",
+        enrichers=enrichers,
+    )
 
 
 async def _until(what: str, check: Callable[[], bool], timeout: float = 5.0) -> None:
@@ -89,7 +96,7 @@ def test_a_storm_of_wakes_keeps_samples_min_interval_apart() -> None:
             stop.set()
         thread.join()
         task.cancel()
-        gaps = [b - a for a, b in zip(reader.times, reader.times[1:])]
+        gaps = [b - a for a, b in zip(reader.times, reader.times[1:], strict=False)]
         # asyncio may run a timer up to its clock's resolution early; nothing else moves it.
         assert min(gaps) >= MIN_INTERVAL_S - time.get_clock_info("monotonic").resolution - 1e-9, gaps
 

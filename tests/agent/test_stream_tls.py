@@ -13,14 +13,14 @@ import grpc
 import pytest
 import trustme
 
-from gpuextender.agent.stream.dial import DialSettings
-from gpuextender.agent.report.latest import LatestReport
 from gpuextender.agent.export.metrics import AgentMetrics
+from gpuextender.agent.report.latest import LatestReport
+from gpuextender.agent.stream.dial import DialSettings
 from gpuextender.agent.stream.problem import describe_failure
 from gpuextender.agent.stream.streamer import ExtenderStream
+from gpuextender.common.backoff import Backoff
 from gpuextender.common.serving_tls import ServingCertificate
 from gpuextender.common.tls_files import ServingTlsFiles
-from gpuextender.common.backoff import Backoff
 from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 from tests.agent.test_streamer import value, wait_for
@@ -55,8 +55,9 @@ class Pki:
         self.client_cert, self.client_key = write_leaf(directory, self.client_ca, "client", "gpu-agent")
 
     def dial(self, **overrides: object) -> DialSettings:
-        settings = dict(tls_ca=self.server_ca_file, tls_cert=self.client_cert, tls_key=self.client_key,
-                        tls_server_name=SERVER_NAME)  # fmt: skip
+        settings = dict(
+            tls_ca=self.server_ca_file, tls_cert=self.client_cert, tls_key=self.client_key, tls_server_name=SERVER_NAME
+        )
         settings.update(overrides)
         return DialSettings(**settings)  # type: ignore[arg-type]
 
@@ -84,8 +85,15 @@ def mtls(pki: Pki) -> grpc.ServerCredentials:
 
 
 def stream_to(port: int, dial: DialSettings, latest: LatestReport, metrics: AgentMetrics) -> ExtenderStream:
-    return ExtenderStream(f"127.0.0.1:{port}", latest, metrics, backoff=Backoff(0.02, 0.05), ack_timeout_s=5.0,
-                          on_requested_interval=lambda _: None, dial=dial)  # fmt: skip
+    return ExtenderStream(
+        f"127.0.0.1:{port}",
+        latest,
+        metrics,
+        backoff=Backoff(0.02, 0.05),
+        ack_timeout_s=5.0,
+        on_requested_interval=lambda _: None,
+        dial=dial,
+    )
 
 
 async def run_until(stream: ExtenderStream, done: Callable[[], object], timeout: float = 10.0) -> None:
@@ -118,8 +126,9 @@ def test_mtls_with_a_token_re_reads_both_on_every_reconnect(pki: Pki) -> None:
             await wait_for(lambda: value(metrics, "gpu_agent_stream_connected", extender=stream.target) == 0)
             streams = len(recorder.tokens)
             reconnects = value(metrics, "gpu_agent_stream_reconnects_total", extender=stream.target)
-            await wait_for(lambda: value(metrics, "gpu_agent_stream_reconnects_total",
-                                         extender=stream.target) >= reconnects + 3)  # fmt: skip
+            await wait_for(
+                lambda: value(metrics, "gpu_agent_stream_reconnects_total", extender=stream.target) >= reconnects + 3
+            )
             assert len(recorder.tokens) <= streams + 1  # refused at the handshake: no more streams
 
             write_leaf(pki.dir, pki.client_ca, "client", "gpu-agent")  # rotated to a good one again
@@ -135,13 +144,22 @@ def test_mtls_with_a_token_re_reads_both_on_every_reconnect(pki: Pki) -> None:
 @pytest.mark.parametrize(
     ("case", "expected"),
     [
-        ("wrong-ca", "failed: certificate verify failed (unable to get local issuer certificate): the extender's "
-                     "certificate is not signed by --tls-ca"),
+        (
+            "wrong-ca",
+            "failed: certificate verify failed (unable to get local issuer certificate): the extender's "
+            "certificate is not signed by --tls-ca",
+        ),
         ("wrong-name", "failed: the extender's certificate is not valid for 'other.example'; check --tls-server-name"),
-        ("no-client-cert", "failed: the extender closed the connection during the handshake; it probably requires "
-                           "a client certificate (mTLS): pass --tls-cert and --tls-key"),
-        ("foreign-client-cert", "failed: the extender closed the connection during the handshake; it probably "
-                                "refused our client certificate --tls-cert"),
+        (
+            "no-client-cert",
+            "failed: the extender closed the connection during the handshake; it probably requires "
+            "a client certificate (mTLS): pass --tls-cert and --tls-key",
+        ),
+        (
+            "foreign-client-cert",
+            "failed: the extender closed the connection during the handshake; it probably "
+            "refused our client certificate --tls-cert",
+        ),
         ("tls-to-plaintext", "failed: the extender does not speak TLS"),
     ],
 )
@@ -153,8 +171,9 @@ def test_handshake_failures_are_logged_once_naming_the_flag(
         "wrong-ca": lambda: pki.dial(tls_ca=write_ca(pki.dir, stranger, "stranger-ca")),
         "wrong-name": lambda: pki.dial(tls_server_name="other.example"),
         "no-client-cert": lambda: pki.dial(tls_cert=None, tls_key=None),
-        "foreign-client-cert": lambda: pki.dial(tls_cert=write_leaf(pki.dir, stranger, "foreign", "a")[0],
-                                                tls_key=pki.dir / "foreign.key"),
+        "foreign-client-cert": lambda: pki.dial(
+            tls_cert=write_leaf(pki.dir, stranger, "foreign", "a")[0], tls_key=pki.dir / "foreign.key"
+        ),
         "tls-to-plaintext": lambda: pki.dial(),
     }[case]()
 
@@ -164,8 +183,9 @@ def test_handshake_failures_are_logged_once_naming_the_flag(
         latest.publish(pb.NodeReport(node_name="n1", sequence=1))
         stream = stream_to(port, dial, latest, metrics)
         try:
-            await run_until(stream, lambda: value(metrics, "gpu_agent_stream_reconnects_total",
-                                                  extender=stream.target) >= 4)  # fmt: skip
+            await run_until(
+                stream, lambda: value(metrics, "gpu_agent_stream_reconnects_total", extender=stream.target) >= 4
+            )
             assert not stream.connected
         finally:
             await server.stop(None)
@@ -184,8 +204,9 @@ def test_plaintext_to_a_tls_extender_says_to_pass_tls_ca(pki: Pki, caplog: pytes
         latest.publish(pb.NodeReport(node_name="n1", sequence=1))
         stream = stream_to(port, DialSettings(), latest, metrics)
         try:
-            await run_until(stream, lambda: value(metrics, "gpu_agent_stream_reconnects_total",
-                                                  extender=stream.target) >= 2)  # fmt: skip
+            await run_until(
+                stream, lambda: value(metrics, "gpu_agent_stream_reconnects_total", extender=stream.target) >= 2
+            )
         finally:
             await server.stop(None)
 
@@ -225,14 +246,18 @@ def test_an_unreadable_token_file_is_a_warning_and_the_stream_retries(
 
 def test_describe_failure_leaves_other_errors_as_they_are() -> None:
     plain = DialSettings()
-    refused = ("failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:1: Failed to connect to "
-               "remote host: Connection refused")  # fmt: skip
+    refused = (
+        "failed to connect to all addresses; last error: UNKNOWN: ipv4:127.0.0.1:1: Failed to connect to "
+        "remote host: Connection refused"
+    )
     problem = describe_failure("UNAVAILABLE", refused, "127.0.0.1:1", plain)
     assert problem.kind == "UNAVAILABLE" and problem.message == f"UNAVAILABLE: {refused}"
     denied = describe_failure("PERMISSION_DENIED", "token belongs to 'x'", "h:1", plain)
     assert denied.message == "PERMISSION_DENIED: token belongs to 'x'"
-    alert = ("last error: Tls handshake failed (TSI_PROTOCOL_FAILURE): SSL_ERROR_SSL: "
-             "error:10000410:SSL routines:OPENSSL_internal:SSLV3_ALERT_HANDSHAKE_FAILURE")  # fmt: skip
+    alert = (
+        "last error: Tls handshake failed (TSI_PROTOCOL_FAILURE): SSL_ERROR_SSL: "
+        "error:10000410:SSL routines:OPENSSL_internal:SSLV3_ALERT_HANDSHAKE_FAILURE"
+    )
     other = describe_failure("UNAVAILABLE", alert, "h:1", DialSettings(tls_ca=Path("ca.pem")))
     assert other.message.startswith("TLS handshake with h:1 failed: SSL_ERROR_SSL: ")
     assert other.message.endswith("check --tls-ca / --tls-server-name")

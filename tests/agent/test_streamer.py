@@ -10,10 +10,10 @@ import grpc
 import pytest
 from prometheus_client import generate_latest
 
-from gpuextender.common.backoff import Backoff
-from gpuextender.agent.report.latest import LatestReport
 from gpuextender.agent.export.metrics import AgentMetrics
+from gpuextender.agent.report.latest import LatestReport
 from gpuextender.agent.stream.streamer import ExtenderStream
+from gpuextender.common.backoff import Backoff
 from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 from tests.harness import free_port, parse_metrics
@@ -28,14 +28,20 @@ class Recorder(pb_grpc.GpuStateServiceServicer):
         self.status, self.reason, self.interval_ms, self.ack = status, reason, interval_ms, ack
         self.arrived = asyncio.Event()
 
-    async def StreamNodeReports(self, request_iterator: AsyncIterator[pb.NodeReport], context) -> AsyncIterator[pb.ReportAck]:
+    async def StreamNodeReports(
+        self, request_iterator: AsyncIterator[pb.NodeReport], context
+    ) -> AsyncIterator[pb.ReportAck]:
         self.streams += 1
         async for report in request_iterator:
             self.received.append(report.sequence)
             self.arrived.set()
             if self.ack:
-                yield pb.ReportAck(sequence=report.sequence, status=self.status, reason=self.reason,
-                                   requested_interval_ms=self.interval_ms)  # fmt: skip
+                yield pb.ReportAck(
+                    sequence=report.sequence,
+                    status=self.status,
+                    reason=self.reason,
+                    requested_interval_ms=self.interval_ms,
+                )
 
 
 async def serve(servicer: Recorder, port: int) -> grpc.aio.Server:
@@ -46,12 +52,21 @@ async def serve(servicer: Recorder, port: int) -> grpc.aio.Server:
     return server
 
 
-def make_stream(port: int, latest: LatestReport, metrics: AgentMetrics, intervals: list[float] | None = None,
-                ack_timeout_s: float = 5.0) -> ExtenderStream:  # fmt: skip
+def make_stream(
+    port: int,
+    latest: LatestReport,
+    metrics: AgentMetrics,
+    intervals: list[float] | None = None,
+    ack_timeout_s: float = 5.0,
+) -> ExtenderStream:
     return ExtenderStream(
-        f"127.0.0.1:{port}", latest, metrics, backoff=Backoff(0.05, 0.2), ack_timeout_s=ack_timeout_s,
+        f"127.0.0.1:{port}",
+        latest,
+        metrics,
+        backoff=Backoff(0.05, 0.2),
+        ack_timeout_s=ack_timeout_s,
         on_requested_interval=(intervals.append if intervals is not None else lambda _: None),
-    )  # fmt: skip
+    )
 
 
 async def wait_for(predicate, timeout: float = 5.0) -> None:
@@ -173,8 +188,14 @@ def test_every_attempt_dials_its_own_connection() -> None:
 
 def test_grpc_reconnect_backoff_stays_within_ours_and_connects_time_out() -> None:
     def options(initial_s: float, max_s: float) -> dict[str, int]:
-        stream = ExtenderStream("127.0.0.1:1", LatestReport(), AgentMetrics("n1"), backoff=Backoff(initial_s, max_s),
-                                ack_timeout_s=5.0, on_requested_interval=lambda _: None)  # fmt: skip
+        stream = ExtenderStream(
+            "127.0.0.1:1",
+            LatestReport(),
+            AgentMetrics("n1"),
+            backoff=Backoff(initial_s, max_s),
+            ack_timeout_s=5.0,
+            on_requested_interval=lambda _: None,
+        )
         return dict(stream._options())
 
     default = options(0.2, 5.0)

@@ -27,8 +27,13 @@ def _pod(name: str, gpus: int, *, quiet: bool = False) -> ps.PodSpec:
 
 
 def _sim(*nodes: ps.Node, pods: list[ps.PodSpec] | None = None) -> ps.Simulation:
-    sim = ps.Simulation(ps.SimConfig(nodes=len(nodes), pods=len(pods or [])), stale_after=3.0,
-                        fleet=list(nodes), pods=pods or [], events=[])  # fmt: skip
+    sim = ps.Simulation(
+        ps.SimConfig(nodes=len(nodes), pods=len(pods or [])),
+        stale_after=3.0,
+        fleet=list(nodes),
+        pods=pods or [],
+        events=[],
+    )
     sim.tick = 0
     return sim
 

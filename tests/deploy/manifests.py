@@ -95,11 +95,12 @@ def find(
     objects: Iterable[KubeObject], kind: str, name: str | None = None, namespace: str | None = None
 ) -> list[KubeObject]:
     return [
-        o for o in objects
+        o
+        for o in objects
         if o["kind"] == kind
         and (name is None or o["metadata"]["name"] == name)
         and (namespace is None or o["metadata"].get("namespace") == namespace)
-    ]  # fmt: skip
+    ]
 
 
 def one(objects: Iterable[KubeObject], kind: str, name: str | None = None, namespace: str | None = None) -> KubeObject:

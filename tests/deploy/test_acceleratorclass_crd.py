@@ -10,8 +10,8 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from gpuextender.extender.model.kube_objects import ACCELERATOR_CLASS
 
+from gpuextender.extender.model.kube_objects import ACCELERATOR_CLASS
 from tests.deploy import manifests as m
 
 EXAMPLES = m.REPO / "examples"

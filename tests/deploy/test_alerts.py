@@ -35,21 +35,19 @@ import yaml
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from gpuextender.agent.settings import build_parser as agent_parser
 from gpuextender.agent.export.metrics import AgentMetrics
 from gpuextender.agent.model.readings import ALLOCATION_KUBELET, GpuReading, Holder, NodeSample
-from gpuextender.extender.flags import build_parser as extender_parser
-from gpuextender.extender.state.gpu_state import GpuState
+from gpuextender.agent.settings import build_parser as agent_parser
 from gpuextender.common.idle_rule import IdleRule
-from gpuextender.extender.state.inventory_store import InventoryStore
-from gpuextender.extender.state.inventory_view import InventoryView
+from gpuextender.extender.flags import build_parser as extender_parser
 from gpuextender.extender.observe.metrics import LATENCY_BUCKETS, ExtenderMetrics
 from gpuextender.extender.observe.silent_nodes import SilentNodesCollector
-from gpuextender.extender.settings import Policy
 from gpuextender.extender.scheduler.http_api import SchedulerApi
-from gpuextender.extender.settings import ApiSettings
+from gpuextender.extender.settings import ApiSettings, Policy
+from gpuextender.extender.state.gpu_state import GpuState
+from gpuextender.extender.state.inventory_store import InventoryStore
+from gpuextender.extender.state.inventory_view import InventoryView
 from gpuextender.extender.state.pod_ledger import PodLedger
-
 from tests.deploy import manifests as m
 from tests.deploy.test_dashboard import label_names, metric_names
 from tests.extender.builders import gpu, report
@@ -157,8 +155,13 @@ def promtool() -> str:
 
 def run_unit_tests(promtool: str, files: list[Path]) -> dict[Path, str]:
     """`promtool test rules` over several test files (absolute paths) at once: each file's output block."""
-    proc = subprocess.run([promtool, "test", "rules", *map(str, files)], stdout=subprocess.PIPE,
-                          stderr=subprocess.STDOUT, text=True, timeout=300)  # fmt: skip
+    proc = subprocess.run(
+        [promtool, "test", "rules", *map(str, files)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=300,
+    )
     out = proc.stdout
     blocks: dict[Path, str] = {}
     for block in out.split("Unit Testing:")[1:]:
@@ -211,14 +214,14 @@ def mutants() -> list[tuple[str, str, list[dict[str, Any]]]]:
         expr, hold = rule["expr"], minutes(rule["for"])
         for match in COMPARISON.finditer(expr):
             op = match.group(1)
-            mutated = expr[: match.start(1)] + FLIPPED[op] + expr[match.end(1):]
+            mutated = expr[: match.start(1)] + FLIPPED[op] + expr[match.end(1) :]
             found.append((name, f"{op} -> {FLIPPED[op]}", with_rule(name, {"expr": mutated})))
         thresholds = list(THRESHOLD.finditer(expr))
         assert len(thresholds) <= 1, f"{name}: one numeric threshold per alert, found {len(thresholds)}"
         if thresholds:
             assert name in OTHER_SIDE, f"{name}: say in OTHER_SIDE which value its unit tests use beyond the threshold"
             match = thresholds[0]
-            moved = expr[: match.start(2)] + repr(OTHER_SIDE[name]) + expr[match.end(2):]
+            moved = expr[: match.start(2)] + repr(OTHER_SIDE[name]) + expr[match.end(2) :]
             change = f"threshold {match.group(2)} -> {OTHER_SIDE[name]!r}"
             found.append((name, change, with_rule(name, {"expr": moved})))
         for delta in (-1, 1):
@@ -266,10 +269,16 @@ def exposition() -> dict[str, set[str]]:
     now = [0.0]
     agent = AgentMetrics("gpu-node-1", idle_window_s=600, clock=lambda: now[0])
     held = Holder("team-a", "train-0", "main", "nvidia.com/gpu", "GPU-0")
-    idle_unhealthy = GpuReading(index=0, uuid="GPU-0", name="NVIDIA H100 80GB HBM3", utilization_gpu_percent=0,
-                                healthy=False, holders=[held])  # fmt: skip
-    sample = NodeSample(sample_time=1.0, duration_s=0.01, driver_version="550.127.05", gpus=[idle_unhealthy],
-                        allocation_source=ALLOCATION_KUBELET)  # fmt: skip
+    idle_unhealthy = GpuReading(
+        index=0, uuid="GPU-0", name="NVIDIA H100 80GB HBM3", utilization_gpu_percent=0, healthy=False, holders=[held]
+    )
+    sample = NodeSample(
+        sample_time=1.0,
+        duration_s=0.01,
+        driver_version="550.127.05",
+        gpus=[idle_unhealthy],
+        allocation_source=ALLOCATION_KUBELET,
+    )
     agent.observe_sample(sample)
     now[0] = 601.0
     agent.observe_sample(sample)
@@ -289,8 +298,12 @@ def job_of(name: str) -> str:
 
 def test_the_exposition_has_what_the_alerts_need() -> None:
     exposed = exposition()
-    assert {"gpu_extender_request_duration_seconds_bucket", "gpu_extender_filter_fallbacks_total",
-            "gpu_agent_nvml_errors_total", "gpu_agent_pod_idle_gpus"} <= set(exposed)  # fmt: skip
+    assert {
+        "gpu_extender_request_duration_seconds_bucket",
+        "gpu_extender_filter_fallbacks_total",
+        "gpu_agent_nvml_errors_total",
+        "gpu_agent_pod_idle_gpus",
+    } <= set(exposed)
     assert not set(NOT_OURS) & set(exposed)
 
 
@@ -346,8 +359,11 @@ def test_up_selects_the_jobs_the_monitors_create(base_objects: list[m.KubeObject
     sm = m.one(monitors, "ServiceMonitor", "gpu-extender", m.NAMESPACE)
     assert "jobLabel" not in pm["spec"] and "jobLabel" not in sm["spec"]
     assert AGENT_JOB == f"{pm['metadata']['namespace']}/{pm['metadata']['name']}"
-    services = [s for s in m.find(base_objects, "Service", namespace=m.NAMESPACE)
-                if sm["spec"]["selector"]["matchLabels"].items() <= s["metadata"]["labels"].items()]  # fmt: skip
+    services = [
+        s
+        for s in m.find(base_objects, "Service", namespace=m.NAMESPACE)
+        if sm["spec"]["selector"]["matchLabels"].items() <= s["metadata"]["labels"].items()
+    ]
     assert [s["metadata"]["name"] for s in services] == [EXTENDER_JOB]
     jobs = {j for rule in alerts().values() for j in re.findall(r'\bjob="([^"]*)"', rule["expr"])}
     assert jobs == {AGENT_JOB, EXTENDER_JOB}

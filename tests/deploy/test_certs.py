@@ -140,7 +140,7 @@ def _handshake(server_ctx: ssl.SSLContext, client_ctx: ssl.SSLContext, server_na
             with server_ctx.wrap_socket(a, server_side=True) as tls:
                 seen["client"] = tls.getpeercert()
                 tls.sendall(b"x")
-        except BaseException as exc:  # noqa: BLE001 - reported by the client side below
+        except BaseException as exc:
             errors.append(exc)
 
     thread = threading.Thread(target=serve)
@@ -157,8 +157,9 @@ def _handshake(server_ctx: ssl.SSLContext, client_ctx: ssl.SSLContext, server_na
 
 
 @needs_openssl
-def test_agents_and_scheduler_can_handshake_with_the_extender(certs: Path, base_objects: list[m.KubeObject],
-                                                             scheduler_config: dict) -> None:  # fmt: skip
+def test_agents_and_scheduler_can_handshake_with_the_extender(
+    certs: Path, base_objects: list[m.KubeObject], scheduler_config: dict
+) -> None:
     """mTLS as the agents do it (client certificate, --tls-server-name) and server-auth TLS as
     kube-scheduler does it (tlsConfig.serverName, caFile), with the script's certificates."""
     ext_dir, agent_dir = certs / "gpu-extender-tls", certs / "gpu-agent-tls"
@@ -187,8 +188,9 @@ def test_agents_and_scheduler_can_handshake_with_the_extender(certs: Path, base_
 
 @needs_openssl
 @pytest.mark.skipif(m.KUBECTL is None, reason=m.NO_KUBECTL)
-def test_tls_kustomization_makes_the_secrets_the_base_mounts(certs: Path, tmp_path: Path,
-                                                            base_objects: list[m.KubeObject]) -> None:  # fmt: skip
+def test_tls_kustomization_makes_the_secrets_the_base_mounts(
+    certs: Path, tmp_path: Path, base_objects: list[m.KubeObject]
+) -> None:
     """deploy/tls/kustomization.yaml, rendered next to the script's output (its file paths are
     relative; its namespace directory is rewritten relative to tmp_path)."""
     doc = m.load_yaml_docs(m.DEPLOY / "tls" / "kustomization.yaml")[0]
@@ -203,8 +205,12 @@ def test_tls_kustomization_makes_the_secrets_the_base_mounts(certs: Path, tmp_pa
         assert secret["type"] == "kubernetes.io/tls"
         assert set(secret["data"]) == {"tls.crt", "tls.key", "ca.crt"}
     m.one(objects, "Namespace", m.NAMESPACE)
-    mounted = {v["secret"]["secretName"] for _, pod in m.pod_templates(base_objects)
-               for v in pod.get("volumes", []) if "secret" in v}  # fmt: skip
+    mounted = {
+        v["secret"]["secretName"]
+        for _, pod in m.pod_templates(base_objects)
+        for v in pod.get("volumes", [])
+        if "secret" in v
+    }
     assert mounted == set(SECRETS)
 
 

@@ -14,11 +14,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpuextender.agent.export.metrics import AgentMetrics
 from gpuextender.agent.model.readings import ALLOCATION_KUBELET, GpuReading, Holder, MigReading, NodeSample
-from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.common.idle_rule import IdleRule
-from gpuextender.extender.state.inventory_store import InventoryStore
 from gpuextender.extender.observe.metrics import ExtenderMetrics
-
+from gpuextender.extender.state.gpu_state import GpuState
+from gpuextender.extender.state.inventory_store import InventoryStore
 from tests.deploy import manifests as m
 
 DASHBOARD = m.DEPLOY / "grafana" / "gpu-extender-dashboard.json"
@@ -31,8 +30,21 @@ SUFFIXES = {
     "info": ("_info",),
     "untyped": ("",),
 }
-PROMQL_WORDS = {"and", "or", "unless", "by", "without", "on", "ignoring", "group_left", "group_right", "bool",
-                "offset", "inf", "nan"}  # fmt: skip
+PROMQL_WORDS = {
+    "and",
+    "or",
+    "unless",
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "bool",
+    "offset",
+    "inf",
+    "nan",
+}
 
 
 def exported_names() -> set[str]:
@@ -95,9 +107,11 @@ def queries(dash: dict) -> list[str]:
 
 
 def test_extractor_finds_metric_names_only() -> None:
-    expr = ('histogram_quantile(0.99, sum by (le, verb) (rate(gpu_extender_request_duration_seconds_bucket'
-            '{verb="filter", node=~"$node"}[$__rate_interval]))) / on(node) group_left time() '
-            '- gpu_agent_last_sample_timestamp_seconds or vector(0)')  # fmt: skip
+    expr = (
+        "histogram_quantile(0.99, sum by (le, verb) (rate(gpu_extender_request_duration_seconds_bucket"
+        '{verb="filter", node=~"$node"}[$__rate_interval]))) / on(node) group_left time() '
+        "- gpu_agent_last_sample_timestamp_seconds or vector(0)"
+    )
     expected = {"gpu_extender_request_duration_seconds_bucket", "gpu_agent_last_sample_timestamp_seconds"}
     assert metric_names(expr) == expected
 
@@ -110,7 +124,10 @@ def test_every_dashboard_metric_is_exported() -> None:
     exported = exported_names()
     used = set().union(*(metric_names(e) for e in queries(dashboard())))
     assert used, "no queries found"
-    assert used <= exported, f"not exported by gpuextender/agent/export/metrics.py or gpuextender/extender/observe/metrics.py: {sorted(used - exported)}"
+    assert used <= exported, (
+        "not exported by gpuextender/agent/export/metrics.py or gpuextender/extender/observe/metrics.py: "
+        f"{sorted(used - exported)}"
+    )
 
 
 def test_dashboard_covers_the_agent_and_the_extender() -> None:
@@ -118,17 +135,28 @@ def test_dashboard_covers_the_agent_and_the_extender() -> None:
     used = set().union(*(metric_names(e) for e in exprs))
     required = {
         # agent GPU gauges and the agent's own cost
-        "gpu_agent_gpu_utilization_percent", "gpu_agent_gpu_memory_used_bytes", "gpu_agent_gpu_memory_total_bytes",
-        "gpu_agent_gpu_temperature_celsius", "gpu_agent_gpu_power_watts", "gpu_agent_gpu_healthy",
-        "gpu_agent_sample_duration_seconds_sum", "gpu_agent_stream_connected",
+        "gpu_agent_gpu_utilization_percent",
+        "gpu_agent_gpu_memory_used_bytes",
+        "gpu_agent_gpu_memory_total_bytes",
+        "gpu_agent_gpu_temperature_celsius",
+        "gpu_agent_gpu_power_watts",
+        "gpu_agent_gpu_healthy",
+        "gpu_agent_sample_duration_seconds_sum",
+        "gpu_agent_stream_connected",
         # extender: latency, decisions, reasons, streams, data age
-        "gpu_extender_request_duration_seconds_bucket", "gpu_extender_requests_total",
-        "gpu_extender_filter_nodes_total", "gpu_extender_filter_failures_total", "gpu_extender_connected_agents",
-        "gpu_extender_reports_total", "gpu_extender_node_data_age_seconds",
-    }  # fmt: skip
+        "gpu_extender_request_duration_seconds_bucket",
+        "gpu_extender_requests_total",
+        "gpu_extender_filter_nodes_total",
+        "gpu_extender_filter_failures_total",
+        "gpu_extender_connected_agents",
+        "gpu_extender_reports_total",
+        "gpu_extender_node_data_age_seconds",
+    }
     assert required <= used, sorted(required - used)
-    assert any(re.search(r"histogram_quantile\(.*by \(le, verb\).*gpu_extender_request_duration_seconds_bucket", e)
-               for e in exprs), "no latency quantile per verb"  # fmt: skip
+    assert any(
+        re.search(r"histogram_quantile\(.*by \(le, verb\).*gpu_extender_request_duration_seconds_bucket", e)
+        for e in exprs
+    ), "no latency quantile per verb"
 
 
 def test_dashboard_is_importable() -> None:
@@ -152,14 +180,37 @@ def agent_series_labels() -> dict[str, set[str]]:
     """Label names per metric in the agent's /metrics for a node with a held GPU and a MIG instance."""
     metrics = AgentMetrics("gpu-node-1")
     held = Holder("team", "train", "main", "nvidia.com/gpu", "GPU-0")
-    mig = MigReading("MIG-1", "1g.10gb", 1, 0, memory_total_bytes=10 << 30, memory_used_bytes=1 << 30,
-                     holders=[Holder("team", "small", "main", "nvidia.com/mig-1g.10gb", "MIG-1")])  # fmt: skip
-    gpus = [GpuReading(index=0, uuid="GPU-0", name="NVIDIA H100 80GB HBM3", utilization_gpu_percent=0,
-                       memory_used_bytes=1 << 30, temperature_celsius=40, power_watts=70.0, holders=[held]),
-            GpuReading(index=1, uuid="GPU-1", name="NVIDIA A100-SXM4-80GB", memory_used_bytes=1 << 30,
-                       mig_instances=[mig])]  # fmt: skip
-    metrics.observe_sample(NodeSample(sample_time=1.0, duration_s=0.01, driver_version="550.127.05", gpus=gpus,
-                                      allocation_source=ALLOCATION_KUBELET))  # fmt: skip
+    mig = MigReading(
+        "MIG-1",
+        "1g.10gb",
+        1,
+        0,
+        memory_total_bytes=10 << 30,
+        memory_used_bytes=1 << 30,
+        holders=[Holder("team", "small", "main", "nvidia.com/mig-1g.10gb", "MIG-1")],
+    )
+    gpus = [
+        GpuReading(
+            index=0,
+            uuid="GPU-0",
+            name="NVIDIA H100 80GB HBM3",
+            utilization_gpu_percent=0,
+            memory_used_bytes=1 << 30,
+            temperature_celsius=40,
+            power_watts=70.0,
+            holders=[held],
+        ),
+        GpuReading(index=1, uuid="GPU-1", name="NVIDIA A100-SXM4-80GB", memory_used_bytes=1 << 30, mig_instances=[mig]),
+    ]
+    metrics.observe_sample(
+        NodeSample(
+            sample_time=1.0,
+            duration_s=0.01,
+            driver_version="550.127.05",
+            gpus=gpus,
+            allocation_source=ALLOCATION_KUBELET,
+        )
+    )
     labels: dict[str, set[str]] = {}
     for family in text_string_to_metric_families(generate_latest(metrics.registry).decode()):
         for sample in family.samples:
@@ -168,15 +219,24 @@ def agent_series_labels() -> dict[str, set[str]]:
 
 
 def dcgm_panels(dash: dict) -> list[dict]:
-    return [p for p in panels(dash) if any("DCGM_" in t["expr"] or "gpu_agent_pod_idle_gpus" in t["expr"]
-                                           for t in p.get("targets", []))]  # fmt: skip
+    return [
+        p
+        for p in panels(dash)
+        if any("DCGM_" in t["expr"] or "gpu_agent_pod_idle_gpus" in t["expr"] for t in p.get("targets", []))
+    ]
 
 
 def test_dashboard_has_the_dcgm_panels_and_variables() -> None:
     dash = dashboard()
     used = set().union(*(metric_names(t["expr"]) for p in dcgm_panels(dash) for t in p["targets"]))
-    required = {"DCGM_FI_DEV_GPU_UTIL", "DCGM_FI_DEV_FB_USED", "DCGM_FI_DEV_GPU_TEMP", "DCGM_FI_DEV_POWER_USAGE",
-                "DCGM_FI_DEV_XID_ERRORS", "gpu_agent_pod_idle_gpus"}  # fmt: skip
+    required = {
+        "DCGM_FI_DEV_GPU_UTIL",
+        "DCGM_FI_DEV_FB_USED",
+        "DCGM_FI_DEV_GPU_TEMP",
+        "DCGM_FI_DEV_POWER_USAGE",
+        "DCGM_FI_DEV_XID_ERRORS",
+        "gpu_agent_pod_idle_gpus",
+    }
     assert required <= used, sorted(required - used)
     variables = {v["name"]: v["query"]["query"] for v in dash["templating"]["list"] if v["type"] == "query"}
     # As NVIDIA's dcgm-exporter dashboard builds them (peers.md §4.1), per host rather than per instance.

@@ -11,9 +11,8 @@ from pathlib import Path, PurePosixPath
 import pytest
 import yaml
 
-from gpuextender.extender.settings import ExtenderConfig
-
 from gpuextender.extender.flags import build_config
+from gpuextender.extender.settings import ExtenderConfig
 from tests.deploy import manifests as m
 
 COMPONENT = m.COMPONENTS / "extender-config"
@@ -73,8 +72,14 @@ def test_the_shipped_file_spells_out_the_defaults(tmp_path: Path) -> None:
 def test_an_edited_file_changes_the_policy_and_a_flag_still_wins(tmp_path: Path) -> None:
     args, data, mount = rendered(tmp_path)
     edited = yaml.safe_load(data["config.yaml"])
-    edited.update({"node-strategy": "binpack", "stale-after": 20, "no-fit-policy": "reject",
-                   "gpu-resource": ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb"]})  # fmt: skip
+    edited.update(
+        {
+            "node-strategy": "binpack",
+            "stale-after": 20,
+            "no-fit-policy": "reject",
+            "gpu-resource": ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb"],
+        }
+    )
     config = run_config(tmp_path, args, {"config.yaml": yaml.safe_dump(edited)}, mount)
     assert config.api.node_strategy == "binpack" and config.api.policy.stale_after_s == 20
     assert config.api.policy.no_fit_policy == "reject"

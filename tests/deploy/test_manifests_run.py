@@ -125,8 +125,14 @@ def rebase(path: str, mounts: dict[str, Path]) -> Path:
     raise AssertionError(f"{path} is under no volume mount of the container: it would not exist in the pod")
 
 
-def mount_volumes(objects: list[m.KubeObject], workload: m.KubeObject, container: m.KubeObject, certs: Path,
-                  root: Path, token: str = "") -> dict[str, Path]:  # fmt: skip
+def mount_volumes(
+    objects: list[m.KubeObject],
+    workload: m.KubeObject,
+    container: m.KubeObject,
+    certs: Path,
+    root: Path,
+    token: str = "",
+) -> dict[str, Path]:
     """What the kubelet would mount, as local directories: Secret keys from the script's output
     (one directory per Secret), the projected ServiceAccount token, ConfigMap data."""
     pod = workload["spec"]["template"]["spec"]
@@ -168,8 +174,12 @@ def container_of(objects: list[m.KubeObject], kind: str, name: str) -> tuple[m.K
 
 
 def projected_token(workload: m.KubeObject) -> dict:
-    (source,) = [s["serviceAccountToken"] for v in workload["spec"]["template"]["spec"]["volumes"]
-                 for s in v.get("projected", {}).get("sources", []) if "serviceAccountToken" in s]  # fmt: skip
+    (source,) = [
+        s["serviceAccountToken"]
+        for v in workload["spec"]["template"]["spec"]["volumes"]
+        for s in v.get("projected", {}).get("sources", [])
+        if "serviceAccountToken" in s
+    ]
     return source
 
 
@@ -180,12 +190,20 @@ def spawn(c: Cluster, name: str, program: str, args: list[str], env: dict[str, s
     """Like Cluster.spawn, but the console script (the image's ENTRYPOINT) with the container's env."""
     script = Path(sys.executable).with_name(program)
     command = [str(script)] if script.exists() else [sys.executable, "-m", MODULES[program]]
-    base = {k: v for k, v in os.environ.items() if k not in ("NODE_NAME", "GPU_AGENT_EXTENDERS",
-                                                                "GPU_AGENT_EXTENDER_SERVICE")}  # fmt: skip
+    base = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("NODE_NAME", "GPU_AGENT_EXTENDERS", "GPU_AGENT_EXTENDER_SERVICE")
+    }
     log_path = c.workdir / f"{name}.log"
     with open(log_path, "wb") as log_file:
-        popen = subprocess.Popen([*command, *args], stdout=log_file, stderr=subprocess.STDOUT,
-                                 env={**base, "PYTHONUNBUFFERED": "1", **env}, cwd=c.workdir)  # fmt: skip
+        popen = subprocess.Popen(
+            [*command, *args],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env={**base, "PYTHONUNBUFFERED": "1", **env},
+            cwd=c.workdir,
+        )
     proc = Proc(name, popen, log_path, ports)
     c.procs.append(proc)
     return proc
@@ -266,16 +284,21 @@ class Live:
             node=node,
         )
         args = [*localize(container["args"], laptop), f"--fake={SCENARIO}"]  # simulated NVML: no GPU here
-        proc = spawn(self.cluster, name, "gpu-agent", args, localize_env(container, laptop),
-                     {"metrics": metrics_port})  # fmt: skip
-        wait_for(f"{name} /healthz", lambda: alive_and(proc, lambda: http(
-            "GET", f"http://127.0.0.1:{metrics_port}/healthz")[0] == 200), proc, laptop=laptop)  # fmt: skip
+        proc = spawn(self.cluster, name, "gpu-agent", args, localize_env(container, laptop), {"metrics": metrics_port})
+        wait_for(
+            f"{name} /healthz",
+            lambda: alive_and(proc, lambda: http("GET", f"http://127.0.0.1:{metrics_port}/healthz")[0] == 200),
+            proc,
+            laptop=laptop,
+        )
         return proc, laptop
 
 
 def node_object(name: str, gpus: int = 8) -> dict:
-    return {"metadata": {"name": name, "labels": {"nvidia.com/gpu.present": "true"}},
-            "status": {"allocatable": {"nvidia.com/gpu": str(gpus)}}}  # fmt: skip
+    return {
+        "metadata": {"name": name, "labels": {"nvidia.com/gpu.present": "true"}},
+        "status": {"allocatable": {"nvidia.com/gpu": str(gpus)}},
+    }
 
 
 @pytest.fixture(scope="module")
@@ -309,8 +332,11 @@ def live(tmp_path_factory: pytest.TempPathFactory, base_objects: list[m.KubeObje
         api.call(lambda: s.add("Node", node_object(ROGUE_NODE, gpus=0)))
         # Both tokens are the agent ServiceAccount's, for the manifest's audience, bound to NODE.
         for token in (f"token-of-{NODE}", f"another-token-of-{NODE}"):
-            api.call(lambda token=token: s.add_token(token, agent_user, extra={NODE_NAME_EXTRA: [NODE]},
-                                                     audiences=[audience]))  # fmt: skip
+            api.call(
+                lambda token=token: s.add_token(
+                    token, agent_user, extra={NODE_NAME_EXTRA: [NODE]}, audiences=[audience]
+                )
+            )
         kubeconfig = s.write_kubeconfig(root / "kubeconfig")
         http_port, grpc_port = free_port(), free_port()
         ext_laptop = Laptop(
@@ -321,24 +347,48 @@ def live(tmp_path_factory: pytest.TempPathFactory, base_objects: list[m.KubeObje
         )
         ext_args = localize(extender["args"], ext_laptop)
         with cluster(root) as c:
-            ext = spawn(c, "extender", "gpu-extender", ext_args, localize_env(extender, ext_laptop),
-                        {"http": http_port, "grpc": grpc_port})  # fmt: skip
+            ext = spawn(
+                c,
+                "extender",
+                "gpu-extender",
+                ext_args,
+                localize_env(extender, ext_laptop),
+                {"http": http_port, "grpc": grpc_port},
+            )
             live = Live(
-                cluster=c, api=api, objects=base_objects, certs=certs, root=root, extender=ext,
-                extender_laptop=ext_laptop, server_name=ext_entry["tlsConfig"]["serverName"],
+                cluster=c,
+                api=api,
+                objects=base_objects,
+                certs=certs,
+                root=root,
+                extender=ext,
+                extender_laptop=ext_laptop,
+                server_name=ext_entry["tlsConfig"]["serverName"],
                 scheduler_ca=rebase(ext_entry["tlsConfig"]["caFile"], sched_mounts),
                 filter_path=urlsplit(ext_entry["urlPrefix"]).path.rstrip("/") + "/" + ext_entry["filterVerb"],
-            )  # fmt: skip
+            )
             # Up, but not ready: no agent has reached this replica yet (the manifest's --readiness-grace).
             waiting = b"waiting for agent data: 1 of 1 GPU node(s) not reported yet"
-            wait_for(f"extender /readyz over HTTPS as {live.server_name} (waiting for agents)",
-                     lambda: alive_and(ext, lambda: waiting in live.https("GET", "/readyz")[1]), ext, laptop=ext_laptop)
+            wait_for(
+                f"extender /readyz over HTTPS as {live.server_name} (waiting for agents)",
+                lambda: alive_and(ext, lambda: waiting in live.https("GET", "/readyz")[1]),
+                ext,
+                laptop=ext_laptop,
+            )
             live.agent, live.agent_laptop = live.start_agent("agent", NODE, f"token-of-{NODE}")
-            wait_for(f"{NODE}'s data at the extender",
-                     lambda: metric(live.scrape(), "gpu_extender_node_idle_gpus", node=NODE) == 8,
-                     live.agent, ext, laptop=live.agent_laptop)  # fmt: skip
-            wait_for("extender /readyz once the agent is in",
-                     lambda: alive_and(ext, lambda: live.https("GET", "/readyz")[0] == 200), ext, laptop=ext_laptop)
+            wait_for(
+                f"{NODE}'s data at the extender",
+                lambda: metric(live.scrape(), "gpu_extender_node_idle_gpus", node=NODE) == 8,
+                live.agent,
+                ext,
+                laptop=live.agent_laptop,
+            )
+            wait_for(
+                "extender /readyz once the agent is in",
+                lambda: alive_and(ext, lambda: live.https("GET", "/readyz")[0] == 200),
+                ext,
+                laptop=ext_laptop,
+            )
             live.first_scrape = live.scrape()
             yield live
     finally:
@@ -362,7 +412,9 @@ def test_extender_serves_https_as_the_scheduler_configuration_expects(live: Live
     client_ca = rebase(m.flag_value(ext_args, "--tls-ca"), live.extender_laptop.mounts)
     assert f"mTLS on: agents need a client certificate signed by {client_ca}" in log
     sa, aud = m.flag_value(ext_args, "--agent-service-account"), m.flag_value(ext_args, "--agent-token-audience")
-    assert f"agent auth: TokenReview (service account {sa}, audience {aud!r}, token bound to the reporting node, " in log
+    assert (
+        f"agent auth: TokenReview (service account {sa}, audience {aud!r}, token bound to the reporting node, " in log
+    )
     assert "inventory: Kubernetes API (list+watch)" in log
 
 
@@ -372,8 +424,11 @@ def test_the_agent_streams_over_mtls_with_its_projected_token(live: Live) -> Non
     assert metric(samples, "gpu_extender_node_idle_gpus", node=NODE) == 8
     assert metric(samples, "gpu_extender_connected_agents") >= 1
     # Nothing was refused before another agent came along.
-    failures = {dict(labels).get("reason"): v for (name, labels), v in live.first_scrape.items()
-                if name == "gpu_extender_agent_auth_failures_total"}  # fmt: skip
+    failures = {
+        dict(labels).get("reason"): v
+        for (name, labels), v in live.first_scrape.items()
+        if name == "gpu_extender_agent_auth_failures_total"
+    }
     assert not any(failures.values()), failures
 
     # The TokenReview asked for the manifest's audience, for the token in the projected file.
@@ -399,8 +454,13 @@ def test_an_agent_with_a_token_bound_to_another_node_stores_nothing(live: Live) 
     """The same DaemonSet arguments on ROGUE_NODE, with a valid token of the agents' ServiceAccount
     that is bound to NODE: TLS and the token check pass, every report is rejected."""
     rogue, laptop = live.start_agent("rogue-agent", ROGUE_NODE, f"another-token-of-{NODE}")
-    wait_for("the rogue agent's rejection", lambda: f"bound to node '{NODE}'" in rogue.log(), rogue, live.extender,
-             laptop=laptop)  # fmt: skip
+    wait_for(
+        "the rogue agent's rejection",
+        lambda: f"bound to node '{NODE}'" in rogue.log(),
+        rogue,
+        live.extender,
+        laptop=laptop,
+    )
     assert "rejected report" in rogue.log() and "an agent may only report for its own node" in rogue.log()
     samples = live.scrape()
     assert metric(samples, "gpu_extender_agent_auth_failures_total", reason="node_mismatch") >= 1

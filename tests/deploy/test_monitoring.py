@@ -24,8 +24,11 @@ def test_podmonitor_scrapes_the_agents_metrics_port(base_objects: list[m.KubeObj
 
 def test_servicemonitor_scrapes_the_extender_over_verified_https(base_objects: list[m.KubeObject]) -> None:
     sm = m.one(monitors(), "ServiceMonitor", "gpu-extender", m.NAMESPACE)
-    selected = [s for s in m.find(base_objects, "Service", namespace=m.NAMESPACE)
-                if sm["spec"]["selector"]["matchLabels"].items() <= s["metadata"]["labels"].items()]  # fmt: skip
+    selected = [
+        s
+        for s in m.find(base_objects, "Service", namespace=m.NAMESPACE)
+        if sm["spec"]["selector"]["matchLabels"].items() <= s["metadata"]["labels"].items()
+    ]
     assert [s["metadata"]["name"] for s in selected] == ["gpu-extender"]
     (endpoint,) = sm["spec"]["endpoints"]
     assert endpoint["port"] in {p["name"] for p in selected[0]["spec"]["ports"]}

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections import defaultdict
 
 from gpuextender.extender.model.kube_objects import KINDS, POD
-
 from tests.deploy import manifests as m
 
 EXTENDER_SA = (m.NAMESPACE, "gpu-extender")
@@ -76,8 +75,11 @@ def test_the_bind_component_adds_exactly_pods_binding_create_for_the_extender() 
     role = m.one(objects, "ClusterRole", "gpu-extender-binds")
     assert permissions(role["rules"]) == {("", "pods/binding", "create", ())}
     binding = m.one(objects, "ClusterRoleBinding", "gpu-extender-binds")
-    assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
-                                  "name": "gpu-extender-binds"}  # fmt: skip
+    assert binding["roleRef"] == {
+        "apiGroup": "rbac.authorization.k8s.io",
+        "kind": "ClusterRole",
+        "name": "gpu-extender-binds",
+    }
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gpu-extender", "namespace": m.NAMESPACE}]
 
 
@@ -93,12 +95,14 @@ def test_agent_has_no_api_access(base_objects: list[m.KubeObject]) -> None:
 
 def test_scheduler_has_the_upstream_roles_and_its_own_lease(base_objects: list[m.KubeObject]) -> None:
     bound = sorted(bindings_by_subject(base_objects)[SCHEDULER_SA])
-    assert bound == sorted([
-        ("ClusterRoleBinding", "", "ClusterRole/system:kube-scheduler"),
-        ("ClusterRoleBinding", "", "ClusterRole/system:volume-scheduler"),
-        ("RoleBinding", "kube-system", "Role/extension-apiserver-authentication-reader"),
-        ("RoleBinding", m.NAMESPACE, "Role/gpu-scheduler-leader-election"),
-    ])  # fmt: skip
+    assert bound == sorted(
+        [
+            ("ClusterRoleBinding", "", "ClusterRole/system:kube-scheduler"),
+            ("ClusterRoleBinding", "", "ClusterRole/system:volume-scheduler"),
+            ("RoleBinding", "kube-system", "Role/extension-apiserver-authentication-reader"),
+            ("RoleBinding", m.NAMESPACE, "Role/gpu-scheduler-leader-election"),
+        ]
+    )
     role = m.one(base_objects, "Role", "gpu-scheduler-leader-election", m.NAMESPACE)
     assert permissions(role["rules"]) == {
         ("coordination.k8s.io", "leases", "create", ()),
@@ -111,8 +115,9 @@ def test_only_our_service_accounts_are_bound_and_roles_are_ours(base_objects: li
     assert set(bindings_by_subject(base_objects)) <= {EXTENDER_SA, SCHEDULER_SA}
     defined = {(r["kind"], r["metadata"]["name"]) for r in base_objects if r["kind"] in ("Role", "ClusterRole")}
     assert defined == {("ClusterRole", "gpu-extender"), ("Role", "gpu-scheduler-leader-election")}
-    service_accounts = {(sa["metadata"]["namespace"], sa["metadata"]["name"])
-                        for sa in m.find(base_objects, "ServiceAccount")}  # fmt: skip
+    service_accounts = {
+        (sa["metadata"]["namespace"], sa["metadata"]["name"]) for sa in m.find(base_objects, "ServiceAccount")
+    }
     assert service_accounts == {EXTENDER_SA, AGENT_SA, SCHEDULER_SA}
 
 
@@ -120,4 +125,7 @@ def test_the_permission_check_notices_an_extra_rule(base_objects: list[m.KubeObj
     """A rule added to the extender's ClusterRole (a `get` on pods, say) changes what `permissions` returns."""
     role = m.one(base_objects, "ClusterRole", "gpu-extender")
     widened = role["rules"] + [{"apiGroups": [""], "resources": ["pods", "pods/status"], "verbs": ["get"]}]
-    assert permissions(widened) - permissions(role["rules"]) == {("", "pods", "get", ()), ("", "pods/status", "get", ())}
+    assert permissions(widened) - permissions(role["rules"]) == {
+        ("", "pods", "get", ()),
+        ("", "pods/status", "get", ()),
+    }

@@ -22,7 +22,7 @@ needs_kubectl = pytest.mark.skipif(m.KUBECTL is None, reason=m.NO_KUBECTL)
 COMPONENTS = sorted(p for p in m.COMPONENTS.iterdir() if (p / "kustomization.yaml").is_file())
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _validate(obj_json: str) -> str | None:
     """One object's error, or None; cached because the base is re-validated under every
     component (kubernetes-validate re-reads its schema files on each call)."""
@@ -54,8 +54,12 @@ def validation_errors(objects: list[m.KubeObject]) -> tuple[list[str], list[str]
 
 def test_strict_validation_rejects_an_unknown_field() -> None:
     """The validator used below really is strict (an unknown field is an error, not ignored)."""
-    svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "x"},
-           "spec": {"ports": [{"port": 1, "targetPort": 1}], "clusterIp": "None"}}  # fmt: skip
+    svc = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "x"},
+        "spec": {"ports": [{"port": 1, "targetPort": 1}], "clusterIp": "None"},
+    }
     errors, _ = validation_errors([svc])
     assert errors and "clusterIp" in errors[0]
 
@@ -67,8 +71,19 @@ def test_base_validates_strictly(base_objects: list[m.KubeObject]) -> None:
     assert not errors, "\n".join(errors)
     assert not skipped, "the base must not need any CRD"
     kinds = {o["kind"] for o in objects}
-    assert {"Namespace", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding", "Service",
-            "Deployment", "DaemonSet", "PodDisruptionBudget", "ConfigMap"} <= kinds  # fmt: skip
+    assert {
+        "Namespace",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+        "Service",
+        "Deployment",
+        "DaemonSet",
+        "PodDisruptionBudget",
+        "ConfigMap",
+    } <= kinds
 
 
 @needs_kubectl
@@ -118,7 +133,7 @@ def test_images_are_pinned_and_overridable() -> None:
 @pytest.mark.parametrize("component", COMPONENTS, ids=lambda p: p.name)
 def test_each_component_renders_with_the_base(tmp_path: Path, component: Path) -> None:
     objects = m.kustomize_with(tmp_path, [m.BASE], [component])
-    errors, skipped = validation_errors(objects)
+    errors, _skipped = validation_errors(objects)
     assert not errors, "\n".join(errors)
     base = {m.identity(b): b for b in m.load_source(m.BASE)}
     added = [o for o in objects if m.identity(o) not in base]
@@ -141,8 +156,15 @@ def test_all_components_together_and_the_overlay_render(tmp_path: Path) -> None:
 
 
 def test_components_are_kustomize_components() -> None:
-    assert {p.name for p in COMPONENTS} == {"acceleratorclass-crd", "alerts", "cert-manager", "extender-binds",
-                                           "extender-config", "kubelet-allocation", "monitoring"}
+    assert {p.name for p in COMPONENTS} == {
+        "acceleratorclass-crd",
+        "alerts",
+        "cert-manager",
+        "extender-binds",
+        "extender-config",
+        "kubelet-allocation",
+        "monitoring",
+    }
     for component in COMPONENTS:
         doc = m.load_yaml_docs(component / "kustomization.yaml")[0]
         assert doc["kind"] == "Component" and doc["apiVersion"] == "kustomize.config.k8s.io/v1alpha1"
@@ -168,9 +190,10 @@ def test_kubelet_allocation_grants_the_agent_its_sockets_and_nothing_more(tmp_pa
     assert ctx["allowPrivilegeEscalation"] is False and ctx["readOnlyRootFilesystem"] is True
     assert ctx["capabilities"] == {"drop": ["ALL"]} and ctx["privileged"] is False
     host = {v["name"]: v["hostPath"] for v in pod["volumes"] if "hostPath" in v}
-    assert host == {"pod-resources": {"path": "/var/lib/kubelet/pod-resources", "type": "Directory"},
-                    "gfd-labels": {"path": "/etc/kubernetes/node-feature-discovery/features.d",
-                                   "type": "DirectoryOrCreate"}}  # fmt: skip
+    assert host == {
+        "pod-resources": {"path": "/var/lib/kubelet/pod-resources", "type": "Directory"},
+        "gfd-labels": {"path": "/etc/kubernetes/node-feature-discovery/features.d", "type": "DirectoryOrCreate"},
+    }
     mounts = {v["name"]: v for v in c["volumeMounts"]}
     for name in host:
         assert mounts[name]["readOnly"] is True

@@ -20,21 +20,57 @@ import yaml
 from tests.deploy import manifests as m
 
 # kubescheduler.config.k8s.io/v1 field names (case-sensitive), per object.
-TOP_LEVEL = {"apiVersion", "kind", "parallelism", "leaderElection", "clientConnection", "percentageOfNodesToScore",
-             "podInitialBackoffSeconds", "podMaxBackoffSeconds", "profiles", "extenders", "delayCacheUntilActive",
-             "enableProfiling", "enableContentionProfiling"}  # fmt: skip
-LEADER_ELECTION = {"leaderElect", "leaseDuration", "renewDeadline", "retryPeriod", "resourceLock", "resourceName",
-                   "resourceNamespace"}  # fmt: skip
+TOP_LEVEL = {
+    "apiVersion",
+    "kind",
+    "parallelism",
+    "leaderElection",
+    "clientConnection",
+    "percentageOfNodesToScore",
+    "podInitialBackoffSeconds",
+    "podMaxBackoffSeconds",
+    "profiles",
+    "extenders",
+    "delayCacheUntilActive",
+    "enableProfiling",
+    "enableContentionProfiling",
+}
+LEADER_ELECTION = {
+    "leaderElect",
+    "leaseDuration",
+    "renewDeadline",
+    "retryPeriod",
+    "resourceLock",
+    "resourceName",
+    "resourceNamespace",
+}
 CLIENT_CONNECTION = {"kubeconfig", "acceptContentTypes", "contentType", "qps", "burst"}
 PROFILE = {"schedulerName", "percentageOfNodesToScore", "plugins", "pluginConfig"}
 # extender-api.md §5.1, with the Go types' YAML kinds.
 EXTENDER = {
-    "urlPrefix": str, "filterVerb": str, "prioritizeVerb": str, "preemptVerb": str, "bindVerb": str,
-    "weight": int, "enableHTTPS": bool, "tlsConfig": dict, "httpTimeout": str, "nodeCacheCapable": bool,
-    "managedResources": list, "ignorable": bool,
-}  # fmt: skip
-TLS_CONFIG = {"insecure": bool, "serverName": str, "certFile": str, "keyFile": str, "caFile": str,
-              "certData": str, "keyData": str, "caData": str}  # fmt: skip
+    "urlPrefix": str,
+    "filterVerb": str,
+    "prioritizeVerb": str,
+    "preemptVerb": str,
+    "bindVerb": str,
+    "weight": int,
+    "enableHTTPS": bool,
+    "tlsConfig": dict,
+    "httpTimeout": str,
+    "nodeCacheCapable": bool,
+    "managedResources": list,
+    "ignorable": bool,
+}
+TLS_CONFIG = {
+    "insecure": bool,
+    "serverName": str,
+    "certFile": str,
+    "keyFile": str,
+    "caFile": str,
+    "certData": str,
+    "keyData": str,
+    "caData": str,
+}
 MANAGED_RESOURCE = {"name": str, "ignoredByScheduler": bool}
 GO_DURATION = re.compile(r"^([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+$")
 
@@ -127,12 +163,16 @@ def test_default_scheduler_snippet_has_only_valid_keys_and_values() -> None:
 @pytest.mark.parametrize(
     "mutate, expected",
     [
-        (lambda c: c["extenders"][0].update(enableHttps=c["extenders"][0].pop("enableHTTPS")),
-         "unknown key 'enableHttps'"),
+        (
+            lambda c: c["extenders"][0].update(enableHttps=c["extenders"][0].pop("enableHTTPS")),
+            "unknown key 'enableHttps'",
+        ),
         (lambda c: c.update(extenderConfigs=[]), "unknown key 'extenderConfigs'"),
         (lambda c: c["extenders"][0]["tlsConfig"].update(cafile="/x"), "unknown key 'cafile'"),
-        (lambda c: c["extenders"][0].update(urlPrefix="http://gpu-extender.gpu-extender.svc:443"),
-         "scheme must be https"),
+        (
+            lambda c: c["extenders"][0].update(urlPrefix="http://gpu-extender.gpu-extender.svc:443"),
+            "scheme must be https",
+        ),
         (lambda c: c["extenders"][0].update(weight=0), "weight must be > 0"),
         (lambda c: c["extenders"][0].update(weight="5"), "is not a int"),
         (lambda c: c["extenders"][0].update(nodeCacheCapable=False), "nodeCacheCapable must be true"),
@@ -144,8 +184,22 @@ def test_default_scheduler_snippet_has_only_valid_keys_and_values() -> None:
         (lambda c: c["extenders"][0].update(bindVerb="Bind"), "bindVerb must be bind"),
         (lambda c: c["extenders"][0].update(preemptVerb="preempt"), "no preempt verb"),
     ],
-    ids=["enableHttps", "extenderConfigs", "tls-cafile", "http", "weight-0", "weight-string", "nodecache-false",
-         "managed-shape", "no-ca", "timeout-int", "ignorable-unset", "profile-case", "no-bind", "preempt"],  # fmt: skip
+    ids=[
+        "enableHttps",
+        "extenderConfigs",
+        "tls-cafile",
+        "http",
+        "weight-0",
+        "weight-string",
+        "nodecache-false",
+        "managed-shape",
+        "no-ca",
+        "timeout-int",
+        "ignorable-unset",
+        "profile-case",
+        "no-bind",
+        "preempt",
+    ],
 )
 def test_the_checker_rejects_what_kube_scheduler_would(scheduler_config: dict, mutate, expected: str) -> None:
     cfg = copy.deepcopy(scheduler_config)
@@ -223,7 +277,9 @@ def test_default_scheduler_snippets_mount_what_the_config_names() -> None:
     (kubeadm,) = m.load_yaml_docs(m.DEPLOY / "default-scheduler" / "kubeadm-clusterconfiguration.snippet.yaml")
     scheduler = kubeadm["scheduler"]
     assert {"name": "config", "value": config_path} in scheduler["extraArgs"]
-    assert {(v["hostPath"], v["mountPath"]) for v in scheduler["extraVolumes"]} == {(config_path, config_path),
-                                                                                     (ca_dir, ca_dir)}  # fmt: skip
+    assert {(v["hostPath"], v["mountPath"]) for v in scheduler["extraVolumes"]} == {
+        (config_path, config_path),
+        (ca_dir, ca_dir),
+    }
     readme = (m.DEPLOY / "README.md").read_text()
     assert f"tee {config_path}" in readme and f"{ca_dir}/ca.crt" in readme

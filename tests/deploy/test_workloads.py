@@ -9,9 +9,9 @@ import io
 from pathlib import PurePosixPath
 
 import pytest
+
 from gpuextender.agent.settings import build_parser as agent_parser
 from gpuextender.extender.flags import build_parser as extender_parser
-
 from tests.deploy import manifests as m
 
 EXTENDER_IMAGE = "ghcr.io/kube-gpu-extender/gpu-extender"
@@ -34,10 +34,14 @@ def the_container(objects: list[m.KubeObject], kind: str, name: str) -> tuple[di
 
 
 def test_there_are_exactly_the_three_workloads(base_objects: list[m.KubeObject]) -> None:
-    found = {(w["kind"], w["metadata"]["name"], m.image_repository(c["image"]))
-             for w, _, c in all_containers(base_objects)}  # fmt: skip
-    assert found == {("Deployment", "gpu-extender", EXTENDER_IMAGE), ("DaemonSet", "gpu-agent", AGENT_IMAGE),
-                     ("Deployment", "gpu-scheduler", SCHEDULER_IMAGE)}  # fmt: skip
+    found = {
+        (w["kind"], w["metadata"]["name"], m.image_repository(c["image"])) for w, _, c in all_containers(base_objects)
+    }
+    assert found == {
+        ("Deployment", "gpu-extender", EXTENDER_IMAGE),
+        ("DaemonSet", "gpu-agent", AGENT_IMAGE),
+        ("Deployment", "gpu-scheduler", SCHEDULER_IMAGE),
+    }
 
 
 def test_every_container_is_hardened(base_objects: list[m.KubeObject]) -> None:
@@ -103,7 +107,7 @@ def test_extender_probes_are_https_healthz_and_readyz(base_objects: list[m.KubeO
 
 def test_agent_probes_and_scrape_annotations_use_the_metrics_port(base_objects: list[m.KubeObject]) -> None:
     ds = m.one(base_objects, "DaemonSet", "gpu-agent", m.NAMESPACE)
-    pod, c = the_container(base_objects, "DaemonSet", "gpu-agent")
+    _pod, c = the_container(base_objects, "DaemonSet", "gpu-agent")
     metrics_port = int(m.flag_value(c["args"], "--metrics-addr").rsplit(":", 1)[1])
     assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert c["readinessProbe"]["httpGet"]["path"] == "/readyz"
@@ -152,13 +156,18 @@ def test_program_configs_build_from_the_manifest_arguments(base_objects: list[m.
     token) are recreated under tmp_path with the content the kubelet would put there: a CA
     certificate in ca.crt, a certificate and its key in tls.crt/tls.key (made with trustme)."""
     import trustme
+
     from gpuextender.agent.settings import build_config as agent_config
     from gpuextender.extender.flags import build_config as extender_config
 
     ca = trustme.CA()
     leaf = ca.issue_cert("gpu-extender-agents.gpu-extender.svc")
-    contents = {"ca.crt": ca.cert_pem.bytes(), "tls.crt": leaf.cert_chain_pems[0].bytes(),
-                "tls.key": leaf.private_key_pem.bytes(), "token": b"eyJhbGciOiJSUzI1NiJ9.e30.sig"}  # fmt: skip
+    contents = {
+        "ca.crt": ca.cert_pem.bytes(),
+        "tls.crt": leaf.cert_chain_pems[0].bytes(),
+        "tls.key": leaf.private_key_pem.bytes(),
+        "token": b"eyJhbGciOiJSUzI1NiJ9.e30.sig",
+    }
 
     def rebased(args: list[str]) -> list[str]:
         out = []

@@ -25,11 +25,14 @@ def write_inventory(directory: Path) -> None:
     for source in (ROOT / "examples" / "ome").glob("*.yaml"):
         shutil.copy(source, directory / source.name)
     docs = [
-        {"apiVersion": "v1", "kind": "Node",
-         "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": product}},
-         "status": {"allocatable": {"nvidia.com/gpu": "8"}}}
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": product}},
+            "status": {"allocatable": {"nvidia.com/gpu": "8"}},
+        }
         for name, product in PRODUCTS.items()
-    ]  # fmt: skip
+    ]
     (directory / "nodes.yaml").write_text("\n---\n".join(json.dumps(d) for d in docs))
 
 
@@ -71,7 +74,9 @@ def test_classes_runtimes_and_policies_decide_placement(tmp_path: Path) -> None:
         # A class the runtime does not support: every node fails, with that reason.
         _, impossible = post_json(url(ext, "/filter"), ome_request("deepseek-on-l40s", "sglang-deepseek-fp8", NODES, 8))
         assert impossible["NodeNames"] == [] and len(impossible["FailedAndUnresolvableNodes"]) == 4
-        assert all(m.endswith("(AcceleratorClassIncompatible)") for m in impossible["FailedAndUnresolvableNodes"].values())
+        assert all(
+            m.endswith("(AcceleratorClassIncompatible)") for m in impossible["FailedAndUnresolvableNodes"].values()
+        )
         assert "not supported by runtime sglang-deepseek-fp8" in ext.log()
 
         # The runtime's list is the allow-list; Cheapest ranks by hourly cost, spot where given:
@@ -98,8 +103,9 @@ def test_classes_runtimes_and_policies_decide_placement(tmp_path: Path) -> None:
         strict.stop()
 
         # The router is CPU-only and neutral; a non-OME pod gets only the GPU rules.
-        _, router = post_json(url(ext, "/filter"), ome_request("llama-8b-pinned-a100", "vllm-llama-small", NODES,
-                                                               component="router"))  # fmt: skip
+        _, router = post_json(
+            url(ext, "/filter"), ome_request("llama-8b-pinned-a100", "vllm-llama-small", NODES, component="router")
+        )
         assert sorted(router["NodeNames"]) == sorted(NODES)
 
         # FirstAvailable follows the runtime's order (H100 first) while H100 nodes are free ...
@@ -110,8 +116,10 @@ def test_classes_runtimes_and_policies_decide_placement(tmp_path: Path) -> None:
         assert before["h100-node"] > before["a100-80-node"] > 0 and before["l40s-node"] == 0
         # ... and skips the class once its only node is busy (OME issue #622).
         c.agent("h100-node", FIXTURES / "scenarios" / "busy8.yaml", ext)
-        wait_until("h100 data", lambda: metric(scrape(url(ext, "/metrics")), "gpu_extender_node_idle_gpus",
-                                               node="h100-node") == 1)  # fmt: skip
+        wait_until(
+            "h100 data",
+            lambda: metric(scrape(url(ext, "/metrics")), "gpu_extender_node_idle_gpus", node="h100-node") == 1,
+        )
         after = scores(ext, first)
         assert after["a100-80-node"] > after["h100-node"] == 0
 
@@ -122,42 +130,75 @@ def test_classes_runtimes_and_policies_decide_placement(tmp_path: Path) -> None:
         assert why["resolved"]["runtime"] == "ClusterServingRuntime vllm-llama-large"
         assert why["classRanking"]["omeWouldChoose"] == "nvidia-h100-80gb"  # OME ignores availability (#622)
         assert [r["class"] for r in why["classRanking"]["ranked"]] == ["nvidia-a100-80gb"]
-        assert why["classRanking"]["excluded"] == [{"class": "nvidia-h100-80gb", "stage": "Unavailable",
-                                                    "reason": "no node of this class can take the pod now"}]  # fmt: skip
+        assert why["classRanking"]["excluded"] == [
+            {
+                "class": "nvidia-h100-80gb",
+                "stage": "Unavailable",
+                "reason": "no node of this class can take the pod now",
+            }
+        ]
         nodes = {n["node"]: n for n in why["nodes"]}
         h100 = nodes["h100-node"]
         assert (h100["result"], h100["reasonCode"], h100["data"], h100["idleGpus"]) == (
-            "fail", "InsufficientIdleGPUs", "fresh", 1)
+            "fail",
+            "InsufficientIdleGPUs",
+            "fresh",
+            1,
+        )
         assert nodes["l40s-node"]["reasonCode"] == "AcceleratorClassNotAllowed" and nodes["l40s-node"]["unresolvable"]
         assert nodes["a100-80-node"]["score"] == after["a100-80-node"] and nodes["a100-80-node"]["classRank"] == 0
         request_file = tmp_path / "request.json"
         request_file.write_bytes(first)
-        cli = subprocess.run([sys.executable, "-m", "gpuextender.extender", "explain", str(request_file), "--url",
-                              f"http://127.0.0.1:{ext.ports['http']}"], capture_output=True, text=True, timeout=30)  # fmt: skip
+        cli = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "gpuextender.extender",
+                "explain",
+                str(request_file),
+                "--url",
+                f"http://127.0.0.1:{ext.ports['http']}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert cli.returncode == 0, cli.stderr
         assert "excluded nvidia-h100-80gb: Unavailable: no node of this class can take the pod now" in cli.stdout
         assert "OME alone would choose: nvidia-h100-80gb" in cli.stdout
-        assert any(line.startswith("h100-node") and "FAIL InsufficientIdleGPUs" in line
-                   for line in cli.stdout.splitlines())  # fmt: skip
+        assert any(
+            line.startswith("h100-node") and "FAIL InsufficientIdleGPUs" in line for line in cli.stdout.splitlines()
+        )
 
         # Editing an AcceleratorClass changes the next decision, without a restart.
         classes = inventory / "accelerator-classes.yaml"
-        text = classes.read_text().replace("nvidia.com/gpu.product: NVIDIA-A100-SXM4-40GB",
-                                           "nvidia.com/gpu.product: NVIDIA L40S")  # raw NVML name style
+        text = classes.read_text().replace(
+            "nvidia.com/gpu.product: NVIDIA-A100-SXM4-40GB", "nvidia.com/gpu.product: NVIDIA L40S"
+        )  # raw NVML name style
         classes.write_text(text)
         os.utime(classes, (classes.stat().st_mtime + 5, classes.stat().st_mtime + 5))
 
         def pinned_now() -> list[str]:
             return post_json(url(ext, "/filter"), ome_request("llama-8b-pinned-a100", "vllm-llama-small", NODES))[1][
-                "NodeNames"]  # fmt: skip
+                "NodeNames"
+            ]
 
         wait_until("the class to follow the edited nodeSelector", lambda: pinned_now() == ["l40s-node"])
 
         # A broken AcceleratorClass is skipped with a log line and a metric; the rest keep working.
         classes.write_text(text.replace("memoryGB: 48Gi", 'memoryGB: "eighty"'))
         os.utime(classes, (classes.stat().st_mtime + 10, classes.stat().st_mtime + 10))
-        wait_until("invalid class counted", lambda: metric(scrape(url(ext, "/metrics")),
-                   "gpu_extender_inventory_invalid_objects_total", kind="AcceleratorClass") == 1)  # fmt: skip
+        wait_until(
+            "invalid class counted",
+            lambda: (
+                metric(
+                    scrape(url(ext, "/metrics")),
+                    "gpu_extender_inventory_invalid_objects_total",
+                    kind="AcceleratorClass",
+                )
+                == 1
+            ),
+        )
         assert "AcceleratorClass nvidia-l40s skipped" in ext.log() and "eighty" in ext.log()
         assert ext.alive()
         _, still = post_json(url(ext, "/filter"), ome_request("llama-8b-pinned-a100", "vllm-llama-small", NODES))
@@ -171,23 +212,30 @@ def test_a_node_whose_gpus_contradict_its_class_labels_leaves_the_class(tmp_path
     inventory.mkdir()
     write_inventory(inventory)
     scenario = tmp_path / "a100-40.yaml"
-    scenario.write_text("gpus:\n  - count: 8\n    product: NVIDIA A100-SXM4-40GB\n    memory_gib: 40\n"
-                        "    compute_capability: '8.0'\n    utilization_percent: 0\n    memory_used_percent: 0\n")
+    scenario.write_text(
+        "gpus:\n  - count: 8\n    product: NVIDIA A100-SXM4-40GB\n    memory_gib: 40\n"
+        "    compute_capability: '8.0'\n    utilization_percent: 0\n    memory_used_percent: 0\n"
+    )
     large = ome_request("llama-70b-first-available", "vllm-llama-large", NODES, gpus=2)
     with cluster(tmp_path) as c:
         ext = c.extender("--inventory", str(inventory))
         _, before = post_json(url(ext, "/filter"), large)
         assert sorted(before["NodeNames"]) == ["a100-80-node", "h100-node"]  # labels only: no report yet
-        assert metric(scrape(url(ext, "/metrics")), "gpu_extender_class_nodes",
-                      accelerator_class="nvidia-a100-80gb") == 1  # fmt: skip
+        assert (
+            metric(scrape(url(ext, "/metrics")), "gpu_extender_class_nodes", accelerator_class="nvidia-a100-80gb") == 1
+        )
 
         c.agent("a100-80-node", scenario, ext)
-        wait_until("the mislabelled node to leave its class",
-                   lambda: post_json(url(ext, "/filter"), large)[1]["NodeNames"] == ["h100-node"])  # fmt: skip
+        wait_until(
+            "the mislabelled node to leave its class",
+            lambda: post_json(url(ext, "/filter"), large)[1]["NodeNames"] == ["h100-node"],
+        )
         _, after = post_json(url(ext, "/filter"), large)
         assert after["FailedAndUnresolvableNodes"]["a100-80-node"].endswith("(AcceleratorClassNotAllowed)")
-        assert ("node a100-80-node matches AcceleratorClass nvidia-a100-80gb by its labels but not by its GPUs "
-                "(GPU 0 (NVIDIA A100-SXM4-40GB) has 40.0 GiB; class needs 80.0 GiB") in ext.log()
+        assert (
+            "node a100-80-node matches AcceleratorClass nvidia-a100-80gb by its labels but not by its GPUs "
+            "(GPU 0 (NVIDIA A100-SXM4-40GB) has 40.0 GiB; class needs 80.0 GiB"
+        ) in ext.log()
         samples = scrape(url(ext, "/metrics"))
         assert metric(samples, "gpu_extender_class_capability_mismatches") == 1
         assert metric(samples, "gpu_extender_class_nodes", accelerator_class="nvidia-a100-80gb") == 0
@@ -199,8 +247,22 @@ def test_a_node_whose_gpus_contradict_its_class_labels_leaves_the_class(tmp_path
         assert "class needs 80.0 GiB" in node["classesExcludedByGpus"]["nvidia-a100-80gb"]
         request_file = tmp_path / "request.json"
         request_file.write_bytes(large)
-        cli = subprocess.run([sys.executable, "-m", "gpuextender.extender", "explain", str(request_file), "--url",
-                              f"http://127.0.0.1:{ext.ports['http']}"], capture_output=True, text=True, timeout=30)  # fmt: skip
+        cli = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "gpuextender.extender",
+                "explain",
+                str(request_file),
+                "--url",
+                f"http://127.0.0.1:{ext.ports['http']}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert cli.returncode == 0, cli.stderr
-        assert "  not in nvidia-a100-80gb although its labels match: GPU 0 (NVIDIA A100-SXM4-40GB) has 40.0 GiB" \
+        assert (
+            "  not in nvidia-a100-80gb although its labels match: GPU 0 (NVIDIA A100-SXM4-40GB) has 40.0 GiB"
             in cli.stdout
+        )

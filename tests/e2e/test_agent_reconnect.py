@@ -66,19 +66,25 @@ def test_every_agent_is_back_within_max_backoff_plus_2s_of_the_extender_listenin
     with cluster(tmp_path) as c:
         first = c.extender("--stale-after", "600", http_port=http_port, grpc_port=grpc_port)
         agents = [
-            c.agent(f"node-{i}", FIXTURES / "scenarios" / "idle8.yaml", first,
-                    extra=("--reconnect-max-backoff", str(MAX_BACKOFF_S)))
+            c.agent(
+                f"node-{i}",
+                FIXTURES / "scenarios" / "idle8.yaml",
+                first,
+                extra=("--reconnect-max-backoff", str(MAX_BACKOFF_S)),
+            )
             for i in range(AGENTS)
-        ]  # fmt: skip
+        ]
         wait_until("every agent streaming", lambda: nodes_with_data(first) == AGENTS, timeout=30)
 
         first.stop()
         down_at = time.monotonic()
         wait_until(
             "every agent to notice the outage",
-            lambda: all(metric(scrape(url(a, "/metrics")), "gpu_agent_stream_connected",
-                               extender=f"127.0.0.1:{grpc_port}") == 0 for a in agents),
-        )  # fmt: skip
+            lambda: all(
+                metric(scrape(url(a, "/metrics")), "gpu_agent_stream_connected", extender=f"127.0.0.1:{grpc_port}") == 0
+                for a in agents
+            ),
+        )
         time.sleep(max(0.0, OUTAGE_S - (time.monotonic() - down_at)))
 
         watch = ListenWatch(grpc_port)
@@ -90,4 +96,3 @@ def test_every_agent_is_back_within_max_backoff_plus_2s_of_the_extender_listenin
             f"agents back {took:.1f}s after the extender listened again; bound is {BOUND_S:g}s "
             f"(--reconnect-max-backoff {MAX_BACKOFF_S:g} + 2)\n" + agents[0].log()
         )
-

@@ -17,6 +17,7 @@ import trustme
 
 from gpuextender.extender.ingest.agent_identity import NODE_NAME_EXTRA
 from tests.e2e.test_kubernetes_inventory import ThreadedApiServer
+from tests.extender.test_agent_auth import jwt
 from tests.harness import (
     FIXTURES,
     Cluster,
@@ -34,7 +35,6 @@ from tests.harness import (
     write_leaf,
     write_pem,
 )
-from tests.extender.test_agent_auth import jwt
 from tests.kube_apiserver import TokenReviewRequest
 
 SCENARIOS = FIXTURES / "scenarios"
@@ -79,17 +79,37 @@ def live(tmp_path_factory: pytest.TempPathFactory, api: ThreadedApiServer) -> It
     tls = ("--tls-ca", str(ca_file), "--tls-server-name", SERVER_NAME)
     with cluster(work) as c:
         live = Live(c, api, client_ssl_context(ca))
-        ext = c.extender("--tls-cert", str(cert), "--tls-key", str(key), "--kubernetes", "--kubeconfig",
-                         str(kubeconfig), "--agent-auth", "tokenreview",
-                         "--agent-service-account", "gpu-extender/gpu-agent", ssl_context=live.context)  # fmt: skip
-        c.agent("gpu-node-1", SCENARIOS / "idle8.yaml", ext,
-                extra=(*tls, "--token-file", str(write_pem(work / "token-1", b"token-node-1\n"))))  # fmt: skip
+        ext = c.extender(
+            "--tls-cert",
+            str(cert),
+            "--tls-key",
+            str(key),
+            "--kubernetes",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--agent-auth",
+            "tokenreview",
+            "--agent-service-account",
+            "gpu-extender/gpu-agent",
+            ssl_context=live.context,
+        )
+        c.agent(
+            "gpu-node-1",
+            SCENARIOS / "idle8.yaml",
+            ext,
+            extra=(*tls, "--token-file", str(write_pem(work / "token-1", b"token-node-1\n"))),
+        )
         # gpu-node-2's agent holds a token bound to gpu-node-1 (e.g. a stolen one).
-        c.agent("gpu-node-2", SCENARIOS / "idle8.yaml", ext,
-                extra=(*tls, "--token-file", str(write_pem(work / "token-2", b"token-of-node-1\n"))))  # fmt: skip
+        c.agent(
+            "gpu-node-2",
+            SCENARIOS / "idle8.yaml",
+            ext,
+            extra=(*tls, "--token-file", str(write_pem(work / "token-2", b"token-of-node-1\n"))),
+        )
         c.agent("gpu-node-3", SCENARIOS / "idle8.yaml", ext, extra=tls)  # no --token-file
-        wait_until("gpu-node-1's data", lambda: metric(live.scrape(), "gpu_extender_node_idle_gpus",
-                                                        node="gpu-node-1") == 8)  # fmt: skip
+        wait_until(
+            "gpu-node-1's data", lambda: metric(live.scrape(), "gpu_extender_node_idle_gpus", node="gpu-node-1") == 8
+        )
         yield live
 
 
@@ -115,17 +135,17 @@ def test_a_token_bound_to_another_node_is_rejected_and_nothing_is_stored(live: L
 
 def test_an_agent_without_a_token_is_refused(live: Live) -> None:
     agent = live.proc("agent-gpu-node-3")
-    wait_until("the agent's refusal line", lambda: "UNAUTHENTICATED: no `authorization: Bearer <token>` metadata"
-               in agent.log())  # fmt: skip
+    wait_until(
+        "the agent's refusal line",
+        lambda: "UNAUTHENTICATED: no `authorization: Bearer <token>` metadata" in agent.log(),
+    )
     samples = live.scrape()
     assert metric(samples, "gpu_extender_agent_auth_failures_total", reason="missing_token") >= 1
     assert metric(samples, "gpu_extender_node_idle_gpus", node="gpu-node-3") is None
     assert metric(samples, "gpu_extender_nodes_with_data") == 1
 
 
-def test_a_revoked_token_stops_working_at_the_next_reauthentication(
-    api: ThreadedApiServer, tmp_path: Path
-) -> None:
+def test_a_revoked_token_stops_working_at_the_next_reauthentication(api: ThreadedApiServer, tmp_path: Path) -> None:
     """--agent-reauth-interval ends every agent connection after a while: the agent reconnects,
     its token is reviewed again, and once the API server no longer accepts it the node's
     stream is refused. (The token's own `exp` keeps the cached answer short.)"""
@@ -138,17 +158,35 @@ def test_a_revoked_token_stops_working_at_the_next_reauthentication(
     tls = ("--tls-ca", str(write_ca(tmp_path, ca, "ca")), "--tls-server-name", SERVER_NAME)
     context = client_ssl_context(ca)
     with cluster(tmp_path) as c:
-        ext = c.extender("--tls-cert", str(cert), "--tls-key", str(key), "--kubernetes", "--kubeconfig",
-                         str(kubeconfig), "--agent-auth", "tokenreview", "--agent-service-account",
-                         "gpu-extender/gpu-agent", "--agent-reauth-interval", "2", ssl_context=context)  # fmt: skip
-        agent = c.agent("gpu-node-4", SCENARIOS / "idle8.yaml", ext,
-                        extra=(*tls, "--token-file", str(write_pem(tmp_path / "token", token.encode()))))  # fmt: skip
+        ext = c.extender(
+            "--tls-cert",
+            str(cert),
+            "--tls-key",
+            str(key),
+            "--kubernetes",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--agent-auth",
+            "tokenreview",
+            "--agent-service-account",
+            "gpu-extender/gpu-agent",
+            "--agent-reauth-interval",
+            "2",
+            ssl_context=context,
+        )
+        agent = c.agent(
+            "gpu-node-4",
+            SCENARIOS / "idle8.yaml",
+            ext,
+            extra=(*tls, "--token-file", str(write_pem(tmp_path / "token", token.encode()))),
+        )
         wait_until("the agent's first stream", lambda: "agent for node gpu-node-4 connected" in ext.log())
         api.call(lambda: s.add_token(token, AGENT_SA, authenticated=False))  # revoked (e.g. pod deleted)
-        wait_until("the stream ended and was refused on reconnect",
-                   lambda: "token not authenticated" in agent.log())  # fmt: skip
+        wait_until("the stream ended and was refused on reconnect", lambda: "token not authenticated" in agent.log())
         assert ext.log().count("agent for node gpu-node-4 connected") >= 1
         assert "agent for node gpu-node-4 disconnected" in ext.log()
         status, raw = http("GET", https_url(ext, "/metrics"), ssl_context=context)
         assert status == 200
-        assert metric(parse_metrics(raw.decode()), "gpu_extender_agent_auth_failures_total", reason="invalid_token") >= 1
+        assert (
+            metric(parse_metrics(raw.decode()), "gpu_extender_agent_auth_failures_total", reason="invalid_token") >= 1
+        )

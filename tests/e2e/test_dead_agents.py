@@ -19,8 +19,12 @@ LOST = "lost-node"  # 4 GPUs, GPU 1 falls off the bus; its agent is killed later
 
 def _inventory(directory: Path) -> Path:
     def node(name: str, gpus: int) -> dict:
-        return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
-                "status": {"allocatable": {"nvidia.com/gpu": str(gpus)}}}  # fmt: skip
+        return {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name},
+            "status": {"allocatable": {"nvidia.com/gpu": str(gpus)}},
+        }
 
     items = [node(n, 8) for n in REPORTING + SILENT] + [node(LOST, 4)]
     (directory / "nodes.yaml").write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": items}))
@@ -35,17 +39,24 @@ def _nodes(c: Cluster, names: list[str], gpus: int) -> dict[str, dict]:
 
 def test_silent_and_stale_nodes_never_take_a_pod_a_reporting_node_can_take(tmp_path: Path) -> None:
     with cluster(tmp_path) as c:
-        ext = c.extender("--inventory", str(_inventory(tmp_path)), "--stale-after", "2", "--prioritize-answer",
-                         "full")  # fmt: skip
+        ext = c.extender("--inventory", str(_inventory(tmp_path)), "--stale-after", "2", "--prioritize-answer", "full")
         for name in REPORTING:
             c.agent(name, SCENARIOS / "idle8.yaml", ext)
         lost_agent = c.agent(LOST, SCENARIOS / "lost.yaml", ext)
-        wait_until("every agent reported, GPU 1 of the lost node lost", lambda: metric(
-            scrape(url(ext, "/metrics")), "gpu_extender_node_idle_gpus", node=LOST) == 3)  # fmt: skip
+        wait_until(
+            "every agent reported, GPU 1 of the lost node lost",
+            lambda: metric(scrape(url(ext, "/metrics")), "gpu_extender_node_idle_gpus", node=LOST) == 3,
+        )
         samples = scrape(url(ext, "/metrics"))
         assert metric(samples, "gpu_extender_gpu_nodes_without_agent_data") == len(SILENT)
-        wait_until("the silent nodes named in a warning", lambda: "4 GPU node(s) in the inventory have no data from "
-                   "their agent (silent-0, silent-1, silent-2, silent-3)" in ext.log(), timeout=20)  # fmt: skip
+        wait_until(
+            "the silent nodes named in a warning",
+            lambda: (
+                "4 GPU node(s) in the inventory have no data from "
+                "their agent (silent-0, silent-1, silent-2, silent-3)" in ext.log()
+            ),
+            timeout=20,
+        )
 
         # A burst of one-GPU pods, decided as kube-scheduler would: filter, then the best prioritize score.
         names = SILENT[:2] + REPORTING + SILENT[2:] + [LOST]
@@ -53,9 +64,10 @@ def test_silent_and_stale_nodes_never_take_a_pod_a_reporting_node_can_take(tmp_p
             body = request_for(names, 1)
             status, filtered = post_json(url(ext, "/filter"), body)
             assert status == 200
-            assert sorted(filtered["NodeNames"]) == sorted(REPORTING + [LOST])
+            assert sorted(filtered["NodeNames"]) == sorted([*REPORTING, LOST])
             assert {filtered["FailedNodes"][n] for n in SILENT} == {
-                "gpu-extender: no fresh GPU data while reporting nodes fit (NoFreshGPUData)"}
+                "gpu-extender: no fresh GPU data while reporting nodes fit (NoFreshGPUData)"
+            }
             args = json.loads(body)
             args["NodeNames"] = filtered["NodeNames"]
             status, scores = post_json(url(ext, "/prioritize"), json.dumps(args).encode())

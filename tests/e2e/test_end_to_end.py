@@ -45,7 +45,9 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         for node, scenario in NODE_SCENARIOS.items():
             c.agent(node, SCENARIOS / scenario, extender)
         c.agent("gpu-node-4", SCENARIOS / "lost.yaml", extender)
-        wait_until("4 nodes with data", lambda: metric(scrape(url(extender, "/metrics")), "gpu_extender_nodes_with_data") == 4)
+        wait_until(
+            "4 nodes with data", lambda: metric(scrape(url(extender, "/metrics")), "gpu_extender_nodes_with_data") == 4
+        )
         yield c
 
 
@@ -58,9 +60,7 @@ def test_filter_passes_idle_nodes_and_rejects_busy_ones_with_a_reason(live: Clus
     status, answer = post_json(url(ext, "/filter"), fixture_bytes("filter-request-nodecache-true.json"))
     assert status == 200
     assert sorted(answer["NodeNames"]) == ["gpu-node-2", "gpu-node-3"]
-    assert answer["FailedNodes"] == {
-        "gpu-node-1": "gpu-extender: too few idle GPUs (InsufficientIdleGPUs)"
-    }
+    assert answer["FailedNodes"] == {"gpu-node-1": "gpu-extender: too few idle GPUs (InsufficientIdleGPUs)"}
     assert answer["FailedAndUnresolvableNodes"] == {}
     assert answer["Error"] == ""
     assert "filter default/gpu-b1 needs 2 GPU: 2 passed, 1 failed: gpu-node-1: InsufficientIdleGPUs" in ext.log()
@@ -144,19 +144,29 @@ def _names(request: dict) -> list[str]:
 def test_lost_gpu_is_reported_unhealthy_and_the_agent_keeps_running(live: Cluster) -> None:
     ext = _extender(live)
     agent = next(p for p in live.procs if p.name == "agent-gpu-node-4")
-    samples = wait_until("GPU 1 unhealthy", lambda: (s := scrape(url(agent, "/metrics")))
-                         and metric(s, "gpu_agent_gpu_healthy", **_gpu_labels(s, "1")) == 0.0 and s)  # fmt: skip
+    samples = wait_until(
+        "GPU 1 unhealthy",
+        lambda: (
+            (s := scrape(url(agent, "/metrics")))
+            and metric(s, "gpu_agent_gpu_healthy", **_gpu_labels(s, "1")) == 0.0
+            and s
+        ),
+    )
     assert metric(samples, "gpu_agent_gpu_healthy", **_gpu_labels(samples, "0")) == 1.0
     assert metric(samples, "gpu_agent_nvml_errors_total", call="nvmlDeviceGetUtilizationRates", error="GpuIsLost")
     count_before = metric(samples, "gpu_agent_sample_duration_seconds_count")
-    wait_until("more samples", lambda: metric(scrape(url(agent, "/metrics")),
-                                              "gpu_agent_sample_duration_seconds_count") > count_before)  # fmt: skip
+    wait_until(
+        "more samples",
+        lambda: metric(scrape(url(agent, "/metrics")), "gpu_agent_sample_duration_seconds_count") > count_before,
+    )
     assert agent.alive()
     assert "GPU 1: nvmlDeviceGetUtilizationRates failed with NVML error GpuIsLost" in agent.log()
 
     # 3 healthy idle GPUs left: a 3-GPU pod fits, a 4-GPU pod cannot, and preemption cannot help.
-    wait_until("extender sees 3 idle", lambda: metric(scrape(url(ext, "/metrics")), "gpu_extender_node_idle_gpus",
-                                                       node="gpu-node-4") == 3)  # fmt: skip
+    wait_until(
+        "extender sees 3 idle",
+        lambda: metric(scrape(url(ext, "/metrics")), "gpu_extender_node_idle_gpus", node="gpu-node-4") == 3,
+    )
     _, three = post_json(url(ext, "/filter"), request_for(["gpu-node-4"], gpus=3))
     assert three["NodeNames"] == ["gpu-node-4"]
     _, four = post_json(url(ext, "/filter"), request_for(["gpu-node-4"], gpus=4))
@@ -187,11 +197,15 @@ BAD_BODIES = [
     (b'{"Pod": {}, "NodeNames": null, "Nodes": null}', "missing_nodes"),
     (b'{"Pod": {}, "pod": {}, "NodeNames": []}', "duplicate_key"),
     (b'{"Pod": {"spec": {"containers": {}}}, "NodeNames": []}', "wrong_type"),
-    (b'{"Pod": {"spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "two"}}}]}}, "NodeNames": []}',
-     "bad_quantity"),
-    (b'{"Pod": {"spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "0.5"}}}]}}, "NodeNames": []}',
-     "bad_quantity"),
-]  # fmt: skip
+    (
+        b'{"Pod": {"spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "two"}}}]}}, "NodeNames": []}',
+        "bad_quantity",
+    ),
+    (
+        b'{"Pod": {"spec": {"containers": [{"resources": {"limits": {"nvidia.com/gpu": "0.5"}}}]}}, "NodeNames": []}',
+        "bad_quantity",
+    ),
+]
 
 
 @pytest.mark.parametrize("verb", ["filter", "prioritize", "explain"])
@@ -268,13 +282,20 @@ def test_killed_agent_turns_stale_and_the_stale_policy_decides(tmp_path: Path) -
         fail_closed = c.extender(*common, "--stale-policy", "fail-closed")
         agent = c.agent("gpu-node-9", SCENARIOS / "busy8.yaml", fail_open, fail_closed)
         for ext in (fail_open, fail_closed):
-            wait_until("data", lambda ext=ext: metric(scrape(url(ext, "/metrics")), "gpu_extender_nodes_with_data") == 1)
+            wait_until(
+                "data", lambda ext=ext: metric(scrape(url(ext, "/metrics")), "gpu_extender_nodes_with_data") == 1
+            )
             _, fresh = post_json(url(ext, "/filter"), request_for(["gpu-node-9"]))
             assert fresh["FailedNodes"]["gpu-node-9"].endswith("(InsufficientIdleGPUs)")
 
         agent.stop(signal.SIGKILL)
-        wait_until("data older than the TTL", lambda: metric(scrape(url(fail_closed, "/metrics")),
-                   "gpu_extender_node_data_age_seconds", node="gpu-node-9") > 1.6)  # fmt: skip
+        wait_until(
+            "data older than the TTL",
+            lambda: (
+                metric(scrape(url(fail_closed, "/metrics")), "gpu_extender_node_data_age_seconds", node="gpu-node-9")
+                > 1.6
+            ),
+        )
 
         _, opened = post_json(url(fail_open, "/filter"), request_for(["gpu-node-9"]))
         assert opened["NodeNames"] == ["gpu-node-9"] and opened["FailedNodes"] == {}  # like no data: all idle
@@ -294,15 +315,20 @@ def test_agents_outlive_an_extender_restart_and_come_back_within_seconds(tmp_pat
         # Down: agents stay up and healthy, their stream gauge drops to 0.
         target = f"127.0.0.1:{ext.ports['grpc']}"
         for agent in agents:
-            wait_until("stream down", lambda a=agent: metric(scrape(url(a, "/metrics")),
-                       "gpu_agent_stream_connected", extender=target) == 0)  # fmt: skip
+            wait_until(
+                "stream down",
+                lambda a=agent: metric(scrape(url(a, "/metrics")), "gpu_agent_stream_connected", extender=target) == 0,
+            )
         time.sleep(2)
         assert all(a.alive() for a in agents)
 
         started = time.monotonic()
         back = c.extender(http_port=ext.ports["http"], grpc_port=ext.ports["grpc"])
-        wait_until("agents back", lambda: metric(scrape(url(back, "/metrics")),
-                   "gpu_extender_nodes_with_data") == 2, timeout=10)  # fmt: skip
+        wait_until(
+            "agents back",
+            lambda: metric(scrape(url(back, "/metrics")), "gpu_extender_nodes_with_data") == 2,
+            timeout=10,
+        )
         print(f"agents back {time.monotonic() - started:.2f}s after the extender was ready")
         for agent in agents:
             samples = scrape(url(agent, "/metrics"))
@@ -322,9 +348,20 @@ def _nvml_loadable() -> bool:
 @pytest.mark.skipif(_nvml_loadable(), reason="this machine has libnvidia-ml.so.1")
 def test_agent_without_nvml_exits_with_a_one_line_cause() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "gpuextender.agent", "--node-name", "gpu-node-1", "--metrics-addr", f"127.0.0.1:{free_port()}"],
-        capture_output=True, text=True, timeout=30, cwd=ROOT,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "gpuextender.agent",
+            "--node-name",
+            "gpu-node-1",
+            "--metrics-addr",
+            f"127.0.0.1:{free_port()}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=ROOT,
+    )
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1, result.stderr
@@ -342,8 +379,9 @@ def test_agent_without_nvml_exits_with_a_one_line_cause() -> None:
     ],
 )
 def test_agent_config_errors_are_one_clear_line(args: list[str], message: str) -> None:
-    result = subprocess.run([sys.executable, "-m", "gpuextender.agent", *args], capture_output=True, text=True,
-                            timeout=30, cwd=ROOT)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "gpuextender.agent", *args], capture_output=True, text=True, timeout=30, cwd=ROOT
+    )
     assert result.returncode == 2
     assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1, result.stderr
 
@@ -358,10 +396,20 @@ def test_extender_with_a_port_taken_exits_cleanly_with_the_cause(taken_port: str
         taken.listen()
         ports = {"http": free_port(), "grpc": free_port(), taken_port: taken.getsockname()[1]}
         result = subprocess.run(
-            [sys.executable, "-m", "gpuextender.extender", "--http-addr", f"127.0.0.1:{ports['http']}",
-             "--grpc-addr", f"127.0.0.1:{ports['grpc']}"],
-            capture_output=True, text=True, timeout=30, cwd=ROOT,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "gpuextender.extender",
+                "--http-addr",
+                f"127.0.0.1:{ports['http']}",
+                "--grpc-addr",
+                f"127.0.0.1:{ports['grpc']}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            cwd=ROOT,
+        )
     assert result.returncode == 2, result.stderr
     assert "gpu-extender: cannot listen" in result.stderr
     if taken_port == "grpc":
@@ -370,8 +418,9 @@ def test_extender_with_a_port_taken_exits_cleanly_with_the_cause(taken_port: str
 
 
 def test_demo_runs_and_shows_decisions() -> None:
-    result = subprocess.run([sys.executable, str(ROOT / "examples" / "demo.py")], capture_output=True, text=True,
-                            timeout=120, cwd=ROOT)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "demo.py")], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     # The demo removes its temporary directory (logs, sockets) when it ends well.
     work = next(line.split()[1].rstrip("/") for line in result.stdout.splitlines() if line.startswith("logs: "))
@@ -400,8 +449,10 @@ def test_demo_runs_and_shows_decisions() -> None:
     assert ["gpu-node-3", "serving/llm-server-0", "GPU", "0,1,2,3"] in lines
     idle = quarantined.partition("allocated but idle")[2]
     assert "--idle-window 2" in idle and "600 s" in idle
-    assert any(line.split()[:2] == ["gpu-node-2", "research/notebook-alice"] and "GPU 0 (idle for" in line
-               for line in idle.splitlines()), idle  # fmt: skip
+    assert any(
+        line.split()[:2] == ["gpu-node-2", "research/notebook-alice"] and "GPU 0 (idle for" in line
+        for line in idle.splitlines()
+    ), idle
     assert "ml/train-llm-0" not in idle
     assert "IDLE GPUS above leaves such a GPU out" in idle
     # `gpu-agent --clear-xid 5` lifts the quarantine: the GPU counts again, and the score with it.
@@ -427,8 +478,11 @@ def test_both_programs_export_prometheus_metrics(live: Cluster) -> None:
 
     agent = next(p for p in live.procs if p.name == "agent-gpu-node-3")
     samples = scrape(url(agent, "/metrics"))
-    gpus = {dict(labels)["gpu"]: dict(labels) for (name, labels), _ in samples.items()
-            if name == "gpu_agent_gpu_utilization_percent"}  # fmt: skip
+    gpus = {
+        dict(labels)["gpu"]: dict(labels)
+        for (name, labels), _ in samples.items()
+        if name == "gpu_agent_gpu_utilization_percent"
+    }
     assert sorted(gpus, key=int) == [str(i) for i in range(8)]
     labels = gpus["0"]
     assert labels["node"] == "gpu-node-3" and labels["model"] == "NVIDIA H100 80GB HBM3"

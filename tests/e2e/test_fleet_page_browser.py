@@ -19,8 +19,9 @@ from tests.extender.test_fleet_page import POD  # the same 2-GPU pod as the form
 from tests.harness import ROOT, Proc, cluster, metric, post_json, scrape, url, wait_until
 
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
-pytestmark = pytest.mark.skipif(not (CHROMIUM.exists() and CHROMEDRIVER.exists()),
-                                reason="needs /usr/bin/chromium and /usr/bin/chromedriver")  # fmt: skip
+pytestmark = pytest.mark.skipif(
+    not (CHROMIUM.exists() and CHROMEDRIVER.exists()), reason="needs /usr/bin/chromium and /usr/bin/chromedriver"
+)
 
 H100 = {"product": "NVIDIA H100 80GB HBM3", "memory_gib": 80, "compute_capability": "9.0"}
 
@@ -38,9 +39,15 @@ def write_scenario(path: Path, busy: int, idle: int) -> None:
 
 def write_inventory(directory: Path) -> None:
     shutil.copy(ROOT / "examples" / "ome" / "accelerator-classes.yaml", directory / "classes.yaml")
-    nodes = [{"apiVersion": "v1", "kind": "Node",
-              "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}},
-              "status": {"allocatable": {"nvidia.com/gpu": "4"}}} for name in ("gpu-a", "gpu-b", "gpu-silent")]  # fmt: skip
+    nodes = [
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}},
+            "status": {"allocatable": {"nvidia.com/gpu": "4"}},
+        }
+        for name in ("gpu-a", "gpu-b", "gpu-silent")
+    ]
     (directory / "nodes.yaml").write_text("\n---\n".join(json.dumps(n) for n in nodes))
 
 
@@ -51,10 +58,20 @@ def browser(tmp_path: Path) -> Iterator[Any]:
 
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage", "--window-size=1400,1000", f"--user-data-dir={tmp_path / 'chromium'}"):
-        options.add_argument(flag)  # fmt: skip
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,1000",
+        f"--user-data-dir={tmp_path / 'chromium'}",
+    ):
+        options.add_argument(flag)
     driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
     try:
         yield driver
@@ -64,13 +81,17 @@ def browser(tmp_path: Path) -> Iterator[Any]:
 
 def cell(driver: Any, node: str, gpu: int) -> dict[str, str]:
     """What the page shows for one GPU: its state, text, hover text and colours (and the legend's)."""
-    found: dict[str, str] | None = driver.execute_script("""
+    found: dict[str, str] | None = driver.execute_script(
+        """
         const c = document.querySelector(`#fleet .node[data-node="${arguments[0]}"] .cell[data-gpu="${arguments[1]}"]`);
         if (!c) return null;
         const swatch = document.querySelector(`#legend [data-state="${c.dataset.state}"] .swatch`);
         const paint = (e) => { const s = getComputedStyle(e); return s.backgroundColor + " " + s.backgroundImage; };
         return {state: c.dataset.state, text: c.textContent, title: c.title, paint: paint(c), legend: paint(swatch)};
-    """, node, gpu)  # fmt: skip
+    """,
+        node,
+        gpu,
+    )
     assert found is not None, f"no cell for {node} GPU {gpu}"
     return found
 
@@ -114,11 +135,15 @@ def test_the_fleet_page_shows_live_gpu_state_and_explains_a_pod(
         ext = c.extender("--inventory", str(inventory))
         c.agent("gpu-a", scenario_a, ext)
         c.agent("gpu-b", scenario_b, ext)
-        wait_until("2 nodes with data", lambda: metric(scrape(url(ext, "/metrics")), "gpu_extender_nodes_with_data") == 2)
+        wait_until(
+            "2 nodes with data", lambda: metric(scrape(url(ext, "/metrics")), "gpu_extender_nodes_with_data") == 2
+        )
 
         browser.get(url(ext, "/"))  # redirected to /ui
         assert browser.current_url.endswith("/ui")
-        wait_for("the fleet rows", lambda: browser.find_elements(By.CSS_SELECTOR, '#fleet .node[data-node="gpu-b"] .cell'))
+        wait_for(
+            "the fleet rows", lambda: browser.find_elements(By.CSS_SELECTOR, '#fleet .node[data-node="gpu-b"] .cell')
+        )
         browser.execute_script("window.loadedOnce = 'yes'")
 
         busy, idle, unknown = cell(browser, "gpu-a", 0), cell(browser, "gpu-a", 3), cell(browser, "gpu-silent", 0)

@@ -22,8 +22,13 @@ import yaml
 
 from tests.harness import Cluster, Proc, cluster, metric, post_json, request_for, scrape, url, wait_until
 
-H100 = {"product": "NVIDIA H100 80GB HBM3", "memory_gib": 80, "compute_capability": "9.0",
-        "utilization_percent": 0, "memory_used_percent": 1}  # fmt: skip
+H100 = {
+    "product": "NVIDIA H100 80GB HBM3",
+    "memory_gib": 80,
+    "compute_capability": "9.0",
+    "utilization_percent": 0,
+    "memory_used_percent": 1,
+}
 NODES = ("half", "empty", "sliced", "no-kubelet")
 
 
@@ -35,17 +40,24 @@ def short_dir() -> Iterator[Path]:
 
 
 def _pods(gpu_refs: list[dict[str, int]], namespace: str) -> list[dict[str, Any]]:
-    return [{"namespace": namespace, "name": f"idle-{i}",
-             "containers": [{"name": "engine", "devices": {"nvidia.com/gpu": [ref]}}]}
-            for i, ref in enumerate(gpu_refs)]  # fmt: skip
+    return [
+        {
+            "namespace": namespace,
+            "name": f"idle-{i}",
+            "containers": [{"name": "engine", "devices": {"nvidia.com/gpu": [ref]}}],
+        }
+        for i, ref in enumerate(gpu_refs)
+    ]
 
 
 KUBELETS: dict[str, dict[str, Any]] = {
     "half": {"allocatable": {"nvidia.com/gpu": [{"gpus": 8}]}, "pods": _pods([{"gpu": g} for g in range(6)], "team-a")},
     "empty": {"allocatable": {"nvidia.com/gpu": [{"gpus": 8}]}, "pods": []},
-    "sliced": {"allocatable": {"nvidia.com/gpu": [{"gpus": 8, "replicas": 4}]},
-               "pods": _pods([{"gpu": 0, "replica": r} for r in range(4)] + [{"gpu": 1, "replica": 0}], "team-b")},
-}  # fmt: skip
+    "sliced": {
+        "allocatable": {"nvidia.com/gpu": [{"gpus": 8, "replicas": 4}]},
+        "pods": _pods([{"gpu": 0, "replica": r} for r in range(4)] + [{"gpu": 1, "replica": 0}], "team-b"),
+    },
+}
 
 
 def _start(c: Cluster, tmp_path: Path, sockets: Path, ext: Proc) -> dict[str, Proc]:
@@ -57,8 +69,11 @@ def _start(c: Cluster, tmp_path: Path, sockets: Path, ext: Proc) -> dict[str, Pr
         if node in KUBELETS:
             spec = tmp_path / f"kubelet-{node}.yaml"
             spec.write_text(yaml.safe_dump(KUBELETS[node]))
-            c.spawn(f"kubelet-{node}", "gpuextender.agent.fakes.kubelet",
-                    ["--socket", str(socket), "--scenario", str(spec), "--node", node])  # fmt: skip
+            c.spawn(
+                f"kubelet-{node}",
+                "gpuextender.agent.fakes.kubelet",
+                ["--socket", str(socket), "--scenario", str(spec), "--node", node],
+            )
             wait_until(f"{node}'s fake kubelet", socket.exists)
         agents[node] = c.agent(node, scenario, ext, extra=("--interval", "0.5", "--pod-resources-socket", str(socket)))
     return agents
@@ -79,8 +94,11 @@ def test_free_idle_healthy_with_real_agents_and_kubelets(tmp_path: Path, short_d
             samples = scrape(url(ext, "/metrics"))
             return {n: metric(samples, "gpu_extender_node_idle_gpus", node=n) for n in NODES}
 
-        wait_until("every node's allocation in the extender",
-                   lambda: idle() == {"half": 2, "empty": 8, "sliced": 27, "no-kubelet": 8}, timeout=30)  # fmt: skip
+        wait_until(
+            "every node's allocation in the extender",
+            lambda: idle() == {"half": 2, "empty": 8, "sliced": 27, "no-kubelet": 8},
+            timeout=30,
+        )
 
         # 3 GPUs: `half` has 2 free (its 6 others are held, however quiet).
         answer = _call(ext, "filter", 3)
@@ -104,7 +122,10 @@ def test_free_idle_healthy_with_real_agents_and_kubelets(tmp_path: Path, short_d
         by_node = {r["node"]: r for r in rows}
         assert rows[-1]["node"] == "half" and by_node["half"]["score"] == 0
         assert (by_node["half"]["allocation"], by_node["half"]["freeGpus"], by_node["half"]["allocatedIdleGpus"]) == (
-            "kubelet", 2, 6)  # fmt: skip
+            "kubelet",
+            2,
+            6,
+        )
         assert by_node["half"]["allocatedIdleByNamespace"] == {"team-a": 6}
         assert by_node["sliced"]["allocatedIdleByNamespace"] == {"team-b": 2}
         assert by_node["no-kubelet"]["allocation"].endswith("idle readings alone decide")
@@ -123,10 +144,17 @@ def test_free_idle_healthy_with_real_agents_and_kubelets(tmp_path: Path, short_d
 
 def _islands() -> dict[str, Any]:
     """Two NVLink islands of 4 GPUs (0-3, 4-7), one per NUMA node, as the fake NVML scripts it."""
-    nvlinks = [{"gpus": [a, b], "links": 4} for island in ((0, 1, 2, 3), (4, 5, 6, 7))
-               for i, a in enumerate(island) for b in island[i + 1:]]  # fmt: skip
-    return {"pcie": "system", "nvlinks": nvlinks,
-            "pcie_groups": [{"gpus": [0, 1, 2, 3], "relation": "node"}, {"gpus": [4, 5, 6, 7], "relation": "node"}]}
+    nvlinks = [
+        {"gpus": [a, b], "links": 4}
+        for island in ((0, 1, 2, 3), (4, 5, 6, 7))
+        for i, a in enumerate(island)
+        for b in island[i + 1 :]
+    ]
+    return {
+        "pcie": "system",
+        "nvlinks": nvlinks,
+        "pcie_groups": [{"gpus": [0, 1, 2, 3], "relation": "node"}, {"gpus": [4, 5, 6, 7], "relation": "node"}],
+    }
 
 
 def test_a_multi_gpu_pod_goes_where_its_gpus_share_nvlink(tmp_path: Path, short_dir: Path) -> None:
@@ -139,15 +167,29 @@ def test_a_multi_gpu_pod_goes_where_its_gpus_share_nvlink(tmp_path: Path, short_
         ext = c.extender("--stale-after", "60")
         for node, gpus in held.items():
             socket, spec = short_dir / f"{node}.sock", tmp_path / f"kubelet-{node}.yaml"
-            spec.write_text(yaml.safe_dump({"allocatable": {"nvidia.com/gpu": [{"gpus": 8}]},
-                                            "pods": _pods([{"gpu": g} for g in gpus], "train")}))  # fmt: skip
-            c.spawn(f"kubelet-{node}", "gpuextender.agent.fakes.kubelet",
-                    ["--socket", str(socket), "--scenario", str(spec), "--node", node])  # fmt: skip
+            spec.write_text(
+                yaml.safe_dump(
+                    {
+                        "allocatable": {"nvidia.com/gpu": [{"gpus": 8}]},
+                        "pods": _pods([{"gpu": g} for g in gpus], "train"),
+                    }
+                )
+            )
+            c.spawn(
+                f"kubelet-{node}",
+                "gpuextender.agent.fakes.kubelet",
+                ["--socket", str(socket), "--scenario", str(spec), "--node", node],
+            )
             wait_until(f"{node}'s fake kubelet", socket.exists)
             c.agent(node, scenario, ext, extra=("--interval", "0.5", "--pod-resources-socket", str(socket)))
-        wait_until("both nodes' allocation", lambda: {
-            n: metric(scrape(url(ext, "/metrics")), "gpu_extender_node_idle_gpus", node=n) for n in held
-        } == {"linked": 4, "scattered": 5}, timeout=30)  # fmt: skip
+        wait_until(
+            "both nodes' allocation",
+            lambda: (
+                {n: metric(scrape(url(ext, "/metrics")), "gpu_extender_node_idle_gpus", node=n) for n in held}
+                == {"linked": 4, "scattered": 5}
+            ),
+            timeout=30,
+        )
 
         status, four = post_json(url(ext, "/explain"), request_for(list(held), gpus=4))
         assert status == 200
@@ -165,22 +207,62 @@ def test_mig_devices_are_matched_per_profile(tmp_path: Path, short_dir: Path) ->
     one busy (60 % of its memory): one free. A pod asking for nvidia.com/mig-1g.10gb: 1 fits it,
     2 does not; a whole-GPU pod fails there as MigPartitioned."""
     scenario = tmp_path / "mig.yaml"
-    scenario.write_text(yaml.safe_dump({"gpus": [{**H100, "count": 1, "mig": [
-        {"profile": "1g.10gb", "count": 2, "memory_used_percent": 1},
-        {"profile": "1g.10gb", "count": 1, "memory_used_percent": 60}]}]}))  # fmt: skip
+    scenario.write_text(
+        yaml.safe_dump(
+            {
+                "gpus": [
+                    {
+                        **H100,
+                        "count": 1,
+                        "mig": [
+                            {"profile": "1g.10gb", "count": 2, "memory_used_percent": 1},
+                            {"profile": "1g.10gb", "count": 1, "memory_used_percent": 60},
+                        ],
+                    }
+                ]
+            }
+        )
+    )
     spec = tmp_path / "kubelet-mig.yaml"
-    spec.write_text(yaml.safe_dump({
-        "allocatable": {"nvidia.com/mig-1g.10gb": [{"gpu": 0, "mig": m, "profile": "1g.10gb"} for m in range(3)]},
-        "pods": [{"namespace": "llm", "name": "small-0", "containers": [
-            {"name": "c", "devices": {"nvidia.com/mig-1g.10gb": [{"gpu": 0, "mig": 0, "profile": "1g.10gb"}]}}]}],
-    }))  # fmt: skip
+    spec.write_text(
+        yaml.safe_dump(
+            {
+                "allocatable": {
+                    "nvidia.com/mig-1g.10gb": [{"gpu": 0, "mig": m, "profile": "1g.10gb"} for m in range(3)]
+                },
+                "pods": [
+                    {
+                        "namespace": "llm",
+                        "name": "small-0",
+                        "containers": [
+                            {
+                                "name": "c",
+                                "devices": {"nvidia.com/mig-1g.10gb": [{"gpu": 0, "mig": 0, "profile": "1g.10gb"}]},
+                            }
+                        ],
+                    }
+                ],
+            }
+        )
+    )
     socket = short_dir / "mig.sock"
     with cluster(tmp_path) as c:
         # --no-fit-policy reject: the lone node's soft failure is not passed through by the fallback.
-        ext = c.extender("--stale-after", "60", "--no-fit-policy", "reject", "--gpu-resource", "nvidia.com/gpu",
-                         "--gpu-resource", "nvidia.com/mig-1g.10gb")  # fmt: skip
-        c.spawn("kubelet-mig", "gpuextender.agent.fakes.kubelet",
-                ["--socket", str(socket), "--scenario", str(spec), "--node", "mig"])  # fmt: skip
+        ext = c.extender(
+            "--stale-after",
+            "60",
+            "--no-fit-policy",
+            "reject",
+            "--gpu-resource",
+            "nvidia.com/gpu",
+            "--gpu-resource",
+            "nvidia.com/mig-1g.10gb",
+        )
+        c.spawn(
+            "kubelet-mig",
+            "gpuextender.agent.fakes.kubelet",
+            ["--socket", str(socket), "--scenario", str(spec), "--node", "mig"],
+        )
         wait_until("the fake kubelet", socket.exists)
         c.agent("mig", scenario, ext, extra=("--interval", "0.5", "--pod-resources-socket", str(socket)))
 
@@ -192,8 +274,10 @@ def test_mig_devices_are_matched_per_profile(tmp_path: Path, short_dir: Path) ->
             assert status == 200, answer
             return answer["nodes"][0]
 
-        row = wait_until("the MIG devices in the extender",
-                         lambda: (r := ask({"nvidia.com/mig-1g.10gb": "1"}))["migDevicesFree"] == {"1g.10gb": 1} and r)
+        row = wait_until(
+            "the MIG devices in the extender",
+            lambda: (r := ask({"nvidia.com/mig-1g.10gb": "1"}))["migDevicesFree"] == {"1g.10gb": 1} and r,
+        )
         assert row["migDevices"] == {"1g.10gb": 3} and row["result"] == "pass"
         two = ask({"nvidia.com/mig-1g.10gb": "2"})
         assert (two["result"], two["reasonCode"]) == ("fail", "InsufficientFreeMigDevices")

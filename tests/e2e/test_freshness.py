@@ -49,8 +49,10 @@ def idle(ext: Proc) -> float | None:
 
 
 def healthy(ext: Proc) -> int | None:
-    pod = {"metadata": {"name": "p", "namespace": "ns", "uid": "u"},
-           "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}  # fmt: skip
+    pod = {
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+        "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+    }
     body = {"Pod": pod, "NodeNames": [NODE]}
     status, answer = post_json(url(ext, "/explain"), json.dumps(body).encode())
     assert status == 200, answer

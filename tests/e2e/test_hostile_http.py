@@ -27,10 +27,9 @@ from typing import Any
 
 import pytest
 
-from gpuextender.extender.settings import DEFAULT_MAX_BODY_BYTES
 from gpuextender.extender.model.pod_gpus import MAX_GPU_COUNT
 from gpuextender.extender.scheduler.wire import BYTES_PER_CONTAINER, EXPLAIN_MAX_CANDIDATES
-from gpuextender.extender.settings import MAX_CANDIDATES
+from gpuextender.extender.settings import DEFAULT_MAX_BODY_BYTES, MAX_CANDIDATES
 from tests.harness import FIXTURES, Cluster, Proc, cluster, fixture_bytes, metric, scrape, url, wait_until
 from tests.hostile_bodies import Mutator, compact, fixture, full_nodes_request, names_request, worst_bodies
 
@@ -49,8 +48,9 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
         ext = c.extender()
         for node, scenario in NODE_SCENARIOS.items():
             c.agent(node, SCENARIOS / scenario, ext)
-        wait_until("3 nodes with data",
-                   lambda: metric(scrape(url(ext, "/metrics")), "gpu_extender_nodes_with_data") == 3)  # fmt: skip
+        wait_until(
+            "3 nodes with data", lambda: metric(scrape(url(ext, "/metrics")), "gpu_extender_nodes_with_data") == 3
+        )
         yield c
 
 
@@ -178,8 +178,10 @@ def test_fuzzed_and_limit_sized_bodies_get_200_or_4xx_and_never_hold_the_loop(li
     near_limit["one byte over the limit (413)"] = exact + b" " * (DEFAULT_MAX_BODY_BYTES + 1 - len(exact))
     special = [(f"/{verb}", body, name) for name, body in near_limit.items() for verb in VERBS]
     # /explain has its own, lower candidate bound: its worst bodies at that bound too.
-    special += [("/explain", body, f"{name} (explain's bound)") for name, body in
-                worst_bodies(DEFAULT_MAX_BODY_BYTES, EXPLAIN_MAX_CANDIDATES, containers).items()]  # fmt: skip
+    special += [
+        ("/explain", body, f"{name} (explain's bound)")
+        for name, body in worst_bodies(DEFAULT_MAX_BODY_BYTES, EXPLAIN_MAX_CANDIDATES, containers).items()
+    ]
     every = max(1, FUZZ_CASES // (len(special) + 1))
 
     mutator = Mutator(FUZZ_SEED)
@@ -205,14 +207,19 @@ def test_fuzzed_and_limit_sized_bodies_get_200_or_4xx_and_never_hold_the_loop(li
             _check_answer(status, data, f"{what} on {path}")
         time.sleep(0.05)
         # A slow probe may be a noisy neighbour on the machine: each suspect is run again, alone.
-        held = [(what, path, hold) for path, body, what, _ in slow
-                if (hold := _hold_s(client, probe, path, body)) > LOOP_HOLD_LIMIT_S]  # fmt: skip
+        held = [
+            (what, path, hold)
+            for path, body, what, _ in slow
+            if (hold := _hold_s(client, probe, path, body)) > LOOP_HOLD_LIMIT_S
+        ]
     finally:
         probe.stop()
     latencies = sorted(lat for _, lat in probe.samples)
-    print(f"{FUZZ_CASES} cases: {statuses}; /healthz p50 {1000 * latencies[len(latencies) // 2]:.1f} ms, "
-          f"max {1000 * latencies[-1]:.1f} ms over {len(latencies)} probes; suspects re-run: "
-          f"{[(what, path, round(1000 * ms)) for path, _, what, ms in slow]}")  # fmt: skip
+    print(
+        f"{FUZZ_CASES} cases: {statuses}; /healthz p50 {1000 * latencies[len(latencies) // 2]:.1f} ms, "
+        f"max {1000 * latencies[-1]:.1f} ms over {len(latencies)} probes; suspects re-run: "
+        f"{[(what, path, round(1000 * ms)) for path, _, what, ms in slow]}"
+    )
     assert not held, f"bodies within the limit held the event loop over {LOOP_HOLD_LIMIT_S * 1000:.0f} ms: {held}"
     assert statuses.get(200) and statuses.get(400) and statuses.get(413), statuses
     assert _good_answers(client) == before
@@ -238,7 +245,7 @@ def _with_gpus(*amounts: object, names: list[str] | None = None) -> bytes:
 
 @pytest.mark.parametrize("value", ["1e999999", "1e999999Ei", "9" * 5000, "1" + "0" * 4400])
 def test_a_hostile_quantity_is_refused_at_once(live: Cluster, value: str) -> None:
-    """"1e999999" once froze the extender ~26 s per 2.3 KB request; "1e999999Ei" was a 500; a
+    """ "1e999999" once froze the extender ~26 s per 2.3 KB request; "1e999999Ei" was a 500; a
     quantity of >4,300 digits broke the log line ("--- Logging error ---")."""
     ext = _ext(live)
     client = Client(ext.ports["http"])
@@ -266,8 +273,12 @@ def test_gpu_totals_are_bounded_at_2_31(live: Cluster) -> None:
         assert status == 200, (verb, data[:300])
     status, _, data = client.post("/explain", at_bound)
     assert json.loads(data)["gpusNeeded"] == MAX_GPU_COUNT
-    over_bound = (_with_gpus(2**30, "1Gi", 1), _with_gpus("2147483649"), _with_gpus("2e308", "2e308"),
-                  _with_gpus(2**64 - 1))  # fmt: skip
+    over_bound = (
+        _with_gpus(2**30, "1Gi", 1),
+        _with_gpus("2147483649"),
+        _with_gpus("2e308", "2e308"),
+        _with_gpus(2**64 - 1),
+    )
     for over in over_bound:
         for verb in VERBS:
             status, _, data = client.post(f"/{verb}", over)
@@ -331,8 +342,13 @@ def _length(data: bytes) -> int:
 
 
 def _head(path: str, length: int, *extra: str) -> bytes:
-    lines = [f"POST {path} HTTP/1.1", "Host: 127.0.0.1", "Content-Type: application/json",
-             f"Content-Length: {length}", *extra]  # fmt: skip
+    lines = [
+        f"POST {path} HTTP/1.1",
+        "Host: 127.0.0.1",
+        "Content-Type: application/json",
+        f"Content-Length: {length}",
+        *extra,
+    ]
     return ("\r\n".join(lines) + "\r\n\r\n").encode()
 
 
@@ -343,8 +359,10 @@ def test_a_client_hanging_up_mid_body_is_counted_as_499_without_a_traceback(live
         with socket.create_connection(("127.0.0.1", port)) as s:
             s.sendall(_head("/filter", 1000) + b'{"Pod": {}')
             time.sleep(0.05)
-    wait_until("3 hang-ups counted", lambda: metric(scrape(url(ext, "/metrics")), "gpu_extender_requests_total",
-                                                     verb="filter", code="499") == 3)  # fmt: skip
+    wait_until(
+        "3 hang-ups counted",
+        lambda: metric(scrape(url(ext, "/metrics")), "gpu_extender_requests_total", verb="filter", code="499") == 3,
+    )
     assert "hung up before its request body was complete" in ext.log()
     _no_server_errors(ext)
 
@@ -374,10 +392,14 @@ def test_compressed_bodies_are_refused_with_415_before_reading(live: Cluster) ->
     zeros = bytes(1 << 20)
     payload = b"".join(bomb.compress(zeros) for _ in range(256)) + bomb.flush()
     rss_before = _rss_kib(ext)
-    for encoding, body in (("gzip", payload), ("deflate", b"\x00garbage, not deflate"), ("br", b"x"),
-                           ("gzip, identity", gzip.compress(fixture_bytes("filter-request-nodecache-true.json")))):
+    for encoding, body in (
+        ("gzip", payload),
+        ("deflate", b"\x00garbage, not deflate"),
+        ("br", b"x"),
+        ("gzip, identity", gzip.compress(fixture_bytes("filter-request-nodecache-true.json"))),
+    ):
         for verb in VERBS:
-            status, headers, data = client.post(f"/{verb}", body, {"Content-Encoding": encoding})
+            status, _headers, data = client.post(f"/{verb}", body, {"Content-Encoding": encoding})
             assert status == 415 and json.loads(data)["reason"] == "unsupported_encoding", (encoding, data[:300])
     assert _rss_kib(ext) - rss_before < 64 * 1024  # the bomb was never inflated
     good = fixture_bytes("filter-request-nodecache-true.json")
@@ -399,8 +421,13 @@ def test_the_body_limit_is_exact_and_a_declared_excess_is_refused_unread(live: C
     # Chunked (no Content-Length): refused once the limit is passed.
     for extra, expected in ((b"", 200), (b" ", 413)):
         conn = http.client.HTTPConnection("127.0.0.1", ext.ports["http"], timeout=30)
-        conn.request("POST", "/filter", body=iter([at_limit[: 1 << 20], at_limit[1 << 20 :] + extra]),
-                     headers={"Content-Type": "application/json"}, encode_chunked=True)  # fmt: skip
+        conn.request(
+            "POST",
+            "/filter",
+            body=iter([at_limit[: 1 << 20], at_limit[1 << 20 :] + extra]),
+            headers={"Content-Type": "application/json"},
+            encode_chunked=True,
+        )
         assert conn.getresponse().status == expected
         conn.close()
     # A declared excess is answered before any of the body is sent.
@@ -468,14 +495,14 @@ def test_a_thousand_concurrent_filters_are_all_answered(live: Cluster) -> None:
         start = threading.Barrier(count)
         results: list[object] = []
 
-        def call() -> None:
+        def call(start: threading.Barrier = start, results: list[object] = results) -> None:
             start.wait()
             try:
                 conn = http.client.HTTPConnection("127.0.0.1", ext.ports["http"], timeout=60)
                 conn.request("POST", "/filter", body=body, headers={"Content-Type": "application/json"})
                 results.append(conn.getresponse().status)
                 conn.close()
-            except Exception as exc:  # noqa: BLE001 - reported below
+            except Exception as exc:
                 results.append(repr(exc))
 
         threads = [threading.Thread(target=call, daemon=True) for _ in range(count)]

@@ -47,8 +47,15 @@ def sized(total: int) -> pb.NodeReport:
 
 def write_nodes(directory: Path, *names: str) -> Path:
     directory.mkdir(exist_ok=True)
-    docs = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": n},
-             "status": {"allocatable": {"nvidia.com/gpu": "8"}}} for n in names]  # fmt: skip
+    docs = [
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": n},
+            "status": {"allocatable": {"nvidia.com/gpu": "8"}},
+        }
+        for n in names
+    ]
     (directory / "nodes.yaml").write_text("\n---\n".join(json.dumps(d) for d in docs))
     return directory
 
@@ -56,15 +63,17 @@ def write_nodes(directory: Path, *names: str) -> Path:
 def test_with_an_inventory_unknown_nodes_are_bounded_and_skew_is_refused(tmp_path: Path) -> None:
     inventory = write_nodes(tmp_path / "inventory", "gpu-node-1")
     with cluster(tmp_path) as c:
-        ext = c.extender("--inventory", str(inventory), "--readiness-grace", "0", "--max-unknown-nodes", "1",
-                         "--max-clock-skew", "5")  # fmt: skip
+        ext = c.extender(
+            "--inventory", str(inventory), "--readiness-grace", "0", "--max-unknown-nodes", "1", "--max-clock-skew", "5"
+        )
         assert [a.status for a in send(ext, now_report("gpu-node-1"))] == [ACCEPTED]
         assert [a.status for a in send(ext, now_report("made-up-1"))] == [ACCEPTED]
         refused = send(ext, now_report("made-up-2"))
         assert refused[0].status == REJECTED and "--max-unknown-nodes 1" in refused[0].reason
 
-        acks = send(ext, now_report("gpu-node-1", 1), now_report("gpu-node-1", 2, offset_s=45),
-                    now_report("gpu-node-1", 3))  # fmt: skip
+        acks = send(
+            ext, now_report("gpu-node-1", 1), now_report("gpu-node-1", 2, offset_s=45), now_report("gpu-node-1", 3)
+        )
         assert [a.status for a in acks] == [ACCEPTED, REJECTED, ACCEPTED]
         assert "ahead of the extender's clock, more than --max-clock-skew 5s" in acks[1].reason
 

@@ -45,8 +45,10 @@ def test_reports_and_metrics_come_through_the_ingest_process(tmp_path: Path) -> 
         assert pid != ext.popen.pid
         assert "gpuextender.extender.ingest_process" in Path(f"/proc/{pid}/cmdline").read_text()
         c.agent(NODE, scenario(tmp_path / "node.yaml"), ext)
-        wait_until("the node's data in the extender", lambda: metric(scrape(url(ext, "/metrics")),
-                                                                     "gpu_extender_node_idle_gpus", node=NODE) == 8)
+        wait_until(
+            "the node's data in the extender",
+            lambda: metric(scrape(url(ext, "/metrics")), "gpu_extender_node_idle_gpus", node=NODE) == 8,
+        )
         # The ingest series are asked of the ingest process at scrape time: one scrape shows the
         # accepted reports behind the data it already has, and the open stream.
         samples = scrape(url(ext, "/metrics"))
@@ -76,7 +78,9 @@ def test_in_process_ingest_needs_no_second_process(tmp_path: Path) -> None:
     with cluster(tmp_path) as c:
         ext = c.extender("--ingest-in-process")
         c.agent(NODE, scenario(tmp_path / "node.yaml"), ext)
-        wait_until("the node's data in the extender", lambda: metric(scrape(url(ext, "/metrics")),
-                                                                     "gpu_extender_node_idle_gpus", node=NODE) == 8)
+        wait_until(
+            "the node's data in the extender",
+            lambda: metric(scrape(url(ext, "/metrics")), "gpu_extender_node_idle_gpus", node=NODE) == 8,
+        )
         assert metric(scrape(url(ext, "/metrics")), "gpu_extender_connected_agents") == 1
         assert "ingest process" not in ext.log()

@@ -26,9 +26,15 @@ def node_count(extender: Proc) -> float | None:
 
 
 def write_nodes(path: Path) -> None:
-    items = [{"apiVersion": "v1", "kind": "Node",
-              "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": product}},
-              "status": {"allocatable": {"nvidia.com/gpu": "8"}}} for name, product in PRODUCTS.items()]  # fmt: skip
+    items = [
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": product}},
+            "status": {"allocatable": {"nvidia.com/gpu": "8"}},
+        }
+        for name, product in PRODUCTS.items()
+    ]
     path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": items}, indent=1))
 
 
@@ -37,8 +43,11 @@ def ome_pod_filter() -> bytes:
     args = json.loads(fixture_bytes("filter-request-nodecache-true.json"))
     pod = args["Pod"]
     pod["metadata"]["namespace"] = "llm"
-    pod["metadata"]["labels"] = {"ome.io/inferenceservice": "llama-8b-cheapest", "component": "engine",
-                                 "serving-runtime": "vllm-llama-small"}  # fmt: skip
+    pod["metadata"]["labels"] = {
+        "ome.io/inferenceservice": "llama-8b-cheapest",
+        "component": "engine",
+        "serving-runtime": "vllm-llama-small",
+    }
     for container in pod["spec"]["containers"]:
         for key in ("requests", "limits"):
             container["resources"][key]["nvidia.com/gpu"] = "1"

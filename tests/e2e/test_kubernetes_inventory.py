@@ -31,6 +31,7 @@ class ThreadedApiServer:
 
     def call(self, fn: Callable[[], Any]) -> Any:
         """Run `fn` on the server's loop (its state is not thread-safe) and return its result."""
+
         async def run() -> Any:
             return fn()
 
@@ -60,8 +61,12 @@ def examples(kind: str, name: str) -> dict:
 
 
 def node(name: str, product: str) -> dict:
-    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": product}},
-            "status": {"allocatable": {"nvidia.com/gpu": "8"}}}  # fmt: skip
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": product}},
+        "status": {"allocatable": {"nvidia.com/gpu": "8"}},
+    }
 
 
 def test_watched_objects_drive_decisions(api: ThreadedApiServer, tmp_path: Path) -> None:
@@ -79,8 +84,12 @@ def test_watched_objects_drive_decisions(api: ThreadedApiServer, tmp_path: Path)
     with cluster(tmp_path) as c:
         ext = c.extender("--kubernetes", "--kubeconfig", str(kubeconfig))
         assert http("GET", url(ext, "/readyz"))[0] == 200
-        wait_until("isvc listed", lambda: metric(scrape(url(ext, "/metrics")), "gpu_extender_inventory_objects",
-                                                 kind="InferenceService") == 1)  # fmt: skip
+        wait_until(
+            "isvc listed",
+            lambda: (
+                metric(scrape(url(ext, "/metrics")), "gpu_extender_inventory_objects", kind="InferenceService") == 1
+            ),
+        )
         _, first = post_json(url(ext, "/filter"), pinned)
         assert first["NodeNames"] == ["a100-40-node"]
         assert first["FailedAndUnresolvableNodes"]["h100-node"].endswith("(AcceleratorClassNotAllowed)")
@@ -89,15 +98,23 @@ def test_watched_objects_drive_decisions(api: ThreadedApiServer, tmp_path: Path)
         changed = examples("AcceleratorClass", "nvidia-a100-40gb")
         changed["spec"]["discovery"]["nodeSelector"]["nvidia.com/gpu.product"] = "NVIDIA-H100-80GB-HBM3"
         api.call(lambda: s.modify("AcceleratorClass", changed))
-        wait_until("decision follows the modified class",
-                   lambda: post_json(url(ext, "/filter"), pinned)[1]["NodeNames"] == ["h100-node"])  # fmt: skip
+        wait_until(
+            "decision follows the modified class",
+            lambda: post_json(url(ext, "/filter"), pinned)[1]["NodeNames"] == ["h100-node"],
+        )
 
         # DELETED: the class is gone, so the explicit request cannot be met on any node.
         api.call(lambda: s.delete("AcceleratorClass", "nvidia-a100-40gb"))
-        wait_until("decision follows the deleted class", lambda: all(
-            m.endswith("(AcceleratorClassIncompatible)")
-            for m in post_json(url(ext, "/filter"), pinned)[1]["FailedAndUnresolvableNodes"].values()
-        ) and len(post_json(url(ext, "/filter"), pinned)[1]["FailedAndUnresolvableNodes"]) == 2)  # fmt: skip
+        wait_until(
+            "decision follows the deleted class",
+            lambda: (
+                all(
+                    m.endswith("(AcceleratorClassIncompatible)")
+                    for m in post_json(url(ext, "/filter"), pinned)[1]["FailedAndUnresolvableNodes"].values()
+                )
+                and len(post_json(url(ext, "/filter"), pinned)[1]["FailedAndUnresolvableNodes"]) == 2
+            ),
+        )
 
         # ADDED: a ServingRuntime in the namespace beats the cluster one of the same name (OME's order).
         runtime = examples("ClusterServingRuntime", "vllm-llama-small")
@@ -107,8 +124,9 @@ def test_watched_objects_drive_decisions(api: ThreadedApiServer, tmp_path: Path)
         api.call(lambda: s.add("ServingRuntime", runtime))
         api.call(lambda: s.add("InferenceService", {**examples("InferenceService", "llama-8b-cheapest")}))
         cheap = ome_request("llama-8b-cheapest", "vllm-llama-small", NODES)
-        wait_until("namespaced runtime used", lambda: post_json(url(ext, "/filter"), cheap)[1]["NodeNames"]
-                   == ["h100-node"])  # fmt: skip
+        wait_until(
+            "namespaced runtime used", lambda: post_json(url(ext, "/filter"), cheap)[1]["NodeNames"] == ["h100-node"]
+        )
         assert "inventory: BaseModel: CRD not installed" in ext.log() and ext.alive()
 
 
@@ -116,8 +134,13 @@ def gpu_pod(name: str, node: str | None, gpus: str = "1", phase: str = "Pending"
     spec: dict[str, Any] = {"containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": gpus}}}]}
     if node is not None:
         spec["nodeName"] = node
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": "llm", "uid": f"uid-{name}"},
-            "spec": spec, "status": {"phase": phase}}  # fmt: skip
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "llm", "uid": f"uid-{name}"},
+        "spec": spec,
+        "status": {"phase": phase},
+    }
 
 
 def bound_pods(ext: Any) -> float | None:
@@ -139,8 +162,16 @@ def test_the_pod_watch_feeds_the_ledger_and_readiness_waits_for_its_first_list(
         wait_until("the Pod list tried", lambda: api.call(lambda: s.list_count("Pod")) >= 1)
         status, body = http("GET", url(ext, "/readyz"))
         assert status == 503 and b"inventory" in body, body
-        api.call(lambda: s.install("Pod", [gpu_pod("serving", "h100-node", "2"), gpu_pod("waiting", None),
-                                           gpu_pod("done", "h100-node", phase="Succeeded")]))  # fmt: skip
+        api.call(
+            lambda: s.install(
+                "Pod",
+                [
+                    gpu_pod("serving", "h100-node", "2"),
+                    gpu_pod("waiting", None),
+                    gpu_pod("done", "h100-node", phase="Succeeded"),
+                ],
+            )
+        )
         wait_until("ready once pods are listed", lambda: http("GET", url(ext, "/readyz"))[0] == 200)
         assert bound_pods(ext) == 1
         requests = api.call(lambda: [r.field_selector for r in s.list_requests if r.kind == "Pod"])
@@ -149,8 +180,21 @@ def test_the_pod_watch_feeds_the_ledger_and_readiness_waits_for_its_first_list(
         api.call(lambda: s.add("Pod", gpu_pod("waiting", "h100-node")))  # bound now
         wait_until("the bound pod counted", lambda: bound_pods(ext) == 2)
         api.call(lambda: s.close_watches())
-        wait_until("the restart counted", lambda: (metric(scrape(url(ext, "/metrics")),
-                   "gpu_extender_inventory_watch_restarts_total", kind="Pod", cause="server_closed") or 0) >= 1)
+        wait_until(
+            "the restart counted",
+            lambda: (
+                (
+                    metric(
+                        scrape(url(ext, "/metrics")),
+                        "gpu_extender_inventory_watch_restarts_total",
+                        kind="Pod",
+                        cause="server_closed",
+                    )
+                    or 0
+                )
+                >= 1
+            ),
+        )
         api.call(lambda: s.add("Pod", gpu_pod("serving", "h100-node", "2", phase="Succeeded")))  # finished
         wait_until("the finished pod gone", lambda: bound_pods(ext) == 1)
         samples = scrape(url(ext, "/metrics"))

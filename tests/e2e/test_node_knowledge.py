@@ -23,8 +23,13 @@ import yaml
 from tests.harness import Cluster, Proc, cluster, metric, scrape, url, wait_until
 
 NODE = "gpu-node-1"
-H100 = {"product": "NVIDIA H100 80GB HBM3", "memory_gib": 80, "compute_capability": "9.0",
-        "utilization_percent": 0, "memory_used_percent": 1}  # fmt: skip
+H100 = {
+    "product": "NVIDIA H100 80GB HBM3",
+    "memory_gib": 80,
+    "compute_capability": "9.0",
+    "utilization_percent": 0,
+    "memory_used_percent": 1,
+}
 XID_AT_S = 4.0
 
 
@@ -43,8 +48,9 @@ def test_a_critical_xid_reaches_the_extender_before_the_next_sample_and_clears_o
     tmp_path: Path, short_dir: Path
 ) -> None:
     scenario = tmp_path / "node.yaml"
-    scenario.write_text(yaml.safe_dump({"gpus": [{**H100, "count": 8}],
-                                        "events": [{"at_s": XID_AT_S, "gpus": [2], "xid": 79}]}))  # fmt: skip
+    scenario.write_text(
+        yaml.safe_dump({"gpus": [{**H100, "count": 8}], "events": [{"at_s": XID_AT_S, "gpus": [2], "xid": 79}]})
+    )
     control = short_dir / "control"
     with cluster(tmp_path) as c:
         ext = c.extender("--stale-after", "120")
@@ -59,13 +65,18 @@ def test_a_critical_xid_reaches_the_extender_before_the_next_sample_and_clears_o
         samples = scrape(url(agent, "/metrics"))
         gpu2 = {"gpu": "2", "UUID": _uuid(samples, "2")}
         assert _dcgm(samples, "DCGM_FI_DEV_XID_ERRORS", **gpu2) == 79
-        assert metric(samples, "gpu_agent_gpu_healthy", node=NODE, gpu="2", uuid=gpu2["UUID"],
-                      model=H100["product"]) == 0  # fmt: skip
+        assert (
+            metric(samples, "gpu_agent_gpu_healthy", node=NODE, gpu="2", uuid=gpu2["UUID"], model=H100["product"]) == 0
+        )
         assert "GPU 2: NVML event xid 79" in agent.log()
 
         # The operator clears it (kubectl exec POD -- gpu-agent --clear-xid 2).
-        cleared = subprocess.run([sys.executable, "-m", "gpuextender.agent", "--clear-xid", "2",
-                                  "--control-dir", str(control)], capture_output=True, text=True, timeout=30)  # fmt: skip
+        cleared = subprocess.run(
+            [sys.executable, "-m", "gpuextender.agent", "--clear-xid", "2", "--control-dir", str(control)],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
         assert cleared.returncode == 0, cleared.stdout + cleared.stderr
         assert "GPU 2" in cleared.stdout + cleared.stderr
         wait_until("the cleared GPU back in the extender", lambda: _idle(ext) == 8, timeout=25)
@@ -82,8 +93,11 @@ def _uuid(samples: dict, gpu: str) -> str:
 
 def _dcgm(samples: dict, name: str, **wanted: str) -> float | None:
     """The value of the one series of `name` whose labels include `wanted`."""
-    found = [v for (n, labels), v in samples.items()
-             if n == name and all(dict(labels).get(k) == x for k, x in wanted.items())]  # fmt: skip
+    found = [
+        v
+        for (n, labels), v in samples.items()
+        if n == name and all(dict(labels).get(k) == x for k, x in wanted.items())
+    ]
     assert len(found) <= 1, found
     return found[0] if found else None
 
@@ -93,8 +107,11 @@ def _series(samples: dict, name: str) -> list[dict[str, str]]:
 
 
 def _fake_kubelet(c: Cluster, socket: Path, scenario: Path) -> Proc:
-    proc = c.spawn("fake-kubelet", "gpuextender.agent.fakes.kubelet",
-                   ["--socket", str(socket), "--scenario", str(scenario), "--node", NODE])  # fmt: skip
+    proc = c.spawn(
+        "fake-kubelet",
+        "gpuextender.agent.fakes.kubelet",
+        ["--socket", str(socket), "--scenario", str(scenario), "--node", NODE],
+    )
     wait_until("the fake kubelet's socket", socket.exists)
     return proc
 
@@ -105,34 +122,65 @@ def test_allocation_from_the_kubelet_labels_metrics_and_survives_the_kubelet_goi
     scenario = tmp_path / "node.yaml"
     scenario.write_text(yaml.safe_dump({"gpus": [{**H100, "count": 4}]}))
     kubelet_file = tmp_path / "kubelet.yaml"
-    kubelet_file.write_text(yaml.safe_dump({
-        "allocatable": {"nvidia.com/gpu": [{"gpus": 4}]},
-        "pods": [{"namespace": "llm", "name": "vllm-0",
-                  "containers": [{"name": "engine", "devices": {"nvidia.com/gpu": [{"gpu": 1}]}}]}],
-    }))  # fmt: skip
+    kubelet_file.write_text(
+        yaml.safe_dump(
+            {
+                "allocatable": {"nvidia.com/gpu": [{"gpus": 4}]},
+                "pods": [
+                    {
+                        "namespace": "llm",
+                        "name": "vllm-0",
+                        "containers": [{"name": "engine", "devices": {"nvidia.com/gpu": [{"gpu": 1}]}}],
+                    }
+                ],
+            }
+        )
+    )
     socket = short_dir / "kubelet.sock"
     with cluster(tmp_path) as c:
         kubelet = _fake_kubelet(c, socket, kubelet_file)
         ext = c.extender()
-        agent = c.agent(NODE, scenario, ext, extra=("--interval", "0.2", "--pod-resources-socket", str(socket),
-                                                    "--idle-window", "1"))  # fmt: skip
-        wait_until("GPU 1 held by llm/vllm-0 in the agent's dcgm series", lambda: any(
-            s.get("gpu") == "1" and (s.get("namespace"), s.get("pod"), s.get("container")) == ("llm", "vllm-0", "engine")
-            for s in _series(scrape(url(agent, "/metrics")), "DCGM_FI_DEV_GPU_UTIL")))  # fmt: skip
+        agent = c.agent(
+            NODE,
+            scenario,
+            ext,
+            extra=("--interval", "0.2", "--pod-resources-socket", str(socket), "--idle-window", "1"),
+        )
+        wait_until(
+            "GPU 1 held by llm/vllm-0 in the agent's dcgm series",
+            lambda: any(
+                s.get("gpu") == "1"
+                and (s.get("namespace"), s.get("pod"), s.get("container")) == ("llm", "vllm-0", "engine")
+                for s in _series(scrape(url(agent, "/metrics")), "DCGM_FI_DEV_GPU_UTIL")
+            ),
+        )
         samples = scrape(url(agent, "/metrics"))
         unheld = [s for s in _series(samples, "DCGM_FI_DEV_GPU_UTIL") if s["gpu"] != "1"]
         assert len(unheld) == 3 and all(s["pod"] == s["namespace"] == s["container"] == "" for s in unheld)
         # Held and idle (0 % utilization) for more than the 1 s window: the waste gauge names the pod.
-        wait_until("llm/vllm-0 holding an idle GPU", lambda: metric(
-            scrape(url(agent, "/metrics")), "gpu_agent_pod_idle_gpus", node=NODE, namespace="llm", pod="vllm-0") == 1)
+        wait_until(
+            "llm/vllm-0 holding an idle GPU",
+            lambda: (
+                metric(
+                    scrape(url(agent, "/metrics")), "gpu_agent_pod_idle_gpus", node=NODE, namespace="llm", pod="vllm-0"
+                )
+                == 1
+            ),
+        )
 
         kubelet.stop()  # the kubelet restarts, or the socket is gone
         socket.unlink(missing_ok=True)
-        wait_until("allocation unknown, said once", lambda: "socket_missing" in agent.log()
-                   or "kubelet_unavailable" in agent.log())  # fmt: skip
+        wait_until(
+            "allocation unknown, said once",
+            lambda: "socket_missing" in agent.log() or "kubelet_unavailable" in agent.log(),
+        )
         before = metric(scrape(url(agent, "/metrics")), "gpu_agent_last_sample_timestamp_seconds")
-        wait_until("sampling goes on", lambda: (metric(scrape(url(agent, "/metrics")),
-                                                       "gpu_agent_last_sample_timestamp_seconds") or 0) > (before or 0))  # fmt: skip
+        wait_until(
+            "sampling goes on",
+            lambda: (
+                (metric(scrape(url(agent, "/metrics")), "gpu_agent_last_sample_timestamp_seconds") or 0) > (before or 0)
+            ),
+        )
         assert agent.alive() and _idle(ext) == 4
         log = agent.log()
         assert log.count("socket_missing") + log.count("kubelet_unavailable") <= 2, log  # once, not per sample

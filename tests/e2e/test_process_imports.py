@@ -35,9 +35,13 @@ def test_the_running_extender_and_its_ingest_process_load_only_their_own_stack(
         ext = c.extender()
         pid = ingest_pid(ext)
         c.agent("gpu-node-1", scenario(tmp_path / "gpus.yaml"), ext)
-        wait_until("the agent's report", lambda: metric(scrape(url(ext, "/metrics")), "gpu_extender_nodes_with_data") == 1)
+        wait_until(
+            "the agent's report", lambda: metric(scrape(url(ext, "/metrics")), "gpu_extender_nodes_with_data") == 1
+        )
         ext_pid = ext.popen.pid
-    wait_until("both processes wrote their modules", lambda: {p.stem for p in out.iterdir()} >= {str(pid), str(ext_pid)})
+    wait_until(
+        "both processes wrote their modules", lambda: {p.stem for p in out.iterdir()} >= {str(pid), str(ext_pid)}
+    )
     ingest = set(json.loads((out / f"{pid}.json").read_text()))
     extender = set(json.loads((out / f"{ext_pid}.json").read_text()))
     assert "gpuextender.extender.ingest.service" in ingest and "grpc" in ingest

@@ -13,8 +13,10 @@ IDLE = FIXTURES / "scenarios" / "idle8.yaml"
 
 def write_nodes(directory: Path) -> None:
     nodes = [("gpu-node-1", "8"), ("gpu-node-2", "8"), ("cpu-node", "0")]
-    docs = [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": n}, "status": {"allocatable": {"nvidia.com/gpu": g}}}
-            for n, g in nodes]  # fmt: skip
+    docs = [
+        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": n}, "status": {"allocatable": {"nvidia.com/gpu": g}}}
+        for n, g in nodes
+    ]
     (directory / "nodes.yaml").write_text("\n---\n".join(json.dumps(d) for d in docs))
 
 
@@ -27,8 +29,10 @@ def test_ready_once_every_gpu_node_has_reported(tmp_path: Path) -> None:
     write_nodes(tmp_path)
     with cluster(tmp_path) as c:
         ext = c.extender("--inventory", str(tmp_path), "--readiness-grace", "600", wait_ready=False)
-        wait_until("the inventory in, no agent yet",
-                   lambda: "waiting for agent data: 2 of 2 GPU node(s) not reported yet" in readyz(ext)[1])
+        wait_until(
+            "the inventory in, no agent yet",
+            lambda: "waiting for agent data: 2 of 2 GPU node(s) not reported yet" in readyz(ext)[1],
+        )
         assert readyz(ext)[0] == 503
         c.agent("gpu-node-1", IDLE, ext)
         wait_until("one node in", lambda: "1 of 2 GPU node(s) not reported yet" in readyz(ext)[1])

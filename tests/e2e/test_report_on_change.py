@@ -64,8 +64,9 @@ def test_a_change_reaches_the_extender_at_once_and_a_restarted_extender_at_recon
     scenario = write(tmp_path / "node.yaml", busy=0)
     with cluster(tmp_path) as c:
         ext = c.extender("--stale-after", "120")  # heartbeat: the flag's 30 s (120 / 3 = 40)
-        agent = c.agent(NODE, scenario, ext, extra=("--interval", "0.2", "--heartbeat", "30",
-                                                   "--reconnect-max-backoff", "0.5"))  # fmt: skip
+        agent = c.agent(
+            NODE, scenario, ext, extra=("--interval", "0.2", "--heartbeat", "30", "--reconnect-max-backoff", "0.5")
+        )
         wait_until("the node in the extender", lambda: idle(ext) == 8)
         time.sleep(1.0)
         quiet = sent(agent)

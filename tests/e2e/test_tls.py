@@ -57,19 +57,50 @@ def live(tmp_path_factory: pytest.TempPathFactory, tls: Tls) -> Iterator[Cluster
     """An mTLS extender; gpu-node-1 dials it directly, gpu-node-4 finds it as localhost:PORT;
     gpu-node-2 trusts the wrong CA, gpu-node-3 has no client certificate."""
     with cluster(tmp_path_factory.mktemp("tls")) as c:
-        ext = c.extender("--tls-cert", str(tls.server_cert), "--tls-key", str(tls.server_key),
-                         "--tls-ca", str(tls.client_ca_file), ssl_context=tls.context)  # fmt: skip
+        ext = c.extender(
+            "--tls-cert",
+            str(tls.server_cert),
+            "--tls-key",
+            str(tls.server_key),
+            "--tls-ca",
+            str(tls.client_ca_file),
+            ssl_context=tls.context,
+        )
         grpc_port = ext.ports["grpc"]
         client = ("--tls-cert", str(tls.client_cert), "--tls-key", str(tls.client_key))
-        c.agent("gpu-node-1", SCENARIOS / "busy8.yaml", ext,
-                extra=("--tls-ca", str(tls.server_ca_file), "--tls-server-name", SERVER_NAME, *client))  # fmt: skip
-        c.agent("gpu-node-4", SCENARIOS / "idle8.yaml",
-                extra=("--extender-service", f"localhost:{grpc_port}", "--resolve-interval", "1",
-                       "--tls-ca", str(tls.server_ca_file), "--tls-server-name", SERVER_NAME, *client))  # fmt: skip
-        c.agent("gpu-node-2", SCENARIOS / "idle8.yaml", ext,
-                extra=("--tls-ca", str(tls.stranger_ca_file), "--tls-server-name", SERVER_NAME, *client))  # fmt: skip
-        c.agent("gpu-node-3", SCENARIOS / "idle8.yaml", ext,
-                extra=("--tls-ca", str(tls.server_ca_file), "--tls-server-name", SERVER_NAME))  # fmt: skip
+        c.agent(
+            "gpu-node-1",
+            SCENARIOS / "busy8.yaml",
+            ext,
+            extra=("--tls-ca", str(tls.server_ca_file), "--tls-server-name", SERVER_NAME, *client),
+        )
+        c.agent(
+            "gpu-node-4",
+            SCENARIOS / "idle8.yaml",
+            extra=(
+                "--extender-service",
+                f"localhost:{grpc_port}",
+                "--resolve-interval",
+                "1",
+                "--tls-ca",
+                str(tls.server_ca_file),
+                "--tls-server-name",
+                SERVER_NAME,
+                *client,
+            ),
+        )
+        c.agent(
+            "gpu-node-2",
+            SCENARIOS / "idle8.yaml",
+            ext,
+            extra=("--tls-ca", str(tls.stranger_ca_file), "--tls-server-name", SERVER_NAME, *client),
+        )
+        c.agent(
+            "gpu-node-3",
+            SCENARIOS / "idle8.yaml",
+            ext,
+            extra=("--tls-ca", str(tls.server_ca_file), "--tls-server-name", SERVER_NAME),
+        )
         wait_until("2 nodes with data", lambda: metric(scrape(ext, tls), "gpu_extender_nodes_with_data") == 2)
         yield c
 
@@ -87,8 +118,9 @@ def scrape(ext: Proc, tls: Tls) -> Samples:
 def test_https_answers_filter_and_probes_to_a_client_that_trusts_the_ca(live: Cluster, tls: Tls) -> None:
     ext = proc(live, "extender")
     assert http("GET", https_url(ext, "/healthz"), ssl_context=tls.context)[0] == 200
-    status, raw = http("POST", https_url(ext, "/filter"), fixture_bytes("filter-request-nodecache-true.json"),
-                       ssl_context=tls.context)  # fmt: skip
+    status, raw = http(
+        "POST", https_url(ext, "/filter"), fixture_bytes("filter-request-nodecache-true.json"), ssl_context=tls.context
+    )
     assert status == 200
     answer = json.loads(raw)
     # gpu-node-1's agent streams over mTLS: its busy GPUs are known. gpu-node-2 and -3 have no data
@@ -113,8 +145,9 @@ def test_agents_with_the_right_ca_and_client_certificate_stream(live: Cluster, t
     samples = scrape(ext, tls)
     assert metric(samples, "gpu_extender_node_idle_gpus", node="gpu-node-1") == 1  # busy8: 7 busy, 1 idle
     assert metric(samples, "gpu_extender_node_idle_gpus", node="gpu-node-4") == 8
-    _, raw = http("POST", https_url(ext, "/filter"), request_for(["gpu-node-1", "gpu-node-4"], gpus=4),
-                  ssl_context=tls.context)  # fmt: skip
+    _, raw = http(
+        "POST", https_url(ext, "/filter"), request_for(["gpu-node-1", "gpu-node-4"], gpus=4), ssl_context=tls.context
+    )
     assert json.loads(raw)["NodeNames"] == ["gpu-node-4"]
     agent = proc(live, "agent-gpu-node-1")
     assert "stream security: TLS, extender certificate checked against" in agent.log()
@@ -143,9 +176,11 @@ def test_an_agent_trusting_another_ca_is_refused_and_says_why(live: Cluster, tls
 def test_an_agent_without_a_client_certificate_is_refused_and_says_why(live: Cluster, tls: Tls) -> None:
     ext = proc(live, "extender")
     agent = proc(live, "agent-gpu-node-3")
-    line = (f"TLS handshake with 127.0.0.1:{ext.ports['grpc']} failed: the extender closed the connection "
-            "during the handshake; it probably requires a client certificate (mTLS): "
-            "pass --tls-cert and --tls-key")  # fmt: skip
+    line = (
+        f"TLS handshake with 127.0.0.1:{ext.ports['grpc']} failed: the extender closed the connection "
+        "during the handshake; it probably requires a client certificate (mTLS): "
+        "pass --tls-cert and --tls-key"
+    )
     wait_until("the agent's TLS line", lambda: line in agent.log())
     assert metric(scrape(ext, tls), "gpu_extender_node_idle_gpus", node="gpu-node-3") is None
     assert metric(scrape(ext, tls), "gpu_extender_nodes_with_data") == 2

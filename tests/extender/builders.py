@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from gpuextender.v1 import gpu_state_pb2 as pb
-
-from gpuextender.extender.state.gpu_summary import NodeSummary, summarize
-
 from gpuextender.common.idle_rule import IdleRule
+from gpuextender.extender.state.gpu_summary import NodeSummary, summarize
+from gpuextender.v1 import gpu_state_pb2 as pb
 
 GIB = 1024**3
 
@@ -23,14 +21,25 @@ def gpu(index: int, util: int | None = 0, mem_pct: float | None = 0, *, healthy:
     return msg
 
 
-def report(node: str, gpus: list[pb.GpuSample], *, seconds: int = 1000, node_error: str = "", seq: int = 1) -> pb.NodeReport:
+def report(
+    node: str, gpus: list[pb.GpuSample], *, seconds: int = 1000, node_error: str = "", seq: int = 1
+) -> pb.NodeReport:
     r = pb.NodeReport(node_name=node, sequence=seq, gpus=gpus, node_error=node_error, agent_version="test")
     r.sample_time.seconds = seconds
     return r
 
 
-def node(name: str, idle: int, busy: int = 0, *, lost: int = 0, busy_util: int = 90, idle_util: int = 0,
-         received_at: float = 100.0, node_error: str = "") -> NodeSummary:  # fmt: skip
+def node(
+    name: str,
+    idle: int,
+    busy: int = 0,
+    *,
+    lost: int = 0,
+    busy_util: int = 90,
+    idle_util: int = 0,
+    received_at: float = 100.0,
+    node_error: str = "",
+) -> NodeSummary:
     gpus = [gpu(i, idle_util, 1) for i in range(idle)]
     gpus += [gpu(idle + i, busy_util, 80) for i in range(busy)]
     gpus += [gpu(idle + busy + i, None, None, healthy=False) for i in range(lost)]

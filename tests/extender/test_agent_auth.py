@@ -15,14 +15,20 @@ import grpc
 import pytest
 from prometheus_client import generate_latest
 
-from gpuextender.extender.ingest.agent_identity import NODE_NAME_EXTRA, AgentIdentity, Refusal, bearer_token, judge_review, token_expiry
-
+from gpuextender.common.idle_rule import IdleRule
+from gpuextender.extender.ingest.agent_identity import (
+    NODE_NAME_EXTRA,
+    AgentIdentity,
+    Refusal,
+    bearer_token,
+    judge_review,
+    token_expiry,
+)
+from gpuextender.extender.ingest.service import IngestService
+from gpuextender.extender.ingest.token_review import TokenReviewer
+from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.settings import ServiceAccountRef, parse_service_account
 from gpuextender.extender.state.gpu_state import GpuState
-from gpuextender.common.idle_rule import IdleRule
-from gpuextender.extender.ingest.service import IngestService
-from gpuextender.extender.observe.metrics import ExtenderMetrics
-from gpuextender.extender.ingest.token_review import TokenReviewer
 from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 from tests.extender.builders import gpu, report
@@ -119,22 +125,46 @@ def test_a_report_for_another_node_is_rejected_and_not_stored(caplog: pytest.Log
     [
         (lambda api: None, None, grpc.StatusCode.UNAUTHENTICATED, "missing_token", "--token-file"),
         (lambda api: None, "forged", grpc.StatusCode.UNAUTHENTICATED, "invalid_token", "invalid bearer token"),
-        (lambda api: api.add_token("t", SA.username, extra=bound_to("gpu-node-1"), authenticated=False),
-         "t", grpc.StatusCode.UNAUTHENTICATED, "invalid_token", "not authenticated"),
-        (lambda api: api.add_token("t", SA.username, extra=bound_to("gpu-node-1"), audiences=["https://kubernetes"]),
-         "t", grpc.StatusCode.UNAUTHENTICATED, "invalid_token", "target audiences ['gpu-extender']"),
-        (lambda api: api.add_token("t", "system:serviceaccount:default:default", extra=bound_to("gpu-node-1")),
-         "t", grpc.StatusCode.PERMISSION_DENIED, "wrong_service_account", "not to the agents' service account"),
-        (lambda api: api.add_token("t", SA.username),
-         "t", grpc.StatusCode.PERMISSION_DENIED, "no_node_name", "Kubernetes >= 1.30"),
+        (
+            lambda api: api.add_token("t", SA.username, extra=bound_to("gpu-node-1"), authenticated=False),
+            "t",
+            grpc.StatusCode.UNAUTHENTICATED,
+            "invalid_token",
+            "not authenticated",
+        ),
+        (
+            lambda api: api.add_token("t", SA.username, extra=bound_to("gpu-node-1"), audiences=["https://kubernetes"]),
+            "t",
+            grpc.StatusCode.UNAUTHENTICATED,
+            "invalid_token",
+            "target audiences ['gpu-extender']",
+        ),
+        (
+            lambda api: api.add_token("t", "system:serviceaccount:default:default", extra=bound_to("gpu-node-1")),
+            "t",
+            grpc.StatusCode.PERMISSION_DENIED,
+            "wrong_service_account",
+            "not to the agents' service account",
+        ),
+        (
+            lambda api: api.add_token("t", SA.username),
+            "t",
+            grpc.StatusCode.PERMISSION_DENIED,
+            "no_node_name",
+            "Kubernetes >= 1.30",
+        ),
         (lambda api: api.fail_with(503), "t", grpc.StatusCode.UNAVAILABLE, "review_failed", "HTTP 503"),
     ],
     ids=["missing", "unknown", "revoked", "audience", "service-account", "no-node-name", "api-down"],
 )
 def test_refused_streams_store_nothing_and_are_counted(
-    setup: Callable[[KubeApiServer], Any], token: str | None, code: grpc.StatusCode, reason: str, words: str,
+    setup: Callable[[KubeApiServer], Any],
+    token: str | None,
+    code: grpc.StatusCode,
+    reason: str,
+    words: str,
     caplog: pytest.LogCaptureFixture,
-) -> None:  # fmt: skip
+) -> None:
     async def test(api: KubeApiServer, rig: Rig) -> None:
         setup(api)
         with pytest.raises(grpc.aio.AioRpcError) as refused:
@@ -147,8 +177,10 @@ def test_refused_streams_store_nothing_and_are_counted(
 
     with caplog.at_level(logging.WARNING, logger="gpu_extender.ingest"):
         run(test)
-    assert any(f"refused agent stream from ipv4:127.0.0.1" in r.getMessage() and code.name in r.getMessage()
-               for r in caplog.records)  # fmt: skip
+    assert any(
+        "refused agent stream from ipv4:127.0.0.1" in r.getMessage() and code.name in r.getMessage()
+        for r in caplog.records
+    )
 
 
 def test_answers_are_cached_per_token_until_the_ttl_and_errors_are_not() -> None:
@@ -221,15 +253,17 @@ def test_a_cached_answer_never_outlives_the_token() -> None:
 
 def test_judge_review() -> None:
     user = {"username": SA.username, "extra": bound_to("n1")}
-    assert judge_review({"authenticated": True, "user": user, "audiences": ["aud"]}, SA, "aud") == \
-        AgentIdentity(SA.username, "n1")  # fmt: skip
+    assert judge_review({"authenticated": True, "user": user, "audiences": ["aud"]}, SA, "aud") == AgentIdentity(
+        SA.username, "n1"
+    )
     for missing in ({}, {"audiences": []}, {"audiences": None}):  # the API server's own audience: not ours
         refused = judge_review({"authenticated": True, "user": user, **missing}, SA, "aud")
         assert isinstance(refused, Refusal) and refused.reason == "wrong_audience"
     wrong_aud = judge_review({"authenticated": True, "user": user, "audiences": ["api"]}, SA, "aud")
     assert isinstance(wrong_aud, Refusal) and wrong_aud.reason == "wrong_audience"
-    two_nodes = judge_review({"authenticated": True, "user": {**user, "extra": {NODE_NAME_EXTRA: ["a", "b"]}},
-                              "audiences": ["x"]}, SA, "x")  # fmt: skip
+    two_nodes = judge_review(
+        {"authenticated": True, "user": {**user, "extra": {NODE_NAME_EXTRA: ["a", "b"]}}, "audiences": ["x"]}, SA, "x"
+    )
     assert isinstance(two_nodes, Refusal) and two_nodes.reason == "no_node_name"
     assert judge_review({"authenticated": False}, SA, "x").reason == "invalid_token"  # type: ignore[union-attr]
 

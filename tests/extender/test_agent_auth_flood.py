@@ -7,15 +7,16 @@ flood's tokens are held back until the test lets them go."""
 from __future__ import annotations
 
 import asyncio
+
 import grpc
 from aiohttp import web
 from prometheus_client import generate_latest
 
-from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.ingest.service import IngestService
-from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.ingest.token_review import MAX_REVIEWS_PER_PEER, TokenReviewer
+from gpuextender.extender.observe.metrics import ExtenderMetrics
+from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 from tests.extender.builders import gpu, report
@@ -124,8 +125,10 @@ def test_a_flood_from_one_address_cannot_delay_another_addresss_agent() -> None:
                 assert await first_answer(late) == grpc.StatusCode.UNAUTHENTICATED
 
                 samples = parse_metrics(generate_latest(metrics.registry).decode())
-                assert metric(samples, "gpu_extender_agent_auth_failures_total", reason="peer_busy") == \
-                    FLOOD - MAX_REVIEWS_PER_PEER  # fmt: skip
+                assert (
+                    metric(samples, "gpu_extender_agent_auth_failures_total", reason="peer_busy")
+                    == FLOOD - MAX_REVIEWS_PER_PEER
+                )
                 assert metric(samples, "gpu_extender_agent_auth_failures_total", reason="invalid_token") == 3
             finally:
                 for call in calls:

@@ -10,14 +10,19 @@ from collections.abc import Callable
 
 import pytest
 
-from gpuextender.v1 import gpu_state_pb2 as pb
-
+from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.decide import reasons
 from gpuextender.extender.decide.whole_gpus import assess, filter_nodes, prioritize
 from gpuextender.extender.settings import Policy
 from gpuextender.extender.state.gpu_state import GpuState
-from gpuextender.extender.state.gpu_summary import ALLOCATION_BEFORE_0_2, ALLOCATION_FROM_KUBELET, NodeSummary, gpu_units, summarize
-from gpuextender.common.idle_rule import IdleRule
+from gpuextender.extender.state.gpu_summary import (
+    ALLOCATION_BEFORE_0_2,
+    ALLOCATION_FROM_KUBELET,
+    NodeSummary,
+    gpu_units,
+    summarize,
+)
+from gpuextender.v1 import gpu_state_pb2 as pb
 from tests.extender.builders import gpu, report
 
 NOW = 100.0
@@ -27,8 +32,13 @@ POLICY = Policy()
 def held(g: pb.GpuSample, *holders: tuple[str, str], device: str | None = None) -> pb.GpuSample:
     """`g` held by (namespace, pod) containers, each on its own device ID unless `device` is given."""
     for i, (namespace, pod) in enumerate(holders):
-        g.holders.add(namespace=namespace, pod=pod, container="main", resource_name="nvidia.com/gpu",
-                      device_id=device or (f"{g.uuid}::{i}" if g.sharing.replicas > 1 else g.uuid))  # fmt: skip
+        g.holders.add(
+            namespace=namespace,
+            pod=pod,
+            container="main",
+            resource_name="nvidia.com/gpu",
+            device_id=device or (f"{g.uuid}::{i}" if g.sharing.replicas > 1 else g.uuid),
+        )
     return g
 
 
@@ -84,12 +94,18 @@ def table(*summaries: NodeSummary) -> Callable[[str], NodeSummary | None]:
         # The same device listed for two containers (init + app) is held once.
         ([held(quiet(0), ("a", "p"), ("a", "p"), device="GPU-0"), quiet(1)], pb.ALLOCATION_KUBELET, (2, 2, 1, 1, 1)),
         # Time-slicing: 4 replicas per GPU; two held replicas leave two free, while the GPU is idle enough.
-        ([held(shared(quiet(0), 4), ("a", "p"), ("b", "q")), shared(quiet(1), 4)], pb.ALLOCATION_KUBELET,
-         (8, 8, 6, 6, 1)),
+        (
+            [held(shared(quiet(0), 4), ("a", "p"), ("b", "q")), shared(quiet(1), 4)],
+            pb.ALLOCATION_KUBELET,
+            (8, 8, 6, 6, 1),
+        ),
         ([held(shared(busy(0), 4), ("a", "p")), shared(quiet(1), 4)], pb.ALLOCATION_KUBELET, (8, 8, 7, 4, 0)),
         # All four replicas held: nothing free on that GPU.
-        ([held(shared(quiet(0), 4), ("a", "p"), ("a", "q"), ("a", "r"), ("a", "s"))], pb.ALLOCATION_KUBELET,
-         (4, 4, 0, 0, 1)),
+        (
+            [held(shared(quiet(0), 4), ("a", "p"), ("a", "q"), ("a", "r"), ("a", "s"))],
+            pb.ALLOCATION_KUBELET,
+            (4, 4, 0, 0, 1),
+        ),
         # Replicas unknown (0) under time-slicing: one unit, never more.
         ([shared(quiet(0), 0)], pb.ALLOCATION_KUBELET, (1, 1, 1, 1, 0)),
         # MIG-enabled: no whole-GPU units at all.
@@ -103,9 +119,16 @@ def test_summary_counts(gpus: list[pb.GpuSample], source: int, counts: tuple[int
 
 @pytest.mark.parametrize(
     ("mode", "replicas", "units"),
-    [(pb.SHARING_MODE_UNSPECIFIED, 0, 1), (pb.SHARING_EXCLUSIVE, 1, 1), (pb.SHARING_TIME_SLICING, 4, 4),
-     (pb.SHARING_TIME_SLICING, 1, 1), (pb.SHARING_MPS, 8, 8), (pb.SHARING_TIME_SLICING, 0, 1),
-     (pb.SHARING_MIG, 0, 0), (pb.SHARING_MIG, 7, 0)],  # fmt: skip
+    [
+        (pb.SHARING_MODE_UNSPECIFIED, 0, 1),
+        (pb.SHARING_EXCLUSIVE, 1, 1),
+        (pb.SHARING_TIME_SLICING, 4, 4),
+        (pb.SHARING_TIME_SLICING, 1, 1),
+        (pb.SHARING_MPS, 8, 8),
+        (pb.SHARING_TIME_SLICING, 0, 1),
+        (pb.SHARING_MIG, 0, 0),
+        (pb.SHARING_MIG, 7, 0),
+    ],
 )
 def test_units_per_gpu(mode: int, replicas: int, units: int) -> None:
     assert gpu_units(shared(quiet(0), replicas, mode)) == units
@@ -113,21 +136,33 @@ def test_units_per_gpu(mode: int, replicas: int, units: int) -> None:
 
 def test_allocation_source_is_said() -> None:
     assert kubelet("n", [quiet(0)]).allocation == ALLOCATION_FROM_KUBELET
-    assert kubelet("n", [quiet(0)], pb.ALLOCATION_UNAVAILABLE, "socket_missing").allocation == "unavailable (socket_missing)"
+    assert (
+        kubelet("n", [quiet(0)], pb.ALLOCATION_UNAVAILABLE, "socket_missing").allocation
+        == "unavailable (socket_missing)"
+    )
     assert kubelet("n", [quiet(0)], pb.ALLOCATION_SOURCE_UNSPECIFIED).allocation == ALLOCATION_BEFORE_0_2
 
 
 def test_allocated_but_idle_gpus_per_namespace() -> None:
-    s = kubelet("n", [held(quiet(0), ("team-a", "p")), held(quiet(1), ("team-a", "q")), held(busy(2), ("team-b", "r")),
-                      held(shared(quiet(3), 2), ("team-b", "s"), ("team-c", "t")), quiet(4)])  # fmt: skip
+    s = kubelet(
+        "n",
+        [
+            held(quiet(0), ("team-a", "p")),
+            held(quiet(1), ("team-a", "q")),
+            held(busy(2), ("team-b", "r")),
+            held(shared(quiet(3), 2), ("team-b", "s"), ("team-c", "t")),
+            quiet(4),
+        ],
+    )
     assert s.allocated_idle_gpus == 3
     # A GPU shared by two namespaces counts once for each of them.
     assert s.idle_by_namespace == (("team-a", 2), ("team-b", 1), ("team-c", 1))
 
 
 def test_degraded_idle_gpus_count_toward_idle() -> None:
-    s = kubelet("n", [health(quiet(0), pb.HEALTH_DEGRADED, "ThermalSlowdown"), health(busy(1), pb.HEALTH_DEGRADED),
-                      quiet(2)])  # fmt: skip
+    s = kubelet(
+        "n", [health(quiet(0), pb.HEALTH_DEGRADED, "ThermalSlowdown"), health(busy(1), pb.HEALTH_DEGRADED), quiet(2)]
+    )
     assert (s.healthy_gpus, s.idle_gpus, s.degraded_idle_gpus) == (3, 2, 1)
 
 
@@ -149,7 +184,8 @@ def test_time_slicing_counts_replicas_the_reported_case() -> None:
     assert crowded.free_gpus == 11
     strict = Policy(no_fit_policy="reject")  # no pass-all fallback for the lone node
     assert filter_nodes(12, ["ts"], {"ts": 32}, table(crowded), NOW, strict).failed == {
-        "ts": reasons.INSUFFICIENT_FREE_GPUS}  # fmt: skip
+        "ts": reasons.INSUFFICIENT_FREE_GPUS
+    }
     assert filter_nodes(11, ["ts"], {"ts": 32}, table(crowded), NOW, strict).passed == ["ts"]
 
 
@@ -172,7 +208,9 @@ def test_idle_is_not_free_the_reported_case() -> None:
     [(2, 2, None), (2, 3, reasons.INSUFFICIENT_FREE_GPUS), (0, 1, reasons.INSUFFICIENT_FREE_GPUS)],
 )
 def test_free_gpus_bound_is_exact(free: int, needed: int, reason: reasons.Reason | None) -> None:
-    s = kubelet("n", [held(quiet(i), ("ns", f"p{i}")) for i in range(4 - free)] + [quiet(i) for i in range(4 - free, 4)])
+    s = kubelet(
+        "n", [held(quiet(i), ("ns", f"p{i}")) for i in range(4 - free)] + [quiet(i) for i in range(4 - free, 4)]
+    )
     assert s.free_gpus == free
     assert assess("n", 4, s, needed, NOW, POLICY).reason is reason
 
@@ -214,8 +252,9 @@ def degraded_node(name: str, clean: int, degraded: int) -> NodeSummary:
         (0, 8, 1, "degraded"),
     ],
 )
-def test_degraded_gpus_rank_below_every_node_that_fits_on_healthy_ones(clean: int, degraded: int, needed: int,
-                                                                      tier: str) -> None:  # fmt: skip
+def test_degraded_gpus_rank_below_every_node_that_fits_on_healthy_ones(
+    clean: int, degraded: int, needed: int, tier: str
+) -> None:
     # The healthy rival is the worst-placed fit possible: 1 clean GPU more than needed is enough.
     rival = kubelet("rival", [quiet(i) for i in range(needed)] + [busy(needed + i) for i in range(7)])
     node = degraded_node("d", clean, degraded)
@@ -244,7 +283,8 @@ def test_a_gpu_leaves_the_candidate_set_with_the_report_that_says_it_failed() ->
     state.ingest(xid, NOW + 0.001)
     # The very next call, on the same clock reading: no wait for a sample or a cache.
     assert filter_nodes(2, ["n"], {}, state.summary, NOW + 0.001, POLICY).failed == {
-        "n": reasons.INSUFFICIENT_HEALTHY_GPUS}  # fmt: skip
+        "n": reasons.INSUFFICIENT_HEALTHY_GPUS
+    }
 
 
 def test_pods_beyond_the_precomputed_sizes_are_ranked_the_same_way() -> None:

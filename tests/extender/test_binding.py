@@ -11,14 +11,14 @@ from typing import Any
 
 import pytest
 
+from gpuextender.extender.flags import ConfigError, build_config
 from gpuextender.extender.model.bad_request import BadRequest
+from gpuextender.extender.model.pod_request import read_pod
 from gpuextender.extender.scheduler.binding import MAX_REMEMBERED, Bindings
 from gpuextender.extender.scheduler.binding_gate import BindingGate
-from gpuextender.extender.settings import MAX_BINDING_WAIT_S
-from gpuextender.extender.flags import ConfigError, build_config
-from gpuextender.extender.state.pod_ledger import POD_KIND, PodLedger
-from gpuextender.extender.model.pod_request import read_pod
 from gpuextender.extender.scheduler.wire import MAX_BIND_FIELD_CHARS, BindingArgs, parse_binding_args
+from gpuextender.extender.settings import MAX_BINDING_WAIT_S
+from gpuextender.extender.state.pod_ledger import POD_KIND, PodLedger
 
 
 class Clock:
@@ -166,9 +166,10 @@ class FakeBinder:
 
 
 def pod(uid: str = "u-1", gpus: int = 2) -> dict[str, Any]:
-    return {"metadata": {"name": "p", "namespace": "ns", "uid": uid,
-                         "labels": {"ome.io/inferenceservice": "llama"}},
-            "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]}}  # fmt: skip
+    return {
+        "metadata": {"name": "p", "namespace": "ns", "uid": uid, "labels": {"ome.io/inferenceservice": "llama"}},
+        "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
+    }
 
 
 def bindings(error: str = "") -> tuple[Bindings, PodLedger, FakeBinder]:
@@ -251,8 +252,11 @@ def test_a_retried_bind_refused_as_already_bound_keeps_the_watchs_record() -> No
     """The first bind timed out after the Binding was made; the watch recorded the pod; kube-scheduler
     retries and the API server answers 409: the pod is bound, and stays in the ledger."""
     b, ledger, _ = bindings("binding ns/p to n2: HTTP 409: pod p is already assigned to node n2")
-    watched = {"metadata": {"name": "p", "namespace": "ns", "uid": "u-1"},
-               "spec": {"nodeName": "n2", "containers": pod()["spec"]["containers"]}, "status": {"phase": "Pending"}}  # fmt: skip
+    watched = {
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u-1"},
+        "spec": {"nodeName": "n2", "containers": pod()["spec"]["containers"]},
+        "status": {"phase": "Pending"},
+    }
     ledger.upsert(POD_KIND, watched)
     b.filtered("u-1", read_pod(pod(), ("nvidia.com/gpu",), "spread", ""), ["n2"])
     assert asyncio.run(b.bind(BindingArgs("p", "ns", "u-1", "n2")))["Error"].endswith("already assigned to node n2")

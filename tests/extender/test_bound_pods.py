@@ -9,26 +9,31 @@ from typing import Any
 
 import pytest
 
-from gpuextender.v1 import gpu_state_pb2 as pb
-
-from gpuextender.extender.state.bound_pods import NOTHING, offered, pending
-from gpuextender.extender.settings import Policy
-from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.common.idle_rule import IdleRule
-from gpuextender.extender.scheduler.http_api import SchedulerApi
-from gpuextender.extender.settings import ApiSettings
-from gpuextender.extender.state.inventory_view import InventoryView
 from gpuextender.extender.observe.metrics import ExtenderMetrics
-from gpuextender.extender.state.pod_ledger import POD_KIND, PodLedger
+from gpuextender.extender.scheduler.http_api import SchedulerApi
 from gpuextender.extender.scheduler.wire import parse_extender_args
+from gpuextender.extender.settings import ApiSettings, Policy
+from gpuextender.extender.state.bound_pods import NOTHING, offered, pending
+from gpuextender.extender.state.gpu_state import GpuState
+from gpuextender.extender.state.inventory_view import InventoryView
+from gpuextender.extender.state.pod_ledger import POD_KIND, PodLedger
+from gpuextender.v1 import gpu_state_pb2 as pb
 from tests.extender.builders import gpu, report
 
 NOW = 1000.0
 MIG = "nvidia.com/mig-1g.10gb"
 
 
-def pod(name: str, node: str | None, gpus: int = 1, *, phase: str = "Pending", resource: str = "nvidia.com/gpu",
-        deleting: bool = False) -> dict[str, Any]:  # fmt: skip
+def pod(
+    name: str,
+    node: str | None,
+    gpus: int = 1,
+    *,
+    phase: str = "Pending",
+    resource: str = "nvidia.com/gpu",
+    deleting: bool = False,
+) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "namespace": "ml", "uid": f"uid-{name}"}
     if deleting:
         meta["deletionTimestamp"] = "2026-11-25T00:00:00Z"
@@ -38,13 +43,21 @@ def pod(name: str, node: str | None, gpus: int = 1, *, phase: str = "Pending", r
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": {"phase": phase}}
 
 
-def node_report(name: str, idle: int, busy: int = 0, *, holders: dict[int, str] | None = None,
-                allocation_known: bool = True, replicas: int = 0) -> pb.NodeReport:  # fmt: skip
+def node_report(
+    name: str,
+    idle: int,
+    busy: int = 0,
+    *,
+    holders: dict[int, str] | None = None,
+    allocation_known: bool = True,
+    replicas: int = 0,
+) -> pb.NodeReport:
     """`idle` idle GPUs then `busy` busy ones; `holders`: GPU index -> pod name (namespace ml)."""
     gpus = [gpu(i, 0, 1) for i in range(idle)] + [gpu(idle + i, 90, 80) for i in range(busy)]
     for index, pod_name in (holders or {}).items():
-        gpus[index].holders.add(namespace="ml", pod=pod_name, container="c", resource_name="nvidia.com/gpu",
-                                device_id=f"GPU-{index}")  # fmt: skip
+        gpus[index].holders.add(
+            namespace="ml", pod=pod_name, container="c", resource_name="nvidia.com/gpu", device_id=f"GPU-{index}"
+        )
     if replicas:
         for g in gpus:
             g.sharing.mode, g.sharing.replicas = pb.SHARING_TIME_SLICING, replicas
@@ -61,8 +74,13 @@ class World:
         self.state = GpuState(IdleRule())
         self.ledger = PodLedger(resources, clock=lambda: NOW - 5)
         view = InventoryView(allocatable_gpus=allocatable or {}, node_labels={n: {} for n in allocatable or {}})
-        self.api = SchedulerApi(self.state, ExtenderMetrics(self.state), ApiSettings(Policy(no_fit_policy="reject"), gpu_resources=resources),
-                                inventory=lambda: view, clock=lambda: NOW)  # fmt: skip
+        self.api = SchedulerApi(
+            self.state,
+            ExtenderMetrics(self.state),
+            ApiSettings(Policy(no_fit_policy="reject"), gpu_resources=resources),
+            inventory=lambda: view,
+            clock=lambda: NOW,
+        )
         self.api.count_bound_pods(self.ledger)
         self.ledger.replace_all(POD_KIND, [])
 

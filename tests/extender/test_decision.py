@@ -40,16 +40,34 @@ def lookup(*summaries):
         # A GPU last seen unhealthy stays unhealthy while the data is stale: allocatable 8, 6 lost -> 2 usable.
         (node("n", idle=2, lost=6, received_at=80.0), 8, 2, FRESH, DataState.STALE, None),
         (node("n", idle=1, lost=7, received_at=80.0), 8, 2, FRESH, DataState.STALE, reasons.INSUFFICIENT_HEALTHY_GPUS),
-        (node("n", idle=1, lost=7, received_at=80.0), None, 2, FRESH, DataState.STALE,
-         reasons.INSUFFICIENT_HEALTHY_GPUS),
+        (
+            node("n", idle=1, lost=7, received_at=80.0),
+            None,
+            2,
+            FRESH,
+            DataState.STALE,
+            reasons.INSUFFICIENT_HEALTHY_GPUS,
+        ),
         (node("n", idle=0, busy=7, received_at=80.0), 8, 8, FRESH, DataState.STALE, None),  # 7 reported, 8 allocatable
-        (node("n", idle=8, node_error="DriverNotLoaded", received_at=80.0), 8, 1, FRESH, DataState.STALE,
-         reasons.NVML_UNAVAILABLE),  # NVML last seen broken: nothing is assumed
-        (node("n", idle=8, received_at=80.0), 8, 2, Policy(stale_policy="fail-closed"), DataState.STALE,
-         reasons.STALE_GPU_DATA),
+        (
+            node("n", idle=8, node_error="DriverNotLoaded", received_at=80.0),
+            8,
+            1,
+            FRESH,
+            DataState.STALE,
+            reasons.NVML_UNAVAILABLE,
+        ),  # NVML last seen broken: nothing is assumed
+        (
+            node("n", idle=8, received_at=80.0),
+            8,
+            2,
+            Policy(stale_policy="fail-closed"),
+            DataState.STALE,
+            reasons.STALE_GPU_DATA,
+        ),
         (node("n", idle=8, received_at=90.5), 8, 2, Policy(stale_after_s=10), DataState.FRESH, None),
     ],
-)  # fmt: skip
+)
 def test_assess(summary, allocatable, needed, policy, data, reason) -> None:
     a = assess("n", allocatable, summary, needed, NOW, policy)
     assert a.data is data
@@ -64,8 +82,11 @@ def test_stale_boundary_is_exactly_stale_after() -> None:
     """Fresh while age <= stale_after_s; assumed one tick past it."""
     at_bound = assess("n", 8, node("n", idle=0, busy=8, received_at=NOW - 10.0), 2, NOW, Policy(stale_after_s=10))
     past = assess("n", 8, node("n", idle=0, busy=8, received_at=NOW - 10.001), 2, NOW, Policy(stale_after_s=10))
-    assert (at_bound.data, at_bound.reason, at_bound.assumed) == (DataState.FRESH, reasons.INSUFFICIENT_IDLE_GPUS,
-                                                                   False)  # fmt: skip
+    assert (at_bound.data, at_bound.reason, at_bound.assumed) == (
+        DataState.FRESH,
+        reasons.INSUFFICIENT_IDLE_GPUS,
+        False,
+    )
     assert (past.data, past.reason, past.assumed) == (DataState.STALE, None, True)
 
 
@@ -73,8 +94,11 @@ def test_filter_passes_fitting_nodes_and_explains_the_rest() -> None:
     summaries = lookup(node("idle", idle=8), node("busy", idle=1, busy=7), node("broken", idle=0, lost=8))
     out = filter_nodes(2, ["idle", "busy", "broken", "unknown"], {}, summaries, NOW, FRESH)
     assert out.passed == ["idle"]
-    assert failures(out) == {"busy": reasons.INSUFFICIENT_IDLE_GPUS, "broken": reasons.INSUFFICIENT_HEALTHY_GPUS,
-                             "unknown": reasons.NO_FRESH_GPU_DATA}  # fmt: skip
+    assert failures(out) == {
+        "busy": reasons.INSUFFICIENT_IDLE_GPUS,
+        "broken": reasons.INSUFFICIENT_HEALTHY_GPUS,
+        "unknown": reasons.NO_FRESH_GPU_DATA,
+    }
     assert not out.fallback and out.assumed == []
     busy = assess("busy", None, summaries("busy"), 2, NOW, FRESH)  # the numbers behind the verdict
     assert (busy.idle_gpus, busy.healthy_gpus, busy.gpu_count, busy.data) == (1, 8, 8, DataState.FRESH)
@@ -90,9 +114,16 @@ def test_filter_fast_path_agrees_with_assess() -> None:
     summaries = []
     for i in range(400):
         idle = rng.randint(0, 8)
-        summaries.append(node(f"n{i}", idle=idle, busy=rng.randint(0, 8 - idle), lost=rng.randint(0, 1),
-                              received_at=rng.choice([100.0, 95.0, 80.0]),
-                              node_error=rng.choice(["", "", "", "DriverNotLoaded"])))  # fmt: skip
+        summaries.append(
+            node(
+                f"n{i}",
+                idle=idle,
+                busy=rng.randint(0, 8 - idle),
+                lost=rng.randint(0, 1),
+                received_at=rng.choice([100.0, 95.0, 80.0]),
+                node_error=rng.choice(["", "", "", "DriverNotLoaded"]),
+            )
+        )
     names = [s.node for s in summaries] + ["no-data-1", "no-data-2"]
     allocatable = {"no-data-1": 1, "n0": 8}
     for needed in (1, 2, 3, 8, 9):
@@ -100,24 +131,30 @@ def test_filter_fast_path_agrees_with_assess() -> None:
             out = filter_nodes(needed, names, allocatable, lookup(*summaries), NOW, policy)
             assessed = {n: assess(n, allocatable.get(n), lookup(*summaries)(n), needed, NOW, policy) for n in names}
             fresh_fit = any(a.reason is None and not a.assumed for a in assessed.values())
-            expected = {n: reasons.NO_FRESH_GPU_DATA if a.assumed and fresh_fit else a.reason
-                        for n, a in assessed.items()}  # fmt: skip
+            expected = {
+                n: reasons.NO_FRESH_GPU_DATA if a.assumed and fresh_fit else a.reason for n, a in assessed.items()
+            }
             if not out.fallback:
                 assert out.passed == [n for n in names if expected[n] is None]
                 assert out.assumed == ([] if fresh_fit else [n for n in names if assessed[n].assumed])
-            assert failures(out) == {n: r for n, r in expected.items()
-                                     if r is not None and (not out.fallback or r.unresolvable)}  # fmt: skip
+            assert failures(out) == {
+                n: r for n, r in expected.items() if r is not None and (not out.fallback or r.unresolvable)
+            }
 
 
 def test_assumed_data_passes_only_when_no_fresh_node_fits() -> None:
     """A dead agent must not attract pods: its node passes only when no reporting node can take the pod."""
-    summaries = lookup(node("fresh-5", idle=5, busy=3), node("fresh-1", idle=1, busy=7),
-                       node("stale", idle=8, received_at=80.0))  # fmt: skip
+    summaries = lookup(
+        node("fresh-5", idle=5, busy=3), node("fresh-1", idle=1, busy=7), node("stale", idle=8, received_at=80.0)
+    )
     names, allocatable = ["silent", "stale", "fresh-5", "fresh-1"], {"silent": 8, "stale": 8}
     out = filter_nodes(5, names, allocatable, summaries, NOW, FRESH)
     assert out.passed == ["fresh-5"] and out.assumed == []
-    assert failures(out) == {"silent": reasons.NO_FRESH_GPU_DATA, "stale": reasons.NO_FRESH_GPU_DATA,
-                             "fresh-1": reasons.INSUFFICIENT_IDLE_GPUS}  # fmt: skip
+    assert failures(out) == {
+        "silent": reasons.NO_FRESH_GPU_DATA,
+        "stale": reasons.NO_FRESH_GPU_DATA,
+        "fresh-1": reasons.INSUFFICIENT_IDLE_GPUS,
+    }
     scores = dict(prioritize(5, names, allocatable, summaries, NOW, FRESH))
     assert scores["fresh-5"] >= 1 and scores["silent"] == scores["stale"] == scores["fresh-1"] == 0
     # 6 GPUs: no reporting node fits, so the assumed ones pass (fail-open) and rank as just enough.
@@ -134,8 +171,19 @@ def test_assumed_nodes_rank_below_every_fresh_fit_whatever_the_strategy() -> Non
     allocatable = {f"silent{i}": 8 for i in range(20)}
     for strategy in ("spread", "binpack", "cost", "random"):
         for needed in (1, 4, 8):
-            scores = dict(prioritize(needed, names, allocatable, lookup(*summaries), NOW, FRESH, strategy=strategy,
-                                     seed="s", cost_of=lambda n: 0.1 if n.startswith("silent") else 9.0))  # fmt: skip
+            scores = dict(
+                prioritize(
+                    needed,
+                    names,
+                    allocatable,
+                    lookup(*summaries),
+                    NOW,
+                    FRESH,
+                    strategy=strategy,
+                    seed="s",
+                    cost_of=lambda n: 0.1 if n.startswith("silent") else 9.0,
+                )
+            )
             fresh_fits = [scores[s.node] for s in summaries if s.idle_gpus >= needed]
             assert fresh_fits and min(fresh_fits) >= 1
             assert max(scores[f"silent{i}"] for i in range(20)) < min(fresh_fits)
@@ -168,8 +216,9 @@ def test_scores_never_contradict_the_ranking_rule() -> None:
     summaries = []
     for i in range(300):
         idle = rng.randint(0, 8)
-        summaries.append(node(f"n{i}", idle=idle, busy=8 - idle, busy_util=rng.randint(30, 100),
-                              idle_util=rng.randint(0, 29)))  # fmt: skip
+        summaries.append(
+            node(f"n{i}", idle=idle, busy=8 - idle, busy_util=rng.randint(30, 100), idle_util=rng.randint(0, 29))
+        )
     for needed in (1, 2, 4, 8):
         scores = dict(prioritize(needed, [s.node for s in summaries], {}, lookup(*summaries), NOW, FRESH))
         assert all(type(score) is int and 0 <= score <= 10 for score in scores.values())
@@ -210,8 +259,12 @@ def test_when_nothing_fits_nodes_are_still_ranked() -> None:
 
 
 def _fleet():
-    return [node("idle8", idle=8), node("idle4", idle=4, busy=4, busy_util=50), node("idle2", idle=2, busy=6),
-            node("busy", idle=1, busy=7)]  # fmt: skip
+    return [
+        node("idle8", idle=8),
+        node("idle4", idle=4, busy=4, busy_util=50),
+        node("idle2", idle=2, busy=6),
+        node("busy", idle=1, busy=7),
+    ]
 
 
 def test_binpack_prefers_the_fullest_node_that_still_fits() -> None:
@@ -228,11 +281,13 @@ def test_cost_prefers_the_cheapest_node_then_spread() -> None:
     scores = dict(prioritize(2, names, {}, lookup(*summaries), NOW, FRESH, strategy="cost", cost_of=prices.get))
     assert scores["idle4"] > scores["idle2"] > scores["idle8"] >= 1 and scores["busy"] == 0
     # unknown cost ranks below every priced node; no prices at all is plain spread
-    partial = dict(prioritize(2, names, {}, lookup(*summaries), NOW, FRESH, strategy="cost",
-                              cost_of={"idle2": 9.0}.get))  # fmt: skip
+    partial = dict(
+        prioritize(2, names, {}, lookup(*summaries), NOW, FRESH, strategy="cost", cost_of={"idle2": 9.0}.get)
+    )
     assert partial["idle2"] > partial["idle8"]
-    assert dict(prioritize(2, names, {}, lookup(*summaries), NOW, FRESH, strategy="cost", cost_of=lambda n: None)) == \
-        dict(prioritize(2, names, {}, lookup(*summaries), NOW, FRESH))
+    assert dict(
+        prioritize(2, names, {}, lookup(*summaries), NOW, FRESH, strategy="cost", cost_of=lambda n: None)
+    ) == dict(prioritize(2, names, {}, lookup(*summaries), NOW, FRESH))
 
 
 def test_random_is_repeatable_per_seed_and_never_scores_a_node_that_cannot_fit() -> None:
@@ -249,6 +304,9 @@ def test_random_is_repeatable_per_seed_and_never_scores_a_node_that_cannot_fit()
 @pytest.mark.parametrize("strategy", ["spread", "binpack", "cost", "random"])
 def test_fallback_ranks_least_loaded_first_whatever_the_strategy(strategy: str) -> None:
     summaries = lookup(node("one-idle", idle=1, busy=7, busy_util=50), node("none-idle", idle=0, busy=8, busy_util=95))
-    scores = dict(prioritize(4, ["one-idle", "none-idle"], {}, summaries, NOW, FRESH, strategy=strategy,
-                             cost_of={"none-idle": 0.1}.get))  # fmt: skip
+    scores = dict(
+        prioritize(
+            4, ["one-idle", "none-idle"], {}, summaries, NOW, FRESH, strategy=strategy, cost_of={"none-idle": 0.1}.get
+        )
+    )
     assert scores["one-idle"] > scores["none-idle"]

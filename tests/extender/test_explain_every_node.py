@@ -5,19 +5,20 @@ from __future__ import annotations
 
 import pytest
 
-from gpuextender.extender.settings import Policy
-from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.common.idle_rule import IdleRule
-from gpuextender.extender.scheduler.http_api import SchedulerApi
-from gpuextender.extender.settings import ApiSettings
-from gpuextender.extender.state.inventory_view import InventoryView
 from gpuextender.extender.observe.metrics import ExtenderMetrics
+from gpuextender.extender.scheduler.http_api import SchedulerApi
 from gpuextender.extender.scheduler.wire import EXPLAIN_MAX_CANDIDATES, ExtenderArgs
+from gpuextender.extender.settings import ApiSettings, Policy
+from gpuextender.extender.state.gpu_state import GpuState
+from gpuextender.extender.state.inventory_view import InventoryView
 from tests.extender.builders import gpu, report
 
 NOW = 1000.0
-POD = {"metadata": {"name": "p", "namespace": "ns", "uid": "u"},
-       "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}  # fmt: skip
+POD = {
+    "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+    "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+}
 
 
 def api_knowing(agent_nodes: int, inventory_nodes: tuple[str, ...] = ()) -> SchedulerApi:
@@ -31,7 +32,11 @@ def api_knowing(agent_nodes: int, inventory_nodes: tuple[str, ...] = ()) -> Sche
 def test_nodes_of_the_inventory_and_of_the_agents_are_both_candidates() -> None:
     answer = api_knowing(2, ("a-no-agent", "n00001")).explain(ExtenderArgs(POD, None, None))
     assert answer["candidates"] == {"source": "every known node", "known": 3, "explained": 3}
-    assert {n["node"]: n["data"] for n in answer["nodes"]} == {"n00000": "fresh", "n00001": "fresh", "a-no-agent": "none"}
+    assert {n["node"]: n["data"] for n in answer["nodes"]} == {
+        "n00000": "fresh",
+        "n00001": "fresh",
+        "a-no-agent": "none",
+    }
 
 
 @pytest.mark.parametrize("known", [EXPLAIN_MAX_CANDIDATES, EXPLAIN_MAX_CANDIDATES + 1])

@@ -55,13 +55,22 @@ def test_help_explains_the_policies() -> None:
 
 
 def test_request_bounds_are_accepted_at_their_edges() -> None:
-    smallest = build_config(["--max-body-bytes", str(64 * 1024), "--max-candidates", "1",
-                             "--body-read-timeout", "0.001"]).api  # fmt: skip
+    smallest = build_config(
+        ["--max-body-bytes", str(64 * 1024), "--max-candidates", "1", "--body-read-timeout", "0.001"]
+    ).api
     assert (smallest.max_body_bytes, smallest.max_candidates, smallest.body_read_timeout_s) == (65536, 1, 0.001)
 
 
 def test_help_explains_the_request_bounds() -> None:
     text = " ".join(build_parser().format_help().split())
-    for phrase in ("--max-body-bytes", "22 B per node name", "etcd", "100 ms", "--max-candidates",
-                   "too_many_nodes", "--body-read-timeout", "408"):  # fmt: skip
+    for phrase in (
+        "--max-body-bytes",
+        "22 B per node name",
+        "etcd",
+        "100 ms",
+        "--max-candidates",
+        "too_many_nodes",
+        "--body-read-timeout",
+        "408",
+    ):
         assert phrase in text, phrase

@@ -36,7 +36,11 @@ NEVER_IN_INGEST = (
 
 
 def _modules_after_importing(*names: str) -> set[str]:
-    code = "import importlib, json, sys\nfor n in sys.argv[1:]: importlib.import_module(n)\nprint(json.dumps(sorted(sys.modules)))"
+    code = (
+        "import importlib, json, sys\n"
+        "for n in sys.argv[1:]: importlib.import_module(n)\n"
+        "print(json.dumps(sorted(sys.modules)))"
+    )
     out = subprocess.run([sys.executable, "-c", code, *names], capture_output=True, text=True, check=True).stdout
     return set(json.loads(out))
 
@@ -47,7 +51,11 @@ def _loaded(modules: set[str], prefixes: tuple[str, ...]) -> list[str]:
 
 def test_the_ingest_process_loads_grpc_and_no_http_kubernetes_or_decisions() -> None:
     modules = _modules_after_importing("gpuextender.extender.ingest_process")
-    assert {"grpc", "prometheus_client", "gpuextender.extender.ingest.service"} <= modules  # the check sees real imports
+    assert {
+        "grpc",
+        "prometheus_client",
+        "gpuextender.extender.ingest.service",
+    } <= modules  # the check sees real imports
     assert _loaded(modules, NEVER_IN_INGEST) == []
 
 

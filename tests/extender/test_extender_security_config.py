@@ -7,11 +7,10 @@ from pathlib import Path
 import pytest
 import trustme
 
-from gpuextender.extender.settings import ServiceAccountRef
-from gpuextender.extender.settings import AgentAuth
-from gpuextender.extender.flags import ConfigError, build_config, build_parser
-from gpuextender.extender.app import security_summary
 from gpuextender.common.tls_files import ServingTlsFiles
+from gpuextender.extender.app import security_summary
+from gpuextender.extender.flags import ConfigError, build_config, build_parser
+from gpuextender.extender.settings import AgentAuth, ServiceAccountRef
 from tests.harness import write_ca, write_leaf
 
 
@@ -19,22 +18,42 @@ from tests.harness import write_ca, write_leaf
 def pems(tmp_path: Path) -> dict[str, str]:
     ca = trustme.CA()
     cert, key = write_leaf(tmp_path, ca, "tls", "gpu-extender.gpu-extender.svc")
-    return {"ca": str(write_ca(tmp_path, ca, "ca")), "cert": str(cert), "key": str(key),
-            "missing": str(tmp_path / "missing.pem")}  # fmt: skip
+    return {
+        "ca": str(write_ca(tmp_path, ca, "ca")),
+        "cert": str(cert),
+        "key": str(key),
+        "missing": str(tmp_path / "missing.pem"),
+    }
 
 
 def test_defaults_are_plaintext_and_no_agent_auth() -> None:
     config = build_config([])
     assert config.tls is None
     assert config.agent_auth == AgentAuth("none", None, "gpu-extender")
-    assert security_summary(config) == ("TLS off (plain HTTP and gRPC); agent auth: none (any client that reaches "
-                                        "the gRPC port can report for any node)")  # fmt: skip
+    assert security_summary(config) == (
+        "TLS off (plain HTTP and gRPC); agent auth: none (any client that reaches "
+        "the gRPC port can report for any node)"
+    )
 
 
 def test_tls_mtls_and_tokenreview(pems: dict[str, str]) -> None:
-    config = build_config(["--tls-cert", pems["cert"], "--tls-key", pems["key"], "--tls-ca", pems["ca"],
-                           "--kubernetes", "--agent-auth", "tokenreview", "--agent-service-account",
-                           "gpu-extender/gpu-agent", "--agent-token-audience", "aud"])  # fmt: skip
+    config = build_config(
+        [
+            "--tls-cert",
+            pems["cert"],
+            "--tls-key",
+            pems["key"],
+            "--tls-ca",
+            pems["ca"],
+            "--kubernetes",
+            "--agent-auth",
+            "tokenreview",
+            "--agent-service-account",
+            "gpu-extender/gpu-agent",
+            "--agent-token-audience",
+            "aud",
+        ]
+    )
     assert config.tls == ServingTlsFiles(Path(pems["cert"]), Path(pems["key"]), Path(pems["ca"]))
     assert config.agent_auth == AgentAuth("tokenreview", ServiceAccountRef("gpu-extender", "gpu-agent"), "aud")
     summary = security_summary(config)
@@ -53,8 +72,10 @@ def test_tls_mtls_and_tokenreview(pems: dict[str, str]) -> None:
         (["--tls-cert", "{cert}", "--tls-key", "{key}", "--tls-ca", "{missing}"], "--tls-ca {missing}: cannot read"),
         (["--agent-auth", "tokenreview", "--agent-service-account", "a/b"], "it needs --kubernetes"),
         (["--agent-auth", "tokenreview", "--kubernetes"], "needs --agent-service-account NAMESPACE/NAME"),
-        (["--agent-auth", "tokenreview", "--kubernetes", "--agent-service-account", "gpu-agent"],
-         "--agent-service-account 'gpu-agent': expected NAMESPACE/NAME"),
+        (
+            ["--agent-auth", "tokenreview", "--kubernetes", "--agent-service-account", "gpu-agent"],
+            "--agent-service-account 'gpu-agent': expected NAMESPACE/NAME",
+        ),
         (["--agent-service-account", "a/b"], "--agent-service-account only applies with --agent-auth tokenreview"),
         (["--agent-token-audience", " "], "--agent-token-audience must not be empty"),
     ],

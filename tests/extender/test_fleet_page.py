@@ -13,18 +13,17 @@ import pytest
 import yaml
 from aiohttp.test_utils import TestClient, TestServer
 
-from gpuextender.extender.settings import Policy
-from gpuextender.extender.ui.fleet_page import FleetCache, build_fleet, load_one_object
-from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.app import http_app
-from gpuextender.extender.scheduler.http_api import SchedulerApi
-from gpuextender.extender.settings import ApiSettings
+from gpuextender.extender.model.bad_request import BadRequest
 from gpuextender.extender.model.kube_objects import KINDS
+from gpuextender.extender.observe.metrics import ExtenderMetrics
+from gpuextender.extender.scheduler.http_api import SchedulerApi
+from gpuextender.extender.settings import ApiSettings, Policy
+from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.inventory_store import InventoryStore
 from gpuextender.extender.state.inventory_view import InventoryView, ViewBuilder
-from gpuextender.extender.observe.metrics import ExtenderMetrics
-from gpuextender.extender.model.bad_request import BadRequest
+from gpuextender.extender.ui.fleet_page import FleetCache, build_fleet, load_one_object
 from tests.extender.builders import gpu, report
 from tests.harness import ROOT
 
@@ -41,10 +40,14 @@ def inventory() -> InventoryView:
             if doc:
                 objects.setdefault(doc["kind"], []).append(doc)
     objects["Node"] = [
-        {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": product}},
-         "status": {"allocatable": {"nvidia.com/gpu": "4"}}}
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": product}},
+            "status": {"allocatable": {"nvidia.com/gpu": "4"}},
+        }
         for name, product in PRODUCTS.items()
-    ]  # fmt: skip
+    ]
     for kind in KINDS:
         store.replace_all(kind.kind, objects.get(kind.kind, []))
     return views.current
@@ -55,8 +58,9 @@ def make_api(**settings: Any) -> SchedulerApi:
     state.ingest(report("h100-node", [gpu(0, 0, 1), gpu(1, 90, 80), gpu(2, 0, 1), gpu(3, 0, 1)]), NOW)
     state.ingest(report("plain-node", [gpu(0, 95, 90), gpu(1, 0, 1)]), NOW)
     view = inventory()
-    api = SchedulerApi(state, ExtenderMetrics(state), ApiSettings(Policy(), **settings), inventory=lambda: view,
-                       clock=lambda: NOW)  # fmt: skip
+    api = SchedulerApi(
+        state, ExtenderMetrics(state), ApiSettings(Policy(), **settings), inventory=lambda: view, clock=lambda: NOW
+    )
     api.serving = True
     return api
 
@@ -155,17 +159,26 @@ def test_the_form_answers_what_post_explain_answers_for_the_same_pod() -> None:
 
 
 def test_an_inference_service_is_explained_as_its_engine_pod() -> None:
-    isvc = {"apiVersion": "ome.io/v1beta1", "kind": "InferenceService",
-            "metadata": {"name": "llama-8b-cheapest", "namespace": "llm"},
-            "spec": {"model": {"name": "llama-3-1-8b-instruct"}, "runtime": {"name": "vllm-llama-small"},
-                     "acceleratorSelector": {"policy": "Cheapest"}}}  # fmt: skip
+    isvc = {
+        "apiVersion": "ome.io/v1beta1",
+        "kind": "InferenceService",
+        "metadata": {"name": "llama-8b-cheapest", "namespace": "llm"},
+        "spec": {
+            "model": {"name": "llama-3-1-8b-instruct"},
+            "runtime": {"name": "vllm-llama-small"},
+            "acceleratorSelector": {"policy": "Cheapest"},
+        },
+    }
 
     async def check(client: TestClient[Any, Any]) -> None:
         answer = await (await client.post("/ui/explain", data=yaml.safe_dump(isvc))).json()
         assert answer["pod"] == "llm/llama-8b-cheapest-engine"
-        assert answer["input"]["labels"] == {"ome.io/inferenceservice": "llama-8b-cheapest", "component": "engine",
-                                             "serving-runtime": "vllm-llama-small",
-                                             "base-model-name": "llama-3-1-8b-instruct"}  # fmt: skip
+        assert answer["input"]["labels"] == {
+            "ome.io/inferenceservice": "llama-8b-cheapest",
+            "component": "engine",
+            "serving-runtime": "vllm-llama-small",
+            "base-model-name": "llama-3-1-8b-instruct",
+        }
         # No resources on the InferenceService: the runtime's container asks for 1 GPU.
         assert answer["input"]["gpusFrom"] == "ClusterServingRuntime vllm-llama-small container 'ome-container'"
         assert answer["gpusNeeded"] == 1 and "note" not in answer["input"]
@@ -199,7 +212,7 @@ def test_an_inference_service_is_explained_as_its_engine_pod() -> None:
         ("kind: InferenceService\nmetadata: {namespace: x}\n", 400, "missing_name"),
         ("kind: Pod\nx: " + "y" * 5000 + "\n", 413, "too_large"),
     ],
-)  # fmt: skip
+)
 def test_refused_bodies_get_a_reason(body: str, status: int, reason: str) -> None:
     async def check(client: TestClient[Any, Any]) -> None:
         response = await client.post("/ui/explain", data=body.encode())

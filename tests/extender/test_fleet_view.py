@@ -7,13 +7,12 @@ from collections.abc import Mapping
 
 import pytest
 
-from gpuextender.v1 import gpu_state_pb2 as pb
-
-from gpuextender.extender.settings import Policy
-from gpuextender.extender.ui.fleet_view import STATES, FleetInputs, build, gpu_nodes, node_row
-from gpuextender.extender.state.gpu_summary import NodeSummary, summarize
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.model.ome.node_class import GpuFacts
+from gpuextender.extender.settings import Policy
+from gpuextender.extender.state.gpu_summary import NodeSummary, summarize
+from gpuextender.extender.ui.fleet_view import STATES, FleetInputs, build, gpu_nodes, node_row
+from gpuextender.v1 import gpu_state_pb2 as pb
 from tests.extender.builders import GIB, gpu, report
 
 RULE = IdleRule(max_utilization_percent=30.0, max_memory_used_percent=50.0)
@@ -51,9 +50,10 @@ HALF = 40 * GIB  # exactly 50 % of 80 GiB
         (30, 0, True, "allocated-busy"),
         (29, HALF, True, "allocated-busy"),
     ],
-)  # fmt: skip
-def test_each_gpu_is_classified_by_the_idle_rule_at_its_boundaries(util: int, used: int, held: bool,
-                                                                   expected: str) -> None:  # fmt: skip
+)
+def test_each_gpu_is_classified_by_the_idle_rule_at_its_boundaries(
+    util: int, used: int, held: bool, expected: str
+) -> None:
     assert state_of(_mem(gpu(0, util, None), used), held=held) == expected
 
 
@@ -87,7 +87,11 @@ def test_the_cells_agree_with_the_counts_the_decision_uses() -> None:
     gpus = [gpu(0, 0, 1), gpu(1, 90, 80), gpu(2, 10, 5), gpu(3, None, None, healthy=False)]
     s = summarize(report("n", gpus), RULE, NOW)
     assert [(c[0], STATES[c[1]], c[2]) for c in s.gpus] == [
-        (0, "free-idle", 0), (1, "free-busy", 90), (2, "free-idle", 10), (3, "unhealthy", None)]  # fmt: skip
+        (0, "free-idle", 0),
+        (1, "free-busy", 90),
+        (2, "free-idle", 10),
+        (3, "unhealthy", None),
+    ]
     assert s.idle_gpus == sum(1 for c in s.gpus if STATES[c[1]] == "free-idle")
     assert s.gpus[1][3] == pytest.approx(80.0, abs=0.01)
 
@@ -95,13 +99,17 @@ def test_the_cells_agree_with_the_counts_the_decision_uses() -> None:
 # -- rows, freshness, grouping, counts ------------------------------------------------------------
 
 
-def inputs(summaries: Mapping[str, NodeSummary], allocatable: Mapping[str, int] | None = None,
-           classes: Mapping[str, tuple[str, ...]] | None = None, class_names: tuple[str, ...] = (),
-           now: float = NOW) -> FleetInputs:  # fmt: skip
-    facts = {name: tuple(GpuFacts("NVIDIA H100 80GB HBM3", 80 * GIB, "9.0") for _ in s.gpus)
-             for name, s in summaries.items()}  # fmt: skip
-    return FleetInputs(summaries.get, facts.get, allocatable or {}, classes or {}, class_names, now,
-                       STALE_AFTER, RULE)  # fmt: skip
+def inputs(
+    summaries: Mapping[str, NodeSummary],
+    allocatable: Mapping[str, int] | None = None,
+    classes: Mapping[str, tuple[str, ...]] | None = None,
+    class_names: tuple[str, ...] = (),
+    now: float = NOW,
+) -> FleetInputs:
+    facts = {
+        name: tuple(GpuFacts("NVIDIA H100 80GB HBM3", 80 * GIB, "9.0") for _ in s.gpus) for name, s in summaries.items()
+    }
+    return FleetInputs(summaries.get, facts.get, allocatable or {}, classes or {}, class_names, now, STALE_AFTER, RULE)
 
 
 def summary(name: str, received_at: float = NOW, idle: int = 2, busy: int = 0) -> NodeSummary:
@@ -131,12 +139,19 @@ def test_gpu_nodes_are_the_inventorys_gpu_nodes_and_the_reporting_ones() -> None
 
 
 def test_nodes_are_grouped_by_class_with_counts_and_the_unclassified_last() -> None:
-    summaries = {"h1": summary("h1", idle=2, busy=1), "h2": summary("h2", idle=0, busy=2),
-                 "both": summary("both", idle=1), "loose": summary("loose", idle=1, busy=1)}  # fmt: skip
+    summaries = {
+        "h1": summary("h1", idle=2, busy=1),
+        "h2": summary("h2", idle=0, busy=2),
+        "both": summary("both", idle=1),
+        "loose": summary("loose", idle=1, busy=1),
+    }
     classes = {"h1": ("h100",), "h2": ("h100",), "both": ("h100", "a100"), "loose": (), "silent": ("a100",)}
-    doc = build(inputs(summaries, allocatable={"silent": 2, "cpu-only": 0}, classes=classes,
-                       class_names=("h100", "a100", "l40s")),
-                gpu_nodes({"silent": 2, "cpu-only": 0}, summaries))  # fmt: skip
+    doc = build(
+        inputs(
+            summaries, allocatable={"silent": 2, "cpu-only": 0}, classes=classes, class_names=("h100", "a100", "l40s")
+        ),
+        gpu_nodes({"silent": 2, "cpu-only": 0}, summaries),
+    )
     groups = {g["class"]: g for g in doc["classes"]}
     assert [g["class"] for g in doc["classes"]] == ["a100", "h100", "l40s", None]
     assert [r["node"] for r in groups["h100"]["rows"]] == ["both", "h1", "h2"]

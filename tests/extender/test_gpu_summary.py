@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpuextender.extender.state.gpu_summary import summarize
-
 from gpuextender.common.idle_rule import IdleRule, gpu_is_idle
+from gpuextender.extender.state.gpu_summary import summarize
 from tests.extender.builders import gpu, node, report
 
 

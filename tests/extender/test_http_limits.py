@@ -11,9 +11,15 @@ from gpuextender.extender.scheduler.http_api import LISTEN_BACKLOG, listen_backl
 
 @pytest.mark.parametrize(
     ("somaxconn", "expected"),
-    [("128", 128), (str(LISTEN_BACKLOG - 1), LISTEN_BACKLOG - 1), (str(LISTEN_BACKLOG), LISTEN_BACKLOG),
-     (str(LISTEN_BACKLOG + 1), LISTEN_BACKLOG), ("65535\n", LISTEN_BACKLOG), ("garbage", LISTEN_BACKLOG)],
-)  # fmt: skip
+    [
+        ("128", 128),
+        (str(LISTEN_BACKLOG - 1), LISTEN_BACKLOG - 1),
+        (str(LISTEN_BACKLOG), LISTEN_BACKLOG),
+        (str(LISTEN_BACKLOG + 1), LISTEN_BACKLOG),
+        ("65535\n", LISTEN_BACKLOG),
+        ("garbage", LISTEN_BACKLOG),
+    ],
+)
 def test_listen_backlog_is_ours_or_the_kernel_cap(tmp_path: Path, somaxconn: str, expected: int) -> None:
     path = tmp_path / "somaxconn"
     path.write_text(somaxconn)

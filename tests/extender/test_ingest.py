@@ -6,25 +6,31 @@ import asyncio
 
 import grpc
 import pytest
+from prometheus_client import generate_latest
 
-from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.common.idle_rule import IdleRule
+from gpuextender.extender.ingest.report_checks import report_problem
 from gpuextender.extender.ingest.service import IngestService
 from gpuextender.extender.observe.metrics import ExtenderMetrics
-from gpuextender.extender.ingest.report_checks import report_problem
+from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 from tests.extender.builders import gpu, report
 from tests.harness import free_port, metric, parse_metrics
-from prometheus_client import generate_latest
 
 
 async def exchange(reports: list[pb.NodeReport], state: GpuState, metrics: ExtenderMetrics) -> list[pb.ReportAck]:
     port = free_port()
     server = grpc.aio.server()
     pb_grpc.add_GpuStateServiceServicer_to_server(
-        IngestService(state, metrics, requested_interval_ms=2000, clock=lambda: 50.0, wall_clock=lambda: 1000.0,
-                      stale_after_s=10.0),
+        IngestService(
+            state,
+            metrics,
+            requested_interval_ms=2000,
+            clock=lambda: 50.0,
+            wall_clock=lambda: 1000.0,
+            stale_after_s=10.0,
+        ),
         server,
     )
     server.add_insecure_port(f"127.0.0.1:{port}")
@@ -36,7 +42,9 @@ async def exchange(reports: list[pb.NodeReport], state: GpuState, metrics: Exten
             for r in reports:
                 await call.write(r)
                 acks.append(await call.read())
-            assert metric(parse_metrics(generate_latest(metrics.registry).decode()), "gpu_extender_connected_agents") == 1
+            assert (
+                metric(parse_metrics(generate_latest(metrics.registry).decode()), "gpu_extender_connected_agents") == 1
+            )
             await call.done_writing()
             assert await call.read() is grpc.aio.EOF
             return acks
@@ -57,15 +65,23 @@ def test_reports_are_stored_acked_and_bad_ones_rejected() -> None:
     ]
     acks = asyncio.run(exchange(reports, state, metrics))
     assert [a.sequence for a in acks] == [1, 2, 3, 4, 5]
-    assert [a.status for a in acks] == [pb.ReportAck.ACCEPTED, pb.ReportAck.REJECTED, pb.ReportAck.REJECTED,
-                                        pb.ReportAck.ACCEPTED, pb.ReportAck.ACCEPTED]  # fmt: skip
+    assert [a.status for a in acks] == [
+        pb.ReportAck.ACCEPTED,
+        pb.ReportAck.REJECTED,
+        pb.ReportAck.REJECTED,
+        pb.ReportAck.ACCEPTED,
+        pb.ReportAck.ACCEPTED,
+    ]
     assert all(not a.reason for a in acks if a.status == pb.ReportAck.ACCEPTED)
     assert "changed from 'gpu-node-1' to 'gpu-node-2'" in acks[1].reason
     assert "GPU index 0 appears twice" in acks[2].reason
     assert all(a.requested_interval_ms == 2000 for a in acks if a.status == pb.ReportAck.ACCEPTED)
     # 0.3: every ACCEPTED ack says what the extender decides with (the agent's report gate).
-    rule = [(a.idle_max_utilization_percent, a.idle_max_memory_used_percent, a.stale_after_ms)
-            for a in acks if a.status == pb.ReportAck.ACCEPTED]  # fmt: skip
+    rule = [
+        (a.idle_max_utilization_percent, a.idle_max_memory_used_percent, a.stale_after_ms)
+        for a in acks
+        if a.status == pb.ReportAck.ACCEPTED
+    ]
     assert rule == [(IdleRule().max_utilization_percent, IdleRule().max_memory_used_percent, 10_000)] * 3
     assert not any(a.HasField("idle_max_utilization_percent") for a in acks if a.status == pb.ReportAck.REJECTED)
     summary = state.summary("gpu-node-1")

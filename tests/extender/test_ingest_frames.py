@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from gpuextender.extender.ingest import frames as frames
-from gpuextender.extender import ingest_process
 from gpuextender.common.idle_rule import IdleRule
+from gpuextender.extender import ingest_process
+from gpuextender.extender.ingest import frames as frames
 from gpuextender.extender.ingest_process import FLUSH_BYTES, RelayStore
 from tests.extender.builders import gpu, report
 

@@ -16,13 +16,10 @@ import pynvml
 import pytest
 from prometheus_client import generate_latest
 
-from gpuextender.agent.sources.nvml_errors import ErrorGroup, classify, known_error_names
 from gpuextender.agent.sampling.sample_loop import MIN_INTERVAL_S
-from gpuextender.extender.state.gpu_state import GpuState
+from gpuextender.agent.sources.nvml_errors import ErrorGroup, classify, known_error_names
 from gpuextender.common.idle_rule import IdleRule
-from gpuextender.extender.ingest.service import IngestService
 from gpuextender.extender.ingest.limits import REPORT_BURST, REPORTS_PER_SECOND, ReportPacer, UnknownNodes
-from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.ingest.report_checks import (
     MAX_AGENT_VERSION_CHARS,
     MAX_DRIVER_VERSION_CHARS,
@@ -37,6 +34,9 @@ from gpuextender.extender.ingest.report_checks import (
     clock_skew_problem,
     report_problem,
 )
+from gpuextender.extender.ingest.service import IngestService
+from gpuextender.extender.observe.metrics import ExtenderMetrics
+from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 from tests.extender.builders import GIB, gpu, report
@@ -135,8 +135,9 @@ def test_clock_skew_is_bounded_exactly(offset_ns: int, words: str | None) -> Non
 def test_a_stepped_clock_gets_the_same_reason_every_report() -> None:
     """The agent logs a rejection when its reason changes: a clock 45.2 s off must not say so anew
     with every report's few milliseconds of jitter."""
-    reasons = {clock_skew_problem(at("n", 45_200_000_000 + jitter_ms * 10**6, 1), WALL, 30.0)
-               for jitter_ms in range(0, 200, 7)}  # fmt: skip
+    reasons = {
+        clock_skew_problem(at("n", 45_200_000_000 + jitter_ms * 10**6, 1), WALL, 30.0) for jitter_ms in range(0, 200, 7)
+    }
     assert len(reasons) == 1 and "45s ahead of" in reasons.pop()
 
 
@@ -144,8 +145,12 @@ def test_a_future_dated_report_is_rejected_and_later_reports_are_stored() -> Non
     """The repro: one report 45 s ahead (an NTP step on the node) used to block the node."""
 
     async def test(r: Rig) -> None:
-        acks = await r.exchange(at("gpu-node-1", 0, 1), at("gpu-node-1", 45 * 10**9, 2),
-                                at("gpu-node-1", 10**9, 3), at("gpu-node-1", 2 * 10**9, 4))  # fmt: skip
+        acks = await r.exchange(
+            at("gpu-node-1", 0, 1),
+            at("gpu-node-1", 45 * 10**9, 2),
+            at("gpu-node-1", 10**9, 3),
+            at("gpu-node-1", 2 * 10**9, 4),
+        )
         assert [a.status for a in acks] == [ACCEPTED, REJECTED, ACCEPTED, ACCEPTED]
         assert "45s ahead of the extender's clock" in acks[1].reason and "NTP" in acks[1].reason
         assert r.state.summary("gpu-node-1").sequence == 4
@@ -242,17 +247,20 @@ def test_unhealthy_reasons_are_bounded_in_count_and_length() -> None:
         return r
 
     assert report_problem(with_reasons(["R"] * MAX_UNHEALTHY_REASONS), None) is None
-    assert f"{MAX_UNHEALTHY_REASONS + 1} unhealthy_reasons, more than the {MAX_UNHEALTHY_REASONS}" in \
-        report_problem(with_reasons(["R"] * (MAX_UNHEALTHY_REASONS + 1)), None)  # fmt: skip
+    assert f"{MAX_UNHEALTHY_REASONS + 1} unhealthy_reasons, more than the {MAX_UNHEALTHY_REASONS}" in report_problem(
+        with_reasons(["R"] * (MAX_UNHEALTHY_REASONS + 1)), None
+    )
     assert report_problem(with_reasons(["R" * MAX_UNHEALTHY_REASON_CHARS]), None) is None
-    assert f"more than the {MAX_UNHEALTHY_REASON_CHARS} allowed" in \
-        report_problem(with_reasons(["R" * (MAX_UNHEALTHY_REASON_CHARS + 1)]), None)  # fmt: skip
+    assert f"more than the {MAX_UNHEALTHY_REASON_CHARS} allowed" in report_problem(
+        with_reasons(["R" * (MAX_UNHEALTHY_REASON_CHARS + 1)]), None
+    )
 
 
 def test_gpu_count_is_bounded_exactly() -> None:
     assert report_problem(report("n", [gpu(i) for i in range(MAX_GPUS_PER_NODE)]), None) is None
-    assert f"{MAX_GPUS_PER_NODE + 1} GPUs is more than the {MAX_GPUS_PER_NODE}" in \
-        report_problem(report("n", [gpu(i) for i in range(MAX_GPUS_PER_NODE + 1)]), None)  # fmt: skip
+    assert f"{MAX_GPUS_PER_NODE + 1} GPUs is more than the {MAX_GPUS_PER_NODE}" in report_problem(
+        report("n", [gpu(i) for i in range(MAX_GPUS_PER_NODE + 1)]), None
+    )
 
 
 def test_sample_time_nanos_must_be_a_valid_timestamp() -> None:
@@ -267,12 +275,22 @@ def test_sample_time_nanos_must_be_a_valid_timestamp() -> None:
 
 def maximal_report() -> pb.NodeReport:
     """Every field at its bound, every number at its widest encoding: the largest valid report."""
-    r = pb.NodeReport(node_name="n" * 253, sequence=2**64 - 1, agent_version="a" * MAX_AGENT_VERSION_CHARS,
-                      driver_version="d" * MAX_DRIVER_VERSION_CHARS, node_error="e" * MAX_NODE_ERROR_CHARS)  # fmt: skip
+    r = pb.NodeReport(
+        node_name="n" * 253,
+        sequence=2**64 - 1,
+        agent_version="a" * MAX_AGENT_VERSION_CHARS,
+        driver_version="d" * MAX_DRIVER_VERSION_CHARS,
+        node_error="e" * MAX_NODE_ERROR_CHARS,
+    )
     r.sample_time.seconds, r.sample_time.nanos = 2**40, 999_999_999
     for i in range(MAX_GPUS_PER_NODE):
-        g = r.gpus.add(index=2**32 - 1 - i, uuid="u" * MAX_UUID_CHARS, name="m" * MAX_GPU_NAME_CHARS,
-                       pci_bus_id="p" * MAX_PCI_BUS_ID_CHARS, healthy=True)  # fmt: skip
+        g = r.gpus.add(
+            index=2**32 - 1 - i,
+            uuid="u" * MAX_UUID_CHARS,
+            name="m" * MAX_GPU_NAME_CHARS,
+            pci_bus_id="p" * MAX_PCI_BUS_ID_CHARS,
+            healthy=True,
+        )
         g.compute_capability.major = g.compute_capability.minor = 2**32 - 1
         g.memory_total_bytes = g.memory_used_bytes = g.memory_free_bytes = g.memory_reserved_bytes = 2**64 - 1
         g.utilization_gpu_percent = g.utilization_memory_percent = 100
@@ -290,8 +308,11 @@ def test_the_largest_valid_report_fits_the_grpc_limit_with_room_to_spare() -> No
 
 def test_the_bounds_hold_what_the_agent_really_sends() -> None:
     """The agent lists each unhealthy reason once: NVML errors of the GPU_UNHEALTHY group, or NoHandle."""
-    unhealthy = [name for name, code in known_error_names().items()
-                 if classify(pynvml.NVMLError(code)) is ErrorGroup.GPU_UNHEALTHY]  # fmt: skip
+    unhealthy = [
+        name
+        for name, code in known_error_names().items()
+        if classify(pynvml.NVMLError(code)) is ErrorGroup.GPU_UNHEALTHY
+    ]
     assert len(unhealthy) + 1 <= MAX_UNHEALTHY_REASONS
     assert max(len(n) for n in [*known_error_names(), "NoHandle", f"Code{2**31}"]) <= MAX_UNHEALTHY_REASON_CHARS
     assert max(len(n) for n in known_error_names()) <= MAX_NODE_ERROR_CHARS
@@ -442,7 +463,7 @@ def test_a_stream_that_never_reads_acks_is_paced_not_dropped() -> None:
             while accepted() < total:  # one second of clock: one burst more (the bucket holds no more)
                 target = min(total, accepted() + REPORT_BURST)
                 r.now[0] += 1.0
-                await until(f"{target} processed", lambda: accepted() == target and (target == total or paced()))
+                await until(f"{target} processed", lambda t=target: accepted() == t and (t == total or paced()))
             acks = [await call.read() for _ in range(total)]
             await writer
             assert [a.sequence for a in acks] == list(range(1, total + 1))

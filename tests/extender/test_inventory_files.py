@@ -62,7 +62,7 @@ metadata: {name: ignored}
 def test_bad_objects_are_skipped_with_one_log_line_each(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     (tmp_path / "nodes.yaml").write_text(NODES)
     (tmp_path / "notes.txt").write_text("not inventory")
-    source, store, views, invalid = build(tmp_path)
+    source, _store, views, invalid = build(tmp_path)
     with caplog.at_level(logging.WARNING):
         source.load()
         views.rebuild()  # a rebuild does not log the same bad object again
@@ -79,7 +79,7 @@ def test_changes_on_disk_are_picked_up_and_broken_saves_keep_the_last_good_conte
 ) -> None:
     nodes = tmp_path / "nodes.yaml"
     nodes.write_text("kind: Node\nmetadata: {name: a}\nstatus: {allocatable: {nvidia.com/gpu: '8'}}\n")
-    source, store, views, _ = build(tmp_path)
+    source, _store, views, _ = build(tmp_path)
     source.load()
     assert views.current.allocatable_gpus == {"a": 8}
 
@@ -120,16 +120,27 @@ def test_store_keys_and_deletes() -> None:
         store.upsert("Pod", runtime)
 
 
-
 def full_node(rv: str, labels: dict, gpus: str = "8", heartbeat: str = "2026-11-22T10:00:00Z") -> dict:
     """A Node the way the API server sends it: most of it is status the extender never reads."""
-    return {"apiVersion": "v1", "kind": "Node",
-            "metadata": {"name": "gpu-1", "resourceVersion": rv, "uid": "u-1", "labels": labels,
-                         "annotations": {"node.alpha.kubernetes.io/ttl": "0"}, "managedFields": [{"manager": "kubelet"}]},
-            "spec": {"podCIDR": "10.0.0.0/24"},
-            "status": {"allocatable": {"nvidia.com/gpu": gpus, "cpu": "64"}, "capacity": {"nvidia.com/gpu": gpus},
-                       "conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": heartbeat}],
-                       "images": [{"names": ["registry/vllm:latest"], "sizeBytes": 9_000_000_000}]}}  # fmt: skip
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": "gpu-1",
+            "resourceVersion": rv,
+            "uid": "u-1",
+            "labels": labels,
+            "annotations": {"node.alpha.kubernetes.io/ttl": "0"},
+            "managedFields": [{"manager": "kubelet"}],
+        },
+        "spec": {"podCIDR": "10.0.0.0/24"},
+        "status": {
+            "allocatable": {"nvidia.com/gpu": gpus, "cpu": "64"},
+            "capacity": {"nvidia.com/gpu": gpus},
+            "conditions": [{"type": "Ready", "status": "True", "lastHeartbeatTime": heartbeat}],
+            "images": [{"names": ["registry/vllm:latest"], "sizeBytes": 9_000_000_000}],
+        },
+    }
 
 
 def test_nodes_are_stored_slim_and_status_only_updates_are_not_changes() -> None:
@@ -140,10 +151,11 @@ def test_nodes_are_stored_slim_and_status_only_updates_are_not_changes() -> None
     labels = {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
     store.replace_all("Node", [full_node("1", labels)])
     assert store.get("Node", "gpu-1") == {
-        "apiVersion": "v1", "kind": "Node",
+        "apiVersion": "v1",
+        "kind": "Node",
         "metadata": {"name": "gpu-1", "labels": labels, "resourceVersion": "1", "uid": "u-1"},
         "status": {"allocatable": {"nvidia.com/gpu": "8", "cpu": "64"}},
-    }  # fmt: skip
+    }
     version = store.version
     store.upsert("Node", full_node("2", labels, heartbeat="2026-11-22T10:05:00Z"))  # the kubelet's status write
     assert store.version == version and changes == ["Node"]
@@ -157,27 +169,55 @@ def test_nodes_are_stored_slim_and_status_only_updates_are_not_changes() -> None
 def test_one_changed_node_is_reparsed_and_the_rest_reused() -> None:
     store = InventoryStore()
     views = ViewBuilder(store, GPU)
-    store.upsert("AcceleratorClass", {"kind": "AcceleratorClass", "metadata": {"name": "h100"},
-                                      "spec": {"capabilities": {"memoryGB": "80Gi"}, "discovery": {
-                                          "nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}}}})  # fmt: skip
+    store.upsert(
+        "AcceleratorClass",
+        {
+            "kind": "AcceleratorClass",
+            "metadata": {"name": "h100"},
+            "spec": {
+                "capabilities": {"memoryGB": "80Gi"},
+                "discovery": {"nodeSelector": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}},
+            },
+        },
+    )
     for i in range(3):
-        store.upsert("Node", {"kind": "Node", "metadata": {"name": f"n{i}", "labels": {}},
-                              "status": {"allocatable": {"nvidia.com/gpu": "8"}}})  # fmt: skip
+        store.upsert(
+            "Node",
+            {
+                "kind": "Node",
+                "metadata": {"name": f"n{i}", "labels": {}},
+                "status": {"allocatable": {"nvidia.com/gpu": "8"}},
+            },
+        )
     assert views.current.membership.classes_by_node == {"n0": (), "n1": (), "n2": ()}
-    store.upsert("Node", {"kind": "Node", "metadata": {"name": "n1", "labels": {
-        "nvidia.com/gpu.product": "NVIDIA H100 80GB HBM3"}}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}})
+    store.upsert(
+        "Node",
+        {
+            "kind": "Node",
+            "metadata": {"name": "n1", "labels": {"nvidia.com/gpu.product": "NVIDIA H100 80GB HBM3"}},
+            "status": {"allocatable": {"nvidia.com/gpu": "8"}},
+        },
+    )
     assert views.current.membership.classes_by_node == {"n0": (), "n1": ("h100",), "n2": ()}
     # A class edit re-classifies every node, cached or not.
-    store.upsert("AcceleratorClass", {"kind": "AcceleratorClass", "metadata": {"name": "h100"},
-                                      "spec": {"capabilities": {"memoryGB": "80Gi"}, "discovery": {
-                                          "nodeSelector": {}}}})  # fmt: skip
+    store.upsert(
+        "AcceleratorClass",
+        {
+            "kind": "AcceleratorClass",
+            "metadata": {"name": "h100"},
+            "spec": {"capabilities": {"memoryGB": "80Gi"}, "discovery": {"nodeSelector": {}}},
+        },
+    )
     assert views.current.membership.classes_by_node == {"n0": ("h100",), "n1": ("h100",), "n2": ("h100",)}
 
 
 CLASSED = """
 kind: AcceleratorClass
 metadata: {name: h100}
-spec: {vendor: nvidia, capabilities: {memoryGB: 80Gi}, discovery: {nodeSelector: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}}}
+spec:
+  vendor: nvidia
+  capabilities: {memoryGB: 80Gi}
+  discovery: {nodeSelector: {nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3}}
 ---
 kind: AcceleratorClass
 metadata: {name: hopper}
@@ -219,8 +259,12 @@ def test_rebuild_listeners_get_each_new_view() -> None:
     views = ViewBuilder(store, GPU)
     seen: list[int] = []
     views.on_rebuild(lambda view: seen.append(view.version))
-    store.upsert("Node", {"kind": "Node", "metadata": {"name": "n1"}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}})
-    store.upsert("Node", {"kind": "Node", "metadata": {"name": "n2"}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}})
+    store.upsert(
+        "Node", {"kind": "Node", "metadata": {"name": "n1"}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}}
+    )
+    store.upsert(
+        "Node", {"kind": "Node", "metadata": {"name": "n2"}, "status": {"allocatable": {"nvidia.com/gpu": "8"}}}
+    )
     assert seen == [1, 2] and views.current.version == 2
 
 
@@ -408,7 +452,12 @@ def test_pods_in_the_files_go_to_the_ledger_not_the_store(tmp_path: Path) -> Non
     assert "Pod" not in store.counts() and store.counts()["Node"] == 1
     [serving] = ledger.pods_on("gpu-node-1")
     assert (serving.uid, serving.key, serving.gpus, serving.phase, serving.inference_service) == (
-        "u-1", "ml/serving", 2, "Running", "llama")  # fmt: skip
+        "u-1",
+        "ml/serving",
+        2,
+        "Running",
+        "llama",
+    )
     [by_hand] = ledger.pods_on("gpu-node-2")  # no uid, no namespace: one made from its name
     assert (by_hand.uid, by_hand.key) == ("file:default/by-hand", "default/by-hand")
     assert len(ledger) == 2 and sorted(heard) == ["gpu-node-1", "gpu-node-2"]  # the unbound pod is not held

@@ -7,14 +7,14 @@ import logging
 from dataclasses import replace
 
 import pytest
-from gpuextender.v1 import gpu_state_pb2 as pb
 from prometheus_client import CollectorRegistry
 
-from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.common.idle_rule import IdleRule
+from gpuextender.extender.model.ome.node_class import GpuFacts, classify_nodes
+from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.inventory_view import InventoryView
 from gpuextender.extender.state.live_classes import LiveClasses, LiveClassesCollector
-from gpuextender.extender.model.ome.node_class import GpuFacts, classify_nodes
+from gpuextender.v1 import gpu_state_pb2 as pb
 from tests.extender.builders import GIB, report
 from tests.extender.test_placement import view  # noqa: F401  (module fixture: examples/ome inventory)
 
@@ -67,7 +67,7 @@ def test_forgetting_a_node_drops_its_facts() -> None:
     assert state.facts("old") is None and state.facts("new") is not None
 
 
-def test_labels_decide_until_the_agent_reports_then_capabilities_too(view: InventoryView) -> None:  # noqa: F811
+def test_labels_decide_until_the_agent_reports_then_capabilities_too(view: InventoryView) -> None:
     state = GpuState(IdleRule())
     live = LiveClasses(state)
     by_node = live.classes_by_node(view)
@@ -88,7 +88,7 @@ def test_labels_decide_until_the_agent_reports_then_capabilities_too(view: Inven
     assert live.excluded_pairs(view) == 0
 
 
-def test_compute_capability_mismatch_and_unknown_readings(view: InventoryView) -> None:  # noqa: F811
+def test_compute_capability_mismatch_and_unknown_readings(view: InventoryView) -> None:
     state = GpuState(IdleRule())
     live = LiveClasses(state)
     send(state, "h100-node", ("NVIDIA H100 80GB HBM3", 80, (8, 6)))
@@ -98,7 +98,7 @@ def test_compute_capability_mismatch_and_unknown_readings(view: InventoryView) -
     assert live.classes_by_node(view)["h100-node"] == ("nvidia-h100-80gb",)
 
 
-def test_a_new_inventory_version_rechecks_reported_nodes(view: InventoryView) -> None:  # noqa: F811
+def test_a_new_inventory_version_rechecks_reported_nodes(view: InventoryView) -> None:
     state = GpuState(IdleRule())
     live = LiveClasses(state)
     send(state, "a100-80-node", A100_40)
@@ -108,13 +108,16 @@ def test_a_new_inventory_version_rechecks_reported_nodes(view: InventoryView) ->
     relaxed = replace(cls, memory_bytes=40 * GIB)
     classes = {**view.classes, "nvidia-a100-80gb": relaxed}
     nodes = [{"metadata": {"name": n, "labels": labels}} for n, labels in view.node_labels.items()]
-    edited = replace(view, version=view.version + 1, classes=classes, membership=classify_nodes(nodes, classes.values()))
+    edited = replace(
+        view, version=view.version + 1, classes=classes, membership=classify_nodes(nodes, classes.values())
+    )
     assert live.classes_by_node(edited)["a100-80-node"] == ("nvidia-a100-80gb",)
     assert live.excluded_pairs(edited) == 0
 
 
 def test_unknown_nodes_are_ignored_and_each_mismatch_is_logged_once(
-    view: InventoryView, caplog: pytest.LogCaptureFixture  # noqa: F811
+    view: InventoryView,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     state = GpuState(IdleRule())
     live = LiveClasses(state)
@@ -128,11 +131,13 @@ def test_unknown_nodes_are_ignored_and_each_mismatch_is_logged_once(
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 2  # 40 GiB (seq 1 and 3: the same cause, logged once), 24 GiB (seq 2)
     assert "has 40.0 GiB" in lines[0] and "has 24.0 GiB" in lines[1]
-    assert all("a100-80-node matches AcceleratorClass nvidia-a100-80gb by its labels but not by its GPUs" in line
-               for line in lines)  # fmt: skip
+    assert all(
+        "a100-80-node matches AcceleratorClass nvidia-a100-80gb by its labels but not by its GPUs" in line
+        for line in lines
+    )
 
 
-def test_gauges(view: InventoryView) -> None:  # noqa: F811
+def test_gauges(view: InventoryView) -> None:
     state = GpuState(IdleRule())
     live = LiveClasses(state)
     registry = CollectorRegistry()
@@ -149,7 +154,7 @@ def test_gauges(view: InventoryView) -> None:  # noqa: F811
     assert value("gpu_extender_nodes_in_several_classes") == 0
 
 
-def test_nodes_in_follows_membership_changes(view: InventoryView) -> None:  # noqa: F811
+def test_nodes_in_follows_membership_changes(view: InventoryView) -> None:
     state = GpuState(IdleRule())
     live = LiveClasses(state)
     wanted = ("nvidia-a100-80gb", "nvidia-h100-80gb")
@@ -180,8 +185,9 @@ def test_facts_follow_readings_that_arrive_after_the_uuid() -> None:
     partial = pb.GpuSample(index=0, uuid="GPU-same", healthy=True)
     assert state.ingest(report("n1", [partial], seconds=1001, seq=1), 1.0)
     assert state.facts("n1") == (GpuFacts("", None, ""),)
-    complete = pb.GpuSample(index=0, uuid="GPU-same", name="NVIDIA H100 80GB HBM3", healthy=True,
-                            memory_total_bytes=80 * GIB)  # fmt: skip
+    complete = pb.GpuSample(
+        index=0, uuid="GPU-same", name="NVIDIA H100 80GB HBM3", healthy=True, memory_total_bytes=80 * GIB
+    )
     complete.compute_capability.major = 9
     assert state.ingest(report("n1", [complete], seconds=1002, seq=2), 2.0)
     assert state.facts("n1") == (GpuFacts("NVIDIA H100 80GB HBM3", 80 * GIB, "9.0"),)

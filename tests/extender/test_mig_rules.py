@@ -10,20 +10,18 @@ from typing import Any
 
 import pytest
 
-from gpuextender.v1 import gpu_state_pb2 as pb
-
-from gpuextender.extender.decide import reasons
-from gpuextender.extender.settings import Policy
-from gpuextender.extender.state.gpu_state import GpuState
-from gpuextender.extender.state.gpu_summary import NodeSummary, summarize
 from gpuextender.common.idle_rule import IdleRule
-from gpuextender.extender.scheduler.http_api import SchedulerApi
-from gpuextender.extender.settings import ApiSettings
-from gpuextender.extender.observe.metrics import ExtenderMetrics
+from gpuextender.extender.decide import reasons
 from gpuextender.extender.decide.mig_devices import filter_mig
 from gpuextender.extender.model.pod_gpus import mig_profile
 from gpuextender.extender.model.pod_request import read_pod
+from gpuextender.extender.observe.metrics import ExtenderMetrics
+from gpuextender.extender.scheduler.http_api import SchedulerApi
 from gpuextender.extender.scheduler.wire import parse_extender_args
+from gpuextender.extender.settings import ApiSettings, Policy
+from gpuextender.extender.state.gpu_state import GpuState
+from gpuextender.extender.state.gpu_summary import NodeSummary, summarize
+from gpuextender.v1 import gpu_state_pb2 as pb
 from tests.extender.builders import GIB, gpu, report
 
 NOW = 100.0
@@ -41,8 +39,13 @@ def mig_gpu(index: int, *instances: tuple[str, bool, float], healthy: bool = Tru
         inst.memory_total_bytes = 10 * GIB
         inst.memory_used_bytes = int(10 * GIB * used / 100)
         if held:
-            inst.holders.add(namespace="ns", pod=f"p{index}-{slot}", container="c",
-                             resource_name=f"nvidia.com/mig-{profile}", device_id=inst.uuid)  # fmt: skip
+            inst.holders.add(
+                namespace="ns",
+                pod=f"p{index}-{slot}",
+                container="c",
+                resource_name=f"nvidia.com/mig-{profile}",
+                device_id=inst.uuid,
+            )
     return g
 
 
@@ -53,8 +56,10 @@ def node(name: str, gpus: list[pb.GpuSample], source: int = pb.ALLOCATION_KUBELE
 
 
 def pod(requests: dict[str, str]) -> dict[str, Any]:
-    return {"metadata": {"name": "p", "namespace": "ns", "uid": "u"},
-            "spec": {"containers": [{"name": "c", "resources": {"requests": requests, "limits": requests}}]}}
+    return {
+        "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+        "spec": {"containers": [{"name": "c", "resources": {"requests": requests, "limits": requests}}]},
+    }
 
 
 def table(*summaries: NodeSummary) -> Callable[[str], NodeSummary | None]:
@@ -76,8 +81,14 @@ def test_the_pod_asks_per_profile_and_only_for_configured_resources() -> None:
 
 
 def test_instances_per_profile_free_means_unheld_and_idle() -> None:
-    s = node("n", [mig_gpu(0, ("1g.10gb", False, 1), ("1g.10gb", True, 1), ("1g.10gb", False, 60), ("3g.40gb", False, 0)),
-                   mig_gpu(1, ("1g.10gb", False, 0), healthy=False), gpu(2)])  # fmt: skip
+    s = node(
+        "n",
+        [
+            mig_gpu(0, ("1g.10gb", False, 1), ("1g.10gb", True, 1), ("1g.10gb", False, 60), ("3g.40gb", False, 0)),
+            mig_gpu(1, ("1g.10gb", False, 0), healthy=False),
+            gpu(2),
+        ],
+    )
     assert s.mig_gpus == 2 and s.gpu_count == 1  # MIG GPUs offer no whole GPU
     assert s.mig_instances == (("1g.10gb", 3), ("3g.40gb", 1))  # the unhealthy GPU's instance does not count
     assert s.mig_free == (("1g.10gb", 1), ("3g.40gb", 1))  # held and busy (60 % memory) ones are not free
@@ -105,7 +116,8 @@ def test_every_requested_profile_must_fit() -> None:
     s = node("n", [mig_gpu(0, ("1g.10gb", False, 1), ("3g.40gb", True, 1))])
     need = (("1g.10gb", 1), ("3g.40gb", 1))
     assert filter_mig(need, ["n"], table(s), NOW, Policy(no_fit_policy="reject")).failed == {
-        "n": reasons.INSUFFICIENT_FREE_MIG_DEVICES}  # fmt: skip
+        "n": reasons.INSUFFICIENT_FREE_MIG_DEVICES
+    }
 
 
 def test_stale_or_unknown_nodes_only_when_no_fresh_node_fits() -> None:
@@ -130,9 +142,11 @@ def test_pass_all_lets_only_soft_failures_through() -> None:
 
 def test_through_the_scheduler_api() -> None:
     state = GpuState(IdleRule())
-    for r in (report("mig", [mig_gpu(0, ("1g.10gb", False, 1), ("1g.10gb", False, 1))]),
-              report("taken", [mig_gpu(0, ("1g.10gb", True, 1), ("1g.10gb", False, 1))]),
-              report("whole", [gpu(i) for i in range(8)])):  # fmt: skip
+    for r in (
+        report("mig", [mig_gpu(0, ("1g.10gb", False, 1), ("1g.10gb", False, 1))]),
+        report("taken", [mig_gpu(0, ("1g.10gb", True, 1), ("1g.10gb", False, 1))]),
+        report("whole", [gpu(i) for i in range(8)]),
+    ):
         r.allocation_source = pb.ALLOCATION_KUBELET
         state.ingest(r, NOW)
     api = SchedulerApi(state, ExtenderMetrics(state), ApiSettings(Policy(), gpu_resources=RESOURCES), clock=lambda: NOW)

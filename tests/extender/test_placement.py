@@ -6,15 +6,15 @@ import json
 
 import pytest
 
-from gpuextender.extender.decide import class_plan, reasons
-from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.common.idle_rule import IdleRule
+from gpuextender.extender.decide import class_plan, reasons
+from gpuextender.extender.decide.snapshot import Candidates, Snapshot
 from gpuextender.extender.inventory.files import FileInventorySource
+from gpuextender.extender.model.ome.pod_intent import PodIdentity, pod_identity
+from gpuextender.extender.settings import Policy
+from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.inventory_store import InventoryStore
 from gpuextender.extender.state.inventory_view import InventoryView, ViewBuilder
-from gpuextender.extender.model.ome.pod_intent import PodIdentity, pod_identity
-from gpuextender.extender.decide.snapshot import Candidates, Snapshot
-from gpuextender.extender.settings import Policy
 from tests.e2e.test_accelerator_classes import NODES, ome_request, write_inventory
 from tests.extender.builders import gpu, report
 
@@ -46,20 +46,51 @@ def pod(isvc: str, runtime: str, component: str = "engine") -> PodIdentity:
 @pytest.mark.parametrize(
     ("isvc", "runtime", "allowed", "explicit", "why_key", "why"),
     [
-        ("llama-8b-pinned-a100", "vllm-llama-small", ("nvidia-a100-40gb",), True, "class",
-         "nvidia-a100-40gb (from InferenceService acceleratorSelector)"),
-        ("llama-70b-disaggregated", "vllm-llama-large", ("nvidia-h100-80gb",), True, "class",
-         "nvidia-h100-80gb (from engine.acceleratorOverride)"),
-        ("llama-8b-annotated", "vllm-llama-small", ("nvidia-l40s",), True, "class",
-         "nvidia-l40s (from InferenceService annotation ome.io/accelerator-class)"),
-        ("llama-70b-first-available", "vllm-llama-large", ("nvidia-h100-80gb", "nvidia-a100-80gb"), False,
-         "policy", "FirstAvailable (from InferenceService acceleratorSelector)"),
-        ("llama-8b-best-fit", "vllm-llama-small", ("nvidia-a100-40gb", "nvidia-l40s", "nvidia-a100-80gb",
-         "nvidia-h100-80gb"), False, "runtime", "ClusterServingRuntime vllm-llama-small"),
+        (
+            "llama-8b-pinned-a100",
+            "vllm-llama-small",
+            ("nvidia-a100-40gb",),
+            True,
+            "class",
+            "nvidia-a100-40gb (from InferenceService acceleratorSelector)",
+        ),
+        (
+            "llama-70b-disaggregated",
+            "vllm-llama-large",
+            ("nvidia-h100-80gb",),
+            True,
+            "class",
+            "nvidia-h100-80gb (from engine.acceleratorOverride)",
+        ),
+        (
+            "llama-8b-annotated",
+            "vllm-llama-small",
+            ("nvidia-l40s",),
+            True,
+            "class",
+            "nvidia-l40s (from InferenceService annotation ome.io/accelerator-class)",
+        ),
+        (
+            "llama-70b-first-available",
+            "vllm-llama-large",
+            ("nvidia-h100-80gb", "nvidia-a100-80gb"),
+            False,
+            "policy",
+            "FirstAvailable (from InferenceService acceleratorSelector)",
+        ),
+        (
+            "llama-8b-best-fit",
+            "vllm-llama-small",
+            ("nvidia-a100-40gb", "nvidia-l40s", "nvidia-a100-80gb", "nvidia-h100-80gb"),
+            False,
+            "runtime",
+            "ClusterServingRuntime vllm-llama-small",
+        ),
     ],
-)  # fmt: skip
-def test_plans(view: InventoryView, isvc: str, runtime: str, allowed: tuple, explicit: bool, why_key: str,
-               why: str) -> None:  # fmt: skip
+)
+def test_plans(
+    view: InventoryView, isvc: str, runtime: str, allowed: tuple, explicit: bool, why_key: str, why: str
+) -> None:
     plan = class_plan.plan_classes(pod(isvc, runtime), view, "FirstAvailable")
     assert plan.applies and not plan.incompatible
     assert plan.explicit is explicit
@@ -68,9 +99,13 @@ def test_plans(view: InventoryView, isvc: str, runtime: str, allowed: tuple, exp
 
 
 def test_decoder_override_and_router(view: InventoryView) -> None:
-    decoder = class_plan.plan_classes(pod("llama-70b-disaggregated", "vllm-llama-large", "decoder"), view, "FirstAvailable")
+    decoder = class_plan.plan_classes(
+        pod("llama-70b-disaggregated", "vllm-llama-large", "decoder"), view, "FirstAvailable"
+    )
     assert decoder.allowed == ("nvidia-a100-80gb",)
-    router = class_plan.plan_classes(pod("llama-70b-disaggregated", "vllm-llama-large", "router"), view, "FirstAvailable")
+    router = class_plan.plan_classes(
+        pod("llama-70b-disaggregated", "vllm-llama-large", "router"), view, "FirstAvailable"
+    )
     assert not router.applies and "router" in router.why["classes"]
     unknown = class_plan.plan_classes(pod("no-such-isvc", "vllm-llama-large"), view, "FirstAvailable")
     assert not unknown.applies and "not in the inventory" in unknown.why["classes"]
@@ -85,8 +120,9 @@ def test_runtime_check_modes(view: InventoryView) -> None:
     assert enforced.incompatible == warned.runtime_warning
     assert enforced.incompatible_reason is reasons.RUNTIME_INCOMPATIBLE
     assert class_plan.plan_classes(p, view, "FirstAvailable", runtime_check="off").runtime_warning == ""
-    compatible = class_plan.plan_classes(pod("llama-8b-cheapest", "vllm-llama-small"), view, "FirstAvailable",
-                                        runtime_check="enforce")  # fmt: skip
+    compatible = class_plan.plan_classes(
+        pod("llama-8b-cheapest", "vllm-llama-small"), view, "FirstAvailable", runtime_check="enforce"
+    )
     assert not compatible.incompatible and compatible.runtime_warning == ""
     state = GpuState(IdleRule())
     out = class_plan.filter_with_classes(1, candidates(view), known(view, state), enforced)

@@ -44,13 +44,21 @@ def pod(containers: list, init: list | None = None) -> dict:
         (pod([c()]), 0),
         ({"metadata": {}}, 0),  # no spec at all
         (pod([c({"nvidia.com/gpu": "1"})], init=[c({"nvidia.com/gpu": "4"})]), 4),  # init runs alone: max
-        (pod([c({"nvidia.com/gpu": "2"})], init=[c({"nvidia.com/gpu": "1"}, restartPolicy="Always")]), 3),  # sidecar adds
-        (pod([c({"nvidia.com/gpu": "1"})], init=[c({"nvidia.com/gpu": "1"}, restartPolicy="Always"),
-                                                  c({"nvidia.com/gpu": "4"})]), 5),  # init after a sidecar
+        (
+            pod([c({"nvidia.com/gpu": "2"})], init=[c({"nvidia.com/gpu": "1"}, restartPolicy="Always")]),
+            3,
+        ),  # sidecar adds
+        (
+            pod(
+                [c({"nvidia.com/gpu": "1"})],
+                init=[c({"nvidia.com/gpu": "1"}, restartPolicy="Always"), c({"nvidia.com/gpu": "4"})],
+            ),
+            5,
+        ),  # init after a sidecar
         (pod([c({"nvidia.com/gpu": 2})]), 2),  # a JSON number is accepted too
         (pod([c({"nvidia.com/gpu": "2000m"})]), 2),
     ],
-)  # fmt: skip
+)
 def test_gpus_requested(p: dict, expected: int) -> None:
     assert gpus_requested(p, GPU) == expected
 

@@ -12,8 +12,12 @@ def pod(labels: dict | None = None, annotations: dict | None = None, namespace: 
     return {"metadata": {"name": "p", "namespace": namespace, "labels": labels or {}, "annotations": annotations or {}}}
 
 
-OME_ENGINE = {"ome.io/inferenceservice": "llama", "component": "engine", "serving-runtime": "vllm-h100",
-              "base-model-name": "llama-3-70b"}  # fmt: skip
+OME_ENGINE = {
+    "ome.io/inferenceservice": "llama",
+    "component": "engine",
+    "serving-runtime": "vllm-h100",
+    "base-model-name": "llama-3-70b",
+}
 
 
 def test_identity_from_ome_labels() -> None:
@@ -53,17 +57,29 @@ def isvc(selector: dict | None = None, engine_override: dict | None = None, anno
 @pytest.mark.parametrize(
     ("service", "pod_annotation", "expected"),
     [
-        (isvc({"acceleratorClass": "a100", "policy": "Cheapest"}, {"acceleratorClass": "h100", "policy": "BestFit"}),
-         "l40s", ("h100", "engine.acceleratorOverride", "BestFit", "engine.acceleratorOverride")),
-        (isvc({"acceleratorClass": "a100", "policy": "Cheapest"}, {}), "l40s",
-         ("a100", "InferenceService acceleratorSelector", "Cheapest", "InferenceService acceleratorSelector")),
-        (isvc({"policy": "MostCapable"}, {"policy": "Cheapest"}), "l40s",
-         ("l40s", "pod annotation ome.io/accelerator-class", "Cheapest", "engine.acceleratorOverride")),
-        (isvc({}, None, annotation="a100"), "",
-         ("a100", "InferenceService annotation ome.io/accelerator-class", "FirstAvailable", "default")),
+        (
+            isvc({"acceleratorClass": "a100", "policy": "Cheapest"}, {"acceleratorClass": "h100", "policy": "BestFit"}),
+            "l40s",
+            ("h100", "engine.acceleratorOverride", "BestFit", "engine.acceleratorOverride"),
+        ),
+        (
+            isvc({"acceleratorClass": "a100", "policy": "Cheapest"}, {}),
+            "l40s",
+            ("a100", "InferenceService acceleratorSelector", "Cheapest", "InferenceService acceleratorSelector"),
+        ),
+        (
+            isvc({"policy": "MostCapable"}, {"policy": "Cheapest"}),
+            "l40s",
+            ("l40s", "pod annotation ome.io/accelerator-class", "Cheapest", "engine.acceleratorOverride"),
+        ),
+        (
+            isvc({}, None, annotation="a100"),
+            "",
+            ("a100", "InferenceService annotation ome.io/accelerator-class", "FirstAvailable", "default"),
+        ),
         (None, "", ("", "", "FirstAvailable", "default")),
     ],
-)  # fmt: skip
+)
 def test_class_intent_hierarchy(service: dict | None, pod_annotation: str, expected: tuple) -> None:
     ident = pod_identity(pod(OME_ENGINE, {"ome.io/accelerator-class": pod_annotation} if pod_annotation else {}))
     intent = class_intent(ident, service, "FirstAvailable")
@@ -82,21 +98,36 @@ def test_decoder_uses_its_own_override() -> None:
     [
         # pkg/acceleratorclassselector/selector.go: getAcceleratorClassByName takes the first non-nil
         # pointer: an override acceleratorClass "" hides the selector's name; the policy decides.
-        (isvc({"acceleratorClass": "a100", "policy": "Cheapest"}, {"acceleratorClass": ""}), "",
-         ("", "engine.acceleratorOverride", "Cheapest", "InferenceService acceleratorSelector")),
+        (
+            isvc({"acceleratorClass": "a100", "policy": "Cheapest"}, {"acceleratorClass": ""}),
+            "",
+            ("", "engine.acceleratorOverride", "Cheapest", "InferenceService acceleratorSelector"),
+        ),
         # ... and every level below it, the annotations (which OME's class selector never reads) included.
-        (isvc({"acceleratorClass": "a100"}, {"acceleratorClass": ""}, annotation="l40s"), "h100",
-         ("", "engine.acceleratorOverride", "FirstAvailable", "default")),
-        (isvc({"acceleratorClass": ""}, annotation="l40s"), "h100",
-         ("", "InferenceService acceleratorSelector", "FirstAvailable", "default")),
+        (
+            isvc({"acceleratorClass": "a100"}, {"acceleratorClass": ""}, annotation="l40s"),
+            "h100",
+            ("", "engine.acceleratorOverride", "FirstAvailable", "default"),
+        ),
+        (
+            isvc({"acceleratorClass": ""}, annotation="l40s"),
+            "h100",
+            ("", "InferenceService acceleratorSelector", "FirstAvailable", "default"),
+        ),
         # selector.go: getComponentAcceleratorPolicy, by contrast, skips an empty policy.
-        (isvc({"policy": "BestFit"}, {"acceleratorClass": "h100", "policy": ""}), "",
-         ("h100", "engine.acceleratorOverride", "BestFit", "InferenceService acceleratorSelector")),
+        (
+            isvc({"policy": "BestFit"}, {"acceleratorClass": "h100", "policy": ""}),
+            "",
+            ("h100", "engine.acceleratorOverride", "BestFit", "InferenceService acceleratorSelector"),
+        ),
         # An absent (not empty) override still falls through to the lower levels.
-        (isvc({}, {"policy": "BestFit"}, annotation="l40s"), "",
-         ("l40s", "InferenceService annotation ome.io/accelerator-class", "BestFit", "engine.acceleratorOverride")),
+        (
+            isvc({}, {"policy": "BestFit"}, annotation="l40s"),
+            "",
+            ("l40s", "InferenceService annotation ome.io/accelerator-class", "BestFit", "engine.acceleratorOverride"),
+        ),
     ],
-)  # fmt: skip
+)
 def test_an_empty_class_masks_the_lower_levels(service: dict, pod_annotation: str, expected: tuple) -> None:
     ident = pod_identity(pod(OME_ENGINE, {"ome.io/accelerator-class": pod_annotation} if pod_annotation else {}))
     intent = class_intent(ident, service, "FirstAvailable")

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from gpuextender.extender.state import pod_ledger
 from gpuextender.extender.model.kube_objects import KINDS, POD
 from gpuextender.extender.model.pod_gpus import MAX_GPU_COUNT, may_request
+from gpuextender.extender.state import pod_ledger
 from gpuextender.extender.state.pod_ledger import BoundPod, PodLedger
 
 GPU = "nvidia.com/gpu"
@@ -25,9 +25,18 @@ class Clock:
         return self.now
 
 
-def pod(name: str, node: str | None = "n1", *, gpus: Any = 1, uid: str | None = None, namespace: str | None = "ml",
-        phase: str | None = "Pending", resources: dict[str, Any] | None = None, deleting: bool = False,
-        labels: dict[str, str] | None = None) -> dict[str, Any]:  # fmt: skip
+def pod(
+    name: str,
+    node: str | None = "n1",
+    *,
+    gpus: Any = 1,
+    uid: str | None = None,
+    namespace: str | None = "ml",
+    phase: str | None = "Pending",
+    resources: dict[str, Any] | None = None,
+    deleting: bool = False,
+    labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "uid": uid or f"uid-{name}"}
     if namespace is not None:
         meta["namespace"] = namespace
@@ -73,14 +82,22 @@ def test_slim_keeps_only_what_the_decision_reads(ledger: PodLedger) -> None:
     assert record == BoundPod("uid-a", "ml/a", "n1", 2, (), "Running", 7.0, "llama")
 
 
-@pytest.mark.parametrize("obj", [
-    pod("unbound", node=None), pod("empty-node", node=""),
-    pod("done", phase="Succeeded"), pod("failed", phase="Failed"),
-    pod("deleting", deleting=True),
-    pod("no-gpu", gpus=None), pod("zero-gpu", gpus="0"), pod("cpu-only", resources={"cpu": "2"}),
-    pod("other-resource", resources={"amd.com/gpu": "1"}),
-    {"kind": "Pod", "metadata": {"name": "no-uid"}, "spec": {"nodeName": "n1"}},
-], ids=lambda o: o["metadata"]["name"])  # fmt: skip
+@pytest.mark.parametrize(
+    "obj",
+    [
+        pod("unbound", node=None),
+        pod("empty-node", node=""),
+        pod("done", phase="Succeeded"),
+        pod("failed", phase="Failed"),
+        pod("deleting", deleting=True),
+        pod("no-gpu", gpus=None),
+        pod("zero-gpu", gpus="0"),
+        pod("cpu-only", resources={"cpu": "2"}),
+        pod("other-resource", resources={"amd.com/gpu": "1"}),
+        {"kind": "Pod", "metadata": {"name": "no-uid"}, "spec": {"nodeName": "n1"}},
+    ],
+    ids=lambda o: o["metadata"]["name"],
+)
 def test_slim_is_none_for_a_pod_that_holds_nothing_here(ledger: PodLedger, obj: dict[str, Any]) -> None:
     assert ledger.slim(obj, 0.0) is None
     assert ledger.invalid == 0
@@ -138,22 +155,37 @@ def test_the_watch_asks_for_what_slim_keeps() -> None:
 # -- may_request: the LIST filter in front of slim ------------------------------------------------
 
 
-@pytest.mark.parametrize("obj", [
-    pod("g", gpus="1"), pod("zero", gpus="0"), pod("bad", gpus="1e999999"), pod("m", resources={MIG_1G: "1"}),
-    {"spec": {"initContainers": [{"resources": {"limits": {GPU: "1"}}}]}},
-    {"spec": "garbage"}, {"spec": {"containers": "garbage"}}, {"spec": {"containers": ["garbage"]}},
-    {"spec": {"containers": [{"resources": "garbage"}]}}, {"spec": {"containers": [{"resources": {"limits": 3}}]}},
-    "not a pod",
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "obj",
+    [
+        pod("g", gpus="1"),
+        pod("zero", gpus="0"),
+        pod("bad", gpus="1e999999"),
+        pod("m", resources={MIG_1G: "1"}),
+        {"spec": {"initContainers": [{"resources": {"limits": {GPU: "1"}}}]}},
+        {"spec": "garbage"},
+        {"spec": {"containers": "garbage"}},
+        {"spec": {"containers": ["garbage"]}},
+        {"spec": {"containers": [{"resources": "garbage"}]}},
+        {"spec": {"containers": [{"resources": {"limits": 3}}]}},
+        "not a pod",
+    ],
+)
 def test_may_request_keeps_every_pod_slim_could_keep_or_count(obj: Any) -> None:
     assert may_request(obj, [GPU, MIG_1G])
 
 
-@pytest.mark.parametrize("obj", [
-    pod("cpu", resources={"cpu": "2", "memory": "1Gi"}), pod("none", gpus=None), pod("other", resources={MIG_3G: "1"}),
-    {"metadata": {"name": "no-spec"}}, {"spec": {"containers": [{"name": "bare"}]}},
-    {"spec": {"containers": None, "initContainers": [{"resources": {"requests": None}}]}},
-])  # fmt: skip
+@pytest.mark.parametrize(
+    "obj",
+    [
+        pod("cpu", resources={"cpu": "2", "memory": "1Gi"}),
+        pod("none", gpus=None),
+        pod("other", resources={MIG_3G: "1"}),
+        {"metadata": {"name": "no-spec"}},
+        {"spec": {"containers": [{"name": "bare"}]}},
+        {"spec": {"containers": None, "initContainers": [{"resources": {"requests": None}}]}},
+    ],
+)
 def test_may_request_drops_pods_that_name_no_configured_resource(obj: Any) -> None:
     assert not may_request(obj, [GPU, MIG_1G])
 
@@ -196,8 +228,11 @@ def test_seen_at_is_kept_across_updates_on_the_same_node(ledger: PodLedger, cloc
     assert on(ledger, "n1")[0].seen_at == 100.0 and heard == ["n1"]  # a relist that changes nothing says nothing
 
 
-@pytest.mark.parametrize("gone", [pod("a", phase="Succeeded"), pod("a", phase="Failed"), pod("a", deleting=True),
-                                  pod("a", node=None)], ids=["succeeded", "failed", "deleting", "unbound"])  # fmt: skip
+@pytest.mark.parametrize(
+    "gone",
+    [pod("a", phase="Succeeded"), pod("a", phase="Failed"), pod("a", deleting=True), pod("a", node=None)],
+    ids=["succeeded", "failed", "deleting", "unbound"],
+)
 def test_an_upsert_that_no_longer_holds_gpus_leaves(ledger: PodLedger, gone: dict[str, Any]) -> None:
     ledger.upsert("Pod", pod("a"))
     ledger.upsert("Pod", pod("b"))
@@ -212,16 +247,22 @@ def test_replace_all_tells_only_the_nodes_that_changed(ledger: PodLedger, clock:
     assert ledger.synced and len(ledger) == 4
     heard = listen(ledger)
     clock.now = 200.0
-    ledger.replace_all("Pod", [
-        pod("a", node="n1"),  # unchanged
-        pod("b", node="n2", phase="Running"),  # changed in place
-        pod("d", node="n5"),  # moved n4 -> n5
-        pod("e", node="n6", gpus=None),  # not a GPU pod: not stored, no news
-    ])  # c on n3: gone  # fmt: skip
+    ledger.replace_all(
+        "Pod",
+        [
+            pod("a", node="n1"),  # unchanged
+            pod("b", node="n2", phase="Running"),  # changed in place
+            pod("d", node="n5"),  # moved n4 -> n5
+            pod("e", node="n6", gpus=None),  # not a GPU pod: not stored, no news
+        ],
+    )  # c on n3: gone
     assert sorted(heard) == ["n2", "n3", "n4", "n5"]
     assert sorted(ledger.nodes()) == ["n1", "n2", "n5"]
     assert [(p.key, p.seen_at) for n in ("n1", "n2", "n5") for p in on(ledger, n)] == [
-        ("ml/a", 100.0), ("ml/b", 100.0), ("ml/d", 200.0)]  # fmt: skip
+        ("ml/a", 100.0),
+        ("ml/b", 100.0),
+        ("ml/d", 200.0),
+    ]
     heard.clear()
     ledger.replace_all("Pod", [])
     assert sorted(heard) == ["n1", "n2", "n5"] and len(ledger) == 0 and list(ledger.nodes()) == []

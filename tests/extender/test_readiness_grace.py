@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from gpuextender.extender.settings import Policy
-from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.common.idle_rule import IdleRule
-from gpuextender.extender.scheduler.http_api import SchedulerApi
-from gpuextender.extender.settings import ApiSettings
-from gpuextender.extender.state.inventory_view import InventoryView
 from gpuextender.extender.observe.metrics import ExtenderMetrics
+from gpuextender.extender.scheduler.http_api import SchedulerApi
+from gpuextender.extender.settings import ApiSettings, Policy
+from gpuextender.extender.state.gpu_state import GpuState
+from gpuextender.extender.state.inventory_view import InventoryView
 from tests.extender.builders import gpu, report
 
 
@@ -16,20 +15,27 @@ def api_with(grace: float, gpus: dict[str, int]) -> tuple[SchedulerApi, GpuState
     state = GpuState(IdleRule())
     now = [100.0]
     view = InventoryView(version=1, allocatable_gpus=gpus)
-    api = SchedulerApi(state, ExtenderMetrics(state), ApiSettings(Policy(10.0, "fail-open", "pass-all"),
-                       readiness_grace_s=grace), inventory=lambda: view, clock=lambda: now[0])  # fmt: skip
+    api = SchedulerApi(
+        state,
+        ExtenderMetrics(state),
+        ApiSettings(Policy(10.0, "fail-open", "pass-all"), readiness_grace_s=grace),
+        inventory=lambda: view,
+        clock=lambda: now[0],
+    )
     api.serving = True
     return api, state, now
 
 
 def test_waits_for_gpu_nodes_then_stays_ready() -> None:
     api, state, now = api_with(30.0, {"a": 8, "b": 8, "cpu": 0})
-    assert api.not_ready_reason() == ("waiting for agent data: 2 of 2 GPU node(s) not reported yet "
-                                      "(--readiness-grace, 30s left)")  # fmt: skip
+    assert api.not_ready_reason() == (
+        "waiting for agent data: 2 of 2 GPU node(s) not reported yet (--readiness-grace, 30s left)"
+    )
     state.ingest(report("a", [gpu(0)]), now[0])
     now[0] += 10
-    assert api.not_ready_reason() == ("waiting for agent data: 1 of 2 GPU node(s) not reported yet "
-                                      "(--readiness-grace, 20s left)")  # fmt: skip
+    assert api.not_ready_reason() == (
+        "waiting for agent data: 1 of 2 GPU node(s) not reported yet (--readiness-grace, 20s left)"
+    )
     state.ingest(report("b", [gpu(0)]), now[0])
     assert api.not_ready_reason() is None
     state.forget_older_than(now[0] + 1)  # the data goes away later: readiness does not flap

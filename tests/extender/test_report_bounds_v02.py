@@ -14,8 +14,14 @@ from tests.extender.builders import gpu, report
 
 
 def _holder(**over: str) -> pb.Holder:
-    fields = {"namespace": "llm", "pod": "vllm-0", "container": "engine", "resource_name": "nvidia.com/gpu",
-              "device_id": "GPU-0::1", **over}  # fmt: skip
+    fields = {
+        "namespace": "llm",
+        "pod": "vllm-0",
+        "container": "engine",
+        "resource_name": "nvidia.com/gpu",
+        "device_id": "GPU-0::1",
+        **over,
+    }
     return pb.Holder(**fields)
 
 
@@ -31,30 +37,45 @@ def _with(edit: Callable[[pb.NodeReport], None]) -> str | None:
 
 COUNTED: list[tuple[str, int, Callable[[pb.NodeReport, int], None], str]] = [
     ("holders", v.MAX_HOLDERS_PER_GPU, lambda r, n: r.gpus[0].holders.extend([_holder()] * n), "holders"),
-    ("health_reasons", v.MAX_HEALTH_REASONS, lambda r, n: r.gpus[0].health_reasons.extend(["R"] * n),
-     "health_reasons"),
+    ("health_reasons", v.MAX_HEALTH_REASONS, lambda r, n: r.gpus[0].health_reasons.extend(["R"] * n), "health_reasons"),
     ("xids", v.MAX_XIDS_PER_GPU, lambda r, n: r.gpus[0].xids.extend([pb.XidEvent(xid=79)] * n), "xids"),
-    ("mig_instances", v.MAX_MIG_INSTANCES,
-     lambda r, n: r.gpus[0].mig_instances.extend([pb.MigInstance(uuid="MIG-1", profile="1g.10gb")] * n),
-     "mig_instances"),
-    ("mig_holders", v.MAX_HOLDERS_PER_GPU,
-     lambda r, n: r.gpus[0].mig_instances.add(uuid="MIG-1").holders.extend([_holder()] * n), "holders"),
-    ("sharing_labels", v.MAX_SHARING_LABELS,
-     lambda r, n: r.sharing_labels.update({f"nvidia.com/l{i}": "1" for i in range(n)}), "sharing_labels"),
-]  # fmt: skip
+    (
+        "mig_instances",
+        v.MAX_MIG_INSTANCES,
+        lambda r, n: r.gpus[0].mig_instances.extend([pb.MigInstance(uuid="MIG-1", profile="1g.10gb")] * n),
+        "mig_instances",
+    ),
+    (
+        "mig_holders",
+        v.MAX_HOLDERS_PER_GPU,
+        lambda r, n: r.gpus[0].mig_instances.add(uuid="MIG-1").holders.extend([_holder()] * n),
+        "holders",
+    ),
+    (
+        "sharing_labels",
+        v.MAX_SHARING_LABELS,
+        lambda r, n: r.sharing_labels.update({f"nvidia.com/l{i}": "1" for i in range(n)}),
+        "sharing_labels",
+    ),
+]
 
 
 @pytest.mark.parametrize(("name", "limit", "fill", "words"), COUNTED, ids=[c[0] for c in COUNTED])
-def test_counts_are_bounded_exactly(name: str, limit: int, fill: Callable[[pb.NodeReport, int], None],
-                                    words: str) -> None:  # fmt: skip
+def test_counts_are_bounded_exactly(
+    name: str, limit: int, fill: Callable[[pb.NodeReport, int], None], words: str
+) -> None:
     assert _with(lambda r: fill(r, limit)) is None
     problem = _with(lambda r: fill(r, limit + 1))
     assert problem is not None and f"{limit + 1} {words}, more than the {limit} allowed" in problem
 
 
-HOLDER_STRINGS = [("namespace", v.MAX_NAMESPACE_CHARS), ("pod", v.MAX_POD_NAME_CHARS),
-                  ("container", v.MAX_CONTAINER_NAME_CHARS), ("resource_name", v.MAX_RESOURCE_NAME_CHARS),
-                  ("device_id", v.MAX_DEVICE_ID_CHARS)]  # fmt: skip
+HOLDER_STRINGS = [
+    ("namespace", v.MAX_NAMESPACE_CHARS),
+    ("pod", v.MAX_POD_NAME_CHARS),
+    ("container", v.MAX_CONTAINER_NAME_CHARS),
+    ("resource_name", v.MAX_RESOURCE_NAME_CHARS),
+    ("device_id", v.MAX_DEVICE_ID_CHARS),
+]
 
 
 @pytest.mark.parametrize(("field", "limit"), HOLDER_STRINGS, ids=[h[0] for h in HOLDER_STRINGS])
@@ -77,11 +98,13 @@ def test_other_strings_are_bounded_exactly() -> None:
     def problem(n: int) -> Callable[[pb.NodeReport], None]:
         return lambda r: setattr(r, "allocation_problem", "p" * n)
 
-    for ok, over in [(reason(v.MAX_UNHEALTHY_REASON_CHARS), reason(v.MAX_UNHEALTHY_REASON_CHARS + 1)),
-                     (profile(v.MAX_MIG_PROFILE_CHARS), profile(v.MAX_MIG_PROFILE_CHARS + 1)),
-                     (label(v.MAX_LABEL_KEY_CHARS, 1), label(v.MAX_LABEL_KEY_CHARS + 1, 1)),
-                     (label(1, v.MAX_LABEL_VALUE_CHARS), label(1, v.MAX_LABEL_VALUE_CHARS + 1)),
-                     (problem(v.MAX_ALLOCATION_PROBLEM_CHARS), problem(v.MAX_ALLOCATION_PROBLEM_CHARS + 1))]:  # fmt: skip
+    for ok, over in [
+        (reason(v.MAX_UNHEALTHY_REASON_CHARS), reason(v.MAX_UNHEALTHY_REASON_CHARS + 1)),
+        (profile(v.MAX_MIG_PROFILE_CHARS), profile(v.MAX_MIG_PROFILE_CHARS + 1)),
+        (label(v.MAX_LABEL_KEY_CHARS, 1), label(v.MAX_LABEL_KEY_CHARS + 1, 1)),
+        (label(1, v.MAX_LABEL_VALUE_CHARS), label(1, v.MAX_LABEL_VALUE_CHARS + 1)),
+        (problem(v.MAX_ALLOCATION_PROBLEM_CHARS), problem(v.MAX_ALLOCATION_PROBLEM_CHARS + 1)),
+    ]:
         assert _with(ok) is None
         assert _with(over) is not None
 
@@ -91,6 +114,7 @@ def test_topology_links_join_two_reported_gpus_once() -> None:
         def edit(r: pb.NodeReport) -> None:
             for _ in range(2 if twice else 1):
                 r.topology.links.add(a=a, b=b, nvlinks=nvlinks, pcie=pb.PCIE_SYSTEM)
+
         return edit
 
     assert _with(link(0, 1, v.MAX_NVLINKS)) is None
@@ -103,8 +127,9 @@ def test_topology_links_join_two_reported_gpus_once() -> None:
 
 def test_a_mig_instance_cannot_use_more_memory_than_it_has() -> None:
     def mig(used: int) -> Callable[[pb.NodeReport], None]:
-        return lambda r: r.gpus[0].mig_instances.add(uuid="MIG-1", memory_total_bytes=10, memory_used_bytes=used) \
-            and None  # fmt: skip
+        return lambda r: (
+            r.gpus[0].mig_instances.add(uuid="MIG-1", memory_total_bytes=10, memory_used_bytes=used) and None
+        )
 
     assert _with(mig(10)) is None
     assert "memory_used_bytes is above memory_total_bytes" in str(_with(mig(11)))
@@ -126,6 +151,7 @@ def test_sharing_replicas_are_bounded_exactly() -> None:
     def replicas(n: int) -> Callable[[pb.NodeReport], None]:
         def edit(r: pb.NodeReport) -> None:
             r.gpus[0].sharing.mode, r.gpus[0].sharing.replicas = pb.SHARING_TIME_SLICING, n
+
         return edit
 
     assert _with(replicas(v.MAX_SHARING_REPLICAS)) is None
@@ -148,8 +174,13 @@ def test_the_fast_check_never_passes_a_gpu_the_full_checks_refuse() -> None:
 
     refused = 0
     for _ in range(3000):
-        g = pb.GpuSample(index=0, uuid=text(v.MAX_UUID_CHARS), name=text(v.MAX_GPU_NAME_CHARS),
-                         pci_bus_id=text(v.MAX_PCI_BUS_ID_CHARS), healthy=rng.random() < 0.5)  # fmt: skip
+        g = pb.GpuSample(
+            index=0,
+            uuid=text(v.MAX_UUID_CHARS),
+            name=text(v.MAX_GPU_NAME_CHARS),
+            pci_bus_id=text(v.MAX_PCI_BUS_ID_CHARS),
+            healthy=rng.random() < 0.5,
+        )
         if rng.random() < 0.5:
             g.utilization_gpu_percent = near(100)
         if rng.random() < 0.3:
@@ -165,8 +196,10 @@ def test_the_fast_check_never_passes_a_gpu_the_full_checks_refuse() -> None:
         if rng.random() < 0.2:
             g.sharing.replicas = near(v.MAX_SHARING_REPLICAS)
         if rng.random() < 0.3:
-            g.holders.extend([_holder(**{field: "h" * near(limit)}) for field, limit in HOLDER_STRINGS
-                              if rng.random() < 0.5] * rng.choice([1, 2, 33]))  # fmt: skip
+            g.holders.extend(
+                [_holder(**{field: "h" * near(limit)}) for field, limit in HOLDER_STRINGS if rng.random() < 0.5]
+                * rng.choice([1, 2, 33])
+            )
         if rng.random() < 0.1:
             g.xids.extend([pb.XidEvent(xid=79)] * near(v.MAX_XIDS_PER_GPU))
         if rng.random() < 0.1:

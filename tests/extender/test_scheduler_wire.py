@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import json
 
+import orjson
 import pytest
 
 from gpuextender.extender.decide import reasons
-from gpuextender.extender.model.bad_request import BadRequest
 from gpuextender.extender.decide.whole_gpus import FilterOutcome
-import orjson
-
+from gpuextender.extender.model.bad_request import BadRequest
 from gpuextender.extender.scheduler.wire import filter_result, parse_extender_args, prioritize_result
-
 from gpuextender.extender.settings import MAX_CANDIDATES
 from tests.harness import fixture_bytes
 
@@ -63,8 +61,16 @@ def test_refused_bodies(body: bytes, code: str) -> None:
 
 
 def test_bad_allocatable_quantity_is_a_bad_request() -> None:
-    args = parse_extender_args(json.dumps({"Pod": {}, "Nodes": {"items": [
-        {"metadata": {"name": "n"}, "status": {"allocatable": {"nvidia.com/gpu": "many"}}}]}}).encode())  # fmt: skip
+    args = parse_extender_args(
+        json.dumps(
+            {
+                "Pod": {},
+                "Nodes": {
+                    "items": [{"metadata": {"name": "n"}, "status": {"allocatable": {"nvidia.com/gpu": "many"}}}]
+                },
+            }
+        ).encode()
+    )
     with pytest.raises(BadRequest) as info:
         args.allocatable(GPU, {})
     assert info.value.code == "bad_quantity"
@@ -86,8 +92,11 @@ def test_filter_result_names_mode() -> None:
 
 def test_filter_result_nodes_mode_echoes_node_objects() -> None:
     items = [{"metadata": {"name": n}, "status": {"x": n}} for n in "abc"]
-    args = parse_extender_args(json.dumps({"Pod": {}, "Nodes": {"metadata": {"resourceVersion": "7"},
-                                                                "items": items}, "NodeNames": None}).encode())  # fmt: skip
+    args = parse_extender_args(
+        json.dumps(
+            {"Pod": {}, "Nodes": {"metadata": {"resourceVersion": "7"}, "items": items}, "NodeNames": None}
+        ).encode()
+    )
     result = filter_result(args, outcome())
     assert "NodeNames" not in result  # a non-null NodeNames would be read instead of Nodes
     assert result["Nodes"] == {"metadata": {"resourceVersion": "7"}, "items": [items[1]]}
@@ -96,8 +105,11 @@ def test_filter_result_nodes_mode_echoes_node_objects() -> None:
 def test_prioritize_full_and_compact() -> None:
     ranked = [("a", 7), ("b", 3), ("c", 10), ("d", 3)]
     assert prioritize_result(ranked, compact=False) == [
-        {"Host": "a", "Score": 7}, {"Host": "b", "Score": 3}, {"Host": "c", "Score": 10}, {"Host": "d", "Score": 3}
-    ]  # fmt: skip
+        {"Host": "a", "Score": 7},
+        {"Host": "b", "Score": 3},
+        {"Host": "c", "Score": 10},
+        {"Host": "d", "Score": 3},
+    ]
     # Same differences between nodes (what kube-scheduler compares), zeros left out.
     assert prioritize_result(ranked, compact=True) == [{"Host": "a", "Score": 4}, {"Host": "c", "Score": 7}]
     assert prioritize_result([("a", 5), ("b", 5)], compact=True) == []
@@ -164,7 +176,7 @@ def test_nodes_too_deep_to_echo_are_refused_at_parse_not_with_a_500() -> None:
 
 def _allocatable(*values: object) -> dict:
     names = ("nvidia.com/gpu", "nvidia.com/mig-1g.10gb")
-    node = {"metadata": {"name": "n"}, "status": {"allocatable": dict(zip(names, values))}}
+    node = {"metadata": {"name": "n"}, "status": {"allocatable": dict(zip(names, values, strict=False))}}
     return parse_extender_args(_nodes_body(1, node)).allocatable(names, {})
 
 

@@ -15,7 +15,6 @@ import trustme
 from aiohttp import web
 
 from gpuextender.common.serving_tls import ServingCertificate, TlsLoadError
-
 from gpuextender.common.tls_files import ServingTlsFiles
 from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
@@ -165,9 +164,9 @@ def test_unusable_files_fail_at_start_naming_the_flags(tmp_path: Path) -> None:
     with pytest.raises(TlsLoadError, match=r"--tls-cert .* / --tls-key .*: cannot load the pair"):
         ServingCertificate(ServingTlsFiles(cert, other_key))
     not_a_ca = write_pem(tmp_path / "ca.pem", b"hello\n")
-    with pytest.raises(TlsLoadError, match="--tls-ca .*not a PEM CA certificate"):
+    with pytest.raises(TlsLoadError, match=r"--tls-ca .*not a PEM CA certificate"):
         ServingCertificate(ServingTlsFiles(cert, key, not_a_ca))
-    with pytest.raises(TlsLoadError, match="--tls-key .*: cannot read: No such file"):
+    with pytest.raises(TlsLoadError, match=r"--tls-key .*: cannot read: No such file"):
         ServingCertificate(ServingTlsFiles(cert, tmp_path / "missing.key"))
 
 

@@ -9,16 +9,13 @@ from typing import Any
 
 import pytest
 
-from gpuextender.extender.flags import ConfigError, build_config
-
-from gpuextender.extender.settings import DEFAULT_SHORTLIST
-from gpuextender.extender.settings import Policy
-from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.common.idle_rule import IdleRule
-from gpuextender.extender.scheduler.http_api import SchedulerApi
-from gpuextender.extender.settings import ApiSettings
+from gpuextender.extender.flags import ConfigError, build_config
 from gpuextender.extender.observe.metrics import ExtenderMetrics
+from gpuextender.extender.scheduler.http_api import SchedulerApi
 from gpuextender.extender.scheduler.wire import ExtenderArgs, parse_extender_args
+from gpuextender.extender.settings import DEFAULT_SHORTLIST, ApiSettings, Policy
+from gpuextender.extender.state.gpu_state import GpuState
 from tests.extender.builders import gpu, report
 
 NOW = 1000.0
@@ -34,8 +31,10 @@ def api_with(idle_per_node: dict[str, int], shortlist: int) -> SchedulerApi:
 
 
 def args(names: list[str], gpus: int = 1, uid: str = "uid-1") -> ExtenderArgs:
-    pod: dict[str, Any] = {"metadata": {"name": "p", "namespace": "ns", "uid": uid},
-                           "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]}}  # fmt: skip
+    pod: dict[str, Any] = {
+        "metadata": {"name": "p", "namespace": "ns", "uid": uid},
+        "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
+    }
     return parse_extender_args(json.dumps({"Pod": pod, "NodeNames": names}).encode())
 
 

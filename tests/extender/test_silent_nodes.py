@@ -7,10 +7,10 @@ import logging
 import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 
-from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.common.idle_rule import IdleRule
-from gpuextender.extender.state.inventory_view import InventoryView
 from gpuextender.extender.observe.silent_nodes import SilentNodesCollector, SilentNodesWarning, silent_gpu_nodes
+from gpuextender.extender.state.gpu_state import GpuState
+from gpuextender.extender.state.inventory_view import InventoryView
 from tests.extender.builders import gpu, report
 from tests.harness import metric, parse_metrics
 
@@ -45,6 +45,11 @@ def test_a_long_silent_list_is_named_in_part(caplog: pytest.LogCaptureFixture) -
     view = InventoryView(allocatable_gpus={f"n{i:02}": 8 for i in range(11)})
     with caplog.at_level(logging.WARNING, logger="gpu_extender.silent_nodes"):
         SilentNodesWarning(GpuState(IdleRule()), lambda: view).check()
-    assert caplog.records[0].getMessage().startswith(
-        "11 GPU node(s) in the inventory have no data from their agent (n00, n01, n02, n03, n04, n05, n06, n07, "
-        "n08, n09 and 1 more)")  # fmt: skip
+    assert (
+        caplog.records[0]
+        .getMessage()
+        .startswith(
+            "11 GPU node(s) in the inventory have no data from their agent (n00, n01, n02, n03, n04, n05, n06, n07, "
+            "n08, n09 and 1 more)"
+        )
+    )

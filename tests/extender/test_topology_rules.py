@@ -10,13 +10,10 @@ from collections.abc import Callable
 
 import pytest
 
-from gpuextender.v1 import gpu_state_pb2 as pb
-
+from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.decide.whole_gpus import prioritize
-
 from gpuextender.extender.settings import Policy
 from gpuextender.extender.state.gpu_summary import NodeSummary, summarize
-from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.state.gpu_topology import (
     APART,
     MAX_EXACT_GPUS,
@@ -29,6 +26,7 @@ from gpuextender.extender.state.gpu_topology import (
     set_tiers,
     tier_for,
 )
+from gpuextender.v1 import gpu_state_pb2 as pb
 from tests.extender.builders import gpu, report
 
 NOW = 100.0
@@ -67,8 +65,10 @@ def _brute(tiers: list[list[int]], mask: int, n: int) -> tuple[int, ...]:
     best = [TIER_NONE] * (n + 1)
     best[0] = NVLINK
     for k in range(1, len(members) + 1):
-        best[k] = min(max((tiers[a][b] for a, b in itertools.combinations(combo, 2)), default=NVLINK)
-                      for combo in itertools.combinations(members, k))  # fmt: skip
+        best[k] = min(
+            max((tiers[a][b] for a, b in itertools.combinations(combo, 2)), default=NVLINK)
+            for combo in itertools.combinations(members, k)
+        )
     return tuple(best)
 
 
@@ -77,8 +77,13 @@ def test_the_precomputed_table_equals_brute_force(seed: int) -> None:
     rng = random.Random(seed)
     n = rng.choice([2, 4, 5, 8])
     relations = [pb.PCIE_INTERNAL, pb.PCIE_SINGLE, pb.PCIE_MULTIPLE, pb.PCIE_HOSTBRIDGE, pb.PCIE_NODE, pb.PCIE_SYSTEM]
-    topology = pb.Topology(links=[link(a, b, rng.choice([0, 0, 12]), rng.choice(relations))
-                                  for a, b in itertools.combinations(range(n), 2) if rng.random() < 0.9])  # fmt: skip
+    topology = pb.Topology(
+        links=[
+            link(a, b, rng.choice([0, 0, 12]), rng.choice(relations))
+            for a, b in itertools.combinations(range(n), 2)
+            if rng.random() < 0.9
+        ]
+    )
     table = best_tiers_by_mask(topology.SerializeToString(), n)
     tiers = pair_tiers(topology.links, n)
     assert len(table) == 2**n
@@ -89,10 +94,12 @@ def test_the_precomputed_table_equals_brute_force(seed: int) -> None:
 def dgx_like(n: int = 8) -> pb.Topology:
     """Two NVLink islands of n/2 GPUs, one per NUMA node (PCIe: same node within, across between)."""
     half = n // 2
-    return pb.Topology(links=[
-        link(a, b, 12, pb.PCIE_NODE) if (a < half) == (b < half) else link(a, b, 0, pb.PCIE_SYSTEM)
-        for a, b in itertools.combinations(range(n), 2)
-    ])  # fmt: skip
+    return pb.Topology(
+        links=[
+            link(a, b, 12, pb.PCIE_NODE) if (a < half) == (b < half) else link(a, b, 0, pb.PCIE_SYSTEM)
+            for a, b in itertools.combinations(range(n), 2)
+        ]
+    )
 
 
 def node_report(name: str, gpus: list[pb.GpuSample], topology: pb.Topology | None) -> pb.NodeReport:
@@ -117,21 +124,28 @@ def test_unknown_topology_is_no_tiers_and_ranks_as_apart() -> None:
     assert tier_for((0, 0, 0), 3) == TIER_NONE  # known topology, fewer GPUs than the set
 
 
-@pytest.mark.parametrize(("n", "all_nvlink", "tiers_of_4"), [
-    (MAX_EXACT_GPUS, False, NVLINK),  # at the bound: exact (two islands of 4)
-    (MAX_EXACT_GPUS + 2, True, NVLINK),  # past it: every pair NVLinked (an NVSwitch system)
-    (MAX_EXACT_GPUS + 2, False, APART),  # past it, islands: not searched, counted apart
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("n", "all_nvlink", "tiers_of_4"),
+    [
+        (MAX_EXACT_GPUS, False, NVLINK),  # at the bound: exact (two islands of 4)
+        (MAX_EXACT_GPUS + 2, True, NVLINK),  # past it: every pair NVLinked (an NVSwitch system)
+        (MAX_EXACT_GPUS + 2, False, APART),  # past it, islands: not searched, counted apart
+    ],
+)
 def test_the_exact_search_stops_at_eight_gpus(n: int, all_nvlink: bool, tiers_of_4: int) -> None:
-    topology = (pb.Topology(links=[link(a, b, 12) for a, b in itertools.combinations(range(n), 2)])
-                if all_nvlink else dgx_like(n))  # fmt: skip
+    topology = (
+        pb.Topology(links=[link(a, b, 12) for a, b in itertools.combinations(range(n), 2)])
+        if all_nvlink
+        else dgx_like(n)
+    )
     r = node_report("n", [gpu(i) for i in range(n)], topology)
     tiers = set_tiers(r, (1 << n) - 1)
     assert len(tiers) == n + 1 and tiers[4] == tiers_of_4
 
 
-def summary(name: str, available: list[int], n: int = 8, topology: pb.Topology | None = None,
-            busy: tuple[int, ...] = ()) -> NodeSummary:  # fmt: skip
+def summary(
+    name: str, available: list[int], n: int = 8, topology: pb.Topology | None = None, busy: tuple[int, ...] = ()
+) -> NodeSummary:
     """n GPUs on the islands topology; those not in `available` are held by a pod (quiet)."""
     gpus = []
     for i in range(n):
@@ -175,7 +189,9 @@ def test_quality_classes_connection_before_degraded_and_bands_are_exact() -> Non
     for g in degraded[:4]:
         g.health = pb.HEALTH_DEGRADED
     for g in degraded[4:]:  # the other island held
-        g.holders.add(namespace="ns", pod=f"p{g.index}", container="c", resource_name="nvidia.com/gpu", device_id=g.uuid)
+        g.holders.add(
+            namespace="ns", pod=f"p{g.index}", container="c", resource_name="nvidia.com/gpu", device_id=g.uuid
+        )
     linked_worn = summarize(node_report("worn", degraded, dgx_like()), IdleRule(), NOW)  # NVLinked, degraded: q 1
     scores = dict(prioritize(4, ["apart", "worn", "best"], {}, table(best, apart, linked_worn), NOW, Policy()))
     # m = 3 classes (0, 1, 6): the best in 3..10, then 2, then 1. An NVLinked set of degraded GPUs

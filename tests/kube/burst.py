@@ -43,9 +43,15 @@ def node_report(node: str, busy: int, sequence: int = 1) -> pb.NodeReport:
     report.sample_time.seconds = int(time.time())
     for index in range(GPUS_PER_NODE):
         hot = index < busy
-        report.gpus.add(index=index, uuid=f"GPU-{node}-{index}", name=H100["product"], healthy=True,
-                        utilization_gpu_percent=90 if hot else 2, memory_total_bytes=80 * GIB,
-                        memory_used_bytes=(64 if hot else 1) * GIB)  # fmt: skip
+        report.gpus.add(
+            index=index,
+            uuid=f"GPU-{node}-{index}",
+            name=H100["product"],
+            healthy=True,
+            utilization_gpu_percent=90 if hot else 2,
+            memory_total_bytes=80 * GIB,
+            memory_used_bytes=(64 if hot else 1) * GIB,
+        )
     return report
 
 
@@ -99,12 +105,19 @@ def start_fleet(world: Scene, nodes: int, *extender_flags: str) -> tuple[Proc, d
 
 def create_pods(world: Scene, count: int) -> None:
     for i in range(count):
-        world.kube.create(f"/api/v1/namespaces/{world.ns}/pods", {
-            "metadata": {"name": f"p{i:03d}"},
-            "spec": {"schedulerName": "gpu-scheduler", "nodeSelector": {NODE_LABEL: world.ns},
-                     "containers": [{"name": "main", "image": "registry.example/llm:1",
-                                     "resources": {"limits": {GPU: "1"}}}]},
-        })  # fmt: skip
+        world.kube.create(
+            f"/api/v1/namespaces/{world.ns}/pods",
+            {
+                "metadata": {"name": f"p{i:03d}"},
+                "spec": {
+                    "schedulerName": "gpu-scheduler",
+                    "nodeSelector": {NODE_LABEL: world.ns},
+                    "containers": [
+                        {"name": "main", "image": "registry.example/llm:1", "resources": {"limits": {GPU: "1"}}}
+                    ],
+                },
+            },
+        )
 
 
 def bound_pods(world: Scene) -> list[dict[str, Any]]:
@@ -131,8 +144,12 @@ def judge(world: Scene, busy: dict[str, int], count: int, timeout: float, starte
 
 def extender_counters(world: Scene, ext: Proc) -> dict[str, float]:
     samples = world.scrape(ext)
-    names = ["gpu_extender_binding_races_total", "gpu_extender_binding_waits_total",
-             "gpu_extender_binding_wait_expired_total", "gpu_extender_bound_pods"]  # fmt: skip
+    names = [
+        "gpu_extender_binding_races_total",
+        "gpu_extender_binding_waits_total",
+        "gpu_extender_binding_wait_expired_total",
+        "gpu_extender_bound_pods",
+    ]
     found = {name: metric(samples, name) for name in names}
     for result in ("bound", "error"):
         found[f"binds_{result}"] = metric(samples, "gpu_extender_binds_total", result=result)

@@ -7,9 +7,9 @@ kube-scheduler")."""
 from __future__ import annotations
 
 import itertools
-from functools import partial
 import re
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 
 import pytest
@@ -20,8 +20,10 @@ from tests.control_plane import ControlPlane, Kube, assets, skip_reason, wait_fo
 from tests.harness import ROOT
 from tests.kube.scene import Scene, scene
 
-CRDS = [ROOT / "deploy/components/acceleratorclass-crd/acceleratorclasses.ome.io.yaml",
-        Path(__file__).parent / "ome-crds.yaml"]  # fmt: skip
+CRDS = [
+    ROOT / "deploy/components/acceleratorclass-crd/acceleratorclasses.ome.io.yaml",
+    Path(__file__).parent / "ome-crds.yaml",
+]
 _numbers = itertools.count(1)
 
 
@@ -66,7 +68,9 @@ def control_plane(k8s_assets: Path, tmp_path_factory: pytest.TempPathFactory) ->
 
 def _established(kube: Kube, name: str) -> bool:
     crd = kube.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
-    return any(c["type"] == "Established" and c["status"] == "True" for c in crd.get("status", {}).get("conditions", []))
+    return any(
+        c["type"] == "Established" and c["status"] == "True" for c in crd.get("status", {}).get("conditions", [])
+    )
 
 
 @pytest.fixture(scope="session")
@@ -75,8 +79,9 @@ def extender_ca() -> trustme.CA:
 
 
 @pytest.fixture
-def world(control_plane: tuple[ControlPlane, Kube], extender_ca: trustme.CA, request: pytest.FixtureRequest,
-          tmp_path: Path) -> Iterator[Scene]:  # fmt: skip
+def world(
+    control_plane: tuple[ControlPlane, Kube], extender_ca: trustme.CA, request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[Scene]:
     """The test's own namespace, nodes and processes on the shared control plane."""
     plane, kube = control_plane
     slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower().removeprefix("test_"))[:24].strip("-")

@@ -18,18 +18,37 @@ import trustme
 import yaml
 
 from tests.control_plane import GPU, ControlPlane, Kube, KubeError, Process
-from tests.harness import Cluster, Proc, Samples, client_ssl_context, http, metric, parse_metrics, wait_until
-from tests.harness import ROOT, write_ca, write_leaf
+from tests.harness import (
+    ROOT,
+    Cluster,
+    Proc,
+    Samples,
+    client_ssl_context,
+    http,
+    metric,
+    parse_metrics,
+    wait_until,
+    write_ca,
+    write_leaf,
+)
 
 SECOND_SCHEDULER = ROOT / "deploy/base/scheduler/kube-scheduler-config.yaml"
 DEFAULT_SCHEDULER = ROOT / "deploy/default-scheduler/kube-scheduler-config.yaml"
 EXTENDER_NAME = "gpu-extender.gpu-extender.svc"  # the serverName both shipped configs verify
 NODE_LABEL = "gpu-extender.test/namespace"  # each test's pods select its own nodes only
 
-H100 = {"product": "NVIDIA H100 80GB HBM3", "memory_gib": 80, "compute_capability": "9.0",
-        "label": "NVIDIA-H100-80GB-HBM3"}  # fmt: skip
-A100_40 = {"product": "NVIDIA A100-SXM4-40GB", "memory_gib": 40, "compute_capability": "8.0",
-           "label": "NVIDIA-A100-SXM4-40GB"}  # fmt: skip
+H100 = {
+    "product": "NVIDIA H100 80GB HBM3",
+    "memory_gib": 80,
+    "compute_capability": "9.0",
+    "label": "NVIDIA-H100-80GB-HBM3",
+}
+A100_40 = {
+    "product": "NVIDIA A100-SXM4-40GB",
+    "memory_gib": 40,
+    "compute_capability": "8.0",
+    "label": "NVIDIA-A100-SXM4-40GB",
+}
 
 
 def scenario(gpu: dict[str, Any], idle: int, busy: int = 0, topology: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -86,16 +105,32 @@ class Scene:
 
     # -- Nodes and agents ---------------------------------------------------------------------------
 
-    def node(self, name: str, gpu: dict[str, Any], idle: int, busy: int = 0, *,
-             labels: dict[str, str] | None = None, allocatable: int | None = None,
-             topology: dict[str, Any] | None = None) -> str:  # fmt: skip
+    def node(
+        self,
+        name: str,
+        gpu: dict[str, Any],
+        idle: int,
+        busy: int = 0,
+        *,
+        labels: dict[str, str] | None = None,
+        allocatable: int | None = None,
+        topology: dict[str, Any] | None = None,
+    ) -> str:
         """A Ready GPU Node with GFD's product label and `idle + busy` GPUs; named `<ns>-<name>`.
         `allocatable`: the Node's nvidia.com/gpu when it is not the GPU count (time-slicing
         advertises GPUs x replicas); `topology`: the fake NVML's topology, kept by set_gpus."""
         full = f"{self.ns}-{name}"
         count = idle + busy if allocatable is None else allocatable
-        self.kube.create_node(full, count, {NODE_LABEL: self.ns, "nvidia.com/gpu.product": gpu["label"],
-                                            "nvidia.com/gpu.count": str(idle + busy), **(labels or {})})  # fmt: skip
+        self.kube.create_node(
+            full,
+            count,
+            {
+                NODE_LABEL: self.ns,
+                "nvidia.com/gpu.product": gpu["label"],
+                "nvidia.com/gpu.count": str(idle + busy),
+                **(labels or {}),
+            },
+        )
         self.nodes.append(full)
         if topology is not None:
             self.topologies[full] = topology
@@ -146,18 +181,27 @@ class Scene:
         tls = ("--tls-ca", str(self.ca_file), "--tls-server-name", EXTENDER_NAME)
         # A node with a fake kubelet: its agent reads the allocation from it.
         kubelet = ("--pod-resources-socket", str(self.kubelet_sockets[node])) if node in self.kubelet_sockets else ()
-        return self.procs.agent(node, self.scenario_files[node], ext,
-                                extra=("--interval", "0.2", *tls, *kubelet, *extra))  # fmt: skip
+        return self.procs.agent(
+            node, self.scenario_files[node], ext, extra=("--interval", "0.2", *tls, *kubelet, *extra)
+        )
 
     # -- the extender -------------------------------------------------------------------------------
 
     def extender(self, *extra: str, http_port: int | None = None, grpc_port: int | None = None) -> Proc:
         """The real gpu-extender over HTTPS, with Nodes and OME objects from the real apiserver's watch."""
         return self.procs.extender(
-            "--kubernetes", "--kubeconfig", str(self.plane.kubeconfig),
-            "--tls-cert", str(self.cert), "--tls-key", str(self.key), *extra,
-            http_port=http_port, grpc_port=grpc_port, ssl_context=self.client_tls,
-        )  # fmt: skip
+            "--kubernetes",
+            "--kubeconfig",
+            str(self.plane.kubeconfig),
+            "--tls-cert",
+            str(self.cert),
+            "--tls-key",
+            str(self.key),
+            *extra,
+            http_port=http_port,
+            grpc_port=grpc_port,
+            ssl_context=self.client_tls,
+        )
 
     def url(self, ext: Proc) -> str:
         return f"https://127.0.0.1:{ext.ports['http']}"
@@ -169,17 +213,29 @@ class Scene:
 
     def wait_idle(self, ext: Proc, node: str, idle: int, timeout: float = 20.0) -> None:
         """Until the extender holds `idle` idle GPUs for `node` from its agent."""
-        wait_until(f"{node}: {idle} idle GPUs in the extender",
-                   lambda: metric(self.scrape(ext), "gpu_extender_node_idle_gpus", node=node) == idle, timeout)  # fmt: skip
+        wait_until(
+            f"{node}: {idle} idle GPUs in the extender",
+            lambda: metric(self.scrape(ext), "gpu_extender_node_idle_gpus", node=node) == idle,
+            timeout,
+        )
 
     def wait_inventory(self, ext: Proc, kind: str, count: int) -> None:
-        wait_until(f"{count} {kind} in the extender's inventory",
-                   lambda: metric(self.scrape(ext), "gpu_extender_inventory_objects", kind=kind) == count)  # fmt: skip
+        wait_until(
+            f"{count} {kind} in the extender's inventory",
+            lambda: metric(self.scrape(ext), "gpu_extender_inventory_objects", kind=kind) == count,
+        )
 
     # -- kube-scheduler -----------------------------------------------------------------------------
 
-    def scheduler(self, ext: Proc | None, which: Path = SECOND_SCHEDULER, *, port: int | None = None,
-                  ca_pem: bytes | None = None, **extender: Any) -> Process:  # fmt: skip
+    def scheduler(
+        self,
+        ext: Proc | None,
+        which: Path = SECOND_SCHEDULER,
+        *,
+        port: int | None = None,
+        ca_pem: bytes | None = None,
+        **extender: Any,
+    ) -> Process:
         """A real kube-scheduler from the shipped config `which`, calling `ext` (or `port`) over HTTPS."""
         target = port if port is not None else (ext.ports["http"] if ext is not None else 0)
         pem = ca_pem if ca_pem is not None else self.ca.cert_pem.bytes()
@@ -190,17 +246,29 @@ class Scene:
 
     # -- pods ---------------------------------------------------------------------------------------
 
-    def pod(self, name: str, gpus: int, *, scheduler: str = "gpu-scheduler", labels: dict[str, str] | None = None,
-            annotations: dict[str, str] | None = None) -> str:  # fmt: skip
+    def pod(
+        self,
+        name: str,
+        gpus: int,
+        *,
+        scheduler: str = "gpu-scheduler",
+        labels: dict[str, str] | None = None,
+        annotations: dict[str, str] | None = None,
+    ) -> str:
         limits = {GPU: str(gpus)} if gpus else {}
-        self.kube.create(f"/api/v1/namespaces/{self.ns}/pods", {
-            "metadata": {"name": name, "labels": labels or {}, "annotations": annotations or {}},
-            "spec": {
-                "schedulerName": scheduler,
-                "nodeSelector": {NODE_LABEL: self.ns},
-                "containers": [{"name": "main", "image": "registry.example/llm:1", "resources": {"limits": limits}}],
+        self.kube.create(
+            f"/api/v1/namespaces/{self.ns}/pods",
+            {
+                "metadata": {"name": name, "labels": labels or {}, "annotations": annotations or {}},
+                "spec": {
+                    "schedulerName": scheduler,
+                    "nodeSelector": {NODE_LABEL: self.ns},
+                    "containers": [
+                        {"name": "main", "image": "registry.example/llm:1", "resources": {"limits": limits}}
+                    ],
+                },
             },
-        })  # fmt: skip
+        )
         return name
 
     def bound(self, pod: str, timeout: float = 30.0) -> str:
@@ -219,8 +287,10 @@ class Scene:
         for proc in self.schedulers:
             proc.stop()
         # The next test's scheduler must not wait for this one's lease to expire.
-        for lease in ("/apis/coordination.k8s.io/v1/namespaces/gpu-extender/leases/gpu-scheduler",
-                      "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kube-scheduler"):  # fmt: skip
+        for lease in (
+            "/apis/coordination.k8s.io/v1/namespaces/gpu-extender/leases/gpu-scheduler",
+            "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kube-scheduler",
+        ):
             self.kube.delete(lease, grace_seconds=None)
         self.kube.delete_pods(self.ns)
         for node in self.nodes:

@@ -13,17 +13,34 @@ AUDIENCE = "gpu-extender"  # the extender's default --agent-token-audience
 def node_bound_token(world: Scene, node: str) -> str:
     """A token of the gpu-agent ServiceAccount bound to a pod running on `node`: the apiserver adds the
     node's name to its claims, and TokenReview returns it in user.extra."""
-    pod = world.kube.create(f"/api/v1/namespaces/{world.ns}/pods", {
-        "metadata": {"name": f"gpu-agent-{node}"[:63]},
-        "spec": {"nodeName": node, "serviceAccountName": "gpu-agent",
-                 "containers": [{"name": "agent", "image": "registry.example/gpu-agent:1"}]},
-    })  # fmt: skip
-    answer = world.kube.create(f"/api/v1/namespaces/{world.ns}/serviceaccounts/gpu-agent/token", {
-        "apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
-        "spec": {"audiences": [AUDIENCE], "expirationSeconds": 3600,
-                 "boundObjectRef": {"apiVersion": "v1", "kind": "Pod", "name": pod["metadata"]["name"],
-                                    "uid": pod["metadata"]["uid"]}},
-    })  # fmt: skip
+    pod = world.kube.create(
+        f"/api/v1/namespaces/{world.ns}/pods",
+        {
+            "metadata": {"name": f"gpu-agent-{node}"[:63]},
+            "spec": {
+                "nodeName": node,
+                "serviceAccountName": "gpu-agent",
+                "containers": [{"name": "agent", "image": "registry.example/gpu-agent:1"}],
+            },
+        },
+    )
+    answer = world.kube.create(
+        f"/api/v1/namespaces/{world.ns}/serviceaccounts/gpu-agent/token",
+        {
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenRequest",
+            "spec": {
+                "audiences": [AUDIENCE],
+                "expirationSeconds": 3600,
+                "boundObjectRef": {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "name": pod["metadata"]["name"],
+                    "uid": pod["metadata"]["uid"],
+                },
+            },
+        },
+    )
     return str(answer["status"]["token"])
 
 
@@ -36,8 +53,10 @@ def test_a_token_bound_to_the_agents_node_streams_and_one_bound_to_another_node_
     # `other`'s agent holds a token bound to `own` (a stolen or mis-mounted one).
     stolen = world.agent(other, ext, "--token-file", str(token))
     world.wait_idle(ext, own, 8)
-    wait_until("the other node's agent refused", lambda: (metric(
-        world.scrape(ext), "gpu_extender_agent_auth_failures_total", reason="node_mismatch") or 0) >= 1)  # fmt: skip
+    wait_until(
+        "the other node's agent refused",
+        lambda: (metric(world.scrape(ext), "gpu_extender_agent_auth_failures_total", reason="node_mismatch") or 0) >= 1,
+    )
     samples = world.scrape(ext)
     assert metric(samples, "gpu_extender_node_idle_gpus", node=other) is None
     assert metric(samples, "gpu_extender_nodes_with_data") == 1

@@ -18,8 +18,9 @@ NODES, PODS = 100, 300
 
 @pytest.mark.slow
 @pytest.mark.parametrize("bind_verb", [False, True], ids=["shipped-pod-watch", "bind-verb"])
-def test_a_burst_never_counts_the_same_idle_gpu_twice(world: Scene, bind_verb: bool,
-                                                       capsys: pytest.CaptureFixture[str]) -> None:  # fmt: skip
+def test_a_burst_never_counts_the_same_idle_gpu_twice(
+    world: Scene, bind_verb: bool, capsys: pytest.CaptureFixture[str]
+) -> None:
     ext, busy = start_fleet(world, NODES)
     assert sum(8 - n for n in busy.values()) > PODS  # room for every pod: any misplacement is the extender's
     create_pods(world, PODS)  # all pending before the scheduler starts: one burst
@@ -28,8 +29,10 @@ def test_a_burst_never_counts_the_same_idle_gpu_twice(world: Scene, bind_verb: b
     result = judge(world, busy, PODS, timeout=240, started=started)
     counters = extender_counters(world, ext)
     with capsys.disabled():
-        print(f"\nburst ({'bind verb' if bind_verb else 'pod watch'}): {PODS} pods on {NODES} nodes in "
-              f"{result.seconds:.1f} s ({result.pods_per_s:.1f} pods/s), misplaced {len(result.misplaced)}; {counters}")
+        print(
+            f"\nburst ({'bind verb' if bind_verb else 'pod watch'}): {PODS} pods on {NODES} nodes in "
+            f"{result.seconds:.1f} s ({result.pods_per_s:.1f} pods/s), misplaced {len(result.misplaced)}; {counters}"
+        )
     assert result.misplaced == [], "\n".join(result.misplaced)
     assert counters["gpu_extender_bound_pods"] == PODS
     assert counters["gpu_extender_binding_races_total"] == 0  # no filter decided before a binding it needed

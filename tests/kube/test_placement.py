@@ -48,7 +48,7 @@ def test_pods_land_only_where_enough_gpus_are_idle(world: Scene) -> None:
 
 
 def test_nothing_fits_and_reject_keeps_the_pod_pending_with_the_extenders_reason(world: Scene) -> None:
-    ext, n = start(world, "--no-fit-policy", "reject", nodes={"busy": (H100, 0, 8), "half": (H100, 4, 4)})
+    _ext, n = start(world, "--no-fit-policy", "reject", nodes={"busy": (H100, 0, 8), "half": (H100, 4, 4)})
     message = world.unschedulable(world.pod("six", 6))
     # kube-scheduler counts identical reasons together: both nodes fail for the same one.
     assert "0/" in message and "2 gpu-extender: too few idle GPUs (InsufficientIdleGPUs)" in message, message
@@ -84,8 +84,14 @@ def test_binpack_fills_one_node_first(world: Scene) -> None:
 
 
 def test_a_dead_agents_node_is_rejected_after_the_ttl_when_fail_closed(world: Scene) -> None:
-    ext, n = start(world, "--stale-policy", "fail-closed", "--no-fit-policy", "reject",
-                   nodes={"a": (H100, 8, 0), "b": (H100, 4, 4)})  # fmt: skip
+    ext, n = start(
+        world,
+        "--stale-policy",
+        "fail-closed",
+        "--no-fit-policy",
+        "reject",
+        nodes={"a": (H100, 8, 0), "b": (H100, 4, 4)},
+    )
     next(p for p in world.procs.procs if p.name == f"agent-{n['a']}").stop()
     world.wait_idle(ext, n["a"], 8)  # the last report is still held...
     _wait_stale(world, ext, n["a"])
@@ -107,14 +113,19 @@ def test_a_dead_agents_node_is_used_only_when_no_fresh_node_fits_when_fail_open(
 def _wait_stale(world: Scene, ext: Proc, node: str) -> None:
     from tests.harness import metric, wait_until
 
-    wait_until(f"{node}'s data older than the 3 s TTL", lambda: (metric(
-        world.scrape(ext), "gpu_extender_node_data_age_seconds", node=node) or 0) > 3.5)  # fmt: skip
+    wait_until(
+        f"{node}'s data older than the 3 s TTL",
+        lambda: (metric(world.scrape(ext), "gpu_extender_node_data_age_seconds", node=node) or 0) > 3.5,
+    )
 
 
 def ome_docs(kind: str, *names: str) -> list[dict]:
-    found = [doc for path in sorted((ROOT / "examples/ome").glob("*.yaml"))
-             for doc in yaml.safe_load_all(path.read_text()) if doc and doc["kind"] == kind
-             and doc["metadata"]["name"] in names]  # fmt: skip
+    found = [
+        doc
+        for path in sorted((ROOT / "examples/ome").glob("*.yaml"))
+        for doc in yaml.safe_load_all(path.read_text())
+        if doc and doc["kind"] == kind and doc["metadata"]["name"] in names
+    ]
     assert len(found) == len(names), (kind, names)
     return found
 
@@ -123,12 +134,16 @@ def test_ome_objects_in_the_apiserver_steer_engine_pods_and_leave_routers_alone(
     ext, n = start(world, nodes={"h100": (H100, 4, 4), "a100": (A100_40, 8, 0)})
     # Every class the runtime lists exists: one that does not would abort the policy step, as in
     # OME (no class: the pod is class-neutral). Only the H100 and A100-40 ones have nodes here.
-    copy_ome_objects(world.kube, [
-        *ome_docs("AcceleratorClass", "nvidia-h100-80gb", "nvidia-a100-40gb", "nvidia-a100-80gb", "nvidia-l40s"),
-        *ome_docs("ClusterServingRuntime", "vllm-llama-small"),
-        *ome_docs("ClusterBaseModel", "llama-3-1-8b-instruct"),
-        *ome_docs("InferenceService", "llama-8b-pinned-a100", "llama-8b-most-capable"),
-    ], world.ns)  # fmt: skip
+    copy_ome_objects(
+        world.kube,
+        [
+            *ome_docs("AcceleratorClass", "nvidia-h100-80gb", "nvidia-a100-40gb", "nvidia-a100-80gb", "nvidia-l40s"),
+            *ome_docs("ClusterServingRuntime", "vllm-llama-small"),
+            *ome_docs("ClusterBaseModel", "llama-3-1-8b-instruct"),
+            *ome_docs("InferenceService", "llama-8b-pinned-a100", "llama-8b-most-capable"),
+        ],
+        world.ns,
+    )
     world.wait_inventory(ext, "InferenceService", 2)
     world.wait_inventory(ext, "AcceleratorClass", 4)
 

@@ -75,16 +75,19 @@ def test_a_time_sliced_node_is_counted_in_replicas(world: Scene) -> None:
     holder. A 12-replica pod fits only when free replicas are counted (8 GPUs < 12; 2 unheld
     GPUs = 8 replicas < 12)."""
     sliced = world.node("sliced", H100, idle=8, allocatable=32)
-    held = [{"gpu": g, "replica": r} for g in range(4) for r in range(4)] + [{"gpu": 4, "replica": 0},
-                                                                              {"gpu": 5, "replica": 0}]  # fmt: skip
+    held = [{"gpu": g, "replica": r} for g in range(4) for r in range(4)] + [
+        {"gpu": 4, "replica": 0},
+        {"gpu": 5, "replica": 0},
+    ]
     before = [holder("batch-0", *held, namespace="team-a")]
     world.kubelet(sliced, before, allocatable={GPU: [{"gpus": 8, "replicas": 4}]})
     ext = world.extender(*REJECT)
     start(world, ext, {sliced: 14})
 
     assert world.bound(world.pod("twelve", 12)) == sliced
-    taken = [{"gpu": g, "replica": r} for g, rs in ((4, (1, 2, 3)), (5, (1, 2, 3)), (6, range(4)), (7, (0, 1)))
-             for r in rs]  # fmt: skip
+    taken = [
+        {"gpu": g, "replica": r} for g, rs in ((4, (1, 2, 3)), (5, (1, 2, 3)), (6, range(4)), (7, (0, 1))) for r in rs
+    ]
     world.set_pods(sliced, [*before, holder("twelve", *taken, namespace=world.ns)])
     world.wait_idle(ext, sliced, 2)
     # kube-scheduler alone counts 32 - 12 = 20 replicas free; 2 are.
@@ -96,10 +99,17 @@ def test_a_time_sliced_node_is_counted_in_replicas(world: Scene) -> None:
 def _islands() -> dict[str, Any]:
     """Two NVLink islands of 4 GPUs (0-3, 4-7), one per NUMA node, nothing between them but PCIe
     across NUMA nodes."""
-    nvlinks = [{"gpus": [a, b], "links": 4} for island in ((0, 1, 2, 3), (4, 5, 6, 7))
-               for i, a in enumerate(island) for b in island[i + 1:]]  # fmt: skip
-    return {"pcie": "system", "nvlinks": nvlinks,
-            "pcie_groups": [{"gpus": [0, 1, 2, 3], "relation": "node"}, {"gpus": [4, 5, 6, 7], "relation": "node"}]}
+    nvlinks = [
+        {"gpus": [a, b], "links": 4}
+        for island in ((0, 1, 2, 3), (4, 5, 6, 7))
+        for i, a in enumerate(island)
+        for b in island[i + 1 :]
+    ]
+    return {
+        "pcie": "system",
+        "nvlinks": nvlinks,
+        "pcie_groups": [{"gpus": [0, 1, 2, 3], "relation": "node"}, {"gpus": [4, 5, 6, 7], "relation": "node"}],
+    }
 
 
 def test_a_multi_gpu_pod_goes_where_an_nvlink_island_is_free(world: Scene) -> None:

@@ -33,8 +33,14 @@ class Recorder:
 
     def _note(self, call: str, obj: KubeObject) -> None:
         meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
-        self.seen.append((call, f"{meta.get('namespace')}/{meta.get('name')}", spec.get("nodeName") or "",
-                          (obj.get("status") or {}).get("phase") or ""))  # fmt: skip
+        self.seen.append(
+            (
+                call,
+                f"{meta.get('namespace')}/{meta.get('name')}",
+                spec.get("nodeName") or "",
+                (obj.get("status") or {}).get("phase") or "",
+            )
+        )
 
     def replace_all(self, kind: str, objects: list[KubeObject]) -> None:
         for obj in objects:
@@ -56,9 +62,10 @@ class Recorder:
 def pod(name: str, node: str | None, requests: dict[str, str], **labels: str) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "schedulerName": "nobody",  # no scheduler binds what the test leaves unbound
-        "containers": [{"name": "main", "image": "registry.example/llm:1",
-                        "resources": {"requests": requests, "limits": requests}}],
-    }  # fmt: skip
+        "containers": [
+            {"name": "main", "image": "registry.example/llm:1", "resources": {"requests": requests, "limits": requests}}
+        ],
+    }
     if node is not None:
         spec["nodeName"] = node
     return {"metadata": {"name": name, "labels": labels}, "spec": spec}
@@ -96,15 +103,22 @@ def test_the_ledger_follows_bound_pods(world: Scene, monkeypatch: pytest.MonkeyP
     ledger.on_change(changed.append)
 
     def mine() -> dict[str, tuple[str, int, tuple[tuple[str, int], ...], str]]:
-        return {p.key: (p.node, p.gpus, p.mig, p.inference_service)
-                for n in list(ledger.nodes()) for p in ledger.pods_on(n) if p.key.startswith(f"{ns}/")}  # fmt: skip
+        return {
+            p.key: (p.node, p.gpus, p.mig, p.inference_service)
+            for n in list(ledger.nodes())
+            for p in ledger.pods_on(n)
+            if p.key.startswith(f"{ns}/")
+        }
 
     async def scenario() -> None:
         connection = await load_kube_config(world.plane.kubeconfig)
         source = KubeInventorySource(
-            sink, connection, kinds=(POD,), timings=KubeSourceTimings(backoff_initial_s=0.05, backoff_max_s=0.5),
+            sink,
+            connection,
+            kinds=(POD,),
+            timings=KubeSourceTimings(backoff_initial_s=0.05, backoff_max_s=0.5),
             list_filter=lambda _kind, obj: may_request(obj, RESOURCES),
-        )  # fmt: skip
+        )
         task = asyncio.create_task(source.run())
         try:
             await asyncio.wait_for(source.wait_ready(), 15)
@@ -116,9 +130,16 @@ def test_the_ledger_follows_bound_pods(world: Scene, monkeypatch: pytest.MonkeyP
 
             # Bound through the Binding subresource, as kube-scheduler binds: it enters then.
             create(pod("late", None, {GPU: "1"}))
-            await asyncio.to_thread(kube.create, f"{pods}/late/binding", {
-                "apiVersion": "v1", "kind": "Binding", "metadata": {"name": "late"},
-                "target": {"apiVersion": "v1", "kind": "Node", "name": b}})  # fmt: skip
+            await asyncio.to_thread(
+                kube.create,
+                f"{pods}/late/binding",
+                {
+                    "apiVersion": "v1",
+                    "kind": "Binding",
+                    "metadata": {"name": "late"},
+                    "target": {"apiVersion": "v1", "kind": "Node", "name": b},
+                },
+            )
             await until("the bound pod in the ledger", lambda: f"{ns}/late" in mine())
             assert mine()[f"{ns}/late"] == (b, 1, (), "")
             assert [(call, node) for call, node, _ in sink.of(f"{ns}/late")][:1] == [("upsert", b)]

@@ -13,9 +13,9 @@ import trustme
 import yaml
 
 from tests.control_plane import kubeconfig_yaml
-from tests.tcp_forward import forwarding
 from tests.harness import Proc, free_port, metric, wait_until
 from tests.kube.scene import DEFAULT_SCHEDULER, H100, SECOND_SCHEDULER, Scene
+from tests.tcp_forward import forwarding
 
 
 @pytest.mark.parametrize("shipped", [SECOND_SCHEDULER, DEFAULT_SCHEDULER], ids=["gpu-scheduler", "default-scheduler"])
@@ -57,16 +57,22 @@ def _write_config(folder: Path, config: dict, tmp_path: Path) -> subprocess.Comp
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     (tmp_path / "out.yaml").unlink(missing_ok=True)
-    return subprocess.run([str(folder / "kube-scheduler"), "--config", str(path), "--write-config-to",
-                           str(tmp_path / "out.yaml")], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=60)  # fmt: skip
+    return subprocess.run(
+        [str(folder / "kube-scheduler"), "--config", str(path), "--write-config-to", str(tmp_path / "out.yaml")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=60,
+    )
 
 
 def _filter_calls(world: Scene, ext: Proc) -> float:
     return metric(world.scrape(ext), "gpu_extender_requests_total", verb="filter", code="200") or 0.0
 
 
-def _placed(world: Scene, *extender_flags: str, ext_ports: tuple[int, int] | None = None) -> tuple[Proc, dict[str, str]]:
+def _placed(
+    world: Scene, *extender_flags: str, ext_ports: tuple[int, int] | None = None
+) -> tuple[Proc, dict[str, str]]:
     names = {"idle": world.node("idle", H100, 8), "busy": world.node("busy", H100, 0, 8)}
     http_port, grpc_port = ext_ports or (None, None)
     ext = world.extender(*extender_flags, http_port=http_port, grpc_port=grpc_port)
@@ -91,7 +97,7 @@ def test_the_default_scheduler_snippet_calls_the_extender_for_gpu_pods_only(worl
 def test_the_scheduler_verifies_the_extenders_certificate(world: Scene) -> None:
     """tlsConfig as shipped (serverName + CA): with a CA that did not sign the extender's certificate
     kube-scheduler refuses the connection; it never sends the pod to an unverified extender."""
-    ext, n = _placed(world)
+    ext, _n = _placed(world)
     world.scheduler(ext, ca_pem=trustme.CA().cert_pem.bytes())
     message = world.unschedulable(world.pod("gpu", 2))
     assert "x509: certificate signed by unknown authority" in message, message
@@ -142,8 +148,9 @@ def test_an_answer_slower_than_http_timeout(world: Scene, shipped: Path) -> None
         world.pod("slow", 2, scheduler=scheduler_name)
         if shipped == SECOND_SCHEDULER:
             message = world.unschedulable("slow")
-            assert "/filter" in message and ("Client.Timeout exceeded" in message or "deadline exceeded" in message), \
-                message  # fmt: skip
+            assert "/filter" in message and ("Client.Timeout exceeded" in message or "deadline exceeded" in message), (
+                message
+            )
             assert world.node_of("slow") is None
         else:
             assert world.bound("slow", timeout=20) in n.values()

@@ -6,9 +6,9 @@ Names and units follow dcgm-exporter's etc/default-counters.csv (see
 /work/shared/reference/peers.md §4.1): utilization in %, framebuffer in whole MiB (bytes // 2**20,
 rounded down like DCGM's integer fields), temperature in °C, power in W, energy in mJ, clocks in
 MHz (ROW_REMAP_PENDING is a DCGM field outside the shipped CSVs, served under its DCGM name as
-dcgm-exporter serves any field a user lists). XID_ERRORS is the value of the last critical XID the agent saw since it started (after its
-ignore list; dcgm-exporter reports any XID), 0 when none. A reading that is None is left out,
-never rendered as 0.
+dcgm-exporter serves any field a user lists). XID_ERRORS is the value of the last critical XID the
+agent saw since it started (after its ignore list; dcgm-exporter reports any XID), 0 when none. A
+reading that is None is left out, never rendered as 0.
 
 Labels are dcgm-exporter's render_metrics.go set: `gpu` (index), `UUID`, `pci_bus_id`,
 `device`, `modelName` (raw NVML name), `Hostname` (the node name; at dcgm-exporter HEAD after tag
@@ -82,38 +82,59 @@ def _last_xid(gpu: GpuReading) -> float:
 
 GPU_FIELDS: tuple[DcgmField, ...] = (
     DcgmField("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", lambda g: _number(g.utilization_gpu_percent)),
-    DcgmField("DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).",
-              lambda g: _number(g.utilization_memory_percent)),
+    DcgmField(
+        "DCGM_FI_DEV_MEM_COPY_UTIL", "Memory utilization (in %).", lambda g: _number(g.utilization_memory_percent)
+    ),
     DcgmField("DCGM_FI_DEV_FB_USED", "Framebuffer memory used (in MiB).", lambda g: _mib(g.memory_used_bytes)),
     DcgmField("DCGM_FI_DEV_FB_FREE", "Framebuffer memory free (in MiB).", lambda g: _mib(g.memory_free_bytes)),
-    DcgmField("DCGM_FI_DEV_FB_RESERVED", "Framebuffer memory reserved (in MiB).",
-              lambda g: _mib(g.memory_reserved_bytes)),
+    DcgmField(
+        "DCGM_FI_DEV_FB_RESERVED", "Framebuffer memory reserved (in MiB).", lambda g: _mib(g.memory_reserved_bytes)
+    ),
     DcgmField("DCGM_FI_DEV_GPU_TEMP", "GPU temperature (in C).", lambda g: _number(g.temperature_celsius)),
     DcgmField("DCGM_FI_DEV_POWER_USAGE", "Power draw (in W).", lambda g: _number(g.power_watts)),
-    DcgmField("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
-              "Total energy consumption since the driver loaded (in mJ); a counter, exposed as a gauge.",
-              lambda g: _number(g.energy_millijoules)),
+    DcgmField(
+        "DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION",
+        "Total energy consumption since the driver loaded (in mJ); a counter, exposed as a gauge.",
+        lambda g: _number(g.energy_millijoules),
+    ),
     DcgmField("DCGM_FI_DEV_SM_CLOCK", "SM clock frequency (in MHz).", lambda g: _number(g.sm_clock_mhz)),
     DcgmField("DCGM_FI_DEV_MEM_CLOCK", "Memory clock frequency (in MHz).", lambda g: _number(g.memory_clock_mhz)),
-    DcgmField("DCGM_FI_DEV_XID_ERRORS",
-              "Value of the last critical XID error seen since gpu-agent started (0: none).", _last_xid),
-    DcgmField("DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
-              "Single-bit (corrected) volatile ECC errors since the driver loaded; a counter, exposed as a gauge.",
-              _error(lambda e: e.ecc_corrected_volatile)),
-    DcgmField("DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
-              "Double-bit (uncorrected) volatile ECC errors since the driver loaded; a counter, exposed as a gauge.",
-              _error(lambda e: e.ecc_uncorrected_volatile)),
-    DcgmField("DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
-              "Rows remapped for uncorrectable errors; a counter, exposed as a gauge.",
-              _error(lambda e: e.remapped_rows_uncorrectable)),
-    DcgmField("DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
-              "Rows remapped for correctable errors; a counter, exposed as a gauge.",
-              _error(lambda e: e.remapped_rows_correctable)),
-    DcgmField("DCGM_FI_DEV_ROW_REMAP_FAILURE", "Whether remapping of rows has failed (1: yes).",
-              _error(lambda e: e.remap_failure)),
-    DcgmField("DCGM_FI_DEV_ROW_REMAP_PENDING", "Whether remapping of rows is pending (1: yes).",
-              _error(lambda e: e.remap_pending)),
-)  # fmt: skip
+    DcgmField(
+        "DCGM_FI_DEV_XID_ERRORS",
+        "Value of the last critical XID error seen since gpu-agent started (0: none).",
+        _last_xid,
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_ECC_SBE_VOL_TOTAL",
+        "Single-bit (corrected) volatile ECC errors since the driver loaded; a counter, exposed as a gauge.",
+        _error(lambda e: e.ecc_corrected_volatile),
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_ECC_DBE_VOL_TOTAL",
+        "Double-bit (uncorrected) volatile ECC errors since the driver loaded; a counter, exposed as a gauge.",
+        _error(lambda e: e.ecc_uncorrected_volatile),
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_UNCORRECTABLE_REMAPPED_ROWS",
+        "Rows remapped for uncorrectable errors; a counter, exposed as a gauge.",
+        _error(lambda e: e.remapped_rows_uncorrectable),
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_CORRECTABLE_REMAPPED_ROWS",
+        "Rows remapped for correctable errors; a counter, exposed as a gauge.",
+        _error(lambda e: e.remapped_rows_correctable),
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_ROW_REMAP_FAILURE",
+        "Whether remapping of rows has failed (1: yes).",
+        _error(lambda e: e.remap_failure),
+    ),
+    DcgmField(
+        "DCGM_FI_DEV_ROW_REMAP_PENDING",
+        "Whether remapping of rows is pending (1: yes).",
+        _error(lambda e: e.remap_pending),
+    ),
+)
 
 # Per MIG instance (only these two: MIG readings carry memory alone).
 MIG_FB_USED = "DCGM_FI_DEV_FB_USED"

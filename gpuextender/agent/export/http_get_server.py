@@ -95,8 +95,10 @@ def parse_head(head: bytes) -> Request:
 def http_date(now: float) -> str:
     """RFC 9110 IMF-fixdate, independent of the locale (strftime's %a and %b are not)."""
     t = time.gmtime(now)
-    return (f"{_DAYS[t.tm_wday]}, {t.tm_mday:02d} {_MONTHS[t.tm_mon - 1]} {t.tm_year} "
-            f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d} GMT")  # fmt: skip
+    return (
+        f"{_DAYS[t.tm_wday]}, {t.tm_mday:02d} {_MONTHS[t.tm_mon - 1]} {t.tm_year} "
+        f"{t.tm_hour:02d}:{t.tm_min:02d}:{t.tm_sec:02d} GMT"
+    )
 
 
 def encode_response(response: Response, *, head_only: bool, keep_alive: bool, extra: tuple[str, ...] = ()) -> bytes:
@@ -179,8 +181,12 @@ class GetServer:
         self._refused += 1
         now = time.monotonic()
         if now - self._refusal_logged >= REFUSAL_LOG_EVERY_S:
-            log.warning("refused %d connection(s) with %d already open (the limit), the latest from %s",
-                        self._refused, len(self._open), _peer(writer))  # fmt: skip
+            log.warning(
+                "refused %d connection(s) with %d already open (the limit), the latest from %s",
+                self._refused,
+                len(self._open),
+                _peer(writer),
+            )
             self._refused, self._refusal_logged = 0, now
 
     async def _one_request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
@@ -190,8 +196,9 @@ class GetServer:
         except asyncio.IncompleteReadError:
             return False  # closed between requests (or mid-head): nobody to answer
         except asyncio.LimitOverrunError:
-            await self._send(writer, text(431, f"request head over {self._max_head} bytes\n"),
-                             head_only=False, keep_alive=False)  # fmt: skip
+            await self._send(
+                writer, text(431, f"request head over {self._max_head} bytes\n"), head_only=False, keep_alive=False
+            )
             return False
         try:
             request = parse_head(head[: -len(_HEAD_END)])
@@ -214,8 +221,15 @@ class GetServer:
         await self._send(writer, response, head_only=head_only, keep_alive=request.keep_alive, extra=extra)
         return request.keep_alive
 
-    async def _send(self, writer: asyncio.StreamWriter, response: Response, *, head_only: bool, keep_alive: bool,
-                    extra: tuple[str, ...] = ()) -> None:  # fmt: skip
+    async def _send(
+        self,
+        writer: asyncio.StreamWriter,
+        response: Response,
+        *,
+        head_only: bool,
+        keep_alive: bool,
+        extra: tuple[str, ...] = (),
+    ) -> None:
         writer.write(encode_response(response, head_only=head_only, keep_alive=keep_alive, extra=extra))
         await asyncio.wait_for(writer.drain(), self._write_timeout_s)
 

@@ -18,24 +18,32 @@ from prometheus_client.registry import Collector
 
 from gpuextender import __version__
 from gpuextender.agent.export.dcgm_metrics import DcgmCollector
-from gpuextender.agent.rules.idle_tracker import DEFAULT_THRESHOLD_PERCENT, DEFAULT_WINDOW_S, IdleTracker
 from gpuextender.agent.model.readings import GpuReading, NodeSample
+from gpuextender.agent.rules.idle_tracker import DEFAULT_THRESHOLD_PERCENT, DEFAULT_WINDOW_S, IdleTracker
 
 GPU_LABELS = ["node", "gpu", "uuid", "model"]
 
 # (metric name, help, how to read it from a GpuReading)
 _GPU_GAUGES = (
-    ("gpu_agent_gpu_utilization_percent", "GPU utilization (NVML utilization.gpu), percent.",
-     lambda g: g.utilization_gpu_percent),
-    ("gpu_agent_gpu_memory_used_bytes", "GPU memory used, bytes (NVML v2: excludes reserved).",
-     lambda g: g.memory_used_bytes),
+    (
+        "gpu_agent_gpu_utilization_percent",
+        "GPU utilization (NVML utilization.gpu), percent.",
+        lambda g: g.utilization_gpu_percent,
+    ),
+    (
+        "gpu_agent_gpu_memory_used_bytes",
+        "GPU memory used, bytes (NVML v2: excludes reserved).",
+        lambda g: g.memory_used_bytes,
+    ),
     ("gpu_agent_gpu_memory_total_bytes", "GPU memory total, bytes.", lambda g: g.memory_total_bytes),
-    ("gpu_agent_gpu_temperature_celsius", "GPU core temperature, degrees Celsius.",
-     lambda g: g.temperature_celsius),
+    ("gpu_agent_gpu_temperature_celsius", "GPU core temperature, degrees Celsius.", lambda g: g.temperature_celsius),
     ("gpu_agent_gpu_power_watts", "GPU power draw, watts.", lambda g: g.power_watts),
-    ("gpu_agent_gpu_healthy", "1 when NVML can read the GPU and reports no fault, else 0.",
-     lambda g: 1 if g.healthy else 0),
-)  # fmt: skip
+    (
+        "gpu_agent_gpu_healthy",
+        "1 when NVML can read the GPU and reports no fault, else 0.",
+        lambda g: 1 if g.healthy else 0,
+    ),
+)
 
 
 class _GpuCollector(Collector):
@@ -53,8 +61,7 @@ class _GpuCollector(Collector):
                 if value is not None:
                     family.add_metric([node, str(gpu.index), gpu.uuid, gpu.name], float(value))
             yield family
-        ok = GaugeMetricFamily("gpu_agent_nvml_ok", "1 when the last sample could use NVML, else 0.",
-                               labels=["node"])  # fmt: skip
+        ok = GaugeMetricFamily("gpu_agent_nvml_ok", "1 when the last sample could use NVML, else 0.", labels=["node"])
         if sample is not None:
             ok.add_metric([node], 0.0 if sample.node_error else 1.0)
         yield ok
@@ -110,34 +117,44 @@ class AgentMetrics:
         r = self.registry
         ProcessCollector(registry=r)  # process_*: the agent's own CPU, memory, open files
         Gauge(
-            "gpu_agent_build_info", "Always 1; the agent's version and Python version as labels.",
-            ["version", "python_version"], registry=r,
-        ).labels(version=__version__, python_version=platform.python_version()).set(1)  # fmt: skip
+            "gpu_agent_build_info",
+            "Always 1; the agent's version and Python version as labels.",
+            ["version", "python_version"],
+            registry=r,
+        ).labels(version=__version__, python_version=platform.python_version()).set(1)
         self.sample_duration = Histogram(
-            "gpu_agent_sample_duration_seconds", "Time to read all GPUs through NVML once.",
-            buckets=(0.0002, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0), registry=r,
-        )  # fmt: skip
+            "gpu_agent_sample_duration_seconds",
+            "Time to read all GPUs through NVML once.",
+            buckets=(0.0002, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+            registry=r,
+        )
         self.last_sample_time = Gauge(
             "gpu_agent_last_sample_timestamp_seconds", "Unix time of the latest NVML sample.", registry=r
         )
         self.nvml_errors = Counter(
-            "gpu_agent_nvml_errors", "NVML calls that failed, by call and NVML error name.",
-            ["call", "error"], registry=r,
-        )  # fmt: skip
+            "gpu_agent_nvml_errors",
+            "NVML calls that failed, by call and NVML error name.",
+            ["call", "error"],
+            registry=r,
+        )
         self.stream_connected = Gauge(
-            "gpu_agent_stream_connected", "1 while the stream to this extender is up and acknowledged.",
-            ["extender"], registry=r,
-        )  # fmt: skip
+            "gpu_agent_stream_connected",
+            "1 while the stream to this extender is up and acknowledged.",
+            ["extender"],
+            registry=r,
+        )
         self.stream_reconnects = Counter(
-            "gpu_agent_stream_reconnects", "Times the stream to this extender was (re)opened.",
-            ["extender"], registry=r,
-        )  # fmt: skip
+            "gpu_agent_stream_reconnects",
+            "Times the stream to this extender was (re)opened.",
+            ["extender"],
+            registry=r,
+        )
         self.reports_sent = Counter("gpu_agent_reports_sent", "Node reports sent.", ["extender"], registry=r)
         self.samples_not_streamed = Counter(
             "gpu_agent_samples_not_streamed",
             "Samples not streamed: nothing the extenders decide with changed and no heartbeat was due.",
             registry=r,
-        )  # fmt: skip
+        )
         self.reports_rejected = Counter(
             "gpu_agent_reports_rejected", "Node reports the extender rejected.", ["extender"], registry=r
         )

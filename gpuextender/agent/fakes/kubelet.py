@@ -119,8 +119,11 @@ def device_ids(refs: Any, *, uuid_seed: str, where: str, allocatable: bool = Fal
             raise FakeKubeletError(f"{at}.profile: expected a MIG profile such as 1g.10gb")
         indexes = range(_count(ref, "gpus", at)) if "gpus" in ref else [_count(ref, "gpu", at)]
         for index in indexes:
-            base = (fake_mig_uuid(uuid_seed, index, _count(ref, "mig", at), ref["profile"]) if "mig" in ref
-                    else fake_gpu_uuid(uuid_seed, index))  # fmt: skip
+            base = (
+                fake_mig_uuid(uuid_seed, index, _count(ref, "mig", at), ref["profile"])
+                if "mig" in ref
+                else fake_gpu_uuid(uuid_seed, index)
+            )
             if "replica" in ref:
                 ids.append(f"{base}::{_count(ref, 'replica', at)}")
             elif "replicas" in ref:
@@ -169,9 +172,15 @@ def parse_state(document: Any, *, uuid_seed: str = "") -> FakeKubeletState:
             devices = container.get("devices") or {}
             if not isinstance(devices, Mapping):
                 raise FakeKubeletError(f"{at}.devices: expected a mapping of resource name -> devices")
-            fake_pod.containers.append(FakeContainer(container["name"], {
-                str(r): device_ids(refs, uuid_seed=uuid_seed, where=f"{at}.devices.{r}") for r, refs in devices.items()
-            }))  # fmt: skip
+            fake_pod.containers.append(
+                FakeContainer(
+                    container["name"],
+                    {
+                        str(r): device_ids(refs, uuid_seed=uuid_seed, where=f"{at}.devices.{r}")
+                        for r, refs in devices.items()
+                    },
+                )
+            )
         state.pods.append(fake_pod)
     return state
 
@@ -188,19 +197,30 @@ def load_state(path: str | os.PathLike[str], *, uuid_seed: str = "") -> FakeKube
 
 
 def _list_response(state: FakeKubeletState) -> api_pb2.ListPodResourcesResponse:
-    return api_pb2.ListPodResourcesResponse(pod_resources=[
-        api_pb2.PodResources(name=pod.name, namespace=pod.namespace, containers=[
-            api_pb2.ContainerResources(name=c.name, devices=[
-                api_pb2.ContainerDevices(resource_name=r, device_ids=ids) for r, ids in c.devices.items()
-            ]) for c in pod.containers
-        ]) for pod in state.pods
-    ])  # fmt: skip
+    return api_pb2.ListPodResourcesResponse(
+        pod_resources=[
+            api_pb2.PodResources(
+                name=pod.name,
+                namespace=pod.namespace,
+                containers=[
+                    api_pb2.ContainerResources(
+                        name=c.name,
+                        devices=[
+                            api_pb2.ContainerDevices(resource_name=r, device_ids=ids) for r, ids in c.devices.items()
+                        ],
+                    )
+                    for c in pod.containers
+                ],
+            )
+            for pod in state.pods
+        ]
+    )
 
 
 def _allocatable_response(state: FakeKubeletState) -> api_pb2.AllocatableResourcesResponse:
-    return api_pb2.AllocatableResourcesResponse(devices=[
-        api_pb2.ContainerDevices(resource_name=r, device_ids=ids) for r, ids in state.allocatable.items()
-    ])  # fmt: skip
+    return api_pb2.AllocatableResourcesResponse(
+        devices=[api_pb2.ContainerDevices(resource_name=r, device_ids=ids) for r, ids in state.allocatable.items()]
+    )
 
 
 class _Servicer(api_pb2_grpc.PodResourcesListerServicer):
@@ -303,8 +323,13 @@ class FakeKubelet:
             self._state.allocatable[resource] = list(ids)
             self._rebuild()
 
-    def fail(self, code: grpc.StatusCode = grpc.StatusCode.UNAVAILABLE, details: str = "fake kubelet failing",
-             *, rpc: str = "*") -> None:  # fmt: skip
+    def fail(
+        self,
+        code: grpc.StatusCode = grpc.StatusCode.UNAVAILABLE,
+        details: str = "fake kubelet failing",
+        *,
+        rpc: str = "*",
+    ) -> None:
         """Answer `rpc` ("List", "GetAllocatableResources" or "*" for both) with an error status."""
         with self._lock:
             for name in self.calls if rpc == "*" else [rpc]:
@@ -316,8 +341,10 @@ class FakeKubelet:
 
     def _rebuild(self) -> None:
         # Built once per change, not per call: the benchmark measures the client, not this.
-        self._responses = {"List": _list_response(self._state),
-                           "GetAllocatableResources": _allocatable_response(self._state)}  # fmt: skip
+        self._responses = {
+            "List": _list_response(self._state),
+            "GetAllocatableResources": _allocatable_response(self._state),
+        }
 
     def _answer(self, rpc: str, context: grpc.ServicerContext) -> Any:
         with self._lock:

@@ -50,16 +50,26 @@ _INVALID = pynvml.NVML_ERROR_INVALID_ARGUMENT
 _NO_INIT_NEEDED = {"nvmlInitWithFlags", "nvmlInit_v2", "nvmlErrorString"}
 # pynvml functions that take a MIG device handle (the rest answer NotSupported for one).
 _MIG_OK = {
-    "nvmlDeviceGetUUID", "nvmlDeviceGetName", "nvmlDeviceGetMemoryInfo", "nvmlDeviceGetGpuInstanceId",
-    "nvmlDeviceGetComputeInstanceId", "nvmlDeviceGetAttributes", "nvmlDeviceIsMigDeviceHandle",
+    "nvmlDeviceGetUUID",
+    "nvmlDeviceGetName",
+    "nvmlDeviceGetMemoryInfo",
+    "nvmlDeviceGetGpuInstanceId",
+    "nvmlDeviceGetComputeInstanceId",
+    "nvmlDeviceGetAttributes",
+    "nvmlDeviceIsMigDeviceHandle",
     "nvmlDeviceGetDeviceHandleFromMigDeviceHandle",
-}  # fmt: skip
+}
 # What nvmlDeviceGetSupportedEventTypes answers for a GPU with events (the fake's model of a data-center GPU).
 SUPPORTED_EVENTS = (
-    pynvml.nvmlEventTypeSingleBitEccError | pynvml.nvmlEventTypeDoubleBitEccError | pynvml.nvmlEventTypePState
-    | pynvml.nvmlEventTypeXidCriticalError | pynvml.nvmlEventTypeClock | pynvml.nvmlEventMigConfigChange
-    | EVENT_TYPES["gpu_unavailable"] | EVENT_TYPES["recovery_action"]
-)  # fmt: skip
+    pynvml.nvmlEventTypeSingleBitEccError
+    | pynvml.nvmlEventTypeDoubleBitEccError
+    | pynvml.nvmlEventTypePState
+    | pynvml.nvmlEventTypeXidCriticalError
+    | pynvml.nvmlEventTypeClock
+    | pynvml.nvmlEventMigConfigChange
+    | EVENT_TYPES["gpu_unavailable"]
+    | EVENT_TYPES["recovery_action"]
+)
 _NVLINK_SLOTS = 18  # links per GPU (H100); links past the scripted ones are inactive
 _NVSWITCHES = 4  # switch links are spread over this many NVSwitch PCI devices, as on an HGX board
 _NO_INSTANCE = 0xFFFFFFFF  # gpuInstanceId/computeInstanceId of an event not tied to a MIG instance
@@ -121,8 +131,10 @@ class FakeNvmlLibrary:
         # MIG device handles: MAX_MIG_DEVICES structs per GPU, whatever the scenario has now.
         self._mig_devices = [[pynvml.struct_c_nvmlDevice_t() for _ in range(MAX_MIG_DEVICES)] for _ in scenario.gpus]
         self._mig_by_address = {
-            ctypes.addressof(d): (gpu, slot) for gpu, slots in enumerate(self._mig_devices) for slot, d in enumerate(slots)
-        }  # fmt: skip
+            ctypes.addressof(d): (gpu, slot)
+            for gpu, slots in enumerate(self._mig_devices)
+            for slot, d in enumerate(slots)
+        }
         self._energy: dict[int, tuple[float, float]] = {}  # GPU -> (fake time, millijoules) at the last read
         self._events = threading.Condition()
         self._event_sets: dict[int, _EventSet] = {}
@@ -266,7 +278,9 @@ class FakeNvmlLibrary:
         mig = self._mig_of(handle)
         if mig is not None:  # a new MIG UUID when the device is re-created with another profile
             gpu, slot, device = mig
-            return self._write_string(buffer, size, f"MIG-{uuid.uuid5(self._namespace, f'{gpu}/{slot}/{device.profile}')}")
+            return self._write_string(
+                buffer, size, f"MIG-{uuid.uuid5(self._namespace, f'{gpu}/{slot}/{device.profile}')}"
+            )
         return self._write_string(buffer, size, self._uuids[self._index(handle)])
 
     def _c_nvmlDeviceGetPciInfo_v3(self, handle: Any, info_ref: Any) -> int:
@@ -528,7 +542,9 @@ class FakeNvmlLibrary:
         number, links = found
         if number >= len(links):
             return _NOT_SUPPORTED
-        type_ref._obj.value = pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH if links[number] is None else pynvml.NVML_NVLINK_DEVICE_TYPE_GPU
+        type_ref._obj.value = (
+            pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH if links[number] is None else pynvml.NVML_NVLINK_DEVICE_TYPE_GPU
+        )
         return _OK
 
     # -- events ----------------------------------------------------------------

@@ -219,8 +219,9 @@ def parse_scenario(document: Any, *, source: str = "<inline>") -> Scenario:
     topology = None
     if document.get("topology") is not None:
         topology = _parse_topology(ctx, "topology", document["topology"], len(gpus))
-    return Scenario(gpus=tuple(gpus), errors=errors, driver_version=driver, source=source,
-                    events=events, topology=topology)  # fmt: skip
+    return Scenario(
+        gpus=tuple(gpus), errors=errors, driver_version=driver, source=source, events=events, topology=topology
+    )
 
 
 class _Context:
@@ -259,18 +260,35 @@ class _Context:
         return value
 
     def gpu_list(self, where: str, value: Any, gpu_count: int, *, min_len: int = 1) -> list[int]:
-        if (not isinstance(value, list) or len(value) < min_len
-                or not all(isinstance(g, int) and not isinstance(g, bool) and 0 <= g < gpu_count for g in value)):
+        if (
+            not isinstance(value, list)
+            or len(value) < min_len
+            or not all(isinstance(g, int) and not isinstance(g, bool) and 0 <= g < gpu_count for g in value)
+        ):
             raise self.error(where, f"must be a list of at least {min_len} GPU index(es) in 0..{gpu_count - 1}")
         return value
 
 
 _GPU_FIELDS = {
-    "count", "product", "memory_gib", "compute_capability",
-    "utilization_percent", "memory_used_percent", "temperature_c", "power_watts",
-    "ecc", "remapped_rows", "retired_pages_pending", "clock_event_reasons", "sm_clock_mhz",
-    "memory_clock_mhz", "energy_start_mj", "numa_node", "events_supported", "mig",
-}  # fmt: skip
+    "count",
+    "product",
+    "memory_gib",
+    "compute_capability",
+    "utilization_percent",
+    "memory_used_percent",
+    "temperature_c",
+    "power_watts",
+    "ecc",
+    "remapped_rows",
+    "retired_pages_pending",
+    "clock_event_reasons",
+    "sm_clock_mhz",
+    "memory_clock_mhz",
+    "energy_start_mj",
+    "numa_node",
+    "events_supported",
+    "mig",
+}
 _MAX_COUNTER = 1e12
 
 
@@ -293,12 +311,16 @@ def _parse_gpu_group(ctx: _Context, where: str, group: Any) -> tuple[int, FakeGp
         product=product.strip(),
         memory_bytes=int(memory_gib * 1024**3),
         compute_capability=(int(major), int(minor)),
-        utilization_percent=_parse_pattern(ctx, f"{where}.utilization_percent", group.get("utilization_percent", 0), 0, 100),
-        memory_used_percent=_parse_pattern(ctx, f"{where}.memory_used_percent", group.get("memory_used_percent", 0), 0, 100),
+        utilization_percent=_parse_pattern(
+            ctx, f"{where}.utilization_percent", group.get("utilization_percent", 0), 0, 100
+        ),
+        memory_used_percent=_parse_pattern(
+            ctx, f"{where}.memory_used_percent", group.get("memory_used_percent", 0), 0, 100
+        ),
         temperature_c=_parse_pattern(ctx, f"{where}.temperature_c", group.get("temperature_c", 35), 0, 150),
         power_watts=_parse_pattern(ctx, f"{where}.power_watts", group.get("power_watts", 70), 0, 2000),
         **_parse_gpu_health(ctx, where, group, int(memory_gib * 1024**3)),
-    )  # fmt: skip
+    )
     return count, gpu
 
 
@@ -325,8 +347,10 @@ def _parse_gpu_health(ctx: _Context, where: str, group: dict[str, Any], memory_b
     if "clock_event_reasons" in group:
         names = group["clock_event_reasons"]
         if not isinstance(names, list) or not all(n in CLOCK_EVENT_REASONS for n in names):
-            raise ctx.error(f"{where}.clock_event_reasons",
-                            f"must be a list of names from {sorted(CLOCK_EVENT_REASONS)}, got {names!r}")  # fmt: skip
+            raise ctx.error(
+                f"{where}.clock_event_reasons",
+                f"must be a list of names from {sorted(CLOCK_EVENT_REASONS)}, got {names!r}",
+            )
         mask = 0
         for name in names:
             mask |= CLOCK_EVENT_REASONS[name]
@@ -427,7 +451,9 @@ def _parse_topology(ctx: _Context, where: str, value: Any, gpu_count: int) -> Fa
     for g in range(gpu_count):
         direct = sum(n for pair, n in nvlinks.items() if g in pair)
         if direct + switch > pynvml.NVML_NVLINK_MAX_LINKS:
-            raise ctx.error(where, f"GPU {g} has {direct + switch} NVLinks; NVML has at most {pynvml.NVML_NVLINK_MAX_LINKS}")
+            raise ctx.error(
+                where, f"GPU {g} has {direct + switch} NVLinks; NVML has at most {pynvml.NVML_NVLINK_MAX_LINKS}"
+            )
     return FakeTopology(default, pcie, nvlinks, switch)
 
 
@@ -437,11 +463,14 @@ def _parse_pattern(ctx: _Context, where: str, value: Any, low: float, high: floa
     kind = value.get("pattern")
     if kind == "sine":
         ctx.reject_unknown(where, value, {"pattern", "min", "max", "period_s"})
-        return Pattern("sine", (
-            ctx.number(f"{where}.min", value.get("min"), low=low, high=high),
-            ctx.number(f"{where}.max", value.get("max"), low=low, high=high),
-            ctx.number(f"{where}.period_s", value.get("period_s"), low=0.001),
-        ))  # fmt: skip
+        return Pattern(
+            "sine",
+            (
+                ctx.number(f"{where}.min", value.get("min"), low=low, high=high),
+                ctx.number(f"{where}.max", value.get("max"), low=low, high=high),
+                ctx.number(f"{where}.period_s", value.get("period_s"), low=0.001),
+            ),
+        )
     if kind == "steps":
         ctx.reject_unknown(where, value, {"pattern", "values", "every_s"})
         values = value.get("values")
@@ -451,11 +480,14 @@ def _parse_pattern(ctx: _Context, where: str, value: Any, low: float, high: floa
         return Pattern("steps", (ctx.number(f"{where}.every_s", value.get("every_s"), low=0.001),), steps)
     if kind == "ramp":
         ctx.reject_unknown(where, value, {"pattern", "from", "to", "over_s"})
-        return Pattern("ramp", (
-            ctx.number(f"{where}.from", value.get("from"), low=low, high=high),
-            ctx.number(f"{where}.to", value.get("to"), low=low, high=high),
-            ctx.number(f"{where}.over_s", value.get("over_s"), low=0.001),
-        ))  # fmt: skip
+        return Pattern(
+            "ramp",
+            (
+                ctx.number(f"{where}.from", value.get("from"), low=low, high=high),
+                ctx.number(f"{where}.to", value.get("to"), low=low, high=high),
+                ctx.number(f"{where}.over_s", value.get("over_s"), low=0.001),
+            ),
+        )
     raise ctx.error(f"{where}.pattern", f"must be one of sine, steps, ramp (or give a plain number), got {kind!r}")
 
 
@@ -465,7 +497,9 @@ def _parse_error(ctx: _Context, where: str, entry: Any, gpu_count: int) -> Injec
     ctx.reject_unknown(where, entry, {"call", "error", "gpus", "after_s", "for_s"})
     call = entry.get("call")
     if not isinstance(call, str) or not (call == "*" or call.startswith("nvml")):
-        raise ctx.error(f"{where}.call", f"must be a pynvml function name like nvmlDeviceGetUtilizationRates or '*', got {call!r}")
+        raise ctx.error(
+            f"{where}.call", f"must be a pynvml function name like nvmlDeviceGetUtilizationRates or '*', got {call!r}"
+        )
     names = known_error_names()
     error = entry.get("error")
     if error not in names:
@@ -532,8 +566,12 @@ class ScenarioFile:
             log.warning("%s; keeping the last good scenario", exc)
             return self._scenario
         if len(scenario.gpus) != len(self._scenario.gpus):
-            log.warning("%s: now %d GPUs, was %d: NVML enumerates GPUs once; keeping the last good scenario",
-                        self.path, len(scenario.gpus), len(self._scenario.gpus))  # fmt: skip
+            log.warning(
+                "%s: now %d GPUs, was %d: NVML enumerates GPUs once; keeping the last good scenario",
+                self.path,
+                len(scenario.gpus),
+                len(self._scenario.gpus),
+            )
             return self._scenario
         log.info("%s changed: simulated GPUs updated", self.path)
         self._scenario = scenario

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from gpuextender.v1 import gpu_state_pb2 as pb
-
 from gpuextender.agent.model import readings as r
 from gpuextender.agent.model.readings import GpuReading, Holder, NodeSample
+from gpuextender.v1 import gpu_state_pb2 as pb
 
 # Optional proto fields copied as-is when the reading exists (absent stays absent).
 _OPTIONAL_FIELDS = (
@@ -27,16 +26,27 @@ _OPTIONAL_FIELDS = (
 )
 _ERROR_FIELDS = tuple(pb.ErrorCounters.DESCRIPTOR.fields_by_name)
 _HEALTH = {r.HEALTHY: pb.HEALTH_HEALTHY, r.DEGRADED: pb.HEALTH_DEGRADED, r.UNHEALTHY: pb.HEALTH_UNHEALTHY}
-_SHARING = {r.EXCLUSIVE: pb.SHARING_EXCLUSIVE, r.TIME_SLICING: pb.SHARING_TIME_SLICING, r.MPS: pb.SHARING_MPS,
-            r.MIG: pb.SHARING_MIG}  # fmt: skip
+_SHARING = {
+    r.EXCLUSIVE: pb.SHARING_EXCLUSIVE,
+    r.TIME_SLICING: pb.SHARING_TIME_SLICING,
+    r.MPS: pb.SHARING_MPS,
+    r.MIG: pb.SHARING_MIG,
+}
 _ALLOCATION = {r.ALLOCATION_KUBELET: pb.ALLOCATION_KUBELET, r.ALLOCATION_UNAVAILABLE: pb.ALLOCATION_UNAVAILABLE}
-_PCIE = {"internal": pb.PCIE_INTERNAL, "single": pb.PCIE_SINGLE, "multiple": pb.PCIE_MULTIPLE,
-         "hostbridge": pb.PCIE_HOSTBRIDGE, "node": pb.PCIE_NODE, "system": pb.PCIE_SYSTEM}  # fmt: skip
+_PCIE = {
+    "internal": pb.PCIE_INTERNAL,
+    "single": pb.PCIE_SINGLE,
+    "multiple": pb.PCIE_MULTIPLE,
+    "hostbridge": pb.PCIE_HOSTBRIDGE,
+    "node": pb.PCIE_NODE,
+    "system": pb.PCIE_SYSTEM,
+}
 
 
 def _holder(h: Holder) -> pb.Holder:
-    return pb.Holder(namespace=h.namespace, pod=h.pod, container=h.container, resource_name=h.resource_name,
-                     device_id=h.device_id)  # fmt: skip
+    return pb.Holder(
+        namespace=h.namespace, pod=h.pod, container=h.container, resource_name=h.resource_name, device_id=h.device_id
+    )
 
 
 def _set_time(msg: Timestamp, seconds_f: float) -> None:
@@ -74,9 +84,13 @@ def gpu_to_proto(reading: GpuReading) -> pb.GpuSample:
     for xid in reading.xids:
         _set_time(msg.xids.add(xid=xid.xid).time, xid.time)
     for mig in reading.mig_instances:
-        instance = msg.mig_instances.add(uuid=mig.uuid, profile=mig.profile, gpu_instance_id=mig.gpu_instance_id,
-                                         compute_instance_id=mig.compute_instance_id,
-                                         holders=[_holder(h) for h in mig.holders])  # fmt: skip
+        instance = msg.mig_instances.add(
+            uuid=mig.uuid,
+            profile=mig.profile,
+            gpu_instance_id=mig.gpu_instance_id,
+            compute_instance_id=mig.compute_instance_id,
+            holders=[_holder(h) for h in mig.holders],
+        )
         if mig.memory_total_bytes is not None:
             instance.memory_total_bytes = mig.memory_total_bytes
         if mig.memory_used_bytes is not None:
@@ -100,6 +114,7 @@ def sample_to_report(sample: NodeSample, *, node_name: str, sequence: int, agent
     if sample.topology is not None:
         report.topology.SetInParent()  # present even with no links: "known, nothing connected"
         for link in sample.topology:
-            report.topology.links.add(a=link.a, b=link.b, nvlinks=link.nvlinks,
-                                      pcie=_PCIE.get(link.pcie, pb.PCIE_RELATION_UNSPECIFIED))  # fmt: skip
+            report.topology.links.add(
+                a=link.a, b=link.b, nvlinks=link.nvlinks, pcie=_PCIE.get(link.pcie, pb.PCIE_RELATION_UNSPECIFIED)
+            )
     return report

@@ -37,8 +37,7 @@ def rule_from_ack(ack: pb.ReportAck) -> ExtenderRule | None:
     """The extender's rule from an ACCEPTED ack; None from an extender that does not say it."""
     if not ack.HasField("idle_max_utilization_percent") or not ack.HasField("idle_max_memory_used_percent"):
         return None
-    return ExtenderRule(ack.idle_max_utilization_percent, ack.idle_max_memory_used_percent,
-                        ack.stale_after_ms / 1000.0)  # fmt: skip
+    return ExtenderRule(ack.idle_max_utilization_percent, ack.idle_max_memory_used_percent, ack.stale_after_ms / 1000.0)
 
 
 class ReportGate:
@@ -76,8 +75,11 @@ class ReportGate:
         return False
 
     def _thresholds(self) -> tuple[tuple[float, float], ...]:
-        return tuple(sorted({(r.max_utilization_percent, r.max_memory_used_percent)
-                             for r in self._rules.values() if r is not None}))  # fmt: skip
+        return tuple(
+            sorted(
+                {(r.max_utilization_percent, r.max_memory_used_percent) for r in self._rules.values() if r is not None}
+            )
+        )
 
 
 def decision_key(report: pb.NodeReport, thresholds: tuple[tuple[float, float], ...]) -> tuple[Any, ...]:
@@ -100,12 +102,22 @@ def _gpu_key(g: pb.GpuSample, thresholds: tuple[tuple[float, float], ...]) -> tu
         for u, m in thresholds
     )
     return (
-        g.uuid, g.name, g.memory_total_bytes, g.compute_capability.major, g.compute_capability.minor,
-        g.healthy, tuple(g.unhealthy_reasons), g.health, tuple(g.health_reasons), tuple(x.xid for x in g.xids),
+        g.uuid,
+        g.name,
+        g.memory_total_bytes,
+        g.compute_capability.major,
+        g.compute_capability.minor,
+        g.healthy,
+        tuple(g.unhealthy_reasons),
+        g.health,
+        tuple(g.health_reasons),
+        tuple(x.xid for x in g.xids),
         tuple((h.namespace, h.pod, h.container, h.device_id) for h in g.holders),
-        g.sharing.mode, g.sharing.replicas, idle,
+        g.sharing.mode,
+        g.sharing.replicas,
+        idle,
         tuple(_mig_key(i, thresholds) for i in g.mig_instances),
-    )  # fmt: skip
+    )
 
 
 def _mig_key(i: pb.MigInstance, thresholds: tuple[tuple[float, float], ...]) -> tuple[Any, ...]:

@@ -6,21 +6,28 @@ UNHEALTHY: place no work here. `GpuReading.healthy` is False exactly when UNHEAL
 `unhealthy_reasons` keeps the UNHEALTHY codes (what extenders older than 0.2 read);
 `health_reasons` lists every code, UNHEALTHY ones first.
 
-| Code                   | Level     | Source                                              | Condition / clears when                       |
-|------------------------|-----------|-----------------------------------------------------|-----------------------------------------------|
-| GpuIsLost, ResetRequired, GpuNotFound, NoHandle, ... | UNHEALTHY | an NVML call of this sample (nvml_errors GPU_UNHEALTHY) | the error; clears when the calls work again |
-| XidCritical            | UNHEALTHY | XidCriticalError events (nvml_events)               | any XID not in the ignore list since the agent started; sticky until `gpu-agent --clear-xid` or an agent restart |
-| EccUncorrected         | UNHEALTHY | nvmlDeviceGetTotalEccErrors(UNCORRECTED, VOLATILE); DoubleBitEccError events | volatile count > 0 (clears on GPU reset / driver reload), or a DBE event (sticky like XIDs) |
-| RowRemapFailure        | UNHEALTHY | nvmlDeviceGetRemappedRows                            | a row remap failed: the GPU needs service      |
-| GpuUnavailable         | UNHEALTHY | GpuUnavailableError events                           | sticky like XIDs                               |
-| RecoveryActionRequired | UNHEALTHY | GpuRecoveryAction events                             | the latest action asks for a GPU reset, drain-and-reset or reboot; an action NONE clears it |
-| RowRemapPending        | DEGRADED  | nvmlDeviceGetRemappedRows                            | a remap waits for a GPU reset (see below)      |
-| RetiredPagesPending    | DEGRADED  | nvmlDeviceGetRetiredPagesPendingStatus (pre-Ampere)  | a page retirement waits for a reset/reload     |
-| RemappedRowsHigh       | DEGRADED  | nvmlDeviceGetRemappedRows                            | correctable + uncorrectable remapped rows >= remapped_rows_degraded (default 8) |
-| ThermalSlowdown        | DEGRADED  | nvmlDeviceGetCurrentClocksEventReasons               | SW or HW thermal slowdown bit (0x20, 0x40)     |
-| PowerBrake             | DEGRADED  | nvmlDeviceGetCurrentClocksEventReasons               | HW power brake slowdown bit (0x80)             |
-| HwSlowdown             | DEGRADED  | nvmlDeviceGetCurrentClocksEventReasons               | HW slowdown bit (0x08)                         |
-| RecoveryDrainP2P       | DEGRADED  | GpuRecoveryAction events                             | the latest action is DRAIN_P2P                 |
+Codes: level; source; condition, and when it clears.
+- GpuIsLost, ResetRequired, GpuNotFound, NoHandle, ...: UNHEALTHY; an NVML call of this sample
+  (nvml_errors GPU_UNHEALTHY); the error, cleared when the calls work again.
+- XidCritical: UNHEALTHY; XidCriticalError events (nvml_events); any XID not in the ignore list
+  since the agent started, sticky until `gpu-agent --clear-xid` or an agent restart.
+- EccUncorrected: UNHEALTHY; nvmlDeviceGetTotalEccErrors(UNCORRECTED, VOLATILE) and
+  DoubleBitEccError events; volatile count > 0 (clears on GPU reset / driver reload), or a DBE
+  event (sticky like XIDs).
+- RowRemapFailure: UNHEALTHY; nvmlDeviceGetRemappedRows; a row remap failed: the GPU needs service.
+- GpuUnavailable: UNHEALTHY; GpuUnavailableError events; sticky like XIDs.
+- RecoveryActionRequired: UNHEALTHY; GpuRecoveryAction events; the latest action asks for a GPU
+  reset, drain-and-reset or reboot; an action NONE clears it.
+- RowRemapPending: DEGRADED; nvmlDeviceGetRemappedRows; a remap waits for a GPU reset (see below).
+- RetiredPagesPending: DEGRADED; nvmlDeviceGetRetiredPagesPendingStatus (pre-Ampere); a page
+  retirement waits for a reset/reload.
+- RemappedRowsHigh: DEGRADED; nvmlDeviceGetRemappedRows; correctable + uncorrectable remapped rows
+  >= remapped_rows_degraded (default 8).
+- ThermalSlowdown: DEGRADED; nvmlDeviceGetCurrentClocksEventReasons; SW or HW thermal slowdown
+  bit (0x20, 0x40).
+- PowerBrake: DEGRADED; nvmlDeviceGetCurrentClocksEventReasons; HW power brake slowdown bit (0x80).
+- HwSlowdown: DEGRADED; nvmlDeviceGetCurrentClocksEventReasons; HW slowdown bit (0x08).
+- RecoveryDrainP2P: DEGRADED; GpuRecoveryAction events; the latest action is DRAIN_P2P.
 
 Choices:
 - Pending remaps and pending page retirements are DEGRADED, not UNHEALTHY. NVML documents
@@ -77,11 +84,22 @@ THERMAL_SLOWDOWN = "ThermalSlowdown"
 POWER_BRAKE = "PowerBrake"
 HW_SLOWDOWN = "HwSlowdown"
 RECOVERY_DRAIN_P2P_CODE = "RecoveryDrainP2P"
-_OWN_CODES = frozenset({
-    XID_CRITICAL, ECC_UNCORRECTED, ROW_REMAP_FAILURE, GPU_UNAVAILABLE, RECOVERY_ACTION_REQUIRED,
-    ROW_REMAP_PENDING, RETIRED_PAGES_PENDING, REMAPPED_ROWS_HIGH, THERMAL_SLOWDOWN, POWER_BRAKE,
-    HW_SLOWDOWN, RECOVERY_DRAIN_P2P_CODE,
-})  # fmt: skip
+_OWN_CODES = frozenset(
+    {
+        XID_CRITICAL,
+        ECC_UNCORRECTED,
+        ROW_REMAP_FAILURE,
+        GPU_UNAVAILABLE,
+        RECOVERY_ACTION_REQUIRED,
+        ROW_REMAP_PENDING,
+        RETIRED_PAGES_PENDING,
+        REMAPPED_ROWS_HIGH,
+        THERMAL_SLOWDOWN,
+        POWER_BRAKE,
+        HW_SLOWDOWN,
+        RECOVERY_DRAIN_P2P_CODE,
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,7 +133,7 @@ class Verdict:
 
 
 def parse_xid_list(text: str) -> frozenset[int]:
-    """"13, 31,43" -> {13, 31, 43}; "" -> {} (ignore none). Raises ValueError naming the bad item."""
+    """ "13, 31,43" -> {13, 31, 43}; "" -> {} (ignore none). Raises ValueError naming the bad item."""
     xids: set[int] = set()
     for item in text.split(","):
         item = item.strip()
@@ -196,4 +214,3 @@ class HealthEnricher:
         recorded = self._events()
         for reading in sample.gpus:
             apply(reading, recorded.get(reading.uuid) if reading.uuid else None, self._policy)
-

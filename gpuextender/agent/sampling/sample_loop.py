@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 import logging
+import time
 from collections.abc import Callable, Sequence
 
-from gpuextender.agent.report.latest import LatestReport
 from gpuextender.agent.export.metrics import AgentMetrics
-from gpuextender.agent.sources.nvml_reader import NvmlReader
 from gpuextender.agent.model.readings import NodeSample
 from gpuextender.agent.report.encode import sample_to_report
 from gpuextender.agent.report.gate import ReportGate
+from gpuextender.agent.report.latest import LatestReport
+from gpuextender.agent.sources.nvml_reader import NvmlReader
 
 log = logging.getLogger("gpu_agent.sampler")
 

@@ -59,7 +59,4 @@ def classify(exc: pynvml.NVMLError) -> ErrorGroup:
 
 def known_error_names() -> dict[str, int]:
     """Every NVML error pynvml knows, name -> return code (e.g. GpuIsLost -> 15)."""
-    return {
-        cls.__name__.removeprefix("NVMLError_"): code
-        for code, cls in pynvml.NVMLError._valClassMapping.items()
-    }
+    return {cls.__name__.removeprefix("NVMLError_"): code for code, cls in pynvml.NVMLError._valClassMapping.items()}

@@ -44,9 +44,9 @@ from typing import Any, TextIO
 
 import pynvml
 
+from gpuextender.agent.model.readings import XidEvent
 from gpuextender.agent.rules.health import DEFAULT_IGNORED_XIDS, MAX_REPORTED_XIDS, RECOVERY_NONE, GpuEvents
 from gpuextender.agent.sources.nvml_errors import ErrorGroup, classify, error_name
-from gpuextender.agent.model.readings import XidEvent
 
 log = logging.getLogger("gpu_agent.events")
 
@@ -57,8 +57,13 @@ SINGLE_BIT_ECC = pynvml.nvmlEventTypeSingleBitEccError
 GPU_UNAVAILABLE = getattr(pynvml, "nvmlEventTypeGpuUnavailableError", 0x4000)
 RECOVERY_ACTION = getattr(pynvml, "nvmlEventTypeGpuRecoveryAction", 0x8000)
 WATCHED_EVENTS = XID | DOUBLE_BIT_ECC | GPU_UNAVAILABLE | RECOVERY_ACTION
-EVENT_KINDS = {XID: "xid", DOUBLE_BIT_ECC: "dbe", SINGLE_BIT_ECC: "sbe",
-               GPU_UNAVAILABLE: "gpu_unavailable", RECOVERY_ACTION: "recovery_action"}  # fmt: skip
+EVENT_KINDS = {
+    XID: "xid",
+    DOUBLE_BIT_ECC: "dbe",
+    SINGLE_BIT_ECC: "sbe",
+    GPU_UNAVAILABLE: "gpu_unavailable",
+    RECOVERY_ACTION: "recovery_action",
+}
 _NO_INSTANCE = 0xFFFFFFFF
 
 CLEAR_PREFIX = "clear-xid-"
@@ -109,8 +114,12 @@ class EventStore:
                     rec.ignored_xids += 1
                     first = (event.uuid, event.data) not in self._logged_ignored
                     self._logged_ignored.add((event.uuid, event.data))
-                    log.log(logging.INFO if first else logging.DEBUG,
-                            "GPU %d: XID %d ignored (an application error; --ignore-xids)", event.gpu_index, event.data)  # fmt: skip
+                    log.log(
+                        logging.INFO if first else logging.DEBUG,
+                        "GPU %d: XID %d ignored (an application error; --ignore-xids)",
+                        event.gpu_index,
+                        event.data,
+                    )
                     return False
                 rec.xids.append(XidEvent(xid=event.data, time=event.time))
             elif event.event_type == DOUBLE_BIT_ECC:
@@ -130,9 +139,11 @@ class EventStore:
         with self._lock:
             return {
                 uuid: GpuEvents(
-                    xids=tuple(rec.xids), double_bit_ecc=rec.dbe,
-                    gpu_unavailable=rec.unavailable_time is not None, recovery_action=rec.recovery_action,
-                )  # fmt: skip
+                    xids=tuple(rec.xids),
+                    double_bit_ecc=rec.dbe,
+                    gpu_unavailable=rec.unavailable_time is not None,
+                    recovery_action=rec.recovery_action,
+                )
                 for uuid, rec in self._records.items()
             }
 
@@ -179,8 +190,11 @@ class ClearRequests:
         if not self.enabled:
             return False
         try:
-            names = sorted(e.name for e in os.scandir(self.control_dir)
-                           if e.name.startswith(CLEAR_PREFIX) and e.name.endswith(".json"))  # fmt: skip
+            names = sorted(
+                e.name
+                for e in os.scandir(self.control_dir)
+                if e.name.startswith(CLEAR_PREFIX) and e.name.endswith(".json")
+            )
         except OSError:
             return False
         for name in names:
@@ -207,8 +221,9 @@ class ClearRequests:
         _unlink(path)
 
 
-def request_clear(control_dir: Path, targets: Sequence[str], *, timeout_s: float = 10.0,
-                  out: TextIO | None = None) -> int:  # fmt: skip
+def request_clear(
+    control_dir: Path, targets: Sequence[str], *, timeout_s: float = 10.0, out: TextIO | None = None
+) -> int:
     """`gpu-agent --clear-xid`: ask the agent running in this container to clear, print its answer.
     Exit code 0 when it answered, 1 when no agent did within `timeout_s`."""
     stream = out or sys.stdout
@@ -218,8 +233,11 @@ def request_clear(control_dir: Path, targets: Sequence[str], *, timeout_s: float
     try:
         _write_atomically(request, json.dumps({"targets": list(targets), "time": time.time()}))
     except OSError as exc:
-        print(f"gpu-agent: cannot write the request into {control_dir}: {exc.strerror or exc} "
-              "(run this in the agent's container, with the agent's --control-dir)", file=stream)  # fmt: skip
+        print(
+            f"gpu-agent: cannot write the request into {control_dir}: {exc.strerror or exc} "
+            "(run this in the agent's container, with the agent's --control-dir)",
+            file=stream,
+        )
         return 1
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -233,8 +251,11 @@ def request_clear(control_dir: Path, targets: Sequence[str], *, timeout_s: float
         return 0
     _unlink(request)
     _unlink(result)  # an answer that came just too late
-    print(f"gpu-agent: no running agent answered within {timeout_s:g}s (is it running here, with health "
-          f"events on and --control-dir {control_dir}?); restarting the agent pod also clears XIDs", file=stream)  # fmt: skip
+    print(
+        f"gpu-agent: no running agent answered within {timeout_s:g}s (is it running here, with health "
+        f"events on and --control-dir {control_dir}?); restarting the agent pod also clears XIDs",
+        file=stream,
+    )
     return 1
 
 
@@ -243,12 +264,18 @@ def _prepare_control_dir(path: Path) -> bool:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
         st = os.lstat(path)
     except OSError as exc:
-        log.warning("--clear-xid unavailable: cannot create %s (%s); restarting the agent clears XIDs",
-                    path, exc.strerror or exc)  # fmt: skip
+        log.warning(
+            "--clear-xid unavailable: cannot create %s (%s); restarting the agent clears XIDs",
+            path,
+            exc.strerror or exc,
+        )
         return False
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.geteuid() or st.st_mode & 0o022:
-        log.warning("--clear-xid unavailable: %s must be a directory owned by uid %d and writable by it alone",
-                    path, os.geteuid())  # fmt: skip
+        log.warning(
+            "--clear-xid unavailable: %s must be a directory owned by uid %d and writable by it alone",
+            path,
+            os.geteuid(),
+        )
         return False
     log.info("answering `gpu-agent --clear-xid` requests in %s", path)
     return True
@@ -336,7 +363,7 @@ class NvmlEventWatcher:
                     self._stop.wait(self._wait_ms / 1000)
                 if self._clear is not None and self._clear.poll(self._store) and self._on_clear is not None:
                     self._on_clear()
-        except Exception:  # noqa: BLE001 - a bug here must not take the agent down; samples go on
+        except Exception:
             log.exception("NVML event thread failed; XIDs are no longer watched")
         finally:
             self._teardown()
@@ -352,8 +379,11 @@ class NvmlEventWatcher:
             count = pynvml.nvmlDeviceGetCount()
         except pynvml.NVMLError as exc:
             if classify(exc) is ErrorGroup.ABSENT:
-                log.warning("NVML events are not supported here (%s): XIDs will not be seen; memory errors "
-                            "are still read every sample", error_name(exc))  # fmt: skip
+                log.warning(
+                    "NVML events are not supported here (%s): XIDs will not be seen; memory errors "
+                    "are still read every sample",
+                    error_name(exc),
+                )
                 self._next_setup = float("inf")
             else:
                 log.warning("NVML events unavailable (%s): retrying in %.0fs", error_name(exc), self._retry_s)
@@ -378,8 +408,11 @@ class NvmlEventWatcher:
                 supported = 0
             mask = supported & self._wanted
             if not mask:
-                log.warning("GPU %d: NVML events not supported: its XIDs will not be seen; memory errors are "
-                            "still read every sample", index)  # fmt: skip
+                log.warning(
+                    "GPU %d: NVML events not supported: its XIDs will not be seen; memory errors are "
+                    "still read every sample",
+                    index,
+                )
                 return
             if mask != self._wanted:
                 missing = [k for bit, k in EVENT_KINDS.items() if self._wanted & bit and not mask & bit]
@@ -408,11 +441,15 @@ class NvmlEventWatcher:
         event_type, payload = int(data.eventType), int(data.eventData)
         gi, ci = int(data.gpuInstanceId), int(data.computeInstanceId)
         event = GpuEvent(
-            gpu_index=index, uuid=uuid, kind=EVENT_KINDS.get(event_type, f"0x{event_type:x}"),
-            event_type=event_type, data=payload, time=time.time(),
+            gpu_index=index,
+            uuid=uuid,
+            kind=EVENT_KINDS.get(event_type, f"0x{event_type:x}"),
+            event_type=event_type,
+            data=payload,
+            time=time.time(),
             gpu_instance_id=None if gi == _NO_INSTANCE else gi,
             compute_instance_id=None if ci == _NO_INSTANCE else ci,
-        )  # fmt: skip
+        )
         if not self._store.record(event):
             return
         where = f" (MIG GPU instance {event.gpu_instance_id})" if event.gpu_instance_id is not None else ""
@@ -420,7 +457,7 @@ class NvmlEventWatcher:
         if self._on_event is not None:
             try:
                 self._on_event(event)
-            except Exception:  # noqa: BLE001 - the caller's bug must not stop the watching
+            except Exception:
                 log.exception("the NVML event callback failed")
 
     def _wait_failed(self, exc: pynvml.NVMLError) -> None:

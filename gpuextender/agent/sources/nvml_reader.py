@@ -36,8 +36,8 @@ from typing import Any
 
 import pynvml
 
-from gpuextender.agent.sources.nvml_errors import ErrorGroup, classify, error_name
 from gpuextender.agent.model.readings import ErrorCounters, GpuLink, GpuReading, MigReading, NodeSample
+from gpuextender.agent.sources.nvml_errors import ErrorGroup, classify, error_name
 
 log = logging.getLogger("gpu_agent.nvml")
 
@@ -243,9 +243,7 @@ class NvmlReader:
         reading.compute_capability = identity.compute_capability
         reading.numa_node = identity.numa_node
 
-        memory = call(
-            "nvmlDeviceGetMemoryInfo", pynvml.nvmlDeviceGetMemoryInfo, handle, version=pynvml.nvmlMemory_v2
-        )
+        memory = call("nvmlDeviceGetMemoryInfo", pynvml.nvmlDeviceGetMemoryInfo, handle, version=pynvml.nvmlMemory_v2)
         if memory is not None:
             reading.memory_total_bytes = int(memory.total)
             reading.memory_used_bytes = int(memory.used)
@@ -282,13 +280,19 @@ class NvmlReader:
         """ECC volatile totals, row remapping (Ampere+), retired pages (pre-Ampere); None if none is supported."""
         counters = ErrorCounters()
         counters.ecc_uncorrected_volatile = optional(
-            "nvmlDeviceGetTotalEccErrors", pynvml.nvmlDeviceGetTotalEccErrors,
-            handle, pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED, pynvml.NVML_VOLATILE_ECC,
-        )  # fmt: skip
+            "nvmlDeviceGetTotalEccErrors",
+            pynvml.nvmlDeviceGetTotalEccErrors,
+            handle,
+            pynvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+            pynvml.NVML_VOLATILE_ECC,
+        )
         counters.ecc_corrected_volatile = optional(
-            "nvmlDeviceGetTotalEccErrors", pynvml.nvmlDeviceGetTotalEccErrors,
-            handle, pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED, pynvml.NVML_VOLATILE_ECC,
-        )  # fmt: skip
+            "nvmlDeviceGetTotalEccErrors",
+            pynvml.nvmlDeviceGetTotalEccErrors,
+            handle,
+            pynvml.NVML_MEMORY_ERROR_TYPE_CORRECTED,
+            pynvml.NVML_VOLATILE_ECC,
+        )
         rows = optional("nvmlDeviceGetRemappedRows", pynvml.nvmlDeviceGetRemappedRows, handle)
         if rows is not None:
             correctable, uncorrectable, pending, failure = rows
@@ -311,8 +315,10 @@ class NvmlReader:
         except pynvml.NVMLError_FunctionNotFound:
             if self._reasons_fn is pynvml.nvmlDeviceGetCurrentClocksThrottleReasons:
                 raise
-            log.info("nvmlDeviceGetCurrentClocksEventReasons is not in this driver: using its old name, "
-                     "nvmlDeviceGetCurrentClocksThrottleReasons")  # fmt: skip
+            log.info(
+                "nvmlDeviceGetCurrentClocksEventReasons is not in this driver: using its old name, "
+                "nvmlDeviceGetCurrentClocksThrottleReasons"
+            )
             self._reasons_fn = pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
             return int(self._reasons_fn(handle))
 
@@ -359,9 +365,11 @@ class NvmlReader:
             attrs = call("nvmlDeviceGetAttributes", pynvml.nvmlDeviceGetAttributes, mig)
             if attrs is not None and gpu_memory:
                 profile = mig_profile_from_attributes(
-                    int(attrs.gpuInstanceSliceCount), int(attrs.computeInstanceSliceCount),
-                    int(attrs.memorySizeMB), gpu_memory,
-                )  # fmt: skip
+                    int(attrs.gpuInstanceSliceCount),
+                    int(attrs.computeInstanceSliceCount),
+                    int(attrs.memorySizeMB),
+                    gpu_memory,
+                )
         static = (profile, int(gi) if gi is not None else 0, int(ci) if ci is not None else 0)
         if profile and gi is not None and ci is not None:
             self._mig_static[uuid] = static
@@ -373,9 +381,7 @@ class NvmlReader:
         uuid = call("nvmlDeviceGetUUID", pynvml.nvmlDeviceGetUUID, handle)
         name = call("nvmlDeviceGetName", pynvml.nvmlDeviceGetName, handle)
         pci = call("nvmlDeviceGetPciInfo", pynvml.nvmlDeviceGetPciInfo, handle)
-        capability = call(
-            "nvmlDeviceGetCudaComputeCapability", pynvml.nvmlDeviceGetCudaComputeCapability, handle
-        )
+        capability = call("nvmlDeviceGetCudaComputeCapability", pynvml.nvmlDeviceGetCudaComputeCapability, handle)
         identity.uuid = _text(uuid)
         identity.name = _text(name)
         identity.pci_bus_id = _text(pci.busId) if pci is not None else ""
@@ -387,9 +393,12 @@ class NvmlReader:
 
     def _read_numa_node(self, handle: Any, pci_bus_id: str, call: Callable[..., Any]) -> int | None:
         affinity = call(
-            "nvmlDeviceGetMemoryAffinity", pynvml.nvmlDeviceGetMemoryAffinity,
-            handle, _NUMA_NODE_WORDS, _AFFINITY_SCOPE_NODE,
-        )  # fmt: skip
+            "nvmlDeviceGetMemoryAffinity",
+            pynvml.nvmlDeviceGetMemoryAffinity,
+            handle,
+            _NUMA_NODE_WORDS,
+            _AFFINITY_SCOPE_NODE,
+        )
         if affinity is not None:
             nodes = [w * 64 + bit for w in range(_NUMA_NODE_WORDS) for bit in range(64) if int(affinity[w]) >> bit & 1]
             if len(nodes) == 1:  # several (or none): no single node to name
@@ -500,7 +509,7 @@ def _mig_device_handle(handle: Any, slot: int) -> Any | None:
 
 
 def bus_key(bus_id: str) -> tuple[int, int, int, int] | None:
-    """"00000000:18:00.0" and "0000:18:00.0" -> (0, 0x18, 0, 0): NVML and sysfs write domains differently."""
+    """ "00000000:18:00.0" and "0000:18:00.0" -> (0, 0x18, 0, 0): NVML and sysfs write domains differently."""
     match = _BUS_ID.match(bus_id.strip())
     if match is None:
         return None

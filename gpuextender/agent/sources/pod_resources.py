@@ -27,6 +27,7 @@ from typing import Any
 
 import grpc
 
+from gpuextender.agent.model.readings import NodeSample
 from gpuextender.agent.sources.allocation import (
     DEFAULT_GPU_RESOURCES,
     PROBLEM_TOO_MANY_HOLDERS,
@@ -36,7 +37,6 @@ from gpuextender.agent.sources.allocation import (
     KubeletAllocations,
     apply_allocation,
 )
-from gpuextender.agent.model.readings import NodeSample
 from gpuextender.podresources.v1 import api_pb2, api_pb2_grpc
 
 log = logging.getLogger("gpu_agent.pod_resources")
@@ -254,9 +254,12 @@ class PodResourcesClient:
                     device_ids += len(ids)
                     if device_ids > limits.max_device_ids:
                         return [], 0, PROBLEM_TOO_MANY_DEVICES
-                    if (len(pod.namespace) > MAX_NAMESPACE_CHARS or len(pod.name) > MAX_POD_NAME_CHARS
-                            or len(container.name) > MAX_CONTAINER_NAME_CHARS
-                            or len(resource) > MAX_RESOURCE_NAME_CHARS):  # fmt: skip
+                    if (
+                        len(pod.namespace) > MAX_NAMESPACE_CHARS
+                        or len(pod.name) > MAX_POD_NAME_CHARS
+                        or len(container.name) > MAX_CONTAINER_NAME_CHARS
+                        or len(resource) > MAX_RESOURCE_NAME_CHARS
+                    ):
                         return [], 0, PROBLEM_INVALID_ANSWER
                     kept = tuple(d for d in ids if len(d) <= limits.max_device_id_chars)
                     dropped += len(ids) - len(kept)
@@ -278,8 +281,11 @@ class PodResourcesClient:
             ):
                 # This kubelet cannot tell: sharing then comes from held IDs and GFD's labels.
                 self._set_allocatable(None)
-                problem = (PROBLEM_ALLOCATABLE_UNIMPLEMENTED if code == grpc.StatusCode.UNIMPLEMENTED
-                           else PROBLEM_ALLOCATABLE_DISABLED)  # fmt: skip
+                problem = (
+                    PROBLEM_ALLOCATABLE_UNIMPLEMENTED
+                    if code == grpc.StatusCode.UNIMPLEMENTED
+                    else PROBLEM_ALLOCATABLE_DISABLED
+                )
                 self._allocatable_due = now + self._refresh_s
             else:  # transient: keep the last good answer, try again soon
                 problem = self._rpc_problem(exc)
@@ -320,8 +326,10 @@ class PodResourcesClient:
         if problem:
             log.warning(
                 "kubelet GetAllocatableResources at %s: %s; time-slicing replicas are then judged from "
-                "held device IDs and GFD's labels", self.socket_path, problem,
-            )  # fmt: skip
+                "held device IDs and GFD's labels",
+                self.socket_path,
+                problem,
+            )
         elif self.allocatable_problem:
             log.info("kubelet GetAllocatableResources at %s answers again", self.socket_path)
         self.allocatable_problem = problem
@@ -369,8 +377,9 @@ class PodAttribution:
         if answer.dropped_device_ids and not self._logged_dropped:
             log.warning(
                 "the kubelet lists %d device ID(s) of GPU resources longer than %d characters: ignored",
-                answer.dropped_device_ids, self.client.limits.max_device_id_chars,
-            )  # fmt: skip
+                answer.dropped_device_ids,
+                self.client.limits.max_device_id_chars,
+            )
         self._logged_dropped = answer.dropped_device_ids > 0
         return result
 
@@ -386,8 +395,11 @@ class PodAttribution:
         path = self.client.socket_path
         if problem and not previous:
             self._problem_since = now
-            why = ("reports over the extender's holder bound" if problem == PROBLEM_TOO_MANY_HOLDERS
-                   else f"kubelet PodResources at {path}")  # fmt: skip
+            why = (
+                "reports over the extender's holder bound"
+                if problem == PROBLEM_TOO_MANY_HOLDERS
+                else f"kubelet PodResources at {path}"
+            )
             if problem in (PROBLEM_SOCKET_MISSING, PROBLEM_PERMISSION_DENIED):
                 why += ": mount its directory read-only and run as uid 0 (deploy/components/kubelet-allocation)"
             log.warning("GPU allocation unknown: %s (%s); reported as unavailable until it recovers", problem, why)
@@ -409,5 +421,6 @@ class PodAttribution:
         more = f" and {len(new) - self._SHOWN_IDS} more" if len(new) > self._SHOWN_IDS else ""
         log.warning(
             "GPU device ID(s) held by containers that name no GPU or MIG instance NVML reports: %s%s",
-            shown, more,
-        )  # fmt: skip
+            shown,
+            more,
+        )

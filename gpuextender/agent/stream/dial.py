@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+
 from gpuextender.common.tls_files import CredentialFileError, read_flag_file
 
 

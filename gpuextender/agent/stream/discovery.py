@@ -77,8 +77,11 @@ class ServiceWatch:
                 if not failing:  # once per outage
                     log.warning(
                         "cannot resolve extender service %s (%s); keeping the %d stream(s) I have, retrying every %gs",
-                        self.service, exc, len(self.targets), self._interval_s,
-                    )  # fmt: skip
+                        self.service,
+                        exc,
+                        len(self.targets),
+                        self._interval_s,
+                    )
                     failing = True
             else:
                 if failing:
@@ -88,10 +91,12 @@ class ServiceWatch:
                 change = diff_targets(self.targets, targets)
                 if change or self.resolutions == 1:
                     log.info(
-                        "extender service %s: %d replica(s)%s%s", self.service, len(targets),
+                        "extender service %s: %d replica(s)%s%s",
+                        self.service,
+                        len(targets),
                         f", new: {', '.join(change.added)}" if change.added else "",
                         f", gone: {', '.join(change.removed)}" if change.removed else "",
-                    )  # fmt: skip
+                    )
                 self.targets = targets
                 self._on_targets(targets)
             await asyncio.sleep(self._interval_s)

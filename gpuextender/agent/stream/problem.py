@@ -36,29 +36,46 @@ def describe_failure(code: str, details: str, target: str, settings: DialSetting
     if "certificate_verify_failed" in lower:
         match = _VERIFY_REASON.search(text)
         why = f" ({match.group(1).strip()})" if match else ""
-        return StreamProblem("tls-verify", f"{handshake}: certificate verify failed{why}: the extender's "
-                             f"certificate is not signed by --tls-ca {settings.tls_ca}; "
-                             "check --tls-ca / --tls-server-name")  # fmt: skip
+        return StreamProblem(
+            "tls-verify",
+            f"{handshake}: certificate verify failed{why}: the extender's "
+            f"certificate is not signed by --tls-ca {settings.tls_ca}; "
+            "check --tls-ca / --tls-server-name",
+        )
     if "hostname verification" in lower or "not in peer certificate" in lower:
         name = settings.tls_server_name or target.rpartition(":")[0]
-        return StreamProblem("tls-name", f"{handshake}: the extender's certificate is not valid for {name!r}; "
-                             "check --tls-server-name (a name in the certificate) / --tls-ca")  # fmt: skip
+        return StreamProblem(
+            "tls-name",
+            f"{handshake}: the extender's certificate is not valid for {name!r}; "
+            "check --tls-server-name (a name in the certificate) / --tls-ca",
+        )
     if "wrong_version_number" in lower:
-        return StreamProblem("tls-plaintext", f"{handshake}: the extender does not speak TLS (started without "
-                             "--tls-cert/--tls-key?); check --tls-ca on the agent and TLS on the extender")  # fmt: skip
+        return StreamProblem(
+            "tls-plaintext",
+            f"{handshake}: the extender does not speak TLS (started without "
+            "--tls-cert/--tls-key?); check --tls-ca on the agent and TLS on the extender",
+        )
     if "handshake failed" in lower:
         match = _SSL_ERROR.search(text)
         cause = match.group(1).strip() if match else text
         return StreamProblem("tls", f"{handshake}: {cause}; check --tls-ca / --tls-server-name")
     if connecting and ("socket closed" in lower or "connection reset" in lower):
         if settings.tls and settings.client_cert:
-            return StreamProblem("tls-client-cert", f"{handshake}: the extender closed the connection during the "
-                                 f"handshake; it probably refused our client certificate --tls-cert "
-                                 f"{settings.tls_cert} (not signed by the extender's --tls-ca?)")  # fmt: skip
+            return StreamProblem(
+                "tls-client-cert",
+                f"{handshake}: the extender closed the connection during the "
+                f"handshake; it probably refused our client certificate --tls-cert "
+                f"{settings.tls_cert} (not signed by the extender's --tls-ca?)",
+            )
         if settings.tls:
-            return StreamProblem("tls-client-cert", f"{handshake}: the extender closed the connection during the "
-                                 "handshake; it probably requires a client certificate (mTLS): pass "
-                                 "--tls-cert and --tls-key")  # fmt: skip
-        return StreamProblem("plaintext-to-tls", f"the extender at {target} closed the connection at once; it "
-                             "probably requires TLS: pass --tls-ca")  # fmt: skip
+            return StreamProblem(
+                "tls-client-cert",
+                f"{handshake}: the extender closed the connection during the "
+                "handshake; it probably requires a client certificate (mTLS): pass "
+                "--tls-cert and --tls-key",
+            )
+        return StreamProblem(
+            "plaintext-to-tls",
+            f"the extender at {target} closed the connection at once; it probably requires TLS: pass --tls-ca",
+        )
     return StreamProblem(code, f"{code}: {text}" if text else code)

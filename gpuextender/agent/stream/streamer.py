@@ -22,15 +22,15 @@ import time
 from collections.abc import Callable
 
 import grpc
+
+from gpuextender.agent.export.metrics import AgentMetrics
+from gpuextender.agent.report.gate import ReportGate, rule_from_ack
+from gpuextender.agent.report.latest import LatestReport
+from gpuextender.agent.stream.dial import DialError, DialSettings, call_metadata, open_channel
+from gpuextender.agent.stream.problem import StreamProblem, describe_failure
+from gpuextender.common.backoff import Backoff
 from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
-
-from gpuextender.common.backoff import Backoff
-from gpuextender.agent.stream.dial import DialError, DialSettings, call_metadata, open_channel
-from gpuextender.agent.report.latest import LatestReport
-from gpuextender.agent.report.gate import ReportGate, rule_from_ack
-from gpuextender.agent.export.metrics import AgentMetrics
-from gpuextender.agent.stream.problem import StreamProblem, describe_failure
 
 log = logging.getLogger("gpu_agent.stream")
 
@@ -123,8 +123,11 @@ class ExtenderStream:
             if problem.kind != last_kind or now - last_warning >= _REPEAT_WARNING_S:
                 log.warning(
                     "stream to extender %s down (%s); attempt %d, retrying in %.1fs",
-                    self.target, problem.message, failures, delay,
-                )  # fmt: skip
+                    self.target,
+                    problem.message,
+                    failures,
+                    delay,
+                )
                 last_warning = now
                 last_kind = problem.kind
             await asyncio.sleep(delay)
@@ -170,8 +173,9 @@ class ExtenderStream:
             while True:
                 if read is None:
                     read = asyncio.ensure_future(call.read())
-                done, _ = await asyncio.wait({read, writer}, timeout=self._ack_timeout_s,
-                                             return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+                done, _ = await asyncio.wait(
+                    {read, writer}, timeout=self._ack_timeout_s, return_when=asyncio.FIRST_COMPLETED
+                )
                 if writer in done:
                     writer.result()  # raises the write error
                 if read not in done:
@@ -192,8 +196,13 @@ class ExtenderStream:
         if ack.status == pb.ReportAck.REJECTED:
             self._metrics.reports_rejected.labels(extender=self.target).inc()
             if ack.reason != self._last_reject_reason:
-                log.error("extender %s rejected report %d: %s", self.target, ack.sequence, ack.reason,
-                          extra={"peer": self.target, "reason": ack.reason})  # fmt: skip
+                log.error(
+                    "extender %s rejected report %d: %s",
+                    self.target,
+                    ack.sequence,
+                    ack.reason,
+                    extra={"peer": self.target, "reason": ack.reason},
+                )
                 self._last_reject_reason = ack.reason
         else:
             self._last_reject_reason = ""
@@ -209,8 +218,12 @@ class ExtenderStream:
         """Drop this extender's series (resolved pod IPs change with every rollout), and its rule."""
         if self._gate is not None:
             self._gate.forget(self.target)
-        for family in (self._metrics.stream_connected, self._metrics.stream_reconnects,
-                       self._metrics.reports_sent, self._metrics.reports_rejected):  # fmt: skip
+        for family in (
+            self._metrics.stream_connected,
+            self._metrics.stream_reconnects,
+            self._metrics.reports_sent,
+            self._metrics.reports_rejected,
+        ):
             try:
                 family.remove(self.target)
             except KeyError:

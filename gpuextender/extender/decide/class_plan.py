@@ -32,10 +32,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from gpuextender.extender.decide import whole_gpus, reasons
-from gpuextender.extender.model.kube_objects import CLUSTER_SERVING_RUNTIME, INFERENCE_SERVICE, SERVING_RUNTIME
-from gpuextender.extender.state.inventory_view import InventoryView
-from gpuextender.extender.model.ome.accelerator_class import AcceleratorClass
+from gpuextender.extender.decide import reasons, whole_gpus
 from gpuextender.extender.decide.class_policy import (
     ClassRanking,
     Constraints,
@@ -44,10 +41,13 @@ from gpuextender.extender.decide.class_policy import (
     parse_constraints,
     rank_classes,
 )
-from gpuextender.extender.model.ome.pod_intent import PodIdentity, class_intent
 from gpuextender.extender.decide.runtime_selector import RuntimeSelectionError, find_base_model, validate_runtime
-from gpuextender.extender.model.untrusted import object_at
 from gpuextender.extender.decide.snapshot import Candidates, Snapshot
+from gpuextender.extender.model.kube_objects import CLUSTER_SERVING_RUNTIME, INFERENCE_SERVICE, SERVING_RUNTIME
+from gpuextender.extender.model.ome.accelerator_class import AcceleratorClass
+from gpuextender.extender.model.ome.pod_intent import PodIdentity, class_intent
+from gpuextender.extender.model.untrusted import object_at
+from gpuextender.extender.state.inventory_view import InventoryView
 from gpuextender.extender.state.live_classes import ClassesByNode
 
 log = logging.getLogger("gpu_extender.placement")
@@ -78,8 +78,14 @@ def runtime_problem(ident: PodIdentity, view: InventoryView, runtime_name: str) 
     if model is None:
         return ""
     try:
-        validate_runtime(runtime_name, model, view.runtimes, isvc, namespace=ident.namespace,
-                         accelerator_class=ident.class_annotation or None)  # fmt: skip
+        validate_runtime(
+            runtime_name,
+            model,
+            view.runtimes,
+            isvc,
+            namespace=ident.namespace,
+            accelerator_class=ident.class_annotation or None,
+        )
     except RuntimeSelectionError as exc:
         return str(exc)
     return ""
@@ -101,8 +107,9 @@ def plan_classes(
     spec = object_at(isvc, "spec")
     runtime_ref = object_at(spec, "runtime")
     runtime_name = ident.runtime or str(runtime_ref.get("name") or "")
-    runtime_kind, runtime = view.namespaced_first(SERVING_RUNTIME.kind, CLUSTER_SERVING_RUNTIME.kind,
-                                                  ident.namespace, runtime_name)  # fmt: skip
+    runtime_kind, runtime = view.namespaced_first(
+        SERVING_RUNTIME.kind, CLUSTER_SERVING_RUNTIME.kind, ident.namespace, runtime_name
+    )
     why = {"inferenceService": isvc_key, "component": ident.component}
     if runtime is None:
         why["classes"] = f"none apply (runtime {runtime_name or '?'} not in the inventory)"
@@ -146,8 +153,10 @@ def _class_plan(
         name = intent.accelerator_class
         why["class"] = f"{name} (from {intent.class_source})"
         if name not in runtime_classes:
-            sentence = (f"accelerator class {name} (from {intent.class_source}) is not supported by runtime "
-                        f"{runtime_name} (supports {', '.join(runtime_classes)})")  # fmt: skip
+            sentence = (
+                f"accelerator class {name} (from {intent.class_source}) is not supported by runtime "
+                f"{runtime_name} (supports {', '.join(runtime_classes)})"
+            )
             return ClassPlan(True, incompatible=sentence, why=why)
         if name not in view.classes:
             return ClassPlan(True, incompatible=f"accelerator class {name} does not exist", why=why)
@@ -165,8 +174,10 @@ def _class_plan(
 def _policy_chose_none(isvc_key: str, component: str, ranking: ClassRanking, why: dict[str, str]) -> ClassPlan:
     """OME builds the pod with no class constraint when the policy yields none: class-neutral."""
     code = ranking.none_code or NoClass.NO_ELIGIBLE_CLASS
-    sentence = (f"none apply: class-neutral because policy {ranking.policy} chose no class "
-                f"({ranking.none_reason}), so OME puts no class constraint on the pod")  # fmt: skip
+    sentence = (
+        f"none apply: class-neutral because policy {ranking.policy} chose no class "
+        f"({ranking.none_reason}), so OME puts no class constraint on the pod"
+    )
     why["classes"] = sentence
     log.warning("InferenceService %s %s: %s", isvc_key, component, sentence)
     return ClassPlan(False, policy=ranking.policy, no_class=str(code), why=why)
@@ -188,12 +199,19 @@ def node_cost(classes_by_node: ClassesByNode, classes: Mapping[str, AcceleratorC
     return cost
 
 
-def filter_with_classes(needed: int, candidates: Candidates, known: Snapshot, plan: ClassPlan) -> whole_gpus.FilterOutcome:
+def filter_with_classes(
+    needed: int, candidates: Candidates, known: Snapshot, plan: ClassPlan
+) -> whole_gpus.FilterOutcome:
     """The GPU filter, preceded by the class rules: a node outside the allowed
     classes fails AcceleratorClassNotAllowed; an impossible class request fails
     every node. Both are unresolvable: preemption cannot change a node's GPU model."""
-    names, allocatable, lookup, now, policy = (candidates.names, candidates.allocatable, known.summary, known.now,
-                                               known.policy)  # fmt: skip
+    names, allocatable, lookup, now, policy = (
+        candidates.names,
+        candidates.allocatable,
+        known.summary,
+        known.now,
+        known.policy,
+    )
     if needed <= 0 or not plan.applies:
         return whole_gpus.filter_nodes(needed, names, allocatable, lookup, now, policy)
     if plan.incompatible:
@@ -223,9 +241,18 @@ def prioritize_with_classes(
     allowed = set(plan.allowed)
     # Only a fresh fit inside the allowed classes demotes assumed verdicts, as in filter_with_classes.
     in_allowed = (lambda node: not allowed.isdisjoint(classes_by_node.get(node, ()))) if plan.applies else None
-    ranked = whole_gpus.rank_nodes(needed, names, candidates.allocatable, known.summary, known.now, known.policy,
-                                 strategy, seed, node_cost(classes_by_node, classes) if strategy == "cost" else None,
-                                 in_allowed)  # fmt: skip
+    ranked = whole_gpus.rank_nodes(
+        needed,
+        names,
+        candidates.allocatable,
+        known.summary,
+        known.now,
+        known.policy,
+        strategy,
+        seed,
+        node_cost(classes_by_node, classes) if strategy == "cost" else None,
+        in_allowed,
+    )
     if needed <= 0 or not plan.applies:
         return [(name, score) for name, score, _ in ranked], None
     if plan.incompatible:
@@ -246,8 +273,10 @@ def prioritize_with_classes(
     k = max(1, len(position))
     # The formula as a table over (p, s): node scores are integers 0-10, so the loop
     # below is lookups only. Nodes share few distinct class tuples: their best p is memoised.
-    table = [[min(whole_gpus.MAX_SCORE, round(1 + 9 * ((k - 1 - p) + s / 10) / k)) for s in range(whole_gpus.MAX_SCORE + 1)]
-             for p in range(k)]  # fmt: skip
+    table = [
+        [min(whole_gpus.MAX_SCORE, round(1 + 9 * ((k - 1 - p) + s / 10) / k)) for s in range(whole_gpus.MAX_SCORE + 1)]
+        for p in range(k)
+    ]
     best: dict[tuple[str, ...], int] = {}  # class tuple -> p, or -1 when none of them is ranked
     scores = []
     for name, node_score, fits in ranked:

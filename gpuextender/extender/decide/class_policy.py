@@ -279,9 +279,7 @@ def meets_requirements(cls: AcceleratorClass, constraints: Constraints | None) -
     if constraints.architecture_families:
         family = cls.family.lower()
         vendor_family = f"{cls.vendor.lower()}-{family}"
-        if not any(
-            f.lower() == (vendor_family if "-" in f else family) for f in constraints.architecture_families
-        ):
+        if not any(f.lower() == (vendor_family if "-" in f else family) for f in constraints.architecture_families):
             return f"architecture family {family} not in allowed list"
     if constraints.min_memory is not None or constraints.max_memory is not None:
         if cls.memory_gb is None:
@@ -621,9 +619,12 @@ def select_class(
         if name not in listed:
             allowed = f"[{', '.join(listed)}]"
             return ClassSelection(
-                Outcome.INCOMPATIBLE, request, name, None,
+                Outcome.INCOMPATIBLE,
+                request,
+                name,
+                None,
                 f"accelerator class {name} (from {src}) is not among the runtime's acceleratorClasses: {allowed}",
-            )  # fmt: skip
+            )
         if name not in classes:
             return ClassSelection(
                 Outcome.NOT_FOUND, request, name, None, f"accelerator class {name} not found at cluster scope"
@@ -631,9 +632,12 @@ def select_class(
         return ClassSelection(Outcome.EXPLICIT, request, name, None, f"accelerator class {name} named by {src}")
     if request.policy is None:
         return ClassSelection(
-            Outcome.NO_ACCELERATOR, request, None, None,
+            Outcome.NO_ACCELERATOR,
+            request,
+            None,
+            None,
             "no accelerator class named and no policy: OME selects none (no default policy)",
-        )  # fmt: skip
+        )
     ranking = rank_classes(request.policy, listed, classes, request.constraints, can_place)
     if ranking.chosen is not None:
         reason = f"policy {request.policy} (from {request.policy_source}) ranks {ranking.chosen} first"

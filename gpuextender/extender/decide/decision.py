@@ -1,7 +1,7 @@
 """One pod's placement over one call's candidates: the `Decision` that filter,
 prioritize and explain render.
 
-    wire (wire) -> question (pod_request.PodRequest, snapshot.Candidates)
+    wire (scheduler/wire.py) -> question (pod_request.PodRequest, snapshot.Candidates)
       -> what we know (snapshot.Snapshot) -> decision (this module, on
       class_plan.py and whole_gpus.py) -> answer (wire.filter_result /
       prioritize_result, explain.explain)
@@ -11,15 +11,8 @@ for it: filter pays only for the filter verdicts (and the scores, when it must
 shortlist), explain reuses whatever filter and prioritize computed. Pure:
 everything it reads is in its arguments.
 
-The shortlist: when more than `shortlist` nodes pass a GPU pod's filter, the
-answer names only the `shortlist` best of them (by score; ties in an order
-rotated per pod, so equal nodes share the pods). kube-scheduler scores, and
-sends to prioritize, only the nodes filter answered, so at 1,000 nodes it
-decodes, scores and re-encodes a tenth of them. It is what kube-scheduler does
-itself with percentageOfNodesToScore (at least 100 nodes), except that the nodes
-kept are the best by GPU state instead of the first found. The nodes held back
-pass on their merits (explain shows them as passed, `shortlisted: false`); they
-are left out of the answer, not failed, so no reason string is sent for them.
+The shortlist (decide/README.md, "Filter"): when more than `shortlist` nodes pass a GPU pod's
+filter, the answer names only the `shortlist` best of them; the others pass, unanswered.
 """
 
 from __future__ import annotations
@@ -27,15 +20,16 @@ from __future__ import annotations
 import zlib
 from functools import cached_property
 
-from gpuextender.extender.decide import whole_gpus, mig_devices, class_plan
+from gpuextender.extender.decide import class_plan, mig_devices, whole_gpus
 from gpuextender.extender.decide.class_policy import ClassRanking
-from gpuextender.extender.model.pod_request import PodRequest
 from gpuextender.extender.decide.snapshot import Candidates, Snapshot
+from gpuextender.extender.model.pod_request import PodRequest
 
 
 class Decision:
-    def __init__(self, pod: PodRequest, plan: class_plan.ClassPlan, candidates: Candidates, known: Snapshot,
-                 shortlist: int = 0) -> None:  # fmt: skip
+    def __init__(
+        self, pod: PodRequest, plan: class_plan.ClassPlan, candidates: Candidates, known: Snapshot, shortlist: int = 0
+    ) -> None:
         """`shortlist`: filter answers at most this many of the nodes that pass (0: all)."""
         self.pod, self.plan, self.candidates, self.known = pod, plan, candidates, known
         self.shortlist = shortlist
@@ -44,7 +38,9 @@ class Decision:
     def _mig(self) -> whole_gpus.FilterOutcome:
         """The MIG step (mig_devices), before the whole-GPU rules: which nodes can give the pod its MIG devices."""
         known = self.known
-        return mig_devices.filter_mig(self.pod.mig_needed, self.candidates.names, known.summary, known.now, known.policy)
+        return mig_devices.filter_mig(
+            self.pod.mig_needed, self.candidates.names, known.summary, known.now, known.policy
+        )
 
     @cached_property
     def filtered(self) -> whole_gpus.FilterOutcome:
@@ -68,9 +64,11 @@ class Decision:
             return outcome
         kept = set(self._best(outcome.passed, keep))
         return whole_gpus.FilterOutcome(
-            [n for n in outcome.passed if n in kept], outcome.failed, outcome.fallback,
+            [n for n in outcome.passed if n in kept],
+            outcome.failed,
+            outcome.fallback,
             [n for n in outcome.assumed if n in kept],
-        )  # fmt: skip
+        )
 
     @cached_property
     def held_back(self) -> frozenset[str]:
@@ -90,8 +88,13 @@ class Decision:
         nodes that tie here."""
         pod = self.pod  # always this scoring, so explain shows the very cut filter answers
         ranked, _ = class_plan.prioritize_with_classes(
-            pod.gpus_needed, Candidates(passed, self.candidates.allocatable), self.known, self.plan,
-            pod.strategy, pod.seed)  # fmt: skip
+            pod.gpus_needed,
+            Candidates(passed, self.candidates.allocatable),
+            self.known,
+            self.plan,
+            pod.strategy,
+            pod.seed,
+        )
         score = dict(ranked)
         start = zlib.crc32(self.pod.seed.encode()) % len(passed)
         # sorted() is stable with reverse=True too: equal scores keep the rotated order.
@@ -100,8 +103,9 @@ class Decision:
     @cached_property
     def _ranked(self) -> tuple[list[tuple[str, int]], ClassRanking | None]:
         pod = self.pod
-        return class_plan.prioritize_with_classes(pod.gpus_needed, self.candidates, self.known, self.plan,
-                                                 pod.strategy, pod.seed)  # fmt: skip
+        return class_plan.prioritize_with_classes(
+            pod.gpus_needed, self.candidates, self.known, self.plan, pod.strategy, pod.seed
+        )
 
     @property
     def scores(self) -> list[tuple[str, int]]:
@@ -122,11 +126,28 @@ class Decision:
         """The node strategy's own 0-10 score, before classes (explain shows both)."""
         known, c = self.known, self.candidates
         cost_of = class_plan.node_cost(known.classes_by_node, known.view.classes)
-        return dict(whole_gpus.prioritize(self.pod.gpus_needed, c.names, c.allocatable, known.summary, known.now,
-                                        known.policy, self.pod.strategy, self.pod.seed, cost_of))  # fmt: skip
+        return dict(
+            whole_gpus.prioritize(
+                self.pod.gpus_needed,
+                c.names,
+                c.allocatable,
+                known.summary,
+                known.now,
+                known.policy,
+                self.pod.strategy,
+                self.pod.seed,
+                cost_of,
+            )
+        )
 
     def assess(self, node: str) -> whole_gpus.NodeAssessment:
         """One node's GPU verdict with the numbers behind it (for logs and explain)."""
         known = self.known
-        return whole_gpus.assess(node, self.candidates.allocatable.get(node), known.summary(node),
-                               self.pod.gpus_needed, known.now, known.policy)  # fmt: skip
+        return whole_gpus.assess(
+            node,
+            self.candidates.allocatable.get(node),
+            known.summary(node),
+            self.pod.gpus_needed,
+            known.now,
+            known.policy,
+        )

@@ -1,11 +1,12 @@
 """`POST /explain`: the full reasoning behind filter and prioritize for one pod.
 
 Takes the same ExtenderArgs as `filter` and answers, per candidate node: its
-AcceleratorClasses (and those its labels match but its GPUs do not), GPU data (fresh/stale/none, age, idle/healthy GPUs, mean
-utilization, where allocation came from or why it is unknown, free, degraded and allocated-but-idle
-GPUs, and for a multi-GPU pod how well its best set of that many GPUs connects), the filter verdict with reason code and sentence, the policy's
-class rank and the score with its parts; plus what was resolved for the pod
-(InferenceService, runtime, class, policy, each with where it came from).
+AcceleratorClasses (and those its labels match but its GPUs do not), GPU data (fresh/stale/none,
+age, idle/healthy GPUs, mean utilization, where allocation came from or why it is unknown, free,
+degraded and allocated-but-idle GPUs, and for a multi-GPU pod how well its best set of that many
+GPUs connects), the filter verdict with reason code and sentence, the policy's class rank and the
+score with its parts; plus what was resolved for the pod (InferenceService, runtime, class, policy,
+each with where it came from).
 
 It renders the same `decide.Decision` as the scheduler verbs, so what it says is
 what they decided; it is meant for people (and `gpu-extender explain`), not for
@@ -17,24 +18,33 @@ from __future__ import annotations
 
 from typing import Any
 
-from gpuextender.extender.state.bound_pods import pending
 from gpuextender.extender.decide.decision import Decision
+from gpuextender.extender.decide.snapshot import Snapshot
 from gpuextender.extender.decide.whole_gpus import DataState
+from gpuextender.extender.state.bound_pods import pending
 from gpuextender.extender.state.gpu_summary import NodeSummary
 from gpuextender.extender.state.gpu_topology import TIER_NAMES, tier_for
-from gpuextender.extender.decide.snapshot import Snapshot
 
-NODE_FORMULA = ("1 + round(9 * v / (C + 1)), v from the node strategy; with m > 1 quality classes "
-                "(q = 2 * GPU-set tier + degraded-only) among the fits: best class m + round((10 - m) * v / (C + 1)), "
-                "class of rank r m - r (gpuextender/extender/decide/whole_gpus.py)")
+NODE_FORMULA = (
+    "1 + round(9 * v / (C + 1)), v from the node strategy; with m > 1 quality classes "
+    "(q = 2 * GPU-set tier + degraded-only) among the fits: best class m + round((10 - m) * v / (C + 1)), "
+    "class of rank r m - r (gpuextender/extender/decide/whole_gpus.py)"
+)
 CLASS_FORMULA = "round(1 + 9 * ((K - 1 - p) + node score / 10) / K) (gpuextender/extender/decide/class_plan.py)"
 
 
 def _allocation(summary: NodeSummary | None) -> dict[str, Any]:
     """What the node's agent knows of allocation: with it, idle GPUs are the unallocated ones."""
     if summary is None:
-        return {"allocation": None, "freeGpus": None, "degradedIdleGpus": None, "migDevices": None,
-                "migDevicesFree": None, "allocatedIdleGpus": None, "allocatedIdleByNamespace": None}
+        return {
+            "allocation": None,
+            "freeGpus": None,
+            "degradedIdleGpus": None,
+            "migDevices": None,
+            "migDevicesFree": None,
+            "allocatedIdleGpus": None,
+            "allocatedIdleByNamespace": None,
+        }
     known = summary.free_gpus is not None
     return {
         "allocation": summary.allocation if known else f"{summary.allocation}: idle readings alone decide",
@@ -63,9 +73,18 @@ def _bound_pods(known: Snapshot, name: str, fresh: bool) -> dict[str, Any]:
     now = known.now
     return {
         "reportedIdleGpus": reported.idle_gpus if reported is not None else None,
-        "boundPodsPending": [{"pod": b.key, "uid": b.uid, "gpus": b.gpus, "migDevices": dict(b.mig),
-                              "phase": b.phase or None, "ageSeconds": round(max(0.0, now - b.seen_at), 3),
-                              "inferenceService": b.inference_service or None} for b in p.pods],  # fmt: skip
+        "boundPodsPending": [
+            {
+                "pod": b.key,
+                "uid": b.uid,
+                "gpus": b.gpus,
+                "migDevices": dict(b.mig),
+                "phase": b.phase or None,
+                "ageSeconds": round(max(0.0, now - b.seen_at), 3),
+                "inferenceService": b.inference_service or None,
+            }
+            for b in p.pods
+        ],
         "boundPodsPendingGpus": p.units,
     }
 
@@ -86,34 +105,39 @@ def explain(d: Decision) -> dict[str, Any]:
         node_classes = classes_of.get(name, ())
         ranks = [position[c] for c in node_classes if c in position]
         excluded = known.excluded(name)
-        nodes.append({
-            "node": name,
-            "classes": list(node_classes),
-            # Classes the node's labels match but its GPUs (as NVML reports them) do not.
-            "classesExcludedByGpus": {c: m.detail for c, m in excluded.items()},
-            "data": a.data.value,
-            "dataAgeSeconds": None if a.data_age_s is None else round(a.data_age_s, 3),
-            "gpus": a.gpu_count,
-            "healthyGpus": a.healthy_gpus,
-            "idleGpus": a.idle_gpus,
-            **_allocation(known.summary(name)),
-            # For a multi-GPU pod: how well the best set of that many available GPUs connects.
-            "gpuSet": _gpu_set(known.summary(name), pod.gpus_needed),
-            **_bound_pods(known, name, a.data is DataState.FRESH),
-            "meanUtilization": None if a.mean_utilization is None else round(a.mean_utilization, 1),
-            # The GPU numbers are assumed (agent silent or never heard): idle = needed, never all-idle.
-            "assumedData": a.assumed,
-            "result": "pass" if name in passed else "fail",
-            # A pass that filter's answer left out: not among the --shortlist best (decision.py).
-            "shortlisted": None if name not in passed else name not in held_back,
-            "reasonCode": reason.code if reason else None,
-            "reason": reason.sentence if reason else None,
-            "unresolvable": reason.unresolvable if reason else None,
-            "classRank": min(ranks) if ranks else None,
-            "score": final.get(name, 0),
-            "scoreParts": {"nodeScore": node_scores.get(name, 0), "classPosition": min(ranks) if ranks else None,
-                           "classesRanked": len(position) if plan.applies else None},
-        })  # fmt: skip
+        nodes.append(
+            {
+                "node": name,
+                "classes": list(node_classes),
+                # Classes the node's labels match but its GPUs (as NVML reports them) do not.
+                "classesExcludedByGpus": {c: m.detail for c, m in excluded.items()},
+                "data": a.data.value,
+                "dataAgeSeconds": None if a.data_age_s is None else round(a.data_age_s, 3),
+                "gpus": a.gpu_count,
+                "healthyGpus": a.healthy_gpus,
+                "idleGpus": a.idle_gpus,
+                **_allocation(known.summary(name)),
+                # For a multi-GPU pod: how well the best set of that many available GPUs connects.
+                "gpuSet": _gpu_set(known.summary(name), pod.gpus_needed),
+                **_bound_pods(known, name, a.data is DataState.FRESH),
+                "meanUtilization": None if a.mean_utilization is None else round(a.mean_utilization, 1),
+                # The GPU numbers are assumed (agent silent or never heard): idle = needed, never all-idle.
+                "assumedData": a.assumed,
+                "result": "pass" if name in passed else "fail",
+                # A pass that filter's answer left out: not among the --shortlist best (decision.py).
+                "shortlisted": None if name not in passed else name not in held_back,
+                "reasonCode": reason.code if reason else None,
+                "reason": reason.sentence if reason else None,
+                "unresolvable": reason.unresolvable if reason else None,
+                "classRank": min(ranks) if ranks else None,
+                "score": final.get(name, 0),
+                "scoreParts": {
+                    "nodeScore": node_scores.get(name, 0),
+                    "classPosition": min(ranks) if ranks else None,
+                    "classesRanked": len(position) if plan.applies else None,
+                },
+            }
+        )
     resolved: dict[str, Any] = dict(plan.why)
     resolved["nodeStrategy"] = pod.strategy
     resolved["classRulesApply"] = plan.applies

@@ -1,14 +1,6 @@
 """MIG devices: a pod's `nvidia.com/mig-<profile>` requests matched to each node's MIG instances.
 
-Pure, like whole_gpus.py, and run before it: a node that cannot give the pod its MIG devices
-fails here and is not judged for whole GPUs. Per node and requested (profile, count):
-- fresh data: fewer instances of the profile on healthy MIG-mode GPUs than asked for ->
-  InsufficientMigDevices (unresolvable); fewer free and idle ones (gpu_summary: unheld where
-  allocation is known, memory used below the idle threshold) -> InsufficientFreeMigDevices;
-- stale or no data: assumed to fit (kube-scheduler already checked the Node's allocatable of
-  that resource), but only while no node with fresh data fits: otherwise NoFreshGPUData, as
-  for whole GPUs (whole_gpus.py). Under --stale-policy fail-closed stale data fails StaleGPUData.
-If no node passes, `no_fit_policy="pass-all"` lets the soft failures through, as whole_gpus.py does.
+The rules: decide/README.md ("Filter", MIG devices). Pure, like whole_gpus.py, and run before it.
 """
 
 from __future__ import annotations
@@ -16,11 +8,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gpuextender.extender.decide import reasons
+from gpuextender.extender.decide.reasons import Reason
 from gpuextender.extender.decide.whole_gpus import FilterOutcome, SummaryLookup
+from gpuextender.extender.model.pod_gpus import MigNeed
 from gpuextender.extender.settings import Policy
 from gpuextender.extender.state.gpu_summary import NodeSummary
-from gpuextender.extender.decide.reasons import Reason
-from gpuextender.extender.model.pod_gpus import MigNeed
+
 
 def mig_reason(summary: NodeSummary, need: MigNeed) -> Reason | None:
     """The verdict on fresh data: None when every requested profile has enough free instances."""

@@ -30,53 +30,29 @@ class Reason:
         object.__setattr__(self, "message", f"gpu-extender: {self.sentence} ({self.code})")
 
 
-INSUFFICIENT_IDLE_GPUS = Reason(
-    "InsufficientIdleGPUs", "too few idle GPUs", unresolvable=False
-)
+INSUFFICIENT_IDLE_GPUS = Reason("InsufficientIdleGPUs", "too few idle GPUs", unresolvable=False)
 # Allocation known: too few GPUs no pod holds. Soft: preempting pods there would free them.
-INSUFFICIENT_FREE_GPUS = Reason(
-    "InsufficientFreeGPUs", "too few free GPUs", unresolvable=False
-)
+INSUFFICIENT_FREE_GPUS = Reason("InsufficientFreeGPUs", "too few free GPUs", unresolvable=False)
 # Enough free idle GPUs by the agent's report, but not after the GPUs of pods just bound to the
 # node that its agent does not attribute yet (whole_gpus.py, "Bound pods"). Soft: they may never start.
 GPUS_TAKEN_BY_BOUND_PODS = Reason(
     "GPUsTakenByBoundPods", "too few GPUs left by pods bound here and not yet running", unresolvable=False
 )
-INSUFFICIENT_GPUS = Reason(
-    "InsufficientGPUs", "node has too few GPUs", unresolvable=True
-)
-INSUFFICIENT_HEALTHY_GPUS = Reason(
-    "InsufficientHealthyGPUs", "too few healthy GPUs", unresolvable=True
-)
+INSUFFICIENT_GPUS = Reason("InsufficientGPUs", "node has too few GPUs", unresolvable=True)
+INSUFFICIENT_HEALTHY_GPUS = Reason("InsufficientHealthyGPUs", "too few healthy GPUs", unresolvable=True)
 # Whole GPUs asked for, and the node's GPUs are MIG-partitioned: ask for nvidia.com/mig-<profile>.
-MIG_PARTITIONED = Reason(
-    "MigPartitioned", "GPUs are MIG-partitioned: request MIG devices", unresolvable=True
-)
+MIG_PARTITIONED = Reason("MigPartitioned", "GPUs are MIG-partitioned: request MIG devices", unresolvable=True)
 # nvidia.com/mig-<profile>: fewer instances of the profile on healthy GPUs than asked for.
-INSUFFICIENT_MIG_DEVICES = Reason(
-    "InsufficientMigDevices", "too few MIG devices of the profile", unresolvable=True
-)
+INSUFFICIENT_MIG_DEVICES = Reason("InsufficientMigDevices", "too few MIG devices of the profile", unresolvable=True)
 # ... or enough of them, but too few free and idle. Soft: pods may end or be preempted.
 INSUFFICIENT_FREE_MIG_DEVICES = Reason(
     "InsufficientFreeMigDevices", "too few free MIG devices of the profile", unresolvable=False
 )
-NVML_UNAVAILABLE = Reason(
-    "NvmlUnavailable", "node agent cannot read NVML", unresolvable=True
-)
-STALE_GPU_DATA = Reason(
-    "StaleGPUData", "node GPU data is stale", unresolvable=False
-)
+NVML_UNAVAILABLE = Reason("NvmlUnavailable", "node agent cannot read NVML", unresolvable=True)
+STALE_GPU_DATA = Reason("StaleGPUData", "node GPU data is stale", unresolvable=False)
 # Fits only on assumed data (agent silent or never heard) while a reporting node fits.
-NO_FRESH_GPU_DATA = Reason(
-    "NoFreshGPUData", "no fresh GPU data while reporting nodes fit", unresolvable=False
-)
+NO_FRESH_GPU_DATA = Reason("NoFreshGPUData", "no fresh GPU data while reporting nodes fit", unresolvable=False)
 
-CLASS_NOT_ALLOWED = Reason(
-    "AcceleratorClassNotAllowed", "GPU class not allowed for the pod", unresolvable=True
-)
-CLASS_INCOMPATIBLE = Reason(
-    "AcceleratorClassIncompatible", "the pod's GPU class cannot be served", unresolvable=True
-)
-RUNTIME_INCOMPATIBLE = Reason(
-    "RuntimeIncompatible", "the serving runtime cannot serve the model", unresolvable=True
-)
+CLASS_NOT_ALLOWED = Reason("AcceleratorClassNotAllowed", "GPU class not allowed for the pod", unresolvable=True)
+CLASS_INCOMPATIBLE = Reason("AcceleratorClassIncompatible", "the pod's GPU class cannot be served", unresolvable=True)
+RUNTIME_INCOMPATIBLE = Reason("RuntimeIncompatible", "the serving runtime cannot serve the model", unresolvable=True)

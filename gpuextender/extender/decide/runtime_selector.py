@@ -283,9 +283,7 @@ def missing_accelerator_classes(runtime: ServingRuntime, required: Sequence[str]
 # --- one format entry against the model (§7.5, §7.6) ------------------------------------
 
 
-def _version_reason(
-    what: str, entry: ModelFormat | ModelFramework, model: ModelFormat | ModelFramework
-) -> str | None:
+def _version_reason(what: str, entry: ModelFormat | ModelFramework, model: ModelFormat | ModelFramework) -> str | None:
     """The version half of a format/framework check; None when it passes."""
     if entry.version is not None and model.version is not None:
         if not runtime_version_accepts(entry.version, model.version, entry.operator):
@@ -319,7 +317,7 @@ def diffusion_pipeline_reason(model: DiffusionPipeline | None, runtime: Diffusio
     if runtime.class_name is not None and runtime.class_name != model.class_name:
         shown = "<nil>" if model.class_name is None else model.class_name
         return f"pipeline class mismatch (model={shown}, runtime={runtime.class_name})"
-    for (name, wanted), (_, has) in zip(runtime.named_components(), model.named_components()):
+    for (name, wanted), (_, has) in zip(runtime.named_components(), model.named_components(), strict=False):
         if reason := _component_reason(name, has, wanted):
             return reason
     if runtime.additional_components:
@@ -472,7 +470,9 @@ def match_details(
         if not checks[what]:
             both = model_value is not None and entry_value is not None
             reasons.append(
-                f"{what} mismatch: model={model_value}, runtime={entry_value}" if both else f"{what} requirement mismatch"
+                f"{what} mismatch: model={model_value}, runtime={entry_value}"
+                if both
+                else f"{what} requirement mismatch"
             )
     weight = 0
     format_match = framework_match = False
@@ -533,7 +533,9 @@ def size_distance(runtime: ServingRuntime, model: BaseModel) -> float:
     if size_range is None or size_text is None:
         return 0.0
     size = parse_model_size(size_text)
-    distance = sum(abs(parse_model_size(bound) - size) for bound in (size_range.min, size_range.max) if bound is not None)
+    distance = sum(
+        abs(parse_model_size(bound) - size) for bound in (size_range.min, size_range.max) if bound is not None
+    )
     return math.inf if math.isnan(distance) else distance
 
 

@@ -8,11 +8,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuextender.extender.decide import whole_gpus
-from gpuextender.extender.state.inventory_view import InventoryView
-from gpuextender.extender.state.pod_ledger import BoundPod
-from gpuextender.extender.state.live_classes import ClassesByNode, nodes_in_classes
 from gpuextender.extender.settings import Policy
-
+from gpuextender.extender.state.inventory_view import InventoryView
+from gpuextender.extender.state.live_classes import ClassesByNode, nodes_in_classes
+from gpuextender.extender.state.pod_ledger import BoundPod
 
 
 @dataclass(frozen=True, slots=True)

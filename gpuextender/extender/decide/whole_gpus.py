@@ -1,89 +1,8 @@
-"""Filter and prioritize: pure functions of (pod's GPU need, candidates, GPU state, now).
+"""Filter and prioritize on whole GPUs: pure functions of (pod's GPU need, candidates, GPU state, now).
 
-No I/O and no clock reads here: the caller passes `now` (monotonic seconds) and a
-lookup of node summaries, so any decision can be replayed from its inputs.
-
-Counts are in units of the GPU resource (gpu_summary: one per whole GPU, `replicas`
-per time-sliced or MPS GPU, none for a MIG-enabled GPU), and "idle" GPUs are the
-available ones: healthy, idle by the thresholds, and, where the agent read the
-kubelet's allocation, held by no pod. Where allocation is unknown (an agent before
-0.2, or a kubelet it cannot read) the idle readings alone decide, and explain says so.
-
-Bound pods (one rule, bound_pods.py): kube-scheduler binds a pod seconds to minutes before its
-node's agent can attribute it (the kubelet admits it, then PodResources lists it). The GPUs a node
-can still offer = what its agent reports as free (unallocated, healthy and idle; idle where
-allocation is unknown) minus the GPU requests of the pods bound to it that the agent does not
-attribute yet, never below zero: matched by namespace/name against the holders the agent read
-from the kubelet, so a pod is never counted twice; where allocation is unknown, a bound pod counts
-until it is Running. A deleted or finished pod leaves the ledger (pod_ledger.py) at once and
-releases its GPUs. MIG devices follow the same rule per profile, time-sliced GPUs in replicas.
-Without usable agent data (none, or stale), the node's allocatable GPUs less all its bound pods'
-are what is assumed. The lookups below see the result (GpuState.summary), so every verdict and
-score, and explain, count the same way.
-
-Unknown is never spare capacity. Per node (`assess`):
-- fresh data: NVML broken -> NvmlUnavailable; fewer GPUs than needed ->
-  InsufficientGPUs (MigPartitioned when the node has MIG-mode GPUs, which offer MIG
-  devices only: mig_devices matches those); fewer healthy GPUs than needed -> InsufficientHealthyGPUs;
-  allocation known and fewer healthy unallocated GPUs than needed ->
-  InsufficientFreeGPUs; fewer available GPUs than needed -> InsufficientIdleGPUs.
-  Unhealthy GPUs (critical XID, uncorrected ECC, row-remap failure, lost) never
-  count; degraded ones (thermal or power brake, pending remap) count.
-- data older than `stale_after_s`: `fail-closed` fails the node with
-  StaleGPUData; `fail-open` (default) keeps what was last known to be wrong and
-  assumes the rest: NVML last seen broken -> NvmlUnavailable; allocatable (or the
-  last GPU count) below needed -> InsufficientGPUs; allocatable minus the GPUs
-  last seen unhealthy below needed -> InsufficientHealthyGPUs (a lost GPU stays
-  lost until fresh data says otherwise); else it fits on *assumed* data.
-- no data from its agent: allocatable below needed -> InsufficientGPUs (unknown
-  allocatable: kube-scheduler's NodeResourcesFit already checked the count);
-  else it fits on *assumed* data.
-A verdict on assumed data counts the node as "just enough": idle = needed, at
-0 % utilization, never as all-idle.
-
-Filter: nodes with fresh data that fit pass. Nodes that fit on assumed data pass
-only when no node with fresh data fits; otherwise they fail softly with
-NoFreshGPUData, so a dead agent never attracts pods while a reporting node can
-take them. If nothing passes, `no_fit_policy="pass-all"` lets kube-scheduler
-decide among the nodes that failed only softly (busy, stale, no fresh data);
-nodes with broken GPUs stay rejected. `"reject"` keeps every failure.
-
-Prioritize (integer 0-10, the formula):
-    C     = the largest GPU count among the candidates (at least 1)
-    score = 1 + round(9 * v / (C + 1))   for a node that passes filter (1..10)
-          = 0                            for a node that does not
-Quality comes before v. Each node that fits on fresh data has a quality class
-    q = 2 * t + d   (lower is better)
-    t = for a pod of 2 or more GPUs, the best connection among `needed` of the node's
-        available whole GPUs (gpu_topology): 0 all pairs NVLink, 1 one PCIe switch,
-        2 one NUMA node, 3 apart or unknown (no topology from the agent, shared GPUs),
-        4 not that many whole GPUs; 0 for a 1-GPU pod;
-    d = 1 when it fits only by counting its DEGRADED available GPUs (available minus
-        degraded < needed), else 0: degraded GPUs count, but rank lower.
-Connection first: a throttled or remap-pending GPU costs a multi-GPU pod a fraction of
-its speed, a PCIe hop between its GPUs a multiple (tensor-parallel traffic).
-When the fitting nodes (of the classes the pod may use) fall into m > 1 classes, the best
-class scores m + round((10 - m) * v / (C + 1)) and the class of rank r = 1..m-1 scores
-m - r: every node of a better class outranks every node of a worse one, the best keeps
-its order by v. With one class the first formula applies to all.
-A node passes as filter says: on fresh data, or on assumed data only when no
-node with fresh data fits, so an assumed verdict (score 0 then) always ranks
-strictly below every fresh node that fits (score >= 1).
-v in [0, C + 1) comes from the node strategy (per pod annotation
-`gpu-extender.io/node-strategy`, else --node-strategy), with idle = needed and
-utilization 0 for an assumed verdict:
-    spread  (default) v = idle + (100 - mean utilization %) / 101: most idle GPUs,
-            then lowest utilization (the autotuner's ranking). The fraction stays
-            below 1, so one more idle GPU always outranks any utilization gap.
-    binpack v = (C - idle) + utilization / 101: fewest idle GPUs that still fit,
-            then the busiest, so whole nodes stay free for big pods.
-    cost    v = C * cheapness + spread / (C + 1): the node's AcceleratorClass
-            hourly cost (spot when given; cheapest = 1, dearest = 0, unknown = 0),
-            then spread.
-    random  v = (C + 1) * hash(seed, node): repeatable per pod (seed = pod UID and
-            --random-seed), spreads pods without looking at load.
-When no candidate passes (the pass-all fallback), every node is ranked by spread
-whatever the strategy: score = round(10 * v / (C + 1)).
+The rules, reason codes and the score formula are in decide/README.md ("Whole GPUs"), their one
+home; this module implements them. No I/O and no clock reads here: the caller passes `now`
+(monotonic seconds) and a lookup of node summaries, so any decision can be replayed from its inputs.
 """
 
 from __future__ import annotations
@@ -94,9 +13,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from gpuextender.extender.decide import reasons
-from gpuextender.extender.state.gpu_summary import NodeSummary, quality_for
 from gpuextender.extender.decide.reasons import Reason
 from gpuextender.extender.settings import Policy
+from gpuextender.extender.state.gpu_summary import NodeSummary, quality_for
 
 MAX_SCORE = 10  # kube-scheduler's MaxExtenderPriority
 NO_QUALITY = 1 << 30  # above every quality class
@@ -142,15 +61,23 @@ def assess(
     age = max(0.0, now - summary.received_at)
     if age > policy.stale_after_s:
         if policy.stale_policy == "fail-closed":
-            return NodeAssessment(name, DataState.STALE, age, None, None, summary.gpu_count, None, reasons.STALE_GPU_DATA)
+            return NodeAssessment(
+                name, DataState.STALE, age, None, None, summary.gpu_count, None, reasons.STALE_GPU_DATA
+            )
         if summary.node_error:  # NVML was last seen broken: nothing about its GPUs can be assumed
             return NodeAssessment(name, DataState.STALE, age, 0, 0, summary.gpu_count, None, reasons.NVML_UNAVAILABLE)
         count = allocatable if allocatable is not None else summary.gpu_count
         return _assumed(name, count, summary.gpu_count - summary.healthy_gpus, DataState.STALE, age, needed)
     return NodeAssessment(
-        name, DataState.FRESH, age, summary.idle_gpus, summary.healthy_gpus,
-        summary.gpu_count, summary.mean_utilization, _fresh_reason(summary, needed),
-    )  # fmt: skip
+        name,
+        DataState.FRESH,
+        age,
+        summary.idle_gpus,
+        summary.healthy_gpus,
+        summary.gpu_count,
+        summary.mean_utilization,
+        _fresh_reason(summary, needed),
+    )
 
 
 def _fresh_reason(summary: NodeSummary, needed: int) -> Reason | None:
@@ -163,9 +90,13 @@ def _fresh_reason(summary: NodeSummary, needed: int) -> Reason | None:
         return reasons.INSUFFICIENT_HEALTHY_GPUS
     bound = summary.bound_pod_units  # enough before the bound pods were taken off: say it is them
     if summary.free_gpus is not None and summary.free_gpus < needed:
-        return reasons.GPUS_TAKEN_BY_BOUND_PODS if summary.free_gpus + bound >= needed else reasons.INSUFFICIENT_FREE_GPUS
+        return (
+            reasons.GPUS_TAKEN_BY_BOUND_PODS if summary.free_gpus + bound >= needed else reasons.INSUFFICIENT_FREE_GPUS
+        )
     if summary.idle_gpus < needed:
-        return reasons.GPUS_TAKEN_BY_BOUND_PODS if summary.idle_gpus + bound >= needed else reasons.INSUFFICIENT_IDLE_GPUS
+        return (
+            reasons.GPUS_TAKEN_BY_BOUND_PODS if summary.idle_gpus + bound >= needed else reasons.INSUFFICIENT_IDLE_GPUS
+        )
     return None
 
 
@@ -273,14 +204,19 @@ def rank_nodes(
     for name in names:
         summary = lookup(name)
         q = -1
-        if summary is not None and not summary.node_error and now - summary.received_at <= stale_after:  # fresh, NVML ok
+        if (
+            summary is not None and not summary.node_error and now - summary.received_at <= stale_after
+        ):  # fresh, NVML ok
             idle, count = summary.idle_gpus, summary.gpu_count
             utilization = summary.mean_utilization  # from validated reports: within 0..100
             fits = idle >= needed
             if fits:
                 qs = summary.quality  # precomputed per set size at ingest
-                q = qs[needed] if needed < len(qs) else quality_for(needed, idle, summary.degraded_idle_gpus,
-                                                                   summary.set_tiers)  # fmt: skip
+                q = (
+                    qs[needed]
+                    if needed < len(qs)
+                    else quality_for(needed, idle, summary.degraded_idle_gpus, summary.set_tiers)
+                )
                 if q < q_low:
                     q_low = q
                 if q > q_high:
@@ -322,8 +258,9 @@ def rank_nodes(
     ]
 
 
-def _quality_classes(quality: Sequence[int], rows: Sequence[tuple[str, bool, int, float]],
-                     eligible: Callable[[str], bool] | None) -> list[int]:  # fmt: skip
+def _quality_classes(
+    quality: Sequence[int], rows: Sequence[tuple[str, bool, int, float]], eligible: Callable[[str], bool] | None
+) -> list[int]:
     """The distinct quality classes of the fresh fits the caller's filter judges, best first."""
     present = set(quality)
     present.discard(-1)

@@ -26,7 +26,6 @@ from gpuextender.extender.settings import ServiceAccountRef
 NODE_NAME_EXTRA = "authentication.kubernetes.io/node-name"
 
 
-
 @dataclass(frozen=True, slots=True)
 class AgentIdentity:
     username: str
@@ -57,10 +56,11 @@ class Authenticator(Protocol):
 
 def missing_token(audience: str) -> Refusal:
     return Refusal(
-        grpc.StatusCode.UNAUTHENTICATED, "missing_token",
+        grpc.StatusCode.UNAUTHENTICATED,
+        "missing_token",
         "no `authorization: Bearer <token>` metadata: run the agent with --token-file pointing at a "
         f"projected ServiceAccount token with audience {audience!r}",
-    )  # fmt: skip
+    )
 
 
 def bearer_token(metadata: Iterable[tuple[str, str | bytes]]) -> str | None:
@@ -84,26 +84,31 @@ def judge_review(status: Mapping[str, Any], expected: ServiceAccountRef, audienc
     # minted for another purpose through.
     audiences = status.get("audiences")
     if not isinstance(audiences, list) or audience not in audiences:
-        return Refusal(grpc.StatusCode.UNAUTHENTICATED, "wrong_audience",
-                       f"token is for audience(s) {audiences or 'of the API server'}, not {audience!r}")  # fmt: skip
+        return Refusal(
+            grpc.StatusCode.UNAUTHENTICATED,
+            "wrong_audience",
+            f"token is for audience(s) {audiences or 'of the API server'}, not {audience!r}",
+        )
     user = object_at(status, "user")
     username = str(user.get("username") or "")
     if username != expected.username:
         return Refusal(
-            grpc.StatusCode.PERMISSION_DENIED, "wrong_service_account",
+            grpc.StatusCode.PERMISSION_DENIED,
+            "wrong_service_account",
             f"token belongs to {username or 'nobody'!r}, not to the agents' service account {expected} "
             f"({expected.username})",
-        )  # fmt: skip
+        )
     extra = object_at(user, "extra")
     nodes = extra.get(NODE_NAME_EXTRA) or []
     node = nodes[0] if isinstance(nodes, list) and len(nodes) == 1 and isinstance(nodes[0], str) else ""
     if not node:
         return Refusal(
-            grpc.StatusCode.PERMISSION_DENIED, "no_node_name",
+            grpc.StatusCode.PERMISSION_DENIED,
+            "no_node_name",
             f"the token names no node ({NODE_NAME_EXTRA} is missing): --agent-auth tokenreview needs "
             "Kubernetes >= 1.30 (ServiceAccountTokenPodNodeInfo) and a pod-bound projected token; on older "
             "clusters run the extender with --agent-auth none and mTLS (--tls-ca)",
-        )  # fmt: skip
+        )
     return AgentIdentity(username, node)
 
 

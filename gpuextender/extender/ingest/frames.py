@@ -49,7 +49,7 @@ def report_entries(payload: bytes) -> Iterator[tuple[float, bytes]]:
         offset += _ENTRY.size
         if offset + size > end:
             raise FrameError("a report entry is cut short")
-        yield received_at, bytes(view[offset:offset + size])
+        yield received_at, bytes(view[offset : offset + size])
         offset += size
 
 

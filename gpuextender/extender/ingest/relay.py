@@ -21,11 +21,10 @@ import socket
 import sys
 from collections.abc import Callable, Sequence
 
-from gpuextender.v1 import gpu_state_pb2 as pb
-
 from gpuextender.extender.ingest import frames as frames
-from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.observe.metrics import RelayedMetrics
+from gpuextender.extender.state.gpu_state import GpuState
+from gpuextender.v1 import gpu_state_pb2 as pb
 
 log = logging.getLogger("gpu_extender.ingest")
 
@@ -58,9 +57,15 @@ class IngestProcess:
         ours, theirs = socket.socketpair()
         try:
             self._proc = await asyncio.create_subprocess_exec(
-                sys.executable, "-m", "gpuextender.extender.ingest_process", "--link-fd", str(theirs.fileno()),
-                *self._argv, pass_fds=(theirs.fileno(),), stdin=asyncio.subprocess.DEVNULL,
-            )  # fmt: skip
+                sys.executable,
+                "-m",
+                "gpuextender.extender.ingest_process",
+                "--link-fd",
+                str(theirs.fileno()),
+                *self._argv,
+                pass_fds=(theirs.fileno(),),
+                stdin=asyncio.subprocess.DEVNULL,
+            )
         finally:
             theirs.close()
         self._reader, self._writer = await asyncio.open_unix_connection(sock=ours)
@@ -69,8 +74,9 @@ class IngestProcess:
         got = await frames.read_frame(self._reader)
         if got is None or got[0] != frames.READY:
             code = await self._proc.wait()
-            raise IngestStartError(f"the ingest process exited with code {code} before its gRPC port listened "
-                                   "(its message is above)")  # fmt: skip
+            raise IngestStartError(
+                f"the ingest process exited with code {code} before its gRPC port listened (its message is above)"
+            )
         self.port = int(got[1] or b"0")
         log.info("ingest process %d serves the agents' gRPC port", self._proc.pid)
 
@@ -136,9 +142,8 @@ class IngestProcess:
             return
         try:
             await asyncio.wait_for(proc.wait(), timeout_s)
-        except asyncio.TimeoutError:
-            log.warning("ingest process %d still running %.0fs after the link closed: killing it", proc.pid,
-                        timeout_s)  # fmt: skip
+        except TimeoutError:
+            log.warning("ingest process %d still running %.0fs after the link closed: killing it", proc.pid, timeout_s)
             with contextlib.suppress(ProcessLookupError):
                 os.kill(proc.pid, 9)
             await proc.wait()

@@ -25,7 +25,8 @@ MAX_DRIVER_VERSION_CHARS = 79  # NVML_SYSTEM_DRIVER_VERSION_BUFFER_SIZE 80; "550
 MAX_AGENT_VERSION_CHARS = 64  # a PEP 440 version with a local part ("0.1.0.dev12+g1234abc.d20250101" is 30)
 MAX_NODE_ERROR_CHARS = 256  # the agent sends an NVML error name (23 characters at most today)
 # The agent lists each distinct reason once: the 7 NVML errors that mark a GPU unhealthy
-# (gpuextender/agent/sources/nvml_errors.py) plus NoHandle; a reason is such a name (23 characters at most) or "Code<n>".
+# (gpuextender/agent/sources/nvml_errors.py) plus NoHandle; a reason is such a name (23 characters at
+# most) or "Code<n>".
 MAX_UNHEALTHY_REASONS = 8
 MAX_UNHEALTHY_REASON_CHARS = 32
 # The largest report gRPC accepts (grpc.max_receive_message_length on the extender). A 256-GPU
@@ -58,9 +59,13 @@ MAX_SHARING_LABELS = 8
 MAX_LABEL_KEY_CHARS = 316  # qualified name, as resource names
 MAX_LABEL_VALUE_CHARS = 63
 MAX_ALLOCATION_PROBLEM_CHARS = 64
-_HOLDER_STRINGS = (("namespace", MAX_NAMESPACE_CHARS), ("pod", MAX_POD_NAME_CHARS),
-                   ("container", MAX_CONTAINER_NAME_CHARS), ("resource_name", MAX_RESOURCE_NAME_CHARS),
-                   ("device_id", MAX_DEVICE_ID_CHARS))  # fmt: skip
+_HOLDER_STRINGS = (
+    ("namespace", MAX_NAMESPACE_CHARS),
+    ("pod", MAX_POD_NAME_CHARS),
+    ("container", MAX_CONTAINER_NAME_CHARS),
+    ("resource_name", MAX_RESOURCE_NAME_CHARS),
+    ("device_id", MAX_DEVICE_ID_CHARS),
+)
 
 _NODE_STRINGS = (
     ("agent_version", MAX_AGENT_VERSION_CHARS),
@@ -102,25 +107,33 @@ def _gpu_suspect(g: pb.GpuSample) -> bool:
     decides first. Anything uncommon (reasons, holders, XIDs, MIG) goes to the full checks.
     An absent proto3 optional reads 0, which passes every bound here."""
     return bool(
-        len(g.uuid) > MAX_UUID_CHARS or len(g.name) > MAX_GPU_NAME_CHARS or len(g.pci_bus_id) > MAX_PCI_BUS_ID_CHARS
-        or g.utilization_gpu_percent > 100 or g.utilization_memory_percent > 100
+        len(g.uuid) > MAX_UUID_CHARS
+        or len(g.name) > MAX_GPU_NAME_CHARS
+        or len(g.pci_bus_id) > MAX_PCI_BUS_ID_CHARS
+        or g.utilization_gpu_percent > 100
+        or g.utilization_memory_percent > 100
         or g.memory_used_bytes > g.memory_total_bytes
         or g.HasField("memory_total_bytes") != g.HasField("memory_used_bytes")
         or (g.memory_total_bytes == 0 and g.HasField("memory_total_bytes"))
         or g.sharing.replicas > MAX_SHARING_REPLICAS
-        or g.unhealthy_reasons or g.health_reasons or g.xids or g.mig_instances
+        or g.unhealthy_reasons
+        or g.health_reasons
+        or g.xids
+        or g.mig_instances
         or (bool(g.holders) and _holders_suspect(g.holders))
-    )  # fmt: skip
+    )
 
 
 def _holders_suspect(holders: Sequence[pb.Holder]) -> bool:
     """_holders_problem's checks, each holder's strings in one expression."""
     return len(holders) > MAX_HOLDERS_PER_GPU or any(
-        len(h.namespace) > MAX_NAMESPACE_CHARS or len(h.pod) > MAX_POD_NAME_CHARS
-        or len(h.container) > MAX_CONTAINER_NAME_CHARS or len(h.resource_name) > MAX_RESOURCE_NAME_CHARS
+        len(h.namespace) > MAX_NAMESPACE_CHARS
+        or len(h.pod) > MAX_POD_NAME_CHARS
+        or len(h.container) > MAX_CONTAINER_NAME_CHARS
+        or len(h.resource_name) > MAX_RESOURCE_NAME_CHARS
         or len(h.device_id) > MAX_DEVICE_ID_CHARS
         for h in holders
-    )  # fmt: skip
+    )
 
 
 def _node_extras_problem(report: pb.NodeReport, indexes: set[int]) -> str | None:
@@ -128,8 +141,10 @@ def _node_extras_problem(report: pb.NodeReport, indexes: set[int]) -> str | None
         return f"{len(report.sharing_labels)} sharing_labels, more than the {MAX_SHARING_LABELS} allowed"
     for key, value in report.sharing_labels.items():
         if len(key) > MAX_LABEL_KEY_CHARS or len(value) > MAX_LABEL_VALUE_CHARS:
-            return (f"a sharing label is longer than {MAX_LABEL_KEY_CHARS} (key) or "
-                    f"{MAX_LABEL_VALUE_CHARS} (value) characters")  # fmt: skip
+            return (
+                f"a sharing label is longer than {MAX_LABEL_KEY_CHARS} (key) or "
+                f"{MAX_LABEL_VALUE_CHARS} (value) characters"
+            )
     if not report.topology.links:
         return None
     # An agent reads its topology once and repeats it in every report: judged once per
@@ -188,9 +203,14 @@ def _gpu_extras_problem(gpu: pb.GpuSample) -> str | None:
         return f"{len(gpu.mig_instances)} mig_instances, more than the {MAX_MIG_INSTANCES} allowed"
     for mig in gpu.mig_instances:
         if len(mig.uuid) > MAX_UUID_CHARS or len(mig.profile) > MAX_MIG_PROFILE_CHARS:
-            return f"a MIG instance's uuid or profile is longer than {MAX_UUID_CHARS}/{MAX_MIG_PROFILE_CHARS} characters"
-        if mig.HasField("memory_used_bytes") and mig.HasField("memory_total_bytes") \
-                and mig.memory_used_bytes > mig.memory_total_bytes:  # fmt: skip
+            return (
+                f"a MIG instance's uuid or profile is longer than {MAX_UUID_CHARS}/{MAX_MIG_PROFILE_CHARS} characters"
+            )
+        if (
+            mig.HasField("memory_used_bytes")
+            and mig.HasField("memory_total_bytes")
+            and mig.memory_used_bytes > mig.memory_total_bytes
+        ):
             return f"MIG instance {mig.uuid[:MAX_UUID_CHARS]!r}: memory_used_bytes is above memory_total_bytes"
         problem = _holders_problem(mig.holders)
         if problem is not None:
@@ -206,8 +226,9 @@ def _gpu_problem(gpu: pb.GpuSample) -> str | None:
         return f"{len(gpu.unhealthy_reasons)} unhealthy_reasons, more than the {MAX_UNHEALTHY_REASONS} allowed"
     for reason in gpu.unhealthy_reasons:
         if len(reason) > MAX_UNHEALTHY_REASON_CHARS:
-            return (f"an unhealthy_reason is {len(reason)} characters, more than the "
-                    f"{MAX_UNHEALTHY_REASON_CHARS} allowed")  # fmt: skip
+            return (
+                f"an unhealthy_reason is {len(reason)} characters, more than the {MAX_UNHEALTHY_REASON_CHARS} allowed"
+            )
     for field in ("utilization_gpu_percent", "utilization_memory_percent"):
         if gpu.HasField(field) and getattr(gpu, field) > 100:
             return f"{field}={getattr(gpu, field)} is above 100"
@@ -233,6 +254,8 @@ def clock_skew_problem(report: pb.NodeReport, wall_now_s: float, max_skew_s: flo
     # Whole seconds: a stepped clock stays the same amount off, so the agent sees one reason (and
     # logs it once), not a new one every report.
     direction = "ahead of" if skew_ns > 0 else "behind"
-    return (f"sample_time is {round(abs(skew_ns) / 1e9)}s {direction} the extender's clock, more than "
-            f"--max-clock-skew {max_skew_s:g}s: fix the node's clock (NTP); its reports are stored again "
-            "once it is within the bound")  # fmt: skip
+    return (
+        f"sample_time is {round(abs(skew_ns) / 1e9)}s {direction} the extender's clock, more than "
+        f"--max-clock-skew {max_skew_s:g}s: fix the node's clock (NTP); its reports are stored again "
+        "once it is within the bound"
+    )

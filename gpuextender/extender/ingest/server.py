@@ -9,14 +9,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import grpc
-from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 
+from gpuextender.common.serving_tls import ServingCertificate
 from gpuextender.extender.ingest.agent_identity import Authenticator
-from gpuextender.extender.settings import ExtenderConfig
+from gpuextender.extender.ingest.report_checks import MAX_REPORT_BYTES
 from gpuextender.extender.ingest.service import REAUTH_GRACE_S, IngestService, ReportStore
 from gpuextender.extender.observe.metrics import ExtenderMetrics
-from gpuextender.extender.ingest.report_checks import MAX_REPORT_BYTES
-from gpuextender.common.serving_tls import ServingCertificate
+from gpuextender.extender.settings import ExtenderConfig
+from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 
 
 def grpc_options(config: ExtenderConfig, authenticating: bool) -> list[tuple[str, int]]:
@@ -34,8 +34,10 @@ def grpc_options(config: ExtenderConfig, authenticating: bool) -> list[tuple[str
     ]
     if authenticating:  # re-authenticate every agent now and then (ingest.py)
         age_s = config.agent_auth.reauth_after_s
-        options += [("grpc.max_connection_age_ms", int(age_s * 1000)),
-                    ("grpc.max_connection_age_grace_ms", int(min(REAUTH_GRACE_S, age_s) * 1000))]  # fmt: skip
+        options += [
+            ("grpc.max_connection_age_ms", int(age_s * 1000)),
+            ("grpc.max_connection_age_grace_ms", int(min(REAUTH_GRACE_S, age_s) * 1000)),
+        ]
     return options
 
 
@@ -51,10 +53,15 @@ async def start_ingest_server(
     stored into `store`; OSError when the address cannot be bound. `known_node`: is the node in
     the inventory (None: no inventory source)."""
     service = IngestService(
-        store, metrics, requested_interval_ms=config.requested_agent_interval_ms, authenticator=authenticator,
-        max_clock_skew_s=config.max_clock_skew_s, known_node=known_node,
-        max_unknown_nodes=config.max_unknown_nodes, stale_after_s=config.api.policy.stale_after_s,
-    )  # fmt: skip
+        store,
+        metrics,
+        requested_interval_ms=config.requested_agent_interval_ms,
+        authenticator=authenticator,
+        max_clock_skew_s=config.max_clock_skew_s,
+        known_node=known_node,
+        max_unknown_nodes=config.max_unknown_nodes,
+        stale_after_s=config.api.policy.stale_after_s,
+    )
     server = grpc.aio.server(options=grpc_options(config, authenticator is not None))
     pb_grpc.add_GpuStateServiceServicer_to_server(service, server)
     target = str(config.grpc_addr)

@@ -27,17 +27,17 @@ from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
 import grpc
-from gpuextender.v1 import gpu_state_pb2 as pb
-from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 from prometheus_client import Counter
 
-from gpuextender.extender.ingest.agent_identity import AgentIdentity, AgentRefused, Authenticator, node_mismatch
-from gpuextender.extender.state.gpu_summary import NodeSummary
 from gpuextender.common.idle_rule import IdleRule
+from gpuextender.extender.ingest.agent_identity import AgentIdentity, AgentRefused, Authenticator, node_mismatch
 from gpuextender.extender.ingest.limits import REPORT_BURST, REPORTS_PER_SECOND, ReportPacer, UnknownNodes
-from gpuextender.extender.settings import MAX_CLOCK_SKEW_S, MAX_UNKNOWN_NODES
-from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.ingest.report_checks import clock_skew_problem, report_problem
+from gpuextender.extender.observe.metrics import ExtenderMetrics
+from gpuextender.extender.settings import MAX_CLOCK_SKEW_S, MAX_UNKNOWN_NODES
+from gpuextender.extender.state.gpu_summary import NodeSummary
+from gpuextender.v1 import gpu_state_pb2 as pb
+from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 
 log = logging.getLogger("gpu_extender.ingest")
 
@@ -124,8 +124,9 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
                 "Agent streams refused at open (missing/invalid token, wrong service account, no node-name claim, "
                 "TokenReview unavailable, peer_busy: too many reviews under way for one client address) and "
                 "reports rejected for another node than the token's, by reason.",
-                ["reason"], registry=metrics.registry,
-            )  # fmt: skip
+                ["reason"],
+                registry=metrics.registry,
+            )
 
     async def StreamNodeReports(
         self, request_iterator: AsyncIterator[pb.NodeReport], context: grpc.aio.ServicerContext
@@ -141,14 +142,24 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
                 refusal = exc.refusal
                 self._count_auth_failure(refusal.reason)
                 if self._should_log(refusal.reason, _peer_host(peer)):
-                    log.warning("refused agent stream from %s (%s): %s", peer, refusal.code.name, refusal.message,
-                                extra={"peer": peer, "reason": refusal.reason})  # fmt: skip
+                    log.warning(
+                        "refused agent stream from %s (%s): %s",
+                        peer,
+                        refusal.code.name,
+                        refusal.message,
+                        extra={"peer": peer, "reason": refusal.reason},
+                    )
                 await context.abort(refusal.code, refusal.message)
             except Exception as exc:  # a bug or an odd API answer: refuse, say so, never UNKNOWN + traceback
                 self._count_auth_failure("review_failed")
                 if self._should_log("review_failed", _peer_host(peer)):
-                    log.warning("refused agent stream from %s: cannot verify its token: %s: %s", peer,
-                                type(exc).__name__, exc, extra={"peer": peer, "reason": "review_failed"})  # fmt: skip
+                    log.warning(
+                        "refused agent stream from %s: cannot verify its token: %s: %s",
+                        peer,
+                        type(exc).__name__,
+                        exc,
+                        extra={"peer": peer, "reason": "review_failed"},
+                    )
                 await context.abort(grpc.StatusCode.UNAVAILABLE, "cannot verify the agent token now; retry")
         mismatch_logged = False
         last_sequence = 0  # sequences start at 1 (proto)
@@ -163,8 +174,13 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
                     self._count_auth_failure("node_mismatch")
                     self._count_rejected("node_mismatch")
                     if not mismatch_logged:  # once per stream: the agent sends one a second
-                        log.warning("rejected report %d from %s: %s", report.sequence, peer, mismatch,
-                                    extra={"peer": peer, "node": report.node_name[:253], "reason": "node_mismatch"})  # fmt: skip
+                        log.warning(
+                            "rejected report %d from %s: %s",
+                            report.sequence,
+                            peer,
+                            mismatch,
+                            extra={"peer": peer, "node": report.node_name[:253], "reason": "node_mismatch"},
+                        )
                         mismatch_logged = True
                     yield self._rejected(report, mismatch)
                     continue
@@ -172,16 +188,27 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
                 if problem is not None:
                     self._count_rejected(kind)
                     if self._should_log(kind, _peer_host(peer)):  # a line a minute per client and kind
-                        log.warning("rejected report %d for node %r from %s: %s", report.sequence,
-                                    report.node_name[:253], peer, problem,
-                                    extra={"peer": peer, "node": report.node_name[:253], "reason": kind})  # fmt: skip
+                        log.warning(
+                            "rejected report %d for node %r from %s: %s",
+                            report.sequence,
+                            report.node_name[:253],
+                            peer,
+                            problem,
+                            extra={"peer": peer, "node": report.node_name[:253], "reason": kind},
+                        )
                     yield self._rejected(report, problem)
                     continue
                 if node is None:
                     node = report.node_name
                     self._metrics.connected_agents.inc()
-                    log.info("agent for node %s connected (%s, agent %s%s)", node, peer, report.agent_version or "?",
-                             f", {identity.username}" if identity else "", extra={"node": node, "peer": peer})  # fmt: skip
+                    log.info(
+                        "agent for node %s connected (%s, agent %s%s)",
+                        node,
+                        peer,
+                        report.agent_version or "?",
+                        f", {identity.username}" if identity else "",
+                        extra={"node": node, "peer": peer},
+                    )
                 if not self._state.ingest(report, self._clock()):  # not reachable on one loop; never ack it
                     self._count_rejected("superseded")
                     yield self._rejected(report, f"a report for node {node} received later is already stored")
@@ -210,15 +237,17 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
         if problem is not None:
             return "clock_skew", problem
         if report.sequence <= last_sequence:
-            return "sequence", (f"sequence {report.sequence} does not increase (last stored on this stream: "
-                                f"{last_sequence}; sequences start at 1 and grow with every report)")  # fmt: skip
+            return "sequence", (
+                f"sequence {report.sequence} does not increase (last stored on this stream: "
+                f"{last_sequence}; sequences start at 1 and grow with every report)"
+            )
         if self._unknown is not None and not self._unknown.admit(report.node_name):
             limit = self._unknown.limit
             return "unknown_node_limit", (
                 f"node {report.node_name!r} is not in the extender's inventory and reports of {limit} such "
                 f"node(s) are already held (--max-unknown-nodes {limit}); its reports are stored once the "
                 "node is in the inventory"
-            )  # fmt: skip
+            )
         return "", None
 
     async def _wait_for_pace(self, pacer: ReportPacer, delay: float) -> None:

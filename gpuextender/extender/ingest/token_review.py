@@ -31,8 +31,15 @@ import grpc
 import orjson
 from kubernetes_asyncio import client as k8s
 
-from gpuextender.extender.ingest.agent_identity import AgentIdentity, AgentRefused, Refusal, bearer_token, judge_review, missing_token, token_expiry
-
+from gpuextender.extender.ingest.agent_identity import (
+    AgentIdentity,
+    AgentRefused,
+    Refusal,
+    bearer_token,
+    judge_review,
+    missing_token,
+    token_expiry,
+)
 from gpuextender.extender.settings import ServiceAccountRef
 
 _EXPIRY_MARGIN_S = 5.0  # stop trusting a cached answer this long before the token expires
@@ -127,15 +134,17 @@ class TokenReviewer:
         if self._client is None:
             self._client = self._factory()
         body = {
-            "apiVersion": "authentication.k8s.io/v1", "kind": "TokenReview",
+            "apiVersion": "authentication.k8s.io/v1",
+            "kind": "TokenReview",
             "spec": {"token": token, "audiences": [self.audience]},
-        }  # fmt: skip
+        }
         self.reviews += 1
         try:
             # _preload_content=False: the raw aiohttp response (the generated stubs say V1TokenReview).
             resp: aiohttp.ClientResponse = await k8s.AuthenticationV1Api(self._client).create_token_review(  # type: ignore[assignment]
                 body=body,  # type: ignore[arg-type]  # a plain dict serialises the same
-                _preload_content=False, _request_timeout=aiohttp.ClientTimeout(total=self._timeout_s),
+                _preload_content=False,
+                _request_timeout=aiohttp.ClientTimeout(total=self._timeout_s),
             )
             try:
                 raw = await resp.read()
@@ -176,11 +185,15 @@ def _identity_or_raise(result: AgentIdentity | Refusal) -> AgentIdentity:
 
 
 def _peer_busy(peer_host: str, limit: int) -> Refusal:
-    return Refusal(grpc.StatusCode.UNAVAILABLE, "peer_busy",
-                   f"{limit} token reviews for {peer_host} are already under way (at most {limit} per client "
-                   "address at once): retry once they are answered")  # fmt: skip
+    return Refusal(
+        grpc.StatusCode.UNAVAILABLE,
+        "peer_busy",
+        f"{limit} token reviews for {peer_host} are already under way (at most {limit} per client "
+        "address at once): retry once they are answered",
+    )
 
 
 def _unavailable(cause: str) -> Refusal:
-    return Refusal(grpc.StatusCode.UNAVAILABLE, "review_failed",
-                   f"cannot verify the agent token now (TokenReview: {cause})")  # fmt: skip
+    return Refusal(
+        grpc.StatusCode.UNAVAILABLE, "review_failed", f"cannot verify the agent token now (TokenReview: {cause})"
+    )

@@ -123,8 +123,12 @@ class FileInventorySource:
         """An unusable file (read only when it changed, so this logs once per change)."""
         if state is not None and state.good:
             state.signature = signature
-            log.warning("inventory: %s %s; keeping its previous content (%d object(s)): delete the file to "
-                        "remove them", path, why, len(state.objects))  # fmt: skip
+            log.warning(
+                "inventory: %s %s; keeping its previous content (%d object(s)): delete the file to remove them",
+                path,
+                why,
+                len(state.objects),
+            )
             return
         self._files[path] = _FileState(signature, [], good=False)
         log.warning("inventory: %s %s; nothing loaded from it until it holds Kubernetes objects", path, why)

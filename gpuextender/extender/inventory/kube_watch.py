@@ -85,7 +85,6 @@ from kubernetes_asyncio.config import incluster_config, kube_config
 from kubernetes_asyncio.config.config_exception import ConfigException
 
 from gpuextender.common.backoff import Backoff
-
 from gpuextender.extender.model.kube_objects import KINDS, InventorySink, KindInfo, KubeObject
 from gpuextender.extender.model.untrusted import object_at
 
@@ -93,10 +92,10 @@ log = logging.getLogger("gpu_extender.inventory.kube")
 
 __all__ = [
     "RESTART_CAUSES",
+    "KindStatus",
     "KubeConfigError",
     "KubeInventorySource",
     "KubeSourceTimings",
-    "KindStatus",
     "load_kube_config",
 ]
 
@@ -287,8 +286,10 @@ class _ProblemLog:
             self._active[category] = {kind}
             log.warning(
                 "inventory: %s (first seen on %s); retrying with backoff (at most %g s apart) until it recovers",
-                detail, kind, self._backoff_max_s,
-            )  # fmt: skip
+                detail,
+                kind,
+                self._backoff_max_s,
+            )
         else:
             kinds.add(kind)
             log.debug("inventory: %s: still failing: %s", kind, detail)
@@ -460,8 +461,10 @@ class _KindWatcher:
                     else:
                         log.info(
                             "inventory: %s: resourceVersion %s expired (%s); relisting",
-                            self.info.kind, self.resource_version, exc,
-                        )  # fmt: skip
+                            self.info.kind,
+                            self.resource_version,
+                            exc,
+                        )
                     self.resource_version = None
                     self.status.relists += 1
                     if self._events_since_list == 0:
@@ -591,8 +594,10 @@ class _KindWatcher:
         if not self.status.synced:
             log.info(
                 "inventory: %s: listed %d object(s) at resourceVersion %s; watching",
-                self.info.kind, len(objects), resource_version,
-            )  # fmt: skip
+                self.info.kind,
+                len(objects),
+                resource_version,
+            )
         self._synced()
         return True
 
@@ -601,8 +606,11 @@ class _KindWatcher:
         if not self._crd_absent or not self.status.synced:
             log.warning(
                 "inventory: %s: CRD not installed (404 on %s: %s); treating it as empty, re-checking every %g s",
-                self.info.kind, _resource_path(self.info), message, self._t.crd_recheck_s,
-            )  # fmt: skip
+                self.info.kind,
+                _resource_path(self.info),
+                message,
+                self._t.crd_recheck_s,
+            )
             self._sink.replace_all(self.info.kind, [])
             self._crd_absent = True
         self.resource_version = None
@@ -758,8 +766,9 @@ class KubeInventorySource:
         self._ready = asyncio.Event()
         self._synced: set[str] = set()
         self._watchers = {
-            k.kind: _KindWatcher(k, sink, self._factory, timings, self._problems, self._on_synced, self._rng,
-                                 list_filter, on_restart)  # fmt: skip
+            k.kind: _KindWatcher(
+                k, sink, self._factory, timings, self._problems, self._on_synced, self._rng, list_filter, on_restart
+            )
             for k in self.kinds
         }
 
@@ -788,9 +797,7 @@ class KubeInventorySource:
 
     async def run(self) -> None:
         """Run every kind's list+watch loop until cancelled."""
-        tasks = [
-            asyncio.create_task(w.run(), name=f"inventory-kube-{kind}") for kind, w in self._watchers.items()
-        ]
+        tasks = [asyncio.create_task(w.run(), name=f"inventory-kube-{kind}") for kind, w in self._watchers.items()]
         try:
             await asyncio.gather(*tasks)
         finally:

@@ -31,14 +31,26 @@ BASE_MODEL = KindInfo("BaseModel", "ome.io", "v1beta1", "basemodels", namespaced
 CLUSTER_BASE_MODEL = KindInfo("ClusterBaseModel", "ome.io", "v1beta1", "clusterbasemodels", namespaced=False)
 
 KINDS: tuple[KindInfo, ...] = (
-    NODE, ACCELERATOR_CLASS, SERVING_RUNTIME, CLUSTER_SERVING_RUNTIME, INFERENCE_SERVICE, BASE_MODEL, CLUSTER_BASE_MODEL,
-)  # fmt: skip
+    NODE,
+    ACCELERATOR_CLASS,
+    SERVING_RUNTIME,
+    CLUSTER_SERVING_RUNTIME,
+    INFERENCE_SERVICE,
+    BASE_MODEL,
+    CLUSTER_BASE_MODEL,
+)
 KIND_BY_NAME = {k.kind: k for k in KINDS}
 
 # Not in KINDS: pods go to the bound-pod ledger (extender/pod_ledger.py), never to the
 # InventoryStore, whose every change rebuilds the view. Only bound, unfinished pods are asked for.
-POD = KindInfo("Pod", "", "v1", "pods", namespaced=True,
-               field_selector="spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed")  # fmt: skip
+POD = KindInfo(
+    "Pod",
+    "",
+    "v1",
+    "pods",
+    namespaced=True,
+    field_selector="spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed",
+)
 
 
 def object_key(obj: KubeObject) -> str:

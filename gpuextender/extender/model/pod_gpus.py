@@ -110,8 +110,11 @@ def gpus_requested(pod: Mapping[str, Any], resources: Sequence[str]) -> int:
     spec = _object(pod.get("spec"), "Pod.spec")
     containers, init_containers = _containers(spec, "containers"), _containers(spec, "initContainers")
     if len(containers) + len(init_containers) > MAX_CONTAINERS:
-        raise BadRequest("too_many_containers", f"Pod has {len(containers) + len(init_containers)} containers "
-                         f"and initContainers; at most {MAX_CONTAINERS} are read")  # fmt: skip
+        raise BadRequest(
+            "too_many_containers",
+            f"Pod has {len(containers) + len(init_containers)} containers "
+            f"and initContainers; at most {MAX_CONTAINERS} are read",
+        )
     main = sum(_container_gpus(c, f"Pod.spec.containers[{i}]", resources) for i, c in enumerate(containers))
     sidecars = 0
     init_peak = 0
@@ -182,7 +185,7 @@ MigNeed = tuple[tuple[str, int], ...]  # (profile, count), sorted by profile
 
 
 def mig_profile(resource: str) -> str | None:
-    """"1g.10gb" for "nvidia.com/mig-1g.10gb"; None for any other resource."""
+    """ "1g.10gb" for "nvidia.com/mig-1g.10gb"; None for any other resource."""
     if resource.startswith(MIG_RESOURCE_PREFIX) and len(resource) > len(MIG_RESOURCE_PREFIX):
         return resource[len(MIG_RESOURCE_PREFIX) :]
     return None

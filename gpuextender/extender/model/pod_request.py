@@ -14,10 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuextender.extender.model.bad_request import shown
-from gpuextender.extender.model.untrusted import object_at
-from gpuextender.extender.model.pod_gpus import MigNeed, mig_profile
 from gpuextender.extender.model.ome.pod_intent import PodIdentity, pod_identity
-from gpuextender.extender.model.pod_gpus import gpus_requested, pod_ref
+from gpuextender.extender.model.pod_gpus import MigNeed, gpus_requested, mig_profile, pod_ref
+from gpuextender.extender.model.untrusted import object_at
 
 log = logging.getLogger("gpu_extender.http")
 
@@ -42,13 +41,25 @@ def read_pod(pod: dict[str, Any], gpu_resources: Sequence[str], default_strategy
     strategy = object_at(meta, "annotations").get(STRATEGY_ANNOTATION, default_strategy)
     if strategy not in NODE_STRATEGIES:
         # A typo in an annotation must not block scheduling: say so, use the default.
-        log.warning("pod %s: %s=%s is not one of %s; using %s", ref, STRATEGY_ANNOTATION, shown(strategy),
-                    ", ".join(NODE_STRATEGIES), default_strategy)  # fmt: skip
+        log.warning(
+            "pod %s: %s=%s is not one of %s; using %s",
+            ref,
+            STRATEGY_ANNOTATION,
+            shown(strategy),
+            ", ".join(NODE_STRATEGIES),
+            default_strategy,
+        )
         strategy = default_strategy
     uid = meta.get("uid")
     whole = [r for r in gpu_resources if mig_profile(r) is None]
-    mig = tuple(sorted((profile, n) for r in gpu_resources if (profile := mig_profile(r)) is not None
-                       if (n := gpus_requested(pod, [r])) > 0))  # fmt: skip
+    mig = tuple(
+        sorted(
+            (profile, n)
+            for r in gpu_resources
+            if (profile := mig_profile(r)) is not None
+            if (n := gpus_requested(pod, [r])) > 0
+        )
+    )
     return PodRequest(
         ref=ref,
         gpus_needed=gpus_requested(pod, whole) if whole else 0,

@@ -54,9 +54,13 @@ class SilentNodesWarning:
         if silent != self._last:
             if silent:
                 more = f" and {len(silent) - _NAMED} more" if len(silent) > _NAMED else ""
-                log.warning("%d GPU node(s) in the inventory have no data from their agent (%s%s): their verdicts "
-                            "rest on assumed data; is gpu-agent running there?", len(silent),
-                            ", ".join(silent[:_NAMED]), more)  # fmt: skip
+                log.warning(
+                    "%d GPU node(s) in the inventory have no data from their agent (%s%s): their verdicts "
+                    "rest on assumed data; is gpu-agent running there?",
+                    len(silent),
+                    ", ".join(silent[:_NAMED]),
+                    more,
+                )
             else:
                 log.info("every GPU node in the inventory has reported")
             self._last = silent

@@ -18,10 +18,10 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from gpuextender.extender.scheduler.binding_gate import BindingGate
-from gpuextender.extender.state.pod_ledger import BoundPod, PodLedger
 from gpuextender.extender.model.pod_request import PodRequest
+from gpuextender.extender.scheduler.binding_gate import BindingGate
 from gpuextender.extender.scheduler.wire import BindingArgs, binding_result
+from gpuextender.extender.state.pod_ledger import BoundPod, PodLedger
 
 if TYPE_CHECKING:  # the Kubernetes client is imported only with --kubernetes (app.py)
     from gpuextender.extender.scheduler.pod_binder import PodBinder
@@ -62,13 +62,28 @@ class Bindings:
         arriving meanwhile already counts it; out again if the Binding is refused."""
         if self.binder is None:
             self.binds["error"] += 1
-            return binding_result("this gpu-extender has no API server to bind with (it runs without --kubernetes); "
-                                  "remove bindVerb from the scheduler's extender configuration")  # fmt: skip
+            return binding_result(
+                "this gpu-extender has no API server to bind with (it runs without --kubernetes); "
+                "remove bindVerb from the scheduler's extender configuration"
+            )
         pod = self._remembered.pop(b.uid, None)
         ledger = self.ledger
-        assumed = pod is not None and ledger is not None and ledger.assume(
-            BoundPod(b.uid, b.key, b.node, pod.gpus_needed, pod.mig_needed, "Pending", self._clock(),
-                     pod.identity.inference_service))  # fmt: skip
+        assumed = (
+            pod is not None
+            and ledger is not None
+            and ledger.assume(
+                BoundPod(
+                    b.uid,
+                    b.key,
+                    b.node,
+                    pod.gpus_needed,
+                    pod.mig_needed,
+                    "Pending",
+                    self._clock(),
+                    pod.identity.inference_service,
+                )
+            )
+        )
         error = await self.binder.bind(b)
         if error:
             self.binds["error"] += 1
@@ -87,20 +102,33 @@ class BindingsCollector(Collector):
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         b, gate = self._bindings, self._bindings.gate
-        binds = CounterMetricFamily("gpu_extender_binds", "Bind verb calls by result (the Binding made, or an "
-                                    "error answered to kube-scheduler).", labels=["result"])  # fmt: skip
+        binds = CounterMetricFamily(
+            "gpu_extender_binds",
+            "Bind verb calls by result (the Binding made, or an error answered to kube-scheduler).",
+            labels=["result"],
+        )
         for result, count in b.binds.items():
             binds.add_metric([result], count)
         yield binds
         yield CounterMetricFamily(
-            "gpu_extender_binding_races", "Filters that decided while an earlier pod's binding was not known yet, "
+            "gpu_extender_binding_races",
+            "Filters that decided while an earlier pod's binding was not known yet, "
             "the binding then arriving (the race the binding wait closes; with --binding-wait 0 every one).",
-            value=gate.races)  # fmt: skip
+            value=gate.races,
+        )
         yield CounterMetricFamily(
-            "gpu_extender_binding_waits", "Filters that waited for an earlier pod's binding (--binding-wait).",
-            value=gate.waited)  # fmt: skip
+            "gpu_extender_binding_waits",
+            "Filters that waited for an earlier pod's binding (--binding-wait).",
+            value=gate.waited,
+        )
         yield CounterMetricFamily(
-            "gpu_extender_binding_wait_expired", "Earlier pods' bindings that did not arrive within --binding-wait "
-            "(their scheduling cycle ended without a binding, or binding is slow).", value=gate.expired)  # fmt: skip
-        yield GaugeMetricFamily("gpu_extender_bindings_open", "Pods filter answered whose binding is not known yet.",
-                                value=gate.open_count())  # fmt: skip
+            "gpu_extender_binding_wait_expired",
+            "Earlier pods' bindings that did not arrive within --binding-wait "
+            "(their scheduling cycle ended without a binding, or binding is slow).",
+            value=gate.expired,
+        )
+        yield GaugeMetricFamily(
+            "gpu_extender_bindings_open",
+            "Pods filter answered whose binding is not known yet.",
+            value=gate.open_count(),
+        )

@@ -28,7 +28,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-
 LATE_S = 60.0  # how long an expired binding is remembered, to count it as a race should it arrive
 MAX_LATE = 10_000
 

@@ -21,27 +21,35 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from gpuextender.extender.decide import whole_gpus, class_plan, reasons
+from gpuextender.extender.decide import class_plan, reasons, whole_gpus
+from gpuextender.extender.decide.decision import Decision
 from gpuextender.extender.decide.explain import explain as explain_decision
+from gpuextender.extender.decide.snapshot import Candidates, Snapshot
 from gpuextender.extender.model.bad_request import BadRequest
 from gpuextender.extender.model.bad_request import shown as shown_value
+from gpuextender.extender.model.ome.pod_intent import PodIdentity
+from gpuextender.extender.model.pod_gpus import gpus_requested, mig_profile
+from gpuextender.extender.model.pod_request import PodRequest, read_pod
+from gpuextender.extender.observe.bound_pods_collector import BoundPodsCollector
+from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.scheduler.binding import Bindings, BindingsCollector, pod_uid
 from gpuextender.extender.scheduler.binding_gate import BindingGate
+from gpuextender.extender.scheduler.wire import (
+    BYTES_PER_CONTAINER,
+    EXPLAIN_MAX_CANDIDATES,
+    ExtenderArgs,
+    encode,
+    filter_result,
+    parse_binding_args,
+    parse_extender_args,
+    prioritize_result,
+)
+from gpuextender.extender.settings import ApiSettings
 from gpuextender.extender.state.bound_pods import AllocatableLessBound
-from gpuextender.extender.observe.bound_pods_collector import BoundPodsCollector
 from gpuextender.extender.state.gpu_state import GpuState
-from gpuextender.extender.model.pod_gpus import mig_profile
-from gpuextender.extender.model.pod_gpus import gpus_requested
-from gpuextender.extender.state.pod_ledger import PodLedger
 from gpuextender.extender.state.inventory_view import InventoryView
 from gpuextender.extender.state.live_classes import LiveClasses, LiveClassesCollector
-from gpuextender.extender.model.ome.pod_intent import PodIdentity
-from gpuextender.extender.observe.metrics import ExtenderMetrics
-from gpuextender.extender.decide.decision import Decision
-from gpuextender.extender.decide.snapshot import Candidates, Snapshot
-from gpuextender.extender.model.pod_request import PodRequest, read_pod
-from gpuextender.extender.scheduler.wire import BYTES_PER_CONTAINER, EXPLAIN_MAX_CANDIDATES, ExtenderArgs, encode, filter_result, parse_binding_args, parse_extender_args, prioritize_result
-from gpuextender.extender.settings import ApiSettings
+from gpuextender.extender.state.pod_ledger import PodLedger
 
 log = logging.getLogger("gpu_extender.http")
 
@@ -127,11 +135,17 @@ class SchedulerApi:
         missing = sum(1 for n in gpu_nodes if self.state.summary(n) is None)
         if now >= self._grace_deadline or (gpu_nodes and not missing):
             self._agents_in = True
-            log.info("ready: %d of %d GPU node(s) have reported (%s)", len(gpu_nodes) - missing, len(gpu_nodes),
-                     "all in" if not missing else f"--readiness-grace {grace:g}s passed")  # fmt: skip
+            log.info(
+                "ready: %d of %d GPU node(s) have reported (%s)",
+                len(gpu_nodes) - missing,
+                len(gpu_nodes),
+                "all in" if not missing else f"--readiness-grace {grace:g}s passed",
+            )
             return None
-        return (f"waiting for agent data: {missing} of {len(gpu_nodes)} GPU node(s) not reported yet "
-                f"(--readiness-grace, {self._grace_deadline - now:.0f}s left)")
+        return (
+            f"waiting for agent data: {missing} of {len(gpu_nodes)} GPU node(s) not reported yet "
+            f"(--readiness-grace, {self._grace_deadline - now:.0f}s left)"
+        )
 
     def inventory(self) -> InventoryView:
         """The current inventory snapshot."""
@@ -152,11 +166,17 @@ class SchedulerApi:
             allocatable = AllocatableLessBound(allocatable, ledger.pods_on)
         candidates = Candidates(args.candidate_names(), allocatable)
         classes = self.classes
-        known = Snapshot(self.state.summary, view, classes.classes_by_node(view), self._clock(), settings.policy,
-                         nodes_in=lambda wanted: classes.nodes_in(view, wanted),
-                         excluded=lambda node: classes.excluded(view, node),
-                         bound_pods=ledger.pods_on if ledger is not None else lambda node: (),
-                         reported=self.state.reported)  # fmt: skip
+        known = Snapshot(
+            self.state.summary,
+            view,
+            classes.classes_by_node(view),
+            self._clock(),
+            settings.policy,
+            nodes_in=lambda wanted: classes.nodes_in(view, wanted),
+            excluded=lambda node: classes.excluded(view, node),
+            bound_pods=ledger.pods_on if ledger is not None else lambda node: (),
+            reported=self.state.reported,
+        )
         return Decision(pod, self._plan(pod, view), candidates, known, settings.shortlist)
 
     def _plan(self, pod: PodRequest, view: InventoryView) -> class_plan.ClassPlan:
@@ -170,8 +190,9 @@ class SchedulerApi:
             self._plan_version = view.version
         plan = self._plans.get(pod.identity)
         if plan is None:
-            plan = class_plan.plan_classes(pod.identity, view, self.settings.default_class_policy,
-                                          self.settings.runtime_check)  # fmt: skip
+            plan = class_plan.plan_classes(
+                pod.identity, view, self.settings.default_class_policy, self.settings.runtime_check
+            )
             self._plans[pod.identity] = plan
         return plan
 
@@ -181,15 +202,22 @@ class SchedulerApi:
         d = self.decide(args)
         plan = d.plan
         if plan.incompatible:
-            log.warning("filter %s: %s", d.pod.ref, plan.incompatible,
-                        extra={"pod": d.pod.ref, "verb": "filter", "reason": plan.incompatible_reason.code})  # fmt: skip
-        if plan.runtime_warning or plan.incompatible_reason is reasons.RUNTIME_INCOMPATIBLE and plan.incompatible:
+            log.warning(
+                "filter %s: %s",
+                d.pod.ref,
+                plan.incompatible,
+                extra={"pod": d.pod.ref, "verb": "filter", "reason": plan.incompatible_reason.code},
+            )
+        if plan.runtime_warning or (plan.incompatible_reason is reasons.RUNTIME_INCOMPATIBLE and plan.incompatible):
             self.metrics.runtime_incompatible.labels(mode=self.settings.runtime_check).inc()
         if plan.no_class:  # logged once per plan, in placement
             self.metrics.class_policy_no_class.labels(reason=plan.no_class).inc()
         if plan.runtime_warning:
-            log.warning("filter %s: runtime cannot serve the model (--runtime-check warn, not enforced): %s",
-                        d.pod.ref, plan.runtime_warning)  # fmt: skip
+            log.warning(
+                "filter %s: runtime cannot serve the model (--runtime-check warn, not enforced): %s",
+                d.pod.ref,
+                plan.runtime_warning,
+            )
         self._record_filter(d)
         answered = d.answered
         self.bindings.filtered(pod_uid(args.pod), d.pod, answered.passed)
@@ -198,8 +226,12 @@ class SchedulerApi:
     def prioritize(self, args: ExtenderArgs) -> list[dict[str, Any]]:
         d = self.decide(args)
         if log.isEnabledFor(logging.DEBUG):
-            log.debug("prioritize %s (needs %d GPU): %s", d.pod.ref, d.pod.gpus_needed,
-                      ", ".join(f"{name}={score}" for name, score in d.scores))  # fmt: skip
+            log.debug(
+                "prioritize %s (needs %d GPU): %s",
+                d.pod.ref,
+                d.pod.gpus_needed,
+                ", ".join(f"{name}={score}" for name, score in d.scores),
+            )
         return prioritize_result(d.scores, compact=self.settings.compact_priorities)
 
     def explain(self, args: ExtenderArgs) -> dict[str, Any]:
@@ -237,20 +269,29 @@ class SchedulerApi:
         more = f" and {len(outcome.failed) - len(shown)} more" if len(outcome.failed) > len(shown) else ""
         log.info(
             "filter %s needs %d GPU%s: %d passed%s%s, %d failed%s%s",
-            d.pod.ref, needed, "".join(f", {n} MIG {p}" for p, n in mig), len(outcome.passed),
+            d.pod.ref,
+            needed,
+            "".join(f", {n} MIG {p}" for p, n in mig),
+            len(outcome.passed),
             f" ({len(outcome.passed) - held_back} best answered, --shortlist {d.shortlist})" if held_back else "",
-            " (no node fit: passing the busy/stale ones, kube-scheduler decides)" if outcome.fallback else
-            f" (on assumed data: no node with fresh GPU data fits; {_names(outcome.assumed)})" if outcome.assumed
+            " (no node fit: passing the busy/stale ones, kube-scheduler decides)"
+            if outcome.fallback
+            else f" (on assumed data: no node with fresh GPU data fits; {_names(outcome.assumed)})"
+            if outcome.assumed
             else "",
-            len(outcome.failed), (": " + "; ".join(shown)) if shown else "", more,
-        )  # fmt: skip
+            len(outcome.failed),
+            (": " + "; ".join(shown)) if shown else "",
+            more,
+        )
 
 
 def _failure_text(code: str, a: whole_gpus.NodeAssessment) -> str:
     """The reason the node failed (class or GPU rules), with its GPU numbers."""
     assumed = ", assumed" if a.assumed else ""  # the numbers are not measured: idle = needed
-    return (f"{a.name}: {code} (idle {_n(a.idle_gpus)}, healthy {_n(a.healthy_gpus)}/{_n(a.gpu_count)}, "
-            f"data {a.data.value}{assumed})")
+    return (
+        f"{a.name}: {code} (idle {_n(a.idle_gpus)}, healthy {_n(a.healthy_gpus)}/{_n(a.gpu_count)}, "
+        f"data {a.data.value}{assumed})"
+    )
 
 
 def _names(names: list[str]) -> str:
@@ -292,16 +333,25 @@ async def _read_body(request: web.Request, settings: ApiSettings) -> bytes:
     if any(token.strip().lower() not in ("", "identity") for token in encoding.split(",")):
         # kube-scheduler never compresses; a compressed body is refused unread, never inflated
         # (a 2 MB gzip body of zeros is 2 GiB). The AppRunner must not auto-decompress: new_runner().
-        raise _Refused(415, "unsupported_encoding", f"Content-Encoding {shown_value(encoding)} is not accepted: "
-                       "send the body uncompressed (identity), as kube-scheduler does")  # fmt: skip
+        raise _Refused(
+            415,
+            "unsupported_encoding",
+            f"Content-Encoding {shown_value(encoding)} is not accepted: "
+            "send the body uncompressed (identity), as kube-scheduler does",
+        )
     if request.content_length is not None and request.content_length > settings.max_body_bytes:
         raise _too_large(settings)  # declared: refused before reading a byte
     try:
         async with asyncio.timeout(settings.body_read_timeout_s):
             return await request.read()
     except TimeoutError:
-        raise _Refused(408, "body_timeout", f"request body not complete within {settings.body_read_timeout_s:g}s "
-                       "(--body-read-timeout); closing the connection", close=True) from None  # fmt: skip
+        raise _Refused(
+            408,
+            "body_timeout",
+            f"request body not complete within {settings.body_read_timeout_s:g}s "
+            "(--body-read-timeout); closing the connection",
+            close=True,
+        ) from None
     except web.HTTPRequestEntityTooLarge:  # chunked: refused once the limit is passed
         raise _too_large(settings) from None
     except web.RequestPayloadError as exc:  # broken chunked framing and the like
@@ -311,8 +361,12 @@ async def _read_body(request: web.Request, settings: ApiSettings) -> bytes:
 
 
 def _too_large(settings: ApiSettings) -> _Refused:
-    return _Refused(413, "too_large", f"request body is larger than {settings.max_body_bytes} bytes; raise "
-                    "--max-body-bytes or configure kube-scheduler with nodeCacheCapable: true")  # fmt: skip
+    return _Refused(
+        413,
+        "too_large",
+        f"request body is larger than {settings.max_body_bytes} bytes; raise "
+        "--max-body-bytes or configure kube-scheduler with nodeCacheCapable: true",
+    )
 
 
 def new_runner(app: web.Application, **options: Any) -> web.AppRunner:
@@ -329,8 +383,12 @@ def listen_backlog(somaxconn: str = "/proc/sys/net/core/somaxconn") -> int:
     except (OSError, ValueError):
         return LISTEN_BACKLOG
     if cap < LISTEN_BACKLOG:
-        log.warning("net.core.somaxconn is %d: the scheduler API's accept queue holds only that many "
-                    "connections arriving at once (raise the sysctl to %d)", cap, LISTEN_BACKLOG)  # fmt: skip
+        log.warning(
+            "net.core.somaxconn is %d: the scheduler API's accept queue holds only that many "
+            "connections arriving at once (raise the sysctl to %d)",
+            cap,
+            LISTEN_BACKLOG,
+        )
     return max(1, min(cap, LISTEN_BACKLOG))
 
 
@@ -349,19 +407,30 @@ def build_app(api: SchedulerApi, pages: PageRoutes | None = None) -> web.Applica
 
     def refuse(verb: str, request: web.Request, status: int, code: str, message: str) -> web.Response:
         metrics.bad_requests.labels(verb=verb, reason=code).inc()
-        log.warning("%s: refused request from %s: %s", verb, request.remote, message,
-                    extra={"verb": verb, "reason": code, "peer": request.remote})  # fmt: skip
+        log.warning(
+            "%s: refused request from %s: %s",
+            verb,
+            request.remote,
+            message,
+            extra={"verb": verb, "reason": code, "peer": request.remote},
+        )
         response = _json({"error": message, "reason": code}, status=status)
         if status == 415:
             response.headers["Accept-Encoding"] = "identity"  # RFC 7694: what we do accept
         return response
 
-    def decided(decide: Callable[[ExtenderArgs], Any], max_candidates: int = settings.max_candidates,
-                nodes_optional: bool = False, settle: bool = False) -> Callable[[bytes], Awaitable[Any]]:  # fmt: skip
+    def decided(
+        decide: Callable[[ExtenderArgs], Any],
+        max_candidates: int = settings.max_candidates,
+        nodes_optional: bool = False,
+        settle: bool = False,
+    ) -> Callable[[bytes], Awaitable[Any]]:
         """A verb that answers ExtenderArgs; `settle`: first wait for earlier pods' bindings (binding_gate.py)."""
+
         async def respond(body: bytes) -> Any:
-            args = parse_extender_args(body, max_candidates=max_candidates, max_containers=max_containers,
-                                       nodes_optional=nodes_optional)  # fmt: skip
+            args = parse_extender_args(
+                body, max_candidates=max_candidates, max_containers=max_containers, nodes_optional=nodes_optional
+            )
             if settle:
                 await api.settle(args)
             return decide(args)
@@ -416,12 +485,15 @@ def build_app(api: SchedulerApi, pages: PageRoutes | None = None) -> web.Applica
     app.router.add_post(f"{prefix}/filter", scheduler_verb("filter", decided(api.filter, settle=True)))
     app.router.add_post(f"{prefix}/prioritize", scheduler_verb("prioritize", decided(api.prioritize)))
     app.router.add_post(f"{prefix}/bind", scheduler_verb("bind", bind))
-    app.router.add_post(f"{prefix}/explain", scheduler_verb(
-        "explain", decided(api.explain, min(settings.max_candidates, EXPLAIN_MAX_CANDIDATES), nodes_optional=True)))  # fmt: skip
+    app.router.add_post(
+        f"{prefix}/explain",
+        scheduler_verb(
+            "explain", decided(api.explain, min(settings.max_candidates, EXPLAIN_MAX_CANDIDATES), nodes_optional=True)
+        ),
+    )
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", get_metrics)
     if pages is not None:
         pages(app, api, prefix, scheduler_verb)
     return app
-

@@ -22,8 +22,12 @@ DEFAULT_TIMEOUT_S = 1.5  # the shipped scheduler config's httpTimeout is 2 s
 
 
 class PodBinder:
-    def __init__(self, connection: k8s.Configuration | Callable[[], k8s.ApiClient],
-                 timeout_s: float = DEFAULT_TIMEOUT_S, clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+    def __init__(
+        self,
+        connection: k8s.Configuration | Callable[[], k8s.ApiClient],
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         if isinstance(connection, k8s.Configuration):
             configuration = connection
             self._factory: Callable[[], k8s.ApiClient] = lambda: k8s.ApiClient(configuration)
@@ -38,18 +42,22 @@ class PodBinder:
         if self._client is None:
             self._client = self._factory()
         body = {
-            "apiVersion": "v1", "kind": "Binding",
+            "apiVersion": "v1",
+            "kind": "Binding",
             # The UID makes the API server refuse to bind a pod recreated under the same name.
             "metadata": {"name": b.pod_name, "namespace": b.namespace, "uid": b.uid},
             "target": {"apiVersion": "v1", "kind": "Node", "name": b.node},
-        }  # fmt: skip
+        }
         try:
             # _preload_content=False: the raw response (the generated V1Binding model refuses the
             # answer's null target when it deserialises it).
             resp: aiohttp.ClientResponse = await k8s.CoreV1Api(self._client).create_namespaced_pod_binding(  # type: ignore[assignment]
-                b.pod_name, b.namespace, body,  # type: ignore[arg-type]  # a plain dict serialises the same
-                _preload_content=False, _request_timeout=aiohttp.ClientTimeout(total=self._timeout_s),
-            )  # fmt: skip
+                b.pod_name,
+                b.namespace,
+                body,  # type: ignore[arg-type]  # a plain dict serialises the same
+                _preload_content=False,
+                _request_timeout=aiohttp.ClientTimeout(total=self._timeout_s),
+            )
             try:
                 raw = await resp.read()
             finally:

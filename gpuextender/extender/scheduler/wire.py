@@ -19,13 +19,14 @@ orjson builds them), and quantities bounded in gpuextender/extender/model/pod_gp
 
 from __future__ import annotations
 
-import orjson
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuextender.extender.model.bad_request import BadRequest, shown
+import orjson
+
 from gpuextender.extender.decide.whole_gpus import FilterOutcome
+from gpuextender.extender.model.bad_request import BadRequest, shown
 from gpuextender.extender.model.pod_gpus import MAX_GPU_COUNT, parse_count
 from gpuextender.extender.settings import MAX_CANDIDATES
 
@@ -73,8 +74,10 @@ def _allocatable_gpus(node: dict[str, Any], i: int, gpu_resources: Sequence[str]
         return 0  # a Node object that lists no GPU resource has none
     total = sum(parse_count(allocatable[n], f"Nodes.items[{i}].status.allocatable[{n}]") for n in present)
     if total > MAX_GPU_COUNT:
-        raise BadRequest("too_many_gpus", f"Nodes.items[{i}] has {total} allocatable devices in total; "
-                         f"at most {MAX_GPU_COUNT} (2**31)")  # fmt: skip
+        raise BadRequest(
+            "too_many_gpus",
+            f"Nodes.items[{i}] has {total} allocatable devices in total; at most {MAX_GPU_COUNT} (2**31)",
+        )
     return total
 
 
@@ -91,7 +94,10 @@ def _top_level(document: Any) -> dict[str, Any]:
 
 
 def parse_extender_args(
-    body: bytes, *, max_candidates: int = MAX_CANDIDATES, max_containers: int | None = None,
+    body: bytes,
+    *,
+    max_candidates: int = MAX_CANDIDATES,
+    max_containers: int | None = None,
     nodes_optional: bool = False,
 ) -> ExtenderArgs:
     """`max_containers`: JSON objects + arrays allowed (None: no bound; the server passes
@@ -99,8 +105,11 @@ def parse_extender_args(
     candidates is the question "which of all the nodes you know?" (both fields stay None)."""
     # '{' and '[' inside strings count too: an over-estimate, checked at C speed.
     if max_containers is not None and (count := body.count(b"{") + body.count(b"[")) > max_containers:
-        raise BadRequest("too_complex", f"body has {count} '{{' and '[' (JSON objects and arrays); at most "
-                         f"{max_containers}, one per {BYTES_PER_CONTAINER} bytes of --max-body-bytes")  # fmt: skip
+        raise BadRequest(
+            "too_complex",
+            f"body has {count} '{{' and '[' (JSON objects and arrays); at most "
+            f"{max_containers}, one per {BYTES_PER_CONTAINER} bytes of --max-body-bytes",
+        )
     try:
         document = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
@@ -142,8 +151,10 @@ def _check_candidates(field: str, value: Any, max_candidates: int) -> None:
     if not isinstance(value, list):
         raise BadRequest("wrong_type", f"{field} must be a list, got {type(value).__name__}")
     if len(value) > max_candidates:
-        raise BadRequest("too_many_nodes", f"{field} has {len(value)} candidate nodes; at most {max_candidates} "
-                         "per call (--max-candidates)")  # fmt: skip
+        raise BadRequest(
+            "too_many_nodes",
+            f"{field} has {len(value)} candidate nodes; at most {max_candidates} per call (--max-candidates)",
+        )
 
 
 def _check_echoable(metadata: Any, items: list[Any]) -> None:
@@ -153,8 +164,9 @@ def _check_echoable(metadata: Any, items: list[Any]) -> None:
     try:
         orjson.dumps({"Nodes": {"metadata": metadata, "items": items}})
     except orjson.JSONEncodeError as exc:
-        raise BadRequest("too_deep", f"Nodes cannot be echoed in the answer: {exc} "
-                         "(JSON nested deeper than 254 levels)") from None
+        raise BadRequest(
+            "too_deep", f"Nodes cannot be echoed in the answer: {exc} (JSON nested deeper than 254 levels)"
+        ) from None
 
 
 def filter_result(args: ExtenderArgs, outcome: FilterOutcome) -> dict[str, Any]:
@@ -223,11 +235,14 @@ def parse_binding_args(body: bytes) -> BindingArgs:
     for field_name in ("PodName", "PodNamespace", "PodUID", "Node"):
         value = top.get(field_name.lower())
         if not isinstance(value, str) or not value:
-            raise BadRequest("missing_field", f"ExtenderBindingArgs.{field_name} must be a non-empty string, "
-                             f"got {shown(value)}")  # fmt: skip
+            raise BadRequest(
+                "missing_field", f"ExtenderBindingArgs.{field_name} must be a non-empty string, got {shown(value)}"
+            )
         if len(value) > MAX_BIND_FIELD_CHARS:
-            raise BadRequest("too_long", f"ExtenderBindingArgs.{field_name} is {len(value)} characters; at most "
-                             f"{MAX_BIND_FIELD_CHARS}")  # fmt: skip
+            raise BadRequest(
+                "too_long",
+                f"ExtenderBindingArgs.{field_name} is {len(value)} characters; at most {MAX_BIND_FIELD_CHARS}",
+            )
         values.append(value)
     return BindingArgs(*values)
 

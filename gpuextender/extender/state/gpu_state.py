@@ -19,13 +19,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from gpuextender.v1 import gpu_state_pb2 as pb
-
+from gpuextender.common.idle_rule import IdleRule
+from gpuextender.extender.model.ome.node_class import GpuFacts, facts_from_report
 from gpuextender.extender.state.bound_pods import offered, pending
 from gpuextender.extender.state.gpu_summary import NodeSummary, summarize
-from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.state.pod_ledger import BoundPod
-from gpuextender.extender.model.ome.node_class import GpuFacts, facts_from_report
+from gpuextender.v1 import gpu_state_pb2 as pb
 
 FactsListener = Callable[[str], None]  # called with the node name whose GPU facts changed
 

@@ -34,10 +34,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuextender.v1 import gpu_state_pb2 as pb
-
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.state.gpu_topology import set_tiers, tier_for
+from gpuextender.v1 import gpu_state_pb2 as pb
 
 # Set sizes whose quality class is precomputed per report: up to 64 GPUs (or replicas) per pod.
 QUALITY_SIZES = 65
@@ -162,8 +161,11 @@ def summarize(report: pb.NodeReport, rule: IdleRule, received_at: float) -> Node
         free += unheld
         busy = (util is not None and util >= max_util) or (mem_percent is not None and mem_percent >= max_mem)
         degraded_gpu = gpu.health == _DEGRADED
-        state = (GPU_DEGRADED if degraded_gpu else GPU_ALLOCATED_BUSY if busy else GPU_ALLOCATED_IDLE) if held else \
-            (GPU_DEGRADED if degraded_gpu else GPU_FREE_BUSY if busy else GPU_FREE_IDLE)  # fmt: skip
+        state = (
+            (GPU_DEGRADED if degraded_gpu else GPU_ALLOCATED_BUSY if busy else GPU_ALLOCATED_IDLE)
+            if held
+            else (GPU_DEGRADED if degraded_gpu else GPU_FREE_BUSY if busy else GPU_FREE_IDLE)
+        )
         cells.append((index, state, util, mem_percent))
         if busy:
             continue

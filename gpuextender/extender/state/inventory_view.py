@@ -25,9 +25,17 @@ from gpuextender.extender.model.kube_objects import (
     KubeObject,
     object_key,
 )
-from gpuextender.extender.state.inventory_store import InventoryStore
-from gpuextender.extender.model.ome.accelerator_class import AcceleratorClass, InvalidAcceleratorClass, parse_accelerator_class
-from gpuextender.extender.model.ome.node_class import ClassMembership, classes_for_node, compile_classes, membership_from
+from gpuextender.extender.model.ome.accelerator_class import (
+    AcceleratorClass,
+    InvalidAcceleratorClass,
+    parse_accelerator_class,
+)
+from gpuextender.extender.model.ome.node_class import (
+    ClassMembership,
+    classes_for_node,
+    compile_classes,
+    membership_from,
+)
 from gpuextender.extender.model.ome.ome_objects import (
     BaseModel,
     InferenceService,
@@ -39,6 +47,7 @@ from gpuextender.extender.model.ome.ome_objects import (
 )
 from gpuextender.extender.model.pod_gpus import parse_count
 from gpuextender.extender.model.untrusted import object_at
+from gpuextender.extender.state.inventory_store import InventoryStore
 
 log = logging.getLogger("gpu_extender.inventory")
 
@@ -61,7 +70,9 @@ class InventoryView:
     def get(self, kind: str, key: str) -> KubeObject | None:
         return self.objects.get(kind, {}).get(key)
 
-    def namespaced_first(self, kind: str, cluster_kind: str, namespace: str, name: str) -> tuple[str, KubeObject | None]:
+    def namespaced_first(
+        self, kind: str, cluster_kind: str, namespace: str, name: str
+    ) -> tuple[str, KubeObject | None]:
         """OME's lookup order: the namespaced object, else the cluster-scoped one (§7.2)."""
         found = self.get(kind, f"{namespace}/{name}")
         if found is not None:
@@ -124,11 +135,17 @@ class ViewBuilder:
             return
         self._class_report = report
         if membership.multi_class:
-            log.info("inventory: %d node(s) in several AcceleratorClasses: %s", len(membership.multi_class),
-                     "; ".join(f"{n}: {', '.join(cs)}" for n, cs in list(membership.multi_class.items())[:10]))  # fmt: skip
+            log.info(
+                "inventory: %d node(s) in several AcceleratorClasses: %s",
+                len(membership.multi_class),
+                "; ".join(f"{n}: {', '.join(cs)}" for n, cs in list(membership.multi_class.items())[:10]),
+            )
         if unclassed:
-            log.info("inventory: %d GPU node(s) match no AcceleratorClass (OME pods with class rules cannot "
-                     "land there): %s", len(unclassed), ", ".join(unclassed[:10]))  # fmt: skip
+            log.info(
+                "inventory: %d GPU node(s) match no AcceleratorClass (OME pods with class rules cannot land there): %s",
+                len(unclassed),
+                ", ".join(unclassed[:10]),
+            )
 
     def _classify(self, nodes: list[KubeObject], classes: dict[str, AcceleratorClass]) -> ClassMembership:
         current = list(classes.values())
@@ -185,10 +202,12 @@ class ViewBuilder:
         objects: dict[str, dict[str, KubeObject]] = {}
         parsed: dict[str, list[Any]] = {}  # kind -> its parsed objects (each kind its own type)
         parsers = (
-            (SERVING_RUNTIME, parse_serving_runtime), (CLUSTER_SERVING_RUNTIME, parse_serving_runtime),
+            (SERVING_RUNTIME, parse_serving_runtime),
+            (CLUSTER_SERVING_RUNTIME, parse_serving_runtime),
             (INFERENCE_SERVICE, parse_inference_service),
-            (BASE_MODEL, parse_base_model), (CLUSTER_BASE_MODEL, parse_base_model),
-        )  # fmt: skip
+            (BASE_MODEL, parse_base_model),
+            (CLUSTER_BASE_MODEL, parse_base_model),
+        )
         for kind, parse in parsers:
             valid = objects.setdefault(kind.kind, {})
             for obj in self._store.objects(kind.kind):
@@ -203,9 +222,17 @@ class ViewBuilder:
         models = tuple(parsed.get(BASE_MODEL.kind, []) + parsed.get(CLUSTER_BASE_MODEL.kind, []))
         services = {f"{i.namespace}/{i.name}": i for i in parsed.get(INFERENCE_SERVICE.kind, [])}
         self.current = InventoryView(
-            self._store.version, allocatable, labels, invalid, classes, membership, objects,
-            runtimes, models, services,
-        )  # fmt: skip
+            self._store.version,
+            allocatable,
+            labels,
+            invalid,
+            classes,
+            membership,
+            objects,
+            runtimes,
+            models,
+            services,
+        )
         for listener in self._rebuilt:
             listener(self.current)
         return self.current

@@ -21,14 +21,14 @@ get a plain dict, as before.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence, Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from gpuextender.extender.model.ome.node_class import MEMORY_TOLERANCE, ClassMatcher, GpuFacts, Mismatch
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.inventory_view import InventoryView
-from gpuextender.extender.model.ome.node_class import MEMORY_TOLERANCE, ClassMatcher, GpuFacts, Mismatch
 
 log = logging.getLogger("gpu_extender.classes")
 
@@ -128,8 +128,13 @@ class LiveClasses:
             excluded[name] = mismatch
             if (node, name, mismatch.detail) not in self._warned:
                 self._warned.add((node, name, mismatch.detail))
-                log.warning("node %s matches AcceleratorClass %s by its labels but not by its GPUs (%s): "
-                            "left out of the class; check the node's labels", node, name, mismatch.detail)  # fmt: skip
+                log.warning(
+                    "node %s matches AcceleratorClass %s by its labels but not by its GPUs (%s): "
+                    "left out of the class; check the node's labels",
+                    node,
+                    name,
+                    mismatch.detail,
+                )
         if excluded:
             self._excluded[node] = excluded
         return tuple(kept)
@@ -145,9 +150,11 @@ class LiveClassesCollector(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily]:
         view = self._inventory()
         by_node = self._classes.classes_by_node(view)
-        per_class = GaugeMetricFamily("gpu_extender_class_nodes",
-                                      "Nodes in each AcceleratorClass (labels and, once reported, NVML facts).",
-                                      labels=["accelerator_class"])  # fmt: skip
+        per_class = GaugeMetricFamily(
+            "gpu_extender_class_nodes",
+            "Nodes in each AcceleratorClass (labels and, once reported, NVML facts).",
+            labels=["accelerator_class"],
+        )
         counts = dict.fromkeys(view.classes, 0)
         several = unclassed = 0
         for node, classes in by_node.items():
@@ -159,11 +166,16 @@ class LiveClassesCollector(Collector):
             per_class.add_metric([name], count)
         yield per_class
         if view.classes:
-            yield GaugeMetricFamily("gpu_extender_nodes_in_several_classes",
-                                    "Nodes that match two or more AcceleratorClasses.", value=several)  # fmt: skip
-            yield GaugeMetricFamily("gpu_extender_gpu_nodes_without_class",
-                                    "Nodes with allocatable GPUs that match no AcceleratorClass.",
-                                    value=unclassed)  # fmt: skip
+            yield GaugeMetricFamily(
+                "gpu_extender_nodes_in_several_classes",
+                "Nodes that match two or more AcceleratorClasses.",
+                value=several,
+            )
+            yield GaugeMetricFamily(
+                "gpu_extender_gpu_nodes_without_class",
+                "Nodes with allocatable GPUs that match no AcceleratorClass.",
+                value=unclassed,
+            )
         yield GaugeMetricFamily(
             "gpu_extender_class_capability_mismatches",
             "(node, class) pairs where the labels match but the GPUs NVML reports do not meet the class "

@@ -23,10 +23,9 @@ from dataclasses import dataclass
 
 from gpuextender.extender.model.bad_request import BadRequest
 from gpuextender.extender.model.kube_objects import POD, KubeObject
-from gpuextender.extender.model.untrusted import object_at
-from gpuextender.extender.model.pod_gpus import MigNeed, mig_profile
 from gpuextender.extender.model.ome.pod_intent import INFERENCE_SERVICE_LABEL
-from gpuextender.extender.model.pod_gpus import gpus_requested
+from gpuextender.extender.model.pod_gpus import MigNeed, gpus_requested, mig_profile
+from gpuextender.extender.model.untrusted import object_at
 
 log = logging.getLogger("gpu_extender.pods")
 
@@ -124,15 +123,19 @@ class PodLedger:
             mig = tuple(sorted((p, n) for r, p in self._mig if (n := gpus_requested(obj, [r])) > 0))
         except BadRequest as exc:
             self.invalid += 1
-            log.warning("pod %s on %s: GPU request not counted: %s", _key(meta), node, exc.message,
-                        extra={"pod": _key(meta), "node": node, "reason": exc.code})  # fmt: skip
+            log.warning(
+                "pod %s on %s: GPU request not counted: %s",
+                _key(meta),
+                node,
+                exc.message,
+                extra={"pod": _key(meta), "node": node, "reason": exc.code},
+            )
             return None
         if gpus <= 0 and not mig:
             return None
         labels = object_at(meta, "labels")
         isvc = labels.get(INFERENCE_SERVICE_LABEL)
-        return BoundPod(uid, _key(meta), node, gpus, mig, str(phase), seen_at,
-                        isvc if isinstance(isvc, str) else "")  # fmt: skip
+        return BoundPod(uid, _key(meta), node, gpus, mig, str(phase), seen_at, isvc if isinstance(isvc, str) else "")
 
     # -- InventorySink ---------------------------------------------------------
 
@@ -147,7 +150,8 @@ class PodLedger:
             if pod is not None:
                 fresh[pod.uid] = pod
         changed = {p.node for p in old.values() if fresh.get(p.uid) != p} | {
-            p.node for p in fresh.values() if old.get(p.uid) != p}  # fmt: skip
+            p.node for p in fresh.values() if old.get(p.uid) != p
+        }
         self._by_uid = fresh
         self._by_node = {}
         for pod in fresh.values():

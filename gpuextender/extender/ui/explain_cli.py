@@ -33,8 +33,7 @@ from gpuextender.extender.ui.explain_lookup import (
 
 PROG = "gpu-extender explain"
 TLS_SECRET, TLS_NAMESPACE = "gpu-extender-tls", "gpu-extender"  # deploy/components/cert-manager/certificates.yaml
-CA_COMMAND = (f"kubectl -n {TLS_NAMESPACE} get secret {TLS_SECRET} -o jsonpath='{{.data.ca\\.crt}}' "
-              "| base64 -d > ca.crt")  # fmt: skip
+CA_COMMAND = f"kubectl -n {TLS_NAMESPACE} get secret {TLS_SECRET} -o jsonpath='{{.data.ca\\.crt}}' | base64 -d > ca.crt"
 HOSTNAME_MISMATCH = 62  # X509_V_ERR_HOSTNAME_MISMATCH
 
 EPILOG = f"""\
@@ -68,24 +67,41 @@ class _Formatter(argparse.RawDescriptionHelpFormatter, HelpFormatter):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n\n")[0], epilog=EPILOG,
-                                formatter_class=_Formatter)  # fmt: skip
-    p.add_argument("request", nargs="?", metavar="FILE",
-                   help="a Pod manifest (YAML/JSON) or an ExtenderArgs JSON body; - for stdin")  # fmt: skip
+    p = argparse.ArgumentParser(
+        prog=PROG, description=__doc__.split("\n\n")[0], epilog=EPILOG, formatter_class=_Formatter
+    )
+    p.add_argument(
+        "request",
+        nargs="?",
+        metavar="FILE",
+        help="a Pod manifest (YAML/JSON) or an ExtenderArgs JSON body; - for stdin",
+    )
     p.add_argument("--pod", metavar="NAMESPACE/NAME", help="explain this pod of the cluster (instead of FILE)")
     p.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig for --pod (default: see below)")
     p.add_argument("--context", metavar="NAME", help="kubeconfig context (default: the current one)")
-    p.add_argument("--all-nodes", action="store_true",
-                   help="with --pod: send every node, cordoned and nodeSelector-mismatched ones too")  # fmt: skip
-    p.add_argument("-n", "--namespace", default="default",
-                   help="namespace of a Pod manifest without metadata.namespace")  # fmt: skip
+    p.add_argument(
+        "--all-nodes",
+        action="store_true",
+        help="with --pod: send every node, cordoned and nodeSelector-mismatched ones too",
+    )
+    p.add_argument(
+        "-n", "--namespace", default="default", help="namespace of a Pod manifest without metadata.namespace"
+    )
     p.add_argument("--url", default="http://127.0.0.1:8888", help="the extender's HTTP address (and path prefix)")
-    p.add_argument("--cacert", metavar="PATH",
-                   help="CA certificate to verify an https:// extender with (the issuer of its --tls-cert; "
-                        f"in a cluster ca.crt of the {TLS_SECRET} Secret)")  # fmt: skip
+    p.add_argument(
+        "--cacert",
+        metavar="PATH",
+        help="CA certificate to verify an https:// extender with (the issuer of its --tls-cert; "
+        f"in a cluster ca.crt of the {TLS_SECRET} Secret)",
+    )
     p.add_argument("--json", action="store_true", help="print the raw /explain answer")
-    p.add_argument("--timeout", type=float, default=10.0, metavar="SECONDS",
-                   help="for each request to the extender and to the API server")  # fmt: skip
+    p.add_argument(
+        "--timeout",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="for each request to the extender and to the API server",
+    )
     return p
 
 
@@ -152,8 +168,10 @@ def _question(args: argparse.Namespace) -> tuple[bytes, Candidates | None, str |
         question = question_from_file(raw, what, args.namespace)
         if question.pod is None:
             if args.kubeconfig or args.context or args.all_nodes:
-                raise SourceError(f"{what} is an ExtenderArgs body: it names its own candidates, so --kubeconfig/"
-                                  "--context/--all-nodes do not apply (give a Pod manifest or --pod)")  # fmt: skip
+                raise SourceError(
+                    f"{what} is an ExtenderArgs body: it names its own candidates, so --kubeconfig/"
+                    "--context/--all-nodes do not apply (give a Pod manifest or --pod)"
+                )
             return question.body, None, None
         if not (args.kubeconfig or args.context):
             if args.all_nodes:
@@ -174,13 +192,16 @@ def _question(args: argparse.Namespace) -> tuple[bytes, Candidates | None, str |
 def tls_hint(error: ssl.SSLCertVerificationError, cacert: str | None) -> str:
     """What to do when the extender's certificate cannot be verified."""
     if error.verify_code == HOSTNAME_MISMATCH:
-        return ("the extender's certificate does not name the host in --url: use a name it carries (in a "
-                f"cluster the {TLS_SECRET} certificate names gpu-extender.{TLS_NAMESPACE}.svc, localhost and "
-                "127.0.0.1, e.g. through kubectl port-forward)")  # fmt: skip
-    which = (f"--cacert {cacert} did not sign the extender's certificate; pass" if cacert
-             else "pass --cacert with")  # fmt: skip
-    return (f"{which} the CA that signed the extender's certificate (in a cluster: ca.crt of the {TLS_SECRET} "
-            f"Secret: {CA_COMMAND})")
+        return (
+            "the extender's certificate does not name the host in --url: use a name it carries (in a "
+            f"cluster the {TLS_SECRET} certificate names gpu-extender.{TLS_NAMESPACE}.svc, localhost and "
+            "127.0.0.1, e.g. through kubectl port-forward)"
+        )
+    which = f"--cacert {cacert} did not sign the extender's certificate; pass" if cacert else "pass --cacert with"
+    return (
+        f"{which} the CA that signed the extender's certificate (in a cluster: ca.crt of the {TLS_SECRET} "
+        f"Secret: {CA_COMMAND})"
+    )
 
 
 def ordered(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -217,8 +238,10 @@ def render(answer: dict[str, Any]) -> str:
     rows = ordered(answer["nodes"])
     node_w = max([20, *(len(n["node"]) for n in rows)])
     class_w = max([22, *(len(",".join(n["classes"])) for n in rows)])
-    header = (f"{'NODE':<{node_w}} {'CLASSES':<{class_w}} {'DATA':<6} {'IDLE/HEALTHY/GPUS':>17} {'UTIL':>5} "
-              f"{'RANK':>4} {'SCORE':>5}  RESULT")  # fmt: skip
+    header = (
+        f"{'NODE':<{node_w}} {'CLASSES':<{class_w}} {'DATA':<6} {'IDLE/HEALTHY/GPUS':>17} {'UTIL':>5} "
+        f"{'RANK':>4} {'SCORE':>5}  RESULT"
+    )
     lines += ["", header]
     if not rows:
         lines.append("(no candidate nodes)")
@@ -228,15 +251,20 @@ def render(answer: dict[str, Any]) -> str:
             gpus = "*" + gpus  # assumed: idle = needed, not measured
         util = "-" if n["meanUtilization"] is None else f"{n['meanUtilization']:.0f}%"
         rank = "-" if n["classRank"] is None else str(n["classRank"] + 1)
-        lines.append(f"{n['node']:<{node_w}} {','.join(n['classes']) or '-':<{class_w}} {n['data']:<6} {gpus:>17} "
-                     f"{util:>5} {rank:>4} {n['score']:>5}  {_result(n)}")  # fmt: skip
+        lines.append(
+            f"{n['node']:<{node_w}} {','.join(n['classes']) or '-':<{class_w}} {n['data']:<6} {gpus:>17} "
+            f"{util:>5} {rank:>4} {n['score']:>5}  {_result(n)}"
+        )
         for cls, why in (n.get("classesExcludedByGpus") or {}).items():
             lines.append(f"  not in {cls} although its labels match: {why}")
         if n.get("boundPodsPending"):
-            pods = ", ".join(f"{b['pod']} ({b['gpus']} GPU, {b['phase'] or 'no phase'}, {b['ageSeconds']:.0f}s)"
-                             for b in n["boundPodsPending"])  # fmt: skip
-            lines.append(f"  bound here, not yet attributed by the agent ({n['boundPodsPendingGpus']} GPU taken off): "
-                         f"{pods}")  # fmt: skip
+            pods = ", ".join(
+                f"{b['pod']} ({b['gpus']} GPU, {b['phase'] or 'no phase'}, {b['ageSeconds']:.0f}s)"
+                for b in n["boundPodsPending"]
+            )
+            lines.append(
+                f"  bound here, not yet attributed by the agent ({n['boundPodsPendingGpus']} GPU taken off): {pods}"
+            )
     lines += ["", f"node score: {answer['formulas']['node']}"]
     if any(n.get("assumedData") for n in answer["nodes"]):
         lines.append("* assumed data (no fresh agent report): idle GPUs counted as just enough, never as all idle")

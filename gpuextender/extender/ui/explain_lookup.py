@@ -45,8 +45,9 @@ def question_from_file(raw: bytes, what: str, namespace: str = "default") -> Fil
     if isinstance(document, list):
         raise SourceError(f"{what} is a list of {len(document)} objects, not one Pod: {NOT_A_POD_HINT}")
     if not isinstance(document, dict):
-        raise SourceError(f"{what} is not an object (a {type(document).__name__}): expected an ExtenderArgs "
-                          "body or a Pod manifest")  # fmt: skip
+        raise SourceError(
+            f"{what} is not an object (a {type(document).__name__}): expected an ExtenderArgs body or a Pod manifest"
+        )
     if any(isinstance(key, str) and key.lower() == "pod" for key in document):
         # ExtenderArgs (Go decodes its keys case-insensitively): the extender checks the rest.
         return FileQuestion(raw if was_json else json.dumps(document).encode(), None)
@@ -112,8 +113,7 @@ class Candidates:
     def describe(self) -> dict[str, Any]:
         """The answer's `candidates` entry, as the extender writes it for a manifest."""
         source = "the cluster's nodes" if not self.skipped else "the cluster's nodes kube-scheduler would send"
-        return {"source": source, "known": self.total, "explained": len(self.names),
-                "skipped": dict(self.skipped)}  # fmt: skip
+        return {"source": source, "known": self.total, "explained": len(self.names), "skipped": dict(self.skipped)}
 
 
 def tolerates_cordon(pod: Mapping[str, Any]) -> bool:
@@ -177,8 +177,12 @@ def split_pod_ref(text: str) -> tuple[str, str]:
 
 
 async def read_cluster(
-    pod_ref: tuple[str, str] | None, *, kubeconfig: str | None, context: str | None, timeout: float,
-) -> ClusterAnswer:  # fmt: skip
+    pod_ref: tuple[str, str] | None,
+    *,
+    kubeconfig: str | None,
+    context: str | None,
+    timeout: float,
+) -> ClusterAnswer:
     """The pod (when `pod_ref` is given) and every Node, as the API server's JSON."""
     import aiohttp
     from kubernetes_asyncio import client as k8s
@@ -209,7 +213,8 @@ async def read_cluster(
                     try:
                         return json.loads(body)
                     except ValueError:
-                        raise SourceError(f"{what}: the API server {server} answered something that is not JSON")
+                        not_json = f"{what}: the API server {server} answered something that is not JSON"
+                        raise SourceError(not_json) from None
                 raise _http_error(response.status, body, what, server)
 
             pod = None
@@ -230,8 +235,10 @@ async def read_cluster(
     except SourceError:
         raise
     except aiohttp.ClientConnectorCertificateError as exc:
-        raise SourceError(f"cannot verify the Kubernetes API server {server}: {exc.certificate_error} "
-                          "(check the kubeconfig's certificate-authority)") from None  # fmt: skip
+        raise SourceError(
+            f"cannot verify the Kubernetes API server {server}: {exc.certificate_error} "
+            "(check the kubeconfig's certificate-authority)"
+        ) from None
     except aiohttp.ClientConnectorError as exc:
         reason = exc.os_error.strerror or str(exc.os_error)
         raise SourceError(f"cannot reach the Kubernetes API server {server}: {reason}") from None
@@ -254,8 +261,9 @@ def _http_error(status: int, body: bytes, what: str, server: str) -> SourceError
     if status == 404:
         return SourceError(f"{what} not found" if what.startswith("pod ") else f"{what}: not found on {server}")
     if status == 401:
-        return SourceError(f"the Kubernetes API server {server} refused the kubeconfig's credentials "
-                           "(401 Unauthorized)")  # fmt: skip
+        return SourceError(
+            f"the Kubernetes API server {server} refused the kubeconfig's credentials (401 Unauthorized)"
+        )
     if status == 403:
         return SourceError(f"forbidden: {message or what} (explain --pod needs get on pods and list on nodes)")
     return SourceError(f"{what}: the API server {server} answered HTTP {status}{': ' + message if message else ''}")

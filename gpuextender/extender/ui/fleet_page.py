@@ -37,13 +37,8 @@ import orjson
 import yaml
 from aiohttp import web
 
-from gpuextender.extender.ui import fleet_page_html
 from gpuextender.extender.model.bad_request import BadRequest, shown
-from gpuextender.extender.ui.fleet_view import FleetAccumulator, FleetInputs, gpu_nodes
-from gpuextender.extender.scheduler.http_api import SchedulerApi, VerbHandler
 from gpuextender.extender.model.kube_objects import CLUSTER_SERVING_RUNTIME, SERVING_RUNTIME
-from gpuextender.extender.state.inventory_view import InventoryView
-from gpuextender.extender.model.untrusted import object_at
 from gpuextender.extender.model.ome.pod_intent import (
     BASE_MODEL_LABEL,
     CLASS_ANNOTATION,
@@ -52,8 +47,12 @@ from gpuextender.extender.model.ome.pod_intent import (
     RUNTIME_LABEL,
 )
 from gpuextender.extender.model.pod_request import STRATEGY_ANNOTATION
+from gpuextender.extender.model.untrusted import object_at
+from gpuextender.extender.scheduler.http_api import SchedulerApi, VerbHandler
 from gpuextender.extender.scheduler.wire import BYTES_PER_CONTAINER, ExtenderArgs
-
+from gpuextender.extender.state.inventory_view import InventoryView
+from gpuextender.extender.ui import fleet_page_html
+from gpuextender.extender.ui.fleet_view import FleetAccumulator, FleetInputs, gpu_nodes
 
 FLEET_CACHE_S = 1.5  # one build serves every browser for this long
 SLICE_S = 0.0005  # one slice of a build: this much work (~50 nodes of 8 GPUs), then a pause
@@ -69,7 +68,8 @@ def _csp_hash(source: str) -> str:
 
 # Exactly the page's own script and style; requests only to the extender; never framed.
 CONTENT_SECURITY_POLICY = (
-    f"default-src 'none'; script-src {_csp_hash(fleet_page_html.SCRIPT)}; style-src {_csp_hash(fleet_page_html.STYLE)}; "
+    f"default-src 'none'; script-src {_csp_hash(fleet_page_html.SCRIPT)}; "
+    f"style-src {_csp_hash(fleet_page_html.STYLE)}; "
     "connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
 )
 _PAGE_HEADERS = {
@@ -81,8 +81,9 @@ _PAGE_HEADERS = {
 
 
 def page_html(prefix: str) -> str:
-    return fleet_page_html.TEMPLATE.format(base=html.escape(prefix, quote=True), style=fleet_page_html.STYLE,
-                                           script=fleet_page_html.SCRIPT)  # fmt: skip
+    return fleet_page_html.TEMPLATE.format(
+        base=html.escape(prefix, quote=True), style=fleet_page_html.STYLE, script=fleet_page_html.SCRIPT
+    )
 
 
 # -- the fleet document -------------------------------------------------------------------------
@@ -94,10 +95,15 @@ def fleet_inputs(api: SchedulerApi) -> tuple[FleetInputs, list[str]]:
     view = api.inventory()
     state = api.state
     inputs = FleetInputs(
-        summary=state.summary, facts=state.facts, allocatable=view.allocatable_gpus,
-        classes_by_node=dict(api.classes.classes_by_node(view)), class_names=tuple(view.classes),
-        now=api.now(), stale_after_s=api.settings.policy.stale_after_s, rule=state.rule,
-    )  # fmt: skip
+        summary=state.summary,
+        facts=state.facts,
+        allocatable=view.allocatable_gpus,
+        classes_by_node=dict(api.classes.classes_by_node(view)),
+        class_names=tuple(view.classes),
+        now=api.now(),
+        stale_after_s=api.settings.policy.stale_after_s,
+        rule=state.rule,
+    )
     return inputs, gpu_nodes(view.allocatable_gpus, state.node_names())
 
 
@@ -133,8 +139,9 @@ class _Built:
 class FleetCache:
     """One build per FLEET_CACHE_S: concurrent requests await the build in progress."""
 
-    def __init__(self, api: SchedulerApi, ttl_s: float = FLEET_CACHE_S,
-                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+    def __init__(
+        self, api: SchedulerApi, ttl_s: float = FLEET_CACHE_S, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._api, self._ttl, self._clock = api, ttl_s, clock
         self._built: _Built | None = None
         self._building: asyncio.Task[_Built] | None = None
@@ -178,16 +185,20 @@ def load_one_object(body: bytes, max_nodes: int) -> dict[str, Any]:
             if isinstance(event, yaml.DocumentStartEvent):
                 documents += 1
                 if documents > 1:
-                    raise BadRequest("multiple_documents", "the YAML holds several documents ('---'): paste one "
-                                     "Pod or one InferenceService")  # fmt: skip
+                    raise BadRequest(
+                        "multiple_documents",
+                        "the YAML holds several documents ('---'): paste one Pod or one InferenceService",
+                    )
             elif isinstance(event, yaml.AliasEvent):
                 raise BadRequest("yaml_alias", "YAML aliases (*name) are not accepted: write the values out")
             elif isinstance(event, yaml.NodeEvent):
                 nodes += 1
                 if nodes > max_nodes:
-                    raise BadRequest("too_complex", f"the YAML has more than {max_nodes} values; a Pod or an "
-                                     "InferenceService has far fewer")  # fmt: skip
-        document = yaml.load(text, Loader=_Loader)  # noqa: S506 (a safe loader, libyaml's or PyYAML's)
+                    raise BadRequest(
+                        "too_complex",
+                        f"the YAML has more than {max_nodes} values; a Pod or an InferenceService has far fewer",
+                    )
+        document = yaml.load(text, Loader=_Loader)
     except yaml.YAMLError as exc:
         raise BadRequest("malformed_yaml", f"not valid YAML: {_yaml_problem(exc)}") from None
     if not isinstance(document, dict):
@@ -216,7 +227,9 @@ def pod_to_explain(document: dict[str, Any], view: InventoryView) -> PodToExplai
     if kind == "InferenceService":
         return inference_service_pod(document, view)
     what = f"kind {shown(kind)}" if kind is not None else "no kind"
-    raise BadRequest("not_a_pod", f"{what}: paste a Pod (kind: Pod) or an OME InferenceService (kind: InferenceService)")
+    raise BadRequest(
+        "not_a_pod", f"{what}: paste a Pod (kind: Pod) or an OME InferenceService (kind: InferenceService)"
+    )
 
 
 def inference_service_pod(isvc: dict[str, Any], view: InventoryView) -> PodToExplain:
@@ -236,14 +249,19 @@ def inference_service_pod(isvc: dict[str, Any], view: InventoryView) -> PodToExp
     engine, predictor = object_at(spec, "engine"), object_at(spec, "predictor")
     predictor_model = object_at(predictor, "model")
     runtime = _string(object_at(spec, "runtime").get("name")) or _string(predictor_model.get("runtime"))
-    model = _string(object_at(spec, "model").get("name")) or _string(object_at(predictor_model, "baseModel").get("name")) \
-        or _string(predictor_model.get("baseModel"))  # fmt: skip
+    model = (
+        _string(object_at(spec, "model").get("name"))
+        or _string(object_at(predictor_model, "baseModel").get("name"))
+        or _string(predictor_model.get("baseModel"))
+    )
     found = [
         ("spec.engine.runner.resources", object_at(object_at(engine, "runner"), "resources")),
-        ("spec.engine.leader.runner.resources",
-         object_at(object_at(object_at(engine, "leader"), "runner"), "resources")),
+        (
+            "spec.engine.leader.runner.resources",
+            object_at(object_at(object_at(engine, "leader"), "runner"), "resources"),
+        ),
         ("spec.predictor.model.resources", object_at(predictor_model, "resources")),
-    ]  # fmt: skip
+    ]
     found.extend(_runtime_resources(view, namespace, runtime))
     source, resources = next(((s, r) for s, r in found if _has_requests(r)), ("nothing (no GPU requested)", {}))
     labels = {INFERENCE_SERVICE_LABEL: name, COMPONENT_LABEL: "engine"}
@@ -252,18 +270,34 @@ def inference_service_pod(isvc: dict[str, Any], view: InventoryView) -> PodToExp
     if model:
         labels[BASE_MODEL_LABEL] = model
     isvc_annotations = object_at(meta, "annotations")
-    annotations = {k: v for k in (CLASS_ANNOTATION, STRATEGY_ANNOTATION) if isinstance(v := isvc_annotations.get(k), str)}
+    annotations = {
+        k: v for k in (CLASS_ANNOTATION, STRATEGY_ANNOTATION) if isinstance(v := isvc_annotations.get(k), str)
+    }
     pod = {
-        "apiVersion": "v1", "kind": "Pod",
+        "apiVersion": "v1",
+        "kind": "Pod",
         "metadata": {"name": f"{name}-engine", "namespace": namespace, "labels": labels, "annotations": annotations},
-        "spec": {"containers": [{"name": "ome-container",
-                                 "resources": {k: resources[k] for k in ("requests", "limits") if k in resources}}]},
-    }  # fmt: skip
-    described: dict[str, Any] = {"kind": "InferenceService", "inferenceService": f"{namespace}/{name}",
-                                 "component": "engine", "labels": labels, "gpusFrom": source}  # fmt: skip
+        "spec": {
+            "containers": [
+                {
+                    "name": "ome-container",
+                    "resources": {k: resources[k] for k in ("requests", "limits") if k in resources},
+                }
+            ]
+        },
+    }
+    described: dict[str, Any] = {
+        "kind": "InferenceService",
+        "inferenceService": f"{namespace}/{name}",
+        "component": "engine",
+        "labels": labels,
+        "gpusFrom": source,
+    }
     if f"{namespace}/{name}" not in view.inference_services:
-        described["note"] = ("it is not in the extender's inventory, so its class rules cannot apply yet "
-                             "(the class plan reads the InferenceService from the inventory)")  # fmt: skip
+        described["note"] = (
+            "it is not in the extender's inventory, so its class rules cannot apply yet "
+            "(the class plan reads the InferenceService from the inventory)"
+        )
     return PodToExplain(pod, described)
 
 
@@ -274,8 +308,12 @@ def _runtime_resources(view: InventoryView, namespace: str, runtime: str) -> lis
     if obj is None:
         return []
     spec = object_at(obj, "spec")
-    out = [(f"{kind} {runtime} spec.engineConfig.runner.resources",
-            object_at(object_at(object_at(spec, "engineConfig"), "runner"), "resources"))]  # fmt: skip
+    out = [
+        (
+            f"{kind} {runtime} spec.engineConfig.runner.resources",
+            object_at(object_at(object_at(spec, "engineConfig"), "runner"), "resources"),
+        )
+    ]
     containers = [c for c in spec.get("containers") or () if isinstance(c, dict)]
     chosen = next((c for c in containers if c.get("name") == "ome-container"), containers[0] if containers else None)
     if chosen is not None:
@@ -292,7 +330,6 @@ def _string(value: Any) -> str:
 
 
 # -- routes --------------------------------------------------------------------------------------
-
 
 
 def add_routes(app: web.Application, api: SchedulerApi, prefix: str, verb: VerbHandler) -> FleetCache:

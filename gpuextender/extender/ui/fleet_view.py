@@ -28,10 +28,10 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuextender.extender.decide.whole_gpus import SummaryLookup
-from gpuextender.extender.state.gpu_summary import GPU_UNHEALTHY, NodeSummary
 from gpuextender.common.idle_rule import IdleRule
+from gpuextender.extender.decide.whole_gpus import SummaryLookup
 from gpuextender.extender.model.ome.node_class import GpuFacts
+from gpuextender.extender.state.gpu_summary import GPU_UNHEALTHY, NodeSummary
 
 STATES = ("free-idle", "free-busy", "allocated-busy", "allocated-idle", "degraded", "unhealthy", "unknown")
 UNKNOWN = STATES.index("unknown")
@@ -82,7 +82,9 @@ def node_row(name: str, inputs: FleetInputs) -> dict[str, Any]:
             row["gpus"] = [[cell[0], UNKNOWN, None, None] for cell in summary.gpus]
         else:
             row["data"] = "fresh"
-            row["gpus"] = [[i, state, util, None if mem is None else round(mem, 1)] for i, state, util, mem in summary.gpus]
+            row["gpus"] = [
+                [i, state, util, None if mem is None else round(mem, 1)] for i, state, util, mem in summary.gpus
+            ]
             if not summary.gpus and summary.node_error:  # NVML gave no GPU at all
                 row["gpus"] = [[i, GPU_UNHEALTHY, None, None] for i in range(allocatable)]
         _describe(row, summary)
@@ -145,8 +147,10 @@ class FleetAccumulator:
             "states": list(STATES),
             "stateText": list(STATE_TEXT),
             "staleAfterSeconds": self.inputs.stale_after_s,
-            "idleRule": {"maxUtilizationPercent": rule.max_utilization_percent,
-                         "maxMemoryUsedPercent": rule.max_memory_used_percent},  # fmt: skip
+            "idleRule": {
+                "maxUtilizationPercent": rule.max_utilization_percent,
+                "maxMemoryUsedPercent": rule.max_memory_used_percent,
+            },
             "totals": {k: v for k, v in self._totals.items() if k not in ("class", "rows")},
             "classes": groups,
         }
@@ -160,7 +164,7 @@ def _count(group: dict[str, Any], counts: list[int], gpus: int) -> None:
     group["nodes"] += 1
     group["gpus"] += gpus
     totals = group["counts"]
-    for state, n in zip(STATES, counts):
+    for state, n in zip(STATES, counts, strict=False):
         if n:
             totals[state] += n
 

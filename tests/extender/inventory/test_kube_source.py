@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+from kubernetes_asyncio.config import incluster_config
 
 from gpuextender.extender.inventory.kube_watch import (
     RESTART_CAUSES,
@@ -20,7 +21,6 @@ from gpuextender.extender.inventory.kube_watch import (
     load_kube_config,
 )
 from gpuextender.extender.model.kube_objects import KINDS, POD, KindInfo
-from kubernetes_asyncio.config import incluster_config
 from tests.extender.inventory.conftest import RecordingSink
 from tests.kube_apiserver import KubeApiServer
 
@@ -47,8 +47,11 @@ async def wait_until(predicate: Callable[[], bool], what: str, timeout: float = 
 
 @contextlib.asynccontextmanager
 async def running(
-    sink: RecordingSink, timings: KubeSourceTimings, server: KubeApiServer | None = None,
-    kinds: tuple[KindInfo, ...] = KINDS, **options: Any,
+    sink: RecordingSink,
+    timings: KubeSourceTimings,
+    server: KubeApiServer | None = None,
+    kinds: tuple[KindInfo, ...] = KINDS,
+    **options: Any,
 ) -> AsyncIterator[tuple[KubeApiServer, KubeInventorySource]]:
     """Start `server` (or a fresh one), a source of `kinds` against it (with `options`), and wait
     until the source is ready."""
@@ -149,8 +152,10 @@ def test_added_modified_deleted_arrive_in_order(sink: RecordingSink, timings: Ku
             await wait_until(lambda: len(sink.calls_for("Node")) == 4, "node events")
             await wait_until(lambda: len(sink.calls_for("InferenceService")) == 3, "isvc events")
             assert sink.calls_for("Node")[1:] == [
-                ("upsert", "gpu-node-3"), ("upsert", "gpu-node-3"), ("delete", "gpu-node-1"),
-            ]  # fmt: skip
+                ("upsert", "gpu-node-3"),
+                ("upsert", "gpu-node-3"),
+                ("delete", "gpu-node-1"),
+            ]
             assert sink.calls_for("InferenceService")[1:] == [("upsert", "team-a/embed"), ("delete", "team-b/chat")]
             assert sink.state["Node"]["gpu-node-3"]["metadata"]["labels"]["pool"] == "training"
             assert sink.state["Node"]["gpu-node-3"]["kind"] == "Node"
@@ -180,9 +185,7 @@ def test_bookmark_advances_version_without_sink_calls_and_reconnect_resumes_from
 
 
 @pytest.mark.parametrize("gone_as", ["http", "event"])
-def test_410_on_rewatch_relists_and_replaces_all(
-    sink: RecordingSink, timings: KubeSourceTimings, gone_as: str
-) -> None:
+def test_410_on_rewatch_relists_and_replaces_all(sink: RecordingSink, timings: KubeSourceTimings, gone_as: str) -> None:
     async def scenario() -> None:
         server = seeded()
         server.gone_as = gone_as  # type: ignore[assignment]
@@ -208,7 +211,7 @@ def test_410_on_rewatch_relists_and_replaces_all(
 
 def test_410_error_event_on_an_open_stream_relists(sink: RecordingSink, timings: KubeSourceTimings) -> None:
     async def scenario() -> None:
-        async with running(sink, timings, seeded()) as (server, source):
+        async with running(sink, timings, seeded()) as (server, _source):
             server.add("AcceleratorClass", accel("a100"), silent=True)
             server.send_error_event("AcceleratorClass", code=410)
             await wait_until(lambda: server.list_count("AcceleratorClass") == 2, "relist")
@@ -221,7 +224,7 @@ def test_410_error_event_on_an_open_stream_relists(sink: RecordingSink, timings:
 
 def test_error_event_other_than_410_rewatches_without_relist(sink: RecordingSink, timings: KubeSourceTimings) -> None:
     async def scenario() -> None:
-        async with running(sink, timings, seeded()) as (server, source):
+        async with running(sink, timings, seeded()) as (server, _source):
             server.send_error_event("Node", code=500, reason="InternalError")
             await wait_until(lambda: len(server.watches_of("Node")) == 2, "re-watch")
             assert server.watches_of("Node")[-1].resource_version == server.watches_of("Node")[0].resource_version
@@ -279,9 +282,7 @@ def test_api_server_down_then_up_reconnects_with_backoff_and_one_warning(
             await server.come_up()
             await wait_until(lambda: sink.keys("Node") == {"gpu-node-1", "gpu-node-5"}, "state after reconnect")
             await wait_until(lambda: server.open_watches() == len(KINDS), "every watch reopened")
-            await wait_until(
-                lambda: any("answers again" in r.getMessage() for r in caplog.records), "recovery logged"
-            )
+            await wait_until(lambda: any("answers again" in r.getMessage() for r in caplog.records), "recovery logged")
             assert all(server.list_count(k.kind) == 1 for k in KINDS)  # resumed, no relist needed
             assert all(s.consecutive_failures == 0 for s in source.status().values())
 
@@ -358,7 +359,7 @@ def test_malformed_events_are_skipped_and_the_watch_goes_on(
     caplog.set_level(logging.INFO, logger=LOGGER)
 
     async def scenario() -> None:
-        async with running(sink, timings, seeded()) as (server, source):
+        async with running(sink, timings, seeded()) as (server, _source):
             calls = len(sink.calls)
             for bad in [
                 b"this is not json",
@@ -389,7 +390,7 @@ def test_paged_list_is_one_replace_all(sink: RecordingSink, timings: KubeSourceT
         server = KubeApiServer()
         for i in range(5):
             server.add("Node", node(f"gpu-node-{i}"))
-        async with running(sink, timings, server) as (server, source):
+        async with running(sink, timings, server) as (server, _source):
             assert sink.calls_for("Node") == [("replace_all", [f"gpu-node-{i}" for i in range(5)])]
             pages = [r for r in server.list_requests if r.kind == "Node"]
             assert [r.limit for r in pages] == [2, 2, 2]
@@ -406,7 +407,7 @@ def test_expired_continue_token_restarts_the_list(sink: RecordingSink, timings: 
         for i in range(5):
             server.add("Node", node(f"gpu-node-{i}"))
         server.expire_continue_tokens = 1
-        async with running(sink, timings, server) as (server, source):
+        async with running(sink, timings, server) as (server, _source):
             assert server.list_count("Node") == 2
             assert sink.calls_for("Node") == [("replace_all", [f"gpu-node-{i}" for i in range(5)])]
 
@@ -424,7 +425,7 @@ def test_a_failing_sink_does_not_stop_the_watch(sink: RecordingSink, timings: Ku
     sink.upsert = flaky_upsert  # type: ignore[method-assign]
 
     async def scenario() -> None:
-        async with running(sink, timings, seeded()) as (server, source):
+        async with running(sink, timings, seeded()) as (server, _source):
             server.add("Node", node("poison"))
             server.add("Node", node("gpu-node-8"))
             await wait_until(lambda: "gpu-node-8" in sink.keys("Node"), "event after a sink failure")
@@ -460,12 +461,18 @@ def test_source_accepts_an_api_client_factory(sink: RecordingSink, timings: Kube
 
 
 def pod(name: str, node: str | None = "gpu-node-1", phase: str = "Pending", gpus: str | None = "1") -> dict[str, Any]:
-    spec: dict[str, Any] = {"containers": [{"name": "main", "resources": {
-        "requests": {"nvidia.com/gpu": gpus} if gpus is not None else {"cpu": "1"}}}]}  # fmt: skip
+    spec: dict[str, Any] = {
+        "containers": [
+            {"name": "main", "resources": {"requests": {"nvidia.com/gpu": gpus} if gpus is not None else {"cpu": "1"}}}
+        ]
+    }
     if node is not None:
         spec["nodeName"] = node
-    return {"metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}"}, "spec": spec,
-            "status": {"phase": phase}}  # fmt: skip
+    return {
+        "metadata": {"name": name, "namespace": "ml", "uid": f"uid-{name}"},
+        "spec": spec,
+        "status": {"phase": phase},
+    }
 
 
 def test_pod_watch_sends_the_field_selector_on_the_list_and_every_watch(
@@ -509,11 +516,10 @@ def test_list_filter_drops_items_as_each_page_arrives_and_never_filters_events(
     async def scenario() -> None:
         for i, gpus in enumerate(["1", None, None, "2", None]):
             server.add("Pod", pod(f"p{i}", gpus=gpus))
-        async with running(sink, timings, server, kinds=(POD,), list_filter=gpu_only) as (api, source):
+        async with running(sink, timings, server, kinds=(POD,), list_filter=gpu_only) as (api, _source):
             assert sink.calls_for("Pod") == [("replace_all", ["ml/p0", "ml/p3"])]
             # Each item is judged before the next page is asked for: p0, p1 on page 1, ... p4 on page 3.
-            assert offered == [("Pod", "p0", 1), ("Pod", "p1", 1), ("Pod", "p2", 2), ("Pod", "p3", 2),
-                               ("Pod", "p4", 3)]  # fmt: skip
+            assert offered == [("Pod", "p0", 1), ("Pod", "p1", 1), ("Pod", "p2", 2), ("Pod", "p3", 2), ("Pod", "p4", 3)]
             api.add("Pod", pod("cpu", gpus=None))  # a watch event reaches the sink whatever the filter says
             api.delete("Pod", "p1", "ml")
             await wait_until(lambda: len(sink.calls) == 3, "events")
@@ -532,7 +538,7 @@ def test_each_restart_is_reported_with_its_cause(sink: RecordingSink, timings: K
 
     async def scenario() -> None:
         kind = "AcceleratorClass" if cause == "crd_removed" else "Node"
-        async with running(sink, timings, seeded(), on_restart=lambda k, c: heard.append((k, c))) as (server, source):
+        async with running(sink, timings, seeded(), on_restart=lambda k, c: heard.append((k, c))) as (server, _source):
             assert heard == []
             if cause == "server_closed":
                 server.close_watches()
@@ -610,7 +616,7 @@ def test_load_kube_config_from_the_kubeconfig_variable_and_home(tmp_path: Path) 
 
 
 def test_load_kube_config_errors_are_clear(tmp_path: Path) -> None:
-    with pytest.raises(KubeConfigError, match="no kubeconfig file at --kubeconfig .*absent"):
+    with pytest.raises(KubeConfigError, match=r"no kubeconfig file at --kubeconfig .*absent"):
         run(load_kube_config(tmp_path / "absent", environ={}))
     with pytest.raises(KubeConfigError, match="pass --kubeconfig PATH or set KUBECONFIG"):
         run(load_kube_config(environ={"HOME": str(tmp_path)}))

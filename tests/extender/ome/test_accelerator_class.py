@@ -145,9 +145,7 @@ def test_memory_is_bytes(memory: Any, gib: float, gb: int) -> None:
     assert ac.memory_gb == gb
 
 
-@pytest.mark.parametrize(
-    ("bandwidth", "value"), [("3350", 3350), (2039, 2039), ("3.35k", 3350), ("1.5", 2)]
-)
+@pytest.mark.parametrize(("bandwidth", "value"), [("3350", 3350), (2039, 2039), ("3.35k", 3350), ("1.5", 2)])
 def test_bandwidth_is_go_value(bandwidth: Any, value: int) -> None:
     ac = parse_accelerator_class(with_spec("capabilities.memoryBandwidthGBps", bandwidth))
     assert ac.memory_bandwidth_gbps == value
@@ -156,8 +154,13 @@ def test_bandwidth_is_go_value(bandwidth: Any, value: int) -> None:
 @pytest.mark.parametrize(
     ("cc", "version"),
     [
-        ("9.0", (9, 0)), ("12.1", (12, 1)), ("10.0", (10, 0)), ("8", (8, 0)), ("8.10", (8, 10)),
-        ("gfx90a", None), ("", None),
+        ("9.0", (9, 0)),
+        ("12.1", (12, 1)),
+        ("10.0", (10, 0)),
+        ("8", (8, 0)),
+        ("8.10", (8, 10)),
+        ("gfx90a", None),
+        ("", None),
     ],
 )
 def test_compute_capability_version(cc: str, version: tuple[int, int] | None) -> None:
@@ -209,10 +212,18 @@ REQ_PATH = "spec.discovery.affinity.nodeAffinity.requiredDuringSchedulingIgnored
 @pytest.mark.parametrize(
     ("obj", "path", "problem"),
     [
-        (with_spec("capabilities.memoryGB", "eighty"), "spec.capabilities.memoryGB", "'eighty' is not a Kubernetes quantity"),
+        (
+            with_spec("capabilities.memoryGB", "eighty"),
+            "spec.capabilities.memoryGB",
+            "'eighty' is not a Kubernetes quantity",
+        ),
         (with_spec("capabilities.memoryGB", "-80Gi"), "spec.capabilities.memoryGB", "negative"),
         (with_spec("capabilities.memoryGB", True), "spec.capabilities.memoryGB", "not a quantity"),
-        (with_spec("capabilities.memoryBandwidthGBps", "fast"), "spec.capabilities.memoryBandwidthGBps", "not a Kubernetes quantity"),
+        (
+            with_spec("capabilities.memoryBandwidthGBps", "fast"),
+            "spec.capabilities.memoryBandwidthGBps",
+            "not a Kubernetes quantity",
+        ),
         (with_spec("capabilities", ...), "spec.capabilities", "required field is missing"),
         (with_spec("discovery", ...), "spec.discovery", "required field is missing"),
         (with_spec("discovery", ["x"]), "spec.discovery", "expected an object, got list"),
@@ -222,42 +233,94 @@ REQ_PATH = "spec.discovery.affinity.nodeAffinity.requiredDuringSchedulingIgnored
         (with_spec("capabilities.computeCapability", 9.0), "spec.capabilities.computeCapability", "expected a string"),
         (with_spec("capabilities.features", "fp8"), "spec.capabilities.features", "expected a list"),
         (with_spec("capabilities.features", ["fp8", 8]), "spec.capabilities.features[1]", "expected a string"),
-        (with_spec("capabilities.performance", {"fp16Tflops": "989"}), "spec.capabilities.performance.fp16Tflops", "expected an integer"),
-        (with_spec("capabilities.performance", {"fp16Tflops": 98.5}), "spec.capabilities.performance.fp16Tflops", "expected an integer"),
+        (
+            with_spec("capabilities.performance", {"fp16Tflops": "989"}),
+            "spec.capabilities.performance.fp16Tflops",
+            "expected an integer",
+        ),
+        (
+            with_spec("capabilities.performance", {"fp16Tflops": 98.5}),
+            "spec.capabilities.performance.fp16Tflops",
+            "expected an integer",
+        ),
         (with_spec("capabilities.performance", {"int8Tops": -1}), "spec.capabilities.performance.int8Tops", "negative"),
         (with_spec("cost", {"perHour": "two dollars"}), "spec.cost.perHour", "not a Kubernetes quantity"),
         (with_spec("cost", {"tier": 1}), "spec.cost.tier", "expected a string"),
         (with_spec("cost", "cheap"), "spec.cost", "expected an object"),
         (with_spec("resources", {"nvidia.com/gpu": 1}), "spec.resources", "expected a list"),
         (with_spec("resources", [{"quantity": "1"}]), "spec.resources[0].name", "required field is missing"),
-        (with_spec("resources", [{"name": "nvidia.com/gpu", "quantity": "one"}]), "spec.resources[0].quantity", "not a Kubernetes quantity"),
-        (with_spec("resources", [{"name": "g", "divisible": "yes"}]), "spec.resources[0].divisible", "expected a boolean"),
+        (
+            with_spec("resources", [{"name": "nvidia.com/gpu", "quantity": "one"}]),
+            "spec.resources[0].quantity",
+            "not a Kubernetes quantity",
+        ),
+        (
+            with_spec("resources", [{"name": "g", "divisible": "yes"}]),
+            "spec.resources[0].divisible",
+            "expected a boolean",
+        ),
         (with_spec("vendor", 10), "spec.vendor", "expected a string"),
-        (with_spec("discovery.affinity", _term_with({"key": "a", "operator": "Near", "values": ["x"]})),
-         f"{REQ_PATH}.matchExpressions[0].operator", "unknown operator 'Near'"),
-        (with_spec("discovery.affinity", _term_with({"key": "a", "operator": "In", "values": []})),
-         f"{REQ_PATH}.matchExpressions[0].values", "In needs at least one value"),
-        (with_spec("discovery.affinity", _term_with({"key": "a", "operator": "Exists", "values": ["x"]})),
-         f"{REQ_PATH}.matchExpressions[0].values", "Exists takes no values"),
-        (with_spec("discovery.affinity", _term_with({"key": "a", "operator": "Gt", "values": ["1.5"]})),
-         f"{REQ_PATH}.matchExpressions[0].values", "Gt takes exactly one integer value"),
-        (with_spec("discovery.affinity", _term_with({"key": "a", "operator": "Lt", "values": ["1", "2"]})),
-         f"{REQ_PATH}.matchExpressions[0].values", "Lt takes exactly one integer value"),
-        (with_spec("discovery.affinity", _term_with({"operator": "Exists"})),
-         f"{REQ_PATH}.matchExpressions[0].key", "required field is missing"),
-        (with_spec("discovery.affinity", _term_with({"key": "metadata.uid", "operator": "In", "values": ["x"]}, field=True)),
-         f"{REQ_PATH}.matchFields[0].key", "unsupported node field"),
-        (with_spec("discovery.affinity", _term_with({"key": "metadata.name", "operator": "Exists"}, field=True)),
-         f"{REQ_PATH}.matchFields[0].operator", "unsupported operator"),
-        (with_spec("discovery.affinity", _term_with({"key": "metadata.name", "operator": "In", "values": ["a", "b"]}, field=True)),
-         f"{REQ_PATH}.matchFields[0].values", "exactly one value"),
+        (
+            with_spec("discovery.affinity", _term_with({"key": "a", "operator": "Near", "values": ["x"]})),
+            f"{REQ_PATH}.matchExpressions[0].operator",
+            "unknown operator 'Near'",
+        ),
+        (
+            with_spec("discovery.affinity", _term_with({"key": "a", "operator": "In", "values": []})),
+            f"{REQ_PATH}.matchExpressions[0].values",
+            "In needs at least one value",
+        ),
+        (
+            with_spec("discovery.affinity", _term_with({"key": "a", "operator": "Exists", "values": ["x"]})),
+            f"{REQ_PATH}.matchExpressions[0].values",
+            "Exists takes no values",
+        ),
+        (
+            with_spec("discovery.affinity", _term_with({"key": "a", "operator": "Gt", "values": ["1.5"]})),
+            f"{REQ_PATH}.matchExpressions[0].values",
+            "Gt takes exactly one integer value",
+        ),
+        (
+            with_spec("discovery.affinity", _term_with({"key": "a", "operator": "Lt", "values": ["1", "2"]})),
+            f"{REQ_PATH}.matchExpressions[0].values",
+            "Lt takes exactly one integer value",
+        ),
+        (
+            with_spec("discovery.affinity", _term_with({"operator": "Exists"})),
+            f"{REQ_PATH}.matchExpressions[0].key",
+            "required field is missing",
+        ),
+        (
+            with_spec(
+                "discovery.affinity", _term_with({"key": "metadata.uid", "operator": "In", "values": ["x"]}, field=True)
+            ),
+            f"{REQ_PATH}.matchFields[0].key",
+            "unsupported node field",
+        ),
+        (
+            with_spec("discovery.affinity", _term_with({"key": "metadata.name", "operator": "Exists"}, field=True)),
+            f"{REQ_PATH}.matchFields[0].operator",
+            "unsupported operator",
+        ),
+        (
+            with_spec(
+                "discovery.affinity",
+                _term_with({"key": "metadata.name", "operator": "In", "values": ["a", "b"]}, field=True),
+            ),
+            f"{REQ_PATH}.matchFields[0].values",
+            "exactly one value",
+        ),
         (with_spec("discovery.affinity", _terms({})), REQ_PATH.removesuffix("[0]"), "expected a list"),
-        (with_spec("discovery.affinity", _terms([{"matchExpressions": {}}])), f"{REQ_PATH}.matchExpressions", "expected a list"),
+        (
+            with_spec("discovery.affinity", _terms([{"matchExpressions": {}}])),
+            f"{REQ_PATH}.matchExpressions",
+            "expected a list",
+        ),
         ({**H100, "kind": "ServingRuntime"}, "kind", "expected 'AcceleratorClass'"),
         ({**H100, "apiVersion": "v1"}, "apiVersion", "expected ome.io/<version>"),
         ({**H100, "spec": None}, "spec", "required field is missing"),
     ],
-)  # fmt: skip
+)
 def test_invalid_objects_name_the_object_and_field(obj: dict[str, Any], path: str, problem: str) -> None:
     with pytest.raises(InvalidAcceleratorClass) as info:
         parse_accelerator_class(obj)
@@ -278,7 +341,13 @@ def test_eighty_message_is_one_clear_line() -> None:
 
 @pytest.mark.parametrize(
     "obj",
-    [{"spec": {}}, {"metadata": {}, "spec": {}}, {"metadata": {"name": ""}}, {"metadata": {"name": 5}}, {"metadata": "x"}],
+    [
+        {"spec": {}},
+        {"metadata": {}, "spec": {}},
+        {"metadata": {"name": ""}},
+        {"metadata": {"name": 5}},
+        {"metadata": "x"},
+    ],
 )
 def test_missing_name(obj: dict[str, Any]) -> None:
     with pytest.raises(InvalidAcceleratorClass, match=r"^AcceleratorClass \(unnamed\): metadata.name: required"):

@@ -6,7 +6,6 @@ from typing import Any
 
 import pytest
 
-from gpuextender.extender.model.ome.accelerator_class import AcceleratorClass, parse_accelerator_class
 from gpuextender.extender.decide.class_policy import (
     ClassRequest,
     Constraints,
@@ -23,6 +22,7 @@ from gpuextender.extender.decide.class_policy import (
     score_from_tflops,
     select_class,
 )
+from gpuextender.extender.model.ome.accelerator_class import AcceleratorClass, parse_accelerator_class
 
 
 def cls(
@@ -101,27 +101,52 @@ AMD = cls("mi250x", vendor="amd", family="cdna2", cc="gfx90a")
         (B200, Constraints(min_architecture_version="9.0"), None),  # numeric: OME's string compare rejects "10.0"
         (cls("cc86", cc="8.6"), Constraints(min_architecture_version="8.10"), "compute capability 8.6 < required 8.10"),
         (cls("cc9", cc="9"), Constraints(min_architecture_version="9.0"), None),
-        (NO_CC, Constraints(min_architecture_version="8.0"), "missing compute capability for architecture version check"),
-        (AMD, Constraints(min_architecture_version="gfx942"), "compute capability gfx90a < required gfx942"),  # string fallback
+        (
+            NO_CC,
+            Constraints(min_architecture_version="8.0"),
+            "missing compute capability for architecture version check",
+        ),
+        (
+            AMD,
+            Constraints(min_architecture_version="gfx942"),
+            "compute capability gfx90a < required gfx942",
+        ),  # string fallback
         (AMD, Constraints(min_architecture_version="gfx90a"), None),
         (H100, Constraints(min_compute_tflops=10_000), None),  # a score, never a filter
         # OME's order: exclusion is reported before a failing memory check.
         (H100, Constraints(excluded_classes=("h100",), min_memory=200), "explicitly excluded"),
-        (A100, Constraints(architecture_families=("hopper",), min_memory=200), "architecture family ampere not in allowed list"),
-        (NO_MEM, Constraints(min_memory=1, required_features=("mig",)), "missing memory specification for memory check"),
-        (A100, Constraints(required_features=("fp8",), min_architecture_version="9.0"), "missing required feature: fp8"),
+        (
+            A100,
+            Constraints(architecture_families=("hopper",), min_memory=200),
+            "architecture family ampere not in allowed list",
+        ),
+        (
+            NO_MEM,
+            Constraints(min_memory=1, required_features=("mig",)),
+            "missing memory specification for memory check",
+        ),
+        (
+            A100,
+            Constraints(required_features=("fp8",), min_architecture_version="9.0"),
+            "missing required feature: fp8",
+        ),
     ],
-)  # fmt: skip
+)
 def test_meets_requirements(candidate: AcceleratorClass, constraints: Constraints | None, reason: str | None) -> None:
     assert meets_requirements(candidate, constraints) == reason
 
 
 def test_parse_constraints() -> None:
     raw = {
-        "minMemory": 40, "maxMemory": 100, "minComputePerformanceTFLOPS": 500, "minArchitectureVersion": "8.0",
-        "requiredFeatures": ["fp8"], "excludedClasses": ["t4"], "architectureFamilies": ["nvidia-hopper"],
+        "minMemory": 40,
+        "maxMemory": 100,
+        "minComputePerformanceTFLOPS": 500,
+        "minArchitectureVersion": "8.0",
+        "requiredFeatures": ["fp8"],
+        "excludedClasses": ["t4"],
+        "architectureFamilies": ["nvidia-hopper"],
         "preferredPrecisions": ["fp8", "fp16"],
-    }  # fmt: skip
+    }
     expected = Constraints(40, 100, 500, "8.0", ("fp8",), ("t4",), ("nvidia-hopper",), ("fp8", "fp16"))
     assert parse_constraints(raw) == expected
     assert parse_constraints(None) is None
@@ -194,10 +219,15 @@ PERF = {"fp32Tflops": 60, "fp16Tflops": 1000, "int8Tops": 2000}
         (cls("x", perf=PERF), Constraints(preferred_precisions=("int4", "bf16", "fp32")), 1.0, 0.25),  # third: x0.25
         (cls("x", perf={"fp16Tflops": 1000}), Constraints(preferred_precisions=("int4",)), 1.0, 0.5),  # fp16 fallback
         (cls("x", perf={"fp16Tflops": 1000}), Constraints(preferred_precisions=("int4", "bf16")), 1.0, 0.25),
-        (cls("x", perf={"fp32Tflops": 60}), Constraints(preferred_precisions=("int4", "fp16")), 1.0, 0.0),  # fp16 listed: no fallback
+        (
+            cls("x", perf={"fp32Tflops": 60}),
+            Constraints(preferred_precisions=("int4", "fp16")),
+            1.0,
+            0.0,
+        ),  # fp16 listed: no fallback
         (cls("x", perf={}), Constraints(preferred_precisions=("fp16",)), 1.0, 0.0),
     ],
-)  # fmt: skip
+)
 def test_best_fit_score(
     candidate: AcceleratorClass, constraints: Constraints | None, mem: float, compute: float
 ) -> None:
@@ -244,8 +274,11 @@ def cost(**kw: Any) -> dict[str, Any]:
         ({"t": cost(tier="low"), "k": cost(tokens="0.10"), "h": cost(per_hour="9")}, ["h", "k", "t"], []),
         ({"t": cost(tier="low"), "k": cost(tokens="0.30"), "k2": cost(tokens="0.20")}, ["k2", "k", "t"], []),
         # tiers: low=1, medium=2, high=3, anything else=2; ties keep runtime order
-        ({"h": cost(tier="high"), "u": cost(tier="premium"), "m": cost(tier="Medium"), "l": cost(tier="LOW")},
-         ["l", "u", "m", "h"], []),
+        (
+            {"h": cost(tier="high"), "u": cost(tier="premium"), "m": cost(tier="Medium"), "l": cost(tier="LOW")},
+            ["l", "u", "m", "h"],
+            [],
+        ),
         ({"a": cost(per_hour="2"), "b": cost(per_hour="2.0"), "c": cost(spot="2")}, ["a", "b", "c"], []),
         # no cost data: skipped
         ({"none": None, "a": cost(per_hour="3")}, ["a"], ["none"]),
@@ -254,7 +287,7 @@ def cost(**kw: Any) -> dict[str, Any]:
         # a single eligible class is returned even without cost data (OME does so before comparing)
         ({"only": None}, ["only"], []),
     ],
-)  # fmt: skip
+)
 def test_cheapest(costs: dict[str, dict[str, Any] | None], expected: list[str], no_cost: list[str]) -> None:
     classes = catalog(*(cls(n, cost=c) for n, c in costs.items()))
     r = rank_classes("Cheapest", list(costs), classes)
@@ -377,20 +410,45 @@ def test_excluded_are_listed_in_runtime_order_with_their_stage() -> None:
 @pytest.mark.parametrize(
     ("policy", "candidates", "constraints", "reason", "code"),
     [
-        ("", ["h100"], None, "no policy given (OME has no default): OME selects no accelerator class", NoClass.NO_POLICY),
-        ("Fastest", ["h100"], None, "unknown policy 'Fastest': OME selects no accelerator class",
-         NoClass.UNKNOWN_POLICY),
-        ("bestfit", ["h100"], None, "unknown policy 'bestfit': OME selects no accelerator class",
-         NoClass.UNKNOWN_POLICY),  # enum is exact
+        (
+            "",
+            ["h100"],
+            None,
+            "no policy given (OME has no default): OME selects no accelerator class",
+            NoClass.NO_POLICY,
+        ),
+        (
+            "Fastest",
+            ["h100"],
+            None,
+            "unknown policy 'Fastest': OME selects no accelerator class",
+            NoClass.UNKNOWN_POLICY,
+        ),
+        (
+            "bestfit",
+            ["h100"],
+            None,
+            "unknown policy 'bestfit': OME selects no accelerator class",
+            NoClass.UNKNOWN_POLICY,
+        ),  # enum is exact
         ("BestFit", [], None, "the runtime lists no accelerator classes", NoClass.NO_CANDIDATES),
-        ("BestFit", ["x", "y"], None,
-         "the runtime lists accelerator classes that do not exist (x, y): OME aborts the policy step",
-         NoClass.CLASS_NOT_FOUND),
-        ("BestFit", ["h100"], Constraints(min_memory=500), "no accelerator class meets the constraints",
-         NoClass.NO_ELIGIBLE_CLASS),
+        (
+            "BestFit",
+            ["x", "y"],
+            None,
+            "the runtime lists accelerator classes that do not exist (x, y): OME aborts the policy step",
+            NoClass.CLASS_NOT_FOUND,
+        ),
+        (
+            "BestFit",
+            ["h100"],
+            Constraints(min_memory=500),
+            "no accelerator class meets the constraints",
+            NoClass.NO_ELIGIBLE_CLASS,
+        ),
         ("Cheapest", ["h100", "a100"], None, "no eligible accelerator class has cost data", NoClass.NO_COST_DATA),
     ],
-)  # fmt: skip
+)
 def test_no_choice_reasons(
     policy: str, candidates: list[str], constraints: Constraints | None, reason: str, code: NoClass
 ) -> None:
@@ -447,14 +505,44 @@ DEC = "spec.decoder.acceleratorOverride"
 @pytest.mark.parametrize(
     ("obj", "component", "explicit", "policy"),
     [
-        (isvc({"acceleratorClass": "h100"}, {"acceleratorClass": "a100"}), "engine", ("a100", f"{ENG}.acceleratorClass"), (None, None)),
-        (isvc({"acceleratorClass": "h100"}, {"acceleratorClass": "a100"}), "decoder", ("h100", f"{SEL}.acceleratorClass"), (None, None)),
-        (isvc({"acceleratorClass": "h100"}, decoder={"acceleratorClass": "b200"}), "decoder", ("b200", f"{DEC}.acceleratorClass"), (None, None)),
-        (isvc({"acceleratorClass": "h100"}, {"policy": "Cheapest"}), "engine", ("h100", f"{SEL}.acceleratorClass"), ("Cheapest", f"{ENG}.policy")),
+        (
+            isvc({"acceleratorClass": "h100"}, {"acceleratorClass": "a100"}),
+            "engine",
+            ("a100", f"{ENG}.acceleratorClass"),
+            (None, None),
+        ),
+        (
+            isvc({"acceleratorClass": "h100"}, {"acceleratorClass": "a100"}),
+            "decoder",
+            ("h100", f"{SEL}.acceleratorClass"),
+            (None, None),
+        ),
+        (
+            isvc({"acceleratorClass": "h100"}, decoder={"acceleratorClass": "b200"}),
+            "decoder",
+            ("b200", f"{DEC}.acceleratorClass"),
+            (None, None),
+        ),
+        (
+            isvc({"acceleratorClass": "h100"}, {"policy": "Cheapest"}),
+            "engine",
+            ("h100", f"{SEL}.acceleratorClass"),
+            ("Cheapest", f"{ENG}.policy"),
+        ),
         # an override that sets acceleratorClass: "" masks the isvc-level name, as in OME
-        (isvc({"acceleratorClass": "h100", "policy": "BestFit"}, {"acceleratorClass": ""}), "engine", (None, None), ("BestFit", f"{SEL}.policy")),
+        (
+            isvc({"acceleratorClass": "h100", "policy": "BestFit"}, {"acceleratorClass": ""}),
+            "engine",
+            (None, None),
+            ("BestFit", f"{SEL}.policy"),
+        ),
         (isvc({"acceleratorClass": "", "policy": "BestFit"}), "engine", (None, None), ("BestFit", f"{SEL}.policy")),
-        (isvc({"policy": "BestFit"}, {"policy": "MostCapable"}), "engine", (None, None), ("MostCapable", f"{ENG}.policy")),
+        (
+            isvc({"policy": "BestFit"}, {"policy": "MostCapable"}),
+            "engine",
+            (None, None),
+            ("MostCapable", f"{ENG}.policy"),
+        ),
         (isvc({"policy": "BestFit"}, {"policy": ""}), "engine", (None, None), ("BestFit", f"{SEL}.policy")),
         (isvc({"policy": "BestFit"}, {"policy": "MostCapable"}), "decoder", (None, None), ("BestFit", f"{SEL}.policy")),
         (isvc(None, None, {"policy": "Cheapest"}), "decoder", (None, None), ("Cheapest", f"{DEC}.policy")),
@@ -462,7 +550,7 @@ DEC = "spec.decoder.acceleratorOverride"
         ({"spec": {}}, "decoder", (None, None), (None, None)),
         ({}, "engine", (None, None), (None, None)),
     ],
-)  # fmt: skip
+)
 def test_resolve_hierarchy(obj: dict[str, Any], component: str, explicit: tuple, policy: tuple) -> None:
     req = resolve_class_request(obj, component)
     assert req.uses_accelerator
@@ -525,43 +613,124 @@ CLASSES = catalog(H100, A100, B200)
 @pytest.mark.parametrize(
     ("obj", "runtime", "outcome", "name", "reason"),
     [
-        (isvc({"acceleratorClass": "h100", "policy": "FirstAvailable"}), ["a100", "h100"], Outcome.EXPLICIT, "h100",
-         f"accelerator class h100 named by {SEL}.acceleratorClass"),
-        (isvc({"acceleratorClass": "h100"}, {"acceleratorClass": "a100"}), ["a100", "h100"], Outcome.EXPLICIT, "a100",
-         f"accelerator class a100 named by {ENG}.acceleratorClass"),
-        (isvc({"acceleratorClass": "b200"}), ["a100", "h100"], Outcome.INCOMPATIBLE, "b200",
-         f"accelerator class b200 (from {SEL}.acceleratorClass) is not among the runtime's acceleratorClasses: [a100, h100]"),
+        (
+            isvc({"acceleratorClass": "h100", "policy": "FirstAvailable"}),
+            ["a100", "h100"],
+            Outcome.EXPLICIT,
+            "h100",
+            f"accelerator class h100 named by {SEL}.acceleratorClass",
+        ),
+        (
+            isvc({"acceleratorClass": "h100"}, {"acceleratorClass": "a100"}),
+            ["a100", "h100"],
+            Outcome.EXPLICIT,
+            "a100",
+            f"accelerator class a100 named by {ENG}.acceleratorClass",
+        ),
+        (
+            isvc({"acceleratorClass": "b200"}),
+            ["a100", "h100"],
+            Outcome.INCOMPATIBLE,
+            "b200",
+            f"accelerator class b200 (from {SEL}.acceleratorClass) "
+            "is not among the runtime's acceleratorClasses: [a100, h100]",
+        ),
         # selector.go: GetAcceleratorClass returns (nil, "", nil) before reading the name when the
         # runtime has no acceleratorRequirements or an empty acceleratorClasses list.
-        (isvc({"acceleratorClass": "h100"}), None, Outcome.NO_ACCELERATOR, None,
-         "the runtime lists no accelerator classes (not even the named h100)"),
-        (isvc(None, {"acceleratorClass": "h100"}), [], Outcome.NO_ACCELERATOR, None,
-         "the runtime lists no accelerator classes (not even the named h100)"),
+        (
+            isvc({"acceleratorClass": "h100"}),
+            None,
+            Outcome.NO_ACCELERATOR,
+            None,
+            "the runtime lists no accelerator classes (not even the named h100)",
+        ),
+        (
+            isvc(None, {"acceleratorClass": "h100"}),
+            [],
+            Outcome.NO_ACCELERATOR,
+            None,
+            "the runtime lists no accelerator classes (not even the named h100)",
+        ),
         # selector.go: getAcceleratorClassByPolicy, a listed class that does not exist: no class.
-        (isvc({"policy": "BestFit"}), ["h100", "gone"], Outcome.POLICY, None,
-         f"policy BestFit (from {SEL}.policy) chose no class: the runtime lists accelerator classes that do not "
-         "exist (gone): OME aborts the policy step"),
+        (
+            isvc({"policy": "BestFit"}),
+            ["h100", "gone"],
+            Outcome.POLICY,
+            None,
+            f"policy BestFit (from {SEL}.policy) chose no class: the runtime lists accelerator classes that do not "
+            "exist (gone): OME aborts the policy step",
+        ),
         # selector.go: getAcceleratorClassByName, an override acceleratorClass "" is a non-nil pointer: it
         # masks the selector's name and the policy decides.
-        (isvc({"acceleratorClass": "h100", "policy": "FirstAvailable"}, {"acceleratorClass": ""}), ["a100", "h100"],
-         Outcome.POLICY, "a100", f"policy FirstAvailable (from {SEL}.policy) ranks a100 first"),
-        (isvc({"acceleratorClass": "H100"}), ["h100"], Outcome.INCOMPATIBLE, "H100",  # exact, case-sensitive
-         f"accelerator class H100 (from {SEL}.acceleratorClass) is not among the runtime's acceleratorClasses: [h100]"),
-        (isvc({"acceleratorClass": "gone"}), ["gone", "h100"], Outcome.NOT_FOUND, "gone",
-         "accelerator class gone not found at cluster scope"),
-        (isvc({"policy": "FirstAvailable"}), None, Outcome.NO_ACCELERATOR, None, "the runtime lists no accelerator classes"),
-        (isvc({"policy": "FirstAvailable"}), [], Outcome.NO_ACCELERATOR, None, "the runtime lists no accelerator classes"),
-        (isvc({"constraints": {"minMemory": 40}}), ["h100"], Outcome.NO_ACCELERATOR, None,
-         "no accelerator class named and no policy: OME selects none (no default policy)"),
-        (isvc({"policy": "FirstAvailable"}), ["a100", "h100"], Outcome.POLICY, "a100",
-         f"policy FirstAvailable (from {SEL}.policy) ranks a100 first"),
-        (isvc({"policy": "FirstAvailable", "constraints": {"minArchitectureVersion": "9.0"}}), ["a100", "h100", "b200"],
-         Outcome.POLICY, "h100", f"policy FirstAvailable (from {SEL}.policy) ranks h100 first"),
-        (isvc({"policy": "FirstAvailable", "constraints": {"minMemory": 500}}), ["a100", "h100"], Outcome.POLICY, None,
-         f"policy FirstAvailable (from {SEL}.policy) chose no class: no accelerator class meets the constraints"),
+        (
+            isvc({"acceleratorClass": "h100", "policy": "FirstAvailable"}, {"acceleratorClass": ""}),
+            ["a100", "h100"],
+            Outcome.POLICY,
+            "a100",
+            f"policy FirstAvailable (from {SEL}.policy) ranks a100 first",
+        ),
+        (
+            isvc({"acceleratorClass": "H100"}),
+            ["h100"],
+            Outcome.INCOMPATIBLE,
+            "H100",  # exact, case-sensitive
+            f"accelerator class H100 (from {SEL}.acceleratorClass) "
+            "is not among the runtime's acceleratorClasses: [h100]",
+        ),
+        (
+            isvc({"acceleratorClass": "gone"}),
+            ["gone", "h100"],
+            Outcome.NOT_FOUND,
+            "gone",
+            "accelerator class gone not found at cluster scope",
+        ),
+        (
+            isvc({"policy": "FirstAvailable"}),
+            None,
+            Outcome.NO_ACCELERATOR,
+            None,
+            "the runtime lists no accelerator classes",
+        ),
+        (
+            isvc({"policy": "FirstAvailable"}),
+            [],
+            Outcome.NO_ACCELERATOR,
+            None,
+            "the runtime lists no accelerator classes",
+        ),
+        (
+            isvc({"constraints": {"minMemory": 40}}),
+            ["h100"],
+            Outcome.NO_ACCELERATOR,
+            None,
+            "no accelerator class named and no policy: OME selects none (no default policy)",
+        ),
+        (
+            isvc({"policy": "FirstAvailable"}),
+            ["a100", "h100"],
+            Outcome.POLICY,
+            "a100",
+            f"policy FirstAvailable (from {SEL}.policy) ranks a100 first",
+        ),
+        (
+            isvc({"policy": "FirstAvailable", "constraints": {"minArchitectureVersion": "9.0"}}),
+            ["a100", "h100", "b200"],
+            Outcome.POLICY,
+            "h100",
+            f"policy FirstAvailable (from {SEL}.policy) ranks h100 first",
+        ),
+        (
+            isvc({"policy": "FirstAvailable", "constraints": {"minMemory": 500}}),
+            ["a100", "h100"],
+            Outcome.POLICY,
+            None,
+            f"policy FirstAvailable (from {SEL}.policy) chose no class: no accelerator class meets the constraints",
+        ),
     ],
-)  # fmt: skip
-def test_select_class(obj: dict[str, Any], runtime: list[str] | None, outcome: Outcome, name: str | None, reason: str) -> None:
+)
+def test_select_class(
+    obj: dict[str, Any], runtime: list[str] | None, outcome: Outcome, name: str | None, reason: str
+) -> None:
     sel = select_class(resolve_class_request(obj, "engine"), runtime, CLASSES)
     assert sel.outcome == outcome
     assert sel.class_name == name

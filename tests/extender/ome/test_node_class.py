@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from gpuextender.v1 import gpu_state_pb2 as pb
 
 from gpuextender.extender.model.ome.accelerator_class import AcceleratorClass, parse_accelerator_class
 from gpuextender.extender.model.ome.node_class import (
@@ -24,6 +23,7 @@ from gpuextender.extender.model.ome.node_class import (
     node_mismatch,
     normalize_gpu_product,
 )
+from gpuextender.v1 import gpu_state_pb2 as pb
 
 GIB = 1024**3
 
@@ -300,7 +300,7 @@ def test_duplicates_and_bad_nodes_are_errors() -> None:
         compile_classes([H100_CAPS, H100_CAPS])
     with pytest.raises(ValueError, match="'n' given twice"):
         classify_nodes([node("n"), node("n")], [H100_CAPS])
-    with pytest.raises(ValueError, match="metadata.name"):
+    with pytest.raises(ValueError, match=r"metadata.name"):
         classify_nodes([{"metadata": {"labels": {}}}], [H100_CAPS])
     with pytest.raises(ValueError, match="labels"):
         classify_nodes([{"metadata": {"name": "n", "labels": ["a"]}}], [H100_CAPS])

@@ -13,25 +13,24 @@ from typing import Any
 
 import pytest
 
-from gpuextender.extender.decide import class_plan, reasons
-from gpuextender.extender.settings import Policy
-from gpuextender.extender.ui.explain_cli import render
-from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.common.idle_rule import IdleRule
-from gpuextender.extender.scheduler.http_api import SchedulerApi
-from gpuextender.extender.settings import ApiSettings
+from gpuextender.extender.decide import class_plan, reasons
 from gpuextender.extender.model.kube_objects import (
     ACCELERATOR_CLASS,
     CLUSTER_SERVING_RUNTIME,
     INFERENCE_SERVICE,
-    NODE,
     KINDS,
+    NODE,
 )
+from gpuextender.extender.model.ome.pod_intent import PodIdentity, pod_identity
+from gpuextender.extender.observe.metrics import ExtenderMetrics
+from gpuextender.extender.scheduler.http_api import SchedulerApi
+from gpuextender.extender.scheduler.wire import parse_extender_args
+from gpuextender.extender.settings import ApiSettings, Policy
+from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.inventory_store import InventoryStore
 from gpuextender.extender.state.inventory_view import InventoryView, ViewBuilder
-from gpuextender.extender.observe.metrics import ExtenderMetrics
-from gpuextender.extender.model.ome.pod_intent import PodIdentity, pod_identity
-from gpuextender.extender.scheduler.wire import parse_extender_args
+from gpuextender.extender.ui.explain_cli import render
 
 PRODUCTS = {"h100-node": "NVIDIA-H100-80GB-HBM3", "a100-node": "NVIDIA-A100-SXM4-80GB"}
 NODES = list(PRODUCTS)
@@ -39,10 +38,17 @@ SELECTOR_GO = "pkg/acceleratorclassselector/selector.go"
 
 
 def _class(name: str, product: str, family: str, cc: str) -> dict[str, Any]:
-    return {"apiVersion": "ome.io/v1beta1", "kind": "AcceleratorClass", "metadata": {"name": name},
-            "spec": {"vendor": "nvidia", "family": family,
-                     "discovery": {"nodeSelector": {"nvidia.com/gpu.product": product}},
-                     "capabilities": {"memoryGB": "80Gi", "computeCapability": cc}}}  # fmt: skip
+    return {
+        "apiVersion": "ome.io/v1beta1",
+        "kind": "AcceleratorClass",
+        "metadata": {"name": name},
+        "spec": {
+            "vendor": "nvidia",
+            "family": family,
+            "discovery": {"nodeSelector": {"nvidia.com/gpu.product": product}},
+            "capabilities": {"memoryGB": "80Gi", "computeCapability": cc},
+        },
+    }
 
 
 def _runtime(name: str, requirements: dict[str, Any] | None) -> dict[str, Any]:
@@ -58,15 +64,28 @@ def _isvc(name: str, selector: dict[str, Any] | None = None, engine: dict[str, A
         spec["acceleratorSelector"] = selector
     if engine is not None:
         spec["engine"]["acceleratorOverride"] = engine
-    return {"apiVersion": "ome.io/v1beta1", "kind": "InferenceService",
-            "metadata": {"name": name, "namespace": "llm"}, "spec": spec}  # fmt: skip
+    return {
+        "apiVersion": "ome.io/v1beta1",
+        "kind": "InferenceService",
+        "metadata": {"name": name, "namespace": "llm"},
+        "spec": spec,
+    }
 
 
 OBJECTS = {
-    NODE.kind: [{"apiVersion": "v1", "kind": "Node", "metadata": {"name": n, "labels": {"nvidia.com/gpu.product": p}},
-                 "status": {"allocatable": {"nvidia.com/gpu": "8"}}} for n, p in PRODUCTS.items()],
-    ACCELERATOR_CLASS.kind: [_class("h100", PRODUCTS["h100-node"], "hopper", "9.0"),
-                             _class("a100", PRODUCTS["a100-node"], "ampere", "8.0")],  # no cost data on either
+    NODE.kind: [
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {"name": n, "labels": {"nvidia.com/gpu.product": p}},
+            "status": {"allocatable": {"nvidia.com/gpu": "8"}},
+        }
+        for n, p in PRODUCTS.items()
+    ],
+    ACCELERATOR_CLASS.kind: [
+        _class("h100", PRODUCTS["h100-node"], "hopper", "9.0"),
+        _class("a100", PRODUCTS["a100-node"], "ampere", "8.0"),
+    ],  # no cost data on either
     CLUSTER_SERVING_RUNTIME.kind: [
         _runtime("rt-none", None),  # no acceleratorRequirements
         _runtime("rt-nil-list", {}),  # acceleratorRequirements without acceleratorClasses
@@ -85,7 +104,7 @@ OBJECTS = {
         _isvc("masked", {"acceleratorClass": "a100", "policy": "FirstAvailable"}, {"acceleratorClass": ""}),
         _isvc("masked-at-selector", {"acceleratorClass": "", "policy": "FirstAvailable"}),
     ],
-}  # fmt: skip
+}
 
 
 @pytest.fixture(scope="module")
@@ -102,9 +121,16 @@ def view() -> InventoryView:
 def _pod(isvc: str, runtime: str, annotations: dict[str, str] | None = None) -> dict[str, Any]:
     labels = {"ome.io/inferenceservice": isvc, "component": "engine", "serving-runtime": runtime}
     gpus = {"nvidia.com/gpu": "1"}
-    return {"metadata": {"name": f"{isvc}-engine-0", "namespace": "llm", "uid": "u", "labels": labels,
-                         "annotations": annotations or {}},
-            "spec": {"containers": [{"name": "c", "resources": {"requests": gpus, "limits": gpus}}]}}  # fmt: skip
+    return {
+        "metadata": {
+            "name": f"{isvc}-engine-0",
+            "namespace": "llm",
+            "uid": "u",
+            "labels": labels,
+            "annotations": annotations or {},
+        },
+        "spec": {"containers": [{"name": "c", "resources": {"requests": gpus, "limits": gpus}}]},
+    }
 
 
 def _ident(isvc: str, runtime: str, annotations: dict[str, str] | None = None) -> PodIdentity:
@@ -139,8 +165,9 @@ def test_runtime_without_classes_is_class_neutral_even_for_a_named_class(
 ) -> None:
     plan = class_plan.plan_classes(_ident(isvc, runtime), view, "FirstAvailable")
     assert not plan.applies and not plan.incompatible and plan.allowed == ()
-    assert plan.why["classes"] == (f"none apply (runtime {runtime} lists no accelerator classes; "
-                                   "OME selects none, not even the named h100)")  # fmt: skip
+    assert plan.why["classes"] == (
+        f"none apply (runtime {runtime} lists no accelerator classes; OME selects none, not even the named h100)"
+    )
     answer = _api(view).filter(_args(isvc, runtime))
     assert answer["NodeNames"] == NODES  # both GPU models: not pinned to h100
     assert answer["FailedAndUnresolvableNodes"] == {}
@@ -154,32 +181,57 @@ def test_runtime_without_classes_is_class_neutral_even_for_a_named_class(
     [
         # selector.go: getAcceleratorClassByPolicy, filterCandidates leaves none -> "No candidates passed
         # filtering", nil.
-        pytest.param("too-strict", "rt-both", "no_eligible_class", "no accelerator class meets the constraints",
-                     id=f"{SELECTOR_GO}: getAcceleratorClassByPolicy, every class filtered (minMemory)"),
-        pytest.param("all-excluded", "rt-both", "no_eligible_class", "no accelerator class meets the constraints",
-                     id=f"{SELECTOR_GO}: getAcceleratorClassByPolicy, every class filtered (excludedClasses)"),
+        pytest.param(
+            "too-strict",
+            "rt-both",
+            "no_eligible_class",
+            "no accelerator class meets the constraints",
+            id=f"{SELECTOR_GO}: getAcceleratorClassByPolicy, every class filtered (minMemory)",
+        ),
+        pytest.param(
+            "all-excluded",
+            "rt-both",
+            "no_eligible_class",
+            "no accelerator class meets the constraints",
+            id=f"{SELECTOR_GO}: getAcceleratorClassByPolicy, every class filtered (excludedClasses)",
+        ),
         # selector.go: selectCheapest, >= 2 candidates and none with cost -> "No usable cost fields", nil.
-        pytest.param("cheapest", "rt-both", "no_cost_data", "no eligible accelerator class has cost data",
-                     id=f"{SELECTOR_GO}: selectCheapest, no cost data"),
+        pytest.param(
+            "cheapest",
+            "rt-both",
+            "no_cost_data",
+            "no eligible accelerator class has cost data",
+            id=f"{SELECTOR_GO}: selectCheapest, no cost data",
+        ),
         # selector.go: getAcceleratorClassByPolicy, a policy outside the switch falls through to nil.
-        pytest.param("unknown-policy", "rt-both", "unknown_policy",
-                     "unknown policy 'Fastest': OME selects no accelerator class",
-                     id=f"{SELECTOR_GO}: getAcceleratorClassByPolicy, unknown policy"),
+        pytest.param(
+            "unknown-policy",
+            "rt-both",
+            "unknown_policy",
+            "unknown policy 'Fastest': OME selects no accelerator class",
+            id=f"{SELECTOR_GO}: getAcceleratorClassByPolicy, unknown policy",
+        ),
         # policy_helpers.go: candidatesFromNames returns fetcher.go's AcceleratorNotFoundError for a listed
         # class that does not exist; getAcceleratorClassByPolicy logs it and returns nil (no skipping).
-        pytest.param("first-available", "rt-gone", "class_not_found",
-                     "the runtime lists accelerator classes that do not exist (gone): OME aborts the policy step",
-                     id="policy_helpers.go: candidatesFromNames, listed class missing"),
+        pytest.param(
+            "first-available",
+            "rt-gone",
+            "class_not_found",
+            "the runtime lists accelerator classes that do not exist (gone): OME aborts the policy step",
+            id="policy_helpers.go: candidatesFromNames, listed class missing",
+        ),
     ],
-)  # fmt: skip
+)
 def test_a_policy_without_a_class_leaves_the_pod_class_neutral(
     view: InventoryView, caplog: pytest.LogCaptureFixture, isvc: str, runtime: str, code: str, why: str
 ) -> None:
     with caplog.at_level(logging.WARNING, "gpu_extender.placement"):
         plan = class_plan.plan_classes(_ident(isvc, runtime), view, "FirstAvailable")
     policy = plan.policy
-    sentence = (f"none apply: class-neutral because policy {policy} chose no class ({why}), "
-                "so OME puts no class constraint on the pod")  # fmt: skip
+    sentence = (
+        f"none apply: class-neutral because policy {policy} chose no class ({why}), "
+        "so OME puts no class constraint on the pod"
+    )
     assert not plan.applies and not plan.incompatible and plan.no_class == code
     assert plan.why["classes"] == sentence
     assert [r.getMessage() for r in caplog.records] == [f"InferenceService llm/{isvc} engine: {sentence}"]
@@ -217,16 +269,27 @@ def test_the_policy_choosing_a_class_still_pins(view: InventoryView) -> None:
     [
         # selector.go: getAcceleratorClassByName returns the override's non-nil pointer to "", so
         # acName stays "" and the policy decides: the selector's a100 is never read.
-        pytest.param("masked", None, "engine.acceleratorOverride",
-                     id=f"{SELECTOR_GO}: getAcceleratorClassByName, override \"\" masks the selector"),
+        pytest.param(
+            "masked",
+            None,
+            "engine.acceleratorOverride",
+            id=f'{SELECTOR_GO}: getAcceleratorClassByName, override "" masks the selector',
+        ),
         # The same for the selector's own "": OME's class selector never reads the annotation.
-        pytest.param("masked-at-selector", {"ome.io/accelerator-class": "a100"},
-                     "InferenceService acceleratorSelector",
-                     id=f"{SELECTOR_GO}: getAcceleratorClassByName, selector \"\" masks the annotation"),
-        pytest.param("masked", {"ome.io/accelerator-class": "a100"}, "engine.acceleratorOverride",
-                     id=f"{SELECTOR_GO}: getAcceleratorClassByName, override \"\" masks the annotation"),
+        pytest.param(
+            "masked-at-selector",
+            {"ome.io/accelerator-class": "a100"},
+            "InferenceService acceleratorSelector",
+            id=f'{SELECTOR_GO}: getAcceleratorClassByName, selector "" masks the annotation',
+        ),
+        pytest.param(
+            "masked",
+            {"ome.io/accelerator-class": "a100"},
+            "engine.acceleratorOverride",
+            id=f'{SELECTOR_GO}: getAcceleratorClassByName, override "" masks the annotation',
+        ),
     ],
-)  # fmt: skip
+)
 def test_an_empty_class_masks_the_lower_levels(
     view: InventoryView, isvc: str, annotations: dict[str, str] | None, source: str
 ) -> None:

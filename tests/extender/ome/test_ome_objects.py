@@ -100,7 +100,7 @@ def test_parse_serving_runtime() -> None:
     assert str(rt.ref) == "ServingRuntime 'team-a/vllm'"
     assert rt.model_size_range == ModelSizeRange("1B", "70B")
     assert rt.accelerator_classes == ("h100", "a100")
-    assert rt.creation_timestamp == dt.datetime(2025, 6, 1, 10, tzinfo=dt.timezone.utc)
+    assert rt.creation_timestamp == dt.datetime(2025, 6, 1, 10, tzinfo=dt.UTC)
     (entry,) = rt.supported_model_formats
     assert entry.model_format == ModelFormat("safetensors", "1.0.0", "Equal", 1)  # CRD defaults applied
     assert entry.model_framework == ModelFramework("transformers", "4.51.0", "GreaterThanOrEqual", 1)
@@ -149,7 +149,7 @@ def test_cluster_runtime_and_missing_optionals() -> None:
 def test_yaml_timestamps_and_naive_times() -> None:
     stamp = dt.datetime(2025, 6, 1, 10)  # what PyYAML gives for an unquoted timestamp
     rt = parse_serving_runtime(with_field(RUNTIME, "metadata.creationTimestamp", stamp))
-    assert rt.creation_timestamp == stamp.replace(tzinfo=dt.timezone.utc)
+    assert rt.creation_timestamp == stamp.replace(tzinfo=dt.UTC)
 
 
 def test_parse_base_model() -> None:
@@ -181,9 +181,13 @@ def test_parse_ome_object_dispatches() -> None:
 
 
 def test_wrong_kind_for_the_parser() -> None:
-    with pytest.raises(InvalidObject, match=r"^ClusterBaseModel 'llama-3-8b': kind: expected ServingRuntime or ClusterServingRuntime"):
+    with pytest.raises(
+        InvalidObject, match=r"^ClusterBaseModel 'llama-3-8b': kind: expected ServingRuntime or ClusterServingRuntime"
+    ):
         parse_serving_runtime(MODEL)
-    with pytest.raises(InvalidObject, match=r"^ServingRuntime 'team-a/vllm': kind: expected InferenceService, got 'ServingRuntime'"):
+    with pytest.raises(
+        InvalidObject, match=r"^ServingRuntime 'team-a/vllm': kind: expected InferenceService, got 'ServingRuntime'"
+    ):
         parse_inference_service(RUNTIME)
 
 
@@ -251,7 +255,10 @@ def test_wrong_kind_for_the_parser() -> None:
         (with_field(RUNTIME, "metadata.creationTimestamp", "yesterday"), "metadata.creationTimestamp: 'yesterday'"),
         (with_field(RUNTIME, "metadata.creationTimestamp", 1700000000), "metadata.creationTimestamp: expected"),
         (with_field(RUNTIME, "metadata.name", ""), "ServingRuntime (unnamed): metadata.name: expected a non-empty"),
-        (with_field(RUNTIME, "metadata.namespace", None), "ServingRuntime 'vllm': metadata.namespace: a ServingRuntime"),
+        (
+            with_field(RUNTIME, "metadata.namespace", None),
+            "ServingRuntime 'vllm': metadata.namespace: a ServingRuntime",
+        ),
         (with_field(RUNTIME, "apiVersion", "apps/v1"), "apiVersion: expected ome.io/<version>"),
         ("not an object", "ServingRuntime (unnamed): <object>: expected an object"),
         (with_field(MODEL, "spec.modelParameterSize", 8), "ClusterBaseModel 'llama-3-8b': spec.modelParameterSize"),
@@ -282,5 +289,10 @@ def test_invalid_object_carries_its_parts() -> None:
     with pytest.raises(InvalidObject) as caught:
         parse_serving_runtime(with_field(RUNTIME, "spec.modelSizeRange.max", 70))
     err = caught.value
-    assert (err.kind, err.namespace, err.name, err.path) == ("ServingRuntime", "team-a", "vllm", "spec.modelSizeRange.max")
+    assert (err.kind, err.namespace, err.name, err.path) == (
+        "ServingRuntime",
+        "team-a",
+        "vllm",
+        "spec.modelSizeRange.max",
+    )
     assert isinstance(err, ValueError)

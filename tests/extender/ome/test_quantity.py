@@ -46,13 +46,31 @@ def test_parse_quantity(text: object, expected: Decimal) -> None:
 @pytest.mark.parametrize(
     "bad",
     [
-        "eighty", "", " 80", "80 ", "80Gib", "80gi", "1K", "1e", "1e3.5", "Gi", "1.2.3", "--1", "0x10",
-        "80GB", True, None, [80], {"v": 1}, float("nan"), float("inf"),
+        "eighty",
+        "",
+        " 80",
+        "80 ",
+        "80Gib",
+        "80gi",
+        "1K",
+        "1e",
+        "1e3.5",
+        "Gi",
+        "1.2.3",
+        "--1",
+        "0x10",
+        "80GB",
+        True,
+        None,
+        [80],
+        {"v": 1},
+        float("nan"),
+        float("inf"),
         "1e41",  # exponent out of range
         "9223372036854775808",  # 2**63: beyond Go's int64 Value()
         "8Ei",  # 2**63 again, through a suffix
     ],
-)  # fmt: skip
+)
 def test_bad_quantities_raise(bad: object) -> None:
     with pytest.raises(QuantityError):
         parse_quantity(bad)

@@ -6,14 +6,6 @@ from typing import Any
 
 import pytest
 
-from gpuextender.extender.model.ome.ome_objects import (
-    BaseModel,
-    InferenceService,
-    ServingRuntime,
-    parse_base_model,
-    parse_inference_service,
-    parse_serving_runtime,
-)
 from gpuextender.extender.decide.runtime_selector import (
     REASON_ACCELERATOR,
     REASON_DISABLED,
@@ -40,6 +32,14 @@ from gpuextender.extender.decide.runtime_selector import (
     runtime_score,
     select_runtime,
     validate_runtime,
+)
+from gpuextender.extender.model.ome.ome_objects import (
+    BaseModel,
+    InferenceService,
+    ServingRuntime,
+    parse_base_model,
+    parse_inference_service,
+    parse_serving_runtime,
 )
 
 NS = "team-a"
@@ -104,7 +104,7 @@ def runtime(
         meta["creationTimestamp"] = created
     spec: dict[str, Any] = {"supportedModelFormats": list(entries)}
     if size is not None:
-        spec["modelSizeRange"] = {k: v for k, v in zip(("min", "max"), size) if v is not None}
+        spec["modelSizeRange"] = {k: v for k, v in zip(("min", "max"), size, strict=False) if v is not None}
     if disabled is not None:
         spec["disabled"] = disabled
     if classes is not None:
@@ -253,7 +253,11 @@ FLUX = {"className": "FluxPipeline"}
             entry(),
             ("model has framework transformers but runtime has no framework requirement",),
         ),
-        (model(fw="transformers"), entry(fw="diffusers"), ("framework name mismatch (model=transformers, runtime=diffusers)",)),
+        (
+            model(fw="transformers"),
+            entry(fw="diffusers"),
+            ("framework name mismatch (model=transformers, runtime=diffusers)",),
+        ),
         (
             model(fw="transformers", fw_version="4.50.0"),
             entry(fw="transformers", fw_version="4.51.0"),
@@ -504,7 +508,8 @@ def test_explanations() -> None:
         "candidate with score 1",
         WARNING_NO_AUTO_SELECT,
         "no auto-selectable format entry scores above 0",
-        "model format 'mt:safetensors' not in supported formats: format name mismatch (model=safetensors, runtime=pytorch)",
+        "model format 'mt:safetensors' not in supported formats: "
+        "format name mismatch (model=safetensors, runtime=pytorch)",
     ]
 
 
@@ -626,7 +631,9 @@ def test_no_runtime_found_lists_incompatible_runtimes_in_pre_order() -> None:
 def test_no_runtime_found_without_runtimes() -> None:
     with pytest.raises(NoRuntimeFoundError) as caught:
         select_runtime(model(), [], namespace=NS)
-    assert str(caught.value) == "no runtime found to support model safetensors with format safetensors in namespace team-a"
+    assert (
+        str(caught.value) == "no runtime found to support model safetensors with format safetensors in namespace team-a"
+    )
 
 
 def test_no_runtime_found_only_dropped_for_auto_select() -> None:
@@ -643,7 +650,8 @@ def test_excluded_namesake_is_replaced_like_a_go_map() -> None:
     with pytest.raises(NoRuntimeFoundError) as caught:
         select_runtime(model(), rts, namespace=NS)
     assert caught.value.excluded_runtimes == {
-        "x": "model format 'mt:safetensors' not in supported formats: format name mismatch (model=safetensors, runtime=pytorch)"
+        "x": "model format 'mt:safetensors' not in supported formats: "
+        "format name mismatch (model=safetensors, runtime=pytorch)"
     }
 
 
@@ -657,7 +665,12 @@ def test_excluded_namesake_is_replaced_like_a_go_map() -> None:
             RuntimeNotFoundError,
             "runtime vllm not found in namespace team-a or at cluster scope",
         ),
-        ([runtime("vllm", entry(), disabled=True)], isvc(), RuntimeDisabledError, "namespace-scoped runtime vllm is disabled"),
+        (
+            [runtime("vllm", entry(), disabled=True)],
+            isvc(),
+            RuntimeDisabledError,
+            "namespace-scoped runtime vllm is disabled",
+        ),
         (
             [runtime("vllm", entry("pytorch"), disabled=True, cluster=True)],
             isvc(),
@@ -766,7 +779,11 @@ def test_supported_format_may_differ_from_the_matched_entry() -> None:
 
 
 def test_find_runtime_namespaced_first() -> None:
-    ns_rt, cl_rt, other = runtime("vllm", entry()), runtime("vllm", entry(), cluster=True), runtime("x", entry(), ns="b")
+    ns_rt, cl_rt, other = (
+        runtime("vllm", entry()),
+        runtime("vllm", entry(), cluster=True),
+        runtime("x", entry(), ns="b"),
+    )
     assert find_runtime("vllm", NS, [cl_rt, ns_rt]) is ns_rt
     assert find_runtime("vllm", "team-b", [cl_rt, ns_rt]) is cl_rt
     assert find_runtime("x", NS, [other]) is None

@@ -120,7 +120,7 @@ def _cmp(a: _Comparable, b: _Comparable) -> int:
 def _cmp_elements(a: tuple[str, ...], b: tuple[str, ...]) -> int:
     # Go compareStringSlices: first differing element (byte order == code point order
     # for UTF-8), then the shorter list is smaller. So "1.0.0-rc1" > "1.0.0".
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=False):
         if x != y:
             return _cmp(x, y)
     return _cmp(len(a), len(b))

@@ -181,7 +181,7 @@ def _fmt_gib(n: float) -> str:
 class ClassMatcher:
     """One AcceleratorClass compiled for matching many nodes."""
 
-    __slots__ = ("cls", "_selector", "_terms", "_cc_version", "_cc_text")
+    __slots__ = ("_cc_text", "_cc_version", "_selector", "_terms", "cls")
 
     def __init__(self, cls: AcceleratorClass) -> None:
         self.cls = cls
@@ -195,9 +195,7 @@ class ClassMatcher:
     def name(self) -> str:
         return self.cls.name
 
-    def _mismatch(
-        self, node: _PreparedNode, gpus: Sequence[GpuFacts] | None, tolerance: float
-    ) -> Mismatch | None:
+    def _mismatch(self, node: _PreparedNode, gpus: Sequence[GpuFacts] | None, tolerance: float) -> Mismatch | None:
         labels = node.labels
         for key, want in self._selector:
             have = labels.get(key)

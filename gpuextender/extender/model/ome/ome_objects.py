@@ -49,7 +49,7 @@ _CRD_DEFAULT_OPERATOR = "Equal"
 _CRD_DEFAULT_WEIGHT = 1
 _INT32 = (-(2**31), 2**31 - 1)
 _INT64 = (-(2**63), 2**63 - 1)
-_UTC = _dt.timezone.utc
+_UTC = _dt.UTC
 
 
 class InvalidObject(ValueError):
@@ -217,7 +217,6 @@ class BaseModel(_Referenced):
     disabled: bool | None = None
 
 
-
 @dataclass(frozen=True, slots=True)
 class InferenceService:
     """The InferenceService fields runtime selection reads (§4.1)."""
@@ -250,7 +249,7 @@ def _shown(value: Any) -> str:
 class _Reader:
     """Typed field access that raises InvalidObject naming this object and the path."""
 
-    __slots__ = ("kind", "namespace", "name")
+    __slots__ = ("kind", "name", "namespace")
 
     def __init__(self, kind: str) -> None:
         self.kind = kind
@@ -414,9 +413,7 @@ def _accelerator_model_config(r: _Reader, raw: Any, path: str) -> AcceleratorMod
         pipeline_parallel_size=r.integer(tp.get("pipelineParallelSize"), f"{tp_path}.pipelineParallelSize", _INT64),
         data_parallel_size=r.integer(tp.get("dataParallelSize"), f"{tp_path}.dataParallelSize", _INT64),
         runtime_args_override=r.strings(m.get("runtimeArgsOverride"), f"{path}.runtimeArgsOverride") or (),
-        environment_override=tuple(
-            (k, r.string(v, f"{path}.environmentOverride.{k}") or "") for k, v in env
-        ),
+        environment_override=tuple((k, r.string(v, f"{path}.environmentOverride.{k}") or "") for k, v in env),
         min_memory_per_billion_params=r.integer(
             m.get("minMemoryPerBillionParams"), f"{path}.minMemoryPerBillionParams", _INT64
         ),
