@@ -17,7 +17,7 @@ import trustme
 
 from gpuextender.extender.ingest.agent_identity import NODE_NAME_EXTRA
 from tests.e2e.test_kubernetes_inventory import ThreadedApiServer
-from tests.extender.test_agent_auth import jwt
+from tests.extender.ingest.test_agent_identity import jwt
 from tests.harness import (
     FIXTURES,
     Cluster,

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.extender.test_fleet_page import POD  # the same 2-GPU pod as the form's own tests
+from tests.extender.ui.test_fleet_page import POD  # the same 2-GPU pod as the form's own tests
 from tests.harness import ROOT, Proc, cluster, metric, post_json, scrape, url, wait_until
 
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")

@@ -21,7 +21,7 @@ from gpuextender.common.backoff import Backoff
 from gpuextender.common.netaddr import HostPort
 from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
-from tests.agent.test_streamer import Recorder, value, wait_for
+from tests.agent.stream.test_streamer import Recorder, value, wait_for
 from tests.harness import free_port
 
 

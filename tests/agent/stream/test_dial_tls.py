@@ -23,7 +23,7 @@ from gpuextender.common.serving_tls import ServingCertificate
 from gpuextender.common.tls_files import ServingTlsFiles
 from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
-from tests.agent.test_streamer import value, wait_for
+from tests.agent.stream.test_streamer import value, wait_for
 from tests.harness import write_ca, write_leaf, write_pem
 
 SERVER_NAME = "gpu-extender.gpu-extender.svc"

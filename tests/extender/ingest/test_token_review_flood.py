@@ -20,7 +20,7 @@ from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 from tests.extender.builders import gpu, report
-from tests.extender.test_agent_auth import SA, bound_to
+from tests.extender.ingest.test_agent_identity import SA, bound_to
 from tests.harness import metric, parse_metrics
 from tests.kube_apiserver import KubeApiServer
 

@@ -16,7 +16,7 @@ from gpuextender.extender.state.inventory_view import InventoryView
 from gpuextender.extender.state.live_classes import LiveClasses, LiveClassesCollector
 from gpuextender.v1 import gpu_state_pb2 as pb
 from tests.extender.builders import GIB, report
-from tests.extender.test_placement import view  # noqa: F401  (module fixture: examples/ome inventory)
+from tests.extender.decide.test_class_plan import view  # noqa: F401  (module fixture: examples/ome inventory)
 
 
 def gpus(count: int, name: str, gib: int | None, cc: tuple[int, int] | None) -> list[pb.GpuSample]:
