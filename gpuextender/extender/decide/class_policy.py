@@ -21,7 +21,7 @@ GetAcceleratorClass`):
    the runtime check's business, `runtime_selector`, not this one's.)
 2. An explicit name wins over any policy. A name outside the runtime's (non-empty) list is
    an incompatibility: the runtime matcher requires every named class in the list and
-   would have refused the runtime. Outcome INCOMPATIBLE, which the extender turns into
+   would have refused the runtime. ClassOutcome INCOMPATIBLE, which the extender turns into
    "every node fails". A listed name with no (valid) AcceleratorClass object is OME's
    AcceleratorNotFoundError: outcome NOT_FOUND.
 3. Without a name, no policy means no class (NO_ACCELERATOR).
@@ -99,10 +99,6 @@ class Policy(enum.StrEnum):
 
 POLICIES = frozenset(p.value for p in Policy)
 
-ENGINE = "engine"
-DECODER = "decoder"
-ROUTER = "router"
-COMPONENTS = (ENGINE, DECODER, ROUTER)
 
 _MEM_WEIGHT, _COMPUTE_WEIGHT = 0.70, 0.30  # BestFit
 _CAP_MEM, _CAP_BW, _CAP_TFLOPS = 0.5, 0.3, 0.2  # MostCapable
@@ -188,76 +184,6 @@ def parse_constraints(raw: Any, path: str = "constraints") -> Constraints | None
 
 
 # --- the request: explicit class, policy, constraints (§7.13 steps 2-3) ---------------------
-
-
-@dataclass(frozen=True, slots=True)
-class ClassRequest:
-    """What an InferenceService asks for one component, with where each part came from."""
-
-    component: str
-    uses_accelerator: bool  # False for the router
-    explicit_class: str | None = None
-    explicit_source: str | None = None  # field path, e.g. "spec.engine.acceleratorOverride.acceleratorClass"
-    policy: str | None = None
-    policy_source: str | None = None
-    constraints: Constraints | None = None
-    constraints_source: str | None = None
-    ignored_constraints_source: str | None = None  # component-override constraints OME ignores
-
-
-def resolve_class_request(isvc: Mapping[str, Any], component: str) -> ClassRequest:
-    """Read the explicit class, policy and constraints for `component` from an InferenceService.
-
-    Raises ValueError for an unknown component and InvalidAcceleratorSelector for fields of
-    the wrong type.
-    """
-    if component not in COMPONENTS:
-        raise ValueError(f"unknown component {component!r} (expected one of {', '.join(COMPONENTS)})")
-    if component == ROUTER:
-        return ClassRequest(component, uses_accelerator=False)
-    obj = _obj(isvc, "(InferenceService)") or {}
-    spec = _obj(obj.get("spec"), "spec") or {}
-    comp = _obj(spec.get(component), f"spec.{component}") or {}
-    opath = f"spec.{component}.acceleratorOverride"
-    override = _obj(comp.get("acceleratorOverride"), opath) or {}
-    spath = "spec.acceleratorSelector"
-    selector = _obj(spec.get("acceleratorSelector"), spath) or {}
-
-    # Name: OME takes the first *non-nil* pointer, so an override with "" masks the isvc name.
-    explicit: str | None = None
-    explicit_source: str | None = None
-    for path, holder in ((opath, override), (spath, selector)):
-        name = _str(holder.get("acceleratorClass"), f"{path}.acceleratorClass")
-        if name is not None:
-            if name:
-                explicit, explicit_source = name, f"{path}.acceleratorClass"
-            break
-
-    # Policy: the first *non-empty* one.
-    policy: str | None = None
-    policy_source: str | None = None
-    for path, holder in ((opath, override), (spath, selector)):
-        p = _str(holder.get("policy"), f"{path}.policy")
-        if p:
-            policy, policy_source = p, f"{path}.policy"
-            break
-
-    constraints = parse_constraints(selector.get("constraints"), f"{spath}.constraints")
-    ignored = None
-    if override.get("constraints") is not None:
-        _obj(override.get("constraints"), f"{opath}.constraints")
-        ignored = f"{opath}.constraints"
-    return ClassRequest(
-        component=component,
-        uses_accelerator=True,
-        explicit_class=explicit,
-        explicit_source=explicit_source,
-        policy=policy,
-        policy_source=policy_source,
-        constraints=constraints,
-        constraints_source=f"{spath}.constraints" if constraints is not None else None,
-        ignored_constraints_source=ignored,
-    )
 
 
 # --- the constraint filter (§7.13 meetsRequirements) ----------------------------------------
@@ -573,74 +499,3 @@ def _missing_reason(missing: Sequence[ExcludedClass]) -> str:
 
 
 # --- the whole decision for one component ----------------------------------------------------
-
-
-class Outcome(enum.StrEnum):
-    NO_ACCELERATOR = "NoAccelerator"  # router; runtime lists no classes; neither name nor policy
-    EXPLICIT = "Explicit"  # a named class from the override or the isvc selector
-    POLICY = "Policy"  # the policy ranked the candidates (class_name may still be None)
-    INCOMPATIBLE = "Incompatible"  # the named class is not in the runtime's list
-    NOT_FOUND = "NotFound"  # the named class is listed but no such AcceleratorClass exists
-
-
-@dataclass(frozen=True, slots=True)
-class ClassSelection:
-    outcome: Outcome
-    request: ClassRequest
-    class_name: str | None  # the explicit class, or the policy ranking's first (availability-aware)
-    ranking: ClassRanking | None  # set for POLICY
-    reason: str  # one sentence for explanations
-
-
-def select_class(
-    request: ClassRequest,
-    runtime_classes: Sequence[str] | None,
-    classes: Mapping[str, AcceleratorClass],
-    can_place: Callable[[str], bool] | None = None,
-) -> ClassSelection:
-    """§7.13 for one component: explicit class, else policy ranking, else none.
-
-    `runtime_classes` is the runtime's `acceleratorRequirements.acceleratorClasses`
-    (None when absent). `classes` and `can_place` are as for `rank_classes`.
-    """
-    if not request.uses_accelerator:
-        return ClassSelection(
-            Outcome.NO_ACCELERATOR, request, None, None, f"the {request.component} gets no accelerator class"
-        )
-    listed = dedupe(runtime_classes or ())
-    if not listed:
-        # OME's GetAcceleratorClass returns before reading the name (selector.go step 1).
-        named = f" (not even the named {request.explicit_class})" if request.explicit_class else ""
-        return ClassSelection(
-            Outcome.NO_ACCELERATOR, request, None, None, f"the runtime lists no accelerator classes{named}"
-        )
-    if request.explicit_class is not None:
-        name, src = request.explicit_class, request.explicit_source
-        if name not in listed:
-            allowed = f"[{', '.join(listed)}]"
-            return ClassSelection(
-                Outcome.INCOMPATIBLE,
-                request,
-                name,
-                None,
-                f"accelerator class {name} (from {src}) is not among the runtime's acceleratorClasses: {allowed}",
-            )
-        if name not in classes:
-            return ClassSelection(
-                Outcome.NOT_FOUND, request, name, None, f"accelerator class {name} not found at cluster scope"
-            )
-        return ClassSelection(Outcome.EXPLICIT, request, name, None, f"accelerator class {name} named by {src}")
-    if request.policy is None:
-        return ClassSelection(
-            Outcome.NO_ACCELERATOR,
-            request,
-            None,
-            None,
-            "no accelerator class named and no policy: OME selects none (no default policy)",
-        )
-    ranking = rank_classes(request.policy, listed, classes, request.constraints, can_place)
-    if ranking.chosen is not None:
-        reason = f"policy {request.policy} (from {request.policy_source}) ranks {ranking.chosen} first"
-    else:
-        reason = f"policy {request.policy} (from {request.policy_source}) chose no class: {ranking.none_reason}"
-    return ClassSelection(Outcome.POLICY, request, ranking.chosen, ranking, reason)

@@ -212,7 +212,7 @@ class CompatibilityReport:
         return self.incompatibility_reasons[0] if self.incompatibility_reasons else None
 
 
-class Outcome(enum.Enum):
+class RuntimeOutcome(enum.Enum):
     """Why a runtime is, or is not, a candidate for auto-selection (§7.9)."""
 
     CANDIDATE = "candidate"
@@ -224,17 +224,17 @@ class Outcome(enum.Enum):
 @dataclass(frozen=True, slots=True)
 class RuntimeEvaluation:
     runtime: ServingRuntime
-    outcome: Outcome
+    outcome: RuntimeOutcome
     score: int  # CalculateScore; 0 when not computed (incompatible)
     report: CompatibilityReport
 
     @property
     def explanation(self) -> str:
-        if self.outcome is Outcome.INCOMPATIBLE:
+        if self.outcome is RuntimeOutcome.INCOMPATIBLE:
             return self.report.reason or REASON_INCOMPATIBLE_FORMAT
-        if self.outcome is Outcome.NO_AUTO_SELECT:
+        if self.outcome is RuntimeOutcome.NO_AUTO_SELECT:
             return WARNING_NO_AUTO_SELECT
-        if self.outcome is Outcome.ZERO_SCORE:
+        if self.outcome is RuntimeOutcome.ZERO_SCORE:
             return "no auto-selectable format entry scores above 0"
         return f"candidate with score {self.score}"
 
@@ -380,11 +380,6 @@ def format_entry_mismatches(model: BaseModel, entry: SupportedModelFormat) -> tu
     return tuple(reasons)
 
 
-def format_entry_matches(model: BaseModel, entry: SupportedModelFormat) -> bool:
-    """compareSupportedModelFormats (§7.5)."""
-    return not format_entry_mismatches(model, entry)
-
-
 def model_format_label(model: BaseModel) -> str:
     """`mt:<format>[:<fmtVersion>][:<arch>][:<quant>][:<framework>[:<fwVersion>]]` (getModelFormatLabel)."""
     parts = [f"mt:{model.model_format.name}"]
@@ -397,54 +392,6 @@ def model_format_label(model: BaseModel) -> str:
 
 
 # --- scoring (§7.8) -----------------------------------------------------------------------------
-
-
-def _side_matches(entry: ModelFormat | ModelFramework, model: ModelFormat | ModelFramework) -> bool | None:
-    """Scorer's view of one side: None = score 0 now, else whether it matched."""
-    if entry.name != model.name:
-        return None
-    if entry.version is not None and model.version is not None:
-        return True if runtime_version_accepts(entry.version, model.version, entry.operator) else None
-    return True  # one or both versions missing still counts as matched for scoring
-
-
-def format_score(
-    model: BaseModel, entry: SupportedModelFormat, priority: int, scoring: ScoringConfig = DEFAULT_SCORING
-) -> int:
-    """CalculateFormatScore: one entry's score at `priority`."""
-    format_matched = False
-    if entry.model_format is not None:
-        matched = _side_matches(entry.model_format, model.model_format)
-        if matched is None:
-            return 0
-        format_matched = matched
-    framework_matched = False
-    if entry.model_framework is not None and model.model_framework is not None:
-        matched = _side_matches(entry.model_framework, model.model_framework)
-        if matched is None:
-            return 0
-        framework_matched = matched
-    format_ok = format_matched or entry.model_format is None
-    framework_ok = framework_matched or (entry.model_framework is None and model.model_framework is None)
-    if not (format_ok and framework_ok):
-        return 0
-    score = 0
-    if format_matched and entry.model_format is not None:
-        score += (entry.model_format.weight or scoring.model_format_weight) * priority
-    if framework_matched and entry.model_framework is not None:
-        score += (entry.model_framework.weight or scoring.model_framework_weight) * priority
-    return score
-
-
-def runtime_score(runtime: ServingRuntime, model: BaseModel, scoring: ScoringConfig = DEFAULT_SCORING) -> int:
-    """CalculateScore: the best entry whose autoSelect is not false (null counts), at its priority."""
-    best = 0
-    for entry in runtime.supported_model_formats:
-        if entry.auto_select is False:
-            continue
-        priority = scoring.default_priority if entry.priority is None else entry.priority
-        best = max(best, format_score(model, entry, priority, scoring))
-    return best
 
 
 def has_auto_select(runtime: ServingRuntime) -> bool:
@@ -623,25 +570,6 @@ def _resolve_namespace(isvc: InferenceService | None, namespace: str | None) -> 
     raise ValueError("runtime selection needs a namespace: pass `namespace` or an InferenceService")
 
 
-def _pre_ordered(runtimes: Iterable[ServingRuntime]) -> list[ServingRuntime]:
-    """FetchRuntimes' order: creationTimestamp descending (missing = oldest), then name."""
-    by_name = sorted(runtimes, key=lambda rt: rt.name)
-    stamped = [rt for rt in by_name if rt.creation_timestamp is not None]
-    unstamped = [rt for rt in by_name if rt.creation_timestamp is None]
-    stamped.sort(key=lambda rt: rt.creation_timestamp, reverse=True)  # type: ignore[arg-type,return-value]
-    return stamped + unstamped  # Python's sort is stable, reverse=True included
-
-
-def runtimes_in_scope(
-    runtimes: Iterable[ServingRuntime], namespace: str
-) -> tuple[list[ServingRuntime], list[ServingRuntime]]:
-    """(namespaced runtimes of `namespace`, all cluster runtimes), each pre-ordered (§7.2)."""
-    everything = list(runtimes)
-    namespaced = [rt for rt in everything if not rt.is_cluster and rt.namespace == namespace]
-    cluster = [rt for rt in everything if rt.is_cluster]
-    return _pre_ordered(namespaced), _pre_ordered(cluster)
-
-
 def find_runtime(name: str, namespace: str, runtimes: Iterable[ServingRuntime]) -> ServingRuntime | None:
     """GetRuntime without the error: the namespaced runtime first, then the cluster one.
 
@@ -682,45 +610,6 @@ def _namespaced_first(name: str, namespace: str, objects: Iterable[_Scoped]) -> 
 # --- selection (§7.9-§7.11) ----------------------------------------------------------------------
 
 
-def evaluate_runtime(
-    runtime: ServingRuntime,
-    model: BaseModel | None,
-    isvc: InferenceService | None = None,
-    *,
-    accelerator_class: str | None = None,
-    scoring: ScoringConfig = DEFAULT_SCORING,
-) -> RuntimeEvaluation:
-    """evaluateRuntime, keeping the reason when the runtime is not a candidate (§7.9)."""
-    model = _require_model(model)
-    report = compatibility_report(runtime, model, isvc, accelerator_class=accelerator_class, scoring=scoring)
-    if not report.is_compatible:
-        return RuntimeEvaluation(runtime, Outcome.INCOMPATIBLE, 0, report)
-    score = runtime_score(runtime, model, scoring)
-    if not has_auto_select(runtime):
-        return RuntimeEvaluation(runtime, Outcome.NO_AUTO_SELECT, score, report)
-    if score <= 0:
-        return RuntimeEvaluation(runtime, Outcome.ZERO_SCORE, score, report)
-    return RuntimeEvaluation(runtime, Outcome.CANDIDATE, score, report)
-
-
-def explain_runtimes(
-    model: BaseModel | None,
-    runtimes: Iterable[ServingRuntime],
-    isvc: InferenceService | None = None,
-    *,
-    namespace: str | None = None,
-    accelerator_class: str | None = None,
-    scoring: ScoringConfig = DEFAULT_SCORING,
-) -> list[RuntimeEvaluation]:
-    """Every runtime in scope with its outcome, namespaced then cluster, each pre-ordered (§7.2)."""
-    model = validate_model(model)
-    namespaced, cluster = runtimes_in_scope(runtimes, _resolve_namespace(isvc, namespace))
-    return [
-        evaluate_runtime(rt, model, isvc, accelerator_class=accelerator_class, scoring=scoring)
-        for rt in namespaced + cluster
-    ]
-
-
 def _ranked(candidates: list[RuntimeEvaluation], model: BaseModel) -> list[RuntimeMatch]:
     """CompareRuntimes within one scope: score, then (with a model size) the size distance, then name."""
     has_size = model.model_parameter_size is not None
@@ -730,59 +619,6 @@ def _ranked(candidates: list[RuntimeEvaluation], model: BaseModel) -> list[Runti
         return (-ev.score, distance, ev.runtime.is_cluster, ev.runtime.name)
 
     return [RuntimeMatch(ev.runtime, ev.score, ev.report.match_details) for ev in sorted(candidates, key=key)]
-
-
-def _compatible_from(evaluations: list[RuntimeEvaluation], model: BaseModel) -> list[RuntimeMatch]:
-    candidates = [ev for ev in evaluations if ev.outcome is Outcome.CANDIDATE]
-    # Sorted per scope, then concatenated: a namespaced runtime beats any cluster runtime.
-    return _ranked([ev for ev in candidates if not ev.runtime.is_cluster], model) + _ranked(
-        [ev for ev in candidates if ev.runtime.is_cluster], model
-    )
-
-
-def list_compatible_runtimes(
-    model: BaseModel | None,
-    runtimes: Iterable[ServingRuntime],
-    isvc: InferenceService | None = None,
-    *,
-    namespace: str | None = None,
-    accelerator_class: str | None = None,
-    scoring: ScoringConfig = DEFAULT_SCORING,
-) -> list[RuntimeMatch]:
-    """GetCompatibleRuntimes: the auto-selectable runtimes, best first (§7.9, §7.10)."""
-    model = validate_model(model)
-    evaluations = explain_runtimes(
-        model, runtimes, isvc, namespace=namespace, accelerator_class=accelerator_class, scoring=scoring
-    )
-    return _compatible_from(evaluations, model)
-
-
-def select_runtime(
-    model: BaseModel | None,
-    runtimes: Iterable[ServingRuntime],
-    isvc: InferenceService | None = None,
-    *,
-    namespace: str | None = None,
-    accelerator_class: str | None = None,
-    scoring: ScoringConfig = DEFAULT_SCORING,
-) -> RuntimeMatch:
-    """SelectRuntime: the best candidate; raises ModelValidationError or NoRuntimeFoundError."""
-    model = validate_model(model)
-    ns = _resolve_namespace(isvc, namespace)
-    evaluations = explain_runtimes(
-        model, runtimes, isvc, namespace=ns, accelerator_class=accelerator_class, scoring=scoring
-    )
-    matches = _compatible_from(evaluations, model)
-    if matches:
-        return matches[0]
-    excluded: dict[str, str] = {}
-    for ev in evaluations:  # keyed by name like OME's map: a cluster namesake overwrites
-        if ev.outcome is Outcome.INCOMPATIBLE and ev.report.reason is not None:
-            excluded[ev.runtime.name] = ev.report.reason
-    namespaced = sum(1 for ev in evaluations if not ev.runtime.is_cluster)
-    # getModelName: OME reports the format name here, not the BaseModel's name.
-    fmt = model.model_format.name
-    raise NoRuntimeFoundError(fmt, fmt, ns, excluded, namespaced, len(evaluations) - namespaced)
 
 
 def validate_runtime(
@@ -812,29 +648,3 @@ def validate_runtime(
         raise RuntimeCompatibilityError(runtime_name, "", model.model_format.name, REASON_ACCELERATOR)
     reason = report.reason or REASON_INCOMPATIBLE_FORMAT
     raise RuntimeCompatibilityError(runtime_name, model.model_format.name, model.model_format.name, reason)
-
-
-def get_supported_model_format(
-    runtime: ServingRuntime | None,
-    model: BaseModel | None,
-    user_specified: bool,
-    scoring: ScoringConfig = DEFAULT_SCORING,
-) -> SupportedModelFormat | None:
-    """GetSupportedModelFormat (§7.11): the entry whose `acceleratorConfig` OME applies.
-
-    Entries with `autoSelect: true` only, unless the runtime was named by the user (then
-    all); scored at the default priority (not the entry's); the strictly highest score > 0
-    wins, so the first entry wins a tie. Architecture and quantization play no part, so
-    this may differ from `CompatibilityReport.matched_format`. None when nothing scores.
-    """
-    if runtime is None or model is None:
-        return None
-    best: SupportedModelFormat | None = None
-    best_score = 0
-    for entry in runtime.supported_model_formats:
-        if not user_specified and entry.auto_select is not True:
-            continue
-        score = format_score(model, entry, scoring.default_priority, scoring)
-        if score > best_score:
-            best, best_score = entry, score
-    return best

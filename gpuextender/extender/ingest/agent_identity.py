@@ -112,7 +112,7 @@ def judge_review(status: Mapping[str, Any], expected: ServiceAccountRef, audienc
     return AgentIdentity(username, node)
 
 
-def node_mismatch(identity: AgentIdentity, report_node: str) -> str | None:
+def identity_node_mismatch(identity: AgentIdentity, report_node: str) -> str | None:
     """None when the identity may report for `report_node`, else the reason for the REJECTED ack."""
     if report_node == identity.node_name:
         return None

@@ -30,7 +30,12 @@ import grpc
 from prometheus_client import Counter
 
 from gpuextender.common.idle_rule import IdleRule
-from gpuextender.extender.ingest.agent_identity import AgentIdentity, AgentRefused, Authenticator, node_mismatch
+from gpuextender.extender.ingest.agent_identity import (
+    AgentIdentity,
+    AgentRefused,
+    Authenticator,
+    identity_node_mismatch,
+)
 from gpuextender.extender.ingest.limits import REPORT_BURST, REPORTS_PER_SECOND, ReportPacer, UnknownNodes
 from gpuextender.extender.ingest.report_checks import clock_skew_problem, report_problem
 from gpuextender.extender.observe.metrics import ExtenderMetrics
@@ -169,7 +174,7 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
                 delay = pacer.take()
                 if delay > 0.0:  # no coroutine per report: only a stream over its rate waits
                     await self._wait_for_pace(pacer, delay)
-                mismatch = node_mismatch(identity, report.node_name) if identity is not None else None
+                mismatch = identity_node_mismatch(identity, report.node_name) if identity is not None else None
                 if mismatch is not None:
                     self._count_auth_failure("node_mismatch")
                     self._count_rejected("node_mismatch")

@@ -7,22 +7,19 @@ from typing import Any
 import pytest
 
 from gpuextender.extender.decide.class_policy import (
-    ClassRequest,
     Constraints,
     InvalidAcceleratorSelector,
     NoClass,
-    Outcome,
     Policy,
     Stage,
     best_fit_score,
     meets_requirements,
     parse_constraints,
     rank_classes,
-    resolve_class_request,
     score_from_tflops,
-    select_class,
 )
 from gpuextender.extender.model.ome.accelerator_class import AcceleratorClass, parse_accelerator_class
+from tests.extender.ome_reference import ClassOutcome, ClassRequest, resolve_class_request, select_class
 
 
 def cls(
@@ -575,7 +572,7 @@ def test_router_gets_no_accelerator() -> None:
     req = resolve_class_request(isvc({"acceleratorClass": "h100", "policy": "BestFit"}), "router")
     assert req == ClassRequest("router", uses_accelerator=False)
     sel = select_class(req, ["h100"], catalog(H100))
-    assert sel.outcome == Outcome.NO_ACCELERATOR and sel.class_name is None
+    assert sel.outcome == ClassOutcome.NO_ACCELERATOR and sel.class_name is None
     assert sel.reason == "the router gets no accelerator class"
 
 
@@ -616,21 +613,21 @@ CLASSES = catalog(H100, A100, B200)
         (
             isvc({"acceleratorClass": "h100", "policy": "FirstAvailable"}),
             ["a100", "h100"],
-            Outcome.EXPLICIT,
+            ClassOutcome.EXPLICIT,
             "h100",
             f"accelerator class h100 named by {SEL}.acceleratorClass",
         ),
         (
             isvc({"acceleratorClass": "h100"}, {"acceleratorClass": "a100"}),
             ["a100", "h100"],
-            Outcome.EXPLICIT,
+            ClassOutcome.EXPLICIT,
             "a100",
             f"accelerator class a100 named by {ENG}.acceleratorClass",
         ),
         (
             isvc({"acceleratorClass": "b200"}),
             ["a100", "h100"],
-            Outcome.INCOMPATIBLE,
+            ClassOutcome.INCOMPATIBLE,
             "b200",
             f"accelerator class b200 (from {SEL}.acceleratorClass) "
             "is not among the runtime's acceleratorClasses: [a100, h100]",
@@ -640,14 +637,14 @@ CLASSES = catalog(H100, A100, B200)
         (
             isvc({"acceleratorClass": "h100"}),
             None,
-            Outcome.NO_ACCELERATOR,
+            ClassOutcome.NO_ACCELERATOR,
             None,
             "the runtime lists no accelerator classes (not even the named h100)",
         ),
         (
             isvc(None, {"acceleratorClass": "h100"}),
             [],
-            Outcome.NO_ACCELERATOR,
+            ClassOutcome.NO_ACCELERATOR,
             None,
             "the runtime lists no accelerator classes (not even the named h100)",
         ),
@@ -655,7 +652,7 @@ CLASSES = catalog(H100, A100, B200)
         (
             isvc({"policy": "BestFit"}),
             ["h100", "gone"],
-            Outcome.POLICY,
+            ClassOutcome.POLICY,
             None,
             f"policy BestFit (from {SEL}.policy) chose no class: the runtime lists accelerator classes that do not "
             "exist (gone): OME aborts the policy step",
@@ -665,14 +662,14 @@ CLASSES = catalog(H100, A100, B200)
         (
             isvc({"acceleratorClass": "h100", "policy": "FirstAvailable"}, {"acceleratorClass": ""}),
             ["a100", "h100"],
-            Outcome.POLICY,
+            ClassOutcome.POLICY,
             "a100",
             f"policy FirstAvailable (from {SEL}.policy) ranks a100 first",
         ),
         (
             isvc({"acceleratorClass": "H100"}),
             ["h100"],
-            Outcome.INCOMPATIBLE,
+            ClassOutcome.INCOMPATIBLE,
             "H100",  # exact, case-sensitive
             f"accelerator class H100 (from {SEL}.acceleratorClass) "
             "is not among the runtime's acceleratorClasses: [h100]",
@@ -680,62 +677,62 @@ CLASSES = catalog(H100, A100, B200)
         (
             isvc({"acceleratorClass": "gone"}),
             ["gone", "h100"],
-            Outcome.NOT_FOUND,
+            ClassOutcome.NOT_FOUND,
             "gone",
             "accelerator class gone not found at cluster scope",
         ),
         (
             isvc({"policy": "FirstAvailable"}),
             None,
-            Outcome.NO_ACCELERATOR,
+            ClassOutcome.NO_ACCELERATOR,
             None,
             "the runtime lists no accelerator classes",
         ),
         (
             isvc({"policy": "FirstAvailable"}),
             [],
-            Outcome.NO_ACCELERATOR,
+            ClassOutcome.NO_ACCELERATOR,
             None,
             "the runtime lists no accelerator classes",
         ),
         (
             isvc({"constraints": {"minMemory": 40}}),
             ["h100"],
-            Outcome.NO_ACCELERATOR,
+            ClassOutcome.NO_ACCELERATOR,
             None,
             "no accelerator class named and no policy: OME selects none (no default policy)",
         ),
         (
             isvc({"policy": "FirstAvailable"}),
             ["a100", "h100"],
-            Outcome.POLICY,
+            ClassOutcome.POLICY,
             "a100",
             f"policy FirstAvailable (from {SEL}.policy) ranks a100 first",
         ),
         (
             isvc({"policy": "FirstAvailable", "constraints": {"minArchitectureVersion": "9.0"}}),
             ["a100", "h100", "b200"],
-            Outcome.POLICY,
+            ClassOutcome.POLICY,
             "h100",
             f"policy FirstAvailable (from {SEL}.policy) ranks h100 first",
         ),
         (
             isvc({"policy": "FirstAvailable", "constraints": {"minMemory": 500}}),
             ["a100", "h100"],
-            Outcome.POLICY,
+            ClassOutcome.POLICY,
             None,
             f"policy FirstAvailable (from {SEL}.policy) chose no class: no accelerator class meets the constraints",
         ),
     ],
 )
 def test_select_class(
-    obj: dict[str, Any], runtime: list[str] | None, outcome: Outcome, name: str | None, reason: str
+    obj: dict[str, Any], runtime: list[str] | None, outcome: ClassOutcome, name: str | None, reason: str
 ) -> None:
     sel = select_class(resolve_class_request(obj, "engine"), runtime, CLASSES)
     assert sel.outcome == outcome
     assert sel.class_name == name
     assert sel.reason == reason
-    assert (sel.ranking is not None) == (outcome == Outcome.POLICY)
+    assert (sel.ranking is not None) == (outcome == ClassOutcome.POLICY)
 
 
 def test_select_class_engine_and_decoder_differ_and_use_availability() -> None:
@@ -755,4 +752,4 @@ def test_select_class_engine_and_decoder_differ_and_use_availability() -> None:
 def test_select_class_explicit_wins_even_without_a_free_node() -> None:
     req = resolve_class_request(isvc({"acceleratorClass": "h100"}), "engine")
     sel = select_class(req, ["h100"], CLASSES, lambda n: False)
-    assert sel.outcome == Outcome.EXPLICIT and sel.class_name == "h100"
+    assert sel.outcome == ClassOutcome.EXPLICIT and sel.class_name == "h100"

@@ -13,24 +13,17 @@ from gpuextender.extender.decide.runtime_selector import (
     WARNING_NO_MODEL_SIZE,
     ModelValidationError,
     NoRuntimeFoundError,
-    Outcome,
     RuntimeCompatibilityError,
     RuntimeDisabledError,
     RuntimeNotFoundError,
+    RuntimeOutcome,
     compatibility_report,
-    evaluate_runtime,
-    explain_runtimes,
     find_base_model,
     find_runtime,
-    format_entry_matches,
     format_entry_mismatches,
     get_runtime,
-    get_supported_model_format,
-    list_compatible_runtimes,
     model_format_label,
     required_accelerator_classes,
-    runtime_score,
-    select_runtime,
     validate_runtime,
 )
 from gpuextender.extender.model.ome.ome_objects import (
@@ -40,6 +33,15 @@ from gpuextender.extender.model.ome.ome_objects import (
     parse_base_model,
     parse_inference_service,
     parse_serving_runtime,
+)
+from tests.extender.ome_reference import (
+    evaluate_runtime,
+    explain_runtimes,
+    format_entry_matches,
+    get_supported_model_format,
+    list_compatible_runtimes,
+    runtime_score,
+    select_runtime,
 )
 
 NS = "team-a"
@@ -481,20 +483,20 @@ def test_match_details_weight_counts_explicit_weights_only() -> None:
 @pytest.mark.parametrize(
     ("entries", "outcome", "score"),
     [
-        ([entry()], Outcome.CANDIDATE, 1),
-        ([entry(auto=None)], Outcome.NO_AUTO_SELECT, 1),  # compatible and scores, but not auto-selectable
-        ([entry(auto=False)], Outcome.NO_AUTO_SELECT, 0),
+        ([entry()], RuntimeOutcome.CANDIDATE, 1),
+        ([entry(auto=None)], RuntimeOutcome.NO_AUTO_SELECT, 1),  # compatible and scores, but not auto-selectable
+        ([entry(auto=False)], RuntimeOutcome.NO_AUTO_SELECT, 0),
         # the scorer counts the null entry, the filter needs a true one anywhere
-        ([entry(auto=None, priority=3), entry("pytorch", auto=True)], Outcome.CANDIDATE, 3),
-        ([entry(auto=False), entry("pytorch", auto=True)], Outcome.ZERO_SCORE, 0),
-        ([entry("pytorch")], Outcome.INCOMPATIBLE, 0),
+        ([entry(auto=None, priority=3), entry("pytorch", auto=True)], RuntimeOutcome.CANDIDATE, 3),
+        ([entry(auto=False), entry("pytorch", auto=True)], RuntimeOutcome.ZERO_SCORE, 0),
+        ([entry("pytorch")], RuntimeOutcome.INCOMPATIBLE, 0),
     ],
 )
-def test_candidate_filter(entries: list[dict[str, Any]], outcome: Outcome, score: int) -> None:
+def test_candidate_filter(entries: list[dict[str, Any]], outcome: RuntimeOutcome, score: int) -> None:
     evaluation = evaluate_runtime(runtime("rt", *entries), model())
     assert (evaluation.outcome, evaluation.score) == (outcome, score)
     listed = list_compatible_runtimes(model(), [runtime("rt", *entries)], namespace=NS)
-    assert names(listed) == (["rt"] if outcome is Outcome.CANDIDATE else [])
+    assert names(listed) == (["rt"] if outcome is RuntimeOutcome.CANDIDATE else [])
 
 
 def test_explanations() -> None:

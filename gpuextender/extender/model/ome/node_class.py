@@ -246,29 +246,6 @@ def _check_tolerance(tolerance: float) -> None:
         raise ValueError(f"memory tolerance must be in [0, 1), got {tolerance!r}")
 
 
-def node_mismatch(
-    node: Mapping[str, Any],
-    cls: AcceleratorClass | ClassMatcher,
-    gpus: Sequence[GpuFacts] | None = None,
-    *,
-    memory_tolerance: float = MEMORY_TOLERANCE,
-) -> Mismatch | None:
-    """None when the node is in the class, else the first check that failed (for explanations)."""
-    _check_tolerance(memory_tolerance)
-    matcher = cls if isinstance(cls, ClassMatcher) else ClassMatcher(cls)
-    return matcher._mismatch(_prepare_node(node), gpus, memory_tolerance)
-
-
-def node_in_class(
-    node: Mapping[str, Any],
-    cls: AcceleratorClass | ClassMatcher,
-    gpus: Sequence[GpuFacts] | None = None,
-    *,
-    memory_tolerance: float = MEMORY_TOLERANCE,
-) -> bool:
-    return node_mismatch(node, cls, gpus, memory_tolerance=memory_tolerance) is None
-
-
 def compile_classes(classes: Iterable[AcceleratorClass | ClassMatcher]) -> tuple[ClassMatcher, ...]:
     """Compile classes once; names must be unique (AcceleratorClass is cluster-scoped)."""
     matchers = tuple(c if isinstance(c, ClassMatcher) else ClassMatcher(c) for c in classes)
@@ -322,29 +299,6 @@ def membership_from(classes_by_node: Mapping[str, Sequence[str]], class_names: I
         multi_class=MappingProxyType({n: cs for n, cs in sorted(by_node.items()) if len(cs) > 1}),
         no_class=tuple(sorted(n for n, cs in by_node.items() if not cs)),
     )
-
-
-def classify_nodes(
-    nodes: Iterable[Mapping[str, Any]],
-    classes: Iterable[AcceleratorClass | ClassMatcher],
-    gpu_facts: Mapping[str, Sequence[GpuFacts]] | None = None,
-    *,
-    memory_tolerance: float = MEMORY_TOLERANCE,
-) -> ClassMembership:
-    """Membership of every node in every class. `gpu_facts` maps node name -> its GPUs;
-    a node absent from it gets no capability check. Node names must be unique."""
-    _check_tolerance(memory_tolerance)
-    matchers = compile_classes(classes)
-    by_node: dict[str, tuple[str, ...]] = {}
-    for node in nodes:
-        prepared = _prepare_node(node)
-        if prepared.name in by_node:
-            raise ValueError(f"Node {prepared.name!r} given twice")
-        gpus = gpu_facts.get(prepared.name) if gpu_facts is not None else None
-        by_node[prepared.name] = tuple(
-            m.name for m in matchers if m._mismatch(prepared, gpus, memory_tolerance) is None
-        )
-    return membership_from(by_node, (m.name for m in matchers))
 
 
 def facts_from_report(report: Any) -> tuple[GpuFacts, ...]:

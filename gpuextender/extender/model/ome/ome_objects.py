@@ -513,24 +513,3 @@ def parse_inference_service(obj: Any) -> InferenceService:
         engine_accelerator_class=_override_class(r, spec, "engine"),
         decoder_accelerator_class=_override_class(r, spec, "decoder"),
     )
-
-
-def parse_ome_object(obj: Any, *, crd_defaults: bool = True) -> ServingRuntime | BaseModel | InferenceService:
-    """Dispatch on `kind`; raises InvalidObject for an unknown kind or a malformed object."""
-    kind = obj.get("kind") if isinstance(obj, Mapping) else None
-    if kind in (KIND_SERVING_RUNTIME, KIND_CLUSTER_SERVING_RUNTIME):
-        return parse_serving_runtime(obj, crd_defaults=crd_defaults)
-    if kind in (KIND_BASE_MODEL, KIND_CLUSTER_BASE_MODEL):
-        return parse_base_model(obj, crd_defaults=crd_defaults)
-    if kind == KIND_INFERENCE_SERVICE:
-        return parse_inference_service(obj)
-    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
-    name = meta.get("name") if isinstance(meta, Mapping) else None
-    namespace = meta.get("namespace") if isinstance(meta, Mapping) else None
-    raise InvalidObject(
-        str(kind),
-        namespace if isinstance(namespace, str) else None,
-        name if isinstance(name, str) else None,
-        "kind",
-        f"not an OME kind this module reads: {kind!r}",
-    )

@@ -16,14 +16,12 @@ from gpuextender.extender.model.ome.node_class import (
     ClassMatcher,
     GpuFacts,
     classes_for_node,
-    classify_nodes,
     compile_classes,
     facts_from_report,
-    node_in_class,
-    node_mismatch,
     normalize_gpu_product,
 )
 from gpuextender.v1 import gpu_state_pb2 as pb
+from tests.extender.ome_reference import classify_nodes, node_class_mismatch, node_in_class
 
 GIB = 1024**3
 
@@ -111,9 +109,9 @@ def test_other_labels_compare_exactly() -> None:
 def test_all_selector_pairs_must_match() -> None:
     cls = ac("two", {GPU_PRODUCT_LABEL: "NVIDIA-H100-80GB-HBM3", "pool": "a"})
     assert node_in_class(gpu_node("n", "NVIDIA-H100-80GB-HBM3", pool="a"), cls)
-    m = node_mismatch(gpu_node("n", "NVIDIA-H100-80GB-HBM3"), cls)
+    m = node_class_mismatch(gpu_node("n", "NVIDIA-H100-80GB-HBM3"), cls)
     assert m is not None and m.check == NODE_SELECTOR and "pool='a'" in m.detail and "no such label" in m.detail
-    m = node_mismatch(gpu_node("n", "NVIDIA-A100-SXM4-80GB", pool="a"), cls)
+    m = node_class_mismatch(gpu_node("n", "NVIDIA-A100-SXM4-80GB", pool="a"), cls)
     assert m is not None and m.check == NODE_SELECTOR and GPU_PRODUCT_LABEL in m.detail
 
 
@@ -167,15 +165,15 @@ def test_required_node_affinity(terms: list[dict[str, Any]], members: set[str]) 
 def test_affinity_and_selector_both_apply() -> None:
     cls = ac("both", {"pool": "p"}, terms=[term(expr("zone", "In", "z1"))])
     assert node_in_class(node("n", pool="p", zone="z1"), cls)
-    m = node_mismatch(node("n", pool="p", zone="z2"), cls)
+    m = node_class_mismatch(node("n", pool="p", zone="z2"), cls)
     assert m is not None and m.check == AFFINITY and "term 0: zone In [z1]" in m.detail
-    m = node_mismatch(node("n", zone="z1"), cls)
+    m = node_class_mismatch(node("n", zone="z1"), cls)
     assert m is not None and m.check == NODE_SELECTOR
 
 
 def test_affinity_mismatch_lists_each_term() -> None:
     cls = ac("aff", terms=[term(expr("zone", "In", "z1")), term(expr("mem", "Gt", "1"))])
-    m = node_mismatch(node("n", zone="z9"), cls)
+    m = node_class_mismatch(node("n", zone="z9"), cls)
     assert m is not None and m.detail == "required node affinity not met (term 0: zone In [z1]; term 1: mem Gt [1])"
 
 
@@ -209,17 +207,17 @@ def h100(memory_bytes: int | None = 81559 * 2**20, cc: str = "9.0") -> GpuFacts:
     ],
 )
 def test_capabilities(gpus: list[GpuFacts] | None, tolerance: float, check: str | None) -> None:
-    m = node_mismatch(H100_NODE, H100_CAPS, gpus, memory_tolerance=tolerance)
+    m = node_class_mismatch(H100_NODE, H100_CAPS, gpus, memory_tolerance=tolerance)
     assert (m.check if m else None) == check
 
 
 def test_capability_mismatch_says_why() -> None:
-    m = node_mismatch(H100_NODE, H100_CAPS, [h100(), GpuFacts("NVIDIA A100-SXM4-40GB", 40 * GIB, "8.0")])
+    m = node_class_mismatch(H100_NODE, H100_CAPS, [h100(), GpuFacts("NVIDIA A100-SXM4-40GB", 40 * GIB, "8.0")])
     assert m is not None and m.check == MEMORY
     assert m.detail == (
         "GPU 1 (NVIDIA A100-SXM4-40GB) has 40.0 GiB; class needs 80.0 GiB (at least 76.0 GiB with 5% tolerance)"
     )
-    m = node_mismatch(H100_NODE, H100_CAPS, [h100(cc="8.0")])
+    m = node_class_mismatch(H100_NODE, H100_CAPS, [h100(cc="8.0")])
     assert m is not None and m.detail == "GPU 0 (NVIDIA H100 80GB HBM3) has compute capability 8.0; class says 9.0"
 
 
@@ -242,14 +240,14 @@ def test_non_numeric_class_compute_capability_compares_as_text() -> None:
 
 
 def test_capability_check_runs_only_after_labels_match() -> None:
-    m = node_mismatch(gpu_node("n", "NVIDIA-A100-SXM4-40GB"), H100_CAPS, [h100(40 * GIB)])
+    m = node_class_mismatch(gpu_node("n", "NVIDIA-A100-SXM4-40GB"), H100_CAPS, [h100(40 * GIB)])
     assert m is not None and m.check == NODE_SELECTOR
 
 
 @pytest.mark.parametrize("tolerance", [-0.1, 1.0, 2.0])
 def test_bad_tolerance(tolerance: float) -> None:
     with pytest.raises(ValueError, match="tolerance"):
-        node_mismatch(H100_NODE, H100_CAPS, memory_tolerance=tolerance)
+        node_class_mismatch(H100_NODE, H100_CAPS, memory_tolerance=tolerance)
 
 
 A100 = ac("a100", {GPU_PRODUCT_LABEL: "NVIDIA A100-SXM4-80GB"}, memory="80Gi", cc="8.0")
@@ -305,7 +303,7 @@ def test_duplicates_and_bad_nodes_are_errors() -> None:
     with pytest.raises(ValueError, match="labels"):
         classify_nodes([{"metadata": {"name": "n", "labels": ["a"]}}], [H100_CAPS])
     with pytest.raises(ValueError, match="metadata"):
-        node_mismatch({}, H100_CAPS)
+        node_class_mismatch({}, H100_CAPS)
 
 
 def test_node_without_labels() -> None:

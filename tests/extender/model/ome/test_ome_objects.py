@@ -17,9 +17,9 @@ from gpuextender.extender.model.ome.ome_objects import (
     ModelSizeRange,
     parse_base_model,
     parse_inference_service,
-    parse_ome_object,
     parse_serving_runtime,
 )
+from tests.extender.ome_reference import parse_ome_object
 
 RUNTIME: dict[str, Any] = {
     "apiVersion": "ome.io/v1beta1",

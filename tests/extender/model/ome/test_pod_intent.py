@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gpuextender.extender.decide.class_policy import resolve_class_request
 from gpuextender.extender.model.ome.pod_intent import class_intent, pod_identity
+from tests.extender.ome_reference import resolve_class_request
 
 
 def pod(labels: dict | None = None, annotations: dict | None = None, namespace: str = "llm") -> dict:
