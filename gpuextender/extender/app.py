@@ -243,7 +243,7 @@ async def build(
     views = ViewBuilder(store, config.api.gpu_resources, on_invalid=metrics.count_invalid_object)
     api = SchedulerApi(state, metrics, config.api, inventory=lambda: views.current)
     views.on_rebuild(api.classes.classes_by_node)  # class membership follows each rebuild, not the next request
-    metrics.registry.register(SilentNodesCollector(state, lambda: views.current))
+    metrics.add(SilentNodesCollector(state, lambda: views.current))
     api.count_bound_pods(ledger)
     api.inventory_ready = lambda: store.ready and ledger.synced
     extender = Extender(

@@ -34,7 +34,7 @@ from gpuextender.extender.flags import ConfigError, build_config
 from gpuextender.extender.ingest import frames as frames
 from gpuextender.extender.ingest.agent_identity import Authenticator
 from gpuextender.extender.ingest.server import start_ingest_server
-from gpuextender.extender.observe.metrics import INGEST_SAMPLES, ExtenderMetrics
+from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.settings import ExtenderConfig
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.gpu_summary import NodeSummary
@@ -105,7 +105,6 @@ _HELD = NodeSummary(
 async def _relay(store: RelayStore, writer: asyncio.StreamWriter, metrics: ExtenderMetrics) -> None:
     """Send the queued reports every FLUSH_S (or when a batch is full), and the metrics when the
     extender asks (after the reports queued before: its scrape counts what it has stored)."""
-    restricted = metrics.registry.restricted_registry(INGEST_SAMPLES)
     while True:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(store.full.wait(), FLUSH_S)
@@ -114,7 +113,7 @@ async def _relay(store: RelayStore, writer: asyncio.StreamWriter, metrics: Exten
             writer.write(frames.frame(frames.REPORTS, batch))
         if store.metrics_asked:
             store.metrics_asked = False
-            writer.write(frames.frame(frames.METRICS, generate_latest(restricted)))
+            writer.write(frames.frame(frames.METRICS, generate_latest(metrics.ingest.registry)))
         await writer.drain()
 
 

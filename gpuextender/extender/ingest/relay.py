@@ -22,7 +22,7 @@ import sys
 from collections.abc import Callable, Sequence
 
 from gpuextender.extender.ingest import frames as frames
-from gpuextender.extender.observe.metrics import RelayedMetrics
+from gpuextender.extender.observe.relayed import RelayedMetrics
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.v1 import gpu_state_pb2 as pb
 

@@ -119,19 +119,10 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
         self._unknown: UnknownNodes | None = None
         if known_node is not None:
             self._unknown = UnknownNodes(known_node, lambda n: state.summary(n) is not None, max_unknown_nodes)
-            metrics.unknown_nodes.set_function(self._unknown.count)
+            metrics.ingest.unknown_nodes.set_function(self._unknown.count)
         self._should_log = _OncePer(_REPEAT_REFUSAL_S, clock)
-        self._accepted = metrics.reports.labels(result="accepted")  # once: labels() is a lookup per call
-        self.auth_failures: Counter | None = None
-        if authenticator is not None:
-            self.auth_failures = Counter(
-                "gpu_extender_agent_auth_failures",
-                "Agent streams refused at open (missing/invalid token, wrong service account, no node-name claim, "
-                "TokenReview unavailable, peer_busy: too many reviews under way for one client address) and "
-                "reports rejected for another node than the token's, by reason.",
-                ["reason"],
-                registry=metrics.registry,
-            )
+        self._accepted = metrics.ingest.reports.labels(result="accepted")  # once: labels() is a lookup per call
+        self.auth_failures: Counter | None = metrics.ingest.auth_failures() if authenticator is not None else None
 
     async def StreamNodeReports(
         self, request_iterator: AsyncIterator[pb.NodeReport], context: grpc.aio.ServicerContext
@@ -205,7 +196,7 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
                     continue
                 if node is None:
                     node = report.node_name
-                    self._metrics.connected_agents.inc()
+                    self._metrics.ingest.connected_agents.inc()
                     log.info(
                         "agent for node %s connected (%s, agent %s%s)",
                         node,
@@ -230,7 +221,7 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
                 )
         finally:
             if node is not None:
-                self._metrics.connected_agents.dec()
+                self._metrics.ingest.connected_agents.dec()
                 log.info("agent for node %s disconnected (%s)", node, peer, extra={"node": node, "peer": peer})
 
     def _problem(self, report: pb.NodeReport, node: str | None, last_sequence: int) -> tuple[str, str | None]:
@@ -258,21 +249,21 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
     async def _wait_for_pace(self, pacer: ReportPacer, delay: float) -> None:
         """Hold the stream while it is over its rate (`delay`: the pacer's first answer): nothing
         more is read from it meanwhile."""
-        self._metrics.paced_reports.inc()
-        self._metrics.paced_streams.inc()
+        self._metrics.ingest.paced_reports.inc()
+        self._metrics.ingest.paced_streams.inc()
         try:
             while delay > 0.0:
                 await asyncio.sleep(delay)
                 delay = pacer.take()
         finally:
-            self._metrics.paced_streams.dec()
+            self._metrics.ingest.paced_streams.dec()
 
     def _rejected(self, report: pb.NodeReport, reason: str) -> pb.ReportAck:
         return pb.ReportAck(sequence=report.sequence, status=pb.ReportAck.REJECTED, reason=reason)
 
     def _count_rejected(self, reason: str) -> None:
-        self._metrics.reports.labels(result="rejected").inc()
-        self._metrics.reports_rejected.labels(reason=reason).inc()
+        self._metrics.ingest.reports.labels(result="rejected").inc()
+        self._metrics.ingest.reports_rejected.labels(reason=reason).inc()
 
     def _count_auth_failure(self, reason: str) -> None:
         if self.auth_failures is not None:

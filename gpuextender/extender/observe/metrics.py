@@ -1,107 +1,24 @@
-"""The extender's Prometheus metrics (own registry, so tests can run several apps)."""
+"""The extender's Prometheus metrics: one registry per extender (so tests can run several), the
+counters and histograms of the scheduler verbs and the inventory here, the ingest's in
+ingest_metrics.py, and one scrape-time collector per file beside this one (node_data, bound_pods,
+bindings, live_classes, silent_nodes, relayed), each added with `add`."""
 
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.metrics_core import Metric
-from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.registry import Collector
 
+from gpuextender.extender.observe.ingest_metrics import IngestMetrics
+from gpuextender.extender.observe.node_data import NodeDataCollector
+from gpuextender.extender.observe.relayed import RelayedMetrics
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.inventory_store import InventoryStore
 from gpuextender.extender.state.pod_ledger import PodLedger
 
-# The ingest's own series: counted where the gRPC server runs (the ingest process, unless
-# --ingest-in-process), shown on the extender's /metrics either way.
-INGEST_SAMPLES = [
-    "gpu_extender_reports_total",
-    "gpu_extender_reports_rejected_total",
-    "gpu_extender_connected_agents",
-    "gpu_extender_unknown_nodes",
-    "gpu_extender_paced_streams",
-    "gpu_extender_paced_reports_total",
-    "gpu_extender_agent_auth_failures_total",
-]
-
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
-
-
-class _NodeDataCollector(Collector):
-    """Per-node data age, computed at scrape time from the live state."""
-
-    def __init__(self, state: GpuState, store: InventoryStore | None, clock: Callable[[], float]) -> None:
-        self._state = state
-        self._store = store
-        self._clock = clock
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        now = self._clock()
-        age = GaugeMetricFamily(
-            "gpu_extender_node_data_age_seconds", "Seconds since the node's agent last reported.", labels=["node"]
-        )
-        idle = GaugeMetricFamily(
-            "gpu_extender_node_idle_gpus",
-            "GPUs (or time-slicing replicas) in the node's last report that can take a pod: "
-            "healthy, idle, and unallocated where allocation is known.",
-            labels=["node"],
-        )
-        # The waste platform teams hunt: GPUs held by a pod yet idle (only where the agent knows
-        # allocation; elsewhere no series, as unknown is not zero).
-        waste = GaugeMetricFamily(
-            "gpu_extender_node_allocated_idle_gpus",
-            "GPUs held by a pod yet idle in the node's last report (allocation known).",
-            labels=["node"],
-        )
-        by_namespace: dict[str, int] = {}
-        for s in self._state.summaries():
-            age.add_metric([s.node], max(0.0, now - s.received_at))
-            idle.add_metric([s.node], s.idle_gpus)
-            if s.free_gpus is not None:
-                waste.add_metric([s.node], s.allocated_idle_gpus)
-                for namespace, count in s.idle_by_namespace:
-                    by_namespace[namespace] = by_namespace.get(namespace, 0) + count
-        yield age
-        yield idle
-        yield waste
-        wasted = GaugeMetricFamily(
-            "gpu_extender_namespace_allocated_idle_gpus",
-            "GPUs held by the namespace's pods yet idle, over all nodes (a GPU shared by "
-            "two namespaces counts for each).",
-            labels=["namespace"],
-        )
-        for namespace, count in sorted(by_namespace.items()):
-            wasted.add_metric([namespace], count)
-        yield wasted
-        yield GaugeMetricFamily(
-            "gpu_extender_nodes_with_data", "Nodes with GPU data from an agent.", value=len(self._state)
-        )
-        if self._store is not None:
-            objects = GaugeMetricFamily(
-                "gpu_extender_inventory_objects", "Objects in the inventory, by kind.", labels=["kind"]
-            )
-            for kind, count in self._store.counts().items():
-                objects.add_metric([kind], count)
-            yield objects
-
-
-class RelayedMetrics(Collector):
-    """The ingest process's series, as it last sent them (relay.py); `refresh` asks it
-    for them now (a scrape then shows every report it acked before)."""
-
-    def __init__(self) -> None:
-        self.text = ""
-        self.ask: Callable[[], Awaitable[None]] | None = None
-
-    async def refresh(self) -> None:
-        if self.ask is not None:
-            await self.ask()
-
-    def collect(self) -> Iterator[Metric]:
-        yield from text_string_to_metric_families(self.text)
 
 
 class ExtenderMetrics:
@@ -166,32 +83,6 @@ class ExtenderMetrics:
             ["reason"],
             registry=r,
         )
-        self.reports = Counter("gpu_extender_reports", "Node reports from agents, by result.", ["result"], registry=r)
-        self.connected_agents = Gauge("gpu_extender_connected_agents", "Agent streams currently open.", registry=r)
-        self.reports_rejected = Counter(
-            "gpu_extender_reports_rejected",
-            "Reports answered REJECTED (not stored), by reason: invalid, "
-            "clock_skew, sequence, unknown_node_limit, node_mismatch, superseded.",
-            ["reason"],
-            registry=r,
-        )
-        self.unknown_nodes = Gauge(
-            "gpu_extender_unknown_nodes",
-            "Nodes not in the inventory whose reports are held "
-            "(at most --max-unknown-nodes; 0 without an inventory source).",
-            registry=r,
-        )
-        self.paced_streams = Gauge(
-            "gpu_extender_paced_streams",
-            "Agent streams waiting because they send reports faster than the "
-            "per-stream rate limit (a real agent never does).",
-            registry=r,
-        )
-        self.paced_reports = Counter(
-            "gpu_extender_paced_reports",
-            "Reports held back by the per-stream rate limit before processing.",
-            registry=r,
-        )
         self.invalid_objects = Counter(
             "gpu_extender_inventory_invalid_objects",
             "Inventory objects skipped as invalid, by kind.",
@@ -214,20 +105,20 @@ class ExtenderMetrics:
                 registry=r,
             )
             bound.set_function(lambda: len(ledger))
-        r.register(_NodeDataCollector(state, store, clock))
+        r.register(NodeDataCollector(state, store, clock))
+        # The ingest's series are counted where the gRPC server runs: here, or in the ingest process,
+        # whose exposition of the same registry then arrives through the relay.
+        self.ingest = IngestMetrics()
         self.relayed: RelayedMetrics | None = None
-        if not ingest_here:  # the same names come from the ingest process instead
-            for collector in (
-                self.reports,
-                self.connected_agents,
-                self.reports_rejected,
-                self.unknown_nodes,
-                self.paced_streams,
-                self.paced_reports,
-            ):
-                r.unregister(collector)
+        if ingest_here:
+            r.register(self.ingest.registry)
+        else:
             self.relayed = RelayedMetrics()
             r.register(self.relayed)
+
+    def add(self, collector: Collector) -> None:
+        """A scrape-time collector of another stage's state, on the one registry /metrics serves."""
+        self.registry.register(collector)
 
     def count_watch_restart(self, kind: str, cause: str) -> None:
         self.watch_restarts.labels(kind=kind, cause=cause).inc()

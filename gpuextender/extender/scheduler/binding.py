@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
-from prometheus_client.registry import Collector
-
+from gpuextender.extender.model.bad_request import BadRequest
+from gpuextender.extender.model.pod_gpus import gpus_requested
 from gpuextender.extender.model.pod_request import PodRequest
 from gpuextender.extender.scheduler.binding_gate import BindingGate
 from gpuextender.extender.scheduler.wire import BindingArgs, binding_result
+from gpuextender.extender.state.gpu_summary import NodeSummary
 from gpuextender.extender.state.pod_ledger import BoundPod, PodLedger
 
 if TYPE_CHECKING:  # the Kubernetes client is imported only with --kubernetes (app.py)
@@ -56,6 +56,29 @@ class Bindings:
             del remembered[next(iter(remembered))]
         remembered[uid] = pod
         self.gate.decided(uid, 0 if pod.mig_needed else pod.gpus_needed, frozenset(answered))
+
+    async def settle(
+        self,
+        pod: dict[str, Any],
+        whole_resources: Sequence[str],
+        summary: Callable[[str], NodeSummary | None],
+        now: float,
+        stale_after_s: float,
+    ) -> None:
+        """Before a filter decides: wait for earlier pods' bindings that could change its verdicts."""
+        gate = self.gate
+        if not gate.open_count():
+            return
+        try:
+            need = gpus_requested(pod, whole_resources)
+        except BadRequest:
+            return  # the decision refuses it with the reason
+
+        def idle_of(node: str) -> int | None:
+            s = summary(node)
+            return s.idle_gpus if s is not None and now - s.received_at <= stale_after_s else None
+
+        await gate.settle(pod_uid(pod), need, idle_of)
 
     async def bind(self, b: BindingArgs) -> dict[str, str]:
         """ExtenderBindingResult. The pod goes into the ledger before the API call, so a filter
@@ -94,41 +117,3 @@ class Bindings:
             self.binds["bound"] += 1
             self.gate.bound(b.uid)  # also when the ledger does not keep it (no GPU request remembered)
         return binding_result(error)
-
-
-class BindingsCollector(Collector):
-    def __init__(self, bindings: Bindings) -> None:
-        self._bindings = bindings
-
-    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
-        b, gate = self._bindings, self._bindings.gate
-        binds = CounterMetricFamily(
-            "gpu_extender_binds",
-            "Bind verb calls by result (the Binding made, or an error answered to kube-scheduler).",
-            labels=["result"],
-        )
-        for result, count in b.binds.items():
-            binds.add_metric([result], count)
-        yield binds
-        yield CounterMetricFamily(
-            "gpu_extender_binding_races",
-            "Filters that decided while an earlier pod's binding was not known yet, "
-            "the binding then arriving (the race the binding wait closes; with --binding-wait 0 every one).",
-            value=gate.races,
-        )
-        yield CounterMetricFamily(
-            "gpu_extender_binding_waits",
-            "Filters that waited for an earlier pod's binding (--binding-wait).",
-            value=gate.waited,
-        )
-        yield CounterMetricFamily(
-            "gpu_extender_binding_wait_expired",
-            "Earlier pods' bindings that did not arrive within --binding-wait "
-            "(their scheduling cycle ended without a binding, or binding is slow).",
-            value=gate.expired,
-        )
-        yield GaugeMetricFamily(
-            "gpu_extender_bindings_open",
-            "Pods filter answered whose binding is not known yet.",
-            value=gate.open_count(),
-        )

@@ -13,27 +13,26 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable
-from itertools import islice
 from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from gpuextender.extender.decide import class_plan, reasons, whole_gpus
 from gpuextender.extender.decide.decision import Decision
 from gpuextender.extender.decide.explain import explain as explain_decision
-from gpuextender.extender.decide.snapshot import Candidates, Snapshot
 from gpuextender.extender.model.bad_request import BadRequest
 from gpuextender.extender.model.bad_request import shown as shown_value
-from gpuextender.extender.model.ome.pod_intent import PodIdentity
-from gpuextender.extender.model.pod_gpus import gpus_requested, mig_profile
-from gpuextender.extender.model.pod_request import PodRequest, read_pod
-from gpuextender.extender.observe.bound_pods_collector import BoundPodsCollector
+from gpuextender.extender.model.pod_gpus import mig_profile
+from gpuextender.extender.observe.bindings import BindingsCollector
+from gpuextender.extender.observe.bound_pods import BoundPodsCollector
+from gpuextender.extender.observe.live_classes import LiveClassesCollector
 from gpuextender.extender.observe.metrics import ExtenderMetrics
-from gpuextender.extender.scheduler.binding import Bindings, BindingsCollector, pod_uid
+from gpuextender.extender.scheduler.binding import Bindings, pod_uid
 from gpuextender.extender.scheduler.binding_gate import BindingGate
+from gpuextender.extender.scheduler.decisions import Decisions
+from gpuextender.extender.scheduler.readiness import Readiness
+from gpuextender.extender.scheduler.verb_log import log_prioritize, record_filter, record_plan
 from gpuextender.extender.scheduler.wire import (
     BYTES_PER_CONTAINER,
     EXPLAIN_MAX_CANDIDATES,
@@ -45,21 +44,19 @@ from gpuextender.extender.scheduler.wire import (
     prioritize_result,
 )
 from gpuextender.extender.settings import ApiSettings
-from gpuextender.extender.state.bound_pods import AllocatableLessBound
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.inventory_view import InventoryView
-from gpuextender.extender.state.live_classes import LiveClasses, LiveClassesCollector
+from gpuextender.extender.state.live_classes import LiveClasses
 from gpuextender.extender.state.pod_ledger import PodLedger
 
 log = logging.getLogger("gpu_extender.http")
 
-_PLAN_CACHE_SIZE = 4096  # distinct OME pod identities per inventory version; cleared when full
-
-# How many failed nodes an INFO decision line names; the rest are counted (DEBUG names all).
-_LOG_FAILED_NODES = 5
-
 
 class SchedulerApi:
+    """The verbs over the extender's pieces: readiness (readiness.py), the decision for a call
+    (decisions.py), the wait for earlier bindings and the bind verb (binding.py), and what each
+    verb records (verb_log.py). It holds no rule of its own."""
+
     def __init__(
         self,
         state: GpuState,
@@ -73,78 +70,45 @@ class SchedulerApi:
         self.settings = settings
         self._inventory = inventory  # the current inventory snapshot (never I/O)
         self._clock = clock
-        self.serving = False
-        self._plans: dict[PodIdentity, class_plan.ClassPlan] = {}
-        self._plan_version = -1
-        self.inventory_ready: Callable[[], bool] = lambda: True
-        # Bound pods (pod_ledger.py), set by main once its source runs; the state takes them off too.
-        self.ledger: PodLedger | None = None
+        self.readiness = Readiness(state, inventory, settings.readiness_grace_s, clock)
+        self.classes = LiveClasses(state)
+        self.decisions = Decisions(state, settings, inventory, self.classes, clock)
         self.bindings = Bindings(BindingGate(settings.binding_wait_s, clock), clock)
         self._whole_resources = [r for r in settings.gpu_resources if mig_profile(r) is None]
-        metrics.registry.register(BindingsCollector(self.bindings))
-        self._grace_deadline: float | None = None  # set by the first readiness check
-        self._agents_in = False
-        self.classes = LiveClasses(state)
-        metrics.registry.register(LiveClassesCollector(self.classes, inventory))
+        metrics.add(BindingsCollector(self.bindings))
+        metrics.add(LiveClassesCollector(self.classes, inventory))
+
+    @property
+    def serving(self) -> bool:
+        return self.readiness.serving
+
+    @serving.setter
+    def serving(self, value: bool) -> None:
+        self.readiness.serving = value
+
+    @property
+    def inventory_ready(self) -> Callable[[], bool]:
+        return self.readiness.inventory_ready
+
+    @inventory_ready.setter
+    def inventory_ready(self, check: Callable[[], bool]) -> None:
+        self.readiness.inventory_ready = check
+
+    def not_ready_reason(self) -> str | None:
+        return self.readiness.not_ready_reason()
 
     def count_bound_pods(self, ledger: PodLedger) -> None:
         """Decide with the ledger's bound pods taken off what their nodes offer (bound_pods.py)."""
-        self.ledger = self.bindings.ledger = ledger
+        self.decisions.ledger = self.bindings.ledger = ledger
         self.state.count_bound_pods(ledger.pods_on)
         ledger.on_change(self.state.bound_pods_changed)
         ledger.on_bound(self.bindings.gate.bound)
-        self.metrics.registry.register(BoundPodsCollector(self.state, ledger, self._clock))
+        self.metrics.add(BoundPodsCollector(self.state, ledger, self._clock))
 
     async def settle(self, args: ExtenderArgs) -> None:
         """Before a filter decides: wait for earlier pods' bindings that could change its verdicts."""
-        gate = self.bindings.gate
-        if not gate.open_count():
-            return
-        try:
-            need = gpus_requested(args.pod, self._whole_resources)
-        except BadRequest:
-            return  # decide() refuses it with the reason
-        summary, now, stale_after = self.state.summary, self._clock(), self.settings.policy.stale_after_s
-
-        def idle_of(node: str) -> int | None:
-            s = summary(node)
-            return s.idle_gpus if s is not None and now - s.received_at <= stale_after else None
-
-        await gate.settle(pod_uid(args.pod), need, idle_of)
-
-    def not_ready_reason(self) -> str | None:
-        if not self.serving:
-            return "starting"
-        if not self.inventory_ready():
-            return "waiting for the first full inventory list"
-        return self._waiting_for_agents()
-
-    def _waiting_for_agents(self) -> str | None:
-        """A replica that has just started has no GPU data: every node would look idle to
-        it until the agents find it (their next --resolve-interval). Under
-        --readiness-grace it stays unready until every GPU node in the inventory has
-        reported, or the grace has passed; then it is ready for good (no flapping)."""
-        grace = self.settings.readiness_grace_s
-        if self._agents_in or grace <= 0:
-            return None
-        now = self._clock()
-        if self._grace_deadline is None:
-            self._grace_deadline = now + grace
-        view = self._inventory()
-        gpu_nodes = [n for n, count in view.allocatable_gpus.items() if count > 0]
-        missing = sum(1 for n in gpu_nodes if self.state.summary(n) is None)
-        if now >= self._grace_deadline or (gpu_nodes and not missing):
-            self._agents_in = True
-            log.info(
-                "ready: %d of %d GPU node(s) have reported (%s)",
-                len(gpu_nodes) - missing,
-                len(gpu_nodes),
-                "all in" if not missing else f"--readiness-grace {grace:g}s passed",
-            )
-            return None
-        return (
-            f"waiting for agent data: {missing} of {len(gpu_nodes)} GPU node(s) not reported yet "
-            f"(--readiness-grace, {self._grace_deadline - now:.0f}s left)"
+        await self.bindings.settle(
+            args.pod, self._whole_resources, self.state.summary, self._clock(), self.settings.policy.stale_after_s
         )
 
     def inventory(self) -> InventoryView:
@@ -156,151 +120,33 @@ class SchedulerApi:
         return self._clock()
 
     def decide(self, args: ExtenderArgs) -> Decision:
-        """The question (the pod, read once; the candidates) against what we know now."""
-        settings = self.settings
-        pod = read_pod(args.pod, settings.gpu_resources, settings.node_strategy, settings.random_seed)
-        view = self._inventory()
-        allocatable = args.allocatable(settings.gpu_resources, view.allocatable_gpus)
-        ledger = self.ledger
-        if ledger is not None and len(ledger):  # nodes without usable agent data: less their bound pods
-            allocatable = AllocatableLessBound(allocatable, ledger.pods_on)
-        candidates = Candidates(args.candidate_names(), allocatable)
-        classes = self.classes
-        known = Snapshot(
-            self.state.summary,
-            view,
-            classes.classes_by_node(view),
-            self._clock(),
-            settings.policy,
-            nodes_in=lambda wanted: classes.nodes_in(view, wanted),
-            excluded=lambda node: classes.excluded(view, node),
-            bound_pods=ledger.pods_on if ledger is not None else lambda node: (),
-            reported=self.state.reported,
-        )
-        return Decision(pod, self._plan(pod, view), candidates, known, settings.shortlist)
-
-    def _plan(self, pod: PodRequest, view: InventoryView) -> class_plan.ClassPlan:
-        """The pod's class plan. It depends only on the pod's OME identity and the
-        inventory, so it is computed once per (inventory version, identity): the
-        replicas of one InferenceService and filter+prioritize share it."""
-        if pod.gpus_needed <= 0:
-            return class_plan.ClassPlan(False)
-        if self._plan_version != view.version or len(self._plans) >= _PLAN_CACHE_SIZE:
-            self._plans.clear()
-            self._plan_version = view.version
-        plan = self._plans.get(pod.identity)
-        if plan is None:
-            plan = class_plan.plan_classes(
-                pod.identity, view, self.settings.default_class_policy, self.settings.runtime_check
-            )
-            self._plans[pod.identity] = plan
-        return plan
+        return self.decisions.decide(args)
 
     # The three verbs render one Decision each.
 
     def filter(self, args: ExtenderArgs) -> dict[str, Any]:
-        d = self.decide(args)
-        plan = d.plan
-        if plan.incompatible:
-            log.warning(
-                "filter %s: %s",
-                d.pod.ref,
-                plan.incompatible,
-                extra={"pod": d.pod.ref, "verb": "filter", "reason": plan.incompatible_reason.code},
-            )
-        if plan.runtime_warning or (plan.incompatible_reason is reasons.RUNTIME_INCOMPATIBLE and plan.incompatible):
-            self.metrics.runtime_incompatible.labels(mode=self.settings.runtime_check).inc()
-        if plan.no_class:  # logged once per plan, in placement
-            self.metrics.class_policy_no_class.labels(reason=plan.no_class).inc()
-        if plan.runtime_warning:
-            log.warning(
-                "filter %s: runtime cannot serve the model (--runtime-check warn, not enforced): %s",
-                d.pod.ref,
-                plan.runtime_warning,
-            )
-        self._record_filter(d)
+        d = self.decisions.decide(args)
+        record_plan(self.metrics, self.settings.runtime_check, d)
+        record_filter(self.metrics, d)
         answered = d.answered
         self.bindings.filtered(pod_uid(args.pod), d.pod, answered.passed)
         return filter_result(args, answered)
 
     def prioritize(self, args: ExtenderArgs) -> list[dict[str, Any]]:
-        d = self.decide(args)
-        if log.isEnabledFor(logging.DEBUG):
-            log.debug(
-                "prioritize %s (needs %d GPU): %s",
-                d.pod.ref,
-                d.pod.gpus_needed,
-                ", ".join(f"{name}={score}" for name, score in d.scores),
-            )
+        d = self.decisions.decide(args)
+        log_prioritize(d)
         return prioritize_result(d.scores, compact=self.settings.compact_priorities)
 
     def explain(self, args: ExtenderArgs) -> dict[str, Any]:
         if args.node_names is not None or args.nodes is not None:
-            return explain_decision(self.decide(args))
+            return explain_decision(self.decisions.decide(args))
         # No candidates named (`gpu-extender explain POD.yaml`, the fleet page's form): every node the
         # inventory or the agents know, by name, as many as one /explain takes.
         known = sorted(set(self._inventory().node_labels).union(self.state.node_names()))
         args.node_names = known[:EXPLAIN_MAX_CANDIDATES]
-        answer = explain_decision(self.decide(args))
+        answer = explain_decision(self.decisions.decide(args))
         answer["candidates"] = {"source": "every known node", "known": len(known), "explained": len(args.node_names)}
         return answer
-
-    def _record_filter(self, d: Decision) -> None:
-        m, outcome, needed, held_back = self.metrics, d.filtered, d.pod.gpus_needed, len(d.held_back)
-        m.filter_nodes.labels(result="passed").inc(len(outcome.passed) - held_back)
-        m.filter_nodes.labels(result="failed").inc(len(outcome.failed))
-        if held_back:
-            m.filter_nodes.labels(result="held_back").inc(held_back)
-        for reason, count in Counter(outcome.failed.values()).items():
-            m.filter_failures.labels(reason=reason.code).inc(count)
-        if outcome.fallback:
-            m.filter_fallbacks.inc()
-        if outcome.assumed:
-            m.filter_assumed_passes.inc(len(outcome.assumed))
-        mig = d.pod.mig_needed
-        if needed == 0 and not mig:
-            log.debug("filter %s: needs no GPU, all %d node(s) pass", d.pod.ref, len(outcome.passed))
-            return
-        if not log.isEnabledFor(logging.INFO):
-            return
-        # Name a few failed nodes with their numbers (all at DEBUG); the text is built only for those.
-        limit = len(outcome.failed) if log.isEnabledFor(logging.DEBUG) else _LOG_FAILED_NODES
-        shown = [_failure_text(reason.code, d.assess(name)) for name, reason in islice(outcome.failed.items(), limit)]
-        more = f" and {len(outcome.failed) - len(shown)} more" if len(outcome.failed) > len(shown) else ""
-        log.info(
-            "filter %s needs %d GPU%s: %d passed%s%s, %d failed%s%s",
-            d.pod.ref,
-            needed,
-            "".join(f", {n} MIG {p}" for p, n in mig),
-            len(outcome.passed),
-            f" ({len(outcome.passed) - held_back} best answered, --shortlist {d.shortlist})" if held_back else "",
-            " (no node fit: passing the busy/stale ones, kube-scheduler decides)"
-            if outcome.fallback
-            else f" (on assumed data: no node with fresh GPU data fits; {_names(outcome.assumed)})"
-            if outcome.assumed
-            else "",
-            len(outcome.failed),
-            (": " + "; ".join(shown)) if shown else "",
-            more,
-        )
-
-
-def _failure_text(code: str, a: whole_gpus.NodeAssessment) -> str:
-    """The reason the node failed (class or GPU rules), with its GPU numbers."""
-    assumed = ", assumed" if a.assumed else ""  # the numbers are not measured: idle = needed
-    return (
-        f"{a.name}: {code} (idle {_n(a.idle_gpus)}, healthy {_n(a.healthy_gpus)}/{_n(a.gpu_count)}, "
-        f"data {a.data.value}{assumed})"
-    )
-
-
-def _names(names: list[str]) -> str:
-    shown = ", ".join(names[:_LOG_FAILED_NODES])
-    return shown + (f" and {len(names) - _LOG_FAILED_NODES} more" if len(names) > _LOG_FAILED_NODES else "")
-
-
-def _n(value: int | None) -> str:
-    return "?" if value is None else str(value)
 
 
 def _json(payload: Any, status: int = 200) -> web.Response:

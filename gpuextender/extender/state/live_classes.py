@@ -21,10 +21,7 @@ get a plain dict, as before.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
-
-from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
+from collections.abc import Mapping, Sequence
 
 from gpuextender.extender.model.ome.node_class import MEMORY_TOLERANCE, ClassMatcher, GpuFacts, Mismatch
 from gpuextender.extender.state.gpu_state import GpuState
@@ -138,47 +135,3 @@ class LiveClasses:
         if excluded:
             self._excluded[node] = excluded
         return tuple(kept)
-
-
-class LiveClassesCollector(Collector):
-    """Class membership gauges, computed at scrape time from the live membership."""
-
-    def __init__(self, classes: LiveClasses, inventory: Callable[[], InventoryView]) -> None:
-        self._classes = classes
-        self._inventory = inventory
-
-    def collect(self) -> Iterator[GaugeMetricFamily]:
-        view = self._inventory()
-        by_node = self._classes.classes_by_node(view)
-        per_class = GaugeMetricFamily(
-            "gpu_extender_class_nodes",
-            "Nodes in each AcceleratorClass (labels and, once reported, NVML facts).",
-            labels=["accelerator_class"],
-        )
-        counts = dict.fromkeys(view.classes, 0)
-        several = unclassed = 0
-        for node, classes in by_node.items():
-            for name in classes:
-                counts[name] = counts.get(name, 0) + 1
-            several += len(classes) > 1
-            unclassed += not classes and view.allocatable_gpus.get(node, 0) > 0
-        for name, count in sorted(counts.items()):
-            per_class.add_metric([name], count)
-        yield per_class
-        if view.classes:
-            yield GaugeMetricFamily(
-                "gpu_extender_nodes_in_several_classes",
-                "Nodes that match two or more AcceleratorClasses.",
-                value=several,
-            )
-            yield GaugeMetricFamily(
-                "gpu_extender_gpu_nodes_without_class",
-                "Nodes with allocatable GPUs that match no AcceleratorClass.",
-                value=unclassed,
-            )
-        yield GaugeMetricFamily(
-            "gpu_extender_class_capability_mismatches",
-            "(node, class) pairs where the labels match but the GPUs NVML reports do not meet the class "
-            "capabilities (memory, compute capability).",
-            value=self._classes.excluded_pairs(view),
-        )

@@ -11,9 +11,10 @@ from prometheus_client import CollectorRegistry
 
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.model.ome.node_class import GpuFacts
+from gpuextender.extender.observe.live_classes import LiveClassesCollector
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.inventory_view import InventoryView
-from gpuextender.extender.state.live_classes import LiveClasses, LiveClassesCollector
+from gpuextender.extender.state.live_classes import LiveClasses
 from gpuextender.v1 import gpu_state_pb2 as pb
 from tests.extender.builders import GIB, report
 from tests.extender.decide.test_class_plan import view  # noqa: F401  (module fixture: examples/ome inventory)

@@ -1,0 +1,89 @@
+"""One `Decision` per scheduler call: the pod read once, the call's candidates, and a snapshot of
+what the extender knows now (GPU state, inventory, class membership, bound pods), with the pod's
+class plan from a cache. Everything after this is pure (decide/)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from gpuextender.extender.decide import class_plan
+from gpuextender.extender.decide.decision import Decision
+from gpuextender.extender.decide.snapshot import Candidates, Snapshot
+from gpuextender.extender.model.ome.pod_intent import PodIdentity
+from gpuextender.extender.model.pod_request import PodRequest, read_pod
+from gpuextender.extender.scheduler.wire import ExtenderArgs
+from gpuextender.extender.settings import ApiSettings
+from gpuextender.extender.state.bound_pods import AllocatableLessBound
+from gpuextender.extender.state.gpu_state import GpuState
+from gpuextender.extender.state.inventory_view import InventoryView
+from gpuextender.extender.state.live_classes import LiveClasses
+from gpuextender.extender.state.pod_ledger import PodLedger
+
+PLAN_CACHE_SIZE = 4096  # distinct OME pod identities per inventory version; cleared when full
+
+
+class PlanCache:
+    """A pod's class plan depends only on its OME identity and the inventory, so it is computed
+    once per (inventory version, identity): the replicas of one InferenceService and
+    filter+prioritize share it."""
+
+    def __init__(self, default_class_policy: str, runtime_check: str, size: int = PLAN_CACHE_SIZE) -> None:
+        self._default_class_policy = default_class_policy
+        self._runtime_check = runtime_check
+        self._size = size
+        self._plans: dict[PodIdentity, class_plan.ClassPlan] = {}
+        self._version = -1
+
+    def plan(self, pod: PodRequest, view: InventoryView) -> class_plan.ClassPlan:
+        if pod.gpus_needed <= 0:
+            return class_plan.ClassPlan(False)
+        if self._version != view.version or len(self._plans) >= self._size:
+            self._plans.clear()
+            self._version = view.version
+        plan = self._plans.get(pod.identity)
+        if plan is None:
+            plan = class_plan.plan_classes(pod.identity, view, self._default_class_policy, self._runtime_check)
+            self._plans[pod.identity] = plan
+        return plan
+
+
+class Decisions:
+    def __init__(
+        self,
+        state: GpuState,
+        settings: ApiSettings,
+        inventory: Callable[[], InventoryView],
+        classes: LiveClasses,
+        clock: Callable[[], float],
+    ) -> None:
+        self._state = state
+        self._settings = settings
+        self._inventory = inventory
+        self._classes = classes
+        self._clock = clock
+        self._plans = PlanCache(settings.default_class_policy, settings.runtime_check)
+        self.ledger: PodLedger | None = None  # bound pods (state/pod_ledger.py), once their source runs
+
+    def decide(self, args: ExtenderArgs) -> Decision:
+        """The question (the pod, read once; the candidates) against what we know now."""
+        settings = self._settings
+        pod = read_pod(args.pod, settings.gpu_resources, settings.node_strategy, settings.random_seed)
+        view = self._inventory()
+        allocatable = args.allocatable(settings.gpu_resources, view.allocatable_gpus)
+        ledger = self.ledger
+        if ledger is not None and len(ledger):  # nodes without usable agent data: less their bound pods
+            allocatable = AllocatableLessBound(allocatable, ledger.pods_on)
+        candidates = Candidates(args.candidate_names(), allocatable)
+        classes = self._classes
+        known = Snapshot(
+            self._state.summary,
+            view,
+            classes.classes_by_node(view),
+            self._clock(),
+            settings.policy,
+            nodes_in=lambda wanted: classes.nodes_in(view, wanted),
+            excluded=lambda node: classes.excluded(view, node),
+            bound_pods=ledger.pods_on if ledger is not None else lambda node: (),
+            reported=self._state.reported,
+        )
+        return Decision(pod, self._plans.plan(pod, view), candidates, known, settings.shortlist)
