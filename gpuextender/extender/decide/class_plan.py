@@ -41,6 +41,7 @@ from gpuextender.extender.decide.class_policy import (
     parse_constraints,
     rank_classes,
 )
+from gpuextender.extender.decide.filter_outcome import FilterOutcome
 from gpuextender.extender.decide.runtime_selector import RuntimeSelectionError, find_base_model, validate_runtime
 from gpuextender.extender.decide.snapshot import Candidates, Snapshot
 from gpuextender.extender.model.kube_objects import CLUSTER_SERVING_RUNTIME, INFERENCE_SERVICE, SERVING_RUNTIME
@@ -199,9 +200,7 @@ def node_cost(classes_by_node: ClassesByNode, classes: Mapping[str, AcceleratorC
     return cost
 
 
-def filter_with_classes(
-    needed: int, candidates: Candidates, known: Snapshot, plan: ClassPlan
-) -> whole_gpus.FilterOutcome:
+def filter_with_classes(needed: int, candidates: Candidates, known: Snapshot, plan: ClassPlan) -> FilterOutcome:
     """The GPU filter, preceded by the class rules: a node outside the allowed
     classes fails AcceleratorClassNotAllowed; an impossible class request fails
     every node. Both are unresolvable: preemption cannot change a node's GPU model."""
@@ -215,7 +214,7 @@ def filter_with_classes(
     if needed <= 0 or not plan.applies:
         return whole_gpus.filter_nodes(needed, names, allocatable, lookup, now, policy)
     if plan.incompatible:
-        return whole_gpus.FilterOutcome(failed=dict.fromkeys(names, plan.incompatible_reason))
+        return FilterOutcome(failed=dict.fromkeys(names, plan.incompatible_reason))
     allowed_nodes = known.nodes_of(plan.allowed)
     inside = [n for n in names if n in allowed_nodes]
     outcome = whole_gpus.filter_nodes(needed, inside, allocatable, lookup, now, policy)

@@ -22,6 +22,7 @@ from functools import cached_property
 
 from gpuextender.extender.decide import class_plan, mig_devices, whole_gpus
 from gpuextender.extender.decide.class_policy import ClassRanking
+from gpuextender.extender.decide.filter_outcome import FilterOutcome, after_mig
 from gpuextender.extender.decide.snapshot import Candidates, Snapshot
 from gpuextender.extender.model.pod_request import PodRequest
 
@@ -35,7 +36,7 @@ class Decision:
         self.shortlist = shortlist
 
     @cached_property
-    def _mig(self) -> whole_gpus.FilterOutcome:
+    def _mig(self) -> FilterOutcome:
         """The MIG step (mig_devices), before the whole-GPU rules: which nodes can give the pod its MIG devices."""
         known = self.known
         return mig_devices.filter_mig(
@@ -43,27 +44,22 @@ class Decision:
         )
 
     @cached_property
-    def filtered(self) -> whole_gpus.FilterOutcome:
+    def filtered(self) -> FilterOutcome:
         """Which candidates pass, and why each other one fails."""
         if not self.pod.mig_needed:
             return class_plan.filter_with_classes(self.pod.gpus_needed, self.candidates, self.known, self.plan)
         mig = self._mig
         rest = Candidates(mig.passed, self.candidates.allocatable)
-        outcome = class_plan.filter_with_classes(self.pod.gpus_needed, rest, self.known, self.plan)
-        outcome.failed.update(mig.failed)
-        outcome.fallback = outcome.fallback or mig.fallback
-        passed, already = set(outcome.passed), set(outcome.assumed)
-        outcome.assumed.extend(n for n in mig.assumed if n in passed and n not in already)
-        return outcome
+        return after_mig(mig, class_plan.filter_with_classes(self.pod.gpus_needed, rest, self.known, self.plan))
 
     @cached_property
-    def answered(self) -> whole_gpus.FilterOutcome:
+    def answered(self) -> FilterOutcome:
         """What filter answers: `filtered`, its passes cut to the shortlist (module docstring)."""
         outcome, keep = self.filtered, self.shortlist
         if keep <= 0 or len(outcome.passed) <= keep or (self.pod.gpus_needed <= 0 and not self.pod.mig_needed):
             return outcome
         kept = set(self._best(outcome.passed, keep))
-        return whole_gpus.FilterOutcome(
+        return FilterOutcome(
             [n for n in outcome.passed if n in kept],
             outcome.failed,
             outcome.fallback,

@@ -8,10 +8,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from gpuextender.extender.decide import reasons
+from gpuextender.extender.decide.filter_outcome import FilterOutcome, finish
 from gpuextender.extender.decide.reasons import Reason
-from gpuextender.extender.decide.whole_gpus import FilterOutcome, SummaryLookup
+from gpuextender.extender.decide.whole_gpus import SummaryLookup
 from gpuextender.extender.model.pod_gpus import MigNeed
 from gpuextender.extender.settings import Policy
+from gpuextender.extender.state.freshness import is_fresh
 from gpuextender.extender.state.gpu_summary import NodeSummary
 
 
@@ -32,10 +34,9 @@ def filter_mig(need: MigNeed, names: Sequence[str], lookup: SummaryLookup, now: 
     if not need:
         outcome.passed = list(names)
         return outcome
-    assumed: list[str] = []
     for name in names:
         summary = lookup(name)
-        if summary is not None and now - summary.received_at <= policy.stale_after_s:
+        if summary is not None and is_fresh(summary.received_at, now, policy.stale_after_s):
             reason = mig_reason(summary, need)
             if reason is None:
                 outcome.passed.append(name)
@@ -44,17 +45,5 @@ def filter_mig(need: MigNeed, names: Sequence[str], lookup: SummaryLookup, now: 
         elif summary is not None and policy.stale_policy == "fail-closed":
             outcome.failed[name] = reasons.STALE_GPU_DATA
         else:
-            assumed.append(name)
-    if assumed:
-        if outcome.passed:  # a node with fresh data fits: assumed data never competes with it
-            outcome.failed.update(dict.fromkeys(assumed, reasons.NO_FRESH_GPU_DATA))
-        else:
-            outcome.passed.extend(assumed)
-            outcome.assumed.extend(assumed)
-    if not outcome.passed and policy.no_fit_policy == "pass-all":
-        soft = [name for name, reason in outcome.failed.items() if not reason.unresolvable]
-        if soft:
-            outcome.fallback = True
-            outcome.passed = soft
-            outcome.failed = {n: r for n, r in outcome.failed.items() if r.unresolvable}
-    return outcome
+            outcome.assumed.append(name)
+    return finish(outcome, policy.no_fit_policy)

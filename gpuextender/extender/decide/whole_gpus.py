@@ -10,11 +10,13 @@ from __future__ import annotations
 import enum
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from gpuextender.extender.decide import reasons
+from gpuextender.extender.decide.filter_outcome import FilterOutcome, finish
 from gpuextender.extender.decide.reasons import Reason
 from gpuextender.extender.settings import Policy
+from gpuextender.extender.state.freshness import data_age, is_fresh
 from gpuextender.extender.state.gpu_summary import NodeSummary, quality_for
 
 MAX_SCORE = 10  # kube-scheduler's MaxExtenderPriority
@@ -44,22 +46,14 @@ class NodeAssessment:
     assumed: bool = False  # the verdict rests on assumed data (stale under fail-open, or none)
 
 
-@dataclass(slots=True)
-class FilterOutcome:
-    passed: list[str] = field(default_factory=list)
-    failed: dict[str, Reason] = field(default_factory=dict)  # assess() gives the numbers behind one
-    fallback: bool = False  # no node fit and pass-all let the soft failures through
-    assumed: list[str] = field(default_factory=list)  # passed on assumed data (no node with fresh data fit)
-
-
 def assess(
     name: str, allocatable: int | None, summary: NodeSummary | None, needed: int, now: float, policy: Policy
 ) -> NodeAssessment:
     """One node's full verdict with the numbers behind it."""
     if summary is None:
         return _assumed(name, allocatable, 0, DataState.NONE, None, needed)
-    age = max(0.0, now - summary.received_at)
-    if age > policy.stale_after_s:
+    age = data_age(summary.received_at, now)
+    if not is_fresh(summary.received_at, now, policy.stale_after_s):
         if policy.stale_policy == "fail-closed":
             return NodeAssessment(
                 name, DataState.STALE, age, None, None, summary.gpu_count, None, reasons.STALE_GPU_DATA
@@ -131,6 +125,7 @@ def filter_nodes(
     passed, failed, assumed = outcome.passed, outcome.failed, outcome.assumed
     for name in names:
         summary = lookup(name)
+        # is_fresh, inlined on this per-node loop (tests/extender/state/test_freshness.py holds them equal).
         if summary is not None and now - summary.received_at <= stale_after:
             # Hot path: fresh data decides from the summary alone (assess() would
             # give the same verdict, with numbers nobody reads here).
@@ -144,19 +139,7 @@ def filter_nodes(
             assumed.append(name)
         else:
             failed[name] = reason
-    if assumed:
-        if passed:  # a node with fresh data fits: assumed data never competes with it
-            failed.update(dict.fromkeys(assumed, reasons.NO_FRESH_GPU_DATA))
-            assumed.clear()
-        else:
-            passed.extend(assumed)
-    if not passed and failed and policy.no_fit_policy == "pass-all":
-        soft = [name for name, reason in failed.items() if not reason.unresolvable]
-        if soft:
-            outcome.fallback = True
-            outcome.passed = soft
-            outcome.failed = {n: r for n, r in failed.items() if r.unresolvable}
-    return outcome
+    return finish(outcome, policy.no_fit_policy)
 
 
 def prioritize(

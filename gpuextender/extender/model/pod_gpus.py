@@ -189,3 +189,8 @@ def mig_profile(resource: str) -> str | None:
     if resource.startswith(MIG_RESOURCE_PREFIX) and len(resource) > len(MIG_RESOURCE_PREFIX):
         return resource[len(MIG_RESOURCE_PREFIX) :]
     return None
+
+
+def whole_gpu_resources(resources: Sequence[str]) -> tuple[str, ...]:
+    """The configured resources counted in whole GPUs (or their replicas): all but the MIG ones."""
+    return tuple(r for r in resources if mig_profile(r) is None)

@@ -15,7 +15,7 @@ from typing import Any
 
 from gpuextender.extender.model.bad_request import shown
 from gpuextender.extender.model.ome.pod_intent import PodIdentity, pod_identity
-from gpuextender.extender.model.pod_gpus import MigNeed, gpus_requested, mig_profile, pod_ref
+from gpuextender.extender.model.pod_gpus import MigNeed, gpus_requested, mig_profile, pod_ref, whole_gpu_resources
 from gpuextender.extender.model.untrusted import object_at
 
 log = logging.getLogger("gpu_extender.http")
@@ -51,7 +51,7 @@ def read_pod(pod: dict[str, Any], gpu_resources: Sequence[str], default_strategy
         )
         strategy = default_strategy
     uid = meta.get("uid")
-    whole = [r for r in gpu_resources if mig_profile(r) is None]
+    whole = whole_gpu_resources(gpu_resources)
     mig = tuple(
         sorted(
             (profile, n)

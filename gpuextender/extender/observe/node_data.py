@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from gpuextender.extender.state.freshness import data_age
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.inventory_store import InventoryStore
 
@@ -40,7 +41,7 @@ class NodeDataCollector(Collector):
         )
         by_namespace: dict[str, int] = {}
         for s in self._state.summaries():
-            age.add_metric([s.node], max(0.0, now - s.received_at))
+            age.add_metric([s.node], data_age(s.received_at, now))
             idle.add_metric([s.node], s.idle_gpus)
             if s.free_gpus is not None:
                 waste.add_metric([s.node], s.allocated_idle_gpus)

@@ -20,6 +20,7 @@ from gpuextender.extender.model.pod_gpus import gpus_requested
 from gpuextender.extender.model.pod_request import PodRequest
 from gpuextender.extender.scheduler.binding_gate import BindingGate
 from gpuextender.extender.scheduler.wire import BindingArgs, binding_result
+from gpuextender.extender.state.freshness import is_fresh
 from gpuextender.extender.state.gpu_summary import NodeSummary
 from gpuextender.extender.state.pod_ledger import BoundPod, PodLedger
 
@@ -76,7 +77,7 @@ class Bindings:
 
         def idle_of(node: str) -> int | None:
             s = summary(node)
-            return s.idle_gpus if s is not None and now - s.received_at <= stale_after_s else None
+            return s.idle_gpus if s is not None and is_fresh(s.received_at, now, stale_after_s) else None
 
         await gate.settle(pod_uid(pod), need, idle_of)
 

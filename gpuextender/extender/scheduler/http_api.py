@@ -23,7 +23,7 @@ from gpuextender.extender.decide.decision import Decision
 from gpuextender.extender.decide.explain import explain as explain_decision
 from gpuextender.extender.model.bad_request import BadRequest
 from gpuextender.extender.model.bad_request import shown as shown_value
-from gpuextender.extender.model.pod_gpus import mig_profile
+from gpuextender.extender.model.pod_gpus import whole_gpu_resources
 from gpuextender.extender.observe.bindings import BindingsCollector
 from gpuextender.extender.observe.bound_pods import BoundPodsCollector
 from gpuextender.extender.observe.live_classes import LiveClassesCollector
@@ -74,7 +74,7 @@ class SchedulerApi:
         self.classes = LiveClasses(state)
         self.decisions = Decisions(state, settings, inventory, self.classes, clock)
         self.bindings = Bindings(BindingGate(settings.binding_wait_s, clock), clock)
-        self._whole_resources = [r for r in settings.gpu_resources if mig_profile(r) is None]
+        self._whole_resources = whole_gpu_resources(settings.gpu_resources)
         metrics.add(BindingsCollector(self.bindings))
         metrics.add(LiveClassesCollector(self.classes, inventory))
 

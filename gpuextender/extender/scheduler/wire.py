@@ -25,9 +25,10 @@ from typing import Any
 
 import orjson
 
-from gpuextender.extender.decide.whole_gpus import FilterOutcome
+from gpuextender.extender.decide.filter_outcome import FilterOutcome
 from gpuextender.extender.model.bad_request import BadRequest, shown
 from gpuextender.extender.model.pod_gpus import MAX_GPU_COUNT, parse_count
+from gpuextender.extender.model.pod_key import pod_key
 from gpuextender.extender.settings import MAX_CANDIDATES
 
 # /explain, a person's tool, costs ~6 us per name: it takes at most this many (~30 ms).
@@ -220,7 +221,7 @@ class BindingArgs:
 
     @property
     def key(self) -> str:
-        return f"{self.namespace}/{self.pod_name}"
+        return pod_key(self.namespace, self.pod_name)
 
 
 def parse_binding_args(body: bytes) -> BindingArgs:

@@ -35,6 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from gpuextender.common.idle_rule import IdleRule
+from gpuextender.extender.model.pod_key import pod_key
 from gpuextender.extender.state.gpu_topology import set_tiers, tier_for
 from gpuextender.v1 import gpu_state_pb2 as pb
 
@@ -206,10 +207,10 @@ def summarize(report: pb.NodeReport, rule: IdleRule, received_at: float) -> Node
 
 
 def _holder_pods(report: pb.NodeReport) -> set[str]:
-    pods = {f"{h.namespace}/{h.pod}" for gpu in report.gpus for h in gpu.holders}
+    pods = {pod_key(h.namespace, h.pod) for gpu in report.gpus for h in gpu.holders}
     for gpu in report.gpus:
         for inst in gpu.mig_instances:
-            pods.update(f"{h.namespace}/{h.pod}" for h in inst.holders)
+            pods.update(pod_key(h.namespace, h.pod) for h in inst.holders)
     return pods
 
 

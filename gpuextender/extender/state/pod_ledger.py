@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from gpuextender.extender.model.bad_request import BadRequest
 from gpuextender.extender.model.kube_objects import POD, KubeObject
 from gpuextender.extender.model.ome.pod_intent import INFERENCE_SERVICE_LABEL
-from gpuextender.extender.model.pod_gpus import MigNeed, gpus_requested, mig_profile
+from gpuextender.extender.model.pod_gpus import MigNeed, gpus_requested, mig_profile, whole_gpu_resources
+from gpuextender.extender.model.pod_key import pod_key
 from gpuextender.extender.model.untrusted import object_at
 
 log = logging.getLogger("gpu_extender.pods")
@@ -49,7 +50,7 @@ class BoundPod:
 
 
 def _key(meta: KubeObject) -> str:
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
+    return pod_key(meta.get("namespace") or "default", meta.get("name", ""))
 
 
 class PodLedger:
@@ -57,7 +58,7 @@ class PodLedger:
     changed; `pods_on(node)` is what the decisions read."""
 
     def __init__(self, gpu_resources: Sequence[str], clock: Callable[[], float] = time.monotonic) -> None:
-        self._whole = [r for r in gpu_resources if mig_profile(r) is None]
+        self._whole = whole_gpu_resources(gpu_resources)
         self._mig = [(r, p) for r in gpu_resources if (p := mig_profile(r)) is not None]
         self._clock = clock
         self._by_uid: dict[str, BoundPod] = {}

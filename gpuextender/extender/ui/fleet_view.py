@@ -31,6 +31,7 @@ from typing import Any
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.decide.whole_gpus import SummaryLookup
 from gpuextender.extender.model.ome.node_class import GpuFacts
+from gpuextender.extender.state.freshness import data_age, is_fresh
 from gpuextender.extender.state.gpu_summary import GPU_UNHEALTHY, NodeSummary
 
 STATES = ("free-idle", "free-busy", "allocated-busy", "allocated-idle", "degraded", "unhealthy", "unknown")
@@ -75,9 +76,9 @@ def node_row(name: str, inputs: FleetInputs) -> dict[str, Any]:
         # Nothing from the agent: the allocatable GPUs, each unknown.
         row["gpus"] = [[i, UNKNOWN, None, None] for i in range(allocatable)]
     else:
-        age = max(0.0, inputs.now - summary.received_at)
+        age = data_age(summary.received_at, inputs.now)
         row["ageSeconds"] = round(age, 1)
-        if age > inputs.stale_after_s:  # decision.assess's bound: stale past it, fresh at it
+        if not is_fresh(summary.received_at, inputs.now, inputs.stale_after_s):  # as the decisions judge it
             row["data"] = "stale"
             row["gpus"] = [[cell[0], UNKNOWN, None, None] for cell in summary.gpus]
         else:

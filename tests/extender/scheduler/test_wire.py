@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from gpuextender.extender.decide import reasons
-from gpuextender.extender.decide.whole_gpus import FilterOutcome
+from gpuextender.extender.decide.filter_outcome import FilterOutcome
 from gpuextender.extender.model.bad_request import BadRequest
 from gpuextender.extender.scheduler.wire import filter_result, parse_extender_args, prioritize_result
 from gpuextender.extender.settings import MAX_CANDIDATES
