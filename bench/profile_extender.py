@@ -5,7 +5,8 @@ for the same fleet and Pod as bench_extender.py (NodeNames mode by default):
   parse    = wire.parse_extender_args (json.loads + checks)
   question = SchedulerApi.decide: read_pod + candidates + snapshot + class plan
   decide   = Decision.filtered / Decision.scores (placement on whole_gpus.py)
-  record   = SchedulerApi._record_filter (metrics + the decision log line)
+  shortlist = Decision.answered: the passing nodes cut to the --shortlist best (scores them all)
+  record   = verb_log.record_filter (metrics + the decision log line)
   answer = filter_result / prioritize_result
   encode = wire.encode (json.dumps)
 Logging is set to WARNING, as in the benchmark. Then it runs cProfile over the
@@ -43,6 +44,7 @@ from gpuextender.extender.flags import build_config
 from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.scheduler import wire
 from gpuextender.extender.scheduler.http_api import SchedulerApi
+from gpuextender.extender.scheduler.verb_log import record_filter
 from gpuextender.extender.state.gpu_state import GpuState
 
 
@@ -72,14 +74,15 @@ def phases(api: SchedulerApi, body: bytes, verb: str, repeat: int) -> list[tuple
     ms_question, d = _time(lambda: api.decide(args), repeat)
 
     def fresh() -> Decision:  # its parts are computed once: time each on a new Decision
-        return Decision(d.pod, d.plan, d.candidates, d.known)
+        return Decision(d.pod, d.plan, d.candidates, d.known, d.shortlist)
 
     rows = [("parse", ms_parse), ("question", ms_question)]
     if verb == "filter":
         ms_decide, outcome = _time(lambda: fresh().filtered, repeat)
-        ms_record, _ = _time(lambda: api._record_filter(d), repeat)
+        ms_answered, _ = _time(lambda: fresh().answered, repeat)
+        ms_record, _ = _time(lambda: record_filter(api.metrics, d), repeat)
         ms_answer, answer = _time(lambda: wire.filter_result(args, outcome), repeat)
-        rows += [("decide", ms_decide), ("record", ms_record), ("answer", ms_answer)]
+        rows += [("decide", ms_decide), ("shortlist", ms_answered), ("record", ms_record), ("answer", ms_answer)]
     else:
         ms_decide, scores = _time(lambda: fresh().scores, repeat)
         ms_answer, answer = _time(lambda: wire.prioritize_result(scores, compact=settings.compact_priorities), repeat)

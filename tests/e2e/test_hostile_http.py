@@ -36,7 +36,7 @@ from tests.hostile_bodies import Mutator, compact, fixture, full_nodes_request, 
 SCENARIOS = FIXTURES / "scenarios"
 NODE_SCENARIOS = {"gpu-node-1": "busy8.yaml", "gpu-node-2": "idle8.yaml", "gpu-node-3": "half8.yaml"}
 VERBS = ("filter", "prioritize", "explain")
-LOOP_HOLD_LIMIT_S = 0.100  # the one timing bound these tests assert (issue 8)
+LOOP_HOLD_LIMIT_S = 0.100  # the event loop's CPU time per body within the limits (issue 8)
 FUZZ_CASES = int(os.environ.get("GPU_EXTENDER_FUZZ_CASES", "3000"))
 FUZZ_SEED = int(os.environ.get("GPU_EXTENDER_FUZZ_SEED", "20261123"))
 
@@ -120,16 +120,21 @@ class LoopProbe(threading.Thread):
         self.join(timeout=30)
 
 
-def _hold_s(client: Client, probe: LoopProbe, path: str, body: bytes, tries: int = 3) -> float:
-    """The least, over `tries`, of the longest /healthz wait while `body` is handled: a hold
-    the body causes shows every time, a noisy neighbour on the machine does not."""
+def _loop_cpu_s(pid: int) -> float:
+    """CPU seconds the extender's main thread (its event loop) has used: /proc's utime + stime."""
+    fields = Path(f"/proc/{pid}/task/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _hold_s(client: Client, pid: int, path: str, body: bytes, tries: int = 3) -> float:
+    """The least, over `tries`, of the event loop's CPU time while `body` is handled: the work the
+    body costs the loop, which a busy machine does not inflate the way it inflates wall time (a
+    CPU hog on every core once doubled a 60 ms hold). A hold the body causes shows every time."""
     least = float("inf")
     for _ in range(tries):
-        start = time.perf_counter()
+        before = _loop_cpu_s(pid)
         client.post(path, body)
-        end = time.perf_counter()
-        time.sleep(0.03)  # the probe that was waiting comes back
-        least = min(least, probe.worst_during(start, end))
+        least = min(least, _loop_cpu_s(pid) - before)
     return least
 
 
@@ -206,14 +211,15 @@ def test_fuzzed_and_limit_sized_bodies_get_200_or_4xx_and_never_hold_the_loop(li
             statuses[status] = statuses.get(status, 0) + 1
             _check_answer(status, data, f"{what} on {path}")
         time.sleep(0.05)
-        # A slow probe may be a noisy neighbour on the machine: each suspect is run again, alone.
-        held = [
-            (what, path, hold)
-            for path, body, what, _ in slow
-            if (hold := _hold_s(client, probe, path, body)) > LOOP_HOLD_LIMIT_S
-        ]
     finally:
         probe.stop()
+    # A slow probe may be a noisy neighbour on the machine: each suspect is run again, alone, and
+    # judged by the CPU time the event loop spent on it.
+    held = [
+        (what, path, hold)
+        for path, body, what, _ in slow
+        if (hold := _hold_s(client, ext.popen.pid, path, body)) > LOOP_HOLD_LIMIT_S
+    ]
     latencies = sorted(lat for _, lat in probe.samples)
     print(
         f"{FUZZ_CASES} cases: {statuses}; /healthz p50 {1000 * latencies[len(latencies) // 2]:.1f} ms, "

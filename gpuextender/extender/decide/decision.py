@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import zlib
 from functools import cached_property
+from operator import itemgetter
 
 from gpuextender.extender.decide import class_plan, mig_devices, whole_gpus
 from gpuextender.extender.decide.class_policy import ClassRanking
@@ -91,10 +92,13 @@ class Decision:
             pod.strategy,
             pod.seed,
         )
-        score = dict(ranked)
-        start = zlib.crc32(self.pod.seed.encode()) % len(passed)
+        # `ranked` is in `passed` order; rotate names and scores alike, then sort indices in C.
         # sorted() is stable with reverse=True too: equal scores keep the rotated order.
-        return sorted(passed[start:] + passed[:start], key=score.__getitem__, reverse=True)[:keep]
+        start = zlib.crc32(self.pod.seed.encode()) % len(passed)
+        scores = list(map(itemgetter(1), ranked))
+        scores = scores[start:] + scores[:start]
+        names = passed[start:] + passed[:start]
+        return list(map(names.__getitem__, sorted(range(len(names)), key=scores.__getitem__, reverse=True)[:keep]))
 
     @cached_property
     def _ranked(self) -> tuple[list[tuple[str, int]], ClassRanking | None]:
