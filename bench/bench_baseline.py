@@ -81,9 +81,11 @@ def python_path(path: Path | None) -> Iterator[None]:
     saved = os.environ.get("PYTHONPATH")
     if path is not None:
         os.environ["PYTHONPATH"] = str(path)
+    os.environ["BENCH_RUN_MODULES"] = "1"  # both sides as `python -m gpuextender.extender` (benchlib.program)
     try:
         yield
     finally:
+        os.environ.pop("BENCH_RUN_MODULES", None)
         if saved is None:
             os.environ.pop("PYTHONPATH", None)
         else:

@@ -39,7 +39,11 @@ class BenchError(RuntimeError):
 
 def program(name: str, module: str) -> list[str]:
     """argv prefix for one of the project's console scripts, preferring the one
-    installed beside this interpreter (the project's .venv)."""
+    installed beside this interpreter (the project's .venv). With BENCH_RUN_MODULES set, always
+    `python -m MODULE`: a console script names the entry module of the installed tree, which an
+    earlier revision put first on PYTHONPATH (bench_baseline.py) may not have."""
+    if os.environ.get("BENCH_RUN_MODULES"):
+        return [sys.executable, "-m", module]
     beside = Path(sys.executable).parent / name
     if beside.is_file() and os.access(beside, os.X_OK):
         return [str(beside)]

@@ -11,8 +11,6 @@ import enum
 import hashlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import repeat
-from operator import attrgetter, is_, itemgetter, mul, truediv
 
 from gpuextender.extender.decide import reasons
 from gpuextender.extender.decide.filter_outcome import FilterOutcome, finish
@@ -174,148 +172,83 @@ def rank_nodes(
 ) -> list[tuple[str, int, bool]]:
     """(node, score 0-10, fits) for every name, in input order: prioritize's
     scores plus the filter verdict it already computed, for callers that need both.
-    `strategy` picks v (decide/README.md); `seed` makes `random` repeatable;
+    `strategy` picks v (module docstring); `seed` makes `random` repeatable;
     `cost_of(node)` is the node's hourly cost for `cost`; `eligible(node)` says which
-    nodes the caller's filter judged at all (the others' fresh fits demote no one).
-
-    Per node it reads columns (fits, idle, utilization, GPU count, quality class q); where every
-    node has fresh data with NVML working (the usual call, and every shortlist of fresh fits) the
-    columns are read with C-level maps instead of a Python loop per node."""
+    nodes the caller's filter judged at all (the others' fresh fits demote no one)."""
     if needed <= 0:
         return [(name, 0, True) for name in names]
-    summaries = list(map(lookup, names))
-    rows = _fresh_rows(needed, summaries, now, policy.stale_after_s)
-    if rows is None:
-        rows = _rows(needed, names, summaries, allocatable, now, policy, eligible)
-    fits, idle, utilization, count, quality = rows
-    capacity = max(needed, max(count, default=0))
+    stale_after = policy.stale_after_s
+    rows: list[tuple[str, bool, int, float]] = []  # (node, fits, idle, utilization)
+    assumed: list[int] = []  # rows that fit on assumed data
+    quality: list[int] = []  # per row: the quality class q (module docstring) of a fresh fit, else -1
+    q_low, q_high = NO_QUALITY, -1
+    fresh_fits = False
+    capacity = max(needed, 1)
+    for name in names:
+        summary = lookup(name)
+        q = -1
+        if (
+            summary is not None and not summary.node_error and now - summary.received_at <= stale_after
+        ):  # fresh, NVML ok
+            idle, count = summary.idle_gpus, summary.gpu_count
+            utilization = summary.mean_utilization  # from validated reports: within 0..100
+            fits = idle >= needed
+            if fits:
+                qs = summary.quality  # precomputed per set size at ingest
+                q = (
+                    qs[needed]
+                    if needed < len(qs)
+                    else quality_for(needed, idle, summary.degraded_idle_gpus, summary.set_tiers)
+                )
+                if q < q_low:
+                    q_low = q
+                if q > q_high:
+                    q_high = q
+                if not fresh_fits:
+                    fresh_fits = eligible is None or eligible(name)
+        else:
+            a = assess(name, allocatable.get(name), summary, needed, now, policy)
+            idle = a.idle_gpus if a.idle_gpus is not None else needed  # unknown: assume just enough
+            utilization, count, fits = a.mean_utilization, a.gpu_count or 0, a.reason is None
+            if a.assumed:
+                assumed.append(len(rows))
+        if count > capacity:
+            capacity = count
+        rows.append((name, fits, idle, utilization or 0.0))
+        quality.append(q)
+    if fresh_fits:  # as in filter: an assumed verdict does not pass while a fresh node fits
+        for i in assumed:
+            name, _, idle, utilization = rows[i]
+            rows[i] = (name, False, idle, utilization)
     scale = capacity + 1
-    if not any(fits):  # the pass-all fallback: least loaded first, whatever the strategy
-        return [
-            (name, min(MAX_SCORE, round(MAX_SCORE * _spread(i, u) / scale)), False)
-            for name, i, u in zip(names, idle, utilization, strict=True)
-        ]
-    values = _strategy_values(strategy, names, fits, idle, utilization, capacity, seed, cost_of)
-    present = {q for q in quality if q >= 0}
-    classes = _quality_classes(quality, names, eligible, present) if len(present) > 1 else []
-    if len(classes) > 1:  # quality before v (decide/README.md)
+    if not any(fits for _, fits, _, _ in rows):  # the pass-all fallback: least loaded first, whatever the strategy
+        return [(name, min(MAX_SCORE, round(MAX_SCORE * _spread(i, u) / scale)), False) for name, _, i, u in rows]
+    values = _strategy_values(strategy, rows, capacity, seed, cost_of)
+    classes = _quality_classes(quality, rows, eligible) if q_high > q_low else []
+    if len(classes) > 1:  # quality before v (module docstring)
         m = len(classes)
         # Score per class rank r >= 1 (m - r); rank 0 is the band. An ineligible class, or an
         # assumed fit (q -1): last.
         below = {q: m - r for r, q in enumerate(classes) if r}
         best, band = classes[0], (MAX_SCORE - m) / scale
-        # m + round(band * v) for the best class, in C: band * v < MAX_SCORE - m (checked once).
-        rounded = list(map(round, map(mul, repeat(band), values)))
-        if max(rounded) > MAX_SCORE - m:
-            rounded = [min(MAX_SCORE - m, r) for r in rounded]
-        scores = [m + r if q == best else below.get(q, 1) for r, q in zip(rounded, quality, strict=True)]
-        return _with_fits(names, scores, fits)
-    # score = 1 + round(9 * v / scale), in C: v < scale, so it never exceeds MAX_SCORE (checked once).
-    scores = list(map(round, map(truediv, map(mul, repeat(9), values), repeat(scale))))
-    if scores and max(scores) >= MAX_SCORE:
-        scores = [min(MAX_SCORE - 1, s) for s in scores]
-    return _with_fits(names, list(map((1).__add__, scores)), fits)
-
-
-def _with_fits(names: Sequence[str], scores: list[int], fits: list[bool]) -> list[tuple[str, int, bool]]:
-    """(node, score, fits) rows; a node that does not fit scores 0."""
-    if all(fits):
-        return list(zip(names, scores, fits, strict=True))
-    return [(name, score if fit else 0, fit) for name, score, fit in zip(names, scores, fits, strict=True)]
-
-
-# Columns per node: fits, idle GPUs (needed where assumed), mean utilization (0 when unknown), GPU
-# count (0 when unknown), quality class q of a fresh fit (-1 otherwise).
-_Rows = tuple[list[bool], list[int], list[float], list[int], list[int]]
-_RECEIVED_AT, _NODE_ERROR = attrgetter("received_at"), attrgetter("node_error")
-_IDLE, _COUNT, _UTILIZATION = attrgetter("idle_gpus"), attrgetter("gpu_count"), attrgetter("mean_utilization")
-_QUALITY = attrgetter("quality")
-
-
-def _fresh_rows(needed: int, summaries: list[NodeSummary | None], now: float, stale_after: float) -> _Rows | None:
-    """The columns when every node has fresh data and working NVML, else None (then _rows)."""
-    # `None in summaries` would call NodeSummary.__eq__ per node: identity, in C.
-    if not summaries or any(map(is_, summaries, repeat(None))) or any(map(_NODE_ERROR, summaries)):
-        return None
-    fresh: list[NodeSummary] = summaries  # type: ignore[assignment]
-    # is_fresh for the oldest report is is_fresh for all (the subtraction is monotonic).
-    if not is_fresh(min(map(_RECEIVED_AT, fresh)), now, stale_after):
-        return None
-    idle = list(map(_IDLE, fresh))
-    fits = list(map(needed.__le__, idle))  # idle >= needed
-    tables = list(map(_QUALITY, fresh))  # q per set size, precomputed per report
-    if min(map(len, tables)) > needed:
-        quality = list(map(itemgetter(needed), tables))
-        if not all(fits):
-            quality = [q if fit else -1 for q, fit in zip(quality, fits, strict=True)]
-    else:
-        quality = [
-            (t[needed] if needed < len(t) else _quality_beyond_table(s, needed)) if fit else -1
-            for s, t, fit in zip(fresh, tables, fits, strict=True)
+        return [
+            (name, (min(MAX_SCORE, m + round(band * v)) if q == best else below.get(q, 1)) if fits else 0, fits)
+            for (name, fits, _, _), v, q in zip(rows, values, quality, strict=True)
         ]
-    utilization = list(map(_UTILIZATION, fresh))  # validated reports: within 0..100
-    if None in utilization:
-        utilization = [u or 0.0 for u in utilization]
-    return fits, idle, utilization, list(map(_COUNT, fresh)), quality
-
-
-def _quality_beyond_table(s: NodeSummary, needed: int) -> int:
-    return quality_for(needed, s.idle_gpus, s.degraded_idle_gpus, s.set_tiers)
-
-
-def _rows(
-    needed: int,
-    names: Sequence[str],
-    summaries: list[NodeSummary | None],
-    allocatable: Mapping[str, int],
-    now: float,
-    policy: Policy,
-    eligible: Callable[[str], bool] | None,
-) -> _Rows:
-    """The columns node by node: fresh data decides alone; stale or no data goes through assess()."""
-    stale_after = policy.stale_after_s
-    fits: list[bool] = []
-    idle: list[int] = []
-    utilization: list[float] = []
-    count: list[int] = []
-    quality: list[int] = []
-    assumed: list[int] = []  # rows that fit on assumed data
-    fresh_fits = False
-    for name, summary in zip(names, summaries, strict=True):
-        q = -1
-        # is_fresh, inlined on this per-node loop (tests/extender/state/test_freshness.py holds them equal).
-        if summary is not None and not summary.node_error and now - summary.received_at <= stale_after:
-            i, c = summary.idle_gpus, summary.gpu_count
-            u = summary.mean_utilization
-            fit = i >= needed
-            if fit:
-                qs = summary.quality  # precomputed per set size at ingest
-                q = qs[needed] if needed < len(qs) else _quality_beyond_table(summary, needed)
-                if not fresh_fits:
-                    fresh_fits = eligible is None or eligible(name)
-        else:
-            a = assess(name, allocatable.get(name), summary, needed, now, policy)
-            i = a.idle_gpus if a.idle_gpus is not None else needed  # unknown: assume just enough
-            u, c, fit = a.mean_utilization, a.gpu_count or 0, a.reason is None
-            if a.assumed:
-                assumed.append(len(fits))
-        fits.append(fit)
-        idle.append(i)
-        utilization.append(u or 0.0)
-        count.append(c)
-        quality.append(q)
-    if fresh_fits:  # as in filter: an assumed verdict does not pass while a fresh node fits
-        for row in assumed:
-            fits[row] = False
-    return fits, idle, utilization, count, quality
+    return [
+        (name, min(MAX_SCORE, 1 + round(9 * v / scale)) if fits else 0, fits)
+        for (name, fits, _, _), v in zip(rows, values, strict=True)
+    ]
 
 
 def _quality_classes(
-    quality: Sequence[int], names: Sequence[str], eligible: Callable[[str], bool] | None, present: set[int]
+    quality: Sequence[int], rows: Sequence[tuple[str, bool, int, float]], eligible: Callable[[str], bool] | None
 ) -> list[int]:
     """The distinct quality classes of the fresh fits the caller's filter judges, best first."""
-    if eligible is not None:
-        present = {q for q, name in zip(quality, names, strict=True) if q >= 0 and eligible(name)}
+    present = set(quality)
+    present.discard(-1)
+    if len(present) > 1 and eligible is not None:
+        present = {q for q, row in zip(quality, rows, strict=True) if q >= 0 and eligible(row[0])}
     return sorted(present)
 
 
@@ -325,25 +258,22 @@ def _spread(idle: int, utilization: float) -> float:
 
 def _strategy_values(
     strategy: str,
-    names: Sequence[str],
-    fits: Sequence[bool],
-    idle: Sequence[int],
-    utilization: Sequence[float],
+    rows: Sequence[tuple[str, bool, int, float]],
     capacity: int,
     seed: str,
     cost_of: Callable[[str], float | None] | None,
 ) -> list[float]:
     """v in [0, capacity + 1) for each row, higher is better."""
     if strategy == "binpack":
-        return [max(0, capacity - i) + u / 101.0 for i, u in zip(idle, utilization, strict=True)]
+        return [max(0, capacity - idle) + utilization / 101.0 for _, _, idle, utilization in rows]
     if strategy == "random":
-        return [(capacity + 1) * _unit_hash(seed, name) for name in names]
-    spread = list(map(_spread, idle, utilization))
+        return [(capacity + 1) * _unit_hash(seed, name) for name, _, _, _ in rows]
+    spread = [_spread(idle, u) for _, _, idle, u in rows]
     if strategy != "cost" or cost_of is None:
         return spread
-    costs = [cost_of(name) for name in names]
+    costs = [cost_of(name) for name, _, _, _ in rows]
     # The price range of the nodes that can take the pod: others score 0 anyway.
-    known = [c for c, fit in zip(costs, fits, strict=True) if c is not None and fit]
+    known = [c for c, (_, fits, _, _) in zip(costs, rows, strict=True) if c is not None and fits]
     if not known:
         return spread
     low, high = min(known), max(known)
