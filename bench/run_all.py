@@ -66,6 +66,7 @@ import bench_baseline
 import bench_burst
 import bench_classes
 import bench_extender
+import bench_floor
 import bench_hostile_http
 import bench_hostile_ingest
 import bench_ledger
@@ -160,6 +161,7 @@ def render_markdown(
     placement: tuple[bench_placement.SimConfig, list[bench_placement.VariantResult]] | None = None,
     pod_resources: list[str] | None = None,
     baseline: bench_baseline.BaselineResult | None = None,
+    floor: bench_floor.FloorResult | None = None,
     placement_kube: tuple[bench_placement.SimConfig, list[bench_placement_kube.KubeVariantResult]] | None = None,
     ingest: tuple[list[str], dict[str, float]] | None = None,
     bursts: list[dict[str, Any]] | None = None,
@@ -273,10 +275,11 @@ def render_markdown(
         ]
         what = {
             "parse": "`wire.parse_extender_args` (json.loads + checks)",
-            "question": "`SchedulerApi.decide`: the pod read once (`pod_request.read_pod`), candidates, snapshot, "
+            "question": "`Decisions.decide`: the pod read once (`pod_request.read_pod`), candidates, snapshot, "
             "class plan",
-            "decide": "`Decision.filtered` (placement + `decision.filter_nodes`)",
-            "record": "`SchedulerApi._record_filter` (metrics per failed node + decision log text)",
+            "decide": "`Decision.filtered` (`class_plan` + `whole_gpus.filter_nodes`)",
+            "shortlist": "`Decision.answered`: every passing node scored, the `--shortlist` best kept",
+            "record": "`verb_log.record_filter` (metrics per failed node + decision log text)",
             "answer": "`wire.filter_result`",
             "encode": "`wire.encode` (json.dumps)",
             "TOTAL (whole call)": "`SchedulerApi.filter` from bytes to bytes",
@@ -368,6 +371,16 @@ def render_markdown(
             "```",
             *bench_baseline.format_result(baseline),
             "```",
+        ]
+    if floor is not None:
+        out += [
+            "",
+            "## gpu-extender against a do-nothing extender (the floor), same run",
+            "",
+            "`bench/bench_floor.py` (module docstring: how). Goal (issue 23): filter+prioritize at 5,000 names "
+            "<= 2x the do-nothing floor.",
+            "",
+            *bench_floor.format_markdown(floor),
         ]
     if ingest is not None:
         out += [
@@ -681,6 +694,7 @@ def main(argv: list[str] | None = None) -> int:
     placement: tuple[bench_placement.SimConfig, list[bench_placement.VariantResult]] | None = None
     pod_resources: list[str] | None = None
     baseline: bench_baseline.BaselineResult | None = None
+    floor: bench_floor.FloorResult | None = None
     placement_kube: tuple[bench_placement.SimConfig, list[bench_placement_kube.KubeVariantResult]] | None = None
     fleet_ingest: tuple[list[str], dict[str, float]] | None = None
     bursts: list[dict[str, Any]] | None = None
@@ -698,6 +712,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"== gpu-extender against {args.baseline}, same run", flush=True)
             baseline = bench_baseline.run(args.baseline, rounds=1 if args.quick else 2, quick=args.quick)
             print("\n".join(bench_baseline.format_result(baseline)), flush=True)
+        if args.only in (None, "extender"):
+            print("== gpu-extender against a do-nothing extender (the floor), same run", flush=True)
+            floor = bench_floor.run(quick=args.quick)
+            print("\n".join(bench_floor.format_markdown(floor)), flush=True)
         if args.only in (None, "agent"):
             print("== gpu-agent: CPU and memory", flush=True)
             agent = bench_agent.run(quick=args.quick)
@@ -852,6 +870,7 @@ def main(argv: list[str] | None = None) -> int:
             placement=placement,
             pod_resources=pod_resources,
             baseline=baseline,
+            floor=floor,
             placement_kube=placement_kube,
             ingest=fleet_ingest,
             bursts=bursts,
