@@ -14,12 +14,12 @@ near these bounds.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from decimal import Context, Decimal, Inexact, InvalidOperation, Overflow
 from typing import Any
 
 from gpuextender.extender.model.bad_request import BadRequest, shown
+from gpuextender.extender.model.quantity import BINARY_SI, DECIMAL_SI, QUANTITY
 from gpuextender.extender.model.untrusted import object_at
 
 MAX_GPU_COUNT = 2**31  # per quantity, per Node and per pod (all its containers); inclusive
@@ -27,11 +27,6 @@ MAX_QUANTITY_CHARS = 64  # a real GPU quantity is a few characters ("8", "2k"); 
 MAX_EXPONENT = 64  # |n| in "1en": no 64-character mantissa brings a larger one back into range
 MAX_CONTAINERS = 1_000  # containers + initContainers of one pod: each costs ~2 us on every call
 
-# Kubernetes' resource.Quantity grammar: signed number, then ONE of binary SI, decimal SI
-# or a decimal exponent (k8s.io/apimachinery/pkg/api/resource/quantity.go).
-_QUANTITY = re.compile(r"([+-]?(?:\d+\.?\d*|\.\d+))(?:(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])|[eE]([+-]?\d+))?")
-_DECIMAL_SI = {"n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
-_BINARY_SI = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 # Exact arithmetic: a <= 64-digit mantissa times 2**60 fits 200 digits; anything inexact raises.
 _EXACT = Context(prec=200, Emax=999, Emin=-999, traps=[InvalidOperation, Overflow, Inexact])
 
@@ -57,17 +52,20 @@ def _parse_quantity(text: str, where: str) -> Decimal:
     """The exact value of `text`, refused before any arithmetic when it cannot be a GPU count."""
     if len(text) > MAX_QUANTITY_CHARS:
         raise BadRequest("bad_quantity", f"{where}: {shown(text)} is longer than {MAX_QUANTITY_CHARS} characters")
-    m = _QUANTITY.fullmatch(text.strip())
+    m = QUANTITY.fullmatch(text.strip())  # the grammar: model/quantity.py
     if m is None:
         raise BadRequest("bad_quantity", f"{where}: {shown(text)} is not a Kubernetes quantity")
-    number, suffix, exponent = m.groups()
-    scale = _DECIMAL_SI.get(suffix, 0) if exponent is None else int(exponent)  # <= 63 digits: cheap
+    number, suffix = m.groups()
+    if suffix is None or suffix in DECIMAL_SI or suffix in BINARY_SI:
+        scale = DECIMAL_SI.get(suffix or "", 0)
+    else:  # a decimal exponent, "e3"
+        scale = int(suffix[1:])  # <= 63 digits: cheap
     if abs(scale) > MAX_EXPONENT:
         raise BadRequest("bad_quantity", f"{where}: {shown(text)} has an exponent beyond +-{MAX_EXPONENT}")
     try:
         amount = Decimal(number).scaleb(scale, _EXACT)
-        if suffix in _BINARY_SI:
-            amount = _EXACT.multiply(amount, _BINARY_SI[suffix])
+        if suffix in BINARY_SI:
+            amount = _EXACT.multiply(amount, BINARY_SI[suffix])
     except ArithmeticError:  # unreachable within the bounds above; refused rather than a 500
         raise BadRequest("bad_quantity", f"{where}: {shown(text)} is not a quantity") from None
     if amount > MAX_GPU_COUNT:  # before int(): never build a big integer

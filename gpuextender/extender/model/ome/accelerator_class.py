@@ -46,7 +46,7 @@ from decimal import Decimal
 from types import MappingProxyType
 from typing import Any
 
-from gpuextender.extender.model.ome.quantity import QuantityError, parse_quantity, quantity_value
+from gpuextender.extender.model.quantity import QuantityError, parse_quantity, quantity_value
 
 GIB = 1024**3
 API_GROUP = "ome.io"

@@ -6,7 +6,7 @@ from decimal import Decimal
 
 import pytest
 
-from gpuextender.extender.model.ome.quantity import QuantityError, parse_quantity, quantity_value
+from gpuextender.extender.model.quantity import QuantityError, parse_quantity, quantity_value
 
 
 @pytest.mark.parametrize(

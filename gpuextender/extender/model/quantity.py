@@ -1,4 +1,4 @@
-"""Kubernetes resource quantities (`resource.Quantity`), parsed exactly.
+"""Kubernetes resource quantities (`resource.Quantity`), parsed exactly: the one home of the grammar.
 
 OME stores every AcceleratorClass number that is not a plain integer as a
 Quantity (ome-api.md §2.1): `memoryGB` ("80Gi", read as BYTES), `memoryBandwidthGBps`
@@ -33,25 +33,17 @@ import math
 import re
 from decimal import ROUND_UP, Decimal, InvalidOperation
 
-_NUMBER = r"[+-]?(?:\d+(?:\.\d*)?|\.\d+)"
-_QUANTITY = re.compile(rf"^({_NUMBER})(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?\d+)?$")
+# The grammar, for every reader of quantities (pod GPU counts in model/pod_gpus.py too): a signed
+# number, then at most ONE of a binary SI suffix, a decimal SI suffix or a decimal exponent. Group 1:
+# the number; group 2: the suffix ("Gi", "k", "e3", "E-2"), or None.
+QUANTITY = re.compile(r"([+-]?(?:\d+(?:\.\d*)?|\.\d+))(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?\d+)?")
+# Decimal SI suffixes as powers of ten, binary ones as multipliers.
+DECIMAL_SI = {"n": -9, "u": -6, "m": -3, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+BINARY_SI = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 
 _SUFFIX: dict[str, Decimal] = {
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "k": Decimal(10**3),
-    "M": Decimal(10**6),
-    "G": Decimal(10**9),
-    "T": Decimal(10**12),
-    "P": Decimal(10**15),
-    "E": Decimal(10**18),
-    "Ki": Decimal(2**10),
-    "Mi": Decimal(2**20),
-    "Gi": Decimal(2**30),
-    "Ti": Decimal(2**40),
-    "Pi": Decimal(2**50),
-    "Ei": Decimal(2**60),
+    **{suffix: Decimal(1).scaleb(power) for suffix, power in DECIMAL_SI.items()},
+    **{suffix: Decimal(multiplier) for suffix, multiplier in BINARY_SI.items()},
 }
 
 _LIMIT = Decimal(2**63)
@@ -76,7 +68,7 @@ def parse_quantity(value: object) -> Decimal:
             raise QuantityError(f"{value!r} is not a quantity")
         amount = Decimal(repr(value))  # the JSON text: 2.21 -> Decimal("2.21"), not the binary float
     elif isinstance(value, str):
-        m = _QUANTITY.match(value)
+        m = QUANTITY.fullmatch(value)
         if m is None:
             raise QuantityError(f"{value!r} is not a Kubernetes quantity")
         number, suffix = m.group(1), m.group(2) or ""
