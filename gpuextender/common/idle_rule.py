@@ -27,3 +27,11 @@ def gpu_is_idle(gpu: pb.GpuSample, rule: IdleRule) -> bool:
         if 100.0 * gpu.memory_used_bytes / gpu.memory_total_bytes >= rule.max_memory_used_percent:
             return False
     return True
+
+
+def mig_instance_is_idle(instance: pb.MigInstance, rule: IdleRule) -> bool:
+    """A MIG instance is idle by its memory alone (NVML gives no per-instance utilization); an
+    instance whose memory is not reported does not count against it."""
+    if instance.HasField("memory_used_bytes") and instance.memory_total_bytes > 0:
+        return 100.0 * instance.memory_used_bytes / instance.memory_total_bytes < rule.max_memory_used_percent
+    return True

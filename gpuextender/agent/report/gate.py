@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from gpuextender.common.idle_rule import IdleRule, gpu_is_idle, mig_instance_is_idle
 from gpuextender.v1 import gpu_state_pb2 as pb
 
 STALE_SHARE = 3  # heartbeats per staleness TTL at least
@@ -95,12 +96,7 @@ def decision_key(report: pb.NodeReport, thresholds: tuple[tuple[float, float], .
 
 
 def _gpu_key(g: pb.GpuSample, thresholds: tuple[tuple[float, float], ...]) -> tuple[Any, ...]:
-    memory = 100.0 * g.memory_used_bytes / g.memory_total_bytes if g.memory_total_bytes > 0 else None
-    has_util = g.HasField("utilization_gpu_percent")
-    idle = tuple(
-        g.healthy and not (has_util and g.utilization_gpu_percent >= u) and not (memory is not None and memory >= m)
-        for u, m in thresholds
-    )
+    idle = tuple(gpu_is_idle(g, IdleRule(u, m)) for u, m in thresholds)  # each extender's idle rule
     return (
         g.uuid,
         g.name,
@@ -121,6 +117,5 @@ def _gpu_key(g: pb.GpuSample, thresholds: tuple[tuple[float, float], ...]) -> tu
 
 
 def _mig_key(i: pb.MigInstance, thresholds: tuple[tuple[float, float], ...]) -> tuple[Any, ...]:
-    memory = 100.0 * i.memory_used_bytes / i.memory_total_bytes if i.memory_total_bytes > 0 else None
-    idle = tuple(memory is None or memory < m for _, m in thresholds)
+    idle = tuple(mig_instance_is_idle(i, IdleRule(u, m)) for u, m in thresholds)
     return (i.uuid, i.profile, tuple((h.namespace, h.pod, h.container, h.device_id) for h in i.holders), idle)

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from gpuextender.common.idle_rule import IdleRule
+from gpuextender.common.idle_rule import IdleRule, mig_instance_is_idle
 from gpuextender.extender.model.pod_key import pod_key
 from gpuextender.extender.state.gpu_topology import set_tiers, tier_for
 from gpuextender.v1 import gpu_state_pb2 as pb
@@ -121,7 +121,8 @@ def summarize(report: pb.NodeReport, rule: IdleRule, received_at: float) -> Node
     whole = True  # every GPU exclusive (or of an old agent) and at its index: topology applies
     cells: list[GpuCell] = []
     # Runs for every report of every node (bench_extender's ingest): gpu_units() and
-    # gpu_is_idle() are inlined, each protobuf field read once.
+    # gpu_is_idle() are inlined, each protobuf field read once (tests/common/test_idle_rule.py holds
+    # the copy equal to common/idle_rule.py on generated GPUs).
     for position, gpu in enumerate(report.gpus):
         sharing = gpu.sharing
         mode = sharing.mode
@@ -150,7 +151,7 @@ def summarize(report: pb.NodeReport, rule: IdleRule, received_at: float) -> Node
             continue
         if mode == _MIG:
             mig_gpus += 1
-            _count_mig(gpu, known, max_mem, mig_all, mig_free)
+            _count_mig(gpu, known, rule, mig_all, mig_free)
         healthy += units
         holders = gpu.holders
         if known and holders:
@@ -225,7 +226,7 @@ def quality_table(idle: int, degraded: int, tiers: tuple[int, ...]) -> tuple[int
     return tuple(quality_for(k, idle, degraded, tiers) for k in range(min(idle, QUALITY_SIZES - 1) + 1))
 
 
-def _count_mig(gpu: pb.GpuSample, known: bool, max_mem: float, every: dict[str, int], free: dict[str, int]) -> None:
+def _count_mig(gpu: pb.GpuSample, known: bool, rule: IdleRule, every: dict[str, int], free: dict[str, int]) -> None:
     """A healthy MIG GPU's instances per profile; free ones are unheld (allocation known) and
     idle by memory (NVML gives no per-instance utilization)."""
     for inst in gpu.mig_instances:
@@ -233,7 +234,5 @@ def _count_mig(gpu: pb.GpuSample, known: bool, max_mem: float, every: dict[str, 
         every[profile] = every.get(profile, 0) + 1
         if known and inst.holders:
             continue
-        if inst.HasField("memory_used_bytes") and inst.memory_total_bytes > 0:
-            if 100.0 * inst.memory_used_bytes / inst.memory_total_bytes >= max_mem:
-                continue
-        free[profile] = free.get(profile, 0) + 1
+        if mig_instance_is_idle(inst, rule):
+            free[profile] = free.get(profile, 0) + 1

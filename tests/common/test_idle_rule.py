@@ -1,0 +1,64 @@
+"""The idle rule's one definition (common/idle_rule.py) against the copy state/gpu_summary.py inlines
+on every report, on generated GPUs: every reading present or absent, at, below and above both
+thresholds, healthy or not. The agent's report gate calls the definition itself."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+from gpuextender.common.idle_rule import IdleRule, gpu_is_idle, mig_instance_is_idle
+from gpuextender.extender.state.gpu_summary import summarize
+from gpuextender.v1 import gpu_state_pb2 as pb
+
+GIB = 1024**3
+
+
+def _gpu(util: int | None, used_bytes: int | None, total_bytes: int | None, healthy: bool) -> pb.GpuSample:
+    g = pb.GpuSample(index=0, uuid="GPU-0", healthy=healthy)
+    if util is not None:
+        g.utilization_gpu_percent = util
+    if used_bytes is not None:
+        g.memory_used_bytes = used_bytes
+    if total_bytes is not None:
+        g.memory_total_bytes = total_bytes
+    return g
+
+
+def _idle_in_summary(g: pb.GpuSample, rule: IdleRule) -> bool:
+    report = pb.NodeReport(node_name="n", sequence=1, gpus=[g])
+    return summarize(report, rule, 0.0).idle_gpus == 1
+
+
+def test_the_inlined_copy_in_summarize_equals_the_definition() -> None:
+    rules = [IdleRule(), IdleRule(1.0, 1.0), IdleRule(100.0, 100.0), IdleRule(10.0, 12.5)]
+    utils = [None, 0, 1, 9, 10, 11, 29, 30, 31, 99, 100]
+    memory = [(None, None), (None, 80 * GIB), (0, None), (0, 0), (0, 80 * GIB), (8 * GIB, 80 * GIB)]
+    memory += [(int(80 * GIB * p / 100), 80 * GIB) for p in (1, 12.5, 30, 50, 100)]
+    cases = list(itertools.product(utils, memory, (True, False)))
+    rng = random.Random(23)
+    cases += [
+        (rng.choice([None, rng.randint(0, 100)]), (rng.randint(0, 80 * GIB), 80 * GIB), rng.random() < 0.9)
+        for _ in range(500)
+    ]
+    for rule in rules:
+        for util, (used, total), healthy in cases:
+            g = _gpu(util, used, total, healthy)
+            assert _idle_in_summary(g, rule) is gpu_is_idle(g, rule), (rule, util, used, total, healthy)
+
+
+def test_a_gpu_is_busy_at_exactly_a_threshold_and_idle_just_below() -> None:
+    rule = IdleRule(30.0, 50.0)
+    assert not gpu_is_idle(_gpu(30, 0, 100, True), rule) and gpu_is_idle(_gpu(29, 0, 100, True), rule)
+    assert not gpu_is_idle(_gpu(0, 50, 100, True), rule) and gpu_is_idle(_gpu(0, 49, 100, True), rule)
+    assert not gpu_is_idle(_gpu(0, 0, 100, False), rule)  # unhealthy is never idle
+    assert gpu_is_idle(_gpu(None, None, None, True), rule)  # no reading counts against it
+
+
+def test_a_mig_instance_is_idle_by_memory_alone() -> None:
+    rule = IdleRule(30.0, 50.0)
+    inst = pb.MigInstance(uuid="MIG-0", profile="1g.10gb", memory_used_bytes=50, memory_total_bytes=100)
+    assert not mig_instance_is_idle(inst, rule)
+    inst.memory_used_bytes = 49
+    assert mig_instance_is_idle(inst, rule)
+    assert mig_instance_is_idle(pb.MigInstance(uuid="MIG-1", profile="1g.10gb"), rule)  # not reported
