@@ -9,12 +9,10 @@ Each check imports in a fresh interpreter, as the process would."""
 
 from __future__ import annotations
 
-import json
 import pkgutil
-import subprocess
-import sys
 
 import gpuextender.agent
+from tests.imports import loaded, modules_after_importing
 
 NEVER_IN_THE_AGENT = (
     "gpuextender.extender",
@@ -37,20 +35,6 @@ SERVING_ONLY = (
 )
 
 
-def _modules_after_importing(*names: str) -> set[str]:
-    code = (
-        "import importlib, json, sys\n"
-        "for n in sys.argv[1:]: importlib.import_module(n)\n"
-        "print(json.dumps(sorted(sys.modules)))"
-    )
-    out = subprocess.run([sys.executable, "-c", code, *names], capture_output=True, text=True, check=True).stdout
-    return set(json.loads(out))
-
-
-def _loaded(modules: set[str], prefixes: tuple[str, ...]) -> list[str]:
-    return sorted(m for m in modules if any(m == p or m.startswith(p + ".") for p in prefixes))
-
-
 def test_the_agents_modules_pull_in_neither_the_extender_nor_the_fakes() -> None:
     agent = sorted(
         m.name
@@ -58,11 +42,11 @@ def test_the_agents_modules_pull_in_neither_the_extender_nor_the_fakes() -> None
         if not m.name.startswith("gpuextender.agent.fakes") and m.name != "gpuextender.agent.__main__"
     )
     assert "gpuextender.agent.cli" in agent and "gpuextender.agent.export.http_routes" in agent
-    modules = _modules_after_importing(*agent)
+    modules = modules_after_importing(*agent)
     assert {"prometheus_client", "grpc", "pynvml", "asyncio"} <= modules  # the check sees real imports
-    assert _loaded(modules, NEVER_IN_THE_AGENT) == []
+    assert loaded(modules, NEVER_IN_THE_AGENT) == []
 
 
 def test_the_clear_xid_one_shot_loads_no_serving_side() -> None:
-    modules = _modules_after_importing("gpuextender.agent.cli")
-    assert _loaded(modules, NEVER_IN_THE_AGENT + SERVING_ONLY) == []
+    modules = modules_after_importing("gpuextender.agent.cli")
+    assert loaded(modules, NEVER_IN_THE_AGENT + SERVING_ONLY) == []

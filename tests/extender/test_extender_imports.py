@@ -8,12 +8,10 @@ imports them only then. Each check imports in a fresh interpreter, as the proces
 
 from __future__ import annotations
 
-import json
 import pkgutil
-import subprocess
-import sys
 
 import gpuextender.extender
+from tests.imports import loaded, modules_after_importing
 
 KUBERNETES_CLIENTS = (
     "gpuextender.extender.inventory.kube_watch",
@@ -35,28 +33,14 @@ NEVER_IN_INGEST = (
 )
 
 
-def _modules_after_importing(*names: str) -> set[str]:
-    code = (
-        "import importlib, json, sys\n"
-        "for n in sys.argv[1:]: importlib.import_module(n)\n"
-        "print(json.dumps(sorted(sys.modules)))"
-    )
-    out = subprocess.run([sys.executable, "-c", code, *names], capture_output=True, text=True, check=True).stdout
-    return set(json.loads(out))
-
-
-def _loaded(modules: set[str], prefixes: tuple[str, ...]) -> list[str]:
-    return sorted(m for m in modules if any(m == p or m.startswith(p + ".") for p in prefixes))
-
-
 def test_the_ingest_process_loads_grpc_and_no_http_kubernetes_or_decisions() -> None:
-    modules = _modules_after_importing("gpuextender.extender.ingest_process")
+    modules = modules_after_importing("gpuextender.extender.ingest_process")
     assert {
         "grpc",
         "prometheus_client",
         "gpuextender.extender.ingest.service",
     } <= modules  # the check sees real imports
-    assert _loaded(modules, NEVER_IN_INGEST) == []
+    assert loaded(modules, NEVER_IN_INGEST) == []
 
 
 def test_without_kubernetes_no_module_of_the_extender_loads_the_kubernetes_client() -> None:
@@ -66,12 +50,12 @@ def test_without_kubernetes_no_module_of_the_extender_loads_the_kubernetes_clien
         if m.name not in KUBERNETES_CLIENTS and m.name != "gpuextender.extender.__main__"
     )
     assert "gpuextender.extender.app" in everything and "gpuextender.extender.ui.explain_cli" in everything
-    modules = _modules_after_importing(*everything)
+    modules = modules_after_importing(*everything)
     assert {"aiohttp", "grpc", "gpuextender.extender.decide.decision"} <= modules
-    assert _loaded(modules, ("kubernetes_asyncio",)) == []
+    assert loaded(modules, ("kubernetes_asyncio",)) == []
 
 
 def test_each_kubernetes_client_module_does_load_it() -> None:
     """The other side of the check above: these four are the ones that need the client."""
     for name in KUBERNETES_CLIENTS[:3]:
-        assert _loaded(_modules_after_importing(name), ("kubernetes_asyncio",)), name
+        assert loaded(modules_after_importing(name), ("kubernetes_asyncio",)), name
