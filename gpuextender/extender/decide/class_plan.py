@@ -226,16 +226,8 @@ def filter_with_classes(needed: int, candidates: Candidates, known: Snapshot, pl
 def prioritize_with_classes(
     needed: int, candidates: Candidates, known: Snapshot, plan: ClassPlan, strategy: str = "spread", seed: str = ""
 ) -> tuple[list[tuple[str, int]], ClassRanking | None]:
-    """Scores 0-10: the policy's class ranking first, the node ranking within a class second.
-
-        K = classes ranked (only those with a node that can take the pod now)
-        p = the node's best class position in that ranking (0 = best)
-        s = the node's own 0-10 score (whole_gpus.prioritize)
-        score = round(1 + 9 * ((K - 1 - p) + s / 10) / K)   for a node that fits, else 0
-
-    so every node of a better class outranks every node of a worse one, and with
-    one class (or an explicit class) this is the plain node score.
-    """
+    """Scores 0-10: the policy's class ranking first, the node ranking within a class second
+    (decide/README.md, "Classes in the score", is the formula)."""
     names, classes_by_node, classes = candidates.names, known.classes_by_node, known.view.classes
     allowed = set(plan.allowed)
     # Only a fresh fit inside the allowed classes demotes assumed verdicts, as in filter_with_classes.

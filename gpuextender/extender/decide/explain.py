@@ -28,9 +28,11 @@ from gpuextender.extender.state.gpu_topology import TIER_NAMES, tier_for
 NODE_FORMULA = (
     "1 + round(9 * v / (C + 1)), v from the node strategy; with m > 1 quality classes "
     "(q = 2 * GPU-set tier + degraded-only) among the fits: best class m + round((10 - m) * v / (C + 1)), "
-    "class of rank r m - r (gpuextender/extender/decide/whole_gpus.py)"
+    "class of rank r m - r (gpuextender/extender/decide/README.md, Prioritize)"
 )
-CLASS_FORMULA = "round(1 + 9 * ((K - 1 - p) + node score / 10) / K) (gpuextender/extender/decide/class_plan.py)"
+CLASS_FORMULA = (
+    "round(1 + 9 * ((K - 1 - p) + node score / 10) / K) (gpuextender/extender/decide/README.md, Classes in the score)"
+)
 
 
 def _allocation(summary: NodeSummary | None) -> dict[str, Any]:

@@ -222,7 +222,7 @@ def rank_nodes(
             rows[i] = (name, False, idle, utilization)
     scale = capacity + 1
     if not any(fits for _, fits, _, _ in rows):  # the pass-all fallback: least loaded first, whatever the strategy
-        return [(name, min(MAX_SCORE, round(MAX_SCORE * _spread(i, u) / scale)), False) for name, _, i, u in rows]
+        return [(name, min(MAX_SCORE, round(MAX_SCORE * spread_value(i, u) / scale)), False) for name, _, i, u in rows]
     values = _strategy_values(strategy, rows, capacity, seed, cost_of)
     classes = _quality_classes(quality, rows, eligible) if q_high > q_low else []
     if len(classes) > 1:  # quality before v (module docstring)
@@ -252,8 +252,11 @@ def _quality_classes(
     return sorted(present)
 
 
-def _spread(idle: int, utilization: float) -> float:
-    return idle + (100.0 - utilization) / 101.0  # rank_value(), inlined: runs once per candidate
+def spread_value(idle: int, utilization: float) -> float:
+    """The spread strategy's v = idle + (100 - utilization) / 101 (utilization within 0..100, as
+    validated reports give it): the fraction stays below 1, so one more idle GPU always outranks
+    any utilization difference."""
+    return idle + (100.0 - utilization) / 101.0
 
 
 def _strategy_values(
@@ -268,7 +271,7 @@ def _strategy_values(
         return [max(0, capacity - idle) + utilization / 101.0 for _, _, idle, utilization in rows]
     if strategy == "random":
         return [(capacity + 1) * _unit_hash(seed, name) for name, _, _, _ in rows]
-    spread = [_spread(idle, u) for _, _, idle, u in rows]
+    spread = [spread_value(idle, u) for _, _, idle, u in rows]
     if strategy != "cost" or cost_of is None:
         return spread
     costs = [cost_of(name) for name, _, _, _ in rows]
@@ -291,10 +294,3 @@ def _unit_hash(seed: str, name: str) -> float:
     """A repeatable pseudo-random number in [0, 1) per (seed, node)."""
     digest = hashlib.blake2b(f"{seed}\0{name}".encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") / 2**64
-
-
-def rank_value(idle_gpus: int, mean_utilization: float | None) -> float:
-    """v = idle + (100 - utilization) / 101: the fraction stays below 1, so one more
-    idle GPU always outranks any utilization difference."""
-    utilization = 0.0 if mean_utilization is None else min(100.0, max(0.0, mean_utilization))
-    return idle_gpus + (100.0 - utilization) / 101.0

@@ -8,7 +8,7 @@ import random
 import pytest
 
 from gpuextender.extender.decide import reasons
-from gpuextender.extender.decide.whole_gpus import DataState, assess, filter_nodes, prioritize, rank_value
+from gpuextender.extender.decide.whole_gpus import DataState, assess, filter_nodes, prioritize, spread_value
 from gpuextender.extender.settings import Policy
 from tests.extender.builders import node
 
@@ -243,7 +243,7 @@ def test_score_formula_examples(idle: int, busy_util: int, expected: int) -> Non
     """1 + round(9 * v / (C + 1)), v = idle + (100 - mean util) / 101, C = 8; idle GPUs at 0 %."""
     summary = node("n", idle=idle, busy=8 - idle, busy_util=busy_util, idle_util=0)
     assert prioritize(2, ["n"], {}, lookup(summary), NOW, FRESH) == [("n", expected)]
-    assert 1 + round(9 * rank_value(summary.idle_gpus, summary.mean_utilization) / 9) == expected
+    assert 1 + round(9 * spread_value(summary.idle_gpus, summary.mean_utilization or 0.0) / 9) == expected
 
 
 def test_more_idle_gpus_outrank_any_utilization_gap() -> None:
