@@ -40,7 +40,7 @@ from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.scheduler.http_api import SchedulerApi, new_runner
 from gpuextender.extender.settings import (
     ApiSettings,
-    Policy,
+    DecisionPolicy,
 )
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.inventory_store import InventoryStore
@@ -109,7 +109,10 @@ def build_api(nodes: int) -> SchedulerApi:
         store.replace_all(kind.kind, objects.get(kind.kind, []))
     state = GpuState(IdleRule())
     api = SchedulerApi(
-        state, ExtenderMetrics(state), ApiSettings(Policy(stale_after_s=3600.0)), inventory=lambda: views.current
+        state,
+        ExtenderMetrics(state),
+        ApiSettings(DecisionPolicy(stale_after_s=3600.0)),
+        inventory=lambda: views.current,
     )
     views.on_rebuild(api.classes.classes_by_node)
     now = time.monotonic()

@@ -44,7 +44,7 @@ from gpuextender.extender.scheduler.http_api import SchedulerApi
 from gpuextender.extender.scheduler.wire import parse_extender_args
 from gpuextender.extender.settings import (
     ApiSettings,
-    Policy,
+    DecisionPolicy,
 )
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.pod_ledger import POD_KIND, PodLedger
@@ -128,7 +128,7 @@ def world(
     nodes: int, pods_per_node: int, attributed: bool, with_ledger: bool
 ) -> tuple[SchedulerApi, PodLedger, list[bytes]]:
     state = GpuState(IdleRule())
-    api = SchedulerApi(state, ExtenderMetrics(state), ApiSettings(Policy(), shortlist=100), clock=lambda: NOW)
+    api = SchedulerApi(state, ExtenderMetrics(state), ApiSettings(DecisionPolicy(), shortlist=100), clock=lambda: NOW)
     ledger = PodLedger(("nvidia.com/gpu",), clock=lambda: NOW)
     if with_ledger:
         api.count_bound_pods(ledger)

@@ -29,8 +29,8 @@ from gpuextender.extender.settings import (
     MAX_UNKNOWN_NODES,
     AgentAuth,
     ApiSettings,
+    DecisionPolicy,
     ExtenderConfig,
-    Policy,
     parse_service_account,
 )
 
@@ -422,7 +422,7 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str] | None = Non
         kubeconfig=args.kubeconfig,
         idle_rule=IdleRule(args.idle_max_utilization, args.idle_max_memory),
         api=ApiSettings(
-            policy=Policy(args.stale_after, args.stale_policy, args.no_fit_policy),
+            policy=DecisionPolicy(args.stale_after, args.stale_policy, args.no_fit_policy),
             gpu_resources=resources,
             compact_priorities=args.prioritize_answer == "compact",
             shortlist=args.shortlist,

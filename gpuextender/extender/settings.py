@@ -43,7 +43,7 @@ _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 
 @dataclass(frozen=True, slots=True)
-class Policy:
+class DecisionPolicy:
     stale_after_s: float = 10.0
     stale_policy: str = "fail-open"  # or "fail-closed"
     no_fit_policy: str = "pass-all"  # or "reject"
@@ -51,7 +51,7 @@ class Policy:
 
 @dataclass(frozen=True, slots=True)
 class ApiSettings:
-    policy: Policy
+    policy: DecisionPolicy
     gpu_resources: tuple[str, ...] = ("nvidia.com/gpu",)
     compact_priorities: bool = True
     shortlist: int = 0  # filter answers at most this many passing nodes, the best (decide/decision.py); 0: all

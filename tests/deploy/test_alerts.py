@@ -43,7 +43,7 @@ from gpuextender.extender.flags import build_parser as extender_parser
 from gpuextender.extender.observe.metrics import LATENCY_BUCKETS, ExtenderMetrics
 from gpuextender.extender.observe.silent_nodes import SilentNodesCollector
 from gpuextender.extender.scheduler.http_api import SchedulerApi
-from gpuextender.extender.settings import ApiSettings, Policy
+from gpuextender.extender.settings import ApiSettings, DecisionPolicy
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.inventory_store import InventoryStore
 from gpuextender.extender.state.inventory_view import InventoryView
@@ -260,7 +260,7 @@ def exposition() -> dict[str, set[str]]:
     assert state.ingest(report("gpu-node-1", [gpu(0)]), received_at=0.0)
     extender = ExtenderMetrics(state, InventoryStore(), clock=lambda: 5.0)
     extender.registry.register(SilentNodesCollector(state, InventoryView))  # as gpuextender/extender/app.py
-    api = SchedulerApi(state, extender, ApiSettings(Policy()))  # registers the binding metrics, as main.py
+    api = SchedulerApi(state, extender, ApiSettings(DecisionPolicy()))  # registers the binding metrics, as main.py
     api.count_bound_pods(PodLedger(("nvidia.com/gpu",)))
     extender.request_duration.labels(verb="filter").observe(0.01)
     extender.requests.labels(verb="filter", code="200").inc()

@@ -90,14 +90,14 @@ from typing import Any
 from gpuextender.extender.model.ome.accelerator_class import AcceleratorClass, parse_compute_capability
 
 
-class Policy(enum.StrEnum):
+class ClassPolicy(enum.StrEnum):
     BEST_FIT = "BestFit"
     CHEAPEST = "Cheapest"
     MOST_CAPABLE = "MostCapable"
     FIRST_AVAILABLE = "FirstAvailable"
 
 
-POLICIES = frozenset(p.value for p in Policy)
+POLICIES = frozenset(p.value for p in ClassPolicy)
 
 
 _MEM_WEIGHT, _COMPUTE_WEIGHT = 0.70, 0.30  # BestFit
@@ -376,15 +376,15 @@ def _order(
     """Rank classes that passed the filters; ties keep the input (runtime-list) order."""
     if not cands:
         return [], []
-    if policy == Policy.FIRST_AVAILABLE:
+    if policy == ClassPolicy.FIRST_AVAILABLE:
         return [RankedClass(c.name, None, f"runtime list position {i}") for i, c in enumerate(cands)], []
-    if policy == Policy.BEST_FIT:
+    if policy == ClassPolicy.BEST_FIT:
         scored = []
         for c in cands:
             total, mem, compute = best_fit_score(c, constraints)
             scored.append(RankedClass(c.name, total, f"0.70*memory {mem:.3f} + 0.30*compute {compute:.3f}"))
         return sorted(scored, key=lambda r: -(r.score or 0.0)), []
-    if policy == Policy.CHEAPEST:
+    if policy == ClassPolicy.CHEAPEST:
         keyed: list[tuple[tuple[int, float], RankedClass]] = []
         no_cost: list[ExcludedClass] = []
         for c in cands:

@@ -12,7 +12,7 @@ from gpuextender.extender.decide.filter_outcome import FilterOutcome, finish
 from gpuextender.extender.decide.reasons import Reason
 from gpuextender.extender.decide.whole_gpus import SummaryLookup
 from gpuextender.extender.model.pod_gpus import MigNeed
-from gpuextender.extender.settings import Policy
+from gpuextender.extender.settings import DecisionPolicy
 from gpuextender.extender.state.freshness import is_fresh
 from gpuextender.extender.state.gpu_summary import NodeSummary
 
@@ -29,7 +29,9 @@ def mig_reason(summary: NodeSummary, need: MigNeed) -> Reason | None:
     return None
 
 
-def filter_mig(need: MigNeed, names: Sequence[str], lookup: SummaryLookup, now: float, policy: Policy) -> FilterOutcome:
+def filter_mig(
+    need: MigNeed, names: Sequence[str], lookup: SummaryLookup, now: float, policy: DecisionPolicy
+) -> FilterOutcome:
     outcome = FilterOutcome()
     if not need:
         outcome.passed = list(names)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuextender.extender.decide import whole_gpus
-from gpuextender.extender.settings import Policy
+from gpuextender.extender.settings import DecisionPolicy
 from gpuextender.extender.state.inventory_view import InventoryView
 from gpuextender.extender.state.live_classes import ClassesByNode, nodes_in_classes
 from gpuextender.extender.state.pod_ledger import BoundPod
@@ -26,7 +26,7 @@ class Snapshot:
     view: InventoryView
     classes_by_node: ClassesByNode  # labels, refined by NVML facts where the agent reported
     now: float  # monotonic seconds: data age is judged on it
-    policy: Policy
+    policy: DecisionPolicy
     # Cached per membership version by extender.live_classes.LiveClasses; computed here if not given.
     nodes_in: Callable[[tuple[str, ...]], frozenset[str]] | None = None
     # Classes a node's labels match but its GPUs do not, with why (explain shows them).

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from gpuextender.extender.decide import reasons
 from gpuextender.extender.decide.filter_outcome import FilterOutcome, finish
 from gpuextender.extender.decide.reasons import Reason
-from gpuextender.extender.settings import Policy
+from gpuextender.extender.settings import DecisionPolicy
 from gpuextender.extender.state.freshness import data_age, is_fresh
 from gpuextender.extender.state.gpu_summary import NodeSummary, quality_for
 
@@ -47,7 +47,7 @@ class NodeAssessment:
 
 
 def assess(
-    name: str, allocatable: int | None, summary: NodeSummary | None, needed: int, now: float, policy: Policy
+    name: str, allocatable: int | None, summary: NodeSummary | None, needed: int, now: float, policy: DecisionPolicy
 ) -> NodeAssessment:
     """One node's full verdict with the numbers behind it."""
     if summary is None:
@@ -115,7 +115,7 @@ def filter_nodes(
     allocatable: Mapping[str, int],
     lookup: SummaryLookup,
     now: float,
-    policy: Policy,
+    policy: DecisionPolicy,
 ) -> FilterOutcome:
     outcome = FilterOutcome()
     if needed <= 0:  # not a GPU pod: neutral
@@ -148,7 +148,7 @@ def prioritize(
     allocatable: Mapping[str, int],
     lookup: SummaryLookup,
     now: float,
-    policy: Policy,
+    policy: DecisionPolicy,
     strategy: str = "spread",
     seed: str = "",
     cost_of: Callable[[str], float | None] | None = None,
@@ -164,7 +164,7 @@ def rank_nodes(
     allocatable: Mapping[str, int],
     lookup: SummaryLookup,
     now: float,
-    policy: Policy,
+    policy: DecisionPolicy,
     strategy: str = "spread",
     seed: str = "",
     cost_of: Callable[[str], float | None] | None = None,

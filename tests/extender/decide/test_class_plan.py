@@ -11,7 +11,7 @@ from gpuextender.extender.decide import class_plan, reasons
 from gpuextender.extender.decide.snapshot import Candidates, Snapshot
 from gpuextender.extender.inventory.files import FileInventorySource
 from gpuextender.extender.model.ome.pod_intent import PodIdentity, pod_identity
-from gpuextender.extender.settings import Policy
+from gpuextender.extender.settings import DecisionPolicy
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.inventory_store import InventoryStore
 from gpuextender.extender.state.inventory_view import InventoryView, ViewBuilder
@@ -31,7 +31,7 @@ def view(tmp_path_factory: pytest.TempPathFactory) -> InventoryView:
 
 def known(view: InventoryView, state: GpuState) -> Snapshot:
     """What the extender would know at t=0: the nodes' labels decide their classes."""
-    return Snapshot(state.summary, view, view.membership.classes_by_node, 0.0, Policy())
+    return Snapshot(state.summary, view, view.membership.classes_by_node, 0.0, DecisionPolicy())
 
 
 def candidates(view: InventoryView) -> Candidates:

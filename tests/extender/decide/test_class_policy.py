@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 
 from gpuextender.extender.decide.class_policy import (
+    ClassPolicy,
     Constraints,
     InvalidAcceleratorSelector,
     NoClass,
-    Policy,
     Stage,
     best_fit_score,
     meets_requirements,
@@ -181,7 +181,7 @@ def test_first_available_keeps_runtime_order_and_dedupes() -> None:
 
 def test_first_available_after_filter() -> None:
     constraints = Constraints(min_architecture_version="9.0")
-    r = rank_classes(Policy.FIRST_AVAILABLE, ["a100", "h100"], catalog(H100, A100), constraints)
+    r = rank_classes(ClassPolicy.FIRST_AVAILABLE, ["a100", "h100"], catalog(H100, A100), constraints)
     assert names(r) == ["h100"]
     assert [(e.name, e.stage, e.reason) for e in r.excluded] == [
         ("a100", Stage.CONSTRAINTS, "compute capability 8.0 < required 9.0")

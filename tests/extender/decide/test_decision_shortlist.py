@@ -14,7 +14,7 @@ from gpuextender.extender.flags import ConfigError, build_config
 from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.scheduler.http_api import SchedulerApi
 from gpuextender.extender.scheduler.wire import ExtenderArgs, parse_extender_args
-from gpuextender.extender.settings import DEFAULT_SHORTLIST, ApiSettings, Policy
+from gpuextender.extender.settings import DEFAULT_SHORTLIST, ApiSettings, DecisionPolicy
 from gpuextender.extender.state.gpu_state import GpuState
 from tests.extender.builders import gpu, report
 
@@ -27,7 +27,9 @@ def api_with(idle_per_node: dict[str, int], shortlist: int) -> SchedulerApi:
     for name, idle in idle_per_node.items():
         gpus = [gpu(i, 0, 1) for i in range(idle)] + [gpu(i, 90, 80) for i in range(idle, 8)]
         state.ingest(report(name, gpus), NOW)
-    return SchedulerApi(state, ExtenderMetrics(state), ApiSettings(Policy(), shortlist=shortlist), clock=lambda: NOW)
+    return SchedulerApi(
+        state, ExtenderMetrics(state), ApiSettings(DecisionPolicy(), shortlist=shortlist), clock=lambda: NOW
+    )
 
 
 def args(names: list[str], gpus: int = 1, uid: str = "uid-1") -> ExtenderArgs:
@@ -118,7 +120,7 @@ def test_explain_shows_the_very_cut_filter_answers() -> None:
         state.ingest(report(f"n{i:02d}", gpus), NOW)
         names.append(f"n{i:02d}")
     state.ingest(report("big", [gpu(j, 90, 80) for j in range(16)]), NOW)  # fails: no idle GPU
-    api = SchedulerApi(state, ExtenderMetrics(state), ApiSettings(Policy(), shortlist=7), clock=lambda: NOW)
+    api = SchedulerApi(state, ExtenderMetrics(state), ApiSettings(DecisionPolicy(), shortlist=7), clock=lambda: NOW)
     for uid in ("a", "b", "c"):
         answered = api.filter(args([*names, "big"], uid=uid))["NodeNames"]
         rows = api.explain(args([*names, "big"], uid=uid))["nodes"]

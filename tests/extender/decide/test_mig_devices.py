@@ -18,7 +18,7 @@ from gpuextender.extender.model.pod_request import read_pod
 from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.scheduler.http_api import SchedulerApi
 from gpuextender.extender.scheduler.wire import parse_extender_args
-from gpuextender.extender.settings import ApiSettings, Policy
+from gpuextender.extender.settings import ApiSettings, DecisionPolicy
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.gpu_summary import NodeSummary, summarize
 from gpuextender.v1 import gpu_state_pb2 as pb
@@ -108,14 +108,14 @@ def test_instances_per_profile_free_means_unheld_and_idle() -> None:
 def test_fresh_verdict_bounds(free: int, total: int, count: int, reason: reasons.Reason | None) -> None:
     instances = [("1g.10gb", i >= free, 1) for i in range(total)]
     s = node("n", [mig_gpu(0, *instances)])
-    outcome = filter_mig((("1g.10gb", count),), ["n"], table(s), NOW, Policy(no_fit_policy="reject"))
+    outcome = filter_mig((("1g.10gb", count),), ["n"], table(s), NOW, DecisionPolicy(no_fit_policy="reject"))
     assert (outcome.passed, outcome.failed.get("n")) == ((["n"], None) if reason is None else ([], reason))
 
 
 def test_every_requested_profile_must_fit() -> None:
     s = node("n", [mig_gpu(0, ("1g.10gb", False, 1), ("3g.40gb", True, 1))])
     need = (("1g.10gb", 1), ("3g.40gb", 1))
-    assert filter_mig(need, ["n"], table(s), NOW, Policy(no_fit_policy="reject")).failed == {
+    assert filter_mig(need, ["n"], table(s), NOW, DecisionPolicy(no_fit_policy="reject")).failed == {
         "n": reasons.INSUFFICIENT_FREE_MIG_DEVICES
     }
 
@@ -124,19 +124,21 @@ def test_stale_or_unknown_nodes_only_when_no_fresh_node_fits() -> None:
     fresh = node("fresh", [mig_gpu(0, ("1g.10gb", False, 1))])
     stale = node("stale", [mig_gpu(0, ("1g.10gb", False, 1))], at=NOW - 60)
     need = (("1g.10gb", 1),)
-    out = filter_mig(need, ["fresh", "stale", "silent"], table(fresh, stale), NOW, Policy())
+    out = filter_mig(need, ["fresh", "stale", "silent"], table(fresh, stale), NOW, DecisionPolicy())
     assert out.passed == ["fresh"]
     assert out.failed == {"stale": reasons.NO_FRESH_GPU_DATA, "silent": reasons.NO_FRESH_GPU_DATA}
-    alone = filter_mig(need, ["stale", "silent"], table(stale), NOW, Policy())
+    alone = filter_mig(need, ["stale", "silent"], table(stale), NOW, DecisionPolicy())
     assert alone.passed == ["stale", "silent"] and alone.assumed == ["stale", "silent"]
-    closed = filter_mig(need, ["stale"], table(stale), NOW, Policy(stale_policy="fail-closed", no_fit_policy="reject"))
+    closed = filter_mig(
+        need, ["stale"], table(stale), NOW, DecisionPolicy(stale_policy="fail-closed", no_fit_policy="reject")
+    )
     assert closed.failed == {"stale": reasons.STALE_GPU_DATA}
 
 
 def test_pass_all_lets_only_soft_failures_through() -> None:
     busy = node("busy", [mig_gpu(0, ("1g.10gb", True, 1))])
     none = node("none", [mig_gpu(0, ("3g.40gb", False, 1))])
-    out = filter_mig((("1g.10gb", 1),), ["busy", "none"], table(busy, none), NOW, Policy())
+    out = filter_mig((("1g.10gb", 1),), ["busy", "none"], table(busy, none), NOW, DecisionPolicy())
     assert out.fallback and out.passed == ["busy"] and out.failed == {"none": reasons.INSUFFICIENT_MIG_DEVICES}
 
 
@@ -149,7 +151,9 @@ def test_through_the_scheduler_api() -> None:
     ):
         r.allocation_source = pb.ALLOCATION_KUBELET
         state.ingest(r, NOW)
-    api = SchedulerApi(state, ExtenderMetrics(state), ApiSettings(Policy(), gpu_resources=RESOURCES), clock=lambda: NOW)
+    api = SchedulerApi(
+        state, ExtenderMetrics(state), ApiSettings(DecisionPolicy(), gpu_resources=RESOURCES), clock=lambda: NOW
+    )
     names = ["whole", "taken", "mig"]
 
     def args(requests: dict[str, str]) -> Any:

@@ -26,7 +26,7 @@ from gpuextender.extender.model.ome.pod_intent import PodIdentity, pod_identity
 from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.scheduler.http_api import SchedulerApi
 from gpuextender.extender.scheduler.wire import parse_extender_args
-from gpuextender.extender.settings import ApiSettings, Policy
+from gpuextender.extender.settings import ApiSettings, DecisionPolicy
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.inventory_store import InventoryStore
 from gpuextender.extender.state.inventory_view import InventoryView, ViewBuilder
@@ -139,7 +139,7 @@ def _ident(isvc: str, runtime: str, annotations: dict[str, str] | None = None) -
 
 def _api(view: InventoryView) -> SchedulerApi:
     state = GpuState(IdleRule())
-    return SchedulerApi(state, ExtenderMetrics(state), ApiSettings(Policy()), inventory=lambda: view)
+    return SchedulerApi(state, ExtenderMetrics(state), ApiSettings(DecisionPolicy()), inventory=lambda: view)
 
 
 def _args(isvc: str, runtime: str) -> Any:

@@ -9,11 +9,11 @@ import pytest
 
 from gpuextender.extender.decide import reasons
 from gpuextender.extender.decide.whole_gpus import DataState, assess, filter_nodes, prioritize, spread_value
-from gpuextender.extender.settings import Policy
+from gpuextender.extender.settings import DecisionPolicy
 from tests.extender.builders import node
 
 NOW = 100.0
-FRESH = Policy()
+FRESH = DecisionPolicy()
 
 
 def lookup(*summaries):
@@ -61,11 +61,11 @@ def lookup(*summaries):
             node("n", idle=8, received_at=80.0),
             8,
             2,
-            Policy(stale_policy="fail-closed"),
+            DecisionPolicy(stale_policy="fail-closed"),
             DataState.STALE,
             reasons.STALE_GPU_DATA,
         ),
-        (node("n", idle=8, received_at=90.5), 8, 2, Policy(stale_after_s=10), DataState.FRESH, None),
+        (node("n", idle=8, received_at=90.5), 8, 2, DecisionPolicy(stale_after_s=10), DataState.FRESH, None),
     ],
 )
 def test_assess(summary, allocatable, needed, policy, data, reason) -> None:
@@ -80,8 +80,10 @@ def test_assess(summary, allocatable, needed, policy, data, reason) -> None:
 
 def test_stale_boundary_is_exactly_stale_after() -> None:
     """Fresh while age <= stale_after_s; assumed one tick past it."""
-    at_bound = assess("n", 8, node("n", idle=0, busy=8, received_at=NOW - 10.0), 2, NOW, Policy(stale_after_s=10))
-    past = assess("n", 8, node("n", idle=0, busy=8, received_at=NOW - 10.001), 2, NOW, Policy(stale_after_s=10))
+    at_bound = assess(
+        "n", 8, node("n", idle=0, busy=8, received_at=NOW - 10.0), 2, NOW, DecisionPolicy(stale_after_s=10)
+    )
+    past = assess("n", 8, node("n", idle=0, busy=8, received_at=NOW - 10.001), 2, NOW, DecisionPolicy(stale_after_s=10))
     assert (at_bound.data, at_bound.reason, at_bound.assumed) == (
         DataState.FRESH,
         reasons.INSUFFICIENT_IDLE_GPUS,
@@ -127,7 +129,7 @@ def test_filter_fast_path_agrees_with_assess() -> None:
     names = [s.node for s in summaries] + ["no-data-1", "no-data-2"]
     allocatable = {"no-data-1": 1, "n0": 8}
     for needed in (1, 2, 3, 8, 9):
-        for policy in (FRESH, Policy(stale_policy="fail-closed"), Policy(no_fit_policy="reject")):
+        for policy in (FRESH, DecisionPolicy(stale_policy="fail-closed"), DecisionPolicy(no_fit_policy="reject")):
             out = filter_nodes(needed, names, allocatable, lookup(*summaries), NOW, policy)
             assessed = {n: assess(n, allocatable.get(n), lookup(*summaries)(n), needed, NOW, policy) for n in names}
             fresh_fit = any(a.reason is None and not a.assumed for a in assessed.values())
@@ -192,10 +194,10 @@ def test_assumed_nodes_rank_below_every_fresh_fit_whatever_the_strategy() -> Non
 def test_no_fit_passes_only_soft_failures_and_reject_keeps_them() -> None:
     summaries = lookup(node("busy1", idle=1, busy=7), node("busy2", idle=0, busy=8), node("broken", idle=1, lost=7))
     names, allocatable = ["busy1", "busy2", "broken", "cpu-node"], {"cpu-node": 0}
-    out = filter_nodes(2, names, allocatable, summaries, NOW, Policy(no_fit_policy="pass-all"))
+    out = filter_nodes(2, names, allocatable, summaries, NOW, DecisionPolicy(no_fit_policy="pass-all"))
     assert out.fallback and out.passed == ["busy1", "busy2"]
     assert failures(out) == {"broken": reasons.INSUFFICIENT_HEALTHY_GPUS, "cpu-node": reasons.INSUFFICIENT_GPUS}
-    out = filter_nodes(2, names, allocatable, summaries, NOW, Policy(no_fit_policy="reject"))
+    out = filter_nodes(2, names, allocatable, summaries, NOW, DecisionPolicy(no_fit_policy="reject"))
     assert not out.fallback and out.passed == [] and len(out.failed) == 4
 
 

@@ -13,7 +13,7 @@ import pytest
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.decide import reasons
 from gpuextender.extender.decide.whole_gpus import assess, filter_nodes, prioritize
-from gpuextender.extender.settings import Policy
+from gpuextender.extender.settings import DecisionPolicy
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.gpu_summary import (
     ALLOCATION_BEFORE_0_2,
@@ -26,7 +26,7 @@ from gpuextender.v1 import gpu_state_pb2 as pb
 from tests.extender.builders import gpu, report
 
 NOW = 100.0
-POLICY = Policy()
+POLICY = DecisionPolicy()
 
 
 def held(g: pb.GpuSample, *holders: tuple[str, str], device: str | None = None) -> pb.GpuSample:
@@ -182,7 +182,7 @@ def test_time_slicing_counts_replicas_the_reported_case() -> None:
     gpus = [held(shared(quiet(i), 4), *holders) for i in range(7)] + [shared(quiet(7), 4)]
     crowded = kubelet("ts", gpus)
     assert crowded.free_gpus == 11
-    strict = Policy(no_fit_policy="reject")  # no pass-all fallback for the lone node
+    strict = DecisionPolicy(no_fit_policy="reject")  # no pass-all fallback for the lone node
     assert filter_nodes(12, ["ts"], {"ts": 32}, table(crowded), NOW, strict).failed == {
         "ts": reasons.INSUFFICIENT_FREE_GPUS
     }

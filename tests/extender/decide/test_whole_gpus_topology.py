@@ -12,7 +12,7 @@ import pytest
 
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.decide.whole_gpus import prioritize
-from gpuextender.extender.settings import Policy
+from gpuextender.extender.settings import DecisionPolicy
 from gpuextender.extender.state.gpu_summary import NodeSummary, summarize
 from gpuextender.extender.state.gpu_topology import (
     APART,
@@ -173,12 +173,12 @@ def test_a_4_gpu_pod_prefers_an_nvlinked_set_over_more_scattered_idle_gpus() -> 
     linked = summary("linked", [0, 1, 2, 3])  # one island free: 4 NVLinked GPUs
     scattered = summary("scattered", [0, 1, 4, 5, 6])  # 5 free, but at most 3 on one island
     lookup = table(linked, scattered)
-    four = dict(prioritize(4, ["linked", "scattered"], {}, lookup, NOW, Policy()))
+    four = dict(prioritize(4, ["linked", "scattered"], {}, lookup, NOW, DecisionPolicy()))
     assert four["linked"] > four["scattered"] >= 1
     # Two classes (q 0 and 3): the best scores 2 + round(8 * v / 9), the other 2 - 1.
     assert four["scattered"] == 1
     # A 1-GPU pod does not care: more idle GPUs first.
-    one = dict(prioritize(1, ["linked", "scattered"], {}, lookup, NOW, Policy()))
+    one = dict(prioritize(1, ["linked", "scattered"], {}, lookup, NOW, DecisionPolicy()))
     assert one["scattered"] > one["linked"]
 
 
@@ -193,21 +193,21 @@ def test_quality_classes_connection_before_degraded_and_bands_are_exact() -> Non
             namespace="ns", pod=f"p{g.index}", container="c", resource_name="nvidia.com/gpu", device_id=g.uuid
         )
     linked_worn = summarize(node_report("worn", degraded, dgx_like()), IdleRule(), NOW)  # NVLinked, degraded: q 1
-    scores = dict(prioritize(4, ["apart", "worn", "best"], {}, table(best, apart, linked_worn), NOW, Policy()))
+    scores = dict(prioritize(4, ["apart", "worn", "best"], {}, table(best, apart, linked_worn), NOW, DecisionPolicy()))
     # m = 3 classes (0, 1, 6): the best in 3..10, then 2, then 1. An NVLinked set of degraded GPUs
     # outranks healthy GPUs that must talk over PCIe across NUMA nodes.
     assert scores["worn"] == 2 and scores["apart"] == 1 and 3 <= scores["best"] <= 10
     # Without the best, two classes remain: the NVLinked degraded node takes the band.
-    two = dict(prioritize(4, ["apart", "worn"], {}, table(apart, linked_worn), NOW, Policy()))
+    two = dict(prioritize(4, ["apart", "worn"], {}, table(apart, linked_worn), NOW, DecisionPolicy()))
     assert two["apart"] == 1 and two["worn"] >= 2
     # Same connection: the healthy set first.
     healthy_linked = summary("fresh", [0, 1, 2, 3])
-    same = dict(prioritize(4, ["worn", "fresh"], {}, table(healthy_linked, linked_worn), NOW, Policy()))
+    same = dict(prioritize(4, ["worn", "fresh"], {}, table(healthy_linked, linked_worn), NOW, DecisionPolicy()))
     assert same["worn"] == 1 and same["fresh"] >= 2
 
 
 def test_one_quality_class_keeps_the_plain_formula() -> None:
     a, b = summary("a", [0, 1, 2, 3]), summary("b", [0, 1, 2, 3, 4, 5, 6, 7])
-    scores = dict(prioritize(2, ["a", "b"], {}, table(a, b), NOW, Policy()))
+    scores = dict(prioritize(2, ["a", "b"], {}, table(a, b), NOW, DecisionPolicy()))
     # C = 8, spread v = idle + 100/101: 1 + round(9 * v / 9).
     assert scores == {"a": 1 + round(4 + 100 / 101), "b": min(10, 1 + round(8 + 100 / 101))}

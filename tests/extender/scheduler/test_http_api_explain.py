@@ -9,7 +9,7 @@ from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.scheduler.http_api import SchedulerApi
 from gpuextender.extender.scheduler.wire import EXPLAIN_MAX_CANDIDATES, ExtenderArgs
-from gpuextender.extender.settings import ApiSettings, Policy
+from gpuextender.extender.settings import ApiSettings, DecisionPolicy
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.inventory_view import InventoryView
 from tests.extender.builders import gpu, report
@@ -26,7 +26,9 @@ def api_knowing(agent_nodes: int, inventory_nodes: tuple[str, ...] = ()) -> Sche
     for i in range(agent_nodes):
         state.ingest(report(f"n{i:05d}", [gpu(0, 0, 1)]), NOW)
     view = InventoryView(node_labels={name: {} for name in inventory_nodes})
-    return SchedulerApi(state, ExtenderMetrics(state), ApiSettings(Policy()), inventory=lambda: view, clock=lambda: NOW)
+    return SchedulerApi(
+        state, ExtenderMetrics(state), ApiSettings(DecisionPolicy()), inventory=lambda: view, clock=lambda: NOW
+    )
 
 
 def test_nodes_of_the_inventory_and_of_the_agents_are_both_candidates() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.scheduler.http_api import SchedulerApi
-from gpuextender.extender.settings import ApiSettings, Policy
+from gpuextender.extender.settings import ApiSettings, DecisionPolicy
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.inventory_view import InventoryView
 from tests.extender.builders import gpu, report
@@ -18,7 +18,7 @@ def api_with(grace: float, gpus: dict[str, int]) -> tuple[SchedulerApi, GpuState
     api = SchedulerApi(
         state,
         ExtenderMetrics(state),
-        ApiSettings(Policy(10.0, "fail-open", "pass-all"), readiness_grace_s=grace),
+        ApiSettings(DecisionPolicy(10.0, "fail-open", "pass-all"), readiness_grace_s=grace),
         inventory=lambda: view,
         clock=lambda: now[0],
     )

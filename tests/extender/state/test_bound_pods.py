@@ -13,7 +13,7 @@ from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.scheduler.http_api import SchedulerApi
 from gpuextender.extender.scheduler.wire import parse_extender_args
-from gpuextender.extender.settings import ApiSettings, Policy
+from gpuextender.extender.settings import ApiSettings, DecisionPolicy
 from gpuextender.extender.state.bound_pods import NOTHING, offered, pending
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.inventory_view import InventoryView
@@ -77,7 +77,7 @@ class World:
         self.api = SchedulerApi(
             self.state,
             ExtenderMetrics(self.state),
-            ApiSettings(Policy(no_fit_policy="reject"), gpu_resources=resources),
+            ApiSettings(DecisionPolicy(no_fit_policy="reject"), gpu_resources=resources),
             inventory=lambda: view,
             clock=lambda: NOW,
         )

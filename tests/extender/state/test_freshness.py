@@ -7,7 +7,7 @@ import math
 import random
 
 from gpuextender.extender.decide.whole_gpus import filter_nodes
-from gpuextender.extender.settings import Policy
+from gpuextender.extender.settings import DecisionPolicy
 from gpuextender.extender.state.freshness import data_age, is_fresh
 from tests.extender.builders import node
 
@@ -35,6 +35,6 @@ def test_filter_nodes_inlined_rule_equals_is_fresh() -> None:
     cases += [(now - rng.uniform(0, 40), rng.choice([1.0, 5.0, 10.0, 20.0])) for _ in range(500)]
     for received_at, stale_after in cases:
         summary = node("n", idle=4, received_at=received_at)
-        out = filter_nodes(2, ["n"], {"n": 4}, {"n": summary}.get, now, Policy(stale_after_s=stale_after))
+        out = filter_nodes(2, ["n"], {"n": 4}, {"n": summary}.get, now, DecisionPolicy(stale_after_s=stale_after))
         assert out.passed == ["n"]
         assert (out.assumed == []) is is_fresh(received_at, now, stale_after), (received_at, stale_after)

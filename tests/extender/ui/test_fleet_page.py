@@ -19,7 +19,7 @@ from gpuextender.extender.model.bad_request import BadRequest
 from gpuextender.extender.model.kube_objects import KINDS
 from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.scheduler.http_api import SchedulerApi
-from gpuextender.extender.settings import ApiSettings, Policy
+from gpuextender.extender.settings import ApiSettings, DecisionPolicy
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.inventory_store import InventoryStore
 from gpuextender.extender.state.inventory_view import InventoryView, ViewBuilder
@@ -59,7 +59,11 @@ def make_api(**settings: Any) -> SchedulerApi:
     state.ingest(report("plain-node", [gpu(0, 95, 90), gpu(1, 0, 1)]), NOW)
     view = inventory()
     api = SchedulerApi(
-        state, ExtenderMetrics(state), ApiSettings(Policy(), **settings), inventory=lambda: view, clock=lambda: NOW
+        state,
+        ExtenderMetrics(state),
+        ApiSettings(DecisionPolicy(), **settings),
+        inventory=lambda: view,
+        clock=lambda: NOW,
     )
     api.serving = True
     return api

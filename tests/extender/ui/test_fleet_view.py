@@ -9,14 +9,14 @@ import pytest
 
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.model.ome.node_class import GpuFacts
-from gpuextender.extender.settings import Policy
+from gpuextender.extender.settings import DecisionPolicy
 from gpuextender.extender.state.gpu_summary import NodeSummary, summarize
 from gpuextender.extender.ui.fleet_view import STATES, FleetInputs, build, gpu_nodes, node_row
 from gpuextender.v1 import gpu_state_pb2 as pb
 from tests.extender.builders import GIB, gpu, report
 
 RULE = IdleRule(max_utilization_percent=30.0, max_memory_used_percent=50.0)
-STALE_AFTER = Policy().stale_after_s
+STALE_AFTER = DecisionPolicy().stale_after_s
 NOW = 1_000.0
 
 
