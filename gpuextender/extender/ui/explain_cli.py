@@ -23,7 +23,7 @@ from typing import Any
 
 from gpuextender.common.cli import HelpFormatter
 from gpuextender.extender.ui.explain_lookup import (
-    Candidates,
+    ClusterCandidates,
     SourceError,
     candidate_nodes,
     question_from_file,
@@ -156,7 +156,7 @@ def main(argv: Sequence[str]) -> int:
     return 0
 
 
-def _question(args: argparse.Namespace) -> tuple[bytes, Candidates | None, str | None]:
+def _question(args: argparse.Namespace) -> tuple[bytes, ClusterCandidates | None, str | None]:
     """The /explain body; with the cluster asked, the candidates chosen and a note on the pod."""
     pod: dict[str, Any] | None = None
     if args.pod is None:

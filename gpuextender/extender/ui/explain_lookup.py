@@ -105,7 +105,7 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
 
 
 @dataclass(slots=True)
-class Candidates:
+class ClusterCandidates:
     names: list[str] = field(default_factory=list)
     total: int = 0  # Nodes in the cluster
     skipped: Counter[str] = field(default_factory=Counter)  # why -> how many
@@ -132,7 +132,9 @@ def tolerates_cordon(pod: Mapping[str, Any]) -> bool:
     return False
 
 
-def candidate_nodes(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]], every: bool = False) -> Candidates:
+def candidate_nodes(
+    pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]], every: bool = False
+) -> ClusterCandidates:
     """The node names kube-scheduler (nodeCacheCapable: true) would send the extender for `pod`,
     by the rules that need no other objects: a cordoned node (`spec.unschedulable`) only if the pod
     tolerates it, and only nodes carrying every label of the pod's `spec.nodeSelector`. Other
@@ -142,7 +144,7 @@ def candidate_nodes(pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]], 
     selector = spec.get("nodeSelector") if isinstance(spec, dict) else None
     selector = selector if isinstance(selector, dict) else {}
     cordon_ok = every or tolerates_cordon(pod)
-    out = Candidates(total=len(nodes))
+    out = ClusterCandidates(total=len(nodes))
     for node in nodes:
         metadata = node.get("metadata") or {}
         name = metadata.get("name")
