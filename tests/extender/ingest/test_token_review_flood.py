@@ -44,11 +44,16 @@ class SlowForBogusTokens(KubeApiServer):
         return await super()._token_review(request)
 
 
-async def open_stream(port: int, host: str, token: str, node: str) -> grpc.aio.StreamStreamCall:
+async def open_stream(port: int, host: str, token: str, node: str, *, write: bool = True) -> grpc.aio.StreamStreamCall:
+    """A stream with its token; `write`: send a first report. A stream refused at open (the
+    token is judged from the metadata alone) is opened without one: a write racing the server's
+    abort can end the call INTERNAL on the client ("Failed execute_batch") instead of with the
+    server's status."""
     channel = grpc.aio.insecure_channel(f"{host}:{port}")
     call = pb_grpc.GpuStateServiceStub(channel).StreamNodeReports(metadata=(("authorization", f"Bearer {token}"),))
     try:
-        await call.write(report(node, [gpu(0)], seconds=1000, seq=1))
+        if write:
+            await call.write(report(node, [gpu(0)], seconds=1000, seq=1))
     except grpc.aio.AioRpcError:
         pass  # refused before the write went out: first_answer() gives the status
     call.channel = channel  # type: ignore[attr-defined]  # closed by the test
@@ -100,7 +105,7 @@ def test_a_flood_from_one_address_cannot_delay_another_addresss_agent() -> None:
                 # ... and the rest are refused at once, before any review: without the per-address
                 # bound they would hold all 8 review slots and the agent below would wait behind them.
                 for i in range(MAX_REVIEWS_PER_PEER, FLOOD):
-                    refused = await open_stream(v4, "127.0.0.1", f"bogus-{i}", "gpu-node-9")
+                    refused = await open_stream(v4, "127.0.0.1", f"bogus-{i}", "gpu-node-9", write=False)
                     calls.append(refused)
                     assert await first_answer(refused) == grpc.StatusCode.UNAVAILABLE
                     details = await refused.details()
