@@ -8,7 +8,7 @@
   the value the firing case uses, `for:` one evaluation interval shorter and longer) and the unit
   tests must fail on every mutant: that is what proves every bound is tested on both sides.
 - Metric names: the programs' /metrics are built from their real registries (ExtenderMetrics with
-  the silent-nodes collector main.py adds, AgentMetrics), populated with one report/sample, and
+  the silent-nodes collector app.py adds, AgentMetrics), populated with one report/sample, and
   parsed back with prometheus_client's parser. promtool has no AST dump, so the names in an
   expression come from test_dashboard.metric_names (identifiers that are not functions, keywords,
   label names, durations or strings; tested there). Every one must be a sample name in that
@@ -260,7 +260,7 @@ def exposition() -> dict[str, set[str]]:
     assert state.ingest(report("gpu-node-1", [gpu(0)]), received_at=0.0)
     extender = ExtenderMetrics(state, InventoryStore(), clock=lambda: 5.0)
     extender.registry.register(SilentNodesCollector(state, InventoryView))  # as gpuextender/extender/app.py
-    api = SchedulerApi(state, extender, ApiSettings(DecisionPolicy()))  # registers the binding metrics, as main.py
+    api = SchedulerApi(state, extender, ApiSettings(DecisionPolicy()))  # registers the binding metrics, as app.py
     api.count_bound_pods(PodLedger(("nvidia.com/gpu",)))
     extender.request_duration.labels(verb="filter").observe(0.01)
     extender.requests.labels(verb="filter", code="200").inc()

@@ -13,7 +13,7 @@ Updates are incremental and happen off the request path: a node whose GPU
 facts change (`GpuState.on_facts_change`: first report, new GPUs, node
 forgotten) is re-checked alone, at ingest; a new inventory version re-checks
 every reported node that has classes (O(nodes x their classes)) when the view
-is rebuilt (`ViewBuilder.on_rebuild`, wired in main.py). A request that still
+is rebuilt (`ViewBuilder.on_rebuild`, wired in app.py). A request that still
 sees an unknown version rebuilds first, so the answer is never stale. Requests
 get a plain dict, as before.
 """
