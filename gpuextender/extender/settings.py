@@ -44,6 +44,9 @@ _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 @dataclass(frozen=True, slots=True)
 class DecisionPolicy:
+    """What a decision does with data it cannot take at face value (decide/README.md): how old a
+    report may be and still count, what stale data means, and what happens when no node fits."""
+
     stale_after_s: float = 10.0
     stale_policy: str = "fail-open"  # or "fail-closed"
     no_fit_policy: str = "pass-all"  # or "reject"
