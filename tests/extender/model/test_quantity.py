@@ -87,3 +87,27 @@ def test_error_message_quotes_the_value() -> None:
 )
 def test_quantity_value_rounds_up_away_from_zero(text: str, value: int) -> None:
     assert quantity_value(parse_quantity(text)) == value
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        "1e" + "9" * 5_000,  # int() refuses an exponent string past 4,300 digits (a ValueError)
+        "1e100",  # three digits: out of range before int()
+        10**5_000,  # repr() of this int raises a ValueError; the message must not use it
+        "9" * 100_000,
+    ],
+    ids=["exponent-5000-digits", "exponent-3-digits", "int-5000-digits", "100k-digits"],
+)
+def test_the_worst_small_quantities_are_refused_with_a_short_message(value: object) -> None:
+    with pytest.raises(QuantityError) as caught:
+        parse_quantity(value)
+    assert len(str(caught.value)) < 120
+
+
+def test_an_exponent_of_two_digits_is_read_at_the_bound() -> None:
+    assert parse_quantity("1e18") == 10**18
+    assert parse_quantity("1e-09") == Decimal("1e-9")
+    assert parse_quantity("1e-" + "0" * 5_000 + "3") == Decimal("0.001")  # zeros padding it: read without them
+    with pytest.raises(QuantityError):
+        parse_quantity("1e19")  # >= 2**63
