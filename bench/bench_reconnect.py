@@ -50,8 +50,8 @@ from benchlib import (
     ExtenderAddrs,
     ManagedProcess,
     exit_on_sigterm,
+    extender_argv,
     free_port,
-    program,
     scrape,
     wait_http_ok,
 )
@@ -111,24 +111,6 @@ def agent_argv(variant: str, name: str, metrics_port: int, target: str) -> list[
         f"{LOOPBACK}:{metrics_port}",
         "--log-level",
         "warning",
-    ]
-
-
-def extender_argv(addrs: ExtenderAddrs) -> list[str]:
-    return [
-        *program("gpu-extender", "gpuextender.extender"),
-        "--http-addr",
-        f"{LOOPBACK}:{addrs.http_port}",
-        "--grpc-addr",
-        f"{LOOPBACK}:{addrs.grpc_port}",
-        "--stale-after",
-        "100000",
-        "--forget-after",
-        "200000",
-        "--log-level",
-        "warning",
-        "--readiness-grace",
-        "0",  # /readyz is not what this measures
     ]
 
 

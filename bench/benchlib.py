@@ -316,11 +316,10 @@ class ExtenderAddrs:
         return f"{LOOPBACK}:{self.grpc_port}"
 
 
-def extender_process(name: str = "extender", extra_args: Sequence[str] = ()) -> tuple[ManagedProcess, ExtenderAddrs]:
-    """A not yet started `gpu-extender` on free loopback ports. Data never goes
-    stale during a run, and it logs only warnings (no per-request lines)."""
-    addrs = ExtenderAddrs(http_port=free_port(), grpc_port=free_port())
-    argv = [
+def extender_argv(addrs: ExtenderAddrs, extra_args: Sequence[str] = ()) -> list[str]:
+    """`gpu-extender` on `addrs`: data never goes stale during a run, it logs only warnings (no
+    per-request lines), and /readyz does not wait for agents (benches measure serving)."""
+    return [
         *program("gpu-extender", "gpuextender.extender"),
         "--http-addr",
         f"{LOOPBACK}:{addrs.http_port}",
@@ -333,10 +332,15 @@ def extender_process(name: str = "extender", extra_args: Sequence[str] = ()) -> 
         "--log-level",
         "warning",
         "--readiness-grace",
-        "0",  # benches measure serving, not the start-up wait for agents
+        "0",
         *extra_args,
     ]
-    return ManagedProcess(name, argv), addrs
+
+
+def extender_process(name: str = "extender", extra_args: Sequence[str] = ()) -> tuple[ManagedProcess, ExtenderAddrs]:
+    """A not yet started `gpu-extender` (extender_argv) on free loopback ports."""
+    addrs = ExtenderAddrs(http_port=free_port(), grpc_port=free_port())
+    return ManagedProcess(name, extender_argv(addrs, extra_args)), addrs
 
 
 async def wait_http_ok(session: aiohttp.ClientSession, url: str, proc: ManagedProcess, timeout_s: float = 20.0) -> str:

@@ -71,7 +71,7 @@ def phases(api: SchedulerApi, body: bytes, verb: str, repeat: int) -> list[tuple
     """Best-of-`repeat` milliseconds per phase."""
     settings = api.settings
     ms_parse, args = _time(lambda: wire.parse_extender_args(body), repeat)
-    ms_question, d = _time(lambda: api.decide(args), repeat)
+    ms_question, d = _time(lambda: api.decisions.decide(args), repeat)
 
     def fresh() -> Decision:  # its parts are computed once: time each on a new Decision
         return Decision(d.pod, d.plan, d.candidates, d.known, d.shortlist)

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 class Forwarder:
     def __init__(self, listen_port: int, target_port: int, host: str = "127.0.0.1") -> None:
         self._target = (host, target_port)
-        self._server = socket.create_server((host, listen_port), reuse_port=False)
+        self._server = socket.create_server((host, listen_port))
         self._server.settimeout(0.2)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []

@@ -19,7 +19,6 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from gpuextender.extender.decide.decision import Decision
 from gpuextender.extender.decide.explain import explain as explain_decision
 from gpuextender.extender.model.bad_request import BadRequest
 from gpuextender.extender.model.bad_request import shown as shown_value
@@ -118,9 +117,6 @@ class SchedulerApi:
     def now(self) -> float:
         """The clock GPU data age is judged on (monotonic seconds)."""
         return self._clock()
-
-    def decide(self, args: ExtenderArgs) -> Decision:
-        return self.decisions.decide(args)
 
     # The three verbs render one Decision each.
 
