@@ -11,17 +11,15 @@ for it: filter pays only for the filter verdicts (and the scores, when it must
 shortlist), explain reuses whatever filter and prioritize computed. Pure:
 everything it reads is in its arguments.
 
-The shortlist (decide/README.md, "Filter"): when more than `shortlist` nodes pass a GPU pod's
-filter, the answer names only the `shortlist` best of them; the others pass, unanswered.
+The shortlist (decide/README.md, "Filter"; shortlist.py): when more than `shortlist` nodes pass a
+GPU pod's filter, the answer names only the `shortlist` best of them; the others pass, unanswered.
 """
 
 from __future__ import annotations
 
-import zlib
 from functools import cached_property
-from operator import itemgetter
 
-from gpuextender.extender.decide import class_plan, mig_devices, whole_gpus
+from gpuextender.extender.decide import class_plan, mig_devices, shortlist, whole_gpus
 from gpuextender.extender.decide.class_policy import ClassRanking
 from gpuextender.extender.decide.filter_outcome import FilterOutcome, after_mig
 from gpuextender.extender.decide.snapshot import Candidates, Snapshot
@@ -59,7 +57,7 @@ class Decision:
         outcome, keep = self.filtered, self.shortlist
         if keep <= 0 or len(outcome.passed) <= keep or (self.pod.gpus_needed <= 0 and not self.pod.mig_needed):
             return outcome
-        kept = set(self._best(outcome.passed, keep))
+        kept = set(shortlist.best(self.pod, outcome.passed, keep, self.candidates, self.known, self.plan))
         return FilterOutcome(
             [n for n in outcome.passed if n in kept],
             outcome.failed,
@@ -74,31 +72,6 @@ class Decision:
         if answered is self.filtered:
             return frozenset()
         return frozenset(self.filtered.passed).difference(answered.passed)
-
-    def _best(self, passed: list[str], keep: int) -> list[str]:
-        """The `keep` best of `passed` by score. Equal scores are taken in request order rotated
-        by a hash of the pod (its UID seed), so a run of equal nodes is not always cut the same way.
-
-        Scored among `passed` only, as kube-scheduler's prioritize call then scores them (a third
-        less work at 5,000 names than scoring every candidate). Explain scores every candidate on
-        a scale (the largest GPU count among them) the same or coarser: the order agrees, up to
-        nodes that tie here."""
-        pod = self.pod  # always this scoring, so explain shows the very cut filter answers
-        ranked, _ = class_plan.prioritize_with_classes(
-            pod.gpus_needed,
-            Candidates(passed, self.candidates.allocatable),
-            self.known,
-            self.plan,
-            pod.strategy,
-            pod.seed,
-        )
-        # `ranked` is in `passed` order; rotate names and scores alike, then sort indices in C.
-        # sorted() is stable with reverse=True too: equal scores keep the rotated order.
-        start = zlib.crc32(self.pod.seed.encode()) % len(passed)
-        scores = list(map(itemgetter(1), ranked))
-        scores = scores[start:] + scores[:start]
-        names = passed[start:] + passed[:start]
-        return list(map(names.__getitem__, sorted(range(len(names)), key=scores.__getitem__, reverse=True)[:keep]))
 
     @cached_property
     def _ranked(self) -> tuple[list[tuple[str, int]], ClassRanking | None]:

@@ -230,15 +230,40 @@ def rank_nodes(
         # Score per class rank r >= 1 (m - r); rank 0 is the band. An ineligible class, or an
         # assumed fit (q -1): last.
         below = {q: m - r for r, q in enumerate(classes) if r}
-        best, band = classes[0], (MAX_SCORE - m) / scale
+        best, band = classes[0], best_class_band(m, scale)
         return [
-            (name, (min(MAX_SCORE, m + round(band * v)) if q == best else below.get(q, 1)) if fits else 0, fits)
+            (name, (best_class_score(v, m, band) if q == best else below.get(q, 1)) if fits else 0, fits)
             for (name, fits, _, _), v, q in zip(rows, values, quality, strict=True)
         ]
     return [
-        (name, min(MAX_SCORE, 1 + round(9 * v / scale)) if fits else 0, fits)
+        (name, one_class_score(v, scale) if fits else 0, fits)
         for (name, fits, _, _), v in zip(rows, values, strict=True)
     ]
+
+
+# The score formulas (decide/README.md, "Prioritize"), for a node that fits; scale = C + 1.
+
+
+def one_class_score(v: float, scale: int) -> int:
+    """Every fitting node in one quality class: 1 + round(9 v / (C + 1)), 1..10."""
+    return min(MAX_SCORE, 1 + round(9 * v / scale))
+
+
+def best_class_band(classes: int, scale: int) -> float:
+    """The width per unit of v left to the best of `classes` > 1 quality classes."""
+    return (MAX_SCORE - classes) / scale
+
+
+def best_class_score(v: float, classes: int, band: float) -> int:
+    """A node of the best of `classes` > 1 quality classes: m + round((10 - m) v / (C + 1)); the
+    class of rank r = 1..m-1 scores m - r, so every node of a better class outranks a worse one."""
+    return min(MAX_SCORE, classes + round(band * v))
+
+
+def binpack_value(idle: int, utilization: float, capacity: int) -> float:
+    """The binpack strategy's v = (C - idle) + utilization / 101: fewest idle GPUs that still fit,
+    then the busiest."""
+    return max(0, capacity - idle) + utilization / 101.0
 
 
 def _quality_classes(
@@ -268,7 +293,7 @@ def _strategy_values(
 ) -> list[float]:
     """v in [0, capacity + 1) for each row, higher is better."""
     if strategy == "binpack":
-        return [max(0, capacity - idle) + utilization / 101.0 for _, _, idle, utilization in rows]
+        return [binpack_value(idle, utilization, capacity) for _, _, idle, utilization in rows]
     if strategy == "random":
         return [(capacity + 1) * _unit_hash(seed, name) for name, _, _, _ in rows]
     spread = [spread_value(idle, u) for _, _, idle, u in rows]
