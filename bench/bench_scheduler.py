@@ -6,7 +6,10 @@ deploy/base/scheduler/kube-scheduler-config.yaml and its own schedulerName:
   b1  a do-nothing extender in Python (bench/noop_extender.py, aiohttp + orjson);
   b2  a do-nothing extender in Go, standard library only (bench/noop_extender_go/);
   c   the real gpu-extender (`--kubernetes`, list+watch of the apiserver's Nodes), GPU state
-      for every node fed over its real gRPC ingest (bench_extender.load_fleet).
+      for every node fed over its real gRPC ingest (bench_extender.load_fleet);
+  cb  c binding the pods itself (bindVerb); c0 a second gpu-extender with `--shortlist 0`;
+  cn  a third gpu-extender that has no agent data at all (an agent rollout, agents down): every
+      verdict rests on assumed data.
 Every extender listens on plain HTTP on 127.0.0.1 (the shipped config's enableHTTPS and
 tlsConfig are dropped), so TLS is not part of the comparison. Shipped settings kept:
 percentageOfNodesToScore 100, httpTimeout 2s, nodeCacheCapable true, weight 5,
@@ -28,7 +31,7 @@ How (tests/control_plane.py starts etcd + kube-apiserver from $KUBEBUILDER_ASSET
    scheduler's start-up and informer sync are not counted. Then the scheduler is stopped and
    the pods are deleted (grace 0: no kubelet).
 3. Variants are interleaved, the order rotated each round; the report gives each variant's
-   median pods/s and the ratios c/b1, c/b2, c/a from the same run.
+   median pods/s and the ratios c/b1, c/b2, c/a, cn/b2 ... from the same run.
 Checks (any failure aborts): every pod bound, each to one of the N nodes; the extender of the
 variant was called (noop extenders' /stats, gpu-extender's gpu_extender_requests_total) at
 least once per pod; with gpu-extender no pod lands on a node its filter must reject.
@@ -630,6 +633,19 @@ async def _bench(
                     all_ours.pid,
                 )
             )
+            # No agent data at all: every filter verdict rests on assumed data (allocatable less bound pods).
+            blind, blind_addrs = await _start_gpu_extender(
+                stack, plane.kubeconfig, size, fleet, "cn", setup, load=False
+            )
+            variants.append(
+                Variant(
+                    "cn",
+                    "gpu-extender without agent data (every verdict assumed)",
+                    blind_addrs.base_url,
+                    _extender_stats(blind_addrs.base_url),
+                    blind.pid,
+                )
+            )
             setup["extender_inventory_s"] = time.monotonic() - t0
             filter_nodes_before = _metrics(addrs.base_url)
 
@@ -646,7 +662,7 @@ async def _bench(
             for round_no in range(size.rounds):
                 shift = round_no % len(variants)
                 for variant in variants[shift:] + variants[:shift]:
-                    for proc in (noop_py, ours, all_ours):
+                    for proc in (noop_py, ours, all_ours, blind):
                         proc.check_alive()
                     m = await measure(
                         api, plane, base_config, variant, round_no, size, set(names), must_reject, core_pids
@@ -679,8 +695,10 @@ async def _start_gpu_extender(
     key: str,
     setup: dict[str, float],
     extra: Sequence[str] = (),
+    load: bool = True,
 ) -> tuple[ManagedProcess, Any]:
-    """A gpu-extender listing the apiserver's Nodes, with GPU reports for all of them over gRPC."""
+    """A gpu-extender listing the apiserver's Nodes, with GPU reports for all of them over gRPC
+    (`load`; else none)."""
     ours, addrs = extender_process(
         f"extender-scheduler-bench-{key}", ["--kubernetes", "--kubeconfig", str(kubeconfig), *extra]
     )
@@ -693,6 +711,8 @@ async def _start_gpu_extender(
         if time.monotonic() > deadline:
             raise BenchError(f"gpu-extender ({key}) did not list {size.nodes} Nodes in 60 s:\n{ours.log_tail()}")
         await asyncio.sleep(0.2)
+    if not load:
+        return ours, addrs
     setup[f"load_fleet_{key}_s"] = await load_fleet(addrs.grpc_target, fleet)
     setup.setdefault("load_fleet_s", setup[f"load_fleet_{key}_s"])
     with_data = _metrics(addrs.base_url).get("gpu_extender_nodes_with_data")
@@ -753,7 +773,7 @@ def format_result(result: SchedulerBenchResult) -> str:
         "ratios of medians: "
         + ", ".join(
             f"{num}/{den} {fmt_value(result.ratio(num, den), '.2f', 'x')}"
-            for num, den in (("c", "b1"), ("c", "b2"), ("c", "a"), ("c0", "b2"), ("c", "c0"), ("cb", "c"))
+            for num, den in (("c", "b1"), ("c", "b2"), ("c", "a"), ("cn", "b2"), ("c0", "b2"), ("c", "c0"), ("cb", "c"))
         )
     )
     return "\n".join(lines)
@@ -820,7 +840,7 @@ def markdown_section(result: SchedulerBenchResult) -> list[str]:
         "|---|---:|",
         *(
             f"| {num} / {den} | {fmt_value(result.ratio(num, den), '.2f', 'x')} |"
-            for num, den in (("c", "b1"), ("c", "b2"), ("c", "a"), ("c0", "b2"), ("c", "c0"), ("cb", "c"))
+            for num, den in (("c", "b1"), ("c", "b2"), ("c", "a"), ("cn", "b2"), ("c0", "b2"), ("c", "c0"), ("cb", "c"))
         ),
         "",
         "CPU figures are /proc ticks over the bind window (10 ms resolution), divided by the pods bound. The "

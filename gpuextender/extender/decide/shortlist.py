@@ -3,20 +3,21 @@ GPU pod's filter, by the score prioritize would give them among themselves; equa
 in request order rotated by a hash of the pod (its UID seed), so a run of equal nodes is not always
 cut the same way.
 
-`best` scores every passing node with `class_plan.prioritize_with_classes`, the one definition.
-At 5,000 names that is most of a filter call, so the common case takes a faster road to the same
-set (`_best_fresh`, held equal to `best` on generated fleets by tests/extender/decide/
-test_shortlist.py): every passing node fits on fresh data, the pod is class-neutral, the strategy
-is spread or binpack. Then a node's score is a non-decreasing function of one sort key (below),
-so one sort in C orders the nodes, and the score formula is evaluated only O(log n) times, to find
-where the `keep`-th node's score begins and ends; that run of equal scores is cut in rotated order.
+`best_by_score` is the definition: every passing node scored with
+`class_plan.prioritize_with_classes`. At 5,000 names that is most of a filter call, so the common
+case takes a faster road to the same set (`_best_fresh`, held equal to the definition on generated
+fleets by tests/extender/decide/test_shortlist.py): the pod is class-neutral, the strategy spread
+or binpack, and every passing node fits on fresh data (or none has agent data: then all score
+alike). Then a node's score is a non-decreasing function of one sort key, so one sort in C orders
+the nodes, and the score formula is evaluated only O(log n) times, to find where the `keep`-th
+node's score begins and ends; that run of equal scores is cut in rotated order.
 """
 
 from __future__ import annotations
 
 import zlib
 from bisect import bisect_left, bisect_right
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from operator import attrgetter, itemgetter
 from typing import cast
 
@@ -44,7 +45,7 @@ def best(
     start = zlib.crc32(pod.seed.encode()) % len(passed)
     names = passed[start:] + passed[:start]  # rotated: equal scores are cut in this order
     if not plan.applies and pod.strategy in ("spread", "binpack"):
-        fast = _best_fresh(pod.gpus_needed, names, known, pod.strategy, keep)
+        fast = _best_fresh(pod.gpus_needed, names, candidates.allocatable, known, pod.strategy, keep)
         if fast is not None:
             return fast
     return best_by_score(pod.gpus_needed, names, candidates, known, plan, pod.strategy, pod.seed, keep)
@@ -69,9 +70,11 @@ def best_by_score(
     return list(map(names.__getitem__, sorted(range(len(names)), key=scores.__getitem__, reverse=True)[:keep]))
 
 
-def _best_fresh(needed: int, names: list[str], known: Snapshot, strategy: str, keep: int) -> list[str] | None:
+def _best_fresh(
+    needed: int, names: list[str], allocatable: Mapping[str, int], known: Snapshot, strategy: str, keep: int
+) -> list[str] | None:
     """best_by_score's set for a class-neutral pod of `needed` >= 1 GPUs when every one of `names`
-    fits on fresh data (else None: take that road).
+    fits on fresh data, or none of them has agent data (else None: take that road).
 
     What rank_nodes computes for such nodes: v per node from the strategy, C = the largest GPU
     count (at least `needed`, at least 1), q = the node's quality class for `needed` GPUs. With one
@@ -81,6 +84,10 @@ def _best_fresh(needed: int, names: list[str], known: Snapshot, strategy: str, k
     if needed <= 0:  # rank_nodes scores every node 0 then
         return None
     looked_up = list(map(known.summary, names))
+    if not any(looked_up):  # no node has agent data: if each fits on assumed data (idle = needed, 0 %),
+        # all score alike (the same v and C for all): the first in the order given.
+        fits = all(count is None or count >= needed for count in map(allocatable.get, names))
+        return names[:keep] if fits else None
     try:
         oldest = min(map(_RECEIVED_AT, looked_up))  # AttributeError: a node without data
         quality = list(map(itemgetter(needed), map(_QUALITY, looked_up)))  # IndexError: past the table

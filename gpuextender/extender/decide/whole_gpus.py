@@ -125,8 +125,15 @@ def filter_nodes(
     passed, failed, assumed = outcome.passed, outcome.failed, outcome.assumed
     for name in names:
         summary = lookup(name)
+        if summary is None:  # no agent data: assess() -> _assumed() with nothing lost, inlined
+            count = allocatable.get(name)  # (tests/extender/decide/test_whole_gpus.py holds them equal)
+            if count is None or count >= needed:
+                assumed.append(name)
+            else:
+                failed[name] = reasons.INSUFFICIENT_GPUS
+            continue
         # is_fresh, inlined on this per-node loop (tests/extender/state/test_freshness.py holds them equal).
-        if summary is not None and now - summary.received_at <= stale_after:
+        if now - summary.received_at <= stale_after:
             # Hot path: fresh data decides from the summary alone (assess() would
             # give the same verdict, with numbers nobody reads here).
             if summary.idle_gpus >= needed and not summary.node_error:

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from gpuextender.extender.model.bad_request import BadRequest
 from gpuextender.extender.model.pod_gpus import gpus_requested
 from gpuextender.extender.model.pod_request import PodRequest
-from gpuextender.extender.scheduler.binding_gate import BindingGate
+from gpuextender.extender.scheduler.binding_gate import SCHEDULER_COUNTS, BindingGate
 from gpuextender.extender.scheduler.wire import BindingArgs, binding_result
 from gpuextender.extender.state.freshness import is_fresh
 from gpuextender.extender.state.gpu_summary import NodeSummary
@@ -77,7 +77,9 @@ class Bindings:
 
         def idle_of(node: str) -> int | None:
             s = summary(node)
-            return s.idle_gpus if s is not None and is_fresh(s.received_at, now, stale_after_s) else None
+            if s is None:
+                return SCHEDULER_COUNTS  # binding_gate's docstring: kube-scheduler counted the open binding
+            return s.idle_gpus if is_fresh(s.received_at, now, stale_after_s) else None
 
         await gate.settle(pod_uid(pod), need, idle_of)
 

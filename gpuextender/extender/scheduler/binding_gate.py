@@ -11,10 +11,18 @@ twice. The gate closes that gap:
 - `settle(uid, need, idle_of)`: before a filter for a pod of `need` GPUs decides, wait while
   another pod's binding is open *and could change a verdict*: one of its nodes would have fewer
   than `need` idle GPUs left were that pod bound there (`idle_of(node)`: the node's idle GPUs now,
-  None when unknown: at risk). Wait at most until that binding's deadline (`hold_s` after its
-  filter; a pod whose cycle ended without a binding simply expires). Bindings that cannot change
-  a verdict do not hold the filter: a burst onto roomy nodes runs at full speed. A filter for the
-  same pod again (a retry) closes its own earlier entry.
+  None when unknown: at risk; SCHEDULER_COUNTS for a node without agent data, below). Wait at
+  most until that binding's deadline (`hold_s` after its filter; a pod whose cycle ended without
+  a binding simply expires). Bindings that cannot change a verdict do not hold the filter: a
+  burst onto roomy nodes runs at full speed. A filter for the same pod again (a retry) closes its own earlier entry.
+
+A node without agent data never holds a filter: its verdict is its allocatable GPUs less its bound
+pods (decide/README.md, "Whole GPUs"), the count kube-scheduler's own NodeResourcesFit makes first,
+with the open binding already in it (kube-scheduler "assumes" a pod on its node before the next
+cycle, and managedResources `ignoredByScheduler: false`, the shipped setting, keeps its GPU
+accounting on): a node that pod filled never reaches the extender as a candidate. Waiting for it
+only made every filter of an agent rollout wait for the previous pod's binding. A node with stale
+data still counts as unknown: the GPUs it last saw lost are not in kube-scheduler's count.
 
 Only filter waits (prioritize follows its own filter, after the wait). A filter that decided
 while another binding was open, which then did arrive, is a *race* (`races`): what the gate
@@ -24,10 +32,14 @@ exists to avoid, and what `hold_s = 0` (the gate off) measures.
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+# What idle_of() answers for a node without agent data: room for any pod, as far as this gate goes
+# (module docstring).
+SCHEDULER_COUNTS = sys.maxsize
 LATE_S = 60.0  # how long an expired binding is remembered, to count it as a race should it arrive
 MAX_LATE = 10_000
 

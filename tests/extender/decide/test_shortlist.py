@@ -85,7 +85,7 @@ def test_the_fast_road_keeps_the_set_the_definition_keeps(strategy: str, classes
         rng.shuffle(names)
         known = snapshot(summaries)
         for keep in {1, max(1, n - 1), n, n + 1, rng.randint(1, n)}:
-            fast = shortlist._best_fresh(needed, names, known, strategy, keep)
+            fast = shortlist._best_fresh(needed, names, {}, known, strategy, keep)
             assert fast is not None, case
             assert len(fast) == min(keep, n)
             assert set(fast) == by_the_definition(needed, names, known, strategy, keep), (case, keep)
@@ -93,12 +93,27 @@ def test_the_fast_road_keeps_the_set_the_definition_keeps(strategy: str, classes
     assert taken >= 150 * 3
 
 
+@pytest.mark.parametrize("strategy", ["spread", "binpack"])
+def test_without_any_agent_data_all_tie_and_the_first_are_kept(strategy: str) -> None:
+    """Every node fits on assumed data (idle = needed, 0 %): one score for all, so the first `keep`
+    of the order given, on both roads; allocatable differs per node and changes nothing."""
+    names = [f"n{i}" for i in (3, 9, 0, 4, 1, 8, 2, 7, 5, 6)]
+    known = Snapshot({}.get, InventoryView(), {}, NOW, DecisionPolicy())
+    allocatable = {name: 2 + i for i, name in enumerate(names)}
+    for keep in (1, 4, 9, 10, 11):
+        assert shortlist._best_fresh(2, names, allocatable, known, strategy, keep) == names[:keep]
+        got = shortlist.best_by_score(2, names, Candidates(names, allocatable), known, NEUTRAL, strategy, "s", keep)
+        assert set(got) == set(names[:keep])
+    # One node that does not fit 2 GPUs (it would not have passed): the general road decides.
+    assert shortlist._best_fresh(2, names, {**allocatable, "n5": 1}, known, strategy, 3) is None
+
+
 def test_equal_scores_are_cut_in_the_order_given() -> None:
     """Ten equal nodes, keep 3: the first three of the (already rotated) order, on both roads."""
     summaries = {f"n{i}": fresh(f"n{i}") for i in range(10)}  # identical readings
     names = [f"n{i}" for i in (4, 7, 1, 0, 2, 3, 5, 6, 8, 9)]
     known = snapshot(summaries)
-    assert shortlist._best_fresh(1, names, known, "spread", 3) == ["n4", "n7", "n1"]
+    assert shortlist._best_fresh(1, names, {}, known, "spread", 3) == ["n4", "n7", "n1"]
     assert by_the_definition(1, names, known, "spread", 3) == {"n4", "n7", "n1"}
 
 
@@ -116,16 +131,16 @@ def test_equal_scores_are_cut_in_the_order_given() -> None:
 def test_the_fast_road_steps_aside_unless_every_node_fits_on_fresh_data(odd: NodeSummary | None) -> None:
     summaries = {f"n{i}": fresh(f"n{i}") for i in range(5)}
     known_ok = snapshot(summaries)
-    assert shortlist._best_fresh(2, list(summaries), known_ok, "spread", 2) is not None
+    assert shortlist._best_fresh(2, list(summaries), {}, known_ok, "spread", 2) is not None
     if odd is not None:
         summaries["odd"] = odd
     known = Snapshot(lambda n: summaries.get(n) if n != "odd" else odd, InventoryView(), {}, NOW, DecisionPolicy())
-    assert shortlist._best_fresh(2, [*list(summaries)[:5], "odd"], known, "spread", 2) is None
+    assert shortlist._best_fresh(2, [*list(summaries)[:5], "odd"], {}, known, "spread", 2) is None
 
 
 def test_stale_at_exactly_the_bound_is_still_fresh() -> None:
     summaries = {f"n{i}": fresh(f"n{i}", received_at=NOW - STALE_AFTER) for i in range(3)}
-    assert shortlist._best_fresh(2, list(summaries), snapshot(summaries), "spread", 2) is not None
+    assert shortlist._best_fresh(2, list(summaries), {}, snapshot(summaries), "spread", 2) is not None
 
 
 IDENTITY = PodIdentity("ns", "", "", "", "", "")

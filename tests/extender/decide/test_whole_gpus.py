@@ -111,7 +111,7 @@ def failures(outcome) -> dict:
 
 
 def test_filter_fast_path_agrees_with_assess() -> None:
-    """filter_nodes decides fresh nodes without assess(); the verdicts must match."""
+    """filter_nodes decides fresh nodes, and nodes without data, without assess(); the verdicts must match."""
     rng = random.Random(3)
     summaries = []
     for i in range(400):
@@ -126,8 +126,10 @@ def test_filter_fast_path_agrees_with_assess() -> None:
                 node_error=rng.choice(["", "", "", "DriverNotLoaded"]),
             )
         )
-    names = [s.node for s in summaries] + ["no-data-1", "no-data-2"]
-    allocatable = {"no-data-1": 1, "n0": 8}
+    # No data, allocatable on both sides of each `needed` below (and unknown): filter_nodes inlines _assumed().
+    no_data = {f"no-data-{count}": count for count in (0, 1, 2, 3, 7, 8, 9)}
+    names = [s.node for s in summaries] + list(no_data) + ["no-data-unknown"]
+    allocatable = {**no_data, "n0": 8}
     for needed in (1, 2, 3, 8, 9):
         for policy in (FRESH, DecisionPolicy(stale_policy="fail-closed"), DecisionPolicy(no_fit_policy="reject")):
             out = filter_nodes(needed, names, allocatable, lookup(*summaries), NOW, policy)

@@ -76,6 +76,35 @@ def test_unknown_idle_counts_are_at_risk_and_mig_pods_always_wait() -> None:
     assert len(gate._at_risk(1, idle({"n1": 8}))) == 1
 
 
+@pytest.mark.parametrize(
+    ("data", "at_risk"),
+    [("none", False), ("fresh-roomy", False), ("fresh-tight", True), ("stale-at-the-bound", False), ("stale", True)],
+)
+def test_a_node_without_agent_data_never_holds_a_filter_but_stale_data_does(data: str, at_risk: bool) -> None:
+    """No agent data: the verdict is kube-scheduler's own count, which has the open binding in it
+    (binding_gate's docstring). Stale data (just past --stale-after) is unknown, as before."""
+    from gpuextender.common.idle_rule import IdleRule
+    from gpuextender.extender.state.gpu_state import GpuState
+    from tests.extender.builders import gpu, report
+
+    stale_after = 30.0
+    state = GpuState(IdleRule())
+    received = {"stale": 100.0 - stale_after - 0.001, "stale-at-the-bound": 100.0 - stale_after}.get(data, 100.0)
+    idle_gpus = 2 if data == "fresh-tight" else 8
+    if data != "none":
+        state.ingest(
+            report("n1", [gpu(i, 0 if i < idle_gpus else 90, 1 if i < idle_gpus else 80) for i in range(8)]), received
+        )
+    gate = BindingGate(0.01, time.monotonic)  # a risky filter waits 10 ms, then the binding expires
+    gate.decided("a", 1, frozenset({"n1"}))
+    pod = {
+        "metadata": {"uid": "b"},
+        "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]},
+    }
+    asyncio.run(Bindings(gate).settle(pod, ("nvidia.com/gpu",), state.summary, 100.0, stale_after))
+    assert (gate.waited, gate.expired) == ((1, 1) if at_risk else (0, 0))
+
+
 def test_the_wait_ends_at_the_deadline_and_a_late_binding_counts_as_a_race() -> None:
     async def scenario() -> tuple[float, BindingGate]:
         gate = BindingGate(0.05, time.monotonic)
