@@ -28,8 +28,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gpuextender.extender.flags import build_config
-from gpuextender.extender.model.bad_request import BadRequest
 from gpuextender.extender.model.pod_gpus import parse_count
+from gpuextender.extender.model.untrusted import InvalidInput
 from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.scheduler import wire
 from gpuextender.extender.scheduler.http_api import SchedulerApi
@@ -70,7 +70,7 @@ def loop_hold_ms(api: SchedulerApi, verb: str, body: bytes, repeat: int) -> tupl
             )
             wire.encode(decide(args))
             outcome = "200"
-        except BadRequest as exc:
+        except InvalidInput as exc:
             outcome = f"400 {exc.code}"
         best = min(best, time.perf_counter() - t0)
     return best * 1000, outcome
@@ -136,7 +136,7 @@ def report(repeat: int = 5) -> list[str]:
         t0 = time.perf_counter()
         try:
             parse_count(value, "x")
-        except BadRequest as exc:
+        except InvalidInput as exc:
             outcome = exc.code
         print(f"  {value[:12]!r:<16} {1e6 * (time.perf_counter() - t0):8.1f} us -> {outcome}")
     return lines

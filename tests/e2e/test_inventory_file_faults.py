@@ -74,7 +74,7 @@ def test_a_truncated_node_file_keeps_the_nodes_until_it_is_removed(tmp_path: Pat
         assert post_json(url(ext, "/filter"), ome_pod_filter()) == (200, before)
 
         nodes.write_text("hello\n")  # parses, as a scalar
-        wait_until("the scalar noticed", lambda: "is a str ('hello'), not a Kubernetes object" in ext.log())
+        wait_until("the scalar noticed", lambda: "is str 'hello', not a Kubernetes object" in ext.log())
         assert node_count(ext) == len(NODES)
         assert post_json(url(ext, "/filter"), ome_pod_filter()) == (200, before)
         assert ext.log().count(f"{nodes} is empty") == 1  # once per change, not once per poll

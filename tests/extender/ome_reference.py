@@ -17,8 +17,6 @@ from typing import Any
 from gpuextender.extender.decide.class_policy import (
     ClassRanking,
     Constraints,
-    _obj,
-    _str,
     dedupe,
     parse_constraints,
     rank_classes,
@@ -59,15 +57,18 @@ from gpuextender.extender.model.ome.ome_objects import (
     KIND_SERVING_RUNTIME,
     BaseModel,
     InferenceService,
-    InvalidObject,
     ModelFormat,
     ModelFramework,
     ServingRuntime,
     SupportedModelFormat,
+    describe_object,
     parse_base_model,
     parse_inference_service,
     parse_serving_runtime,
 )
+from gpuextender.extender.model.untrusted import Fields
+
+_FIELDS = Fields(code="invalid_selector")
 
 
 # ---- from gpuextender.extender.decide.class_policy ----------------------------------------
@@ -109,26 +110,26 @@ class ClassRequest:
 def resolve_class_request(isvc: Mapping[str, Any], component: str) -> ClassRequest:
     """Read the explicit class, policy and constraints for `component` from an InferenceService.
 
-    Raises ValueError for an unknown component and InvalidAcceleratorSelector for fields of
+    Raises ValueError for an unknown component and InvalidInput for fields of
     the wrong type.
     """
     if component not in COMPONENTS:
         raise ValueError(f"unknown component {component!r} (expected one of {', '.join(COMPONENTS)})")
     if component == ROUTER:
         return ClassRequest(component, uses_accelerator=False)
-    obj = _obj(isvc, "(InferenceService)") or {}
-    spec = _obj(obj.get("spec"), "spec") or {}
-    comp = _obj(spec.get(component), f"spec.{component}") or {}
+    obj = _FIELDS.mapping(isvc, "(InferenceService)") or {}
+    spec = _FIELDS.mapping(obj.get("spec"), "spec") or {}
+    comp = _FIELDS.mapping(spec.get(component), f"spec.{component}") or {}
     opath = f"spec.{component}.acceleratorOverride"
-    override = _obj(comp.get("acceleratorOverride"), opath) or {}
+    override = _FIELDS.mapping(comp.get("acceleratorOverride"), opath) or {}
     spath = "spec.acceleratorSelector"
-    selector = _obj(spec.get("acceleratorSelector"), spath) or {}
+    selector = _FIELDS.mapping(spec.get("acceleratorSelector"), spath) or {}
 
     # Name: OME takes the first *non-nil* pointer, so an override with "" masks the isvc name.
     explicit: str | None = None
     explicit_source: str | None = None
     for path, holder in ((opath, override), (spath, selector)):
-        name = _str(holder.get("acceleratorClass"), f"{path}.acceleratorClass")
+        name = _FIELDS.string(holder.get("acceleratorClass"), f"{path}.acceleratorClass")
         if name is not None:
             if name:
                 explicit, explicit_source = name, f"{path}.acceleratorClass"
@@ -138,7 +139,7 @@ def resolve_class_request(isvc: Mapping[str, Any], component: str) -> ClassReque
     policy: str | None = None
     policy_source: str | None = None
     for path, holder in ((opath, override), (spath, selector)):
-        p = _str(holder.get("policy"), f"{path}.policy")
+        p = _FIELDS.string(holder.get("policy"), f"{path}.policy")
         if p:
             policy, policy_source = p, f"{path}.policy"
             break
@@ -146,7 +147,7 @@ def resolve_class_request(isvc: Mapping[str, Any], component: str) -> ClassReque
     constraints = parse_constraints(selector.get("constraints"), f"{spath}.constraints")
     ignored = None
     if override.get("constraints") is not None:
-        _obj(override.get("constraints"), f"{opath}.constraints")
+        _FIELDS.mapping(override.get("constraints"), f"{opath}.constraints")
         ignored = f"{opath}.constraints"
     return ClassRequest(
         component=component,
@@ -468,7 +469,7 @@ def classify_nodes(
 
 
 def parse_ome_object(obj: Any, *, crd_defaults: bool = True) -> ServingRuntime | BaseModel | InferenceService:
-    """Dispatch on `kind`; raises InvalidObject for an unknown kind or a malformed object."""
+    """Dispatch on `kind`; raises InvalidInput for an unknown kind or a malformed object."""
     kind = obj.get("kind") if isinstance(obj, Mapping) else None
     if kind in (KIND_SERVING_RUNTIME, KIND_CLUSTER_SERVING_RUNTIME):
         return parse_serving_runtime(obj, crd_defaults=crd_defaults)
@@ -479,10 +480,9 @@ def parse_ome_object(obj: Any, *, crd_defaults: bool = True) -> ServingRuntime |
     meta = obj.get("metadata") if isinstance(obj, Mapping) else None
     name = meta.get("name") if isinstance(meta, Mapping) else None
     namespace = meta.get("namespace") if isinstance(meta, Mapping) else None
-    raise InvalidObject(
+    subject = describe_object(
         str(kind),
         namespace if isinstance(namespace, str) else None,
         name if isinstance(name, str) else None,
-        "kind",
-        f"not an OME kind this module reads: {kind!r}",
     )
+    Fields(subject, code="invalid_object").fail("kind", f"not an OME kind this module reads: {kind!r}")

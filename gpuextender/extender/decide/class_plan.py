@@ -36,7 +36,6 @@ from gpuextender.extender.decide import reasons, whole_gpus
 from gpuextender.extender.decide.class_policy import (
     ClassRanking,
     Constraints,
-    InvalidAcceleratorSelector,
     NoClass,
     parse_constraints,
     rank_classes,
@@ -47,7 +46,7 @@ from gpuextender.extender.decide.snapshot import Candidates, Snapshot
 from gpuextender.extender.model.kube_objects import CLUSTER_SERVING_RUNTIME, INFERENCE_SERVICE, SERVING_RUNTIME
 from gpuextender.extender.model.ome.accelerator_class import AcceleratorClass
 from gpuextender.extender.model.ome.pod_intent import PodIdentity, class_intent
-from gpuextender.extender.model.untrusted import object_at
+from gpuextender.extender.model.untrusted import InvalidInput, object_at
 from gpuextender.extender.state.inventory_view import InventoryView
 from gpuextender.extender.state.live_classes import ClassesByNode
 
@@ -146,7 +145,7 @@ def _class_plan(
     selector = object_at(spec, "acceleratorSelector")
     try:
         constraints = parse_constraints(selector.get("constraints"), "spec.acceleratorSelector.constraints")
-    except InvalidAcceleratorSelector as exc:
+    except InvalidInput as exc:
         log.warning("InferenceService %s: constraints ignored: %s", isvc_key, exc)
         constraints = None
 

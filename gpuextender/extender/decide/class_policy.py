@@ -88,6 +88,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuextender.extender.model.ome.accelerator_class import AcceleratorClass, parse_compute_capability
+from gpuextender.extender.model.untrusted import Fields
 
 
 class ClassPolicy(enum.StrEnum):
@@ -106,15 +107,6 @@ _TIERS = {"low": 1, "medium": 2, "high": 3}
 _TIER_DEFAULT = 2
 
 
-class InvalidAcceleratorSelector(ValueError):
-    """An InferenceService accelerator field of the wrong type; the message gives its path."""
-
-    def __init__(self, path: str, problem: str) -> None:
-        self.path = path
-        self.problem = problem
-        super().__init__(f"{path}: {problem}")
-
-
 @dataclass(frozen=True, slots=True)
 class Constraints:
     """`AcceleratorConstraints` (§4.1). Memory figures are GB as OME means them (GiB)."""
@@ -129,57 +121,29 @@ class Constraints:
     preferred_precisions: tuple[str, ...] = ()
 
 
-def _int(value: Any, path: str) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, float) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidAcceleratorSelector(path, f"expected an integer, got {value!r}")
-    return value
-
-
-def _str(value: Any, path: str) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise InvalidAcceleratorSelector(path, f"expected a string, got {type(value).__name__}")
-    return value
-
-
-def _strs(value: Any, path: str) -> tuple[str, ...]:
-    if value is None:
-        return ()
-    if not isinstance(value, list):
-        raise InvalidAcceleratorSelector(path, f"expected a list, got {type(value).__name__}")
-    for i, item in enumerate(value):
-        if not isinstance(item, str):
-            raise InvalidAcceleratorSelector(f"{path}[{i}]", f"expected a string, got {type(item).__name__}")
-    return tuple(value)
-
-
-def _obj(value: Any, path: str) -> Mapping[str, Any] | None:
-    if value is None:
-        return None
-    if not isinstance(value, Mapping):
-        raise InvalidAcceleratorSelector(path, f"expected an object, got {type(value).__name__}")
-    return value
+# InferenceService accelerator fields: refused as InvalidInput with their path (no subject: the
+# caller says which InferenceService).
+_FIELDS = Fields(code="invalid_selector")
 
 
 def parse_constraints(raw: Any, path: str = "constraints") -> Constraints | None:
     """`AcceleratorConstraints` from its JSON form; None when absent."""
-    m = _obj(raw, path)
+    m = _FIELDS.mapping(raw, path)
     if m is None:
         return None
+
+    def whole(key: str) -> int | None:
+        return _FIELDS.integer(m.get(key), f"{path}.{key}", whole_floats=True)
+
     return Constraints(
-        min_memory=_int(m.get("minMemory"), f"{path}.minMemory"),
-        max_memory=_int(m.get("maxMemory"), f"{path}.maxMemory"),
-        min_compute_tflops=_int(m.get("minComputePerformanceTFLOPS"), f"{path}.minComputePerformanceTFLOPS"),
-        min_architecture_version=_str(m.get("minArchitectureVersion"), f"{path}.minArchitectureVersion"),
-        required_features=_strs(m.get("requiredFeatures"), f"{path}.requiredFeatures"),
-        excluded_classes=_strs(m.get("excludedClasses"), f"{path}.excludedClasses"),
-        architecture_families=_strs(m.get("architectureFamilies"), f"{path}.architectureFamilies"),
-        preferred_precisions=_strs(m.get("preferredPrecisions"), f"{path}.preferredPrecisions"),
+        min_memory=whole("minMemory"),
+        max_memory=whole("maxMemory"),
+        min_compute_tflops=whole("minComputePerformanceTFLOPS"),
+        min_architecture_version=_FIELDS.string(m.get("minArchitectureVersion"), f"{path}.minArchitectureVersion"),
+        required_features=_FIELDS.strings(m.get("requiredFeatures"), f"{path}.requiredFeatures") or (),
+        excluded_classes=_FIELDS.strings(m.get("excludedClasses"), f"{path}.excludedClasses") or (),
+        architecture_families=_FIELDS.strings(m.get("architectureFamilies"), f"{path}.architectureFamilies") or (),
+        preferred_precisions=_FIELDS.strings(m.get("preferredPrecisions"), f"{path}.preferredPrecisions") or (),
     )
 
 

@@ -33,6 +33,7 @@ from typing import Any
 import yaml
 
 from gpuextender.extender.model.kube_objects import KIND_BY_NAME, POD, InventorySink, KubeObject
+from gpuextender.extender.model.untrusted import InvalidInput, described
 
 log = logging.getLogger("gpu_extender.inventory")
 
@@ -41,10 +42,6 @@ _SUFFIXES = (".yaml", ".yml", ".json")
 
 class InventoryPathError(ValueError):
     """The inventory path itself is unusable (missing)."""
-
-
-class _Unusable(Exception):
-    """The file holds no inventory right now; the message says why (after the file's name)."""
 
 
 @dataclass(slots=True)
@@ -102,7 +99,7 @@ class FileInventorySource:
                 continue
             try:
                 objects = _read_objects(path, self._kinds)
-            except _Unusable as exc:
+            except InvalidInput as exc:
                 self._keep(path, signature, state, str(exc))
                 continue
             self._files[path] = _FileState(signature, objects)
@@ -145,13 +142,13 @@ class FileInventorySource:
 
 
 def _read_objects(path: Path, kinds: set[str]) -> list[KubeObject]:
-    """The objects of `kinds`; raises `_Unusable` for a file that is not inventory as a whole."""
+    """The objects of `kinds`; raises InvalidInput for a file that is not inventory as a whole."""
     try:
         documents = list(yaml.safe_load_all(path.read_text()))
     except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        raise _Unusable(f"does not parse: {exc}") from None
+        raise InvalidInput("unusable_file", f"does not parse: {exc}") from None
     if all(d is None for d in documents):  # 0 bytes, whitespace, comments, empty `---` sections
-        raise _Unusable("is empty (no YAML document)")
+        raise InvalidInput("unusable_file", "is empty (no YAML document)")
     objects: list[KubeObject] = []
     for number, document in enumerate(documents):
         if document is None:
@@ -180,7 +177,9 @@ def _unwrap(document: Any, number: int) -> list[dict[str, Any]]:
         return [document]
     items = document.get("items") or []
     if not isinstance(items, list):
-        raise _Unusable(f"document {number} ({document['kind']}): items is {_what(items)}, not a list")
+        raise InvalidInput(
+            "unusable_file", f"document {number} ({document['kind']}): items is {described(items)}, not a list"
+        )
     for index, item in enumerate(items):
         _check_object(item, f"document {number} ({document['kind']}) item {index}")
     return items
@@ -188,13 +187,6 @@ def _unwrap(document: Any, number: int) -> list[dict[str, Any]]:
 
 def _check_object(value: Any, where: str) -> None:
     if not isinstance(value, dict):
-        raise _Unusable(f"{where} is {_what(value)}, not a Kubernetes object")
+        raise InvalidInput("unusable_file", f"{where} is {described(value)}, not a Kubernetes object")
     if not isinstance(value.get("kind"), str) or not value["kind"]:
-        raise _Unusable(f"{where} has no kind, so it is not a Kubernetes object")
-
-
-def _what(value: Any) -> str:
-    """`a str ('hello')`, `a list`: enough to recognise the content in a log line."""
-    if isinstance(value, (dict, list)):
-        return f"a {type(value).__name__}"
-    return f"a {type(value).__name__} ({value!r:.40})"
+        raise InvalidInput("unusable_file", f"{where} has no kind, so it is not a Kubernetes object")

@@ -18,9 +18,8 @@ from collections.abc import Mapping, Sequence
 from decimal import Context, Decimal, Inexact, InvalidOperation, Overflow
 from typing import Any
 
-from gpuextender.extender.model.bad_request import BadRequest, shown
 from gpuextender.extender.model.quantity import BINARY_SI, DECIMAL_SI, QUANTITY
-from gpuextender.extender.model.untrusted import object_at
+from gpuextender.extender.model.untrusted import Fields, InvalidInput, object_at, shown
 
 MAX_GPU_COUNT = 2**31  # per quantity, per Node and per pod (all its containers); inclusive
 MAX_QUANTITY_CHARS = 64  # a real GPU quantity is a few characters ("8", "2k"); inclusive
@@ -34,51 +33,50 @@ _EXACT = Context(prec=200, Emax=999, Emin=-999, traps=[InvalidOperation, Overflo
 def parse_count(value: Any, where: str) -> int:
     """A Kubernetes quantity that must be a whole count in [0, 2**31] (e.g. "2", 2, "2000m")."""
     if isinstance(value, bool):
-        raise BadRequest("wrong_type", f"{where}: expected a quantity, got {value!r}")
+        raise InvalidInput("wrong_type", f"{where}: expected a quantity, got {value!r}")
     if isinstance(value, int):
         amount: int | Decimal = value
     elif isinstance(value, str):
         amount = _parse_quantity(value, where)
     else:
-        raise BadRequest("bad_quantity", f"{where}: {shown(value)} is not a Kubernetes quantity")
+        raise InvalidInput("bad_quantity", f"{where}: {shown(value)} is not a Kubernetes quantity")
     if amount < 0 or amount != int(amount):  # int() is cheap: _parse_quantity bounded the value
-        raise BadRequest("bad_quantity", f"{where}: {shown(value)} is not a whole, non-negative number of devices")
+        raise InvalidInput("bad_quantity", f"{where}: {shown(value)} is not a whole, non-negative number of devices")
     if amount > MAX_GPU_COUNT:
-        raise BadRequest("too_many_gpus", f"{where}: {shown(value)} is more than {MAX_GPU_COUNT} (2**31) devices")
+        raise InvalidInput("too_many_gpus", f"{where}: {shown(value)} is more than {MAX_GPU_COUNT} (2**31) devices")
     return int(amount)
 
 
 def _parse_quantity(text: str, where: str) -> Decimal:
     """The exact value of `text`, refused before any arithmetic when it cannot be a GPU count."""
     if len(text) > MAX_QUANTITY_CHARS:
-        raise BadRequest("bad_quantity", f"{where}: {shown(text)} is longer than {MAX_QUANTITY_CHARS} characters")
+        raise InvalidInput("bad_quantity", f"{where}: {shown(text)} is longer than {MAX_QUANTITY_CHARS} characters")
     m = QUANTITY.fullmatch(text.strip())  # the grammar: model/quantity.py
     if m is None:
-        raise BadRequest("bad_quantity", f"{where}: {shown(text)} is not a Kubernetes quantity")
+        raise InvalidInput("bad_quantity", f"{where}: {shown(text)} is not a Kubernetes quantity")
     number, suffix = m.groups()
     if suffix is None or suffix in DECIMAL_SI or suffix in BINARY_SI:
         scale = DECIMAL_SI.get(suffix or "", 0)
     else:  # a decimal exponent, "e3"
         scale = int(suffix[1:])  # <= 63 digits: cheap
     if abs(scale) > MAX_EXPONENT:
-        raise BadRequest("bad_quantity", f"{where}: {shown(text)} has an exponent beyond +-{MAX_EXPONENT}")
+        raise InvalidInput("bad_quantity", f"{where}: {shown(text)} has an exponent beyond +-{MAX_EXPONENT}")
     try:
         amount = Decimal(number).scaleb(scale, _EXACT)
         if suffix in BINARY_SI:
             amount = _EXACT.multiply(amount, BINARY_SI[suffix])
     except ArithmeticError:  # unreachable within the bounds above; refused rather than a 500
-        raise BadRequest("bad_quantity", f"{where}: {shown(text)} is not a quantity") from None
+        raise InvalidInput("bad_quantity", f"{where}: {shown(text)} is not a quantity") from None
     if amount > MAX_GPU_COUNT:  # before int(): never build a big integer
-        raise BadRequest("too_many_gpus", f"{where}: {shown(text)} is more than {MAX_GPU_COUNT} (2**31) devices")
+        raise InvalidInput("too_many_gpus", f"{where}: {shown(text)} is more than {MAX_GPU_COUNT} (2**31) devices")
     return amount
 
 
+_POD = Fields(code="wrong_type")  # paths name the field from the Pod down: "Pod.spec.containers[0]"
+
+
 def _object(value: Any, where: str) -> Mapping[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise BadRequest("wrong_type", f"{where}: expected an object, got {type(value).__name__}")
-    return value
+    return _POD.mapping(value, where) or {}
 
 
 def _container_gpus(container: Any, where: str, resources: Sequence[str]) -> int:
@@ -96,19 +94,14 @@ def _container_gpus(container: Any, where: str, resources: Sequence[str]) -> int
 
 
 def _containers(spec: Mapping[str, Any], key: str) -> list[Any]:
-    value = spec.get(key)
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise BadRequest("wrong_type", f"Pod.spec.{key}: expected a list, got {type(value).__name__}")
-    return value
+    return _POD.items(spec.get(key), f"Pod.spec.{key}")
 
 
 def gpus_requested(pod: Mapping[str, Any], resources: Sequence[str]) -> int:
     spec = _object(pod.get("spec"), "Pod.spec")
     containers, init_containers = _containers(spec, "containers"), _containers(spec, "initContainers")
     if len(containers) + len(init_containers) > MAX_CONTAINERS:
-        raise BadRequest(
+        raise InvalidInput(
             "too_many_containers",
             f"Pod has {len(containers) + len(init_containers)} containers "
             f"and initContainers; at most {MAX_CONTAINERS} are read",
@@ -125,7 +118,7 @@ def gpus_requested(pod: Mapping[str, Any], resources: Sequence[str]) -> int:
             init_peak = max(init_peak, sidecars + amount)
     needed = max(main + sidecars, init_peak)
     if needed > MAX_GPU_COUNT:
-        raise BadRequest("too_many_gpus", f"Pod needs {needed} devices in total; at most {MAX_GPU_COUNT} (2**31)")
+        raise InvalidInput("too_many_gpus", f"Pod needs {needed} devices in total; at most {MAX_GPU_COUNT} (2**31)")
     return needed
 
 

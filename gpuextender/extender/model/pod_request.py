@@ -13,10 +13,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from gpuextender.extender.model.bad_request import shown
 from gpuextender.extender.model.ome.pod_intent import PodIdentity, pod_identity
 from gpuextender.extender.model.pod_gpus import MigNeed, gpus_requested, mig_profile, pod_ref, whole_gpu_resources
-from gpuextender.extender.model.untrusted import object_at
+from gpuextender.extender.model.untrusted import object_at, shown
 
 log = logging.getLogger("gpu_extender.http")
 
@@ -35,7 +34,7 @@ class PodRequest:
 
 
 def read_pod(pod: dict[str, Any], gpu_resources: Sequence[str], default_strategy: str, random_seed: str) -> PodRequest:
-    """Raises BadRequest for a pod the extender refuses (bad quantities, too many containers)."""
+    """Raises InvalidInput for a pod the extender refuses (bad quantities, too many containers)."""
     ref = pod_ref(pod)
     meta = object_at(pod, "metadata")
     strategy = object_at(meta, "annotations").get(STRATEGY_ANNOTATION, default_strategy)

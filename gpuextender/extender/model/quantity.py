@@ -33,7 +33,7 @@ import math
 import re
 from decimal import ROUND_UP, Decimal, InvalidOperation
 
-from gpuextender.extender.model.bad_request import shown
+from gpuextender.extender.model.untrusted import InvalidInput, described, shown
 
 # The grammar, for every reader of quantities (pod GPU counts in model/pod_gpus.py too): a signed
 # number, then at most ONE of a binary SI suffix, a decimal SI suffix or a decimal exponent. Group 1:
@@ -55,29 +55,29 @@ _LIMIT = Decimal(2**63)
 _MAX_EXPONENT = 40
 
 
-class QuantityError(ValueError):
-    """The value is not a Kubernetes quantity (the message says why)."""
+def _refused(problem: str) -> InvalidInput:
+    return InvalidInput("bad_quantity", problem)
 
 
 def parse_quantity(value: object) -> Decimal:
     """The exact value of a Kubernetes quantity given as a string or a JSON number."""
     if isinstance(value, bool):  # bool is an int in Python; never a quantity
-        raise QuantityError(f"{shown(value)} is not a quantity")
+        raise _refused(f"{shown(value)} is not a quantity")
     if isinstance(value, int):
         amount = Decimal(value)
     elif isinstance(value, float):
         if not math.isfinite(value):
-            raise QuantityError(f"{shown(value)} is not a quantity")
+            raise _refused(f"{shown(value)} is not a quantity")
         amount = Decimal(repr(value))  # the JSON text: 2.21 -> Decimal("2.21"), not the binary float
     elif isinstance(value, str):
         m = QUANTITY.fullmatch(value)
         if m is None:
-            raise QuantityError(f"{shown(value)} is not a Kubernetes quantity")
+            raise _refused(f"{shown(value)} is not a Kubernetes quantity")
         number, suffix = m.group(1), m.group(2) or ""
         try:
             amount = Decimal(number)
         except InvalidOperation:  # pragma: no cover - the regex only admits valid decimals
-            raise QuantityError(f"{shown(value)} is not a Kubernetes quantity") from None
+            raise _refused(f"{shown(value)} is not a Kubernetes quantity") from None
         if suffix in _SUFFIX:
             amount *= _SUFFIX[suffix]
         elif suffix:  # a decimal exponent: "e3", "E-2"
@@ -85,15 +85,15 @@ def parse_quantity(value: object) -> Decimal:
             # (ValueError) past 4,300 characters, and no exponent of more than two digits is in range.
             digits = suffix[1:].lstrip("+-").lstrip("0") or "0"
             if len(digits) > 2:
-                raise QuantityError(f"{shown(value)} is out of range")
+                raise _refused(f"{shown(value)} is out of range")
             exponent = -int(digits) if suffix[1] == "-" else int(digits)
             if abs(exponent) > _MAX_EXPONENT:
-                raise QuantityError(f"{shown(value)} is out of range")
+                raise _refused(f"{shown(value)} is out of range")
             amount = amount.scaleb(exponent)
     else:
-        raise QuantityError(f"expected a quantity (string or number), got {type(value).__name__}")
+        raise _refused(f"expected a quantity (string or number), got {described(value)}")
     if abs(amount) >= _LIMIT:
-        raise QuantityError(f"{shown(value)} is out of range")
+        raise _refused(f"{shown(value)} is out of range")
     return amount
 
 

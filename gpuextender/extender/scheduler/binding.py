@@ -15,9 +15,9 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from gpuextender.extender.model.bad_request import BadRequest
 from gpuextender.extender.model.pod_gpus import gpus_requested
 from gpuextender.extender.model.pod_request import PodRequest
+from gpuextender.extender.model.untrusted import InvalidInput
 from gpuextender.extender.scheduler.binding_gate import SCHEDULER_COUNTS, BindingGate
 from gpuextender.extender.scheduler.wire import BindingArgs, binding_result
 from gpuextender.extender.state.freshness import is_fresh
@@ -72,7 +72,7 @@ class Bindings:
             return
         try:
             need = gpus_requested(pod, whole_resources)
-        except BadRequest:
+        except InvalidInput:
             return  # the decision refuses it with the reason
 
         def idle_of(node: str) -> int | None:

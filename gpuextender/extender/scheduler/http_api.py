@@ -20,9 +20,9 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gpuextender.extender.decide.explain import explain as explain_decision
-from gpuextender.extender.model.bad_request import BadRequest
-from gpuextender.extender.model.bad_request import shown as shown_value
 from gpuextender.extender.model.pod_gpus import whole_gpu_resources
+from gpuextender.extender.model.untrusted import InvalidInput
+from gpuextender.extender.model.untrusted import shown as shown_value
 from gpuextender.extender.observe.bindings import BindingsCollector
 from gpuextender.extender.observe.bound_pods import BoundPodsCollector
 from gpuextender.extender.observe.live_classes import LiveClassesCollector
@@ -290,7 +290,7 @@ def build_app(api: SchedulerApi, pages: PageRoutes | None = None) -> web.Applica
             try:
                 body = await _read_body(request, settings)
                 response = _json(await respond(body))
-            except BadRequest as exc:
+            except InvalidInput as exc:
                 response = refuse(verb, request, 400, exc.code, exc.message)
             except _Refused as exc:
                 response = refuse(verb, request, exc.status, exc.code, exc.message)

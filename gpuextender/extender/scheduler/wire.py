@@ -26,9 +26,9 @@ from typing import Any
 import orjson
 
 from gpuextender.extender.decide.filter_outcome import FilterOutcome
-from gpuextender.extender.model.bad_request import BadRequest, shown
 from gpuextender.extender.model.pod_gpus import MAX_GPU_COUNT, parse_count
 from gpuextender.extender.model.pod_key import pod_key
+from gpuextender.extender.model.untrusted import Fields, InvalidInput, described, shown
 from gpuextender.extender.settings import MAX_CANDIDATES
 
 # /explain, a person's tool, costs ~6 us per name: it takes at most this many (~30 ms).
@@ -68,28 +68,31 @@ class ExtenderArgs:
 def _allocatable_gpus(node: dict[str, Any], i: int, gpu_resources: Sequence[str]) -> int | None:
     status = node.get("status")
     allocatable = status.get("allocatable") if isinstance(status, dict) else None
-    if not isinstance(allocatable, dict):
+    if not isinstance(allocatable, dict):  # absent: unknown; {}: none of any resource
         return None
     present = [name for name in gpu_resources if name in allocatable]
     if not present:
         return 0  # a Node object that lists no GPU resource has none
     total = sum(parse_count(allocatable[n], f"Nodes.items[{i}].status.allocatable[{n}]") for n in present)
     if total > MAX_GPU_COUNT:
-        raise BadRequest(
+        raise InvalidInput(
             "too_many_gpus",
             f"Nodes.items[{i}] has {total} allocatable devices in total; at most {MAX_GPU_COUNT} (2**31)",
         )
     return total
 
 
+_ARGS = Fields("ExtenderArgs")
+
+
 def _top_level(document: Any) -> dict[str, Any]:
     if not isinstance(document, dict):
-        raise BadRequest("wrong_type", f"body must be a JSON object (ExtenderArgs), got {type(document).__name__}")
+        raise InvalidInput("wrong_type", f"body must be a JSON object (ExtenderArgs), got {described(document)}")
     lowered: dict[str, Any] = {}
     for key, value in document.items():
         low = key.lower()
         if low in lowered:
-            raise BadRequest("duplicate_key", f"key {shown(key)} appears twice (keys are case-insensitive)")
+            raise InvalidInput("duplicate_key", f"key {shown(key)} appears twice (keys are case-insensitive)")
         lowered[low] = value
     return lowered
 
@@ -106,7 +109,7 @@ def parse_extender_args(
     candidates is the question "which of all the nodes you know?" (both fields stay None)."""
     # '{' and '[' inside strings count too: an over-estimate, checked at C speed.
     if max_containers is not None and (count := body.count(b"{") + body.count(b"[")) > max_containers:
-        raise BadRequest(
+        raise InvalidInput(
             "too_complex",
             f"body has {count} '{{' and '[' (JSON objects and arrays); at most "
             f"{max_containers}, one per {BYTES_PER_CONTAINER} bytes of --max-body-bytes",
@@ -114,45 +117,43 @@ def parse_extender_args(
     try:
         document = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        raise BadRequest("malformed_json", f"body is not valid JSON: {exc}") from None
+        raise InvalidInput("malformed_json", f"body is not valid JSON: {exc}") from None
     top = _top_level(document)
     pod = top.get("pod")
     if pod is None:
-        raise BadRequest("missing_pod", "ExtenderArgs has no Pod")
-    if not isinstance(pod, dict):
-        raise BadRequest("wrong_type", f"Pod must be an object, got {type(pod).__name__}")
+        raise InvalidInput("missing_pod", "ExtenderArgs has no Pod")
+    _ARGS.mapping(pod, "Pod")
 
     node_names = top.get("nodenames")
     if node_names is not None:
         _check_candidates("NodeNames", node_names, max_candidates)
         # C-speed checks: this runs over every candidate name of every call.
         if not set(map(type, node_names)) <= {str} or "" in node_names:
-            raise BadRequest("wrong_type", "NodeNames must be a list of non-empty strings")
+            raise InvalidInput("wrong_type", "NodeNames must be a list of non-empty strings")
 
     nodes = None
     nodes_metadata: Any = None
     node_list = top.get("nodes")
     if node_list is not None:
         if not isinstance(node_list, dict) or not isinstance(node_list.get("items"), list):
-            raise BadRequest("wrong_type", "Nodes must be a NodeList object with an items list")
+            raise InvalidInput("wrong_type", "Nodes must be a NodeList object with an items list")
         nodes = node_list["items"]
         _check_candidates("Nodes.items", nodes, max_candidates)
         nodes_metadata = node_list.get("metadata", {})
         for i, node in enumerate(nodes):
             meta = node.get("metadata") if isinstance(node, dict) else None
             if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
-                raise BadRequest("wrong_type", f"Nodes.items[{i}] has no metadata.name")
+                raise InvalidInput("wrong_type", f"Nodes.items[{i}] has no metadata.name")
         _check_echoable(nodes_metadata, nodes)
     if node_names is None and nodes is None and not nodes_optional:
-        raise BadRequest("missing_nodes", "ExtenderArgs has neither NodeNames nor Nodes")
+        raise InvalidInput("missing_nodes", "ExtenderArgs has neither NodeNames nor Nodes")
     return ExtenderArgs(pod=pod, node_names=node_names, nodes=nodes, nodes_metadata=nodes_metadata)
 
 
 def _check_candidates(field: str, value: Any, max_candidates: int) -> None:
-    if not isinstance(value, list):
-        raise BadRequest("wrong_type", f"{field} must be a list, got {type(value).__name__}")
+    _ARGS.items(value, field)
     if len(value) > max_candidates:
-        raise BadRequest(
+        raise InvalidInput(
             "too_many_nodes",
             f"{field} has {len(value)} candidate nodes; at most {max_candidates} per call (--max-candidates)",
         )
@@ -165,7 +166,7 @@ def _check_echoable(metadata: Any, items: list[Any]) -> None:
     try:
         orjson.dumps({"Nodes": {"metadata": metadata, "items": items}})
     except orjson.JSONEncodeError as exc:
-        raise BadRequest(
+        raise InvalidInput(
             "too_deep", f"Nodes cannot be echoed in the answer: {exc} (JSON nested deeper than 254 levels)"
         ) from None
 
@@ -230,17 +231,17 @@ def parse_binding_args(body: bytes) -> BindingArgs:
     try:
         document = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
-        raise BadRequest("malformed_json", f"body is not valid JSON: {exc}") from None
+        raise InvalidInput("malformed_json", f"body is not valid JSON: {exc}") from None
     top = _top_level(document)
     values = []
     for field_name in ("PodName", "PodNamespace", "PodUID", "Node"):
         value = top.get(field_name.lower())
         if not isinstance(value, str) or not value:
-            raise BadRequest(
+            raise InvalidInput(
                 "missing_field", f"ExtenderBindingArgs.{field_name} must be a non-empty string, got {shown(value)}"
             )
         if len(value) > MAX_BIND_FIELD_CHARS:
-            raise BadRequest(
+            raise InvalidInput(
                 "too_long",
                 f"ExtenderBindingArgs.{field_name} is {len(value)} characters; at most {MAX_BIND_FIELD_CHARS}",
             )

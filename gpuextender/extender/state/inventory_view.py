@@ -13,7 +13,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpuextender.extender.model.bad_request import BadRequest
 from gpuextender.extender.model.kube_objects import (
     ACCELERATOR_CLASS,
     BASE_MODEL,
@@ -27,7 +26,6 @@ from gpuextender.extender.model.kube_objects import (
 )
 from gpuextender.extender.model.ome.accelerator_class import (
     AcceleratorClass,
-    InvalidAcceleratorClass,
     parse_accelerator_class,
 )
 from gpuextender.extender.model.ome.node_class import (
@@ -39,14 +37,13 @@ from gpuextender.extender.model.ome.node_class import (
 from gpuextender.extender.model.ome.ome_objects import (
     BaseModel,
     InferenceService,
-    InvalidObject,
     ServingRuntime,
     parse_base_model,
     parse_inference_service,
     parse_serving_runtime,
 )
 from gpuextender.extender.model.pod_gpus import parse_count
-from gpuextender.extender.model.untrusted import object_at
+from gpuextender.extender.model.untrusted import InvalidInput, object_at
 from gpuextender.extender.state.inventory_store import InventoryStore
 
 log = logging.getLogger("gpu_extender.inventory")
@@ -177,7 +174,7 @@ class ViewBuilder:
             else:
                 try:
                     result = _parse_node(node, self._gpu_resources)
-                except BadRequest as exc:
+                except InvalidInput as exc:
                     invalid[NODE.kind] = invalid.get(NODE.kind, 0) + 1
                     self._invalid(NODE.kind, node, exc.message)
                     continue
@@ -191,7 +188,7 @@ class ViewBuilder:
         for obj in self._store.objects(ACCELERATOR_CLASS.kind):
             try:
                 accelerator_class = parse_accelerator_class(obj)
-            except InvalidAcceleratorClass as exc:
+            except InvalidInput as exc:
                 invalid[ACCELERATOR_CLASS.kind] = invalid.get(ACCELERATOR_CLASS.kind, 0) + 1
                 self._invalid(ACCELERATOR_CLASS.kind, obj, str(exc))
                 continue
@@ -213,7 +210,7 @@ class ViewBuilder:
             for obj in self._store.objects(kind.kind):
                 try:
                     parsed.setdefault(kind.kind, []).append(parse(obj))
-                except InvalidObject as exc:
+                except InvalidInput as exc:
                     invalid[kind.kind] = invalid.get(kind.kind, 0) + 1
                     self._invalid(kind.kind, obj, str(exc))
                     continue
@@ -242,11 +239,11 @@ def _parse_node(obj: KubeObject, gpu_resources: Sequence[str]) -> tuple[str, int
     meta = object_at(obj, "metadata")
     name = meta.get("name")
     if not isinstance(name, str) or not name:
-        raise BadRequest("wrong_type", "metadata.name is missing")
+        raise InvalidInput("wrong_type", "metadata.name is missing")
     status = object_at(obj, "status")
     allocatable = object_at(status, "allocatable")
     gpus = sum(parse_count(allocatable[r], f"status.allocatable[{r}]") for r in gpu_resources if r in allocatable)
     raw_labels = meta.get("labels")
     if raw_labels is not None and not isinstance(raw_labels, dict):
-        raise BadRequest("wrong_type", "metadata.labels is not a map")
+        raise InvalidInput("wrong_type", "metadata.labels is not a map")
     return name, gpus, {str(k): str(v) for k, v in (raw_labels or {}).items()}

@@ -21,12 +21,11 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from gpuextender.extender.model.bad_request import BadRequest
 from gpuextender.extender.model.kube_objects import POD, KubeObject
 from gpuextender.extender.model.ome.pod_intent import INFERENCE_SERVICE_LABEL
 from gpuextender.extender.model.pod_gpus import MigNeed, gpus_requested, mig_profile, whole_gpu_resources
 from gpuextender.extender.model.pod_key import pod_key
-from gpuextender.extender.model.untrusted import object_at
+from gpuextender.extender.model.untrusted import InvalidInput, object_at
 
 log = logging.getLogger("gpu_extender.pods")
 
@@ -122,7 +121,7 @@ class PodLedger:
         try:
             gpus = gpus_requested(obj, self._whole) if self._whole else 0
             mig = tuple(sorted((p, n) for r, p in self._mig if (n := gpus_requested(obj, [r])) > 0))
-        except BadRequest as exc:
+        except InvalidInput as exc:
             self.invalid += 1
             log.warning(
                 "pod %s on %s: GPU request not counted: %s",

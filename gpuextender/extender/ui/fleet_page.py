@@ -37,7 +37,6 @@ import orjson
 import yaml
 from aiohttp import web
 
-from gpuextender.extender.model.bad_request import BadRequest, shown
 from gpuextender.extender.model.kube_objects import CLUSTER_SERVING_RUNTIME, SERVING_RUNTIME
 from gpuextender.extender.model.ome.pod_intent import (
     BASE_MODEL_LABEL,
@@ -47,7 +46,7 @@ from gpuextender.extender.model.ome.pod_intent import (
     RUNTIME_LABEL,
 )
 from gpuextender.extender.model.pod_request import STRATEGY_ANNOTATION
-from gpuextender.extender.model.untrusted import object_at
+from gpuextender.extender.model.untrusted import InvalidInput, object_at, shown
 from gpuextender.extender.scheduler.http_api import SchedulerApi, VerbHandler
 from gpuextender.extender.scheduler.wire import BYTES_PER_CONTAINER, ExtenderArgs
 from gpuextender.extender.state.inventory_view import InventoryView
@@ -170,40 +169,40 @@ class FleetCache:
 
 
 def load_one_object(body: bytes, max_nodes: int) -> dict[str, Any]:
-    """One YAML (or JSON) mapping. Refused with a BadRequest: not UTF-8, empty, several
+    """One YAML (or JSON) mapping. Refused with a InvalidInput: not UTF-8, empty, several
     documents, anchors/aliases (a few bytes of them can stand for millions of nodes), more
     than `max_nodes` nodes, malformed, or not a mapping."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError:
-        raise BadRequest("not_utf8", "the body is not UTF-8 text") from None
+        raise InvalidInput("not_utf8", "the body is not UTF-8 text") from None
     if not text.strip():
-        raise BadRequest("empty", "nothing to explain: paste a Pod or an InferenceService (YAML or JSON)")
+        raise InvalidInput("empty", "nothing to explain: paste a Pod or an InferenceService (YAML or JSON)")
     documents = nodes = 0
     try:
         for event in yaml.parse(text, Loader=_Loader):
             if isinstance(event, yaml.DocumentStartEvent):
                 documents += 1
                 if documents > 1:
-                    raise BadRequest(
+                    raise InvalidInput(
                         "multiple_documents",
                         "the YAML holds several documents ('---'): paste one Pod or one InferenceService",
                     )
             elif isinstance(event, yaml.AliasEvent):
-                raise BadRequest("yaml_alias", "YAML aliases (*name) are not accepted: write the values out")
+                raise InvalidInput("yaml_alias", "YAML aliases (*name) are not accepted: write the values out")
             elif isinstance(event, yaml.NodeEvent):
                 nodes += 1
                 if nodes > max_nodes:
-                    raise BadRequest(
+                    raise InvalidInput(
                         "too_complex",
                         f"the YAML has more than {max_nodes} values; a Pod or an InferenceService has far fewer",
                     )
         document = yaml.load(text, Loader=_Loader)
     except yaml.YAMLError as exc:
-        raise BadRequest("malformed_yaml", f"not valid YAML: {_yaml_problem(exc)}") from None
+        raise InvalidInput("malformed_yaml", f"not valid YAML: {_yaml_problem(exc)}") from None
     if not isinstance(document, dict):
         got = "nothing" if document is None else f"a {type(document).__name__}"
-        raise BadRequest("not_an_object", f"expected a Pod or an InferenceService (a YAML mapping), got {got}")
+        raise InvalidInput("not_an_object", f"expected a Pod or an InferenceService (a YAML mapping), got {got}")
     return document
 
 
@@ -227,7 +226,7 @@ def pod_to_explain(document: dict[str, Any], view: InventoryView) -> PodToExplai
     if kind == "InferenceService":
         return inference_service_pod(document, view)
     what = f"kind {shown(kind)}" if kind is not None else "no kind"
-    raise BadRequest(
+    raise InvalidInput(
         "not_a_pod", f"{what}: paste a Pod (kind: Pod) or an OME InferenceService (kind: InferenceService)"
     )
 
@@ -243,7 +242,7 @@ def inference_service_pod(isvc: dict[str, Any], view: InventoryView) -> PodToExp
     meta = object_at(isvc, "metadata")
     name = meta.get("name")
     if not isinstance(name, str) or not name:
-        raise BadRequest("missing_name", "the InferenceService has no metadata.name")
+        raise InvalidInput("missing_name", "the InferenceService has no metadata.name")
     namespace = _string(meta.get("namespace")) or "default"
     spec = object_at(isvc, "spec")
     engine, predictor = object_at(spec, "engine"), object_at(spec, "predictor")

@@ -9,7 +9,6 @@ import pytest
 from gpuextender.extender.decide.class_policy import (
     ClassPolicy,
     Constraints,
-    InvalidAcceleratorSelector,
     NoClass,
     Stage,
     best_fit_score,
@@ -19,6 +18,7 @@ from gpuextender.extender.decide.class_policy import (
     score_from_tflops,
 )
 from gpuextender.extender.model.ome.accelerator_class import AcceleratorClass, parse_accelerator_class
+from gpuextender.extender.model.untrusted import InvalidInput
 from tests.extender.ome_reference import ClassOutcome, ClassRequest, resolve_class_request, select_class
 
 
@@ -163,7 +163,7 @@ def test_parse_constraints() -> None:
     ],
 )
 def test_parse_constraints_errors_name_the_path(raw: Any, path: str) -> None:
-    with pytest.raises(InvalidAcceleratorSelector) as info:
+    with pytest.raises(InvalidInput) as info:
         parse_constraints(raw, "c")
     assert info.value.path == path
 
@@ -592,7 +592,7 @@ def test_router_gets_no_accelerator() -> None:
     ],
 )
 def test_resolve_rejects_wrong_types(obj: dict[str, Any], component: str, path: str) -> None:
-    with pytest.raises(InvalidAcceleratorSelector) as info:
+    with pytest.raises(InvalidInput) as info:
         resolve_class_request(obj, component)
     assert info.value.path == path
 

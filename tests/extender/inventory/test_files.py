@@ -286,13 +286,16 @@ UNUSABLE = {
     "whitespace": ("\n  \n", "is empty"),
     "only comments": ("# nodes, being rewritten\n", "is empty"),  # decided: empty, like 0 bytes
     "only document markers": ("---\n# c\n---\n", "is empty"),
-    "a scalar": ("hello\n", "document 0 is a str ('hello'), not a Kubernetes object"),
-    "a number": ("42\n", "document 0 is a int (42), not a Kubernetes object"),
-    "a top-level list": ("- kind: Node\n  metadata: {name: a}\n", "document 0 is a list, not a Kubernetes object"),
+    "a scalar": ("hello\n", "document 0 is str 'hello', not a Kubernetes object"),
+    "a number": ("42\n", "document 0 is int 42, not a Kubernetes object"),
+    "a top-level list": (
+        "- kind: Node\n  metadata: {name: a}\n",
+        "document 0 is list (1 item), not a Kubernetes object",
+    ),
     "a mapping without kind (the first line of a save)": ("apiVersion: v1\n", "document 0 has no kind"),
-    "a truncated second document": (TWO_NODES.split("---")[0] + "---\nkin\n", "document 1 is a str ('kin')"),
-    "List items not a list": ("kind: List\nitems: hello\n", "document 0 (List): items is a str ('hello'), not a list"),
-    "List item not an object": ("kind: NodeList\nitems: [hello]\n", "document 0 (NodeList) item 0 is a str"),
+    "a truncated second document": (TWO_NODES.split("---")[0] + "---\nkin\n", "document 1 is str 'kin'"),
+    "List items not a list": ("kind: List\nitems: hello\n", "document 0 (List): items is str 'hello', not a list"),
+    "List item not an object": ("kind: NodeList\nitems: [hello]\n", "document 0 (NodeList) item 0 is str 'hello'"),
     "does not parse": ("kind: Node\nmetadata: [\n", "does not parse"),
 }
 
@@ -345,7 +348,7 @@ def test_each_change_to_an_unusable_file_is_logged_once(tmp_path: Path, caplog: 
     assert [r.message.split(";")[0] for r in caplog.records] == [
         f"inventory: {nodes} is empty (no YAML document)",
         f"inventory: {nodes} is empty (no YAML document)",
-        f"inventory: {nodes} document 0 is a str ('hello'), not a Kubernetes object",
+        f"inventory: {nodes} document 0 is str 'hello', not a Kubernetes object",
     ]
     assert views.current.allocatable_gpus == {"a": 8, "b": 8}
 
@@ -374,7 +377,7 @@ def test_a_file_unusable_when_first_seen_contributes_nothing_until_it_holds_obje
         source.load()
     assert views.current.allocatable_gpus == {"a": 8, "b": 8, "c": 4}
     ours = [r.message for r in caplog.records if str(nodes) in r.message]
-    assert len(ours) == 2 and "is a str ('hello'), not a Kubernetes object; nothing loaded from it" in ours[0]
+    assert len(ours) == 2 and "is str 'hello', not a Kubernetes object; nothing loaded from it" in ours[0]
     assert ours[1] == f"inventory: reloaded {nodes} (2 object(s))"
 
     touch_later(nodes, "")  # from now on there is a last good content to keep

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from gpuextender.extender.model.bad_request import BadRequest
 from gpuextender.extender.model.pod_gpus import (
     MAX_CONTAINERS,
     MAX_EXPONENT,
@@ -14,6 +13,7 @@ from gpuextender.extender.model.pod_gpus import (
     parse_count,
     pod_ref,
 )
+from gpuextender.extender.model.untrusted import InvalidInput
 
 GPU = ("nvidia.com/gpu",)
 
@@ -78,7 +78,7 @@ def test_parse_count(value: str, expected: int) -> None:
 
 @pytest.mark.parametrize("value", ["two", "0.5", "-1", "500m", "1Zi", "", True, None, [1]])
 def test_parse_count_refuses(value: object) -> None:
-    with pytest.raises(BadRequest) as info:
+    with pytest.raises(InvalidInput) as info:
         parse_count(value, "where")
     assert info.value.message.startswith("where: ")
 
@@ -94,7 +94,7 @@ def test_parse_count_refuses(value: object) -> None:
     ],
 )
 def test_wrong_shapes_are_bad_requests(p: dict) -> None:
-    with pytest.raises(BadRequest) as info:
+    with pytest.raises(InvalidInput) as info:
         gpus_requested(p, GPU)
     assert info.value.code == "wrong_type"
 
@@ -146,7 +146,7 @@ def test_quantities_at_the_bounds_are_accepted(value: object, expected: int) -> 
     ids=lambda v: repr(v)[:24],
 )
 def test_quantities_past_the_bounds_are_refused(value: object, code: str) -> None:
-    with pytest.raises(BadRequest) as info:
+    with pytest.raises(InvalidInput) as info:
         parse_count(value, "where")
     assert info.value.code == code
     assert len(info.value.message) < 200, info.value.message  # never the whole input
@@ -159,7 +159,7 @@ def test_quantities_past_the_bounds_are_refused(value: object, code: str) -> Non
 )
 def test_refusals_never_echo_an_unbounded_value(value: object) -> None:
     """A YAML inventory can hold a 5,000-digit integer; str() of it raises (Python's 4,300 limit)."""
-    with pytest.raises(BadRequest) as info:
+    with pytest.raises(InvalidInput) as info:
         parse_count(value, "where")
     message = info.value.message
     assert message.startswith("where: ") and len(message) < 200, message
@@ -172,14 +172,14 @@ def _gpus(*amounts: object) -> dict:
 
 def test_the_pod_total_is_bounded_at_2_31() -> None:
     assert gpus_requested(_gpus(2**30, "1Gi"), GPU) == MAX_GPU_COUNT
-    with pytest.raises(BadRequest) as info:
+    with pytest.raises(InvalidInput) as info:
         gpus_requested(_gpus(2**30, "1Gi", 1), GPU)
     assert info.value.code == "too_many_gpus" and "2147483649" in info.value.message
     # Sidecars count beside the app containers.
     sidecar = pod([c({"nvidia.com/gpu": "1Gi"})], init=[c({"nvidia.com/gpu": 2**30}, restartPolicy="Always")])
     assert gpus_requested(sidecar, GPU) == MAX_GPU_COUNT
     sidecar["spec"]["initContainers"][0]["resources"]["requests"]["nvidia.com/gpu"] = 2**30 + 1
-    with pytest.raises(BadRequest):
+    with pytest.raises(InvalidInput):
         gpus_requested(sidecar, GPU)
 
 
@@ -188,7 +188,7 @@ def test_containers_per_pod_are_bounded() -> None:
     at_bound = pod([c({"nvidia.com/gpu": "1"})] * (MAX_CONTAINERS - 1), init=[c({"nvidia.com/gpu": "1"})])
     assert gpus_requested(at_bound, GPU) == MAX_CONTAINERS - 1
     over = pod([c({"nvidia.com/gpu": "1"})] * MAX_CONTAINERS, init=[c({"nvidia.com/gpu": "1e999999"})])
-    with pytest.raises(BadRequest) as info:
+    with pytest.raises(InvalidInput) as info:
         gpus_requested(over, GPU)
     assert info.value.code == "too_many_containers"
 

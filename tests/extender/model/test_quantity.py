@@ -6,7 +6,8 @@ from decimal import Decimal
 
 import pytest
 
-from gpuextender.extender.model.quantity import QuantityError, parse_quantity, quantity_value
+from gpuextender.extender.model.quantity import parse_quantity, quantity_value
+from gpuextender.extender.model.untrusted import InvalidInput
 
 
 @pytest.mark.parametrize(
@@ -72,12 +73,12 @@ def test_parse_quantity(text: object, expected: Decimal) -> None:
     ],
 )
 def test_bad_quantities_raise(bad: object) -> None:
-    with pytest.raises(QuantityError):
+    with pytest.raises(InvalidInput):
         parse_quantity(bad)
 
 
 def test_error_message_quotes_the_value() -> None:
-    with pytest.raises(QuantityError, match="'eighty' is not a Kubernetes quantity"):
+    with pytest.raises(InvalidInput, match="'eighty' is not a Kubernetes quantity"):
         parse_quantity("eighty")
 
 
@@ -100,7 +101,7 @@ def test_quantity_value_rounds_up_away_from_zero(text: str, value: int) -> None:
     ids=["exponent-5000-digits", "exponent-3-digits", "int-5000-digits", "100k-digits"],
 )
 def test_the_worst_small_quantities_are_refused_with_a_short_message(value: object) -> None:
-    with pytest.raises(QuantityError) as caught:
+    with pytest.raises(InvalidInput) as caught:
         parse_quantity(value)
     assert len(str(caught.value)) < 120
 
@@ -109,5 +110,5 @@ def test_an_exponent_of_two_digits_is_read_at_the_bound() -> None:
     assert parse_quantity("1e18") == 10**18
     assert parse_quantity("1e-09") == Decimal("1e-9")
     assert parse_quantity("1e-" + "0" * 5_000 + "3") == Decimal("0.001")  # zeros padding it: read without them
-    with pytest.raises(QuantityError):
+    with pytest.raises(InvalidInput):
         parse_quantity("1e19")  # >= 2**63

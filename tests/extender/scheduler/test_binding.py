@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from gpuextender.extender.flags import ConfigError, build_config
-from gpuextender.extender.model.bad_request import BadRequest
 from gpuextender.extender.model.pod_request import read_pod
+from gpuextender.extender.model.untrusted import InvalidInput
 from gpuextender.extender.scheduler.binding import MAX_REMEMBERED, Bindings
 from gpuextender.extender.scheduler.binding_gate import BindingGate
 from gpuextender.extender.scheduler.wire import MAX_BIND_FIELD_CHARS, BindingArgs, parse_binding_args
@@ -160,18 +160,18 @@ def test_binding_args_are_read_case_insensitively() -> None:
 def test_each_field_is_bounded_exactly(field: str) -> None:
     attribute = {"PodName": "pod_name", "PodNamespace": "namespace", "PodUID": "uid", "Node": "node"}[field]
     assert getattr(parse_binding_args(body(**{field: "x" * MAX_BIND_FIELD_CHARS})), attribute) == "x" * 253
-    with pytest.raises(BadRequest) as exc:
+    with pytest.raises(InvalidInput) as exc:
         parse_binding_args(body(**{field: "x" * (MAX_BIND_FIELD_CHARS + 1)}))
     assert exc.value.code == "too_long"
     for bad in ("", None, 3, ["p"]):
-        with pytest.raises(BadRequest) as exc:
+        with pytest.raises(InvalidInput) as exc:
             parse_binding_args(body(**{field: bad}))
         assert exc.value.code == "missing_field"
 
 
 @pytest.mark.parametrize("raw", [b"", b"[]", b"{", b'"x"'])
 def test_malformed_binding_bodies_are_refused(raw: bytes) -> None:
-    with pytest.raises(BadRequest):
+    with pytest.raises(InvalidInput):
         parse_binding_args(raw)
 
 

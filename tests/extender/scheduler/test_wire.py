@@ -9,7 +9,7 @@ import pytest
 
 from gpuextender.extender.decide import reasons
 from gpuextender.extender.decide.filter_outcome import FilterOutcome
-from gpuextender.extender.model.bad_request import BadRequest
+from gpuextender.extender.model.untrusted import InvalidInput
 from gpuextender.extender.scheduler.wire import filter_result, parse_extender_args, prioritize_result
 from gpuextender.extender.settings import MAX_CANDIDATES
 from tests.harness import fixture_bytes
@@ -55,7 +55,7 @@ def test_keys_are_case_insensitive() -> None:
     ],
 )
 def test_refused_bodies(body: bytes, code: str) -> None:
-    with pytest.raises(BadRequest) as info:
+    with pytest.raises(InvalidInput) as info:
         parse_extender_args(body)
     assert info.value.code == code
 
@@ -71,7 +71,7 @@ def test_bad_allocatable_quantity_is_a_bad_request() -> None:
             }
         ).encode()
     )
-    with pytest.raises(BadRequest) as info:
+    with pytest.raises(InvalidInput) as info:
         args.allocatable(GPU, {})
     assert info.value.code == "bad_quantity"
 
@@ -132,21 +132,21 @@ def _nodes_body(count: int, node: dict | None = None) -> bytes:
 @pytest.mark.parametrize("build", [_names_body, _nodes_body], ids=["NodeNames", "Nodes.items"])
 def test_candidate_nodes_are_bounded(build) -> None:
     assert len(parse_extender_args(build(MAX_CANDIDATES)).candidate_names()) == MAX_CANDIDATES == 15_000
-    with pytest.raises(BadRequest) as info:
+    with pytest.raises(InvalidInput) as info:
         parse_extender_args(build(MAX_CANDIDATES + 1))
     assert info.value.code == "too_many_nodes" and "--max-candidates" in info.value.message
     assert len(parse_extender_args(build(3), max_candidates=3).candidate_names()) == 3
-    with pytest.raises(BadRequest):
+    with pytest.raises(InvalidInput):
         parse_extender_args(build(4), max_candidates=3)
 
 
 def test_json_objects_and_arrays_are_counted_before_parsing() -> None:
     body = b'{"Pod": {"x": [[], {}]}, "NodeNames": ["a"]}'  # 6 of '{' and '['
     assert parse_extender_args(body, max_containers=6).node_names == ["a"]
-    with pytest.raises(BadRequest) as info:
+    with pytest.raises(InvalidInput) as info:
         parse_extender_args(body, max_containers=5)
     assert info.value.code == "too_complex"
-    with pytest.raises(BadRequest) as info:  # counted before parsing: even broken JSON
+    with pytest.raises(InvalidInput) as info:  # counted before parsing: even broken JSON
         parse_extender_args(b"[" * 100, max_containers=99)
     assert info.value.code == "too_complex"
 
@@ -164,13 +164,13 @@ def test_nodes_too_deep_to_echo_are_refused_at_parse_not_with_a_500() -> None:
     fits = parse_extender_args(_nodes_body(1, {"metadata": {"name": "n"}, "x": _deep(250)}))
     answer = filter_result(fits, FilterOutcome(passed=["n"], failed={}))
     assert orjson.loads(orjson.dumps(answer))["Nodes"]["items"][0]["metadata"] == {"name": "n"}
-    with pytest.raises(BadRequest) as info:
+    with pytest.raises(InvalidInput) as info:
         parse_extender_args(_nodes_body(1, {"metadata": {"name": "n"}, "x": _deep(251)}))
     assert info.value.code == "too_deep"
     # Nodes.metadata is echoed at level 3 (answer, Nodes, metadata): 252 levels encode, 253 do not.
     metadata = [json.dumps({"Pod": {}, "Nodes": {"metadata": _deep(n), "items": []}}).encode() for n in (252, 253)]
     assert parse_extender_args(metadata[0]).nodes == []
-    with pytest.raises(BadRequest):
+    with pytest.raises(InvalidInput):
         parse_extender_args(metadata[1])
 
 
@@ -184,18 +184,27 @@ def test_node_allocatable_is_bounded_at_2_31() -> None:
     assert _allocatable("2147483648") == {"n": 2**31}
     assert _allocatable("1Gi", 2**30) == {"n": 2**31}  # the sum over GPU resources
     for values in (("2147483649",), ("1Gi", 2**30 + 1)):
-        with pytest.raises(BadRequest) as info:
+        with pytest.raises(InvalidInput) as info:
             _allocatable(*values)
         assert info.value.code == "too_many_gpus"
     for hostile in ("1e999999", "1e999999Ei"):
-        with pytest.raises(BadRequest) as info:
+        with pytest.raises(InvalidInput) as info:
             _allocatable(hostile)
         assert info.value.code == "bad_quantity"
+
+
+def test_an_empty_allocatable_is_zero_gpus_and_a_missing_one_unknown() -> None:
+    """{} lists no resource at all (0 GPUs); no allocatable (or a mistyped one) says nothing: the
+    node is left to the inventory's count."""
+    names = ("nvidia.com/gpu",)
+    for status, expected in (({"allocatable": {}}, {"n": 0}), ({}, {}), ({"allocatable": []}, {}), (None, {})):
+        node = {"metadata": {"name": "n"}, "status": status}
+        assert parse_extender_args(_nodes_body(1, node)).allocatable(names, {}) == expected, status
 
 
 def test_a_duplicate_key_message_never_echoes_a_huge_key() -> None:
     key = "k" * 100_000
     body = orjson.dumps({"Pod": {}, "NodeNames": [], key: 1, key.upper(): 2})
-    with pytest.raises(BadRequest) as info:
+    with pytest.raises(InvalidInput) as info:
         parse_extender_args(body)
     assert info.value.code == "duplicate_key" and len(info.value.message) < 150, info.value.message

@@ -15,8 +15,8 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.app import http_app
-from gpuextender.extender.model.bad_request import BadRequest
 from gpuextender.extender.model.kube_objects import KINDS
+from gpuextender.extender.model.untrusted import InvalidInput
 from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.scheduler.http_api import SchedulerApi
 from gpuextender.extender.settings import ApiSettings, DecisionPolicy
@@ -228,10 +228,10 @@ def test_refused_bodies_get_a_reason(body: str, status: int, reason: str) -> Non
 
 
 def test_not_utf8_and_too_many_values_are_refused() -> None:
-    with pytest.raises(BadRequest) as not_text:
+    with pytest.raises(InvalidInput) as not_text:
         load_one_object(b"\xff\xfe kind: Pod", 100)
     assert not_text.value.code == "not_utf8"
-    with pytest.raises(BadRequest) as deep:
+    with pytest.raises(InvalidInput) as deep:
         load_one_object(("kind: Pod\nitems: [" + "1, " * 200 + "1]\n").encode(), 100)
     assert deep.value.code == "too_complex"
 

@@ -26,7 +26,7 @@ Shapes (ome-api.md §1, §2):
   `capabilities.levelZeroVersion/clockSpeedMHz`, `performance.latency`, and `status`
   (no selection code reads AC status, §2.2). `model` is kept for display only.
 
-A malformed object raises `InvalidAcceleratorClass`, whose message names the object and
+A malformed object raises `InvalidInput` (model/untrusted.py), whose message names the object and
 the field path ("AcceleratorClass 'h100': spec.capabilities.memoryGB: 'eighty' is not a
 Kubernetes quantity"), so a caller can skip that one class with a single log line.
 
@@ -46,7 +46,8 @@ from decimal import Decimal
 from types import MappingProxyType
 from typing import Any
 
-from gpuextender.extender.model.quantity import QuantityError, parse_quantity, quantity_value
+from gpuextender.extender.model.quantity import parse_quantity, quantity_value
+from gpuextender.extender.model.untrusted import Fields, InvalidInput, described, shown
 
 GIB = 1024**3
 API_GROUP = "ome.io"
@@ -62,15 +63,8 @@ _COMPUTE_CAPABILITY = re.compile(r"^\s*(\d+)(?:\.(\d+))?\s*$")
 _INT64 = re.compile(r"^[+-]?\d+$")
 
 
-class InvalidAcceleratorClass(ValueError):
-    """An AcceleratorClass object that cannot be used; the message names it and the field."""
-
-    def __init__(self, name: str | None, path: str, problem: str) -> None:
-        self.name = name
-        self.path = path
-        self.problem = problem
-        who = f"AcceleratorClass {name!r}" if name else "AcceleratorClass (unnamed)"
-        super().__init__(f"{who}: {path}: {problem}")
+def _subject(name: str | None) -> str:
+    return f"AcceleratorClass {name!r}" if name else "AcceleratorClass (unnamed)"
 
 
 @dataclass(frozen=True, slots=True)
@@ -161,124 +155,69 @@ def parse_compute_capability(text: str) -> tuple[int, int] | None:
     return int(m.group(1)), int(m.group(2) or 0)
 
 
-class _Reader:
-    """Type-checked access to one object's fields; every error carries the field path."""
-
-    def __init__(self, name: str | None) -> None:
-        self.name = name
-
-    def fail(self, path: str, problem: str) -> InvalidAcceleratorClass:
-        return InvalidAcceleratorClass(self.name, path, problem)
-
-    def obj(self, value: Any, path: str, *, required: bool = False) -> Mapping[str, Any] | None:
-        if value is None:
-            if required:
-                raise self.fail(path, "required field is missing")
-            return None
-        if not isinstance(value, Mapping):
-            raise self.fail(path, f"expected an object, got {type(value).__name__}")
-        return value
-
-    def string(self, value: Any, path: str) -> str:
-        if value is None:
-            return ""
-        if not isinstance(value, str):
-            raise self.fail(path, f"expected a string, got {type(value).__name__}")
-        return value
-
-    def string_list(self, value: Any, path: str) -> tuple[str, ...]:
-        if value is None:
-            return ()
-        if not isinstance(value, list):
-            raise self.fail(path, f"expected a list, got {type(value).__name__}")
-        for i, item in enumerate(value):
-            if not isinstance(item, str):
-                raise self.fail(f"{path}[{i}]", f"expected a string, got {type(item).__name__}")
-        return tuple(value)
-
-    def string_map(self, value: Any, path: str) -> dict[str, str]:
-        m = self.obj(value, path)
-        if m is None:
-            return {}
-        for k, v in m.items():
-            if not isinstance(k, str) or not isinstance(v, str):
-                raise self.fail(f"{path}[{k!r}]", f"expected a string value, got {type(v).__name__}")
-        return dict(m)
-
-    def quantity(self, value: Any, path: str) -> Decimal | None:
-        if value is None:
-            return None
-        try:
-            amount = parse_quantity(value)
-        except QuantityError as e:
-            raise self.fail(path, str(e)) from None
-        if amount < 0:
-            raise self.fail(path, f"{value!r} is negative")
-        return amount
-
-    def integer(self, value: Any, path: str) -> int | None:
-        if value is None:
-            return None
-        if isinstance(value, float) and value.is_integer():
-            value = int(value)  # YAML/JSON readers may give 989.0 for 989
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise self.fail(path, f"expected an integer, got {value!r}")
-        if value < 0:
-            raise self.fail(path, f"{value!r} is negative")
-        return value
+def _quantity(r: Fields, value: Any, path: str) -> Decimal | None:
+    if value is None:
+        return None
+    try:
+        amount = parse_quantity(value)
+    except InvalidInput as e:
+        r.fail(path, e.problem)
+    if amount < 0:
+        r.fail(path, f"{shown(value)} is negative")
+    return amount
 
 
-def _requirement(r: _Reader, raw: Any, path: str, *, field: bool) -> NodeSelectorRequirement:
-    m = r.obj(raw, path, required=True)
+def _count(r: Fields, value: Any, path: str) -> int | None:
+    """A non-negative integer (989.0 reads as 989)."""
+    value = r.integer(value, path, whole_floats=True)
+    if value is not None and value < 0:
+        r.fail(path, f"{shown(value)} is negative")
+    return value
+
+
+def _requirement(r: Fields, raw: Any, path: str, *, field: bool) -> NodeSelectorRequirement:
+    m = r.mapping(raw, path, required=True)
     assert m is not None
-    key = r.string(m.get("key"), f"{path}.key")
+    key = r.text(m.get("key"), f"{path}.key")
     if not key:
-        raise r.fail(f"{path}.key", "required field is missing")
-    operator = r.string(m.get("operator"), f"{path}.operator")
-    values = r.string_list(m.get("values"), f"{path}.values")
+        r.fail(f"{path}.key", "required field is missing")
+    operator = r.text(m.get("operator"), f"{path}.operator")
+    values = r.strings(m.get("values"), f"{path}.values") or ()
     if field:
         if key not in NODE_FIELD_KEYS:
-            raise r.fail(f"{path}.key", f"unsupported node field {key!r} (only metadata.name)")
+            r.fail(f"{path}.key", f"unsupported node field {shown(key)} (only metadata.name)")
         if operator not in NODE_FIELD_OPERATORS:
-            raise r.fail(f"{path}.operator", f"unsupported operator {operator!r} for a node field (In, NotIn)")
+            r.fail(f"{path}.operator", f"unsupported operator {shown(operator)} for a node field (In, NotIn)")
         if len(values) != 1:
-            raise r.fail(f"{path}.values", "a node field requirement takes exactly one value")
+            r.fail(f"{path}.values", "a node field requirement takes exactly one value")
         return NodeSelectorRequirement(key, operator, values)
     if operator not in NODE_SELECTOR_OPERATORS:
-        raise r.fail(f"{path}.operator", f"unknown operator {operator!r}")
+        r.fail(f"{path}.operator", f"unknown operator {shown(operator)}")
     if operator in ("In", "NotIn") and not values:
-        raise r.fail(f"{path}.values", f"{operator} needs at least one value")
+        r.fail(f"{path}.values", f"{operator} needs at least one value")
     if operator in ("Exists", "DoesNotExist") and values:
-        raise r.fail(f"{path}.values", f"{operator} takes no values")
+        r.fail(f"{path}.values", f"{operator} takes no values")
     if operator in ("Gt", "Lt") and (len(values) != 1 or not _INT64.match(values[0])):
-        raise r.fail(f"{path}.values", f"{operator} takes exactly one integer value")
+        r.fail(f"{path}.values", f"{operator} takes exactly one integer value")
     return NodeSelectorRequirement(key, operator, values)
 
 
-def _required_terms(r: _Reader, affinity: Mapping[str, Any] | None, path: str) -> tuple[NodeSelectorTerm, ...] | None:
+def _required_terms(r: Fields, affinity: Mapping[str, Any] | None, path: str) -> tuple[NodeSelectorTerm, ...] | None:
     if affinity is None:
         return None
-    node_affinity = r.obj(affinity.get("nodeAffinity"), f"{path}.nodeAffinity")
+    node_affinity = r.mapping(affinity.get("nodeAffinity"), f"{path}.nodeAffinity")
     if node_affinity is None:
         return None
     rpath = f"{path}.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
-    required = r.obj(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"), rpath)
+    required = r.mapping(node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution"), rpath)
     if required is None:
         return None
-    raw_terms = required.get("nodeSelectorTerms")
-    if raw_terms is None:
-        raw_terms = []
-    if not isinstance(raw_terms, list):
-        raise r.fail(f"{rpath}.nodeSelectorTerms", f"expected a list, got {type(raw_terms).__name__}")
     terms = []
-    for i, raw in enumerate(raw_terms):
+    for i, raw in enumerate(r.items(required.get("nodeSelectorTerms"), f"{rpath}.nodeSelectorTerms")):
         tpath = f"{rpath}.nodeSelectorTerms[{i}]"
-        term = r.obj(raw, tpath) or {}
-        exprs, fields = term.get("matchExpressions"), term.get("matchFields")
-        for what, items in (("matchExpressions", exprs), ("matchFields", fields)):
-            if items is not None and not isinstance(items, list):
-                raise r.fail(f"{tpath}.{what}", f"expected a list, got {type(items).__name__}")
-        exprs, fields = exprs or [], fields or []
+        term = r.mapping(raw, tpath) or {}
+        exprs = r.items(term.get("matchExpressions"), f"{tpath}.matchExpressions")
+        fields = r.items(term.get("matchFields"), f"{tpath}.matchFields")
         terms.append(
             NodeSelectorTerm(
                 tuple(_requirement(r, e, f"{tpath}.matchExpressions[{j}]", field=False) for j, e in enumerate(exprs)),
@@ -289,52 +228,46 @@ def _required_terms(r: _Reader, affinity: Mapping[str, Any] | None, path: str) -
     return tuple(terms)
 
 
-def _performance(r: _Reader, raw: Any, path: str) -> Performance | None:
-    m = r.obj(raw, path)
+def _performance(r: Fields, raw: Any, path: str) -> Performance | None:
+    m = r.mapping(raw, path)
     if m is None:
         return None
     return Performance(
-        fp32_tflops=r.integer(m.get("fp32Tflops"), f"{path}.fp32Tflops"),
-        fp16_tflops=r.integer(m.get("fp16Tflops"), f"{path}.fp16Tflops"),
-        int8_tops=r.integer(m.get("int8Tops"), f"{path}.int8Tops"),
-        int4_tops=r.integer(m.get("int4Tops"), f"{path}.int4Tops"),
+        fp32_tflops=_count(r, m.get("fp32Tflops"), f"{path}.fp32Tflops"),
+        fp16_tflops=_count(r, m.get("fp16Tflops"), f"{path}.fp16Tflops"),
+        int8_tops=_count(r, m.get("int8Tops"), f"{path}.int8Tops"),
+        int4_tops=_count(r, m.get("int4Tops"), f"{path}.int4Tops"),
     )
 
 
-def _cost(r: _Reader, raw: Any, path: str) -> Cost | None:
-    m = r.obj(raw, path)
+def _cost(r: Fields, raw: Any, path: str) -> Cost | None:
+    m = r.mapping(raw, path)
     if m is None:
         return None
 
     def as_float(key: str) -> float | None:
-        q = r.quantity(m.get(key), f"{path}.{key}")
+        q = _quantity(r, m.get(key), f"{path}.{key}")
         return None if q is None else float(q)
 
     return Cost(
         per_hour=as_float("perHour"),
         spot_per_hour=as_float("spotPerHour"),
         per_million_tokens=as_float("perMillionTokens"),
-        tier=r.string(m.get("tier"), f"{path}.tier"),
+        tier=r.text(m.get("tier"), f"{path}.tier"),
     )
 
 
-def _resources(r: _Reader, raw: Any, path: str) -> tuple[AcceleratorResource, ...]:
-    if raw is None:
-        return ()
-    if not isinstance(raw, list):
-        raise r.fail(path, f"expected a list, got {type(raw).__name__}")
+def _resources(r: Fields, raw: Any, path: str) -> tuple[AcceleratorResource, ...]:
     out = []
-    for i, item in enumerate(raw):
+    for i, item in enumerate(r.items(raw, path)):
         ipath = f"{path}[{i}]"
-        m = r.obj(item, ipath, required=True)
+        m = r.mapping(item, ipath, required=True)
         assert m is not None
-        name = r.string(m.get("name"), f"{ipath}.name")
+        name = r.text(m.get("name"), f"{ipath}.name")
         if not name:
-            raise r.fail(f"{ipath}.name", "required field is missing")
-        quantity = r.quantity(m.get("quantity", "1"), f"{ipath}.quantity")  # CRD default "1"
-        divisible = m.get("divisible", False)
-        if not isinstance(divisible, bool):
-            raise r.fail(f"{ipath}.divisible", f"expected a boolean, got {divisible!r}")
+            r.fail(f"{ipath}.name", "required field is missing")
+        quantity = _quantity(r, m.get("quantity", "1"), f"{ipath}.quantity")  # CRD default "1"
+        divisible = bool(r.boolean(m.get("divisible"), f"{ipath}.divisible"))
         out.append(AcceleratorResource(name, quantity if quantity is not None else Decimal(1), divisible))
     return tuple(out)
 
@@ -342,44 +275,44 @@ def _resources(r: _Reader, raw: Any, path: str) -> tuple[AcceleratorResource, ..
 def parse_accelerator_class(obj: Any) -> AcceleratorClass:
     """Parse one AcceleratorClass object (a dict from the API server or YAML).
 
-    Raises InvalidAcceleratorClass naming the object and the field path.
+    Raises InvalidInput naming the object and the field path.
     """
     if not isinstance(obj, Mapping):
-        raise InvalidAcceleratorClass(None, "(object)", f"expected an object, got {type(obj).__name__}")
+        Fields(_subject(None)).fail("(object)", f"expected an object, got {described(obj)}")
     metadata = obj.get("metadata")
     raw_name = metadata.get("name") if isinstance(metadata, Mapping) else None
     name = raw_name if isinstance(raw_name, str) and raw_name else None
-    r = _Reader(name)
+    r = Fields(_subject(name))
     if name is None:
-        raise r.fail("metadata.name", "required field is missing")
+        r.fail("metadata.name", "required field is missing")
 
     kind = obj.get("kind")
     if kind is not None and kind != KIND:
-        raise r.fail("kind", f"expected {KIND!r}, got {kind!r}")
+        r.fail("kind", f"expected {KIND!r}, got {shown(kind)}")
     api_version = obj.get("apiVersion")
     if api_version is not None and (not isinstance(api_version, str) or not api_version.startswith(API_GROUP + "/")):
-        raise r.fail("apiVersion", f"expected {API_GROUP}/<version>, got {api_version!r}")
+        r.fail("apiVersion", f"expected {API_GROUP}/<version>, got {shown(api_version)}")
 
-    spec = r.obj(obj.get("spec"), "spec", required=True)
+    spec = r.mapping(obj.get("spec"), "spec", required=True)
     assert spec is not None
-    discovery = r.obj(spec.get("discovery"), "spec.discovery", required=True)
-    capabilities = r.obj(spec.get("capabilities"), "spec.capabilities", required=True)
+    discovery = r.mapping(spec.get("discovery"), "spec.discovery", required=True)
+    capabilities = r.mapping(spec.get("capabilities"), "spec.capabilities", required=True)
     assert discovery is not None and capabilities is not None
 
     node_selector = r.string_map(discovery.get("nodeSelector"), "spec.discovery.nodeSelector")
-    affinity = r.obj(discovery.get("affinity"), "spec.discovery.affinity")
+    affinity = r.mapping(discovery.get("affinity"), "spec.discovery.affinity")
     terms = _required_terms(r, affinity, "spec.discovery.affinity")
 
-    memory = r.quantity(capabilities.get("memoryGB"), "spec.capabilities.memoryGB")
+    memory = _quantity(r, capabilities.get("memoryGB"), "spec.capabilities.memoryGB")
     memory_bytes = None if memory is None else quantity_value(memory)
-    bandwidth = r.quantity(capabilities.get("memoryBandwidthGBps"), "spec.capabilities.memoryBandwidthGBps")
-    cc = r.string(capabilities.get("computeCapability"), "spec.capabilities.computeCapability")
+    bandwidth = _quantity(r, capabilities.get("memoryBandwidthGBps"), "spec.capabilities.memoryBandwidthGBps")
+    cc = r.text(capabilities.get("computeCapability"), "spec.capabilities.computeCapability")
 
     return AcceleratorClass(
         name=name,
-        vendor=r.string(spec.get("vendor"), "spec.vendor"),
-        family=r.string(spec.get("family"), "spec.family"),
-        model=r.string(spec.get("model"), "spec.model"),
+        vendor=r.text(spec.get("vendor"), "spec.vendor"),
+        family=r.text(spec.get("family"), "spec.family"),
+        model=r.text(spec.get("model"), "spec.model"),
         node_selector=MappingProxyType(node_selector),
         affinity=None if affinity is None else copy.deepcopy(dict(affinity)),
         required_node_terms=terms,
@@ -390,7 +323,7 @@ def parse_accelerator_class(obj: Any) -> AcceleratorClass:
         compute_capability=cc,
         compute_capability_version=parse_compute_capability(cc) if cc else None,
         memory_bandwidth_gbps=None if bandwidth is None else quantity_value(bandwidth),
-        features=r.string_list(capabilities.get("features"), "spec.capabilities.features"),
+        features=(r.strings(capabilities.get("features"), "spec.capabilities.features") or ()),
         performance=_performance(r, capabilities.get("performance"), "spec.capabilities.performance"),
         cost=_cost(r, spec.get("cost"), "spec.cost"),
         resources=_resources(r, spec.get("resources"), "spec.resources"),

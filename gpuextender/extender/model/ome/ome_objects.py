@@ -5,7 +5,7 @@ runtime selection reads (ome-api.md §3, §4.1, §5).
 Validation is by *type*, like Go's JSON decoding: a field with the wrong type (a number
 where a string is expected, `priority: "high"`, `supportedModelFormats` not a list, an
 integer out of int32/int64 range, a bool where an integer is expected) raises
-`InvalidObject`, whose message names the object and the field path:
+`InvalidInput` (model/untrusted.py), whose message names the object and the field path:
 
     ServingRuntime 'team-a/vllm': spec.modelSizeRange.min: expected a string, got int 7
 
@@ -33,7 +33,9 @@ from __future__ import annotations
 import datetime as _dt
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any
+
+from gpuextender.extender.model.untrusted import Fields, described, shown
 
 API_GROUP = "ome.io"
 ACCELERATOR_CLASS_ANNOTATION = "ome.io/accelerator-class"  # literal in OME's matcher.go (§4.1)
@@ -52,19 +54,7 @@ _INT64 = (-(2**63), 2**63 - 1)
 _UTC = _dt.UTC
 
 
-class InvalidObject(ValueError):
-    """An OME object that cannot be used; the message names it and the field path."""
-
-    def __init__(self, kind: str, namespace: str | None, name: str | None, path: str, problem: str) -> None:
-        self.kind = kind
-        self.namespace = namespace
-        self.name = name
-        self.path = path
-        self.problem = problem
-        super().__init__(f"{_describe(kind, namespace, name)}: {path}: {problem}")
-
-
-def _describe(kind: str, namespace: str | None, name: str | None) -> str:
+def describe_object(kind: str, namespace: str | None, name: str | None) -> str:
     if not name:
         return f"{kind} (unnamed)"
     return f"{kind} {f'{namespace}/{name}' if namespace else name!r}"
@@ -81,7 +71,7 @@ class ObjectRef:
         return self.namespace is None
 
     def __str__(self) -> str:
-        return _describe(self.kind, self.namespace, self.name)
+        return describe_object(self.kind, self.namespace, self.name)
 
 
 class _Referenced:
@@ -241,75 +231,7 @@ class InferenceService:
 # --- reading fields -----------------------------------------------------------------
 
 
-def _shown(value: Any) -> str:
-    text = repr(value)
-    return f"{type(value).__name__} {text if len(text) <= 40 else text[:37] + '...'}"
-
-
-class _Reader:
-    """Typed field access that raises InvalidObject naming this object and the path."""
-
-    __slots__ = ("kind", "name", "namespace")
-
-    def __init__(self, kind: str) -> None:
-        self.kind = kind
-        self.namespace: str | None = None
-        self.name: str | None = None
-
-    def fail(self, path: str, problem: str) -> NoReturn:
-        raise InvalidObject(self.kind, self.namespace, self.name, path, problem)
-
-    def mapping(self, value: Any, path: str) -> Mapping[str, Any] | None:
-        if value is None:
-            return None
-        if not isinstance(value, Mapping):
-            self.fail(path, f"expected an object, got {_shown(value)}")
-        return value
-
-    def string(self, value: Any, path: str) -> str | None:
-        if value is None or isinstance(value, str):
-            return value
-        self.fail(path, f"expected a string, got {_shown(value)}")
-
-    def boolean(self, value: Any, path: str) -> bool | None:
-        if value is None or isinstance(value, bool):
-            return value
-        self.fail(path, f"expected true or false, got {_shown(value)}")
-
-    def integer(self, value: Any, path: str, bounds: tuple[int, int]) -> int | None:
-        if value is None:
-            return None
-        # bool is an int in Python, not in JSON; 1.0 would not decode into a Go integer either.
-        if isinstance(value, bool) or not isinstance(value, int):
-            self.fail(path, f"expected an integer, got {_shown(value)}")
-        if not bounds[0] <= value <= bounds[1]:
-            self.fail(path, f"{value} is out of range [{bounds[0]}, {bounds[1]}]")
-        return value
-
-    def items(self, value: Any, path: str) -> list[Any]:
-        if value is None:
-            return []
-        if not isinstance(value, list | tuple):
-            self.fail(path, f"expected a list, got {_shown(value)}")
-        return list(value)
-
-    def strings(self, value: Any, path: str) -> tuple[str, ...] | None:
-        if value is None:
-            return None
-        return tuple(self.string(v, f"{path}[{i}]") or "" for i, v in enumerate(self.items(value, path)))
-
-    def keyed(self, value: Any, path: str) -> list[tuple[str, Any]]:
-        """A map's entries sorted by key (deterministic, unlike a Go map)."""
-        m = self.mapping(value, path)
-        if m is None:
-            return []
-        for key in m:
-            if not isinstance(key, str):
-                self.fail(path, f"expected string keys, got {_shown(key)}")
-        return sorted(m.items())
-
-
-def _timestamp(r: _Reader, value: Any, path: str) -> _dt.datetime | None:
+def _timestamp(r: Fields, value: Any, path: str) -> _dt.datetime | None:
     if value is None:
         return None
     if isinstance(value, _dt.datetime):  # PyYAML decodes unquoted timestamps itself
@@ -320,42 +242,40 @@ def _timestamp(r: _Reader, value: Any, path: str) -> _dt.datetime | None:
         except ValueError:
             r.fail(path, f"{value!r} is not an RFC 3339 time")
     else:
-        r.fail(path, f"expected an RFC 3339 time string, got {_shown(value)}")
+        r.fail(path, f"expected an RFC 3339 time string, got {described(value)}")
     return stamp if stamp.tzinfo is not None else stamp.replace(tzinfo=_UTC)
 
 
-def _start(obj: Any, kinds: tuple[str, ...]) -> tuple[_Reader, ObjectRef, Mapping[str, Any], Mapping[str, Any]]:
+def _start(obj: Any, kinds: tuple[str, ...]) -> tuple[Fields, ObjectRef, Mapping[str, Any], Mapping[str, Any]]:
     """Kind, apiVersion and metadata; returns the reader, the ref, metadata and spec."""
-    r = _Reader(kinds[0])
+    r = Fields(describe_object(kinds[0], None, None), code="invalid_object")
     if not isinstance(obj, Mapping):
-        r.fail("<object>", f"expected an object, got {_shown(obj)}")
+        r.fail("<object>", f"expected an object, got {described(obj)}")
     kind = obj.get("kind")
     meta = obj.get("metadata")
     meta = meta if isinstance(meta, Mapping) else {}
     # Name the object as well as we can before any check can fail.
-    if isinstance(kind, str) and kind:
-        r.kind = kind
+    said_kind = kind if isinstance(kind, str) and kind else kinds[0]
     name, namespace = meta.get("name"), meta.get("namespace")
-    if isinstance(name, str) and name:
-        r.name = name
-    if isinstance(namespace, str) and namespace and r.kind not in CLUSTER_KINDS:
-        r.namespace = namespace
+    known_name = name if isinstance(name, str) and name else None
+    known_namespace = namespace if isinstance(namespace, str) and namespace and said_kind not in CLUSTER_KINDS else None
+    r.subject = describe_object(said_kind, known_namespace, known_name)
     if kind not in kinds:
-        r.fail("kind", f"expected {' or '.join(kinds)}, got {kind!r}")
+        r.fail("kind", f"expected {' or '.join(kinds)}, got {shown(kind)}")
     r.mapping(obj.get("metadata"), "metadata")
-    if r.name is None:
-        r.fail("metadata.name", f"expected a non-empty string, got {_shown(name)}")
-    if kind not in CLUSTER_KINDS and r.namespace is None:
-        r.fail("metadata.namespace", f"a {kind} is namespaced: expected a non-empty string, got {_shown(namespace)}")
+    if known_name is None:
+        r.fail("metadata.name", f"expected a non-empty string, got {described(name)}")
+    if kind not in CLUSTER_KINDS and known_namespace is None:
+        r.fail("metadata.namespace", f"a {kind} is namespaced: expected a non-empty string, got {described(namespace)}")
     api_version = obj.get("apiVersion")
     if api_version is not None and not (isinstance(api_version, str) and api_version.startswith(f"{API_GROUP}/")):
-        r.fail("apiVersion", f"expected {API_GROUP}/<version>, got {_shown(api_version)}")
+        r.fail("apiVersion", f"expected {API_GROUP}/<version>, got {described(api_version)}")
     spec = r.mapping(obj.get("spec"), "spec") or {}
-    ref = ObjectRef(kind, None if kind in CLUSTER_KINDS else r.namespace, r.name)
+    ref = ObjectRef(kind, None if kind in CLUSTER_KINDS else known_namespace, known_name)
     return r, ref, meta, spec
 
 
-def _versioned(r: _Reader, raw: Any, path: str, cls: type, crd_defaults: bool) -> Any:
+def _versioned(r: Fields, raw: Any, path: str, cls: type, crd_defaults: bool) -> Any:
     m = r.mapping(raw, path)
     if m is None:
         return None
@@ -372,7 +292,7 @@ def _versioned(r: _Reader, raw: Any, path: str, cls: type, crd_defaults: bool) -
     )
 
 
-def _component(r: _Reader, raw: Any, path: str) -> DiffusionComponent | None:
+def _component(r: Fields, raw: Any, path: str) -> DiffusionComponent | None:
     m = r.mapping(raw, path)
     if m is None:
         return None
@@ -382,7 +302,7 @@ def _component(r: _Reader, raw: Any, path: str) -> DiffusionComponent | None:
     )
 
 
-def _pipeline(r: _Reader, raw: Any, path: str) -> DiffusionPipeline | None:
+def _pipeline(r: Fields, raw: Any, path: str) -> DiffusionPipeline | None:
     m = r.mapping(raw, path)
     if m is None:
         return None
@@ -401,7 +321,7 @@ def _pipeline(r: _Reader, raw: Any, path: str) -> DiffusionPipeline | None:
     )
 
 
-def _accelerator_model_config(r: _Reader, raw: Any, path: str) -> AcceleratorModelConfig | None:
+def _accelerator_model_config(r: Fields, raw: Any, path: str) -> AcceleratorModelConfig | None:
     m = r.mapping(raw, path)
     if m is None:
         return None
@@ -420,7 +340,7 @@ def _accelerator_model_config(r: _Reader, raw: Any, path: str) -> AcceleratorMod
     )
 
 
-def _format_entry(r: _Reader, raw: Any, path: str, crd_defaults: bool) -> SupportedModelFormat:
+def _format_entry(r: Fields, raw: Any, path: str, crd_defaults: bool) -> SupportedModelFormat:
     m = r.mapping(raw, path)
     if m is None:  # a null list element decodes as an empty struct in Go
         return SupportedModelFormat()
@@ -445,7 +365,7 @@ def _format_entry(r: _Reader, raw: Any, path: str, crd_defaults: bool) -> Suppor
 
 
 def parse_serving_runtime(obj: Any, *, crd_defaults: bool = True) -> ServingRuntime:
-    """A ServingRuntime or ClusterServingRuntime; raises InvalidObject."""
+    """A ServingRuntime or ClusterServingRuntime; raises InvalidInput."""
     r, ref, meta, spec = _start(obj, (KIND_SERVING_RUNTIME, KIND_CLUSTER_SERVING_RUNTIME))
     formats = r.items(spec.get("supportedModelFormats"), "spec.supportedModelFormats")
     size_range = r.mapping(spec.get("modelSizeRange"), "spec.modelSizeRange")
@@ -472,7 +392,7 @@ def parse_serving_runtime(obj: Any, *, crd_defaults: bool = True) -> ServingRunt
 
 
 def parse_base_model(obj: Any, *, crd_defaults: bool = True) -> BaseModel:
-    """A BaseModel or ClusterBaseModel; raises InvalidObject."""
+    """A BaseModel or ClusterBaseModel; raises InvalidInput."""
     r, ref, _meta, spec = _start(obj, (KIND_BASE_MODEL, KIND_CLUSTER_BASE_MODEL))
     model_format = _versioned(r, spec.get("modelFormat"), "spec.modelFormat", ModelFormat, crd_defaults)
     return BaseModel(
@@ -487,14 +407,14 @@ def parse_base_model(obj: Any, *, crd_defaults: bool = True) -> BaseModel:
     )
 
 
-def _override_class(r: _Reader, spec: Mapping[str, Any], component: str) -> str | None:
+def _override_class(r: Fields, spec: Mapping[str, Any], component: str) -> str | None:
     part = r.mapping(spec.get(component), f"spec.{component}") or {}
     override = r.mapping(part.get("acceleratorOverride"), f"spec.{component}.acceleratorOverride") or {}
     return r.string(override.get("acceleratorClass"), f"spec.{component}.acceleratorOverride.acceleratorClass")
 
 
 def parse_inference_service(obj: Any) -> InferenceService:
-    """An InferenceService; raises InvalidObject."""
+    """An InferenceService; raises InvalidInput."""
     r, ref, meta, spec = _start(obj, (KIND_INFERENCE_SERVICE,))
     annotations = r.mapping(meta.get("annotations"), "metadata.annotations") or {}
     model = r.mapping(spec.get("model"), "spec.model") or {}

@@ -11,13 +11,13 @@ import pytest
 from gpuextender.extender.model.ome.accelerator_class import (
     AcceleratorResource,
     Cost,
-    InvalidAcceleratorClass,
     NodeSelectorRequirement,
     NodeSelectorTerm,
     Performance,
     parse_accelerator_class,
     parse_compute_capability,
 )
+from gpuextender.extender.model.untrusted import InvalidInput
 
 H100: dict[str, Any] = {
     "apiVersion": "ome.io/v1beta1",
@@ -257,7 +257,7 @@ REQ_PATH = "spec.discovery.affinity.nodeAffinity.requiredDuringSchedulingIgnored
         (
             with_spec("resources", [{"name": "g", "divisible": "yes"}]),
             "spec.resources[0].divisible",
-            "expected a boolean",
+            "expected true or false",
         ),
         (with_spec("vendor", 10), "spec.vendor", "expected a string"),
         (
@@ -322,17 +322,17 @@ REQ_PATH = "spec.discovery.affinity.nodeAffinity.requiredDuringSchedulingIgnored
     ],
 )
 def test_invalid_objects_name_the_object_and_field(obj: dict[str, Any], path: str, problem: str) -> None:
-    with pytest.raises(InvalidAcceleratorClass) as info:
+    with pytest.raises(InvalidInput) as info:
         parse_accelerator_class(obj)
     err = info.value
-    assert err.name == "nvidia-h100-80gb"
+    assert err.subject == "AcceleratorClass 'nvidia-h100-80gb'"
     assert err.path == path
     assert problem in err.problem
     assert str(err).startswith(f"AcceleratorClass 'nvidia-h100-80gb': {path}: ")
 
 
 def test_eighty_message_is_one_clear_line() -> None:
-    with pytest.raises(InvalidAcceleratorClass) as info:
+    with pytest.raises(InvalidInput) as info:
         parse_accelerator_class(with_spec("capabilities.memoryGB", "eighty"))
     assert str(info.value) == (
         "AcceleratorClass 'nvidia-h100-80gb': spec.capabilities.memoryGB: 'eighty' is not a Kubernetes quantity"
@@ -350,11 +350,11 @@ def test_eighty_message_is_one_clear_line() -> None:
     ],
 )
 def test_missing_name(obj: dict[str, Any]) -> None:
-    with pytest.raises(InvalidAcceleratorClass, match=r"^AcceleratorClass \(unnamed\): metadata.name: required"):
+    with pytest.raises(InvalidInput, match=r"^AcceleratorClass \(unnamed\): metadata.name: required"):
         parse_accelerator_class(obj)
 
 
 @pytest.mark.parametrize("obj", [None, "x", ["AcceleratorClass"]])
 def test_not_an_object(obj: Any) -> None:
-    with pytest.raises(InvalidAcceleratorClass, match="expected an object"):
+    with pytest.raises(InvalidInput, match="expected an object"):
         parse_accelerator_class(obj)

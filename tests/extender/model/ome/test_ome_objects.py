@@ -1,4 +1,4 @@
-"""Parsing OME objects into dataclasses: defaults, scopes, and InvalidObject on wrong types."""
+"""Parsing OME objects into dataclasses: defaults, scopes, and InvalidInput on wrong types."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import pytest
 from gpuextender.extender.model.ome.ome_objects import (
     AcceleratorModelConfig,
     DiffusionComponent,
-    InvalidObject,
     ModelFormat,
     ModelFramework,
     ModelSizeRange,
@@ -19,6 +18,7 @@ from gpuextender.extender.model.ome.ome_objects import (
     parse_inference_service,
     parse_serving_runtime,
 )
+from gpuextender.extender.model.untrusted import InvalidInput
 from tests.extender.ome_reference import parse_ome_object
 
 RUNTIME: dict[str, Any] = {
@@ -176,17 +176,17 @@ def test_parse_ome_object_dispatches() -> None:
     assert parse_ome_object(RUNTIME).ref.kind == "ServingRuntime"
     assert parse_ome_object(MODEL).ref.kind == "ClusterBaseModel"
     assert parse_ome_object(ISVC).ref.kind == "InferenceService"
-    with pytest.raises(InvalidObject, match=r"^AcceleratorClass 'h100': kind: not an OME kind this module reads"):
+    with pytest.raises(InvalidInput, match=r"^AcceleratorClass 'h100': kind: not an OME kind this module reads"):
         parse_ome_object({"kind": "AcceleratorClass", "metadata": {"name": "h100"}})
 
 
 def test_wrong_kind_for_the_parser() -> None:
     with pytest.raises(
-        InvalidObject, match=r"^ClusterBaseModel 'llama-3-8b': kind: expected ServingRuntime or ClusterServingRuntime"
+        InvalidInput, match=r"^ClusterBaseModel 'llama-3-8b': kind: expected ServingRuntime or ClusterServingRuntime"
     ):
         parse_serving_runtime(MODEL)
     with pytest.raises(
-        InvalidObject, match=r"^ServingRuntime 'team-a/vllm': kind: expected InferenceService, got 'ServingRuntime'"
+        InvalidInput, match=r"^ServingRuntime 'team-a/vllm': kind: expected InferenceService, got 'ServingRuntime'"
     ):
         parse_inference_service(RUNTIME)
 
@@ -280,19 +280,18 @@ def test_wrong_kind_for_the_parser() -> None:
     ],
 )
 def test_invalid_objects_name_the_object_and_field(obj: Any, message: str) -> None:
-    with pytest.raises(InvalidObject) as caught:
+    with pytest.raises(InvalidInput) as caught:
         parse_ome_object(obj) if isinstance(obj, dict) else parse_serving_runtime(obj)
     assert message in str(caught.value)
 
 
 def test_invalid_object_carries_its_parts() -> None:
-    with pytest.raises(InvalidObject) as caught:
+    with pytest.raises(InvalidInput) as caught:
         parse_serving_runtime(with_field(RUNTIME, "spec.modelSizeRange.max", 70))
     err = caught.value
-    assert (err.kind, err.namespace, err.name, err.path) == (
-        "ServingRuntime",
-        "team-a",
-        "vllm",
+    assert (err.subject, err.path, err.code) == (
+        "ServingRuntime 'team-a/vllm'",
         "spec.modelSizeRange.max",
+        "invalid_object",
     )
     assert isinstance(err, ValueError)
