@@ -184,14 +184,22 @@ class Kube:
         self.create(f"/api/v1/namespaces/{name}/serviceaccounts", {"metadata": {"name": "default"}})
 
     def create_node(
-        self, name: str, gpus: int, labels: dict[str, str] | None = None, cpu: str = "64", memory: str = "512Gi"
+        self,
+        name: str,
+        gpus: int | None,
+        labels: dict[str, str] | None = None,
+        cpu: str = "64",
+        memory: str = "512Gi",
     ) -> None:
-        """A Ready Node with `gpus` nvidia.com/gpu allocatable and no taints (the one admission adds
-        on create is removed, as the node lifecycle controller would once the kubelet reports Ready)."""
+        """A Ready Node with `gpus` nvidia.com/gpu allocatable (None: none listed at all, as on a node
+        whose GPUs come through DRA) and no taints (the one admission adds on create is removed, as
+        the node lifecycle controller would once the kubelet reports Ready)."""
         self.create(
             "/api/v1/nodes", {"metadata": {"name": name, "labels": {"kubernetes.io/hostname": name, **(labels or {})}}}
         )
-        resources = {"cpu": cpu, "memory": memory, "pods": "110", GPU: str(gpus)}
+        resources = {"cpu": cpu, "memory": memory, "pods": "110"}
+        if gpus is not None:
+            resources[GPU] = str(gpus)
         now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
         self.merge_patch(
             f"/api/v1/nodes/{name}/status",
@@ -263,6 +271,7 @@ _PLURALS = {
     "AcceleratorClass": "acceleratorclasses",
     "InferenceService": "inferenceservices",
     "ClusterServingRuntime": "clusterservingruntimes",
+    "DeviceClass": "deviceclasses",
 }
 _CLUSTER_SCOPED = {
     "CustomResourceDefinition",
@@ -273,6 +282,8 @@ _CLUSTER_SCOPED = {
     "AcceleratorClass",
     "ClusterServingRuntime",
     "ClusterBaseModel",
+    "DeviceClass",
+    "ResourceSlice",
 }
 
 
@@ -409,9 +420,18 @@ class ControlPlane:
         self.kubeconfig.write_text(kubeconfig_yaml(self.server, self.ca_file, ADMIN_TOKEN))
         return kube
 
-    def scheduler(self, config: dict[str, Any], name: str = "kube-scheduler", timeout: float = 60.0) -> Process:
-        """A real kube-scheduler with `config` (its clientConnection.kubeconfig is set to the admin's);
-        returns once its /healthz answers. A config it rejects fails here, with its log."""
+    def scheduler(
+        self,
+        config: dict[str, Any],
+        name: str = "kube-scheduler",
+        timeout: float = 60.0,
+        *,
+        binary: str = "kube-scheduler",
+        extra_args: tuple[str, ...] = (),
+    ) -> Process:
+        """A real kube-scheduler (`binary`: kube-scheduler v1.35.4, or kube-scheduler-1.36) with `config`
+        (its clientConnection.kubeconfig is set to the admin's); returns once its /healthz answers. A
+        config it rejects fails here, with its log."""
         config = json.loads(json.dumps(config))
         config.setdefault("clientConnection", {})["kubeconfig"] = str(self.kubeconfig)
         path = self.workdir / f"{name}-config.yaml"
@@ -420,7 +440,8 @@ class ControlPlane:
         proc = start_process(
             name,
             [
-                str(self.binaries / "kube-scheduler"),
+                str(self.binaries / binary),
+                *extra_args,
                 "--config",
                 str(path),
                 "--bind-address",

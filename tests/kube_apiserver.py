@@ -156,6 +156,7 @@ class KubeApiServer:
             path = f"/api/{k.version}/{k.plural}" if not k.group else f"/apis/{k.group}/{k.version}/{k.plural}"
             self._by_path[path] = k
         self.installed: set[str] = set(self.kinds if installed is None else installed)
+        self.forbidden: set[str] = set()  # kinds whose requests get 403 (RBAC does not allow them)
         self.objects: dict[str, dict[str, KubeObject]] = {k: {} for k in self.kinds}
         self.rv = 1
         self._compacted = 0  # a watch from a resourceVersion below this is 410 Gone
@@ -425,6 +426,9 @@ class KubeApiServer:
             return web.json_response(
                 _status(404, "NotFound", "the server could not find the requested resource"), status=404
             )
+        if info.kind in self.forbidden:
+            message = f"{info.plural}.{info.group} is forbidden: cannot list resource {info.plural!r}"
+            return web.json_response(_status(403, "Forbidden", message), status=403)
         if watch:
             return await self._watch(request, info)
         return self._list(request, info)

@@ -30,12 +30,13 @@ from gpuextender.extender.ingest.agent_identity import Authenticator
 from gpuextender.extender.ingest.relay import IngestProcess, IngestStartError, sync_known_nodes
 from gpuextender.extender.ingest.server import start_ingest_server
 from gpuextender.extender.inventory.files import FileInventorySource
-from gpuextender.extender.model.kube_objects import KINDS, NODE, POD
+from gpuextender.extender.model.kube_objects import KINDS, NODE, POD, RESOURCE_CLAIM
 from gpuextender.extender.model.pod_gpus import may_request
 from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.observe.silent_nodes import SilentNodesCollector, SilentNodesWarning
 from gpuextender.extender.scheduler.http_api import SchedulerApi, build_app, listen_backlog, new_runner
 from gpuextender.extender.settings import ExtenderConfig
+from gpuextender.extender.state.claim_ledger import ClaimLedger
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.inventory_store import InventoryStore
 from gpuextender.extender.state.inventory_view import ViewBuilder
@@ -77,8 +78,10 @@ class Extender:
     silent_nodes: SilentNodesWarning
     certificate: ServingCertificate | None
     file_source: FileInventorySource | None
+    claims: ClaimLedger = field(default_factory=ClaimLedger)
     kube_watch: KubeInventorySource | None = None
     pod_watch: KubeInventorySource | None = None
+    claim_watch: KubeInventorySource | None = None
     authenticator: Authenticator | None = None
     reviewer: TokenReviewer | None = None
     binder: PodBinder | None = None
@@ -118,12 +121,15 @@ class Extender:
             self._task(self.file_source.run(), "inventory files")
         elif self.kube_watch is not None:  # /readyz stays 503 until every kind (pods too) is listed once
             self._task(self.kube_watch.run(), "inventory watch")
-            assert self.pod_watch is not None
+            assert self.pod_watch is not None and self.claim_watch is not None
             self._task(self.pod_watch.run(), "bound pods watch")
+            self._task(self.claim_watch.run(), "resource claims watch")
         else:
             for kind in KINDS:  # no inventory source: nothing to wait for
                 self.store.replace_all(kind.kind, [])
             self.ledger.replace_all(POD.kind, [])
+        if not self.claims.synced and self.claim_watch is None:  # files without claims, or no source
+            self.claims.replace_all(RESOURCE_CLAIM.kind, [])
 
     @property
     def _has_inventory(self) -> bool:
@@ -236,8 +242,11 @@ async def build(
     file_source: FileInventorySource | None,
     certificate: ServingCertificate | None,
     argv: Sequence[str] = (),
+    *,
+    claims: ClaimLedger | None = None,
 ) -> Extender:
     """Every part, connected; nothing started yet (the Kubernetes client connects here)."""
+    claims = claims if claims is not None else ClaimLedger()
     state = GpuState(config.idle_rule)
     metrics = ExtenderMetrics(state, store, ingest_here=config.ingest_in_process, ledger=ledger)
     views = ViewBuilder(store, config.api.gpu_resources, on_invalid=metrics.count_invalid_object)
@@ -245,7 +254,8 @@ async def build(
     views.on_rebuild(api.classes.classes_by_node)  # class membership follows each rebuild, not the next request
     metrics.add(SilentNodesCollector(state, lambda: views.current))
     api.count_bound_pods(ledger)
-    api.inventory_ready = lambda: store.ready and ledger.synced
+    api.decisions.claims = claims  # DRA devices claims hold: not allocatable any more (dra_inventory.py)
+    api.inventory_ready = lambda: store.ready and ledger.synced and claims.synced
     extender = Extender(
         config=config,
         store=store,
@@ -257,6 +267,7 @@ async def build(
         silent_nodes=SilentNodesWarning(state, lambda: views.current),
         certificate=certificate,
         file_source=file_source,
+        claims=claims,
         argv=argv,
     )
     if config.kubernetes:
@@ -284,6 +295,10 @@ async def _connect_kubernetes(extender: Extender) -> None:
         kinds=(POD,),
         on_restart=metrics.count_watch_restart,
         list_filter=lambda _kind, pod: may_request(pod, resources),
+    )
+    # ResourceClaims (DRA), into the claim ledger only, like pods: they churn with claim pods.
+    extender.claim_watch = KubeInventorySource(
+        extender.claims, connection, kinds=(RESOURCE_CLAIM,), on_restart=metrics.count_watch_restart
     )
     if config.agent_auth.mode == "tokenreview":
         from gpuextender.extender.ingest.token_review import TokenReviewer

@@ -15,6 +15,7 @@ from gpuextender.common.serving_tls import ServingCertificate, TlsLoadError
 from gpuextender.extender.flags import ConfigError, build_config
 from gpuextender.extender.inventory.files import FileInventorySource, InventoryPathError
 from gpuextender.extender.settings import ExtenderConfig
+from gpuextender.extender.state.claim_ledger import ClaimLedger
 from gpuextender.extender.state.inventory_store import InventoryStore
 from gpuextender.extender.state.pod_ledger import PodLedger
 
@@ -45,10 +46,11 @@ def serve(config: ExtenderConfig, argv: Sequence[str] = ()) -> int:
 
     store = InventoryStore()
     ledger = PodLedger(config.api.gpu_resources)  # bound GPU pods, kept apart from the store (pod_ledger.py)
+    claims = ClaimLedger()  # the devices DRA's claims hold, likewise (claim_ledger.py)
     source: FileInventorySource | None = None
     if config.inventory is not None:
         try:
-            source = FileInventorySource(config.inventory, store, pods=ledger)
+            source = FileInventorySource(config.inventory, store, pods=ledger, claims=claims)
         except InventoryPathError as exc:
             return _fail(str(exc))
     certificate: ServingCertificate | None = None
@@ -59,7 +61,7 @@ def serve(config: ExtenderConfig, argv: Sequence[str] = ()) -> int:
             return _fail(str(exc))
 
     async def run() -> int:
-        extender = await build(config, store, ledger, source, certificate, argv)
+        extender = await build(config, store, ledger, source, certificate, argv, claims=claims)
         return await extender.run()
 
     try:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-from gpuextender.extender.model.kube_objects import KINDS, POD
+from gpuextender.extender.model.kube_objects import KINDS, POD, RESOURCE_CLAIM
 from tests.deploy import manifests as m
 
 EXTENDER_SA = (m.NAMESPACE, "gpu-extender")
@@ -56,7 +56,7 @@ def test_extender_reads_exactly_the_inventory_kinds_and_creates_tokenreviews(bas
     assert bound == [("ClusterRoleBinding", "", "ClusterRole/gpu-extender")]
     role = m.one(base_objects, "ClusterRole", "gpu-extender")
     # The inventory sources only LIST and WATCH (gpuextender/extender/inventory/kube_watch.py): no `get`.
-    expected = {(k.group, k.plural, verb, ()) for k in (*KINDS, POD) for verb in ("list", "watch")}
+    expected = {(k.group, k.plural, verb, ()) for k in (*KINDS, POD, RESOURCE_CLAIM) for verb in ("list", "watch")}
     expected.add(("authentication.k8s.io", "tokenreviews", "create", ()))
     assert permissions(role["rules"]) == expected
 

@@ -92,6 +92,7 @@ class Scene:
     ca: trustme.CA
     nodes: list[str] = field(default_factory=list)
     schedulers: list[Process] = field(default_factory=list)
+    dra_objects: list[str] = field(default_factory=list)  # API paths of DRA objects to delete at the end
     scenario_files: dict[str, Path] = field(default_factory=dict)
     topologies: dict[str, dict[str, Any]] = field(default_factory=dict)  # node -> fake NVML topology
     kubelet_files: dict[str, Path] = field(default_factory=dict)  # node -> its fake kubelet's scenario
@@ -115,6 +116,7 @@ class Scene:
         labels: dict[str, str] | None = None,
         allocatable: int | None = None,
         topology: dict[str, Any] | None = None,
+        dra: bool = False,
     ) -> str:
         """A Ready GPU Node with GFD's product label and `idle + busy` GPUs; named `<ns>-<name>`.
         `allocatable`: the Node's nvidia.com/gpu when it is not the GPU count (time-slicing
@@ -123,7 +125,7 @@ class Scene:
         count = idle + busy if allocatable is None else allocatable
         self.kube.create_node(
             full,
-            count,
+            None if dra else count,  # DRA: no nvidia.com/gpu allocatable; the GPUs are in a ResourceSlice
             {
                 NODE_LABEL: self.ns,
                 "nvidia.com/gpu.product": gpu["label"],
@@ -234,13 +236,15 @@ class Scene:
         *,
         port: int | None = None,
         ca_pem: bytes | None = None,
+        binary: str = "kube-scheduler",
         **extender: Any,
     ) -> Process:
-        """A real kube-scheduler from the shipped config `which`, calling `ext` (or `port`) over HTTPS."""
+        """A real kube-scheduler (`binary`) from the shipped config `which`, calling `ext` (or `port`)
+        over HTTPS."""
         target = port if port is not None else (ext.ports["http"] if ext is not None else 0)
         pem = ca_pem if ca_pem is not None else self.ca.cert_pem.bytes()
         config = shipped_config(which, f"https://127.0.0.1:{target}", pem, **extender)
-        proc = self.plane.scheduler(config, name=f"kube-scheduler-{len(self.schedulers)}")
+        proc = self.plane.scheduler(config, name=f"kube-scheduler-{len(self.schedulers)}", binary=binary)
         self.schedulers.append(proc)
         return proc
 
@@ -293,6 +297,15 @@ class Scene:
         ):
             self.kube.delete(lease, grace_seconds=None)
         self.kube.delete_pods(self.ns)
+        if self.dra_objects:  # a DRA test: its claims (the scheduler's too), then what it created
+            claims = f"/apis/resource.k8s.io/v1/namespaces/{self.ns}/resourceclaims"
+            for claim in self.kube.get(claims)["items"]:
+                path = f"{claims}/{claim['metadata']['name']}"
+                # No controller-manager: the delete-protection finalizer would keep it forever.
+                self.kube.merge_patch(path, {"metadata": {"finalizers": None}})
+                self.kube.delete(path, grace_seconds=None)
+            for path in self.dra_objects:
+                self.kube.delete(path, grace_seconds=None)
         for node in self.nodes:
             self.kube.delete(f"/api/v1/nodes/{node}", grace_seconds=None)
 

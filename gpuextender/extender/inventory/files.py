@@ -16,9 +16,10 @@ first and writes it piecemeal; none of those moments may make objects vanish.
 nothing until it holds objects. A well-formed object of an unknown kind is
 ignored; one the view cannot use is skipped there (`extender.inventory.view`).
 
-`kind: Pod` objects go to the `pods` sink (the bound-pod ledger, extender/pod_ledger.py), not
-to the inventory store: every load that changed anything replaces them all with the pods the
-files hold now (ignored without a `pods` sink). A Pod without `metadata.uid` (written by hand)
+`kind: Pod` objects go to the `pods` sink (the bound-pod ledger, extender/pod_ledger.py), and
+`kind: ResourceClaim` ones to the `claims` sink (state/claim_ledger.py), not to the inventory
+store: every load that changed anything replaces them all with the pods (claims) the files hold
+now (ignored without that sink). A Pod without `metadata.uid` (written by hand)
 is given `file:<namespace>/<name>`, so the same pod keeps its identity across reloads.
 """
 
@@ -32,7 +33,7 @@ from typing import Any
 
 import yaml
 
-from gpuextender.extender.model.kube_objects import KIND_BY_NAME, POD, InventorySink, KubeObject
+from gpuextender.extender.model.kube_objects import KIND_BY_NAME, POD, RESOURCE_CLAIM, InventorySink, KubeObject
 from gpuextender.extender.model.untrusted import InvalidInput, described
 
 log = logging.getLogger("gpu_extender.inventory")
@@ -53,14 +54,25 @@ class _FileState:
 
 class FileInventorySource:
     def __init__(
-        self, path: Path, sink: InventorySink, *, poll_interval_s: float = 1.0, pods: InventorySink | None = None
+        self,
+        path: Path,
+        sink: InventorySink,
+        *,
+        poll_interval_s: float = 1.0,
+        pods: InventorySink | None = None,
+        claims: InventorySink | None = None,
     ) -> None:
         if not path.exists():
             raise InventoryPathError(f"inventory {path}: no such file or directory")
         self.path = path
         self._sink = sink
         self._pods = pods
-        self._kinds = {*KIND_BY_NAME, POD.kind} if pods is not None else set(KIND_BY_NAME)
+        self._claims = claims
+        self._kinds = set(KIND_BY_NAME)
+        if pods is not None:
+            self._kinds.add(POD.kind)
+        if claims is not None:
+            self._kinds.add(RESOURCE_CLAIM.kind)
         self._poll_interval_s = poll_interval_s
         self._files: dict[Path, _FileState] = {}
         self._listing: tuple[tuple[str, float, int], ...] | None = None
@@ -110,6 +122,9 @@ class FileInventorySource:
             for obj in state.objects:
                 by_kind[obj["kind"]].append(obj)
         pods = by_kind.pop(POD.kind, None)
+        claims = by_kind.pop(RESOURCE_CLAIM.kind, None)
+        if self._claims is not None and claims is not None:  # before the pods: their devices first
+            self._claims.replace_all(RESOURCE_CLAIM.kind, claims)
         for kind, objects in by_kind.items():
             self._sink.replace_all(kind, objects)
         if self._pods is not None and pods is not None:

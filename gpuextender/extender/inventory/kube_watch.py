@@ -543,6 +543,11 @@ class _KindWatcher:
                         self._healthy()  # the server answered; the resource just is not there
                         self._mark_crd_absent(str(error))
                         return False
+                    if isinstance(error, _HttpError) and error.status == 403 and self.info.optional_api:
+                        # Not allowed to read an optional API (RBAC not updated): without it, never ready.
+                        self._healthy()
+                        self._mark_crd_absent(f"{error}; grant list and watch on it to the extender's ClusterRole")
+                        return False
                     raise error
                 body = await resp.read()
             finally:
@@ -585,7 +590,7 @@ class _KindWatcher:
         self._healthy()
         self._backoff.reset()
         if self._crd_absent:
-            log.info("inventory: %s: CRD is installed now (%d object(s))", self.info.kind, len(objects))
+            log.info("inventory: %s: served now (%d object(s))", self.info.kind, len(objects))
             self._crd_absent = False
         self._sink.replace_all(self.info.kind, objects)
         self.resource_version = str(resource_version)
@@ -605,8 +610,9 @@ class _KindWatcher:
         # replace_all([]) only on the transition: a re-check that finds it still absent changes nothing.
         if not self._crd_absent or not self.status.synced:
             log.warning(
-                "inventory: %s: CRD not installed (404 on %s: %s); treating it as empty, re-checking every %g s",
+                "inventory: %s: %s (%s: %s); treating it as empty, re-checking every %g s",
                 self.info.kind,
+                self.info.absent,
                 _resource_path(self.info),
                 message,
                 self._t.crd_recheck_s,

@@ -18,6 +18,10 @@ class KindInfo:
     # A `fieldSelector` sent with every LIST and WATCH of the kind ("" = all objects). Objects that
     # leave the selection while watched arrive as DELETED events, as the API server sends them.
     field_selector: str = ""
+    # What it means when the API server does not serve the kind (404 on its LIST; for an optional
+    # built-in API, 403 too): the kind is empty, and this says what the extender does without it.
+    absent: str = "CRD not installed"
+    optional_api: bool = False  # a built-in API a cluster may not serve, or not let us read (DRA)
 
 
 NODE = KindInfo("Node", "", "v1", "nodes", namespaced=False)
@@ -30,6 +34,16 @@ INFERENCE_SERVICE = KindInfo("InferenceService", "ome.io", "v1beta1", "inference
 BASE_MODEL = KindInfo("BaseModel", "ome.io", "v1beta1", "basemodels", namespaced=True)
 CLUSTER_BASE_MODEL = KindInfo("ClusterBaseModel", "ome.io", "v1beta1", "clusterbasemodels", namespaced=False)
 
+# DRA (resource.k8s.io/v1, GA in 1.34): GPUs published per node in ResourceSlices, mapped to a GPU
+# resource by a DeviceClass's extendedResourceName (state/dra_inventory.py).
+_DRA_ABSENT = "resource.k8s.io/v1 not served or not readable: DRA GPUs not counted (device-plugin GPUs only)"
+DEVICE_CLASS = KindInfo(
+    "DeviceClass", "resource.k8s.io", "v1", "deviceclasses", namespaced=False, absent=_DRA_ABSENT, optional_api=True
+)
+RESOURCE_SLICE = KindInfo(
+    "ResourceSlice", "resource.k8s.io", "v1", "resourceslices", namespaced=False, absent=_DRA_ABSENT, optional_api=True
+)
+
 KINDS: tuple[KindInfo, ...] = (
     NODE,
     ACCELERATOR_CLASS,
@@ -38,6 +52,8 @@ KINDS: tuple[KindInfo, ...] = (
     INFERENCE_SERVICE,
     BASE_MODEL,
     CLUSTER_BASE_MODEL,
+    DEVICE_CLASS,
+    RESOURCE_SLICE,
 )
 KIND_BY_NAME = {k.kind: k for k in KINDS}
 
@@ -50,6 +66,11 @@ POD = KindInfo(
     "pods",
     namespaced=True,
     field_selector="spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed",
+)
+
+# Not in KINDS either: claims go to the claim ledger (state/claim_ledger.py); they churn with pods.
+RESOURCE_CLAIM = KindInfo(
+    "ResourceClaim", "resource.k8s.io", "v1", "resourceclaims", namespaced=True, absent=_DRA_ABSENT, optional_api=True
 )
 
 

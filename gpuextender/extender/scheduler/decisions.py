@@ -14,6 +14,8 @@ from gpuextender.extender.model.pod_request import PodRequest, read_pod
 from gpuextender.extender.scheduler.wire import ExtenderArgs
 from gpuextender.extender.settings import ApiSettings
 from gpuextender.extender.state.bound_pods import AllocatableLessBound
+from gpuextender.extender.state.claim_ledger import ClaimLedger
+from gpuextender.extender.state.dra_inventory import DraAllocatable
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.inventory_view import InventoryView
 from gpuextender.extender.state.live_classes import LiveClasses
@@ -63,6 +65,7 @@ class Decisions:
         self._clock = clock
         self._plans = PlanCache(settings.default_class_policy, settings.runtime_check)
         self.ledger: PodLedger | None = None  # bound pods (state/pod_ledger.py), once their source runs
+        self.claims: ClaimLedger | None = None  # devices DRA claims hold (state/claim_ledger.py)
 
     def decide(self, args: ExtenderArgs) -> Decision:
         """The question (the pod, read once; the candidates) against what we know now."""
@@ -70,6 +73,9 @@ class Decisions:
         pod = read_pod(args.pod, settings.gpu_resources, settings.node_strategy, settings.random_seed)
         view = self._inventory()
         allocatable = args.allocatable(settings.gpu_resources, view.allocatable_gpus)
+        if view.dra.gpu_devices:  # nodes whose GPUs come through DRA: their unclaimed, untainted devices
+            held = self.claims.allocated_on if self.claims is not None else _nothing_held
+            allocatable = DraAllocatable(allocatable, view.dra, held)
         ledger = self.ledger
         if ledger is not None and len(ledger):  # nodes without usable agent data: less their bound pods
             allocatable = AllocatableLessBound(allocatable, ledger.pods_on)
@@ -87,3 +93,7 @@ class Decisions:
             reported=self._state.reported,
         )
         return Decision(pod, self._plans.plan(pod, view), candidates, known, settings.shortlist)
+
+
+def _nothing_held(node: str) -> frozenset[tuple[str, str, str]]:
+    return frozenset()

@@ -13,13 +13,16 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuextender.extender.model.dra import DeviceClassInfo, ResourceSliceInfo, parse_device_class, parse_resource_slice
 from gpuextender.extender.model.kube_objects import (
     ACCELERATOR_CLASS,
     BASE_MODEL,
     CLUSTER_BASE_MODEL,
     CLUSTER_SERVING_RUNTIME,
+    DEVICE_CLASS,
     INFERENCE_SERVICE,
     NODE,
+    RESOURCE_SLICE,
     SERVING_RUNTIME,
     KubeObject,
     object_key,
@@ -44,6 +47,7 @@ from gpuextender.extender.model.ome.ome_objects import (
 )
 from gpuextender.extender.model.pod_gpus import parse_count
 from gpuextender.extender.model.untrusted import InvalidInput, object_at
+from gpuextender.extender.state.dra_inventory import DraInventory, build_dra
 from gpuextender.extender.state.inventory_store import InventoryStore
 
 log = logging.getLogger("gpu_extender.inventory")
@@ -63,6 +67,7 @@ class InventoryView:
     runtimes: tuple[ServingRuntime, ...] = ()
     models: tuple[BaseModel, ...] = ()
     inference_services: dict[str, InferenceService] = field(default_factory=dict)
+    dra: DraInventory = field(default_factory=DraInventory)  # GPUs that come through DRA, per node
 
     def get(self, kind: str, key: str) -> KubeObject | None:
         return self.objects.get(kind, {}).get(key)
@@ -99,6 +104,8 @@ class ViewBuilder:
         self._parsed_nodes: dict[int, tuple[KubeObject, tuple[str, int, dict[str, str]]]] = {}
         self._node_classes: dict[int, tuple[KubeObject, tuple[str, ...]]] = {}
         self._classes_seen: list[AcceleratorClass] = []
+        self._parsed_slices: dict[int, tuple[KubeObject, ResourceSliceInfo]] = {}
+        self._invalid_pools: frozenset[tuple[str, str]] = frozenset()
         self.current = InventoryView()
         store.on_change(self._changed)
 
@@ -215,6 +222,7 @@ class ViewBuilder:
                     self._invalid(kind.kind, obj, str(exc))
                     continue
                 valid[object_key(obj)] = obj
+        dra = self._dra(invalid)
         runtimes = tuple(parsed.get(SERVING_RUNTIME.kind, []) + parsed.get(CLUSTER_SERVING_RUNTIME.kind, []))
         models = tuple(parsed.get(BASE_MODEL.kind, []) + parsed.get(CLUSTER_BASE_MODEL.kind, []))
         services = {f"{i.namespace}/{i.name}": i for i in parsed.get(INFERENCE_SERVICE.kind, [])}
@@ -229,10 +237,48 @@ class ViewBuilder:
             runtimes,
             models,
             services,
+            dra,
         )
         for listener in self._rebuilt:
             listener(self.current)
         return self.current
+
+    def _dra(self, invalid: dict[str, int]) -> DraInventory:
+        """DeviceClasses and ResourceSlices into per-node DRA GPUs (state/dra_inventory.py); a slice
+        is parsed once while the store holds the same object."""
+        classes: list[DeviceClassInfo] = []
+        for obj in self._store.objects(DEVICE_CLASS.kind):
+            try:
+                classes.append(parse_device_class(obj))
+            except InvalidInput as exc:
+                invalid[DEVICE_CLASS.kind] = invalid.get(DEVICE_CLASS.kind, 0) + 1
+                self._invalid(DEVICE_CLASS.kind, obj, str(exc))
+        slices: list[ResourceSliceInfo] = []
+        parsed: dict[int, tuple[KubeObject, ResourceSliceInfo]] = {}
+        for obj in self._store.objects(RESOURCE_SLICE.kind):
+            cached = self._parsed_slices.get(id(obj))
+            if cached is not None and cached[0] is obj:
+                info = cached[1]
+            else:
+                try:
+                    info = parse_resource_slice(obj)
+                except InvalidInput as exc:
+                    invalid[RESOURCE_SLICE.kind] = invalid.get(RESOURCE_SLICE.kind, 0) + 1
+                    self._invalid(RESOURCE_SLICE.kind, obj, str(exc))
+                    continue
+            parsed[id(obj)] = (obj, info)
+            slices.append(info)
+        self._parsed_slices = parsed
+        dra = build_dra(slices, classes, self._gpu_resources)
+        for driver, pool in dra.invalid_pools - self._invalid_pools:
+            log.warning(
+                "inventory: DRA pool %s of driver %s names a device twice in its newest generation; "
+                "its devices are not counted (kube-scheduler's allocator refuses the pool too)",
+                pool,
+                driver,
+            )
+        self._invalid_pools = dra.invalid_pools
+        return dra
 
 
 def _parse_node(obj: KubeObject, gpu_resources: Sequence[str]) -> tuple[str, int, dict[str, str]]:

@@ -21,6 +21,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from gpuextender.extender.model.dra import served_by_dra
 from gpuextender.extender.model.kube_objects import POD, KubeObject
 from gpuextender.extender.model.ome.pod_intent import INFERENCE_SERVICE_LABEL
 from gpuextender.extender.model.pod_gpus import MigNeed, gpus_requested, mig_profile, whole_gpu_resources
@@ -119,7 +120,8 @@ class PodLedger:
         if phase in FINISHED_PHASES or meta.get("deletionTimestamp"):
             return None
         try:
-            gpus = gpus_requested(obj, self._whole) if self._whole else 0
+            # A request DRA served (KEP-5004) is its claim's devices, which the claim ledger counts.
+            gpus = gpus_requested(obj, self._whole) if self._whole and not served_by_dra(obj) else 0
             mig = tuple(sorted((p, n) for r, p in self._mig if (n := gpus_requested(obj, [r])) > 0))
         except InvalidInput as exc:
             self.invalid += 1

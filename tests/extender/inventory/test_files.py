@@ -7,11 +7,14 @@ import os
 from pathlib import Path
 
 import pytest
+import yaml
 
 from gpuextender.extender.inventory.files import FileInventorySource, InventoryPathError
+from gpuextender.extender.state.claim_ledger import ClaimLedger
 from gpuextender.extender.state.inventory_store import InventoryStore
 from gpuextender.extender.state.inventory_view import ViewBuilder
 from gpuextender.extender.state.pod_ledger import PodLedger
+from tests.extender.dra_objects import allocated_claim, device_class, gpu_slice
 from tests.harness import ROOT
 
 GPU = ("nvidia.com/gpu",)
@@ -483,3 +486,24 @@ def test_without_a_ledger_pods_in_the_files_are_ignored(tmp_path: Path) -> None:
     store = InventoryStore()
     assert FileInventorySource(tmp_path, store).load()
     assert store.ready and "Pod" not in store.counts() and store.counts()["Node"] == 1
+
+
+def test_dra_objects_in_the_files_claims_to_their_ledger(tmp_path: Path) -> None:
+    """DeviceClasses and ResourceSlices go to the store (the view counts the DRA GPUs), ResourceClaims
+    to the claim ledger; without a claims sink, claims are ignored."""
+    docs = [
+        device_class(),
+        gpu_slice("gpu-dra-1", 8, tainted=(7,)),
+        allocated_claim("two", "gpu-dra-1", ["gpu-0", "gpu-1"]),
+    ]
+    (tmp_path / "dra.yaml").write_text(yaml.safe_dump_all(docs))
+    store, claims = InventoryStore(), ClaimLedger()
+    views = ViewBuilder(store, GPU)
+    assert FileInventorySource(tmp_path, store, claims=claims).load()
+    assert store.counts()["ResourceSlice"] == 1 and store.counts()["DeviceClass"] == 1
+    assert "ResourceClaim" not in store.counts()
+    assert claims.synced and len(claims.allocated_on("gpu-dra-1")) == 2
+    assert len(views.current.dra.devices("gpu-dra-1")) == 8
+    store2 = InventoryStore()
+    assert FileInventorySource(tmp_path, store2).load()
+    assert "ResourceClaim" not in store2.counts() and store2.counts()["ResourceSlice"] == 1

@@ -26,7 +26,8 @@ from tests.kube_apiserver import KubeApiServer
 
 T = TypeVar("T")
 LOGGER = "gpu_extender.inventory.kube"
-CRD_KINDS = [k.kind for k in KINDS if k.group]
+CRD_KINDS = [k.kind for k in KINDS if k.group]  # OME's CRDs and DRA's built-in API alike
+OME_KINDS = [k.kind for k in KINDS if k.group == "ome.io"]
 
 
 def run(coro: Awaitable[T], timeout: float = 10.0) -> T:
@@ -71,7 +72,7 @@ async def running(
 
 
 def server_watch_target(server: KubeApiServer, kinds: tuple[KindInfo, ...] = KINDS) -> int:
-    return sum(1 for k in kinds if k.kind in server.installed)
+    return sum(1 for k in kinds if k.kind in server.installed and k.kind not in server.forbidden)
 
 
 def node(name: str, gpus: int = 8, **labels: str) -> dict[str, Any]:
@@ -347,8 +348,43 @@ def test_missing_crd_is_an_empty_synced_kind_until_installed(
             assert sink.calls_for("AcceleratorClass")[-1] == ("replace_all", [])
 
         absent = [r for r in caplog.records if "CRD not installed" in r.getMessage()]
-        assert len(absent) == len(CRD_KINDS) + 1  # once per kind, once more after the uninstall
-        assert any("CRD is installed now" in r.getMessage() for r in caplog.records)
+        assert len(absent) == len(OME_KINDS) + 1  # once per kind, once more after the uninstall
+        assert any("AcceleratorClass: served now" in r.getMessage() for r in caplog.records)
+        # DRA's built-in API, not served: each kind once, saying what the extender does without it.
+        dra = [r.getMessage() for r in caplog.records if "DRA GPUs not counted" in r.getMessage()]
+        assert sorted(m.split(":")[1].strip() for m in dra) == ["DeviceClass", "ResourceSlice"]
+
+    run(scenario())
+
+
+def test_an_optional_api_we_may_not_read_is_absent_not_a_start_that_never_ends(
+    sink: RecordingSink, timings: KubeSourceTimings, caplog: pytest.LogCaptureFixture
+) -> None:
+    """403 on DRA's kinds (a ClusterRole not updated): empty and synced, so the extender gets ready;
+    403 on a kind the extender needs (Node) stays a failure, retried."""
+    caplog.set_level(logging.INFO, logger=LOGGER)
+
+    async def scenario() -> None:
+        server = KubeApiServer()
+        server.forbidden = {"DeviceClass", "ResourceSlice"}
+        server.add("Node", node("gpu-node-1"))
+        async with running(sink, timings, server) as (server, source):
+            assert source.ready
+            assert sink.calls_for("ResourceSlice") == [("replace_all", [])]
+            assert source.status()["ResourceSlice"].state in ("crd-absent", "listing")
+        messages = [r.getMessage() for r in caplog.records if "ResourceSlice" in r.getMessage()]
+        assert any("DRA GPUs not counted" in m and "403" in m and "ClusterRole" in m for m in messages), messages
+
+        server = KubeApiServer()
+        server.forbidden = {"Node"}
+        async with server:
+            source = KubeInventorySource(sink, server.configuration(), timings=timings)
+            task = asyncio.create_task(source.run())
+            await wait_until(lambda: source.status()["Node"].consecutive_failures >= 2, "Node refused, retried")
+            assert not source.ready
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
 
     run(scenario())
 

@@ -1,0 +1,246 @@
+"""Dynamic Resource Allocation objects (`resource.k8s.io/v1`) as the extender reads them: the GPU
+devices a node's ResourceSlices publish, the DeviceClasses that map devices to an extended resource
+(KEP-5004's `extendedResourceName`), and the devices each ResourceClaim holds.
+
+Shapes (../shared/reference/dra.md): a slice names one driver, one pool
+(`{name, generation, resourceSliceCount}`: a pool may span several slices, a newer generation
+replaces the older) and its node (`spec.nodeName`; or, with `perDeviceNodeSelection`, each device
+its own `nodeName`; `allNodes` and `nodeSelector` slices belong to no one node). A device is
+`{name, attributes{<name>: {string|int|bool|version: v}}, capacity{<name>: {value}}, taints[]}`.
+NVIDIA's driver (`gpu.nvidia.com`) names whole GPUs `gpu-<minor>` and MIG devices
+`gpu-<parent>-mig-<profile>-<profileID>-<placement>`, with a `type` attribute `gpu` or `mig`.
+
+A malformed object raises InvalidInput (model/untrusted.py) naming it and the field.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpuextender.extender.model.quantity import parse_quantity
+from gpuextender.extender.model.untrusted import Fields, InvalidInput, object_at
+
+NVIDIA_GPU_DRIVER = "gpu.nvidia.com"
+DeviceRef = tuple[str, str, str]  # (driver, pool, device): a device's identity in the cluster
+# Taint effects that keep kube-scheduler's allocator from handing a device out (`None` only marks it).
+NOT_ALLOCATABLE_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
+# At most this many devices per slice (the API server's own limit is 128): bounds a hostile file.
+MAX_SLICE_DEVICES = 128
+
+_GPU_NAME = re.compile(r"gpu-\d+")
+_MIG_NAME = re.compile(r"gpu-\d+-mig-.+-\d+-\d+")
+# What the extender reads of a DeviceClass's CEL: the driver and the `type` attribute it requires.
+_CEL_DRIVER = re.compile(r"device\.driver\s*==\s*['\"]([^'\"]+)['\"]")
+_CEL_TYPE = re.compile(r"\.type\s*==\s*['\"](\w+)['\"]")
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceTaint:
+    key: str
+    value: str
+    effect: str  # None | NoSchedule | NoExecute
+
+
+@dataclass(frozen=True, slots=True)
+class DraDevice:
+    name: str
+    kind: str  # "gpu" (a whole GPU), "mig" or "other"
+    uuid: str  # "" when the driver gives none
+    product: str
+    memory_bytes: int | None
+    taints: tuple[DeviceTaint, ...] = ()
+
+    @property
+    def allocatable(self) -> bool:
+        """False when a taint keeps the allocator from choosing it (for claims that do not tolerate it)."""
+        return not any(t.effect in NOT_ALLOCATABLE_EFFECTS for t in self.taints)
+
+
+@dataclass(frozen=True, slots=True)
+class ResourceSliceInfo:
+    name: str
+    driver: str
+    pool: str
+    generation: int
+    slice_count: int
+    devices: tuple[tuple[str | None, DraDevice], ...]  # (its node, or None: no one node's; the device)
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceClassInfo:
+    name: str
+    drivers: frozenset[str]  # read from its CEL selectors; empty: none the extender can read
+    device_type: str  # the `type` attribute its selectors require ("": any)
+    extended_resource: str  # spec.extendedResourceName, "" when unset
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimAllocation:
+    key: str  # namespace/name
+    node: str  # where its devices are ("" when they are not one node's)
+    devices: tuple[DeviceRef, ...]
+
+
+def device_kind(name: str, type_attribute: str) -> str:
+    """ "gpu", "mig" or "other": the `type` attribute says, else NVIDIA's device names do."""
+    if type_attribute in ("gpu", "mig"):
+        return type_attribute
+    if type_attribute:
+        return "other"
+    if _GPU_NAME.fullmatch(name):
+        return "gpu"
+    if _MIG_NAME.fullmatch(name):
+        return "mig"
+    return "other"
+
+
+def _attribute(attributes: Mapping[str, Any], driver: str, name: str) -> Any:
+    """An attribute's value, by its short name or qualified by the driver's domain."""
+    raw = attributes.get(name)
+    if raw is None:
+        raw = attributes.get(f"{driver}/{name}")
+    if not isinstance(raw, Mapping) or len(raw) != 1:
+        return None
+    return next(iter(raw.values()))
+
+
+def _meta(r: Fields, obj: Any, kind: str) -> tuple[Mapping[str, Any], str]:
+    if not isinstance(obj, Mapping):
+        r.fail("(object)", "expected an object")
+    name = object_at(obj, "metadata").get("name")
+    if not isinstance(name, str) or not name:
+        r.fail("metadata.name", "required field is missing")
+    r.subject = f"{kind} {name!r}"
+    return r.mapping(obj.get("spec"), "spec", required=True) or {}, name
+
+
+def _device(r: Fields, raw: Any, path: str, driver: str) -> tuple[str | None, DraDevice]:
+    d = r.mapping(raw, path, required=True) or {}
+    name = r.text(d.get("name"), f"{path}.name")
+    if not name:
+        r.fail(f"{path}.name", "required field is missing")
+    attributes = r.mapping(d.get("attributes"), f"{path}.attributes") or {}
+    type_value = _attribute(attributes, driver, "type")
+    uuid, product = _attribute(attributes, driver, "uuid"), _attribute(attributes, driver, "productName")
+    memory = object_at(r.mapping(d.get("capacity"), f"{path}.capacity"), "memory").get("value")
+    memory_bytes = None
+    if memory is not None:
+        try:
+            memory_bytes = int(parse_quantity(memory))
+        except InvalidInput as exc:
+            r.fail(f"{path}.capacity.memory.value", exc.problem)
+    taints = []
+    for i, t in enumerate(r.items(d.get("taints"), f"{path}.taints")):
+        tpath = f"{path}.taints[{i}]"
+        t = r.mapping(t, tpath, required=True) or {}
+        taints.append(
+            DeviceTaint(
+                r.text(t.get("key"), f"{tpath}.key"),
+                r.text(t.get("value"), f"{tpath}.value"),
+                r.text(t.get("effect"), f"{tpath}.effect"),
+            )
+        )
+    node = r.string(d.get("nodeName"), f"{path}.nodeName") or None
+    device = DraDevice(
+        name,
+        device_kind(name, type_value if isinstance(type_value, str) else ""),
+        uuid if isinstance(uuid, str) else "",
+        product if isinstance(product, str) else "",
+        memory_bytes,
+        tuple(taints),
+    )
+    return node, device
+
+
+def parse_resource_slice(obj: Any) -> ResourceSliceInfo:
+    r = Fields("ResourceSlice", code="invalid_object")
+    spec, name = _meta(r, obj, "ResourceSlice")
+    driver = r.text(spec.get("driver"), "spec.driver")
+    if not driver:
+        r.fail("spec.driver", "required field is missing")
+    pool = r.mapping(spec.get("pool"), "spec.pool", required=True) or {}
+    pool_name = r.text(pool.get("name"), "spec.pool.name")
+    generation = r.integer(pool.get("generation"), "spec.pool.generation", (0, 2**63 - 1)) or 0
+    count = r.integer(pool.get("resourceSliceCount"), "spec.pool.resourceSliceCount", (1, 2**31)) or 1
+    slice_node = r.string(spec.get("nodeName"), "spec.nodeName") or None
+    per_device = r.boolean(spec.get("perDeviceNodeSelection"), "spec.perDeviceNodeSelection") or False
+    raw_devices = r.items(spec.get("devices"), "spec.devices")
+    if len(raw_devices) > MAX_SLICE_DEVICES:
+        r.fail("spec.devices", f"{len(raw_devices)} devices; at most {MAX_SLICE_DEVICES} per slice")
+    devices = []
+    for i, raw in enumerate(raw_devices):
+        device_node, device = _device(r, raw, f"spec.devices[{i}]", driver)
+        devices.append((device_node if per_device else slice_node, device))
+    return ResourceSliceInfo(name, driver, pool_name, generation, count, tuple(devices))
+
+
+def parse_device_class(obj: Any) -> DeviceClassInfo:
+    r = Fields("DeviceClass", code="invalid_object")
+    spec, name = _meta(r, obj, "DeviceClass")
+    drivers: set[str] = set()
+    device_type = ""
+    for i, selector in enumerate(r.items(spec.get("selectors"), "spec.selectors")):
+        cel = object_at(r.mapping(selector, f"spec.selectors[{i}]"), "cel")
+        expression = r.text(cel.get("expression"), f"spec.selectors[{i}].cel.expression")
+        drivers.update(_CEL_DRIVER.findall(expression))
+        if m := _CEL_TYPE.search(expression):
+            device_type = m.group(1)
+    extended = r.text(spec.get("extendedResourceName"), "spec.extendedResourceName")
+    return DeviceClassInfo(name, frozenset(drivers), device_type, extended)
+
+
+def parse_resource_claim(obj: Any) -> ClaimAllocation | None:
+    """The devices an allocated claim holds, and their node; None for a claim not allocated yet."""
+    r = Fields("ResourceClaim", code="invalid_object")
+    if not isinstance(obj, Mapping):
+        r.fail("(object)", "expected an object")
+    meta = object_at(obj, "metadata")
+    name, namespace = meta.get("name"), meta.get("namespace")
+    if not isinstance(name, str) or not name or not isinstance(namespace, str) or not namespace:
+        r.fail("metadata", "name and namespace are required")
+    r.subject = f"ResourceClaim '{namespace}/{name}'"
+    allocation = r.mapping(object_at(obj, "status").get("allocation"), "status.allocation")
+    if allocation is None:
+        return None
+    devices = []
+    results = object_at(allocation, "devices").get("results")
+    for i, raw in enumerate(r.items(results, "status.allocation.devices.results")):
+        path = f"status.allocation.devices.results[{i}]"
+        result = r.mapping(raw, path, required=True) or {}
+        if result.get("adminAccess") is True:  # a monitoring claim: the device stays allocatable
+            continue
+        devices.append(
+            (
+                r.text(result.get("driver"), f"{path}.driver"),
+                r.text(result.get("pool"), f"{path}.pool"),
+                r.text(result.get("device"), f"{path}.device"),
+            )
+        )
+    return ClaimAllocation(f"{namespace}/{name}", _allocated_node(allocation), tuple(devices))
+
+
+def _allocated_node(allocation: Mapping[str, Any]) -> str:
+    """The node the scheduler wrote into a node-local allocation:
+    nodeSelector.nodeSelectorTerms[0].matchFields = [{key: metadata.name, operator: In, values: [node]}]."""
+    terms = object_at(allocation, "nodeSelector").get("nodeSelectorTerms")
+    if not isinstance(terms, list) or len(terms) != 1 or not isinstance(terms[0], Mapping):
+        return ""
+    fields = terms[0].get("matchFields")
+    if not isinstance(fields, list) or len(fields) != 1 or not isinstance(fields[0], Mapping):
+        return ""
+    field = fields[0]
+    values = field.get("values")
+    if field.get("key") != "metadata.name" or field.get("operator") != "In":
+        return ""
+    if not isinstance(values, list) or len(values) != 1 or not isinstance(values[0], str):
+        return ""
+    return values[0]
+
+
+def served_by_dra(pod: Any) -> bool:
+    """The pod's extended-resource request (e.g. nvidia.com/gpu) was given DRA devices (KEP-5004):
+    kube-scheduler wrote `status.extendedResourceClaimStatus`; the devices are its claim's."""
+    return bool(object_at(object_at(pod, "status"), "extendedResourceClaimStatus"))

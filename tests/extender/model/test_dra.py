@@ -1,0 +1,171 @@
+"""model/dra.py: ResourceSlices, DeviceClasses and ResourceClaims as NVIDIA's DRA driver and
+kube-scheduler write them, and what a malformed one is refused with."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from gpuextender.extender.model.dra import (
+    MAX_SLICE_DEVICES,
+    device_kind,
+    parse_device_class,
+    parse_resource_claim,
+    parse_resource_slice,
+    served_by_dra,
+)
+from gpuextender.extender.model.untrusted import InvalidInput
+from tests.extender.dra_objects import (
+    allocated_claim,
+    device_class,
+    gpu_device,
+    gpu_slice,
+    mig_device,
+    resource_slice,
+)
+
+
+def test_a_slice_of_eight_gpus_and_a_mig_device() -> None:
+    obj = resource_slice(
+        "n1", [*(gpu_device(i, taint="NoSchedule" if i == 7 else "") for i in range(8)), mig_device(0)]
+    )
+    s = parse_resource_slice(obj)
+    assert (s.name, s.driver, s.pool, s.generation, s.slice_count) == (
+        "n1-gpu.nvidia.com",
+        "gpu.nvidia.com",
+        "n1",
+        1,
+        1,
+    )
+    assert [node for node, _ in s.devices] == ["n1"] * 9
+    gpu0, gpu7, mig = s.devices[0][1], s.devices[7][1], s.devices[8][1]
+    assert (gpu0.name, gpu0.kind, gpu0.product, gpu0.memory_bytes) == (
+        "gpu-0",
+        "gpu",
+        "NVIDIA H100 80GB HBM3",
+        80 << 30,
+    )
+    assert gpu0.uuid.startswith("GPU-") and gpu0.allocatable
+    assert not gpu7.allocatable and gpu7.taints[0].value == "79"
+    assert mig.kind == "mig"
+
+
+@pytest.mark.parametrize(("effect", "allocatable"), [("None", True), ("NoSchedule", False), ("NoExecute", False)])
+def test_only_noschedule_and_noexecute_taints_keep_a_device_from_the_allocator(effect: str, allocatable: bool) -> None:
+    s = parse_resource_slice(gpu_slice("n1", 1, tainted=(0,), effect=effect))
+    assert s.devices[0][1].allocatable is allocatable
+
+
+def test_which_node_a_device_is_on() -> None:
+    per_device = resource_slice("n1", [gpu_device(0), gpu_device(1)])
+    del per_device["spec"]["nodeName"]
+    per_device["spec"]["perDeviceNodeSelection"] = True
+    per_device["spec"]["devices"][0]["nodeName"] = "n2"
+    per_device["spec"]["devices"][1]["allNodes"] = True
+    assert [n for n, _ in parse_resource_slice(per_device).devices] == ["n2", None]
+    everywhere = resource_slice("n1", [gpu_device(0)])
+    del everywhere["spec"]["nodeName"]
+    everywhere["spec"]["allNodes"] = True
+    assert [n for n, _ in parse_resource_slice(everywhere).devices] == [None]  # no one node's
+
+
+@pytest.mark.parametrize(
+    ("name", "type_attribute", "kind"),
+    [
+        ("gpu-0", "", "gpu"),
+        ("gpu-12", "", "gpu"),
+        ("gpu-3-mig-1g.10gb-19-0", "", "mig"),
+        ("gpu-x", "", "other"),
+        ("nic-0", "", "other"),
+        ("anything", "gpu", "gpu"),  # the type attribute wins over the name
+        ("gpu-0", "vfio", "other"),
+    ],
+)
+def test_device_kind(name: str, type_attribute: str, kind: str) -> None:
+    assert device_kind(name, type_attribute) == kind
+
+
+def test_qualified_attribute_names_read_like_short_ones() -> None:
+    obj = gpu_slice("n1", 1)
+    attrs = obj["spec"]["devices"][0]["attributes"]
+    attrs["gpu.nvidia.com/type"] = attrs.pop("type")
+    attrs["gpu.nvidia.com/uuid"] = attrs.pop("uuid")
+    device = parse_resource_slice(obj).devices[0][1]
+    assert device.kind == "gpu" and device.uuid.startswith("GPU-")
+
+
+@pytest.mark.parametrize("count", [MAX_SLICE_DEVICES, MAX_SLICE_DEVICES + 1])
+def test_at_most_128_devices_per_slice(count: int) -> None:
+    obj = resource_slice("n1", [gpu_device(i) for i in range(count)])
+    if count <= MAX_SLICE_DEVICES:
+        assert len(parse_resource_slice(obj).devices) == count
+    else:
+        with pytest.raises(InvalidInput, match="at most 128"):
+            parse_resource_slice(obj)
+
+
+@pytest.mark.parametrize(
+    ("change", "path"),
+    [
+        (lambda o: o["spec"].pop("driver"), "spec.driver"),
+        (lambda o: o["spec"].pop("pool"), "spec.pool"),
+        (lambda o: o["spec"]["pool"].update(generation=-1), "spec.pool.generation"),
+        (lambda o: o["spec"].update(devices={"gpu-0": {}}), "spec.devices"),
+        (lambda o: o["spec"]["devices"][0].pop("name"), "spec.devices[0].name"),
+        (lambda o: o["spec"]["devices"][0]["capacity"]["memory"].update(value="lots"), "spec.devices[0].capacity"),
+        (lambda o: o["metadata"].pop("name"), "metadata.name"),
+    ],
+)
+def test_a_malformed_slice_is_refused_naming_the_field(change: object, path: str) -> None:
+    obj = copy.deepcopy(gpu_slice("n1", 2))
+    change(obj)  # type: ignore[operator]
+    with pytest.raises(InvalidInput) as info:
+        parse_resource_slice(obj)
+    assert info.value.path.startswith(path) and info.value.code == "invalid_object"
+
+
+def test_device_classes() -> None:
+    c = parse_device_class(device_class())
+    assert (c.name, c.drivers, c.device_type, c.extended_resource) == (
+        "gpu.nvidia.com",
+        frozenset({"gpu.nvidia.com"}),
+        "gpu",
+        "nvidia.com/gpu",
+    )
+    double = parse_device_class(device_class(cel='device.driver == "gpu.nvidia.com"', extended=None))
+    assert (
+        double.drivers == frozenset({"gpu.nvidia.com"}) and double.device_type == "" and double.extended_resource == ""
+    )
+    opaque = parse_device_class(device_class(cel="device.attributes['x'].y > 3"))
+    assert opaque.drivers == frozenset()  # a CEL the extender cannot read selects nothing it counts
+
+
+def test_an_allocated_claim_and_one_not_allocated_yet() -> None:
+    claim = parse_resource_claim(allocated_claim("two", "n1", ["gpu-0", "gpu-1"], namespace="team"))
+    assert claim is not None
+    assert (claim.key, claim.node) == ("team/two", "n1")
+    assert claim.devices == (("gpu.nvidia.com", "n1", "gpu-0"), ("gpu.nvidia.com", "n1", "gpu-1"))
+    pending = allocated_claim("later", "n1", [])
+    del pending["status"]
+    assert parse_resource_claim(pending) is None
+
+
+def test_admin_access_results_hold_nothing_and_a_claim_without_one_node_has_none() -> None:
+    obj = allocated_claim("mon", "n1", ["gpu-0", "gpu-1"])
+    obj["status"]["allocation"]["devices"]["results"][0]["adminAccess"] = True
+    obj["status"]["allocation"]["nodeSelector"]["nodeSelectorTerms"] *= 2
+    claim = parse_resource_claim(obj)
+    assert claim is not None and claim.devices == (("gpu.nvidia.com", "n1", "gpu-1"),) and claim.node == ""
+
+
+def test_a_claim_needs_a_name_and_namespace() -> None:
+    obj = allocated_claim("x", "n1", ["gpu-0"])
+    del obj["metadata"]["namespace"]
+    with pytest.raises(InvalidInput, match="name and namespace"):
+        parse_resource_claim(obj)
+
+
+def test_served_by_dra() -> None:
+    assert served_by_dra({"status": {"extendedResourceClaimStatus": {"resourceClaimName": "p-extended-resources-x"}}})
+    assert not served_by_dra({"status": {}}) and not served_by_dra({}) and not served_by_dra(None)

@@ -1,0 +1,123 @@
+"""Issue 24's failure 2, through SchedulerApi's real decision path: a node whose GPUs come through
+DRA (no nvidia.com/gpu in its allocatable, a ResourceSlice of 8 GPUs) is never failed "too few GPUs"
+for that. Without fresh agent data its capacity is its unallocated, untainted DRA devices, counted
+"just enough" as for any node without data; and a pod whose nvidia.com/gpu DRA served counts once
+(its claim's devices), not twice. Bounds at exactly the count, on both sides."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from gpuextender.common.idle_rule import IdleRule
+from gpuextender.extender.observe.metrics import ExtenderMetrics
+from gpuextender.extender.scheduler.http_api import SchedulerApi
+from gpuextender.extender.scheduler.wire import parse_extender_args
+from gpuextender.extender.settings import ApiSettings, DecisionPolicy
+from gpuextender.extender.state.claim_ledger import RESOURCE_CLAIM_KIND, ClaimLedger
+from gpuextender.extender.state.gpu_state import GpuState
+from gpuextender.extender.state.inventory_store import InventoryStore
+from gpuextender.extender.state.inventory_view import ViewBuilder
+from gpuextender.extender.state.pod_ledger import POD_KIND, PodLedger
+from tests.extender.builders import gpu, report
+from tests.extender.dra_objects import allocated_claim, device_class, gpu_slice
+
+NOW = 1000.0
+STALE_AFTER = 10.0
+GPU = ("nvidia.com/gpu",)
+
+
+def node(name: str, gpus: int | None) -> dict[str, Any]:
+    """A Node; `gpus` None: its allocatable lists no nvidia.com/gpu at all (GPUs through DRA)."""
+    allocatable = {"cpu": "64"} if gpus is None else {"cpu": "64", "nvidia.com/gpu": str(gpus)}
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "status": {"allocatable": allocatable}}
+
+
+def fleet(*, agent_age_s: float | None, claimed: int = 2) -> tuple[SchedulerApi, ClaimLedger, PodLedger]:
+    """gpu-dra-1: 8 DRA GPUs, gpu-7 tainted NoSchedule, `claimed` held by a claim; gpu-dp-1: the
+    device plugin's 8, all busy. `agent_age_s`: how old gpu-dra-1's agent data is (None: none)."""
+    store = InventoryStore()
+    views = ViewBuilder(store, GPU)
+    store.replace_all("Node", [node("gpu-dra-1", None), node("gpu-dp-1", 8)])
+    store.replace_all("DeviceClass", [device_class()])
+    store.replace_all("ResourceSlice", [gpu_slice("gpu-dra-1", 8, tainted=(7,))])
+    claims = ClaimLedger()
+    claims.replace_all(
+        RESOURCE_CLAIM_KIND, [allocated_claim("held", "gpu-dra-1", [f"gpu-{i}" for i in range(claimed)])]
+    )
+    state = GpuState(IdleRule())
+    if agent_age_s is not None:
+        state.ingest(report("gpu-dra-1", [gpu(i, 0, 1) for i in range(8)]), NOW - agent_age_s)
+    state.ingest(report("gpu-dp-1", [gpu(i, 95, 90) for i in range(8)]), NOW)  # fresh, all busy
+    settings = ApiSettings(DecisionPolicy(stale_after_s=STALE_AFTER, no_fit_policy="reject"), shortlist=0)
+    api = SchedulerApi(state, ExtenderMetrics(state), settings, inventory=lambda: views.current, clock=lambda: NOW)
+    api.decisions.claims = claims
+    ledger = PodLedger(GPU)
+    ledger.replace_all(POD_KIND, [])
+    api.count_bound_pods(ledger)
+    return api, claims, ledger
+
+
+def args(gpus: int, names: tuple[str, ...] = ("gpu-dra-1", "gpu-dp-1")) -> Any:
+    pod = {
+        "metadata": {"name": "p", "namespace": "ml", "uid": "uid-p"},
+        "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
+    }
+    return parse_extender_args(json.dumps({"Pod": pod, "NodeNames": list(names)}).encode())
+
+
+def row(api: SchedulerApi, gpus: int, name: str = "gpu-dra-1") -> dict[str, Any]:
+    return {r["node"]: r for r in api.explain(args(gpus))["nodes"]}[name]
+
+
+@pytest.mark.parametrize("agent_age_s", [None, STALE_AFTER + 0.001], ids=["no-agent-data", "stale-agent-data"])
+@pytest.mark.parametrize(("needed", "passes"), [(5, True), (6, False)])
+def test_without_fresh_data_a_dra_node_offers_its_unclaimed_untainted_devices(
+    agent_age_s: float | None, needed: int, passes: bool
+) -> None:
+    """8 devices - 2 claimed - 1 tainted = 5: a 5-GPU pod fits (assumed), a 6-GPU pod does not."""
+    api, _, _ = fleet(agent_age_s=agent_age_s)
+    answer = api.filter(args(needed))
+    if passes:
+        assert answer["NodeNames"] == ["gpu-dra-1"], answer
+    else:
+        assert answer["NodeNames"] == []
+        assert "too few GPUs" in {**answer["FailedNodes"], **answer["FailedAndUnresolvableNodes"]}["gpu-dra-1"]
+    assert row(api, needed)["gpus"] == 5
+
+
+def test_fresh_agent_data_decides_a_dra_node_as_any_other() -> None:
+    api, _, _ = fleet(agent_age_s=0.0)
+    assert api.filter(args(8))["NodeNames"] == ["gpu-dra-1"]  # the agent's 8 idle GPUs (claims: issue 24, later)
+    assert row(api, 8)["data"] == "fresh"
+
+
+def test_a_claim_that_lets_go_frees_its_devices_for_the_next_decision() -> None:
+    api, claims, _ = fleet(agent_age_s=None, claimed=7)  # 8 - 7 - the tainted one: nothing left
+    assert api.filter(args(1))["NodeNames"] == []
+    claims.delete(RESOURCE_CLAIM_KIND, allocated_claim("held", "gpu-dra-1", []))
+    assert api.filter(args(7))["NodeNames"] == ["gpu-dra-1"]  # the 7 untainted devices
+
+
+def test_a_pod_dra_served_counts_once_through_its_claim() -> None:
+    """kube-scheduler gave `p`'s nvidia.com/gpu: 2 the claimed devices gpu-0, gpu-1 (KEP-5004): the
+    ledger does not take its 2 GPUs off the node again."""
+    api, _, ledger = fleet(agent_age_s=None)
+    bound = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "held-pod", "namespace": "default", "uid": "uid-held"},
+        "spec": {
+            "nodeName": "gpu-dra-1",
+            "containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "2"}}}],
+        },
+        "status": {"phase": "Running", "extendedResourceClaimStatus": {"resourceClaimName": "held"}},
+    }
+    ledger.upsert(POD_KIND, bound)
+    assert api.filter(args(5))["NodeNames"] == ["gpu-dra-1"]
+    del bound["status"]["extendedResourceClaimStatus"]  # a device-plugin pod of 2 GPUs instead: 5 - 2
+    ledger.upsert(POD_KIND, bound)
+    assert api.filter(args(4))["NodeNames"] == []
+    assert api.filter(args(3))["NodeNames"] == ["gpu-dra-1"]

@@ -1,0 +1,115 @@
+"""state/dra_inventory.py and state/claim_ledger.py: a node's DRA GPUs from its slices (pools,
+generations), the classes that map them to nvidia.com/gpu, and what is left once claims and taints
+are taken off; through the inventory store and view as the watch feeds them."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from gpuextender.extender.model.dra import parse_device_class, parse_resource_slice
+from gpuextender.extender.state.claim_ledger import RESOURCE_CLAIM_KIND, ClaimLedger
+from gpuextender.extender.state.dra_inventory import DraAllocatable, build_dra
+from gpuextender.extender.state.inventory_store import InventoryStore
+from gpuextender.extender.state.inventory_view import ViewBuilder
+from tests.extender.dra_objects import (
+    allocated_claim,
+    device_class,
+    gpu_device,
+    gpu_slice,
+    mig_device,
+    resource_slice,
+)
+
+GPU = ("nvidia.com/gpu",)
+
+
+def dra(*slices: dict, classes: tuple[dict, ...] = (device_class(),), resources: tuple[str, ...] = GPU):  # type: ignore[no-untyped-def]
+    return build_dra([parse_resource_slice(s) for s in slices], [parse_device_class(c) for c in classes], resources)
+
+
+def names(inventory, node: str) -> list[str]:  # type: ignore[no-untyped-def]
+    return [ref[2] for ref, _ in inventory.devices(node)]
+
+
+def test_whole_gpus_of_a_class_mapped_to_a_configured_resource() -> None:
+    s = resource_slice("n1", [gpu_device(0), gpu_device(1), mig_device(0)])
+    assert names(dra(s), "n1") == ["gpu-0", "gpu-1"]  # MIG devices are not whole GPUs
+    assert names(dra(s, classes=(device_class(extended=None),)), "n1") == []  # no extendedResourceName
+    assert names(dra(s, classes=(device_class(extended="example.com/gpu"),)), "n1") == []  # not configured
+    assert names(dra(s, resources=("nvidia.com/gpu", "nvidia.com/mig-1g.10gb")), "n1") == ["gpu-0", "gpu-1"]
+    other = resource_slice("n1", [gpu_device(0)], driver="example.com")
+    assert names(dra(other), "n1") == []  # a driver no GPU class selects
+
+
+def test_a_pool_split_over_slices_adds_up_and_only_its_newest_generation_counts() -> None:
+    a = resource_slice("n1", [gpu_device(0), gpu_device(1)], name="a", count=2)
+    b = resource_slice("n1", [gpu_device(2)], name="b", count=2)
+    assert names(dra(a, b), "n1") == ["gpu-0", "gpu-1", "gpu-2"]
+    # Republished as generation 2 (one slice), the old ones not deleted yet: generation 2 only.
+    new = resource_slice("n1", [gpu_device(4)], name="c", generation=2)
+    assert names(dra(a, new, b), "n1") == ["gpu-4"]
+    assert names(dra(new, a, b), "n1") == ["gpu-4"]  # in any order
+
+
+def test_a_pool_naming_a_device_twice_counts_for_nothing_and_is_logged_once(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING)
+    bad = resource_slice("n1", [gpu_device(0), gpu_device(0)])
+    inventory = dra(bad, gpu_slice("n2", 2))
+    assert names(inventory, "n1") == [] and names(inventory, "n2") == ["gpu-0", "gpu-1"]
+    assert inventory.invalid_pools == frozenset({("gpu.nvidia.com", "n1")})
+    store = InventoryStore()
+    views = ViewBuilder(store, GPU)
+    store.replace_all("DeviceClass", [device_class()])
+    store.replace_all("ResourceSlice", [bad])
+    store.upsert("ResourceSlice", gpu_slice("n2", 2))
+    assert len([r for r in caplog.records if "names a device twice" in r.getMessage()]) == 1
+    assert views.current.dra.devices("n2")
+
+
+def test_allocatable_counts_untainted_unclaimed_devices_where_no_device_plugin_gpu_is_listed() -> None:
+    inventory = dra(gpu_slice("dra", 8, tainted=(7,)), gpu_slice("both", 8))
+    claims = ClaimLedger()
+    claims.replace_all(RESOURCE_CLAIM_KIND, [allocated_claim("two", "dra", ["gpu-0", "gpu-1"])])
+    counts = DraAllocatable({"dra": 0, "both": 4, "plain": 8}, inventory, claims.allocated_on)
+    assert counts["dra"] == 5  # 8 - 2 claimed - 1 tainted NoSchedule
+    assert counts["both"] == 4  # a device-plugin count wins (kube-scheduler uses DRA only without one)
+    assert counts["plain"] == 8
+    assert counts.get("unknown") is None
+    with pytest.raises(KeyError):
+        counts["unknown"]
+    assert sorted(counts) == ["both", "dra", "plain"] and len(counts) == 3
+    absent = DraAllocatable({}, inventory, claims.allocated_on)  # a node the inventory lists without GPUs
+    assert absent["dra"] == 5 and sorted(absent) == ["both", "dra"]
+
+
+def test_the_claim_ledger_follows_allocations_and_deletions() -> None:
+    claims = ClaimLedger()
+    assert not claims.synced
+    claims.replace_all(RESOURCE_CLAIM_KIND, [allocated_claim("a", "n1", ["gpu-0"])])
+    assert claims.synced and len(claims) == 1
+    ref = ("gpu.nvidia.com", "n1", "gpu-0")
+    assert claims.allocated_on("n1") == {ref}
+    shared = allocated_claim("b", "n1", ["gpu-0", "gpu-1"])  # gpu-0 shared by two claims: counted once
+    claims.upsert(RESOURCE_CLAIM_KIND, shared)
+    assert len(claims.allocated_on("n1")) == 2
+    unallocated = allocated_claim("b", "n1", [])
+    del unallocated["status"]
+    claims.upsert(RESOURCE_CLAIM_KIND, unallocated)  # deallocated: its devices are free again
+    assert claims.allocated_on("n1") == {ref} and claims.claim("default/b") is None
+    claims.delete(RESOURCE_CLAIM_KIND, allocated_claim("a", "n1", []))
+    assert claims.allocated_on("n1") == frozenset() and len(claims) == 0
+    claims.upsert(RESOURCE_CLAIM_KIND, {"metadata": {"name": "bad"}})  # no namespace: skipped, counted
+    assert claims.invalid == 1 and len(claims) == 0
+
+
+def test_the_view_carries_dra_and_a_bad_slice_is_counted_invalid() -> None:
+    store = InventoryStore()
+    views = ViewBuilder(store, GPU)
+    store.replace_all("DeviceClass", [device_class()])
+    broken = gpu_slice("n2", 1)
+    del broken["spec"]["driver"]
+    store.replace_all("ResourceSlice", [gpu_slice("n1", 8), broken])
+    view = views.current
+    assert len(view.dra.devices("n1")) == 8 and view.invalid == {"ResourceSlice": 1}
