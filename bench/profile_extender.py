@@ -5,7 +5,7 @@ for the same fleet and Pod as bench_extender.py (NodeNames mode by default):
   parse    = wire.parse_extender_args (json.loads + checks)
   question = SchedulerApi.decide: read_pod + candidates + snapshot + class plan
   decide   = Decision.filtered / Decision.scores (placement on whole_gpus.py)
-  shortlist = Decision.answered: the passing nodes cut to the --shortlist best (scores them all)
+  shortlist = decide/shortlist.best: the passing nodes cut to the --shortlist best (after `decide`)
   record   = verb_log.record_filter (metrics + the decision log line)
   answer = filter_result / prioritize_result
   encode = wire.encode (json.dumps)
@@ -39,6 +39,7 @@ from bench_extender import (
     node_report,
 )
 
+from gpuextender.extender.decide import shortlist
 from gpuextender.extender.decide.decision import Decision
 from gpuextender.extender.flags import build_config
 from gpuextender.extender.observe.metrics import ExtenderMetrics
@@ -79,7 +80,8 @@ def phases(api: SchedulerApi, body: bytes, verb: str, repeat: int) -> list[tuple
     rows = [("parse", ms_parse), ("question", ms_question)]
     if verb == "filter":
         ms_decide, outcome = _time(lambda: fresh().filtered, repeat)
-        ms_answered, _ = _time(lambda: fresh().answered, repeat)
+        passed, keep = outcome.passed, d.shortlist
+        ms_answered, _ = _time(lambda: shortlist.best(d.pod, passed, keep, d.candidates, d.known, d.plan), repeat)
         ms_record, _ = _time(lambda: record_filter(api.metrics, d), repeat)
         ms_answer, answer = _time(lambda: wire.filter_result(args, outcome), repeat)
         rows += [("decide", ms_decide), ("shortlist", ms_answered), ("record", ms_record), ("answer", ms_answer)]

@@ -278,7 +278,7 @@ def render_markdown(
             "question": "`Decisions.decide`: the pod read once (`pod_request.read_pod`), candidates, snapshot, "
             "class plan",
             "decide": "`Decision.filtered` (`class_plan` + `whole_gpus.filter_nodes`)",
-            "shortlist": "`Decision.answered`: every passing node scored, the `--shortlist` best kept",
+            "shortlist": "`decide/shortlist.best`: the passing nodes cut to the `--shortlist` best (after decide)",
             "record": "`verb_log.record_filter` (metrics per failed node + decision log text)",
             "answer": "`wire.filter_result`",
             "encode": "`wire.encode` (json.dumps)",
