@@ -9,7 +9,11 @@ deploy/base/scheduler/kube-scheduler-config.yaml and its own schedulerName:
       for every node fed over its real gRPC ingest (bench_extender.load_fleet);
   cb  c binding the pods itself (bindVerb); c0 a second gpu-extender with `--shortlist 0`;
   cn  a third gpu-extender that has no agent data at all (an agent rollout, agents down): every
-      verdict rests on assumed data.
+      verdict rests on assumed data;
+  cm  c with managedResources [nvidia.com/gpu] (the shipped setting before issue 24; the shipped
+      configuration now lists none, so claim pods reach the extender);
+  az, cz  pods that need no GPU (cpu 100m), without an extender and with gpu-extender: what
+      listing no managedResources costs such pods (each calls filter and prioritize).
 Every extender listens on plain HTTP on 127.0.0.1 (the shipped config's enableHTTPS and
 tlsConfig are dropped), so TLS is not part of the comparison. Shipped settings kept:
 percentageOfNodesToScore 100, httpTimeout 2s, nodeCacheCapable true, weight 5,
@@ -124,6 +128,10 @@ class Variant:
     stats: Callable[[], dict[str, int]] | None = None  # calls answered so far, by verb
     pid: int | None = None  # the extender's process
     bind: bool = False  # bindVerb: bind (the optional bind verb: only gpu-extender serves it)
+    gpus: int = 1  # each pod's nvidia.com/gpu; 0: pods that need no GPU
+    # managedResources: None as shipped; True: [nvidia.com/gpu] (only GPU pods call the extender);
+    # False: none (every pod calls it)
+    managed: bool | None = None
 
     @property
     def scheduler_name(self) -> str:
@@ -319,14 +327,15 @@ async def create_nodes(api: Api, names: list[str]) -> None:
             raise BenchError(f"node {name} is not schedulable as created: {json.dumps(node)[:500]}")
 
 
-def pod_manifest(name: str, scheduler_name: str) -> dict[str, Any]:
+def pod_manifest(name: str, scheduler_name: str, gpus: int = 1) -> dict[str, Any]:
+    limits = {GPU: str(gpus)} if gpus else {"cpu": "100m"}
     return {
         "metadata": {"name": name, "labels": {"app": "sched-bench"}},
         "spec": {
             "schedulerName": scheduler_name,
             "terminationGracePeriodSeconds": 0,
             "containers": [
-                {"name": "main", "image": "registry.k8s.io/pause:3.10", "resources": {"limits": {GPU: "1"}}}
+                {"name": "main", "image": "registry.k8s.io/pause:3.10", "resources": {"limits": limits}}
             ],  # requests default to limits
         },
     }
@@ -452,6 +461,10 @@ def scheduler_config(base: dict[str, Any], variant: Variant) -> dict[str, Any]:
         extender["urlPrefix"] = variant.url
         if variant.bind:
             extender["bindVerb"] = "bind"
+        if variant.managed is True:
+            extender["managedResources"] = [{"name": GPU, "ignoredByScheduler": False}]
+        elif variant.managed is False:
+            extender.pop("managedResources", None)
         # Plain HTTP on loopback for every extender: TLS is not what is compared.
         extender.pop("enableHTTPS", None)
         extender.pop("tlsConfig", None)
@@ -486,7 +499,9 @@ async def measure(
 ) -> Measurement:
     pods = [f"{variant.key}-r{round_no}-{i:04d}" for i in range(size.pods)]
     collection = f"/api/v1/namespaces/{NAMESPACE}/pods"
-    await gather_limited(api.call("POST", collection, pod_manifest(p, variant.scheduler_name)) for p in pods)
+    await gather_limited(
+        api.call("POST", collection, pod_manifest(p, variant.scheduler_name, variant.gpus)) for p in pods
+    )
     listed = await api.call("GET", collection)
     if len(listed["items"]) != size.pods or any(p["spec"].get("nodeName") for p in listed["items"]):
         raise BenchError(f"{variant.key}: expected {size.pods} unbound pods before the scheduler starts")
@@ -525,12 +540,16 @@ async def measure(
     if stray:
         raise BenchError(f"{variant.key}: pods bound to nodes outside the set: {stray[:5]}")
     calls = {verb: calls_after.get(verb, 0) - calls_before.get(verb, 0) for verb in ("filter", "prioritize")}
-    if variant.url is not None and (calls["filter"] < size.pods or calls["prioritize"] < size.pods):
+    # An extender with managedResources is not called for pods that request none of them.
+    called = variant.url is not None and (
+        variant.gpus > 0 or "managedResources" not in scheduler_config(base_config, variant)["extenders"][0]
+    )
+    if called and (calls["filter"] < size.pods or calls["prioritize"] < size.pods):
         raise BenchError(
             f"{variant.key}: the extender answered {calls} calls for {size.pods} pods; "
             f"was it called? scheduler log errors: {log_errors}"
         )
-    if variant.key in ("c", "cb", "c0") and set(nodes) & must_reject:
+    if variant.key in ("c", "cb", "c0", "cm") and set(nodes) & must_reject:
         raise BenchError(f"c: pods landed on nodes gpu-extender must reject: {sorted(set(nodes) & must_reject)}")
     window = times[-1] - times[0]
     ours = sum(v for k, v in cpu_s.items() if k != "machine")
@@ -581,7 +600,10 @@ async def _bench(
         progress(f"created {size.nodes} nodes in {setup['create_nodes_s']:.1f}s")
 
         with ExitStack() as stack:
-            variants: list[Variant] = [Variant("a", "no extender", None)]
+            variants: list[Variant] = [
+                Variant("a", "no extender", None),
+                Variant("az", "no extender, pods that need no GPU", None, gpus=0),
+            ]
             port = free_port()
             noop_py = stack.enter_context(
                 ManagedProcess(
@@ -607,7 +629,25 @@ async def _bench(
                 f"gpu-extender listed {size.nodes} Nodes and took their GPU reports "
                 f"({setup['load_fleet_s']:.1f}s over gRPC)"
             )
-            variants.append(Variant("c", "gpu-extender", addrs.base_url, _extender_stats(addrs.base_url), ours.pid))
+            stats = _extender_stats(addrs.base_url)
+            variants.append(Variant("c", "gpu-extender", addrs.base_url, stats, ours.pid))
+            # The extender's managedResources (issue 24): as shipped, none, so pods that get their GPUs
+            # through ResourceClaims reach it too; cm: [nvidia.com/gpu], as shipped before (only pods
+            # that request it call the extender); cz: the shipped setting with pods that need no GPU,
+            # each of which now calls filter and prioritize for a neutral answer (against az).
+            variants.append(
+                Variant(
+                    "cm",
+                    "gpu-extender, managedResources [nvidia.com/gpu]",
+                    addrs.base_url,
+                    stats,
+                    ours.pid,
+                    managed=True,
+                )
+            )
+            variants.append(
+                Variant("cz", "gpu-extender, pods that need no GPU", addrs.base_url, stats, ours.pid, gpus=0)
+            )
             # The same extender binding the pods itself (bindVerb: bind, the optional bind verb):
             # what binding in the extender costs or buys against its pod watch.
             variants.append(
@@ -773,7 +813,17 @@ def format_result(result: SchedulerBenchResult) -> str:
         "ratios of medians: "
         + ", ".join(
             f"{num}/{den} {fmt_value(result.ratio(num, den), '.2f', 'x')}"
-            for num, den in (("c", "b1"), ("c", "b2"), ("c", "a"), ("cn", "b2"), ("c0", "b2"), ("c", "c0"), ("cb", "c"))
+            for num, den in (
+                ("c", "b1"),
+                ("c", "b2"),
+                ("c", "a"),
+                ("cn", "b2"),
+                ("c0", "b2"),
+                ("c", "c0"),
+                ("cb", "c"),
+                ("c", "cm"),
+                ("cz", "az"),
+            )
         )
     )
     return "\n".join(lines)
@@ -840,7 +890,17 @@ def markdown_section(result: SchedulerBenchResult) -> list[str]:
         "|---|---:|",
         *(
             f"| {num} / {den} | {fmt_value(result.ratio(num, den), '.2f', 'x')} |"
-            for num, den in (("c", "b1"), ("c", "b2"), ("c", "a"), ("cn", "b2"), ("c0", "b2"), ("c", "c0"), ("cb", "c"))
+            for num, den in (
+                ("c", "b1"),
+                ("c", "b2"),
+                ("c", "a"),
+                ("cn", "b2"),
+                ("c0", "b2"),
+                ("c", "c0"),
+                ("cb", "c"),
+                ("c", "cm"),
+                ("cz", "az"),
+            )
         ),
         "",
         "CPU figures are /proc ticks over the bind window (10 ms resolution), divided by the pods bound. The "

@@ -89,7 +89,13 @@ def _typed(obj: dict, types: dict, where: str) -> list[str]:
     return problems
 
 
-def config_problems(cfg: dict[str, Any]) -> list[str]:
+GPU_ONLY = [{"name": "nvidia.com/gpu", "ignoredByScheduler": False}]
+
+
+def config_problems(cfg: dict[str, Any], managed: list[dict[str, Any]] | None = None) -> list[str]:
+    """What kube-scheduler would refuse, or the shipped settings forbid. `managed`: the extender's
+    managedResources (None: absent, as the gpu-scheduler ships; GPU_ONLY in the default scheduler,
+    where every pod of the cluster would otherwise call the extender)."""
     """Everything kube-scheduler's strict decoder or validation would reject, plus what this
     project requires of its extender entry."""
     problems = _unknown(cfg, TOP_LEVEL, "config")
@@ -128,11 +134,16 @@ def config_problems(cfg: dict[str, Any]) -> list[str]:
             problems.append(f"{where}.httpTimeout must be a Go duration such as 2s")
         if "ignorable" not in ext:
             problems.append(f"{where}.ignorable must be chosen explicitly")
-        managed = ext.get("managedResources") or []
-        for j, res in enumerate(managed):
+        listed = ext.get("managedResources")
+        for j, res in enumerate(listed or []):
             problems += _typed(res, MANAGED_RESOURCE, f"{where}.managedResources[{j}]")
-        if managed != [{"name": "nvidia.com/gpu", "ignoredByScheduler": False}]:
-            problems.append(f"{where}.managedResources must be [{{name: nvidia.com/gpu, ignoredByScheduler: false}}]")
+        if managed is None and listed is not None:
+            problems.append(
+                f"{where}.managedResources must be absent: a pod whose GPUs come through a DRA ResourceClaim "
+                "requests no extended resource and would never reach the extender"
+            )
+        if managed is not None and listed != managed:
+            problems.append(f"{where}.managedResources must be {managed}")
         if "bindVerb" in ext and ext["bindVerb"] != "bind":
             problems.append(f"{where}.bindVerb must be bind (the extender's route) when set")
         if ext.get("preemptVerb"):
@@ -155,7 +166,8 @@ def test_gpu_scheduler_config_has_only_valid_keys_and_values(scheduler_config: d
 
 def test_default_scheduler_snippet_has_only_valid_keys_and_values() -> None:
     cfg = default_scheduler_config()
-    assert config_problems(cfg) == []
+    assert config_problems(cfg, managed=GPU_ONLY) == []
+    assert config_problems(cfg) != []  # there, only GPU pods call the extender (deploy/README.md)
     assert [p["schedulerName"] for p in cfg["profiles"]] == ["default-scheduler"]
     assert cfg["clientConnection"]["kubeconfig"] == "/etc/kubernetes/scheduler.conf"
 
@@ -176,7 +188,7 @@ def test_default_scheduler_snippet_has_only_valid_keys_and_values() -> None:
         (lambda c: c["extenders"][0].update(weight=0), "weight must be > 0"),
         (lambda c: c["extenders"][0].update(weight="5"), "is not a int"),
         (lambda c: c["extenders"][0].update(nodeCacheCapable=False), "nodeCacheCapable must be true"),
-        (lambda c: c["extenders"][0]["managedResources"][0].pop("ignoredByScheduler"), "managedResources must be"),
+        (lambda c: c["extenders"][0].update(managedResources=GPU_ONLY), "managedResources must be absent"),
         (lambda c: c["extenders"][0]["tlsConfig"].pop("caFile"), "no CA"),
         (lambda c: c["extenders"][0].update(httpTimeout=2), "Go duration"),
         (lambda c: c["extenders"][0].pop("ignorable"), "ignorable must be chosen"),

@@ -37,40 +37,8 @@ def test_a_dra_node_whose_agent_went_silent_still_takes_gpu_pods(world: Scene) -
     world.wait_inventory(ext, "ResourceSlice", 1)
     world.scheduler(ext, binary="kube-scheduler-1.36")
 
-    # A pod holding 2 devices through a claim it names (it never reaches the extender: no
-    # managed resource); the allocator takes gpu-0 and gpu-1, first fit.
-    kube.create(
-        f"{DRA}/namespaces/{ns}/resourceclaims",
-        {
-            "apiVersion": "resource.k8s.io/v1",
-            "kind": "ResourceClaim",
-            "metadata": {"name": "two"},
-            "spec": {
-                "devices": {
-                    "requests": [
-                        {
-                            "name": "gpus",
-                            "exactly": {"deviceClassName": class_name, "allocationMode": "ExactCount", "count": 2},
-                        }
-                    ]
-                }
-            },
-        },
-    )
-    kube.create(
-        f"/api/v1/namespaces/{ns}/pods",
-        {
-            "metadata": {"name": "holder"},
-            "spec": {
-                "schedulerName": "gpu-scheduler",
-                "nodeSelector": {NODE_LABEL: ns},
-                "resourceClaims": [{"name": "gpus", "resourceClaimName": "two"}],
-                "containers": [
-                    {"name": "main", "image": "registry.example/llm:1", "resources": {"claims": [{"name": "gpus"}]}}
-                ],
-            },
-        },
-    )
+    # A pod holding 2 devices through a claim it names; the allocator takes gpu-0 and gpu-1, first fit.
+    claim_pod(world, "holder", "two", class_name, 2)
     assert world.bound("holder") == n
     claim = kube.get(f"{DRA}/namespaces/{ns}/resourceclaims/two")
     held = sorted(r["device"] for r in claim["status"]["allocation"]["devices"]["results"])
@@ -87,3 +55,61 @@ def test_a_dra_node_whose_agent_went_silent_still_takes_gpu_pods(world: Scene) -
     assert world.bound("one") == n  # before: Pending, "too few GPUs (InsufficientGPUs)"
     mine = kube.pod(ns, "one")["status"].get("extendedResourceClaimStatus")
     assert mine and mine.get("resourceClaimName"), "kube-scheduler gave nvidia.com/gpu through DRA"
+
+
+def claim_pod(world: Scene, pod: str, claim: str, device_class: str, gpus: int) -> None:
+    """A ResourceClaim for `gpus` whole GPUs of `device_class`, and a pod of gpu-scheduler using it."""
+    request = {
+        "name": "gpus",
+        "exactly": {"deviceClassName": device_class, "allocationMode": "ExactCount", "count": gpus},
+    }
+    world.kube.create(
+        f"{DRA}/namespaces/{world.ns}/resourceclaims",
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": claim},
+            "spec": {"devices": {"requests": [request]}},
+        },
+    )
+    world.kube.create(
+        f"/api/v1/namespaces/{world.ns}/pods",
+        {
+            "metadata": {"name": pod},
+            "spec": {
+                "schedulerName": "gpu-scheduler",
+                "nodeSelector": {NODE_LABEL: world.ns},
+                "resourceClaims": [{"name": "gpus", "resourceClaimName": claim}],
+                "containers": [
+                    {"name": "main", "image": "registry.example/llm:1", "resources": {"claims": [{"name": "gpus"}]}}
+                ],
+            },
+        },
+    )
+
+
+def test_claim_pods_reach_the_extender_and_go_where_the_gpus_are_idle(world: Scene) -> None:
+    """Two DRA nodes kube-scheduler's allocator finds equally able to give 3 GPUs: `idle` (8 idle) and
+    `busy` (6 of 8 busy outside Kubernetes, which DRA cannot see). The shipped gpu-scheduler lists no
+    managedResources, so the claim pods reach the extender, which fails `busy` (2 idle < 3): both
+    land on `idle`. (With managedResources, as shipped before, they never reached it.)"""
+    kube, ns = world.kube, world.ns
+    class_name = f"{ns}-gpu"
+    kube.create(f"{DRA}/deviceclasses", device_class(class_name))
+    world.dra_objects.append(f"{DRA}/deviceclasses/{class_name}")
+    nodes = {"idle": world.node("idle", H100, 8, dra=True), "busy": world.node("busy", H100, 2, 6, dra=True)}
+    ext = world.extender()
+    for node in nodes.values():
+        published = gpu_slice(node, 8)
+        kube.create(f"{DRA}/resourceslices", published)
+        world.dra_objects.append(f"{DRA}/resourceslices/{published['metadata']['name']}")
+        world.agent(node, ext)
+    world.wait_idle(ext, nodes["idle"], 8)
+    world.wait_idle(ext, nodes["busy"], 2)
+    world.wait_inventory(ext, "ResourceSlice", 2)
+    world.scheduler(ext, binary="kube-scheduler-1.36")
+    calls = metric(world.scrape(ext), "gpu_extender_requests_total", verb="filter", code="200") or 0
+    for i in range(2):
+        claim_pod(world, f"three-{i}", f"three-{i}", class_name, 3)
+        assert world.bound(f"three-{i}") == nodes["idle"]
+    assert (metric(world.scrape(ext), "gpu_extender_requests_total", verb="filter", code="200") or 0) >= calls + 2

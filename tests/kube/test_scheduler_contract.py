@@ -42,7 +42,11 @@ def test_the_shipped_config_decodes_strictly_and_keeps_every_extender_field(
         if value is not False:
             assert key in ext, key
     assert ext["urlPrefix"] == shipped_ext["urlPrefix"] and ext["httpTimeout"] == "2s" and ext["weight"] == 5
-    assert ext["nodeCacheCapable"] is True and ext["managedResources"] == [{"name": "nvidia.com/gpu"}]
+    assert ext["nodeCacheCapable"] is True
+    # gpu-scheduler: every pod calls the extender (claim pods request no extended resource); the
+    # default scheduler: only pods that request nvidia.com/gpu.
+    expected = None if shipped == SECOND_SCHEDULER else [{"name": "nvidia.com/gpu"}]
+    assert ext.get("managedResources") == expected
     assert ext.get("ignorable", False) is shipped_ext["ignorable"]
     assert written["percentageOfNodesToScore"] == 100
     assert [p["schedulerName"] for p in written["profiles"]] == [p["schedulerName"] for p in config["profiles"]]

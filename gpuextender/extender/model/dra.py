@@ -77,11 +77,26 @@ class DeviceClassInfo:
     extended_resource: str  # spec.extendedResourceName, "" when unset
 
 
+# A claim request's device count when its allocation mode is All: every matching device of the node.
+ALL_DEVICES = -1
+
+
 @dataclass(frozen=True, slots=True)
-class ClaimAllocation:
+class ClaimRequest:
+    """One request of a claim: `exactly` gives one choice, `firstAvailable` several, in the order
+    the allocator tries them. Each choice is (DeviceClass name, count; ALL_DEVICES for All)."""
+
+    name: str
+    choices: tuple[tuple[str, int], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
     key: str  # namespace/name
-    node: str  # where its devices are ("" when they are not one node's)
-    devices: tuple[DeviceRef, ...]
+    node: str  # where its devices are ("" when they are not one node's, or not allocated)
+    devices: tuple[DeviceRef, ...]  # () until allocated
+    requests: tuple[ClaimRequest, ...] = ()  # what it asks for (spec.devices.requests)
+    allocated: bool = True
 
 
 def device_kind(name: str, type_attribute: str) -> str:
@@ -192,8 +207,8 @@ def parse_device_class(obj: Any) -> DeviceClassInfo:
     return DeviceClassInfo(name, frozenset(drivers), device_type, extended)
 
 
-def parse_resource_claim(obj: Any) -> ClaimAllocation | None:
-    """The devices an allocated claim holds, and their node; None for a claim not allocated yet."""
+def parse_resource_claim(obj: Any) -> Claim:
+    """What a claim asks for and, once allocated, the devices it holds and their node."""
     r = Fields("ResourceClaim", code="invalid_object")
     if not isinstance(obj, Mapping):
         r.fail("(object)", "expected an object")
@@ -202,9 +217,11 @@ def parse_resource_claim(obj: Any) -> ClaimAllocation | None:
     if not isinstance(name, str) or not name or not isinstance(namespace, str) or not namespace:
         r.fail("metadata", "name and namespace are required")
     r.subject = f"ResourceClaim '{namespace}/{name}'"
+    key = f"{namespace}/{name}"
+    requests = _claim_requests(r, object_at(object_at(obj, "spec"), "devices").get("requests"))
     allocation = r.mapping(object_at(obj, "status").get("allocation"), "status.allocation")
     if allocation is None:
-        return None
+        return Claim(key, "", (), requests, allocated=False)
     devices = []
     results = object_at(allocation, "devices").get("results")
     for i, raw in enumerate(r.items(results, "status.allocation.devices.results")):
@@ -219,7 +236,60 @@ def parse_resource_claim(obj: Any) -> ClaimAllocation | None:
                 r.text(result.get("device"), f"{path}.device"),
             )
         )
-    return ClaimAllocation(f"{namespace}/{name}", _allocated_node(allocation), tuple(devices))
+    return Claim(key, _allocated_node(allocation), tuple(devices), requests)
+
+
+MAX_CLAIM_REQUESTS = 32  # the API server's own limit per claim
+
+
+def _claim_requests(r: Fields, raw: Any) -> tuple[ClaimRequest, ...]:
+    items = r.items(raw, "spec.devices.requests")
+    if len(items) > MAX_CLAIM_REQUESTS:
+        r.fail("spec.devices.requests", f"{len(items)} requests; at most {MAX_CLAIM_REQUESTS}")
+    requests = []
+    for i, item in enumerate(items):
+        path = f"spec.devices.requests[{i}]"
+        request = r.mapping(item, path, required=True) or {}
+        exactly = r.mapping(request.get("exactly"), f"{path}.exactly")
+        subrequests = r.items(request.get("firstAvailable"), f"{path}.firstAvailable")
+        if len(subrequests) > MAX_CLAIM_REQUESTS:
+            r.fail(f"{path}.firstAvailable", f"{len(subrequests)} choices; at most {MAX_CLAIM_REQUESTS}")
+        if exactly is not None:
+            choices = [_choice(r, exactly, f"{path}.exactly")]
+        else:
+            choices = [_choice(r, sub, f"{path}.firstAvailable[{j}]") for j, sub in enumerate(subrequests)]
+        requests.append(ClaimRequest(r.text(request.get("name"), f"{path}.name"), tuple(choices)))
+    return tuple(requests)
+
+
+def _choice(r: Fields, raw: Any, path: str) -> tuple[str, int]:
+    """(DeviceClass, count): allocationMode ExactCount (the default) with count (default 1), or All."""
+    m = r.mapping(raw, path, required=True) or {}
+    device_class = r.text(m.get("deviceClassName"), f"{path}.deviceClassName")
+    if r.text(m.get("allocationMode"), f"{path}.allocationMode") == "All":
+        return device_class, ALL_DEVICES
+    count = r.integer(m.get("count"), f"{path}.count", (1, MAX_SLICE_DEVICES * 64))
+    return device_class, 1 if count is None else count
+
+
+def pod_claims(pod: Any) -> tuple[str, ...]:
+    """The ResourceClaims (namespace/name) a pod uses: those it names (`resourceClaimName`) and
+    those made from its templates (`status.resourceClaimStatuses`, written once the claim exists).
+    A template whose claim does not exist yet is not among them. Bounded: at most 32 (the API's limit)."""
+    meta = object_at(pod, "metadata")
+    namespace = meta.get("namespace") or "default"
+    spec_claims = object_at(pod, "spec").get("resourceClaims")
+    made = object_at(pod, "status").get("resourceClaimStatuses")
+    names: list[str] = []
+    for entry in spec_claims[:MAX_CLAIM_REQUESTS] if isinstance(spec_claims, list) else ():
+        if isinstance(entry, Mapping) and isinstance(entry.get("resourceClaimName"), str):
+            names.append(entry["resourceClaimName"])
+    for entry in made[:MAX_CLAIM_REQUESTS] if isinstance(made, list) else ():
+        if isinstance(entry, Mapping) and isinstance(entry.get("resourceClaimName"), str):
+            names.append(entry["resourceClaimName"])
+    if not isinstance(namespace, str):
+        return ()
+    return tuple(dict.fromkeys(f"{namespace}/{n}" for n in names if n))
 
 
 def _allocated_node(allocation: Mapping[str, Any]) -> str:

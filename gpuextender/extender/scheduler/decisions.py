@@ -5,10 +5,12 @@ class plan from a cache. Everything after this is pure (decide/)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
 from gpuextender.extender.decide import class_plan
 from gpuextender.extender.decide.decision import Decision
 from gpuextender.extender.decide.snapshot import Candidates, Snapshot
+from gpuextender.extender.model.dra import pod_claims
 from gpuextender.extender.model.ome.pod_intent import PodIdentity
 from gpuextender.extender.model.pod_request import PodRequest, read_pod
 from gpuextender.extender.scheduler.wire import ExtenderArgs
@@ -72,6 +74,11 @@ class Decisions:
         settings = self._settings
         pod = read_pod(args.pod, settings.gpu_resources, settings.node_strategy, settings.random_seed)
         view = self._inventory()
+        if self.claims is not None and view.dra.classes and (keys := pod_claims(args.pod)):
+            # GPUs through the pod's ResourceClaims (DRA), on top of its extended-resource request.
+            wanted = self.claims.gpus_wanted(keys, view.dra.classes.keys())
+            if wanted:
+                pod = replace(pod, gpus_needed=pod.gpus_needed + wanted)
         allocatable = args.allocatable(settings.gpu_resources, view.allocatable_gpus)
         if view.dra.gpu_devices:  # nodes whose GPUs come through DRA: their unclaimed, untainted devices
             held = self.claims.allocated_on if self.claims is not None else _nothing_held

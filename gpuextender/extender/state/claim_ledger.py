@@ -2,17 +2,19 @@
 
 An `InventorySink` for the kind ResourceClaim, fed by its own list+watch (or the file inventory),
 kept out of the InventoryStore as pods are (pod_ledger.py): claims churn with every claim pod, and
-must not rebuild the view. Only allocated claims are kept (`status.allocation`); a claim being
-deleted still holds its devices while its allocation is there (a finalizer keeps it), so it still
-counts. A claim the extender cannot read is skipped and counted in `invalid`.
+must not rebuild the view. Every claim is kept with what it asks for (a pod's GPU demand:
+`gpus_wanted`); allocated ones (`status.allocation`) also hold devices. A claim being deleted still
+holds its devices while its allocation is there (a finalizer keeps it), so it still counts. A claim
+the extender cannot read is skipped and counted in `invalid`.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from collections.abc import Set as AbstractSet
 
-from gpuextender.extender.model.dra import ClaimAllocation, DeviceRef, parse_resource_claim
+from gpuextender.extender.model.dra import ALL_DEVICES, Claim, DeviceRef, parse_resource_claim
 from gpuextender.extender.model.kube_objects import KubeObject
 from gpuextender.extender.model.untrusted import InvalidInput, object_at
 
@@ -23,8 +25,8 @@ RESOURCE_CLAIM_KIND = "ResourceClaim"
 
 class ClaimLedger:
     def __init__(self) -> None:
-        self._claims: dict[str, ClaimAllocation] = {}  # namespace/name -> allocated claim
-        self._by_node: dict[str, dict[str, ClaimAllocation]] = {}
+        self._claims: dict[str, Claim] = {}  # namespace/name -> claim, allocated or not
+        self._by_node: dict[str, dict[str, Claim]] = {}  # allocated claims only
         self._held: dict[str, frozenset[DeviceRef]] = {}  # node -> devices its claims hold
         self.synced = False
         self.invalid = 0
@@ -36,10 +38,31 @@ class ClaimLedger:
         """The devices on `node` some claim holds (a device shared by several claims, once)."""
         return self._held.get(node, frozenset())
 
-    def claim(self, key: str) -> ClaimAllocation | None:
+    def claim(self, key: str) -> Claim | None:
         return self._claims.get(key)
 
-    def _read(self, obj: KubeObject) -> ClaimAllocation | None:
+    def gpus_wanted(self, claim_keys: Iterable[str], gpu_classes: AbstractSet[str]) -> int | None:
+        """Whole GPUs a pod's claims still ask for (state/dra_inventory.py `gpu_classes`): a request
+        for one of those classes counts; of several choices (`firstAvailable`), the smallest, and
+        none if a choice is another kind of device (the allocator may pick that one); All counts
+        1 (at least one: kube-scheduler's allocator, which ran first, knows how many the node has).
+        A claim already allocated asks for nothing more (its devices are held: a shared claim).
+        None when a claim is unknown (not listed yet): the demand is not known."""
+        total = 0
+        for key in claim_keys:
+            c = self._claims.get(key)
+            if c is None:
+                return None
+            if c.allocated:
+                continue
+            for request in c.requests:
+                counts = [count for device_class, count in request.choices if device_class in gpu_classes]
+                if not counts or len(counts) < len(request.choices):
+                    continue
+                total += min(1 if count == ALL_DEVICES else count for count in counts)
+        return total
+
+    def _read(self, obj: KubeObject) -> Claim | None:
         try:
             return parse_resource_claim(obj)
         except InvalidInput as exc:
@@ -58,7 +81,8 @@ class ClaimLedger:
         self._claims = claims
         self._by_node = {}
         for c in claims.values():
-            self._by_node.setdefault(c.node, {})[c.key] = c
+            if c.allocated:
+                self._by_node.setdefault(c.node, {})[c.key] = c
         self._held = {node: _devices(on_node) for node, on_node in self._by_node.items()}
         self.synced = True
 
@@ -73,8 +97,9 @@ class ClaimLedger:
             self._drop(before)
         if c is not None:
             self._claims[key] = c
-            self._by_node.setdefault(c.node, {})[key] = c
-            self._held[c.node] = _devices(self._by_node[c.node])
+            if c.allocated:
+                self._by_node.setdefault(c.node, {})[key] = c
+                self._held[c.node] = _devices(self._by_node[c.node])
 
     def delete(self, kind: str, obj: KubeObject) -> None:
         meta = object_at(obj, "metadata")
@@ -82,8 +107,10 @@ class ClaimLedger:
         if before is not None:
             self._drop(before)
 
-    def _drop(self, c: ClaimAllocation) -> None:
+    def _drop(self, c: Claim) -> None:
         del self._claims[c.key]
+        if not c.allocated:
+            return
         on_node = self._by_node[c.node]
         del on_node[c.key]
         if on_node:
@@ -93,5 +120,5 @@ class ClaimLedger:
             del self._held[c.node]
 
 
-def _devices(claims: dict[str, ClaimAllocation]) -> frozenset[DeviceRef]:
+def _devices(claims: dict[str, Claim]) -> frozenset[DeviceRef]:
     return frozenset(d for c in claims.values() for d in c.devices)

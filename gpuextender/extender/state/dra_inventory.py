@@ -6,9 +6,9 @@ KEP-5004), and how many of them a pod can still be given.
   (a driver that republishes writes generation n + 1 and deletes the old slices after). A pool
   whose newest generation names one device twice is unusable (the allocator refuses it too): it
   counts for nothing, and the extender logs it once.
-- A node's DRA GPUs are its devices of kind "gpu" (whole GPUs) of a driver some such DeviceClass
-  selects (and of the `type` it requires, if any). MIG devices and other drivers' devices do not
-  count as whole GPUs.
+- A node's DRA GPUs are its devices of kind "gpu" (whole GPUs) of a driver a GPU class selects: a
+  DeviceClass mapped to a configured GPU resource (`extendedResourceName`), or one whose selectors
+  require `type == 'gpu'`. MIG devices and other drivers' devices do not count as whole GPUs.
 - What a pod can still be given (`DraAllocatable`): those devices less the ones a ResourceClaim
   holds (state/claim_ledger.py) and the ones a NoSchedule / NoExecute taint keeps from the
   allocator. That is "allocatable" for a node whose Node object lists no device-plugin GPUs: the
@@ -33,7 +33,9 @@ NodeDevices = tuple[tuple[DeviceRef, DraDevice], ...]
 @dataclass(frozen=True, slots=True)
 class DraInventory:
     gpu_devices: Mapping[str, NodeDevices] = field(default_factory=dict)  # node -> its DRA GPUs
-    classes: Mapping[str, DeviceClassInfo] = field(default_factory=dict)  # the GPU classes, by name
+    # The GPU classes, by name: those mapped to a configured GPU resource, and those whose selectors
+    # require whole GPUs (type gpu). A claim for one of them asks for whole GPUs.
+    classes: Mapping[str, DeviceClassInfo] = field(default_factory=dict)
     invalid_pools: frozenset[tuple[str, str]] = frozenset()  # (driver, pool): counted for nothing
 
     def devices(self, node: str) -> NodeDevices:
@@ -45,7 +47,9 @@ def build_dra(
 ) -> DraInventory:
     """The module docstring's per-node GPUs from every slice and class in the inventory."""
     resources = set(whole_gpu_resources(gpu_resources))
-    gpu_classes = {c.name: c for c in classes if c.extended_resource in resources}
+    gpu_classes = {
+        c.name: c for c in classes if c.drivers and (c.extended_resource in resources or c.device_type == "gpu")
+    }
     # driver -> the `type` required ("" any), for the drivers a GPU class selects
     wanted: dict[str, set[str]] = {}
     for c in gpu_classes.values():

@@ -8,11 +8,14 @@ import copy
 import pytest
 
 from gpuextender.extender.model.dra import (
+    ALL_DEVICES,
     MAX_SLICE_DEVICES,
+    ClaimRequest,
     device_kind,
     parse_device_class,
     parse_resource_claim,
     parse_resource_slice,
+    pod_claims,
     served_by_dra,
 )
 from gpuextender.extender.model.untrusted import InvalidInput
@@ -146,9 +149,51 @@ def test_an_allocated_claim_and_one_not_allocated_yet() -> None:
     assert claim is not None
     assert (claim.key, claim.node) == ("team/two", "n1")
     assert claim.devices == (("gpu.nvidia.com", "n1", "gpu-0"), ("gpu.nvidia.com", "n1", "gpu-1"))
+    assert claim.allocated and claim.requests == (ClaimRequest("gpus", (("gpu.nvidia.com", 1),)),)
     pending = allocated_claim("later", "n1", [])
     del pending["status"]
-    assert parse_resource_claim(pending) is None
+    later = parse_resource_claim(pending)
+    assert (later.allocated, later.node, later.devices) == (False, "", ())
+
+
+def test_what_a_claim_asks_for() -> None:
+    obj = allocated_claim("ask", "n1", [])
+    del obj["status"]
+    obj["spec"]["devices"]["requests"] = [
+        {"name": "a", "exactly": {"deviceClassName": "gpu.nvidia.com", "count": 2}},
+        {"name": "b", "exactly": {"deviceClassName": "gpu.nvidia.com", "allocationMode": "All"}},
+        {
+            "name": "c",
+            "firstAvailable": [
+                {"name": "big", "deviceClassName": "gpu.nvidia.com", "count": 4},
+                {"name": "small", "deviceClassName": "mig.nvidia.com"},
+            ],
+        },
+    ]
+    assert parse_resource_claim(obj).requests == (
+        ClaimRequest("a", (("gpu.nvidia.com", 2),)),
+        ClaimRequest("b", (("gpu.nvidia.com", ALL_DEVICES),)),
+        ClaimRequest("c", (("gpu.nvidia.com", 4), ("mig.nvidia.com", 1))),
+    )
+    obj["spec"]["devices"]["requests"][0]["exactly"]["count"] = 0
+    with pytest.raises(InvalidInput, match=r"requests\[0\]\.exactly\.count"):
+        parse_resource_claim(obj)
+
+
+def test_the_claims_a_pod_uses() -> None:
+    pod = {
+        "metadata": {"name": "p", "namespace": "ml"},
+        "spec": {
+            "resourceClaims": [
+                {"name": "gpus", "resourceClaimName": "shared"},
+                {"name": "scratch", "resourceClaimTemplateName": "one-gpu"},
+                {"name": "odd", "resourceClaimName": 5},
+            ]
+        },
+        "status": {"resourceClaimStatuses": [{"name": "scratch", "resourceClaimName": "p-scratch-x7k2"}]},
+    }
+    assert pod_claims(pod) == ("ml/shared", "ml/p-scratch-x7k2")
+    assert pod_claims({"spec": {"resourceClaims": "nope"}}) == () and pod_claims(None) == ()
 
 
 def test_admin_access_results_hold_nothing_and_a_claim_without_one_node_has_none() -> None:

@@ -121,3 +121,87 @@ def test_a_pod_dra_served_counts_once_through_its_claim() -> None:
     ledger.upsert(POD_KIND, bound)
     assert api.filter(args(4))["NodeNames"] == []
     assert api.filter(args(3))["NodeNames"] == ["gpu-dra-1"]
+
+
+def claim(name: str, *requests: dict[str, Any], allocated_on: str = "") -> dict[str, Any]:
+    obj = allocated_claim(name, allocated_on or "n", [], namespace="ml")
+    obj["spec"]["devices"]["requests"] = list(requests)
+    if not allocated_on:
+        del obj["status"]
+    return obj
+
+
+def exactly(count: int | None = None, device_class: str = "gpu.nvidia.com", mode: str = "") -> dict[str, Any]:
+    choice: dict[str, Any] = {"deviceClassName": device_class}
+    if count is not None:
+        choice["count"] = count
+    if mode:
+        choice["allocationMode"] = mode
+    return {"name": "r", "exactly": choice}
+
+
+def test_what_a_pods_claims_ask_for_in_whole_gpus() -> None:
+    ledger = ClaimLedger()
+    first = {"name": "f", "firstAvailable": [dict(exactly(4)["exactly"]), dict(exactly(2)["exactly"])]}
+    other = {
+        "name": "o",
+        "firstAvailable": [dict(exactly(4)["exactly"]), dict(exactly(1, "nic.example.com")["exactly"])],
+    }
+    ledger.replace_all(
+        RESOURCE_CLAIM_KIND,
+        [
+            claim("two", exactly(2)),
+            claim("one", exactly()),  # count defaults to 1
+            claim("all", exactly(mode="All")),
+            claim("first", first),
+            claim("maybe-nic", other),
+            claim("nic", exactly(3, "nic.example.com")),
+            claim("held", exactly(2), allocated_on="n1"),
+        ],
+    )
+    gpu = {"gpu.nvidia.com"}
+    assert ledger.gpus_wanted(["ml/two"], gpu) == 2
+    assert ledger.gpus_wanted(["ml/one", "ml/two"], gpu) == 3
+    assert ledger.gpus_wanted(["ml/all"], gpu) == 1  # at least one; the allocator knows the node's count
+    assert ledger.gpus_wanted(["ml/first"], gpu) == 2  # the smallest choice
+    assert ledger.gpus_wanted(["ml/maybe-nic"], gpu) == 0  # it may get the NIC instead
+    assert ledger.gpus_wanted(["ml/nic"], gpu) == 0
+    assert ledger.gpus_wanted(["ml/held"], gpu) == 0  # allocated already (a shared claim)
+    assert ledger.gpus_wanted(["ml/two", "ml/unknown"], gpu) is None
+
+
+def test_a_claim_pod_is_decided_on_live_gpu_state_like_any_gpu_pod() -> None:
+    """Two DRA nodes with fresh agents: idle (8 idle) and busy (2 idle). A pod whose claim asks for
+    3 GPUs passes only the idle one; prioritize ranks it first; a pod whose claim is unknown yet is
+    neutral (every node passes)."""
+    store = InventoryStore()
+    views = ViewBuilder(store, GPU)
+    store.replace_all("Node", [node("idle", None), node("busy", None)])
+    store.replace_all("DeviceClass", [device_class()])
+    store.replace_all("ResourceSlice", [gpu_slice("idle", 8), gpu_slice("busy", 8)])
+    claims = ClaimLedger()
+    claims.replace_all(RESOURCE_CLAIM_KIND, [claim("three", exactly(3))])
+    state = GpuState(IdleRule())
+    state.ingest(report("idle", [gpu(i, 0, 1) for i in range(8)]), NOW)
+    state.ingest(report("busy", [gpu(i, 0 if i < 2 else 95, 1 if i < 2 else 90) for i in range(8)]), NOW)
+    api = SchedulerApi(
+        state, ExtenderMetrics(state), ApiSettings(DecisionPolicy()), inventory=lambda: views.current, clock=lambda: NOW
+    )
+    api.decisions.claims = claims
+
+    def claim_pod(claim_name: str) -> Any:
+        pod = {
+            "metadata": {"name": "c", "namespace": "ml", "uid": "uid-c"},
+            "spec": {
+                "resourceClaims": [{"name": "gpus", "resourceClaimName": claim_name}],
+                "containers": [{"name": "c", "resources": {"claims": [{"name": "gpus"}]}}],
+            },
+        }
+        return parse_extender_args(json.dumps({"Pod": pod, "NodeNames": ["busy", "idle"]}).encode())
+
+    answer = api.filter(claim_pod("three"))
+    assert answer["NodeNames"] == ["idle"]
+    assert "too few idle GPUs" in answer["FailedNodes"]["busy"]
+    scores = {s["Host"]: s["Score"] for s in api.prioritize(claim_pod("three"))}
+    assert scores.get("idle", 0) > scores.get("busy", 0)
+    assert api.filter(claim_pod("not-listed-yet"))["NodeNames"] == ["busy", "idle"]
