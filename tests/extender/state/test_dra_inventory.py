@@ -33,11 +33,16 @@ def names(inventory, node: str) -> list[str]:  # type: ignore[no-untyped-def]
     return [ref[2] for ref, _ in inventory.devices(node)]
 
 
-def test_whole_gpus_of_a_class_mapped_to_a_configured_resource() -> None:
+def test_whole_gpus_of_a_gpu_class() -> None:
     s = resource_slice("n1", [gpu_device(0), gpu_device(1), mig_device(0)])
     assert names(dra(s), "n1") == ["gpu-0", "gpu-1"]  # MIG devices are not whole GPUs
-    assert names(dra(s, classes=(device_class(extended=None),)), "n1") == []  # no extendedResourceName
-    assert names(dra(s, classes=(device_class(extended="example.com/gpu"),)), "n1") == []  # not configured
+    # A class is a GPU class when it maps a configured GPU resource or its selectors require type gpu
+    # (claims for it ask for whole GPUs); a class with neither counts nothing.
+    driver_only = "device.driver == 'gpu.nvidia.com'"
+    assert names(dra(s, classes=(device_class(extended=None),)), "n1") == ["gpu-0", "gpu-1"]  # type gpu
+    assert names(dra(s, classes=(device_class(extended=None, cel=driver_only),)), "n1") == []
+    assert names(dra(s, classes=(device_class(extended="example.com/gpu", cel=driver_only),)), "n1") == []
+    assert names(dra(s, classes=(device_class(cel=driver_only),)), "n1") == ["gpu-0", "gpu-1"]  # nvidia.com/gpu
     assert names(dra(s, resources=("nvidia.com/gpu", "nvidia.com/mig-1g.10gb")), "n1") == ["gpu-0", "gpu-1"]
     other = resource_slice("n1", [gpu_device(0)], driver="example.com")
     assert names(dra(other), "n1") == []  # a driver no GPU class selects
