@@ -17,8 +17,9 @@ from gpuextender.extender.scheduler.wire import ExtenderArgs
 from gpuextender.extender.settings import ApiSettings
 from gpuextender.extender.state.bound_pods import AllocatableLessBound
 from gpuextender.extender.state.claim_ledger import ClaimLedger
-from gpuextender.extender.state.dra_inventory import DraAllocatable
+from gpuextender.extender.state.dra_inventory import DraAllocatable, DraFree, capped
 from gpuextender.extender.state.gpu_state import GpuState
+from gpuextender.extender.state.gpu_summary import NodeSummary
 from gpuextender.extender.state.inventory_view import InventoryView
 from gpuextender.extender.state.live_classes import LiveClasses
 from gpuextender.extender.state.pod_ledger import PodLedger
@@ -68,6 +69,7 @@ class Decisions:
         self._plans = PlanCache(settings.default_class_policy, settings.runtime_check)
         self.ledger: PodLedger | None = None  # bound pods (state/pod_ledger.py), once their source runs
         self.claims: ClaimLedger | None = None  # devices DRA claims hold (state/claim_ledger.py)
+        self._dra_free = DraFree()
 
     def decide(self, args: ExtenderArgs) -> Decision:
         """The question (the pod, read once; the candidates) against what we know now."""
@@ -80,16 +82,20 @@ class Decisions:
             if wanted:
                 pod = replace(pod, gpus_needed=pod.gpus_needed + wanted)
         allocatable = args.allocatable(settings.gpu_resources, view.allocatable_gpus)
+        summary: Callable[[str], NodeSummary | None] = self._state.summary
         if view.dra.gpu_devices:  # nodes whose GPUs come through DRA: their unclaimed, untainted devices
-            held = self.claims.allocated_on if self.claims is not None else _nothing_held
-            allocatable = DraAllocatable(allocatable, view.dra, held)
+            claims = self.claims
+            held, version = (claims.allocated_on, claims.version) if claims is not None else (_nothing_held, 0)
+            free = self._dra_free.counter(view.dra, held, (view.version, version))
+            allocatable = DraAllocatable(allocatable, view.dra, free)
+            summary = _capped_by_dra(summary, free)
         ledger = self.ledger
         if ledger is not None and len(ledger):  # nodes without usable agent data: less their bound pods
             allocatable = AllocatableLessBound(allocatable, ledger.pods_on)
         candidates = Candidates(args.candidate_names(), allocatable)
         classes = self._classes
         known = Snapshot(
-            self._state.summary,
+            summary,
             view,
             classes.classes_by_node(view),
             self._clock(),
@@ -104,3 +110,18 @@ class Decisions:
 
 def _nothing_held(node: str) -> frozenset[tuple[str, str, str]]:
     return frozenset()
+
+
+def _capped_by_dra(
+    lookup: Callable[[str], NodeSummary | None], free: Callable[[str], int | None]
+) -> Callable[[str], NodeSummary | None]:
+    """The agents' summaries, a DRA node's capped at its free DRA GPUs (dra_inventory.capped)."""
+
+    def summary(node: str) -> NodeSummary | None:
+        s = lookup(node)
+        if s is None:
+            return None
+        count = free(node)
+        return s if count is None else capped(s, count)
+
+    return summary

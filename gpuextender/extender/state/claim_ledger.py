@@ -30,6 +30,7 @@ class ClaimLedger:
         self._held: dict[str, frozenset[DeviceRef]] = {}  # node -> devices its claims hold
         self.synced = False
         self.invalid = 0
+        self.version = 0  # changes with every change of what claims hold
 
     def __len__(self) -> int:
         return len(self._claims)
@@ -85,6 +86,7 @@ class ClaimLedger:
                 self._by_node.setdefault(c.node, {})[c.key] = c
         self._held = {node: _devices(on_node) for node, on_node in self._by_node.items()}
         self.synced = True
+        self.version += 1
 
     def upsert(self, kind: str, obj: KubeObject) -> None:
         c = self._read(obj)
@@ -93,6 +95,7 @@ class ClaimLedger:
         before = self._claims.get(key)
         if before == c:
             return
+        self.version += 1
         if before is not None:
             self._drop(before)
         if c is not None:
@@ -105,6 +108,7 @@ class ClaimLedger:
         meta = object_at(obj, "metadata")
         before = self._claims.get(f"{meta.get('namespace')}/{meta.get('name')}")
         if before is not None:
+            self.version += 1
             self._drop(before)
 
     def _drop(self, c: Claim) -> None:

@@ -9,10 +9,11 @@ KEP-5004), and how many of them a pod can still be given.
 - A node's DRA GPUs are its devices of kind "gpu" (whole GPUs) of a driver a GPU class selects: a
   DeviceClass mapped to a configured GPU resource (`extendedResourceName`), or one whose selectors
   require `type == 'gpu'`. MIG devices and other drivers' devices do not count as whole GPUs.
-- What a pod can still be given (`DraAllocatable`): those devices less the ones a ResourceClaim
-  holds (state/claim_ledger.py) and the ones a NoSchedule / NoExecute taint keeps from the
-  allocator. That is "allocatable" for a node whose Node object lists no device-plugin GPUs: the
-  verdicts without fresh agent data count it (decide/README.md, "Whole GPUs").
+- What a pod can still be given (`DraFree`): those devices less the ones a ResourceClaim holds
+  (state/claim_ledger.py) and the ones a NoSchedule / NoExecute taint keeps from the allocator.
+  That is "allocatable" for a node whose Node object lists no device-plugin GPUs (`DraAllocatable`):
+  the verdicts without fresh agent data count it (decide/README.md, "Whole GPUs"); with fresh data
+  it caps what the agent reports available (`capped`).
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from gpuextender.extender.model.dra import DeviceClassInfo, DeviceRef, DraDevice, ResourceSliceInfo
 from gpuextender.extender.model.pod_gpus import whole_gpu_resources
+from gpuextender.extender.state.gpu_summary import NodeSummary
 
 log = logging.getLogger("gpu_extender.inventory")
 
@@ -83,31 +85,56 @@ def build_dra(
     return DraInventory({n: tuple(d) for n, d in per_node.items()}, gpu_classes, frozenset(invalid))
 
 
+class DraFree:
+    """Per node, its DRA GPUs that no claim holds and no NoSchedule / NoExecute taint blocks, each
+    node counted at most once per (inventory version, claims version): a decision asks per node,
+    and a fleet of 5,000 DRA nodes has 40,000 devices."""
+
+    def __init__(self) -> None:
+        self._key: tuple[int, int] | None = None
+        self._counts: dict[str, int] = {}
+
+    def counter(
+        self, dra: DraInventory, allocated_on: Callable[[str], AbstractSet[DeviceRef]], key: tuple[int, int]
+    ) -> Callable[[str], int | None]:
+        """`free(node)`: the count, or None for a node without DRA GPUs. `key` changes whenever the
+        inventory or the claims do."""
+        if key != self._key:
+            self._key, self._counts = key, {}
+        counts, devices_of = self._counts, dra.gpu_devices
+
+        def free(node: str) -> int | None:
+            count = counts.get(node)
+            if count is None:
+                devices = devices_of.get(node)
+                if devices is None:
+                    return None
+                held = allocated_on(node)
+                count = counts[node] = sum(1 for ref, device in devices if device.allocatable and ref not in held)
+            return count
+
+        return free
+
+
 class DraAllocatable(Mapping[str, int]):
     """Allocatable GPUs per node, with a node that lists no device-plugin GPUs (none, or 0) and
-    publishes DRA GPUs counted by those: its untainted devices no claim holds. A device-plugin
-    count wins where there is one, as kube-scheduler uses DRA for an extended resource only where
-    the Node's allocatable does not list it."""
+    publishes DRA GPUs counted by those: its untainted devices no claim holds (`free`, from
+    DraFree). A device-plugin count wins where there is one, as kube-scheduler uses DRA for an
+    extended resource only where the Node's allocatable does not list it."""
 
-    __slots__ = ("_allocated_on", "_base", "_dra")
+    __slots__ = ("_base", "_dra", "_free")
 
-    def __init__(
-        self,
-        base: Mapping[str, int],
-        dra: DraInventory,
-        allocated_on: Callable[[str], AbstractSet[DeviceRef]],
-    ) -> None:
-        self._base, self._dra, self._allocated_on = base, dra, allocated_on
+    def __init__(self, base: Mapping[str, int], dra: DraInventory, free: Callable[[str], int | None]) -> None:
+        self._base, self._dra, self._free = base, dra, free
 
     def __getitem__(self, node: str) -> int:
         listed = self._base.get(node)
         if listed:
             return listed
-        devices = self._dra.gpu_devices.get(node)
-        if devices is None:
+        count = self._free(node)
+        if count is None:
             return self._base[node]  # KeyError for a node nobody knows
-        held = self._allocated_on(node)
-        return sum(1 for ref, device in devices if device.allocatable and ref not in held)
+        return count
 
     def __iter__(self) -> Iterator[str]:
         yield from self._base
@@ -115,3 +142,23 @@ class DraAllocatable(Mapping[str, int]):
 
     def __len__(self) -> int:
         return len(self._base) + sum(1 for n in self._dra.gpu_devices if n not in self._base)
+
+
+def capped(summary: NodeSummary, free: int) -> NodeSummary:
+    """An agent's summary of a DRA node with its available GPUs capped at the node's `free` DRA GPUs.
+
+    The agent does not attribute DRA holders yet (it reads no `dynamic_resources`), so a GPU a claim
+    holds but its pod does not use yet reads free and idle. Without joining each device to its GPU,
+    the GPUs a new pod can get are at most the agent's available ones and at most the devices no
+    claim holds and no taint blocks: the smaller of the two. Exact when the claimed GPUs are the idle
+    ones (pods not started yet) or the busy ones (pods running); an upper bound otherwise."""
+    if summary.idle_gpus <= free and (summary.free_gpus is None or summary.free_gpus <= free):
+        return summary
+    idle = min(summary.idle_gpus, free)
+    return replace(
+        summary,
+        idle_gpus=idle,
+        free_gpus=None if summary.free_gpus is None else min(summary.free_gpus, free),
+        degraded_idle_gpus=min(summary.degraded_idle_gpus, idle),
+        quality=summary.quality[: idle + 1],
+    )

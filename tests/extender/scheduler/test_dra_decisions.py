@@ -88,10 +88,26 @@ def test_without_fresh_data_a_dra_node_offers_its_unclaimed_untainted_devices(
     assert row(api, needed)["gpus"] == 5
 
 
-def test_fresh_agent_data_decides_a_dra_node_as_any_other() -> None:
+@pytest.mark.parametrize(("needed", "passes"), [(5, True), (6, False)])
+def test_with_fresh_agent_data_the_claimed_and_tainted_devices_are_not_offered(needed: int, passes: bool) -> None:
+    """Issue 24's failure 3: the agent reads all 8 GPUs idle and free (it does not attribute DRA
+    holders: the claim's pod has not started), yet 2 are claimed and 1 tainted: 5 can be had."""
     api, _, _ = fleet(agent_age_s=0.0)
-    assert api.filter(args(8))["NodeNames"] == ["gpu-dra-1"]  # the agent's 8 idle GPUs (claims: issue 24, later)
-    assert row(api, 8)["data"] == "fresh"
+    answer = api.filter(args(needed))
+    assert answer["NodeNames"] == (["gpu-dra-1"] if passes else [])
+    r = row(api, needed)
+    assert (r["data"], r["idleGpus"]) == ("fresh", 5)
+
+
+def test_with_fresh_agent_data_busy_gpus_and_free_devices_the_smaller_decides() -> None:
+    """Claimed GPUs in use (their pods run): the agent reads them busy, 6 idle; the 5 free devices
+    (8 - 2 claimed - 1 tainted) decide."""
+    api, _, _ = fleet(agent_age_s=None)
+    api.state.ingest(report("gpu-dra-1", [gpu(i, 95 if i < 2 else 0, 90 if i < 2 else 1) for i in range(8)]), NOW)
+    assert row(api, 1)["idleGpus"] == 5
+    api2, _, _ = fleet(agent_age_s=None, claimed=0)
+    api2.state.ingest(report("gpu-dra-1", [gpu(i, 95 if i < 6 else 0, 90 if i < 6 else 1) for i in range(8)]), NOW)
+    assert row(api2, 1)["idleGpus"] == 2  # the agent's 2 idle, below the 7 free devices
 
 
 def test_a_claim_that_lets_go_frees_its_devices_for_the_next_decision() -> None:

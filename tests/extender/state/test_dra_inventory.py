@@ -10,7 +10,7 @@ import pytest
 
 from gpuextender.extender.model.dra import parse_device_class, parse_resource_slice
 from gpuextender.extender.state.claim_ledger import RESOURCE_CLAIM_KIND, ClaimLedger
-from gpuextender.extender.state.dra_inventory import DraAllocatable, build_dra
+from gpuextender.extender.state.dra_inventory import DraAllocatable, DraFree, build_dra
 from gpuextender.extender.state.inventory_store import InventoryStore
 from gpuextender.extender.state.inventory_view import ViewBuilder
 from tests.extender.dra_objects import (
@@ -77,7 +77,8 @@ def test_allocatable_counts_untainted_unclaimed_devices_where_no_device_plugin_g
     inventory = dra(gpu_slice("dra", 8, tainted=(7,)), gpu_slice("both", 8))
     claims = ClaimLedger()
     claims.replace_all(RESOURCE_CLAIM_KIND, [allocated_claim("two", "dra", ["gpu-0", "gpu-1"])])
-    counts = DraAllocatable({"dra": 0, "both": 4, "plain": 8}, inventory, claims.allocated_on)
+    free = DraFree().counter(inventory, claims.allocated_on, (1, claims.version))
+    counts = DraAllocatable({"dra": 0, "both": 4, "plain": 8}, inventory, free)
     assert counts["dra"] == 5  # 8 - 2 claimed - 1 tainted NoSchedule
     assert counts["both"] == 4  # a device-plugin count wins (kube-scheduler uses DRA only without one)
     assert counts["plain"] == 8
@@ -85,7 +86,7 @@ def test_allocatable_counts_untainted_unclaimed_devices_where_no_device_plugin_g
     with pytest.raises(KeyError):
         counts["unknown"]
     assert sorted(counts) == ["both", "dra", "plain"] and len(counts) == 3
-    absent = DraAllocatable({}, inventory, claims.allocated_on)  # a node the inventory lists without GPUs
+    absent = DraAllocatable({}, inventory, free)  # a node the inventory lists without GPUs
     assert absent["dra"] == 5 and sorted(absent) == ["both", "dra"]
 
 
@@ -119,3 +120,20 @@ def test_the_view_carries_dra_and_a_bad_slice_is_counted_invalid() -> None:
     store.replace_all("ResourceSlice", [gpu_slice("n1", 8), broken])
     view = views.current
     assert len(view.dra.devices("n1")) == 8 and view.invalid == {"ResourceSlice": 1}
+
+
+def test_free_devices_are_counted_once_per_inventory_and_claims_version() -> None:
+    inventory = dra(gpu_slice("n1", 8))
+    claims = ClaimLedger()
+    claims.replace_all(RESOURCE_CLAIM_KIND, [])
+    asked: list[str] = []
+
+    def held(node: str) -> frozenset[tuple[str, str, str]]:
+        asked.append(node)
+        return claims.allocated_on(node)  # type: ignore[return-value]
+
+    cache = DraFree()
+    free = cache.counter(inventory, held, (1, claims.version))
+    assert (free("n1"), free("n1"), free("nope")) == (8, 8, None) and asked == ["n1"]
+    claims.upsert(RESOURCE_CLAIM_KIND, allocated_claim("a", "n1", ["gpu-3"]))
+    assert cache.counter(inventory, held, (1, claims.version))("n1") == 7 and asked == ["n1", "n1"]
