@@ -5,17 +5,21 @@ gpu-agent on fake NVML.
 
 The node `dra` lists no nvidia.com/gpu in its allocatable; a ResourceSlice publishes its 8 GPUs as
 NVIDIA's DRA driver does (gpu-7 tainted NoSchedule, XID 79), and DeviceClass maps them to
-nvidia.com/gpu (extendedResourceName). A claim pod holds gpu-0 and gpu-1. Then the node's agent goes
+nvidia.com/gpu (extendedResourceName). A claim pod holds gpu-0 and gpu-1: with fresh agent data the
+node offers 5 GPUs, not the 8 its agent reads idle (the issue's failure 3). Then the node's agent goes
 silent past --stale-after: before issue 24, gpu-extender failed the node "too few GPUs
-(InsufficientGPUs)" (`idle 0, healthy 0/0, data stale`) and a 1-GPU pod stayed Pending; now the node
-offers its 5 unclaimed, untainted devices (counted "just enough", as any node without fresh data)."""
+(InsufficientGPUs)" (`idle 0, healthy 0/0, data stale`) and a 1-GPU pod stayed Pending (failure 2);
+now the node offers its 5 unclaimed, untainted devices (counted "just enough", as any node without
+fresh data). Failure 1 (claim pods never reach the extender) is the second test."""
 
 from __future__ import annotations
 
 import copy
+import json
+from typing import Any
 
 from tests.extender.dra_objects import device_class, gpu_slice
-from tests.harness import metric, wait_until
+from tests.harness import Proc, http, metric, wait_until
 from tests.kube.scene import H100, NODE_LABEL, Scene
 
 DRA = "/apis/resource.k8s.io/v1"
@@ -43,6 +47,11 @@ def test_a_dra_node_whose_agent_went_silent_still_takes_gpu_pods(world: Scene) -
     claim = kube.get(f"{DRA}/namespaces/{ns}/resourceclaims/two")
     held = sorted(r["device"] for r in claim["status"]["allocation"]["devices"]["results"])
     assert held == ["gpu-0", "gpu-1"]
+
+    # Failure 3: with fresh agent data (all 8 read idle: the claim's pod never starts here), the 2
+    # claimed devices and the tainted one are not offered: 5, not 8.
+    wait_until(f"{n}: 5 GPUs offered to a new pod", lambda: explained(world, ext, n)["idleGpus"] == 5, timeout=20)
+    assert explained(world, ext, n)["data"] == "fresh"
 
     # The agent goes silent; past --stale-after its data is stale.
     agent.stop()
@@ -113,3 +122,15 @@ def test_claim_pods_reach_the_extender_and_go_where_the_gpus_are_idle(world: Sce
         claim_pod(world, f"three-{i}", f"three-{i}", class_name, 3)
         assert world.bound(f"three-{i}") == nodes["idle"]
     assert (metric(world.scrape(ext), "gpu_extender_requests_total", verb="filter", code="200") or 0) >= calls + 2
+
+
+def explained(world: Scene, ext: Proc, node: str) -> dict[str, Any]:
+    """/explain's row for `node`, for a pod asking one nvidia.com/gpu."""
+    pod = {
+        "metadata": {"name": "probe", "namespace": world.ns, "uid": "probe"},
+        "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+    }
+    body = json.dumps({"Pod": pod, "NodeNames": [node]}).encode()
+    status, raw = http("POST", world.url(ext) + "/explain", body, ssl_context=world.client_tls)
+    assert status == 200, raw[:300]
+    return {r["node"]: r for r in json.loads(raw)["nodes"]}[node]
