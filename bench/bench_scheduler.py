@@ -802,6 +802,21 @@ def fmt_value(value: float | None, spec: str = ".1f", suffix: str = "") -> str:
     return "-" if value is None else f"{value:{spec}}{suffix}"
 
 
+# The ratios of medians reported: ours against the do-nothing extenders and no extender; and the
+# variants of ours against each other.
+RATIOS = (
+    ("c", "b1"),
+    ("c", "b2"),
+    ("c", "a"),
+    ("cn", "b2"),
+    ("c0", "b2"),
+    ("c", "c0"),
+    ("cb", "c"),
+    ("c", "cm"),
+    ("cz", "az"),
+)
+
+
 def format_result(result: SchedulerBenchResult) -> str:
     lines = [f"{'variant':<44} {'median pods/s':>13}  runs (pods/s)"]
     for key, label in result.variants.items():
@@ -811,20 +826,7 @@ def format_result(result: SchedulerBenchResult) -> str:
         lines.append(f"{key:<44} skipped: {why}")
     lines.append(
         "ratios of medians: "
-        + ", ".join(
-            f"{num}/{den} {fmt_value(result.ratio(num, den), '.2f', 'x')}"
-            for num, den in (
-                ("c", "b1"),
-                ("c", "b2"),
-                ("c", "a"),
-                ("cn", "b2"),
-                ("c0", "b2"),
-                ("c", "c0"),
-                ("cb", "c"),
-                ("c", "cm"),
-                ("cz", "az"),
-            )
-        )
+        + ", ".join(f"{num}/{den} {fmt_value(result.ratio(num, den), '.2f', 'x')}" for num, den in RATIOS)
     )
     return "\n".join(lines)
 
@@ -888,20 +890,7 @@ def markdown_section(result: SchedulerBenchResult) -> list[str]:
         "",
         "| ratio of medians | value |",
         "|---|---:|",
-        *(
-            f"| {num} / {den} | {fmt_value(result.ratio(num, den), '.2f', 'x')} |"
-            for num, den in (
-                ("c", "b1"),
-                ("c", "b2"),
-                ("c", "a"),
-                ("cn", "b2"),
-                ("c0", "b2"),
-                ("c", "c0"),
-                ("cb", "c"),
-                ("c", "cm"),
-                ("cz", "az"),
-            )
-        ),
+        *(f"| {num} / {den} | {fmt_value(result.ratio(num, den), '.2f', 'x')} |" for num, den in RATIOS),
         "",
         "CPU figures are /proc ticks over the bind window (10 ms resolution), divided by the pods bound. The "
         "machine has 2 cores and every process of the control plane shares them: when *machine busy* is near "

@@ -123,7 +123,9 @@ class ViewBuilder:
             self._scheduled = True
             loop.call_soon(self.rebuild)
 
-    def _invalid(self, kind: str, obj: KubeObject, problem: str) -> None:
+    def _invalid(self, kind: str, obj: KubeObject, problem: str, counts: dict[str, int]) -> None:
+        """A skipped object: counted in `counts` (the view's `invalid`), logged once per version."""
+        counts[kind] = counts.get(kind, 0) + 1
         key = object_key(obj)
         version = str((obj.get("metadata") or {}).get("resourceVersion", ""))
         if (kind, key, version) not in self._warned:
@@ -182,8 +184,7 @@ class ViewBuilder:
                 try:
                     result = _parse_node(node, self._gpu_resources)
                 except InvalidInput as exc:
-                    invalid[NODE.kind] = invalid.get(NODE.kind, 0) + 1
-                    self._invalid(NODE.kind, node, exc.message)
+                    self._invalid(NODE.kind, node, exc.message, invalid)
                     continue
             parsed_nodes[id(node)] = (node, result)
             name, gpus, node_labels = result
@@ -196,8 +197,7 @@ class ViewBuilder:
             try:
                 accelerator_class = parse_accelerator_class(obj)
             except InvalidInput as exc:
-                invalid[ACCELERATOR_CLASS.kind] = invalid.get(ACCELERATOR_CLASS.kind, 0) + 1
-                self._invalid(ACCELERATOR_CLASS.kind, obj, str(exc))
+                self._invalid(ACCELERATOR_CLASS.kind, obj, str(exc), invalid)
                 continue
             classes[accelerator_class.name] = accelerator_class
         membership = self._classify(valid_nodes, classes)
@@ -218,8 +218,7 @@ class ViewBuilder:
                 try:
                     parsed.setdefault(kind.kind, []).append(parse(obj))
                 except InvalidInput as exc:
-                    invalid[kind.kind] = invalid.get(kind.kind, 0) + 1
-                    self._invalid(kind.kind, obj, str(exc))
+                    self._invalid(kind.kind, obj, str(exc), invalid)
                     continue
                 valid[object_key(obj)] = obj
         dra = self._dra(invalid)
@@ -251,8 +250,7 @@ class ViewBuilder:
             try:
                 classes.append(parse_device_class(obj))
             except InvalidInput as exc:
-                invalid[DEVICE_CLASS.kind] = invalid.get(DEVICE_CLASS.kind, 0) + 1
-                self._invalid(DEVICE_CLASS.kind, obj, str(exc))
+                self._invalid(DEVICE_CLASS.kind, obj, str(exc), invalid)
         slices: list[ResourceSliceInfo] = []
         parsed: dict[int, tuple[KubeObject, ResourceSliceInfo]] = {}
         for obj in self._store.objects(RESOURCE_SLICE.kind):
@@ -263,8 +261,7 @@ class ViewBuilder:
                 try:
                     info = parse_resource_slice(obj)
                 except InvalidInput as exc:
-                    invalid[RESOURCE_SLICE.kind] = invalid.get(RESOURCE_SLICE.kind, 0) + 1
-                    self._invalid(RESOURCE_SLICE.kind, obj, str(exc))
+                    self._invalid(RESOURCE_SLICE.kind, obj, str(exc), invalid)
                     continue
             parsed[id(obj)] = (obj, info)
             slices.append(info)
