@@ -137,7 +137,7 @@ def _name(value: Any) -> str:
 
 def may_request(pod: Any, resources: Sequence[str]) -> bool:
     """False only when no container or init container of `pod` names one of `resources` in its
-    requests or limits, so `gpus_requested` is 0 without parsing a quantity. Cheap (key lookups)
+    requests or limits and the pod uses no ResourceClaim, so it holds no GPU the ledger counts. Cheap (key lookups)
     and never raises: a malformed pod is True, for the caller's full parse to judge. The
     bound-pod watch drops most LIST items with it as each page arrives (kube_watch)."""
     if not isinstance(pod, dict):
@@ -145,7 +145,7 @@ def may_request(pod: Any, resources: Sequence[str]) -> bool:
     spec = pod.get("spec")
     if spec is None:
         return False
-    if not isinstance(spec, dict):
+    if not isinstance(spec, dict) or spec.get("resourceClaims"):  # DRA: GPUs may come through its claims
         return True
     for key in ("containers", "initContainers"):
         containers = spec.get(key)

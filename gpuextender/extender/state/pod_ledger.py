@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from gpuextender.extender.model.dra import served_by_dra
+from gpuextender.extender.model.dra import pod_claims, served_by_dra
 from gpuextender.extender.model.kube_objects import POD, KubeObject
 from gpuextender.extender.model.ome.pod_intent import INFERENCE_SERVICE_LABEL
 from gpuextender.extender.model.pod_gpus import MigNeed, gpus_requested, mig_profile, whole_gpu_resources
@@ -47,6 +47,9 @@ class BoundPod:
     phase: str  # Pending, Running, Unknown, "" (not reported yet)
     seen_at: float  # monotonic time the ledger first saw it bound: the age of a pending binding
     inference_service: str = ""  # the ome.io/inferenceservice label
+    # The ResourceClaims it uses (namespace/name): DRA pods are kept for them, so their binding is
+    # known (binding_gate); the devices themselves are the claim ledger's.
+    claims: tuple[str, ...] = ()
 
 
 def _key(meta: KubeObject) -> str:
@@ -133,11 +136,14 @@ class PodLedger:
                 extra={"pod": _key(meta), "node": node, "reason": exc.code},
             )
             return None
-        if gpus <= 0 and not mig:
+        claims = pod_claims(obj)
+        if gpus <= 0 and not mig and not claims:
             return None
         labels = object_at(meta, "labels")
         isvc = labels.get(INFERENCE_SERVICE_LABEL)
-        return BoundPod(uid, _key(meta), node, gpus, mig, str(phase), seen_at, isvc if isinstance(isvc, str) else "")
+        return BoundPod(
+            uid, _key(meta), node, gpus, mig, str(phase), seen_at, isvc if isinstance(isvc, str) else "", claims
+        )
 
     # -- InventorySink ---------------------------------------------------------
 

@@ -168,6 +168,7 @@ def test_the_watch_asks_for_what_slim_keeps() -> None:
         {"spec": {"containers": ["garbage"]}},
         {"spec": {"containers": [{"resources": "garbage"}]}},
         {"spec": {"containers": [{"resources": {"limits": 3}}]}},
+        {"spec": {"resourceClaims": [{"name": "gpus", "resourceClaimName": "two"}], "containers": [{}]}},
         "not a pod",
     ],
 )
@@ -278,3 +279,17 @@ def test_each_listener_hears_each_node(ledger: PodLedger) -> None:
     first, second = listen(ledger), listen(ledger)
     ledger.upsert("Pod", pod("a"))
     assert first == second == ["n1"]
+
+
+def test_a_pod_with_claims_is_kept_for_its_binding_and_counts_no_request(ledger: PodLedger) -> None:
+    """A DRA pod holds its GPUs through its claims (the claim ledger counts them); the ledger keeps it
+    so its binding is heard (binding_gate), with no GPUs of its own."""
+    bound: list[str] = []
+    ledger.on_bound(bound.append)
+    obj = pod("claimer", gpus=None)
+    obj["spec"]["resourceClaims"] = [{"name": "gpus", "resourceClaimName": "two"}]
+    ledger.upsert("Pod", obj)
+    [kept] = on(ledger, "n1")
+    assert (kept.gpus, kept.mig, kept.claims) == (0, (), ("ml/two",)) and bound == [kept.uid]
+    ledger.upsert("Pod", pod("plain-cpu", gpus=None))
+    assert len(ledger) == 1  # no GPU request and no claim: not kept
