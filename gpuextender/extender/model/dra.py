@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpuextender.extender.model.quantity import parse_quantity
-from gpuextender.extender.model.untrusted import Fields, InvalidInput, object_at
+from gpuextender.extender.model.untrusted import Fields, InvalidInput, object_at, shown
 
 NVIDIA_GPU_DRIVER = "gpu.nvidia.com"
 DeviceRef = tuple[str, str, str]  # (driver, pool, device): a device's identity in the cluster
@@ -128,7 +128,7 @@ def _meta(r: Fields, obj: Any, kind: str) -> tuple[Mapping[str, Any], str]:
     name = object_at(obj, "metadata").get("name")
     if not isinstance(name, str) or not name:
         r.fail("metadata.name", "required field is missing")
-    r.subject = f"{kind} {name!r}"
+    r.subject = f"{kind} {shown(name)}"
     return r.mapping(obj.get("spec"), "spec", required=True) or {}, name
 
 
@@ -216,7 +216,7 @@ def parse_resource_claim(obj: Any) -> Claim:
     name, namespace = meta.get("name"), meta.get("namespace")
     if not isinstance(name, str) or not name or not isinstance(namespace, str) or not namespace:
         r.fail("metadata", "name and namespace are required")
-    r.subject = f"ResourceClaim '{namespace}/{name}'"
+    r.subject = f"ResourceClaim {shown(f'{namespace}/{name}')}"
     key = f"{namespace}/{name}"
     requests = _claim_requests(r, object_at(object_at(obj, "spec"), "devices").get("requests"))
     allocation = r.mapping(object_at(obj, "status").get("allocation"), "status.allocation")

@@ -214,3 +214,12 @@ def test_a_claim_needs_a_name_and_namespace() -> None:
 def test_served_by_dra() -> None:
     assert served_by_dra({"status": {"extendedResourceClaimStatus": {"resourceClaimName": "p-extended-resources-x"}}})
     assert not served_by_dra({"status": {}}) and not served_by_dra({}) and not served_by_dra(None)
+
+
+def test_a_huge_name_never_makes_a_huge_message() -> None:
+    obj = gpu_slice("n1", 1)
+    obj["metadata"]["name"] = "s" * 100_000
+    del obj["spec"]["driver"]
+    with pytest.raises(InvalidInput) as info:
+        parse_resource_slice(obj)
+    assert len(str(info.value)) < 200 and "100000 characters" in str(info.value)
