@@ -91,6 +91,27 @@ def _bound_pods(known: Snapshot, name: str, fresh: bool) -> dict[str, Any]:
     }
 
 
+def _dra_devices(known: Snapshot, name: str) -> list[dict[str, Any]] | None:
+    """The node's whole GPUs that come through DRA (state/dra_inventory.py), each with the claim
+    that holds it and its taints; None for a node without any."""
+    devices = known.view.dra.devices(name)
+    if not devices:
+        return None
+    held = known.claim_holders(name)
+    return [
+        {
+            "device": ref[2],
+            "pool": ref[1],
+            "uuid": device.uuid or None,
+            "product": device.product or None,
+            "claim": held.get(ref),
+            "taints": [f"{t.key}={t.value}:{t.effect}" for t in device.taints],
+            "allocatable": device.allocatable and ref not in held,
+        }
+        for ref, device in devices
+    ]
+
+
 def explain(d: Decision) -> dict[str, Any]:
     """The Decision as a person reads it: every candidate with its numbers, verdict and score parts."""
     known, plan, pod = d.known, d.plan, d.pod
@@ -122,6 +143,7 @@ def explain(d: Decision) -> dict[str, Any]:
                 # For a multi-GPU pod: how well the best set of that many available GPUs connects.
                 "gpuSet": _gpu_set(known.summary(name), pod.gpus_needed),
                 **_bound_pods(known, name, a.data is DataState.FRESH),
+                "draDevices": _dra_devices(known, name),
                 "meanUtilization": None if a.mean_utilization is None else round(a.mean_utilization, 1),
                 # The GPU numbers are assumed (agent silent or never heard): idle = needed, never all-idle.
                 "assumedData": a.assumed,

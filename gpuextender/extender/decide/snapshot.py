@@ -35,6 +35,8 @@ class Snapshot:
     # and the agent's own summary before they are taken off.
     bound_pods: Callable[[str], Iterable[BoundPod]] = field(default=lambda node: ())
     reported: whole_gpus.SummaryLookup | None = None
+    # Per node, which ResourceClaim (namespace/name) holds each DRA device (state/claim_ledger.py).
+    claim_holders: Callable[[str], Mapping[tuple[str, str, str], str]] = field(default=lambda node: {})
 
     def nodes_of(self, classes: tuple[str, ...]) -> frozenset[str]:
         """The nodes in at least one of `classes`."""

@@ -104,6 +104,7 @@ class Decisions:
             excluded=lambda node: classes.excluded(view, node),
             bound_pods=ledger.pods_on if ledger is not None else lambda node: (),
             reported=self._state.reported,
+            claim_holders=self.claims.holders_on if self.claims is not None else lambda node: {},
         )
         return Decision(pod, self._plans.plan(pod, view), candidates, known, settings.shortlist)
 

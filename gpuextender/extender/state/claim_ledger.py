@@ -39,6 +39,10 @@ class ClaimLedger:
         """The devices on `node` some claim holds (a device shared by several claims, once)."""
         return self._held.get(node, frozenset())
 
+    def holders_on(self, node: str) -> dict[DeviceRef, str]:
+        """Which claim holds each device on `node` (one of them, for a device several claims share)."""
+        return {device: c.key for c in self._by_node.get(node, {}).values() for device in c.devices}
+
     def claim(self, key: str) -> Claim | None:
         return self._claims.get(key)
 

@@ -265,6 +265,8 @@ def render(answer: dict[str, Any]) -> str:
             lines.append(
                 f"  bound here, not yet attributed by the agent ({n['boundPodsPendingGpus']} GPU taken off): {pods}"
             )
+        if n.get("draDevices"):
+            lines.append(f"  {_dra_line(n['draDevices'])}")
     lines += ["", f"node score: {answer['formulas']['node']}"]
     if any(n.get("assumedData") for n in answer["nodes"]):
         lines.append("* assumed data (no fresh agent report): idle GPUs counted as just enough, never as all idle")
@@ -282,3 +284,16 @@ def _candidates(c: dict[str, Any]) -> str:
     if skipped:
         text += " (left out: " + ", ".join(f"{count} {why}" for why, count in skipped.items()) + ")"
     return text
+
+
+def _dra_line(devices: list[dict[str, Any]]) -> str:
+    """One line for a node's DRA GPUs: how many a pod could be given, and why the others cannot."""
+    free = sum(1 for d in devices if d["allocatable"])
+    held = [f"{d['device']} ({d['claim']})" for d in devices if d["claim"]]
+    tainted = [f"{d['device']} ({'; '.join(d['taints'])})" for d in devices if d["taints"]]
+    parts = [f"DRA GPUs: {len(devices)}, {free} free"]
+    if held:
+        parts.append("held by claims: " + ", ".join(held))
+    if tainted:
+        parts.append("tainted: " + ", ".join(tainted))
+    return "; ".join(parts)

@@ -21,6 +21,7 @@ from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.inventory_store import InventoryStore
 from gpuextender.extender.state.inventory_view import ViewBuilder
 from gpuextender.extender.state.pod_ledger import POD_KIND, PodLedger
+from gpuextender.extender.ui import explain_cli
 from tests.extender.builders import gpu, report
 from tests.extender.dra_objects import allocated_claim, device_class, gpu_slice
 
@@ -221,3 +222,19 @@ def test_a_claim_pod_is_decided_on_live_gpu_state_like_any_gpu_pod() -> None:
     scores = {s["Host"]: s["Score"] for s in api.prioritize(claim_pod("three"))}
     assert scores.get("idle", 0) > scores.get("busy", 0)
     assert api.filter(claim_pod("not-listed-yet"))["NodeNames"] == ["busy", "idle"]
+
+
+def test_explain_lists_a_dra_nodes_devices_with_their_claims_and_taints() -> None:
+    api, _, _ = fleet(agent_age_s=0.0)
+    devices = {d["device"]: d for d in row(api, 1)["draDevices"]}
+    assert len(devices) == 8
+    assert (devices["gpu-0"]["claim"], devices["gpu-0"]["allocatable"]) == ("default/held", False)
+    assert devices["gpu-7"]["taints"] == ["gpu.nvidia.com/xid=79:NoSchedule"] and not devices["gpu-7"]["allocatable"]
+    assert (devices["gpu-2"]["claim"], devices["gpu-2"]["taints"], devices["gpu-2"]["allocatable"]) == (None, [], True)
+    assert devices["gpu-2"]["uuid"].startswith("GPU-") and devices["gpu-2"]["pool"] == "gpu-dra-1"
+    assert row(api, 1, "gpu-dp-1")["draDevices"] is None  # a device-plugin node
+    line = explain_cli.render(api.explain(args(1)))
+    assert (
+        "DRA GPUs: 8, 5 free; held by claims: gpu-0 (default/held), gpu-1 (default/held); "
+        "tainted: gpu-7 (gpu.nvidia.com/xid=79:NoSchedule)"
+    ) in line
