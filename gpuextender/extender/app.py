@@ -32,6 +32,7 @@ from gpuextender.extender.ingest.server import start_ingest_server
 from gpuextender.extender.inventory.files import FileInventorySource
 from gpuextender.extender.model.kube_objects import KINDS, NODE, POD, RESOURCE_CLAIM
 from gpuextender.extender.model.pod_gpus import may_request
+from gpuextender.extender.observe.dra_devices import DraDevicesCollector
 from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.observe.silent_nodes import SilentNodesCollector, SilentNodesWarning
 from gpuextender.extender.scheduler.http_api import SchedulerApi, build_app, listen_backlog, new_runner
@@ -253,6 +254,7 @@ async def build(
     api = SchedulerApi(state, metrics, config.api, inventory=lambda: views.current)
     views.on_rebuild(api.classes.classes_by_node)  # class membership follows each rebuild, not the next request
     metrics.add(SilentNodesCollector(state, lambda: views.current))
+    metrics.add(DraDevicesCollector(lambda: views.current, claims))
     api.count_bound_pods(ledger)
     api.decisions.claims = claims  # DRA devices claims hold: not allocatable any more (dra_inventory.py)
     api.inventory_ready = lambda: store.ready and ledger.synced and claims.synced

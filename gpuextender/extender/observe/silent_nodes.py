@@ -23,8 +23,9 @@ _NAMED = 10  # nodes named in one warning line; the rest are counted
 
 
 def silent_gpu_nodes(view: InventoryView, state: GpuState) -> list[str]:
-    """Nodes with allocatable GPUs and no data from their agent, sorted."""
-    return sorted(node for node, count in view.allocatable_gpus.items() if count > 0 and state.summary(node) is None)
+    """Nodes with allocatable GPUs, or GPUs through DRA, and no data from their agent, sorted."""
+    gpu_nodes = {node for node, count in view.allocatable_gpus.items() if count > 0}.union(view.dra.gpu_devices)
+    return sorted(node for node in gpu_nodes if state.summary(node) is None)
 
 
 class SilentNodesCollector(Collector):
