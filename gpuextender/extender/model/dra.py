@@ -25,8 +25,11 @@ from gpuextender.extender.model.untrusted import Fields, InvalidInput, object_at
 
 NVIDIA_GPU_DRIVER = "gpu.nvidia.com"
 DeviceRef = tuple[str, str, str]  # (driver, pool, device): a device's identity in the cluster
-# Taint effects that keep kube-scheduler's allocator from handing a device out (`None` only marks it).
-NOT_ALLOCATABLE_EFFECTS = frozenset({"NoSchedule", "NoExecute"})
+# The one taint effect that leaves a device to the allocator: `None` only marks it. NoSchedule and
+# NoExecute keep it from claims that do not tolerate them; an effect the API does not define (a
+# hand-written file) is taken as keeping it too: unknown is never free.
+MARK_ONLY_EFFECT = "None"
+MAX_DEVICE_TAINTS = 16  # per device (the API server allows 4): bounds a hand-written file
 # At most this many devices per slice (the API server's own limit is 128): bounds a hostile file.
 MAX_SLICE_DEVICES = 128
 
@@ -56,7 +59,7 @@ class DraDevice:
     @property
     def allocatable(self) -> bool:
         """False when a taint keeps the allocator from choosing it (for claims that do not tolerate it)."""
-        return not any(t.effect in NOT_ALLOCATABLE_EFFECTS for t in self.taints)
+        return all(t.effect == MARK_ONLY_EFFECT for t in self.taints)
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,7 +151,10 @@ def _device(r: Fields, raw: Any, path: str, driver: str) -> tuple[str | None, Dr
         except InvalidInput as exc:
             r.fail(f"{path}.capacity.memory.value", exc.problem)
     taints = []
-    for i, t in enumerate(r.items(d.get("taints"), f"{path}.taints")):
+    raw_taints = r.items(d.get("taints"), f"{path}.taints")
+    if len(raw_taints) > MAX_DEVICE_TAINTS:
+        r.fail(f"{path}.taints", f"{len(raw_taints)} taints; at most {MAX_DEVICE_TAINTS} per device")
+    for i, t in enumerate(raw_taints):
         tpath = f"{path}.taints[{i}]"
         t = r.mapping(t, tpath, required=True) or {}
         taints.append(

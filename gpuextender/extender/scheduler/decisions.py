@@ -17,7 +17,7 @@ from gpuextender.extender.scheduler.wire import ExtenderArgs
 from gpuextender.extender.settings import ApiSettings
 from gpuextender.extender.state.bound_pods import AllocatableLessBound
 from gpuextender.extender.state.claim_ledger import ClaimLedger
-from gpuextender.extender.state.dra_inventory import DraAllocatable, DraFree, capped
+from gpuextender.extender.state.dra_inventory import DraAllocatable, DraFree
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.gpu_summary import NodeSummary
 from gpuextender.extender.state.inventory_view import InventoryView
@@ -88,7 +88,7 @@ class Decisions:
             held, version = (claims.allocated_on, claims.version) if claims is not None else (_nothing_held, 0)
             free = self._dra_free.counter(view.dra, held, (view.version, version))
             allocatable = DraAllocatable(allocatable, view.dra, free)
-            summary = _capped_by_dra(summary, free)
+            summary = self._dra_free.summaries(summary, free)
         ledger = self.ledger
         if ledger is not None and len(ledger):  # nodes without usable agent data: less their bound pods
             allocatable = AllocatableLessBound(allocatable, ledger.pods_on)
@@ -111,18 +111,3 @@ class Decisions:
 
 def _nothing_held(node: str) -> frozenset[tuple[str, str, str]]:
     return frozenset()
-
-
-def _capped_by_dra(
-    lookup: Callable[[str], NodeSummary | None], free: Callable[[str], int | None]
-) -> Callable[[str], NodeSummary | None]:
-    """The agents' summaries, a DRA node's capped at its free DRA GPUs (dra_inventory.capped)."""
-
-    def summary(node: str) -> NodeSummary | None:
-        s = lookup(node)
-        if s is None:
-            return None
-        count = free(node)
-        return s if count is None else capped(s, count)
-
-    return summary

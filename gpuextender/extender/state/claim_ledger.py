@@ -27,7 +27,6 @@ class ClaimLedger:
     def __init__(self) -> None:
         self._claims: dict[str, Claim] = {}  # namespace/name -> claim, allocated or not
         self._by_node: dict[str, dict[str, Claim]] = {}  # allocated claims only
-        self._held: dict[str, frozenset[DeviceRef]] = {}  # node -> devices its claims hold
         self.synced = False
         self.invalid = 0
         self.version = 0  # changes with every change of what claims hold
@@ -36,8 +35,9 @@ class ClaimLedger:
         return len(self._claims)
 
     def allocated_on(self, node: str) -> AbstractSet[DeviceRef]:
-        """The devices on `node` some claim holds (a device shared by several claims, once)."""
-        return self._held.get(node, frozenset())
+        """The devices on `node` some claim holds (a device shared by several claims, once). Computed
+        per call: decisions ask once per node per claims version (dra_inventory.DraFree)."""
+        return frozenset(d for c in self._by_node.get(node, {}).values() for d in c.devices)
 
     def holders_on(self, node: str) -> dict[DeviceRef, str]:
         """Which claim holds each device on `node` (one of them, for a device several claims share)."""
@@ -88,7 +88,6 @@ class ClaimLedger:
         for c in claims.values():
             if c.allocated:
                 self._by_node.setdefault(c.node, {})[c.key] = c
-        self._held = {node: _devices(on_node) for node, on_node in self._by_node.items()}
         self.synced = True
         self.version += 1
 
@@ -106,7 +105,6 @@ class ClaimLedger:
             self._claims[key] = c
             if c.allocated:
                 self._by_node.setdefault(c.node, {})[key] = c
-                self._held[c.node] = _devices(self._by_node[c.node])
 
     def delete(self, kind: str, obj: KubeObject) -> None:
         meta = object_at(obj, "metadata")
@@ -121,12 +119,5 @@ class ClaimLedger:
             return
         on_node = self._by_node[c.node]
         del on_node[c.key]
-        if on_node:
-            self._held[c.node] = _devices(on_node)
-        else:
+        if not on_node:
             del self._by_node[c.node]
-            del self._held[c.node]
-
-
-def _devices(claims: dict[str, Claim]) -> frozenset[DeviceRef]:
-    return frozenset(d for c in claims.values() for d in c.devices)

@@ -93,6 +93,8 @@ class DraFree:
     def __init__(self) -> None:
         self._key: tuple[int, int] | None = None
         self._counts: dict[str, int] = {}
+        # node -> (the agent's summary, it capped): rebuilt only when the summary or the key changes
+        self._capped: dict[str, tuple[NodeSummary, NodeSummary]] = {}
 
     def counter(
         self, dra: DraInventory, allocated_on: Callable[[str], AbstractSet[DeviceRef]], key: tuple[int, int]
@@ -100,7 +102,7 @@ class DraFree:
         """`free(node)`: the count, or None for a node without DRA GPUs. `key` changes whenever the
         inventory or the claims do."""
         if key != self._key:
-            self._key, self._counts = key, {}
+            self._key, self._counts, self._capped = key, {}, {}
         counts, devices_of = self._counts, dra.gpu_devices
 
         def free(node: str) -> int | None:
@@ -114,6 +116,29 @@ class DraFree:
             return count
 
         return free
+
+    def summaries(
+        self, lookup: Callable[[str], NodeSummary | None], free: Callable[[str], int | None]
+    ) -> Callable[[str], NodeSummary | None]:
+        """The agents' summaries with a DRA node's capped at its free DRA GPUs (`capped`); a capped
+        summary is made once per report and (inventory, claims) version, not per request."""
+        done = self._capped
+
+        def summary(node: str) -> NodeSummary | None:
+            s = lookup(node)
+            if s is None:
+                return None
+            count = free(node)
+            if count is None:
+                return s
+            cached = done.get(node)
+            if cached is not None and cached[0] is s:
+                return cached[1]
+            result = capped(s, count)
+            done[node] = (s, result)
+            return result
+
+        return summary
 
 
 class DraAllocatable(Mapping[str, int]):

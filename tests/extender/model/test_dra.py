@@ -9,6 +9,7 @@ import pytest
 
 from gpuextender.extender.model.dra import (
     ALL_DEVICES,
+    MAX_DEVICE_TAINTS,
     MAX_SLICE_DEVICES,
     ClaimRequest,
     device_kind,
@@ -223,3 +224,22 @@ def test_a_huge_name_never_makes_a_huge_message() -> None:
     with pytest.raises(InvalidInput) as info:
         parse_resource_slice(obj)
     assert len(str(info.value)) < 200 and "100000 characters" in str(info.value)
+
+
+@pytest.mark.parametrize(("effect", "allocatable"), [("", False), ("PreferNoSchedule", False), ("none", False)])
+def test_a_taint_effect_the_api_does_not_define_keeps_the_device(effect: str, allocatable: bool) -> None:
+    """Only `None` leaves a device to the allocator; anything else a hand-written file says is not free."""
+    obj = gpu_slice("n1", 1)
+    obj["spec"]["devices"][0]["taints"] = [{"key": "k", "value": "v", "effect": effect}]
+    assert parse_resource_slice(obj).devices[0][1].allocatable is allocatable
+
+
+@pytest.mark.parametrize("count", [MAX_DEVICE_TAINTS, MAX_DEVICE_TAINTS + 1])
+def test_at_most_16_taints_per_device(count: int) -> None:
+    obj = gpu_slice("n1", 1)
+    obj["spec"]["devices"][0]["taints"] = [{"key": f"k{i}", "value": "v", "effect": "None"} for i in range(count)]
+    if count <= MAX_DEVICE_TAINTS:
+        assert len(parse_resource_slice(obj).devices[0][1].taints) == count
+    else:
+        with pytest.raises(InvalidInput, match="at most 16 per device"):
+            parse_resource_slice(obj)

@@ -8,11 +8,14 @@ import logging
 
 import pytest
 
+from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.model.dra import parse_device_class, parse_resource_slice
 from gpuextender.extender.state.claim_ledger import RESOURCE_CLAIM_KIND, ClaimLedger
 from gpuextender.extender.state.dra_inventory import DraAllocatable, DraFree, build_dra
+from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.inventory_store import InventoryStore
 from gpuextender.extender.state.inventory_view import ViewBuilder
+from tests.extender.builders import gpu, report
 from tests.extender.dra_objects import (
     allocated_claim,
     device_class,
@@ -137,3 +140,23 @@ def test_free_devices_are_counted_once_per_inventory_and_claims_version() -> Non
     assert (free("n1"), free("n1"), free("nope")) == (8, 8, None) and asked == ["n1"]
     claims.upsert(RESOURCE_CLAIM_KIND, allocated_claim("a", "n1", ["gpu-3"]))
     assert cache.counter(inventory, held, (1, claims.version))("n1") == 7 and asked == ["n1", "n1"]
+
+
+def test_a_capped_summary_is_made_once_per_report_and_version() -> None:
+    inventory = dra(gpu_slice("n1", 8))
+    claims = ClaimLedger()
+    claims.replace_all(RESOURCE_CLAIM_KIND, [allocated_claim("a", "n1", ["gpu-0", "gpu-1"])])
+    state = GpuState(IdleRule())
+    state.ingest(report("n1", [gpu(i, 0, 1) for i in range(8)]), 0.0)
+    cache = DraFree()
+    free = cache.counter(inventory, claims.allocated_on, (1, claims.version))
+    summary = cache.summaries(state.summary, free)
+    first = summary("n1")
+    assert first is not None and first.idle_gpus == 6 and summary("n1") is first  # reused
+    assert summary("elsewhere") is None
+    state.ingest(report("n1", [gpu(i, 0, 1) for i in range(8)], seq=2), 1.0)  # a new report: made again
+    again = summary("n1")
+    assert again is not first and again is not None and again.idle_gpus == 6
+    claims.delete(RESOURCE_CLAIM_KIND, allocated_claim("a", "n1", []))  # a new claims version: 8
+    newer = cache.summaries(state.summary, cache.counter(inventory, claims.allocated_on, (1, claims.version)))
+    assert newer("n1").idle_gpus == 8  # type: ignore[union-attr]
