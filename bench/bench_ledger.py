@@ -24,7 +24,6 @@ import argparse
 import gc
 import json
 import random
-import statistics
 import sys
 import time
 import tracemalloc
@@ -35,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import orjson
-from benchlib import OUT_DIR
+from benchlib import OUT_DIR, rounds_latency_ms
 
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.app import _tune_gc as tune_gc
@@ -189,11 +188,6 @@ def time_calls(api: SchedulerApi, body: bytes, calls: int) -> tuple[list[float],
     return f_times, p_times
 
 
-def p(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
-
-
 TARGET_RATIO = 1.1  # issue 16: filter/prioritize p99 with the ledger <= 1.1x without, same run
 
 
@@ -248,17 +242,7 @@ def run(quick: bool = False) -> dict[str, Any]:
         "load_cpu_us_per_pod": round(load_cpu / len(ledger) * 1e6, 1),
         "churn_cpu_us_per_event": round(per_event * 1e6, 1),
         "churn_100_per_s_core_percent": round(per_event * 100 * 100, 2),
-        # p50 over every call; p99 the median of the rounds' p99s (one noisy moment moves one round).
-        "latency_ms": {
-            k: {
-                verb: {
-                    "p50": round(p([x for r in v for x in r], 0.5), 2),
-                    "p99": round(statistics.median(p(r, 0.99) for r in v), 2),
-                }
-                for verb, v in d.items()
-            }
-            for k, d in results.items()
-        },
+        "latency_ms": rounds_latency_ms(results),
     }
     base_f, base_p = out["latency_ms"]["no ledger"]["filter"], out["latency_ms"]["no ledger"]["prioritize"]
     out["ratios_p99"] = {

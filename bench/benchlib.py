@@ -17,6 +17,7 @@ import os
 import platform
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -260,6 +261,27 @@ def percentile(sorted_values: Sequence[float], p: float) -> float:
 
 
 # -- machine ----------------------------------------------------------------
+
+
+def ms_quantile(values: Sequence[float], q: float) -> float:
+    """The q-quantile of `values` (seconds), in milliseconds (nearest rank)."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000
+
+
+def rounds_latency_ms(results: dict[str, dict[str, list[list[float]]]]) -> dict[str, dict[str, dict[str, float]]]:
+    """variant -> verb -> rounds of call times (s), summarized: p50 over every call, p99 the median of
+    the rounds' p99s (one noisy moment moves one round)."""
+    return {
+        k: {
+            verb: {
+                "p50": round(ms_quantile([x for r in v for x in r], 0.5), 2),
+                "p99": round(statistics.median(ms_quantile(r, 0.99) for r in v), 2),
+            }
+            for verb, v in d.items()
+        }
+        for k, d in results.items()
+    }
 
 
 def machine_facts() -> dict[str, str]:

@@ -34,7 +34,10 @@ What it measures (details in each script's docstring):
 - bench_burst.py: 300 one-GPU pods at once through a real kube-scheduler, how many land on GPUs
   already taken, per way the extender learns of bindings (issue 16; needs KUBEBUILDER_ASSETS);
 - bench_ledger.py: the bound-pod ledger with 40,000 pods: memory, watch CPU, and filter/prioritize
-  at 5,000 names with and without it (issue 16).
+  at 5,000 names with and without it (issue 16);
+- bench_dra.py: DRA at fleet scale, 40,000 devices in ResourceSlices and 20,000 ResourceClaims:
+  memory, watch CPU, and filter/prioritize at 5,000 names for a claim pod against a device-plugin
+  pod (issue 24).
 Then it prints a summary, checks the targets (filter p99 < 10 ms at 5,000
 names; agent <= 1 % of one core and <= 48 MiB RSS) and (re)writes
 bench/RESULTS.md, plus the raw figures in bench/out/results.json.
@@ -65,6 +68,7 @@ import bench_agent
 import bench_baseline
 import bench_burst
 import bench_classes
+import bench_dra
 import bench_extender
 import bench_floor
 import bench_hostile_http
@@ -166,6 +170,7 @@ def render_markdown(
     ingest: tuple[list[str], dict[str, float]] | None = None,
     bursts: list[dict[str, Any]] | None = None,
     ledger: dict[str, Any] | None = None,
+    dra: dict[str, Any] | None = None,
 ) -> str:
     m = machine_facts()
     out = [
@@ -223,6 +228,13 @@ def render_markdown(
             f"| filter / prioritize p99 at 5,000 names with 40,000 bound pods <= "
             f"{bench_ledger.TARGET_RATIO:g}x without | {r['filter']:.2f}x / {r['prioritize']:.2f}x | "
             f"{_verdict(bench_ledger.attributed_ratio_ok(ledger))} |"
+        )
+    if dra:
+        r = dra["ratios"]["(b) claim pod"]
+        out.append(
+            f"| filter / prioritize p99 at 5,000 names, claim pod on DRA nodes <= {bench_dra.TARGET_RATIO:g}x "
+            f"the device-plugin pod | {r['filter']['p99']:.2f}x / {r['prioritize']['p99']:.2f}x | "
+            f"{_verdict(bench_dra.ratio_ok(dra))} |"
         )
     for r in reconnect or []:
         if r.variant == "fixed":
@@ -443,6 +455,8 @@ def render_markdown(
         out += ["", *bench_burst.markdown(bursts)]
     if ledger:
         out += ["", *bench_ledger.markdown(ledger)]
+    if dra:
+        out += ["", *bench_dra.markdown(dra)]
     if reconnect:
         out += ["", *reconnect_markdown(reconnect)]
     if hostile_http:
@@ -660,6 +674,7 @@ def main(argv: list[str] | None = None) -> int:
             "fleet",
             "bursts",
             "ledger",
+            "dra",
         ),
         help="run only this benchmark",
     )
@@ -699,6 +714,7 @@ def main(argv: list[str] | None = None) -> int:
     fleet_ingest: tuple[list[str], dict[str, float]] | None = None
     bursts: list[dict[str, Any]] | None = None
     ledger: dict[str, Any] | None = None
+    dra: dict[str, Any] | None = None
     try:
         if args.only in (None, "extender"):
             print("== gpu-extender: filter / prioritize", flush=True)
@@ -784,6 +800,10 @@ def main(argv: list[str] | None = None) -> int:
             print("== the bound-pod ledger at scale (40,000 pods)", flush=True)
             ledger = bench_ledger.run(quick=args.quick)
             print("\n".join(bench_ledger.report(ledger)), flush=True)
+        if args.only in (None, "dra"):
+            print("== DRA at fleet scale (40,000 devices, 20,000 claims)", flush=True)
+            dra = bench_dra.run(quick=args.quick)
+            print("\n".join(bench_dra.report(dra)), flush=True)
         phases = profile_phases(ext, args.quick)
     except BenchError as exc:
         print(f"run_all: FAILED: {exc}", file=sys.stderr)
@@ -844,6 +864,7 @@ def main(argv: list[str] | None = None) -> int:
         "fleet_ingest": fleet_ingest[1] if fleet_ingest else None,
         "bursts": bursts,
         "ledger": ledger,
+        "dra": dra,
     }
     (OUT_DIR / "results.json").write_text(json.dumps(raw, indent=2))
 
@@ -875,6 +896,7 @@ def main(argv: list[str] | None = None) -> int:
             ingest=fleet_ingest,
             bursts=bursts,
             ledger=ledger,
+            dra=dra,
         )
     )
     print(f"  wrote {target}")

@@ -4,7 +4,8 @@
 `kube-apiserver` and `kube-scheduler` binaries. `ControlPlane.start()` makes throwaway
 certificates (trustme) and service-account keys, starts etcd and kube-apiserver (static-token
 admin in system:masters, Node,RBAC authorization), and waits for `/readyz`. `scheduler()` starts a
-real kube-scheduler with a `KubeSchedulerConfiguration` dict. There is no controller-manager and
+real kube-scheduler with a `KubeSchedulerConfiguration` dict. There is no controller-manager (but
+`controller_manager()` starts one with DRA's resourceclaim controller for the tests that need it) and
 no kubelet, so `Kube` does their part where tests need it: the `default` ServiceAccount of a new
 namespace, Nodes made Ready with the admission-added not-ready taint removed, pods deleted with
 grace 0. Every process is stopped by PID, with its process group.
@@ -460,10 +461,41 @@ class ControlPlane:
             self.workdir / f"{name}.log",
         )
         self.processes.append(proc)
-        insecure = ssl.create_default_context()
-        insecure.check_hostname = False
-        insecure.verify_mode = ssl.CERT_NONE  # its self-signed serving cert; only readiness is read
-        wait_for(f"{name} /healthz", lambda: _get_ok(f"https://127.0.0.1:{port}/healthz", insecure), timeout, proc)
+        _wait_healthy(name, port, timeout, proc)
+        return proc
+
+    def controller_manager(self, name: str = "kube-controller-manager", timeout: float = 60.0) -> Process:
+        """A real kube-controller-manager v1.36.2 running only the controllers DRA tests need: the
+        resourceclaim controller (ResourceClaimTemplates become claims), service accounts and the
+        garbage collector (a pod's generated claims go with it). Returns once its /healthz answers."""
+        port = free_port()
+        kubeconfig = str(self.kubeconfig)
+        proc = start_process(
+            name,
+            [
+                str(self.binaries / "kube-controller-manager"),
+                "--kubeconfig",
+                kubeconfig,
+                "--authentication-kubeconfig",
+                kubeconfig,
+                "--authorization-kubeconfig",
+                kubeconfig,
+                "--controllers=resourceclaim-controller,serviceaccount-controller,garbage-collector-controller",
+                "--leader-elect=false",
+                "--use-service-account-credentials=false",
+                "--bind-address",
+                "127.0.0.1",
+                "--secure-port",
+                str(port),
+                "--authorization-always-allow-paths",
+                "/healthz,/readyz,/livez,/metrics",
+                "--cert-dir",
+                str(self.workdir / f"{name}-certs"),
+            ],
+            self.workdir / f"{name}.log",
+        )
+        self.processes.append(proc)
+        _wait_healthy(name, port, timeout, proc)
         return proc
 
     def stop(self) -> None:
@@ -471,6 +503,13 @@ class ControlPlane:
             proc.stop()
         self.processes.clear()
         shutil.rmtree(self.workdir / "etcd-data", ignore_errors=True)
+
+
+def _wait_healthy(name: str, port: int, timeout: float, proc: Process) -> None:
+    insecure = ssl.create_default_context()
+    insecure.check_hostname = False
+    insecure.verify_mode = ssl.CERT_NONE  # its self-signed serving cert; only readiness is read
+    wait_for(f"{name} /healthz", lambda: _get_ok(f"https://127.0.0.1:{port}/healthz", insecure), timeout, proc)
 
 
 def _get_ok(url: str, context: ssl.SSLContext | None = None) -> bool:

@@ -56,7 +56,24 @@ KUBELET_FIELDS = {
         "namespace": (2, "string", False),
         "containers": (3, "ContainerResources", True),
     },
-    "ContainerResources": {"name": (1, "string", False), "devices": (2, "ContainerDevices", True)},
+    "ContainerResources": {
+        "name": (1, "string", False),
+        "devices": (2, "ContainerDevices", True),
+        "dynamic_resources": (5, "DynamicResource", True),
+    },
+    # Upstream removed DynamicResource's field 1 (class_name) in 1.31: claim_name starts at 2.
+    "DynamicResource": {
+        "claim_name": (2, "string", False),
+        "claim_namespace": (3, "string", False),
+        "claim_resources": (4, "ClaimResource", True),
+    },
+    "ClaimResource": {
+        "cdi_devices": (1, "CDIDevice", True),
+        "driver_name": (2, "string", False),
+        "pool_name": (3, "string", False),
+        "device_name": (4, "string", False),
+    },
+    "CDIDevice": {"name": (1, "string", False)},
     "ContainerDevices": {
         "resource_name": (1, "string", False),
         "device_ids": (2, "string", True),

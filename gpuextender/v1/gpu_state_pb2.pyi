@@ -94,18 +94,24 @@ class NodeReport(_message.Message):
     def __init__(self, node_name: _Optional[str] = ..., sequence: _Optional[int] = ..., sample_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., agent_version: _Optional[str] = ..., driver_version: _Optional[str] = ..., gpus: _Optional[_Iterable[_Union[GpuSample, _Mapping]]] = ..., node_error: _Optional[str] = ..., allocation_source: _Optional[_Union[AllocationSource, str]] = ..., allocation_problem: _Optional[str] = ..., topology: _Optional[_Union[Topology, _Mapping]] = ..., sharing_labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class Holder(_message.Message):
-    __slots__ = ("namespace", "pod", "container", "resource_name", "device_id")
+    __slots__ = ("namespace", "pod", "container", "resource_name", "device_id", "dra_claim_namespace", "dra_claim_name", "dra_pool")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     POD_FIELD_NUMBER: _ClassVar[int]
     CONTAINER_FIELD_NUMBER: _ClassVar[int]
     RESOURCE_NAME_FIELD_NUMBER: _ClassVar[int]
     DEVICE_ID_FIELD_NUMBER: _ClassVar[int]
+    DRA_CLAIM_NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    DRA_CLAIM_NAME_FIELD_NUMBER: _ClassVar[int]
+    DRA_POOL_FIELD_NUMBER: _ClassVar[int]
     namespace: str
     pod: str
     container: str
     resource_name: str
     device_id: str
-    def __init__(self, namespace: _Optional[str] = ..., pod: _Optional[str] = ..., container: _Optional[str] = ..., resource_name: _Optional[str] = ..., device_id: _Optional[str] = ...) -> None: ...
+    dra_claim_namespace: str
+    dra_claim_name: str
+    dra_pool: str
+    def __init__(self, namespace: _Optional[str] = ..., pod: _Optional[str] = ..., container: _Optional[str] = ..., resource_name: _Optional[str] = ..., device_id: _Optional[str] = ..., dra_claim_namespace: _Optional[str] = ..., dra_claim_name: _Optional[str] = ..., dra_pool: _Optional[str] = ...) -> None: ...
 
 class Sharing(_message.Message):
     __slots__ = ("mode", "replicas")
@@ -186,7 +192,7 @@ class ComputeCapability(_message.Message):
     def __init__(self, major: _Optional[int] = ..., minor: _Optional[int] = ...) -> None: ...
 
 class GpuSample(_message.Message):
-    __slots__ = ("index", "uuid", "name", "pci_bus_id", "compute_capability", "memory_total_bytes", "memory_used_bytes", "memory_free_bytes", "memory_reserved_bytes", "utilization_gpu_percent", "utilization_memory_percent", "temperature_celsius", "power_watts", "healthy", "unhealthy_reasons", "holders", "sharing", "health", "health_reasons", "errors", "xids", "clock_event_reasons", "sm_clock_mhz", "memory_clock_mhz", "energy_millijoules", "numa_node", "mig_instances")
+    __slots__ = ("index", "uuid", "name", "pci_bus_id", "compute_capability", "memory_total_bytes", "memory_used_bytes", "memory_free_bytes", "memory_reserved_bytes", "utilization_gpu_percent", "utilization_memory_percent", "temperature_celsius", "power_watts", "healthy", "unhealthy_reasons", "holders", "sharing", "health", "health_reasons", "errors", "xids", "clock_event_reasons", "sm_clock_mhz", "memory_clock_mhz", "energy_millijoules", "numa_node", "mig_instances", "dra_device")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     UUID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -214,6 +220,7 @@ class GpuSample(_message.Message):
     ENERGY_MILLIJOULES_FIELD_NUMBER: _ClassVar[int]
     NUMA_NODE_FIELD_NUMBER: _ClassVar[int]
     MIG_INSTANCES_FIELD_NUMBER: _ClassVar[int]
+    DRA_DEVICE_FIELD_NUMBER: _ClassVar[int]
     index: int
     uuid: str
     name: str
@@ -241,7 +248,8 @@ class GpuSample(_message.Message):
     energy_millijoules: int
     numa_node: int
     mig_instances: _containers.RepeatedCompositeFieldContainer[MigInstance]
-    def __init__(self, index: _Optional[int] = ..., uuid: _Optional[str] = ..., name: _Optional[str] = ..., pci_bus_id: _Optional[str] = ..., compute_capability: _Optional[_Union[ComputeCapability, _Mapping]] = ..., memory_total_bytes: _Optional[int] = ..., memory_used_bytes: _Optional[int] = ..., memory_free_bytes: _Optional[int] = ..., memory_reserved_bytes: _Optional[int] = ..., utilization_gpu_percent: _Optional[int] = ..., utilization_memory_percent: _Optional[int] = ..., temperature_celsius: _Optional[int] = ..., power_watts: _Optional[float] = ..., healthy: _Optional[bool] = ..., unhealthy_reasons: _Optional[_Iterable[str]] = ..., holders: _Optional[_Iterable[_Union[Holder, _Mapping]]] = ..., sharing: _Optional[_Union[Sharing, _Mapping]] = ..., health: _Optional[_Union[HealthState, str]] = ..., health_reasons: _Optional[_Iterable[str]] = ..., errors: _Optional[_Union[ErrorCounters, _Mapping]] = ..., xids: _Optional[_Iterable[_Union[XidEvent, _Mapping]]] = ..., clock_event_reasons: _Optional[int] = ..., sm_clock_mhz: _Optional[int] = ..., memory_clock_mhz: _Optional[int] = ..., energy_millijoules: _Optional[int] = ..., numa_node: _Optional[int] = ..., mig_instances: _Optional[_Iterable[_Union[MigInstance, _Mapping]]] = ...) -> None: ...
+    dra_device: str
+    def __init__(self, index: _Optional[int] = ..., uuid: _Optional[str] = ..., name: _Optional[str] = ..., pci_bus_id: _Optional[str] = ..., compute_capability: _Optional[_Union[ComputeCapability, _Mapping]] = ..., memory_total_bytes: _Optional[int] = ..., memory_used_bytes: _Optional[int] = ..., memory_free_bytes: _Optional[int] = ..., memory_reserved_bytes: _Optional[int] = ..., utilization_gpu_percent: _Optional[int] = ..., utilization_memory_percent: _Optional[int] = ..., temperature_celsius: _Optional[int] = ..., power_watts: _Optional[float] = ..., healthy: _Optional[bool] = ..., unhealthy_reasons: _Optional[_Iterable[str]] = ..., holders: _Optional[_Iterable[_Union[Holder, _Mapping]]] = ..., sharing: _Optional[_Union[Sharing, _Mapping]] = ..., health: _Optional[_Union[HealthState, str]] = ..., health_reasons: _Optional[_Iterable[str]] = ..., errors: _Optional[_Union[ErrorCounters, _Mapping]] = ..., xids: _Optional[_Iterable[_Union[XidEvent, _Mapping]]] = ..., clock_event_reasons: _Optional[int] = ..., sm_clock_mhz: _Optional[int] = ..., memory_clock_mhz: _Optional[int] = ..., energy_millijoules: _Optional[int] = ..., numa_node: _Optional[int] = ..., mig_instances: _Optional[_Iterable[_Union[MigInstance, _Mapping]]] = ..., dra_device: _Optional[str] = ...) -> None: ...
 
 class ReportAck(_message.Message):
     __slots__ = ("sequence", "status", "reason", "requested_interval_ms", "idle_max_utilization_percent", "idle_max_memory_used_percent", "stale_after_ms")

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 GPU_CLASS_CEL = "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'gpu'"
@@ -17,18 +18,23 @@ def device_class(
     return {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": name}, "spec": spec}
 
 
-def gpu_device(minor: int, *, taint: str = "", product: str = "NVIDIA H100 80GB HBM3") -> dict[str, Any]:
+def gpu_device(
+    minor: int, *, taint: str = "", product: str = "NVIDIA H100 80GB HBM3", uuid: str | None = None
+) -> dict[str, Any]:
+    """`uuid`: the GPU's NVML UUID (default: one no agent reports); "" publishes none."""
     device: dict[str, Any] = {
         "name": f"gpu-{minor}",
         "attributes": {
             "type": {"string": "gpu"},
-            "uuid": {"string": f"GPU-{minor:08x}-0000-0000-0000-000000000000"},
+            "uuid": {"string": f"GPU-{minor:08x}-0000-0000-0000-000000000000" if uuid is None else uuid},
             "productName": {"string": product},
             "cudaComputeCapability": {"version": "9.0.0"},
             "resource.kubernetes.io/pcieRoot": {"string": f"pci0000:{minor // 4:02x}"},
         },
         "capacity": {"memory": {"value": "80Gi"}},
     }
+    if uuid == "":
+        del device["attributes"]["uuid"]
     if taint:
         device["taints"] = [{"key": "gpu.nvidia.com/xid", "value": "79", "effect": taint}]
     return device
@@ -65,8 +71,22 @@ def resource_slice(
     }
 
 
-def gpu_slice(node: str, gpus: int = 8, *, tainted: tuple[int, ...] = (), effect: str = "NoSchedule") -> dict:
-    return resource_slice(node, [gpu_device(i, taint=effect if i in tainted else "") for i in range(gpus)])
+def gpu_slice(
+    node: str,
+    gpus: int = 8,
+    *,
+    tainted: tuple[int, ...] = (),
+    effect: str = "NoSchedule",
+    uuid_of: Callable[[int], str] | None = None,
+) -> dict:
+    """`uuid_of(minor)`: each device's uuid attribute (the agent's GPU UUIDs, for the join)."""
+    return resource_slice(
+        node,
+        [
+            gpu_device(i, taint=effect if i in tainted else "", uuid=uuid_of(i) if uuid_of else None)
+            for i in range(gpus)
+        ],
+    )
 
 
 def allocated_claim(

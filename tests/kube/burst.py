@@ -38,14 +38,22 @@ def busy_gpus(i: int) -> int:
     return (0, 2 + (i // 3) % 5, 7)[i % 3]
 
 
-def node_report(node: str, busy: int, sequence: int = 1) -> pb.NodeReport:
+def gpu_uuid(node: str, index: int) -> str:
+    """The UUID of a simulated GPU: what a DRA test's ResourceSlice publishes as its `uuid`."""
+    return f"GPU-{node}-{index}"
+
+
+def node_report(node: str, busy: int, sequence: int = 1, *, busy_last: bool = False) -> pb.NodeReport:
+    """`busy` GPUs busy: the first ones, or with `busy_last` the last ones. Each GPU carries its DRA
+    name (gpu-<index>: the simulated minor is the index)."""
     report = pb.NodeReport(node_name=node, sequence=sequence, agent_version="burst", driver_version="550.127.05")
     report.sample_time.seconds = int(time.time())
     for index in range(GPUS_PER_NODE):
-        hot = index < busy
+        hot = index >= GPUS_PER_NODE - busy if busy_last else index < busy
         report.gpus.add(
             index=index,
-            uuid=f"GPU-{node}-{index}",
+            uuid=gpu_uuid(node, index),
+            dra_device=f"gpu-{index}",
             name=H100["product"],
             healthy=True,
             utilization_gpu_percent=90 if hot else 2,
@@ -55,8 +63,11 @@ def node_report(node: str, busy: int, sequence: int = 1) -> pb.NodeReport:
     return report
 
 
-async def send_reports(target: str, ca_pem: bytes, busy: dict[str, int]) -> None:
-    """One short stream per node (the extender ties a stream to one node), 16 at a time."""
+async def send_reports(
+    target: str, ca_pem: bytes, busy: dict[str, int], busy_last: frozenset[str] = frozenset()
+) -> None:
+    """One short stream per node (the extender ties a stream to one node), 16 at a time; the nodes
+    in `busy_last` have their last GPUs busy (node_report)."""
     credentials = grpc.ssl_channel_credentials(root_certificates=ca_pem)
     options = [("grpc.ssl_target_name_override", EXTENDER_NAME)]
     async with grpc.aio.secure_channel(target, credentials, options=options) as channel:
@@ -66,7 +77,7 @@ async def send_reports(target: str, ca_pem: bytes, busy: dict[str, int]) -> None
         async def one(node: str, n: int) -> None:
             async with gate:
                 call = stub.StreamNodeReports(timeout=30)
-                await call.write(node_report(node, n))
+                await call.write(node_report(node, n, busy_last=node in busy_last))
                 ack = await call.read()
                 await call.done_writing()
                 assert ack is not grpc.aio.EOF and ack.status == pb.ReportAck.ACCEPTED, (node, ack)

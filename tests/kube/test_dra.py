@@ -18,8 +18,9 @@ import copy
 import json
 from typing import Any
 
-from tests.extender.dra_objects import device_class, gpu_slice
-from tests.harness import Proc, http, metric, wait_until
+from gpuextender.agent.fakes.kubelet import fake_gpu_uuid
+from tests.extender.dra_objects import allocated_claim, device_class, gpu_slice
+from tests.harness import Proc, http, metric, parse_metrics, wait_until
 from tests.kube.scene import H100, NODE_LABEL, Scene
 
 DRA = "/apis/resource.k8s.io/v1"
@@ -134,3 +135,59 @@ def explained(world: Scene, ext: Proc, node: str) -> dict[str, Any]:
     status, raw = http("POST", world.url(ext) + "/explain", body, ssl_context=world.client_tls)
     assert status == 200, raw[:300]
     return {r["node"]: r for r in json.loads(raw)["nodes"]}[node]
+
+
+def test_the_agent_on_a_dra_node_attributes_claimed_gpus_to_their_pods(world: Scene) -> None:
+    """The real gpu-agent on a DRA node reads the kubelet's dynamic_resources (a fake kubelet speaking
+    the real PodResources API): the claim's pod holds gpu-2 and gpu-3 (idle: allocated-but-idle,
+    the waste platform teams hunt), its DCGM series carry the claim as dcgm-exporter labels them, and
+    the extender joins each agent GPU to its slice device by UUID: of the 6 devices no claim holds,
+    gpu-0 and gpu-1 are busy outside Kubernetes, so 4 are offered, GPU by GPU."""
+    kube, ns = world.kube, world.ns
+    class_name = f"{ns}-gpu"
+    kube.create(f"{DRA}/deviceclasses", device_class(class_name))
+    world.dra_objects.append(f"{DRA}/deviceclasses/{class_name}")
+    n = world.node("dra", H100, 6, 2, dra=True)  # GPUs 0, 1 busy; 2..7 idle
+    published = gpu_slice(n, 8, uuid_of=lambda minor: fake_gpu_uuid(n, minor))
+    kube.create(f"{DRA}/resourceslices", published)
+    world.dra_objects.append(f"{DRA}/resourceslices/{published['metadata']['name']}")
+    # The claim as kube-scheduler leaves it (allocated, reserved for its pod); no scheduler runs here.
+    claim = allocated_claim("two", n, ["gpu-2", "gpu-3"], namespace=ns)
+    status = claim.pop("status")
+    claim["spec"]["devices"]["requests"][0]["exactly"]["deviceClassName"] = class_name
+    kube.create(f"{DRA}/namespaces/{ns}/resourceclaims", claim)
+    kube.merge_patch(f"{DRA}/namespaces/{ns}/resourceclaims/two/status", {"status": status})
+    server = {
+        "name": "server",
+        "containers": [{"name": "engine", "claims": [{"claim": "two", "devices": ["gpu-2", "gpu-3"]}]}],
+    }
+    world.kubelet(n, [{**server, "namespace": ns}], allocatable={})
+
+    ext = world.extender()
+    agent = world.agent(n, ext)
+    world.wait_inventory(ext, "ResourceSlice", 1)
+    wait_until(
+        f"{n}: 2 allocated-but-idle GPUs",
+        lambda: metric(world.scrape(ext), "gpu_extender_node_allocated_idle_gpus", node=n) == 2,
+        timeout=20,
+    )
+    row = explained(world, ext, n)
+    assert row["idleGpus"] == 4
+    states = {d["device"]: (d["claim"], d["agent"]) for d in row["draDevices"]}
+    assert states == {
+        "gpu-0": (None, "free, busy"),
+        "gpu-1": (None, "free, busy"),
+        "gpu-2": (f"{ns}/two", "held, idle"),
+        "gpu-3": (f"{ns}/two", "held, idle"),
+        **{f"gpu-{i}": (None, "free, idle") for i in range(4, 8)},
+    }
+    status_code, raw = http("GET", f"http://127.0.0.1:{agent.ports['metrics']}/metrics")
+    assert status_code == 200
+    temps = [dict(labels) for name, labels in parse_metrics(raw.decode()) if name == "DCGM_FI_DEV_GPU_TEMP"]
+    labels = {series["gpu"]: series for series in temps}
+    assert (labels["2"]["pod"], labels["2"]["dra_claim_name"], labels["2"]["dra_device_name"]) == (
+        "server",
+        "two",
+        "gpu-2",
+    )
+    assert labels["2"]["dra_pool_name"] == n and "dra_claim_name" not in labels["0"]

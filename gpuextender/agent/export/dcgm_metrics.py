@@ -26,6 +26,9 @@ own `pod`/`namespace`/`container`, then drops it as empty). A GPU held by severa
 series; a container holding two replicas of a GPU is one series), and keeping the series of a GPU
 nobody holds (that mode's pod mapper, as read, emits held GPUs only). Without that flag
 dcgm-exporter names one holder only (its issue #151). Take `max by (Hostname, gpu)` before summing.
+A device DRA allocated adds dcgm-exporter's DRA labels to its holder's series: `dra_claim_name`,
+`dra_claim_namespace`, `dra_driver_name`, `dra_pool_name`, `dra_device_name` (absent on every
+other series, as in dcgm-exporter).
 
 Types: every family is a gauge, dcgm's counters (TOTAL_ENERGY_CONSUMPTION, ECC totals, remapped
 rows) included. prometheus_client's text exposition writes a counter family's samples as
@@ -50,6 +53,7 @@ MIB = 2**20
 # dcgm-exporter's label names, in its order.
 GPU_LABELS = ("gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION")
 POD_LABELS = ("pod", "namespace", "container")
+DRA_LABELS = ("dra_claim_name", "dra_claim_namespace", "dra_driver_name", "dra_pool_name", "dra_device_name")
 MIG_LABELS = ("GPU_I_PROFILE", "GPU_I_ID")
 
 
@@ -144,8 +148,18 @@ METRIC_NAMES: frozenset[str] = frozenset(f.name for f in GPU_FIELDS)
 
 
 def _pods(holders: Sequence[Holder]) -> list[dict[str, str]]:
-    keys = sorted({(h.namespace, h.pod, h.container) for h in holders}) or [("", "", "")]
-    return [{"pod": pod, "namespace": namespace, "container": container} for namespace, pod, container in keys]
+    series = {_pod_labels(h) for h in holders}
+    if not series:
+        return [{"pod": "", "namespace": "", "container": ""}]
+    return [dict(labels) for labels in sorted(series)]
+
+
+def _pod_labels(h: Holder) -> tuple[tuple[str, str], ...]:
+    labels = (("pod", h.pod), ("namespace", h.namespace), ("container", h.container))
+    if not h.dra_claim_name:
+        return labels
+    dra = (h.dra_claim_name, h.dra_claim_namespace, h.resource_name, h.dra_pool, h.device_id)
+    return (*labels, *zip(DRA_LABELS, dra, strict=True))
 
 
 def _gpu_labels(gpu: GpuReading, hostname: str, driver_version: str) -> dict[str, str]:

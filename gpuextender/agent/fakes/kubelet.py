@@ -21,6 +21,9 @@ the same node name):
             devices:
               nvidia.com/gpu: [{gpu: 0}]
               nvidia.com/gpu.shared: [{gpu: 2, replica: 1}]   # GPU-<uuid 2>::1
+            claims:                   # dynamic_resources: devices DRA allocated to its claims
+              - claim: train-0-gpus   # namespace: the pod's; driver: gpu.nvidia.com; pool: the node
+                devices: [{gpu: 3}, gpu-4]   # {gpu: i}: "gpu-<i>" (the fake NVML's minor is the index)
 
 Run alone: python -m gpuextender.agent.fakes.kubelet --socket PATH --scenario FILE --node NAME
 (the file is read again when it changes, so a demo allocates by editing it).
@@ -72,10 +75,22 @@ def fake_mig_uuid(uuid_seed: str, gpu: int, slot: int, profile: str) -> str:
     return f"MIG-{uuid.uuid5(_namespace(uuid_seed), f'{gpu}/{slot}/{profile}')}"
 
 
+@dataclass(frozen=True, slots=True)
+class FakeClaim:
+    """Devices DRA allocated to one of a container's ResourceClaims."""
+
+    namespace: str
+    name: str
+    devices: tuple[str, ...]  # device names, e.g. "gpu-3"
+    driver: str = "gpu.nvidia.com"
+    pool: str = ""
+
+
 @dataclass(slots=True)
 class FakeContainer:
     name: str
     devices: dict[str, list[str]] = field(default_factory=dict)  # resource name -> device IDs
+    claims: list[FakeClaim] = field(default_factory=list)
 
 
 @dataclass(slots=True)
@@ -133,6 +148,44 @@ def device_ids(refs: Any, *, uuid_seed: str, where: str, allocatable: bool = Fal
     return ids
 
 
+def dra_device_names(refs: Any, where: str) -> tuple[str, ...]:
+    """A claim's devices: literal names, or {gpu: i} for "gpu-<i>"."""
+    if not isinstance(refs, list):
+        raise FakeKubeletError(f"{where}: expected a list of devices, got {type(refs).__name__}")
+    names: list[str] = []
+    for i, ref in enumerate(refs):
+        if isinstance(ref, str):
+            names.append(ref)
+        elif isinstance(ref, Mapping) and set(ref) == {"gpu"}:
+            names.append(f"gpu-{_count(ref, 'gpu', f'{where}[{i}]')}")
+        else:
+            raise FakeKubeletError(f"{where}[{i}]: expected a device name or {{gpu: i}}")
+    return tuple(names)
+
+
+def _claims(document: Any, namespace: str, pool: str, where: str) -> list[FakeClaim]:
+    if not isinstance(document, list):
+        raise FakeKubeletError(f"{where}: expected a list of claims")
+    claims = []
+    for i, claim in enumerate(document):
+        at = f"{where}[{i}]"
+        if not isinstance(claim, Mapping) or not isinstance(claim.get("claim"), str):
+            raise FakeKubeletError(f"{at}: expected a mapping with `claim` (its name) and `devices`")
+        unknown = set(claim) - {"claim", "namespace", "driver", "pool", "devices"}
+        if unknown:
+            raise FakeKubeletError(f"{at}: unknown key(s) {sorted(unknown)}")
+        claims.append(
+            FakeClaim(
+                str(claim.get("namespace", namespace)),
+                claim["claim"],
+                dra_device_names(claim.get("devices") or [], f"{at}.devices"),
+                str(claim.get("driver", "gpu.nvidia.com")),
+                str(claim.get("pool", pool)),
+            )
+        )
+    return claims
+
+
 def _count(ref: Mapping[str, Any], key: str, at: str) -> int:
     value = ref[key]
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -179,6 +232,7 @@ def parse_state(document: Any, *, uuid_seed: str = "") -> FakeKubeletState:
                         str(r): device_ids(refs, uuid_seed=uuid_seed, where=f"{at}.devices.{r}")
                         for r, refs in devices.items()
                     },
+                    _claims(container.get("claims") or [], fake_pod.namespace, uuid_seed, f"{at}.claims"),
                 )
             )
         state.pods.append(fake_pod)
@@ -207,6 +261,22 @@ def _list_response(state: FakeKubeletState) -> api_pb2.ListPodResourcesResponse:
                         name=c.name,
                         devices=[
                             api_pb2.ContainerDevices(resource_name=r, device_ids=ids) for r, ids in c.devices.items()
+                        ],
+                        dynamic_resources=[
+                            api_pb2.DynamicResource(
+                                claim_name=claim.name,
+                                claim_namespace=claim.namespace,
+                                claim_resources=[
+                                    api_pb2.ClaimResource(
+                                        cdi_devices=[api_pb2.CDIDevice(name=f"k8s.{claim.driver}/device={d}")],
+                                        driver_name=claim.driver,
+                                        pool_name=claim.pool,
+                                        device_name=d,
+                                    )
+                                    for d in claim.devices
+                                ],
+                            )
+                            for claim in c.claims
                         ],
                     )
                     for c in pod.containers
@@ -301,16 +371,25 @@ class FakeKubelet:
     def allocate(self, namespace: str, pod: str, container: str, resource: str, ids: Sequence[str]) -> None:
         """Add devices to a container (making the pod and container if new)."""
         with self._lock:
-            found = next((p for p in self._state.pods if p.namespace == namespace and p.name == pod), None)
-            if found is None:
-                found = FakePod(namespace, pod)
-                self._state.pods.append(found)
-            holder = next((c for c in found.containers if c.name == container), None)
-            if holder is None:
-                holder = FakeContainer(container)
-                found.containers.append(holder)
-            holder.devices.setdefault(resource, []).extend(ids)
+            self._container(namespace, pod, container).devices.setdefault(resource, []).extend(ids)
             self._rebuild()
+
+    def allocate_claim(self, namespace: str, pod: str, container: str, claim: FakeClaim) -> None:
+        """Add a claim's DRA devices to a container (making the pod and container if new)."""
+        with self._lock:
+            self._container(namespace, pod, container).claims.append(claim)
+            self._rebuild()
+
+    def _container(self, namespace: str, pod: str, container: str) -> FakeContainer:
+        found = next((p for p in self._state.pods if p.namespace == namespace and p.name == pod), None)
+        if found is None:
+            found = FakePod(namespace, pod)
+            self._state.pods.append(found)
+        holder = next((c for c in found.containers if c.name == container), None)
+        if holder is None:
+            holder = FakeContainer(container)
+            found.containers.append(holder)
+        return holder
 
     def release(self, namespace: str, pod: str) -> None:
         """The pod is gone (the kubelet lists it no more)."""

@@ -291,6 +291,11 @@ class FakeNvmlLibrary:
         info.busIdLegacy = f"0000:{bus:02X}:00.0".encode()
         return _OK
 
+    def _c_nvmlDeviceGetMinorNumber(self, handle: Any, minor_ref: Any) -> int:
+        # /dev/nvidia<minor>: the kernel numbers GPUs in PCI order, which is NVML's index order here.
+        minor_ref._obj.value = self._index(handle)
+        return _OK
+
     def _c_nvmlDeviceGetCudaComputeCapability(self, handle: Any, major_ref: Any, minor_ref: Any) -> int:
         major_ref._obj.value, minor_ref._obj.value = self._gpu(handle).compute_capability
         return _OK

@@ -30,8 +30,14 @@ class Holder:
     namespace: str
     pod: str
     container: str
-    resource_name: str  # e.g. "nvidia.com/gpu"
-    device_id: str  # as the device plugin named it: "GPU-<uuid>", "GPU-<uuid>::2", "MIG-<uuid>"
+    resource_name: str  # e.g. "nvidia.com/gpu"; for a DRA device its driver, "gpu.nvidia.com"
+    # As the device plugin named it: "GPU-<uuid>", "GPU-<uuid>::2", "MIG-<uuid>"; for a DRA device
+    # its name in the ResourceSlice, "gpu-3".
+    device_id: str
+    # Set when DRA allocated the device through a ResourceClaim (PodResources dynamic_resources).
+    dra_claim_namespace: str = ""
+    dra_claim_name: str = ""
+    dra_pool: str = ""
 
 
 @dataclass(slots=True)
@@ -104,6 +110,8 @@ class GpuReading:
     energy_millijoules: int | None = None
     numa_node: int | None = None
     mig_instances: list[MigReading] = field(default_factory=list)
+    # -- 0.4: nvmlDeviceGetMinorNumber (/dev/nvidia<minor>): NVIDIA's DRA driver names the GPU by it
+    minor_number: int | None = None
     # -- 0.2: allocation (from the kubelet) and sharing
     holders: list[Holder] = field(default_factory=list)
     sharing_mode: str = ""  # EXCLUSIVE / TIME_SLICING / MPS / MIG, "" = unknown

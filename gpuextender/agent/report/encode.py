@@ -5,6 +5,7 @@ from __future__ import annotations
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from gpuextender.agent.model import readings as r
+from gpuextender.agent.model.dra_names import gpu_device_name
 from gpuextender.agent.model.readings import GpuReading, Holder, NodeSample
 from gpuextender.v1 import gpu_state_pb2 as pb
 
@@ -45,7 +46,14 @@ _PCIE = {
 
 def _holder(h: Holder) -> pb.Holder:
     return pb.Holder(
-        namespace=h.namespace, pod=h.pod, container=h.container, resource_name=h.resource_name, device_id=h.device_id
+        namespace=h.namespace,
+        pod=h.pod,
+        container=h.container,
+        resource_name=h.resource_name,
+        device_id=h.device_id,
+        dra_claim_namespace=h.dra_claim_namespace,
+        dra_claim_name=h.dra_claim_name,
+        dra_pool=h.dra_pool,
     )
 
 
@@ -66,6 +74,7 @@ def gpu_to_proto(reading: GpuReading) -> pb.GpuSample:
         holders=[_holder(h) for h in reading.holders],
         health=_HEALTH.get(reading.health, pb.HEALTH_STATE_UNSPECIFIED),
         health_reasons=reading.health_reasons,
+        dra_device=gpu_device_name(reading.minor_number),
     )
     if reading.compute_capability is not None:
         msg.compute_capability.major, msg.compute_capability.minor = reading.compute_capability

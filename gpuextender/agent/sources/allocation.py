@@ -21,6 +21,13 @@ Sharing mode of a GPU, strongest evidence first:
 4. otherwise unknown ("", 0).
 The kubelet's IDs win over the labels because GFD relabels only every 60 s and its labels
 describe the node's `nvidia.com/gpu` resource, not each GPU.
+
+Devices DRA allocated (PodResources `dynamic_resources`) carry no device ID, only the name NVIDIA's
+DRA driver gave the device in its ResourceSlice (model/dra_names.py: "gpu-<minor>" for a whole GPU):
+the holder is the GPU with that NVML minor number, or the MIG instance of that GPU with that profile
+(when the GPU has one instance of it: NVML does not tell the agent an instance's placement yet, so
+two instances of one profile leave the name unmatched, logged, never guessed). A DRA holder names
+its claim; it is not evidence of time-slicing (DRA shares per claim, GpuConfig.sharing).
 """
 
 from __future__ import annotations
@@ -30,6 +37,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
+from gpuextender.agent.model.dra_names import parse_device_name
 from gpuextender.agent.model.readings import (
     ALLOCATION_KUBELET,
     ALLOCATION_UNAVAILABLE,
@@ -81,6 +89,20 @@ class DeviceAssignment:
 
 
 @dataclass(frozen=True, slots=True)
+class DraAssignment:
+    """One device DRA allocated to one container through a ResourceClaim (NVIDIA's driver only)."""
+
+    namespace: str
+    pod: str
+    container: str
+    claim_namespace: str
+    claim_name: str
+    driver: str
+    pool: str
+    device: str  # its name in the ResourceSlice, e.g. "gpu-3"
+
+
+@dataclass(frozen=True, slots=True)
 class KubeletAllocations:
     """One answer of the kubelet, as plain data, or why there is none."""
 
@@ -93,6 +115,8 @@ class KubeletAllocations:
     problem: str = ""
     # Device IDs left out of `assignments` for being longer than any GPU's ID can be.
     dropped_device_ids: int = 0
+    # From List's dynamic_resources: GPUs DRA allocated. Meaningful only when problem == "".
+    claims: tuple[DraAssignment, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +163,18 @@ class _DeviceIndex:
         self.gpus = {g.uuid: g for g in gpus if g.uuid}
         self.by_index = {str(g.index): g for g in gpus}
         self.migs = {m.uuid: m for g in gpus for m in g.mig_instances if m.uuid}
+        self.by_minor = {g.minor_number: g for g in gpus if g.minor_number is not None}
+
+    def find_dra(self, device_name: str) -> GpuReading | MigReading | None:
+        """The GPU or MIG instance a device name of NVIDIA's DRA driver names (module docstring)."""
+        name = parse_device_name(device_name)
+        gpu = self.by_minor.get(name.minor) if name is not None else None
+        if name is None or gpu is None:
+            return None
+        if not name.mig_profile:
+            return gpu
+        same = [m for m in gpu.mig_instances if m.profile == name.mig_profile]
+        return same[0] if len(same) == 1 else None
 
     def find(self, base_id: str) -> GpuReading | MigReading | None:
         found: GpuReading | MigReading | None = self.migs.get(base_id) or self.gpus.get(base_id)
@@ -184,6 +220,18 @@ def apply_allocation(
                 target.holders.append(Holder(a.namespace, a.pod, a.container, a.resource_name, device_id))
                 if isinstance(target, GpuReading):
                     held.setdefault(id(target), []).append(device_id)
+        for c in answer.claims:
+            target = index.find_dra(c.device)
+            if target is None:
+                unmatched.add(f"{c.driver}/{c.pool}/{c.device}")
+                continue
+            key = (id(target), c.namespace, c.pod, c.container, f"dra:{c.device}")
+            if key in seen:  # one device in two claims of one container cannot be; listed twice can
+                continue
+            seen.add(key)
+            target.holders.append(
+                Holder(c.namespace, c.pod, c.container, c.driver, c.device, c.claim_namespace, c.claim_name, c.pool)
+            )
 
     if any(len(d.holders) > MAX_HOLDERS_PER_DEVICE for d in _devices(sample)):
         for device in _devices(sample):

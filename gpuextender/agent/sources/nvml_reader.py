@@ -242,6 +242,7 @@ class NvmlReader:
         reading.pci_bus_id = identity.pci_bus_id
         reading.compute_capability = identity.compute_capability
         reading.numa_node = identity.numa_node
+        reading.minor_number = identity.minor_number
 
         memory = call("nvmlDeviceGetMemoryInfo", pynvml.nvmlDeviceGetMemoryInfo, handle, version=pynvml.nvmlMemory_v2)
         if memory is not None:
@@ -387,6 +388,9 @@ class NvmlReader:
         identity.pci_bus_id = _text(pci.busId) if pci is not None else ""
         identity.compute_capability = (int(capability[0]), int(capability[1])) if capability else None
         identity.numa_node = self._read_numa_node(handle, identity.pci_bus_id, call)
+        # Not part of the "all read" condition below: NotSupported on some platforms (vGPU guests).
+        minor = call("nvmlDeviceGetMinorNumber", pynvml.nvmlDeviceGetMinorNumber, handle)
+        identity.minor_number = int(minor) if minor is not None else None
         if None not in (uuid, name, pci, capability):
             self._identity[index] = identity
         return identity

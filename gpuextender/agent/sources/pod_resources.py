@@ -2,7 +2,9 @@
 
 The kubelet serves `v1.PodResourcesLister` on a unix socket
 (/var/lib/kubelet/pod-resources/kubelet.sock). Each sample calls `List` (who holds which device
-ID); `GetAllocatableResources` (every device ID the kubelet can hand out, which tells
+ID, and which devices DRA allocated to which container's claims: `dynamic_resources`, read for
+NVIDIA's DRA driver only; a kubelet before 1.27 never sends it, and then none are);
+`GetAllocatableResources` (every device ID the kubelet can hand out, which tells
 time-slicing replicas apart) is asked at the first answer, again every `allocatable_refresh_s`,
 after the kubelet comes back, and soon after a held ID shows up that it did not list.
 
@@ -27,12 +29,14 @@ from typing import Any
 
 import grpc
 
+from gpuextender.agent.model.dra_names import MAX_DEVICE_NAME_CHARS, NVIDIA_DRA_DRIVER
 from gpuextender.agent.model.readings import NodeSample
 from gpuextender.agent.sources.allocation import (
     DEFAULT_GPU_RESOURCES,
     PROBLEM_TOO_MANY_HOLDERS,
     AllocationResult,
     DeviceAssignment,
+    DraAssignment,
     GpuResourceNames,
     KubeletAllocations,
     apply_allocation,
@@ -73,6 +77,8 @@ MAX_NAMESPACE_CHARS = 63
 MAX_POD_NAME_CHARS = 253
 MAX_CONTAINER_NAME_CHARS = 63
 MAX_RESOURCE_NAME_CHARS = 316
+MAX_CLAIM_NAME_CHARS = 253
+MAX_POOL_NAME_CHARS = 253  # resource.k8s.io: a pool name is at most 253 characters
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +89,8 @@ class PodResourcesLimits:
     max_message_bytes: int = 4 * 1024 * 1024  # gRPC receive limit; ~100x a 500-pod node's answer
     max_pods: int = 5_000  # kubelet --max-pods is 110 by default; large nodes run a few hundred
     max_containers: int = 20_000  # summed over pods
-    max_device_ids: int = 10_000  # device IDs of GPU resources, summed over containers (or allocatable)
+    # device IDs of GPU resources and DRA GPU devices, summed over containers (or allocatable)
+    max_device_ids: int = 10_000
     # A longer ID cannot name one of our GPUs (NVML UUIDs are < 96 characters): it is dropped
     # and counted, which changes no GPU's holders. Equal to the extender's bound on a holder's ID.
     max_device_id_chars: int = 256
@@ -173,7 +180,7 @@ class PodResourcesClient:
             # The kubelet may come back with another device plugin config: ask again then.
             self._allocatable_due = 0.0
             return KubeletAllocations(allocatable=self._allocatable, problem=problem)
-        assignments, dropped, problem = self._read_list(response)
+        assignments, claims, dropped, problem = self._read_list(response)
         if problem:
             return KubeletAllocations(allocatable=self._allocatable, problem=problem)
         now = self._clock()
@@ -182,7 +189,7 @@ class PodResourcesClient:
         )
         if now >= self._allocatable_due or (unknown_id_held and self._gap_passed(now)):
             self._refresh_allocatable(now)
-        return KubeletAllocations(tuple(assignments), self._allocatable, "", dropped)
+        return KubeletAllocations(tuple(assignments), self._allocatable, "", dropped, tuple(claims))
 
     def _open(self) -> None:
         target = "unix:" + os.path.abspath(self.socket_path)
@@ -232,20 +239,50 @@ class PodResourcesClient:
             return PROBLEM_LIST_UNIMPLEMENTED
         return PROBLEM_KUBELET_ERROR
 
-    def _read_list(self, response: Any) -> tuple[list[DeviceAssignment], int, str]:
-        """The GPU assignments of a List answer, the number of overlong IDs dropped, and a
-        problem when a bound is crossed ("" if none)."""
+    def _read_list(self, response: Any) -> tuple[list[DeviceAssignment], list[DraAssignment], int, str]:
+        """The GPU assignments of a List answer (device plugin, DRA), the number of overlong IDs
+        dropped, and a problem when a bound is crossed ("" if none)."""
         limits = self._limits
         pods = response.pod_resources
         if len(pods) > limits.max_pods:
-            return [], 0, PROBLEM_TOO_MANY_PODS
+            return [], [], 0, PROBLEM_TOO_MANY_PODS
         containers = device_ids = dropped = 0
         assignments: list[DeviceAssignment] = []
+        claims: list[DraAssignment] = []
         for pod in pods:
             containers += len(pod.containers)
             if containers > limits.max_containers:
-                return [], 0, PROBLEM_TOO_MANY_CONTAINERS
+                return [], [], 0, PROBLEM_TOO_MANY_CONTAINERS
             for container in pod.containers:
+                for claim in container.dynamic_resources:
+                    for device in claim.claim_resources:
+                        if device.driver_name != NVIDIA_DRA_DRIVER:
+                            continue  # another driver's devices: its names are not ours to map
+                        device_ids += 1
+                        if device_ids > limits.max_device_ids:
+                            return [], [], 0, PROBLEM_TOO_MANY_DEVICES
+                        if (
+                            _names_too_long(pod, container)
+                            or len(claim.claim_namespace) > MAX_NAMESPACE_CHARS
+                            or len(claim.claim_name) > MAX_CLAIM_NAME_CHARS
+                            or len(device.pool_name) > MAX_POOL_NAME_CHARS
+                        ):
+                            return [], [], 0, PROBLEM_INVALID_ANSWER
+                        if len(device.device_name) > MAX_DEVICE_NAME_CHARS:
+                            dropped += 1  # not a name the API allows: it cannot be one of our GPUs
+                            continue
+                        claims.append(
+                            DraAssignment(
+                                pod.namespace,
+                                pod.name,
+                                container.name,
+                                claim.claim_namespace,
+                                claim.claim_name,
+                                device.driver_name,
+                                device.pool_name,
+                                device.device_name,
+                            )
+                        )
                 for devices in container.devices:
                     resource = devices.resource_name
                     if not self._is_gpu(resource):
@@ -253,18 +290,13 @@ class PodResourcesClient:
                     ids = devices.device_ids
                     device_ids += len(ids)
                     if device_ids > limits.max_device_ids:
-                        return [], 0, PROBLEM_TOO_MANY_DEVICES
-                    if (
-                        len(pod.namespace) > MAX_NAMESPACE_CHARS
-                        or len(pod.name) > MAX_POD_NAME_CHARS
-                        or len(container.name) > MAX_CONTAINER_NAME_CHARS
-                        or len(resource) > MAX_RESOURCE_NAME_CHARS
-                    ):
-                        return [], 0, PROBLEM_INVALID_ANSWER
+                        return [], [], 0, PROBLEM_TOO_MANY_DEVICES
+                    if _names_too_long(pod, container) or len(resource) > MAX_RESOURCE_NAME_CHARS:
+                        return [], [], 0, PROBLEM_INVALID_ANSWER
                     kept = tuple(d for d in ids if len(d) <= limits.max_device_id_chars)
                     dropped += len(ids) - len(kept)
                     assignments.append(DeviceAssignment(pod.namespace, pod.name, container.name, resource, kept))
-        return assignments, dropped, ""
+        return assignments, claims, dropped, ""
 
     def _refresh_allocatable(self, now: float) -> None:
         self._allocatable_asked = now
@@ -333,6 +365,15 @@ class PodResourcesClient:
         elif self.allocatable_problem:
             log.info("kubelet GetAllocatableResources at %s answers again", self.socket_path)
         self.allocatable_problem = problem
+
+
+def _names_too_long(pod: Any, container: Any) -> bool:
+    """A holder's names longer than Kubernetes allows (the extender would refuse the report)."""
+    return (
+        len(pod.namespace) > MAX_NAMESPACE_CHARS
+        or len(pod.name) > MAX_POD_NAME_CHARS
+        or len(container.name) > MAX_CONTAINER_NAME_CHARS
+    )
 
 
 class PodAttribution:

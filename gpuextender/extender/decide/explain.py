@@ -22,7 +22,7 @@ from gpuextender.extender.decide.decision import Decision
 from gpuextender.extender.decide.snapshot import Snapshot
 from gpuextender.extender.decide.whole_gpus import DataState
 from gpuextender.extender.state.bound_pods import pending
-from gpuextender.extender.state.gpu_summary import NodeSummary
+from gpuextender.extender.state.gpu_summary import GPU_STATE_NAMES, NodeSummary
 from gpuextender.extender.state.gpu_topology import TIER_NAMES, tier_for
 
 NODE_FORMULA = (
@@ -93,11 +93,20 @@ def _bound_pods(known: Snapshot, name: str, fresh: bool) -> dict[str, Any]:
 
 def _dra_devices(known: Snapshot, name: str) -> list[dict[str, Any]] | None:
     """The node's whole GPUs that come through DRA (state/dra_inventory.py), each with the claim
-    that holds it and its taints; None for a node without any."""
+    that holds it, its taints, and what its agent last read of it (`agent`: free or held by a
+    container, idle or busy, degraded, unhealthy; None when no GPU of the agent's report is this
+    device); None for a node without any."""
     devices = known.view.dra.devices(name)
     if not devices:
         return None
     held = known.claim_holders(name)
+    summary = known.summary(name)
+    positions = summary.positions if summary is not None else None
+
+    def agent(uuid: str, device: str) -> str | None:
+        at = positions.position(uuid, device) if positions is not None and summary is not None else None
+        return GPU_STATE_NAMES[summary.gpus[at][1]] if at is not None and summary is not None else None
+
     return [
         {
             "device": ref[2],
@@ -107,6 +116,7 @@ def _dra_devices(known: Snapshot, name: str) -> list[dict[str, Any]] | None:
             "claim": held.get(ref),
             "taints": [f"{t.key}={t.value}:{t.effect}" for t in device.taints],
             "allocatable": device.allocatable and ref not in held,
+            "agent": agent(device.uuid, device.name),
         }
         for ref, device in devices
     ]

@@ -44,6 +44,11 @@ MAX_POD_NAME_CHARS = 253  # a DNS subdomain
 MAX_CONTAINER_NAME_CHARS = 63
 MAX_RESOURCE_NAME_CHARS = 316  # a qualified name: 253-character prefix + "/" + 63-character name - 1 slack
 MAX_DEVICE_ID_CHARS = 256  # "GPU-<uuid>::<replica>" is ~45; device plugins use short IDs
+# -- 0.4: DRA. resource.k8s.io's own limits: a device name is a DNS label, a pool name at most 253
+# characters, a claim a namespaced object name.
+MAX_DRA_DEVICE_CHARS = 63
+MAX_DRA_POOL_CHARS = 253
+MAX_CLAIM_NAME_CHARS = 253
 # A GPU's holders: one per container per device ID. Time-slicing advertises up to `replicas` IDs per
 # GPU (GFD labels commonly 2-16; NVIDIA's examples stop at 10): 64 leaves room for wide sharing.
 MAX_HOLDERS_PER_GPU = 64
@@ -65,6 +70,9 @@ _HOLDER_STRINGS = (
     ("container", MAX_CONTAINER_NAME_CHARS),
     ("resource_name", MAX_RESOURCE_NAME_CHARS),
     ("device_id", MAX_DEVICE_ID_CHARS),
+    ("dra_claim_namespace", MAX_NAMESPACE_CHARS),
+    ("dra_claim_name", MAX_CLAIM_NAME_CHARS),
+    ("dra_pool", MAX_DRA_POOL_CHARS),
 )
 
 _NODE_STRINGS = (
@@ -73,7 +81,12 @@ _NODE_STRINGS = (
     ("node_error", MAX_NODE_ERROR_CHARS),
     ("allocation_problem", MAX_ALLOCATION_PROBLEM_CHARS),
 )
-_GPU_STRINGS = (("uuid", MAX_UUID_CHARS), ("name", MAX_GPU_NAME_CHARS), ("pci_bus_id", MAX_PCI_BUS_ID_CHARS))
+_GPU_STRINGS = (
+    ("uuid", MAX_UUID_CHARS),
+    ("name", MAX_GPU_NAME_CHARS),
+    ("pci_bus_id", MAX_PCI_BUS_ID_CHARS),
+    ("dra_device", MAX_DRA_DEVICE_CHARS),
+)
 
 
 def report_problem(report: pb.NodeReport, bound_node: str | None) -> str | None:
@@ -110,6 +123,7 @@ def _gpu_suspect(g: pb.GpuSample) -> bool:
         len(g.uuid) > MAX_UUID_CHARS
         or len(g.name) > MAX_GPU_NAME_CHARS
         or len(g.pci_bus_id) > MAX_PCI_BUS_ID_CHARS
+        or len(g.dra_device) > MAX_DRA_DEVICE_CHARS
         or g.utilization_gpu_percent > 100
         or g.utilization_memory_percent > 100
         or g.memory_used_bytes > g.memory_total_bytes
@@ -132,6 +146,9 @@ def _holders_suspect(holders: Sequence[pb.Holder]) -> bool:
         or len(h.container) > MAX_CONTAINER_NAME_CHARS
         or len(h.resource_name) > MAX_RESOURCE_NAME_CHARS
         or len(h.device_id) > MAX_DEVICE_ID_CHARS
+        or len(h.dra_claim_namespace) > MAX_NAMESPACE_CHARS
+        or len(h.dra_claim_name) > MAX_CLAIM_NAME_CHARS
+        or len(h.dra_pool) > MAX_DRA_POOL_CHARS
         for h in holders
     )
 

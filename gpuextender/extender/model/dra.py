@@ -278,14 +278,17 @@ def _choice(r: Fields, raw: Any, path: str) -> tuple[str, int]:
     return device_class, 1 if count is None else count
 
 
-def pod_claims(pod: Any) -> tuple[str, ...]:
+def pod_claims(pod: Any, *, extended: bool = False) -> tuple[str, ...]:
     """The ResourceClaims (namespace/name) a pod uses: those it names (`resourceClaimName`) and
     those made from its templates (`status.resourceClaimStatuses`, written once the claim exists).
-    A template whose claim does not exist yet is not among them. Bounded: at most 32 (the API's limit)."""
+    A template whose claim does not exist yet is not among them. Bounded: at most 32 (the API's limit).
+    `extended`: also the claim kube-scheduler made for its extended-resource request (KEP-5004,
+    `status.extendedResourceClaimStatus`), which its resource request already counts as GPUs."""
     meta = object_at(pod, "metadata")
     namespace = meta.get("namespace") or "default"
     spec_claims = object_at(pod, "spec").get("resourceClaims")
-    made = object_at(pod, "status").get("resourceClaimStatuses")
+    status = object_at(pod, "status")
+    made = status.get("resourceClaimStatuses")
     names: list[str] = []
     for entry in spec_claims[:MAX_CLAIM_REQUESTS] if isinstance(spec_claims, list) else ():
         if isinstance(entry, Mapping) and isinstance(entry.get("resourceClaimName"), str):
@@ -293,6 +296,10 @@ def pod_claims(pod: Any) -> tuple[str, ...]:
     for entry in made[:MAX_CLAIM_REQUESTS] if isinstance(made, list) else ():
         if isinstance(entry, Mapping) and isinstance(entry.get("resourceClaimName"), str):
             names.append(entry["resourceClaimName"])
+    if extended:
+        made_for_request = object_at(status, "extendedResourceClaimStatus").get("resourceClaimName")
+        if isinstance(made_for_request, str):
+            names.append(made_for_request)
     if not isinstance(namespace, str):
         return ()
     return tuple(dict.fromkeys(f"{namespace}/{n}" for n in names if n))

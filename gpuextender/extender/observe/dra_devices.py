@@ -1,6 +1,7 @@
 """GPUs that come through DRA, per node and state, at scrape time: how many a pod could still be
 given (free), how many ResourceClaims hold (claimed), and how many a NoSchedule / NoExecute taint
-keeps from the allocator (tainted). A device both claimed and tainted counts as claimed."""
+keeps from the allocator (tainted). A device both claimed and tainted counts as claimed. And the
+ResourceClaims the extender holds, allocated or not (a pod's GPU demand comes from them)."""
 
 from __future__ import annotations
 
@@ -35,3 +36,12 @@ class DraDevicesCollector(Collector):
             for state in STATES:
                 family.add_metric([node, state], counts[state])
         yield family
+        claims = GaugeMetricFamily(
+            "gpu_extender_resource_claims",
+            "ResourceClaims in the extender's claim ledger (every claim, GPU or not), by whether they are allocated.",
+            labels=["allocated"],
+        )
+        allocated = self._claims.allocated_count()
+        claims.add_metric(["true"], allocated)
+        claims.add_metric(["false"], len(self._claims) - allocated)
+        yield claims

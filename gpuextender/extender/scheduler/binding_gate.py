@@ -10,7 +10,8 @@ twice. The gate closes that gap:
 - `bound(uid)`: the ledger has the pod bound (bind verb, or the watch): closed.
 - `settle(uid, need, idle_of)`: before a filter for a pod of `need` GPUs decides, wait while
   another pod's binding is open *and could change a verdict*: one of its nodes would have fewer
-  than `need` idle GPUs left were that pod bound there (`idle_of(node)`: the node's idle GPUs now,
+  than `need` idle GPUs left were that pod, and every other open binding that may go there, bound
+  there (`idle_of(node)`: the node's idle GPUs now,
   None when unknown: at risk; SCHEDULER_COUNTS for a node without agent data, below). Wait at
   most until that binding's deadline (`hold_s` after its filter; a pod whose cycle ended without
   a binding simply expires). Bindings that cannot change a verdict do not hold the filter: a
@@ -81,14 +82,27 @@ class BindingGate:
         return len(self._open)
 
     def _at_risk(self, need: int, idle_of: Callable[[str], int | None]) -> list[_Open]:
-        risky = []
+        """The open bindings that could change a verdict: all of them may land on one node (kube-
+        scheduler picks its best-scored node, and the scores do not move until a binding is seen),
+        so a node is at risk when its idle GPUs less every open binding that may go there leave
+        fewer than `need`."""
+        risky: list[_Open] = []
+        counted: list[_Open] = []
+        load: dict[str, int] = {}
         for entry in self._open.values():
             if entry.need <= 0 or need <= 0:
-                risky.append(entry)  # MIG devices: not counted here, always wait
+                risky.append(entry)  # MIG devices or DRA-only demand: not counted here, always wait
                 continue
+            counted.append(entry)
             for node in entry.nodes:
-                idle = idle_of(node)
-                if idle is None or idle - entry.need < need:
+                load[node] = load.get(node, 0) + entry.need
+        idle_cache: dict[str, int | None] = {}
+        for entry in counted:
+            for node in entry.nodes:
+                if node not in idle_cache:
+                    idle_cache[node] = idle_of(node)
+                idle = idle_cache[node]
+                if idle is None or idle - load[node] < need:
                     risky.append(entry)
                     break
         return risky

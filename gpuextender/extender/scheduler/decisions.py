@@ -70,6 +70,7 @@ class Decisions:
         self.ledger: PodLedger | None = None  # bound pods (state/pod_ledger.py), once their source runs
         self.claims: ClaimLedger | None = None  # devices DRA claims hold (state/claim_ledger.py)
         self._dra_free = DraFree()
+        state.on_offered_change(self._dra_free.summary_changed)
 
     def decide(self, args: ExtenderArgs) -> Decision:
         """The question (the pod, read once; the candidates) against what we know now."""
@@ -84,11 +85,8 @@ class Decisions:
         allocatable = args.allocatable(settings.gpu_resources, view.allocatable_gpus)
         summary: Callable[[str], NodeSummary | None] = self._state.summary
         if view.dra.gpu_devices:  # nodes whose GPUs come through DRA: their unclaimed, untainted devices
-            claims = self.claims
-            held, version = (claims.allocated_on, claims.version) if claims is not None else (_nothing_held, 0)
-            free = self._dra_free.counter(view.dra, held, (view.version, version))
+            free, summary = self._dra_free.refresh(view.dra, view.version, self.claims, self._state.offered_summaries)
             allocatable = DraAllocatable(allocatable, view.dra, free)
-            summary = self._dra_free.summaries(summary, free)
         ledger = self.ledger
         if ledger is not None and len(ledger):  # nodes without usable agent data: less their bound pods
             allocatable = AllocatableLessBound(allocatable, ledger.pods_on)
@@ -107,7 +105,3 @@ class Decisions:
             claim_holders=self.claims.holders_on if self.claims is not None else lambda node: {},
         )
         return Decision(pod, self._plans.plan(pod, view), candidates, known, settings.shortlist)
-
-
-def _nothing_held(node: str) -> frozenset[tuple[str, str, str]]:
-    return frozenset()

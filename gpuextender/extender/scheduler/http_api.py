@@ -20,6 +20,7 @@ from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
 from gpuextender.extender.decide.explain import explain as explain_decision
+from gpuextender.extender.model.dra import pod_claims
 from gpuextender.extender.model.pod_gpus import whole_gpu_resources
 from gpuextender.extender.model.untrusted import InvalidInput
 from gpuextender.extender.model.untrusted import shown as shown_value
@@ -49,6 +50,8 @@ from gpuextender.extender.state.live_classes import LiveClasses
 from gpuextender.extender.state.pod_ledger import PodLedger
 
 log = logging.getLogger("gpu_extender.http")
+
+CLAIM_POLL_S = 0.01  # how often a filter looks for the pod's claims not seen yet
 
 
 class SchedulerApi:
@@ -105,9 +108,32 @@ class SchedulerApi:
         self.metrics.add(BoundPodsCollector(self.state, ledger, self._clock))
 
     async def settle(self, args: ExtenderArgs) -> None:
-        """Before a filter decides: wait for earlier pods' bindings that could change its verdicts."""
+        """Before a filter decides: wait for earlier pods' bindings that could change its verdicts,
+        and for the pod's ResourceClaims to reach the claim ledger."""
         await self.bindings.settle(
             args.pod, self._whole_resources, self.state.summary, self._clock(), self.settings.policy.stale_after_s
+        )
+        await self._claims_seen(args.pod)
+
+    async def _claims_seen(self, pod: Any) -> None:
+        """kube-scheduler filters a claim pod once its claims exist, which the claim watch may not
+        have delivered yet: a claim not seen would read as asking for no GPU (unknown is never zero).
+        Wait for them at most --binding-wait (a watch delivers in milliseconds); then decide on what
+        is known (a pod whose claims are unknown needs what its extended resources say)."""
+        claims, wait = self.decisions.claims, self.settings.binding_wait_s
+        if claims is None or wait <= 0 or not claims.synced or not self.inventory().dra.classes:
+            return
+        keys = pod_claims(pod)
+        if all(claims.claim(k) is not None for k in keys):
+            return
+        for _ in range(max(1, round(wait / CLAIM_POLL_S))):
+            await asyncio.sleep(CLAIM_POLL_S)
+            if all(claims.claim(k) is not None for k in keys):
+                return
+        log.warning(
+            "claim(s) %s not in the claim watch %.1fs after kube-scheduler asked: decided without them",
+            ", ".join(k for k in keys if claims.claim(k) is None),
+            wait,
         )
 
     def inventory(self) -> InventoryView:

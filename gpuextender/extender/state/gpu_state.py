@@ -17,7 +17,7 @@ every change of the node's pods in the ledger; `reported(node)` is the agent's o
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.model.ome.node_class import GpuFacts, facts_from_report
@@ -47,6 +47,7 @@ class GpuState:
         # What the decisions read: each summary less the bound pods its agent does not attribute
         # yet (bound_pods.py); the same object for a node with none.
         self._offered: dict[str, NodeSummary] = {}
+        self._offered_listeners: list[Callable[[str], None]] = []
         self._pods_on: Callable[[str], Iterable[BoundPod]] = lambda _node: ()
         # The request path's lookup: a bound dict.get, no Python frame per node.
         self.summary = self._offered.get
@@ -66,6 +67,8 @@ class GpuState:
         summary = self._summaries[report.node_name] = summarize(report, self.rule, received_at)
         pods = self._pods_on(report.node_name)
         self._offered[report.node_name] = offered(summary, pending(summary, pods)) if pods else summary
+        for listener in self._offered_listeners:
+            listener(report.node_name)
         # Facts are re-read when the node's GPUs change (their UUIDs), and on every report
         # while they are incomplete: the agent sends a GPU's UUID even when NVML could not
         # give its name, memory or compute capability yet. Once complete, a report costs one
@@ -98,6 +101,15 @@ class GpuState:
         for listener in self._facts_listeners:
             listener(node)
 
+    @property
+    def offered_summaries(self) -> Mapping[str, NodeSummary]:
+        """Every node's `summary` (read-only: the decisions' lookup)."""
+        return self._offered
+
+    def on_offered_change(self, listener: Callable[[str], None]) -> None:
+        """`listener(node)` after a node's `summary` changed or went (a report, its bound pods)."""
+        self._offered_listeners.append(listener)
+
     def count_bound_pods(self, pods_on: Callable[[str], Iterable[BoundPod]]) -> None:
         """Take each node's ledger pods (pod_ledger.PodLedger.pods_on) off what it offers; call
         `bound_pods_changed(node)` whenever a node's pods change."""
@@ -110,6 +122,8 @@ class GpuState:
         if summary is not None:
             pods = self._pods_on(node)
             self._offered[node] = offered(summary, pending(summary, pods)) if pods else summary
+            for listener in self._offered_listeners:
+                listener(node)
 
     def summaries(self) -> list[NodeSummary]:
         return list(self._summaries.values())
@@ -120,6 +134,8 @@ class GpuState:
         for name in gone:
             del self._summaries[name]
             del self._offered[name]
+            for listener in self._offered_listeners:
+                listener(name)
             del self._fingerprints[name]
             self._incomplete.discard(name)
             if self._facts.pop(name, None) is not None:

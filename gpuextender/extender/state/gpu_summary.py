@@ -36,7 +36,7 @@ from dataclasses import dataclass
 
 from gpuextender.common.idle_rule import IdleRule, mig_instance_is_idle
 from gpuextender.extender.model.pod_key import pod_key
-from gpuextender.extender.state.gpu_topology import set_tiers, tier_for
+from gpuextender.extender.state.gpu_topology import tier_for, tiers_for_mask, topology_key
 from gpuextender.v1 import gpu_state_pb2 as pb
 
 # Set sizes whose quality class is precomputed per report: up to 64 GPUs (or replicas) per pod.
@@ -50,8 +50,30 @@ ALLOCATION_BEFORE_0_2 = "unknown (agent before 0.2)"
 # busy or idle by the idle rule; else free and busy or idle. Allocation unknown: every GPU is
 # free, as the decision counts it. A shared GPU with any replica held counts as allocated.
 GPU_FREE_IDLE, GPU_FREE_BUSY, GPU_ALLOCATED_BUSY, GPU_ALLOCATED_IDLE, GPU_DEGRADED, GPU_UNHEALTHY = range(6)
+GPU_STATE_NAMES = ("free, idle", "free, busy", "held, busy", "held, idle", "degraded", "unhealthy")
 # (NVML index, state, utilization %, memory used %); a reading NVML did not give: None.
 GpuCell = tuple[int, int, int | None, float | None]
+
+
+@dataclass(frozen=True, slots=True)
+class GpuPositions:
+    """A node's whole GPUs by report position (bit i: report.gpus[i]), for joining them to the
+    node's DRA devices (dra_inventory.capped): each GPU's UUID and DRA name, which are available
+    (healthy, idle, held by no container), which of those are degraded, which are healthy and held
+    by no container, and the topology that ranks a subset of them."""
+
+    uuids: tuple[str, ...]
+    dra_names: tuple[str, ...]
+    available: int
+    degraded: int
+    unheld: int
+    topology_key: bytes
+
+    def position(self, uuid: str, dra_name: str) -> int | None:
+        """The report position of the GPU with this UUID or, when `uuid` is "", this DRA name."""
+        found = self.uuids if uuid else self.dra_names
+        key = uuid or dra_name
+        return found.index(key) if key and key in found else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +111,8 @@ class NodeSummary:
     holder_pods: frozenset[str] = frozenset()
     # Units taken off idle_gpus/free_gpus for bound pods not attributed yet (bound_pods.offered).
     bound_pod_units: int = 0
+    # Every GPU whole and at its index (set_tiers' condition): the GPUs by position; else None.
+    positions: GpuPositions | None = None
 
 
 def gpu_units(gpu: pb.GpuSample) -> int:
@@ -115,6 +139,7 @@ def summarize(report: pb.NodeReport, rule: IdleRule, received_at: float) -> Node
     utilizations: list[int] = []
     waste: dict[str, int] = {}
     available_mask = 0  # bit i: report.gpus[i] is an available whole GPU
+    degraded_mask = unheld_mask = 0  # bit i: ... available and degraded; healthy and held by no container
     mig_gpus = 0
     mig_all: dict[str, int] = {}
     mig_free: dict[str, int] = {}
@@ -161,6 +186,8 @@ def summarize(report: pb.NodeReport, rule: IdleRule, received_at: float) -> Node
         else:
             held, unheld = 0, units
         free += unheld
+        if unheld:
+            unheld_mask |= 1 << position
         busy = (util is not None and util >= max_util) or (mem_percent is not None and mem_percent >= max_mem)
         degraded_gpu = gpu.health == _DEGRADED
         state = (
@@ -176,11 +203,26 @@ def summarize(report: pb.NodeReport, rule: IdleRule, received_at: float) -> Node
             available_mask |= 1 << position
             if degraded_gpu:
                 degraded += unheld
+                degraded_mask |= 1 << position
         if held:
             allocated_idle += 1
             for namespace in {h.namespace for h in holders}:
                 waste[namespace] = waste.get(namespace, 0) + 1
-    tiers = set_tiers(report, available_mask) if whole and not broken and report.gpus else ()
+    positions = None
+    if whole and not broken and report.gpus:
+        key = topology_key(report)
+        tiers = tiers_for_mask(key, len(report.gpus), available_mask)
+        gpus = report.gpus
+        positions = GpuPositions(
+            tuple(g.uuid for g in gpus),
+            tuple(g.dra_device for g in gpus),
+            available_mask,
+            degraded_mask,
+            unheld_mask,
+            key,
+        )
+    else:
+        tiers = ()
     holder_pods = frozenset(_holder_pods(report)) if known else frozenset()
     return NodeSummary(
         node=report.node_name,
@@ -204,6 +246,7 @@ def summarize(report: pb.NodeReport, rule: IdleRule, received_at: float) -> Node
         mig_free=tuple(sorted(mig_free.items())) if mig_free else (),
         gpus=tuple(cells),
         holder_pods=holder_pods,
+        positions=positions,
     )
 
 

@@ -85,15 +85,24 @@ def best_tiers_by_mask(key: bytes, n: int) -> tuple[tuple[int, ...], ...]:
 def set_tiers(report: pb.NodeReport, available_mask: int) -> tuple[int, ...]:
     """Best tier per set size 0..n for the GPUs in `available_mask` (bit i: report.gpus[i]);
     () when the topology is unknown (every size then counts as APART)."""
-    n = len(report.gpus)
-    if n == 0 or not report.topology.links:
+    return tiers_for_mask(topology_key(report), len(report.gpus), available_mask)
+
+
+def topology_key(report: pb.NodeReport) -> bytes:
+    """The report's topology, serialized (the cache key of its tables); b"" when unknown."""
+    return report.topology.SerializeToString() if report.gpus and report.topology.links else b""
+
+
+def tiers_for_mask(key: bytes, n: int, mask: int) -> tuple[int, ...]:
+    """set_tiers for a topology given by its `key`, of n GPUs, and the GPUs in `mask`."""
+    if n == 0 or not key:
         return ()
-    key = report.topology.SerializeToString()
     if n <= MAX_EXACT_GPUS:
-        return best_tiers_by_mask(key, n)[available_mask]
-    nvlinked = {(min(x.a, x.b), max(x.a, x.b)) for x in report.topology.links if x.nvlinks and x.a != x.b}
+        return best_tiers_by_mask(key, n)[mask]
+    links = pb.Topology.FromString(key).links
+    nvlinked = {(min(x.a, x.b), max(x.a, x.b)) for x in links if x.nvlinks and x.a != x.b}
     all_nvlink = sum(1 for a, b in nvlinked if b < n) == n * (n - 1) // 2
-    count = available_mask.bit_count()
+    count = mask.bit_count()
     return tuple(NVLINK if all_nvlink and k <= count else APART if k <= count else TIER_NONE for k in range(n + 1))
 
 

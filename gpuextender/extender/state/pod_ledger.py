@@ -136,7 +136,8 @@ class PodLedger:
                 extra={"pod": _key(meta), "node": node, "reason": exc.code},
             )
             return None
-        claims = pod_claims(obj)
+        # Kept with its claims even when it counts no GPU here: its binding closes the gate.
+        claims = pod_claims(obj, extended=True)
         if gpus <= 0 and not mig and not claims:
             return None
         labels = object_at(meta, "labels")

@@ -291,9 +291,17 @@ def _dra_line(devices: list[dict[str, Any]]) -> str:
     free = sum(1 for d in devices if d["allocatable"])
     held = [f"{d['device']} ({d['claim']})" for d in devices if d["claim"]]
     tainted = [f"{d['device']} ({'; '.join(d['taints'])})" for d in devices if d["taints"]]
+    # Free in DRA, yet not usable per the agent: busy outside Kubernetes, unhealthy, or unknown.
+    unusable = [
+        f"{d['device']} ({d.get('agent') or 'no agent reading'})"
+        for d in devices
+        if d["allocatable"] and d.get("agent") not in ("free, idle", "degraded")
+    ]
     parts = [f"DRA GPUs: {len(devices)}, {free} free"]
     if held:
         parts.append("held by claims: " + ", ".join(held))
     if tainted:
         parts.append("tainted: " + ", ".join(tainted))
+    if unusable:
+        parts.append("free but not usable: " + ", ".join(unusable))
     return "; ".join(parts)

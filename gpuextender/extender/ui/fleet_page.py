@@ -102,8 +102,10 @@ def fleet_inputs(api: SchedulerApi) -> tuple[FleetInputs, list[str]]:
         now=api.now(),
         stale_after_s=api.settings.policy.stale_after_s,
         rule=state.rule,
+        dra_devices=view.dra.devices,
+        claimed_on=claims.allocated_on if (claims := api.decisions.claims) is not None else lambda _node: frozenset(),
     )
-    return inputs, gpu_nodes(view.allocatable_gpus, state.node_names())
+    return inputs, gpu_nodes(view.allocatable_gpus, state.node_names(), view.dra.gpu_devices)
 
 
 async def build_fleet(api: SchedulerApi, slice_s: float = SLICE_S, pause_s: float = PAUSE_S) -> bytes:

@@ -101,6 +101,7 @@ function buildRow(row) {
 function nodeTitle(row) {
   const parts = [row.node, "data " + row.data + (row.ageSeconds === null ? "" : " (" + row.ageSeconds + " s old)")];
   if (row.allocation) parts.push("allocation: " + row.allocation);
+  if (row.dra) parts.push("DRA: " + row.dra.devices + " GPUs, " + row.dra.claimed + " claimed, " + row.dra.tainted + " tainted");
   if (row.allocatedIdleByNamespace) parts.push("allocated-idle by namespace: " +
     Object.entries(row.allocatedIdleByNamespace).map(([k, v]) => k + " " + v).join(", "));
   return parts.join(" · ");
@@ -138,7 +139,7 @@ function render(doc) {
     const els = g.rows.map((row) => {
       const rk = key + "\u0000" + row.node;
       seenRows.add(rk);
-      const sig = JSON.stringify([row.data, row.gpus, row.model, row.error, row.gpuMemoryGiB]);
+      const sig = JSON.stringify([row.data, row.gpus, row.model, row.error, row.gpuMemoryGiB, row.dra]);
       let r = rows.get(rk);
       if (!r || r.sig !== sig) { r = { el: buildRow(row), sig }; rows.set(rk, r); }
       r.el.firstChild.title = nodeTitle(row);

@@ -17,6 +17,12 @@ States (`STATES`; a cell's state is an index into it):
 Where the agent cannot read allocation, every healthy GPU counts as free (as in the
 decision); the row says where allocation came from.
 
+A node whose GPUs come through DRA is shown as the decision counts it: a GPU whose DRA device a
+ResourceClaim holds is allocated even before its pod runs (the agent reads it free), one whose device
+a NoSchedule/NoExecute taint blocks is unhealthy; the row's `dra` says how many devices its
+ResourceSlices publish, and how many are claimed and tainted. A DRA node without agent data shows
+one unknown cell per device.
+
 Only what is safe to show without a login goes in: node names, GPU models and memory,
 utilization and memory readings, data age, NVML error text, and the namespaces of
 pods holding idle GPUs. No pod names, no labels, no tokens.
@@ -25,14 +31,24 @@ pods holding idle GPUs. No pod names, no labels, no tokens.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Any
 
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.decide.whole_gpus import SummaryLookup
+from gpuextender.extender.model.dra import DeviceRef
 from gpuextender.extender.model.ome.node_class import GpuFacts
+from gpuextender.extender.state.dra_inventory import NodeDevices
 from gpuextender.extender.state.freshness import data_age, is_fresh
-from gpuextender.extender.state.gpu_summary import GPU_UNHEALTHY, NodeSummary
+from gpuextender.extender.state.gpu_summary import (
+    GPU_ALLOCATED_BUSY,
+    GPU_ALLOCATED_IDLE,
+    GPU_FREE_BUSY,
+    GPU_FREE_IDLE,
+    GPU_UNHEALTHY,
+    NodeSummary,
+)
 
 STATES = ("free-idle", "free-busy", "allocated-busy", "allocated-idle", "degraded", "unhealthy", "unknown")
 UNKNOWN = STATES.index("unknown")
@@ -58,19 +74,28 @@ class FleetInputs:
     now: float  # monotonic seconds, the clock summaries' received_at is on
     stale_after_s: float
     rule: IdleRule
+    # node -> the whole GPUs its DRA ResourceSlices publish, and the devices claims hold there
+    dra_devices: Callable[[str], NodeDevices] = lambda _node: ()
+    claimed_on: Callable[[str], AbstractSet[DeviceRef]] = lambda _node: frozenset()
 
 
-def gpu_nodes(allocatable: Mapping[str, int], agent_nodes: Iterable[str]) -> list[str]:
-    """Every GPU node, by name: allocatable GPUs in the inventory, or data from an agent."""
+# A free GPU whose DRA device a claim holds: allocated, as the decision counts it.
+_CLAIMED = {GPU_FREE_IDLE: GPU_ALLOCATED_IDLE, GPU_FREE_BUSY: GPU_ALLOCATED_BUSY}
+
+
+def gpu_nodes(allocatable: Mapping[str, int], agent_nodes: Iterable[str], dra_nodes: Iterable[str] = ()) -> list[str]:
+    """Every GPU node, by name: allocatable GPUs in the inventory, DRA GPUs, or data from an agent."""
     names = {name for name, count in allocatable.items() if count > 0}
     names.update(agent_nodes)
+    names.update(dra_nodes)
     return sorted(names)
 
 
 def node_row(name: str, inputs: FleetInputs) -> dict[str, Any]:
     """One node: its data state and one cell per GPU, [index, state, utilization %, memory used %]."""
     summary = inputs.summary(name)
-    allocatable = inputs.allocatable.get(name, 0)
+    devices = inputs.dra_devices(name)
+    allocatable = inputs.allocatable.get(name, 0) or len(devices)
     row: dict[str, Any] = {"node": name, "data": "none", "ageSeconds": None}
     if summary is None:
         # Nothing from the agent: the allocatable GPUs, each unknown.
@@ -89,8 +114,29 @@ def node_row(name: str, inputs: FleetInputs) -> dict[str, Any]:
             if not summary.gpus and summary.node_error:  # NVML gave no GPU at all
                 row["gpus"] = [[i, GPU_UNHEALTHY, None, None] for i in range(allocatable)]
         _describe(row, summary)
+    if devices:
+        _dra(row, summary, devices, inputs.claimed_on(name))
     _hardware(row, inputs.facts(name))
     return row
+
+
+def _dra(row: dict[str, Any], summary: NodeSummary | None, devices: NodeDevices, held: AbstractSet[DeviceRef]) -> None:
+    claimed = tainted = 0
+    positions = summary.positions if summary is not None and row["data"] == "fresh" else None
+    cells = row["gpus"]
+    for ref, device in devices:
+        is_claimed, is_tainted = ref in held, not device.allocatable
+        claimed += is_claimed
+        tainted += is_tainted and not is_claimed
+        at = positions.position(device.uuid, device.name) if positions is not None else None
+        if at is None or at >= len(cells):
+            continue
+        cell = cells[at]
+        if is_claimed:
+            cell[1] = _CLAIMED.get(cell[1], cell[1])
+        elif is_tainted:
+            cell[1] = GPU_UNHEALTHY
+    row["dra"] = {"devices": len(devices), "claimed": claimed, "tainted": tainted}
 
 
 def _describe(row: dict[str, Any], summary: NodeSummary) -> None:

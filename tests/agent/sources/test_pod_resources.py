@@ -218,8 +218,9 @@ def test_fake_kubelet_mig_references_are_the_fake_nvml_mig_uuids() -> None:
 
 
 def test_fields_a_newer_kubelet_sends_are_skipped(kubelet: FakeKubelet, sock: str) -> None:
-    """cpu_ids (pod 4, container 3), memory (pod 5, container 4), dynamic_resources (container 5)
-    and an allocatable's cpu_ids (2) are not in our copy of the proto: parsed past, not fatal."""
+    """cpu_ids (pod 4, container 3), memory (pod 5, container 4) and an allocatable's cpu_ids (2)
+    are not in our copy of the proto: parsed past, not fatal. A dynamic_resources entry (container
+    5) with no devices changes nothing."""
     kubelet.load(
         {
             "pods": [{"name": "p", "containers": [{"name": "c", "devices": {GPU: [{"gpu": 0}]}}]}],

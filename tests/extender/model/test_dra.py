@@ -195,6 +195,11 @@ def test_the_claims_a_pod_uses() -> None:
     }
     assert pod_claims(pod) == ("ml/shared", "ml/p-scratch-x7k2")
     assert pod_claims({"spec": {"resourceClaims": "nope"}}) == () and pod_claims(None) == ()
+    # The claim kube-scheduler made for an extended-resource request: only when asked (its GPUs are
+    # the request's, counted already; the ledger keeps the pod by it so its binding closes the gate).
+    pod["status"]["extendedResourceClaimStatus"] = {"resourceClaimName": "p-extended-resources-q"}
+    assert pod_claims(pod) == ("ml/shared", "ml/p-scratch-x7k2")
+    assert pod_claims(pod, extended=True) == ("ml/shared", "ml/p-scratch-x7k2", "ml/p-extended-resources-q")
 
 
 def test_admin_access_results_hold_nothing_and_a_claim_without_one_node_has_none() -> None:

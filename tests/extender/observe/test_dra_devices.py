@@ -38,6 +38,24 @@ def test_dra_gpus_per_node_and_state() -> None:
     # gpu-7 is claimed and tainted: claimed. gpu-6 tainted only.
     assert (state("free"), state("claimed"), state("tainted")) == (4, 3, 1)
     assert metric(samples, "gpu_extender_node_dra_gpus", node="dp", state="free") is None
+    assert metric(samples, "gpu_extender_resource_claims", allocated="true") == 1
+    assert metric(samples, "gpu_extender_resource_claims", allocated="false") == 0
+
+
+def test_claims_allocated_and_pending_are_counted() -> None:
+    claims = ClaimLedger()
+    pending = allocated_claim("p", "dra", [])
+    del pending["status"]
+    claims.replace_all(RESOURCE_CLAIM_KIND, [allocated_claim("a", "dra", ["gpu-0"]), pending])
+    claims.upsert(RESOURCE_CLAIM_KIND, allocated_claim("b", "dra", ["gpu-1"]))
+    registry = CollectorRegistry()
+    registry.register(DraDevicesCollector(lambda: view_with(gpu_slice("dra", 8)), claims))
+    samples = parse_metrics(generate_latest(registry).decode())
+    assert metric(samples, "gpu_extender_resource_claims", allocated="true") == 2
+    assert metric(samples, "gpu_extender_resource_claims", allocated="false") == 1
+    claims.delete(RESOURCE_CLAIM_KIND, allocated_claim("a", "dra", []))
+    samples = parse_metrics(generate_latest(registry).decode())
+    assert metric(samples, "gpu_extender_resource_claims", allocated="true") == 1
 
 
 def test_a_dra_node_without_agent_data_is_silent() -> None:

@@ -67,6 +67,21 @@ def test_the_risk_bound_is_exact(left_idle: int, waits: bool) -> None:
     assert gate.races == 0
 
 
+@pytest.mark.parametrize(("idle_n1", "risky"), [(3, 0), (2, 2)])
+def test_open_bindings_add_up_on_a_node_they_may_all_go_to(idle_n1: int, risky: int) -> None:
+    """`a` and `b` (1 GPU each) may both go to n1, the best-scored node: kube-scheduler's scores do
+    not move until it sees a binding, so a burst sends them all there. With 2 idle GPUs neither alone
+    leaves `c` (1 GPU) short, both do: 2 - 2 < 1. With 3: 3 - 2 = 1, no wait. n2 has room for all."""
+    gate = BindingGate(0.5, Clock())
+    gate.decided("a", 1, frozenset({"n1", "n2"}))
+    gate.decided("b", 1, frozenset({"n1", "n2"}))
+    assert len(gate._at_risk(1, idle({"n1": idle_n1, "n2": 8}))) == risky
+    # One of them on another node only: its load does not count on n1.
+    gate.bound("b")
+    gate.decided("b", 1, frozenset({"n2"}))
+    assert len(gate._at_risk(1, idle({"n1": 2, "n2": 8}))) == 0
+
+
 def test_unknown_idle_counts_are_at_risk_and_mig_pods_always_wait() -> None:
     gate = BindingGate(0.5, Clock())
     gate.decided("a", 1, frozenset({"silent"}))

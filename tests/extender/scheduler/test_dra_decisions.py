@@ -6,7 +6,9 @@ for that. Without fresh agent data its capacity is its unallocated, untainted DR
 
 from __future__ import annotations
 
+import asyncio
 import json
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -36,14 +38,18 @@ def node(name: str, gpus: int | None) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}, "status": {"allocatable": allocatable}}
 
 
-def fleet(*, agent_age_s: float | None, claimed: int = 2) -> tuple[SchedulerApi, ClaimLedger, PodLedger]:
+def fleet(
+    *, agent_age_s: float | None, claimed: int = 2, joined: bool = False
+) -> tuple[SchedulerApi, ClaimLedger, PodLedger]:
     """gpu-dra-1: 8 DRA GPUs, gpu-7 tainted NoSchedule, `claimed` held by a claim; gpu-dp-1: the
-    device plugin's 8, all busy. `agent_age_s`: how old gpu-dra-1's agent data is (None: none)."""
+    device plugin's 8, all busy. `agent_age_s`: how old gpu-dra-1's agent data is (None: none).
+    `joined`: the slice's uuid attributes are the agent's GPU UUIDs (else no GPU joins a device)."""
     store = InventoryStore()
     views = ViewBuilder(store, GPU)
     store.replace_all("Node", [node("gpu-dra-1", None), node("gpu-dp-1", 8)])
     store.replace_all("DeviceClass", [device_class()])
-    store.replace_all("ResourceSlice", [gpu_slice("gpu-dra-1", 8, tainted=(7,))])
+    uuid_of = (lambda minor: f"GPU-{minor}") if joined else None  # builders.gpu's UUIDs
+    store.replace_all("ResourceSlice", [gpu_slice("gpu-dra-1", 8, tainted=(7,), uuid_of=uuid_of)])
     claims = ClaimLedger()
     claims.replace_all(
         RESOURCE_CLAIM_KIND, [allocated_claim("held", "gpu-dra-1", [f"gpu-{i}" for i in range(claimed)])]
@@ -238,3 +244,70 @@ def test_explain_lists_a_dra_nodes_devices_with_their_claims_and_taints() -> Non
         "DRA GPUs: 8, 5 free; held by claims: gpu-0 (default/held), gpu-1 (default/held); "
         "tainted: gpu-7 (gpu.nvidia.com/xid=79:NoSchedule)"
     ) in line
+
+
+@pytest.mark.parametrize(("needed", "passes"), [(3, True), (4, False)])
+def test_joined_to_the_agents_gpus_a_free_device_busy_outside_kubernetes_is_not_offered(
+    needed: int, passes: bool
+) -> None:
+    """The slice's uuids are the agent's: gpu-2 and gpu-3 are free devices (DRA cannot see work
+    outside Kubernetes) that the agent reads busy; gpu-0 and gpu-1 are claimed (the agent reads them
+    idle: their pod has not started); gpu-7 is tainted. 3 GPUs can be had (4, 5, 6), GPU by GPU;
+    the smaller of the two counts would have offered min(6, 5) = 5."""
+    api, _, _ = fleet(agent_age_s=None, joined=True)
+    api.state.ingest(report("gpu-dra-1", [gpu(i, 95 if i in (2, 3) else 0, 1) for i in range(8)]), NOW)
+    answer = api.filter(args(needed))
+    assert answer["NodeNames"] == (["gpu-dra-1"] if passes else [])
+    r = row(api, needed)
+    assert r["idleGpus"] == 3
+    agent = {d["device"]: d["agent"] for d in r["draDevices"]}
+    assert agent == {
+        "gpu-0": "free, idle",  # the agent sees no container on it yet: the claim says held
+        "gpu-1": "free, idle",
+        "gpu-2": "free, busy",
+        "gpu-3": "free, busy",
+        "gpu-4": "free, idle",
+        "gpu-5": "free, idle",
+        "gpu-6": "free, idle",
+        "gpu-7": "free, idle",
+    }
+    line = explain_cli.render(api.explain(args(needed)))
+    assert "free but not usable: gpu-2 (free, busy), gpu-3 (free, busy)" in line
+
+
+def claim_pod_args(claim: str) -> Any:
+    pod = {
+        "metadata": {"name": "c", "namespace": "default", "uid": "uid-c"},
+        "spec": {"resourceClaims": [{"name": "gpus", "resourceClaimName": claim}], "containers": [{"name": "c"}]},
+    }
+    return parse_extender_args(json.dumps({"Pod": pod, "NodeNames": ["gpu-dra-1"]}).encode())
+
+
+def test_a_filter_waits_for_a_claim_the_watch_has_not_delivered_yet(caplog: pytest.LogCaptureFixture) -> None:
+    """kube-scheduler filters a claim pod once its claim exists; the claim watch may be a moment
+    behind. The filter waits for it (at most --binding-wait) instead of reading the pod as asking for
+    no GPU; a claim that never comes is logged and the pod decided on what is known."""
+    api, claims, _ = fleet(agent_age_s=None)
+    api.settings = replace(api.settings, binding_wait_s=0.2)
+
+    async def arrives_late() -> float:
+        loop = asyncio.get_running_loop()
+        late = allocated_claim("late", "gpu-dra-1", [])
+        del late["status"]
+        loop.call_later(0.03, claims.upsert, RESOURCE_CLAIM_KIND, late)
+        started = loop.time()
+        await api.settle(claim_pod_args("late"))
+        return loop.time() - started
+
+    waited = asyncio.run(arrives_late())
+    assert claims.claim("default/late") is not None and waited < 0.2
+    assert api.decisions.decide(claim_pod_args("late")).pod.gpus_needed == 1  # its one-GPU request, now known
+
+    with caplog.at_level("WARNING"):
+        asyncio.run(api.settle(claim_pod_args("never")))
+    assert [r.getMessage() for r in caplog.records if "default/never" in r.getMessage()]
+    # Without --kubernetes (no wait configured) or without GPU classes, nothing waits.
+    api.settings = replace(api.settings, binding_wait_s=0.0)
+    caplog.clear()
+    asyncio.run(api.settle(claim_pod_args("never")))
+    assert not caplog.records

@@ -10,7 +10,7 @@ import pytest
 
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.model.dra import parse_device_class, parse_resource_slice
-from gpuextender.extender.state.claim_ledger import RESOURCE_CLAIM_KIND, ClaimLedger
+from gpuextender.extender.state.claim_ledger import CHANGE_LOG, RESOURCE_CLAIM_KIND, ClaimLedger
 from gpuextender.extender.state.dra_inventory import DraAllocatable, DraFree, build_dra
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.inventory_store import InventoryStore
@@ -80,7 +80,7 @@ def test_allocatable_counts_untainted_unclaimed_devices_where_no_device_plugin_g
     inventory = dra(gpu_slice("dra", 8, tainted=(7,)), gpu_slice("both", 8))
     claims = ClaimLedger()
     claims.replace_all(RESOURCE_CLAIM_KIND, [allocated_claim("two", "dra", ["gpu-0", "gpu-1"])])
-    free = DraFree().counter(inventory, claims.allocated_on, (1, claims.version))
+    free, _ = DraFree().refresh(inventory, 1, claims, {})
     counts = DraAllocatable({"dra": 0, "both": 4, "plain": 8}, inventory, free)
     assert counts["dra"] == 5  # 8 - 2 claimed - 1 tainted NoSchedule
     assert counts["both"] == 4  # a device-plugin count wins (kube-scheduler uses DRA only without one)
@@ -125,38 +125,79 @@ def test_the_view_carries_dra_and_a_bad_slice_is_counted_invalid() -> None:
     assert len(view.dra.devices("n1")) == 8 and view.invalid == {"ResourceSlice": 1}
 
 
-def test_free_devices_are_counted_once_per_inventory_and_claims_version() -> None:
-    inventory = dra(gpu_slice("n1", 8))
+class CountingClaims(ClaimLedger):
+    """A ClaimLedger that records which nodes were asked for their held devices."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.asked: list[str] = []
+
+    def allocated_on(self, node: str):  # type: ignore[no-untyped-def]
+        self.asked.append(node)
+        return super().allocated_on(node)
+
+
+def test_free_devices_are_counted_once_per_node_and_only_again_where_a_claim_moved() -> None:
+    inventory = dra(gpu_slice("n1", 8), gpu_slice("n2", 8))
+    claims = CountingClaims()
+    claims.replace_all(RESOURCE_CLAIM_KIND, [])
+    cache = DraFree()
+    free, _ = cache.refresh(inventory, 1, claims, {})
+    assert (free("n1"), free("n1"), free("n2"), free("nope")) == (8, 8, 8, None) and claims.asked == ["n1", "n2"]
+    claims.upsert(RESOURCE_CLAIM_KIND, allocated_claim("a", "n1", ["gpu-3"]))
+    free, _ = cache.refresh(inventory, 1, claims, {})
+    assert (free("n1"), free("n2")) == (7, 8) and claims.asked == ["n1", "n2", "n1"]  # n2 kept
+    # A claim that holds nothing yet (not allocated) changes no node's count.
+    pending = allocated_claim("p", "n2", [])
+    del pending["status"]
+    claims.upsert(RESOURCE_CLAIM_KIND, pending)
+    free, _ = cache.refresh(inventory, 1, claims, {})
+    assert (free("n1"), free("n2")) == (7, 8) and claims.asked == ["n1", "n2", "n1"]
+    # A re-list, or a new inventory version: every node again.
+    claims.replace_all(RESOURCE_CLAIM_KIND, [allocated_claim("a", "n1", ["gpu-3"])])
+    free, _ = cache.refresh(inventory, 1, claims, {})
+    assert (free("n1"), free("n2")) == (7, 8) and claims.asked[3:] == ["n1", "n2"]
+    free, _ = cache.refresh(inventory, 2, claims, {})
+    assert (free("n1"), free("n2")) == (7, 8) and claims.asked[5:] == ["n1", "n2"]
+
+
+def test_the_change_log_says_unknown_past_its_bound() -> None:
     claims = ClaimLedger()
     claims.replace_all(RESOURCE_CLAIM_KIND, [])
-    asked: list[str] = []
+    start = claims.version
+    assert claims.nodes_changed_since(start) == set() and claims.nodes_changed_since(start - 1) is None
+    for i in range(CHANGE_LOG):
+        claims.upsert(RESOURCE_CLAIM_KIND, allocated_claim(f"c{i}", f"n{i}", ["gpu-0"]))
+    # Exactly CHANGE_LOG changes since `start`: all still in the log.
+    assert claims.nodes_changed_since(start) == {f"n{i}" for i in range(CHANGE_LOG)}
+    claims.upsert(RESOURCE_CLAIM_KIND, allocated_claim("one-more", "n-last", ["gpu-0"]))
+    assert claims.nodes_changed_since(start) is None  # the first change fell out of the log
+    assert claims.nodes_changed_since(start + 1) == {f"n{i}" for i in range(1, CHANGE_LOG)} | {"n-last"}
+    # A claim that moves from one node to another changes both.
+    before = claims.version
+    claims.upsert(RESOURCE_CLAIM_KIND, allocated_claim("c0", "elsewhere", ["gpu-0"]))
+    assert claims.nodes_changed_since(before) == {"n0", "elsewhere"}
 
-    def held(node: str) -> frozenset[tuple[str, str, str]]:
-        asked.append(node)
-        return claims.allocated_on(node)  # type: ignore[return-value]
 
-    cache = DraFree()
-    free = cache.counter(inventory, held, (1, claims.version))
-    assert (free("n1"), free("n1"), free("nope")) == (8, 8, None) and asked == ["n1"]
-    claims.upsert(RESOURCE_CLAIM_KIND, allocated_claim("a", "n1", ["gpu-3"]))
-    assert cache.counter(inventory, held, (1, claims.version))("n1") == 7 and asked == ["n1", "n1"]
-
-
-def test_a_capped_summary_is_made_once_per_report_and_version() -> None:
+def test_a_capped_summary_is_made_once_per_report_and_claims_change() -> None:
     inventory = dra(gpu_slice("n1", 8))
     claims = ClaimLedger()
     claims.replace_all(RESOURCE_CLAIM_KIND, [allocated_claim("a", "n1", ["gpu-0", "gpu-1"])])
     state = GpuState(IdleRule())
-    state.ingest(report("n1", [gpu(i, 0, 1) for i in range(8)]), 0.0)
     cache = DraFree()
-    free = cache.counter(inventory, claims.allocated_on, (1, claims.version))
-    summary = cache.summaries(state.summary, free)
+    state.on_offered_change(cache.summary_changed)
+    state.ingest(report("n1", [gpu(i, 0, 1) for i in range(8)]), 0.0)
+    _, summary = cache.refresh(inventory, 1, claims, state.offered_summaries)
     first = summary("n1")
-    assert first is not None and first.idle_gpus == 6 and summary("n1") is first  # reused
+    assert first is not None and first.idle_gpus == 6
+    assert cache.refresh(inventory, 1, claims, state.offered_summaries)[1]("n1") is first  # reused
     assert summary("elsewhere") is None
     state.ingest(report("n1", [gpu(i, 0, 1) for i in range(8)], seq=2), 1.0)  # a new report: made again
-    again = summary("n1")
+    again = cache.refresh(inventory, 1, claims, state.offered_summaries)[1]("n1")
     assert again is not first and again is not None and again.idle_gpus == 6
     claims.delete(RESOURCE_CLAIM_KIND, allocated_claim("a", "n1", []))  # a new claims version: 8
-    newer = cache.summaries(state.summary, cache.counter(inventory, claims.allocated_on, (1, claims.version)))
-    assert newer("n1").idle_gpus == 8  # type: ignore[union-attr]
+    newer = cache.refresh(inventory, 1, claims, state.offered_summaries)[1]("n1")
+    assert newer is not None and newer.idle_gpus == 8
+    # A node that left GpuState leaves the lookup too.
+    state.forget_older_than(2.0)
+    assert cache.refresh(inventory, 1, claims, state.offered_summaries)[1]("n1") is None

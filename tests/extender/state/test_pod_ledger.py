@@ -293,3 +293,16 @@ def test_a_pod_with_claims_is_kept_for_its_binding_and_counts_no_request(ledger:
     assert (kept.gpus, kept.mig, kept.claims) == (0, (), ("ml/two",)) and bound == [kept.uid]
     ledger.upsert("Pod", pod("plain-cpu", gpus=None))
     assert len(ledger) == 1  # no GPU request and no claim: not kept
+
+
+def test_a_pod_whose_gpu_request_dra_served_is_kept_for_its_binding(ledger: PodLedger) -> None:
+    """kube-scheduler gave the pod's nvidia.com/gpu DRA devices (KEP-5004): the claim it made holds
+    them (claim ledger), the pod counts none of its own, and is kept so its binding closes the gate
+    (a mixed burst otherwise waited out --binding-wait for every such pod: tests/kube/test_dra_burst.py)."""
+    bound: list[str] = []
+    ledger.on_bound(bound.append)
+    obj = pod("served", gpus=1)
+    obj["status"]["extendedResourceClaimStatus"] = {"resourceClaimName": "served-extended-resources-x"}
+    ledger.upsert("Pod", obj)
+    [kept] = on(ledger, "n1")
+    assert (kept.gpus, kept.claims) == (0, ("ml/served-extended-resources-x",)) and bound == [kept.uid]

@@ -4,16 +4,21 @@ comparisons), data freshness, class grouping and the counts per class."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 import pytest
 
 from gpuextender.common.idle_rule import IdleRule
+from gpuextender.extender.model.dra import parse_device_class, parse_resource_slice
 from gpuextender.extender.model.ome.node_class import GpuFacts
 from gpuextender.extender.settings import DecisionPolicy
+from gpuextender.extender.state.claim_ledger import RESOURCE_CLAIM_KIND, ClaimLedger
+from gpuextender.extender.state.dra_inventory import build_dra
 from gpuextender.extender.state.gpu_summary import NodeSummary, summarize
 from gpuextender.extender.ui.fleet_view import STATES, FleetInputs, build, gpu_nodes, node_row
 from gpuextender.v1 import gpu_state_pb2 as pb
 from tests.extender.builders import GIB, gpu, report
+from tests.extender.dra_objects import allocated_claim, device_class, gpu_slice
 
 RULE = IdleRule(max_utilization_percent=30.0, max_memory_used_percent=50.0)
 STALE_AFTER = DecisionPolicy().stale_after_s
@@ -181,3 +186,24 @@ def test_the_document_holds_nothing_about_pods_but_namespaces() -> None:
     row = node_row("n", inputs({"n": summarize(r, RULE, NOW)}))
     assert row["allocatedIdleByNamespace"] == {"team-a": 1}
     assert "secret-pod-name" not in repr(row)
+
+
+def test_a_dra_node_is_drawn_as_the_decision_counts_it() -> None:
+    """gpu-0 and gpu-1 are claimed (their pod not started: the agent reads them free and idle; one
+    busy), gpu-2 is tainted NoSchedule, gpu-3 free: drawn allocated, allocated, unhealthy, free."""
+    dra = build_dra(
+        [parse_resource_slice(gpu_slice("d", 4, tainted=(2,), uuid_of=lambda m: f"GPU-{m}"))],
+        [parse_device_class(device_class())],
+        ("nvidia.com/gpu",),
+    )
+    claims = ClaimLedger()
+    claims.replace_all(RESOURCE_CLAIM_KIND, [allocated_claim("c", "d", ["gpu-0", "gpu-1"])])
+    s = summarize(report("d", [gpu(0, 0, 1), gpu(1, 90, 80), gpu(2, 0, 1), gpu(3, 0, 1)]), RULE, NOW)
+    view = replace(inputs({"d": s}), dra_devices=dra.devices, claimed_on=claims.allocated_on)
+    row = node_row("d", view)
+    assert [STATES[c[1]] for c in row["gpus"]] == ["allocated-idle", "allocated-busy", "unhealthy", "free-idle"]
+    assert row["dra"] == {"devices": 4, "claimed": 2, "tainted": 1}
+    # Without agent data: one unknown cell per device (its Node lists no nvidia.com/gpu).
+    quiet = node_row("d", replace(inputs({}), dra_devices=dra.devices, claimed_on=claims.allocated_on))
+    assert [STATES[c[1]] for c in quiet["gpus"]] == ["unknown"] * 4 and quiet["dra"]["claimed"] == 2
+    assert gpu_nodes({"d": 0}, [], dra.gpu_devices) == ["d"]
