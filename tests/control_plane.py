@@ -296,6 +296,12 @@ class ControlPlane:
     binaries: Path
     processes: list[Process] = field(default_factory=list)
     port: int = 0
+    # DeviceTaintRules (DRA device taints set by a controller): beta in 1.36 behind its gate, and
+    # served as v1beta2 (kube-apiserver) and v1alpha3 (what kube-scheduler v1.35.4 reads).
+    apiserver_args: tuple[str, ...] = (
+        "--feature-gates=DRADeviceTaintRules=true",
+        "--runtime-config=resource.k8s.io/v1beta2=true,resource.k8s.io/v1alpha3=true",
+    )
 
     @property
     def server(self) -> str:
@@ -412,6 +418,7 @@ class ControlPlane:
                 "X-Remote-Group",
                 "--requestheader-extra-headers-prefix",
                 "X-Remote-Extra-",
+                *self.apiserver_args,
             ],
             self.workdir / "kube-apiserver.log",
         )

@@ -32,12 +32,14 @@ from gpuextender.extender.ingest.server import start_ingest_server
 from gpuextender.extender.inventory.files import FileInventorySource
 from gpuextender.extender.model.kube_objects import KINDS, NODE, POD, RESOURCE_CLAIM
 from gpuextender.extender.model.pod_gpus import may_request
+from gpuextender.extender.observe.device_taints import DeviceTaintsCollector
 from gpuextender.extender.observe.dra_devices import DraDevicesCollector
 from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.observe.silent_nodes import SilentNodesCollector, SilentNodesWarning
 from gpuextender.extender.scheduler.http_api import SchedulerApi, build_app, listen_backlog, new_runner
 from gpuextender.extender.settings import ExtenderConfig
 from gpuextender.extender.state.claim_ledger import ClaimLedger
+from gpuextender.extender.state.device_taints import wanted_taints
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.inventory_store import InventoryStore
 from gpuextender.extender.state.inventory_view import ViewBuilder
@@ -46,6 +48,7 @@ from gpuextender.extender.ui.fleet_page import add_routes as add_fleet_page
 
 if TYPE_CHECKING:
     from gpuextender.extender.ingest.token_review import TokenReviewer
+    from gpuextender.extender.inventory.device_taint_writer import DeviceTaintWriter
     from gpuextender.extender.inventory.kube_watch import KubeInventorySource
     from gpuextender.extender.scheduler.pod_binder import PodBinder
 
@@ -86,6 +89,7 @@ class Extender:
     authenticator: Authenticator | None = None
     reviewer: TokenReviewer | None = None
     binder: PodBinder | None = None
+    taint_writer: DeviceTaintWriter | None = None
     argv: Sequence[str] = ()
     _background: list[asyncio.Task[None]] = field(default_factory=list)
     _grpc_server: grpc.aio.Server | None = None
@@ -125,6 +129,8 @@ class Extender:
             assert self.pod_watch is not None and self.claim_watch is not None
             self._task(self.pod_watch.run(), "bound pods watch")
             self._task(self.claim_watch.run(), "resource claims watch")
+            if self.taint_writer is not None:
+                self._task(self.taint_writer.run(), "device taint writer")
         else:
             for kind in KINDS:  # no inventory source: nothing to wait for
                 self.store.replace_all(kind.kind, [])
@@ -310,6 +316,17 @@ async def _connect_kubernetes(extender: Extender) -> None:
         extender.authenticator = extender.reviewer
     # The bind verb creates Bindings (pods/binding) with the same credentials.
     extender.binder = extender.api.bindings.binder = PodBinder(connection)
+    if config.device_taints == "on":
+        from gpuextender.extender.inventory.device_taint_writer import DeviceTaintWriter
+
+        api, state = extender.api, extender.api.state
+        extender.taint_writer = DeviceTaintWriter(
+            connection,
+            lambda: wanted_taints(api.inventory().dra, state.reported),
+            namespace=config.leader_namespace,
+            hold_s=config.device_taint_after_s,
+        )
+        metrics.add(DeviceTaintsCollector(extender.taint_writer.status))
 
 
 def security_summary(config: ExtenderConfig) -> str:

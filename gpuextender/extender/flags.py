@@ -309,6 +309,29 @@ def build_parser() -> argparse.ArgumentParser:
         "scheduler's httpTimeout",
     )
     p.add_argument(
+        "--device-taints",
+        choices=("on", "off"),
+        default="on",
+        help="with --kubernetes: keep a DRA DeviceTaintRule on each GPU device its agent reports unhealthy "
+        "(NoSchedule) or degraded (None), so DRA's allocator does not hand it out; one replica writes "
+        "(Lease leader election). Needs the API to serve DeviceTaintRules and the RBAC in "
+        "deploy/components/device-taints; without them the extender says so once and filters only",
+    )
+    p.add_argument(
+        "--device-taint-after",
+        type=float,
+        default=3.0,
+        metavar="SECONDS",
+        help="a GPU is unhealthy or degraded this long before its device is tainted (never on one bad "
+        "sample); a rule goes as soon as the GPU is healthy again",
+    )
+    p.add_argument(
+        "--leader-namespace",
+        default=None,
+        metavar="NAMESPACE",
+        help="namespace of the device-taint writer's Lease (default: $POD_NAMESPACE, else gpu-extender)",
+    )
+    p.add_argument(
         "--fleet-page",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -408,6 +431,8 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str] | None = Non
         raise ConfigError(f"--max-clock-skew {args.max_clock_skew:g} must be within [1, 86400] seconds")
     if not 0 <= args.binding_wait <= MAX_BINDING_WAIT_S:  # also refuses NaN
         raise ConfigError(f"--binding-wait {args.binding_wait:g} must be within [0, {MAX_BINDING_WAIT_S:g}] seconds")
+    if not 0 <= args.device_taint_after <= 3600:  # also refuses NaN
+        raise ConfigError(f"--device-taint-after {args.device_taint_after:g} must be within [0, 3600] seconds")
     if args.max_unknown_nodes < 0:
         raise ConfigError(f"--max-unknown-nodes {args.max_unknown_nodes} must be >= 0 (0: inventory nodes only)")
     resources = tuple(dict.fromkeys(r.strip() for r in args.gpu_resource if r.strip())) or ("nvidia.com/gpu",)
@@ -447,5 +472,10 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str] | None = Non
         max_unknown_nodes=args.max_unknown_nodes,
         ingest_in_process=args.ingest_in_process,
         log_format=args.log_format,
+        device_taints=args.device_taints if args.kubernetes else "off",
+        device_taint_after_s=args.device_taint_after,
+        leader_namespace=args.leader_namespace
+        or (os.environ if env is None else env).get("POD_NAMESPACE")
+        or "gpu-extender",
         sources=tuple((d, src) for d, src in layered.sources.items() if src != "flag"),
     )

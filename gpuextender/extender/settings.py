@@ -119,5 +119,9 @@ class ExtenderConfig:
     max_unknown_nodes: int = MAX_UNKNOWN_NODES
     ingest_in_process: bool = False
     log_format: str = "text"
+    # DRA device taints from agent health (issue 25): written with --kubernetes unless "off".
+    device_taints: str = "on"
+    device_taint_after_s: float = 3.0  # a GPU is bad this long before its device is tainted
+    leader_namespace: str = "gpu-extender"  # where the replicas' Leases live
     # Settings that came from the environment or the config file (dest -> source), for the start-up log.
     sources: tuple[tuple[str, str], ...] = ()

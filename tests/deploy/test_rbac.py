@@ -129,3 +129,28 @@ def test_the_permission_check_notices_an_extra_rule(base_objects: list[m.KubeObj
         ("", "pods", "get", ()),
         ("", "pods/status", "get", ()),
     }
+
+
+def test_the_device_taints_component_adds_exactly_its_rules_and_its_lease() -> None:
+    """deploy/components/device-taints: the DeviceTaintRules the writer keeps (it lists only its own)
+    and the one Lease that elects the replica that writes; nothing else."""
+    objects = m.load_source(m.COMPONENTS / "device-taints")
+    role = m.one(objects, "ClusterRole", "gpu-extender-device-taints")
+    assert permissions(role["rules"]) == {
+        ("resource.k8s.io", "devicetaintrules", verb, ()) for verb in ("get", "list", "create", "update", "delete")
+    }
+    lease = m.one(objects, "Role", "gpu-extender-device-taints-lease", m.NAMESPACE)
+    assert permissions(lease["rules"]) == {
+        ("coordination.k8s.io", "leases", "create", ()),
+        ("coordination.k8s.io", "leases", "get", ("gpu-extender-device-taints",)),
+        ("coordination.k8s.io", "leases", "update", ("gpu-extender-device-taints",)),
+    }
+    for kind, name in (
+        ("ClusterRoleBinding", "gpu-extender-device-taints"),
+        ("RoleBinding", "gpu-extender-device-taints-lease"),
+    ):
+        binding = m.one(objects, kind, name, m.NAMESPACE if kind == "RoleBinding" else None)
+        assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gpu-extender", "namespace": m.NAMESPACE}]
+    from gpuextender.extender.state.device_taints import LEASE_NAME
+
+    assert LEASE_NAME == "gpu-extender-device-taints"

@@ -160,6 +160,7 @@ def test_components_are_kustomize_components() -> None:
         "acceleratorclass-crd",
         "alerts",
         "cert-manager",
+        "device-taints",
         "extender-binds",
         "extender-config",
         "kubelet-allocation",

@@ -18,6 +18,7 @@ KUBERNETES_CLIENTS = (
     "gpuextender.extender.ingest.token_review",
     "gpuextender.extender.scheduler.pod_binder",
     "gpuextender.extender.ui.explain_lookup",
+    "gpuextender.extender.inventory.device_taint_writer",
 )
 NEVER_IN_INGEST = (
     "aiohttp",
@@ -56,6 +57,6 @@ def test_without_kubernetes_no_module_of_the_extender_loads_the_kubernetes_clien
 
 
 def test_each_kubernetes_client_module_does_load_it() -> None:
-    """The other side of the check above: these four are the ones that need the client."""
-    for name in KUBERNETES_CLIENTS[:3]:
+    """The other side of the check above: these are the ones that need the client."""
+    for name in (*KUBERNETES_CLIENTS[:3], "gpuextender.extender.inventory.device_taint_writer"):
         assert loaded(modules_after_importing(name), ("kubernetes_asyncio",)), name

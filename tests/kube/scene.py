@@ -51,14 +51,21 @@ A100_40 = {
 }
 
 
-def scenario(gpu: dict[str, Any], idle: int, busy: int = 0, topology: dict[str, Any] | None = None) -> dict[str, Any]:
+def scenario(
+    gpu: dict[str, Any],
+    idle: int,
+    busy: int = 0,
+    topology: dict[str, Any] | None = None,
+    events: list[dict[str, Any]] | None = None,
+) -> dict[str, Any]:
     """A fake-NVML scenario: `busy` GPUs at 90 % utilization, then `idle` ones at 2 %; with
-    `topology` (fakes/scenario.py's `topology:` section) when given."""
+    `topology` and `events` (fakes/scenario.py's sections, e.g. an XID) when given."""
     fields = {k: v for k, v in gpu.items() if k != "label"}
     groups = [{**fields, "count": busy, "utilization_percent": 90, "memory_used_percent": 80}] if busy else []
     if idle:
         groups.append({**fields, "count": idle, "utilization_percent": 2, "memory_used_percent": 1})
-    return {"gpus": groups, **({"topology": topology} if topology is not None else {})}
+    extra = {"topology": topology} if topology is not None else {}
+    return {"gpus": groups, **extra, **({"events": events} if events else {})}
 
 
 def holder(name: str, *devices: dict[str, int], namespace: str = "elsewhere", resource: str = GPU) -> dict[str, Any]:
@@ -117,6 +124,7 @@ class Scene:
         allocatable: int | None = None,
         topology: dict[str, Any] | None = None,
         dra: bool = False,
+        events: list[dict[str, Any]] | None = None,
     ) -> str:
         """A Ready GPU Node with GFD's product label and `idle + busy` GPUs; named `<ns>-<name>`.
         `allocatable`: the Node's nvidia.com/gpu when it is not the GPU count (time-slicing
@@ -136,14 +144,16 @@ class Scene:
         self.nodes.append(full)
         if topology is not None:
             self.topologies[full] = topology
-        self.set_gpus(full, gpu, idle, busy)
+        self.set_gpus(full, gpu, idle, busy, events)
         return full
 
-    def set_gpus(self, node: str, gpu: dict[str, Any], idle: int, busy: int = 0) -> None:
+    def set_gpus(
+        self, node: str, gpu: dict[str, Any], idle: int, busy: int = 0, events: list[dict[str, Any]] | None = None
+    ) -> None:
         """(Re)write the node's scenario file: a running agent follows it, as if workloads started."""
         path = self.workdir / f"{node}.yaml"
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(yaml.safe_dump(scenario(gpu, idle, busy, self.topologies.get(node))))
+        tmp.write_text(yaml.safe_dump(scenario(gpu, idle, busy, self.topologies.get(node), events)))
         tmp.replace(path)
         self.scenario_files[node] = path
 
@@ -177,14 +187,15 @@ class Scene:
         tmp.write_text(yaml.safe_dump(spec))
         tmp.replace(path)
 
-    def agent(self, node: str, ext: Proc, *extra: str) -> Proc:
-        """The node's gpu-agent on fake NVML, streaming to `ext` over TLS (the extender's gRPC port
-        serves the same certificate as its HTTPS port)."""
+    def agent(self, node: str, ext: Proc | tuple[Proc, ...], *extra: str) -> Proc:
+        """The node's gpu-agent on fake NVML, streaming to `ext` (or to each of several replicas)
+        over TLS (the extender's gRPC port serves the same certificate as its HTTPS port)."""
         tls = ("--tls-ca", str(self.ca_file), "--tls-server-name", EXTENDER_NAME)
         # A node with a fake kubelet: its agent reads the allocation from it.
         kubelet = ("--pod-resources-socket", str(self.kubelet_sockets[node])) if node in self.kubelet_sockets else ()
+        exts = ext if isinstance(ext, tuple) else (ext,)
         return self.procs.agent(
-            node, self.scenario_files[node], ext, extra=("--interval", "0.2", *tls, *kubelet, *extra)
+            node, self.scenario_files[node], *exts, extra=("--interval", "0.2", *tls, *kubelet, *extra)
         )
 
     # -- the extender -------------------------------------------------------------------------------
@@ -237,6 +248,7 @@ class Scene:
         port: int | None = None,
         ca_pem: bytes | None = None,
         binary: str = "kube-scheduler",
+        extra_args: tuple[str, ...] = (),
         **extender: Any,
     ) -> Process:
         """A real kube-scheduler (`binary`) from the shipped config `which`, calling `ext` (or `port`)
@@ -244,7 +256,9 @@ class Scene:
         target = port if port is not None else (ext.ports["http"] if ext is not None else 0)
         pem = ca_pem if ca_pem is not None else self.ca.cert_pem.bytes()
         config = shipped_config(which, f"https://127.0.0.1:{target}", pem, **extender)
-        proc = self.plane.scheduler(config, name=f"kube-scheduler-{len(self.schedulers)}", binary=binary)
+        proc = self.plane.scheduler(
+            config, name=f"kube-scheduler-{len(self.schedulers)}", binary=binary, extra_args=extra_args
+        )
         self.schedulers.append(proc)
         return proc
 
@@ -294,6 +308,7 @@ class Scene:
         for lease in (
             "/apis/coordination.k8s.io/v1/namespaces/gpu-extender/leases/gpu-scheduler",
             "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/kube-scheduler",
+            "/apis/coordination.k8s.io/v1/namespaces/gpu-extender/leases/gpu-extender-device-taints",
         ):
             self.kube.delete(lease, grace_seconds=None)
         self.kube.delete_pods(self.ns)
@@ -306,6 +321,10 @@ class Scene:
                 self.kube.delete(path, grace_seconds=None)
             for path in self.dra_objects:
                 self.kube.delete(path, grace_seconds=None)
+            # The DeviceTaintRules the extenders wrote (they are stopped: none is written again).
+            rules = "/apis/resource.k8s.io/v1beta2/devicetaintrules"
+            for rule in self.kube.get(rules + "?labelSelector=app.kubernetes.io/managed-by%3Dgpu-extender")["items"]:
+                self.kube.delete(f"{rules}/{rule['metadata']['name']}", grace_seconds=None)
         for node in self.nodes:
             self.kube.delete(f"/api/v1/nodes/{node}", grace_seconds=None)
 

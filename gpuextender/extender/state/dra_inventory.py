@@ -99,6 +99,9 @@ class DraNode:
     free_names: frozenset[str]
     uuids: frozenset[str]
     names: frozenset[str]
+    # Free devices a taint with effect None marks (a driver's or an administrator's note, e.g.
+    # NVIDIA's gpu.nvidia.com/xid for an application XID): usable, ranked as degraded.
+    marked: frozenset[str] = frozenset()
 
     def free_mask(self, positions: GpuPositions) -> int | None:
         """Bit i set when the agent's GPU at report position i is one of the free devices; None
@@ -113,6 +116,17 @@ class DraNode:
                     mask |= 1 << i
         return mask if joined else None
 
+    def marked_mask(self, positions: GpuPositions) -> int:
+        """Bit i set when the agent's GPU at position i is a free device a None-effect taint marks."""
+        marked = self.marked
+        if not marked:
+            return 0
+        return sum(
+            1 << i
+            for i, (uuid, name) in enumerate(zip(positions.uuids, positions.dra_names, strict=True))
+            if (uuid and uuid in marked) or (name and name in marked)
+        )
+
 
 def dra_node(devices: NodeDevices, held: AbstractSet[DeviceRef]) -> DraNode:
     free_uuids: set[str] = set()
@@ -120,9 +134,12 @@ def dra_node(devices: NodeDevices, held: AbstractSet[DeviceRef]) -> DraNode:
     uuids: set[str] = set()
     names: set[str] = set()
     count = 0
+    marked: set[str] = set()
     for ref, device in devices:
         free = device.allocatable and ref not in held
         count += free
+        if free and device.taints:  # allocatable with taints: every one is effect None
+            marked.add(device.uuid or device.name)
         if device.uuid:
             uuids.add(device.uuid)
             if free:
@@ -131,7 +148,9 @@ def dra_node(devices: NodeDevices, held: AbstractSet[DeviceRef]) -> DraNode:
             names.add(device.name)
             if free:
                 free_names.add(device.name)
-    return DraNode(count, frozenset(free_uuids), frozenset(free_names), frozenset(uuids), frozenset(names))
+    return DraNode(
+        count, frozenset(free_uuids), frozenset(free_names), frozenset(uuids), frozenset(names), frozenset(marked)
+    )
 
 
 class FreeCounter:
@@ -277,7 +296,7 @@ def capped(summary: NodeSummary, dra: DraNode) -> NodeSummary:
         if joined is not None:
             mask = positions.available & joined
             idle = max(0, mask.bit_count() - summary.bound_pod_units)
-            degraded = min((positions.degraded & mask).bit_count(), idle)
+            degraded = min(((positions.degraded | dra.marked_mask(positions)) & mask).bit_count(), idle)
             tiers = tiers_for_mask(positions.topology_key, len(positions.uuids), mask)
             return replace(
                 summary,

@@ -36,6 +36,7 @@ from dataclasses import dataclass
 
 from gpuextender.common.idle_rule import IdleRule, mig_instance_is_idle
 from gpuextender.extender.model.pod_key import pod_key
+from gpuextender.extender.state.gpu_health import problem_of
 from gpuextender.extender.state.gpu_topology import tier_for, tiers_for_mask, topology_key
 from gpuextender.v1 import gpu_state_pb2 as pb
 
@@ -68,6 +69,9 @@ class GpuPositions:
     degraded: int
     unheld: int
     topology_key: bytes
+    # (position, unhealthy: True / degraded: False, why: gpu_health.problem_of) of every GPU that
+    # is not healthy; () on a healthy node (the common case costs nothing).
+    problems: tuple[tuple[int, bool, str], ...] = ()
 
     def position(self, uuid: str, dra_name: str) -> int | None:
         """The report position of the GPU with this UUID or, when `uuid` is "", this DRA name."""
@@ -140,6 +144,7 @@ def summarize(report: pb.NodeReport, rule: IdleRule, received_at: float) -> Node
     waste: dict[str, int] = {}
     available_mask = 0  # bit i: report.gpus[i] is an available whole GPU
     degraded_mask = unheld_mask = 0  # bit i: ... available and degraded; healthy and held by no container
+    problems: list[tuple[int, bool, str]] = []
     mig_gpus = 0
     mig_all: dict[str, int] = {}
     mig_free: dict[str, int] = {}
@@ -171,6 +176,7 @@ def summarize(report: pb.NodeReport, rule: IdleRule, received_at: float) -> Node
             mem_percent = None
         if not gpu.healthy:
             cells.append((index, GPU_UNHEALTHY, util, mem_percent))
+            problems.append((position, True, problem_of(gpu)))
             if mode == _MIG:
                 mig_gpus += 1
             continue
@@ -190,6 +196,8 @@ def summarize(report: pb.NodeReport, rule: IdleRule, received_at: float) -> Node
             unheld_mask |= 1 << position
         busy = (util is not None and util >= max_util) or (mem_percent is not None and mem_percent >= max_mem)
         degraded_gpu = gpu.health == _DEGRADED
+        if degraded_gpu:
+            problems.append((position, False, problem_of(gpu)))
         state = (
             (GPU_DEGRADED if degraded_gpu else GPU_ALLOCATED_BUSY if busy else GPU_ALLOCATED_IDLE)
             if held
@@ -220,6 +228,7 @@ def summarize(report: pb.NodeReport, rule: IdleRule, received_at: float) -> Node
             degraded_mask,
             unheld_mask,
             key,
+            tuple(problems),
         )
     else:
         tiers = ()

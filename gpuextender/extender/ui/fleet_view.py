@@ -19,9 +19,9 @@ decision); the row says where allocation came from.
 
 A node whose GPUs come through DRA is shown as the decision counts it: a GPU whose DRA device a
 ResourceClaim holds is allocated even before its pod runs (the agent reads it free), one whose device
-a NoSchedule/NoExecute taint blocks is unhealthy; the row's `dra` says how many devices its
-ResourceSlices publish, and how many are claimed and tainted. A DRA node without agent data shows
-one unknown cell per device.
+a NoSchedule/NoExecute taint blocks is unhealthy, one a None-effect taint marks degraded; the row's
+`dra` says how many devices its ResourceSlices publish, and how many are claimed and tainted. A DRA
+node without agent data shows one unknown cell per device.
 
 Only what is safe to show without a login goes in: node names, GPU models and memory,
 utilization and memory readings, data age, NVML error text, and the namespaces of
@@ -44,6 +44,7 @@ from gpuextender.extender.state.freshness import data_age, is_fresh
 from gpuextender.extender.state.gpu_summary import (
     GPU_ALLOCATED_BUSY,
     GPU_ALLOCATED_IDLE,
+    GPU_DEGRADED,
     GPU_FREE_BUSY,
     GPU_FREE_IDLE,
     GPU_UNHEALTHY,
@@ -136,6 +137,8 @@ def _dra(row: dict[str, Any], summary: NodeSummary | None, devices: NodeDevices,
             cell[1] = _CLAIMED.get(cell[1], cell[1])
         elif is_tainted:
             cell[1] = GPU_UNHEALTHY
+        elif device.taints and cell[1] in _CLAIMED:  # marked only (effect None): usable, ranked lower
+            cell[1] = GPU_DEGRADED
     row["dra"] = {"devices": len(devices), "claimed": claimed, "tainted": tainted}
 
 

@@ -153,3 +153,13 @@ def test_through_the_decision_cache() -> None:
     state.on_offered_change(cache.summary_changed)
     free, summary = cache.refresh(inventory, 1, claims, state.offered_summaries)
     assert free(NODE) == 6 and summary(NODE).idle_gpus == 4  # type: ignore[union-attr]
+
+
+def test_a_device_a_none_effect_taint_marks_is_offered_as_degraded() -> None:
+    """A taint with effect None (a driver's note: NVIDIA's gpu.nvidia.com/xid for an application
+    XID) leaves the device to the allocator; the extender ranks it as degraded (issue 25)."""
+    r = agent_report([IDLE] * 4)
+    s = offered(r, [], tainted=(1,), effect="None", devices=4)
+    assert (s.idle_gpus, s.degraded_idle_gpus) == (4, 1)
+    assert s.quality == (0, 0, 2 * APART, 2 * APART, 2 * APART + 1)  # 4 GPUs there: the marked one too
+    assert offered(r, [], devices=4).degraded_idle_gpus == 0

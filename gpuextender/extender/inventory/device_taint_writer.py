@@ -1,0 +1,255 @@
+"""Keeps one DeviceTaintRule per GPU the agents report unhealthy or degraded (state/device_taints.py),
+so that kube-scheduler's DRA allocator does not hand it out (issue 25).
+
+- Capabilities: at start and every `rediscover_s`, API discovery says whether resource.k8s.io serves
+  `devicetaintrules` (v1beta2 in 1.36 behind DRADeviceTaintRules; v1alpha3 in 1.35). Without it the
+  extender says once what it does instead (its filter only) and `mode` is "unsupported"; a 403 (the
+  RBAC component deploy/components/device-taints not applied) is "forbidden".
+- One writer: the replicas elect a leader with a Lease (coordination.k8s.io), and only the leader
+  writes. Two replicas can hold different views for a moment (an agent's stream reaches one first);
+  without a leader they would undo each other's rules. A replica that loses the Lease stops writing
+  within its renew deadline; the next leader starts from the rules it lists.
+- Writes are idempotent: the leader lists the rules it owns (label app.kubernetes.io/managed-by),
+  then creates what is missing, replaces what differs (taint key, value or effect) and deletes what
+  no GPU asks for any more, every `interval_s`. Never NoExecute: the rules only keep the allocator
+  from new allocations.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+import orjson
+from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio.leaderelection import electionconfig, leaderelection
+from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
+
+from gpuextender.extender.state.device_taints import LEASE_NAME, Debounce, TaintRule, TaintWriterStatus
+
+log = logging.getLogger("gpu_extender.device_taints")
+
+GROUP, PLURAL = "resource.k8s.io", "devicetaintrules"
+VERSIONS = ("v1", "v1beta2", "v1alpha3")  # newest first
+MANAGED_BY = ("app.kubernetes.io/managed-by", "gpu-extender")
+
+
+class DeviceTaintWriter:
+    def __init__(
+        self,
+        connection: k8s.Configuration,
+        wanted: Callable[[], dict[str, TaintRule]],
+        *,
+        namespace: str,
+        hold_s: float,
+        interval_s: float = 0.5,
+        lease_s: tuple[int, int, int] = (15, 10, 2),  # duration, renew deadline, retry (whole seconds: the Lease's)
+        rediscover_s: float = 300.0,
+        identity: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._connection = connection
+        self._wanted = wanted
+        self._namespace = namespace
+        self._debounce = Debounce(hold_s)
+        self._interval_s = interval_s
+        self._lease_s = lease_s
+        self._rediscover_s = rediscover_s
+        self.identity = identity or f"{socket.gethostname()}-{os.getpid()}"
+        self._clock = clock
+        self.status = TaintWriterStatus()
+        self._owned: dict[str, dict[str, Any]] = {}  # name -> the rule as the API server has it
+
+    async def run(self) -> None:
+        """Forever: find the API, take part in the election, write while leading."""
+        api_client = k8s.ApiClient(self._connection)
+        try:
+            while True:
+                version = await self._discover(api_client)
+                if version is None:
+                    await asyncio.sleep(self._rediscover_s)
+                    continue
+                self._set_mode("standby", f"waiting for the Lease {self._namespace}/{LEASE_NAME}")
+                duration, deadline, retry = self._lease_s
+                election = leaderelection.LeaderElection(
+                    electionconfig.Config(
+                        LeaseLock(LEASE_NAME, self._namespace, self.identity, api_client),
+                        duration,
+                        deadline,
+                        retry,
+                        onstarted_leading=functools.partial(self._lead, api_client, version),
+                        onstopped_leading=self._stopped,
+                    )
+                )
+                try:
+                    await election.run()  # returns when the lease is lost
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # the election's own errors must not end the writer for good
+                    log.exception("device taints: leader election failed; trying again")
+                    self._set_mode("standby", "leader election failed")
+                    await asyncio.sleep(self._lease_s[2])
+        finally:
+            await api_client.close()
+
+    async def _stopped(self) -> None:
+        self._set_mode("standby", "lost the Lease: another replica writes the rules")
+
+    async def _discover(self, api_client: k8s.ApiClient) -> str | None:
+        api = k8s.CustomObjectsApi(api_client)
+        for version in VERSIONS:
+            try:
+                resp: aiohttp.ClientResponse = await api.get_api_resources(GROUP, version, _preload_content=False)  # type: ignore[assignment]
+                try:
+                    body = await resp.read()
+                finally:
+                    resp.release()
+            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+                self._set_mode("unsupported", f"API discovery failed ({type(exc).__name__}: {exc}); retrying")
+                return None
+            if resp.status != 200:
+                continue
+            resources = orjson.loads(body).get("resources") or []
+            if any(isinstance(r, dict) and r.get("name") == PLURAL for r in resources):
+                return version
+        self._set_mode(
+            "unsupported",
+            "the API server serves no DeviceTaintRules (resource.k8s.io, DRADeviceTaintRules): GPU health "
+            "stays in the extender's filter, and DRA's allocator may still hand out a GPU its agent "
+            "reports unhealthy on a node the extender chose",
+        )
+        return None
+
+    async def _lead(self, api_client: k8s.ApiClient, version: str) -> None:
+        self._set_mode("writing", f"leader (Lease {self._namespace}/{LEASE_NAME}): writing {GROUP}/{version} {PLURAL}")
+        api = k8s.CustomObjectsApi(api_client)
+        listed = False
+        while True:
+            try:
+                if not listed:
+                    self._owned = await self._list(api, version)
+                    listed = True
+                listed = await self._reconcile(api, version)
+            except _Forbidden as exc:
+                self._set_mode("forbidden", f"{exc}: apply deploy/components/device-taints (its RBAC)")
+                await asyncio.sleep(60.0)
+                self._set_mode("writing", "retrying after a 403")
+                listed = False
+                continue
+            except (aiohttp.ClientError, TimeoutError, OSError, _HttpError) as exc:
+                log.warning("device taints: %s; listing again", exc)
+                listed = False
+            await asyncio.sleep(self._interval_s)
+
+    async def _reconcile(self, api: k8s.CustomObjectsApi, version: str) -> bool:
+        """One pass; False when the owned rules must be listed again (a conflict)."""
+        wanted = self._debounce.settled(self._wanted(), self._clock())
+        owned = self._owned
+        for name in [n for n in owned if n not in wanted]:
+            await self._call(api.delete_cluster_custom_object(GROUP, version, PLURAL, name, _preload_content=False))
+            del owned[name]
+            self.status.writes["delete"] += 1
+            log.info("device taint rule %s deleted: its GPU is healthy again", name)
+        for name, rule in wanted.items():
+            body = _body(rule, version)
+            have = owned.get(name)
+            if have is None:
+                created = await self._call(
+                    api.create_cluster_custom_object(GROUP, version, PLURAL, body, _preload_content=False),
+                    conflict_ok=True,
+                )
+                if created is None:
+                    return False  # it exists already: list again
+                owned[name] = created
+                self.status.writes["create"] += 1
+                log.info(
+                    "device taint rule %s: %s/%s/%s %s=%s:%s",
+                    name,
+                    rule.driver,
+                    rule.pool,
+                    rule.device,
+                    rule.key,
+                    rule.value,
+                    rule.effect,
+                )
+            elif not _same(have, rule):
+                body["metadata"]["resourceVersion"] = have.get("metadata", {}).get("resourceVersion")
+                replaced = await self._call(
+                    api.replace_cluster_custom_object(GROUP, version, PLURAL, name, body, _preload_content=False),
+                    conflict_ok=True,
+                )
+                if replaced is None:
+                    return False
+                owned[name] = replaced
+                self.status.writes["update"] += 1
+                log.info("device taint rule %s now %s=%s:%s", name, rule.key, rule.value, rule.effect)
+        self.status.rules = len(owned)
+        return True
+
+    async def _list(self, api: k8s.CustomObjectsApi, version: str) -> dict[str, dict[str, Any]]:
+        listed = await self._call(
+            api.list_cluster_custom_object(
+                GROUP, version, PLURAL, label_selector="=".join(MANAGED_BY), _preload_content=False
+            )
+        )
+        items = (listed or {}).get("items") or []
+        return {item["metadata"]["name"]: item for item in items if isinstance(item, dict)}
+
+    async def _call(self, pending: Any, *, conflict_ok: bool = False) -> dict[str, Any] | None:
+        resp: aiohttp.ClientResponse = await pending
+        try:
+            raw = await resp.read()
+        finally:
+            resp.release()
+        if resp.status in (200, 201, 202):
+            return orjson.loads(raw) if raw else {}
+        if resp.status == 404:
+            return {}  # deleted already (by an operator, or the last leader)
+        if resp.status == 409 and conflict_ok:
+            return None
+        message = raw[:300].decode("utf-8", "replace")
+        if resp.status == 403:
+            raise _Forbidden(f"HTTP 403 on {PLURAL}: {message}")
+        raise _HttpError(f"HTTP {resp.status} on {PLURAL}: {message}")
+
+    def _set_mode(self, mode: str, why: str) -> None:
+        if mode != self.status.mode:
+            (log.warning if mode in ("unsupported", "forbidden") else log.info)("device taints: %s", why)
+        self.status.mode = mode
+
+
+def _body(rule: TaintRule, version: str) -> dict[str, Any]:
+    return {
+        "apiVersion": f"{GROUP}/{version}",
+        "kind": "DeviceTaintRule",
+        "metadata": {"name": rule.name, "labels": {MANAGED_BY[0]: MANAGED_BY[1]}},
+        "spec": {
+            "deviceSelector": {"driver": rule.driver, "pool": rule.pool, "device": rule.device},
+            "taint": {"key": rule.key, "value": rule.value, "effect": rule.effect},
+        },
+    }
+
+
+def _same(have: dict[str, Any], rule: TaintRule) -> bool:
+    spec = have.get("spec") or {}
+    selector, taint = spec.get("deviceSelector") or {}, spec.get("taint") or {}
+    return (selector.get("driver"), selector.get("pool"), selector.get("device")) == (
+        rule.driver,
+        rule.pool,
+        rule.device,
+    ) and (taint.get("key"), taint.get("value"), taint.get("effect")) == (rule.key, rule.value, rule.effect)
+
+
+class _HttpError(Exception):
+    pass
+
+
+class _Forbidden(_HttpError):
+    pass

@@ -1,0 +1,131 @@
+"""Issue 25 on the real control plane: what the agents know of GPU health becomes DRA device taints
+that kube-scheduler's allocator honours.
+
+kube-apiserver v1.36.2 serves DeviceTaintRules (DRADeviceTaintRules, resource.k8s.io/v1beta2 and
+v1alpha3: tests/control_plane.py); kube-scheduler v1.35.4 runs with DRADeviceTaints and
+DRADeviceTaintRules (kube-scheduler-1.36 panics on a DeviceTaintRule with that gate: ../shared/k8s).
+Six DRA nodes of 8 GPUs; on each, GPU 0 raised XID 79 (the agent quarantines it). Two gpu-extender
+replicas, every agent streaming to both: one leads (Lease) and writes one NoSchedule rule per
+quarantined device, the other writes nothing. 40 one-GPU claim pods: the allocator's first fit
+would give gpu-0 first; none gets it. `gpu-agent --clear-xid 0` on one node: its rule goes."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gpuextender.agent.fakes.kubelet import fake_gpu_uuid
+from tests.control_plane import wait_for
+from tests.extender.dra_objects import device_class, gpu_slice
+from tests.harness import Proc, metric
+from tests.kube.scene import H100, Scene
+from tests.kube.test_dra import DRA, claim_pod
+
+RULES = "/apis/resource.k8s.io/v1beta2/devicetaintrules"
+NODES, PODS = 6, 40
+GATES = ("--feature-gates=DRADeviceTaints=true,DRADeviceTaintRules=true",)
+
+
+def ours(world: Scene) -> dict[str, dict[str, Any]]:
+    items = world.kube.get(RULES + "?labelSelector=app.kubernetes.io/managed-by%3Dgpu-extender")["items"]
+    return {r["metadata"]["name"]: r for r in items}
+
+
+def mode(world: Scene, ext: Proc) -> str:
+    samples = world.scrape(ext)
+    found = [
+        m
+        for m in ("writing", "standby", "unsupported", "forbidden", "off")
+        if metric(samples, "gpu_extender_device_taints_mode", mode=m) == 1
+    ]
+    return found[0] if found else "?"
+
+
+@pytest.mark.slow
+def test_quarantined_gpus_are_never_allocated_and_come_back_once_cleared(
+    world: Scene, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kube, ns = world.kube, world.ns
+    class_name = f"{ns}-gpu"
+    kube.create(f"{DRA}/deviceclasses", device_class(class_name))
+    world.dra_objects.append(f"{DRA}/deviceclasses/{class_name}")
+    xid = [{"at_s": 0.2, "gpus": [0], "xid": 79}]
+    nodes = [world.node(f"d{i}", H100, 8, dra=True, events=xid) for i in range(NODES)]
+    for n in nodes:
+        published = gpu_slice(n, 8, uuid_of=lambda minor, node=n: fake_gpu_uuid(node, minor))
+        kube.create(f"{DRA}/resourceslices", published)
+        world.dra_objects.append(f"{DRA}/resourceslices/{published['metadata']['name']}")
+
+    flags = ("--device-taint-after", "1", "--stale-after", "120")
+    replicas = (world.extender(*flags), world.extender(*flags))
+    control = Path(tempfile.mkdtemp(prefix="gx-ctl-"))  # unix socket paths must stay short
+    try:
+        for i, n in enumerate(nodes):
+            world.agent(n, replicas, "--control-dir", str(control / str(i)))
+        wait_for(
+            f"{NODES} NoSchedule rules, one per quarantined GPU",
+            lambda: len(ours(world)) == NODES or None,
+            60,
+        )
+        rules = ours(world)
+        for n in nodes:
+            rule = rules[f"gpu-extender.{n}.gpu-0"]["spec"]
+            assert rule["deviceSelector"] == {"driver": "gpu.nvidia.com", "pool": n, "device": "gpu-0"}
+            assert (rule["taint"]["key"], rule["taint"]["value"], rule["taint"]["effect"]) == (
+                "gpu-extender.io/unhealthy",
+                "xid-79",
+                "NoSchedule",
+            )
+        # Exactly one writer: one replica leads, the other has written nothing.
+        modes = sorted(mode(world, ext) for ext in replicas)
+        assert modes == ["standby", "writing"], modes
+        standby = next(ext for ext in replicas if mode(world, ext) == "standby")
+        for op in ("create", "update", "delete"):
+            assert (metric(world.scrape(standby), "gpu_extender_device_taint_writes_total", op=op) or 0) == 0
+        versions = {name: r["metadata"]["resourceVersion"] for name, r in rules.items()}
+
+        world.scheduler(replicas[0], binary="kube-scheduler", extra_args=GATES)
+        for i in range(PODS):
+            claim_pod(world, f"p{i:02d}", f"c{i:02d}", class_name, 1)
+        wait_for(
+            f"{PODS} pods bound",
+            lambda: (
+                sum(1 for p in kube.get(f"/api/v1/namespaces/{ns}/pods")["items"] if p["spec"].get("nodeName")) == PODS
+                or None
+            ),
+            180,
+        )
+        given = []
+        for i in range(PODS):
+            claim = kube.get(f"{DRA}/namespaces/{ns}/resourceclaims/c{i:02d}")
+            given += [(r["pool"], r["device"]) for r in claim["status"]["allocation"]["devices"]["results"]]
+        assert len(given) == PODS and not [g for g in given if g[1] == "gpu-0"], given
+        # The rules did not move while the pods were placed: no replica undid the other's.
+        assert {name: r["metadata"]["resourceVersion"] for name, r in ours(world).items()} == versions
+
+        # The operator clears the XID on one node: its rule goes, the others stay.
+        started = time.monotonic()
+        cleared = subprocess.run(
+            [sys.executable, "-m", "gpuextender.agent", "--clear-xid", "0", "--control-dir", str(control / "0")],
+            capture_output=True,
+            text=True,
+            timeout=30,
+        )
+        assert cleared.returncode == 0, cleared.stdout + cleared.stderr
+        gone = f"gpu-extender.{nodes[0]}.gpu-0"
+        wait_for(f"{gone} deleted", lambda: gone not in ours(world) or None, 30)
+        took = time.monotonic() - started
+        assert len(ours(world)) == NODES - 1
+        with capsys.disabled():
+            print(
+                f"\ndevice taints: {PODS} claim pods, 0 on a quarantined GPU; rule gone {took:.2f} s after --clear-xid"
+            )
+    finally:
+        shutil.rmtree(control, ignore_errors=True)
