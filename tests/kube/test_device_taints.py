@@ -30,6 +30,7 @@ from tests.kube.test_dra import DRA, claim_pod
 
 RULES = "/apis/resource.k8s.io/v1beta2/devicetaintrules"
 NODES, PODS = 6, 40
+OPS = ("create", "update", "delete")
 GATES = ("--feature-gates=DRADeviceTaints=true,DRADeviceTaintRules=true",)
 
 
@@ -87,7 +88,7 @@ def test_quarantined_gpus_are_never_allocated_and_come_back_once_cleared(
         modes = sorted(mode(world, ext) for ext in replicas)
         assert modes == ["standby", "writing"], modes
         standby = next(ext for ext in replicas if mode(world, ext) == "standby")
-        for op in ("create", "update", "delete"):
+        for op in OPS:
             assert (metric(world.scrape(standby), "gpu_extender_device_taint_writes_total", op=op) or 0) == 0
         versions = {name: r["metadata"]["resourceVersion"] for name, r in rules.items()}
 
@@ -123,6 +124,17 @@ def test_quarantined_gpus_are_never_allocated_and_come_back_once_cleared(
         wait_for(f"{gone} deleted", lambda: gone not in ours(world) or None, 30)
         took = time.monotonic() - started
         assert len(ours(world)) == NODES - 1
+
+        # The leader goes away: the standby takes the Lease when it expires and adopts the rules
+        # as they are (no rule deleted and made again).
+        kept = {name: r["metadata"]["resourceVersion"] for name, r in ours(world).items()}
+        leader = next(ext for ext in replicas if ext is not standby)
+        leader.stop()
+        wait_for("the standby writing", lambda: mode(world, standby) == "writing" or None, 60)
+        time.sleep(2)  # a few of its passes: whatever it would change, it has changed by now
+        assert {name: r["metadata"]["resourceVersion"] for name, r in ours(world).items()} == kept
+        writes = world.scrape(standby)
+        assert sum(metric(writes, "gpu_extender_device_taint_writes_total", op=op) or 0 for op in OPS) == 0
         with capsys.disabled():
             print(
                 f"\ndevice taints: {PODS} claim pods, 0 on a quarantined GPU; rule gone {took:.2f} s after --clear-xid"

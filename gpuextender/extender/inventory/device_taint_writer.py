@@ -150,9 +150,12 @@ class DeviceTaintWriter:
 
     async def _reconcile(self, api: k8s.CustomObjectsApi, version: str) -> bool:
         """One pass; False when the owned rules must be listed again (a conflict)."""
-        wanted = self._debounce.settled(self._wanted(), self._clock())
+        asked = self._wanted()
+        wanted = self._debounce.settled(asked, self._clock())
         owned = self._owned
-        for name in [n for n in owned if n not in wanted]:
+        # A rule goes when its GPU no longer asks for it; one still asked for stays while the hold
+        # runs (a new leader's hold starts at zero: it adopts the rules it finds, never churns them).
+        for name in [n for n in owned if n not in asked]:
             await self._call(api.delete_cluster_custom_object(GROUP, version, PLURAL, name, _preload_content=False))
             del owned[name]
             self.status.writes["delete"] += 1
