@@ -34,6 +34,8 @@ from tests.harness import free_port
 ASSETS_ENV = "KUBEBUILDER_ASSETS"
 BINARIES = ("etcd", "kube-apiserver", "kube-scheduler")
 ADMIN_TOKEN = "gpu-extender-test-admin"  # the static token of `admin` (system:masters)
+# A user with no role at all until a test binds one (RBAC as shipped, checked for real).
+LIMITED_USER, LIMITED_TOKEN = "gpu-extender-limited", "gpu-extender-test-limited"
 GPU = "nvidia.com/gpu"
 
 
@@ -315,6 +317,12 @@ class ControlPlane:
     def kubeconfig(self) -> Path:
         return self.workdir / "admin.kubeconfig"
 
+    def kubeconfig_for(self, token: str, name: str) -> Path:
+        """A kubeconfig that authenticates with `token` (e.g. LIMITED_TOKEN)."""
+        path = self.workdir / f"{name}.kubeconfig"
+        path.write_text(kubeconfig_yaml(self.server, self.ca_file, token))
+        return path
+
     def client(self, token: str = ADMIN_TOKEN) -> Kube:
         return Kube(self.server, token, self.ca_file)
 
@@ -343,7 +351,9 @@ class ControlPlane:
                 serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
             )
         )
-        (self.workdir / "tokens.csv").write_text(f'{ADMIN_TOKEN},admin,admin-uid,"system:masters"\n')
+        (self.workdir / "tokens.csv").write_text(
+            f'{ADMIN_TOKEN},admin,admin-uid,"system:masters"\n{LIMITED_TOKEN},{LIMITED_USER},limited-uid\n'
+        )
 
         client_port, peer_port, self.port = free_port(), free_port(), free_port()
         etcd = start_process(

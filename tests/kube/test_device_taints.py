@@ -22,7 +22,8 @@ from typing import Any
 import pytest
 
 from gpuextender.agent.fakes.kubelet import fake_gpu_uuid
-from tests.control_plane import wait_for
+from tests.control_plane import LIMITED_TOKEN, LIMITED_USER, wait_for
+from tests.deploy import manifests as m
 from tests.extender.dra_objects import device_class, gpu_slice
 from tests.harness import Proc, metric
 from tests.kube.scene import H100, Scene
@@ -141,3 +142,67 @@ def test_quarantined_gpus_are_never_allocated_and_come_back_once_cleared(
             )
     finally:
         shutil.rmtree(control, ignore_errors=True)
+
+
+def test_without_the_rbac_component_the_writer_says_forbidden_and_writes_once_it_is_applied(world: Scene) -> None:
+    """RBAC as shipped, checked by the real API server: the extender runs as a user bound to the
+    base's ClusterRole only; its device-taint writer reports `forbidden` (one log line, the mode
+    metric) and keeps serving. Once deploy/components/device-taints is applied, it writes."""
+    kube, ns = world.kube, world.ns
+    user = {"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": LIMITED_USER}
+    role = m.one(m.kustomize(m.BASE), "ClusterRole", "gpu-extender")
+    grant(world, {**role, "metadata": {"name": f"{ns}-base"}})
+    grant(world, binding("ClusterRoleBinding", f"{ns}-base", "ClusterRole", f"{ns}-base", user))
+    class_name = f"{ns}-gpu"
+    kube.create(f"{DRA}/deviceclasses", device_class(class_name))
+    world.dra_objects.append(f"{DRA}/deviceclasses/{class_name}")
+    n = world.node("d", H100, 8, dra=True, events=[{"at_s": 0.2, "gpus": [0], "xid": 79}])
+    published = gpu_slice(n, 8, uuid_of=lambda minor: fake_gpu_uuid(n, minor))
+    kube.create(f"{DRA}/resourceslices", published)
+    world.dra_objects.append(f"{DRA}/resourceslices/{published['metadata']['name']}")
+
+    limited = world.plane.kubeconfig_for(LIMITED_TOKEN, f"{ns}-limited")
+    ext = world.extender("--kubeconfig", str(limited), "--device-taint-after", "1")
+    world.agent(n, ext)
+    wait_for("the writer forbidden", lambda: mode(world, ext) == "forbidden" or None, 30)
+    assert "not allowed to list devicetaintrules" in ext.log() and "deploy/components/device-taints" in ext.log()
+    assert ours(world) == {}
+
+    for obj in m.load_source(m.COMPONENTS / "device-taints"):  # renamed for this test, bound to the user
+        obj = {**obj, "metadata": {**obj["metadata"], "name": f"{ns}-{obj['metadata']['name']}"}}
+        if obj["kind"] in ("ClusterRoleBinding", "RoleBinding"):
+            obj["subjects"] = [user]
+            obj["roleRef"] = {**obj["roleRef"], "name": f"{ns}-{obj['roleRef']['name']}"}
+        grant(world, obj)
+    wait_for("the writer writing", lambda: mode(world, ext) == "writing" or None, 60)
+    wait_for("its rule", lambda: f"gpu-extender.{n}.gpu-0" in ours(world) or None, 30)
+
+
+def binding(kind: str, name: str, role_kind: str, role: str, subject: dict[str, str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": kind,
+        "metadata": {"name": name},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": role_kind, "name": role},
+        "subjects": [subject],
+    }
+
+
+def path_of(obj: dict[str, Any], name: str) -> str:
+    plural = {
+        "ClusterRole": "clusterroles",
+        "ClusterRoleBinding": "clusterrolebindings",
+        "Role": "roles",
+        "RoleBinding": "rolebindings",
+    }[obj["kind"]]
+    namespace = obj["metadata"].get("namespace")
+    where = f"namespaces/{namespace}/" if namespace else ""
+    return f"/apis/rbac.authorization.k8s.io/v1/{where}{plural}/{name}"
+
+
+def grant(world: Scene, obj: dict[str, Any]) -> None:
+    """Create an RBAC object (named for this test), deleted when the test ends."""
+    obj = {k: v for k, v in obj.items() if k != "status"}
+    path = path_of(obj, obj["metadata"]["name"])
+    world.kube.create(path.rsplit("/", 1)[0], obj)
+    world.dra_objects.append(path)

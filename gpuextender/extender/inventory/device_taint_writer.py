@@ -39,6 +39,7 @@ log = logging.getLogger("gpu_extender.device_taints")
 GROUP, PLURAL = "resource.k8s.io", "devicetaintrules"
 VERSIONS = ("v1", "v1beta2", "v1alpha3")  # newest first
 MANAGED_BY = ("app.kubernetes.io/managed-by", "gpu-extender")
+FORBIDDEN_RETRY_S = 10.0  # a refusal is checked again this often (an operator applying the RBAC)
 
 
 class DeviceTaintWriter:
@@ -75,6 +76,11 @@ class DeviceTaintWriter:
                 version = await self._discover(api_client)
                 if version is None:
                     await asyncio.sleep(self._rediscover_s)
+                    continue
+                refused = await self._refused(api_client, version)
+                if refused:
+                    self._set_mode("forbidden", f"{refused}: apply deploy/components/device-taints (its RBAC)")
+                    await asyncio.sleep(FORBIDDEN_RETRY_S)
                     continue
                 self._set_mode("standby", f"waiting for the Lease {self._namespace}/{LEASE_NAME}")
                 duration, deadline, retry = self._lease_s
@@ -127,6 +133,29 @@ class DeviceTaintWriter:
         )
         return None
 
+    async def _refused(self, api_client: k8s.ApiClient, version: str) -> str:
+        """Why this replica may not take part ("" when it may): it reads its rules and its Lease
+        first, as the election would only retry a refusal quietly forever."""
+        custom, coordination = k8s.CustomObjectsApi(api_client), k8s.CoordinationV1Api(api_client)
+        checks: tuple[tuple[str, Callable[[], Any]], ...] = (
+            (
+                f"list {PLURAL}",
+                lambda: custom.list_cluster_custom_object(GROUP, version, PLURAL, limit=1, _preload_content=False),
+            ),
+            (
+                f"get Lease {self._namespace}/{LEASE_NAME}",
+                lambda: coordination.read_namespaced_lease(LEASE_NAME, self._namespace, _preload_content=False),
+            ),
+        )
+        for what, request in checks:
+            try:
+                await self._call(request())
+            except _Forbidden:
+                return f"not allowed to {what}"
+            except (aiohttp.ClientError, TimeoutError, OSError, _HttpError) as exc:
+                return f"cannot {what}: {exc}"
+        return ""
+
     async def _lead(self, api_client: k8s.ApiClient, version: str) -> None:
         self._set_mode("writing", f"leader (Lease {self._namespace}/{LEASE_NAME}): writing {GROUP}/{version} {PLURAL}")
         api = k8s.CustomObjectsApi(api_client)
@@ -139,7 +168,7 @@ class DeviceTaintWriter:
                 listed = await self._reconcile(api, version)
             except _Forbidden as exc:
                 self._set_mode("forbidden", f"{exc}: apply deploy/components/device-taints (its RBAC)")
-                await asyncio.sleep(60.0)
+                await asyncio.sleep(FORBIDDEN_RETRY_S)
                 self._set_mode("writing", "retrying after a 403")
                 listed = False
                 continue
