@@ -39,7 +39,7 @@ log = logging.getLogger("gpu_extender.device_taints")
 GROUP, PLURAL = "resource.k8s.io", "devicetaintrules"
 VERSIONS = ("v1", "v1beta2", "v1alpha3")  # newest first
 MANAGED_BY = ("app.kubernetes.io/managed-by", "gpu-extender")
-FORBIDDEN_RETRY_S = 10.0  # a refusal is checked again this often (an operator applying the RBAC)
+RETRY_S = 10.0  # a refusal (an operator applying the RBAC) or an unreachable API is tried again this often
 
 
 class DeviceTaintWriter:
@@ -74,13 +74,13 @@ class DeviceTaintWriter:
         try:
             while True:
                 version = await self._discover(api_client)
-                if version is None:
-                    await asyncio.sleep(self._rediscover_s)
+                if version is None:  # not served: look again now and then; unreachable: soon
+                    await asyncio.sleep(self._rediscover_s if self.status.mode == "unsupported" else RETRY_S)
                     continue
                 refused = await self._refused(api_client, version)
                 if refused:
                     self._set_mode("forbidden", f"{refused}: apply deploy/components/device-taints (its RBAC)")
-                    await asyncio.sleep(FORBIDDEN_RETRY_S)
+                    await asyncio.sleep(RETRY_S)
                     continue
                 self._set_mode("standby", f"waiting for the Lease {self._namespace}/{LEASE_NAME}")
                 duration, deadline, retry = self._lease_s
@@ -118,11 +118,15 @@ class DeviceTaintWriter:
                 finally:
                     resp.release()
             except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-                self._set_mode("unsupported", f"API discovery failed ({type(exc).__name__}: {exc}); retrying")
+                self._set_mode("standby", f"API discovery failed ({type(exc).__name__}: {exc}); retrying")
                 return None
             if resp.status != 200:
                 continue
-            resources = orjson.loads(body).get("resources") or []
+            try:
+                listed = orjson.loads(body)
+            except orjson.JSONDecodeError:
+                listed = None
+            resources = (listed.get("resources") if isinstance(listed, dict) else None) or []
             if any(isinstance(r, dict) and r.get("name") == PLURAL for r in resources):
                 return version
         self._set_mode(
@@ -168,7 +172,7 @@ class DeviceTaintWriter:
                 listed = await self._reconcile(api, version)
             except _Forbidden as exc:
                 self._set_mode("forbidden", f"{exc}: apply deploy/components/device-taints (its RBAC)")
-                await asyncio.sleep(FORBIDDEN_RETRY_S)
+                await asyncio.sleep(RETRY_S)
                 self._set_mode("writing", "retrying after a 403")
                 listed = False
                 continue
