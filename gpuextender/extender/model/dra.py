@@ -48,6 +48,27 @@ class DeviceTaint:
 
 
 @dataclass(frozen=True, slots=True)
+class Toleration:
+    """A claim request's toleration of device taints (resource.k8s.io DeviceToleration)."""
+
+    key: str = ""  # "" with Exists: every key
+    operator: str = "Equal"  # Equal | Exists
+    value: str = ""
+    effect: str = ""  # "" : every effect
+
+    def tolerates(self, key: str, value: str, effect: str) -> bool:
+        if self.effect and self.effect != effect:
+            return False
+        if self.operator == "Exists":
+            return not self.key or self.key == key
+        return self.key == key and self.value == value
+
+
+def tolerated(tolerations: tuple[Toleration, ...], taint: DeviceTaint) -> bool:
+    return any(t.tolerates(taint.key, taint.value, taint.effect) for t in tolerations)
+
+
+@dataclass(frozen=True, slots=True)
 class DraDevice:
     name: str
     kind: str  # "gpu" (a whole GPU), "mig" or "other"
@@ -60,6 +81,10 @@ class DraDevice:
     def allocatable(self) -> bool:
         """False when a taint keeps the allocator from choosing it (for claims that do not tolerate it)."""
         return all(t.effect == MARK_ONLY_EFFECT for t in self.taints)
+
+    def allocatable_with(self, tolerations: tuple[Toleration, ...]) -> bool:
+        """allocatable, for a claim with these tolerations."""
+        return all(t.effect == MARK_ONLY_EFFECT or tolerated(tolerations, t) for t in self.taints)
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +116,8 @@ class ClaimRequest:
 
     name: str
     choices: tuple[tuple[str, int], ...]
+    # Taints any of its choices tolerates (the allocator may take the tolerating choice).
+    tolerations: tuple[Toleration, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -261,11 +288,41 @@ def _claim_requests(r: Fields, raw: Any) -> tuple[ClaimRequest, ...]:
         if len(subrequests) > MAX_CLAIM_REQUESTS:
             r.fail(f"{path}.firstAvailable", f"{len(subrequests)} choices; at most {MAX_CLAIM_REQUESTS}")
         if exactly is not None:
-            choices = [_choice(r, exactly, f"{path}.exactly")]
+            raw_choices = [(exactly, f"{path}.exactly")]
         else:
-            choices = [_choice(r, sub, f"{path}.firstAvailable[{j}]") for j, sub in enumerate(subrequests)]
-        requests.append(ClaimRequest(r.text(request.get("name"), f"{path}.name"), tuple(choices)))
+            raw_choices = [(sub, f"{path}.firstAvailable[{j}]") for j, sub in enumerate(subrequests)]
+        choices = [_choice(r, raw, where) for raw, where in raw_choices]
+        tolerations = [t for raw, where in raw_choices for t in _tolerations(r, raw, where)]
+        requests.append(
+            ClaimRequest(r.text(request.get("name"), f"{path}.name"), tuple(choices), tuple(dict.fromkeys(tolerations)))
+        )
     return tuple(requests)
+
+
+MAX_TOLERATIONS = 16  # the API server's own limit per request
+
+
+def _tolerations(r: Fields, raw: Any, path: str) -> list[Toleration]:
+    m = r.mapping(raw, path, required=True) or {}
+    items = r.items(m.get("tolerations"), f"{path}.tolerations")
+    if len(items) > MAX_TOLERATIONS:
+        r.fail(f"{path}.tolerations", f"{len(items)} tolerations; at most {MAX_TOLERATIONS}")
+    found = []
+    for i, item in enumerate(items):
+        at = f"{path}.tolerations[{i}]"
+        t = r.mapping(item, at, required=True) or {}
+        operator = r.text(t.get("operator"), f"{at}.operator") or "Equal"
+        if operator not in ("Equal", "Exists"):
+            r.fail(f"{at}.operator", f"{shown(operator)} is neither Equal nor Exists")
+        found.append(
+            Toleration(
+                r.text(t.get("key"), f"{at}.key"),
+                operator,
+                r.text(t.get("value"), f"{at}.value"),
+                r.text(t.get("effect"), f"{at}.effect"),
+            )
+        )
+    return found
 
 
 def _choice(r: Fields, raw: Any, path: str) -> tuple[str, int]:

@@ -17,6 +17,7 @@ from gpuextender.extender.scheduler.wire import ExtenderArgs
 from gpuextender.extender.settings import ApiSettings
 from gpuextender.extender.state.bound_pods import AllocatableLessBound
 from gpuextender.extender.state.claim_ledger import ClaimLedger
+from gpuextender.extender.state.device_taints import TolerantView
 from gpuextender.extender.state.dra_inventory import DraAllocatable, DraFree
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.gpu_summary import NodeSummary
@@ -77,15 +78,24 @@ class Decisions:
         settings = self._settings
         pod = read_pod(args.pod, settings.gpu_resources, settings.node_strategy, settings.random_seed)
         view = self._inventory()
-        if self.claims is not None and view.dra.classes and (keys := pod_claims(args.pod)):
+        claims = self.claims
+        keys = pod_claims(args.pod) if claims is not None and view.dra.classes else ()
+        if keys and claims is not None:
             # GPUs through the pod's ResourceClaims (DRA), on top of its extended-resource request.
-            wanted = self.claims.gpus_wanted(keys, view.dra.classes.keys())
+            wanted = claims.gpus_wanted(keys, view.dra.classes.keys())
             if wanted:
                 pod = replace(pod, gpus_needed=pod.gpus_needed + wanted)
         allocatable = args.allocatable(settings.gpu_resources, view.allocatable_gpus)
         summary: Callable[[str], NodeSummary | None] = self._state.summary
         if view.dra.gpu_devices:  # nodes whose GPUs come through DRA: their unclaimed, untainted devices
-            free, summary = self._dra_free.refresh(view.dra, view.version, self.claims, self._state.offered_summaries)
+            free: Callable[[str], int | None]
+            free, summary = self._dra_free.refresh(view.dra, view.version, claims, self._state.offered_summaries)
+            tolerations = claims.tolerations(keys, view.dra.classes.keys()) if keys and claims is not None else ()
+            if tolerations and claims is not None:  # a claim that tolerates device taints: its own view
+                own = TolerantView(
+                    view.dra, claims.allocated_on, tolerations, (free, summary), self._state.offered_summaries.get
+                )
+                free, summary = own.free, own.summary
             allocatable = DraAllocatable(allocatable, view.dra, free)
         ledger = self.ledger
         if ledger is not None and len(ledger):  # nodes without usable agent data: less their bound pods

@@ -20,7 +20,7 @@ from collections import deque
 from collections.abc import Iterable
 from collections.abc import Set as AbstractSet
 
-from gpuextender.extender.model.dra import ALL_DEVICES, Claim, DeviceRef, parse_resource_claim
+from gpuextender.extender.model.dra import ALL_DEVICES, Claim, DeviceRef, Toleration, parse_resource_claim
 from gpuextender.extender.model.kube_objects import KubeObject
 from gpuextender.extender.model.untrusted import InvalidInput, object_at
 
@@ -100,6 +100,19 @@ class ClaimLedger:
                     continue
                 total += min(1 if count == ALL_DEVICES else count for count in counts)
         return total
+
+    def tolerations(self, claim_keys: Iterable[str], gpu_classes: AbstractSet[str]) -> tuple[Toleration, ...]:
+        """The device taints a pod's claims still being allocated tolerate, in their GPU requests
+        (an operator's diagnostics claim on a quarantined GPU); () for nearly every pod."""
+        found: list[Toleration] = []
+        for key in claim_keys:
+            c = self._claims.get(key)
+            if c is None or c.allocated:
+                continue
+            for request in c.requests:
+                if request.tolerations and any(cls in gpu_classes for cls, _ in request.choices):
+                    found.extend(request.tolerations)
+        return tuple(dict.fromkeys(found))
 
     def _read(self, obj: KubeObject) -> Claim | None:
         try:

@@ -19,9 +19,11 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
-from gpuextender.extender.state.dra_inventory import DraInventory
+from gpuextender.extender.model.dra import DeviceRef, Toleration
+from gpuextender.extender.state.dra_inventory import DraInventory, DraNode, FreeCounter, capped, dra_node
 from gpuextender.extender.state.gpu_summary import NodeSummary
 
 UNHEALTHY_KEY = "gpu-extender.io/unhealthy"
@@ -111,3 +113,52 @@ class Debounce:
             if now - first >= self.hold_s:
                 ready[name] = rule
         return ready
+
+
+class TolerantView:
+    """One decision's view of DRA nodes for a pod whose claims tolerate device taints (issue 25: an
+    operator's diagnostics on a quarantined GPU is not blocked by the extender either): on a node
+    with tainted devices or GPUs its agent reports unhealthy, a device whose every taint the pod
+    tolerates is free to it, and an unhealthy GPU whose rule here (UNHEALTHY_KEY=<why>:NoSchedule)
+    it tolerates is available to it. Every other node reads the shared cache. Such pods are rare and
+    such nodes few: computed per decision, per node asked."""
+
+    def __init__(
+        self,
+        dra: DraInventory,
+        held: Callable[[str], AbstractSet[DeviceRef]],
+        tolerations: tuple[Toleration, ...],
+        shared: tuple[FreeCounter, Callable[[str], NodeSummary | None]],
+        offered: Callable[[str], NodeSummary | None],
+    ) -> None:
+        self._dra, self._held, self._tolerations = dra, held, tolerations
+        self._free, self._summary = shared
+        self._offered = offered
+        self._nodes: dict[str, tuple[DraNode, NodeSummary | None] | None] = {}
+
+    def _own(self, node: str) -> tuple[DraNode, NodeSummary | None] | None:
+        """This pod's view of `node`, or None where it is the shared one."""
+        if node in self._nodes:
+            return self._nodes[node]
+        devices = self._dra.gpu_devices.get(node)
+        summary = self._offered(node)
+        positions = summary.positions if summary is not None else None
+        found: tuple[DraNode, NodeSummary | None] | None = None
+        if devices and (any(d.taints for _, d in devices) or (positions is not None and positions.problems)):
+            tolerations = self._tolerations
+            mine = dra_node(devices, self._held(node), tolerations)
+            extra = 0
+            for at, unhealthy, why in positions.problems if positions is not None else ():
+                if unhealthy and any(t.tolerates(UNHEALTHY_KEY, why, NO_SCHEDULE) for t in tolerations):
+                    extra |= 1 << at
+            found = (mine, capped(summary, mine, extra) if summary is not None else None)
+        self._nodes[node] = found
+        return found
+
+    def free(self, node: str) -> int | None:
+        own = self._own(node)
+        return self._free(node) if own is None else own[0].free
+
+    def summary(self, node: str) -> NodeSummary | None:
+        own = self._own(node)
+        return self._summary(node) if own is None else own[1]

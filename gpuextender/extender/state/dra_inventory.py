@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 
-from gpuextender.extender.model.dra import DeviceClassInfo, DeviceRef, DraDevice, ResourceSliceInfo
+from gpuextender.extender.model.dra import DeviceClassInfo, DeviceRef, DraDevice, ResourceSliceInfo, Toleration
 from gpuextender.extender.model.pod_gpus import whole_gpu_resources
 from gpuextender.extender.state.claim_ledger import ClaimLedger
 from gpuextender.extender.state.gpu_summary import GpuPositions, NodeSummary, quality_table
@@ -128,7 +128,8 @@ class DraNode:
         )
 
 
-def dra_node(devices: NodeDevices, held: AbstractSet[DeviceRef]) -> DraNode:
+def dra_node(devices: NodeDevices, held: AbstractSet[DeviceRef], tolerations: tuple[Toleration, ...] = ()) -> DraNode:
+    """A node's DraNode; with `tolerations`, for a claim that tolerates those taints."""
     free_uuids: set[str] = set()
     free_names: set[str] = set()
     uuids: set[str] = set()
@@ -136,9 +137,10 @@ def dra_node(devices: NodeDevices, held: AbstractSet[DeviceRef]) -> DraNode:
     count = 0
     marked: set[str] = set()
     for ref, device in devices:
-        free = device.allocatable and ref not in held
+        usable = device.allocatable_with(tolerations) if tolerations else device.allocatable
+        free = usable and ref not in held
         count += free
-        if free and device.taints:  # allocatable with taints: every one is effect None
+        if free and device.taints:  # usable, with taints: effect None (or tolerated): ranked lower
             marked.add(device.uuid or device.name)
         if device.uuid:
             uuids.add(device.uuid)
@@ -279,7 +281,7 @@ class DraAllocatable(Mapping[str, int]):
         return len(self._base) + sum(1 for n in self._dra.gpu_devices if n not in self._base)
 
 
-def capped(summary: NodeSummary, dra: DraNode) -> NodeSummary:
+def capped(summary: NodeSummary, dra: DraNode, extra: int = 0) -> NodeSummary:
     """An agent's summary of a DRA node with what a pod can be given there: GPUs the agent reads
     available (healthy, idle, held by no container) whose DRA device no claim holds and no taint
     blocks. The allocator hands out only such devices, and a claimed GPU whose pod has not started
@@ -289,19 +291,20 @@ def capped(summary: NodeSummary, dra: DraNode) -> NodeSummary:
     where the driver publishes no uuid); their topology then ranks the joined GPUs only. When no
     GPU joins (an agent before 0.4 on a driver without uuids), the smaller of the agent's available
     GPUs and the free devices: exact when the claimed GPUs are the idle ones or the busy ones, an
-    upper bound otherwise."""
+    upper bound otherwise. `extra`: GPUs (report positions) a pod may have though the agent does not
+    offer them (a claim that tolerates the taint on a quarantined GPU: device_taints.TolerantView)."""
     positions = summary.positions
     if positions is not None:
         joined = dra.free_mask(positions)
         if joined is not None:
-            mask = positions.available & joined
+            mask = (positions.available | extra) & joined
             idle = max(0, mask.bit_count() - summary.bound_pod_units)
             degraded = min(((positions.degraded | dra.marked_mask(positions)) & mask).bit_count(), idle)
             tiers = tiers_for_mask(positions.topology_key, len(positions.uuids), mask)
             return replace(
                 summary,
                 idle_gpus=idle,
-                free_gpus=None if summary.free_gpus is None else (positions.unheld & joined).bit_count(),
+                free_gpus=None if summary.free_gpus is None else ((positions.unheld | extra) & joined).bit_count(),
                 degraded_idle_gpus=degraded,
                 set_tiers=tiers,
                 quality=quality_table(idle, degraded, tiers),

@@ -11,7 +11,11 @@ from gpuextender.extender.model.dra import (
     ALL_DEVICES,
     MAX_DEVICE_TAINTS,
     MAX_SLICE_DEVICES,
+    MAX_TOLERATIONS,
     ClaimRequest,
+    DeviceTaint,
+    DraDevice,
+    Toleration,
     device_kind,
     parse_device_class,
     parse_resource_claim,
@@ -248,3 +252,39 @@ def test_at_most_16_taints_per_device(count: int) -> None:
     else:
         with pytest.raises(InvalidInput, match="at most 16 per device"):
             parse_resource_slice(obj)
+
+
+def test_a_requests_tolerations_are_read_and_bounded() -> None:
+    obj = allocated_claim("diag", "n1", [])
+    del obj["status"]
+    exactly = obj["spec"]["devices"]["requests"][0]["exactly"]
+    exactly["tolerations"] = [{"key": "k", "operator": "Exists"}] * MAX_TOLERATIONS
+    claim = parse_resource_claim(obj)
+    assert claim is not None and claim.requests[0].tolerations == (Toleration("k", "Exists"),)  # once each
+    exactly["tolerations"] = [{"key": "k", "operator": "Exists"}] * (MAX_TOLERATIONS + 1)
+    with pytest.raises(InvalidInput, match=r"tolerations.*at most 16"):
+        parse_resource_claim(obj)
+    exactly["tolerations"] = [{"key": "k", "operator": "Near"}]
+    with pytest.raises(InvalidInput, match="neither Equal nor Exists"):
+        parse_resource_claim(obj)
+
+
+@pytest.mark.parametrize(
+    ("toleration", "taint", "tolerates"),
+    [
+        (Toleration("a", "Equal", "1"), ("a", "1", "NoSchedule"), True),
+        (Toleration("a", "Equal", "1"), ("a", "2", "NoSchedule"), False),
+        (Toleration("a", "Equal", ""), ("a", "", "NoSchedule"), True),
+        (Toleration("a", "Exists"), ("a", "anything", "NoExecute"), True),
+        (Toleration("a", "Exists"), ("b", "1", "NoSchedule"), False),
+        (Toleration("", "Exists"), ("b", "1", "NoSchedule"), True),  # no key with Exists: every taint
+        (Toleration("a", "Exists", effect="NoSchedule"), ("a", "1", "NoExecute"), False),
+        (Toleration("a", "Exists", effect="NoExecute"), ("a", "1", "NoExecute"), True),
+    ],
+)
+def test_tolerations_match_taints_as_kubernetes_does(
+    toleration: Toleration, taint: tuple[str, str, str], tolerates: bool
+) -> None:
+    assert toleration.tolerates(*taint) is tolerates
+    device = DraDevice("gpu-0", "gpu", "", "", None, (DeviceTaint(*taint),))
+    assert not device.allocatable and device.allocatable_with((toleration,)) is tolerates

@@ -24,6 +24,7 @@ from gpuextender.extender.state.inventory_store import InventoryStore
 from gpuextender.extender.state.inventory_view import ViewBuilder
 from gpuextender.extender.state.pod_ledger import POD_KIND, PodLedger
 from gpuextender.extender.ui import explain_cli
+from gpuextender.v1 import gpu_state_pb2 as pb
 from tests.extender.builders import gpu, report
 from tests.extender.dra_objects import allocated_claim, device_class, gpu_slice
 
@@ -311,3 +312,44 @@ def test_a_filter_waits_for_a_claim_the_watch_has_not_delivered_yet(caplog: pyte
     caplog.clear()
     asyncio.run(api.settle(claim_pod_args("never")))
     assert not caplog.records
+
+
+def diagnostics_claim(name: str, tolerations: list[dict[str, str]]) -> dict[str, Any]:
+    """An unallocated one-GPU claim whose request tolerates `tolerations`."""
+    claim = allocated_claim(name, "gpu-dra-1", [])
+    del claim["status"]
+    claim["spec"]["devices"]["requests"][0]["exactly"]["tolerations"] = tolerations
+    return claim
+
+
+@pytest.mark.parametrize(
+    ("tolerations", "passes"),
+    [
+        ([], False),
+        ([{"key": "gpu-extender.io/unhealthy", "operator": "Exists"}], True),  # the agent's quarantined gpu-6
+        ([{"key": "gpu-extender.io/unhealthy", "value": "xid-79", "effect": "NoSchedule"}], True),
+        ([{"key": "gpu-extender.io/unhealthy", "value": "xid-13"}], False),  # another reason: not this GPU
+        ([{"key": "gpu-extender.io/unhealthy", "operator": "Exists", "effect": "NoExecute"}], False),
+        ([{"key": "gpu.nvidia.com/xid", "operator": "Exists", "effect": "NoSchedule"}], True),  # the slice's gpu-7
+        ([{"operator": "Exists"}], True),  # every taint
+    ],
+)
+def test_a_claim_that_tolerates_the_taint_is_not_blocked_by_the_extender_either(
+    tolerations: list[dict[str, str]], passes: bool
+) -> None:
+    """gpu-dra-1: gpu-0..5 claimed; gpu-6 quarantined by its agent (XID 79: the extender's rule
+    gpu-extender.io/unhealthy=xid-79:NoSchedule); gpu-7 tainted gpu.nvidia.com/xid=79:NoSchedule in
+    its slice (the agent reads it healthy). A one-GPU claim pod that tolerates neither has no GPU
+    there; one that tolerates either taint (an operator's diagnostics) does (issue 25)."""
+    api, claims, _ = fleet(agent_age_s=None, claimed=6, joined=True)
+    quarantined = gpu(6, 0, 1, healthy=False)
+    quarantined.health = pb.HEALTH_UNHEALTHY
+    quarantined.health_reasons.append("XidCritical")
+    quarantined.xids.add(xid=79)
+    api.state.ingest(report("gpu-dra-1", [*(gpu(i, 0, 1) for i in range(6)), quarantined, gpu(7, 0, 1)]), NOW)
+    claims.upsert(RESOURCE_CLAIM_KIND, diagnostics_claim("diag", tolerations))
+    answer = api.filter(claim_pod_args("diag"))
+    assert answer["NodeNames"] == (["gpu-dra-1"] if passes else []), answer
+    # Every other pod still sees the node as the shared view has it: nothing to give.
+    claims.upsert(RESOURCE_CLAIM_KIND, diagnostics_claim("plain", []))
+    assert api.filter(claim_pod_args("plain"))["NodeNames"] == []
