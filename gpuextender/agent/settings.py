@@ -22,6 +22,10 @@ from gpuextender.common.netaddr import AddressError, HostPort, parse_host_port
 from gpuextender.common.tls_files import CredentialFileError, check_ca, check_pair, check_readable
 
 ENV_PREFIX = "GPU_AGENT_"
+# Where the running agent answers --clear-xid; the shipped DaemonSet's too (an emptyDir at
+# /tmp/gpu-agent, this directory made 0700 inside it), so `kubectl exec POD -- gpu-agent --clear-xid N`
+# needs no flag.
+DEFAULT_CONTROL_DIR = Path("/tmp/gpu-agent/control")
 _NODE_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 
@@ -46,7 +50,7 @@ class AgentConfig:
     # -- 0.2 health
     ignored_xids: frozenset[int] = DEFAULT_IGNORED_XIDS
     health_events: bool = True  # run the NVML event thread (XIDs, DBE, ...)
-    control_dir: Path = Path("/tmp/gpu-agent")  # where --clear-xid requests are answered
+    control_dir: Path = DEFAULT_CONTROL_DIR  # where --clear-xid requests are answered
     clear_xids: tuple[str, ...] = ()  # one-shot mode: ask the running agent to clear these GPUs, exit
     # -- 0.2 allocation and metrics
     pod_resources_socket: Path | None = Path(DEFAULT_POD_RESOURCES)  # None: do not ask the kubelet
@@ -201,10 +205,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--control-dir",
         type=Path,
-        default=Path("/tmp/gpu-agent"),
+        default=DEFAULT_CONTROL_DIR,
         metavar="PATH",
         help="private directory (created 0700) where the running agent answers --clear-xid requests; "
-        "both sides must use the same one",
+        "both sides must use the same one (the shipped DaemonSet uses this default, so "
+        "`kubectl exec POD -- gpu-agent --clear-xid N` needs no flag)",
     )
     p.add_argument(
         "--pod-resources-socket",

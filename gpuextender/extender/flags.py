@@ -120,8 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--stale-policy",
         choices=("fail-open", "fail-closed"),
         default="fail-open",
-        help="fail-open: treat stale like no data (all allocatable GPUs idle); "
-        "fail-closed: reject the node (StaleGPUData)",
+        help="fail-open: judge a stale node on assumed data, as one without data: its allocatable GPUs "
+        "(less those last seen unhealthy and its bound pods) counted as just enough, never as all idle, "
+        "and passed only when no node with fresh data fits; fail-closed: reject the node (StaleGPUData)",
     )
     p.add_argument(
         "--no-fit-policy",

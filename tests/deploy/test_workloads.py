@@ -10,6 +10,7 @@ from pathlib import PurePosixPath
 
 import pytest
 
+from gpuextender.agent import settings as agent_settings
 from gpuextender.agent.settings import build_parser as agent_parser
 from gpuextender.extender.flags import build_parser as extender_parser
 from tests.deploy import manifests as m
@@ -304,3 +305,18 @@ def test_scheduler_deployment_runs_the_pinned_upstream_image(
     for kind in ("livenessProbe", "readinessProbe"):
         assert c[kind]["httpGet"]["scheme"] == "HTTPS" and _probe_port(c, c[kind]) == 10259
     assert scheduler_config["leaderElection"]["leaderElect"] is True
+
+
+def test_the_documented_clear_xid_finds_the_running_agent(base_objects: list[m.KubeObject]) -> None:
+    """deploy/README and --help say `kubectl exec POD -- gpu-agent --clear-xid 5`: the exec'd command
+    (the container's environment, no other flag) must look where the DaemonSet's agent answers. It
+    looked in /tmp/gpu-agent while the agent answered in /tmp/gpu-agent/control: "no running agent
+    answered within 10s" (issue 26)."""
+    _, c = the_container(base_objects, "DaemonSet", "gpu-agent")
+    # `kubectl exec` runs with the container's environment: a GPU_AGENT_CONTROL_DIR there would
+    # reach both sides alike; the DaemonSet sets none, so the flag and the default must agree.
+    assert not [e for e in c.get("env", []) if e["name"] == f"{agent_settings.ENV_PREFIX}CONTROL_DIR"]
+    parser = agent_settings.build_parser()
+    running = parser.parse_args(c["args"]).control_dir
+    exec_in_pod = parser.parse_args(["--clear-xid", "5"]).control_dir
+    assert exec_in_pod == running == agent_settings.DEFAULT_CONTROL_DIR

@@ -417,6 +417,34 @@ def test_extender_with_a_port_taken_exits_cleanly_with_the_cause(taken_port: str
     assert "Traceback" not in result.stderr and "Unclosed" not in result.stderr, result.stderr
 
 
+def test_a_second_extender_on_the_same_grpc_address_is_refused(tmp_path: Path) -> None:
+    """grpc sets SO_REUSEPORT unless told not to: a second extender on a running one's gRPC port
+    used to start silently and take a share of the agents' streams (issue 26). Now it cannot
+    listen, says so in one line, and exits 2; the first keeps serving."""
+    with cluster(tmp_path) as c:
+        first = c.extender()
+        grpc_port = first.ports["grpc"]
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "gpuextender.extender",
+                "--http-addr",
+                f"127.0.0.1:{free_port()}",
+                "--grpc-addr",
+                f"127.0.0.1:{grpc_port}",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=30,
+            cwd=ROOT,
+        )
+        assert result.returncode == 2, result.stderr
+        assert "gpu-extender: cannot listen" in result.stderr and str(grpc_port) in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
+        assert first.alive()
+
+
 def test_demo_runs_and_shows_decisions() -> None:
     result = subprocess.run(
         [sys.executable, str(ROOT / "examples" / "demo.py")], capture_output=True, text=True, timeout=120, cwd=ROOT

@@ -74,3 +74,11 @@ def test_help_explains_the_request_bounds() -> None:
         "408",
     ):
         assert phrase in text, phrase
+
+
+def test_the_stale_policy_help_says_what_the_decision_does() -> None:
+    """One truth about stale nodes (issue 26): --help said stale counts as "all allocatable GPUs
+    idle" while the decision (decide/README.md) counts them as just enough, never all idle."""
+    text = " ".join(build_parser().format_help().split())
+    assert "all allocatable GPUs idle" not in text
+    assert "never as all idle" in text

@@ -31,6 +31,9 @@ def grpc_options(config: ExtenderConfig, authenticating: bool) -> list[tuple[str
         # until a client that writes without waiting for acks had ~270 MB buffered here while
         # the ingest paced it (ingest_limits.ReportPacer). Agents send ~2 KB a second.
         ("grpc.http2.bdp_probe", 0),
+        # grpc sets SO_REUSEPORT by default: a second extender on the same --grpc-addr would start
+        # without a word and take a share of the agents' streams. Off: it fails to bind, and says so.
+        ("grpc.so_reuseport", 0),
     ]
     if authenticating:  # re-authenticate every agent now and then (ingest.py)
         age_s = config.agent_auth.reauth_after_s

@@ -204,7 +204,9 @@ def test_health_flags_defaults() -> None:
     config = build_config([], {"NODE_NAME": "n1"})
     assert config.ignored_xids == DEFAULT_IGNORED_XIDS
     assert config.health_events is True and config.clear_xids == ()
-    assert str(config.control_dir) == "/tmp/gpu-agent"
+    assert (
+        str(config.control_dir) == "/tmp/gpu-agent/control"
+    )  # the shipped DaemonSet's (tests/deploy/test_workloads.py)
 
 
 def test_health_flags() -> None:
