@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 import tomllib
@@ -32,6 +33,19 @@ def test_python_dash_m_runs_both_programs() -> None:
         assert result.stdout.strip() == f"{program} {version('kube-gpu-extender')}"
 
 
+def test_explain_has_a_version_too() -> None:
+    """Every entry point answers --version (issue 26: `gpu-extender explain --version` was an error)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "gpuextender.extender", "explain", "--version"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == f"gpu-extender explain {version('kube-gpu-extender')}"
+
+
 def test_console_scripts_point_at_real_functions() -> None:
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     assert set(scripts) == {"gpu-agent", "gpu-extender"}
@@ -47,3 +61,20 @@ def test_the_license_is_an_spdx_expression() -> None:
     assert pyproject["project"]["license"] == "Apache-2.0"
     assert "setuptools>=77" in pyproject["build-system"]["requires"]
     assert not any(c.startswith("License ::") for c in pyproject["project"].get("classifiers", []))
+
+
+def test_the_license_file_is_apache_2_and_shipped() -> None:
+    """pyproject says Apache-2.0 (issue 26: there was no LICENSE file); the wheel carries it."""
+    text = (ROOT / "LICENSE").read_text()
+    assert "Apache License" in text and "Version 2.0, January 2004" in text and "END OF TERMS AND CONDITIONS" in text
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert (project["license"], project["license-files"]) == ("Apache-2.0", ["LICENSE"])
+
+
+def test_the_changelog_names_every_contract_version_the_docs_speak_of() -> None:
+    """The proto and the docs say "added in 0.N"; CHANGELOG.md says what each 0.N added."""
+    proto = (ROOT / "gpuextender" / "v1" / "gpu_state.proto").read_text()
+    versions = set(re.findall(r"(?:Added in|older than) (0\.\d+)", proto))
+    assert {"0.2", "0.3", "0.4"} <= versions
+    changelog = (ROOT / "CHANGELOG.md").read_text()
+    assert [v for v in sorted(versions) if f"**{v}:**" not in changelog] == []

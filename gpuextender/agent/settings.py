@@ -9,13 +9,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpuextender import __version__
 from gpuextender.agent.rules.health import DEFAULT_IGNORED_XIDS, parse_xid_list
 from gpuextender.agent.rules.idle_tracker import DEFAULT_THRESHOLD_PERCENT, DEFAULT_WINDOW_S
 from gpuextender.agent.sources.gfd_labels import DEFAULT_PATH as DEFAULT_GFD_LABELS
 from gpuextender.agent.sources.pod_resources import DEFAULT_SOCKET as DEFAULT_POD_RESOURCES
 from gpuextender.agent.stream.dial import DialSettings
-from gpuextender.common.cli import HelpFormatter
+from gpuextender.common.cli import HelpFormatter, add_version
 from gpuextender.common.layered_config import SettingsError, epilog, parse_layered
 from gpuextender.common.logs import FORMATS, LEVELS
 from gpuextender.common.netaddr import AddressError, HostPort, parse_host_port
@@ -76,9 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=epilog(ENV_PREFIX, "--interval", "2") + " Besides, --node-name falls back to $NODE_NAME (the "
         "downward API's spec.nodeName) and --extender to $GPU_AGENT_EXTENDERS (the older name of $GPU_AGENT_EXTENDER).",
     )
-    p.add_argument(
-        "--version", action="version", version=f"%(prog)s {__version__}", help="print the installed version and exit"
-    )
+    add_version(p)
     p.add_argument(
         "--config",
         type=Path,

@@ -4,6 +4,15 @@ from __future__ import annotations
 
 import argparse
 
+from gpuextender import __version__
+
+
+def add_version(parser: argparse.ArgumentParser) -> None:
+    """--version on every entry point: "<prog> <installed version>", exit 0."""
+    parser.add_argument(
+        "--version", action="version", version=f"%(prog)s {__version__}", help="print the installed version and exit"
+    )
+
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
     """Shows `(default: X)` only where there is a meaningful default to show."""

@@ -10,8 +10,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from gpuextender import __version__
-from gpuextender.common.cli import HelpFormatter
+from gpuextender.common.cli import HelpFormatter, add_version
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.common.layered_config import SettingsError, epilog, parse_layered
 from gpuextender.common.logs import FORMATS, LEVELS
@@ -53,9 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=HelpFormatter,
         epilog=epilog(ENV_PREFIX, "--stale-after", "20"),
     )
-    p.add_argument(
-        "--version", action="version", version=f"%(prog)s {__version__}", help="print the installed version and exit"
-    )
+    add_version(p)
     p.add_argument(
         "--config",
         type=Path,

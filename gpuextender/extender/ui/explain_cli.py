@@ -21,7 +21,7 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
-from gpuextender.common.cli import HelpFormatter
+from gpuextender.common.cli import HelpFormatter, add_version
 from gpuextender.extender.ui.explain_lookup import (
     ClusterCandidates,
     SourceError,
@@ -70,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG, description=__doc__.split("\n\n")[0], epilog=EPILOG, formatter_class=_Formatter
     )
+    add_version(p)
     p.add_argument(
         "request",
         nargs="?",
