@@ -259,6 +259,9 @@ async def build(
     views = ViewBuilder(store, config.api.gpu_resources, on_invalid=metrics.count_invalid_object)
     api = SchedulerApi(state, metrics, config.api, inventory=lambda: views.current)
     views.on_rebuild(api.classes.classes_by_node)  # class membership follows each rebuild, not the next request
+    # Sharing no agent can tell, read off each Node's allocatable (gpu_summary.with_inferred_sharing).
+    state.read_allocatable(lambda node: views.current.allocatable_gpus.get(node))
+    views.on_rebuild(lambda _view: state.allocatable_changed())
     metrics.add(SilentNodesCollector(state, lambda: views.current))
     metrics.add(DraDevicesCollector(lambda: views.current, claims))
     api.count_bound_pods(ledger)

@@ -40,6 +40,7 @@ def _allocation(summary: NodeSummary | None) -> dict[str, Any]:
     if summary is None:
         return {
             "allocation": None,
+            "sharingInferred": None,
             "freeGpus": None,
             "degradedIdleGpus": None,
             "migDevices": None,
@@ -50,6 +51,14 @@ def _allocation(summary: NodeSummary | None) -> dict[str, Any]:
     known = summary.free_gpus is not None
     return {
         "allocation": summary.allocation if known else f"{summary.allocation}: idle readings alone decide",
+        # Replicas per GPU read off the Node's allocatable (its agent cannot tell): None when not.
+        "sharingInferred": (
+            f"{summary.inferred_replicas} replicas per GPU, read off the Node's allocatable "
+            f"({summary.gpu_count} for {summary.gpu_count // summary.inferred_replicas} GPUs): its agent "
+            "reports no sharing"
+            if summary.inferred_replicas
+            else None
+        ),
         "freeGpus": summary.free_gpus,  # healthy and held by no pod; None: allocation unknown
         "degradedIdleGpus": summary.degraded_idle_gpus,
         # MIG devices per profile: on healthy GPUs, and free (unheld, idle) of those.

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.model.ome.node_class import GpuFacts, facts_from_report
 from gpuextender.extender.state.bound_pods import offered, pending
-from gpuextender.extender.state.gpu_summary import NodeSummary, summarize
+from gpuextender.extender.state.gpu_summary import NodeSummary, summarize, with_inferred_sharing
 from gpuextender.extender.state.pod_ledger import BoundPod
 from gpuextender.v1 import gpu_state_pb2 as pb
 
@@ -48,6 +48,8 @@ class GpuState:
         # yet (bound_pods.py); the same object for a node with none.
         self._offered: dict[str, NodeSummary] = {}
         self._offered_listeners: list[Callable[[str], None]] = []
+        self._allocatable: Callable[[str], int | None] = lambda _node: None
+        self._raw: dict[str, NodeSummary] = {}  # summaries whose sharing may be read off allocatable
         self._pods_on: Callable[[str], Iterable[BoundPod]] = lambda _node: ()
         # The request path's lookup: a bound dict.get, no Python frame per node.
         self.summary = self._offered.get
@@ -64,7 +66,13 @@ class GpuState:
         current = self._summaries.get(report.node_name)
         if current is not None and received_at < current.received_at:
             return False
-        summary = self._summaries[report.node_name] = summarize(report, self.rule, received_at)
+        summary = summarize(report, self.rule, received_at)
+        if summary.sharing_unknown:
+            self._raw[report.node_name] = summary
+            summary = with_inferred_sharing(summary, self._allocatable(report.node_name))
+        else:
+            self._raw.pop(report.node_name, None)
+        self._summaries[report.node_name] = summary
         pods = self._pods_on(report.node_name)
         self._offered[report.node_name] = offered(summary, pending(summary, pods)) if pods else summary
         for listener in self._offered_listeners:
@@ -110,6 +118,23 @@ class GpuState:
         """`listener(node)` after a node's `summary` changed or went (a report, its bound pods)."""
         self._offered_listeners.append(listener)
 
+    def read_allocatable(self, allocatable: Callable[[str], int | None]) -> None:
+        """Where agents cannot tell how GPUs are shared, read it off the Node's allocatable
+        (gpu_summary.with_inferred_sharing); call `allocatable_changed` when it may have changed."""
+        self._allocatable = allocatable
+        self.allocatable_changed()
+
+    def allocatable_changed(self) -> None:
+        for node, raw in self._raw.items():
+            summary = with_inferred_sharing(raw, self._allocatable(node))
+            if summary == self._summaries.get(node):
+                continue
+            self._summaries[node] = summary
+            pods = self._pods_on(node)
+            self._offered[node] = offered(summary, pending(summary, pods)) if pods else summary
+            for listener in self._offered_listeners:
+                listener(node)
+
     def count_bound_pods(self, pods_on: Callable[[str], Iterable[BoundPod]]) -> None:
         """Take each node's ledger pods (pod_ledger.PodLedger.pods_on) off what it offers; call
         `bound_pods_changed(node)` whenever a node's pods change."""
@@ -134,6 +159,7 @@ class GpuState:
         for name in gone:
             del self._summaries[name]
             del self._offered[name]
+            self._raw.pop(name, None)
             for listener in self._offered_listeners:
                 listener(name)
             del self._fingerprints[name]

@@ -32,7 +32,7 @@ size in gpu_topology's per-topology table.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gpuextender.common.idle_rule import IdleRule, mig_instance_is_idle
 from gpuextender.extender.model.pod_key import pod_key
@@ -42,6 +42,8 @@ from gpuextender.v1 import gpu_state_pb2 as pb
 
 # Set sizes whose quality class is precomputed per report: up to 64 GPUs (or replicas) per pod.
 QUALITY_SIZES = 65
+# The most replicas per GPU read off a Node's allocatable (as many as an agent may report).
+MAX_INFERRED_REPLICAS = 64
 _TIME_SLICING, _MPS, _MIG, _DEGRADED = pb.SHARING_TIME_SLICING, pb.SHARING_MPS, pb.SHARING_MIG, pb.HEALTH_DEGRADED
 ALLOCATION_FROM_KUBELET = "kubelet"
 ALLOCATION_BEFORE_0_2 = "unknown (agent before 0.2)"
@@ -117,6 +119,10 @@ class NodeSummary:
     bound_pod_units: int = 0
     # Every GPU whole and at its index (set_tiers' condition): the GPUs by position; else None.
     positions: GpuPositions | None = None
+    # No GPU says how it is shared (no mode, or time-slicing/MPS without a count), none is in MIG
+    # mode and allocation is unknown: `with_inferred_sharing` may read the count off allocatable.
+    sharing_unknown: bool = False
+    inferred_replicas: int = 0  # replicas per GPU read off the node's allocatable (0: none inferred)
 
 
 def gpu_units(gpu: pb.GpuSample) -> int:
@@ -149,6 +155,7 @@ def summarize(report: pb.NodeReport, rule: IdleRule, received_at: float) -> Node
     mig_all: dict[str, int] = {}
     mig_free: dict[str, int] = {}
     whole = True  # every GPU exclusive (or of an old agent) and at its index: topology applies
+    sharing_unknown = True  # no GPU says how it is shared (module docstring: with_inferred_sharing)
     cells: list[GpuCell] = []
     # Runs for every report of every node (bench_extender's ingest): gpu_units() and
     # gpu_is_idle() are inlined, each protobuf field read once (tests/common/test_idle_rule.py holds
@@ -158,8 +165,12 @@ def summarize(report: pb.NodeReport, rule: IdleRule, received_at: float) -> Node
         mode = sharing.mode
         if mode == _TIME_SLICING or mode == _MPS:
             units = sharing.replicas or 1
+            if sharing.replicas:
+                sharing_unknown = False
         else:
             units = 0 if mode == _MIG else 1
+            if mode:
+                sharing_unknown = False
         index = gpu.index
         if units != 1 or index != position:
             whole = False
@@ -256,6 +267,34 @@ def summarize(report: pb.NodeReport, rule: IdleRule, received_at: float) -> Node
         gpus=tuple(cells),
         holder_pods=holder_pods,
         positions=positions,
+        sharing_unknown=sharing_unknown and not known and not broken and bool(report.gpus),
+    )
+
+
+def with_inferred_sharing(summary: NodeSummary, allocatable: int | None) -> NodeSummary:
+    """A node whose agent cannot tell how its GPUs are shared (no kubelet access, no GFD labels)
+    but whose Node advertises a whole multiple of its GPUs (time-slicing advertises GPUs x
+    replicas: 32 for 8 GPUs) is counted in those replicas: the allocatable is evidence of sharing,
+    and counting 8 would fail every pod of more than 8 replicas on every such node. Only an exact
+    multiple of 2..MAX_INFERRED_REPLICAS per GPU; otherwise the summary as it is. Each idle GPU then
+    offers all its replicas (allocation is unknown, as for any GPU the agent cannot attribute)."""
+    gpus = summary.gpu_count
+    if not summary.sharing_unknown or allocatable is None or gpus <= 0 or allocatable <= gpus or allocatable % gpus:
+        return summary
+    replicas = allocatable // gpus
+    if replicas > MAX_INFERRED_REPLICAS:
+        return summary
+    idle, degraded = summary.idle_gpus * replicas, summary.degraded_idle_gpus * replicas
+    return replace(
+        summary,
+        gpu_count=gpus * replicas,
+        healthy_gpus=summary.healthy_gpus * replicas,
+        idle_gpus=idle,
+        degraded_idle_gpus=degraded,
+        set_tiers=(),  # replicas are not GPUs: no topology for sets of them
+        quality=quality_table(idle, degraded, ()),
+        positions=None,
+        inferred_replicas=replicas,
     )
 
 
