@@ -454,52 +454,36 @@ class ControlPlane:
         config.setdefault("clientConnection", {})["kubeconfig"] = str(self.kubeconfig)
         path = self.workdir / f"{name}-config.yaml"
         path.write_text(yaml.safe_dump(config, sort_keys=False))
-        port = free_port()
-        proc = start_process(
-            name,
-            [
-                str(self.binaries / binary),
-                *extra_args,
-                "--config",
-                str(path),
-                "--bind-address",
-                "127.0.0.1",
-                "--secure-port",
-                str(port),
-                "--authorization-always-allow-paths",
-                "/healthz,/readyz,/livez,/metrics",
-                "--cert-dir",
-                str(self.workdir / f"{name}-certs"),
-                "--authentication-kubeconfig",
-                str(self.kubeconfig),
-                "--authorization-kubeconfig",
-                str(self.kubeconfig),
-            ],
-            self.workdir / f"{name}.log",
-        )
-        self.processes.append(proc)
-        _wait_healthy(name, port, timeout, proc)
-        return proc
+        return self._component(name, [binary, *extra_args, "--config", str(path)], timeout)
 
     def controller_manager(self, name: str = "kube-controller-manager", timeout: float = 60.0) -> Process:
         """A real kube-controller-manager v1.36.2 running only the controllers DRA tests need: the
         resourceclaim controller (ResourceClaimTemplates become claims), service accounts and the
         garbage collector (a pod's generated claims go with it). Returns once its /healthz answers."""
+        return self._component(
+            name,
+            [
+                "kube-controller-manager",
+                "--kubeconfig",
+                str(self.kubeconfig),
+                "--controllers=resourceclaim-controller,serviceaccount-controller,garbage-collector-controller",
+                "--leader-elect=false",
+                "--use-service-account-credentials=false",
+            ],
+            timeout,
+        )
+
+    def _component(self, name: str, argv: list[str], timeout: float) -> Process:
+        """Start `argv` (a binary of the folder, then its own flags) with the serving flags every
+        control-plane component takes (loopback, a free secure port, unauthenticated health and
+        metrics, the admin kubeconfig to check callers); return once its /healthz answers."""
         port = free_port()
         kubeconfig = str(self.kubeconfig)
         proc = start_process(
             name,
             [
-                str(self.binaries / "kube-controller-manager"),
-                "--kubeconfig",
-                kubeconfig,
-                "--authentication-kubeconfig",
-                kubeconfig,
-                "--authorization-kubeconfig",
-                kubeconfig,
-                "--controllers=resourceclaim-controller,serviceaccount-controller,garbage-collector-controller",
-                "--leader-elect=false",
-                "--use-service-account-credentials=false",
+                str(self.binaries / argv[0]),
+                *argv[1:],
                 "--bind-address",
                 "127.0.0.1",
                 "--secure-port",
@@ -508,6 +492,10 @@ class ControlPlane:
                 "/healthz,/readyz,/livez,/metrics",
                 "--cert-dir",
                 str(self.workdir / f"{name}-certs"),
+                "--authentication-kubeconfig",
+                kubeconfig,
+                "--authorization-kubeconfig",
+                kubeconfig,
             ],
             self.workdir / f"{name}.log",
         )

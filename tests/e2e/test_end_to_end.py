@@ -395,21 +395,7 @@ def test_extender_with_a_port_taken_exits_cleanly_with_the_cause(taken_port: str
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         ports = {"http": free_port(), "grpc": free_port(), taken_port: taken.getsockname()[1]}
-        result = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "gpuextender.extender",
-                "--http-addr",
-                f"127.0.0.1:{ports['http']}",
-                "--grpc-addr",
-                f"127.0.0.1:{ports['grpc']}",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            cwd=ROOT,
-        )
+        result = start_extender(ports["http"], ports["grpc"])
     assert result.returncode == 2, result.stderr
     assert "gpu-extender: cannot listen" in result.stderr
     if taken_port == "grpc":
@@ -424,25 +410,30 @@ def test_a_second_extender_on_the_same_grpc_address_is_refused(tmp_path: Path) -
     with cluster(tmp_path) as c:
         first = c.extender()
         grpc_port = first.ports["grpc"]
-        result = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "gpuextender.extender",
-                "--http-addr",
-                f"127.0.0.1:{free_port()}",
-                "--grpc-addr",
-                f"127.0.0.1:{grpc_port}",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=30,
-            cwd=ROOT,
-        )
+        result = start_extender(free_port(), grpc_port)
         assert result.returncode == 2, result.stderr
         assert "gpu-extender: cannot listen" in result.stderr and str(grpc_port) in result.stderr, result.stderr
         assert "Traceback" not in result.stderr
         assert first.alive()
+
+
+def start_extender(http_port: int, grpc_port: int) -> subprocess.CompletedProcess[str]:
+    """Run a plain extender on these loopback ports until it exits (here: because it cannot listen)."""
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuextender.extender",
+            "--http-addr",
+            f"127.0.0.1:{http_port}",
+            "--grpc-addr",
+            f"127.0.0.1:{grpc_port}",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=ROOT,
+    )
 
 
 def test_demo_runs_and_shows_decisions() -> None:

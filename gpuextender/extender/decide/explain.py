@@ -110,11 +110,11 @@ def _dra_devices(known: Snapshot, name: str) -> list[dict[str, Any]] | None:
         return None
     held = known.claim_holders(name)
     summary = known.summary(name)
-    positions = summary.positions if summary is not None else None
+    positions, cells = (summary.positions, summary.gpus) if summary is not None else (None, ())
 
     def agent(uuid: str, device: str) -> str | None:
-        at = positions.position(uuid, device) if positions is not None and summary is not None else None
-        return GPU_STATE_NAMES[summary.gpus[at][1]] if at is not None and summary is not None else None
+        at = positions.position(uuid, device) if positions is not None else None
+        return GPU_STATE_NAMES[cells[at][1]] if at is not None else None
 
     return [
         {

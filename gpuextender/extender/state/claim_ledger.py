@@ -27,6 +27,7 @@ from gpuextender.extender.model.untrusted import InvalidInput, object_at
 log = logging.getLogger("gpu_extender.claims")
 
 RESOURCE_CLAIM_KIND = "ResourceClaim"
+MAX_POD_TOLERATIONS = 64  # distinct tolerations of one pod's claims a decision matches (tolerations)
 # Changes remembered by node: a reader further behind than this recomputes everything.
 CHANGE_LOG = 4096
 
@@ -103,7 +104,11 @@ class ClaimLedger:
 
     def tolerations(self, claim_keys: Iterable[str], gpu_classes: AbstractSet[str]) -> tuple[Toleration, ...]:
         """The device taints a pod's claims still being allocated tolerate, in their GPU requests
-        (an operator's diagnostics claim on a quarantined GPU); () for nearly every pod."""
+        (an operator's diagnostics claim on a quarantined GPU); () for nearly every pod. At most
+        MAX_POD_TOLERATIONS, the first ones: each is matched against every taint of every device on
+        the nodes with taints, per filter (the API allows 16 per request, 4,096 in one claim: 325 ms
+        per filter over 1,000 nodes with a tainted device, against 12.5 ms for 64; bench/RESULTS.md),
+        and tolerating fewer can only offer fewer GPUs, never more."""
         found: list[Toleration] = []
         for key in claim_keys:
             c = self._claims.get(key)
@@ -112,7 +117,7 @@ class ClaimLedger:
             for request in c.requests:
                 if request.tolerations and any(cls in gpu_classes for cls, _ in request.choices):
                     found.extend(request.tolerations)
-        return tuple(dict.fromkeys(found))
+        return tuple(dict.fromkeys(found))[:MAX_POD_TOLERATIONS]
 
     def _read(self, obj: KubeObject) -> Claim | None:
         try:

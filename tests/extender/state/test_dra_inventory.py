@@ -9,8 +9,8 @@ import logging
 import pytest
 
 from gpuextender.common.idle_rule import IdleRule
-from gpuextender.extender.model.dra import parse_device_class, parse_resource_slice
-from gpuextender.extender.state.claim_ledger import CHANGE_LOG, RESOURCE_CLAIM_KIND, ClaimLedger
+from gpuextender.extender.model.dra import Toleration, parse_device_class, parse_resource_slice
+from gpuextender.extender.state.claim_ledger import CHANGE_LOG, MAX_POD_TOLERATIONS, RESOURCE_CLAIM_KIND, ClaimLedger
 from gpuextender.extender.state.dra_inventory import DraAllocatable, DraFree, build_dra
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.inventory_store import InventoryStore
@@ -201,3 +201,34 @@ def test_a_capped_summary_is_made_once_per_report_and_claims_change() -> None:
     # A node that left GpuState leaves the lookup too.
     state.forget_older_than(2.0)
     assert cache.refresh(inventory, 1, claims, state.offered_summaries)[1]("n1") is None
+
+
+def test_a_pods_tolerations_are_bounded_and_the_first_ones_kept() -> None:
+    """Each toleration is matched against every taint on the nodes with taints, per filter: the set a
+    decision uses stops at MAX_POD_TOLERATIONS (tolerating fewer offers fewer GPUs, never more)."""
+
+    def claim(name: str, count: int) -> dict:
+        obj = allocated_claim(name, "n1", [])
+        del obj["status"]
+        requests = obj["spec"]["devices"]["requests"]
+        requests[:] = [
+            {
+                "name": f"r{i}",
+                "exactly": {
+                    "deviceClassName": "gpu.nvidia.com",
+                    "tolerations": [{"key": f"k{i}-{j}", "operator": "Exists"} for j in range(16)],
+                },
+            }
+            for i in range(-(-count // 16))
+        ]
+        requests[-1]["exactly"]["tolerations"] = requests[-1]["exactly"]["tolerations"][
+            : count - 16 * (len(requests) - 1)
+        ]
+        return obj
+
+    claims = ClaimLedger()
+    claims.replace_all(RESOURCE_CLAIM_KIND, [claim("at", MAX_POD_TOLERATIONS), claim("over", MAX_POD_TOLERATIONS + 1)])
+    at = claims.tolerations(["default/at"], {"gpu.nvidia.com"})
+    assert len(at) == MAX_POD_TOLERATIONS == 64
+    over = claims.tolerations(["default/over"], {"gpu.nvidia.com"})
+    assert over == at and Toleration("k4-0", "Exists") not in over  # the 65th is left out
