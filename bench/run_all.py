@@ -184,6 +184,8 @@ def render_markdown(
         f"- **Code:** git {_git_revision()}",
         f"- **Command:** `{command}`" + (" (quick smoke run: too few iterations for stable tails)" if quick else ""),
         f"- **Total bench time:** {total_s:.0f} s",
+        "- **On a real GPU:** [RESULTS-gpu.md](RESULTS-gpu.md), written by `bench/gpu_check.py` on a machine "
+        "with a GPU (CI has none): the agent's NVML path against nvidia-smi, sampling cost, RSS, GPM under CUDA loads",
         "",
     ]
     p99, filter_ok = filter_target(ext)

@@ -71,7 +71,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     # The fake's PCI bus IDs are not this machine's devices: no sysfs NUMA fallback for it.
     reader = NvmlReader(
-        on_error=metrics.count_nvml_error, sysfs_root=None if config.fake_scenario is not None else Path("/sys")
+        on_error=metrics.count_nvml_error,
+        sysfs_root=None if config.fake_scenario is not None else Path("/sys"),
+        gpm=config.gpm,
     )
     try:
         reader.start()

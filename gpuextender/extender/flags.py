@@ -111,6 +111,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="... and below this share of its memory used",
     )
     p.add_argument(
+        "--idle-max-sm-active",
+        type=float,
+        default=None,
+        metavar="PERCENT",
+        help="judge a GPU that reports GPM SM activity (Hopper and later, through its agent) by it "
+        "instead of its utilization: idle only below this share of SMs busy (e.g. 10). Utilization "
+        "counts a GPU busy while any kernel runs, so one spinning thread reads 100 %%; SM activity "
+        "says how much of the GPU is in use. GPUs without GPM keep --idle-max-utilization "
+        "(default: off, utilization decides everywhere)",
+    )
+    p.add_argument(
         "--stale-after", type=float, default=10.0, metavar="SECONDS", help="a node's GPU data older than this is stale"
     )
     p.add_argument(
@@ -405,6 +416,8 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str] | None = Non
     ):
         if not 0 < value <= 100:
             raise ConfigError(f"{flag} {value} must be within (0, 100]")
+    if args.idle_max_sm_active is not None and not 0 < args.idle_max_sm_active <= 100:  # also refuses NaN
+        raise ConfigError(f"--idle-max-sm-active {args.idle_max_sm_active:g} must be within (0, 100]")
     if args.readiness_grace < 0:
         raise ConfigError("--readiness-grace must be >= 0")
     if args.stale_after <= 0:
@@ -443,7 +456,7 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str] | None = Non
         inventory=args.inventory,
         kubernetes=args.kubernetes,
         kubeconfig=args.kubeconfig,
-        idle_rule=IdleRule(args.idle_max_utilization, args.idle_max_memory),
+        idle_rule=IdleRule(args.idle_max_utilization, args.idle_max_memory, args.idle_max_sm_active),
         api=ApiSettings(
             policy=DecisionPolicy(args.stale_after, args.stale_policy, args.no_fit_policy),
             gpu_resources=resources,

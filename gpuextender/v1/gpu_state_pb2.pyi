@@ -148,7 +148,7 @@ class XidEvent(_message.Message):
     def __init__(self, xid: _Optional[int] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class MigInstance(_message.Message):
-    __slots__ = ("uuid", "profile", "gpu_instance_id", "compute_instance_id", "memory_total_bytes", "memory_used_bytes", "holders")
+    __slots__ = ("uuid", "profile", "gpu_instance_id", "compute_instance_id", "memory_total_bytes", "memory_used_bytes", "holders", "gpm")
     UUID_FIELD_NUMBER: _ClassVar[int]
     PROFILE_FIELD_NUMBER: _ClassVar[int]
     GPU_INSTANCE_ID_FIELD_NUMBER: _ClassVar[int]
@@ -156,6 +156,7 @@ class MigInstance(_message.Message):
     MEMORY_TOTAL_BYTES_FIELD_NUMBER: _ClassVar[int]
     MEMORY_USED_BYTES_FIELD_NUMBER: _ClassVar[int]
     HOLDERS_FIELD_NUMBER: _ClassVar[int]
+    GPM_FIELD_NUMBER: _ClassVar[int]
     uuid: str
     profile: str
     gpu_instance_id: int
@@ -163,7 +164,22 @@ class MigInstance(_message.Message):
     memory_total_bytes: int
     memory_used_bytes: int
     holders: _containers.RepeatedCompositeFieldContainer[Holder]
-    def __init__(self, uuid: _Optional[str] = ..., profile: _Optional[str] = ..., gpu_instance_id: _Optional[int] = ..., compute_instance_id: _Optional[int] = ..., memory_total_bytes: _Optional[int] = ..., memory_used_bytes: _Optional[int] = ..., holders: _Optional[_Iterable[_Union[Holder, _Mapping]]] = ...) -> None: ...
+    gpm: GpmReadings
+    def __init__(self, uuid: _Optional[str] = ..., profile: _Optional[str] = ..., gpu_instance_id: _Optional[int] = ..., compute_instance_id: _Optional[int] = ..., memory_total_bytes: _Optional[int] = ..., memory_used_bytes: _Optional[int] = ..., holders: _Optional[_Iterable[_Union[Holder, _Mapping]]] = ..., gpm: _Optional[_Union[GpmReadings, _Mapping]] = ...) -> None: ...
+
+class GpmReadings(_message.Message):
+    __slots__ = ("sm_active_percent", "sm_occupancy_percent", "tensor_active_percent", "dram_active_percent", "graphics_active_percent")
+    SM_ACTIVE_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    SM_OCCUPANCY_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    TENSOR_ACTIVE_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    DRAM_ACTIVE_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    GRAPHICS_ACTIVE_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    sm_active_percent: float
+    sm_occupancy_percent: float
+    tensor_active_percent: float
+    dram_active_percent: float
+    graphics_active_percent: float
+    def __init__(self, sm_active_percent: _Optional[float] = ..., sm_occupancy_percent: _Optional[float] = ..., tensor_active_percent: _Optional[float] = ..., dram_active_percent: _Optional[float] = ..., graphics_active_percent: _Optional[float] = ...) -> None: ...
 
 class GpuLink(_message.Message):
     __slots__ = ("a", "b", "nvlinks", "pcie")
@@ -192,7 +208,7 @@ class ComputeCapability(_message.Message):
     def __init__(self, major: _Optional[int] = ..., minor: _Optional[int] = ...) -> None: ...
 
 class GpuSample(_message.Message):
-    __slots__ = ("index", "uuid", "name", "pci_bus_id", "compute_capability", "memory_total_bytes", "memory_used_bytes", "memory_free_bytes", "memory_reserved_bytes", "utilization_gpu_percent", "utilization_memory_percent", "temperature_celsius", "power_watts", "healthy", "unhealthy_reasons", "holders", "sharing", "health", "health_reasons", "errors", "xids", "clock_event_reasons", "sm_clock_mhz", "memory_clock_mhz", "energy_millijoules", "numa_node", "mig_instances", "dra_device")
+    __slots__ = ("index", "uuid", "name", "pci_bus_id", "compute_capability", "memory_total_bytes", "memory_used_bytes", "memory_free_bytes", "memory_reserved_bytes", "utilization_gpu_percent", "utilization_memory_percent", "temperature_celsius", "power_watts", "healthy", "unhealthy_reasons", "holders", "sharing", "health", "health_reasons", "errors", "xids", "clock_event_reasons", "sm_clock_mhz", "memory_clock_mhz", "energy_millijoules", "numa_node", "mig_instances", "dra_device", "gpm")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     UUID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
@@ -221,6 +237,7 @@ class GpuSample(_message.Message):
     NUMA_NODE_FIELD_NUMBER: _ClassVar[int]
     MIG_INSTANCES_FIELD_NUMBER: _ClassVar[int]
     DRA_DEVICE_FIELD_NUMBER: _ClassVar[int]
+    GPM_FIELD_NUMBER: _ClassVar[int]
     index: int
     uuid: str
     name: str
@@ -249,10 +266,11 @@ class GpuSample(_message.Message):
     numa_node: int
     mig_instances: _containers.RepeatedCompositeFieldContainer[MigInstance]
     dra_device: str
-    def __init__(self, index: _Optional[int] = ..., uuid: _Optional[str] = ..., name: _Optional[str] = ..., pci_bus_id: _Optional[str] = ..., compute_capability: _Optional[_Union[ComputeCapability, _Mapping]] = ..., memory_total_bytes: _Optional[int] = ..., memory_used_bytes: _Optional[int] = ..., memory_free_bytes: _Optional[int] = ..., memory_reserved_bytes: _Optional[int] = ..., utilization_gpu_percent: _Optional[int] = ..., utilization_memory_percent: _Optional[int] = ..., temperature_celsius: _Optional[int] = ..., power_watts: _Optional[float] = ..., healthy: _Optional[bool] = ..., unhealthy_reasons: _Optional[_Iterable[str]] = ..., holders: _Optional[_Iterable[_Union[Holder, _Mapping]]] = ..., sharing: _Optional[_Union[Sharing, _Mapping]] = ..., health: _Optional[_Union[HealthState, str]] = ..., health_reasons: _Optional[_Iterable[str]] = ..., errors: _Optional[_Union[ErrorCounters, _Mapping]] = ..., xids: _Optional[_Iterable[_Union[XidEvent, _Mapping]]] = ..., clock_event_reasons: _Optional[int] = ..., sm_clock_mhz: _Optional[int] = ..., memory_clock_mhz: _Optional[int] = ..., energy_millijoules: _Optional[int] = ..., numa_node: _Optional[int] = ..., mig_instances: _Optional[_Iterable[_Union[MigInstance, _Mapping]]] = ..., dra_device: _Optional[str] = ...) -> None: ...
+    gpm: GpmReadings
+    def __init__(self, index: _Optional[int] = ..., uuid: _Optional[str] = ..., name: _Optional[str] = ..., pci_bus_id: _Optional[str] = ..., compute_capability: _Optional[_Union[ComputeCapability, _Mapping]] = ..., memory_total_bytes: _Optional[int] = ..., memory_used_bytes: _Optional[int] = ..., memory_free_bytes: _Optional[int] = ..., memory_reserved_bytes: _Optional[int] = ..., utilization_gpu_percent: _Optional[int] = ..., utilization_memory_percent: _Optional[int] = ..., temperature_celsius: _Optional[int] = ..., power_watts: _Optional[float] = ..., healthy: _Optional[bool] = ..., unhealthy_reasons: _Optional[_Iterable[str]] = ..., holders: _Optional[_Iterable[_Union[Holder, _Mapping]]] = ..., sharing: _Optional[_Union[Sharing, _Mapping]] = ..., health: _Optional[_Union[HealthState, str]] = ..., health_reasons: _Optional[_Iterable[str]] = ..., errors: _Optional[_Union[ErrorCounters, _Mapping]] = ..., xids: _Optional[_Iterable[_Union[XidEvent, _Mapping]]] = ..., clock_event_reasons: _Optional[int] = ..., sm_clock_mhz: _Optional[int] = ..., memory_clock_mhz: _Optional[int] = ..., energy_millijoules: _Optional[int] = ..., numa_node: _Optional[int] = ..., mig_instances: _Optional[_Iterable[_Union[MigInstance, _Mapping]]] = ..., dra_device: _Optional[str] = ..., gpm: _Optional[_Union[GpmReadings, _Mapping]] = ...) -> None: ...
 
 class ReportAck(_message.Message):
-    __slots__ = ("sequence", "status", "reason", "requested_interval_ms", "idle_max_utilization_percent", "idle_max_memory_used_percent", "stale_after_ms")
+    __slots__ = ("sequence", "status", "reason", "requested_interval_ms", "idle_max_utilization_percent", "idle_max_memory_used_percent", "stale_after_ms", "idle_max_sm_active_percent")
     class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         STATUS_UNSPECIFIED: _ClassVar[ReportAck.Status]
@@ -268,6 +286,7 @@ class ReportAck(_message.Message):
     IDLE_MAX_UTILIZATION_PERCENT_FIELD_NUMBER: _ClassVar[int]
     IDLE_MAX_MEMORY_USED_PERCENT_FIELD_NUMBER: _ClassVar[int]
     STALE_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
+    IDLE_MAX_SM_ACTIVE_PERCENT_FIELD_NUMBER: _ClassVar[int]
     sequence: int
     status: ReportAck.Status
     reason: str
@@ -275,4 +294,5 @@ class ReportAck(_message.Message):
     idle_max_utilization_percent: float
     idle_max_memory_used_percent: float
     stale_after_ms: int
-    def __init__(self, sequence: _Optional[int] = ..., status: _Optional[_Union[ReportAck.Status, str]] = ..., reason: _Optional[str] = ..., requested_interval_ms: _Optional[int] = ..., idle_max_utilization_percent: _Optional[float] = ..., idle_max_memory_used_percent: _Optional[float] = ..., stale_after_ms: _Optional[int] = ...) -> None: ...
+    idle_max_sm_active_percent: float
+    def __init__(self, sequence: _Optional[int] = ..., status: _Optional[_Union[ReportAck.Status, str]] = ..., reason: _Optional[str] = ..., requested_interval_ms: _Optional[int] = ..., idle_max_utilization_percent: _Optional[float] = ..., idle_max_memory_used_percent: _Optional[float] = ..., stale_after_ms: _Optional[int] = ..., idle_max_sm_active_percent: _Optional[float] = ...) -> None: ...

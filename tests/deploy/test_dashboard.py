@@ -13,7 +13,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuextender.agent.export.metrics import AgentMetrics
-from gpuextender.agent.model.readings import ALLOCATION_KUBELET, GpuReading, Holder, MigReading, NodeSample
+from gpuextender.agent.model.readings import ALLOCATION_KUBELET, GpmReading, GpuReading, Holder, MigReading, NodeSample
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.state.gpu_state import GpuState
@@ -188,6 +188,7 @@ def agent_series_labels() -> dict[str, set[str]]:
         memory_total_bytes=10 << 30,
         memory_used_bytes=1 << 30,
         holders=[Holder("team", "small", "main", "nvidia.com/mig-1g.10gb", "MIG-1")],
+        gpm=GpmReading(sm_active=5.0, sm_occupancy=2.0, tensor_active=1.0, dram_active=1.0, graphics_active=9.0),
     )
     gpus = [
         GpuReading(
@@ -199,6 +200,7 @@ def agent_series_labels() -> dict[str, set[str]]:
             temperature_celsius=40,
             power_watts=70.0,
             holders=[held],
+            gpm=GpmReading(sm_active=1.0, sm_occupancy=1.0, tensor_active=0.0, dram_active=2.0, graphics_active=100.0),
         ),
         GpuReading(index=1, uuid="GPU-1", name="NVIDIA A100-SXM4-80GB", memory_used_bytes=1 << 30, mig_instances=[mig]),
     ]

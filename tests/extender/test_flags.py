@@ -30,6 +30,9 @@ def test_defaults() -> None:
         (["--http-addr", "8888"], "expected HOST:PORT"),
         (["--grpc-addr", "h:70000"], "outside 0..65535"),
         (["--idle-max-utilization", "0"], "must be within (0, 100]"),
+        (["--idle-max-sm-active", "0"], "must be within (0, 100]"),
+        (["--idle-max-sm-active", "100.01"], "must be within (0, 100]"),
+        (["--idle-max-sm-active", "nan"], "must be within (0, 100]"),
         (["--stale-after", "0"], "must be positive"),
         (["--max-body-bytes", "100"], "below 64 KiB"),
         (["--max-body-bytes", str(64 * 1024 - 1)], "below 64 KiB"),
@@ -82,3 +85,9 @@ def test_the_stale_policy_help_says_what_the_decision_does() -> None:
     text = " ".join(build_parser().format_help().split())
     assert "all allocatable GPUs idle" not in text
     assert "never as all idle" in text
+
+
+def test_the_sm_activity_rule_is_off_by_default_and_taken_at_its_edges() -> None:
+    assert build_config([]).idle_rule.max_sm_active_percent is None
+    assert build_config(["--idle-max-sm-active", "100"]).idle_rule.max_sm_active_percent == 100.0
+    assert build_config(["--idle-max-sm-active", "0.01"]).idle_rule.max_sm_active_percent == 0.01

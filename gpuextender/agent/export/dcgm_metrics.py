@@ -46,7 +46,7 @@ from dataclasses import dataclass
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from gpuextender.agent.model.readings import ErrorCounters, GpuReading, Holder, MigReading, NodeSample
+from gpuextender.agent.model.readings import ErrorCounters, GpmReading, GpuReading, Holder, MigReading, NodeSample
 
 MIB = 2**20
 
@@ -62,6 +62,7 @@ class DcgmField:
     name: str
     help: str
     read: Callable[[GpuReading], float | None]
+    read_mig: Callable[[MigReading], float | None] | None = None  # served per MIG instance too
 
 
 def _mib(value: int | None) -> float | None:
@@ -80,9 +81,53 @@ def _number(value: float | None) -> float | None:
     return None if value is None else float(value)
 
 
+def _ratio(percent: float | None) -> float | None:
+    """dcgm-exporter serves DCGM_FI_PROF_* as ratios (0..1); GPM gives percent."""
+    return None if percent is None else percent / 100.0
+
+
+def _prof(name: str, help_text: str, pick: Callable[[GpmReading], float | None]) -> DcgmField:
+    """A DCGM_FI_PROF_* field from GPM, per GPU and per MIG instance (absent without GPM)."""
+
+    def of(device: GpuReading | MigReading) -> float | None:
+        return None if device.gpm is None else _ratio(pick(device.gpm))
+
+    return DcgmField(name, help_text, of, of)
+
+
 def _last_xid(gpu: GpuReading) -> float:
     return float(gpu.xids[-1].xid) if gpu.xids else 0.0
 
+
+# Profiling fields from NVML GPM (agent.nvml_gpm), per GPU and per MIG instance; absent where
+# GPM is not supported.
+PROF_FIELDS: tuple[DcgmField, ...] = (
+    _prof(
+        "DCGM_FI_PROF_SM_ACTIVE",
+        "Ratio of cycles an SM has at least 1 warp assigned (NVML GPM SM utilization, 0..1).",
+        lambda m: m.sm_active,
+    ),
+    _prof(
+        "DCGM_FI_PROF_SM_OCCUPANCY",
+        "Ratio of warps resident on SMs to the maximum (NVML GPM SM occupancy, 0..1).",
+        lambda m: m.sm_occupancy,
+    ),
+    _prof(
+        "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE",
+        "Ratio of cycles any tensor pipe is active (NVML GPM, 0..1).",
+        lambda m: m.tensor_active,
+    ),
+    _prof(
+        "DCGM_FI_PROF_DRAM_ACTIVE",
+        "Ratio of cycles the device memory interface is active (NVML GPM DRAM bandwidth, 0..1).",
+        lambda m: m.dram_active,
+    ),
+    _prof(
+        "DCGM_FI_PROF_GR_ENGINE_ACTIVE",
+        "Ratio of time the graphics engine is active (NVML GPM graphics utilization, 0..1).",
+        lambda m: m.graphics_active,
+    ),
+)
 
 GPU_FIELDS: tuple[DcgmField, ...] = (
     DcgmField("DCGM_FI_DEV_GPU_UTIL", "GPU utilization (in %).", lambda g: _number(g.utilization_gpu_percent)),
@@ -138,6 +183,21 @@ GPU_FIELDS: tuple[DcgmField, ...] = (
         "Whether remapping of rows is pending (1: yes).",
         _error(lambda e: e.remap_pending),
     ),
+    DcgmField("DCGM_FI_DEV_MEMORY_TEMP", "Memory temperature (in C).", lambda g: _number(g.memory_temperature_celsius)),
+    DcgmField(
+        "DCGM_FI_DEV_PCIE_REPLAY_COUNTER",
+        "PCIe replays since the driver loaded; a counter, exposed as a gauge.",
+        lambda g: _number(g.pcie_replays),
+    ),
+    DcgmField("DCGM_FI_DEV_ENC_UTIL", "Encoder utilization (in %).", lambda g: _number(g.encoder_utilization_percent)),
+    DcgmField("DCGM_FI_DEV_DEC_UTIL", "Decoder utilization (in %).", lambda g: _number(g.decoder_utilization_percent)),
+    DcgmField(
+        "DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL",
+        "NVLink data sent and received over all links since the driver loaded (in KiB, NVML's "
+        "NVLINK_THROUGHPUT_DATA fields); a counter, exposed as a gauge.",
+        lambda g: _number(g.nvlink_data_kib),
+    ),
+    *PROF_FIELDS,
 )
 
 # Per MIG instance (only these two: MIG readings carry memory alone).
@@ -201,7 +261,9 @@ def render(sample: NodeSample | None, hostname: str) -> list[Metric]:
         for mig in gpu.mig_instances:
             instance = {**base, "GPU_I_PROFILE": mig.profile, "GPU_I_ID": str(mig.gpu_instance_id)}
             used, free = _mig_memory(mig)
-            for name, value in ((MIG_FB_USED, used), (MIG_FB_FREE, free)):
+            values = [(MIG_FB_USED, used), (MIG_FB_FREE, free)]
+            values += [(f.name, f.read_mig(mig)) for f in GPU_FIELDS if f.read_mig is not None]
+            for name, value in values:
                 if value is None:
                     continue
                 for pod in _pods(mig.holders):

@@ -73,6 +73,12 @@ SUPPORTED_EVENTS = (
 _NVLINK_SLOTS = 18  # links per GPU (H100); links past the scripted ones are inactive
 _NVSWITCHES = 4  # switch links are spread over this many NVSwitch PCI devices, as on an HGX board
 _NO_INSTANCE = 0xFFFFFFFF  # gpuInstanceId/computeInstanceId of an event not tied to a MIG instance
+# Calls whose first argument is a device handle (what injected errors and MIG checks look at).
+_DEVICE_CALLS = ("nvmlDevice", "nvmlGpmSampleGet", "nvmlGpmMigSampleGet", "nvmlGpmQueryDeviceSupport")
+# GPM metric ids (nvml.h NVML_GPM_METRIC_*) the fake measures, and the FakeGpm field of each.
+_GPM_METRIC_FIELDS = {2: "sm_active", 3: "sm_occupancy", 5: "tensor_active", 10: "dram_active", 1: "graphics_active"}
+_GPM_MEAN_POINTS = 9  # a GPM metric is the mean over the interval: sampled at this many points
+_FI_MEMORY_TEMP, _FI_PCIE_REPLAY_COUNTER, _FI_NVLINK_DATA_TX, _FI_NVLINK_DATA_RX = 82, 94, 138, 139
 
 
 class _EventSet:
@@ -139,6 +145,10 @@ class FakeNvmlLibrary:
         self._events = threading.Condition()
         self._event_sets: dict[int, _EventSet] = {}
         self._pushed: list[tuple[int, FakeEvent]] = []  # (sequence, event) from push_event()
+        # GPM sample buffers by address: None until nvmlGpmSampleGet fills one with
+        # (GPU, GPU instance id or None, fake time); the ctypes buffers are kept alive here.
+        self._gpm_samples: dict[int, tuple[int, int | None, float] | None] = {}
+        self._gpm_buffers: dict[int, Any] = {}
         self.calls = 0  # how many C calls were made (benchmarks read it)
 
     def __getattr__(self, symbol: str) -> _Symbol:
@@ -191,7 +201,7 @@ class FakeNvmlLibrary:
             return None, None
         if symbol.startswith("nvmlDeviceGetHandleByIndex"):
             return int(args[0].value), None
-        if symbol.startswith("nvmlDevice") and not symbol.startswith("nvmlDeviceGetCount"):
+        if symbol.startswith(_DEVICE_CALLS) and not symbol.startswith("nvmlDeviceGetCount"):
             handle = args[0]
             if not isinstance(handle, pynvml.c_nvmlDevice_t) or not handle:
                 return -1, None  # NULL or not a handle: invalid argument
@@ -638,6 +648,140 @@ class FakeNvmlLibrary:
             del self._event_sets[ctypes.addressof(set_ptr.contents)]
             self._events.notify_all()
         return _OK
+
+    # -- GPM (nvmlGpm*) ----------------------------------------------------------
+
+    def _c_nvmlGpmQueryDeviceSupport(self, handle: Any, support_ref: Any) -> int:
+        support = support_ref._obj
+        if support.version != pynvml.NVML_GPM_SUPPORT_VERSION:
+            return pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+        support.isSupportedDevice = int(self._gpm_of(self._index(handle)) is not None)
+        return _OK
+
+    def _gpm_of(self, index: int) -> Any | None:
+        gpu = self.scenario.gpus[index]
+        return gpu.gpm if gpu.compute_capability >= (9, 0) else None  # GPM: Hopper and later
+
+    def _c_nvmlGpmSampleAlloc(self, sample_ref: Any) -> int:
+        buffer = ctypes.create_string_buffer(16)  # opaque to the caller, as the driver's is
+        address = ctypes.addressof(buffer)
+        self._gpm_buffers[address] = buffer
+        self._gpm_samples[address] = None
+        sample_ref._obj.contents = ctypes.cast(buffer, pynvml.c_nvmlGpmSample_t).contents
+        return _OK
+
+    def _gpm_sample_address(self, sample: Any) -> int | None:
+        if not sample:
+            return None
+        address = ctypes.addressof(sample.contents)
+        return address if address in self._gpm_samples else None
+
+    def _c_nvmlGpmSampleFree(self, sample: Any) -> int:
+        address = self._gpm_sample_address(sample)
+        if address is None:
+            return _INVALID
+        del self._gpm_samples[address], self._gpm_buffers[address]
+        return _OK
+
+    def _c_nvmlGpmSampleGet(self, handle: Any, sample: Any) -> int:
+        return self._gpm_fill(handle, None, sample)
+
+    def _c_nvmlGpmMigSampleGet(self, handle: Any, gpu_instance_id: Any, sample: Any) -> int:
+        index = self._index(handle)
+        devices = self.scenario.gpus[index].mig or ()
+        instance = int(gpu_instance_id.value) if hasattr(gpu_instance_id, "value") else int(gpu_instance_id)
+        if not 1 <= instance <= len(devices):  # GPU instance ids here are slot + 1
+            return pynvml.NVML_ERROR_NOT_FOUND
+        return self._gpm_fill(handle, instance, sample)
+
+    def _gpm_fill(self, handle: Any, instance: int | None, sample: Any) -> int:
+        index = self._index(handle)
+        if self._gpm_of(index) is None:
+            return _NOT_SUPPORTED
+        address = self._gpm_sample_address(sample)
+        if address is None:
+            return _INVALID
+        self._gpm_samples[address] = (index, instance, self.elapsed())
+        return _OK
+
+    def _c_nvmlGpmMetricsGet(self, request_ref: Any) -> int:
+        request = request_ref._obj
+        if request.version != pynvml.NVML_GPM_METRICS_GET_VERSION:
+            return pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+        first = self._gpm_samples.get(self._gpm_sample_address(request.sample1) or -1)
+        second = self._gpm_samples.get(self._gpm_sample_address(request.sample2) or -1)
+        if first is None or second is None or first[:2] != second[:2] or not first[2] < second[2]:
+            return _INVALID  # unfilled, of different devices, or not an interval
+        if not 0 < int(request.numMetrics) <= len(request.metrics):
+            return _INVALID
+        gpm = self._gpm_of(first[0])
+        if gpm is None:
+            return _NOT_SUPPORTED
+        t1, t2 = first[2], second[2]
+        for i in range(int(request.numMetrics)):
+            metric = request.metrics[i]
+            field_name = _GPM_METRIC_FIELDS.get(int(metric.metricId))
+            if field_name is None:
+                metric.nvmlReturn, metric.value = _NOT_SUPPORTED, 0.0
+                continue
+            pattern = getattr(gpm, field_name)
+            points = [t1 + (t2 - t1) * k / (_GPM_MEAN_POINTS - 1) for k in range(_GPM_MEAN_POINTS)]
+            metric.nvmlReturn, metric.value = _OK, sum(pattern.at(t) for t in points) / _GPM_MEAN_POINTS
+        return _OK
+
+    # -- dcgm-exporter's other default counters ------------------------------------
+
+    def _c_nvmlDeviceGetFieldValues(self, handle: Any, count: Any, values_ref: Any) -> int:
+        gpu = self._gpu(handle)
+        t = self.elapsed()
+        links = len(self._links(self._index(handle)))
+        values = values_ref._obj
+        for i in range(int(count.value)):
+            value = values[i]
+            fid, scope = int(value.fieldId), int(value.scopeId)
+            number: float | None = None
+            if fid == _FI_MEMORY_TEMP and gpu.memory_temperature_c is not None:
+                number = round(gpu.memory_temperature_c.at(t))
+            elif fid == _FI_PCIE_REPLAY_COUNTER and gpu.pcie_replays is not None:
+                number = gpu.pcie_replays
+            elif fid in (_FI_NVLINK_DATA_TX, _FI_NVLINK_DATA_RX) and gpu.nvlink_data_kib_per_s is not None:
+                if 0 <= scope < links:  # half sent, half received, spread over the active links
+                    number = int(_integral(gpu.nvlink_data_kib_per_s, t) / 2 / links)
+            value.timestamp = int(time.time() * 1e6)
+            if number is None:
+                value.nvmlReturn = _NOT_SUPPORTED
+                continue
+            value.nvmlReturn, value.valueType = _OK, pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG
+            value.value.ullVal = int(number)
+        return _OK
+
+    def _c_nvmlDeviceGetEncoderUtilization(self, handle: Any, util_ref: Any, period_ref: Any) -> int:
+        return self._codec(self._gpu(handle).encoder_utilization_percent, util_ref, period_ref)
+
+    def _c_nvmlDeviceGetDecoderUtilization(self, handle: Any, util_ref: Any, period_ref: Any) -> int:
+        return self._codec(self._gpu(handle).decoder_utilization_percent, util_ref, period_ref)
+
+    def _codec(self, pattern: Any, util_ref: Any, period_ref: Any) -> int:
+        if pattern is None:
+            return _NOT_SUPPORTED
+        util_ref._obj.value = round(pattern.at(self.elapsed()))
+        period_ref._obj.value = 100_000  # microseconds, what an H100 answered
+        return _OK
+
+    def _c_nvmlDeviceGetPcieReplayCounter(self, handle: Any, count_ref: Any) -> int:
+        replays = self._gpu(handle).pcie_replays
+        if replays is None:
+            return _NOT_SUPPORTED
+        count_ref._obj.value = replays
+        return _OK
+
+
+def _integral(pattern: Any, t: float, steps: int = 64) -> float:
+    """The area under a pattern from 0 to t (a counter that grows at the pattern's rate)."""
+    if t <= 0:
+        return 0.0
+    width = t / steps
+    return sum(pattern.at((k + 0.5) * width) for k in range(steps)) * width
 
 
 def install(lib: FakeNvmlLibrary) -> None:

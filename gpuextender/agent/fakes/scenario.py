@@ -118,6 +118,20 @@ class FakeMig:
 
 
 @dataclass(frozen=True, slots=True)
+class FakeGpm:
+    """GPM counters of a GPU that supports GPM (percent over time; NVML_GPM_METRIC_*)."""
+
+    sm_active: Pattern
+    sm_occupancy: Pattern
+    tensor_active: Pattern
+    dram_active: Pattern
+    graphics_active: Pattern
+
+
+GPM_FIELDS = ("sm_active", "sm_occupancy", "tensor_active", "dram_active", "graphics_active")
+
+
+@dataclass(frozen=True, slots=True)
 class FakeGpu:
     product: str
     memory_bytes: int
@@ -137,6 +151,13 @@ class FakeGpu:
     numa_node: int | None = None
     events_supported: bool = True
     mig: tuple[FakeMig, ...] | None = None  # None: MIG not supported; (): enabled, no devices
+    # GPM: None = not supported (always so below compute capability 9.0, as on real GPUs)
+    gpm: FakeGpm | None = None
+    memory_temperature_c: Pattern | None = None
+    pcie_replays: int | None = None
+    encoder_utilization_percent: Pattern | None = None
+    decoder_utilization_percent: Pattern | None = None
+    nvlink_data_kib_per_s: Pattern | None = None  # sent + received over all its NVLinks
 
 
 @dataclass(frozen=True, slots=True)
@@ -288,6 +309,12 @@ _GPU_FIELDS = {
     "numa_node",
     "events_supported",
     "mig",
+    "gpm",
+    "memory_temperature_c",
+    "pcie_replays",
+    "encoder_utilization_percent",
+    "decoder_utilization_percent",
+    "nvlink_data_kib_per_s",
 }
 _MAX_COUNTER = 1e12
 
@@ -366,6 +393,23 @@ def _parse_gpu_health(ctx: _Context, where: str, group: dict[str, Any], memory_b
         out["events_supported"] = ctx.boolean(f"{where}.events_supported", group["events_supported"])
     if "mig" in group:
         out["mig"] = _parse_mig(ctx, f"{where}.mig", group["mig"], memory_bytes)
+    if "gpm" in group:
+        gpm = ctx.mapping(f"{where}.gpm", group["gpm"] or {}, set(GPM_FIELDS))
+        patterns = {k: _parse_pattern(ctx, f"{where}.gpm.{k}", gpm.get(k, 0), 0, 100) for k in GPM_FIELDS}
+        out["gpm"] = FakeGpm(**patterns)
+    if "memory_temperature_c" in group:
+        out["memory_temperature_c"] = _parse_pattern(
+            ctx, f"{where}.memory_temperature_c", group["memory_temperature_c"], 0, 150
+        )
+    if "pcie_replays" in group:
+        out["pcie_replays"] = ctx.integer(f"{where}.pcie_replays", group["pcie_replays"], 0, 2**32 - 1)
+    for key in ("encoder_utilization_percent", "decoder_utilization_percent"):
+        if key in group:
+            out[key] = _parse_pattern(ctx, f"{where}.{key}", group[key], 0, 100)
+    if "nvlink_data_kib_per_s" in group:
+        out["nvlink_data_kib_per_s"] = _parse_pattern(
+            ctx, f"{where}.nvlink_data_kib_per_s", group["nvlink_data_kib_per_s"], 0, 1e9
+        )
     return out
 
 

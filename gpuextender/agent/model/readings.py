@@ -59,6 +59,17 @@ class XidEvent:
     time: float  # Unix seconds, the node's clock, when the agent received it
 
 
+@dataclass(frozen=True, slots=True)
+class GpmReading:
+    """NVML GPM (Hopper and later) over the last sample interval, in percent; None: not given."""
+
+    sm_active: float | None = None
+    sm_occupancy: float | None = None
+    tensor_active: float | None = None
+    dram_active: float | None = None
+    graphics_active: float | None = None
+
+
 @dataclass(slots=True)
 class MigReading:
     uuid: str  # "MIG-<uuid>"
@@ -68,6 +79,7 @@ class MigReading:
     memory_total_bytes: int | None = None
     memory_used_bytes: int | None = None
     holders: list[Holder] = field(default_factory=list)
+    gpm: GpmReading | None = None  # 0.5: None where GPM cannot measure the instance
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,6 +124,14 @@ class GpuReading:
     mig_instances: list[MigReading] = field(default_factory=list)
     # -- 0.4: nvmlDeviceGetMinorNumber (/dev/nvidia<minor>): NVIDIA's DRA driver names the GPU by it
     minor_number: int | None = None
+    # -- 0.5: GPU Performance Monitoring (None: not supported, or the first sample of an interval)
+    gpm: GpmReading | None = None
+    # -- /metrics only (dcgm-exporter's remaining default counters); None: not supported
+    memory_temperature_celsius: int | None = None
+    pcie_replays: int | None = None  # nvmlDeviceGetPcieReplayCounter, since the driver loaded
+    encoder_utilization_percent: int | None = None
+    decoder_utilization_percent: int | None = None
+    nvlink_data_kib: int | None = None  # NVLink data sent + received over all links, KiB since the driver loaded
     # -- 0.2: allocation (from the kubelet) and sharing
     holders: list[Holder] = field(default_factory=list)
     sharing_mode: str = ""  # EXCLUSIVE / TIME_SLICING / MPS / MIG, "" = unknown

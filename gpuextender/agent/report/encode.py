@@ -6,7 +6,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from gpuextender.agent.model import readings as r
 from gpuextender.agent.model.dra_names import gpu_device_name
-from gpuextender.agent.model.readings import GpuReading, Holder, NodeSample
+from gpuextender.agent.model.readings import GpmReading, GpuReading, Holder, NodeSample
 from gpuextender.v1 import gpu_state_pb2 as pb
 
 # Optional proto fields copied as-is when the reading exists (absent stays absent).
@@ -26,6 +26,13 @@ _OPTIONAL_FIELDS = (
     "numa_node",
 )
 _ERROR_FIELDS = tuple(pb.ErrorCounters.DESCRIPTOR.fields_by_name)
+_GPM_FIELDS = (
+    "sm_active",
+    "sm_occupancy",
+    "tensor_active",
+    "dram_active",
+    "graphics_active",
+)  # + "_percent" on the wire
 _HEALTH = {r.HEALTHY: pb.HEALTH_HEALTHY, r.DEGRADED: pb.HEALTH_DEGRADED, r.UNHEALTHY: pb.HEALTH_UNHEALTHY}
 _SHARING = {
     r.EXCLUSIVE: pb.SHARING_EXCLUSIVE,
@@ -104,7 +111,19 @@ def gpu_to_proto(reading: GpuReading) -> pb.GpuSample:
             instance.memory_total_bytes = mig.memory_total_bytes
         if mig.memory_used_bytes is not None:
             instance.memory_used_bytes = mig.memory_used_bytes
+        if mig.gpm is not None:
+            _set_gpm(instance.gpm, mig.gpm)
+    if reading.gpm is not None:
+        _set_gpm(msg.gpm, reading.gpm)
     return msg
+
+
+def _set_gpm(msg: pb.GpmReadings, gpm: GpmReading) -> None:
+    msg.SetInParent()  # present even when GPM gave no metric: "supported, nothing measured"
+    for name in _GPM_FIELDS:
+        value = getattr(gpm, name)
+        if value is not None:
+            setattr(msg, f"{name}_percent", value)
 
 
 def sample_to_report(sample: NodeSample, *, node_name: str, sequence: int, agent_version: str) -> pb.NodeReport:

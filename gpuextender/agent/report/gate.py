@@ -32,13 +32,17 @@ class ExtenderRule:
     max_utilization_percent: float
     max_memory_used_percent: float
     stale_after_s: float  # 0: the extender did not say
+    max_sm_active_percent: float | None = None  # the extender's SM-activity rule (0.5); None: off or not said
 
 
 def rule_from_ack(ack: pb.ReportAck) -> ExtenderRule | None:
     """The extender's rule from an ACCEPTED ack; None from an extender that does not say it."""
     if not ack.HasField("idle_max_utilization_percent") or not ack.HasField("idle_max_memory_used_percent"):
         return None
-    return ExtenderRule(ack.idle_max_utilization_percent, ack.idle_max_memory_used_percent, ack.stale_after_ms / 1000.0)
+    sm_active = ack.idle_max_sm_active_percent if ack.HasField("idle_max_sm_active_percent") else None
+    return ExtenderRule(
+        ack.idle_max_utilization_percent, ack.idle_max_memory_used_percent, ack.stale_after_ms / 1000.0, sm_active
+    )
 
 
 class ReportGate:
@@ -75,15 +79,21 @@ class ReportGate:
             return True
         return False
 
-    def _thresholds(self) -> tuple[tuple[float, float], ...]:
+    def _thresholds(self) -> tuple[IdleRule, ...]:
+        rules = {
+            IdleRule(r.max_utilization_percent, r.max_memory_used_percent, r.max_sm_active_percent)
+            for r in self._rules.values()
+            if r is not None
+        }
         return tuple(
             sorted(
-                {(r.max_utilization_percent, r.max_memory_used_percent) for r in self._rules.values() if r is not None}
+                rules,
+                key=lambda r: (r.max_utilization_percent, r.max_memory_used_percent, r.max_sm_active_percent or -1.0),
             )
         )
 
 
-def decision_key(report: pb.NodeReport, thresholds: tuple[tuple[float, float], ...]) -> tuple[Any, ...]:
+def decision_key(report: pb.NodeReport, thresholds: tuple[IdleRule, ...]) -> tuple[Any, ...]:
     """Everything of `report` an extender decides with (module docstring), as one comparable value."""
     return (
         report.node_error,
@@ -95,8 +105,8 @@ def decision_key(report: pb.NodeReport, thresholds: tuple[tuple[float, float], .
     )
 
 
-def _gpu_key(g: pb.GpuSample, thresholds: tuple[tuple[float, float], ...]) -> tuple[Any, ...]:
-    idle = tuple(gpu_is_idle(g, IdleRule(u, m)) for u, m in thresholds)  # each extender's idle rule
+def _gpu_key(g: pb.GpuSample, thresholds: tuple[IdleRule, ...]) -> tuple[Any, ...]:
+    idle = tuple(gpu_is_idle(g, rule) for rule in thresholds)  # each extender's idle rule
     return (
         g.uuid,
         g.name,
@@ -116,6 +126,6 @@ def _gpu_key(g: pb.GpuSample, thresholds: tuple[tuple[float, float], ...]) -> tu
     )
 
 
-def _mig_key(i: pb.MigInstance, thresholds: tuple[tuple[float, float], ...]) -> tuple[Any, ...]:
-    idle = tuple(mig_instance_is_idle(i, IdleRule(u, m)) for u, m in thresholds)
+def _mig_key(i: pb.MigInstance, thresholds: tuple[IdleRule, ...]) -> tuple[Any, ...]:
+    idle = tuple(mig_instance_is_idle(i, rule) for rule in thresholds)
     return (i.uuid, i.profile, tuple((h.namespace, h.pod, h.container, h.device_id) for h in i.holders), idle)

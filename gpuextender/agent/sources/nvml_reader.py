@@ -38,6 +38,7 @@ import pynvml
 
 from gpuextender.agent.model.readings import ErrorCounters, GpuLink, GpuReading, MigReading, NodeSample
 from gpuextender.agent.sources.nvml_errors import ErrorGroup, classify, error_name
+from gpuextender.agent.sources.nvml_gpm import GpmSampler
 
 log = logging.getLogger("gpu_agent.nvml")
 
@@ -51,10 +52,18 @@ PCIE_RELATION: dict[int, str] = {
     pynvml.NVML_TOPOLOGY_NODE: "node",
     pynvml.NVML_TOPOLOGY_SYSTEM: "system",
 }
+ENERGY_REFRESH_S = 10.0  # the energy counter is read again after this long (_energy_of)
 ABSENT_RECHECK_S = 60.0  # how long a 0.2 reading a GPU answered NotSupported for is not asked again
 _AFFINITY_SCOPE_NODE = getattr(pynvml, "NVML_AFFINITY_SCOPE_NODE", 0)  # newer than some nvidia-ml-py we allow
 _NUMA_NODE_WORDS = 4  # nvmlDeviceGetMemoryAffinity node set: 4 x 64 bits, up to 256 NUMA nodes
 _MIG_NAME = re.compile(r"\bMIG\s+(\S+)\s*$")  # "NVIDIA A100-SXM4-40GB MIG 1g.5gb" -> "1g.5gb"
+# Field values read in one nvmlDeviceGetFieldValues call per GPU (nvml.h NVML_FI_DEV_*; ids, not
+# pynvml names, which older releases we allow lack).
+FI_MEMORY_TEMP = 82
+FI_PCIE_REPLAY_COUNTER = 94
+FI_NVLINK_THROUGHPUT_DATA_TX = 138  # KiB since the driver loaded, per link (scopeId = link)
+FI_NVLINK_THROUGHPUT_DATA_RX = 139
+_VALUE_MEMBER = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")  # by nvmlValueType_t
 _BUS_ID = re.compile(r"^([0-9a-fA-F]{1,8}):([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])$")
 
 
@@ -84,11 +93,16 @@ class NvmlReader:
         *,
         sysfs_root: Path | None = Path("/sys"),
         clock: Callable[[], float] = time.monotonic,
+        gpm: bool = True,
     ) -> None:
         """`sysfs_root`: where the NUMA fallback reads PCI devices; None turns the fallback off
         (pass None with the fake NVML: its bus ids are not this machine's devices). `clock`
-        times how long an unsupported reading is not asked again."""
+        times how long an unsupported reading is not asked again. `gpm`: read GPM where the
+        GPU supports it (agent.nvml_gpm)."""
         self._on_error = on_error or (lambda call, name: None)
+        self._gpm = GpmSampler(self._on_error) if gpm else None
+        self._nvlinks: dict[int, list[int]] = {}  # GPU -> its active NVLinks, read with the topology
+        self._energy: dict[int, tuple[int, float]] = {}  # GPU -> (millijoules, clock() when read)
         self._sysfs_root = sysfs_root
         self._clock = clock
         self._initialized = False
@@ -120,6 +134,8 @@ class NvmlReader:
             log.error("NVML init failed (%s): will retry every sample", name)
 
     def close(self) -> None:
+        if self._gpm is not None:
+            self._gpm.close()
         if self._initialized:
             try:
                 pynvml.nvmlShutdown()
@@ -141,6 +157,7 @@ class NvmlReader:
         self._mig_slots = {}
         self._mig_static = {}
         self._absent = {}
+        self._energy = {}
         log.info("NVML initialised: driver %s, %d GPU(s)", self._driver_version or "?", count)
         self._topology = self._read_topology()
 
@@ -184,6 +201,8 @@ class NvmlReader:
         self._initialized = False
         self._handles = []
         self._topology = None
+        if self._gpm is not None:
+            self._gpm.close()  # the handles its samples were taken on are gone
 
     def _read_gpu(self, index: int, failing: set[tuple[int, str, str]]) -> GpuReading:
         reading = GpuReading(index=index)
@@ -260,6 +279,13 @@ class NvmlReader:
         power_mw = call("nvmlDeviceGetPowerUsage", pynvml.nvmlDeviceGetPowerUsage, handle)
         if power_mw is not None:
             reading.power_watts = power_mw / 1000.0
+        if self._gpm is not None:
+            reading.gpm = self._gpm.read(index, handle)
+        self._read_fields(reading, handle, optional)
+        encoder = optional("nvmlDeviceGetEncoderUtilization", pynvml.nvmlDeviceGetEncoderUtilization, handle)
+        reading.encoder_utilization_percent = int(encoder[0]) if encoder is not None else None
+        decoder = optional("nvmlDeviceGetDecoderUtilization", pynvml.nvmlDeviceGetDecoderUtilization, handle)
+        reading.decoder_utilization_percent = int(decoder[0]) if decoder is not None else None
         reading.errors = self._read_error_counters(handle, optional)
         reading.clock_event_reasons = optional(
             "nvmlDeviceGetCurrentClocksEventReasons", self._clock_event_reasons, handle
@@ -270,11 +296,41 @@ class NvmlReader:
         reading.memory_clock_mhz = optional(
             "nvmlDeviceGetClockInfo", pynvml.nvmlDeviceGetClockInfo, handle, pynvml.NVML_CLOCK_MEM
         )
-        reading.energy_millijoules = optional(
-            "nvmlDeviceGetTotalEnergyConsumption", pynvml.nvmlDeviceGetTotalEnergyConsumption, handle
-        )
+        reading.energy_millijoules = self._energy_of(index, handle, now, optional)
         reading.mig_instances = self._read_mig(index, handle, reading.memory_total_bytes, call, optional)
         return reading
+
+    def _energy_of(self, index: int, handle: Any, now: float, optional: Callable[..., Any]) -> int | None:
+        """The energy counter, read at most every ENERGY_REFRESH_S: nvmlDeviceGetTotalEnergyConsumption
+        took 3.2 ms of a 4.6 ms pass on an H200 (bench/RESULTS-gpu.md), and a counter that only
+        feeds rate() over minutes loses nothing by being up to 10 s old."""
+        cached = self._energy.get(index)
+        if cached is not None and now - cached[1] < ENERGY_REFRESH_S:
+            return cached[0]
+        energy = optional("nvmlDeviceGetTotalEnergyConsumption", pynvml.nvmlDeviceGetTotalEnergyConsumption, handle)
+        if energy is None:
+            self._energy.pop(index, None)
+            return None
+        self._energy[index] = (int(energy), now)
+        return int(energy)
+
+    def _read_fields(self, reading: GpuReading, handle: Any, optional: Callable[..., Any]) -> None:
+        """Memory temperature, PCIe replays and NVLink data in one nvmlDeviceGetFieldValues call;
+        each field NVML does not give stays None."""
+        links = self._nvlinks.get(reading.index, [])
+        ids: list[Any] = [FI_MEMORY_TEMP, FI_PCIE_REPLAY_COUNTER]
+        ids += [
+            (field, link) for link in links for field in (FI_NVLINK_THROUGHPUT_DATA_TX, FI_NVLINK_THROUGHPUT_DATA_RX)
+        ]
+        values = optional("nvmlDeviceGetFieldValues", _field_values, handle, tuple(ids))
+        if values is None:
+            return
+        numbers = [_field_number(v) for v in values]
+        reading.memory_temperature_celsius = None if numbers[0] is None else int(numbers[0])
+        reading.pcie_replays = None if numbers[1] is None else int(numbers[1])
+        nvlink = numbers[2:]
+        if nvlink and None not in nvlink:  # a total over some links only would read as a drop
+            reading.nvlink_data_kib = int(sum(n for n in nvlink if n is not None))
 
     @staticmethod
     def _read_error_counters(handle: Any, optional: Callable[..., Any]) -> ErrorCounters | None:
@@ -338,6 +394,7 @@ class NvmlReader:
                 return []
             self._mig_slots[index] = slots = int(slots)
         instances: list[MigReading] = []
+        seen_instances: set[int] = set()
         for slot in range(slots):
             mig = call("nvmlDeviceGetMigDeviceHandleByIndex", _mig_device_handle, handle, slot)
             if mig is None:
@@ -347,11 +404,16 @@ class NvmlReader:
                 continue
             static = self._mig_static.get(uuid) or self._read_mig_static(uuid, mig, gpu_memory, call)
             reading = MigReading(uuid=uuid, profile=static[0], gpu_instance_id=static[1], compute_instance_id=static[2])
+            if self._gpm is not None and static[1] not in seen_instances:  # GPM measures GPU instances
+                seen_instances.add(static[1])
+                reading.gpm = self._gpm.read(index, handle, static[1])
             memory = call("nvmlDeviceGetMemoryInfo", pynvml.nvmlDeviceGetMemoryInfo, mig, version=pynvml.nvmlMemory_v2)
             if memory is not None:
                 reading.memory_total_bytes = int(memory.total)
                 reading.memory_used_bytes = int(memory.used)
             instances.append(reading)
+        if self._gpm is not None:
+            self._gpm.forget_instances(index, seen_instances)
         return instances
 
     def _read_mig_static(
@@ -431,10 +493,13 @@ class NvmlReader:
                 buses[key] = index
         direct: list[Counter[int]] = []
         switches: list[tuple[int, set[tuple[int, int, int, int] | None]]] = []
-        for handle in handles:
-            peers, switch = self._read_nvlinks(handle, buses) if handle is not None else (Counter(), (0, set()))
+        self._nvlinks = {}
+        for index, handle in enumerate(handles):
+            active: list[int] = []
+            peers, switch = self._read_nvlinks(handle, buses, active) if handle is not None else (Counter(), (0, set()))
             direct.append(peers)
             switches.append(switch)
+            self._nvlinks[index] = active
         links: list[GpuLink] = []
         for a in range(count):
             for b in range(a + 1, count):
@@ -452,9 +517,10 @@ class NvmlReader:
         return links
 
     def _read_nvlinks(
-        self, handle: Any, buses: dict[tuple[int, int, int, int], int]
+        self, handle: Any, buses: dict[tuple[int, int, int, int], int], active_links: list[int]
     ) -> tuple[Counter[int], tuple[int, set[tuple[int, int, int, int] | None]]]:
-        """(active links per peer GPU index, (links into NVSwitches, those switches' bus ids))."""
+        """(active links per peer GPU index, (links into NVSwitches, those switches' bus ids));
+        appends the active links' numbers to `active_links`."""
         peers: Counter[int] = Counter()
         switch_links = 0
         switches: set[tuple[int, int, int, int] | None] = set()
@@ -469,6 +535,7 @@ class NvmlReader:
                 continue
             if not active:
                 continue
+            active_links.append(link)
             remote = self._quiet(pynvml.nvmlDeviceGetNvLinkRemotePciInfo, handle, link)
             key = bus_key(_text(remote.busId)) if remote is not None else None
             kind = self._quiet(pynvml.nvmlDeviceGetNvLinkRemoteDeviceType, handle, link)
@@ -503,6 +570,25 @@ def _text(value: Any) -> str:
     if isinstance(value, bytes):
         return value.decode(errors="replace")
     return str(value)
+
+
+def _field_values(handle: Any, ids: tuple[Any, ...]) -> Any:
+    """nvmlDeviceGetFieldValues, raising NotSupported when no field is supported (as a reading
+    that is not supported, so it is not asked again every sample)."""
+    values = pynvml.nvmlDeviceGetFieldValues(handle, ids)
+    if all(v.nvmlReturn == pynvml.NVML_ERROR_NOT_SUPPORTED for v in values):
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NOT_SUPPORTED)
+    return values
+
+
+def _field_number(value: Any) -> float | None:
+    """The number in an nvmlFieldValue_t; None when NVML did not give this field."""
+    if value.nvmlReturn != pynvml.NVML_SUCCESS:
+        return None
+    kind = int(value.valueType)
+    if not 0 <= kind < len(_VALUE_MEMBER):
+        return None
+    return float(getattr(value.value, _VALUE_MEMBER[kind]))
 
 
 def _mig_device_handle(handle: Any, slot: int) -> Any | None:

@@ -81,6 +81,7 @@ _NODE_STRINGS = (
     ("node_error", MAX_NODE_ERROR_CHARS),
     ("allocation_problem", MAX_ALLOCATION_PROBLEM_CHARS),
 )
+_GPM_FIELDS = tuple(pb.GpmReadings.DESCRIPTOR.fields_by_name)
 _GPU_STRINGS = (
     ("uuid", MAX_UUID_CHARS),
     ("name", MAX_GPU_NAME_CHARS),
@@ -135,7 +136,29 @@ def _gpu_suspect(g: pb.GpuSample) -> bool:
         or g.xids
         or g.mig_instances
         or (bool(g.holders) and _holders_suspect(g.holders))
+        or (g.HasField("gpm") and _gpm_suspect(g.gpm))
     )
+
+
+def _gpm_suspect(m: pb.GpmReadings) -> bool:
+    """A GPM percentage outside 0..100 (NaN included: every comparison with it is False). Unset
+    fields read 0 and pass."""
+    return not (
+        0.0 <= m.sm_active_percent <= 100.0
+        and 0.0 <= m.sm_occupancy_percent <= 100.0
+        and 0.0 <= m.tensor_active_percent <= 100.0
+        and 0.0 <= m.dram_active_percent <= 100.0
+        and 0.0 <= m.graphics_active_percent <= 100.0
+    )
+
+
+def _gpm_problem(m: pb.GpmReadings) -> str | None:
+    # The idle rule compares SM activity with a bound: NaN would compare as "below" it, so idle.
+    for field in _GPM_FIELDS:
+        value = getattr(m, field)
+        if not 0.0 <= value <= 100.0:
+            return f"gpm.{field}={value} is outside 0..100"
+    return None
 
 
 def _holders_suspect(holders: Sequence[pb.Holder]) -> bool:
@@ -218,6 +241,9 @@ def _gpu_extras_problem(gpu: pb.GpuSample) -> str | None:
         return f"{len(gpu.xids)} xids, more than the {MAX_XIDS_PER_GPU} allowed"
     if len(gpu.mig_instances) > MAX_MIG_INSTANCES:
         return f"{len(gpu.mig_instances)} mig_instances, more than the {MAX_MIG_INSTANCES} allowed"
+    problem = _gpm_problem(gpu.gpm)
+    if problem is not None:
+        return problem
     for mig in gpu.mig_instances:
         if len(mig.uuid) > MAX_UUID_CHARS or len(mig.profile) > MAX_MIG_PROFILE_CHARS:
             return (
@@ -229,7 +255,7 @@ def _gpu_extras_problem(gpu: pb.GpuSample) -> str | None:
             and mig.memory_used_bytes > mig.memory_total_bytes
         ):
             return f"MIG instance {mig.uuid[:MAX_UUID_CHARS]!r}: memory_used_bytes is above memory_total_bytes"
-        problem = _holders_problem(mig.holders)
+        problem = _holders_problem(mig.holders) or _gpm_problem(mig.gpm)
         if problem is not None:
             return f"MIG instance {mig.uuid[:MAX_UUID_CHARS]!r}: {problem}"
     return None

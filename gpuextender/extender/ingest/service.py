@@ -110,6 +110,7 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
         # and how long a quiet agent may go without a heartbeat (stale_after_s; 0: not said).
         self._idle_max_utilization = state.rule.max_utilization_percent
         self._idle_max_memory = state.rule.max_memory_used_percent
+        self._idle_max_sm_active = state.rule.max_sm_active_percent  # None: not said (the ack field stays unset)
         self._stale_after_ms = max(0, min(2**32 - 1, round(stale_after_s * 1000)))
         self._clock = clock
         self._wall_clock = wall_clock
@@ -218,6 +219,7 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
                     idle_max_utilization_percent=self._idle_max_utilization,
                     idle_max_memory_used_percent=self._idle_max_memory,
                     stale_after_ms=self._stale_after_ms,
+                    idle_max_sm_active_percent=self._idle_max_sm_active,
                 )
         finally:
             if node is not None:

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from gpuextender.common.idle_rule import IdleRule, mig_instance_is_idle
+from gpuextender.common.idle_rule import IdleRule, mig_instance_is_idle, sm_active_of
 from gpuextender.extender.model.pod_key import pod_key
 from gpuextender.extender.state.gpu_health import problem_of
 from gpuextender.extender.state.gpu_topology import tier_for, tiers_for_mask, topology_key
@@ -144,7 +144,7 @@ def allocation_of(report: pb.NodeReport) -> str:
 def summarize(report: pb.NodeReport, rule: IdleRule, received_at: float) -> NodeSummary:
     known = report.allocation_source == pb.ALLOCATION_KUBELET
     broken = bool(report.node_error)
-    max_util, max_mem = rule.max_utilization_percent, rule.max_memory_used_percent
+    max_util, max_mem, max_sm = rule.max_utilization_percent, rule.max_memory_used_percent, rule.max_sm_active_percent
     total = healthy = free = idle = degraded = allocated_idle = 0
     utilizations: list[int] = []
     waste: dict[str, int] = {}
@@ -205,7 +205,11 @@ def summarize(report: pb.NodeReport, rule: IdleRule, received_at: float) -> Node
         free += unheld
         if unheld:
             unheld_mask |= 1 << position
-        busy = (util is not None and util >= max_util) or (mem_percent is not None and mem_percent >= max_mem)
+        sm_active = sm_active_of(gpu.gpm, gpu.HasField("gpm")) if max_sm is not None else None
+        if max_sm is not None and sm_active is not None:  # SM activity replaces utilization (idle_rule.py)
+            busy = sm_active >= max_sm or (mem_percent is not None and mem_percent >= max_mem)
+        else:
+            busy = (util is not None and util >= max_util) or (mem_percent is not None and mem_percent >= max_mem)
         degraded_gpu = gpu.health == _DEGRADED
         if degraded_gpu:
             problems.append((position, False, problem_of(gpu)))

@@ -200,6 +200,7 @@ class FleetAccumulator:
             "idleRule": {
                 "maxUtilizationPercent": rule.max_utilization_percent,
                 "maxMemoryUsedPercent": rule.max_memory_used_percent,
+                "maxSmActivePercent": rule.max_sm_active_percent,
             },
             "totals": {k: v for k, v in self._totals.items() if k not in ("class", "rows")},
             "classes": groups,

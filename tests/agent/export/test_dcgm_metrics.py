@@ -17,6 +17,7 @@ from gpuextender.agent.export.metrics import AgentMetrics
 from gpuextender.agent.model.readings import (
     ALLOCATION_KUBELET,
     ErrorCounters,
+    GpmReading,
     GpuReading,
     Holder,
     MigReading,
@@ -60,6 +61,8 @@ PEERS_4_1_METRICS = {
 # A DCGM field outside the shipped CSVs (a user adds it to theirs; dcgm-exporter serves any field
 # under its DCGM name): the remap-pending gauge next to ROW_REMAP_FAILURE.
 OTHER_DCGM_FIELDS = {"DCGM_FI_DEV_ROW_REMAP_PENDING"}
+# peers.md §4.1 "Commented out by default": `DCGM_FI_PROF_SM_ACTIVE` / `SM_OCCUPANCY` (served from GPM).
+PEERS_4_1_COMMENTED_OUT = {"DCGM_FI_PROF_SM_ACTIVE", "DCGM_FI_PROF_SM_OCCUPANCY"}
 # peers.md §4.1 "Labels (internal/pkg/rendermetrics/render_metrics.go)", DCGM_FI_DRIVER_VERSION being
 # "exported as a label"; `Hostname` as released (tag 4.5.3-4.8.2).
 PEERS_4_1_GPU_LABELS = {"gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION"}
@@ -123,6 +126,12 @@ def full_gpu(index: int, **changes: object) -> GpuReading:
             remap_failure=False,
         ),
         xids=[XidEvent(48, 100.0), XidEvent(79, 200.0)],
+        memory_temperature_celsius=44,
+        pcie_replays=1,
+        encoder_utilization_percent=3,
+        decoder_utilization_percent=4,
+        nvlink_data_kib=123_456_789,
+        gpm=GpmReading(sm_active=12.5, sm_occupancy=6.25, tensor_active=50.0, dram_active=25.0, graphics_active=99.5),
     )
     for name, value in changes.items():
         setattr(reading, name, value)
@@ -153,6 +162,7 @@ def node_sample() -> NodeSample:
                 memory_total_bytes=10 * 1024 * MIB,
                 memory_used_bytes=2 * 1024 * MIB,
                 holders=[Holder("ml", "mig-pod", "tf", "nvidia.com/mig-1g.10gb", "MIG-aaa")],
+                gpm=GpmReading(sm_active=75.0),
             ),
             MigReading("MIG-bbb", "3g.40gb", 2, 0, memory_total_bytes=40 * 1024 * MIB, memory_used_bytes=None),
         ],
@@ -193,7 +203,7 @@ def value(samples: list[Sample], **labels: str) -> float:
 
 def test_names_and_labels_are_dcgm_exporters_documented_ones() -> None:
     assert REQUIRED <= dcgm_metrics.METRIC_NAMES
-    assert dcgm_metrics.METRIC_NAMES <= PEERS_4_1_METRICS | OTHER_DCGM_FIELDS
+    assert dcgm_metrics.METRIC_NAMES <= PEERS_4_1_METRICS | OTHER_DCGM_FIELDS | PEERS_4_1_COMMENTED_OUT
     assert set(dcgm_metrics.GPU_LABELS) == PEERS_4_1_GPU_LABELS
     assert set(dcgm_metrics.POD_LABELS) == PEERS_4_1_KUBERNETES_LABELS
     assert set(dcgm_metrics.MIG_LABELS) == PEERS_4_1_MIG_LABELS
@@ -319,3 +329,35 @@ def test_the_agent_serves_its_process_metrics_and_build_info() -> None:
         assert value(served["process_resident_memory_bytes"]) > 0
         assert served["process_cpu_seconds"][0].name == "process_cpu_seconds_total"
         assert served["process_start_time_seconds"]
+
+
+def test_every_default_counter_nvml_can_give_is_served(served: dict[str, list[Sample]]) -> None:
+    """dcgm-exporter's default set (peers.md §4.1) less what NVML has no reading for: the vGPU
+    license (no vGPU here) and the PCIe byte rates (not read)."""
+    not_from_nvml = {"DCGM_FI_DEV_VGPU_LICENSE_STATUS", "DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES"}
+    aggregate_ecc = {"DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL"}  # commented out there too
+    for name in sorted(PEERS_4_1_METRICS - not_from_nvml - aggregate_ecc):
+        assert series(served[name], gpu="0"), f"{name} is not served"
+    assert value(served["DCGM_FI_DEV_MEMORY_TEMP"], gpu="0") == 44
+    assert value(served["DCGM_FI_DEV_PCIE_REPLAY_COUNTER"], gpu="0") == 1
+    assert value(served["DCGM_FI_DEV_ENC_UTIL"], gpu="0") == 3 and value(served["DCGM_FI_DEV_DEC_UTIL"], gpu="0") == 4
+    assert value(served["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"], gpu="0") == 123_456_789
+
+
+def test_gpm_is_served_as_dcgm_profiling_ratios_per_gpu_and_mig_instance(served: dict[str, list[Sample]]) -> None:
+    assert value(served["DCGM_FI_PROF_SM_ACTIVE"], gpu="1") == 0.125  # percent / 100, as DCGM's ratios
+    assert value(served["DCGM_FI_PROF_SM_OCCUPANCY"], gpu="1") == 0.0625
+    assert value(served["DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"], gpu="1") == 0.5
+    assert value(served["DCGM_FI_PROF_DRAM_ACTIVE"], gpu="1") == 0.25
+    assert value(served["DCGM_FI_PROF_GR_ENGINE_ACTIVE"], gpu="1") == 0.995
+    instance = series(served["DCGM_FI_PROF_SM_ACTIVE"], gpu="3", GPU_I_ID="9")
+    assert [(s.value, s.labels["GPU_I_PROFILE"], s.labels["pod"]) for s in instance] == [(0.75, "1g.10gb", "mig-pod")]
+    assert not series(served["DCGM_FI_PROF_SM_ACTIVE"], gpu="3", GPU_I_ID="2")  # no GPM for it: absent
+    assert not series(served["DCGM_FI_PROF_PIPE_TENSOR_ACTIVE"], GPU_I_ID="9")  # a metric it did not give
+
+
+def test_gpm_absent_where_unsupported_never_zero() -> None:
+    metrics = AgentMetrics("n")
+    metrics.observe_sample(NodeSample(sample_time=1.0, duration_s=0.01, gpus=[full_gpu(0, gpm=None)]))
+    served = scrape(metrics)
+    assert not any(served[f.name] for f in dcgm_metrics.PROF_FIELDS)

@@ -8,11 +8,12 @@ from collections.abc import Callable
 import pytest
 
 from gpuextender.agent.report.gate import ExtenderRule, ReportGate, decision_key, rule_from_ack
+from gpuextender.common.idle_rule import IdleRule
 from gpuextender.v1 import gpu_state_pb2 as pb
 from tests.extender.builders import GIB, gpu, report
 
 RULE = ExtenderRule(30.0, 50.0, 30.0)  # heartbeat from the TTL: 10 s
-THRESHOLDS = ((30.0, 50.0),)
+THRESHOLDS = (IdleRule(30.0, 50.0),)
 
 
 def base() -> pb.NodeReport:
@@ -89,8 +90,8 @@ def test_readings_that_decide_nothing_leave_the_key(what: str, edit: Callable[[p
 def test_each_extenders_rule_is_watched() -> None:
     """Two extenders with different idle rules: crossing either one's threshold matters."""
     r = edited(lambda r: setattr(r.gpus[0], "utilization_gpu_percent", 20))  # idle at 30, busy at 15
-    assert decision_key(r, ((30.0, 50.0),)) == decision_key(base(), ((30.0, 50.0),))
-    both = ((15.0, 50.0), (30.0, 50.0))
+    assert decision_key(r, (IdleRule(30.0, 50.0),)) == decision_key(base(), (IdleRule(30.0, 50.0),))
+    both = (IdleRule(15.0, 50.0), IdleRule(30.0, 50.0))
     assert decision_key(r, both) != decision_key(base(), both)
 
 
@@ -145,3 +146,25 @@ def test_the_rule_comes_from_the_ack() -> None:
     )
     assert rule_from_ack(ack) == ExtenderRule(25.0, 40.0, 10.0)
     assert rule_from_ack(pb.ReportAck(sequence=1, status=pb.ReportAck.ACCEPTED)) is None  # an extender before 0.3
+
+
+def test_the_sm_activity_rule_is_learnt_from_the_ack_and_watched() -> None:
+    ack = pb.ReportAck(
+        sequence=1,
+        status=pb.ReportAck.ACCEPTED,
+        idle_max_utilization_percent=30.0,
+        idle_max_memory_used_percent=50.0,
+        idle_max_sm_active_percent=10.0,
+    )
+    assert rule_from_ack(ack) == ExtenderRule(30.0, 50.0, 0.0, 10.0)
+    ack.ClearField("idle_max_sm_active_percent")
+    assert rule_from_ack(ack) == ExtenderRule(30.0, 50.0, 0.0, None)  # off, or an extender before 0.5
+    # GPU 0 (utilization 10) crossing 10 % SM active matters under the SM rule, not under utilization's.
+    sm_rule = (IdleRule(30.0, 50.0, 10.0),)
+
+    def sm(value: float) -> Callable[[pb.NodeReport], object]:
+        return lambda r: setattr(r.gpus[0].gpm, "sm_active_percent", value)
+
+    assert decision_key(edited(sm(9.5)), sm_rule) != decision_key(edited(sm(10.0)), sm_rule)
+    assert decision_key(edited(sm(1.0)), sm_rule) == decision_key(edited(sm(9.5)), sm_rule)
+    assert decision_key(edited(sm(9.5)), THRESHOLDS) == decision_key(edited(sm(10.0)), THRESHOLDS)

@@ -10,7 +10,7 @@ import pytest
 
 from gpuextender.agent.fakes.nvml import FakeNvmlLibrary, install
 from gpuextender.agent.fakes.scenario import parse_scenario
-from gpuextender.agent.sources.nvml_reader import NvmlReader, NvmlUnavailable
+from gpuextender.agent.sources.nvml_reader import ENERGY_REFRESH_S, NvmlReader, NvmlUnavailable
 
 H100 = {"product": "NVIDIA H100 80GB HBM3", "memory_gib": 80, "compute_capability": "9.0"}
 
@@ -40,7 +40,9 @@ def _restore_pynvml() -> Iterator[None]:
 def start_reader(document: dict, clock: Clock, errors: list | None = None) -> tuple[NvmlReader, FakeNvmlLibrary]:
     lib = FakeNvmlLibrary(parse_scenario(document), uuid_seed="node-1", clock=clock)
     install(lib)
-    reader = NvmlReader(on_error=lambda call, name: errors.append((call, name)) if errors is not None else None)
+    reader = NvmlReader(
+        on_error=lambda call, name: errors.append((call, name)) if errors is not None else None, clock=clock
+    )
     reader.start()
     return reader, lib
 
@@ -312,8 +314,23 @@ def test_health_counters_clocks_energy_and_numa_are_read(clock: Clock) -> None:
     gpu = reader.sample().gpus[0]
     assert gpu.errors is not None and gpu.errors.ecc_corrected_volatile == 50
     assert gpu.sm_clock_mhz == 1410
-    assert gpu.energy_millijoules == 1000 + 500 * 5 * 1000  # grows with power: 500 W for 5 s
+    assert gpu.energy_millijoules == 1000  # read at most every ENERGY_REFRESH_S (10 s)
+    clock.t = 10.0
+    gpu = reader.sample().gpus[0]
+    assert gpu.energy_millijoules == 1000 + 500 * 10 * 1000  # grows with power: 500 W for 10 s
     assert errors == [] and gpu.healthy
+
+
+def test_the_energy_counter_is_read_again_exactly_every_ten_seconds(clock: Clock) -> None:
+    lib = FakeNvmlLibrary(parse_scenario({"gpus": [{**H100, "energy_start_mj": 0, "power_watts": 100}]}), clock=clock)
+    install(lib)
+    reader = NvmlReader(clock=clock, sysfs_root=None)
+    reader.start()
+    assert reader.sample().gpus[0].energy_millijoules == 0
+    clock.t = ENERGY_REFRESH_S - 0.001
+    assert reader.sample().gpus[0].energy_millijoules == 0  # the last read, not a new call
+    clock.t = ENERGY_REFRESH_S
+    assert reader.sample().gpus[0].energy_millijoules == 100 * 1000 * ENERGY_REFRESH_S
 
 
 def test_unsupported_health_readings_are_none_not_zero_and_not_errors(clock: Clock) -> None:
@@ -347,7 +364,8 @@ def test_an_unsupported_reading_is_not_asked_again_for_a_minute(clock: Clock) ->
     clock.t = 60.0  # ABSENT_RECHECK_S: asked again (some answers change at run time: MIG)
     before = lib.calls
     reader.sample()
-    assert lib.calls - before == 4 + 9
+    # the 9 health and clock reads, field values (memory temperature, PCIe replays), encoder, decoder
+    assert lib.calls - before == 4 + 12
 
 
 def test_a_failing_health_read_is_an_error_but_not_a_verdict(clock: Clock) -> None:
@@ -357,7 +375,7 @@ def test_a_failing_health_read_is_an_error_but_not_a_verdict(clock: Clock) -> No
             "gpus": [{**H100, **FULL}],
             "errors": [
                 {"call": "nvmlDeviceGetRemappedRows", "error": "Timeout"},
-                {"call": "nvmlDeviceGetTotalEnergyConsumption", "error": "GpuIsLost", "after_s": 1},
+                {"call": "nvmlDeviceGetClockInfo", "error": "GpuIsLost", "after_s": 1},
             ],
         },
         clock,

@@ -135,6 +135,23 @@ def test_a_mig_instance_cannot_use_more_memory_than_it_has() -> None:
     assert "memory_used_bytes is above memory_total_bytes" in str(_with(mig(11)))
 
 
+@pytest.mark.parametrize("field", list(pb.GpmReadings.DESCRIPTOR.fields_by_name))
+def test_gpm_percentages_are_bounded_exactly_on_gpus_and_mig_instances(field: str) -> None:
+    """A NaN SM activity would compare as below any idle bound: idle whatever the GPU runs."""
+
+    def on_gpu(value: float) -> Callable[[pb.NodeReport], None]:
+        return lambda r: setattr(r.gpus[0].gpm, field, value)
+
+    def on_mig(value: float) -> Callable[[pb.NodeReport], None]:
+        return lambda r: setattr(r.gpus[0].mig_instances.add(uuid="MIG-1", profile="1g.10gb").gpm, field, value)
+
+    for edit in (on_gpu, on_mig):
+        assert _with(edit(0.0)) is None and _with(edit(100.0)) is None
+        for bad in (100.0001, -0.0001, float("nan"), float("inf")):
+            problem = _with(edit(bad))
+            assert problem is not None and f"gpm.{field}=" in problem and "is outside 0..100" in problem, bad
+
+
 def test_unknown_enum_values_from_a_newer_agent_are_accepted() -> None:
     """proto3 enums are open: a value this extender does not know is kept and read as unknown."""
     r = _two_gpus()
@@ -204,6 +221,9 @@ def test_the_fast_check_never_passes_a_gpu_the_full_checks_refuse() -> None:
             g.xids.extend([pb.XidEvent(xid=79)] * near(v.MAX_XIDS_PER_GPU))
         if rng.random() < 0.1:
             g.mig_instances.add(uuid=text(v.MAX_UUID_CHARS), profile=text(v.MAX_MIG_PROFILE_CHARS))
+        if rng.random() < 0.3:
+            field = rng.choice(list(pb.GpmReadings.DESCRIPTOR.fields_by_name))
+            setattr(g.gpm, field, rng.choice([0.0, 100.0, 100.5, -0.5, float("nan"), float("inf")]))
         full = v._gpu_problem(g)
         refused += full is not None
         assert full is None or v._gpu_suspect(g), (full, g)
