@@ -107,11 +107,13 @@ def test_gpm_readings_come_with_the_second_sample_where_supported(reader: NvmlRe
         assert value is not None and 0.0 <= value <= 100.0, (name, value)
 
 
-NEEDS_TORCH = pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="real-GPU load: no PyTorch")
-
-
 def _under(load_mode: str, reader: NvmlReader) -> Any:
+    """The GPU's reading over 1 s of a CUDA load (skipped, at run time, without PyTorch: so where
+    real NVML is missing every test here skips for that one reason)."""
     from tests.gpu.loads import Load
+
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("real-GPU load: no PyTorch")
 
     load = Load(ROOT, load_mode, 20)
     try:
@@ -123,7 +125,6 @@ def _under(load_mode: str, reader: NvmlReader) -> Any:
         load.stop()
 
 
-@NEEDS_TORCH
 def test_a_spinning_thread_reads_busy_by_utilization_and_nearly_idle_by_sm_activity(
     reader: NvmlReader, real_pynvml: Any
 ) -> None:
@@ -134,7 +135,6 @@ def test_a_spinning_thread_reads_busy_by_utilization_and_nearly_idle_by_sm_activ
         assert gpu.gpm is not None and gpu.gpm.sm_active is not None and gpu.gpm.sm_active < 10
 
 
-@NEEDS_TORCH
 def test_matrix_products_read_busy_by_both(reader: NvmlReader, real_pynvml: Any) -> None:
     gpu = _under("matmul", reader)
     assert gpu.utilization_gpu_percent is not None and gpu.utilization_gpu_percent >= 90
