@@ -195,8 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=True,
         help="read NVML's GPU Performance Monitoring each sample where the GPU supports it (Hopper "
         "and later): SM activity and occupancy, tensor and DRAM activity, reported to the extenders "
-        "(for --idle-max-sm-active) and served as DCGM_FI_PROF_*; about 1.2 ms per GPU per sample "
-        "on an H100. --no-gpm if DCGM's profiling runs on the node and you want it alone on the counters",
+        "(for --idle-max-sm-active) and served as DCGM_FI_PROF_*; about 2 ms per GPU per sample "
+        "on an H100 and an H200. --no-gpm if DCGM's profiling runs on the node and you want it alone on the counters",
     )
     p.add_argument(
         "--clear-xid",

@@ -6,8 +6,8 @@ GPU (and per MIG GPU instance, `nvmlGpmMigSampleGet`), refills the older one eve
 reads the metrics over the interval since the previous pass. The first pass of a GPU, and the
 first after an error, gives no reading: None, never zero.
 
-Measured on an H100 (bench/RESULTS-gpu.md): one nvmlGpmSampleGet ~0.2 ms, one nvmlGpmMetricsGet
-of these five metrics ~1 ms.
+Measured on an H100 and an H200 (bench/RESULTS-gpu.md): one nvmlGpmSampleGet ~0.2 ms, one
+nvmlGpmMetricsGet of these five metrics 1 to 1.8 ms; a sampling pass with GPM ~2 ms longer.
 """
 
 from __future__ import annotations
