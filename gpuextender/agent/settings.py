@@ -224,7 +224,7 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="the kubelet's PodResources socket: each sample asks it which containers hold which GPU "
         "(List) and which device IDs it hands out (GetAllocatableResources). Mount its directory, not "
-        "the file (deploy/components/kubelet-allocation). Unreadable: allocation is reported unknown, "
+        "the file (deploy/components/kubelet-allocation, on in the shipped deploy/). Unreadable: allocation is reported unknown, "
         "said once in the log. '' turns it off",
     )
     p.add_argument(

@@ -7,8 +7,16 @@ from tests.deploy import manifests as m
 
 @pytest.fixture(scope="session")
 def base_objects() -> list[m.KubeObject]:
-    """The base as it is applied: rendered by kubectl when it is installed, otherwise the files
-    the kustomizations list (test_render.py checks that both give the same objects)."""
+    """The base (deploy/base/: what overlays/no-kubelet-access applies; deploy/ adds the
+    kubelet-allocation component to it): rendered by kubectl when it is installed, otherwise the
+    files the kustomizations list (test_render.py checks that both give the same objects)."""
+    return m.kustomize(m.BASE) if m.KUBECTL else m.load_source(m.BASE)
+
+
+@pytest.fixture(scope="session")
+def default_objects() -> list[m.KubeObject]:
+    """What `kubectl apply -k deploy/` applies (the base and components/kubelet-allocation); the
+    base alone where kubectl is absent (no kustomize to apply the component's patches)."""
     return m.kustomize(m.DEPLOY) if m.KUBECTL else m.load_source(m.BASE)
 
 

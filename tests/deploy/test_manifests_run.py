@@ -51,6 +51,8 @@ from tests.kube_apiserver import TokenReviewRequest
 pytestmark = pytest.mark.slow
 
 SCENARIO = FIXTURES / "scenarios" / "idle8.yaml"  # 8 idle H100s
+KUBELET = FIXTURES / "kubelet" / "notebook-gpu0.yaml"  # a pod holds GPU 0 and leaves it idle
+POD_RESOURCES_DIR = "/var/lib/kubelet/pod-resources"  # the agent's default socket's directory
 NODE = "gpu-node-1"  # where the agent pod "runs"
 ROGUE_NODE = "gpu-node-2"  # an agent whose token is bound to NODE, not to this node
 # The images' ENTRYPOINTs are the console scripts: `args` is exactly their argv.
@@ -72,6 +74,7 @@ class Laptop:
 
 LISTEN_FLAGS = ("--http-addr", "--grpc-addr", "--metrics-addr")
 EMPTY_DIR_MARK = ".test-emptydir"
+HOST_DIR_MARK = ".test-hostpath"
 
 
 def localize(args: list[str], laptop: Laptop) -> list[str]:
@@ -117,8 +120,8 @@ def rebase(path: str, mounts: dict[str, Path]) -> Path:
     pure = PurePosixPath(path)
     for mount_path, local in mounts.items():
         if pure.is_relative_to(mount_path):
-            if (local / EMPTY_DIR_MARK).exists():
-                return local / pure.relative_to(mount_path)  # a writable emptyDir: the program makes it
+            if (local / EMPTY_DIR_MARK).exists() or (local / HOST_DIR_MARK).exists():
+                return local / pure.relative_to(mount_path)  # an emptyDir or a host directory: made at run time
             local_file = local / pure.relative_to(mount_path)
             assert local_file.is_file(), f"{path}: the volume mounted at {mount_path} has no such key"
             return local_file
@@ -158,6 +161,8 @@ def mount_volumes(
                 (local / source["serviceAccountToken"]["path"]).write_text(token)
         elif "emptyDir" in volume:
             (local / EMPTY_DIR_MARK).touch()  # writable scratch space (the kubelet makes it 0777)
+        elif "hostPath" in volume:
+            (local / HOST_DIR_MARK).touch()  # the node's directory: start_agent serves a fake kubelet in it
         else:
             pytest.fail(f"volume {mount['name']}: no local stand-in for {volume}")
         mounts[mount["mountPath"]] = local
@@ -273,6 +278,14 @@ class Live:
         assert status == 200
         return parse_metrics(raw.decode())
 
+    def reads_kubelet(self) -> bool:
+        """The rendered agent mounts the kubelet's PodResources directory (deploy/'s default)."""
+        ds, container = container_of(self.objects, "DaemonSet", "gpu-agent")
+        return any(v["mountPath"] == POD_RESOURCES_DIR for v in container.get("volumeMounts", []))
+
+    def idle_expected(self) -> int:
+        return 7 if self.reads_kubelet() else 8  # KUBELET's pod holds GPU 0
+
     def start_agent(self, name: str, node: str, token: str) -> tuple[Proc, Laptop]:
         """An agent pod of the DaemonSet on `node`, its projected token file holding `token`."""
         ds, container = container_of(self.objects, "DaemonSet", "gpu-agent")
@@ -284,6 +297,15 @@ class Live:
             node=node,
         )
         args = [*localize(container["args"], laptop), f"--fake={SCENARIO}"]  # simulated NVML: no GPU here
+        if POD_RESOURCES_DIR in laptop.mounts:
+            # The shipped default (deploy/: allocation from the kubelet): a fake kubelet serves the real
+            # PodResources API in the hostPath's stand-in, where the agent's default socket path leads.
+            socket_path = rebase(f"{POD_RESOURCES_DIR}/kubelet.sock", laptop.mounts)
+            kubelet = ["--socket", str(socket_path), "--scenario", str(KUBELET), "--node", node]
+            self.cluster.spawn(f"kubelet-{name}", "gpuextender.agent.fakes.kubelet", kubelet)
+            wait_until(f"the fake kubelet of {name}", socket_path.exists)
+            args.append(f"--pod-resources-socket={socket_path}")
+            laptop.rewritten.append(f"+ --pod-resources-socket={socket_path} (the default, rebased)")
         proc = spawn(self.cluster, name, "gpu-agent", args, localize_env(container, laptop), {"metrics": metrics_port})
         wait_for(
             f"{name} /healthz",
@@ -302,7 +324,8 @@ def node_object(name: str, gpus: int = 8) -> dict:
 
 
 @pytest.fixture(scope="module")
-def live(tmp_path_factory: pytest.TempPathFactory, base_objects: list[m.KubeObject]) -> Iterator[Live]:
+def live(tmp_path_factory: pytest.TempPathFactory, default_objects: list[m.KubeObject]) -> Iterator[Live]:
+    base_objects = default_objects  # the default install: allocation from the kubelet where kubectl renders it
     if OPENSSL is None:
         pytest.skip("openssl is not installed: deploy/tls/make-certs.sh needs it")
     root = tmp_path_factory.mktemp("manifests-run")
@@ -378,7 +401,7 @@ def live(tmp_path_factory: pytest.TempPathFactory, base_objects: list[m.KubeObje
             live.agent, live.agent_laptop = live.start_agent("agent", NODE, f"token-of-{NODE}")
             wait_for(
                 f"{NODE}'s data at the extender",
-                lambda: metric(live.scrape(), "gpu_extender_node_idle_gpus", node=NODE) == 8,
+                lambda: metric(live.scrape(), "gpu_extender_node_idle_gpus", node=NODE) == live.idle_expected(),
                 live.agent,
                 ext,
                 laptop=live.agent_laptop,
@@ -421,7 +444,11 @@ def test_extender_serves_https_as_the_scheduler_configuration_expects(live: Live
 def test_the_agent_streams_over_mtls_with_its_projected_token(live: Live) -> None:
     samples = live.scrape()
     assert metric(samples, "gpu_extender_nodes_with_data") == 1
-    assert metric(samples, "gpu_extender_node_idle_gpus", node=NODE) == 8
+    # deploy/ reads allocation from the kubelet by default: the GPU a pod holds is not idle capacity.
+    assert metric(samples, "gpu_extender_node_idle_gpus", node=NODE) == live.idle_expected()
+    if live.reads_kubelet():
+        assert metric(samples, "gpu_extender_node_allocated_idle_gpus", node=NODE) == 1
+        assert "GPU allocation from the kubelet's PodResources API at " in live.agent.log()
     assert metric(samples, "gpu_extender_connected_agents") >= 1
     # Nothing was refused before another agent came along.
     failures = {

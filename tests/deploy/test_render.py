@@ -90,7 +90,7 @@ def test_base_validates_strictly(base_objects: list[m.KubeObject]) -> None:
 def test_rendered_base_is_what_the_files_list() -> None:
     """The source loader used when kubectl is absent sees exactly the objects kustomize renders,
     and kustomize only adds labels, image tags and the ConfigMap hash to them."""
-    rendered = m.kustomize(m.DEPLOY)
+    rendered = m.kustomize(m.BASE)
     source = m.load_source(m.BASE)
     generated = ["gpu-scheduler-config"]
     assert sorted(m.identity(o, generated) for o in rendered) == sorted(m.identity(o, generated) for o in source)
@@ -114,6 +114,28 @@ def test_namespaced_objects_name_their_namespace(base_objects: list[m.KubeObject
 def test_namespace_enforces_the_restricted_pod_security_standard(base_objects: list[m.KubeObject]) -> None:
     ns = m.one(base_objects, "Namespace", m.NAMESPACE)
     assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+
+
+@needs_kubectl
+def test_the_default_install_reads_allocation_from_the_kubelet_and_the_opt_out_is_the_base(tmp_path: Path) -> None:
+    """`kubectl apply -k deploy/` is the base plus components/kubelet-allocation (issue 26: without it
+    the extender cannot tell a GPU a pod holds from a free one); overlays/no-kubelet-access is the
+    base alone, restricted Pod Security and a non-root agent."""
+    default = m.kustomize(m.DEPLOY)
+    with_component = m.kustomize_with(tmp_path, [m.BASE], [m.COMPONENTS / "kubelet-allocation"])
+    key = lambda objects: sorted((m.identity(o), json.dumps(o, sort_keys=True)) for o in objects)  # noqa: E731
+    assert key(default) == key(with_component)
+    ds = m.one(default, "DaemonSet", "gpu-agent", m.NAMESPACE)
+    assert "/var/lib/kubelet/pod-resources" in {
+        v.get("hostPath", {}).get("path") for v in ds["spec"]["template"]["spec"]["volumes"]
+    }
+    opt_out = m.kustomize(m.DEPLOY / "overlays" / "no-kubelet-access")
+    assert key(opt_out) == key(m.kustomize(m.BASE))
+    ds = m.one(opt_out, "DaemonSet", "gpu-agent", m.NAMESPACE)
+    assert not any("hostPath" in v for v in ds["spec"]["template"]["spec"]["volumes"])
+    cert_manager = m.kustomize(m.DEPLOY / "overlays" / "cert-manager")
+    ds = m.one(cert_manager, "DaemonSet", "gpu-agent", m.NAMESPACE)
+    assert any("hostPath" in v for v in ds["spec"]["template"]["spec"]["volumes"])  # the same default
 
 
 def test_images_are_pinned_and_overridable() -> None:

@@ -131,9 +131,15 @@ def test_the_fleet_page_shows_live_gpu_state_and_explains_a_pod(
     scenario_a, scenario_b = tmp_path / "a.yaml", tmp_path / "b.yaml"
     write_scenario(scenario_a, busy=2, idle=2)
     write_scenario(scenario_b, busy=0, idle=4)
+    # gpu-a's agent reads the kubelet (nobody holds its GPUs: free); gpu-b's cannot (holders unknown).
+    kubelet_scenario, kubelet_socket = tmp_path / "kubelet-a.yaml", tmp_path / "kubelet-a.sock"
+    kubelet_scenario.write_text(yaml.safe_dump({"allocatable": {"nvidia.com/gpu": [{"gpus": 4}]}, "pods": []}))
     with cluster(tmp_path) as c:
         ext = c.extender("--inventory", str(inventory))
-        c.agent("gpu-a", scenario_a, ext)
+        kubelet = ["--socket", str(kubelet_socket), "--scenario", str(kubelet_scenario), "--node", "gpu-a"]
+        c.spawn("kubelet-gpu-a", "gpuextender.agent.fakes.kubelet", kubelet)
+        wait_until("gpu-a's fake kubelet", kubelet_socket.exists)
+        c.agent("gpu-a", scenario_a, ext, extra=("--pod-resources-socket", str(kubelet_socket)))
         c.agent("gpu-b", scenario_b, ext)
         wait_until(
             "2 nodes with data", lambda: metric(scrape(url(ext, "/metrics")), "gpu_extender_nodes_with_data") == 2
@@ -151,9 +157,12 @@ def test_the_fleet_page_shows_live_gpu_state_and_explains_a_pod(
         assert "free, busy" in busy["title"] and "utilization 95 %" in busy["title"] and "of 80 GiB" in busy["title"]
         assert idle["state"] == "free-idle" and idle["text"] == "2" and "utilization 2 %" in idle["title"]
         assert unknown["state"] == "unknown" and unknown["text"] == "?" and "no report" in unknown["title"]
-        for shown in (busy, idle, unknown):
+        # Issue 26: a GPU whose holder its agent cannot read is never painted as free.
+        unread = wait_for("gpu-b's cells", lambda: cell(browser, "gpu-b", 0))
+        assert unread["state"] == "holder-unknown-idle" and "holder unknown" in unread["title"]
+        for shown in (busy, idle, unknown, unread):
             assert shown["paint"] == shown["legend"]  # the colour the legend gives that state
-        assert len({busy["paint"], idle["paint"], unknown["paint"]}) == 3
+        assert len({busy["paint"], idle["paint"], unknown["paint"], unread["paint"]}) == 4
         group = browser.find_element(By.CSS_SELECTOR, 'section[data-class="nvidia-h100-80gb"] h2').text
         assert "nvidia-h100-80gb" in group and "3 node(s), 12 GPU(s)" in group
         totals = browser.find_element(By.CSS_SELECTOR, '#totals [data-state="unknown"]').get_attribute("data-count")
@@ -162,10 +171,10 @@ def test_the_fleet_page_shows_live_gpu_state_and_explains_a_pod(
         # The GPUs change; the page follows without a reload.
         write_scenario(scenario_b, busy=1, idle=3)
         edited = time.monotonic()
-        wait_for("gpu-b GPU 0 busy on the page", lambda: cell(browser, "gpu-b", 0)["state"] == "free-busy")
+        wait_for("gpu-b GPU 0 busy on the page", lambda: cell(browser, "gpu-b", 0)["state"] == "holder-unknown-busy")
         print(f"page updated {time.monotonic() - edited:.1f} s after the scenario edit")
         assert browser.execute_script("return window.loadedOnce") == "yes"
-        assert cell(browser, "gpu-b", 1)["state"] == "free-idle"
+        assert cell(browser, "gpu-b", 1)["state"] == "holder-unknown-idle"
 
         # The form: the table is what POST /explain answers for the same pod.
         textarea = browser.find_element(By.ID, "yaml")

@@ -27,6 +27,8 @@ h1 { font-size: 1.4rem; margin: 0 0 .3rem; } h2 { font-size: 1.1rem; margin: 1.2
 .s-allocated-busy { background: var(--allocated-busy); } .s-allocated-idle { background: var(--allocated-idle); }
 .s-degraded { background: var(--degraded); } .s-unhealthy { background: var(--unhealthy); }
 .s-unknown { background: repeating-linear-gradient(45deg, #8c8c8c 0 4px, #b5b5b5 4px 8px); color: #222; }
+.s-holder-unknown-idle { background: repeating-linear-gradient(135deg, var(--free-idle) 0 5px, #8c8c8c 5px 8px); }
+.s-holder-unknown-busy { background: repeating-linear-gradient(135deg, var(--free-busy) 0 5px, #8c8c8c 5px 8px); color: #222; }
 .page-stale .cell { opacity: .35; }
 .node { display: flex; align-items: center; gap: .6rem; padding: 2px 0; border-bottom: 1px solid #eee; }
 .node .name { width: 16rem; overflow: hidden; text-overflow: ellipsis; white-space: nowrap; font-family: ui-monospace, monospace; }

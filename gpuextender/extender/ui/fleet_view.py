@@ -51,8 +51,20 @@ from gpuextender.extender.state.gpu_summary import (
     NodeSummary,
 )
 
-STATES = ("free-idle", "free-busy", "allocated-busy", "allocated-idle", "degraded", "unhealthy", "unknown")
+STATES = (
+    "free-idle",
+    "free-busy",
+    "allocated-busy",
+    "allocated-idle",
+    "degraded",
+    "unhealthy",
+    "unknown",
+    "holder-unknown-idle",
+    "holder-unknown-busy",
+)
 UNKNOWN = STATES.index("unknown")
+HOLDER_UNKNOWN_IDLE = STATES.index("holder-unknown-idle")
+HOLDER_UNKNOWN_BUSY = STATES.index("holder-unknown-busy")
 STATE_TEXT = (
     "free, idle: a pod can get it",
     "free, busy: utilization or memory over the idle rule",
@@ -61,6 +73,8 @@ STATE_TEXT = (
     "degraded: usable, ranked lower",
     "unhealthy: never used",
     "unknown: no data or stale data (never counted as idle)",
+    "idle, holder unknown: its agent cannot read the kubelet's allocation (a pod may hold it)",
+    "busy, holder unknown: its agent cannot read the kubelet's allocation",
 )
 _GIB = 1024**3
 
@@ -81,7 +95,14 @@ class FleetInputs:
 
 
 # A free GPU whose DRA device a claim holds: allocated, as the decision counts it.
-_CLAIMED = {GPU_FREE_IDLE: GPU_ALLOCATED_IDLE, GPU_FREE_BUSY: GPU_ALLOCATED_BUSY}
+_CLAIMED = {
+    GPU_FREE_IDLE: GPU_ALLOCATED_IDLE,
+    GPU_FREE_BUSY: GPU_ALLOCATED_BUSY,
+    HOLDER_UNKNOWN_IDLE: GPU_ALLOCATED_IDLE,
+    HOLDER_UNKNOWN_BUSY: GPU_ALLOCATED_BUSY,
+}
+# Where the agent cannot tell who holds a GPU, "free" is a guess: drawn apart (issue 26).
+_HOLDER_UNKNOWN = {GPU_FREE_IDLE: HOLDER_UNKNOWN_IDLE, GPU_FREE_BUSY: HOLDER_UNKNOWN_BUSY}
 
 
 def gpu_nodes(allocatable: Mapping[str, int], agent_nodes: Iterable[str], dra_nodes: Iterable[str] = ()) -> list[str]:
@@ -109,8 +130,15 @@ def node_row(name: str, inputs: FleetInputs) -> dict[str, Any]:
             row["gpus"] = [[cell[0], UNKNOWN, None, None] for cell in summary.gpus]
         else:
             row["data"] = "fresh"
+            unknown_holders = summary.free_gpus is None  # allocation not read from the kubelet
             row["gpus"] = [
-                [i, state, util, None if mem is None else round(mem, 1)] for i, state, util, mem in summary.gpus
+                [
+                    i,
+                    _HOLDER_UNKNOWN.get(state, state) if unknown_holders else state,
+                    util,
+                    None if mem is None else round(mem, 1),
+                ]
+                for i, state, util, mem in summary.gpus
             ]
             if not summary.gpus and summary.node_error:  # NVML gave no GPU at all
                 row["gpus"] = [[i, GPU_UNHEALTHY, None, None] for i in range(allocatable)]

@@ -24,6 +24,7 @@ from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.inventory_store import InventoryStore
 from gpuextender.extender.state.inventory_view import InventoryView, ViewBuilder
 from gpuextender.extender.ui.fleet_page import FleetCache, build_fleet, load_one_object
+from gpuextender.v1 import gpu_state_pb2 as pb
 from tests.extender.builders import gpu, report
 from tests.harness import ROOT
 
@@ -53,10 +54,16 @@ def inventory() -> InventoryView:
     return views.current
 
 
+def read_kubelet(r: pb.NodeReport) -> pb.NodeReport:
+    """As an agent that reads the kubelet's allocation reports it (nobody holds these GPUs)."""
+    r.allocation_source = pb.ALLOCATION_KUBELET
+    return r
+
+
 def make_api(**settings: Any) -> SchedulerApi:
     state = GpuState(IdleRule())
-    state.ingest(report("h100-node", [gpu(0, 0, 1), gpu(1, 90, 80), gpu(2, 0, 1), gpu(3, 0, 1)]), NOW)
-    state.ingest(report("plain-node", [gpu(0, 95, 90), gpu(1, 0, 1)]), NOW)
+    state.ingest(read_kubelet(report("h100-node", [gpu(0, 0, 1), gpu(1, 90, 80), gpu(2, 0, 1), gpu(3, 0, 1)])), NOW)
+    state.ingest(read_kubelet(report("plain-node", [gpu(0, 95, 90), gpu(1, 0, 1)])), NOW)
     view = inventory()
     api = SchedulerApi(
         state,

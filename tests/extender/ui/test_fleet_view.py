@@ -14,7 +14,12 @@ from gpuextender.extender.model.ome.node_class import GpuFacts
 from gpuextender.extender.settings import DecisionPolicy
 from gpuextender.extender.state.claim_ledger import RESOURCE_CLAIM_KIND, ClaimLedger
 from gpuextender.extender.state.dra_inventory import build_dra
-from gpuextender.extender.state.gpu_summary import NodeSummary, summarize
+from gpuextender.extender.state.gpu_summary import (
+    ALLOCATION_BEFORE_0_2,
+    ALLOCATION_FROM_KUBELET,
+    NodeSummary,
+    summarize,
+)
 from gpuextender.extender.ui.fleet_view import STATES, FleetInputs, build, gpu_nodes, node_row
 from gpuextender.v1 import gpu_state_pb2 as pb
 from tests.extender.builders import GIB, gpu, report
@@ -117,9 +122,26 @@ def inputs(
     return FleetInputs(summaries.get, facts.get, allocatable or {}, classes or {}, class_names, now, STALE_AFTER, RULE)
 
 
-def summary(name: str, received_at: float = NOW, idle: int = 2, busy: int = 0) -> NodeSummary:
+def summary(name: str, received_at: float = NOW, idle: int = 2, busy: int = 0, kubelet: bool = True) -> NodeSummary:
+    """`kubelet`: the agent read allocation (nobody holds these GPUs); False: holders unknown."""
     gpus = [gpu(i, 0, 1) for i in range(idle)] + [gpu(idle + i, 90, 80) for i in range(busy)]
-    return summarize(report(name, gpus), RULE, received_at)
+    r = report(name, gpus)
+    if kubelet:
+        r.allocation_source = pb.ALLOCATION_KUBELET
+    return summarize(r, RULE, received_at)
+
+
+def test_gpus_whose_holders_the_agent_cannot_read_are_drawn_apart_from_free_ones() -> None:
+    """Issue 26: without the kubelet's allocation a quiet GPU may be a pod's; never painted free."""
+    view = inputs({"known": summary("known", busy=1), "unknown": summary("unknown", busy=1, kubelet=False)})
+    known, unknown = node_row("known", view), node_row("unknown", view)
+    assert [STATES[c[1]] for c in known["gpus"]] == ["free-idle", "free-idle", "free-busy"]
+    assert [STATES[c[1]] for c in unknown["gpus"]] == [
+        "holder-unknown-idle",
+        "holder-unknown-idle",
+        "holder-unknown-busy",
+    ]
+    assert known["allocation"] == ALLOCATION_FROM_KUBELET and unknown["allocation"] == ALLOCATION_BEFORE_0_2
 
 
 def test_data_at_the_stale_bound_is_fresh_and_past_it_unknown() -> None:
@@ -198,11 +220,17 @@ def test_a_dra_node_is_drawn_as_the_decision_counts_it() -> None:
     )
     claims = ClaimLedger()
     claims.replace_all(RESOURCE_CLAIM_KIND, [allocated_claim("c", "d", ["gpu-0", "gpu-1"])])
-    s = summarize(report("d", [gpu(0, 0, 1), gpu(1, 90, 80), gpu(2, 0, 1), gpu(3, 0, 1)]), RULE, NOW)
-    view = replace(inputs({"d": s}), dra_devices=dra.devices, claimed_on=claims.allocated_on)
+    r = report("d", [gpu(0, 0, 1), gpu(1, 90, 80), gpu(2, 0, 1), gpu(3, 0, 1)])
+    r.allocation_source = pb.ALLOCATION_KUBELET
+    view = replace(inputs({"d": summarize(r, RULE, NOW)}), dra_devices=dra.devices, claimed_on=claims.allocated_on)
     row = node_row("d", view)
     assert [STATES[c[1]] for c in row["gpus"]] == ["allocated-idle", "allocated-busy", "unhealthy", "free-idle"]
     assert row["dra"] == {"devices": 4, "claimed": 2, "tainted": 1}
+    # An agent that cannot read the kubelet: the claims still say which GPUs are held.
+    r.allocation_source = pb.ALLOCATION_UNAVAILABLE
+    view = replace(view, summary={"d": summarize(r, RULE, NOW)}.get)
+    states = [STATES[c[1]] for c in node_row("d", view)["gpus"]]
+    assert states == ["allocated-idle", "allocated-busy", "unhealthy", "holder-unknown-idle"]
     # Without agent data: one unknown cell per device (its Node lists no nvidia.com/gpu).
     quiet = node_row("d", replace(inputs({}), dra_devices=dra.devices, claimed_on=claims.allocated_on))
     assert [STATES[c[1]] for c in quiet["gpus"]] == ["unknown"] * 4 and quiet["dra"]["claimed"] == 2
