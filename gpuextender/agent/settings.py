@@ -84,19 +84,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="YAML file of settings: the long flags without '--' as keys (interval: 2, "
         "extender: [extender-0:9090]); flags and GPU_AGENT_* variables override it",
     )
-    p.add_argument(
+    g = p.add_argument_group(
+        "sampling and streaming", "which node this is, how often it samples, which extenders it streams to"
+    )
+    g.add_argument(
         "--node-name",
         help="Kubernetes Node name of this node (default: $NODE_NAME, set it from the downward API: spec.nodeName)",
     )
-    p.add_argument(
+    g.add_argument(
         "--extender",
         action="append",
         default=[],
         metavar="HOST:PORT",
         help="gpu-extender gRPC address; repeat once per replica (default: comma-separated $GPU_AGENT_EXTENDER)",
     )
-    p.add_argument("--interval", type=float, default=1.0, metavar="SECONDS", help="NVML sample interval")
-    p.add_argument(
+    g.add_argument("--interval", type=float, default=1.0, metavar="SECONDS", help="NVML sample interval")
+    g.add_argument(
         "--heartbeat",
         type=float,
         default=3.0,
@@ -107,13 +110,13 @@ def build_parser() -> argparse.ArgumentParser:
         "/metrics keeps every sample. 0: stream every sample (also what happens while an "
         "extender older than 0.3 is streamed to)",
     )
-    p.add_argument(
+    g.add_argument(
         "--metrics-addr",
         default="0.0.0.0:9402",
         metavar="HOST:PORT",
         help="where /metrics, /healthz and /readyz are served",
     )
-    p.add_argument(
+    g.add_argument(
         "--fake",
         metavar="SCENARIO.yaml",
         type=Path,
@@ -122,74 +125,77 @@ def build_parser() -> argparse.ArgumentParser:
         "injected NVML errors (format: README, 'Scenario files'; examples/demo/scenarios); edits to "
         "the file while the agent runs change the simulated GPUs",
     )
-    p.add_argument(
+    g = p.add_argument_group("reconnects and discovery")
+    g.add_argument(
         "--reconnect-initial-backoff",
         type=float,
         default=0.2,
         metavar="SECONDS",
         help="first delay before reopening a broken extender stream",
     )
-    p.add_argument(
+    g.add_argument(
         "--reconnect-max-backoff",
         type=float,
         default=5.0,
         metavar="SECONDS",
         help="longest delay between attempts (doubling, with jitter, up to this)",
     )
-    p.add_argument(
+    g.add_argument(
         "--extender-service",
         metavar="HOST:PORT",
         help="DNS name of the extenders' headless Service; one stream per address it resolves to, "
         "re-resolved every --resolve-interval (default: $GPU_AGENT_EXTENDER_SERVICE)",
     )
-    p.add_argument(
+    g.add_argument(
         "--resolve-interval",
         type=float,
         default=15.0,
         metavar="SECONDS",
         help="how often --extender-service is resolved again (replicas come and go)",
     )
-    p.add_argument(
+    g = p.add_argument_group("security", "TLS to the extenders and the token sent with each stream")
+    g.add_argument(
         "--tls-ca",
         type=Path,
         metavar="PATH",
         help="TLS to every extender, verifying its certificate against this CA (PEM); re-read on every reconnect",
     )
-    p.add_argument(
+    g.add_argument(
         "--tls-cert",
         type=Path,
         metavar="PATH",
         help="client certificate for mTLS (PEM, with --tls-key); re-read on every reconnect",
     )
-    p.add_argument("--tls-key", type=Path, metavar="PATH", help="private key of --tls-cert (PEM)")
-    p.add_argument(
+    g.add_argument("--tls-key", type=Path, metavar="PATH", help="private key of --tls-cert (PEM)")
+    g.add_argument(
         "--tls-server-name",
         metavar="NAME",
         help="name expected in the extender's certificate (agents dial the pod IPs of the headless "
         "Service, so pass the Service's DNS name here)",
     )
-    p.add_argument(
+    g.add_argument(
         "--token-file",
         type=Path,
         metavar="PATH",
         help="projected ServiceAccount token sent as `authorization: Bearer` on each stream; "
         "re-read on every (re)connect (the kubelet rotates it)",
     )
-    p.add_argument(
+    g = p.add_argument_group("health and NVML readings")
+    g.add_argument(
         "--ignore-xids",
         default=",".join(map(str, sorted(DEFAULT_IGNORED_XIDS))),
         metavar="LIST",
         help="comma-separated XIDs that do not make a GPU unhealthy: the application errors NVIDIA's "
         "device plugin also ignores; an empty string ignores none",
     )
-    p.add_argument(
+    g.add_argument(
         "--health-events",
         action=argparse.BooleanOptionalAction,
         default=True,
         help="watch NVML events (critical XIDs, double-bit ECC, GPU unavailable, recovery actions) on a "
         "thread and report at once; without it no XID is seen, the per-sample health reads remain",
     )
-    p.add_argument(
+    g.add_argument(
         "--gpm",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -198,7 +204,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(for --idle-max-sm-active) and served as DCGM_FI_PROF_*; about 2 ms per GPU per sample "
         "on an H100 and an H200. --no-gpm if DCGM's profiling runs on the node and you want it alone on the counters",
     )
-    p.add_argument(
+    g.add_argument(
         "--clear-xid",
         action="append",
         default=[],
@@ -209,7 +215,7 @@ def build_parser() -> argparse.ArgumentParser:
         "cleared so, or until the agent restarts (kubectl delete pod): XIDs are only known since the "
         "agent started",
     )
-    p.add_argument(
+    g.add_argument(
         "--control-dir",
         type=Path,
         default=DEFAULT_CONTROL_DIR,
@@ -218,16 +224,17 @@ def build_parser() -> argparse.ArgumentParser:
         "both sides must use the same one (the shipped DaemonSet uses this default, so "
         "`kubectl exec POD -- gpu-agent --clear-xid N` needs no flag)",
     )
-    p.add_argument(
+    g = p.add_argument_group("allocation", "which pod holds which GPU (the kubelet) and how GPUs are shared (GFD)")
+    g.add_argument(
         "--pod-resources-socket",
         default=DEFAULT_POD_RESOURCES,
         metavar="PATH",
         help="the kubelet's PodResources socket: each sample asks it which containers hold which GPU "
         "(List) and which device IDs it hands out (GetAllocatableResources). Mount its directory, not "
-        "the file (deploy/components/kubelet-allocation, on in the shipped deploy/). Unreadable: allocation is reported unknown, "
-        "said once in the log. '' turns it off",
+        "the file (deploy/components/kubelet-allocation, on in the shipped deploy/). Unreadable: "
+        "allocation is reported unknown, said once in the log. '' turns it off",
     )
-    p.add_argument(
+    g.add_argument(
         "--gfd-labels-file",
         default=DEFAULT_GFD_LABELS,
         metavar="PATH",
@@ -235,7 +242,8 @@ def build_parser() -> argparse.ArgumentParser:
         "nvidia.com/gpu.replicas, .sharing-strategy, .product and .count are read, again when it "
         "changes. Missing: no labels. '' turns it off",
     )
-    p.add_argument(
+    g = p.add_argument_group("metrics")
+    g.add_argument(
         "--dcgm-names",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -243,7 +251,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(DCGM_FI_DEV_GPU_UTIL{gpu,UUID,Hostname,pod,...}), so its dashboards and alerts work "
         "unchanged",
     )
-    p.add_argument(
+    g.add_argument(
         "--idle-threshold",
         type=float,
         default=DEFAULT_THRESHOLD_PERCENT,
@@ -251,7 +259,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="for gpu_agent_pod_idle_gpus: a GPU is idle while its utilization is at or under this; "
         "unknown utilization is never idle",
     )
-    p.add_argument(
+    g.add_argument(
         "--idle-window",
         type=float,
         default=DEFAULT_WINDOW_S,
@@ -259,8 +267,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="gpu_agent_pod_idle_gpus counts a pod's GPU once it has been idle this long while the pod "
         "held it (allocated but idle: the waste to hunt)",
     )
-    p.add_argument("--log-level", default="info", choices=LEVELS)
-    p.add_argument(
+    g = p.add_argument_group("logs")
+    g.add_argument("--log-level", default="info", choices=LEVELS)
+    g.add_argument(
         "--log-format",
         default="text",
         choices=FORMATS,

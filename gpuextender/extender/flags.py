@@ -60,17 +60,21 @@ def build_parser() -> argparse.ArgumentParser:
         help="YAML file of settings: the long flags without '--' as keys (stale-after: 20, "
         "gpu-resource: [nvidia.com/gpu]); flags and GPU_EXTENDER_* variables override it",
     )
-    p.add_argument(
+    g = p.add_argument_group("serving", "where it listens: the scheduler API and the agents' streams")
+    g.add_argument(
         "--http-addr", default="0.0.0.0:8888", metavar="HOST:PORT", help="scheduler API, /healthz, /readyz, /metrics"
     )
-    p.add_argument("--grpc-addr", default="0.0.0.0:9090", metavar="HOST:PORT", help="where agents stream reports")
-    p.add_argument(
+    g.add_argument("--grpc-addr", default="0.0.0.0:9090", metavar="HOST:PORT", help="where agents stream reports")
+    g.add_argument(
         "--path-prefix",
         default="",
         metavar="PATH",
         help="serve the verbs under PATH (urlPrefix http://host:port/PATH in the scheduler config)",
     )
-    p.add_argument(
+    g = p.add_argument_group(
+        "inventory", "where Nodes, OME objects and DRA's objects come from, and which resources are GPUs"
+    )
+    g.add_argument(
         "--inventory",
         type=Path,
         metavar="PATH",
@@ -79,14 +83,14 @@ def build_parser() -> argparse.ArgumentParser:
         "half-written or holds no Kubernetes objects keeps its last good objects (delete the file "
         "to remove them)",
     )
-    p.add_argument(
+    g.add_argument(
         "--kubernetes",
         action="store_true",
         help="list+watch Nodes and OME objects from the API server (in-cluster config, or "
         "--kubeconfig / $KUBECONFIG / ~/.kube/config)",
     )
-    p.add_argument("--kubeconfig", type=Path, metavar="PATH", help="kubeconfig for --kubernetes")
-    p.add_argument(
+    g.add_argument("--kubeconfig", type=Path, metavar="PATH", help="kubeconfig for --kubernetes")
+    g.add_argument(
         "--gpu-resource",
         action="append",
         default=[],
@@ -96,21 +100,24 @@ def build_parser() -> argparse.ArgumentParser:
         "that profile instead, e.g. --gpu-resource nvidia.com/gpu --gpu-resource "
         "nvidia.com/mig-1g.10gb",
     )
-    p.add_argument(
+    g = p.add_argument_group(
+        "decisions", "the idle rule, stale data, what to answer when nothing fits, how nodes and classes are ranked"
+    )
+    g.add_argument(
         "--idle-max-utilization",
         type=float,
         default=30.0,
         metavar="PERCENT",
         help="a GPU is idle only below this utilization",
     )
-    p.add_argument(
+    g.add_argument(
         "--idle-max-memory",
         type=float,
         default=50.0,
         metavar="PERCENT",
         help="... and below this share of its memory used",
     )
-    p.add_argument(
+    g.add_argument(
         "--idle-max-sm-active",
         type=float,
         default=None,
@@ -121,10 +128,10 @@ def build_parser() -> argparse.ArgumentParser:
         "says how much of the GPU is in use. GPUs without GPM keep --idle-max-utilization "
         "(default: off, utilization decides everywhere)",
     )
-    p.add_argument(
+    g.add_argument(
         "--stale-after", type=float, default=10.0, metavar="SECONDS", help="a node's GPU data older than this is stale"
     )
-    p.add_argument(
+    g.add_argument(
         "--stale-policy",
         choices=("fail-open", "fail-closed"),
         default="fail-open",
@@ -132,21 +139,21 @@ def build_parser() -> argparse.ArgumentParser:
         "(less those last seen unhealthy and its bound pods) counted as just enough, never as all idle, "
         "and passed only when no node with fresh data fits; fail-closed: reject the node (StaleGPUData)",
     )
-    p.add_argument(
+    g.add_argument(
         "--no-fit-policy",
         choices=("pass-all", "reject"),
         default="pass-all",
         help="when no node has enough idle GPUs: pass-all lets kube-scheduler choose among the "
         "busy/stale nodes; reject keeps them rejected (the pod waits)",
     )
-    p.add_argument(
+    g.add_argument(
         "--prioritize-answer",
         choices=("compact", "full"),
         default="compact",
         help="compact: subtract the lowest score and omit zeros (same ranking, smaller answer); "
         "full: every node with its 0-10 score",
     )
-    p.add_argument(
+    g.add_argument(
         "--shortlist",
         type=int,
         default=DEFAULT_SHORTLIST,
@@ -154,15 +161,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="filter answers at most the N best nodes (by prioritize's score) of those that pass a GPU "
         "pod; the others pass but are left out, so kube-scheduler scores and sends back only N nodes. "
         "Like its own percentageOfNodesToScore (which keeps at least 100 nodes), but the best by GPU "
-        f"state instead of the first found. 0: answer every node that passes (default {DEFAULT_SHORTLIST})",
+        "state instead of the first found. 0: answer every node that passes",
     )
-    p.add_argument(
+    g.add_argument(
         "--default-class-policy",
         default="FirstAvailable",
         choices=("FirstAvailable", "BestFit", "Cheapest", "MostCapable"),
         help="AcceleratorClass policy for OME pods whose InferenceService names none",
     )
-    p.add_argument(
+    g.add_argument(
         "--node-strategy",
         choices=("spread", "binpack", "cost", "random"),
         default="spread",
@@ -171,20 +178,21 @@ def build_parser() -> argparse.ArgumentParser:
         "fit, cost the cheapest AcceleratorClass, random a seeded shuffle (formulas: README, "
         "'Node strategies')",
     )
-    p.add_argument(
+    g.add_argument(
         "--random-seed",
         default="",
         metavar="TEXT",
         help="seed for the random strategy (with the pod UID): same seed, same ranking",
     )
-    p.add_argument(
+    g.add_argument(
         "--runtime-check",
         choices=("enforce", "warn", "off"),
         default="warn",
         help="OME pods whose serving runtime cannot serve their model (OME's ValidateRuntime): "
         "enforce fails every node (RuntimeIncompatible), warn logs and counts it",
     )
-    p.add_argument(
+    g = p.add_argument_group("request limits", "bounds on what one scheduler call may ask")
+    g.add_argument(
         "--max-body-bytes",
         type=int,
         default=DEFAULT_MAX_BODY_BYTES,
@@ -197,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
         "body holds it over 100 ms. Each 16 bytes of this limit also allow one JSON object "
         "or array in a body (real ones use ~33)",
     )
-    p.add_argument(
+    g.add_argument(
         "--max-candidates",
         type=int,
         default=MAX_CANDIDATES,
@@ -206,7 +214,7 @@ def build_parser() -> argparse.ArgumentParser:
         "/explain takes at most 5,000, ~6 us each): above the 15,000 nodes the largest "
         "Kubernetes clusters run; filter+prioritize cost ~2 us per node on the event loop",
     )
-    p.add_argument(
+    g.add_argument(
         "--body-read-timeout",
         type=float,
         default=DEFAULT_BODY_READ_TIMEOUT_S,
@@ -215,14 +223,15 @@ def build_parser() -> argparse.ArgumentParser:
         "connection is closed (a stalled or hostile client must not hold it; kube-scheduler "
         "sends the whole body at once)",
     )
-    p.add_argument(
+    g = p.add_argument_group("agents", "the agents' reports: sampling, readiness, forgetting")
+    g.add_argument(
         "--requested-agent-interval",
         type=float,
         default=0.0,
         metavar="SECONDS",
         help="ask agents to sample at this interval (0: leave it to the agents)",
     )
-    p.add_argument(
+    g.add_argument(
         "--readiness-grace",
         type=float,
         default=DEFAULT_READINESS_GRACE_S,
@@ -234,29 +243,30 @@ def build_parser() -> argparse.ArgumentParser:
         "inventory the replica cannot tell which nodes to wait for and waits the whole grace. "
         "0 turns the wait off",
     )
-    p.add_argument(
+    g.add_argument(
         "--forget-after",
         type=float,
         default=3600.0,
         metavar="SECONDS",
         help="drop a node's GPU data after this long without reports (node gone)",
     )
-    p.add_argument(
+    g = p.add_argument_group("security", "TLS for both ports; who may report for which node")
+    g.add_argument(
         "--tls-cert",
         type=Path,
         metavar="PATH",
         help="serve HTTPS on --http-addr and TLS on --grpc-addr with this certificate (PEM, with "
         "--tls-key); reloaded when the file changes (cert-manager rotation)",
     )
-    p.add_argument("--tls-key", type=Path, metavar="PATH", help="private key of --tls-cert (PEM)")
-    p.add_argument(
+    g.add_argument("--tls-key", type=Path, metavar="PATH", help="private key of --tls-cert (PEM)")
+    g.add_argument(
         "--tls-ca",
         type=Path,
         metavar="PATH",
         help="mTLS on gRPC: agents must present a client certificate signed by this CA "
         "(needs --tls-cert/--tls-key; HTTPS stays server-auth only, for kubelet probes)",
     )
-    p.add_argument(
+    g.add_argument(
         "--agent-auth",
         choices=("none", "tokenreview"),
         default="none",
@@ -264,18 +274,18 @@ def build_parser() -> argparse.ArgumentParser:
         "server's TokenReview when a stream opens; a token only reports for the node its pod "
         "runs on (needs --kubernetes and Kubernetes >= 1.30)",
     )
-    p.add_argument(
+    g.add_argument(
         "--agent-service-account",
         metavar="NAMESPACE/NAME",
         help="the agents' ServiceAccount (required with --agent-auth tokenreview)",
     )
-    p.add_argument(
+    g.add_argument(
         "--agent-token-audience",
         default="gpu-extender",
         metavar="AUD",
         help="audience the agents' projected tokens must be issued for",
     )
-    p.add_argument(
+    g.add_argument(
         "--agent-reauth-interval",
         type=float,
         default=600.0,
@@ -283,7 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --agent-auth: end each agent connection after this long (plus 30 s to finish), so "
         "the agent reconnects with its current token and a revoked one stops working",
     )
-    p.add_argument(
+    g = p.add_argument_group("agent reports", "bounds on what agents may report, and where reports are taken in")
+    g.add_argument(
         "--max-clock-skew",
         type=float,
         default=MAX_CLOCK_SKEW_S,
@@ -291,7 +302,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="refuse reports whose sample time is further than this from the extender's clock "
         "(a node clock stepped or drifting: fix NTP); 1 to 86400",
     )
-    p.add_argument(
+    g.add_argument(
         "--max-unknown-nodes",
         type=int,
         default=MAX_UNKNOWN_NODES,
@@ -299,14 +310,15 @@ def build_parser() -> argparse.ArgumentParser:
         help="with --inventory or --kubernetes: keep reports of at most N nodes the inventory does "
         "not know (agents starting before their Node is listed); reports for more are refused",
     )
-    p.add_argument(
+    g.add_argument(
         "--ingest-in-process",
         action="store_true",
         help="serve the agents' gRPC port on the scheduler API's own event loop, in this process "
         "(~50 MiB less memory). By default a second process receives, validates and acks the "
         "reports and relays them, so scheduler calls do not queue behind bursts of agent reports",
     )
-    p.add_argument(
+    g = p.add_argument_group("bursts", "pods bound between a filter and the next")
+    g.add_argument(
         "--binding-wait",
         type=float,
         default=DEFAULT_BINDING_WAIT_S,
@@ -317,7 +329,8 @@ def build_parser() -> argparse.ArgumentParser:
         f"bind, milliseconds) or the pod watch. 0: never wait; at most {MAX_BINDING_WAIT_S:g}, under the "
         "scheduler's httpTimeout",
     )
-    p.add_argument(
+    g = p.add_argument_group("DRA device taints", "GPU health written as DRA DeviceTaintRules (with --kubernetes)")
+    g.add_argument(
         "--device-taints",
         choices=("on", "off"),
         default="on",
@@ -326,7 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(Lease leader election). Needs the API to serve DeviceTaintRules and the RBAC in "
         "deploy/components/device-taints; without them the extender says so once and filters only",
     )
-    p.add_argument(
+    g.add_argument(
         "--device-taint-after",
         type=float,
         default=3.0,
@@ -334,13 +347,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="a GPU is unhealthy or degraded this long before its device is tainted (never on one bad "
         "sample); a rule goes as soon as the GPU is healthy again",
     )
-    p.add_argument(
+    g.add_argument(
         "--leader-namespace",
         default=None,
         metavar="NAMESPACE",
         help="namespace of the device-taint writer's Lease (default: $POD_NAMESPACE, else gpu-extender)",
     )
-    p.add_argument(
+    g = p.add_argument_group("fleet page and logs")
+    g.add_argument(
         "--fleet-page",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -348,8 +362,8 @@ def build_parser() -> argparse.ArgumentParser:
         "pod go?' form): GPU nodes, their GPUs' state, utilization and memory, AcceleratorClasses, node "
         "names; no login, nothing secret. --no-fleet-page: those paths answer 404",
     )
-    p.add_argument("--log-level", default="info", choices=LEVELS)
-    p.add_argument(
+    g.add_argument("--log-level", default="info", choices=LEVELS)
+    g.add_argument(
         "--log-format",
         default="text",
         choices=FORMATS,

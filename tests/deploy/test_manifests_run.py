@@ -280,7 +280,7 @@ class Live:
 
     def reads_kubelet(self) -> bool:
         """The rendered agent mounts the kubelet's PodResources directory (deploy/'s default)."""
-        ds, container = container_of(self.objects, "DaemonSet", "gpu-agent")
+        _, container = container_of(self.objects, "DaemonSet", "gpu-agent")
         return any(v["mountPath"] == POD_RESOURCES_DIR for v in container.get("volumeMounts", []))
 
     def idle_expected(self) -> int:
