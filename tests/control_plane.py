@@ -275,6 +275,7 @@ _PLURALS = {
     "InferenceService": "inferenceservices",
     "ClusterServingRuntime": "clusterservingruntimes",
     "DeviceClass": "deviceclasses",
+    "MutatingAdmissionPolicy": "mutatingadmissionpolicies",
 }
 _CLUSTER_SCOPED = {
     "CustomResourceDefinition",
@@ -287,6 +288,8 @@ _CLUSTER_SCOPED = {
     "ClusterBaseModel",
     "DeviceClass",
     "ResourceSlice",
+    "MutatingAdmissionPolicy",
+    "MutatingAdmissionPolicyBinding",
 }
 
 

@@ -31,7 +31,14 @@ CRD_TYPED_GROUPS = {
     "monitoring.coreos.com": "Prometheus Operator's CRDs (PodMonitor, ServiceMonitor)",
     "ome.io": "OME's CRDs (AcceleratorClass)",
 }
-CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition"}
+CLUSTER_SCOPED = {
+    "Namespace",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "CustomResourceDefinition",
+    "MutatingAdmissionPolicy",
+    "MutatingAdmissionPolicyBinding",
+}
 
 
 def load_yaml_docs(path: Path) -> list[KubeObject]:
