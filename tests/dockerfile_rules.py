@@ -168,6 +168,18 @@ class Dockerfile:
     def final(self) -> Stage:
         return self.stages[-1]
 
+    def global_defaults(self) -> dict[str, str]:
+        """The ARGs before the first FROM with their defaults: what `FROM ${NAME}` reads."""
+        out: dict[str, str] = {}
+        for ins in self.global_args:
+            name, eq, default = ins.value.partition("=")
+            out[name.strip()] = substitute(_unquote(default), out) if eq else ""
+        return out
+
+    def base_of(self, stage: Stage) -> str:
+        """The stage's FROM with global ARG defaults filled in (`--build-arg` may override them)."""
+        return substitute(stage.base, self.global_defaults())
+
     def stage(self, ref: str) -> Stage:
         for s in self.stages:
             if s.ref == ref.lower() or str(s.index) == ref:
@@ -295,11 +307,12 @@ def split_image_ref(ref: str) -> tuple[str, str | None, str | None]:
 
 
 def pin_problems(df: Dockerfile) -> list[str]:
-    """Every FROM names an earlier stage, a digest, or an exact version tag."""
+    """Every FROM names an earlier stage, a digest, or an exact version tag (a global ARG's default
+    counts: `ARG BASE=python:3.11.14-slim` then `FROM ${BASE}` is pinned, and a build may override it)."""
     problems = []
     earlier: set[str] = set()
     for stage in df.stages:
-        base = stage.base
+        base = df.base_of(stage)
         if base.lower() in earlier or base == "scratch":
             pass
         elif "$" in base:
