@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from tests.extender.ui.test_fleet_page import POD  # the same 2-GPU pod as the form's own tests
-from tests.harness import ROOT, Proc, cluster, metric, post_json, scrape, url, wait_until
+from tests.harness import ROOT, Proc, cluster, metric, post_json, request_for, scrape, url, wait_until
 
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 pytestmark = pytest.mark.skipif(
@@ -209,3 +209,64 @@ def test_the_fleet_page_shows_live_gpu_state_and_explains_a_pod(
         browser.save_screenshot(str(screenshot))
         with capsys.disabled():  # in CI's output, not only on failure
             print(f"\nfleet page screenshot: {screenshot}")
+
+
+def visible_rows(driver: Any) -> list[str]:
+    nodes: list[str] = driver.execute_script(
+        "return [...document.querySelectorAll('#fleet .node')].map((n) => n.dataset.node);"
+    )
+    return nodes
+
+
+def test_the_page_searches_filters_to_problems_says_why_and_lists_waiting_pods(tmp_path: Path, browser: Any) -> None:
+    """Issue 26: search, problems only, sort, dense mode, a GPU's reason, and the pods waiting for
+    GPUs with the extender's latest verdict, through a real extender, agents and Chromium."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    inventory = tmp_path / "inventory"
+    inventory.mkdir()
+    write_inventory(inventory)
+    scenario_a, scenario_b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    write_scenario(scenario_a, busy=0, idle=4)
+    doc = yaml.safe_load(scenario_a.read_text())
+    doc["events"] = [{"at_s": 0, "gpus": [3], "xid": 79}]  # GPU 3 of gpu-a falls off the bus
+    scenario_a.write_text(yaml.safe_dump(doc))
+    write_scenario(scenario_b, busy=0, idle=4)
+    with cluster(tmp_path) as c:
+        ext = c.extender("--inventory", str(inventory), "--no-fit-policy", "reject")
+        c.agent("gpu-a", scenario_a, ext)
+        c.agent("gpu-b", scenario_b, ext)
+        wait_until(
+            "gpu-a's XID at the extender",
+            lambda: metric(scrape(url(ext, "/metrics")), "gpu_extender_node_idle_gpus", node="gpu-a") == 3,
+        )
+        status, answer = post_json(url(ext, "/filter"), request_for(["gpu-a", "gpu-b", "gpu-silent"], gpus=8))
+        assert status == 200 and answer["NodeNames"] == [], answer  # 8 GPUs: no node has them
+
+        browser.get(url(ext, "/ui"))
+        wait_for("the rows", lambda: len(visible_rows(browser)) == 3)
+        lost = cell(browser, "gpu-a", 3)
+        assert lost["state"] == "unhealthy" and lost["text"] == "✕" and "why: xid-79" in lost["title"]
+        waiting = wait_for("the waiting pod", lambda: browser.find_elements(By.CSS_SELECTOR, "#waiting-table tbody tr"))
+        (row,) = waiting
+        assert row.get_attribute("data-pod").endswith("/" + json.loads(request_for(["x"]))["Pod"]["metadata"]["name"])
+        assert "no node fits" in row.text and "InsufficientGPUs: node has too few GPUs (3 of 3 nodes)" in row.text
+
+        search = browser.find_element(By.ID, "search")
+        search.send_keys("gpu-b")
+        wait_for("the search", lambda: visible_rows(browser) == ["gpu-b"])
+        search.clear()
+        search.send_keys(" ")  # an input event with an empty needle: every row again
+        wait_for("every row again", lambda: len(visible_rows(browser)) == 3)
+        browser.find_element(By.ID, "problems").click()
+        wait_for("problems only", lambda: sorted(visible_rows(browser)) == ["gpu-a", "gpu-silent"])
+        browser.find_element(By.ID, "problems").click()
+        Select(browser.find_element(By.ID, "sort")).select_by_value("idle")
+        wait_for("most idle first", lambda: visible_rows(browser)[:2] == ["gpu-b", "gpu-a"])
+        browser.find_element(By.ID, "dense").click()
+        assert "dense" in browser.find_element(By.TAG_NAME, "body").get_attribute("class")
+        size = browser.execute_script(
+            "const c = document.querySelector('#fleet .cell'); const r = c.getBoundingClientRect(); return [r.width, r.height];"
+        )
+        assert size == [7, 7]

@@ -48,6 +48,7 @@ from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.inventory_view import InventoryView
 from gpuextender.extender.state.live_classes import LiveClasses
 from gpuextender.extender.state.pod_ledger import PodLedger
+from gpuextender.extender.state.waiting_pods import WaitingPods
 
 log = logging.getLogger("gpu_extender.http")
 
@@ -76,6 +77,7 @@ class SchedulerApi:
         self.classes = LiveClasses(state)
         self.decisions = Decisions(state, settings, inventory, self.classes, clock)
         self.bindings = Bindings(BindingGate(settings.binding_wait_s, clock), clock)
+        self.waiting = WaitingPods()  # GPU pods the latest filter found no place for (the fleet page)
         self._whole_resources = whole_gpu_resources(settings.gpu_resources)
         metrics.add(BindingsCollector(self.bindings))
         metrics.add(LiveClassesCollector(self.classes, inventory))
@@ -105,6 +107,7 @@ class SchedulerApi:
         self.state.count_bound_pods(ledger.pods_on)
         ledger.on_change(self.state.bound_pods_changed)
         ledger.on_bound(self.bindings.gate.bound)
+        ledger.on_bound(lambda uid: self.waiting.forget((uid,)))
         self.metrics.add(BoundPodsCollector(self.state, ledger, self._clock))
 
     async def settle(self, args: ExtenderArgs) -> None:
@@ -150,6 +153,19 @@ class SchedulerApi:
         d = self.decisions.decide(args)
         record_plan(self.metrics, self.settings.runtime_check, d)
         record_filter(self.metrics, d)
+        pod, outcome = d.pod, d.filtered
+        if pod.gpus_needed or pod.mig_needed:
+            self.waiting.record(
+                uid=pod_uid(args.pod),
+                pod=pod.ref,
+                gpus=pod.gpus_needed,
+                nodes=len(outcome.passed) + len(outcome.failed),
+                passed=len(outcome.passed),
+                fallback=outcome.fallback,
+                assumed=bool(outcome.assumed),
+                failed=outcome.failed,
+                now=self._clock(),
+            )
         answered = d.answered
         self.bindings.filtered(pod_uid(args.pod), d.pod, answered.passed)
         return filter_result(args, answered)

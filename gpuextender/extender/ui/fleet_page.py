@@ -51,7 +51,7 @@ from gpuextender.extender.scheduler.http_api import SchedulerApi, VerbHandler
 from gpuextender.extender.scheduler.wire import BYTES_PER_CONTAINER, ExtenderArgs
 from gpuextender.extender.state.inventory_view import InventoryView
 from gpuextender.extender.ui import fleet_page_html
-from gpuextender.extender.ui.fleet_view import FleetAccumulator, FleetInputs, gpu_nodes
+from gpuextender.extender.ui.fleet_view import FleetAccumulator, FleetInputs, gpu_nodes, waiting_row
 
 FLEET_CACHE_S = 1.5  # one build serves every browser for this long
 SLICE_S = 0.0005  # one slice of a build: this much work (~50 nodes of 8 GPUs), then a pause
@@ -122,7 +122,10 @@ async def build_fleet(api: SchedulerApi, slice_s: float = SLICE_S, pause_s: floa
         if clock() >= deadline:
             await asyncio.sleep(pause_s)
             deadline = clock() + slice_s
-    return orjson.dumps(acc.result())
+    doc = acc.result()
+    now = api.now()
+    doc["waiting"] = [waiting_row(w, now) for w in api.waiting.current(now)]
+    return orjson.dumps(doc)
 
 
 def _encoded(row: dict[str, Any]) -> orjson.Fragment:

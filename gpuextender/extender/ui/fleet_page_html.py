@@ -27,6 +27,22 @@ h1 { font-size: 1.4rem; margin: 0 0 .3rem; } h2 { font-size: 1.1rem; margin: 1.2
 .s-allocated-busy { background: var(--allocated-busy); } .s-allocated-idle { background: var(--allocated-idle); }
 .s-degraded { background: var(--degraded); } .s-unhealthy { background: var(--unhealthy); }
 .s-unknown { background: repeating-linear-gradient(45deg, #8c8c8c 0 4px, #b5b5b5 4px 8px); color: #222; }
+/* State by pattern as well as colour: a busy GPU carries a dark bar at its foot, an allocated one a
+   ring, an unhealthy one a cross-hatch, a degraded one dots; unknown and holder-unknown are striped. */
+.s-free-busy, .s-allocated-busy, .s-holder-unknown-busy { box-shadow: inset 0 -5px rgba(0,0,0,.45); }
+.s-allocated-idle { box-shadow: inset 0 0 0 2px rgba(255,255,255,.85); }
+.s-allocated-busy { box-shadow: inset 0 0 0 2px rgba(255,255,255,.85), inset 0 -5px rgba(0,0,0,.45); }
+.s-unhealthy { background-image: repeating-linear-gradient(45deg, rgba(255,255,255,.55) 0 2px, transparent 2px 6px),
+  repeating-linear-gradient(-45deg, rgba(255,255,255,.55) 0 2px, transparent 2px 6px); }
+.s-degraded { background-image: radial-gradient(rgba(0,0,0,.45) 1.5px, transparent 1.6px); background-size: 6px 6px; }
+.controls { display: flex; flex-wrap: wrap; gap: .4rem 1rem; align-items: center; margin: .6rem 0; }
+.controls input[type=search] { width: 16rem; }
+.dense .node { display: inline-flex; border: 0; padding: 0 3px 2px 0; gap: 0; }
+.dense .node .name, .dense .node .info { display: none; }
+.dense .cell { width: 7px; height: 7px; margin: 0 1px 0 0; font-size: 0; line-height: 0; border-radius: 1px; }
+.dense .s-free-busy, .dense .s-allocated-busy, .dense .s-holder-unknown-busy { box-shadow: inset 0 -2px rgba(0,0,0,.5); }
+.dense .s-allocated-idle, .dense .s-allocated-busy { box-shadow: inset 0 0 0 1px rgba(255,255,255,.9); }
+#waiting table td.reasons { max-width: 40rem; }
 .s-holder-unknown-idle { background: repeating-linear-gradient(135deg, var(--free-idle) 0 5px, #8c8c8c 5px 8px); }
 .s-holder-unknown-busy { background: repeating-linear-gradient(135deg, var(--free-busy) 0 5px, #8c8c8c 5px 8px); color: #222; }
 .page-stale .cell { opacity: .35; }
@@ -45,6 +61,7 @@ SCRIPT = r"""
 "use strict";
 const BASE = document.documentElement.dataset.base || "";
 const REFRESH_MS = 3000;
+const DENSE_FROM = 200;  // nodes: from here the page opens dense (one 7-px square per GPU)
 const $ = (id) => document.getElementById(id);
 function el(tag, cls, text) {
   const e = document.createElement(tag);
@@ -52,7 +69,10 @@ function el(tag, cls, text) {
   if (text !== undefined && text !== null) e.textContent = String(text);
   return e;
 }
-let lastOk = 0, staleAfterMs = 10000, states = [], stateText = [];
+let lastOk = 0, staleAfterMs = 10000, states = [], stateText = [], lastDoc = null, autoDense = true;
+// A row is a problem when its data is not fresh or a GPU on it is unhealthy, degraded, unknown or
+// held by a pod and idle (the "problems only" filter).
+const PROBLEM_STATES = new Set(["unhealthy", "degraded", "unknown", "allocated-idle"]);
 const sections = new Map();  // class key -> {section, head, counts, rows}
 const rows = new Map();      // class key + NUL + node -> {el, sig}
 
@@ -67,8 +87,9 @@ function countsLine(target, counts) {
 }
 
 function cellTitle(row, cell) {
-  const [index, code, util, mem] = cell;
-  const parts = ["GPU " + index, stateText[code] || states[code]];
+  const [index, code, util, mem, why] = cell;
+  const parts = [row.node + " GPU " + index, stateText[code] || states[code]];
+  if (why) parts.push("why: " + why);
   if (row.data === "fresh") {
     parts.push("utilization " + (util === null ? "not reported" : util + " %"));
     if (mem === null) parts.push("memory not reported");
@@ -91,7 +112,8 @@ function buildRow(row) {
   const cells = el("span", "cells");
   row.gpus.forEach((cell) => {
     const s = states[cell[1]];
-    const c = el("span", "cell s-" + s, row.data === "fresh" && cell[2] !== null ? cell[2] : (s === "unknown" ? "?" : "–"));
+    const text = s === "unhealthy" ? "✕" : row.data === "fresh" && cell[2] !== null ? cell[2] : (s === "unknown" ? "?" : "–");
+    const c = el("span", "cell s-" + s, text);
     c.dataset.gpu = cell[0]; c.dataset.state = s; c.title = cellTitle(row, cell);
     c.setAttribute("aria-label", c.title);
     cells.append(c);
@@ -138,7 +160,7 @@ function render(doc) {
     s.head.textContent = (g.class === null ? "Unclassified (no AcceleratorClass)" : "AcceleratorClass " + g.class) +
       " — " + g.nodes + " node(s), " + g.gpus + " GPU(s)";
     countsLine(s.counts, g.counts);
-    const els = g.rows.map((row) => {
+    const els = arrange(g.rows).map((row) => {
       const rk = key + "\u0000" + row.node;
       seenRows.add(rk);
       const sig = JSON.stringify([row.data, row.gpus, row.model, row.error, row.gpuMemoryGiB, row.dra]);
@@ -153,13 +175,69 @@ function render(doc) {
   for (const k of [...sections.keys()]) if (!seenSections.has(k)) sections.delete(k);
   for (const k of [...rows.keys()]) if (!seenRows.has(k)) rows.delete(k);
   $("fleet").replaceChildren(...order);
+  renderWaiting(doc.waiting || []);
 }
+
+function isProblem(row) {
+  return row.data !== "fresh" || row.gpus.some((cell) => PROBLEM_STATES.has(states[cell[1]]));
+}
+
+// Idle GPUs a pod could get, as the decision counts them (no holder known is no holder).
+const IDLE_STATES = new Set(["free-idle", "holder-unknown-idle"]);
+function idleCount(row) {
+  return row.gpus.filter((cell) => IDLE_STATES.has(states[cell[1]])).length;
+}
+
+// The rows the controls let through, in the order they ask for.
+function arrange(list) {
+  const needle = $("search").value.trim().toLowerCase();
+  const problemsOnly = $("problems").checked;
+  let out = list.filter((row) => (!needle || row.node.toLowerCase().includes(needle)) && (!problemsOnly || isProblem(row)));
+  const by = $("sort").value;
+  if (by === "idle") out = [...out].sort((a, b) => idleCount(b) - idleCount(a) || a.node.localeCompare(b.node));
+  else if (by === "problems") out = [...out].sort((a, b) => Number(isProblem(b)) - Number(isProblem(a)) || a.node.localeCompare(b.node));
+  return out;
+}
+
+function renderWaiting(list) {
+  const out = $("waiting");
+  $("waiting-head").textContent = "Pods waiting for GPUs (" + list.length + ")";
+  if (!list.length) { out.replaceChildren(el("p", "muted", "None: the latest filter call of every GPU pod found it a node.")); return; }
+  const table = el("table"); table.id = "waiting-table";
+  const hr = el("tr");
+  ["pod", "GPUs", "waiting", "verdict", "why, over the nodes asked"].forEach((h) => hr.append(el("th", null, h)));
+  table.append(el("thead")); table.firstChild.append(hr);
+  const body = el("tbody");
+  list.forEach((w) => {
+    const tr = el("tr"); tr.dataset.pod = w.pod;
+    td(tr, w.pod, "pod");
+    td(tr, w.gpus, "num");
+    td(tr, w.waitingSeconds + " s (" + w.filterCalls + " filter call(s), last " + w.lastFilterSecondsAgo + " s ago)", "num");
+    td(tr, w.verdict, "verdict");
+    td(tr, w.reasons.map((r) => r.code + ": " + r.sentence + " (" + r.nodes + " of " + w.nodes + " nodes)").join("; "), "reasons");
+    body.append(tr);
+  });
+  table.append(body);
+  out.replaceChildren(table);
+}
+
+function controlsChanged() {
+  if (lastDoc) { const t0 = performance.now(); render(lastDoc); document.body.dataset.filterMs = (performance.now() - t0).toFixed(1); }
+}
+["search", "problems", "sort"].forEach((id) => ["input", "change"].forEach((ev) => $(id).addEventListener(ev, controlsChanged)));
+$("dense").addEventListener("input", () => { autoDense = false; document.body.classList.toggle("dense", $("dense").checked); });
 
 async function refresh() {
   try {
     const r = await fetch(BASE + "/ui/fleet.json", { cache: "no-store" });
     if (!r.ok) throw new Error("HTTP " + r.status);
-    render(await r.json());
+    const t0 = performance.now();
+    lastDoc = await r.json();
+    if (autoDense && lastDoc.totals.nodes > DENSE_FROM) { $("dense").checked = true; document.body.classList.add("dense"); }
+    autoDense = false;
+    render(lastDoc);
+    document.body.dataset.renderMs = (performance.now() - t0).toFixed(1);  // parse + render, for bench/
+    document.body.dataset.renders = String(Number(document.body.dataset.renders || 0) + 1);
     lastOk = Date.now();
     $("status").className = "";
     $("status").textContent = "updated " + new Date(lastOk).toLocaleTimeString() + " (every " + REFRESH_MS / 1000 + " s)";
@@ -244,8 +322,17 @@ TEMPLATE = """<!doctype html>
 AcceleratorClass. Hover a GPU for its readings. <span id="status">loading…</span></p>
 <p class="muted" id="rule"></p>
 <div class="legend" id="legend" aria-label="legend"></div>
+<h2 id="waiting-head">Pods waiting for GPUs</h2>
+<div id="waiting"></div>
 <h2 id="totals-head">All nodes</h2>
 <div class="counts" id="totals"></div>
+<div class="controls" role="search">
+<label>node <input type="search" id="search" placeholder="name contains…" autocomplete="off"></label>
+<label><input type="checkbox" id="problems"> problems only (unhealthy, degraded, unknown or stale, allocated-idle)</label>
+<label>sort <select id="sort"><option value="name">by name</option><option value="idle">most free idle GPUs first</option>
+<option value="problems">problems first</option></select></label>
+<label><input type="checkbox" id="dense"> dense (a square per GPU; hover for its node and state)</label>
+</div>
 <div id="fleet"></div>
 <h2>Where would this pod go?</h2>
 <form id="ask">

@@ -14,8 +14,10 @@ States (`STATES`; a cell's state is an index into it):
     degraded        usable but throttled or pending a row remap (ranked lower)
     unhealthy       critical XID, ECC, lost GPU, or NVML unusable on the node
     unknown         no agent data, or data older than --stale-after: never shown as idle
-Where the agent cannot read allocation, every healthy GPU counts as free (as in the
-decision); the row says where allocation came from.
+    holder-unknown-idle / -busy   the agent cannot read the kubelet's allocation: the decision
+                    goes by the readings alone, the page does not call a guess free
+A cell is [index, state, utilization %, memory used %] and, for a GPU that is unhealthy or
+degraded, why ("xid-79", "gpu-is-lost", "dra-device-taint": a fifth element).
 
 A node whose GPUs come through DRA is shown as the decision counts it: a GPU whose DRA device a
 ResourceClaim holds is allocated even before its pod runs (the agent reads it free), one whose device
@@ -24,8 +26,10 @@ a NoSchedule/NoExecute taint blocks is unhealthy, one a None-effect taint marks 
 node without agent data shows one unknown cell per device.
 
 Only what is safe to show without a login goes in: node names, GPU models and memory,
-utilization and memory readings, data age, NVML error text, and the namespaces of
-pods holding idle GPUs. No pod names, no labels, no tokens.
+utilization and memory readings, data age, NVML error text, the namespaces of pods holding
+idle GPUs, and the namespace/name of GPU pods the latest filter found no place for (with the
+reasons it gave kube-scheduler, which `kubectl describe pod` shows anyone who may read the pod).
+No other pod names, no labels, no tokens.
 """
 
 from __future__ import annotations
@@ -50,6 +54,7 @@ from gpuextender.extender.state.gpu_summary import (
     GPU_UNHEALTHY,
     NodeSummary,
 )
+from gpuextender.extender.state.waiting_pods import Waiting
 
 STATES = (
     "free-idle",
@@ -140,6 +145,7 @@ def node_row(name: str, inputs: FleetInputs) -> dict[str, Any]:
                 ]
                 for i, state, util, mem in summary.gpus
             ]
+            _reasons(row["gpus"], summary)
             if not summary.gpus and summary.node_error:  # NVML gave no GPU at all
                 row["gpus"] = [[i, GPU_UNHEALTHY, None, None] for i in range(allocatable)]
         _describe(row, summary)
@@ -147,6 +153,18 @@ def node_row(name: str, inputs: FleetInputs) -> dict[str, Any]:
         _dra(row, summary, devices, inputs.claimed_on(name))
     _hardware(row, inputs.facts(name))
     return row
+
+
+def _reasons(cells: list[list[Any]], summary: NodeSummary) -> None:
+    """Why each unhealthy or degraded GPU is so ("xid-79", "gpu-is-lost", "ecc-uncorrected",
+    "thermal-slowdown": state/gpu_health.py), as a fifth element of its cell; known for nodes of
+    whole GPUs at their indexes (summary.positions)."""
+    positions = summary.positions
+    if positions is None:
+        return
+    for position, _unhealthy, problem in positions.problems:
+        if position < len(cells):
+            cells[position].append(problem)
 
 
 def _dra(row: dict[str, Any], summary: NodeSummary | None, devices: NodeDevices, held: AbstractSet[DeviceRef]) -> None:
@@ -165,6 +183,8 @@ def _dra(row: dict[str, Any], summary: NodeSummary | None, devices: NodeDevices,
             cell[1] = _CLAIMED.get(cell[1], cell[1])
         elif is_tainted:
             cell[1] = GPU_UNHEALTHY
+            if len(cell) == 4:
+                cell.append("dra-device-taint")
         elif device.taints and cell[1] in _CLAIMED:  # marked only (effect None): usable, ranked lower
             cell[1] = GPU_DEGRADED
     row["dra"] = {"devices": len(devices), "claimed": claimed, "tainted": tainted}
@@ -233,6 +253,20 @@ class FleetAccumulator:
             "totals": {k: v for k, v in self._totals.items() if k not in ("class", "rows")},
             "classes": groups,
         }
+
+
+def waiting_row(w: Waiting, now: float) -> dict[str, Any]:
+    """A pod waiting for GPUs, as the page's "pods waiting for GPUs" panel lists it."""
+    return {
+        "pod": w.pod,
+        "gpus": w.gpus,
+        "waitingSeconds": round(now - w.since),
+        "lastFilterSecondsAgo": round(now - w.last),
+        "filterCalls": w.calls,
+        "nodes": w.nodes,
+        "verdict": w.verdict,
+        "reasons": [{"code": code, "sentence": sentence, "nodes": n} for code, sentence, n in w.reasons],
+    }
 
 
 def _group(name: str | None) -> dict[str, Any]:

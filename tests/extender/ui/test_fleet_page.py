@@ -19,6 +19,7 @@ from gpuextender.extender.model.kube_objects import KINDS
 from gpuextender.extender.model.untrusted import InvalidInput
 from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.scheduler.http_api import SchedulerApi
+from gpuextender.extender.scheduler.wire import ExtenderArgs, parse_extender_args
 from gpuextender.extender.settings import ApiSettings, DecisionPolicy
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.inventory_store import InventoryStore
@@ -141,6 +142,50 @@ def test_fleet_json_groups_the_nodes_by_class_and_marks_unknown() -> None:
         assert doc["totals"]["counts"]["unknown"] == 4 and doc["totals"]["nodes"] == 3
 
     run(make_api(), check)
+
+
+def test_pods_the_filter_found_no_place_for_are_listed_with_why_until_one_fits() -> None:
+    """Issue 26: "why is my pod pending?" on the page: the latest filter verdict per GPU pod."""
+    api = make_api()
+    big = filter_args(gpus=16, name="too-big")
+    api.filter(big)
+    small = filter_args(gpus=1, name="fits")
+    api.filter(small)
+
+    async def check(client: TestClient[Any, Any]) -> None:
+        doc = await (await client.get("/ui/fleet.json", headers={"Accept-Encoding": "identity"})).json()
+        (waiting,) = doc["waiting"]
+        assert waiting["pod"] == "default/too-big" and waiting["gpus"] == 16 and waiting["filterCalls"] == 1
+        assert waiting["verdict"] == "no node fits" and waiting["nodes"] == 2
+        assert waiting["reasons"] == [{"code": "InsufficientGPUs", "sentence": "node has too few GPUs", "nodes": 2}]
+
+    run(api, check)
+
+
+def filter_args(*, gpus: int, name: str) -> ExtenderArgs:
+    pod = {
+        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
+        "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
+    }
+    return parse_extender_args(json.dumps({"Pod": pod, "NodeNames": ["h100-node", "plain-node"]}).encode())
+
+
+def test_an_unhealthy_gpu_says_why_on_the_page() -> None:
+    api = make_api()
+    lost = gpu(2, 0, 1)
+    lost.healthy = False
+    lost.health = pb.HEALTH_UNHEALTHY
+    lost.health_reasons.append("XidCritical")
+    lost.xids.add(xid=79)
+    api.state.ingest(read_kubelet(report("h100-node", [gpu(0, 0, 1), gpu(1, 90, 80), lost, gpu(3, 0, 1)])), NOW)
+
+    async def check(client: TestClient[Any, Any]) -> None:
+        doc = await (await client.get("/ui/fleet.json", headers={"Accept-Encoding": "identity"})).json()
+        (row,) = [r for g in doc["classes"] for r in g["rows"] if r["node"] == "h100-node"]
+        assert [len(c) for c in row["gpus"]] == [4, 4, 5, 4]  # a reason only where there is one
+        assert doc["states"][row["gpus"][2][1]] == "unhealthy" and row["gpus"][2][4] == "xid-79"
+
+    run(api, check)
 
 
 def test_the_page_can_be_turned_off() -> None:
