@@ -31,7 +31,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_fleet_page import _free_port, serve  # noqa: E402
+from bench_fleet_page import _free_port, serve
 
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 TICKS = os.sysconf("SC_CLK_TCK")
@@ -62,8 +62,15 @@ def browser(user_dir: str) -> Any:
 
     options = webdriver.ChromeOptions()
     options.binary_location = str(CHROMIUM)
-    for flag in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-                 "--window-size=1600,1000", f"--user-data-dir={user_dir}"):
+    for flag in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--no-first-run",
+        "--window-size=1600,1000",
+        f"--user-data-dir={user_dir}",
+    ):
         options.add_argument(flag)
     return webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
 
@@ -139,7 +146,8 @@ def measure(driver: Any, port: int, pid: int, options: argparse.Namespace) -> di
         time.sleep(0.1)
     page_cpu = cpu_seconds(pid) - cpu_before
     search = control(
-        driver, "const s = document.getElementById('search'); s.value = 'gpu-node-012'; s.dispatchEvent(new Event('input'));"
+        driver,
+        "const s = document.getElementById('search'); s.value = 'gpu-node-012'; s.dispatchEvent(new Event('input'));",
     )
     shown = driver.execute_script("return document.querySelectorAll('#fleet .node').length")
     clear = control(

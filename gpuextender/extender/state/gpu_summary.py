@@ -112,6 +112,9 @@ class NodeSummary:
     quality: tuple[int, ...] = (0,)
     # Per GPU in report order (GpuCell): for people (the fleet page), never read by decisions.
     gpus: tuple[GpuCell, ...] = ()
+    # (position, "namespace[,namespace...]") of each GPU a pod holds (allocation known): the fleet
+    # page's "held by"; namespaces only, as the page shows nothing more of a running pod.
+    held_by: tuple[tuple[int, str], ...] = ()
     # "namespace/pod" of every pod holding one of its GPUs or MIG devices (allocation known only):
     # the bound pods the agent already attributes (bound_pods.py counts the others).
     holder_pods: frozenset[str] = frozenset()
@@ -157,6 +160,7 @@ def summarize(report: pb.NodeReport, rule: IdleRule, received_at: float) -> Node
     whole = True  # every GPU exclusive (or of an old agent) and at its index: topology applies
     sharing_unknown = True  # no GPU says how it is shared (module docstring: with_inferred_sharing)
     cells: list[GpuCell] = []
+    held_by: list[tuple[int, str]] = []
     # Runs for every report of every node (bench_extender's ingest): gpu_units() and
     # gpu_is_idle() are inlined, each protobuf field read once (tests/common/test_idle_rule.py holds
     # the copy equal to common/idle_rule.py on generated GPUs).
@@ -200,6 +204,12 @@ def summarize(report: pb.NodeReport, rule: IdleRule, received_at: float) -> Node
             # Distinct device IDs: the kubelet lists a device for every container given it.
             held = len({h.device_id for h in holders}) if len(holders) > 1 else 1
             unheld = units - held if units > held else 0
+            held_by.append(
+                (
+                    position,
+                    holders[0].namespace if len(holders) == 1 else ",".join(sorted({h.namespace for h in holders})),
+                )
+            )
         else:
             held, unheld = 0, units
         free += unheld
@@ -262,6 +272,7 @@ def summarize(report: pb.NodeReport, rule: IdleRule, received_at: float) -> Node
         degraded_idle_gpus=degraded,
         allocated_idle_gpus=allocated_idle,
         idle_by_namespace=tuple(sorted(waste.items())) if waste else (),
+        held_by=tuple(held_by),
         allocation=ALLOCATION_FROM_KUBELET if known else allocation_of(report),
         set_tiers=tiers,
         quality=quality_table(idle, degraded, tiers),

@@ -87,9 +87,10 @@ function countsLine(target, counts) {
 }
 
 function cellTitle(row, cell) {
-  const [index, code, util, mem, why] = cell;
+  const [index, code, util, mem, why, heldBy] = cell;
   const parts = [row.node + " GPU " + index, stateText[code] || states[code]];
   if (why) parts.push("why: " + why);
+  if (heldBy) parts.push("held by a pod of " + heldBy);
   if (row.data === "fresh") {
     parts.push("utilization " + (util === null ? "not reported" : util + " %"));
     if (mem === null) parts.push("memory not reported");

@@ -17,7 +17,8 @@ States (`STATES`; a cell's state is an index into it):
     holder-unknown-idle / -busy   the agent cannot read the kubelet's allocation: the decision
                     goes by the readings alone, the page does not call a guess free
 A cell is [index, state, utilization %, memory used %] and, for a GPU that is unhealthy or
-degraded, why ("xid-79", "gpu-is-lost", "dra-device-taint": a fifth element).
+degraded, why ("xid-79", "gpu-is-lost", "dra-device-taint": a fifth element), and for a GPU a pod
+holds, the pod's namespace (a sixth; the fifth then null where there is no why).
 
 A node whose GPUs come through DRA is shown as the decision counts it: a GPU whose DRA device a
 ResourceClaim holds is allocated even before its pod runs (the agent reads it free), one whose device
@@ -146,6 +147,11 @@ def node_row(name: str, inputs: FleetInputs) -> dict[str, Any]:
                 for i, state, util, mem in summary.gpus
             ]
             _reasons(row["gpus"], summary)
+            for position, namespaces in summary.held_by:  # sixth element: who holds it
+                if position < len(row["gpus"]):
+                    cell = row["gpus"][position]
+                    cell.extend([None] * (5 - len(cell)))
+                    cell.append(namespaces)
             if not summary.gpus and summary.node_error:  # NVML gave no GPU at all
                 row["gpus"] = [[i, GPU_UNHEALTHY, None, None] for i in range(allocatable)]
         _describe(row, summary)

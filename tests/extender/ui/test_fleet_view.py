@@ -235,3 +235,15 @@ def test_a_dra_node_is_drawn_as_the_decision_counts_it() -> None:
     quiet = node_row("d", replace(inputs({}), dra_devices=dra.devices, claimed_on=claims.allocated_on))
     assert [STATES[c[1]] for c in quiet["gpus"]] == ["unknown"] * 4 and quiet["dra"]["claimed"] == 2
     assert gpu_nodes({"d": 0}, [], dra.gpu_devices) == ["d"]
+
+
+def test_a_held_gpu_says_which_namespace_holds_it() -> None:
+    r = report("n", [gpu(0, 0, 1), gpu(1, 90, 80), gpu(2, 0, 1)])
+    r.allocation_source = pb.ALLOCATION_KUBELET
+    r.gpus[0].holders.add(namespace="team-a", pod="p", container="c", device_id=r.gpus[0].uuid)
+    r.gpus[1].holders.add(namespace="team-b", pod="q", container="c", device_id=r.gpus[1].uuid + "::0")
+    r.gpus[1].holders.add(namespace="team-a", pod="s", container="c", device_id=r.gpus[1].uuid + "::1")
+    row = node_row("n", inputs({"n": summarize(r, RULE, NOW)}))
+    assert [STATES[c[1]] for c in row["gpus"]] == ["allocated-idle", "allocated-busy", "free-idle"]
+    assert row["gpus"][0][4:] == [None, "team-a"] and row["gpus"][1][4:] == [None, "team-a,team-b"]
+    assert len(row["gpus"][2]) == 4  # nobody holds it: no sixth element
