@@ -49,10 +49,7 @@ def skip_reason() -> str | None:
     """Why the control-plane tests cannot run here (one line), or None when they can."""
     folder = assets()
     if folder is None:
-        return (
-            f"set {ASSETS_ENV} to a folder with etcd, kube-apiserver and kube-scheduler "
-            "(README, 'Tests against a real kube-scheduler')"
-        )
+        return f"set {ASSETS_ENV} to a folder with etcd, kube-apiserver and kube-scheduler (docs/testing.md)"
     missing = [name for name in BINARIES if not os.access(folder / name, os.X_OK)]
     if missing:
         return f"{ASSETS_ENV}={folder} has no executable {', '.join(missing)}"

@@ -26,3 +26,24 @@ def test_the_contents_list_every_section_by_its_anchor() -> None:
     headings = [m.group(2) for m in re.finditer(r"^(#{2,4}) (.+)$", README, re.M) if m.group(2) != "Contents"]
     assert [title for title, _ in listed] == headings
     assert all(anchor == github_anchor(title) for title, anchor in listed), listed
+
+
+def test_every_relative_link_of_the_docs_leads_to_a_file() -> None:
+    """README.md, docs/ and deploy/README.md link files by relative path (docs/ one level down):
+    a move of a file or of the reference into docs/ must not leave a link behind."""
+    pages = [
+        ROOT / "README.md",
+        ROOT / "deploy" / "README.md",
+        ROOT / "CHANGELOG.md",
+        *sorted((ROOT / "docs").glob("*.md")),
+    ]
+    broken = []
+    for page in pages:
+        for target in re.findall(r"\]\(([^)\s]+)\)", page.read_text()):
+            if re.match(r"^(https?:|mailto:|#)", target):
+                continue
+            path = (page.parent / target.split("#", 1)[0]).resolve()
+            if not path.exists():
+                broken.append(f"{page.relative_to(ROOT)}: {target}")
+    assert not broken, broken
+    assert len(pages) >= 7  # the docs/ pages are there

@@ -122,7 +122,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         help="simulate GPUs from a scenario file instead of loading libnvidia-ml: a YAML mapping "
         "with a `gpus:` list, each GPU with its name, memory, utilization pattern over time and "
-        "injected NVML errors (format: README, 'Scenario files'; examples/demo/scenarios); edits to "
+        "injected NVML errors (format: docs/scenarios.md; examples/demo/scenarios); edits to "
         "the file while the agent runs change the simulated GPUs",
     )
     g = p.add_argument_group("reconnects and discovery")

@@ -175,7 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
         default="spread",
         help="how prioritize ranks nodes within a class (a pod's annotation gpu-extender.io/node-strategy "
         "overrides it): spread prefers the node with the most idle GPUs, binpack the fewest that still "
-        "fit, cost the cheapest AcceleratorClass, random a seeded shuffle (formulas: README, "
+        "fit, cost the cheapest AcceleratorClass, random a seeded shuffle (formulas: docs/architecture.md, "
         "'Node strategies')",
     )
     g.add_argument(

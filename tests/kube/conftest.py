@@ -1,8 +1,7 @@
 """Fixtures of the real-control-plane tests: one etcd + kube-apiserver per test session (started on
 first use), the CRDs the extender watches, and a fresh namespace (a `Scene`) per test.
 
-Skipped, with one line, when KUBEBUILDER_ASSETS is unset (README: "Tests against a real
-kube-scheduler")."""
+Skipped, with one line, when KUBEBUILDER_ASSETS is unset (docs/testing.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Fake-GPU scenarios: a YAML file describing simulated GPUs for `gpu-agent --fake`.
 
-The format, for the people who write scenarios, is in the README (*Scenario files (`--fake`)*):
+The format, for the people who write scenarios, is in docs/scenarios.md:
 GPUs with their readings as numbers or patterns over time (sine, steps, ramp), NVML errors to
 inject, NVML events to deliver, and the topology. This module parses it and answers pynvml's
 questions from it; a running agent follows edits to the file (same number of GPUs).

@@ -10,7 +10,7 @@ Levels 1-2 follow OME (`pkg/acceleratorclassselector/selector.go:
 getAcceleratorClassByName`, the first non-nil pointer wins): a level that is present
 but empty (`acceleratorClass: ""`) names no class and masks every level below it, so
 the policy decides, as in `class_policy.resolve_class_request`. Level 3 is an addition
-(OME's class selector never reads the annotation; README "Deviations from OME").
+(OME's class selector never reads the annotation; docs/architecture.md, "Deviations from OME").
 Policy: the component override's non-empty `policy`, then the InferenceService's, then
 the configured default. Router pods are CPU-only and always neutral.
 """
