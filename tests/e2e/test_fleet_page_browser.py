@@ -267,6 +267,6 @@ def test_the_page_searches_filters_to_problems_says_why_and_lists_waiting_pods(t
         browser.find_element(By.ID, "dense").click()
         assert "dense" in browser.find_element(By.TAG_NAME, "body").get_attribute("class")
         size = browser.execute_script(
-            "const c = document.querySelector('#fleet .cell'); const r = c.getBoundingClientRect(); return [r.width, r.height];"
+            "const r = document.querySelector('#fleet .cell').getBoundingClientRect(); return [r.width, r.height];"
         )
         assert size == [7, 7]
