@@ -203,6 +203,48 @@ def _device(r: Fields, raw: Any, path: str, driver: str) -> tuple[str | None, Dr
     return node, device
 
 
+# What parse_resource_slice reads of a device: a driver publishes more (NVIDIA: architecture,
+# cudaComputeCapability, driverVersion, PCI ids), which the inventory store need not keep.
+_DEVICE_KEYS = ("name", "attributes", "capacity", "taints", "nodeName")
+_READ_ATTRIBUTES = ("type", "uuid", "productName")
+
+
+def relevant_slice_part(obj: Any) -> Any:
+    """A ResourceSlice as the inventory store keeps it: what `parse_resource_slice` reads and
+    nothing else (the decoded JSON of 40,000 NVIDIA devices took 168 MiB, bench/RESULTS.md). Parts
+    that are not what they should be are kept as they are, so the view still reports them invalid."""
+    if not isinstance(obj, Mapping):
+        return obj
+    spec = obj.get("spec")
+    if not isinstance(spec, Mapping) or not isinstance(spec.get("devices"), list):
+        return obj
+    devices = spec["devices"]
+    driver = spec.get("driver")
+    wanted = set(_READ_ATTRIBUTES) | ({f"{driver}/{n}" for n in _READ_ATTRIBUTES} if isinstance(driver, str) else set())
+    slim_devices = []
+    for device in devices:
+        if not isinstance(device, Mapping):
+            slim_devices.append(device)
+            continue
+        slim = {k: device[k] for k in _DEVICE_KEYS if k in device}
+        attributes = slim.get("attributes")
+        if isinstance(attributes, Mapping):
+            slim["attributes"] = {k: v for k, v in attributes.items() if k in wanted}
+        capacity = slim.get("capacity")
+        if isinstance(capacity, Mapping):
+            slim["capacity"] = {k: v for k, v in capacity.items() if k == "memory"}
+        slim_devices.append(slim)
+    meta = obj.get("metadata")
+    return {
+        "apiVersion": obj.get("apiVersion"),
+        "kind": obj.get("kind"),
+        "metadata": {k: meta[k] for k in ("name", "resourceVersion", "uid") if k in meta}
+        if isinstance(meta, Mapping)
+        else meta,
+        "spec": {**{k: v for k, v in spec.items() if k != "devices"}, "devices": slim_devices},
+    }
+
+
 def parse_resource_slice(obj: Any) -> ResourceSliceInfo:
     r = Fields("ResourceSlice", code="invalid_object")
     spec, name = _meta(r, obj, "ResourceSlice")

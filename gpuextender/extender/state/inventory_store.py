@@ -18,7 +18,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable
 
-from gpuextender.extender.model.kube_objects import KIND_BY_NAME, KINDS, NODE, KubeObject, object_key
+from gpuextender.extender.model.dra import relevant_slice_part
+from gpuextender.extender.model.kube_objects import KIND_BY_NAME, KINDS, NODE, RESOURCE_SLICE, KubeObject, object_key
 
 log = logging.getLogger("gpu_extender.inventory")
 
@@ -56,7 +57,7 @@ class InventoryStore:
         for obj in objects:
             key = _key_or_none(kind, obj)
             if key is not None:
-                fresh[key] = relevant_node_part(obj) if kind == NODE.kind else obj
+                fresh[key] = _relevant_part(kind, obj)
         bucket.clear()
         bucket.update(fresh)
         first = kind not in self._synced
@@ -70,8 +71,8 @@ class InventoryStore:
         if key is None:
             return
         bucket = self._bucket(kind)
+        obj = _relevant_part(kind, obj)
         if kind == NODE.kind:
-            obj = relevant_node_part(obj)
             old = bucket.get(key)
             if old is not None and _without_version(old) == _without_version(obj):
                 bucket[key] = obj
@@ -110,6 +111,16 @@ def _key_or_none(kind: str, obj: KubeObject) -> str | None:
     except (KeyError, TypeError, AttributeError):
         log.warning("inventory: %s object without metadata.name skipped", kind)
         return None
+
+
+def _relevant_part(kind: str, obj: KubeObject) -> KubeObject:
+    """What the store keeps of an object: the parts the view reads, for the kinds that are large."""
+    if kind == NODE.kind:
+        return relevant_node_part(obj)
+    if kind == RESOURCE_SLICE.kind:
+        slim: KubeObject = relevant_slice_part(obj)
+        return slim
+    return obj
 
 
 def relevant_node_part(node: KubeObject) -> KubeObject:

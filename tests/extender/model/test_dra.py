@@ -4,6 +4,7 @@ kube-scheduler write them, and what a malformed one is refused with."""
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 
@@ -288,3 +289,35 @@ def test_tolerations_match_taints_as_kubernetes_does(
     assert toleration.tolerates(*taint) is tolerates
     device = DraDevice("gpu-0", "gpu", "", "", None, (DeviceTaint(*taint),))
     assert not device.allocatable and device.allocatable_with((toleration,)) is tolerates
+
+
+def test_the_store_keeps_only_what_the_parser_reads_of_a_slice() -> None:
+    """40,000 NVIDIA devices as decoded JSON took 168 MiB (bench/RESULTS.md): the store keeps the
+    parts parse_resource_slice reads, and the parse of the slim slice equals the full one's."""
+    from gpuextender.extender.model.dra import relevant_slice_part
+
+    full = gpu_slice("n1", 4, tainted=(2,), uuid_of=lambda minor: f"GPU-{minor}")
+    full["spec"]["devices"].append(mig_device(0))
+    full["metadata"].update({"resourceVersion": "7", "managedFields": [{"manager": "driver"}], "labels": {"a": "b"}})
+    for d in full["spec"]["devices"]:
+        d["attributes"].update(
+            {
+                "architecture": {"string": "Hopper"},
+                "driverVersion": {"version": "580.159.4"},
+                "gpu.nvidia.com/pcieRoot": {"string": "pci0000:00"},
+            }
+        )
+        d["capacity"]["cores"] = {"value": "132"}
+    before = copy.deepcopy(full)
+    slim = relevant_slice_part(full)
+    assert full == before  # the input is not changed
+    assert parse_resource_slice(slim) == parse_resource_slice(full)
+    for device in slim["spec"]["devices"]:
+        assert set(device["attributes"]) <= {"type", "uuid", "productName"} and set(device["capacity"]) == {"memory"}
+    assert slim["metadata"] == {"name": full["metadata"]["name"], "resourceVersion": "7"}
+    assert len(json.dumps(slim)) < len(json.dumps(full)) / 2
+    # Malformed parts stay as they are, for the view to report them.
+    broken = {"metadata": {"name": "x"}, "spec": {"driver": "gpu.nvidia.com", "devices": "not a list"}}
+    assert relevant_slice_part(broken) is broken
+    odd = resource_slice("n1", ["not a device"])
+    assert relevant_slice_part(odd)["spec"]["devices"] == ["not a device"]
