@@ -33,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_fleet_page import _free_port, serve
 
-CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
+from tests.browser import MISSING, available, chromium
+
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -54,25 +55,6 @@ def waiting_pods(port: int, count: int) -> None:
             f"http://127.0.0.1:{port}/filter", data=body, headers={"Content-Type": "application/json"}
         )
         urllib.request.urlopen(request, timeout=30).read()
-
-
-def browser(user_dir: str) -> Any:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for flag in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--no-first-run",
-        "--window-size=1600,1000",
-        f"--user-data-dir={user_dir}",
-    ):
-        options.add_argument(flag)
-    return webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
 
 
 def wait_js(driver: Any, script: str, timeout: float = 60.0) -> Any:
@@ -97,8 +79,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=30.0, help="CPU window, with and without the page")
     parser.add_argument("--waiting", type=int, default=40)
     options = parser.parse_args()
-    if not (CHROMIUM.exists() and CHROMEDRIVER.exists()):
-        print("bench_fleet_browser: skipped: needs /usr/bin/chromium and /usr/bin/chromedriver")
+    if not available():
+        print(f"bench_fleet_browser: skipped: {MISSING}")
         return
     port = _free_port()
     ctx = multiprocessing.get_context("spawn")
@@ -114,7 +96,7 @@ def main() -> None:
         time.sleep(options.seconds)
         idle_cpu = cpu_seconds(server.pid) - idle_before
         with tempfile.TemporaryDirectory() as user_dir:
-            driver = browser(user_dir)
+            driver = chromium(Path(user_dir), window="1600,1000")
             try:
                 results = measure(driver, port, server.pid, options)
             finally:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,7 +27,7 @@ import yaml
 from gpuextender import __version__
 from tests import image_build as ib
 from tests.deploy import manifests as m
-from tests.harness import FIXTURES, free_port, http, metric, post_json, request_for, scrape
+from tests.harness import FIXTURES, free_port, http, metric, post_json, request_for, scrape, wait_until
 
 pytestmark = pytest.mark.slow
 REASON = ib.missing()
@@ -90,17 +89,12 @@ def start(
 
 
 def wait(what: str, check: Callable[[], bool], proc: subprocess.Popen[bytes], log: Path, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"{what}: the process exited {proc.returncode}:\n{log.read_text()[-3000:]}")
-        try:
-            if check():
-                return
-        except OSError:
-            pass
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}:\n{log.read_text()[-3000:]}")
+    def running_and() -> bool:
+        if proc.poll() is not None:  # not retried: the container is gone
+            raise RuntimeError(f"{what}: the process exited {proc.returncode}:\n{log.read_text()[-3000:]}")
+        return check()
+
+    wait_until(f"{what} ({log})", running_and, timeout=timeout, interval=0.2)
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:

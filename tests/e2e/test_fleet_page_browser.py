@@ -15,13 +15,11 @@ from typing import Any
 import pytest
 import yaml
 
+from tests.browser import MISSING, available, chromium
 from tests.extender.ui.test_fleet_page import POD  # the same 2-GPU pod as the form's own tests
 from tests.harness import ROOT, Proc, cluster, metric, post_json, request_for, scrape, url, wait_until
 
-CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
-pytestmark = pytest.mark.skipif(
-    not (CHROMIUM.exists() and CHROMEDRIVER.exists()), reason="needs /usr/bin/chromium and /usr/bin/chromedriver"
-)
+pytestmark = pytest.mark.skipif(not available(), reason=MISSING)
 
 H100 = {"product": "NVIDIA H100 80GB HBM3", "memory_gib": 80, "compute_capability": "9.0"}
 
@@ -53,26 +51,8 @@ def write_inventory(directory: Path) -> None:
 
 @pytest.fixture
 def browser(tmp_path: Path) -> Iterator[Any]:
-    webdriver = pytest.importorskip("selenium.webdriver")
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = str(CHROMIUM)
-    for flag in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-quic",
-        "--no-first-run",
-        "--disable-background-networking",
-        "--disable-component-update",
-        "--disable-sync",
-        "--disable-dev-shm-usage",
-        "--window-size=1400,1000",
-        f"--user-data-dir={tmp_path / 'chromium'}",
-    ):
-        options.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=options)
+    pytest.importorskip("selenium.webdriver")
+    driver = chromium(tmp_path / "chromium")
     try:
         yield driver
     finally:
