@@ -64,6 +64,8 @@ class GpmSampler:
     def __init__(self, on_error: ErrorHook | None = None) -> None:
         self._on_error = on_error or (lambda call, name: None)
         self._supported: dict[int, bool] = {}  # GPU index -> nvmlGpmQueryDeviceSupport
+        # What answered NotSupported itself: a GPU in MIG mode may sample per instance only.
+        self._absent: set[Key] = set()
         self._pairs: dict[Key, _Pair] = {}
         self._request: Any | None = None  # one nvmlGpmMetricsGet_t, reused
         self._warned: set[str] = set()
@@ -85,9 +87,9 @@ class GpmSampler:
     def read(self, index: int, handle: Any, gpu_instance_id: int | None = None) -> GpmReading | None:
         """The metrics since the previous call for this GPU (instance); None on the first call,
         where GPM is not supported, or after an error."""
-        if not self.supported(index, handle):
-            return None
         key = (index, gpu_instance_id)
+        if key in self._absent or not self.supported(index, handle):
+            return None
         pair = self._pairs.get(key)
         call = "nvmlGpmSampleAlloc"
         try:
@@ -110,8 +112,7 @@ class GpmSampler:
                 pair.newest = -1  # never a metric across the gap
             name = error_name(exc)
             if classify(exc) is ErrorGroup.ABSENT:
-                if gpu_instance_id is None:
-                    self._supported[index] = False
+                self._absent.add(key)  # this GPU (or instance) only: not asked again until re-init
                 self._say_once(f"{call}:{name}", "GPU %d: %s answered %s: no GPM readings", index, call, name)
             else:
                 self._on_error(call, name)
@@ -144,6 +145,7 @@ class GpmSampler:
             self._free(pair)
         self._pairs = {}
         self._supported = {}
+        self._absent = set()
 
     @staticmethod
     def _free(pair: _Pair) -> None:

@@ -178,3 +178,17 @@ def test_dcgm_exporters_other_default_counters_come_from_nvml(clock: Clock) -> N
         None,
         None,
     )
+
+
+def test_a_mig_gpu_that_samples_per_instance_only_keeps_its_instances_gpm(clock: Clock) -> None:
+    """NotSupported for the whole GPU's sample (MIG mode) turns off that sample, not the instances'."""
+    document = {
+        "gpus": [{**H100, "mig": [{"profile": "1g.10gb", "count": 2}], "gpm": SPIN}],
+        "errors": [{"call": "nvmlGpmSampleGet", "error": "NotSupported"}],
+    }
+    reader, _ = start_reader(document, clock)
+    gpm_of(reader, clock, 0.0)
+    clock.t = 1.0
+    (gpu,) = reader.sample().gpus
+    assert gpu.gpm is None
+    assert [m.gpm.sm_active if m.gpm else None for m in gpu.mig_instances] == [0.75, 0.75]
