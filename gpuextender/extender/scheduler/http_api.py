@@ -156,7 +156,7 @@ class SchedulerApi:
         pod, outcome = d.pod, d.filtered
         if pod.gpus_needed or pod.mig_needed:
             self.waiting.record(
-                uid=pod_uid(args.pod),
+                uid=pod_uid(args.pod) or pod.ref,  # a Pod kube-scheduler sends always has a uid
                 pod=pod.ref,
                 gpus=pod.gpus_needed,
                 nodes=len(outcome.passed) + len(outcome.failed),
