@@ -152,7 +152,7 @@ class SchedulerApi:
     def filter(self, args: ExtenderArgs) -> dict[str, Any]:
         d = self.decisions.decide(args)
         record_plan(self.metrics, self.settings.runtime_check, d)
-        record_filter(self.metrics, d)
+        failures = record_filter(self.metrics, d)
         pod, outcome = d.pod, d.filtered
         if pod.gpus_needed or pod.mig_needed:
             self.waiting.record(
@@ -163,7 +163,7 @@ class SchedulerApi:
                 passed=len(outcome.passed),
                 fallback=outcome.fallback,
                 assumed=bool(outcome.assumed),
-                failed=outcome.failed,
+                failures=failures.most_common(),
                 now=self._clock(),
             )
         answered = d.answered

@@ -41,13 +41,15 @@ def record_plan(metrics: ExtenderMetrics, runtime_check: str, d: Decision) -> No
         )
 
 
-def record_filter(m: ExtenderMetrics, d: Decision) -> None:
+def record_filter(m: ExtenderMetrics, d: Decision) -> Counter[reasons.Reason]:
+    """Metrics and the decision log line of one filter; returns the failed nodes per reason."""
     outcome, needed, held_back = d.filtered, d.pod.gpus_needed, len(d.held_back)
     m.filter_nodes.labels(result="passed").inc(len(outcome.passed) - held_back)
     m.filter_nodes.labels(result="failed").inc(len(outcome.failed))
     if held_back:
         m.filter_nodes.labels(result="held_back").inc(held_back)
-    for reason, count in Counter(outcome.failed.values()).items():
+    failures = Counter(outcome.failed.values())
+    for reason, count in failures.items():
         m.filter_failures.labels(reason=reason.code).inc(count)
     if outcome.fallback:
         m.filter_fallbacks.inc()
@@ -56,9 +58,9 @@ def record_filter(m: ExtenderMetrics, d: Decision) -> None:
     mig = d.pod.mig_needed
     if needed == 0 and not mig:
         log.debug("filter %s: needs no GPU, all %d node(s) pass", d.pod.ref, len(outcome.passed))
-        return
+        return failures
     if not log.isEnabledFor(logging.INFO):
-        return
+        return failures
     limit = len(outcome.failed) if log.isEnabledFor(logging.DEBUG) else LOG_FAILED_NODES
     shown = [failure_text(reason.code, d.assess(name)) for name, reason in islice(outcome.failed.items(), limit)]
     more = f" and {len(outcome.failed) - len(shown)} more" if len(outcome.failed) > len(shown) else ""
@@ -78,6 +80,7 @@ def record_filter(m: ExtenderMetrics, d: Decision) -> None:
         (": " + "; ".join(shown)) if shown else "",
         more,
     )
+    return failures
 
 
 def log_prioritize(d: Decision) -> None:

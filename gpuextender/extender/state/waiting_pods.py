@@ -11,9 +11,9 @@ Pure bookkeeping on a clock the caller passes; one dict update per GPU filter ca
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from itertools import islice
 from typing import Protocol
 
 MAX_PODS = 500
@@ -22,7 +22,7 @@ TOP_REASONS = 3
 
 
 class Verdict(Protocol):
-    """What a node's failure says (decide/reasons.Reason: hashable, as the counting needs)."""
+    """What a node's failure says (decide/reasons.Reason)."""
 
     @property
     def code(self) -> str: ...
@@ -60,15 +60,15 @@ class WaitingPods:
         passed: int,
         fallback: bool,
         assumed: bool,
-        failed: Mapping[str, Verdict],
+        failures: Iterable[tuple[Verdict, int]],
         now: float,
     ) -> None:
-        """One filter verdict for a pod that asks for GPUs (`failed`: node -> why)."""
+        """One filter verdict for a pod that asks for GPUs (`failures`: failed nodes per reason, most
+        first, as the filter's metrics counted them)."""
         if passed and not fallback and not assumed:
             self._pods.pop(uid, None)  # it has a place
             return
-        counts = Counter(failed.values())  # only for a waiting pod: a passing one costs a dict pop
-        reasons = tuple((r.code, r.sentence, n) for r, n in counts.most_common(TOP_REASONS))
+        reasons = tuple((r.code, r.sentence, n) for r, n in islice(failures, TOP_REASONS))
         verdict = (
             "no node fits: kube-scheduler chooses among busy or stale ones (--no-fit-policy pass-all)"
             if fallback

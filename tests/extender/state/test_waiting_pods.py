@@ -3,6 +3,7 @@ finds it a node, it is bound, or it is not asked about for TTL_S; at most MAX_PO
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +29,7 @@ def verdict(pods: WaitingPods, uid: str, now: float, *, passed: int = 0, **over:
         "passed": passed,
         "fallback": False,
         "assumed": False,
-        "failed": {"a": IDLE, "b": IDLE, "c": FEW},
+        "failures": Counter({IDLE: 2, FEW: 1}).most_common(),
         "now": now,
     }
     pods.record(**{**args, **over})
@@ -52,7 +53,7 @@ def test_a_pod_waits_from_its_first_unplaced_filter_until_one_places_it() -> Non
         ("InsufficientIdleGPUs", "too few idle GPUs", 2),
         ("InsufficientGPUs", "node has too few GPUs", 1),
     )
-    verdict(pods, "p", 50.0, passed=1, failed={})
+    verdict(pods, "p", 50.0, passed=1, failures=[])
     assert pods.current(51.0) == []
 
 
