@@ -42,6 +42,13 @@ from gpuextender.agent.fakes.scenario import (
     Scenario,
     ScenarioFile,
 )
+from gpuextender.agent.sources.nvml_gpm import METRICS as GPM_METRICS
+from gpuextender.agent.sources.nvml_reader import (
+    FI_MEMORY_TEMP,
+    FI_NVLINK_THROUGHPUT_DATA_RX,
+    FI_NVLINK_THROUGHPUT_DATA_TX,
+    FI_PCIE_REPLAY_COUNTER,
+)
 
 _OK = pynvml.NVML_SUCCESS
 _NOT_SUPPORTED = pynvml.NVML_ERROR_NOT_SUPPORTED
@@ -75,10 +82,10 @@ _NVSWITCHES = 4  # switch links are spread over this many NVSwitch PCI devices, 
 _NO_INSTANCE = 0xFFFFFFFF  # gpuInstanceId/computeInstanceId of an event not tied to a MIG instance
 # Calls whose first argument is a device handle (what injected errors and MIG checks look at).
 _DEVICE_CALLS = ("nvmlDevice", "nvmlGpmSampleGet", "nvmlGpmMigSampleGet", "nvmlGpmQueryDeviceSupport")
-# GPM metric ids (nvml.h NVML_GPM_METRIC_*) the fake measures, and the FakeGpm field of each.
-_GPM_METRIC_FIELDS = {2: "sm_active", 3: "sm_occupancy", 5: "tensor_active", 10: "dram_active", 1: "graphics_active"}
+# GPM metric ids (nvml.h NVML_GPM_METRIC_*) the fake measures, and the FakeGpm field of each: the
+# agent's (agent.nvml_gpm.METRICS), as the fake answers what the reader asks.
+_GPM_METRIC_FIELDS = {metric_id: name for name, metric_id in GPM_METRICS}
 _GPM_MEAN_POINTS = 9  # a GPM metric is the mean over the interval: sampled at this many points
-_FI_MEMORY_TEMP, _FI_PCIE_REPLAY_COUNTER, _FI_NVLINK_DATA_TX, _FI_NVLINK_DATA_RX = 82, 94, 138, 139
 
 
 class _EventSet:
@@ -740,11 +747,14 @@ class FakeNvmlLibrary:
             value = values[i]
             fid, scope = int(value.fieldId), int(value.scopeId)
             number: float | None = None
-            if fid == _FI_MEMORY_TEMP and gpu.memory_temperature_c is not None:
+            if fid == FI_MEMORY_TEMP and gpu.memory_temperature_c is not None:
                 number = round(gpu.memory_temperature_c.at(t))
-            elif fid == _FI_PCIE_REPLAY_COUNTER and gpu.pcie_replays is not None:
+            elif fid == FI_PCIE_REPLAY_COUNTER and gpu.pcie_replays is not None:
                 number = gpu.pcie_replays
-            elif fid in (_FI_NVLINK_DATA_TX, _FI_NVLINK_DATA_RX) and gpu.nvlink_data_kib_per_s is not None:
+            elif (
+                fid in (FI_NVLINK_THROUGHPUT_DATA_TX, FI_NVLINK_THROUGHPUT_DATA_RX)
+                and gpu.nvlink_data_kib_per_s is not None
+            ):
                 if 0 <= scope < links:  # half sent, half received, spread over the active links
                     number = int(_integral(gpu.nvlink_data_kib_per_s, t) / 2 / links)
             value.timestamp = int(time.time() * 1e6)

@@ -17,7 +17,7 @@ import re
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -128,7 +128,7 @@ class FakeGpm:
     graphics_active: Pattern
 
 
-GPM_FIELDS = ("sm_active", "sm_occupancy", "tensor_active", "dram_active", "graphics_active")
+GPM_FIELDS = tuple(f.name for f in fields(FakeGpm))  # the scenario's keys under `gpm:`
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from gpuextender.agent.model import readings as r
@@ -26,13 +28,8 @@ _OPTIONAL_FIELDS = (
     "numa_node",
 )
 _ERROR_FIELDS = tuple(pb.ErrorCounters.DESCRIPTOR.fields_by_name)
-_GPM_FIELDS = (
-    "sm_active",
-    "sm_occupancy",
-    "tensor_active",
-    "dram_active",
-    "graphics_active",
-)  # + "_percent" on the wire
+# GpmReading's fields, each sent as GpmReadings.<name>_percent.
+_GPM_FIELDS = tuple(f.name for f in fields(GpmReading))
 _HEALTH = {r.HEALTHY: pb.HEALTH_HEALTHY, r.DEGRADED: pb.HEALTH_DEGRADED, r.UNHEALTHY: pb.HEALTH_UNHEALTHY}
 _SHARING = {
     r.EXCLUSIVE: pb.SHARING_EXCLUSIVE,
