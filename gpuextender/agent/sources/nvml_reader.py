@@ -588,7 +588,8 @@ def _field_number(value: Any) -> float | None:
     kind = int(value.valueType)
     if not 0 <= kind < len(_VALUE_MEMBER):
         return None
-    return float(getattr(value.value, _VALUE_MEMBER[kind]))
+    number = float(getattr(value.value, _VALUE_MEMBER[kind]))
+    return number if math.isfinite(number) else None  # a double field can hold NaN: unknown, and int() of it raises
 
 
 def _mig_device_handle(handle: Any, slot: int) -> Any | None:

@@ -192,3 +192,26 @@ def test_a_mig_gpu_that_samples_per_instance_only_keeps_its_instances_gpm(clock:
     (gpu,) = reader.sample().gpus
     assert gpu.gpm is None
     assert [m.gpm.sm_active if m.gpm else None for m in gpu.mig_instances] == [0.75, 0.75]
+
+
+@pytest.mark.parametrize(
+    ("value_type", "member", "value", "expected"),
+    [
+        (pynvml.NVML_VALUE_TYPE_UNSIGNED_LONG_LONG, "ullVal", 7, 7.0),
+        (pynvml.NVML_VALUE_TYPE_DOUBLE, "dVal", 41.0, 41.0),
+        (pynvml.NVML_VALUE_TYPE_DOUBLE, "dVal", math.nan, None),
+        (pynvml.NVML_VALUE_TYPE_DOUBLE, "dVal", math.inf, None),
+        (99, "ullVal", 7, None),  # a value type this nvidia-ml-py does not know
+    ],
+)
+def test_a_field_value_is_a_finite_number_or_unknown(
+    value_type: int, member: str, value: float, expected: float | None
+) -> None:
+    from gpuextender.agent.sources.nvml_reader import _field_number
+
+    field = pynvml.c_nvmlFieldValue_t()
+    field.nvmlReturn, field.valueType = pynvml.NVML_SUCCESS, value_type
+    setattr(field.value, member, value)
+    assert _field_number(field) == expected
+    field.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
+    assert _field_number(field) is None
