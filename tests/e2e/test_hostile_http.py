@@ -4,15 +4,17 @@ A seeded mutation fuzz over the captured kube-scheduler requests, plus one regre
 test per finding: hostile quantities, GPU totals at 2**31, Nodes too deep to echo,
 compressed bodies, clients hanging up or stalling mid-body, the body and candidate
 bounds, and 1,000 calls arriving at once. The extender must answer each request with
-200 or a 4xx naming a reason, never a 5xx, and never hold its event loop (measured as
-the /healthz latency seen from a second connection) more than 100 ms for a body within
-its limits.
+200 or a 4xx naming a reason, never a 5xx, and never hold its event loop (found as the
+/healthz latency seen from a second connection, judged by the loop's CPU time) more than
+100 ms for a body within its limits on the reference machine (scaled by how much slower
+this one runs the same Python work, measured side by side).
 
 GPU_EXTENDER_FUZZ_CASES (default 3000) and GPU_EXTENDER_FUZZ_SEED change the fuzz run.
 """
 
 from __future__ import annotations
 
+import gc
 import gzip
 import http.client
 import json
@@ -36,7 +38,9 @@ from tests.hostile_bodies import Mutator, compact, fixture, full_nodes_request, 
 SCENARIOS = FIXTURES / "scenarios"
 NODE_SCENARIOS = {"gpu-node-1": "busy8.yaml", "gpu-node-2": "idle8.yaml", "gpu-node-3": "half8.yaml"}
 VERBS = ("filter", "prioritize", "explain")
-LOOP_HOLD_LIMIT_S = 0.100  # the event loop's CPU time per body within the limits (issue 8)
+LOOP_HOLD_LIMIT_S = 0.100  # the event loop's CPU time per body within the limits (issue 8), on:
+# the reference machine (bench/RESULTS.md: the 2-core VM), where _speed_work takes this CPU time.
+REFERENCE_WORK_S = 0.0165
 FUZZ_CASES = int(os.environ.get("GPU_EXTENDER_FUZZ_CASES", "3000"))
 FUZZ_SEED = int(os.environ.get("GPU_EXTENDER_FUZZ_SEED", "20261123"))
 
@@ -138,6 +142,30 @@ def _hold_s(client: Client, pid: int, path: str, body: bytes, tries: int = 3) ->
     return least
 
 
+def _speed_work() -> int:
+    """A fixed workload shaped like the extender's dearest step (explain's rows: small dicts)."""
+    rows = [{"node": f"n{j}", **{f"k{i}": (i, j) for i in range(32)}, "parts": {"a": j, "b": [j]}} for j in range(2000)]
+    return len(rows)
+
+
+def _machine_factor() -> float:
+    """How much slower than the reference machine this one runs the same Python work now (at
+    least 1): the hold limit is 100 ms there, so a slower CI machine, or one whose cores a
+    neighbour keeps busy, gets proportionally more, measured side by side with the holds."""
+    was = gc.isenabled()
+    gc.disable()
+    try:
+        least = float("inf")
+        for _ in range(7):
+            start = time.thread_time()
+            _speed_work()
+            least = min(least, time.thread_time() - start)
+    finally:
+        if was:
+            gc.enable()
+    return max(1.0, least / REFERENCE_WORK_S)
+
+
 def _check_answer(status: int, data: bytes, what: str) -> None:
     assert 200 <= status < 500, f"{what}: HTTP {status}: {data[:300]!r}"
     answer = json.loads(data)
@@ -214,19 +242,20 @@ def test_fuzzed_and_limit_sized_bodies_get_200_or_4xx_and_never_hold_the_loop(li
     finally:
         probe.stop()
     # A slow probe may be a noisy neighbour on the machine: each suspect is run again, alone, and
-    # judged by the CPU time the event loop spent on it.
+    # judged by the CPU time the event loop spent on it, against the limit scaled to this machine.
+    limit = LOOP_HOLD_LIMIT_S * _machine_factor() if slow else LOOP_HOLD_LIMIT_S
     held = [
         (what, path, hold)
         for path, body, what, _ in slow
-        if (hold := _hold_s(client, ext.popen.pid, path, body)) > LOOP_HOLD_LIMIT_S
+        if (hold := _hold_s(client, ext.popen.pid, path, body)) > limit
     ]
     latencies = sorted(lat for _, lat in probe.samples)
     print(
         f"{FUZZ_CASES} cases: {statuses}; /healthz p50 {1000 * latencies[len(latencies) // 2]:.1f} ms, "
         f"max {1000 * latencies[-1]:.1f} ms over {len(latencies)} probes; suspects re-run: "
-        f"{[(what, path, round(1000 * ms)) for path, _, what, ms in slow]}"
+        f"{[(what, path, round(1000 * ms)) for path, _, what, ms in slow]}; limit {1000 * limit:.0f} ms"
     )
-    assert not held, f"bodies within the limit held the event loop over {LOOP_HOLD_LIMIT_S * 1000:.0f} ms: {held}"
+    assert not held, f"bodies within the limit held the event loop over {limit * 1000:.0f} ms: {held}"
     assert statuses.get(200) and statuses.get(400) and statuses.get(413), statuses
     assert _good_answers(client) == before
     _no_server_errors(ext)
