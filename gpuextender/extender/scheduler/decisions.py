@@ -89,7 +89,7 @@ class Decisions:
         summary: Callable[[str], NodeSummary | None] = self._state.summary
         if view.dra.gpu_devices:  # nodes whose GPUs come through DRA: their unclaimed, untainted devices
             free: Callable[[str], int | None]
-            free, summary = self._dra_free.refresh(view.dra, view.version, claims, self._state.offered_summaries)
+            free, summary = self._dra_free.refresh(view.dra, claims, self._state.offered_summaries)
             tolerations = claims.tolerations(keys, view.dra.classes.keys()) if keys and claims is not None else ()
             if tolerations and claims is not None:  # a claim that tolerates device taints: its own view
                 own = TolerantView(

@@ -41,9 +41,30 @@ class DraInventory:
     # require whole GPUs (type gpu). A claim for one of them asks for whole GPUs.
     classes: Mapping[str, DeviceClassInfo] = field(default_factory=dict)
     invalid_pools: frozenset[tuple[str, str]] = frozenset()  # (driver, pool): counted for nothing
+    # One more than the inventory this one followed (`carried_over`), and the nodes whose GPUs
+    # differ from that one's (None: any may). What DraFree derives per node follows only those.
+    generation: int = 0
+    changed: frozenset[str] | None = None
 
     def devices(self, node: str) -> NodeDevices:
         return self.gpu_devices.get(node, ())
+
+
+def carried_over(previous: DraInventory, new: DraInventory) -> DraInventory:
+    """`new` as the successor of `previous`: a node whose GPUs are equal keeps `previous`'s very
+    tuple, and `changed` names the others (added, changed, gone). Cheap where slices did not
+    change: their parsed devices are the same objects, so equal tuples compare by identity."""
+    old = previous.gpu_devices
+    devices: dict[str, NodeDevices] = {}
+    changed = {node for node in old if node not in new.gpu_devices}
+    for node, mine in new.gpu_devices.items():
+        theirs = old.get(node)
+        if theirs is not None and theirs == mine:
+            devices[node] = theirs
+        else:
+            devices[node] = mine
+            changed.add(node)
+    return DraInventory(devices, new.classes, new.invalid_pools, previous.generation + 1, frozenset(changed))
 
 
 def build_dra(
@@ -189,12 +210,14 @@ class DraFree:
     DRA node's joined to its free devices (`capped`), in one dict whose `get` is the lookup (a
     5,000-name filter asks every node twice: a Python function per ask cost 3 ms).
 
-    What invalidates what: a new inventory version (slices, classes) everything; a claims version
-    the nodes whose held devices changed (ClaimLedger.nodes_changed_since); a node's agent summary
-    (a report, its bound pods: `summary_changed`, a GpuState listener) that node's entry."""
+    What invalidates what: a new DRA inventory the nodes whose GPUs changed (`DraInventory.changed`,
+    when it follows the one seen last; else everything; an inventory rebuilt for a Node or OME
+    object is the same one, nothing); a claims version the nodes whose held devices changed
+    (ClaimLedger.nodes_changed_since); a node's agent summary (a report, its bound pods:
+    `summary_changed`, a GpuState listener) that node's entry."""
 
     def __init__(self) -> None:
-        self._view_version: int | None = None
+        self._dra: DraInventory | None = None
         self._claims_version = 0
         self._nodes: dict[str, DraNode] = {}
         self._merged: dict[str, NodeSummary] = {}
@@ -205,26 +228,23 @@ class DraFree:
         self._stale.add(node)
 
     def refresh(
-        self,
-        dra: DraInventory,
-        view_version: int,
-        claims: ClaimLedger | None,
-        offered: Mapping[str, NodeSummary],
+        self, dra: DraInventory, claims: ClaimLedger | None, offered: Mapping[str, NodeSummary]
     ) -> tuple[FreeCounter, Callable[[str], NodeSummary | None]]:
         """(free devices per node, the summary lookup) for a decision now."""
+        if dra is not self._dra:
+            last, self._dra = self._dra, dra
+            if last is not None and dra.changed is not None and dra.generation == last.generation + 1:
+                self._forget(dra.changed)
+            else:
+                self._nodes, self._rebuild = {}, True
         claims_version = claims.version if claims is not None else 0
-        if view_version != self._view_version:
-            self._view_version, self._claims_version = view_version, claims_version
-            self._nodes, self._rebuild = {}, True
-        elif claims_version != self._claims_version:
+        if claims_version != self._claims_version:
             changed = claims.nodes_changed_since(self._claims_version) if claims is not None else None
             self._claims_version = claims_version
             if changed is None:
                 self._nodes, self._rebuild = {}, True
-            else:
-                for node in changed:
-                    self._nodes.pop(node, None)
-                self._stale.update(changed)
+            elif not self._rebuild:
+                self._forget(changed)
         held = claims.allocated_on if claims is not None else _nothing_held
         counter = FreeCounter(dra.gpu_devices, held, self._nodes)
         merged = self._merged
@@ -247,6 +267,11 @@ class DraFree:
                 merged[node] = s if dra_node_ is None else capped(s, dra_node_)
             self._stale.clear()
         return counter, merged.get
+
+    def _forget(self, nodes: Iterable[str]) -> None:
+        for node in nodes:
+            self._nodes.pop(node, None)
+            self._stale.add(node)
 
 
 def _nothing_held(node: str) -> frozenset[DeviceRef]:

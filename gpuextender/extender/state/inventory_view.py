@@ -47,7 +47,7 @@ from gpuextender.extender.model.ome.ome_objects import (
 )
 from gpuextender.extender.model.pod_gpus import parse_count
 from gpuextender.extender.model.untrusted import InvalidInput, object_at
-from gpuextender.extender.state.dra_inventory import DraInventory, build_dra
+from gpuextender.extender.state.dra_inventory import DraInventory, build_dra, carried_over
 from gpuextender.extender.state.inventory_store import InventoryStore
 
 log = logging.getLogger("gpu_extender.inventory")
@@ -106,6 +106,10 @@ class ViewBuilder:
         self._classes_seen: list[AcceleratorClass] = []
         self._parsed_slices: dict[int, tuple[KubeObject, ResourceSliceInfo]] = {}
         self._invalid_pools: frozenset[tuple[str, str]] = frozenset()
+        # The last DRA inventory and what it was built from (slice objects by identity, classes by
+        # value): a rebuild for a Node or an OME object keeps it, costing no walk of the devices.
+        self._dra_inputs: tuple[tuple[ResourceSliceInfo, ...], tuple[DeviceClassInfo, ...]] = ((), ())
+        self._dra_last = DraInventory()
         self.current = InventoryView()
         store.on_change(self._changed)
 
@@ -266,7 +270,12 @@ class ViewBuilder:
             parsed[id(obj)] = (obj, info)
             slices.append(info)
         self._parsed_slices = parsed
-        dra = build_dra(slices, classes, self._gpu_resources)
+        last_slices, last_classes = self._dra_inputs
+        # By identity: the last inputs are held here, so no new object can have one's id.
+        if list(map(id, slices)) == list(map(id, last_slices)) and classes == list(last_classes):
+            return self._dra_last
+        self._dra_inputs = (tuple(slices), tuple(classes))
+        dra = self._dra_last = carried_over(self._dra_last, build_dra(slices, classes, self._gpu_resources))
         for driver, pool in dra.invalid_pools - self._invalid_pools:
             log.warning(
                 "inventory: DRA pool %s of driver %s names a device twice in its newest generation; "

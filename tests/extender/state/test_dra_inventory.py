@@ -11,7 +11,7 @@ import pytest
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.model.dra import Toleration, parse_device_class, parse_resource_slice
 from gpuextender.extender.state.claim_ledger import CHANGE_LOG, MAX_POD_TOLERATIONS, RESOURCE_CLAIM_KIND, ClaimLedger
-from gpuextender.extender.state.dra_inventory import DraAllocatable, DraFree, build_dra
+from gpuextender.extender.state.dra_inventory import DraAllocatable, DraFree, DraInventory, build_dra, carried_over
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.inventory_store import InventoryStore
 from gpuextender.extender.state.inventory_view import ViewBuilder
@@ -80,7 +80,7 @@ def test_allocatable_counts_untainted_unclaimed_devices_where_no_device_plugin_g
     inventory = dra(gpu_slice("dra", 8, tainted=(7,)), gpu_slice("both", 8))
     claims = ClaimLedger()
     claims.replace_all(RESOURCE_CLAIM_KIND, [allocated_claim("two", "dra", ["gpu-0", "gpu-1"])])
-    free, _ = DraFree().refresh(inventory, 1, claims, {})
+    free, _ = DraFree().refresh(inventory, claims, {})
     counts = DraAllocatable({"dra": 0, "both": 4, "plain": 8}, inventory, free)
     assert counts["dra"] == 5  # 8 - 2 claimed - 1 tainted NoSchedule
     assert counts["both"] == 4  # a device-plugin count wins (kube-scheduler uses DRA only without one)
@@ -125,6 +125,23 @@ def test_the_view_carries_dra_and_a_bad_slice_is_counted_invalid() -> None:
     assert len(view.dra.devices("n1")) == 8 and view.invalid == {"ResourceSlice": 1}
 
 
+def test_a_view_rebuilt_for_other_objects_keeps_its_dra_inventory_and_a_slice_change_names_its_node() -> None:
+    store = InventoryStore()
+    views = ViewBuilder(store, GPU)
+    store.replace_all("DeviceClass", [device_class()])
+    store.replace_all("ResourceSlice", [gpu_slice("n1", 8), gpu_slice("n2", 8)])
+    first = views.current.dra
+    node = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": "n1", "labels": {"a": "b"}}, "status": {}}
+    store.upsert("Node", node)
+    assert views.current.version != 0 and views.current.dra is first  # not walked again
+    store.upsert("DeviceClass", device_class())  # an equal class, a new object: still the same
+    assert views.current.dra is first
+    store.upsert("ResourceSlice", gpu_slice("n2", 8, tainted=(1,)))
+    second = views.current.dra
+    assert second.generation == first.generation + 1 and second.changed == {"n2"}
+    assert second.devices("n1") is first.devices("n1") and second.devices("n2") != first.devices("n2")
+
+
 class CountingClaims(ClaimLedger):
     """A ClaimLedger that records which nodes were asked for their held devices."""
 
@@ -142,23 +159,43 @@ def test_free_devices_are_counted_once_per_node_and_only_again_where_a_claim_mov
     claims = CountingClaims()
     claims.replace_all(RESOURCE_CLAIM_KIND, [])
     cache = DraFree()
-    free, _ = cache.refresh(inventory, 1, claims, {})
+    free, _ = cache.refresh(inventory, claims, {})
     assert (free("n1"), free("n1"), free("n2"), free("nope")) == (8, 8, 8, None) and claims.asked == ["n1", "n2"]
     claims.upsert(RESOURCE_CLAIM_KIND, allocated_claim("a", "n1", ["gpu-3"]))
-    free, _ = cache.refresh(inventory, 1, claims, {})
+    free, _ = cache.refresh(inventory, claims, {})
     assert (free("n1"), free("n2")) == (7, 8) and claims.asked == ["n1", "n2", "n1"]  # n2 kept
     # A claim that holds nothing yet (not allocated) changes no node's count.
     pending = allocated_claim("p", "n2", [])
     del pending["status"]
     claims.upsert(RESOURCE_CLAIM_KIND, pending)
-    free, _ = cache.refresh(inventory, 1, claims, {})
+    free, _ = cache.refresh(inventory, claims, {})
     assert (free("n1"), free("n2")) == (7, 8) and claims.asked == ["n1", "n2", "n1"]
-    # A re-list, or a new inventory version: every node again.
+    # A re-list, or an inventory that does not follow the last one: every node again.
     claims.replace_all(RESOURCE_CLAIM_KIND, [allocated_claim("a", "n1", ["gpu-3"])])
-    free, _ = cache.refresh(inventory, 1, claims, {})
+    free, _ = cache.refresh(inventory, claims, {})
     assert (free("n1"), free("n2")) == (7, 8) and claims.asked[3:] == ["n1", "n2"]
-    free, _ = cache.refresh(inventory, 2, claims, {})
+    free, _ = cache.refresh(dra(gpu_slice("n1", 8), gpu_slice("n2", 8)), claims, {})
     assert (free("n1"), free("n2")) == (7, 8) and claims.asked[5:] == ["n1", "n2"]
+
+
+def test_an_inventory_that_follows_the_last_recounts_only_the_nodes_whose_gpus_changed() -> None:
+    first = carried_over(DraInventory(), dra(gpu_slice("n1", 8), gpu_slice("n2", 8), gpu_slice("n3", 8)))
+    claims = CountingClaims()
+    claims.replace_all(RESOURCE_CLAIM_KIND, [allocated_claim("a", "n1", ["gpu-3"])])
+    cache = DraFree()
+    free, _ = cache.refresh(first, claims, {})
+    assert (free("n1"), free("n2"), free("n3")) == (7, 8, 8) and claims.asked == ["n1", "n2", "n3"]
+    # n2 republished with a taint, n3 gone, n4 new; n1's devices equal: its very tuple is kept.
+    second = carried_over(first, dra(gpu_slice("n1", 8), gpu_slice("n2", 8, tainted=(0,)), gpu_slice("n4", 2)))
+    assert second.generation == first.generation + 1 and second.changed == {"n2", "n3", "n4"}
+    assert second.devices("n1") is first.devices("n1")
+    free, _ = cache.refresh(second, claims, {})
+    assert (free("n1"), free("n2"), free("n3"), free("n4")) == (7, 7, None, 2)
+    assert claims.asked[3:] == ["n2", "n4"]  # n1 kept; n3 has no devices to count
+    # One that skips a generation (a builder that restarted) cannot say what changed: all again.
+    skipped = carried_over(second, second)
+    free, _ = cache.refresh(carried_over(skipped, skipped), claims, {})
+    assert free("n1") == 7 and claims.asked[5:] == ["n1", "n2", "n4"]
 
 
 def test_the_change_log_says_unknown_past_its_bound() -> None:
@@ -187,20 +224,20 @@ def test_a_capped_summary_is_made_once_per_report_and_claims_change() -> None:
     cache = DraFree()
     state.on_offered_change(cache.summary_changed)
     state.ingest(report("n1", [gpu(i, 0, 1) for i in range(8)]), 0.0)
-    _, summary = cache.refresh(inventory, 1, claims, state.offered_summaries)
+    _, summary = cache.refresh(inventory, claims, state.offered_summaries)
     first = summary("n1")
     assert first is not None and first.idle_gpus == 6
-    assert cache.refresh(inventory, 1, claims, state.offered_summaries)[1]("n1") is first  # reused
+    assert cache.refresh(inventory, claims, state.offered_summaries)[1]("n1") is first  # reused
     assert summary("elsewhere") is None
     state.ingest(report("n1", [gpu(i, 0, 1) for i in range(8)], seq=2), 1.0)  # a new report: made again
-    again = cache.refresh(inventory, 1, claims, state.offered_summaries)[1]("n1")
+    again = cache.refresh(inventory, claims, state.offered_summaries)[1]("n1")
     assert again is not first and again is not None and again.idle_gpus == 6
     claims.delete(RESOURCE_CLAIM_KIND, allocated_claim("a", "n1", []))  # a new claims version: 8
-    newer = cache.refresh(inventory, 1, claims, state.offered_summaries)[1]("n1")
+    newer = cache.refresh(inventory, claims, state.offered_summaries)[1]("n1")
     assert newer is not None and newer.idle_gpus == 8
     # A node that left GpuState leaves the lookup too.
     state.forget_older_than(2.0)
-    assert cache.refresh(inventory, 1, claims, state.offered_summaries)[1]("n1") is None
+    assert cache.refresh(inventory, claims, state.offered_summaries)[1]("n1") is None
 
 
 def test_a_pods_tolerations_are_bounded_and_the_first_ones_kept() -> None:

@@ -151,7 +151,7 @@ def test_through_the_decision_cache() -> None:
     state.ingest(agent_report([BUSY, BUSY] + [IDLE] * 6), 0.0)
     cache = DraFree()
     state.on_offered_change(cache.summary_changed)
-    free, summary = cache.refresh(inventory, 1, claims, state.offered_summaries)
+    free, summary = cache.refresh(inventory, claims, state.offered_summaries)
     assert free(NODE) == 6 and summary(NODE).idle_gpus == 4  # type: ignore[union-attr]
 
 
