@@ -263,7 +263,11 @@ async def build(
     state.read_allocatable(lambda node: views.current.allocatable_gpus.get(node))
     views.on_rebuild(lambda _view: state.allocatable_changed())
     metrics.add(SilentNodesCollector(state, lambda: views.current))
-    metrics.add(DraDevicesCollector(lambda: views.current, claims))
+    metrics.add(
+        DraDevicesCollector(
+            lambda: views.current, claims, state.reported, stale_after_s=config.api.policy.stale_after_s
+        )
+    )
     api.count_bound_pods(ledger)
     api.decisions.claims = claims  # DRA devices claims hold: not allocatable any more (dra_inventory.py)
     api.inventory_ready = lambda: store.ready and ledger.synced and claims.synced

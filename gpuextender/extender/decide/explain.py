@@ -110,11 +110,10 @@ def _dra_devices(known: Snapshot, name: str) -> list[dict[str, Any]] | None:
         return None
     held = known.claim_holders(name)
     summary = known.summary(name)
-    positions, cells = (summary.positions, summary.gpus) if summary is not None else (None, ())
 
     def agent(uuid: str, device: str) -> str | None:
-        at = positions.position(uuid, device) if positions is not None else None
-        return GPU_STATE_NAMES[cells[at][1]] if at is not None else None
+        state = summary.gpu_state(uuid, device) if summary is not None else None
+        return GPU_STATE_NAMES[state] if state is not None else None
 
     return [
         {

@@ -127,6 +127,12 @@ class NodeSummary:
     sharing_unknown: bool = False
     inferred_replicas: int = 0  # replicas per GPU read off the node's allocatable (0: none inferred)
 
+    def gpu_state(self, uuid: str, dra_name: str) -> int | None:
+        """The GpuCell state of the GPU with this UUID (or, when `uuid` is "", this DRA name); None
+        when the GPUs are not known by position or none is that one."""
+        at = self.positions.position(uuid, dra_name) if self.positions is not None else None
+        return self.gpus[at][1] if at is not None else None
+
 
 def gpu_units(gpu: pb.GpuSample) -> int:
     """What one physical GPU counts for in the GPU resource (module docstring)."""

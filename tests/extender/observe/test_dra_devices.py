@@ -13,6 +13,8 @@ from gpuextender.extender.state.claim_ledger import RESOURCE_CLAIM_KIND, ClaimLe
 from gpuextender.extender.state.dra_inventory import build_dra
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.inventory_view import InventoryView
+from gpuextender.v1 import gpu_state_pb2 as pb
+from tests.extender.builders import gpu, report
 from tests.extender.dra_objects import allocated_claim, device_class, gpu_slice
 from tests.harness import metric, parse_metrics
 
@@ -62,3 +64,50 @@ def test_a_dra_node_without_agent_data_is_silent() -> None:
     view = view_with(gpu_slice("dra", 8))
     state = GpuState(IdleRule())
     assert silent_gpu_nodes(view, state) == ["dp", "dra"]  # "cpu" (no GPUs either way) is never silent
+
+
+def _agent(utils: list[int], *, holders: dict[int, str] | None = None):  # type: ignore[no-untyped-def]
+    """The DRA node's agent report: GPU i has utilization utils[i], uuid GPU-agent-i, kubelet allocation."""
+    gpus = [gpu(i, u, 80 if u else 1) for i, u in enumerate(utils)]
+    for g in gpus:
+        g.uuid = f"GPU-agent-{g.index}"
+        if holders and g.index in holders:
+            g.holders.add(namespace="default", pod=holders[g.index], container="c")
+    r = report("dra", gpus)
+    r.allocation_source = pb.ALLOCATION_KUBELET
+    return r
+
+
+def test_dra_gpus_idle_per_state_only_with_fresh_agent_data() -> None:
+    view = view_with(gpu_slice("dra", 8, tainted=(6, 7), uuid_of=lambda m: f"GPU-agent-{m}"))
+    claims = ClaimLedger()
+    # gpu-0 and gpu-1 claimed: gpu-0's pod runs (busy), gpu-1's has not started (idle: allocated but idle).
+    claims.replace_all(RESOURCE_CLAIM_KIND, [allocated_claim("c", "dra", ["gpu-0", "gpu-1"])])
+    state = GpuState(IdleRule())
+    # gpu-2 busy outside Kubernetes; gpu-6 (tainted) idle, gpu-7 (tainted) busy.
+    state.ingest(_agent([90, 0, 90, 0, 0, 0, 0, 90], holders={0: "p", 1: "p"}), 100.0)
+    now = [100.0]
+    registry = CollectorRegistry()
+    registry.register(DraDevicesCollector(lambda: view, claims, state.reported, lambda: now[0], stale_after_s=30))
+
+    def idle(s: str) -> float | None:
+        return metric(
+            parse_metrics(generate_latest(registry).decode()), "gpu_extender_node_dra_gpus_idle", node="dra", state=s
+        )
+
+    assert (idle("free"), idle("claimed"), idle("tainted")) == (3, 1, 1)
+    now[0] = 130.0  # exactly --stale-after old: still fresh
+    assert idle("claimed") == 1
+    now[0] = 130.001  # past it: unknown, so no idle series at all (never zero, never idle)
+    assert (idle("free"), idle("claimed"), idle("tainted")) == (None, None, None)
+    samples = parse_metrics(generate_latest(registry).decode())
+    assert metric(samples, "gpu_extender_node_dra_gpus", node="dra", state="free") == 4  # the counts stay
+
+
+def test_no_idle_series_for_a_dra_node_that_never_reported() -> None:
+    view = view_with(gpu_slice("dra", 8))
+    registry = CollectorRegistry()
+    registry.register(DraDevicesCollector(lambda: view, ClaimLedger(), GpuState(IdleRule()).reported))
+    samples = parse_metrics(generate_latest(registry).decode())
+    assert metric(samples, "gpu_extender_node_dra_gpus", node="dra", state="free") == 8
+    assert metric(samples, "gpu_extender_node_dra_gpus_idle", node="dra", state="free") is None
