@@ -326,13 +326,25 @@ def capped(summary: NodeSummary, dra: DraNode, extra: int = 0) -> NodeSummary:
             idle = max(0, mask.bit_count() - summary.bound_pod_units)
             degraded = min(((positions.degraded | dra.marked_mask(positions)) & mask).bit_count(), idle)
             tiers = tiers_for_mask(positions.topology_key, len(positions.uuids), mask)
+            free_gpus = None if summary.free_gpus is None else ((positions.unheld | extra) & joined).bit_count()
+            quality = quality_table(idle, degraded, tiers)
+            if (idle, free_gpus, degraded, tiers, quality) == (
+                summary.idle_gpus,
+                summary.free_gpus,
+                summary.degraded_idle_gpus,
+                summary.set_tiers,
+                summary.quality,
+            ):
+                # The usual case once claimed GPUs' pods run (the agent reads them held): the agent's
+                # own object, which decisions then read where they read device-plugin nodes'.
+                return summary
             return replace(
                 summary,
                 idle_gpus=idle,
-                free_gpus=None if summary.free_gpus is None else ((positions.unheld | extra) & joined).bit_count(),
+                free_gpus=free_gpus,
                 degraded_idle_gpus=degraded,
                 set_tiers=tiers,
-                quality=quality_table(idle, degraded, tiers),
+                quality=quality,
             )
     free = dra.free
     if summary.idle_gpus <= free and (summary.free_gpus is None or summary.free_gpus <= free):

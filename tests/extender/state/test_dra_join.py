@@ -163,3 +163,25 @@ def test_a_device_a_none_effect_taint_marks_is_offered_as_degraded() -> None:
     assert (s.idle_gpus, s.degraded_idle_gpus) == (4, 1)
     assert s.quality == (0, 0, 2 * APART, 2 * APART, 2 * APART + 1)  # 4 GPUs there: the marked one too
     assert offered(r, [], devices=4).degraded_idle_gpus == 0
+
+
+def test_a_cap_that_changes_nothing_is_the_agents_own_summary() -> None:
+    # The claimed GPUs' pods run: the agent reads gpu-2 and gpu-3 held, so the join takes nothing more off.
+    r = agent_report([IDLE] * 8)
+    for i in (2, 3):
+        r.gpus[i].holders.add(namespace="default", pod="p", container="c")
+    r.gpus[7].holders.add(namespace="default", pod="q", container="c")
+    own = summarize(r, IdleRule(), 0.0)
+    inventory = build_dra(
+        [parse_resource_slice(gpu_slice(NODE, 8, uuid_of=lambda minor: f"GPU-agent-{minor}"))],
+        [parse_device_class(device_class())],
+        ("nvidia.com/gpu",),
+    )
+    claims = ClaimLedger()
+    claims.replace_all(RESOURCE_CLAIM_KIND, [allocated_claim("c", NODE, ["gpu-2", "gpu-3"])])
+    assert capped(own, dra_node(inventory.devices(NODE), claims.allocated_on(NODE))) is own
+    # gpu-7's holder is no claim (a device-plugin pod on a DRA node): free in DRA, held per the
+    # agent, still nothing to take off. A claim on an idle GPU does change it: a new summary.
+    claims.upsert(RESOURCE_CLAIM_KIND, allocated_claim("d", NODE, ["gpu-5"]))
+    changed = capped(own, dra_node(inventory.devices(NODE), claims.allocated_on(NODE)))
+    assert changed is not own and (changed.idle_gpus, own.idle_gpus) == (4, 5)
