@@ -11,7 +11,7 @@ import itertools
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.model.dra import parse_device_class, parse_resource_slice
 from gpuextender.extender.state.claim_ledger import RESOURCE_CLAIM_KIND, ClaimLedger
-from gpuextender.extender.state.dra_inventory import DraFree, build_dra, capped, dra_node
+from gpuextender.extender.state.dra_inventory import DraFree, DraInventory, build_dra, capped, dra_node
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.gpu_summary import NodeSummary, summarize
 from gpuextender.extender.state.gpu_topology import APART, NVLINK, TIER_NONE
@@ -34,6 +34,15 @@ def agent_report(utils: list[int], *, named: bool = False, topology: pb.Topology
     if topology is not None:
         r.topology.CopyFrom(topology)
     return r
+
+
+def joined_inventory() -> DraInventory:
+    """NODE's slice of 8 GPUs whose uuids are the agent's (agent_report)."""
+    return build_dra(
+        [parse_resource_slice(gpu_slice(NODE, 8, uuid_of=lambda minor: f"GPU-agent-{minor}"))],
+        [parse_device_class(device_class())],
+        ("nvidia.com/gpu",),
+    )
 
 
 def offered(
@@ -140,11 +149,7 @@ def test_bound_pods_not_attributed_yet_are_still_taken_off() -> None:
 
 def test_through_the_decision_cache() -> None:
     """DraFree joins once per report and (inventory, claims) version, as decisions ask for it."""
-    inventory = build_dra(
-        [parse_resource_slice(gpu_slice(NODE, 8, uuid_of=lambda m: f"GPU-agent-{m}"))],
-        [parse_device_class(device_class())],
-        ("nvidia.com/gpu",),
-    )
+    inventory = joined_inventory()
     claims = ClaimLedger()
     claims.replace_all(RESOURCE_CLAIM_KIND, [allocated_claim("a", NODE, ["gpu-6", "gpu-7"])])
     state = GpuState(IdleRule())
@@ -172,11 +177,7 @@ def test_a_cap_that_changes_nothing_is_the_agents_own_summary() -> None:
         r.gpus[i].holders.add(namespace="default", pod="p", container="c")
     r.gpus[7].holders.add(namespace="default", pod="q", container="c")
     own = summarize(r, IdleRule(), 0.0)
-    inventory = build_dra(
-        [parse_resource_slice(gpu_slice(NODE, 8, uuid_of=lambda minor: f"GPU-agent-{minor}"))],
-        [parse_device_class(device_class())],
-        ("nvidia.com/gpu",),
-    )
+    inventory = joined_inventory()
     claims = ClaimLedger()
     claims.replace_all(RESOURCE_CLAIM_KIND, [allocated_claim("c", NODE, ["gpu-2", "gpu-3"])])
     assert capped(own, dra_node(inventory.devices(NODE), claims.allocated_on(NODE))) is own
