@@ -115,3 +115,28 @@ def allocated_claim(
             "reservedFor": [{"resource": "pods", "name": f"{name}-pod", "uid": f"pod-{name}"}],
         },
     }
+
+
+MIG_CLASS_CEL = "device.driver == 'gpu.nvidia.com' && device.attributes['gpu.nvidia.com'].type == 'mig'"
+
+
+def mig_class(name: str = "mig.nvidia.com", profile: str = "") -> dict:
+    """NVIDIA's MIG DeviceClass (no extended resource); `profile`: one that pins a profile too."""
+    cel = MIG_CLASS_CEL + (f" && device.attributes['gpu.nvidia.com'].profile == '{profile}'" if profile else "")
+    return device_class(name, None, cel)
+
+
+def mig_claim(
+    name: str, count: int = 1, *, profile: str = "1g.10gb", device_class: str = "mig.nvidia.com", namespace: str = "ml"
+) -> dict[str, Any]:
+    """A claim not allocated yet asking for `count` MIG devices whose profile its selector requires
+    ("": no selector)."""
+    exactly: dict[str, Any] = {"deviceClassName": device_class, "count": count}
+    if profile:
+        exactly["selectors"] = [{"cel": {"expression": f"device.attributes['gpu.nvidia.com'].profile == '{profile}'"}}]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": name, "namespace": namespace, "uid": f"uid-{name}"},
+        "spec": {"devices": {"requests": [{"name": "mig", "exactly": exactly}]}},
+    }

@@ -34,10 +34,14 @@ MAX_DEVICE_TAINTS = 16  # per device (the API server allows 4): bounds a hand-wr
 MAX_SLICE_DEVICES = 128
 
 _GPU_NAME = re.compile(r"gpu-\d+")
-_MIG_NAME = re.compile(r"gpu-\d+-mig-.+-\d+-\d+")
-# What the extender reads of a DeviceClass's CEL: the driver and the `type` attribute it requires.
+_MIG_NAME = re.compile(r"gpu-\d+-mig-(.+)-\d+-\d+")  # gpu-<parentMinor>-mig-<profile>-<profileID>-<placement>
+# What the extender reads of CEL selectors: the driver, the `type` attribute and the MIG `profile`
+# they require (a DeviceClass's, or a claim request's), each compared with ==.
 _CEL_DRIVER = re.compile(r"device\.driver\s*==\s*['\"]([^'\"]+)['\"]")
 _CEL_TYPE = re.compile(r"\.type\s*==\s*['\"](\w+)['\"]")
+_CEL_PROFILE = re.compile(r"\.profile\s*==\s*['\"]([\w.+-]+)['\"]")
+MAX_CEL_CHARS = 10 * 1024  # the API server's own limit per expression: bounds a hand-written file
+MAX_SELECTORS = 32  # per DeviceClass or request (the API server's own limit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +80,7 @@ class DraDevice:
     product: str
     memory_bytes: int | None
     taints: tuple[DeviceTaint, ...] = ()
+    profile: str = ""  # a MIG device's profile ("1g.10gb"): its `profile` attribute, else its name
 
     @property
     def allocatable(self) -> bool:
@@ -103,6 +108,7 @@ class DeviceClassInfo:
     drivers: frozenset[str]  # read from its CEL selectors; empty: none the extender can read
     device_type: str  # the `type` attribute its selectors require ("": any)
     extended_resource: str  # spec.extendedResourceName, "" when unset
+    profile: str = ""  # the MIG profile its selectors require ("": any, or not a MIG class)
 
 
 # A claim request's device count when its allocation mode is All: every matching device of the node.
@@ -118,6 +124,8 @@ class ClaimRequest:
     choices: tuple[tuple[str, int], ...]
     # Taints any of its choices tolerates (the allocator may take the tolerating choice).
     tolerations: tuple[Toleration, ...] = ()
+    # Per choice, the MIG profile its own selectors require ("": none said); () when none does.
+    profiles: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,6 +178,7 @@ def _device(r: Fields, raw: Any, path: str, driver: str) -> tuple[str | None, Dr
     attributes = r.mapping(d.get("attributes"), f"{path}.attributes") or {}
     type_value = _attribute(attributes, driver, "type")
     uuid, product = _attribute(attributes, driver, "uuid"), _attribute(attributes, driver, "productName")
+    profile = _attribute(attributes, driver, "profile")
     memory = object_at(r.mapping(d.get("capacity"), f"{path}.capacity"), "memory").get("value")
     memory_bytes = None
     if memory is not None:
@@ -192,13 +201,18 @@ def _device(r: Fields, raw: Any, path: str, driver: str) -> tuple[str | None, Dr
             )
         )
     node = r.string(d.get("nodeName"), f"{path}.nodeName") or None
+    kind = device_kind(name, type_value if isinstance(type_value, str) else "")
+    if kind == "mig" and not (isinstance(profile, str) and profile):
+        named = _MIG_NAME.fullmatch(name)
+        profile = named.group(1) if named else ""
     device = DraDevice(
         name,
-        device_kind(name, type_value if isinstance(type_value, str) else ""),
+        kind,
         uuid if isinstance(uuid, str) else "",
         product if isinstance(product, str) else "",
         memory_bytes,
         tuple(taints),
+        profile if kind == "mig" and isinstance(profile, str) else "",
     )
     return node, device
 
@@ -206,7 +220,7 @@ def _device(r: Fields, raw: Any, path: str, driver: str) -> tuple[str | None, Dr
 # What parse_resource_slice reads of a device: a driver publishes more (NVIDIA: architecture,
 # cudaComputeCapability, driverVersion, PCI ids), which the inventory store need not keep.
 _DEVICE_KEYS = ("name", "attributes", "capacity", "taints", "nodeName")
-_READ_ATTRIBUTES = ("type", "uuid", "productName")
+_READ_ATTRIBUTES = ("type", "uuid", "productName", "profile")
 
 
 def relevant_slice_part(obj: Any) -> Any:
@@ -271,15 +285,36 @@ def parse_device_class(obj: Any) -> DeviceClassInfo:
     r = Fields("DeviceClass", code="invalid_object")
     spec, name = _meta(r, obj, "DeviceClass")
     drivers: set[str] = set()
-    device_type = ""
-    for i, selector in enumerate(r.items(spec.get("selectors"), "spec.selectors")):
-        cel = object_at(r.mapping(selector, f"spec.selectors[{i}]"), "cel")
-        expression = r.text(cel.get("expression"), f"spec.selectors[{i}].cel.expression")
+    device_type = profile = ""
+    for expression in _cel_expressions(r, spec, "spec"):
         drivers.update(_CEL_DRIVER.findall(expression))
         if m := _CEL_TYPE.search(expression):
             device_type = m.group(1)
+        if m := _CEL_PROFILE.search(expression):
+            profile = m.group(1)
     extended = r.text(spec.get("extendedResourceName"), "spec.extendedResourceName")
-    return DeviceClassInfo(name, frozenset(drivers), device_type, extended)
+    return DeviceClassInfo(name, frozenset(drivers), device_type, extended, profile)
+
+
+def _cel_expressions(r: Fields, m: Mapping[str, Any], path: str) -> list[str]:
+    """The CEL expressions of `m`'s selectors, each cut at the API server's length limit."""
+    items = r.items(m.get("selectors"), f"{path}.selectors")
+    if len(items) > MAX_SELECTORS:
+        r.fail(f"{path}.selectors", f"{len(items)} selectors; at most {MAX_SELECTORS}")
+    found = []
+    for i, selector in enumerate(items):
+        cel = object_at(r.mapping(selector, f"{path}.selectors[{i}]"), "cel")
+        found.append(r.text(cel.get("expression"), f"{path}.selectors[{i}].cel.expression")[:MAX_CEL_CHARS])
+    return found
+
+
+def _required_profile(r: Fields, raw: Any, path: str) -> str:
+    """The MIG profile a request (or one of its choices) requires in its own selectors ("": none)."""
+    m = r.mapping(raw, path, required=True) or {}
+    for expression in _cel_expressions(r, m, path):
+        if found := _CEL_PROFILE.search(expression):
+            return found.group(1)
+    return ""
 
 
 def parse_resource_claim(obj: Any) -> Claim:
@@ -335,8 +370,14 @@ def _claim_requests(r: Fields, raw: Any) -> tuple[ClaimRequest, ...]:
             raw_choices = [(sub, f"{path}.firstAvailable[{j}]") for j, sub in enumerate(subrequests)]
         choices = [_choice(r, raw, where) for raw, where in raw_choices]
         tolerations = [t for raw, where in raw_choices for t in _tolerations(r, raw, where)]
+        profiles = tuple(_required_profile(r, raw, where) for raw, where in raw_choices)
         requests.append(
-            ClaimRequest(r.text(request.get("name"), f"{path}.name"), tuple(choices), tuple(dict.fromkeys(tolerations)))
+            ClaimRequest(
+                r.text(request.get("name"), f"{path}.name"),
+                tuple(choices),
+                tuple(dict.fromkeys(tolerations)),
+                profiles if any(profiles) else (),
+            )
         )
     return tuple(requests)
 

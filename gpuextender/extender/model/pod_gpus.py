@@ -175,6 +175,14 @@ MIG_RESOURCE_PREFIX = "nvidia.com/mig-"  # GFD's mixed strategy: nvidia.com/mig-
 MigNeed = tuple[tuple[str, int], ...]  # (profile, count), sorted by profile
 
 
+def add_mig(a: MigNeed, b: MigNeed) -> MigNeed:
+    """Two MIG needs together, per profile (a pod's extended resources and its claims)."""
+    total = dict(a)
+    for profile, count in b:
+        total[profile] = total.get(profile, 0) + count
+    return tuple(sorted(total.items()))
+
+
 def mig_profile(resource: str) -> str | None:
     """ "1g.10gb" for "nvidia.com/mig-1g.10gb"; None for any other resource."""
     if resource.startswith(MIG_RESOURCE_PREFIX) and len(resource) > len(MIG_RESOURCE_PREFIX):

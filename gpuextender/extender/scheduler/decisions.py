@@ -12,6 +12,7 @@ from gpuextender.extender.decide.decision import Decision
 from gpuextender.extender.decide.snapshot import Candidates, Snapshot
 from gpuextender.extender.model.dra import pod_claims
 from gpuextender.extender.model.ome.pod_intent import PodIdentity
+from gpuextender.extender.model.pod_gpus import add_mig
 from gpuextender.extender.model.pod_request import PodRequest, read_pod
 from gpuextender.extender.scheduler.wire import ExtenderArgs
 from gpuextender.extender.settings import ApiSettings
@@ -79,15 +80,21 @@ class Decisions:
         pod = read_pod(args.pod, settings.gpu_resources, settings.node_strategy, settings.random_seed)
         view = self._inventory()
         claims = self.claims
-        keys = pod_claims(args.pod) if claims is not None and view.dra.classes else ()
+        keys = pod_claims(args.pod) if claims is not None and (view.dra.classes or view.dra.mig_classes) else ()
         if keys and claims is not None:
-            # GPUs through the pod's ResourceClaims (DRA), on top of its extended-resource request.
+            # GPUs and MIG devices through the pod's ResourceClaims (DRA), on top of its
+            # extended-resource requests.
             wanted = claims.gpus_wanted(keys, view.dra.classes.keys())
             if wanted:
                 pod = replace(pod, gpus_needed=pod.gpus_needed + wanted)
+            mig = claims.mig_wanted(keys, view.dra.mig_classes) if view.dra.mig_classes else ()
+            if mig:
+                pod = replace(pod, mig_needed=add_mig(pod.mig_needed, mig))
         allocatable = args.allocatable(settings.gpu_resources, view.allocatable_gpus)
         summary: Callable[[str], NodeSummary | None] = self._state.summary
-        if view.dra.gpu_devices:  # nodes whose GPUs come through DRA: their unclaimed, untainted devices
+        if (
+            view.dra.gpu_devices or view.dra.mig_devices
+        ):  # nodes whose GPUs come through DRA: their unclaimed, untainted devices
             free: Callable[[str], int | None]
             free, summary = self._dra_free.refresh(view.dra, claims, self._state.offered_summaries)
             tolerations = claims.tolerations(keys, view.dra.classes.keys()) if keys and claims is not None else ()

@@ -17,11 +17,19 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from collections.abc import Set as AbstractSet
 
-from gpuextender.extender.model.dra import ALL_DEVICES, Claim, DeviceRef, Toleration, parse_resource_claim
+from gpuextender.extender.model.dra import (
+    ALL_DEVICES,
+    Claim,
+    DeviceClassInfo,
+    DeviceRef,
+    Toleration,
+    parse_resource_claim,
+)
 from gpuextender.extender.model.kube_objects import KubeObject
+from gpuextender.extender.model.pod_gpus import MigNeed
 from gpuextender.extender.model.untrusted import InvalidInput, object_at
 
 log = logging.getLogger("gpu_extender.claims")
@@ -101,6 +109,32 @@ class ClaimLedger:
                     continue
                 total += min(1 if count == ALL_DEVICES else count for count in counts)
         return total
+
+    def mig_wanted(self, claim_keys: Iterable[str], mig_classes: Mapping[str, DeviceClassInfo]) -> MigNeed:
+        """MIG devices a pod's claims still ask for, per profile (state/dra_inventory.py `mig_classes`):
+        a request whose every choice is a MIG class of one known profile (the choice's own selectors
+        say it, else its class's) counts, the smallest count of its choices (All: 1). A request that
+        may be given another kind of device or another profile, or whose profile no selector says,
+        counts nothing: the extender cannot tell what the allocator will pick (kube-scheduler checked
+        it fits). Allocated and unknown claims count nothing either (gpus_wanted says why)."""
+        total: dict[str, int] = {}
+        for key in claim_keys:
+            c = self._claims.get(key)
+            if c is None or c.allocated:
+                continue
+            for request in c.requests:
+                if not request.choices or not all(cls in mig_classes for cls, _ in request.choices):
+                    continue
+                profiles = request.profiles or ("",) * len(request.choices)
+                found = {
+                    own or mig_classes[cls].profile for (cls, _), own in zip(request.choices, profiles, strict=True)
+                }
+                if len(found) != 1 or "" in found:
+                    continue
+                (profile,) = found
+                count = min(1 if n == ALL_DEVICES else n for _, n in request.choices)
+                total[profile] = total.get(profile, 0) + count
+        return tuple(sorted(total.items()))
 
     def tolerations(self, claim_keys: Iterable[str], gpu_classes: AbstractSet[str]) -> tuple[Toleration, ...]:
         """The device taints a pod's claims still being allocated tolerate, in their GPU requests

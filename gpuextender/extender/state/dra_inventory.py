@@ -9,6 +9,10 @@ KEP-5004), and how many of them a pod can still be given.
 - A node's DRA GPUs are its devices of kind "gpu" (whole GPUs) of a driver a GPU class selects: a
   DeviceClass mapped to a configured GPU resource (`extendedResourceName`), or one whose selectors
   require `type == 'gpu'`. MIG devices and other drivers' devices do not count as whole GPUs.
+- Its DRA MIG devices are those of kind "mig" of a driver a MIG class selects (selectors requiring
+  `type == 'mig'`: NVIDIA's `mig.nvidia.com`), by profile. A claim for a MIG class asks for MIG
+  devices of the profile its selectors (or its class's) require; the node offers, per profile, the
+  smaller of the agent's free instances and the devices no claim holds and no taint blocks.
 - What a pod can still be given (`DraFree`): those devices less the ones a ResourceClaim holds
   (state/claim_ledger.py) and the ones a NoSchedule / NoExecute taint keeps from the allocator.
   That is "allocatable" for a node whose Node object lists no device-plugin GPUs (`DraAllocatable`):
@@ -22,6 +26,7 @@ import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
+from itertools import chain
 
 from gpuextender.extender.model.dra import DeviceClassInfo, DeviceRef, DraDevice, ResourceSliceInfo, Toleration
 from gpuextender.extender.model.pod_gpus import whole_gpu_resources
@@ -45,6 +50,8 @@ class DraInventory:
     # differ from that one's (None: any may). What DraFree derives per node follows only those.
     generation: int = 0
     changed: frozenset[str] | None = None
+    mig_devices: Mapping[str, NodeDevices] = field(default_factory=dict)  # node -> its DRA MIG devices
+    mig_classes: Mapping[str, DeviceClassInfo] = field(default_factory=dict)  # classes of MIG devices
 
     def devices(self, node: str) -> NodeDevices:
         return self.gpu_devices.get(node, ())
@@ -54,17 +61,26 @@ def carried_over(previous: DraInventory, new: DraInventory) -> DraInventory:
     """`new` as the successor of `previous`: a node whose GPUs are equal keeps `previous`'s very
     tuple, and `changed` names the others (added, changed, gone). Cheap where slices did not
     change: their parsed devices are the same objects, so equal tuples compare by identity."""
-    old = previous.gpu_devices
-    devices: dict[str, NodeDevices] = {}
-    changed = {node for node in old if node not in new.gpu_devices}
-    for node, mine in new.gpu_devices.items():
+    changed: set[str] = set()
+    devices = _kept(previous.gpu_devices, new.gpu_devices, changed)
+    mig = _kept(previous.mig_devices, new.mig_devices, changed)
+    return replace(
+        new, gpu_devices=devices, mig_devices=mig, generation=previous.generation + 1, changed=frozenset(changed)
+    )
+
+
+def _kept(old: Mapping[str, NodeDevices], new: Mapping[str, NodeDevices], changed: set[str]) -> dict[str, NodeDevices]:
+    """`new`, each node's tuple equal to `old`'s replaced by that one; the others added to `changed`."""
+    kept: dict[str, NodeDevices] = {}
+    changed.update(node for node in old if node not in new)
+    for node, mine in new.items():
         theirs = old.get(node)
         if theirs is not None and theirs == mine:
-            devices[node] = theirs
+            kept[node] = theirs
         else:
-            devices[node] = mine
+            kept[node] = mine
             changed.add(node)
-    return DraInventory(devices, new.classes, new.invalid_pools, previous.generation + 1, frozenset(changed))
+    return kept
 
 
 def build_dra(
@@ -75,14 +91,16 @@ def build_dra(
     gpu_classes = {
         c.name: c for c in classes if c.drivers and (c.extended_resource in resources or c.device_type == "gpu")
     }
+    mig_classes = {c.name: c for c in classes if c.drivers and c.device_type == "mig"}
     # driver -> the `type` required ("" any), for the drivers a GPU class selects
     wanted: dict[str, set[str]] = {}
     for c in gpu_classes.values():
         for driver in c.drivers:
             wanted.setdefault(driver, set()).add(c.device_type)
+    mig_drivers = {driver for c in mig_classes.values() for driver in c.drivers}
     newest: dict[tuple[str, str], list[ResourceSliceInfo]] = {}
     for s in slices:
-        if s.driver not in wanted:
+        if s.driver not in wanted and s.driver not in mig_drivers:
             continue
         pool = newest.setdefault((s.driver, s.pool), [])
         if pool and pool[0].generation > s.generation:
@@ -91,21 +109,31 @@ def build_dra(
             pool.clear()
         pool.append(s)
     per_node: dict[str, list[tuple[DeviceRef, DraDevice]]] = {}
+    mig_per_node: dict[str, list[tuple[DeviceRef, DraDevice]]] = {}
     invalid: set[tuple[str, str]] = set()
     for (driver, pool_name), pool_slices in newest.items():
         names = [d.name for s in pool_slices for _, d in s.devices]
         if len(names) != len(set(names)):
             invalid.add((driver, pool_name))
             continue
-        types = wanted[driver]
+        types = wanted.get(driver, set())
+        whole = "" in types or "gpu" in types
+        mig = driver in mig_drivers
         for s in pool_slices:
             for node, device in s.devices:
-                if node is None or device.kind != "gpu":
+                if node is None:
                     continue
-                if "" not in types and device.kind not in types:
-                    continue
-                per_node.setdefault(node, []).append(((driver, pool_name, device.name), device))
-    return DraInventory({n: tuple(d) for n, d in per_node.items()}, gpu_classes, frozenset(invalid))
+                if whole and device.kind == "gpu":
+                    per_node.setdefault(node, []).append(((driver, pool_name, device.name), device))
+                elif mig and device.kind == "mig" and device.profile:
+                    mig_per_node.setdefault(node, []).append(((driver, pool_name, device.name), device))
+    return DraInventory(
+        {n: tuple(d) for n, d in per_node.items()},
+        gpu_classes,
+        frozenset(invalid),
+        mig_devices={n: tuple(d) for n, d in mig_per_node.items()},
+        mig_classes=mig_classes,
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +151,8 @@ class DraNode:
     # Free devices a taint with effect None marks (a driver's or an administrator's note, e.g.
     # NVIDIA's gpu.nvidia.com/xid for an application XID): usable, ranked as degraded.
     marked: frozenset[str] = frozenset()
+    whole: bool = True  # the node publishes whole GPUs (else only MIG devices: nothing to cap above)
+    mig_free: tuple[tuple[str, int], ...] | None = None  # per profile (mig_free); None: no MIG devices
 
     def free_mask(self, positions: GpuPositions) -> int | None:
         """Bit i set when the agent's GPU at report position i is one of the free devices; None
@@ -180,27 +210,33 @@ class FreeCounter:
     """`free(node)`: a node's DRA GPUs a pod can still be given, or None for a node without DRA
     GPUs; `node(node)`: all DraFree knows of it. Computed once per node per key."""
 
-    __slots__ = ("_allocated_on", "_devices", "_nodes")
+    __slots__ = ("_allocated_on", "_devices", "_mig", "_nodes")
 
     def __init__(
         self,
         devices: Mapping[str, NodeDevices],
         allocated_on: Callable[[str], AbstractSet[DeviceRef]],
         nodes: dict[str, DraNode],
+        mig_devices: Mapping[str, NodeDevices] | None = None,
     ) -> None:
         self._devices, self._allocated_on, self._nodes = devices, allocated_on, nodes
+        self._mig = mig_devices or {}
 
     def node(self, node: str) -> DraNode | None:
         found = self._nodes.get(node)
         if found is None:
-            devices = self._devices.get(node)
-            if devices is None:
+            devices, mig = self._devices.get(node), self._mig.get(node)
+            if devices is None and mig is None:
                 return None
-            found = self._nodes[node] = dra_node(devices, self._allocated_on(node))
+            held = self._allocated_on(node)
+            found = dra_node(devices or (), held)
+            if mig is not None:
+                found = replace(found, whole=devices is not None, mig_free=mig_free(mig, held))
+            self._nodes[node] = found
         return found
 
     def __call__(self, node: str) -> int | None:
-        found = self.node(node)
+        found = self.node(node) if node in self._devices else None
         return None if found is None else found.free
 
 
@@ -246,15 +282,15 @@ class DraFree:
             elif not self._rebuild:
                 self._forget(changed)
         held = claims.allocated_on if claims is not None else _nothing_held
-        counter = FreeCounter(dra.gpu_devices, held, self._nodes)
+        counter = FreeCounter(dra.gpu_devices, held, self._nodes, dra.mig_devices)
         merged = self._merged
         if self._rebuild:
             merged.clear()
             merged.update(offered)
-            for node in dra.gpu_devices:
+            for node in chain(dra.gpu_devices, dra.mig_devices):
                 s, dra_node_ = merged.get(node), counter.node(node)
                 if s is not None and dra_node_ is not None:
-                    merged[node] = capped(s, dra_node_)
+                    merged[node] = joined(s, dra_node_)
             self._rebuild = False
             self._stale.clear()
         elif self._stale:
@@ -264,7 +300,7 @@ class DraFree:
                     merged.pop(node, None)
                     continue
                 dra_node_ = counter.node(node)
-                merged[node] = s if dra_node_ is None else capped(s, dra_node_)
+                merged[node] = s if dra_node_ is None else joined(s, dra_node_)
             self._stale.clear()
         return counter, merged.get
 
@@ -304,6 +340,30 @@ class DraAllocatable(Mapping[str, int]):
 
     def __len__(self) -> int:
         return len(self._base) + sum(1 for n in self._dra.gpu_devices if n not in self._base)
+
+
+def mig_free(devices: NodeDevices, held: AbstractSet[DeviceRef]) -> tuple[tuple[str, int], ...]:
+    """Per profile (sorted), the node's DRA MIG devices no claim holds and no taint blocks."""
+    counts: dict[str, int] = {}
+    for ref, device in devices:
+        counts[device.profile] = counts.get(device.profile, 0) + (device.allocatable and ref not in held)
+    return tuple(sorted(counts.items()))
+
+
+def joined(summary: NodeSummary, dra: DraNode) -> NodeSummary:
+    """The agent's summary of a DRA node with what a pod can be given there: whole GPUs (`capped`)
+    and MIG devices (`mig_capped`), for the kinds of device the node publishes."""
+    s = capped(summary, dra) if dra.whole else summary
+    return s if dra.mig_free is None else mig_capped(s, dra.mig_free)
+
+
+def mig_capped(summary: NodeSummary, free: tuple[tuple[str, int], ...]) -> NodeSummary:
+    """The agent's free MIG instances per profile, none above that profile's free DRA devices: a
+    claimed MIG device whose pod has not started reads free to the agent. A profile the node's
+    slices do not publish keeps the agent's count (no claim can be given it; a device-plugin pod may)."""
+    dra = dict(free)
+    mine = tuple((p, min(n, dra[p]) if p in dra else n) for p, n in summary.mig_free)
+    return summary if mine == summary.mig_free else replace(summary, mig_free=mine)
 
 
 def capped(summary: NodeSummary, dra: DraNode, extra: int = 0) -> NodeSummary:
