@@ -353,3 +353,36 @@ def test_a_claim_that_tolerates_the_taint_is_not_blocked_by_the_extender_either(
     # Every other pod still sees the node as the shared view has it: nothing to give.
     claims.upsert(RESOURCE_CLAIM_KIND, diagnostics_claim("plain", []))
     assert api.filter(claim_pod_args("plain"))["NodeNames"] == []
+
+
+def test_a_pod_joining_a_time_sliced_claim_is_not_failed_because_its_gpus_are_busy() -> None:
+    """NVIDIA's GpuConfig.sharing (TimeSlicing, MPS) shares a claim's devices among the pods that
+    reference that claim, never with another claim: a second pod of an allocated claim asks for
+    nothing more (its devices are held already), so its claim's GPU being busy with the first pod's
+    work fails no node for it (kube-scheduler keeps it on the claim's node)."""
+    api, claims, _ = fleet(agent_age_s=0.0)
+    shared = allocated_claim("shared", "gpu-dra-1", ["gpu-2"])
+    shared["status"]["allocation"]["devices"]["config"] = [
+        {
+            "source": "FromClaim",
+            "requests": ["gpus"],
+            "opaque": {
+                "driver": "gpu.nvidia.com",
+                "parameters": {
+                    "apiVersion": "resource.nvidia.com/v1beta1",
+                    "kind": "GpuConfig",
+                    "sharing": {"strategy": "TimeSlicing", "timeSlicingConfig": {"interval": "Long"}},
+                },
+            },
+        }
+    ]
+    claims.upsert(RESOURCE_CLAIM_KIND, shared)
+    api.state.ingest(report("gpu-dra-1", [gpu(i, 95, 80) for i in range(8)]), NOW)  # every GPU busy
+    assert api.decisions.decide(claim_pod_args("shared")).pod.gpus_needed == 0
+    assert api.filter(claim_pod_args("shared"))["NodeNames"] == ["gpu-dra-1"]
+    # A new claim for one GPU, on the same busy node: a GPU pod, failed.
+    new = allocated_claim("new", "gpu-dra-1", [])
+    del new["status"]
+    claims.upsert(RESOURCE_CLAIM_KIND, new)
+    assert api.decisions.decide(claim_pod_args("new")).pod.gpus_needed == 1
+    assert api.filter(claim_pod_args("new"))["NodeNames"] == []
