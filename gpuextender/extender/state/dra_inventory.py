@@ -83,10 +83,39 @@ def _kept(old: Mapping[str, NodeDevices], new: Mapping[str, NodeDevices], change
     return kept
 
 
+@dataclass(frozen=True, slots=True)
+class PoolDevices:
+    """One pool's part of the inventory, and what it was made from (`build_dra`'s cache): its newest
+    slices (held here, so no other object takes their ids) and how its driver's devices are read."""
+
+    slices: tuple[ResourceSliceInfo, ...]
+    whole: bool  # a GPU class selects its driver's whole GPUs
+    mig: bool  # a MIG class selects its driver's MIG devices
+    gpu: Mapping[str, NodeDevices]  # node -> its whole GPUs in this pool
+    mig_devices: Mapping[str, NodeDevices]  # node -> its MIG devices in this pool
+    invalid: bool = False  # names a device twice: counted for nothing
+
+    def made_from(self, slices: list[ResourceSliceInfo], whole: bool, mig: bool) -> bool:
+        return (
+            (whole, mig) == (self.whole, self.mig)
+            and len(slices) == len(self.slices)
+            and all(a is b for a, b in zip(slices, self.slices, strict=True))
+        )
+
+
+PoolCache = dict[tuple[str, str], PoolDevices]
+
+
 def build_dra(
-    slices: Iterable[ResourceSliceInfo], classes: Iterable[DeviceClassInfo], gpu_resources: Sequence[str]
+    slices: Iterable[ResourceSliceInfo],
+    classes: Iterable[DeviceClassInfo],
+    gpu_resources: Sequence[str],
+    cache: PoolCache | None = None,
 ) -> DraInventory:
-    """The module docstring's per-node GPUs from every slice and class in the inventory."""
+    """The module docstring's per-node GPUs from every slice and class in the inventory. With
+    `cache` (the pools of the last build, replaced by this one's), a pool whose newest slices are
+    the same objects is not walked again, and a node whose devices are all one pool's keeps that
+    pool's very tuple: a slice event costs its pool, not every device of the fleet."""
     resources = set(whole_gpu_resources(gpu_resources))
     gpu_classes = {
         c.name: c for c in classes if c.drivers and (c.extended_resource in resources or c.device_type == "gpu")
@@ -108,32 +137,61 @@ def build_dra(
         if pool and pool[0].generation < s.generation:
             pool.clear()
         pool.append(s)
-    per_node: dict[str, list[tuple[DeviceRef, DraDevice]]] = {}
-    mig_per_node: dict[str, list[tuple[DeviceRef, DraDevice]]] = {}
-    invalid: set[tuple[str, str]] = set()
-    for (driver, pool_name), pool_slices in newest.items():
-        names = [d.name for s in pool_slices for _, d in s.devices]
-        if len(names) != len(set(names)):
-            invalid.add((driver, pool_name))
-            continue
-        types = wanted.get(driver, set())
-        whole = "" in types or "gpu" in types
-        mig = driver in mig_drivers
-        for s in pool_slices:
-            for node, device in s.devices:
-                if node is None:
-                    continue
-                if whole and device.kind == "gpu":
-                    per_node.setdefault(node, []).append(((driver, pool_name, device.name), device))
-                elif mig and device.kind == "mig" and device.profile:
-                    mig_per_node.setdefault(node, []).append(((driver, pool_name, device.name), device))
+    last = cache if cache is not None else {}
+    pools: PoolCache = {}
+    for key, pool_slices in newest.items():
+        types = wanted.get(key[0], set())
+        whole, mig = "" in types or "gpu" in types, key[0] in mig_drivers
+        found = last.get(key)
+        pools[key] = (
+            found
+            if found is not None and found.made_from(pool_slices, whole, mig)
+            else _pool(key, pool_slices, whole, mig)
+        )
+    if cache is not None:
+        cache.clear()
+        cache.update(pools)
     return DraInventory(
-        {n: tuple(d) for n, d in per_node.items()},
+        _per_node(p.gpu for p in pools.values()),
         gpu_classes,
-        frozenset(invalid),
-        mig_devices={n: tuple(d) for n, d in mig_per_node.items()},
+        frozenset(key for key, p in pools.items() if p.invalid),
+        mig_devices=_per_node(p.mig_devices for p in pools.values()),
         mig_classes=mig_classes,
     )
+
+
+def _pool(key: tuple[str, str], pool_slices: list[ResourceSliceInfo], whole: bool, mig: bool) -> PoolDevices:
+    driver, pool_name = key
+    names = [d.name for s in pool_slices for _, d in s.devices]
+    if len(names) != len(set(names)):
+        return PoolDevices(tuple(pool_slices), whole, mig, {}, {}, invalid=True)
+    per_node: dict[str, list[tuple[DeviceRef, DraDevice]]] = {}
+    mig_per_node: dict[str, list[tuple[DeviceRef, DraDevice]]] = {}
+    for s in pool_slices:
+        for node, device in s.devices:
+            if node is None:
+                continue
+            if whole and device.kind == "gpu":
+                per_node.setdefault(node, []).append(((driver, pool_name, device.name), device))
+            elif mig and device.kind == "mig" and device.profile:
+                mig_per_node.setdefault(node, []).append(((driver, pool_name, device.name), device))
+    return PoolDevices(
+        tuple(pool_slices),
+        whole,
+        mig,
+        {n: tuple(d) for n, d in per_node.items()},
+        {n: tuple(d) for n, d in mig_per_node.items()},
+    )
+
+
+def _per_node(parts: Iterable[Mapping[str, NodeDevices]]) -> dict[str, NodeDevices]:
+    """Node -> its devices over every pool, in pool order; one pool's tuple as it is."""
+    merged: dict[str, NodeDevices] = {}
+    for part in parts:
+        for node, devices in part.items():
+            have = merged.get(node)
+            merged[node] = devices if have is None else have + devices
+    return merged
 
 
 @dataclass(frozen=True, slots=True)

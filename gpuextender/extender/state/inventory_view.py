@@ -47,7 +47,7 @@ from gpuextender.extender.model.ome.ome_objects import (
 )
 from gpuextender.extender.model.pod_gpus import parse_count
 from gpuextender.extender.model.untrusted import InvalidInput, object_at
-from gpuextender.extender.state.dra_inventory import DraInventory, build_dra, carried_over
+from gpuextender.extender.state.dra_inventory import DraInventory, PoolCache, build_dra, carried_over
 from gpuextender.extender.state.inventory_store import InventoryStore
 
 log = logging.getLogger("gpu_extender.inventory")
@@ -110,6 +110,7 @@ class ViewBuilder:
         # value): a rebuild for a Node or an OME object keeps it, costing no walk of the devices.
         self._dra_inputs: tuple[tuple[ResourceSliceInfo, ...], tuple[DeviceClassInfo, ...]] = ((), ())
         self._dra_last = DraInventory()
+        self._dra_pools: PoolCache = {}  # build_dra's per-pool parts, reused while their slices are
         self.current = InventoryView()
         store.on_change(self._changed)
 
@@ -275,7 +276,8 @@ class ViewBuilder:
         if list(map(id, slices)) == list(map(id, last_slices)) and classes == list(last_classes):
             return self._dra_last
         self._dra_inputs = (tuple(slices), tuple(classes))
-        dra = self._dra_last = carried_over(self._dra_last, build_dra(slices, classes, self._gpu_resources))
+        dra = build_dra(slices, classes, self._gpu_resources, self._dra_pools)
+        dra = self._dra_last = carried_over(self._dra_last, dra)
         for driver, pool in dra.invalid_pools - self._invalid_pools:
             log.warning(
                 "inventory: DRA pool %s of driver %s names a device twice in its newest generation; "

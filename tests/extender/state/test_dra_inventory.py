@@ -269,3 +269,28 @@ def test_a_pods_tolerations_are_bounded_and_the_first_ones_kept() -> None:
     assert len(at) == MAX_POD_TOLERATIONS == 64
     over = claims.tolerations(["default/over"], {"gpu.nvidia.com"})
     assert over == at and Toleration("k4-0", "Exists") not in over  # the 65th is left out
+
+
+def test_a_pool_whose_slices_are_the_same_objects_is_not_walked_again() -> None:
+    classes = [parse_device_class(device_class())]
+    one, two = parse_resource_slice(gpu_slice("n1", 8)), parse_resource_slice(gpu_slice("n2", 8))
+    split = [parse_resource_slice(resource_slice("n3", [gpu_device(i)], name=f"n3-{i}", count=2)) for i in range(2)]
+    cache: dict = {}
+    first = build_dra([one, two, *split], classes, GPU, cache)
+    assert first == build_dra([one, two, *split], classes, GPU)  # the same answer as without a cache
+    kept = dict(cache)
+    changed = parse_resource_slice(gpu_slice("n2", 8, tainted=(3,)))
+    second = build_dra([one, changed, *split], classes, GPU, cache)
+    assert second == build_dra([one, changed, *split], classes, GPU)
+    pool = ("gpu.nvidia.com", "n1")
+    assert cache[pool] is kept[pool] and second.devices("n1") is first.devices("n1")  # n1: not walked
+    assert cache[("gpu.nvidia.com", "n2")] is not kept[("gpu.nvidia.com", "n2")]
+    assert names(second, "n3") == ["gpu-0", "gpu-1"]  # a pool over two slices, reused whole
+    # An equal slice that is another object is walked again (identity, never a guess).
+    again = build_dra([parse_resource_slice(gpu_slice("n1", 8)), changed, *split], classes, GPU, cache)
+    assert cache[pool] is not kept[pool] and again.devices("n1") == first.devices("n1")
+    # A pool gone leaves the cache; classes that select nothing leave it empty.
+    build_dra([one], classes, GPU, cache)
+    assert set(cache) == {pool}
+    build_dra([one], [], GPU, cache)
+    assert cache == {}
