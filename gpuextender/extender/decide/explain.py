@@ -130,6 +130,26 @@ def _dra_devices(known: Snapshot, name: str) -> list[dict[str, Any]] | None:
     ]
 
 
+def _dra_mig_devices(known: Snapshot, name: str) -> list[dict[str, Any]] | None:
+    """The node's MIG devices that come through DRA, each with its profile, the claim that holds it
+    and its taints; None for a node without any. (The agent's view is per profile: migDevicesFree.)"""
+    devices = known.view.dra.mig_devices.get(name)
+    if not devices:
+        return None
+    held = known.claim_holders(name)
+    return [
+        {
+            "device": ref[2],
+            "pool": ref[1],
+            "profile": device.profile,
+            "claim": held.get(ref),
+            "taints": [f"{t.key}={t.value}:{t.effect}" for t in device.taints],
+            "allocatable": device.allocatable and ref not in held,
+        }
+        for ref, device in devices
+    ]
+
+
 def explain(d: Decision) -> dict[str, Any]:
     """The Decision as a person reads it: every candidate with its numbers, verdict and score parts."""
     known, plan, pod = d.known, d.plan, d.pod
@@ -162,6 +182,7 @@ def explain(d: Decision) -> dict[str, Any]:
                 "gpuSet": _gpu_set(known.summary(name), pod.gpus_needed),
                 **_bound_pods(known, name, a.data is DataState.FRESH),
                 "draDevices": _dra_devices(known, name),
+                "draMigDevices": _dra_mig_devices(known, name),
                 "meanUtilization": None if a.mean_utilization is None else round(a.mean_utilization, 1),
                 # The GPU numbers are assumed (agent silent or never heard): idle = needed, never all-idle.
                 "assumedData": a.assumed,

@@ -268,6 +268,8 @@ def render(answer: dict[str, Any]) -> str:
             )
         if n.get("draDevices"):
             lines.append(f"  {_dra_line(n['draDevices'])}")
+        if n.get("draMigDevices"):
+            lines.append(f"  {_dra_mig_line(n['draMigDevices'])}")
     lines += ["", f"node score: {answer['formulas']['node']}"]
     if any(n.get("assumedData") for n in answer["nodes"]):
         lines.append("* assumed data (no fresh agent report): idle GPUs counted as just enough, never as all idle")
@@ -285,6 +287,16 @@ def _candidates(c: dict[str, Any]) -> str:
     if skipped:
         text += " (left out: " + ", ".join(f"{count} {why}" for why, count in skipped.items()) + ")"
     return text
+
+
+def _dra_mig_line(devices: list[dict[str, Any]]) -> str:
+    """One line for a node's DRA MIG devices: per profile, how many no claim holds and no taint blocks."""
+    per: dict[str, list[int]] = {}
+    for d in devices:
+        counts = per.setdefault(str(d["profile"]), [0, 0])
+        counts[0] += 1
+        counts[1] += bool(d["allocatable"])
+    return "DRA MIG devices: " + ", ".join(f"{p} {free} of {n} free" for p, (n, free) in sorted(per.items()))
 
 
 def _dra_line(devices: list[dict[str, Any]]) -> str:

@@ -19,6 +19,7 @@ from gpuextender.extender.state.claim_ledger import RESOURCE_CLAIM_KIND, ClaimLe
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.inventory_store import InventoryStore
 from gpuextender.extender.state.inventory_view import ViewBuilder
+from gpuextender.extender.ui import explain_cli
 from gpuextender.v1 import gpu_state_pb2 as pb
 from tests.extender.builders import gpu, report
 from tests.extender.decide.test_mig_devices import mig_gpu
@@ -87,6 +88,14 @@ def test_a_mig_claim_pod_goes_where_that_many_devices_of_its_profile_are_free(co
     assert why["migDevicesNeeded"] == {"1g.10gb": count}
     rows = {r["node"]: r for r in why["nodes"]}
     assert rows["mig-dra"]["migDevicesFree"] == {"1g.10gb": 2} and rows["mig-busy"]["migDevicesFree"] == {"1g.10gb": 1}
+    devices = {d["device"]: (d["profile"], d["claim"], d["allocatable"]) for d in rows["mig-dra"]["draMigDevices"]}
+    assert devices == {
+        "gpu-0-mig-1g.10gb-19-0": ("1g.10gb", "default/waiting", False),
+        "gpu-0-mig-1g.10gb-19-1": ("1g.10gb", None, True),
+        "gpu-0-mig-1g.10gb-19-2": ("1g.10gb", None, True),
+    }
+    assert rows["whole-dra"]["draMigDevices"] is None and rows["mig-dra"]["draDevices"] is None
+    assert "DRA MIG devices: 1g.10gb 2 of 3 free" in explain_cli.render(why)
 
 
 def test_a_mig_claim_whose_profile_is_not_said_makes_no_node_fail() -> None:
