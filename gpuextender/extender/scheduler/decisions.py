@@ -92,9 +92,8 @@ class Decisions:
                 pod = replace(pod, mig_needed=add_mig(pod.mig_needed, mig))
         allocatable = args.allocatable(settings.gpu_resources, view.allocatable_gpus)
         summary: Callable[[str], NodeSummary | None] = self._state.summary
-        if (
-            view.dra.gpu_devices or view.dra.mig_devices
-        ):  # nodes whose GPUs come through DRA: their unclaimed, untainted devices
+        # Nodes whose GPUs or MIG devices come through DRA: their unclaimed, untainted devices.
+        if view.dra.gpu_devices or view.dra.mig_devices:
             free: Callable[[str], int | None]
             free, summary = self._dra_free.refresh(view.dra, claims, self._state.offered_summaries)
             tolerations = claims.tolerations(keys, view.dra.classes.keys()) if keys and claims is not None else ()
