@@ -3,7 +3,8 @@ given (free), how many ResourceClaims hold (claimed), and how many a NoSchedule 
 keeps from the allocator (tainted). A device both claimed and tainted counts as claimed. Of each
 state, how many the node's agent reads idle (fresh data only: a node without it has no idle series,
 as unknown is not idle); claimed and idle is DRA's allocated-but-idle. And the ResourceClaims the
-extender holds, allocated or not (a pod's GPU demand comes from them)."""
+extender holds, allocated or not (a pod's GPU demand comes from them). MIG devices the same way,
+per profile and state."""
 
 from __future__ import annotations
 
@@ -73,6 +74,22 @@ class DraDevicesCollector(Collector):
                     idle.add_metric([node, state], idle_counts[state])
         yield family
         yield idle
+        mig = GaugeMetricFamily(
+            "gpu_extender_node_dra_mig_devices",
+            "MIG devices a node's DRA ResourceSlices publish for a MIG DeviceClass, by profile and state "
+            "(free, claimed, tainted: as gpu_extender_node_dra_gpus).",
+            labels=["node", "profile", "state"],
+        )
+        for node, devices in sorted(self._inventory().dra.mig_devices.items()):
+            held = self._claims.allocated_on(node)
+            per_profile: dict[str, dict[str, int]] = {}
+            for ref, device in devices:
+                counts = per_profile.setdefault(device.profile, dict.fromkeys(STATES, 0))
+                counts["claimed" if ref in held else "free" if device.allocatable else "tainted"] += 1
+            for profile, counts in sorted(per_profile.items()):
+                for state in STATES:
+                    mig.add_metric([node, profile, state], counts[state])
+        yield mig
         claims = GaugeMetricFamily(
             "gpu_extender_resource_claims",
             "ResourceClaims in the extender's claim ledger (every claim, GPU or not), by whether they are allocated.",

@@ -15,7 +15,7 @@ from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.inventory_view import InventoryView
 from gpuextender.v1 import gpu_state_pb2 as pb
 from tests.extender.builders import gpu, report
-from tests.extender.dra_objects import allocated_claim, device_class, gpu_slice
+from tests.extender.dra_objects import allocated_claim, device_class, gpu_slice, mig_class, mig_device, resource_slice
 from tests.harness import metric, parse_metrics
 
 
@@ -111,3 +111,25 @@ def test_no_idle_series_for_a_dra_node_that_never_reported() -> None:
     samples = parse_metrics(generate_latest(registry).decode())
     assert metric(samples, "gpu_extender_node_dra_gpus", node="dra", state="free") == 8
     assert metric(samples, "gpu_extender_node_dra_gpus_idle", node="dra", state="free") is None
+
+
+def test_dra_mig_devices_per_node_profile_and_state() -> None:
+    devices = [mig_device(0, "1g.10gb", placement=i) for i in range(3)] + [mig_device(1, "3g.40gb")]
+    devices[2]["taints"] = [{"key": "gpu.nvidia.com/xid", "value": "79", "effect": "NoSchedule"}]
+    dra = build_dra(
+        [parse_resource_slice(resource_slice("mig", devices))],
+        [parse_device_class(device_class()), parse_device_class(mig_class())],
+        ("nvidia.com/gpu",),
+    )
+    claims = ClaimLedger()
+    claims.replace_all(RESOURCE_CLAIM_KIND, [allocated_claim("c", "mig", ["gpu-0-mig-1g.10gb-19-0"])])
+    registry = CollectorRegistry()
+    registry.register(DraDevicesCollector(lambda: InventoryView(dra=dra), claims))
+    samples = parse_metrics(generate_latest(registry).decode())
+
+    def count(profile: str, state: str) -> float | None:
+        return metric(samples, "gpu_extender_node_dra_mig_devices", node="mig", profile=profile, state=state)
+
+    assert [count("1g.10gb", s) for s in ("free", "claimed", "tainted")] == [1, 1, 1]
+    assert [count("3g.40gb", s) for s in ("free", "claimed", "tainted")] == [1, 0, 0]
+    assert metric(samples, "gpu_extender_node_dra_gpus", node="mig", state="free") is None  # no whole GPUs
