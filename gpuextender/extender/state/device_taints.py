@@ -23,7 +23,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from gpuextender.extender.model.dra import DeviceRef, Toleration
-from gpuextender.extender.state.dra_inventory import DraInventory, DraNode, FreeCounter, capped, dra_node
+from gpuextender.extender.state.dra_inventory import DraInventory, DraNode, FreeCounter, capped, dra_node, mig_capped
 from gpuextender.extender.state.gpu_summary import NodeSummary
 
 UNHEALTHY_KEY = "gpu-extender.io/unhealthy"
@@ -151,7 +151,11 @@ class TolerantView:
             for at, unhealthy, why in positions.problems if positions is not None else ():
                 if unhealthy and any(t.tolerates(UNHEALTHY_KEY, why, NO_SCHEDULE) for t in tolerations):
                     extra |= 1 << at
-            found = (mine, capped(summary, mine, extra) if summary is not None else None)
+            own = capped(summary, mine, extra) if summary is not None else None
+            shared = self._free.node(node)  # its MIG devices: as for every pod (tolerations are GPU requests')
+            if own is not None and shared is not None and shared.mig_free is not None:
+                own = mig_capped(own, shared.mig_free)
+            found = (mine, own)
         self._nodes[node] = found
         return found
 

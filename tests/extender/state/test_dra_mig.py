@@ -12,12 +12,14 @@ from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.model.dra import (
     MAX_CEL_CHARS,
     MAX_SELECTORS,
+    Toleration,
     parse_device_class,
     parse_resource_claim,
     parse_resource_slice,
 )
 from gpuextender.extender.model.untrusted import InvalidInput
 from gpuextender.extender.state.claim_ledger import RESOURCE_CLAIM_KIND, ClaimLedger
+from gpuextender.extender.state.device_taints import TolerantView
 from gpuextender.extender.state.dra_inventory import (
     DraFree,
     DraInventory,
@@ -27,11 +29,12 @@ from gpuextender.extender.state.dra_inventory import (
     mig_free,
 )
 from gpuextender.extender.state.gpu_state import GpuState
-from tests.extender.builders import report
+from tests.extender.builders import gpu, report
 from tests.extender.decide.test_mig_devices import mig_gpu
 from tests.extender.dra_objects import (
     allocated_claim,
     device_class,
+    gpu_device,
     gpu_slice,
     mig_claim,
     mig_class,
@@ -188,3 +191,25 @@ def test_dra_free_caps_a_mig_only_node_and_follows_its_changes() -> None:
     assert second.changed == {"n"}
     _, summary = cache.refresh(second, claims, state.offered_summaries)
     assert summary("n").mig_free == (("1g.10gb", 2),)  # type: ignore[union-attr]
+
+
+def test_a_pod_with_tolerations_sees_the_same_mig_cap_as_every_pod() -> None:
+    """A claim that tolerates a whole GPU's taint gets its own view of the node (TolerantView); the
+    node's MIG devices are capped there as in the shared one."""
+    devices = [gpu_device(0, taint="NoSchedule", uuid="GPU-0"), gpu_device(1, uuid="GPU-1")]
+    devices += [mig_device(2, "1g.10gb", placement=i) for i in range(2)]
+    inventory = dra(resource_slice("n", devices))
+    claims = ClaimLedger()
+    claims.replace_all(RESOURCE_CLAIM_KIND, [allocated_claim("c", "n", ["gpu-2-mig-1g.10gb-19-0"])])
+    state = GpuState(IdleRule())
+    cache = DraFree()
+    state.on_offered_change(cache.summary_changed)
+    state.ingest(report("n", [gpu(0), gpu(1), mig_gpu(2, ("1g.10gb", False, 1), ("1g.10gb", False, 1))]), 0.0)
+    shared = cache.refresh(inventory, claims, state.offered_summaries)
+    assert shared[1]("n").mig_free == (("1g.10gb", 1),)  # type: ignore[union-attr]
+    view = TolerantView(
+        inventory, claims.allocated_on, (Toleration("gpu.nvidia.com/xid", "Exists"),), shared, state.summary
+    )
+    mine = view.summary("n")
+    assert mine is not None and mine is not shared[1]("n")  # its own view: the tainted GPU is free to it
+    assert (view.free("n"), mine.idle_gpus, mine.mig_free) == (2, 2, (("1g.10gb", 1),))
