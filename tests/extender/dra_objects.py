@@ -42,7 +42,7 @@ def gpu_device(
 
 def mig_device(parent: int, profile: str = "1g.10gb", placement: int = 0) -> dict[str, Any]:
     return {
-        "name": f"gpu-{parent}-mig-{profile}-19-{placement}",
+        "name": f"gpu-{parent}-mig-{profile.replace('.', '')}-19-{placement}",  # no dots in a device name
         "attributes": {"type": {"string": "mig"}, "profile": {"string": profile}},
         "capacity": {"memory": {"value": "10Gi"}},
     }

@@ -18,8 +18,18 @@ import copy
 import json
 from typing import Any
 
+import yaml
+
 from gpuextender.agent.fakes.kubelet import fake_gpu_uuid
-from tests.extender.dra_objects import allocated_claim, device_class, gpu_slice
+from tests.extender.dra_objects import (
+    allocated_claim,
+    device_class,
+    gpu_slice,
+    mig_claim,
+    mig_class,
+    mig_device,
+    resource_slice,
+)
 from tests.harness import Proc, http, metric, parse_metrics, wait_until
 from tests.kube.scene import H100, NODE_LABEL, Scene
 
@@ -191,3 +201,77 @@ def test_the_agent_on_a_dra_node_attributes_claimed_gpus_to_their_pods(world: Sc
         "gpu-2",
     )
     assert labels["2"]["dra_pool_name"] == n and "dra_claim_name" not in labels["0"]
+
+
+def test_a_mig_claim_pod_goes_where_its_profile_is_free_and_its_claim_is_counted(world: Scene) -> None:
+    """MIG devices through DRA: four nodes whose slices publish three 1g.10gb devices each, as NVIDIA's
+    driver names them; on `mig-b`, `mig-c` and `mig-d` the agent reads two of the instances in use
+    (outside Kubernetes, which DRA cannot see). A claim for two 1g.10gb devices of a
+    `mig.nvidia.com`-style class, its profile in the request's selector: kube-scheduler's allocator
+    finds every node able (it would pick one of four at random), the extender fails the three busy
+    ones (1 free), so the pod lands on `mig-a`; then `mig-a` offers 1, not the 3 its agent reads free
+    (the claim's pod never starts here)."""
+    kube, ns = world.kube, world.ns
+    class_name = f"{ns}-mig"
+    kube.create(f"{DRA}/deviceclasses", mig_class(class_name))
+    world.dra_objects.append(f"{DRA}/deviceclasses/{class_name}")
+    ext = world.extender()
+    nodes = {}
+    for name, busy in (("mig-a", 0), ("mig-b", 2), ("mig-c", 2), ("mig-d", 2)):
+        n = nodes[name] = world.node(name, H100, 1, dra=True)
+        instances = [{"profile": "1g.10gb", "count": 1, "memory_used_percent": 80}] * busy
+        instances += [{"profile": "1g.10gb", "count": 3 - busy, "memory_used_percent": 0}]
+        spec = yaml.safe_load(world.scenario_files[n].read_text())
+        spec["gpus"][0]["mig"] = instances
+        world.scenario_files[n].write_text(yaml.safe_dump(spec))
+        published = resource_slice(n, [mig_device(0, "1g.10gb", placement=i) for i in range(3)])
+        kube.create(f"{DRA}/resourceslices", published)
+        world.dra_objects.append(f"{DRA}/resourceslices/{published['metadata']['name']}")
+        world.agent(n, ext)
+    world.wait_inventory(ext, "ResourceSlice", 4)
+    for name, free in (("mig-a", 3), ("mig-b", 1), ("mig-c", 1), ("mig-d", 1)):
+        wait_until(
+            f"{nodes[name]}: {free} free 1g.10gb instances",
+            lambda n=nodes[name], f=free: mig_row(world, ext, n)["migDevicesFree"] == {"1g.10gb": f},
+            timeout=20,
+        )
+    world.scheduler(ext, binary="kube-scheduler-1.36")
+    calls = metric(world.scrape(ext), "gpu_extender_requests_total", verb="filter", code="200") or 0
+    claim = mig_claim("two", 2, device_class=class_name, namespace=ns)
+    del claim["metadata"]["uid"]
+    kube.create(f"{DRA}/namespaces/{ns}/resourceclaims", claim)
+    kube.create(
+        f"/api/v1/namespaces/{ns}/pods",
+        {
+            "metadata": {"name": "mig-pod"},
+            "spec": {
+                "schedulerName": "gpu-scheduler",
+                "nodeSelector": {NODE_LABEL: ns},
+                "resourceClaims": [{"name": "mig", "resourceClaimName": "two"}],
+                "containers": [
+                    {"name": "main", "image": "registry.example/llm:1", "resources": {"claims": [{"name": "mig"}]}}
+                ],
+            },
+        },
+    )
+    assert world.bound("mig-pod") == nodes["mig-a"]
+    assert (metric(world.scrape(ext), "gpu_extender_requests_total", verb="filter", code="200") or 0) > calls
+    wait_until(
+        f"{nodes['mig-a']}: 1 free 1g.10gb device left to offer",
+        lambda: mig_row(world, ext, nodes["mig-a"])["migDevicesFree"] == {"1g.10gb": 1},
+        timeout=20,
+    )
+    devices = mig_row(world, ext, nodes["mig-a"])["draMigDevices"]
+    assert sorted(d["claim"] or "" for d in devices) == ["", f"{ns}/two", f"{ns}/two"]
+
+
+def mig_row(world: Scene, ext: Proc, node: str) -> dict[str, Any]:
+    """/explain's row for `node` (its MIG devices per profile are the node's, whatever the pod asks)."""
+    pod = {
+        "metadata": {"name": "probe", "namespace": world.ns, "uid": "probe"},
+        "spec": {"containers": [{"name": "c"}]},
+    }
+    body = json.dumps({"Pod": pod, "NodeNames": [node]}).encode()
+    status, raw = http("POST", world.url(ext) + "/explain", body, ssl_context=world.client_tls)
+    assert status == 200, raw[:300]
+    return {r["node"]: r for r in json.loads(raw)["nodes"]}[node]

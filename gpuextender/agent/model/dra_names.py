@@ -3,7 +3,9 @@ gives GPUs in its ResourceSlices, and so in the kubelet's PodResources `dynamic_
 carry no UUID:
 
 - a whole GPU: "gpu-<minor>", the NVML minor number (/dev/nvidia<minor>), not the NVML index;
-- a MIG device: "gpu-<parent minor>-mig-<profile>-<profile id>-<placement start>".
+- a MIG device: "gpu-<parent minor>-mig-<profile>-<profile id>-<placement start>", the profile
+  in its name form (`name_form`): no dots, as a device name may hold none ("1g.10gb" -> "1g10gb",
+  "1g.12gb+me" -> "1g12gb-me"); the ResourceSlice's `profile` attribute keeps the NVML form.
 
 One home for the convention: the agent maps a held device name to its GPU with it and reports each
 GPU's name next to its UUID, so the extender joins agent data to slice devices without guessing."""
@@ -17,7 +19,14 @@ NVIDIA_DRA_DRIVER = "gpu.nvidia.com"
 # A DRA device name is a DNS label (resource.k8s.io validation): at most 63 characters.
 MAX_DEVICE_NAME_CHARS = 63
 _GPU = re.compile(r"gpu-(0|[1-9][0-9]{0,5})")
-_MIG = re.compile(r"gpu-(0|[1-9][0-9]{0,5})-mig-([0-9a-z.+]{1,32})-([0-9]{1,6})-([0-9]{1,6})")
+_MIG = re.compile(r"gpu-(0|[1-9][0-9]{0,5})-mig-([0-9a-z.+-]{1,32})-([0-9]{1,6})-([0-9]{1,6})")
+_NOT_IN_A_NAME = re.compile(r"[^a-z0-9-.]")
+
+
+def name_form(profile: str) -> str:
+    """A MIG profile as the driver writes it in a device name: dots dropped, then lower case, any
+    other character outside [a-z0-9-] a hyphen, hyphens trimmed at both ends (its toRFC1123Compliant)."""
+    return _NOT_IN_A_NAME.sub("-", profile.replace(".", "").lower()).strip("-")
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
 
-from gpuextender.agent.model.dra_names import parse_device_name
+from gpuextender.agent.model.dra_names import name_form, parse_device_name
 from gpuextender.agent.model.readings import (
     ALLOCATION_KUBELET,
     ALLOCATION_UNAVAILABLE,
@@ -173,7 +173,8 @@ class _DeviceIndex:
             return None
         if not name.mig_profile:
             return gpu
-        same = [m for m in gpu.mig_instances if m.profile == name.mig_profile]
+        wanted = name_form(name.mig_profile)  # both sides in name form: the name has no dots
+        same = [m for m in gpu.mig_instances if name_form(m.profile) == wanted]
         return same[0] if len(same) == 1 else None
 
     def find(self, base_id: str) -> GpuReading | MigReading | None:

@@ -34,7 +34,7 @@ MAX_DEVICE_TAINTS = 16  # per device (the API server allows 4): bounds a hand-wr
 MAX_SLICE_DEVICES = 128
 
 _GPU_NAME = re.compile(r"gpu-\d+")
-_MIG_NAME = re.compile(r"gpu-\d+-mig-(.+)-\d+-\d+")  # gpu-<parentMinor>-mig-<profile>-<profileID>-<placement>
+_MIG_NAME = re.compile(r"gpu-\d+-mig-.+-\d+-\d+")  # gpu-<parentMinor>-mig-<profile>-<profileID>-<placement>
 # What the extender reads of CEL selectors: the driver, the `type` attribute and the MIG `profile`
 # they require (a DeviceClass's, or a claim request's), each compared with ==.
 _CEL_DRIVER = re.compile(r"device\.driver\s*==\s*['\"]([^'\"]+)['\"]")
@@ -80,7 +80,9 @@ class DraDevice:
     product: str
     memory_bytes: int | None
     taints: tuple[DeviceTaint, ...] = ()
-    profile: str = ""  # a MIG device's profile ("1g.10gb"): its `profile` attribute, else its name
+    # A MIG device's profile as NVML names it ("1g.10gb"): its `profile` attribute ("": none, and the
+    # device counts for nothing: its name holds the profile without dots, "gpu-0-mig-1g10gb-19-0").
+    profile: str = ""
 
     @property
     def allocatable(self) -> bool:
@@ -202,9 +204,6 @@ def _device(r: Fields, raw: Any, path: str, driver: str) -> tuple[str | None, Dr
         )
     node = r.string(d.get("nodeName"), f"{path}.nodeName") or None
     kind = device_kind(name, type_value if isinstance(type_value, str) else "")
-    if kind == "mig" and not (isinstance(profile, str) and profile):
-        named = _MIG_NAME.fullmatch(name)
-        profile = named.group(1) if named else ""
     device = DraDevice(
         name,
         kind,

@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpuextender.agent.export.metrics import AgentMetrics
 from gpuextender.agent.fakes.kubelet import FakeClaim, FakeKubelet, FakeKubeletError, fake_gpu_uuid, parse_state
-from gpuextender.agent.model.dra_names import DraDeviceName, gpu_device_name, parse_device_name
+from gpuextender.agent.model.dra_names import DraDeviceName, gpu_device_name, name_form, parse_device_name
 from gpuextender.agent.model.readings import (
     ALLOCATION_KUBELET,
     GpuReading,
@@ -75,8 +75,17 @@ def test_device_names_follow_nvidias_driver() -> None:
     assert gpu_device_name(None) == "" and gpu_device_name(-1) == ""
     assert parse_device_name("gpu-0") == DraDeviceName(0)
     assert parse_device_name("gpu-12") == DraDeviceName(12)
+    # The driver's names hold the profile without dots (a device name may hold none): name_form.
+    assert parse_device_name("gpu-3-mig-1g10gb-19-4") == DraDeviceName(3, "1g10gb", 19, 4)
+    assert parse_device_name("gpu-0-mig-1g12gb-me-20-0") == DraDeviceName(0, "1g12gb-me", 20, 0)
     assert parse_device_name("gpu-3-mig-1g.10gb-19-4") == DraDeviceName(3, "1g.10gb", 19, 4)
-    assert parse_device_name("gpu-0-mig-1g.12gb+me-20-0") == DraDeviceName(0, "1g.12gb+me", 20, 0)
+    assert [name_form(p) for p in ("1g.10gb", "1g.12gb+me", "1c.2g.20gb", "7g.80gb", "4g.95GB")] == [
+        "1g10gb",
+        "1g12gb-me",
+        "1c2g20gb",
+        "7g80gb",
+        "4g95gb",
+    ]
     for other in ("gpu", "gpu-", "gpu-01", "gpu-x", "GPU-0", "gpu-0 ", "nic-0", "gpu-0-mig-1g.10gb-19"):
         assert parse_device_name(other) is None, other
     # A name longer than a DNS label is no device name the API allows, whatever it says.
@@ -150,20 +159,26 @@ def test_mig_devices_map_to_the_one_instance_of_their_profile(kubelet: FakeKubel
     kubelet.load(
         {
             "pods": [
-                claim_pod("small", "c1", ["gpu-0-mig-1g.10gb-19-4"]),
-                claim_pod("twin", "c2", ["gpu-1-mig-1g.10gb-19-0"]),
+                claim_pod("small", "c1", ["gpu-0-mig-1g10gb-19-4"]),
+                claim_pod("engine", "c3", ["gpu-0-mig-1g12gb-me-20-0"]),
+                claim_pod("twin", "c2", ["gpu-1-mig-1g10gb-19-0"]),
             ]
         }
     )
     s = sample([0, 1])
-    s.gpus[0].mig_instances = [MigReading("MIG-a", "1g.10gb", 9, 0), MigReading("MIG-b", "3g.40gb", 2, 0)]
+    s.gpus[0].mig_instances = [
+        MigReading("MIG-a", "1g.10gb", 9, 0),
+        MigReading("MIG-b", "3g.40gb", 2, 0),
+        MigReading("MIG-e", "1g.12gb+me", 20, 0),
+    ]
     # Two instances of one profile: NVML gives the agent no placement to tell them apart.
     s.gpus[1].mig_instances = [MigReading("MIG-c", "1g.10gb", 9, 0), MigReading("MIG-d", "1g.10gb", 10, 0)]
     result = PodAttribution(sock).annotate(s)
     assert [h[0] for h in holders(s.gpus[0].mig_instances[0])] == ["small"]
+    assert [h[0] for h in holders(s.gpus[0].mig_instances[2])] == ["engine"]
     assert s.gpus[0].holders == [] and s.gpus[0].mig_instances[1].holders == []
     assert all(m.holders == [] for m in s.gpus[1].mig_instances)
-    assert result.unmatched_device_ids == (f"gpu.nvidia.com/{NODE}/gpu-1-mig-1g.10gb-19-0",)
+    assert result.unmatched_device_ids == (f"gpu.nvidia.com/{NODE}/gpu-1-mig-1g10gb-19-0",)
 
 
 def test_other_drivers_and_unknown_names(kubelet: FakeKubelet, sock: str, caplog: pytest.LogCaptureFixture) -> None:

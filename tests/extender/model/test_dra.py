@@ -84,7 +84,7 @@ def test_which_node_a_device_is_on() -> None:
     [
         ("gpu-0", "", "gpu"),
         ("gpu-12", "", "gpu"),
-        ("gpu-3-mig-1g.10gb-19-0", "", "mig"),
+        ("gpu-3-mig-1g10gb-19-0", "", "mig"),
         ("gpu-x", "", "other"),
         ("nic-0", "", "other"),
         ("anything", "gpu", "gpu"),  # the type attribute wins over the name

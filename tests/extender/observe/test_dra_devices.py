@@ -122,7 +122,7 @@ def test_dra_mig_devices_per_node_profile_and_state() -> None:
         ("nvidia.com/gpu",),
     )
     claims = ClaimLedger()
-    claims.replace_all(RESOURCE_CLAIM_KIND, [allocated_claim("c", "mig", ["gpu-0-mig-1g.10gb-19-0"])])
+    claims.replace_all(RESOURCE_CLAIM_KIND, [allocated_claim("c", "mig", ["gpu-0-mig-1g10gb-19-0"])])
     registry = CollectorRegistry()
     registry.register(DraDevicesCollector(lambda: InventoryView(dra=dra), claims))
     samples = parse_metrics(generate_latest(registry).decode())

@@ -43,7 +43,7 @@ def api_with(claim: dict[str, Any]) -> SchedulerApi:
         [slice_of(name, [mig_device(0, "1g.10gb", placement=i) for i in range(3)]) for name in ("mig-dra", "mig-busy")]
         + [gpu_slice("whole-dra", 8)],
     )
-    device = "gpu-0-mig-1g.10gb-19-{}".format
+    device = "gpu-0-mig-1g10gb-19-{}".format
     claims = ClaimLedger()
     claims.replace_all(
         RESOURCE_CLAIM_KIND,
@@ -90,9 +90,9 @@ def test_a_mig_claim_pod_goes_where_that_many_devices_of_its_profile_are_free(co
     assert rows["mig-dra"]["migDevicesFree"] == {"1g.10gb": 2} and rows["mig-busy"]["migDevicesFree"] == {"1g.10gb": 1}
     devices = {d["device"]: (d["profile"], d["claim"], d["allocatable"]) for d in rows["mig-dra"]["draMigDevices"]}
     assert devices == {
-        "gpu-0-mig-1g.10gb-19-0": ("1g.10gb", "default/waiting", False),
-        "gpu-0-mig-1g.10gb-19-1": ("1g.10gb", None, True),
-        "gpu-0-mig-1g.10gb-19-2": ("1g.10gb", None, True),
+        "gpu-0-mig-1g10gb-19-0": ("1g.10gb", "default/waiting", False),
+        "gpu-0-mig-1g10gb-19-1": ("1g.10gb", None, True),
+        "gpu-0-mig-1g10gb-19-2": ("1g.10gb", None, True),
     }
     assert rows["whole-dra"]["draMigDevices"] is None and rows["mig-dra"]["draDevices"] is None
     assert "DRA MIG devices: 1g.10gb 2 of 3 free" in explain_cli.render(why)

@@ -57,13 +57,22 @@ def dra(*slices: dict, classes: tuple[dict, ...] = CLASSES) -> DraInventory:
     return build_dra([parse_resource_slice(s) for s in slices], [parse_device_class(c) for c in classes], GPU)
 
 
-def test_a_mig_device_has_its_profile_from_its_attribute_or_else_its_name() -> None:
-    named = mig_device(0, "3g.40gb")
-    del named["attributes"]["profile"]
-    devices = [d for _, d in parse_resource_slice(resource_slice("n", [mig_device(0, "1g.10gb"), named])).devices]
-    assert [(d.kind, d.profile) for d in devices] == [("mig", "1g.10gb"), ("mig", "3g.40gb")]
+def test_a_mig_device_has_its_profile_from_its_attribute_and_none_without() -> None:
+    """The device name holds the profile without dots (gpu-0-mig-3g40gb-19-0: a device name may hold
+    none), which is not the profile a claim's selector compares: without the attribute, no profile."""
+    unnamed = mig_device(0, "3g.40gb")
+    del unnamed["attributes"]["profile"]
+    devices = [d for _, d in parse_resource_slice(resource_slice("n", [mig_device(0, "1g.10gb"), unnamed])).devices]
+    assert [(d.name, d.kind, d.profile) for d in devices] == [
+        ("gpu-0-mig-1g10gb-19-0", "mig", "1g.10gb"),
+        ("gpu-0-mig-3g40gb-19-0", "mig", ""),
+    ]
     whole = parse_resource_slice(gpu_slice("n", 1)).devices[0][1]
     assert (whole.kind, whole.profile) == ("gpu", "")
+    # A MIG device without a profile is not one of the node's MIG devices.
+    assert [d.profile for _, d in dra(resource_slice("n", [mig_device(0, "1g.10gb"), unnamed])).mig_devices["n"]] == [
+        "1g.10gb"
+    ]
 
 
 def test_mig_classes_and_the_profile_a_class_or_a_request_requires() -> None:
@@ -102,7 +111,7 @@ def test_a_nodes_mig_devices_need_a_mig_class_and_a_profile() -> None:
 def test_free_mig_devices_per_profile_leave_out_claimed_and_tainted_ones() -> None:
     inventory = dra(mig_slice("n", "1g.10gb", "1g.10gb", "1g.10gb", "3g.40gb", tainted=(2,)))
     claims = ClaimLedger()
-    held = "gpu-0-mig-1g.10gb-19-0"
+    held = "gpu-0-mig-1g10gb-19-0"
     claims.replace_all(RESOURCE_CLAIM_KIND, [allocated_claim("c", "n", [held])])
     assert mig_free(inventory.mig_devices["n"], claims.allocated_on("n")) == (("1g.10gb", 1), ("3g.40gb", 1))
 
@@ -153,7 +162,7 @@ def test_a_claims_mig_demand() -> None:
         "allocationMode": "All",
         **_profile_selector("3g.40gb"),
     }
-    held = allocated_claim("held", "n", ["gpu-0-mig-1g.10gb-19-0"], namespace="ml")
+    held = allocated_claim("held", "n", ["gpu-0-mig-1g10gb-19-0"], namespace="ml")
     claims.replace_all(
         RESOURCE_CLAIM_KIND,
         [first, first_available, mixed, two_profiles, every, mig_claim("any", profile=""), held],
@@ -177,7 +186,7 @@ def _profile_selector(profile: str) -> dict:
 def test_dra_free_caps_a_mig_only_node_and_follows_its_changes() -> None:
     first = carried_over(DraInventory(), dra(mig_slice("n", "1g.10gb", "1g.10gb")))
     claims = ClaimLedger()
-    claims.replace_all(RESOURCE_CLAIM_KIND, [allocated_claim("c", "n", ["gpu-0-mig-1g.10gb-19-0"])])
+    claims.replace_all(RESOURCE_CLAIM_KIND, [allocated_claim("c", "n", ["gpu-0-mig-1g10gb-19-0"])])
     state = GpuState(IdleRule())
     cache = DraFree()
     state.on_offered_change(cache.summary_changed)
@@ -200,7 +209,7 @@ def test_a_pod_with_tolerations_sees_the_same_mig_cap_as_every_pod() -> None:
     devices += [mig_device(2, "1g.10gb", placement=i) for i in range(2)]
     inventory = dra(resource_slice("n", devices))
     claims = ClaimLedger()
-    claims.replace_all(RESOURCE_CLAIM_KIND, [allocated_claim("c", "n", ["gpu-2-mig-1g.10gb-19-0"])])
+    claims.replace_all(RESOURCE_CLAIM_KIND, [allocated_claim("c", "n", ["gpu-2-mig-1g10gb-19-0"])])
     state = GpuState(IdleRule())
     cache = DraFree()
     state.on_offered_change(cache.summary_changed)
