@@ -212,6 +212,18 @@ def explain(d: Decision) -> dict[str, Any]:
         resolved["classPolicyNoClass"] = plan.no_class
     if plan.runtime_warning:
         resolved["runtimeWarning"] = plan.runtime_warning
+    if pod.claims_read:  # what was read of each of its ResourceClaims, and what was not, and why
+        resolved["claims"] = [
+            {
+                "claim": c.key,
+                "state": c.state,
+                "requests": [
+                    {"request": r.request, "gpus": r.gpus, "migDevices": dict([r.mig]) if r.mig else {}, "read": r.why}
+                    for r in c.requests
+                ],
+            }
+            for c in pod.claims_read
+        ]
     answer: dict[str, Any] = {
         "pod": pod.ref,
         "gpusNeeded": pod.gpus_needed,

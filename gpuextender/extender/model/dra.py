@@ -16,7 +16,7 @@ A malformed object raises InvalidInput (model/untrusted.py) naming it and the fi
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -128,6 +128,59 @@ class ClaimRequest:
     tolerations: tuple[Toleration, ...] = ()
     # Per choice, the MIG profile its own selectors require ("": none said); () when none does.
     profiles: tuple[str, ...] = ()
+    selected: bool = False  # a choice has selectors of its own (CEL the extender does not evaluate)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestReading:
+    """What the extender reads of one claim request (`read_request`): whole GPUs, or MIG devices of
+    one profile, or nothing; `why` says which, for explain."""
+
+    request: str
+    gpus: int = 0
+    mig: tuple[str, int] | None = None  # (profile, count)
+    why: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRead:
+    """One of a pod's claims as a decision read it (explain's `resolved.claims`)."""
+
+    key: str  # namespace/name
+    state: str  # "to allocate", "allocated" (asks for nothing more), or "not listed yet" (demand unknown)
+    requests: tuple[RequestReading, ...] = ()
+
+
+def read_request(
+    request: ClaimRequest, gpu_classes: Collection[str], mig_classes: Mapping[str, DeviceClassInfo]
+) -> RequestReading:
+    """The one reading of a claim request for the decisions and explain (decide/README.md, "Claim
+    pods"): a request whose every choice is a GPU class counts the smallest choice in whole GPUs;
+    one whose every choice is a MIG class of one known profile (the choice's own selectors, else its
+    class's) counts that many MIG devices; All counts 1 (at least one). Anything else counts nothing:
+    the extender cannot tell what the allocator will pick (kube-scheduler checked the claim fits)."""
+    choices, name = request.choices, request.name
+    if not choices:
+        return RequestReading(name, why="no device class: not counted")
+    count = min(1 if n == ALL_DEVICES else n for _, n in choices)
+    how = (" (All: at least one)" if any(n == ALL_DEVICES for _, n in choices) else "") + (
+        f", the smallest of {len(choices)} choices" if len(choices) > 1 else ""
+    )
+    unread = "; its own selectors are not evaluated (kube-scheduler's allocator checked them)"
+    if all(cls in gpu_classes for cls, _ in choices):
+        return RequestReading(name, gpus=count, why=f"{count} whole GPU(s){how}{unread if request.selected else ''}")
+    if all(cls in mig_classes for cls, _ in choices):
+        profiles = request.profiles or ("",) * len(choices)
+        found = {own or mig_classes[cls].profile for (cls, _), own in zip(choices, profiles, strict=True)}
+        if len(found) != 1 or "" in found:
+            return RequestReading(
+                name, why="MIG devices of a profile no selector says, or of several: not counted (the allocator picks)"
+            )
+        (profile,) = found
+        return RequestReading(name, mig=(profile, count), why=f"{count} MIG device(s) {profile}{how}")
+    if any(cls in gpu_classes or cls in mig_classes for cls, _ in choices):
+        return RequestReading(name, why="may be given another kind of device: not counted (the allocator picks)")
+    return RequestReading(name, why="not a GPU or MIG class: not counted")
 
 
 @dataclass(frozen=True, slots=True)
@@ -370,12 +423,14 @@ def _claim_requests(r: Fields, raw: Any) -> tuple[ClaimRequest, ...]:
         choices = [_choice(r, raw, where) for raw, where in raw_choices]
         tolerations = [t for raw, where in raw_choices for t in _tolerations(r, raw, where)]
         profiles = tuple(_required_profile(r, raw, where) for raw, where in raw_choices)
+        selected = any(isinstance(raw, Mapping) and raw.get("selectors") for raw, _ in raw_choices)
         requests.append(
             ClaimRequest(
                 r.text(request.get("name"), f"{path}.name"),
                 tuple(choices),
                 tuple(dict.fromkeys(tolerations)),
                 profiles if any(profiles) else (),
+                selected,
             )
         )
     return tuple(requests)

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from gpuextender.extender.model.dra import ClaimRead
 from gpuextender.extender.model.ome.pod_intent import PodIdentity, pod_identity
 from gpuextender.extender.model.pod_gpus import MigNeed, gpus_requested, mig_profile, pod_ref, whole_gpu_resources
 from gpuextender.extender.model.untrusted import object_at, shown
@@ -31,6 +32,7 @@ class PodRequest:
     strategy: str  # one of decision.NODE_STRATEGIES
     seed: str  # the random strategy's seed: --random-seed and the pod UID
     mig_needed: MigNeed = ()  # (profile, count) per configured nvidia.com/mig-<profile> resource asked for
+    claims_read: tuple[ClaimRead, ...] = ()  # its ResourceClaims as read (added by scheduler/decisions.py)
 
 
 def read_pod(pod: dict[str, Any], gpu_resources: Sequence[str], default_strategy: str, random_seed: str) -> PodRequest:

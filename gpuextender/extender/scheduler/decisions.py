@@ -17,7 +17,7 @@ from gpuextender.extender.model.pod_request import PodRequest, read_pod
 from gpuextender.extender.scheduler.wire import ExtenderArgs
 from gpuextender.extender.settings import ApiSettings
 from gpuextender.extender.state.bound_pods import AllocatableLessBound
-from gpuextender.extender.state.claim_ledger import ClaimLedger
+from gpuextender.extender.state.claim_ledger import ClaimLedger, mig_total
 from gpuextender.extender.state.device_taints import TolerantView
 from gpuextender.extender.state.dra_inventory import DraAllocatable, DraFree
 from gpuextender.extender.state.gpu_state import GpuState
@@ -83,13 +83,15 @@ class Decisions:
         keys = pod_claims(args.pod) if claims is not None and (view.dra.classes or view.dra.mig_classes) else ()
         if keys and claims is not None:
             # GPUs and MIG devices through the pod's ResourceClaims (DRA), on top of its
-            # extended-resource requests.
-            wanted = claims.gpus_wanted(keys, view.dra.classes.keys())
-            if wanted:
-                pod = replace(pod, gpus_needed=pod.gpus_needed + wanted)
-            mig = claims.mig_wanted(keys, view.dra.mig_classes) if view.dra.mig_classes else ()
-            if mig:
-                pod = replace(pod, mig_needed=add_mig(pod.mig_needed, mig))
+            # extended-resource requests; what was read of each claim, for explain.
+            read = claims.read(keys, view.dra.classes.keys(), view.dra.mig_classes)
+            wanted = sum(r.gpus for c in read for r in c.requests)
+            pod = replace(
+                pod,
+                gpus_needed=pod.gpus_needed + wanted,
+                mig_needed=add_mig(pod.mig_needed, mig_total(read)),
+                claims_read=read,
+            )
         allocatable = args.allocatable(settings.gpu_resources, view.allocatable_gpus)
         summary: Callable[[str], NodeSummary | None] = self._state.summary
         # Nodes whose GPUs or MIG devices come through DRA: their unclaimed, untainted devices.

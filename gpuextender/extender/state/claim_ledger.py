@@ -17,22 +17,36 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from collections.abc import Set as AbstractSet
 
 from gpuextender.extender.model.dra import (
-    ALL_DEVICES,
     Claim,
+    ClaimRead,
     DeviceClassInfo,
     DeviceRef,
     Toleration,
     parse_resource_claim,
+    read_request,
 )
 from gpuextender.extender.model.kube_objects import KubeObject
 from gpuextender.extender.model.pod_gpus import MigNeed
 from gpuextender.extender.model.untrusted import InvalidInput, object_at
 
 log = logging.getLogger("gpu_extender.claims")
+
+TO_ALLOCATE, ALLOCATED, NOT_LISTED = "to allocate", "allocated", "not listed yet"  # ClaimRead.state
+
+
+def mig_total(read: Iterable[ClaimRead]) -> MigNeed:
+    """The MIG devices per profile the claims read ask for, all together."""
+    total: dict[str, int] = {}
+    for c in read:
+        for r in c.requests:
+            if r.mig is not None:
+                total[r.mig[0]] = total.get(r.mig[0], 0) + r.mig[1]
+    return tuple(sorted(total.items()))
+
 
 RESOURCE_CLAIM_KIND = "ResourceClaim"
 MAX_POD_TOLERATIONS = 64  # distinct tolerations of one pod's claims a decision matches (tolerations)
@@ -89,52 +103,36 @@ class ClaimLedger:
             if c is not None and c.allocated:
                 self._changes.append((self.version, c.node))
 
-    def gpus_wanted(self, claim_keys: Iterable[str], gpu_classes: AbstractSet[str]) -> int | None:
-        """Whole GPUs a pod's claims still ask for (state/dra_inventory.py `gpu_classes`): a request
-        for one of those classes counts; of several choices (`firstAvailable`), the smallest, and
-        none if a choice is another kind of device (the allocator may pick that one); All counts
-        1 (at least one: kube-scheduler's allocator, which ran first, knows how many the node has).
-        A claim already allocated asks for nothing more (its devices are held: a shared claim).
-        None when a claim is unknown (not listed yet): the demand is not known."""
-        total = 0
+    def read(
+        self, claim_keys: Iterable[str], gpu_classes: Collection[str], mig_classes: Mapping[str, DeviceClassInfo]
+    ) -> tuple[ClaimRead, ...]:
+        """A pod's claims as the decision reads them (model/dra.read_request, per request): a claim
+        already allocated asks for nothing more (its devices are held: a shared claim); one not
+        listed yet is unknown."""
+        found = []
         for key in claim_keys:
             c = self._claims.get(key)
             if c is None:
-                return None
-            if c.allocated:
-                continue
-            for request in c.requests:
-                counts = [count for device_class, count in request.choices if device_class in gpu_classes]
-                if not counts or len(counts) < len(request.choices):
-                    continue
-                total += min(1 if count == ALL_DEVICES else count for count in counts)
-        return total
+                found.append(ClaimRead(key, NOT_LISTED))
+            elif c.allocated:
+                found.append(ClaimRead(key, ALLOCATED))
+            else:
+                found.append(
+                    ClaimRead(key, TO_ALLOCATE, tuple(read_request(r, gpu_classes, mig_classes) for r in c.requests))
+                )
+        return tuple(found)
+
+    def gpus_wanted(self, claim_keys: Iterable[str], gpu_classes: Collection[str]) -> int | None:
+        """Whole GPUs a pod's claims still ask for (`read`; state/dra_inventory.py `gpu_classes`);
+        None when a claim is not listed yet: the demand is not known."""
+        read = self.read(claim_keys, gpu_classes, {})
+        if any(c.state == NOT_LISTED for c in read):
+            return None
+        return sum(r.gpus for c in read for r in c.requests)
 
     def mig_wanted(self, claim_keys: Iterable[str], mig_classes: Mapping[str, DeviceClassInfo]) -> MigNeed:
-        """MIG devices a pod's claims still ask for, per profile (state/dra_inventory.py `mig_classes`):
-        a request whose every choice is a MIG class of one known profile (the choice's own selectors
-        say it, else its class's) counts, the smallest count of its choices (All: 1). A request that
-        may be given another kind of device or another profile, or whose profile no selector says,
-        counts nothing: the extender cannot tell what the allocator will pick (kube-scheduler checked
-        it fits). Allocated and unknown claims count nothing either (gpus_wanted says why)."""
-        total: dict[str, int] = {}
-        for key in claim_keys:
-            c = self._claims.get(key)
-            if c is None or c.allocated:
-                continue
-            for request in c.requests:
-                if not request.choices or not all(cls in mig_classes for cls, _ in request.choices):
-                    continue
-                profiles = request.profiles or ("",) * len(request.choices)
-                found = {
-                    own or mig_classes[cls].profile for (cls, _), own in zip(request.choices, profiles, strict=True)
-                }
-                if len(found) != 1 or "" in found:
-                    continue
-                (profile,) = found
-                count = min(1 if n == ALL_DEVICES else n for _, n in request.choices)
-                total[profile] = total.get(profile, 0) + count
-        return tuple(sorted(total.items()))
+        """MIG devices a pod's claims still ask for, per profile (`read`; dra_inventory `mig_classes`)."""
+        return mig_total(self.read(claim_keys, (), mig_classes))
 
     def tolerations(self, claim_keys: Iterable[str], gpu_classes: AbstractSet[str]) -> tuple[Toleration, ...]:
         """The device taints a pod's claims still being allocated tolerate, in their GPU requests

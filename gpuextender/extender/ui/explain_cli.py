@@ -221,7 +221,10 @@ def render(answer: dict[str, Any]) -> str:
     if answer.get("note"):
         lines.append(f"  note: {answer['note']}")
     for key, value in answer["resolved"].items():
-        lines.append(f"  {key}: {', '.join(value) if isinstance(value, list) else value}")
+        if key == "claims":
+            lines += [f"  claim {_claim_line(c)}" for c in value]
+        else:
+            lines.append(f"  {key}: {', '.join(value) if isinstance(value, list) else value}")
     ranking = answer.get("classRanking")
     if ranking:
         ranked = "; ".join(f"{i + 1}. {r['class']} ({r['basis']})" for i, r in enumerate(ranking["ranked"]))
@@ -287,6 +290,14 @@ def _candidates(c: dict[str, Any]) -> str:
     if skipped:
         text += " (left out: " + ", ".join(f"{count} {why}" for why, count in skipped.items()) + ")"
     return text
+
+
+def _claim_line(c: dict[str, Any]) -> str:
+    """One of the pod's claims: what was read of each of its requests."""
+    requests = "; ".join(f"{r['request']}: {r['read']}" for r in c["requests"])
+    if not requests:
+        requests = "asks for nothing more (its devices are held)" if c["state"] == "allocated" else "demand unknown"
+    return f"{c['claim']} ({c['state']}): {requests}"
 
 
 def _dra_mig_line(devices: list[dict[str, Any]]) -> str:

@@ -104,3 +104,41 @@ def test_a_mig_claim_whose_profile_is_not_said_makes_no_node_fail() -> None:
     api = api_with(mig_claim("mine", 3, profile=""))
     assert api.filter(args())["NodeNames"] == NAMES
     assert api.explain(args())["migDevicesNeeded"] == {}
+
+
+def test_explain_says_what_was_read_of_each_claim_and_what_was_not() -> None:
+    """A selector the extender cannot evaluate makes no node fail; explain says what it read."""
+    api = api_with(mig_claim("mine", 2))
+    unread = mig_claim("any-profile", 3, profile="")
+    gpus = allocated_claim("gpus", "whole-dra", [], namespace="ml")
+    del gpus["status"]
+    gpus["spec"]["devices"]["requests"][0]["exactly"].update(
+        {"count": 2, "selectors": [{"cel": {"expression": "device.attributes['gpu.nvidia.com'].productName == 'x'"}}]}
+    )
+    assert api.decisions.claims is not None
+    api.decisions.claims.upsert(RESOURCE_CLAIM_KIND, unread)
+    api.decisions.claims.upsert(RESOURCE_CLAIM_KIND, gpus)
+    pod = {
+        "metadata": {"name": "p", "namespace": "ml", "uid": "uid-p"},
+        "spec": {
+            "containers": [{"name": "c"}],
+            "resourceClaims": [
+                {"name": "a", "resourceClaimName": "mine"},
+                {"name": "b", "resourceClaimName": "any-profile"},
+                {"name": "c", "resourceClaimName": "gpus"},
+                {"name": "d", "resourceClaimName": "not-yet"},
+            ],
+        },
+    }
+    why = api.explain(parse_extender_args(json.dumps({"Pod": pod, "NodeNames": NAMES}).encode()))
+    assert (why["gpusNeeded"], why["migDevicesNeeded"]) == (2, {"1g.10gb": 2})
+    claims = {c["claim"]: c for c in why["resolved"]["claims"]}
+    assert [r["migDevices"] for r in claims["ml/mine"]["requests"]] == [{"1g.10gb": 2}]
+    assert claims["ml/any-profile"]["requests"][0]["migDevices"] == {}
+    assert "not counted" in claims["ml/any-profile"]["requests"][0]["read"]
+    assert claims["ml/gpus"]["requests"][0]["gpus"] == 2
+    assert "selectors are not evaluated" in claims["ml/gpus"]["requests"][0]["read"]
+    assert (claims["ml/not-yet"]["state"], claims["ml/not-yet"]["requests"]) == ("not listed yet", [])
+    text = explain_cli.render(why)
+    assert "claim ml/mine (to allocate): mig: 2 MIG device(s) 1g.10gb" in text
+    assert "claim ml/not-yet (not listed yet): demand unknown" in text
