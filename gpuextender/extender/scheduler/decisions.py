@@ -17,7 +17,7 @@ from gpuextender.extender.model.pod_request import PodRequest, read_pod
 from gpuextender.extender.scheduler.wire import ExtenderArgs
 from gpuextender.extender.settings import ApiSettings
 from gpuextender.extender.state.bound_pods import AllocatableLessBound
-from gpuextender.extender.state.claim_ledger import ClaimLedger, mig_total
+from gpuextender.extender.state.claim_ledger import ClaimLedger, gpus_total, mig_total
 from gpuextender.extender.state.device_taints import TolerantView
 from gpuextender.extender.state.dra_inventory import DraAllocatable, DraFree
 from gpuextender.extender.state.gpu_state import GpuState
@@ -85,10 +85,9 @@ class Decisions:
             # GPUs and MIG devices through the pod's ResourceClaims (DRA), on top of its
             # extended-resource requests; what was read of each claim, for explain.
             read = claims.read(keys, view.dra.classes.keys(), view.dra.mig_classes)
-            wanted = sum(r.gpus for c in read for r in c.requests)
             pod = replace(
                 pod,
-                gpus_needed=pod.gpus_needed + wanted,
+                gpus_needed=pod.gpus_needed + gpus_total(read),
                 mig_needed=add_mig(pod.mig_needed, mig_total(read)),
                 claims_read=read,
             )

@@ -3,7 +3,7 @@
 An `InventorySink` for the kind ResourceClaim, fed by its own list+watch (or the file inventory),
 kept out of the InventoryStore as pods are (pod_ledger.py): claims churn with every claim pod, and
 must not rebuild the view. Every claim is kept with what it asks for (a pod's GPU demand:
-`gpus_wanted`); allocated ones (`status.allocation`) also hold devices. A claim being deleted still
+`read`); allocated ones (`status.allocation`) also hold devices. A claim being deleted still
 holds its devices while its allocation is there (a finalizer keeps it), so it still counts. A claim
 the extender cannot read is skipped and counted in `invalid`.
 
@@ -36,6 +36,11 @@ from gpuextender.extender.model.untrusted import InvalidInput, object_at
 log = logging.getLogger("gpu_extender.claims")
 
 TO_ALLOCATE, ALLOCATED, NOT_LISTED = "to allocate", "allocated", "not listed yet"  # ClaimRead.state
+
+
+def gpus_total(read: Iterable[ClaimRead]) -> int:
+    """The whole GPUs the claims read ask for, all together (a claim not listed yet: none known)."""
+    return sum(r.gpus for c in read for r in c.requests)
 
 
 def mig_total(read: Iterable[ClaimRead]) -> MigNeed:
@@ -121,18 +126,6 @@ class ClaimLedger:
                     ClaimRead(key, TO_ALLOCATE, tuple(read_request(r, gpu_classes, mig_classes) for r in c.requests))
                 )
         return tuple(found)
-
-    def gpus_wanted(self, claim_keys: Iterable[str], gpu_classes: Collection[str]) -> int | None:
-        """Whole GPUs a pod's claims still ask for (`read`; state/dra_inventory.py `gpu_classes`);
-        None when a claim is not listed yet: the demand is not known."""
-        read = self.read(claim_keys, gpu_classes, {})
-        if any(c.state == NOT_LISTED for c in read):
-            return None
-        return sum(r.gpus for c in read for r in c.requests)
-
-    def mig_wanted(self, claim_keys: Iterable[str], mig_classes: Mapping[str, DeviceClassInfo]) -> MigNeed:
-        """MIG devices a pod's claims still ask for, per profile (`read`; dra_inventory `mig_classes`)."""
-        return mig_total(self.read(claim_keys, (), mig_classes))
 
     def tolerations(self, claim_keys: Iterable[str], gpu_classes: AbstractSet[str]) -> tuple[Toleration, ...]:
         """The device taints a pod's claims still being allocated tolerate, in their GPU requests

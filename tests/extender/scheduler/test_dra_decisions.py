@@ -18,7 +18,7 @@ from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.scheduler.http_api import SchedulerApi
 from gpuextender.extender.scheduler.wire import parse_extender_args
 from gpuextender.extender.settings import ApiSettings, DecisionPolicy
-from gpuextender.extender.state.claim_ledger import RESOURCE_CLAIM_KIND, ClaimLedger
+from gpuextender.extender.state.claim_ledger import RESOURCE_CLAIM_KIND, ClaimLedger, gpus_total
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.inventory_store import InventoryStore
 from gpuextender.extender.state.inventory_view import ViewBuilder
@@ -184,14 +184,23 @@ def test_what_a_pods_claims_ask_for_in_whole_gpus() -> None:
         ],
     )
     gpu = {"gpu.nvidia.com"}
-    assert ledger.gpus_wanted(["ml/two"], gpu) == 2
-    assert ledger.gpus_wanted(["ml/one", "ml/two"], gpu) == 3
-    assert ledger.gpus_wanted(["ml/all"], gpu) == 1  # at least one; the allocator knows the node's count
-    assert ledger.gpus_wanted(["ml/first"], gpu) == 2  # the smallest choice
-    assert ledger.gpus_wanted(["ml/maybe-nic"], gpu) == 0  # it may get the NIC instead
-    assert ledger.gpus_wanted(["ml/nic"], gpu) == 0
-    assert ledger.gpus_wanted(["ml/held"], gpu) == 0  # allocated already (a shared claim)
-    assert ledger.gpus_wanted(["ml/two", "ml/unknown"], gpu) is None
+
+    def wanted(*keys: str) -> int:
+        return gpus_total(ledger.read(keys, gpu, {}))
+
+    assert wanted("ml/two") == 2
+    assert wanted("ml/one", "ml/two") == 3
+    assert wanted("ml/all") == 1  # at least one; the allocator knows the node's count
+    assert wanted("ml/first") == 2  # the smallest choice
+    assert wanted("ml/maybe-nic") == 0  # it may get the NIC instead
+    assert wanted("ml/nic") == 0
+    assert wanted("ml/held") == 0  # allocated already (a shared claim)
+    assert wanted("ml/two", "ml/unknown") == 2  # the one not listed yet: its demand is not known
+    assert [c.state for c in ledger.read(["ml/two", "ml/held", "ml/unknown"], gpu, {})] == [
+        "to allocate",
+        "allocated",
+        "not listed yet",
+    ]
 
 
 def test_a_claim_pod_is_decided_on_live_gpu_state_like_any_gpu_pod() -> None:

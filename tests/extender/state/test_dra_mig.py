@@ -18,7 +18,7 @@ from gpuextender.extender.model.dra import (
     parse_resource_slice,
 )
 from gpuextender.extender.model.untrusted import InvalidInput
-from gpuextender.extender.state.claim_ledger import RESOURCE_CLAIM_KIND, ClaimLedger
+from gpuextender.extender.state.claim_ledger import RESOURCE_CLAIM_KIND, ClaimLedger, mig_total
 from gpuextender.extender.state.device_taints import TolerantView
 from gpuextender.extender.state.dra_inventory import (
     DraFree,
@@ -168,7 +168,10 @@ def test_a_claims_mig_demand() -> None:
         [first, first_available, mixed, two_profiles, every, mig_claim("any", profile=""), held],
     )
     classes = {c.name: c for c in map(parse_device_class, (mig_class(), mig_class("mig-1g", profile="1g.10gb")))}
-    wanted = claims.mig_wanted
+
+    def wanted(keys: list[str], classes: dict) -> tuple[tuple[str, int], ...]:
+        return mig_total(claims.read(keys, (), classes))
+
     assert wanted(["ml/two"], classes) == (("1g.10gb", 2),)
     assert wanted(["ml/fa"], classes) == (("1g.10gb", 1),)  # one profile either way: the smaller count
     assert wanted(["ml/mixed"], classes) == ()  # may be given a whole GPU instead
