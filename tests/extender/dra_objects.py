@@ -43,7 +43,11 @@ def gpu_device(
 def mig_device(parent: int, profile: str = "1g.10gb", placement: int = 0) -> dict[str, Any]:
     return {
         "name": f"gpu-{parent}-mig-{profile.replace('.', '')}-19-{placement}",  # no dots in a device name
-        "attributes": {"type": {"string": "mig"}, "profile": {"string": profile}},
+        "attributes": {
+            "type": {"string": "mig"},
+            "profile": {"string": profile},
+            "parentUUID": {"string": f"GPU-{parent:08x}-0000-0000-0000-000000000000"},
+        },
         "capacity": {"memory": {"value": "10Gi"}},
     }
 

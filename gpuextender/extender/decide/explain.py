@@ -125,6 +125,7 @@ def _dra_devices(known: Snapshot, name: str) -> list[dict[str, Any]] | None:
             "taints": [f"{t.key}={t.value}:{t.effect}" for t in device.taints],
             "allocatable": device.allocatable and ref not in held,
             "agent": agent(device.uuid, device.name),
+            "pcieRoot": device.pcie_root or None,
         }
         for ref, device in devices
     ]
@@ -142,6 +143,7 @@ def _dra_mig_devices(known: Snapshot, name: str) -> list[dict[str, Any]] | None:
             "device": ref[2],
             "pool": ref[1],
             "profile": device.profile,
+            "parentUuid": device.parent_uuid or None,
             "claim": held.get(ref),
             "taints": [f"{t.key}={t.value}:{t.effect}" for t in device.taints],
             "allocatable": device.allocatable and ref not in held,

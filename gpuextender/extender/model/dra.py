@@ -16,6 +16,7 @@ A malformed object raises InvalidInput (model/untrusted.py) naming it and the fi
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -83,6 +84,8 @@ class DraDevice:
     # A MIG device's profile as NVML names it ("1g.10gb"): its `profile` attribute ("": none, and the
     # device counts for nothing: its name holds the profile without dots, "gpu-0-mig-1g10gb-19-0").
     profile: str = ""
+    pcie_root: str = ""  # resource.kubernetes.io/pcieRoot (devices under one root share it)
+    parent_uuid: str = ""  # a MIG device's GPU (its `parentUUID` attribute)
 
     @property
     def allocatable(self) -> bool:
@@ -234,6 +237,7 @@ def _device(r: Fields, raw: Any, path: str, driver: str) -> tuple[str | None, Dr
     type_value = _attribute(attributes, driver, "type")
     uuid, product = _attribute(attributes, driver, "uuid"), _attribute(attributes, driver, "productName")
     profile = _attribute(attributes, driver, "profile")
+    pcie_root, parent = _attribute(attributes, driver, PCIE_ROOT), _attribute(attributes, driver, "parentUUID")
     memory = object_at(r.mapping(d.get("capacity"), f"{path}.capacity"), "memory").get("value")
     memory_bytes = None
     if memory is not None:
@@ -265,6 +269,8 @@ def _device(r: Fields, raw: Any, path: str, driver: str) -> tuple[str | None, Dr
         memory_bytes,
         tuple(taints),
         profile if kind == "mig" and isinstance(profile, str) else "",
+        sys.intern(pcie_root) if isinstance(pcie_root, str) else "",  # a few roots per node, 8 devices each
+        parent if kind == "mig" and isinstance(parent, str) else "",
     )
     return node, device
 
@@ -272,7 +278,8 @@ def _device(r: Fields, raw: Any, path: str, driver: str) -> tuple[str | None, Dr
 # What parse_resource_slice reads of a device: a driver publishes more (NVIDIA: architecture,
 # cudaComputeCapability, driverVersion, PCI ids), which the inventory store need not keep.
 _DEVICE_KEYS = ("name", "attributes", "capacity", "taints", "nodeName")
-_READ_ATTRIBUTES = ("type", "uuid", "productName", "profile")
+PCIE_ROOT = "resource.kubernetes.io/pcieRoot"  # the standard attribute (KEP-5491), not the driver's
+_READ_ATTRIBUTES = ("type", "uuid", "productName", "profile", "parentUUID", PCIE_ROOT)
 
 
 def relevant_slice_part(obj: Any) -> Any:

@@ -300,10 +300,15 @@ def test_the_store_keeps_only_what_the_parser_reads_of_a_slice() -> None:
     full["spec"]["devices"].append(mig_device(0))
     full["metadata"].update({"resourceVersion": "7", "managedFields": [{"manager": "driver"}], "labels": {"a": "b"}})
     for d in full["spec"]["devices"]:
+        # What NVIDIA's driver publishes besides (../shared/reference/dra.md), which the store drops.
         d["attributes"].update(
             {
                 "architecture": {"string": "Hopper"},
+                "brand": {"string": "Nvidia"},
                 "driverVersion": {"version": "580.159.4"},
+                "cudaDriverVersion": {"version": "13.0.0"},
+                "cudaComputeCapability": {"version": "9.0.0"},
+                "resource.kubernetes.io/pciBusID": {"string": "0000:18:00.0"},
                 "gpu.nvidia.com/pcieRoot": {"string": "pci0000:00"},
             }
         )
@@ -313,9 +318,8 @@ def test_the_store_keeps_only_what_the_parser_reads_of_a_slice() -> None:
     assert full == before  # the input is not changed
     assert parse_resource_slice(slim) == parse_resource_slice(full)
     for device in slim["spec"]["devices"]:
-        assert set(device["attributes"]) <= {"type", "uuid", "productName", "profile"} and set(device["capacity"]) == {
-            "memory"
-        }
+        read = {"type", "uuid", "productName", "profile", "parentUUID", "resource.kubernetes.io/pcieRoot"}
+        assert set(device["attributes"]) <= read and set(device["capacity"]) == {"memory"}
     assert slim["metadata"] == {"name": full["metadata"]["name"], "resourceVersion": "7"}
     assert len(json.dumps(slim)) < len(json.dumps(full)) / 2
     # Malformed parts stay as they are, for the view to report them.

@@ -63,12 +63,12 @@ def test_a_mig_device_has_its_profile_from_its_attribute_and_none_without() -> N
     unnamed = mig_device(0, "3g.40gb")
     del unnamed["attributes"]["profile"]
     devices = [d for _, d in parse_resource_slice(resource_slice("n", [mig_device(0, "1g.10gb"), unnamed])).devices]
-    assert [(d.name, d.kind, d.profile) for d in devices] == [
-        ("gpu-0-mig-1g10gb-19-0", "mig", "1g.10gb"),
-        ("gpu-0-mig-3g40gb-19-0", "mig", ""),
+    assert [(d.name, d.kind, d.profile, d.parent_uuid) for d in devices] == [
+        ("gpu-0-mig-1g10gb-19-0", "mig", "1g.10gb", "GPU-00000000-0000-0000-0000-000000000000"),
+        ("gpu-0-mig-3g40gb-19-0", "mig", "", "GPU-00000000-0000-0000-0000-000000000000"),
     ]
     whole = parse_resource_slice(gpu_slice("n", 1)).devices[0][1]
-    assert (whole.kind, whole.profile) == ("gpu", "")
+    assert (whole.kind, whole.profile, whole.pcie_root, whole.parent_uuid) == ("gpu", "", "pci0000:00", "")
     # A MIG device without a profile is not one of the node's MIG devices.
     assert [d.profile for _, d in dra(resource_slice("n", [mig_device(0, "1g.10gb"), unnamed])).mig_devices["n"]] == [
         "1g.10gb"
