@@ -125,7 +125,6 @@ def _dra_devices(known: Snapshot, name: str) -> list[dict[str, Any]] | None:
             "taints": [f"{t.key}={t.value}:{t.effect}" for t in device.taints],
             "allocatable": device.allocatable and ref not in held,
             "agent": agent(device.uuid, device.name),
-            "pcieRoot": device.pcie_root or None,
         }
         for ref, device in devices
     ]
@@ -220,7 +219,12 @@ def explain(d: Decision) -> dict[str, Any]:
                 "claim": c.key,
                 "state": c.state,
                 "requests": [
-                    {"request": r.request, "gpus": r.gpus, "migDevices": dict([r.mig]) if r.mig else {}, "read": r.why}
+                    {
+                        "request": r.request,
+                        "gpus": r.gpus,
+                        "migDevices": dict([r.mig]) if r.mig else {},
+                        "read": r.why(),
+                    }
                     for r in c.requests
                 ],
             }

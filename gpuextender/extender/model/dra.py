@@ -16,7 +16,6 @@ A malformed object raises InvalidInput (model/untrusted.py) naming it and the fi
 from __future__ import annotations
 
 import re
-import sys
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -84,7 +83,6 @@ class DraDevice:
     # A MIG device's profile as NVML names it ("1g.10gb"): its `profile` attribute ("": none, and the
     # device counts for nothing: its name holds the profile without dots, "gpu-0-mig-1g10gb-19-0").
     profile: str = ""
-    pcie_root: str = ""  # resource.kubernetes.io/pcieRoot (devices under one root share it)
     parent_uuid: str = ""  # a MIG device's GPU (its `parentUUID` attribute)
 
     @property
@@ -137,12 +135,27 @@ class ClaimRequest:
 @dataclass(frozen=True, slots=True)
 class RequestReading:
     """What the extender reads of one claim request (`read_request`): whole GPUs, or MIG devices of
-    one profile, or nothing; `why` says which, for explain."""
+    one profile, or nothing (`skipped` says why); `why()` says it all, for explain (formatted only
+    there: a decision reads the counts)."""
 
     request: str
     gpus: int = 0
     mig: tuple[str, int] | None = None  # (profile, count)
-    why: str = ""
+    skipped: str = ""  # why nothing was counted ("" when something was)
+    choices: int = 1
+    all_mode: bool = False  # a choice asks for All (counted as at least one)
+    selected: bool = False  # its own selectors, not evaluated
+
+    def why(self) -> str:
+        if self.skipped:
+            return self.skipped
+        how = (" (All: at least one)" if self.all_mode else "") + (
+            f", the smallest of {self.choices} choices" if self.choices > 1 else ""
+        )
+        unread = "; its own selectors are not evaluated (kube-scheduler's allocator checked them)"
+        if self.mig is not None:
+            return f"{self.mig[1]} MIG device(s) {self.mig[0]}{how}"
+        return f"{self.gpus} whole GPU(s){how}{unread if self.selected else ''}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,26 +177,28 @@ def read_request(
     the extender cannot tell what the allocator will pick (kube-scheduler checked the claim fits)."""
     choices, name = request.choices, request.name
     if not choices:
-        return RequestReading(name, why="no device class: not counted")
+        return RequestReading(name, skipped=NO_CLASS)
     count = min(1 if n == ALL_DEVICES else n for _, n in choices)
-    how = (" (All: at least one)" if any(n == ALL_DEVICES for _, n in choices) else "") + (
-        f", the smallest of {len(choices)} choices" if len(choices) > 1 else ""
-    )
-    unread = "; its own selectors are not evaluated (kube-scheduler's allocator checked them)"
+    all_mode = any(n == ALL_DEVICES for _, n in choices)
     if all(cls in gpu_classes for cls, _ in choices):
-        return RequestReading(name, gpus=count, why=f"{count} whole GPU(s){how}{unread if request.selected else ''}")
+        return RequestReading(name, gpus=count, choices=len(choices), all_mode=all_mode, selected=request.selected)
     if all(cls in mig_classes for cls, _ in choices):
         profiles = request.profiles or ("",) * len(choices)
         found = {own or mig_classes[cls].profile for (cls, _), own in zip(choices, profiles, strict=True)}
         if len(found) != 1 or "" in found:
-            return RequestReading(
-                name, why="MIG devices of a profile no selector says, or of several: not counted (the allocator picks)"
-            )
+            return RequestReading(name, skipped=PROFILE_UNKNOWN)
         (profile,) = found
-        return RequestReading(name, mig=(profile, count), why=f"{count} MIG device(s) {profile}{how}")
+        return RequestReading(name, mig=(profile, count), choices=len(choices), all_mode=all_mode)
     if any(cls in gpu_classes or cls in mig_classes for cls, _ in choices):
-        return RequestReading(name, why="may be given another kind of device: not counted (the allocator picks)")
-    return RequestReading(name, why="not a GPU or MIG class: not counted")
+        return RequestReading(name, skipped=OTHER_KIND_POSSIBLE)
+    return RequestReading(name, skipped=NOT_A_GPU_CLASS)
+
+
+# RequestReading.skipped: why a request counts for nothing.
+NO_CLASS = "no device class: not counted"
+PROFILE_UNKNOWN = "MIG devices of a profile no selector says, or of several: not counted (the allocator picks)"
+OTHER_KIND_POSSIBLE = "may be given another kind of device: not counted (the allocator picks)"
+NOT_A_GPU_CLASS = "not a GPU or MIG class: not counted"
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,7 +252,7 @@ def _device(r: Fields, raw: Any, path: str, driver: str) -> tuple[str | None, Dr
     type_value = _attribute(attributes, driver, "type")
     uuid, product = _attribute(attributes, driver, "uuid"), _attribute(attributes, driver, "productName")
     profile = _attribute(attributes, driver, "profile")
-    pcie_root, parent = _attribute(attributes, driver, PCIE_ROOT), _attribute(attributes, driver, "parentUUID")
+    parent = _attribute(attributes, driver, "parentUUID")
     memory = object_at(r.mapping(d.get("capacity"), f"{path}.capacity"), "memory").get("value")
     memory_bytes = None
     if memory is not None:
@@ -269,7 +284,6 @@ def _device(r: Fields, raw: Any, path: str, driver: str) -> tuple[str | None, Dr
         memory_bytes,
         tuple(taints),
         profile if kind == "mig" and isinstance(profile, str) else "",
-        sys.intern(pcie_root) if isinstance(pcie_root, str) else "",  # a few roots per node, 8 devices each
         parent if kind == "mig" and isinstance(parent, str) else "",
     )
     return node, device
@@ -278,8 +292,9 @@ def _device(r: Fields, raw: Any, path: str, driver: str) -> tuple[str | None, Dr
 # What parse_resource_slice reads of a device: a driver publishes more (NVIDIA: architecture,
 # cudaComputeCapability, driverVersion, PCI ids), which the inventory store need not keep.
 _DEVICE_KEYS = ("name", "attributes", "capacity", "taints", "nodeName")
-PCIE_ROOT = "resource.kubernetes.io/pcieRoot"  # the standard attribute (KEP-5491), not the driver's
-_READ_ATTRIBUTES = ("type", "uuid", "productName", "profile", "parentUUID", PCIE_ROOT)
+# Not resource.kubernetes.io/pcieRoot: keeping it cost 10 MiB per 40,000 devices in the store
+# (bench/RESULTS.md) for a field no decision reads (the agent's NVML topology ranks GPU sets).
+_READ_ATTRIBUTES = ("type", "uuid", "productName", "profile", "parentUUID")
 
 
 def relevant_slice_part(obj: Any) -> Any:
