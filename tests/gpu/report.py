@@ -38,31 +38,38 @@ def markdown(results: dict[str, Any]) -> str:
         f"The whole check took {results.get('total_s', '?')} s. Full data: gpu_check.json beside this file.",
         "",
     ]
-    lines += _safe(_smi, results.get("reader vs nvidia-smi"))
-    lines += _safe(_probes, results.get("NVML calls and field values"))
-    lines += _safe(_events, results.get("events and topology"))
-    lines += _safe(_cost, results.get("sampling cost"), results.get("cost per NVML call"), env)
-    lines += _safe(_loads, results.get("GPM and utilization under loads"))
-    lines += _safe(_agent, results.get("gpu-agent -> gpu-extender"))
-    tests = results.get("pytest tests/gpu")
-    lines += ["## pytest tests/gpu", ""]
-    lines += _failed(tests) or [f"`{tests.get('summary', '?')}` (exit {tests.get('rc')}, {tests.get('s')} s)", ""]
+    lines += _section("The agent's reader against nvidia-smi", _smi, results.get("reader vs nvidia-smi"))
+    lines += _section("What NVML answered, call by call", _probes, results.get("NVML calls and field values"))
+    lines += _section("Event thread and topology", _events, results.get("events and topology"))
+    lines += _section(
+        "Cost of a sampling pass, and RSS", _cost, results.get("sampling cost"), results.get("cost per NVML call"), env
+    )
+    lines += _section("Utilization and GPM under four loads", _loads, results.get("GPM and utilization under loads"))
+    lines += _section(
+        "gpu-agent (real NVML) streaming to gpu-extender", _agent, results.get("gpu-agent -> gpu-extender")
+    )
+    lines += _section("pytest tests/gpu", _pytest, results.get("pytest tests/gpu"))
     return "\n".join(lines) + "\n"
 
 
-def _safe(render: Any, part: Any, *more: Any) -> list[str]:
-    """A part whose data is not what the renderer expects is shown raw, not lost."""
+def _section(title: str, render: Any, part: Any, *more: Any) -> list[str]:
+    """A section: its title, then what `render` makes of `part`. A part that failed or did not run
+    says so; one whose data is not what the renderer expects is shown raw, not lost."""
+    failed = _failed(part)
+    if failed:
+        return [f"## {title}", "", *failed]
     try:
-        return list(render(part, *more))
+        return [f"## {title}", "", *render(part, *more)]
     except (KeyError, TypeError, AttributeError, IndexError):
         return [f"## {render.__name__.strip('_')} (raw)", "", *_fence(part)]
 
 
+def _pytest(part: Any) -> list[str]:
+    return [f"`{part.get('summary', '?')}` (exit {part.get('rc')}, {part.get('s')} s)", ""]
+
+
 def _smi(part: Any) -> list[str]:
-    lines = ["## The agent's reader against nvidia-smi", ""]
-    failed = _failed(part)
-    if failed:
-        return lines + failed
+    lines: list[str] = []
     lines += [
         "nvidia-smi was run just before and just after one pass of the reader; a reading passes when it "
         "lies within the two, widened by the tolerance (tests/gpu/smi.py says why each).",
@@ -84,10 +91,7 @@ def _smi(part: Any) -> list[str]:
 
 
 def _probes(part: Any) -> list[str]:
-    lines = ["## What NVML answered, call by call", ""]
-    failed = _failed(part)
-    if failed:
-        return lines + failed
+    lines: list[str] = []
     for gpu, found in part.items():
         rows = [[name, answer] for name, answer in {**found["calls"], **found["field_values"]}.items()]
         missing = [name for name, answer in rows if not str(answer).startswith("ok")]
@@ -97,12 +101,7 @@ def _probes(part: Any) -> list[str]:
 
 
 def _events(part: Any) -> list[str]:
-    lines = ["## Event thread and topology", ""]
-    failed = _failed(part)
-    if failed:
-        return lines + failed
     return [
-        *lines,
         f"Topology read: `{part['topology']}`. Event types the GPU supports: {part['supported_event_types']}; "
         f"the event thread started (ready: {part['event_thread_ready']}), ran {part['ran_s']} s of timed-out "
         f"waits and stopped in {part['stop_took_s']} s (stopped: {part['stopped']}, threads left: "
@@ -112,10 +111,7 @@ def _events(part: Any) -> list[str]:
 
 
 def _cost(part: Any, calls: Any, env: dict[str, Any]) -> list[str]:
-    lines = ["## Cost of a sampling pass, and RSS", ""]
-    failed = _failed(part)
-    if failed:
-        return lines + failed
+    lines: list[str] = []
     rows = [
         [name, v["first_pass_ms"], v["median_ms"], v["p99_ms"], v["max_ms"], v["median_ms_per_gpu"], v["passes"]]
         for name, v in ((n, part[n]) for n in ("gpm", "no_gpm"))
@@ -134,10 +130,7 @@ def _cost(part: Any, calls: Any, env: dict[str, Any]) -> list[str]:
 
 
 def _loads(part: Any) -> list[str]:
-    lines = ["## Utilization and GPM under four loads", ""]
-    failed = _failed(part)
-    if failed:
-        return lines + failed
+    lines: list[str] = []
     lines += [
         f"GPM supported: {part.get('gpm_supported')}. Loads (bench/gpu_load.py): none; 8 GiB held, no kernel; "
         "one thread of one block spinning (`torch.cuda._sleep`); bf16 8192^3 matrix products back to back. "
@@ -170,10 +163,7 @@ def _loads(part: Any) -> list[str]:
 
 
 def _agent(part: Any) -> list[str]:
-    lines = ["## gpu-agent (real NVML) streaming to gpu-extender", ""]
-    failed = _failed(part)
-    if failed:
-        return lines + failed
+    lines: list[str] = []
     lines += [
         f"One node, {part.get('gpus')} x {part.get('product')}; first report in the extender "
         f"{part.get('first_report_s')} s after the agent started. Extender flags: --idle-max-sm-active 10 "
