@@ -42,6 +42,7 @@ _CEL_TYPE = re.compile(r"\.type\s*==\s*['\"](\w+)['\"]")
 _CEL_PROFILE = re.compile(r"\.profile\s*==\s*['\"]([\w.+-]+)['\"]")
 MAX_CEL_CHARS = 10 * 1024  # the API server's own limit per expression: bounds a hand-written file
 MAX_SELECTORS = 32  # per DeviceClass or request (the API server's own limit)
+MAX_ATTRIBUTE_CHARS = 64  # a device's string attribute (the API server's own limit)
 
 
 @dataclass(frozen=True, slots=True)
@@ -223,14 +224,17 @@ def device_kind(name: str, type_attribute: str) -> str:
     return "other"
 
 
-def _attribute(attributes: Mapping[str, Any], driver: str, name: str) -> Any:
-    """An attribute's value, by its short name or qualified by the driver's domain."""
+def _attribute(attributes: Mapping[str, Any], driver: str, name: str) -> str:
+    """A string attribute's value, by its short name or qualified by the driver's domain; "" when
+    absent, not a string, or longer than the API server allows (a hand-written file's worst case:
+    a profile is a metric label)."""
     raw = attributes.get(name)
     if raw is None:
         raw = attributes.get(f"{driver}/{name}")
     if not isinstance(raw, Mapping) or len(raw) != 1:
-        return None
-    return next(iter(raw.values()))
+        return ""
+    value = next(iter(raw.values()))
+    return value if isinstance(value, str) and len(value) <= MAX_ATTRIBUTE_CHARS else ""
 
 
 def _meta(r: Fields, obj: Any, kind: str) -> tuple[Mapping[str, Any], str]:
@@ -249,10 +253,7 @@ def _device(r: Fields, raw: Any, path: str, driver: str) -> tuple[str | None, Dr
     if not name:
         r.fail(f"{path}.name", "required field is missing")
     attributes = r.mapping(d.get("attributes"), f"{path}.attributes") or {}
-    type_value = _attribute(attributes, driver, "type")
     uuid, product = _attribute(attributes, driver, "uuid"), _attribute(attributes, driver, "productName")
-    profile = _attribute(attributes, driver, "profile")
-    parent = _attribute(attributes, driver, "parentUUID")
     memory = object_at(r.mapping(d.get("capacity"), f"{path}.capacity"), "memory").get("value")
     memory_bytes = None
     if memory is not None:
@@ -275,16 +276,17 @@ def _device(r: Fields, raw: Any, path: str, driver: str) -> tuple[str | None, Dr
             )
         )
     node = r.string(d.get("nodeName"), f"{path}.nodeName") or None
-    kind = device_kind(name, type_value if isinstance(type_value, str) else "")
+    kind = device_kind(name, _attribute(attributes, driver, "type"))
+    mig = kind == "mig"
     device = DraDevice(
         name,
         kind,
-        uuid if isinstance(uuid, str) else "",
-        product if isinstance(product, str) else "",
+        uuid,
+        product,
         memory_bytes,
         tuple(taints),
-        profile if kind == "mig" and isinstance(profile, str) else "",
-        parent if kind == "mig" and isinstance(parent, str) else "",
+        _attribute(attributes, driver, "profile") if mig else "",
+        _attribute(attributes, driver, "parentUUID") if mig else "",
     )
     return node, device
 

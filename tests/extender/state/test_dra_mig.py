@@ -10,6 +10,7 @@ import pytest
 
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.model.dra import (
+    MAX_ATTRIBUTE_CHARS,
     MAX_CEL_CHARS,
     MAX_SELECTORS,
     Toleration,
@@ -225,3 +226,15 @@ def test_a_pod_with_tolerations_sees_the_same_mig_cap_as_every_pod() -> None:
     mine = view.summary("n")
     assert mine is not None and mine is not shared[1]("n")  # its own view: the tainted GPU is free to it
     assert (view.free("n"), mine.idle_gpus, mine.mig_free) == (2, 2, (("1g.10gb", 1),))
+
+
+def test_a_string_attribute_longer_than_the_api_allows_reads_as_absent() -> None:
+    """A hand-written file's worst case: a profile is a metric label and a dict key. At the API
+    server's 64 characters it is read; one more and the device has no profile (counts for nothing)."""
+    for length, read in ((MAX_ATTRIBUTE_CHARS, True), (MAX_ATTRIBUTE_CHARS + 1, False)):
+        profile = "1g." + "x" * (length - 3)
+        device = mig_device(0, "1g.10gb")
+        device["attributes"]["profile"] = {"string": profile}
+        device["attributes"]["uuid"] = {"string": "M" * length}
+        ((_, parsed),) = parse_resource_slice(resource_slice("n", [device])).devices
+        assert (parsed.profile, parsed.uuid) == ((profile, "M" * length) if read else ("", ""))
