@@ -92,6 +92,9 @@ class Side:
     p50_ms: dict[str, list[float]] = field(default_factory=dict)  # verb -> one figure per round
     p99_ms: dict[str, list[float]] = field(default_factory=dict)
     background_cores: list[float] = field(default_factory=list)  # other processes' CPU, per round
+    # gpu-extender only: its own mean time per call from its histogram (handler start to answer
+    # built; not HTTP parsing and writing), per verb and round.
+    server_ms: dict[str, list[float]] = field(default_factory=dict)
 
     def add(self, verb: str, latencies_ns: list[int]) -> None:
         ms = sorted(x / 1e6 for x in latencies_ns)
@@ -181,8 +184,11 @@ async def _measure(
     prioritize_ns: list[int] = []
     differs = 0
     background: BackgroundLoad | None = None
+    before: dict[str, float] = {}
     for it in range(warmup + requests):
         if it == warmup:
+            if target.ours:
+                before = await scrape(target.session, f"{target.base_url}/metrics")
             background = BackgroundLoad(target.process.pid)
         order = orders[it % len(orders)]
         f_ns, status, raw, doc = await _post(target.session, filter_url, "filter", filter_body(pod, "names", order))
@@ -199,6 +205,16 @@ async def _measure(
             prioritize_ns.append(p_ns)
     assert background is not None  # requests >= 1
     target.side.background_cores.append(background.cores())
+    if target.ours:
+        after = await scrape(target.session, f"{target.base_url}/metrics")
+        for verb in VERBS:
+            spent, calls = (
+                after[key] - before[key]
+                for key in (
+                    f'gpu_extender_request_duration_seconds_{part}{{verb="{verb}"}}' for part in ("sum", "count")
+                )
+            )
+            target.side.server_ms.setdefault(verb, []).append(1000 * spent / calls)
     target.side.add("filter", filter_ns)
     target.side.add("prioritize", prioritize_ns)
     return differs
@@ -322,6 +338,9 @@ def format_markdown(r: FloorResult) -> list[str]:
         "",
         f"ratio (filter+prioritize, gpu-extender / do-nothing): p50 {r.ratio_p50:.2f}x, p99 {r.ratio_p99:.2f}x; "
         f"gpu-extender filter p99 {r.ours_filter_p99_ms:.2f} ms",
+        "gpu-extender's own mean time per call (its request-duration histogram: handler start to answer built, "
+        "without HTTP parsing and writing): "
+        + ", ".join(f"{verb} {statistics.median(r.ours.server_ms[verb]):.2f} ms" for verb in VERBS),
     ]
     if r.filter_answer_differs:
         lines.append(

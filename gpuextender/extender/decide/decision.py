@@ -57,12 +57,9 @@ class Decision:
         outcome, keep = self.filtered, self.shortlist
         if keep <= 0 or len(outcome.passed) <= keep or (self.pod.gpus_needed <= 0 and not self.pod.mig_needed):
             return outcome
-        kept = set(shortlist.best(self.pod, outcome.passed, keep, self.candidates, self.known, self.plan))
+        kept = set(shortlist.best(self.pod, outcome.passed, keep, self.candidates, self.known, self.plan)).__contains__
         return FilterOutcome(
-            [n for n in outcome.passed if n in kept],
-            outcome.failed,
-            outcome.fallback,
-            [n for n in outcome.assumed if n in kept],
+            list(filter(kept, outcome.passed)), outcome.failed, outcome.fallback, list(filter(kept, outcome.assumed))
         )
 
     @cached_property
@@ -72,6 +69,11 @@ class Decision:
         if answered is self.filtered:
             return frozenset()
         return frozenset(self.filtered.passed).difference(answered.passed)
+
+    @property
+    def held_back_count(self) -> int:
+        """How many of filter's passes its answer leaves out (the metric's count, without a set)."""
+        return len(self.filtered.passed) - len(self.answered.passed)
 
     @cached_property
     def _ranked(self) -> tuple[list[tuple[str, int]], ClassRanking | None]:

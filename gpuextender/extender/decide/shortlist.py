@@ -43,6 +43,11 @@ def best(
     (the largest GPU count among them) the same or coarser: the order agrees, up to nodes that tie
     here."""
     start = zlib.crc32(pod.seed.encode()) % len(passed)
+    index = known.fit_index
+    if index is not None and not plan.applies and not pod.mig_needed:
+        ranked = index.best(pod.gpus_needed, passed, start, keep, pod.strategy, known.now, known.policy.stale_after_s)
+        if ranked is not None:
+            return ranked
     names = passed[start:] + passed[:start]  # rotated: equal scores are cut in this order
     if not plan.applies and pod.strategy in ("spread", "binpack"):
         fast = _best_fresh(pod.gpus_needed, names, candidates.allocatable, known, pod.strategy, keep)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from gpuextender.extender.decide import whole_gpus
+from gpuextender.extender.decide.fit_index import FitIndex
 from gpuextender.extender.settings import DecisionPolicy
 from gpuextender.extender.state.inventory_view import InventoryView
 from gpuextender.extender.state.live_classes import ClassesByNode, nodes_in_classes
@@ -37,6 +38,9 @@ class Snapshot:
     reported: whole_gpus.SummaryLookup | None = None
     # Per node, which ResourceClaim (namespace/name) holds each DRA device (state/claim_ledger.py).
     claim_holders: Callable[[str], Mapping[tuple[str, str, str], str]] = field(default=lambda node: {})
+    # The fresh verdicts and rankings over the same summaries `summary` looks up (fit_index.py);
+    # None where `summary` is another view (DRA): then every call judges each node itself.
+    fit_index: FitIndex | None = None
 
     def nodes_of(self, classes: tuple[str, ...]) -> frozenset[str]:
         """The nodes in at least one of `classes`."""

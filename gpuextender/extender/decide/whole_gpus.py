@@ -70,11 +70,11 @@ def assess(
         summary.healthy_gpus,
         summary.gpu_count,
         summary.mean_utilization,
-        _fresh_reason(summary, needed),
+        fresh_reason(summary, needed),
     )
 
 
-def _fresh_reason(summary: NodeSummary, needed: int) -> Reason | None:
+def fresh_reason(summary: NodeSummary, needed: int) -> Reason | None:
     """The verdict on fresh data, most fundamental shortfall first."""
     if summary.node_error:
         return reasons.NVML_UNAVAILABLE
@@ -117,10 +117,22 @@ def filter_nodes(
     now: float,
     policy: DecisionPolicy,
 ) -> FilterOutcome:
-    outcome = FilterOutcome()
     if needed <= 0:  # not a GPU pod: neutral
-        outcome.passed = list(names)
-        return outcome
+        return FilterOutcome(list(names))
+    return finish(judge_nodes(needed, names, allocatable, lookup, now, policy), policy.no_fit_policy)
+
+
+def judge_nodes(
+    needed: int,
+    names: Sequence[str],
+    allocatable: Mapping[str, int],
+    lookup: SummaryLookup,
+    now: float,
+    policy: DecisionPolicy,
+) -> FilterOutcome:
+    """Each node's verdict for a pod of `needed` >= 1 GPUs, in request order, before `finish`:
+    fresh fits in `passed`, fits on assumed data in `assumed`."""
+    outcome = FilterOutcome()
     stale_after = policy.stale_after_s
     passed, failed, assumed = outcome.passed, outcome.failed, outcome.assumed
     for name in names:
@@ -139,14 +151,14 @@ def filter_nodes(
             if summary.idle_gpus >= needed and not summary.node_error:
                 passed.append(name)  # idle <= healthy <= count: nothing else can fail
             else:
-                failed[name] = _fresh_reason(summary, needed)  # type: ignore[assignment]
+                failed[name] = fresh_reason(summary, needed)  # type: ignore[assignment]
             continue
         reason = assess(name, allocatable.get(name), summary, needed, now, policy).reason
         if reason is None:
             assumed.append(name)
         else:
             failed[name] = reason
-    return finish(outcome, policy.no_fit_policy)
+    return outcome
 
 
 def prioritize(

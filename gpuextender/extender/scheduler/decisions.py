@@ -9,6 +9,7 @@ from dataclasses import replace
 
 from gpuextender.extender.decide import class_plan
 from gpuextender.extender.decide.decision import Decision
+from gpuextender.extender.decide.fit_index import FitIndex
 from gpuextender.extender.decide.snapshot import Candidates, Snapshot
 from gpuextender.extender.model.dra import pod_claims
 from gpuextender.extender.model.ome.pod_intent import PodIdentity
@@ -73,6 +74,8 @@ class Decisions:
         self.claims: ClaimLedger | None = None  # devices DRA claims hold (state/claim_ledger.py)
         self._dra_free = DraFree()
         state.on_offered_change(self._dra_free.summary_changed)
+        self._fits = FitIndex(state.offered_summaries)
+        state.on_offered_change(self._fits.changed)
 
     def decide(self, args: ExtenderArgs) -> Decision:
         """The question (the pod, read once; the candidates) against what we know now."""
@@ -120,5 +123,6 @@ class Decisions:
             bound_pods=ledger.pods_on if ledger is not None else lambda node: (),
             reported=self._state.reported,
             claim_holders=self.claims.holders_on if self.claims is not None else lambda node: {},
+            fit_index=self._fits if summary is self._state.summary else None,
         )
         return Decision(pod, self._plans.plan(pod, view), candidates, known, settings.shortlist)

@@ -246,6 +246,8 @@ async def _read_body(request: web.Request, settings: ApiSettings) -> bytes:
     if request.content_length is not None and request.content_length > settings.max_body_bytes:
         raise _too_large(settings)  # declared: refused before reading a byte
     try:
+        if request.content.is_eof():  # all of it has arrived (the usual body): no timer to arm
+            return await request.read()
         async with asyncio.timeout(settings.body_read_timeout_s):
             return await request.read()
     except TimeoutError:

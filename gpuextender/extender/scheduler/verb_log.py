@@ -43,7 +43,7 @@ def record_plan(metrics: ExtenderMetrics, runtime_check: str, d: Decision) -> No
 
 def record_filter(m: ExtenderMetrics, d: Decision) -> Counter[reasons.Reason]:
     """Metrics and the decision log line of one filter; returns the failed nodes per reason."""
-    outcome, needed, held_back = d.filtered, d.pod.gpus_needed, len(d.held_back)
+    outcome, needed, held_back = d.filtered, d.pod.gpus_needed, d.held_back_count
     m.filter_nodes.labels(result="passed").inc(len(outcome.passed) - held_back)
     m.filter_nodes.labels(result="failed").inc(len(outcome.failed))
     if held_back:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 import orjson
@@ -127,8 +128,13 @@ def parse_extender_args(
     node_names = top.get("nodenames")
     if node_names is not None:
         _check_candidates("NodeNames", node_names, max_candidates)
-        # C-speed checks: this runs over every candidate name of every call.
-        if not set(map(type, node_names)) <= {str} or "" in node_names:
+        # C-speed checks: this runs over every candidate name of every call. join() refuses any
+        # item that is not a string (a third of the time of collecting the items' types).
+        try:
+            "".join(node_names)
+        except TypeError:
+            raise InvalidInput("wrong_type", "NodeNames must be a list of non-empty strings") from None
+        if "" in node_names:
             raise InvalidInput("wrong_type", "NodeNames must be a list of non-empty strings")
 
     nodes = None
@@ -171,6 +177,9 @@ def _check_echoable(metadata: Any, items: list[Any]) -> None:
         ) from None
 
 
+_UNRESOLVABLE, _MESSAGE = attrgetter("unresolvable"), attrgetter("message")
+
+
 def filter_result(args: ExtenderArgs, outcome: FilterOutcome) -> dict[str, Any]:
     """ExtenderFilterResult in the request's mode; every rejected node has a reason."""
     result: dict[str, Any] = {}
@@ -184,8 +193,11 @@ def filter_result(args: ExtenderArgs, outcome: FilterOutcome) -> dict[str, Any]:
         }
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
-    for name, reason in outcome.failed.items():
-        (unresolvable if reason.unresolvable else failed)[name] = reason.message
+    if any(map(_UNRESOLVABLE, outcome.failed.values())):
+        for name, reason in outcome.failed.items():
+            (unresolvable if reason.unresolvable else failed)[name] = reason.message
+    else:  # the usual answer, thousands of soft failures: built in C
+        failed = dict(zip(outcome.failed, map(_MESSAGE, outcome.failed.values()), strict=True))
     result["FailedNodes"] = failed
     result["FailedAndUnresolvableNodes"] = unresolvable
     result["Error"] = ""

@@ -1,0 +1,350 @@
+"""Filter's and the shortlist's road for a class-neutral pod of whole GPUs at thousands of candidates
+(decide/README.md, "Filter" and "The shortlist"): every node's fresh verdict for a pod of k GPUs,
+and the nodes that fit ranked per strategy, kept current per node change instead of judged and
+sorted again on every call. tests/extender/decide/test_fit_index.py holds `filter` equal to
+`whole_gpus.filter_nodes` and `best` to `shortlist.best_by_score` on generated fleets and changes.
+
+Per pod size k (1 <= k < QUALITY_SIZES), from every node's summary whatever its age: the nodes that
+fit on fresh data (`whole_gpus.fresh_reason` is None) with their quality class q, idle GPUs,
+utilization and GPU count; every other node's reason; and, per strategy and q, the fits in the
+order of the strategy's v (spread: most idle, then least utilized; binpack: the reverse). That
+order holds for every capacity C a call computes: the utilization fraction of v stays below 1.
+Age is judged per call on the call's `now`: the nodes stale then are judged one by one
+(`whole_gpus.judge_nodes`), as are candidates without a summary.
+
+A node change (`changed`, a GpuState listener) only marks the node; the next call applies the
+marks to each size kept (O(log n) each), or, when more than a quarter of the nodes changed, drops
+the sizes to be built again when next asked (a build is one pass over the nodes and a sort). At
+most MAX_SIZES sizes are kept, the least recently asked dropped first.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left, bisect_right, insort
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import chain, compress, islice, repeat
+from operator import is_, itemgetter
+from typing import Literal, cast
+
+from gpuextender.extender.decide import whole_gpus
+from gpuextender.extender.decide.filter_outcome import FilterOutcome, finish
+from gpuextender.extender.decide.reasons import Reason
+from gpuextender.extender.settings import DecisionPolicy
+from gpuextender.extender.state.gpu_summary import QUALITY_SIZES, NodeSummary, quality_for
+
+MAX_SIZES = 8  # pod sizes kept; ~1 MB each at 5,000 nodes with both strategies ranked
+STRATEGIES = ("spread", "binpack")  # the strategies whose v orders nodes the same way for every C
+
+# A node that fits: (quality class q, idle GPUs, utilization % (0 when unknown, as rank_nodes
+# counts it), GPU count).
+Fit = tuple[int, int, float, int]
+# A ranked node: the strategy's sort key (ascending = v descending), then its name.
+Entry = tuple[int, float, str]
+_NAME = itemgetter(2)
+_Q, _COUNT = itemgetter(0), itemgetter(3)
+
+
+def _entry(strategy: str, name: str, fit: Fit) -> Entry:
+    _, idle, utilization, _ = fit
+    return (-idle, utilization, name) if strategy == "spread" else (idle, -utilization, name)
+
+
+def _value(strategy: str, entry: Entry, capacity: int) -> float:
+    """The strategy's v of a ranked node (whole_gpus: the one home of the formulas)."""
+    if strategy == "spread":
+        return whole_gpus.spread_value(-entry[0], entry[1])
+    return whole_gpus.binpack_value(entry[0], -entry[1], capacity)
+
+
+def _drop(counter: Counter[int], key: int) -> None:
+    if counter[key] <= 1:
+        del counter[key]
+    else:
+        counter[key] -= 1
+
+
+class _Size:
+    """One pod size k: every node's fresh verdict, the fits' q and GPU counts tallied, and the
+    fits ranked per strategy and q (a strategy's ranking is built when first asked)."""
+
+    def __init__(self, k: int, summaries: Mapping[str, NodeSummary]) -> None:
+        self.k = k
+        self.fits: dict[str, Fit] = {}
+        # Every node's verdict: its Reason, or False for a fit (false, as a Reason is true: one
+        # lookup per candidate, then the call splits them in C).
+        self.verdict: dict[str, Reason | Literal[False]] = {}
+        self.counts: Counter[int] = Counter()  # GPU counts of the fits
+        self.classes: Counter[int] = Counter()  # q of the fits
+        self.ranked: dict[str, dict[int, list[Entry]]] = {}
+        for name, summary in summaries.items():
+            self._add(name, summary)
+
+    def _add(self, name: str, summary: NodeSummary) -> None:
+        k = self.k
+        reason = whole_gpus.fresh_reason(summary, k)
+        if reason is not None:
+            self.verdict[name] = reason
+            return
+        self.verdict[name] = False
+        idle, qs = summary.idle_gpus, summary.quality  # as rank_nodes reads q
+        q = qs[k] if k < len(qs) else quality_for(k, idle, summary.degraded_idle_gpus, summary.set_tiers)
+        fit = (q, idle, summary.mean_utilization or 0.0, summary.gpu_count)
+        self.fits[name] = fit
+        self.counts[fit[3]] += 1
+        self.classes[q] += 1
+        for strategy, by_q in self.ranked.items():
+            insort(by_q.setdefault(q, []), _entry(strategy, name, fit))
+
+    def update(self, name: str, summary: NodeSummary | None) -> None:
+        if self.verdict.pop(name, None) is False and (fit := self.fits.pop(name, None)) is not None:
+            q = fit[0]
+            _drop(self.counts, fit[3])
+            _drop(self.classes, q)
+            for strategy, by_q in self.ranked.items():
+                entries = by_q[q]
+                del entries[bisect_left(entries, _entry(strategy, name, fit))]
+                if not entries:
+                    del by_q[q]
+        if summary is not None:
+            self._add(name, summary)
+
+    def ranking(self, strategy: str) -> dict[int, list[Entry]]:
+        by_q = self.ranked.get(strategy)
+        if by_q is None:
+            by_q = {}
+            for name, fit in self.fits.items():
+                by_q.setdefault(fit[0], []).append(_entry(strategy, name, fit))
+            for entries in by_q.values():
+                entries.sort()
+            self.ranked[strategy] = by_q
+        return by_q
+
+
+class FitIndex:
+    """The index over `summaries` (GpuState.offered_summaries: what `Snapshot.summary` looks up)."""
+
+    def __init__(self, summaries: Mapping[str, NodeSummary]) -> None:
+        self._summaries = summaries
+        self._sizes: OrderedDict[int, _Size] = OrderedDict()
+        self._marked: set[str] = set()
+        # The nodes stale at `_stale_at` (None: to be found again), and the oldest report among
+        # the others: until `now` passes it by stale_after, no other node is stale.
+        self._stale: frozenset[str] | None = None
+        self._stale_at = self._stale_after = 0.0
+        self._oldest_fresh = math.inf
+        # Counts every change of what a verdict reads (marks applied, sizes dropped, staleness
+        # found again): the passes `filter` last answered (`_vouched`, with k and the count) are
+        # still exactly fresh fits, so `best` need not check them again.
+        self._generation = 0
+        self._vouched: tuple[list[str], int, int] | None = None
+
+    def changed(self, node: str) -> None:
+        """A GpuState listener: `node`'s summary changed or went."""
+        if self._sizes:
+            self._marked.add(node)
+        if self._stale is not None:
+            summary = self._summaries.get(node)
+            if node in self._stale or (summary is not None and summary.received_at < self._oldest_fresh):
+                self._stale = None
+
+    def applies(self, k: int) -> bool:
+        return 1 <= k < QUALITY_SIZES
+
+    def stale(self, now: float, stale_after: float) -> frozenset[str]:
+        """The nodes whose data is stale at `now` (freshness.is_fresh, inlined on this loop)."""
+        if (
+            self._stale is None
+            or now < self._stale_at
+            or stale_after != self._stale_after
+            or now - self._oldest_fresh > stale_after
+        ):
+            self._generation += 1
+            stale, oldest = [], math.inf
+            for name, summary in self._summaries.items():
+                received = summary.received_at
+                if now - received <= stale_after:
+                    if received < oldest:
+                        oldest = received
+                else:
+                    stale.append(name)
+            self._stale, self._stale_at, self._stale_after, self._oldest_fresh = (
+                frozenset(stale),
+                now,
+                stale_after,
+                oldest,
+            )
+        return self._stale
+
+    def _size(self, k: int) -> _Size:
+        marked = self._marked
+        if marked:
+            self._generation += 1
+            if len(marked) * 4 > len(self._summaries):
+                self._sizes.clear()
+            else:
+                get = self._summaries.get
+                for kept in self._sizes.values():
+                    for node in marked:
+                        kept.update(node, get(node))
+            marked.clear()
+        size = self._sizes.get(k)
+        if size is None:
+            if len(self._sizes) >= MAX_SIZES:
+                self._sizes.popitem(last=False)
+            size = self._sizes[k] = _Size(k, self._summaries)
+        else:
+            self._sizes.move_to_end(k)
+        return size
+
+    def filter(
+        self, k: int, names: Sequence[str], allocatable: Mapping[str, int], now: float, policy: DecisionPolicy
+    ) -> FilterOutcome:
+        """whole_gpus.filter_nodes(k, names, allocatable, summaries.get, now, policy) for `applies(k)`."""
+        size = self._size(k)
+        stale = self.stale(now, policy.stale_after_s)
+        fits = size.fits
+        found = list(map(size.verdict.get, names))  # None: no summary
+        outcome = FilterOutcome(list(compress(names, map(is_, found, repeat(False)))))
+        if len(outcome.passed) < len(names) or stale:
+            failures = cast("Iterable[tuple[str, Reason]]", compress(zip(names, found, strict=True), found))
+            outcome.failed = dict(failures)  # in request order
+            if len(outcome.passed) + len(outcome.failed) < len(names) or stale:  # (or a name given twice)
+                slow = {n for n, verdict in zip(names, found, strict=True) if verdict is None}
+                if stale:
+                    slow.update(stale.intersection(names))
+                if slow:
+                    _judge_slow(k, names, slow, fits, allocatable, self._summaries.get, now, policy, outcome)
+        finish(outcome, policy.no_fit_policy)
+        if not outcome.fallback and not outcome.assumed:
+            self._vouched = (outcome.passed, k, self._generation)
+        return outcome
+
+    def best(
+        self, k: int, passed: Sequence[str], start: int, keep: int, strategy: str, now: float, stale_after: float
+    ) -> list[str] | None:
+        """shortlist.best_by_score's set: the `keep` best of `passed` by score, equal scores in
+        `passed` rotated by `start`; None (take the definition) unless `passed` are distinct
+        nodes that fit a k-GPU pod on fresh data at `now` and `strategy` is one of STRATEGIES."""
+        if strategy not in STRATEGIES or not self.applies(k):
+            return None
+        size = self._size(k)
+        fits = size.fits
+        members = set(passed)
+        if len(members) != len(passed):
+            return None
+        vouched = self._vouched
+        if not (vouched is not None and vouched[0] is passed and vouched[1:] == (k, self._generation)) and (
+            not members <= fits.keys() or not self.stale(now, stale_after).isdisjoint(members)
+        ):
+            return None
+        every = len(members) == len(fits)  # every fit is a candidate (kube-scheduler's usual call)
+        counts: Iterable[int]
+        present: Iterable[int]
+        if every:
+            counts, present = size.counts.keys(), size.classes.keys()
+        else:
+            of = list(map(fits.__getitem__, passed))
+            counts, present = set(map(_COUNT, of)), set(map(_Q, of))
+        capacity = max(k, 1, max(counts, default=0))
+        scale = capacity + 1
+        classes = sorted(present)
+        m = len(classes)
+        if m > whole_gpus.MAX_SCORE:  # the classes' scores would overlap (no quality scale has that many)
+            return None
+        if m == 1:
+
+            def score(entry: Entry) -> int:
+                return whole_gpus.one_class_score(_value(strategy, entry, capacity), scale)
+
+        else:
+            band = whole_gpus.best_class_band(m, scale)
+
+            def score(entry: Entry) -> int:
+                return whole_gpus.best_class_score(_value(strategy, entry, capacity), m, band)
+
+        ranked = size.ranking(strategy)
+        rotated = (passed, start)
+        among = None if every else members
+        chosen = _cut(ranked[classes[0]], among, keep, score, rotated)
+        for q in classes[1:]:  # a worse class (m > 1): all its nodes score m - rank, equal
+            if len(chosen) >= keep:
+                break
+            chosen += _cut(ranked[q], among, keep - len(chosen), lambda entry: 0, rotated)
+        return chosen
+
+
+def _judge_slow(
+    k: int,
+    names: Sequence[str],
+    slow: set[str],
+    fits: Mapping[str, Fit],
+    allocatable: Mapping[str, int],
+    lookup: whole_gpus.SummaryLookup,
+    now: float,
+    policy: DecisionPolicy,
+    outcome: FilterOutcome,
+) -> None:
+    """Candidates without a summary or stale at `now`, judged one by one; the passes and failures
+    kept in request order, as filter_nodes gives them. (judge_nodes passes only fresh fits: none
+    of these.)"""
+    judged = whole_gpus.judge_nodes(k, [n for n in names if n in slow], allocatable, lookup, now, policy)
+    fast, slow_failed = outcome.failed, judged.failed
+    failed: dict[str, Reason] = {}
+    for name in names:
+        reason = slow_failed.get(name) if name in slow else fast.get(name)
+        if reason is not None:
+            failed[name] = reason
+    outcome.failed = failed
+    outcome.passed = [n for n in names if n not in slow and n in fits] + judged.passed
+    outcome.assumed = judged.assumed
+
+
+def _cut(
+    entries: list[Entry],
+    members: set[str] | None,
+    keep: int,
+    score: Callable[[Entry], int],
+    rotated: tuple[Sequence[str], int],
+) -> list[str]:
+    """The `keep` best of the `members` (None: all) among `entries` (ranked: score non-increasing
+    along them), equal scores in rotated order."""
+    if members is None:
+        at: Sequence[int] = range(min(keep, len(entries)))
+    else:
+        at = []  # positions of the first `keep` members
+        for i, name in enumerate(map(_NAME, entries)):
+            if name in members:
+                at.append(i)
+                if len(at) == keep:
+                    break
+    if len(at) < keep:
+        return [entries[i][2] for i in at]
+    last = at[-1]
+    threshold = score(entries[last])
+
+    def minus_score(entry: Entry) -> int:
+        return -score(entry)
+
+    # The run of entries scoring `threshold`: all above it are in; the run is cut in rotated order.
+    low = bisect_left(entries, -threshold, 0, last, key=minus_score)
+    high = bisect_right(entries, -threshold, last, len(entries), key=minus_score)
+    above = [entries[i][2] for i in at if i < low]
+    tied = set(map(_NAME, entries[low:high]))  # (a run of thousands: set operations in C)
+    if members is not None:
+        tied &= members
+    left = keep - len(above)
+    return above + (list(tied) if len(tied) <= left else _first_in_order(rotated, tied, left))
+
+
+def _first_in_order(rotated: tuple[Sequence[str], int], wanted: set[str], count: int) -> list[str]:
+    """The first `count` of `wanted` in the names rotated by start (names[start:] + names[:start])."""
+    names, start = rotated
+    found: list[str] = []
+    for name in chain(islice(names, start, None), islice(names, start)):
+        if name in wanted:
+            found.append(name)
+            if len(found) == count:
+                break
+    return found

@@ -1,0 +1,325 @@
+"""decide/fit_index.py: the index gives filter's very outcome (whole_gpus.filter_nodes: passes,
+failures with their reasons in request order, assumed passes, the fallback) and the shortlist's very
+set (shortlist.best_by_score) on generated fleets, before and after nodes change, go stale or go
+away; and it steps aside (None) where the definition must decide."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from gpuextender.extender.decide import shortlist, whole_gpus
+from gpuextender.extender.decide.class_plan import ClassPlan
+from gpuextender.extender.decide.fit_index import MAX_SIZES, FitIndex
+from gpuextender.extender.decide.snapshot import Candidates, Snapshot
+from gpuextender.extender.model.ome.pod_intent import PodIdentity
+from gpuextender.extender.model.pod_request import PodRequest
+from gpuextender.extender.settings import DecisionPolicy
+from gpuextender.extender.state.gpu_summary import QUALITY_SIZES, NodeSummary
+from gpuextender.extender.state.inventory_view import InventoryView
+
+NOW = 1000.0
+STALE_AFTER = DecisionPolicy().stale_after_s
+NEUTRAL = ClassPlan(False)
+IDENTITY = PodIdentity("ns", "", "", "", "", "")
+POLICIES = [
+    DecisionPolicy(),
+    DecisionPolicy(stale_policy="fail-closed"),
+    DecisionPolicy(no_fit_policy="reject"),
+]
+
+
+def node(name: str, rng: random.Random, classes: int = 3) -> NodeSummary:
+    """A node of any kind: fitting or not for small pods, broken, partly held, bound pods, MIG, old."""
+    count = rng.randint(0, 12)
+    healthy = rng.randint(0, count)
+    free = rng.choice([None, rng.randint(0, healthy)])
+    idle = rng.randint(0, healthy if free is None else free)
+    return NodeSummary(
+        node=name,
+        gpu_count=count,
+        healthy_gpus=healthy,
+        idle_gpus=idle,
+        mean_utilization=rng.choice([None, 0.0, 100.0, 50.0, rng.uniform(0, 100), float(rng.randint(0, 100))]),
+        node_error=rng.choice(["", "", "", "", "NVML: driver not loaded"]),
+        sequence=1,
+        sample_time=0.0,
+        received_at=NOW - rng.choice([0.0, STALE_AFTER, STALE_AFTER + 0.001, rng.uniform(0, 3 * STALE_AFTER)]),
+        free_gpus=free,
+        degraded_idle_gpus=rng.randint(0, idle),
+        bound_pod_units=rng.choice([0, 0, 1, 2]),
+        mig_gpus=rng.choice([0, 0, 1]),
+        set_tiers=rng.choice([(), (0, 0, 1, 2)]),
+        quality=tuple(rng.randrange(classes) * 2 for _ in range(idle + 1)),
+    )
+
+
+def fleet(rng: random.Random, n: int, classes: int = 3) -> dict[str, NodeSummary]:
+    return {f"n{i}": node(f"n{i}", rng, classes) for i in range(n)}
+
+
+def candidates(rng: random.Random, summaries: dict[str, NodeSummary]) -> list[str]:
+    """Some or all of the nodes, some no agent reports, now and then one named twice."""
+    names = [name for name in summaries if rng.random() < 0.9] + [f"x{i}" for i in range(rng.randint(0, 3))]
+    if names and rng.random() < 0.1:
+        names.append(rng.choice(names))
+    rng.shuffle(names)
+    return names
+
+
+def assert_same_outcome(
+    index: FitIndex,
+    summaries: dict[str, NodeSummary],
+    k: int,
+    names: list[str],
+    allocatable: dict[str, int],
+    now: float,
+    policy: DecisionPolicy,
+) -> None:
+    got = index.filter(k, names, allocatable, now, policy)
+    want = whole_gpus.filter_nodes(k, names, allocatable, summaries.get, now, policy)
+    assert got.passed == want.passed
+    assert list(got.failed.items()) == list(want.failed.items())  # the reasons, in request order
+    assert got.assumed == want.assumed
+    assert got.fallback == want.fallback
+
+
+@pytest.mark.parametrize("policy", POLICIES, ids=["fail-open", "fail-closed", "reject"])
+def test_filter_gives_the_outcome_filter_nodes_gives(policy: DecisionPolicy) -> None:
+    rng = random.Random(f"filter-{policy}")
+    for case in range(120):
+        summaries = fleet(rng, rng.randint(0, 40))
+        index = FitIndex(summaries)
+        allocatable = {name: rng.randint(0, 8) for name in summaries if rng.random() < 0.5}
+        allocatable.update({f"x{i}": rng.randint(0, 8) for i in range(3) if rng.random() < 0.5})
+        for _ in range(4):
+            names = candidates(rng, summaries)
+            now = NOW + rng.choice([0.0, 0.0, rng.uniform(0, STALE_AFTER), -rng.uniform(0, STALE_AFTER)])
+            assert_same_outcome(index, summaries, rng.randint(1, 6), names, allocatable, now, policy), case
+
+
+def change(rng: random.Random, summaries: dict[str, NodeSummary], index: FitIndex, count: int) -> None:
+    """`count` nodes get a new report, go away or arrive, each heard by the index as GpuState tells it."""
+    for _ in range(count):
+        name = f"n{rng.randint(0, 50)}"
+        if name in summaries and rng.random() < 0.2:
+            del summaries[name]
+        else:
+            summaries[name] = node(name, rng)
+        index.changed(name)
+
+
+@pytest.mark.parametrize("changes", [1, 3, 40], ids=["one", "few", "most (sizes rebuilt)"])
+def test_after_changes_the_outcome_is_still_the_definitions(changes: int) -> None:
+    rng = random.Random(f"changes-{changes}")
+    policy = DecisionPolicy()
+    for _ in range(40):
+        summaries = fleet(rng, 40)
+        index = FitIndex(summaries)
+        now = NOW
+        for _ in range(6):
+            for k in (1, 2, rng.randint(1, 6)):  # sizes kept and updated, one maybe new
+                assert_same_outcome(index, summaries, k, candidates(rng, summaries), {}, now, policy)
+            change(rng, summaries, index, changes)
+            now += rng.choice([0.0, 1.0, STALE_AFTER / 2])  # nodes go stale as time passes
+
+
+def _fields(s: NodeSummary) -> dict[str, object]:
+    return {name: getattr(s, name) for name in NodeSummary.__dataclass_fields__}
+
+
+def test_stale_exactly_at_the_bound_is_fresh_and_just_past_it_is_not() -> None:
+    base = _fields(node("a", random.Random(3)))
+    base.update(idle_gpus=2, healthy_gpus=2, gpu_count=2, free_gpus=None, node_error="", bound_pod_units=0)
+    base.update(mig_gpus=0, quality=(0, 0, 0))
+    summaries = {
+        "edge": NodeSummary(**{**base, "node": "edge", "received_at": NOW - STALE_AFTER}),
+        "past": NodeSummary(**{**base, "node": "past", "received_at": NOW - STALE_AFTER - 0.001}),
+    }
+    index = FitIndex(summaries)
+    outcome = index.filter(2, ["edge", "past"], {}, NOW, DecisionPolicy(stale_policy="fail-closed"))
+    assert outcome.passed == ["edge"]
+    assert list(outcome.failed) == ["past"]
+    assert index.stale(NOW, STALE_AFTER) == {"past"}
+
+
+def known(summaries: dict[str, NodeSummary], index: FitIndex | None, now: float = NOW) -> Snapshot:
+    return Snapshot(summaries.get, InventoryView(), {}, now, DecisionPolicy(), fit_index=index)
+
+
+def by_the_definition(
+    k: int, passed: list[str], start: int, summaries: dict[str, NodeSummary], strategy: str, keep: int
+) -> set[str]:
+    rotated = passed[start:] + passed[:start]
+    return set(
+        shortlist.best_by_score(
+            k, rotated, Candidates(rotated, {}), known(summaries, None), NEUTRAL, strategy, "seed", keep
+        )
+    )
+
+
+@pytest.mark.parametrize("strategy", ["spread", "binpack"])
+@pytest.mark.parametrize("classes", [1, 2, 4])
+def test_best_keeps_the_set_the_definition_keeps(strategy: str, classes: int) -> None:
+    rng = random.Random(f"best-{strategy}-{classes}")
+    policy = DecisionPolicy(no_fit_policy="reject")
+    answered = 0
+    for case in range(150):
+        summaries = fleet(rng, rng.randint(2, 60), classes)
+        index = FitIndex(summaries)
+        for round_ in range(3):
+            k = rng.randint(1, 4)
+            names = [n for n in summaries if rng.random() < (1.0 if round_ == 0 else 0.7)]  # all, or some
+            rng.shuffle(names)
+            outcome = index.filter(k, names, {}, NOW, policy)
+            passed = outcome.passed
+            if not passed or outcome.assumed:  # no fresh fit: nothing the index ranks
+                continue
+            for keep in {1, max(1, len(passed) - 1), len(passed), len(passed) + 1, rng.randint(1, len(passed))}:
+                start = rng.randrange(len(passed))
+                want = by_the_definition(k, passed, start, summaries, strategy, keep)
+                for given in (passed, list(passed)):  # as filter answered it, and a copy it did not vouch for
+                    got = index.best(k, given, start, keep, strategy, NOW, STALE_AFTER)
+                    assert got is not None, case
+                    assert len(got) == len(set(got)) == min(keep, len(passed))
+                    assert set(got) == want, (case, keep, start)
+                answered += 1
+            change(rng, summaries, index, 2)
+    assert answered >= 300
+
+
+def fitting(name: str, q: int = 0, idle: int = 8, received_at: float = NOW) -> NodeSummary:
+    return NodeSummary(
+        node=name,
+        gpu_count=8,
+        healthy_gpus=8,
+        idle_gpus=idle,
+        mean_utilization=10.0,
+        node_error="",
+        sequence=1,
+        sample_time=0.0,
+        received_at=received_at,
+        quality=(q,) * (idle + 1),
+    )
+
+
+@pytest.mark.parametrize(
+    "odd",
+    [
+        lambda s: s.__setitem__("odd", fitting("odd", idle=1)),  # does not fit
+        lambda s: s.__setitem__("odd", fitting("odd", received_at=NOW - STALE_AFTER - 1)),  # stale
+        lambda s: s.pop("odd"),  # no data
+    ],
+    ids=["not-fitting", "stale", "no-data"],
+)
+def test_best_steps_aside_unless_every_node_given_fits_on_fresh_data(
+    odd: Callable[[dict[str, NodeSummary]], object],
+) -> None:
+    summaries = {f"n{i}": fitting(f"n{i}") for i in range(6)} | {"odd": fitting("odd")}
+    names = list(summaries)
+    index = FitIndex(summaries)
+    assert index.best(2, names, 0, 2, "spread", NOW, STALE_AFTER) is not None
+    odd(summaries)
+    index.changed("odd")
+    assert index.best(2, names, 0, 2, "spread", NOW, STALE_AFTER) is None
+
+
+def test_best_steps_aside_for_a_node_named_twice_other_strategies_and_sizes_out_of_range() -> None:
+    summaries = {f"n{i}": fitting(f"n{i}") for i in range(6)}
+    names = list(summaries)
+    index = FitIndex(summaries)
+    assert index.best(2, [*names, "n0"], 0, 2, "spread", NOW, STALE_AFTER) is None
+    for strategy in ("random", "cost"):
+        assert index.best(2, names, 0, 2, strategy, NOW, STALE_AFTER) is None
+    assert not index.applies(0)
+    assert index.applies(1)
+    assert index.applies(QUALITY_SIZES - 1)
+    assert not index.applies(QUALITY_SIZES)
+    assert index.best(QUALITY_SIZES, names, 0, 2, "spread", NOW, STALE_AFTER) is None
+
+
+def test_best_takes_up_to_ten_quality_classes_and_steps_aside_past_that() -> None:
+    """With more classes than scores, the classes' scores would overlap: the definition decides."""
+    for m, applies in ((whole_gpus.MAX_SCORE, True), (whole_gpus.MAX_SCORE + 1, False)):
+        summaries = {f"n{q}": fitting(f"n{q}", q=q) for q in range(m)}
+        names = list(summaries)
+        got = FitIndex(summaries).best(2, names, 0, 3, "spread", NOW, STALE_AFTER)
+        assert (got is not None) == applies
+        if applies:
+            assert set(got or ()) == by_the_definition(2, names, 0, summaries, "spread", 3) == {"n0", "n1", "n2"}
+
+
+def test_ties_at_the_cut_are_taken_in_the_rotated_order() -> None:
+    summaries = {f"n{i}": fitting(f"n{i}") for i in range(8)}
+    names = [f"n{i}" for i in (4, 7, 1, 0, 6, 2, 5, 3)]
+    index = FitIndex(summaries)
+    assert set(index.best(2, names, 2, 3, "spread", NOW, STALE_AFTER) or ()) == {"n1", "n0", "n6"}
+    assert set(index.best(2, names, 7, 3, "binpack", NOW, STALE_AFTER) or ()) == {"n3", "n4", "n7"}
+
+
+def test_sizes_kept_are_bounded_and_the_least_recently_asked_goes_first() -> None:
+    summaries = {f"n{i}": fitting(f"n{i}", idle=12) for i in range(4)}
+    index = FitIndex(summaries)
+    policy = DecisionPolicy()
+    for k in range(1, MAX_SIZES + 1):
+        index.filter(k, list(summaries), {}, NOW, policy)
+    assert list(index._sizes) == list(range(1, MAX_SIZES + 1))
+    index.filter(1, list(summaries), {}, NOW, policy)  # asked again: now the most recent
+    index.filter(MAX_SIZES + 1, list(summaries), {}, NOW, policy)
+    assert len(index._sizes) == MAX_SIZES
+    assert 2 not in index._sizes and 1 in index._sizes and MAX_SIZES + 1 in index._sizes
+
+
+def test_changes_are_applied_in_place_up_to_a_quarter_of_the_nodes_past_that_sizes_are_rebuilt() -> None:
+    summaries = {f"n{i}": fitting(f"n{i}") for i in range(8)}
+    index = FitIndex(summaries)
+    policy = DecisionPolicy()
+    index.filter(2, list(summaries), {}, NOW, policy)
+    size = index._sizes[2]
+    for name in ("n0", "n1"):  # 2 of 8: a quarter, applied in place
+        summaries[name] = fitting(name, idle=1)
+        index.changed(name)
+    assert index.filter(2, list(summaries), {}, NOW, policy).failed.keys() == {"n0", "n1"}
+    assert index._sizes[2] is size
+    for name in ("n2", "n3", "n4"):  # 3 of 8: past a quarter, built again when next asked
+        summaries[name] = fitting(name, idle=1)
+        index.changed(name)
+    assert index.filter(2, list(summaries), {}, NOW, policy).failed.keys() == {"n0", "n1", "n2", "n3", "n4"}
+    assert index._sizes[2] is not size
+
+
+def test_a_report_older_than_any_fresh_one_and_a_stale_node_that_reports_again() -> None:
+    summaries = {"a": fitting("a"), "b": fitting("b")}
+    index = FitIndex(summaries)
+    policy = DecisionPolicy(stale_policy="fail-closed", no_fit_policy="reject")
+    assert index.filter(1, ["a", "b"], {}, NOW, policy).passed == ["a", "b"]
+    summaries["c"] = fitting("c", received_at=NOW - 2 * STALE_AFTER)  # a first report, already old
+    index.changed("c")
+    assert_same_outcome(index, summaries, 1, ["a", "b", "c"], {}, NOW, policy)
+    assert list(index.filter(1, ["c"], {}, NOW, policy).failed) == ["c"]
+    summaries["c"] = fitting("c")
+    index.changed("c")
+    assert index.filter(1, ["a", "b", "c"], {}, NOW, policy).passed == ["a", "b", "c"]
+
+
+def test_the_shortlist_asks_the_snapshots_index_and_keeps_its_set() -> None:
+    rng = random.Random("snapshot")
+    summaries = {f"n{i}": fitting(f"n{i}", idle=rng.randint(2, 8)) for i in range(30)}
+    index = FitIndex(summaries)
+    names = list(summaries)
+    passed = index.filter(2, names, {}, NOW, DecisionPolicy()).passed
+    asked: list[list[str] | None] = []
+    answer = index.best
+
+    def spy(*args: Any) -> list[str] | None:
+        asked.append(answer(*args))
+        return asked[-1]
+
+    index.best = spy  # type: ignore[method-assign]
+    pod = PodRequest("ns/p", 2, IDENTITY, "spread", "seed")
+    got = shortlist.best(pod, passed, 5, Candidates(names, {}), known(summaries, index), NEUTRAL)
+    assert asked == [got]
+    assert set(got) == set(shortlist.best(pod, passed, 5, Candidates(names, {}), known(summaries, None), NEUTRAL))
