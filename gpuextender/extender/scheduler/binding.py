@@ -68,7 +68,7 @@ class Bindings:
     ) -> None:
         """Before a filter decides: wait for earlier pods' bindings that could change its verdicts."""
         gate = self.gate
-        if not gate.open_count():
+        if not gate.others_open(pod_uid(pod)):  # a burst's next pod, or a retry: nothing to wait for
             return
         try:
             need = gpus_requested(pod, whole_resources)

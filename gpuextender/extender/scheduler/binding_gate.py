@@ -81,6 +81,12 @@ class BindingGate:
     def open_count(self) -> int:
         return len(self._open)
 
+    def others_open(self, uid: str) -> bool:
+        """Whether another pod's binding is open; this pod's own earlier entry is closed first (a
+        retry: its earlier cycle ended without a binding), as `settle` would."""
+        self._open.pop(uid, None)
+        return bool(self._open)
+
     def _at_risk(self, need: int, idle_of: Callable[[str], int | None]) -> list[_Open]:
         """The open bindings that could change a verdict: all of them may land on one node (kube-
         scheduler picks its best-scored node, and the scores do not move until a binding is seen),

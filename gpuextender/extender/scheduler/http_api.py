@@ -188,7 +188,7 @@ class SchedulerApi:
             )
         answered = d.answered
         self.bindings.filtered(pod_uid(args.pod), d.pod, answered.passed)
-        return filter_result(args, answered)
+        return filter_result(args, answered, failures.keys())
 
     def prioritize(self, args: ExtenderArgs) -> list[dict[str, Any]]:
         d = self.decisions.decide(args)

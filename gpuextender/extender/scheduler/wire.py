@@ -19,7 +19,7 @@ orjson builds them), and quantities bounded in gpuextender/extender/model/pod_gp
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
@@ -27,6 +27,7 @@ from typing import Any
 import orjson
 
 from gpuextender.extender.decide.filter_outcome import FilterOutcome
+from gpuextender.extender.decide.reasons import Reason
 from gpuextender.extender.model.pod_gpus import MAX_GPU_COUNT, parse_count
 from gpuextender.extender.model.pod_key import pod_key
 from gpuextender.extender.model.untrusted import Fields, InvalidInput, described, shown
@@ -108,8 +109,13 @@ def parse_extender_args(
     """`max_containers`: JSON objects + arrays allowed (None: no bound; the server passes
     its body limit / BYTES_PER_CONTAINER). `nodes_optional` (/explain): a body naming no
     candidates is the question "which of all the nodes you know?" (both fields stay None)."""
-    # '{' and '[' inside strings count too: an over-estimate, checked at C speed.
-    if max_containers is not None and (count := body.count(b"{") + body.count(b"[")) > max_containers:
+    # '{' and '[' inside strings count too: an over-estimate, checked at C speed; a body no longer
+    # than the bound cannot pass it (the usual one: two scans saved).
+    if (
+        max_containers is not None
+        and len(body) > max_containers
+        and (count := body.count(b"{") + body.count(b"[")) > max_containers
+    ):
         raise InvalidInput(
             "too_complex",
             f"body has {count} '{{' and '[' (JSON objects and arrays); at most "
@@ -180,8 +186,11 @@ def _check_echoable(metadata: Any, items: list[Any]) -> None:
 _UNRESOLVABLE, _MESSAGE = attrgetter("unresolvable"), attrgetter("message")
 
 
-def filter_result(args: ExtenderArgs, outcome: FilterOutcome) -> dict[str, Any]:
-    """ExtenderFilterResult in the request's mode; every rejected node has a reason."""
+def filter_result(
+    args: ExtenderArgs, outcome: FilterOutcome, reasons: Collection[Reason] | None = None
+) -> dict[str, Any]:
+    """ExtenderFilterResult in the request's mode; every rejected node has a reason. `reasons`: the
+    distinct reasons in `outcome.failed`, where the caller has counted them."""
     result: dict[str, Any] = {}
     if args.node_names is not None:
         result["NodeNames"] = outcome.passed
@@ -193,7 +202,7 @@ def filter_result(args: ExtenderArgs, outcome: FilterOutcome) -> dict[str, Any]:
         }
     failed: dict[str, str] = {}
     unresolvable: dict[str, str] = {}
-    if any(map(_UNRESOLVABLE, outcome.failed.values())):
+    if any(map(_UNRESOLVABLE, outcome.failed.values() if reasons is None else reasons)):
         for name, reason in outcome.failed.items():
             (unresolvable if reason.unresolvable else failed)[name] = reason.message
     else:  # the usual answer, thousands of soft failures: built in C

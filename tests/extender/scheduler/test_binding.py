@@ -45,6 +45,17 @@ def test_a_binding_that_cannot_change_the_verdict_does_not_hold_the_filter() -> 
     assert waited == 0 and gate.waited == 0 and gate.open_count() == 1
 
 
+def test_only_another_pods_open_binding_counts_and_a_retry_closes_its_own() -> None:
+    gate = BindingGate(0.5, Clock())
+    gate.decided("a", 1, frozenset({"n1"}))
+    assert not gate.others_open("a")  # its own earlier cycle, now retried: closed
+    assert gate.open_count() == 0
+    gate.decided("a", 1, frozenset({"n1"}))
+    gate.decided("b", 1, frozenset({"n1"}))
+    assert gate.others_open("a")
+    assert gate.open_count() == 1
+
+
 @pytest.mark.parametrize(("left_idle", "waits"), [(2, False), (1, True)])
 def test_the_risk_bound_is_exact(left_idle: int, waits: bool) -> None:
     """n1 has `left_idle + 1` idle GPUs; `a` (1 GPU) may take one; `b` needs 2: at risk iff idle - 1 < 2."""

@@ -90,6 +90,17 @@ def test_filter_result_names_mode() -> None:
     }
 
 
+def test_filter_result_given_the_distinct_reasons_splits_the_same_way() -> None:
+    args = parse_extender_args(b'{"Pod": {}, "NodeNames": ["a", "b", "c"]}')
+    both = outcome()
+    assert filter_result(args, both, set(both.failed.values())) == filter_result(args, both)
+    soft = FilterOutcome(passed=["b"], failed={"a": reasons.INSUFFICIENT_IDLE_GPUS, "c": reasons.STALE_GPU_DATA})
+    answer = filter_result(args, soft, {reasons.INSUFFICIENT_IDLE_GPUS, reasons.STALE_GPU_DATA})
+    assert answer["FailedNodes"] == {"a": reasons.INSUFFICIENT_IDLE_GPUS.message, "c": reasons.STALE_GPU_DATA.message}
+    assert answer["FailedAndUnresolvableNodes"] == {}
+    assert list(answer["FailedNodes"]) == ["a", "c"]  # in the outcome's order
+
+
 def test_filter_result_nodes_mode_echoes_node_objects() -> None:
     items = [{"metadata": {"name": n}, "status": {"x": n}} for n in "abc"]
     args = parse_extender_args(
@@ -149,6 +160,9 @@ def test_json_objects_and_arrays_are_counted_before_parsing() -> None:
     with pytest.raises(InvalidInput) as info:  # counted before parsing: even broken JSON
         parse_extender_args(b"[" * 100, max_containers=99)
     assert info.value.code == "too_complex"
+    with pytest.raises(InvalidInput) as info:  # as long as the bound: not counted, and within it
+        parse_extender_args(b"[" * 99, max_containers=99)
+    assert info.value.code == "malformed_json"
 
 
 def _deep(levels: int) -> list:
