@@ -16,11 +16,13 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from gpuextender.extender.decide.decision import Decision
 from gpuextender.extender.decide.explain import explain as explain_decision
 from gpuextender.extender.model.dra import pod_claims
 from gpuextender.extender.model.pod_gpus import whole_gpu_resources
@@ -170,13 +172,26 @@ class SchedulerApi:
     # The three verbs render one Decision each.
 
     def filter(self, args: ExtenderArgs) -> dict[str, Any]:
+        answer, record = self.answer_filter(args)
+        record()
+        return answer
+
+    def answer_filter(self, args: ExtenderArgs) -> tuple[dict[str, Any], Callable[[], None]]:
+        """filter's answer, and what the call leaves behind (metrics, the decision log line, the
+        waiting pods) as a step to run once the answer is on its way: kube-scheduler waits for the
+        answer only. The binding gate hears of the answer here, before any later call is read."""
         d = self.decisions.decide(args)
+        answered = d.answered
+        self.bindings.filtered(pod_uid(args.pod), d.pod, answered.passed)
+        return filter_result(args, answered), partial(self._record_filter, pod_uid(args.pod), d)
+
+    def _record_filter(self, uid: str, d: Decision) -> None:
         record_plan(self.metrics, self.settings.runtime_check, d)
         failures = record_filter(self.metrics, d)
         pod, outcome = d.pod, d.filtered
         if pod.gpus_needed or pod.mig_needed:
             self.waiting.record(
-                uid=pod_uid(args.pod) or pod.ref,  # a Pod kube-scheduler sends always has a uid
+                uid=uid or pod.ref,  # a Pod kube-scheduler sends always has a uid
                 pod=pod.ref,
                 gpus=pod.gpus_needed,
                 nodes=len(outcome.passed) + len(outcome.failed),
@@ -186,9 +201,6 @@ class SchedulerApi:
                 failures=failures.most_common(),
                 now=self._clock(),
             )
-        answered = d.answered
-        self.bindings.filtered(pod_uid(args.pod), d.pod, answered.passed)
-        return filter_result(args, answered, failures.keys())
 
     def prioritize(self, args: ExtenderArgs) -> list[dict[str, Any]]:
         d = self.decisions.decide(args)
@@ -205,6 +217,15 @@ class SchedulerApi:
         answer = explain_decision(self.decisions.decide(args))
         answer["candidates"] = {"source": "every known node", "known": len(known), "explained": len(args.node_names)}
         return answer
+
+
+def _recorded(record: Callable[[], None]) -> None:
+    """A verb's bookkeeping after its answer: a failure is logged, never lost in the loop."""
+    try:
+        with collector_paused():
+            record()
+    except Exception:
+        log.exception("recording a decision failed (its answer was sent)")
 
 
 def _json(payload: Any, status: int = 200) -> web.Response:
@@ -330,8 +351,11 @@ def build_app(api: SchedulerApi, pages: PageRoutes | None = None) -> web.Applica
         max_candidates: int = settings.max_candidates,
         nodes_optional: bool = False,
         settle: bool = False,
+        record_after: bool = False,
     ) -> Callable[[bytes], Awaitable[Any]]:
-        """A verb that answers ExtenderArgs; `settle`: first wait for earlier pods' bindings (binding_gate.py)."""
+        """A verb that answers ExtenderArgs; `settle`: first wait for earlier pods' bindings (binding_gate.py);
+        `record_after`: `decide` gives (answer, record) and `record` runs once the answer is sent
+        (the loop's next step: before it reads any later call)."""
 
         async def respond(body: bytes) -> Any:
             with collector_paused():
@@ -343,6 +367,9 @@ def build_app(api: SchedulerApi, pages: PageRoutes | None = None) -> web.Applica
             with collector_paused():
                 answer = decide(args)
                 del args  # freed (by reference counts) before the collector runs again
+            if record_after:
+                answer, record = answer
+                asyncio.get_running_loop().call_soon(_recorded, record)
             return answer
 
         return respond
@@ -392,7 +419,9 @@ def build_app(api: SchedulerApi, pages: PageRoutes | None = None) -> web.Applica
 
     app = web.Application(client_max_size=settings.max_body_bytes)
     prefix = settings.path_prefix.rstrip("/")
-    app.router.add_post(f"{prefix}/filter", scheduler_verb("filter", decided(api.filter, settle=True)))
+    app.router.add_post(
+        f"{prefix}/filter", scheduler_verb("filter", decided(api.answer_filter, settle=True, record_after=True))
+    )
     app.router.add_post(f"{prefix}/prioritize", scheduler_verb("prioritize", decided(api.prioritize)))
     app.router.add_post(f"{prefix}/bind", scheduler_verb("bind", bind))
     app.router.add_post(
