@@ -231,6 +231,11 @@ def prioritize_with_classes(
     """Scores 0-10: the policy's class ranking first, the node ranking within a class second
     (decide/README.md, "Classes in the score", is the formula)."""
     names, classes_by_node, classes = candidates.names, known.classes_by_node, known.view.classes
+    index = known.fit_index
+    if index is not None and not plan.applies:  # every node a fresh fit: the index scores them
+        scored = index.scores(needed, names, strategy, known.now, known.policy.stale_after_s)
+        if scored is not None:
+            return scored, None
     allowed = set(plan.allowed)
     # Only a fresh fit inside the allowed classes demotes assumed verdicts, as in filter_with_classes.
     in_allowed = (lambda node: not allowed.isdisjoint(classes_by_node.get(node, ()))) if plan.applies else None

@@ -223,6 +223,23 @@ class FitIndex:
             self._vouched = (outcome.passed, k, self._generation)
         return outcome
 
+    def scores(
+        self, k: int, names: Sequence[str], strategy: str, now: float, stale_after: float
+    ) -> list[tuple[str, int]] | None:
+        """whole_gpus.prioritize's (node, score) for `names`, in their order, when every one of
+        them fits a k-GPU pod on fresh data at `now` and `strategy` is one of STRATEGIES; else None
+        (take the definition)."""
+        if strategy not in STRATEGIES or not self.applies(k):
+            return None
+        if not names:
+            return []
+        of = list(map(self._size(k).fits.get, names))
+        if None in of or not self.stale(now, stale_after).isdisjoint(names):
+            return None
+        fits = cast(list[Fit], of)
+        capacity = max(k, max(map(_COUNT, fits), default=0))  # k >= 1: at least 1
+        return list(zip(names, _scored(strategy, fits, capacity, sorted(set(map(_Q, fits)))), strict=True))
+
     def best(
         self, k: int, passed: Sequence[str], start: int, keep: int, strategy: str, now: float, stale_after: float
     ) -> list[str] | None:
@@ -231,6 +248,8 @@ class FitIndex:
         nodes that fit a k-GPU pod on fresh data at `now` and `strategy` is one of STRATEGIES."""
         if strategy not in STRATEGIES or not self.applies(k):
             return None
+        if not passed or keep <= 0:
+            return []
         size = self._size(k)
         fits = size.fits
         members = set(passed)
@@ -249,7 +268,7 @@ class FitIndex:
         else:
             of = list(map(fits.__getitem__, passed))
             counts, present = set(map(_COUNT, of)), set(map(_Q, of))
-        capacity = max(k, 1, max(counts, default=0))
+        capacity = max(k, max(counts, default=0))  # k >= 1: at least 1
         scale = capacity + 1
         classes = sorted(present)
         m = len(classes)
@@ -275,6 +294,25 @@ class FitIndex:
                 break
             chosen += _cut(ranked[q], among, keep - len(chosen), lambda entry: 0, rotated)
         return chosen
+
+
+def _scored(strategy: str, fits: Sequence[Fit], capacity: int, classes: Sequence[int]) -> list[int]:
+    """rank_nodes' scores of nodes that all fit on fresh data (decide/README.md, "Prioritize"):
+    `classes` the distinct q among them, best first."""
+    scale = capacity + 1
+    if strategy == "spread":
+        values = [whole_gpus.spread_value(idle, utilization) for _, idle, utilization, _ in fits]
+    else:
+        values = [whole_gpus.binpack_value(idle, utilization, capacity) for _, idle, utilization, _ in fits]
+    m = len(classes)
+    if m == 1:
+        return [whole_gpus.one_class_score(v, scale) for v in values]
+    best, band = classes[0], whole_gpus.best_class_band(m, scale)
+    below = {q: m - r for r, q in enumerate(classes) if r}
+    return [
+        whole_gpus.best_class_score(v, m, band) if fit[0] == best else below[fit[0]]
+        for v, fit in zip(values, fits, strict=True)
+    ]
 
 
 def _judge_slow(

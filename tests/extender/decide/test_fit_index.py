@@ -323,3 +323,50 @@ def test_the_shortlist_asks_the_snapshots_index_and_keeps_its_set() -> None:
     got = shortlist.best(pod, passed, 5, Candidates(names, {}), known(summaries, index), NEUTRAL)
     assert asked == [got]
     assert set(got) == set(shortlist.best(pod, passed, 5, Candidates(names, {}), known(summaries, None), NEUTRAL))
+
+
+@pytest.mark.parametrize("strategy", ["spread", "binpack"])
+@pytest.mark.parametrize("classes", [1, 2, 4, 12])
+def test_scores_are_prioritizes_when_every_node_fits_on_fresh_data(strategy: str, classes: int) -> None:
+    rng = random.Random(f"scores-{strategy}-{classes}")
+    scored = 0
+    for case in range(150):
+        summaries = fleet(rng, rng.randint(1, 60), classes)
+        index = FitIndex(summaries)
+        k = rng.randint(1, 4)
+        policy = DecisionPolicy(no_fit_policy="reject")
+        outcome = index.filter(k, list(summaries), {}, NOW, policy)
+        if outcome.assumed or not outcome.passed:
+            continue
+        names = [n for n in outcome.passed if rng.random() < 0.8] or outcome.passed[:1]
+        if rng.random() < 0.2:
+            names.append(names[0])  # named twice: scored twice, as prioritize does
+        rng.shuffle(names)
+        want = whole_gpus.prioritize(k, names, {}, summaries.get, NOW, policy, strategy)
+        assert index.scores(k, names, strategy, NOW, STALE_AFTER) == want, case
+        scored += 1
+        change(rng, summaries, index, 2)
+    assert scored >= 100
+
+
+def test_scores_step_aside_for_a_node_that_does_not_fit_is_stale_or_unknown() -> None:
+    summaries = {f"n{i}": fitting(f"n{i}") for i in range(4)}
+    summaries["small"] = fitting("small", idle=1)
+    summaries["old"] = fitting("old", received_at=NOW - STALE_AFTER - 0.001)
+    summaries["edge"] = fitting("edge", received_at=NOW - STALE_AFTER)
+    index = FitIndex(summaries)
+    fit = ["n0", "n1", "edge"]
+    assert index.scores(2, fit, "spread", NOW, STALE_AFTER) is not None
+    for odd in ("small", "old", "unknown"):
+        assert index.scores(2, [*fit, odd], "spread", NOW, STALE_AFTER) is None, odd
+    assert index.scores(2, fit, "random", NOW, STALE_AFTER) is None
+    assert index.scores(0, fit, "spread", NOW, STALE_AFTER) is None
+    # No node at all (explain on an extender that knows none): as prioritize, nothing to score.
+    assert (
+        index.scores(2, [], "spread", NOW, STALE_AFTER)
+        == []
+        == whole_gpus.prioritize(2, [], {}, summaries.get, NOW, DecisionPolicy())
+    )
+    assert FitIndex({}).scores(2, [], "binpack", NOW, STALE_AFTER) == []
+    assert FitIndex({}).best(2, [], 0, 3, "spread", NOW, STALE_AFTER) == []
+    assert index.best(2, fit, 0, 0, "spread", NOW, STALE_AFTER) == []
