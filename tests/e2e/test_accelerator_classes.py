@@ -69,6 +69,7 @@ def test_classes_runtimes_and_policies_decide_placement(tmp_path: Path) -> None:
         assert pinned["NodeNames"] == ["a100-40-node"]
         assert set(pinned["FailedAndUnresolvableNodes"]) == {"h100-node", "a100-80-node", "l40s-node"}
         assert all(m.endswith("(AcceleratorClassNotAllowed)") for m in pinned["FailedAndUnresolvableNodes"].values())
+        scrape(url(ext, "/metrics"))  # answered after the filter's record step: its log line is written
         assert "h100-node: AcceleratorClassNotAllowed (idle 1, healthy 8/8, data none, assumed)" in ext.log()
 
         # A class the runtime does not support: every node fails, with that reason.

@@ -63,6 +63,9 @@ def test_filter_passes_idle_nodes_and_rejects_busy_ones_with_a_reason(live: Clus
     assert answer["FailedNodes"] == {"gpu-node-1": "gpu-extender: too few idle GPUs (InsufficientIdleGPUs)"}
     assert answer["FailedAndUnresolvableNodes"] == {}
     assert answer["Error"] == ""
+    # filter answers, then records: any later call is answered after its metrics and log line.
+    samples = scrape(url(ext, "/metrics"))
+    assert metric(samples, "gpu_extender_filter_nodes_total", result="failed") >= 1
     assert "filter default/gpu-b1 needs 2 GPU: 2 passed, 1 failed: gpu-node-1: InsufficientIdleGPUs" in ext.log()
 
 

@@ -1,8 +1,10 @@
-"""Filter's and the shortlist's road for a class-neutral pod of whole GPUs at thousands of candidates
-(decide/README.md, "Filter" and "The shortlist"): every node's fresh verdict for a pod of k GPUs,
-and the nodes that fit ranked per strategy, kept current per node change instead of judged and
-sorted again on every call. tests/extender/decide/test_fit_index.py holds `filter` equal to
-`whole_gpus.filter_nodes` and `best` to `shortlist.best_by_score` on generated fleets and changes.
+"""Filter's, the shortlist's and prioritize's road for a class-neutral pod of whole GPUs at thousands
+of candidates (decide/README.md, "The index"): every node's fresh verdict for a pod of k GPUs, and
+the nodes that fit ranked per strategy, kept current per node change instead of judged and sorted
+again on every call. tests/extender/decide/test_fit_index.py holds `filter` equal to
+`whole_gpus.filter_nodes`, `best` to `shortlist.best_by_score` and `scores` to
+`whole_gpus.prioritize` on generated fleets and changes; where they cannot give the definition's
+answer (a stale, unknown or unfit node among those to rank), `best` and `scores` say None.
 
 Per pod size k (1 <= k < QUALITY_SIZES), from every node's summary whatever its age: the nodes that
 fit on fresh data (`whole_gpus.fresh_reason` is None) with their quality class q, idle GPUs,

@@ -5,7 +5,8 @@ cut the same way.
 
 `best_by_score` is the definition: every passing node scored with
 `class_plan.prioritize_with_classes`. At 5,000 names that is most of a filter call, so the common
-case takes a faster road to the same set (`_best_fresh`, held equal to the definition on generated
+case takes a faster road to the same set: the snapshot's index where it has one (fit_index.py: the
+ranking kept per node change), else `_best_fresh` (held equal to the definition on generated
 fleets by tests/extender/decide/test_shortlist.py): the pod is class-neutral, the strategy spread
 or binpack, and every passing node fits on fresh data (or none has agent data: then all score
 alike). Then a node's score is a non-decreasing function of one sort key, so one sort in C orders

@@ -19,15 +19,15 @@ orjson builds them), and quantities bounded in gpuextender/extender/model/pod_gp
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from itertools import compress
 from operator import attrgetter
 from typing import Any
 
 import orjson
 
 from gpuextender.extender.decide.filter_outcome import FilterOutcome
-from gpuextender.extender.decide.reasons import Reason
 from gpuextender.extender.model.pod_gpus import MAX_GPU_COUNT, parse_count
 from gpuextender.extender.model.pod_key import pod_key
 from gpuextender.extender.model.untrusted import Fields, InvalidInput, described, shown
@@ -186,11 +186,8 @@ def _check_echoable(metadata: Any, items: list[Any]) -> None:
 _UNRESOLVABLE, _MESSAGE = attrgetter("unresolvable"), attrgetter("message")
 
 
-def filter_result(
-    args: ExtenderArgs, outcome: FilterOutcome, reasons: Collection[Reason] | None = None
-) -> dict[str, Any]:
-    """ExtenderFilterResult in the request's mode; every rejected node has a reason. `reasons`: the
-    distinct reasons in `outcome.failed`, where the caller has counted them."""
+def filter_result(args: ExtenderArgs, outcome: FilterOutcome) -> dict[str, Any]:
+    """ExtenderFilterResult in the request's mode; every rejected node has a reason."""
     result: dict[str, Any] = {}
     if args.node_names is not None:
         result["NodeNames"] = outcome.passed
@@ -200,13 +197,11 @@ def filter_result(
             "metadata": args.nodes_metadata if args.nodes_metadata is not None else {},
             "items": [n for n in args.nodes if n["metadata"]["name"] in passed],
         }
-    failed: dict[str, str] = {}
-    unresolvable: dict[str, str] = {}
-    if any(map(_UNRESOLVABLE, outcome.failed.values() if reasons is None else reasons)):
-        for name, reason in outcome.failed.items():
-            (unresolvable if reason.unresolvable else failed)[name] = reason.message
-    else:  # the usual answer, thousands of soft failures: built in C
-        failed = dict(zip(outcome.failed, map(_MESSAGE, outcome.failed.values()), strict=True))
+    # Thousands of failures per call: split in C (messages for all, then the few unresolvable moved).
+    failures = outcome.failed
+    failed = dict(zip(failures, map(_MESSAGE, failures.values()), strict=True))
+    hard = compress(failures, map(_UNRESOLVABLE, failures.values()))
+    unresolvable = {name: failed.pop(name) for name in list(hard)}
     result["FailedNodes"] = failed
     result["FailedAndUnresolvableNodes"] = unresolvable
     result["Error"] = ""

@@ -90,15 +90,24 @@ def test_filter_result_names_mode() -> None:
     }
 
 
-def test_filter_result_given_the_distinct_reasons_splits_the_same_way() -> None:
-    args = parse_extender_args(b'{"Pod": {}, "NodeNames": ["a", "b", "c"]}')
-    both = outcome()
-    assert filter_result(args, both, set(both.failed.values())) == filter_result(args, both)
-    soft = FilterOutcome(passed=["b"], failed={"a": reasons.INSUFFICIENT_IDLE_GPUS, "c": reasons.STALE_GPU_DATA})
-    answer = filter_result(args, soft, {reasons.INSUFFICIENT_IDLE_GPUS, reasons.STALE_GPU_DATA})
-    assert answer["FailedNodes"] == {"a": reasons.INSUFFICIENT_IDLE_GPUS.message, "c": reasons.STALE_GPU_DATA.message}
-    assert answer["FailedAndUnresolvableNodes"] == {}
-    assert list(answer["FailedNodes"]) == ["a", "c"]  # in the outcome's order
+def test_filter_result_keeps_the_outcomes_order_in_both_maps() -> None:
+    args = parse_extender_args(b'{"Pod": {}, "NodeNames": ["a", "b", "c", "d", "e"]}')
+    mixed = FilterOutcome(
+        passed=["b"],
+        failed={
+            "e": reasons.INSUFFICIENT_IDLE_GPUS,
+            "d": reasons.NVML_UNAVAILABLE,
+            "a": reasons.STALE_GPU_DATA,
+            "c": reasons.NVML_UNAVAILABLE,
+        },
+    )
+    answer = filter_result(args, mixed)
+    assert list(answer["FailedNodes"].items()) == [
+        ("e", reasons.INSUFFICIENT_IDLE_GPUS.message),
+        ("a", reasons.STALE_GPU_DATA.message),
+    ]
+    assert list(answer["FailedAndUnresolvableNodes"]) == ["d", "c"]
+    assert set(answer["FailedAndUnresolvableNodes"].values()) == {reasons.NVML_UNAVAILABLE.message}
 
 
 def test_filter_result_nodes_mode_echoes_node_objects() -> None:

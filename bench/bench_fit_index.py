@@ -1,0 +1,123 @@
+"""Benchmark: what decide/fit_index.py costs and saves at 5,000 nodes, in-process, side by side.
+
+What it measures (bench_extender's 5,000-node fleet and 2-GPU pod, every node a candidate, shuffled):
+- a filter call's decision (the verdicts, then the shortlist's cut to 100) through the index against
+  the per-call road (whole_gpus.filter_nodes, then shortlist._best_fresh), alternating, with 0, 10
+  and 100 nodes changed before each call (a new report each: what the index applies first), and
+  prioritize of the 100 answered through the index against whole_gpus.prioritize;
+- building one pod size (every node's verdict, the spread ranking) from nothing, as after a
+  change of more than a quarter of the nodes;
+- the memory one size holds (tracemalloc, both strategies ranked).
+Reported: medians of per-call milliseconds (timeit, 200 calls per variant and round, 3 rounds
+alternating), and the ratios.
+
+Run: `.venv/bin/python bench/bench_fit_index.py`
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import sys
+import time
+import tracemalloc
+from dataclasses import replace
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from profile_extender import build_api, make_fleet
+
+from gpuextender.extender.decide import shortlist, whole_gpus
+from gpuextender.extender.decide.fit_index import FitIndex, _Size
+from gpuextender.extender.settings import DecisionPolicy
+
+NODES, NEEDED, KEEP, CALLS, ROUNDS = 5000, 2, 100, 200, 3
+
+
+def _ms(fn, calls: int = CALLS, before=lambda: None) -> float:  # type: ignore[no-untyped-def]
+    """Median milliseconds of `fn`, `before` run (untimed) ahead of each call."""
+    times = []
+    for _ in range(calls):
+        before()
+        started = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - started)
+    return 1000 * statistics.median(times)
+
+
+def main() -> int:
+    api = build_api(NODES)
+    state = api.state
+    summaries = state.offered_summaries
+    names = [n.name for n in make_fleet(NODES)]
+    random.Random(7).shuffle(names)
+    policy = DecisionPolicy(stale_after_s=100000.0)
+    now = time.monotonic()
+    index = FitIndex(summaries)
+    rng = random.Random(3)
+
+    def touch(count: int) -> None:  # `count` nodes report again (same readings, a new summary)
+        for name in rng.sample(names, count):
+            state._summaries[name] = state._offered[name] = replace(summaries[name], received_at=now)
+            index.changed(name)
+
+    def by_index() -> list[str] | None:
+        passed = index.filter(NEEDED, names, {}, now, policy).passed
+        return index.best(NEEDED, passed, 7, KEEP, "spread", now, policy.stale_after_s)
+
+    def per_call() -> list[str] | None:
+        passed = whole_gpus.filter_nodes(NEEDED, names, {}, summaries.get, now, policy).passed
+        rotated = passed[7:] + passed[:7]
+        return shortlist._best_fresh(NEEDED, rotated, {}, _Known(summaries, now, policy), "spread", KEEP)
+
+    answered = by_index() or []
+    rows: dict[str, list[float]] = {}
+    for _ in range(ROUNDS):
+        for changed in (0, 10, 100):
+            rows.setdefault(f"filter+shortlist, {changed} changed, per call", []).append(_ms(per_call))
+            rows.setdefault(f"filter+shortlist, {changed} changed, index", []).append(
+                _ms(by_index, before=lambda c=changed: touch(c))  # type: ignore[misc]
+            )
+        rows.setdefault("prioritize 100, per call", []).append(
+            _ms(lambda: whole_gpus.prioritize(NEEDED, answered, {}, summaries.get, now, policy))
+        )
+        rows.setdefault("prioritize 100, index", []).append(
+            _ms(lambda: index.scores(NEEDED, answered, "spread", now, policy.stale_after_s))
+        )
+        rows.setdefault("one size built (verdicts + spread ranking)", []).append(
+            _ms(lambda: _Size(NEEDED, summaries).ranking("spread"), calls=20)
+        )
+    tracemalloc.start()
+    before = tracemalloc.get_traced_memory()[0]
+    size = _Size(NEEDED, summaries)
+    size.ranking("spread")
+    size.ranking("binpack")
+    held = tracemalloc.get_traced_memory()[0] - before
+    tracemalloc.stop()
+
+    print(f"{NODES:,} nodes, {NEEDED}-GPU pod, every node a candidate; medians of {ROUNDS} rounds x {CALLS} calls, ms")
+    print()
+    print("| what | ms |")
+    print("|---|---:|")
+    for label, figures in rows.items():
+        print(f"| {label} | {statistics.median(figures):.3f} |")
+    print()
+    for changed in (0, 10, 100):
+        a = statistics.median(rows[f"filter+shortlist, {changed} changed, index"])
+        b = statistics.median(rows[f"filter+shortlist, {changed} changed, per call"])
+        print(f"filter+shortlist with {changed} changed nodes: index / per call = {a / b:.2f}x")
+    p = statistics.median(rows["prioritize 100, index"]) / statistics.median(rows["prioritize 100, per call"])
+    print(f"prioritize of 100: index / per call = {p:.2f}x")
+    print(f"one size held: {held / 2**20:.2f} MiB (verdicts, fits, both strategies ranked)")
+    return 0
+
+
+class _Known:
+    """What _best_fresh reads of a Snapshot."""
+
+    def __init__(self, summaries, now: float, policy: DecisionPolicy) -> None:  # type: ignore[no-untyped-def]
+        self.summary, self.now, self.policy = summaries.get, now, policy
+
+
+if __name__ == "__main__":
+    sys.exit(main())
