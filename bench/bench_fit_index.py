@@ -3,7 +3,8 @@
 What it measures (bench_extender's 5,000-node fleet and 2-GPU pod, every node a candidate, shuffled):
 - a filter call's decision (the verdicts, then the shortlist's cut to 100) through the index against
   the per-call road (whole_gpus.filter_nodes, then shortlist._best_fresh), alternating, with 0, 10
-  and 100 nodes changed before each call (a new report each: what the index applies first), and
+  and 100 nodes reporting before each call (what the index applies first): heartbeats (the same
+  readings) and reports whose utilization changed; and
   prioritize of the 100 answered through the index against whole_gpus.prioritize;
 - building one pod size (every node's verdict, the spread ranking) from nothing, as after a
   change of more than a quarter of the nodes;
@@ -56,9 +57,13 @@ def main() -> int:
     index = FitIndex(summaries)
     rng = random.Random(3)
 
-    def touch(count: int) -> None:  # `count` nodes report again (same readings, a new summary)
+    def touch(count: int, moved: bool) -> None:
+        """`count` nodes report again: the same readings (a heartbeat), or another utilization."""
         for name in rng.sample(names, count):
-            state._summaries[name] = state._offered[name] = replace(summaries[name], received_at=now)
+            summary = summaries[name]
+            utilization = rng.uniform(0, 100) if moved else summary.mean_utilization
+            new = replace(summary, received_at=now, mean_utilization=utilization)
+            state._summaries[name] = state._offered[name] = new
             index.changed(name)
 
     def by_index() -> list[str] | None:
@@ -72,11 +77,13 @@ def main() -> int:
 
     answered = by_index() or []
     rows: dict[str, list[float]] = {}
+    variants = [(0, False), (10, False), (100, False), (10, True), (100, True)]
     for _ in range(ROUNDS):
-        for changed in (0, 10, 100):
-            rows.setdefault(f"filter+shortlist, {changed} changed, per call", []).append(_ms(per_call))
-            rows.setdefault(f"filter+shortlist, {changed} changed, index", []).append(
-                _ms(by_index, before=lambda c=changed: touch(c))  # type: ignore[misc]
+        for count, moved in variants:
+            label = f"{count} {'changed' if moved else 'heartbeats'}"
+            rows.setdefault(f"filter+shortlist, {label} before, per call", []).append(_ms(per_call))
+            rows.setdefault(f"filter+shortlist, {label} before, index", []).append(
+                _ms(by_index, before=lambda c=count, m=moved: touch(c, m))  # type: ignore[misc]
             )
         rows.setdefault("prioritize 100, per call", []).append(
             _ms(lambda: whole_gpus.prioritize(NEEDED, answered, {}, summaries.get, now, policy))
@@ -102,10 +109,11 @@ def main() -> int:
     for label, figures in rows.items():
         print(f"| {label} | {statistics.median(figures):.3f} |")
     print()
-    for changed in (0, 10, 100):
-        a = statistics.median(rows[f"filter+shortlist, {changed} changed, index"])
-        b = statistics.median(rows[f"filter+shortlist, {changed} changed, per call"])
-        print(f"filter+shortlist with {changed} changed nodes: index / per call = {a / b:.2f}x")
+    for count, moved in variants:
+        label = f"{count} {'changed' if moved else 'heartbeats'}"
+        a = statistics.median(rows[f"filter+shortlist, {label} before, index"])
+        b = statistics.median(rows[f"filter+shortlist, {label} before, per call"])
+        print(f"filter+shortlist, {label} before each call: index / per call = {a / b:.2f}x")
     p = statistics.median(rows["prioritize 100, index"]) / statistics.median(rows["prioritize 100, per call"])
     print(f"prioritize of 100: index / per call = {p:.2f}x")
     print(f"one size held: {held / 2**20:.2f} MiB (verdicts, fits, both strategies ranked)")

@@ -85,16 +85,22 @@ class _Size:
             # with its key, and keys next to each other in memory make that ~15 % faster.
             self._add(name.encode().decode(), summary)
 
-    def _add(self, name: str, summary: NodeSummary) -> None:
+    def _judge(self, summary: NodeSummary) -> Reason | Fit:
         k = self.k
         reason = whole_gpus.fresh_reason(summary, k)
         if reason is not None:
-            self.verdict[name] = reason
-            return
-        self.verdict[name] = False
+            return reason
         idle, qs = summary.idle_gpus, summary.quality  # as rank_nodes reads q
         q = qs[k] if k < len(qs) else quality_for(k, idle, summary.degraded_idle_gpus, summary.set_tiers)
-        fit = (q, idle, summary.mean_utilization or 0.0, summary.gpu_count)
+        return (q, idle, summary.mean_utilization or 0.0, summary.gpu_count)
+
+    def _add(self, name: str, summary: NodeSummary, judged: Reason | Fit | None = None) -> None:
+        fit = self._judge(summary) if judged is None else judged
+        if isinstance(fit, Reason):
+            self.verdict[name] = fit
+            return
+        self.verdict[name] = False
+        q = fit[0]
         self.fits[name] = fit
         self.counts[fit[3]] += 1
         self.classes[q] += 1
@@ -102,6 +108,10 @@ class _Size:
             insort(by_q.setdefault(q, []), _entry(strategy, name, fit))
 
     def update(self, name: str, summary: NodeSummary | None) -> None:
+        judged = None if summary is None else self._judge(summary)
+        held = self.verdict.get(name)
+        if judged is not None and (judged is held or (held is False and judged == self.fits.get(name))):
+            return  # the same reason, or a fit with the same numbers (a heartbeat): nothing moves
         if self.verdict.pop(name, None) is False and (fit := self.fits.pop(name, None)) is not None:
             q = fit[0]
             _drop(self.counts, fit[3])
@@ -112,7 +122,7 @@ class _Size:
                 if not entries:
                     del by_q[q]
         if summary is not None:
-            self._add(name, summary)
+            self._add(name, summary, judged)
 
     def ranking(self, strategy: str) -> dict[int, list[Entry]]:
         by_q = self.ranked.get(strategy)

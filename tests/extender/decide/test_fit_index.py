@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -107,6 +108,8 @@ def change(rng: random.Random, summaries: dict[str, NodeSummary], index: FitInde
         name = f"n{rng.randint(0, 50)}"
         if name in summaries and rng.random() < 0.2:
             del summaries[name]
+        elif name in summaries and rng.random() < 0.3:  # a heartbeat: the same numbers, a newer report
+            summaries[name] = replace(summaries[name], received_at=summaries[name].received_at + 1.0)
         else:
             summaries[name] = node(name, rng)
         index.changed(name)
