@@ -190,7 +190,7 @@ def run(
     helper = Path(__file__).with_name("image_chroot.py")
     with open(log, "wb") as out:
         return subprocess.Popen(
-            ["unshare", "--mount", "--fork", "--", sys.executable, str(helper), str(spec_path)],
+            ["unshare", "--mount", "--", sys.executable, str(helper), str(spec_path)],
             stdout=out,
             stderr=subprocess.STDOUT,
         )

@@ -1,6 +1,8 @@
-"""Runs inside `unshare --mount --fork` (tests/image_build.run): prepares an image's root as the
-kubelet and container runtime would for a pod with `readOnlyRootFilesystem: true`, then becomes
-the pod's process. Reads its spec (a JSON file: root, uid, gid, binds, env, argv) from argv[1].
+"""Runs inside `unshare --mount` (tests/image_build.run), as the very process the test started (no
+fork in between: a test's SIGTERM reaches the program, and nothing outlives the test): prepares an
+image's root as the kubelet and container runtime would for a pod with `readOnlyRootFilesystem:
+true`, then becomes the pod's process. Reads its spec (a JSON file: root, uid, gid, binds, env,
+argv) from argv[1].
 
 Mounts made here live in this private namespace and vanish with it."""
 

@@ -98,11 +98,15 @@ def wait(what: str, check: Callable[[], bool], proc: subprocess.Popen[bytes], lo
 
 
 def stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, as the kubelet stops a container: the program itself gets it (image_build.run starts
+    nothing in between) and exits; nothing is left running after the test."""
     proc.terminate()
     try:
         proc.wait(15)
     except subprocess.TimeoutExpired:
         proc.kill()
+        proc.wait()
+        raise AssertionError(f"pid {proc.pid} did not stop within 15 s of SIGTERM") from None
 
 
 def test_the_images_say_what_they_are(built: Built) -> None:
