@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import replace
+from typing import Any
+
+import orjson
 
 from gpuextender.extender.decide import class_plan
 from gpuextender.extender.decide.decision import Decision
@@ -28,6 +31,35 @@ from gpuextender.extender.state.live_classes import LiveClasses
 from gpuextender.extender.state.pod_ledger import PodLedger
 
 PLAN_CACHE_SIZE = 4096  # distinct OME pod identities per inventory version; cleared when full
+POD_CACHE_SIZE = 256  # distinct pods read; cleared when full
+POD_CACHE_MAX_BYTES = 16 * 1024  # a pod's JSON past this is read every time, never kept
+
+
+class PodReadings:
+    """read_pod per distinct pod: kube-scheduler sends the same Pod to filter and then prioritize
+    (and again on a retry), so its reading is kept, keyed by the Pod's JSON (a few microseconds to
+    encode; reading it again costs ten times that). The same JSON reads the same: it is a pure
+    function of the pod and the settings. Bounded in entries and in the size of a key."""
+
+    def __init__(self, settings: ApiSettings, size: int = POD_CACHE_SIZE) -> None:
+        self._settings = settings
+        self._size = size
+        self._read: dict[bytes, PodRequest] = {}
+
+    def read(self, pod: dict[str, Any]) -> PodRequest:
+        settings = self._settings
+        try:
+            key = orjson.dumps(pod)
+        except orjson.JSONEncodeError:  # nested past orjson's depth: read_pod says why it refuses it
+            key = b""
+        reading = self._read.get(key) if key else None
+        if reading is None:
+            reading = read_pod(pod, settings.gpu_resources, settings.node_strategy, settings.random_seed)
+            if key and len(key) <= POD_CACHE_MAX_BYTES:
+                if len(self._read) >= self._size:
+                    self._read.clear()
+                self._read[key] = reading
+        return reading
 
 
 class PlanCache:
@@ -70,6 +102,7 @@ class Decisions:
         self._classes = classes
         self._clock = clock
         self._plans = PlanCache(settings.default_class_policy, settings.runtime_check)
+        self._pods = PodReadings(settings)
         self.ledger: PodLedger | None = None  # bound pods (state/pod_ledger.py), once their source runs
         self.claims: ClaimLedger | None = None  # devices DRA claims hold (state/claim_ledger.py)
         self._dra_free = DraFree()
@@ -80,7 +113,7 @@ class Decisions:
     def decide(self, args: ExtenderArgs) -> Decision:
         """The question (the pod, read once; the candidates) against what we know now."""
         settings = self._settings
-        pod = read_pod(args.pod, settings.gpu_resources, settings.node_strategy, settings.random_seed)
+        pod = self._pods.read(args.pod)
         view = self._inventory()
         claims = self.claims
         keys = pod_claims(args.pod) if claims is not None and (view.dra.classes or view.dra.mig_classes) else ()
