@@ -53,13 +53,15 @@ class Decision:
 
     @cached_property
     def answered(self) -> FilterOutcome:
-        """What filter answers: `filtered`, its passes cut to the shortlist (module docstring)."""
+        """What filter answers: `filtered`, its passes cut to the shortlist (module docstring), the
+        best first (kube-scheduler reads the names as a set)."""
         outcome, keep = self.filtered, self.shortlist
         if keep <= 0 or len(outcome.passed) <= keep or (self.pod.gpus_needed <= 0 and not self.pod.mig_needed):
             return outcome
-        kept = set(shortlist.best(self.pod, outcome.passed, keep, self.candidates, self.known, self.plan)).__contains__
+        kept = shortlist.best(self.pod, outcome.passed, keep, self.candidates, self.known, self.plan)
+        assumed = set(outcome.assumed)  # (passes on assumed data: none while a fresh node fits)
         return FilterOutcome(
-            list(filter(kept, outcome.passed)), outcome.failed, outcome.fallback, list(filter(kept, outcome.assumed))
+            kept, outcome.failed, outcome.fallback, [n for n in kept if n in assumed] if assumed else []
         )
 
     @cached_property

@@ -255,8 +255,8 @@ class FitIndex:
     def best(
         self, k: int, passed: Sequence[str], start: int, keep: int, strategy: str, now: float, stale_after: float
     ) -> list[str] | None:
-        """shortlist.best_by_score's set: the `keep` best of `passed` by score, equal scores in
-        `passed` rotated by `start`; None (take the definition) unless `passed` are distinct
+        """shortlist.best_by_score's set, the best first: the `keep` best of `passed` by score, equal
+        scores in `passed` rotated by `start`; None (take the definition) unless `passed` are distinct
         nodes that fit a k-GPU pod on fresh data at `now` and `strategy` is one of STRATEGIES."""
         if strategy not in STRATEGIES or not self.applies(k):
             return None
@@ -361,7 +361,7 @@ def _cut(
     rotated: tuple[Sequence[str], int],
 ) -> list[str]:
     """The `keep` best of the `members` (None: all) among `entries` (ranked: score non-increasing
-    along them), equal scores in rotated order."""
+    along them), the best first; of the equal scores at the cut, the first in rotated order."""
     if members is None:
         at: Sequence[int] = range(min(keep, len(entries)))
     else:
@@ -383,11 +383,14 @@ def _cut(
     low = bisect_left(entries, -threshold, 0, last, key=minus_score)
     high = bisect_right(entries, -threshold, last, len(entries), key=minus_score)
     above = [entries[i][2] for i in at if i < low]
-    tied = set(map(_NAME, entries[low:high]))  # (a run of thousands: set operations in C)
+    run = list(map(_NAME, entries[low:high]))
+    tied = set(run)  # (a run of thousands: set operations in C)
     if members is not None:
         tied &= members
     left = keep - len(above)
-    return above + (list(tied) if len(tied) <= left else _first_in_order(rotated, tied, left))
+    if len(tied) > left:
+        return above + _first_in_order(rotated, tied, left)
+    return above + (run if len(tied) == len(run) else [name for name in run if name in tied])
 
 
 def _first_in_order(rotated: tuple[Sequence[str], int], wanted: set[str], count: int) -> list[str]:

@@ -37,7 +37,7 @@ _QUALITY = attrgetter("quality")
 def best(
     pod: PodRequest, passed: list[str], keep: int, candidates: Candidates, known: Snapshot, plan: class_plan.ClassPlan
 ) -> list[str]:
-    """The `keep` best of `passed` (module docstring), in no particular order.
+    """The `keep` best of `passed` (module docstring), the best first (equal scores in rotated order).
 
     Scored among `passed` only, as kube-scheduler's prioritize call then scores them (a third less
     work at 5,000 names than scoring every candidate). Explain scores every candidate on a scale

@@ -184,11 +184,13 @@ def test_best_keeps_the_set_the_definition_keeps(strategy: str, classes: int) ->
             for keep in {1, max(1, len(passed) - 1), len(passed), len(passed) + 1, rng.randint(1, len(passed))}:
                 start = rng.randrange(len(passed))
                 want = by_the_definition(k, passed, start, summaries, strategy, keep)
+                score = dict(whole_gpus.prioritize(k, passed, {}, summaries.get, NOW, policy, strategy))
                 for given in (passed, list(passed)):  # as filter answered it, and a copy it did not vouch for
                     got = index.best(k, given, start, keep, strategy, NOW, STALE_AFTER)
                     assert got is not None, case
                     assert len(got) == len(set(got)) == min(keep, len(passed))
                     assert set(got) == want, (case, keep, start)
+                    assert [score[n] for n in got] == sorted((score[n] for n in got), reverse=True)  # best first
                 answered += 1
             change(rng, summaries, index, 2)
     assert answered >= 300
