@@ -14,20 +14,36 @@ fallback never lets such a node through. Busy or stale nodes are soft failures.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import Any
 
 
-# eq=False: each reason is a singleton below, so identity is equality, and hashing
-# (Counter over thousands of failed nodes per call) stays in C.
-@dataclass(frozen=True, slots=True, eq=False)
-class Reason:
-    code: str  # machine-stable, used as a metric label
+class Reason(str):
+    """A reason is its message, the str kube-scheduler shows (`gpu-extender: <sentence> (<code>)`):
+    a filter answer sends it per failed node as it is, with no second map of messages to build.
+    Beside it: `code` (machine-stable, a metric label), `sentence`, and `unresolvable`. Each is a
+    singleton below; read-only once made."""
+
+    code: str
     sentence: str
     unresolvable: bool
-    message: str = field(init=False)  # what kube-scheduler shows; built once, sent per failed node
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "message", f"gpu-extender: {self.sentence} ({self.code})")
+    def __new__(cls, code: str, sentence: str, unresolvable: bool) -> Reason:
+        reason = super().__new__(cls, f"gpu-extender: {sentence} ({code})")
+        object.__setattr__(reason, "code", code)
+        object.__setattr__(reason, "sentence", sentence)
+        object.__setattr__(reason, "unresolvable", unresolvable)
+        return reason
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError(f"a Reason is read-only ({name})")
+
+    @property
+    def message(self) -> str:
+        """The message as a plain str."""
+        return str.__str__(self)
+
+    def __repr__(self) -> str:
+        return f"Reason({self.code})"
 
 
 INSUFFICIENT_IDLE_GPUS = Reason("InsufficientIdleGPUs", "too few idle GPUs", unresolvable=False)

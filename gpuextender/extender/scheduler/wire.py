@@ -183,7 +183,7 @@ def _check_echoable(metadata: Any, items: list[Any]) -> None:
         ) from None
 
 
-_UNRESOLVABLE, _MESSAGE = attrgetter("unresolvable"), attrgetter("message")
+_UNRESOLVABLE = attrgetter("unresolvable")
 
 
 def filter_result(args: ExtenderArgs, outcome: FilterOutcome) -> dict[str, Any]:
@@ -197,11 +197,14 @@ def filter_result(args: ExtenderArgs, outcome: FilterOutcome) -> dict[str, Any]:
             "metadata": args.nodes_metadata if args.nodes_metadata is not None else {},
             "items": [n for n in args.nodes if n["metadata"]["name"] in passed],
         }
-    # Thousands of failures per call: split in C (messages for all, then the few unresolvable moved).
-    failures = outcome.failed
-    failed = dict(zip(failures, map(_MESSAGE, failures.values()), strict=True))
-    hard = compress(failures, map(_UNRESOLVABLE, failures.values()))
-    unresolvable = {name: failed.pop(name) for name in list(hard)}
+    # Thousands of failures per call, each a Reason, which is its message (a str): sent as they are,
+    # the few unresolvable ones moved to their map (found in C).
+    failed: dict[str, str] = outcome.failed  # type: ignore[assignment]
+    hard = list(compress(failed, map(_UNRESOLVABLE, failed.values())))
+    unresolvable: dict[str, str] = {}
+    if hard:
+        failed = dict(failed)
+        unresolvable = {name: failed.pop(name) for name in hard}
     result["FailedNodes"] = failed
     result["FailedAndUnresolvableNodes"] = unresolvable
     result["Error"] = ""
