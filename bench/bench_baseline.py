@@ -77,19 +77,35 @@ def unpack(revision: str) -> Path:
 
 @contextmanager
 def python_path(path: Path | None) -> Iterator[None]:
-    """Child processes started meanwhile import gpuextender from `path` (None: the installed one)."""
-    saved = os.environ.get("PYTHONPATH")
+    """Child processes started meanwhile import gpuextender from `path` (None: the installed one).
+
+    `python -m` puts its working directory (the repository root, where this tree's gpuextender
+    is) first on sys.path, ahead of PYTHONPATH: PYTHONSAFEPATH keeps it off, or the base side would
+    run this tree (it did, before: every earlier "against REV" table compared this tree with
+    itself). Checked before the side starts."""
+    saved = {key: os.environ.get(key) for key in ("PYTHONPATH", "PYTHONSAFEPATH", "BENCH_RUN_MODULES")}
     if path is not None:
         os.environ["PYTHONPATH"] = str(path)
+    os.environ["PYTHONSAFEPATH"] = "1"
     os.environ["BENCH_RUN_MODULES"] = "1"  # both sides as `python -m gpuextender.extender` (benchlib.program)
     try:
+        imported = subprocess.run(
+            [sys.executable, "-c", "import gpuextender; print(gpuextender.__file__)"],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=REPO_ROOT,
+        ).stdout.strip()
+        expected = (path if path is not None else REPO_ROOT) / "gpuextender" / "__init__.py"
+        if Path(imported).resolve() != expected.resolve():
+            raise BenchError(f"this side would import {imported}, not {expected}")
         yield
     finally:
-        os.environ.pop("BENCH_RUN_MODULES", None)
-        if saved is None:
-            os.environ.pop("PYTHONPATH", None)
-        else:
-            os.environ["PYTHONPATH"] = saved
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 def run(revision: str, rounds: int = 2, quick: bool = False) -> BaselineResult:
