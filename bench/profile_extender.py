@@ -4,8 +4,10 @@ What it measures: the handler path of one scheduler call, split into its phases,
 for the same fleet and Pod as bench_extender.py (NodeNames mode by default):
   parse    = wire.parse_extender_args (json.loads + checks)
   question = SchedulerApi.decide: read_pod + candidates + snapshot + class plan
-  decide   = Decision.filtered / Decision.scores (placement on whole_gpus.py)
-  shortlist = decide/shortlist.best: the passing nodes cut to the --shortlist best (after `decide`)
+  decide   = Decision.filtered / Decision.scores (for this class-neutral pod: the verdicts kept by
+             decide/fit_index.py; otherwise whole_gpus.py per node)
+  shortlist = decide/shortlist.best: the passing nodes cut to the --shortlist best (after `decide`;
+             the index's ranking walked down to the cut)
   record   = verb_log.record_filter (metrics + the decision log line)
   answer = filter_result / prioritize_result
   encode = wire.encode (json.dumps)

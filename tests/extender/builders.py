@@ -1,6 +1,14 @@
-"""Builders for NodeReports and summaries used across extender tests."""
+"""Builders for NodeReports and summaries used across extender tests, and a loopback server to
+call an app over real HTTP."""
 
 from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
 
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.state.gpu_summary import NodeSummary, summarize
@@ -44,3 +52,17 @@ def node(
     gpus += [gpu(idle + i, busy_util, 80) for i in range(busy)]
     gpus += [gpu(idle + busy + i, None, None, healthy=False) for i in range(lost)]
     return summarize(report(name, gpus, node_error=node_error), IdleRule(), received_at)
+
+
+def serve(app: web.Application, test: Callable[[TestClient[Any, Any]], Awaitable[None]]) -> None:
+    """Run `test` with a client of `app` served on loopback (a real aiohttp server)."""
+
+    async def go() -> None:
+        client = TestClient(TestServer(app))
+        await client.start_server()
+        try:
+            await test(client)
+        finally:
+            await client.close()
+
+    asyncio.run(go())

@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 import pytest
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.observe.metrics import ExtenderMetrics
@@ -19,7 +19,7 @@ from gpuextender.extender.scheduler.wire import parse_extender_args
 from gpuextender.extender.settings import ApiSettings, DecisionPolicy
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.inventory_view import InventoryView
-from tests.extender.builders import gpu, report
+from tests.extender.builders import gpu, report, serve
 
 NOW = 100.0
 POD = {
@@ -58,15 +58,7 @@ def test_the_gate_hears_of_the_answer_before_it_is_recorded() -> None:
 
 
 def run(api: SchedulerApi, test: Any) -> None:
-    async def go() -> None:
-        client = TestClient(TestServer(build_app(api)))
-        await client.start_server()
-        try:
-            await test(client)
-        finally:
-            await client.close()
-
-    asyncio.run(go())
+    serve(build_app(api), test)
 
 
 def test_over_http_the_record_is_there_before_the_next_call_is_read() -> None:

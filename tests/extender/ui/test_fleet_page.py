@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 import yaml
-from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.test_utils import TestClient
 
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.app import http_app
@@ -26,7 +26,7 @@ from gpuextender.extender.state.inventory_store import InventoryStore
 from gpuextender.extender.state.inventory_view import InventoryView, ViewBuilder
 from gpuextender.extender.ui.fleet_page import FleetCache, build_fleet, load_one_object
 from gpuextender.v1 import gpu_state_pb2 as pb
-from tests.extender.builders import gpu, report
+from tests.extender.builders import gpu, report, serve
 from tests.harness import ROOT
 
 NOW = 5_000.0
@@ -78,15 +78,7 @@ def make_api(**settings: Any) -> SchedulerApi:
 
 
 def run(api: SchedulerApi, test: Callable[[TestClient[Any, Any]], Awaitable[None]]) -> None:
-    async def go() -> None:
-        client = TestClient(TestServer(http_app(api)))
-        await client.start_server()
-        try:
-            await test(client)
-        finally:
-            await client.close()
-
-    asyncio.run(go())
+    serve(http_app(api), test)
 
 
 POD = """
