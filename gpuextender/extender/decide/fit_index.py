@@ -220,6 +220,9 @@ class FitIndex:
         stale = self.stale(now, policy.stale_after_s)
         fits = size.fits
         found = list(map(size.verdict.get, names))  # None: no summary
+        if found.count(None) * 2 > len(names):  # mostly nodes no agent reports (a rollout): one by one
+            outcome = whole_gpus.judge_nodes(k, names, allocatable, self._summaries.get, now, policy)
+            return self._vouch(finish(outcome, policy.no_fit_policy), k)
         outcome = FilterOutcome(list(compress(names, map(is_, found, repeat(False)))))
         if len(outcome.passed) < len(names) or stale:
             failures = cast("Iterable[tuple[str, Reason]]", compress(zip(names, found, strict=True), found))
@@ -230,7 +233,10 @@ class FitIndex:
                     slow.update(stale.intersection(names))
                 if slow:
                     _judge_slow(k, names, slow, fits, allocatable, self._summaries.get, now, policy, outcome)
-        finish(outcome, policy.no_fit_policy)
+        return self._vouch(finish(outcome, policy.no_fit_policy), k)
+
+    def _vouch(self, outcome: FilterOutcome, k: int) -> FilterOutcome:
+        """Remember passes that are all fresh fits (no fallback, none on assumed data) for `best`."""
         if not outcome.fallback and not outcome.assumed:
             self._vouched = (outcome.passed, k, self._generation)
         return outcome

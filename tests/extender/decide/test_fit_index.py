@@ -375,3 +375,24 @@ def test_scores_step_aside_for_a_node_that_does_not_fit_is_stale_or_unknown() ->
     assert FitIndex({}).scores(2, [], "binpack", NOW, STALE_AFTER) == []
     assert FitIndex({}).best(2, [], 0, 3, "spread", NOW, STALE_AFTER) == []
     assert index.best(2, fit, 0, 0, "spread", NOW, STALE_AFTER) == []
+
+
+@pytest.mark.parametrize(("unknown", "one_by_one"), [(4, False), (5, True)])
+def test_candidates_mostly_without_agent_data_are_judged_one_by_one(
+    unknown: int, one_by_one: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past half the candidates unknown (an agent rollout), the index steps aside for the whole call
+    (its lookups would only add to the work); at half, it judges the unknown ones alone. Same outcome."""
+    summaries = {f"n{i}": fitting(f"n{i}") for i in range(4)}
+    names = [*summaries, *(f"x{i}" for i in range(unknown))]
+    index = FitIndex(summaries)
+    judged: list[int] = []
+    real = whole_gpus.judge_nodes
+
+    def spy(k: int, given: list[str], *rest: Any) -> Any:
+        judged.append(len(given))
+        return real(k, given, *rest)
+
+    monkeypatch.setattr(whole_gpus, "judge_nodes", spy)
+    assert_same_outcome(index, summaries, 2, names, {"x0": 1}, NOW, DecisionPolicy())
+    assert judged[0] == (len(names) if one_by_one else unknown)
