@@ -6,6 +6,8 @@ What it measures (bench_extender's 5,000-node fleet and 2-GPU pod, every node a 
   and 100 nodes reporting before each call (what the index applies first): heartbeats (the same
   readings) and reports whose utilization changed; and
   prioritize of the 100 answered through the index against whole_gpus.prioritize;
+- filter for more pod sizes than the index keeps, asked in turn (the index answers the sizes it
+  keeps; the others are judged per node, never built per call), against per node for all;
 - building one pod size (every node's verdict, the spread ranking) from nothing, as after a
   change of more than a quarter of the nodes;
 - the memory one size holds (tracemalloc, both strategies ranked).
@@ -29,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from profile_extender import build_api, make_fleet
 
 from gpuextender.extender.decide import shortlist, whole_gpus
-from gpuextender.extender.decide.fit_index import FitIndex, _Size
+from gpuextender.extender.decide.fit_index import MAX_SIZES, FitIndex, _Size
 from gpuextender.extender.settings import DecisionPolicy
 
 NODES, NEEDED, KEEP, CALLS, ROUNDS = 5000, 2, 100, 200, 3
@@ -55,6 +57,7 @@ def main() -> int:
     policy = DecisionPolicy(stale_after_s=100000.0)
     now = time.monotonic()
     index = FitIndex(summaries)
+    many = FitIndex(summaries)  # for the sizes in turn: its sizes kept make no other row dearer
     rng = random.Random(3)
 
     def touch(count: int, moved: bool) -> None:
@@ -65,6 +68,7 @@ def main() -> int:
             new = replace(summary, received_at=now, mean_utilization=utilization)
             state._summaries[name] = state._offered[name] = new
             index.changed(name)
+            many.changed(name)
 
     def by_index() -> list[str] | None:
         passed = index.filter(NEEDED, names, {}, now, policy).passed
@@ -77,6 +81,16 @@ def main() -> int:
 
     answered = by_index() or []
     rows: dict[str, list[float]] = {}
+    turn = iter(range(10**9))
+
+    def sizes_in_turn() -> None:  # more sizes than kept, each asked in turn: sizes 1..MAX_SIZES + 2
+        k = 1 + next(turn) % (MAX_SIZES + 2)
+        many.filter(k, names, {}, now, policy)
+
+    def sizes_in_turn_per_call() -> None:
+        k = 1 + next(turn) % (MAX_SIZES + 2)
+        whole_gpus.filter_nodes(k, names, {}, summaries.get, now, policy)
+
     variants = [(0, False), (10, False), (100, False), (10, True), (100, True)]
     for _ in range(ROUNDS):
         for count, moved in variants:
@@ -85,6 +99,8 @@ def main() -> int:
             rows.setdefault(f"filter+shortlist, {label} before, index", []).append(
                 _ms(by_index, before=lambda c=count, m=moved: touch(c, m))  # type: ignore[misc]
             )
+        rows.setdefault(f"filter of sizes 1..{MAX_SIZES + 2} in turn, per call", []).append(_ms(sizes_in_turn_per_call))
+        rows.setdefault(f"filter of sizes 1..{MAX_SIZES + 2} in turn, index", []).append(_ms(sizes_in_turn))
         rows.setdefault("prioritize 100, per call", []).append(
             _ms(lambda: whole_gpus.prioritize(NEEDED, answered, {}, summaries.get, now, policy))
         )

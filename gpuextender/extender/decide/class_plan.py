@@ -212,8 +212,9 @@ def filter_with_classes(needed: int, candidates: Candidates, known: Snapshot, pl
     )
     if needed <= 0 or not plan.applies:
         index = known.fit_index
-        if index is not None and index.applies(needed):
-            return index.filter(needed, names, allocatable, now, policy)
+        indexed = index.filter(needed, names, allocatable, now, policy) if index is not None else None
+        if indexed is not None:
+            return indexed
         return whole_gpus.filter_nodes(needed, names, allocatable, lookup, now, policy)
     if plan.incompatible:
         return FilterOutcome(failed=dict.fromkeys(names, plan.incompatible_reason))

@@ -17,7 +17,10 @@ Age is judged per call on the call's `now`: the nodes stale then are judged one 
 A node change (`changed`, a GpuState listener) only marks the node; the next call applies the
 marks to each size kept (O(log n) each), or, when more than a quarter of the nodes changed, drops
 the sizes to be built again when next asked (a build is one pass over the nodes and a sort). At
-most MAX_SIZES sizes are kept, the least recently asked dropped first.
+most MAX_SIZES sizes are kept. Another size takes the place of the least recently asked only when
+that one has not been asked for in IDLE_ASKS asks; until then its calls are judged per node, as
+without the index: a workload of more sizes than that, taken in turn, would otherwise build a size
+on every call (~2x the per-node cost).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from gpuextender.extender.settings import DecisionPolicy
 from gpuextender.extender.state.gpu_summary import QUALITY_SIZES, NodeSummary, quality_for
 
 MAX_SIZES = 8  # pod sizes kept; ~1 MB each at 5,000 nodes with both strategies ranked
+IDLE_ASKS = 1_000  # asks of the index without one for a kept size before another may take its place
 STRATEGIES = ("spread", "binpack")  # the strategies whose v orders nodes the same way for every C
 
 # A node that fits: (quality class q, idle GPUs, utilization % (0 when unknown, as rank_nodes
@@ -153,6 +157,8 @@ class FitIndex:
         # still exactly fresh fits, so `best` need not check them again.
         self._generation = 0
         self._vouched: tuple[list[str], int, int] | None = None
+        self._asks = 0
+        self._last_asked: dict[int, int] = {}  # per size kept, the ask that last wanted it
 
     def changed(self, node: str) -> None:
         """A GpuState listener: `node`'s summary changed or went."""
@@ -191,32 +197,42 @@ class FitIndex:
             )
         return self._stale
 
-    def _size(self, k: int) -> _Size:
+    def _size(self, k: int) -> _Size | None:
+        """Size k, current; None when every size kept is in use (module docstring)."""
         marked = self._marked
         if marked:
             self._generation += 1
             if len(marked) * 4 > len(self._summaries):
                 self._sizes.clear()
+                self._last_asked.clear()
             else:
                 get = self._summaries.get
                 for kept in self._sizes.values():
                     for node in marked:
                         kept.update(node, get(node))
             marked.clear()
+        self._asks += 1
         size = self._sizes.get(k)
         if size is None:
             if len(self._sizes) >= MAX_SIZES:
-                self._sizes.popitem(last=False)
+                oldest = next(iter(self._sizes))
+                if self._asks - self._last_asked[oldest] <= IDLE_ASKS:
+                    return None
+                del self._sizes[oldest], self._last_asked[oldest]
             size = self._sizes[k] = _Size(k, self._summaries)
         else:
             self._sizes.move_to_end(k)
+        self._last_asked[k] = self._asks
         return size
 
     def filter(
         self, k: int, names: Sequence[str], allocatable: Mapping[str, int], now: float, policy: DecisionPolicy
-    ) -> FilterOutcome:
-        """whole_gpus.filter_nodes(k, names, allocatable, summaries.get, now, policy) for `applies(k)`."""
-        size = self._size(k)
+    ) -> FilterOutcome | None:
+        """whole_gpus.filter_nodes(k, names, allocatable, summaries.get, now, policy); None where the
+        index does not answer (a size out of range, or none kept for it now): take the definition."""
+        size = self._size(k) if self.applies(k) else None
+        if size is None:
+            return None
         stale = self.stale(now, policy.stale_after_s)
         fits = size.fits
         found = list(map(size.verdict.get, names))  # None: no summary
@@ -251,7 +267,10 @@ class FitIndex:
             return None
         if not names:
             return []
-        of = list(map(self._size(k).fits.get, names))
+        size = self._size(k)
+        if size is None:
+            return None
+        of = list(map(size.fits.get, names))
         if None in of or not self.stale(now, stale_after).isdisjoint(names):
             return None
         fits = cast(list[Fit], of)
@@ -269,6 +288,8 @@ class FitIndex:
         if not passed or keep <= 0:
             return []
         size = self._size(k)
+        if size is None:
+            return None
         fits = size.fits
         members = set(passed)
         if len(members) != len(passed):

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from gpuextender.extender.decide import shortlist, whole_gpus
+from gpuextender.extender.decide import class_plan, shortlist, whole_gpus
 from gpuextender.extender.decide.class_plan import ClassPlan
-from gpuextender.extender.decide.fit_index import MAX_SIZES, FitIndex
+from gpuextender.extender.decide.fit_index import IDLE_ASKS, MAX_SIZES, FitIndex
 from gpuextender.extender.decide.snapshot import Candidates, Snapshot
 from gpuextender.extender.model.ome.pod_intent import PodIdentity
 from gpuextender.extender.model.pod_request import PodRequest
@@ -199,8 +199,8 @@ def test_best_keeps_the_set_the_definition_keeps(strategy: str, classes: int) ->
 def fitting(name: str, q: int = 0, idle: int = 8, received_at: float = NOW) -> NodeSummary:
     return NodeSummary(
         node=name,
-        gpu_count=8,
-        healthy_gpus=8,
+        gpu_count=max(8, idle),  # idle <= healthy <= count, as every summary holds
+        healthy_gpus=max(8, idle),
         idle_gpus=idle,
         mean_utilization=10.0,
         node_error="",
@@ -265,17 +265,42 @@ def test_ties_at_the_cut_are_taken_in_the_rotated_order() -> None:
     assert set(index.best(2, names, 7, 3, "binpack", NOW, STALE_AFTER) or ()) == {"n3", "n4", "n7"}
 
 
-def test_sizes_kept_are_bounded_and_the_least_recently_asked_goes_first() -> None:
+def test_sizes_kept_are_bounded_and_one_in_use_is_never_dropped_for_another() -> None:
+    """MAX_SIZES sizes kept; another size takes the least recently asked one's place only once that
+    one has gone IDLE_ASKS asks unasked. Until then its calls take the definition (filter_nodes),
+    with the same answer."""
     summaries = {f"n{i}": fitting(f"n{i}", idle=12) for i in range(4)}
+    names = list(summaries)
     index = FitIndex(summaries)
     policy = DecisionPolicy()
-    for k in range(1, MAX_SIZES + 1):
-        index.filter(k, list(summaries), {}, NOW, policy)
+    for k in range(1, MAX_SIZES + 1):  # asks 1..MAX_SIZES; size 1 last asked at ask 1
+        assert index.filter(k, names, {}, NOW, policy) is not None
     assert list(index._sizes) == list(range(1, MAX_SIZES + 1))
-    index.filter(1, list(summaries), {}, NOW, policy)  # asked again: now the most recent
-    index.filter(MAX_SIZES + 1, list(summaries), {}, NOW, policy)
-    assert len(index._sizes) == MAX_SIZES
-    assert 2 not in index._sizes and 1 in index._sizes and MAX_SIZES + 1 in index._sizes
+    for _ in range(IDLE_ASKS - MAX_SIZES):  # up to ask IDLE_ASKS, all of size 2
+        index.filter(2, names, {}, NOW, policy)
+    new = MAX_SIZES + 1
+    # Ask IDLE_ASKS + 1: size 1 unasked for exactly IDLE_ASKS asks: still kept, the new size refused.
+    assert index.filter(new, names, {}, NOW, policy) is None
+    # Ask IDLE_ASKS + 2: size 1 unasked for longer: dropped, the new size built and answering.
+    scored = index.scores(new, names, "spread", NOW, STALE_AFTER)
+    assert scored is not None and scored == whole_gpus.prioritize(new, names, {}, summaries.get, NOW, policy)
+    assert new in index._sizes and 1 not in index._sizes and len(index._sizes) == MAX_SIZES
+    assert index.filter(new, names, {}, NOW, policy) is not None
+
+
+def test_a_size_refused_is_decided_by_the_definition() -> None:
+    summaries = {f"n{i}": fitting(f"n{i}", idle=12 - i) for i in range(6)}
+    names = list(summaries)
+    index = FitIndex(summaries)
+    for k in range(1, MAX_SIZES + 1):
+        index.filter(k, names, {}, NOW, DecisionPolicy())
+    k = MAX_SIZES + 2  # 10: fits n0..n2 only
+    assert index.filter(k, names, {}, NOW, DecisionPolicy()) is None
+    got = class_plan.filter_with_classes(k, Candidates(names, {}), known(summaries, index), NEUTRAL)
+    want = whole_gpus.filter_nodes(k, names, {}, summaries.get, NOW, DecisionPolicy())
+    assert (got.passed, got.failed) == (want.passed, want.failed) and got.passed == ["n0", "n1", "n2"]
+    assert index.best(k, got.passed, 0, 2, "spread", NOW, STALE_AFTER) is None
+    assert MAX_SIZES + 2 not in index._sizes
 
 
 def test_changes_are_applied_in_place_up_to_a_quarter_of_the_nodes_past_that_sizes_are_rebuilt() -> None:
