@@ -45,6 +45,17 @@ class Reason(str):
     def __repr__(self) -> str:
         return f"Reason({self.code})"
 
+    # A str subclass with fields beside its value: copies are the singleton itself, and pickling
+    # (which would call __new__ with the value alone) makes it again from its fields.
+    def __copy__(self) -> Reason:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Reason:
+        return self
+
+    def __reduce__(self) -> tuple[type[Reason], tuple[str, str, bool]]:
+        return Reason, (self.code, self.sentence, self.unresolvable)
+
 
 INSUFFICIENT_IDLE_GPUS = Reason("InsufficientIdleGPUs", "too few idle GPUs", unresolvable=False)
 # Allocation known: too few GPUs no pod holds. Soft: preempting pods there would free them.

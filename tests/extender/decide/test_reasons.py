@@ -3,7 +3,9 @@ as that string; its code, sentence and map beside it; read-only; every code and 
 
 from __future__ import annotations
 
+import copy
 import json
+import pickle
 from collections import Counter
 
 import orjson
@@ -37,3 +39,10 @@ def test_codes_and_messages_are_distinct_so_counts_per_reason_are_exact() -> Non
     counted = Counter([reasons.NVML_UNAVAILABLE, reasons.STALE_GPU_DATA, reasons.NVML_UNAVAILABLE])
     assert counted == {reasons.NVML_UNAVAILABLE: 2, reasons.STALE_GPU_DATA: 1}
     assert all(key is reasons.NVML_UNAVAILABLE or key is reasons.STALE_GPU_DATA for key in counted)
+
+
+def test_copies_are_the_reason_itself_and_a_pickled_one_comes_back_whole() -> None:
+    r = reasons.GPUS_TAKEN_BY_BOUND_PODS
+    assert copy.copy(r) is r and copy.deepcopy({"n": r})["n"] is r
+    back = pickle.loads(pickle.dumps(r))
+    assert (back, back.code, back.sentence, back.unresolvable) == (r, r.code, r.sentence, r.unresolvable)
