@@ -29,7 +29,7 @@ import math
 from bisect import bisect_left, bisect_right, insort
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from itertools import chain, compress, islice, repeat
+from itertools import chain, compress, filterfalse, islice, repeat
 from operator import is_, itemgetter
 from typing import Literal, cast
 
@@ -234,7 +234,6 @@ class FitIndex:
         if size is None:
             return None
         stale = self.stale(now, policy.stale_after_s)
-        fits = size.fits
         found = list(map(size.verdict.get, names))  # None: no summary
         if found.count(None) * 2 > len(names):  # mostly nodes no agent reports (a rollout): one by one
             outcome = whole_gpus.judge_nodes(k, names, allocatable, self._summaries.get, now, policy)
@@ -248,7 +247,7 @@ class FitIndex:
                 if stale:
                     slow.update(stale.intersection(names))
                 if slow:
-                    _judge_slow(k, names, slow, fits, allocatable, self._summaries.get, now, policy, outcome)
+                    _judge_slow(k, names, slow, allocatable, self._summaries.get, now, policy, outcome)
         return self._vouch(finish(outcome, policy.no_fit_policy), k)
 
     def _vouch(self, outcome: FilterOutcome, k: int) -> FilterOutcome:
@@ -358,25 +357,28 @@ def _judge_slow(
     k: int,
     names: Sequence[str],
     slow: set[str],
-    fits: Mapping[str, Fit],
     allocatable: Mapping[str, int],
     lookup: whole_gpus.SummaryLookup,
     now: float,
     policy: DecisionPolicy,
     outcome: FilterOutcome,
 ) -> None:
-    """Candidates without a summary or stale at `now`, judged one by one; the passes and failures
-    kept in request order, as filter_nodes gives them. (judge_nodes passes only fresh fits: none
-    of these.)"""
-    judged = whole_gpus.judge_nodes(k, [n for n in names if n in slow], allocatable, lookup, now, policy)
-    fast, slow_failed = outcome.failed, judged.failed
-    failed: dict[str, Reason] = {}
-    for name in names:
-        reason = slow_failed.get(name) if name in slow else fast.get(name)
-        if reason is not None:
-            failed[name] = reason
-    outcome.failed = failed
-    outcome.passed = [n for n in names if n not in slow and n in fits] + judged.passed
+    """Candidates without a summary or stale at `now`, judged one by one, then put where
+    filter_nodes has them: passes and failures in request order. The few (a dead agent's node)
+    change their entries in place; a pass over every candidate only when one newly failed."""
+    judged = whole_gpus.judge_nodes(k, list(filter(slow.__contains__, names)), allocatable, lookup, now, policy)
+    failed, slow_failed = outcome.failed, judged.failed
+    added = False
+    for name in slow:
+        reason = slow_failed.get(name)
+        if reason is None:
+            failed.pop(name, None)  # passes on assumed data now
+        else:
+            added = added or name not in failed
+            failed[name] = reason  # in place where it failed before
+    if added:  # appended at the end: back to request order
+        outcome.failed = {n: failed[n] for n in names if n in failed}
+    outcome.passed = list(filterfalse(slow.__contains__, outcome.passed)) + judged.passed
     outcome.assumed = judged.assumed
 
 
