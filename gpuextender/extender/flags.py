@@ -16,15 +16,19 @@ from gpuextender.common.layered_config import SettingsError, epilog, parse_layer
 from gpuextender.common.logs import FORMATS, LEVELS
 from gpuextender.common.netaddr import AddressError, parse_host_port
 from gpuextender.common.tls_files import CredentialFileError, ServingTlsFiles, check_readable
+from gpuextender.extender.model.pod_group import topology_problem
 from gpuextender.extender.settings import (
     DEFAULT_BINDING_WAIT_S,
     DEFAULT_BODY_READ_TIMEOUT_S,
+    DEFAULT_GROUP_HOLD_S,
+    DEFAULT_GROUP_LEVEL,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_READINESS_GRACE_S,
     DEFAULT_SHORTLIST,
     MAX_BINDING_WAIT_S,
     MAX_CANDIDATES,
     MAX_CLOCK_SKEW_S,
+    MAX_GROUP_HOLD_S,
     MAX_UNKNOWN_NODES,
     AgentAuth,
     ApiSettings,
@@ -329,6 +333,29 @@ def build_parser() -> argparse.ArgumentParser:
         f"bind, milliseconds) or the pod watch. 0: never wait; at most {MAX_BINDING_WAIT_S:g}, under the "
         "scheduler's httpTimeout",
     )
+    g = p.add_argument_group(
+        "multi-pod groups",
+        "LeaderWorkerSet groups, Workload/coscheduling/Volcano PodGroups: placed whole in one domain",
+    )
+    g.add_argument(
+        "--group-topology-levels",
+        default=DEFAULT_GROUP_LEVEL,
+        metavar="LABEL[,LABEL...]",
+        help="node labels that name a group's domain (an NVLink clique, a network block, a rack), tried "
+        "in order: a group's members all go to one domain of the first level where one holds them all. "
+        "A level no candidate node carries is skipped; with none carried, a group is placed whole "
+        "anywhere. A group that names its own key (PodGroup topology constraint, LWS exclusive-topology) "
+        f"uses that key alone. Default: {DEFAULT_GROUP_LEVEL}",
+    )
+    g.add_argument(
+        "--group-hold",
+        type=float,
+        default=DEFAULT_GROUP_HOLD_S,
+        metavar="SECONDS",
+        help="how long the GPUs chosen for a group's members not yet bound stay held for them without "
+        "a member binding; then the hold is released (explain says why) and the group plans again "
+        f"at its next member. Within (0, {MAX_GROUP_HOLD_S:g}]",
+    )
     g = p.add_argument_group("DRA device taints", "GPU health written as DRA DeviceTaintRules (with --kubernetes)")
     g.add_argument(
         "--device-taints",
@@ -456,6 +483,9 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str] | None = Non
         raise ConfigError(f"--max-clock-skew {args.max_clock_skew:g} must be within [1, 86400] seconds")
     if not 0 <= args.binding_wait <= MAX_BINDING_WAIT_S:  # also refuses NaN
         raise ConfigError(f"--binding-wait {args.binding_wait:g} must be within [0, {MAX_BINDING_WAIT_S:g}] seconds")
+    if not 0 < args.group_hold <= MAX_GROUP_HOLD_S:  # also refuses NaN
+        raise ConfigError(f"--group-hold {args.group_hold:g} must be within (0, {MAX_GROUP_HOLD_S:g}] seconds")
+    levels = group_levels(args.group_topology_levels)
     if not 0 <= args.device_taint_after <= 3600:  # also refuses NaN
         raise ConfigError(f"--device-taint-after {args.device_taint_after:g} must be within [0, 3600] seconds")
     if args.max_unknown_nodes < 0:
@@ -487,6 +517,8 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str] | None = Non
             readiness_grace_s=args.readiness_grace,
             fleet_page=args.fleet_page,
             binding_wait_s=args.binding_wait if args.kubernetes else 0.0,
+            group_levels=levels,
+            group_hold_s=args.group_hold,
         ),
         requested_agent_interval_ms=int(args.requested_agent_interval * 1000),
         forget_after_s=args.forget_after,
@@ -504,3 +536,15 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str] | None = Non
         or "gpu-extender",
         sources=tuple((d, src) for d, src in layered.sources.items() if src != "flag"),
     )
+
+
+def group_levels(text: str) -> tuple[str, ...]:
+    """--group-topology-levels: label keys, comma-separated, each a valid label key."""
+    levels = tuple(dict.fromkeys(part.strip() for part in text.split(",") if part.strip()))
+    if not levels:
+        raise ConfigError("--group-topology-levels names no label (default: " + DEFAULT_GROUP_LEVEL + ")")
+    for level in levels:
+        problem = topology_problem(level)
+        if problem:
+            raise ConfigError(f"--group-topology-levels: {problem}")
+    return levels

@@ -42,6 +42,14 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
 
 
+DEFAULT_GROUP_LEVEL = "nvidia.com/gpu.clique"  # GPU Feature Discovery's / the DRA driver's NVLink domain
+# A group's room is held this long without a member binding: kube-scheduler places a group's
+# members seconds apart (a pull of a large image happens after binding, so it does not count), and
+# a group that cannot make progress in 5 minutes should not keep a domain from others.
+DEFAULT_GROUP_HOLD_S = 300.0
+MAX_GROUP_HOLD_S = 3600.0
+
+
 @dataclass(frozen=True, slots=True)
 class DecisionPolicy:
     """What a decision does with data it cannot take at face value (decide/README.md): how old a
@@ -71,6 +79,10 @@ class ApiSettings:
     # How long a filter waits for earlier pods' bindings (scheduler/binding_gate.py); 0: not at all. Only
     # meaningful where bindings are seen (--kubernetes: the pod watch, the bind verb).
     binding_wait_s: float = 0.0
+    # Multi-pod groups (decide/group_domains.py): the node labels that name a domain, tried in order
+    # ("" for any nodes), and how long a group's room is held without a member binding.
+    group_levels: tuple[str, ...] = (DEFAULT_GROUP_LEVEL,)
+    group_hold_s: float = DEFAULT_GROUP_HOLD_S
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,9 +17,10 @@ GPU pod's filter, the answer names only the `shortlist` best of them; the others
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import cached_property
 
-from gpuextender.extender.decide import class_plan, mig_devices, shortlist, whole_gpus
+from gpuextender.extender.decide import class_plan, group_member, mig_devices, shortlist, whole_gpus
 from gpuextender.extender.decide.class_policy import ClassRanking
 from gpuextender.extender.decide.filter_outcome import FilterOutcome, after_mig
 from gpuextender.extender.decide.snapshot import Candidates, Snapshot
@@ -28,11 +29,19 @@ from gpuextender.extender.model.pod_request import PodRequest
 
 class Decision:
     def __init__(
-        self, pod: PodRequest, plan: class_plan.ClassPlan, candidates: Candidates, known: Snapshot, shortlist: int = 0
+        self,
+        pod: PodRequest,
+        plan: class_plan.ClassPlan,
+        candidates: Candidates,
+        known: Snapshot,
+        shortlist: int = 0,
+        group: group_member.GroupContext | None = None,
     ) -> None:
-        """`shortlist`: filter answers at most this many of the nodes that pass (0: all)."""
+        """`shortlist`: filter answers at most this many of the nodes that pass (0: all). `group`:
+        the pod is a member of a multi-pod group (group_member.py decides its domain)."""
         self.pod, self.plan, self.candidates, self.known = pod, plan, candidates, known
         self.shortlist = shortlist
+        self.group = group
 
     @cached_property
     def _mig(self) -> FilterOutcome:
@@ -45,11 +54,35 @@ class Decision:
     @cached_property
     def filtered(self) -> FilterOutcome:
         """Which candidates pass, and why each other one fails."""
+        if self.group is not None:
+            return self.member.outcome
+        return self._plain(self.candidates, self.known)
+
+    def _plain(self, candidates: Candidates, known: Snapshot) -> FilterOutcome:
+        """The pod's own verdicts over `candidates` (classes, MIG devices, whole GPUs)."""
         if not self.pod.mig_needed:
-            return class_plan.filter_with_classes(self.pod.gpus_needed, self.candidates, self.known, self.plan)
-        mig = self._mig
-        rest = Candidates(mig.passed, self.candidates.allocatable)
-        return after_mig(mig, class_plan.filter_with_classes(self.pod.gpus_needed, rest, self.known, self.plan))
+            return class_plan.filter_with_classes(self.pod.gpus_needed, candidates, known, self.plan)
+        if candidates is self.candidates and known is self.known:
+            mig = self._mig  # (kept: scores reads it too)
+        else:
+            mig = mig_devices.filter_mig(self.pod.mig_needed, candidates.names, known.summary, known.now, known.policy)
+        rest = Candidates(mig.passed, candidates.allocatable)
+        return after_mig(mig, class_plan.filter_with_classes(self.pod.gpus_needed, rest, known, self.plan))
+
+    @cached_property
+    def member(self) -> group_member.MemberOutcome:
+        """A group member's filter: its own verdicts without the no-fit fallback (a domain without
+        room must never look feasible), then the group's domain."""
+        assert self.group is not None
+        known = self.known
+        strict = replace(known, policy=replace(known.policy, no_fit_policy="reject"))
+        allocatable = self.candidates.allocatable
+        return group_member.filter_member(
+            self.group,
+            self.candidates.names,
+            lambda names: self._plain(Candidates(names, allocatable), strict),
+            known.summary,
+        )
 
     @cached_property
     def answered(self) -> FilterOutcome:
@@ -87,10 +120,14 @@ class Decision:
     @property
     def scores(self) -> list[tuple[str, int]]:
         """(node, 0-10) for every candidate, in request order: classes first, then the node strategy.
-        A node that cannot give the pod its MIG devices scores 0."""
-        if not self.pod.mig_needed:
+        A node that cannot give the pod its MIG devices, or a group member's node outside its
+        group's domain, scores 0."""
+        if self.group is not None:
+            failed = self.filtered.failed
+        elif self.pod.mig_needed:
+            failed = self._mig.failed
+        else:
             return self._ranked[0]
-        failed = self._mig.failed
         return [(name, 0 if name in failed else score) for name, score in self._ranked[0]]
 
     @property

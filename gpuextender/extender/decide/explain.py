@@ -250,4 +250,40 @@ def explain(d: Decision) -> dict[str, Any]:
             "excluded": [{"class": e.name, "stage": str(e.stage), "reason": e.reason} for e in ranking.excluded],
             "omeWouldChoose": ranking.ome_choice,
         }
+    group = _group(d)
+    if group is not None:
+        answer["group"] = group
     return answer
+
+
+MAX_ROOMS_SHOWN = 10  # domains listed per group, the best first
+
+
+def _group(d: Decision) -> dict[str, Any] | None:
+    """The pod's multi-pod group: source, size, domain and why, each domain's room, the hold."""
+    g = d.group
+    if g is None:
+        problem = d.pod.group.problem
+        return {"problem": problem} if problem else None
+    member = d.member
+    chosen, rooms = member.choice.chosen, member.choice.rooms
+    return {
+        "key": g.ref.key,
+        "source": g.ref.source,
+        "size": g.size,
+        "boundMembers": len(g.bound),
+        "gpusPerMember": g.per_member,
+        "levels": [level or "any nodes" for level in g.levels],
+        "domain": chosen.domain.name if chosen is not None else None,
+        "plannedBefore": g.planned[2] if g.planned is not None else None,
+        "why": g.why or None,
+        "reason": member.choice.reason.sentence if member.choice.reason is not None else None,
+        "held": dict(g.held),
+        "holdExpiresInSeconds": None if g.expires_in is None else round(g.expires_in, 3),
+        "rooms": [
+            {"domain": r.domain.name, "members": r.members, "idleGpus": r.idle, "nodes": len(r.domain.nodes)}
+            for r in rooms[:MAX_ROOMS_SHOWN]
+        ],
+        "domainsConsidered": len(rooms),
+        "notes": list(g.notes),
+    }

@@ -16,6 +16,7 @@ from typing import Any
 from gpuextender.extender.model.dra import ClaimRead
 from gpuextender.extender.model.ome.pod_intent import PodIdentity, pod_identity
 from gpuextender.extender.model.pod_gpus import MigNeed, gpus_requested, mig_profile, pod_ref, whole_gpu_resources
+from gpuextender.extender.model.pod_group import NO_GROUP, GroupReading, read_group
 from gpuextender.extender.model.untrusted import object_at, shown
 
 log = logging.getLogger("gpu_extender.http")
@@ -33,6 +34,7 @@ class PodRequest:
     seed: str  # the random strategy's seed: --random-seed and the pod UID
     mig_needed: MigNeed = ()  # (profile, count) per configured nvidia.com/mig-<profile> resource asked for
     claims_read: tuple[ClaimRead, ...] = ()  # its ResourceClaims as read (added by scheduler/decisions.py)
+    group: GroupReading = NO_GROUP  # its multi-pod group (model/pod_group.py), or why it names an unusable one
 
 
 def read_pod(pod: dict[str, Any], gpu_resources: Sequence[str], default_strategy: str, random_seed: str) -> PodRequest:
@@ -68,4 +70,5 @@ def read_pod(pod: dict[str, Any], gpu_resources: Sequence[str], default_strategy
         identity=pod_identity(pod),
         strategy=strategy,
         seed=f"{random_seed}/{uid if isinstance(uid, str) else ''}",
+        group=read_group(pod),
     )

@@ -107,6 +107,7 @@ class Bindings:
                     "Pending",
                     self._clock(),
                     pod.identity.inference_service,
+                    group=pod.group.ref.key if pod.group.ref is not None else "",
                 )
             )
         )

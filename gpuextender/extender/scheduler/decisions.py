@@ -4,7 +4,7 @@ class plan from a cache. Everything after this is pure (decide/)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -13,19 +13,22 @@ import orjson
 from gpuextender.extender.decide import class_plan
 from gpuextender.extender.decide.decision import Decision
 from gpuextender.extender.decide.fit_index import FitIndex
+from gpuextender.extender.decide.group_member import GroupContext
 from gpuextender.extender.decide.snapshot import Candidates, Snapshot
 from gpuextender.extender.model.dra import pod_claims
 from gpuextender.extender.model.ome.pod_intent import PodIdentity
 from gpuextender.extender.model.pod_gpus import add_mig
+from gpuextender.extender.model.pod_group import SIZED_BY_OBJECT, PodGroupSpec
 from gpuextender.extender.model.pod_request import PodRequest, read_pod
 from gpuextender.extender.scheduler.wire import ExtenderArgs
 from gpuextender.extender.settings import ApiSettings
-from gpuextender.extender.state.bound_pods import AllocatableLessBound
+from gpuextender.extender.state.bound_pods import AllocatableLessBound, given_back
 from gpuextender.extender.state.claim_ledger import ClaimLedger, gpus_total, mig_total
 from gpuextender.extender.state.device_taints import TolerantView
 from gpuextender.extender.state.dra_inventory import DraAllocatable, DraFree
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.gpu_summary import NodeSummary
+from gpuextender.extender.state.group_book import GroupBook
 from gpuextender.extender.state.inventory_view import InventoryView
 from gpuextender.extender.state.live_classes import LiveClasses
 from gpuextender.extender.state.pod_ledger import PodLedger
@@ -105,6 +108,9 @@ class Decisions:
         self._pods = PodReadings(settings)
         self.ledger: PodLedger | None = None  # bound pods (state/pod_ledger.py), once their source runs
         self.claims: ClaimLedger | None = None  # devices DRA claims hold (state/claim_ledger.py)
+        self.groups: GroupBook | None = None  # multi-pod groups' domains and holds (state/group_book.py)
+        # A PodGroup's size and domain key by (source, namespace, name) (state/pod_groups.py).
+        self.pod_groups: Callable[[str, str, str], PodGroupSpec | None] = lambda _s, _ns, _n: None
         self._dra_free = DraFree()
         state.on_offered_change(self._dra_free.summary_changed)
         self._fits = FitIndex(state.offered_summaries)
@@ -144,6 +150,11 @@ class Decisions:
         if ledger is not None and len(ledger):  # nodes without usable agent data: less their bound pods
             allocatable = AllocatableLessBound(allocatable, ledger.pods_on)
         candidates = Candidates(args.candidate_names(), allocatable)
+        group = self._group(pod, view) if pod.group.ref is not None else None
+        if group is not None:
+            held = self.groups.own_units(group.ref.key) if self.groups is not None else {}
+            if held:  # the GPUs held for its own group are the member's to take
+                summary = _given_back(summary, self._state.reported, held)
         classes = self._classes
         known = Snapshot(
             summary,
@@ -158,4 +169,61 @@ class Decisions:
             claim_holders=self.claims.holders_on if self.claims is not None else lambda node: {},
             fit_index=self._fits if summary is self._state.summary else None,
         )
-        return Decision(pod, self._plans.plan(pod, view), candidates, known, settings.shortlist)
+        return Decision(pod, self._plans.plan(pod, view), candidates, known, settings.shortlist, group)
+
+    def _group(self, pod: PodRequest, view: InventoryView) -> GroupContext | None:
+        """What is known of the pod's multi-pod group; None: decided as a single pod (no group
+        book, no GPU asked for, or a group whose size is unknown: explain says why)."""
+        ref, book = pod.group.ref, self.groups
+        if ref is None or book is None or not (pod.gpus_needed > 0 or pod.mig_needed):
+            return None
+        book.expire(self._clock())
+        size, key = ref.size, ref.topology_key
+        notes: list[str] = []
+        if ref.source in SIZED_BY_OBJECT:
+            spec = self.pod_groups(ref.source, ref.namespace, ref.name)
+            if spec is None or spec.size is None:
+                return None
+            size, key = spec.size, spec.topology_key or key
+        if size is None or size < 2:
+            return None
+        plan = book.plan(ref.key)
+        planned = None
+        if plan is not None:
+            if plan.size != size:
+                notes.append(f"members disagree on the group's size: {plan.size} (kept, the first seen) and {size}")
+                size = plan.size
+            planned = (plan.level, plan.value, plan.domain_name)
+        released = book.released(ref.key)
+        if released:
+            notes.append(released)
+        bound = tuple(p.node for p in self.ledger.members(ref.key)) if self.ledger is not None else ()
+        labels = view.node_labels
+        return GroupContext(
+            ref,
+            size,
+            bound,
+            pod.gpus_needed,
+            (key,) if key else self._settings.group_levels,
+            lambda node: labels.get(node) or _NO_LABELS,
+            planned,
+            tuple(notes),
+            can_plan=plan is not None or not book.full,
+            held=dict(plan.holds) if plan is not None else {},
+            expires_in=plan.expires_at - self._clock() if plan is not None else None,
+            why=plan.why if plan is not None else "",
+        )
+
+
+_NO_LABELS: dict[str, str] = {}
+
+
+def _given_back(
+    summary: Callable[[str], NodeSummary | None], reported: Callable[[str], NodeSummary | None], own: Mapping[str, int]
+) -> Callable[[str], NodeSummary | None]:
+    def lookup(node: str) -> NodeSummary | None:
+        s = summary(node)
+        units = own.get(node)
+        return given_back(s, reported(node), units) if s is not None and units else s
+
+    return lookup

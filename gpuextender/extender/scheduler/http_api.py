@@ -14,7 +14,7 @@ import asyncio
 import gc
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
 from functools import partial
 from typing import Any
@@ -35,6 +35,7 @@ from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.scheduler.binding import Bindings, pod_uid
 from gpuextender.extender.scheduler.binding_gate import BindingGate
 from gpuextender.extender.scheduler.decisions import Decisions
+from gpuextender.extender.scheduler.group_record import record_group
 from gpuextender.extender.scheduler.readiness import Readiness
 from gpuextender.extender.scheduler.verb_log import log_prioritize, record_filter, record_plan
 from gpuextender.extender.scheduler.wire import (
@@ -49,9 +50,10 @@ from gpuextender.extender.scheduler.wire import (
 )
 from gpuextender.extender.settings import ApiSettings
 from gpuextender.extender.state.gpu_state import GpuState
+from gpuextender.extender.state.group_book import GroupBook
 from gpuextender.extender.state.inventory_view import InventoryView
 from gpuextender.extender.state.live_classes import LiveClasses
-from gpuextender.extender.state.pod_ledger import PodLedger
+from gpuextender.extender.state.pod_ledger import BoundPod, PodLedger
 from gpuextender.extender.state.waiting_pods import WaitingPods
 
 log = logging.getLogger("gpu_extender.http")
@@ -100,6 +102,9 @@ class SchedulerApi:
         self.decisions = Decisions(state, settings, inventory, self.classes, clock)
         self.bindings = Bindings(BindingGate(settings.binding_wait_s, clock), clock)
         self.waiting = WaitingPods()  # GPU pods the latest filter found no place for (the fleet page)
+        # Multi-pod groups: the domain chosen per group and the room held for its members.
+        self.groups = self.decisions.groups = GroupBook(settings.group_hold_s, clock)
+        self.groups.on_change(state.bound_pods_changed)
         self._whole_resources = whole_gpu_resources(settings.gpu_resources)
         metrics.add(BindingsCollector(self.bindings))
         metrics.add(LiveClassesCollector(self.classes, inventory))
@@ -126,11 +131,25 @@ class SchedulerApi:
     def count_bound_pods(self, ledger: PodLedger) -> None:
         """Decide with the ledger's bound pods taken off what their nodes offer (bound_pods.py)."""
         self.decisions.ledger = self.bindings.ledger = ledger
-        self.state.count_bound_pods(ledger.pods_on)
+        self.state.count_bound_pods(self.pods_on)
         ledger.on_change(self.state.bound_pods_changed)
         ledger.on_bound(self.bindings.gate.bound)
         ledger.on_bound(lambda uid: self.waiting.forget((uid,)))
+        ledger.on_bound(self._member_bound)
         self.metrics.add(BoundPodsCollector(self.state, ledger, self._clock))
+
+    def pods_on(self, node: str) -> Iterable[BoundPod]:
+        """What a node's offered summary takes off: its ledger pods and the groups' holds there."""
+        ledger = self.decisions.ledger
+        pods = ledger.pods_on(node) if ledger is not None else ()
+        held = self.groups.holds_on(node)
+        return (*pods, *held) if held else pods
+
+    def _member_bound(self, uid: str) -> None:
+        ledger = self.decisions.ledger
+        pod = ledger.get(uid) if ledger is not None else None
+        if pod is not None and pod.group and ledger is not None:
+            self.groups.member_bound(pod, sum(1 for _ in ledger.members(pod.group)))
 
     async def settle(self, args: ExtenderArgs) -> None:
         """Before a filter decides: wait for earlier pods' bindings that could change its verdicts,
@@ -183,6 +202,8 @@ class SchedulerApi:
         d = self.decisions.decide(args)
         answered = d.answered
         self.bindings.filtered(pod_uid(args.pod), d.pod, answered.passed)
+        if d.group is not None:  # before any later call is read: its holds count for the next pod
+            record_group(self.groups, d)
         return filter_result(args, answered), partial(self._record_filter, pod_uid(args.pod), d)
 
     def _record_filter(self, uid: str, d: Decision) -> None:

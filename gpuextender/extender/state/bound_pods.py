@@ -103,3 +103,23 @@ class AllocatableLessBound(Mapping[str, int]):
 
     def __len__(self) -> int:
         return len(self._allocatable)
+
+
+def given_back(summary: NodeSummary, reported: NodeSummary | None, units: int) -> NodeSummary:
+    """`summary` (what every other pod reads) with `units` held for a group given back to that
+    group's own members (state/group_book.py): never more than its agent reported."""
+    idle = summary.idle_gpus + units
+    free = None if summary.free_gpus is None else summary.free_gpus + units
+    if reported is not None:
+        idle = min(idle, reported.idle_gpus)
+        if free is not None and reported.free_gpus is not None:
+            free = min(free, reported.free_gpus)
+    degraded = min(reported.degraded_idle_gpus if reported is not None else summary.degraded_idle_gpus, idle)
+    return dataclasses.replace(
+        summary,
+        idle_gpus=idle,
+        free_gpus=free,
+        degraded_idle_gpus=degraded,
+        quality=quality_table(idle, degraded, summary.set_tiers),
+        bound_pod_units=max(0, summary.bound_pod_units - units),
+    )

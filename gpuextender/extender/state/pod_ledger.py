@@ -25,6 +25,7 @@ from gpuextender.extender.model.dra import pod_claims, served_by_dra
 from gpuextender.extender.model.kube_objects import POD, KubeObject
 from gpuextender.extender.model.ome.pod_intent import INFERENCE_SERVICE_LABEL
 from gpuextender.extender.model.pod_gpus import MigNeed, gpus_requested, mig_profile, whole_gpu_resources
+from gpuextender.extender.model.pod_group import read_group
 from gpuextender.extender.model.pod_key import pod_key
 from gpuextender.extender.model.untrusted import InvalidInput, object_at
 
@@ -50,6 +51,7 @@ class BoundPod:
     # The ResourceClaims it uses (namespace/name): DRA pods are kept for them, so their binding is
     # known (binding_gate); the devices themselves are the claim ledger's.
     claims: tuple[str, ...] = ()
+    group: str = ""  # its multi-pod group's key (model/pod_group.py), "" for a single pod
 
 
 def _key(meta: KubeObject) -> str:
@@ -66,6 +68,7 @@ class PodLedger:
         self._clock = clock
         self._by_uid: dict[str, BoundPod] = {}
         self._by_node: dict[str, dict[str, BoundPod]] = {}
+        self._by_group: dict[str, dict[str, BoundPod]] = {}  # multi-pod group key -> its bound members
         self._listeners: list[Callable[[str], None]] = []
         self._bound_listeners: list[Callable[[str], None]] = []
         self.synced = False
@@ -87,8 +90,7 @@ class PodLedger:
             if before.node == pod.node:
                 return False
             self._drop(before)
-        self._by_uid[pod.uid] = pod
-        self._by_node.setdefault(pod.node, {})[pod.uid] = pod
+        self._add(pod)
         self._notify({pod.node} | ({before.node} if before is not None else set()))
         self._notify_bound(pod.uid)
         return True
@@ -109,6 +111,14 @@ class PodLedger:
 
     def nodes(self) -> Iterable[str]:
         return self._by_node.keys()
+
+    def get(self, uid: str) -> BoundPod | None:
+        return self._by_uid.get(uid)
+
+    def members(self, group: str) -> Iterable[BoundPod]:
+        """The bound members of multi-pod group `group` (model/pod_group.GroupRef.key)."""
+        pods = self._by_group.get(group)
+        return pods.values() if pods else ()
 
     def slim(self, obj: KubeObject, seen_at: float) -> BoundPod | None:
         """The record, or None for a pod that holds nothing here (unbound, finished, being
@@ -142,8 +152,18 @@ class PodLedger:
             return None
         labels = object_at(meta, "labels")
         isvc = labels.get(INFERENCE_SERVICE_LABEL)
+        group = read_group(obj).ref
         return BoundPod(
-            uid, _key(meta), node, gpus, mig, str(phase), seen_at, isvc if isinstance(isvc, str) else "", claims
+            uid,
+            _key(meta),
+            node,
+            gpus,
+            mig,
+            str(phase),
+            seen_at,
+            isvc if isinstance(isvc, str) else "",
+            claims,
+            group.key if group is not None else "",
         )
 
     # -- InventorySink ---------------------------------------------------------
@@ -161,10 +181,11 @@ class PodLedger:
         changed = {p.node for p in old.values() if fresh.get(p.uid) != p} | {
             p.node for p in fresh.values() if old.get(p.uid) != p
         }
-        self._by_uid = fresh
+        self._by_uid = {}
         self._by_node = {}
+        self._by_group = {}
         for pod in fresh.values():
-            self._by_node.setdefault(pod.node, {})[pod.uid] = pod
+            self._add(pod)
         self.synced = True
         self._notify(changed)
         for uid in fresh.keys() - old.keys():
@@ -183,8 +204,7 @@ class PodLedger:
             self._drop(before)
             changed.add(before.node)
         if pod is not None:
-            self._by_uid[uid] = pod
-            self._by_node.setdefault(pod.node, {})[uid] = pod
+            self._add(pod)
             changed.add(pod.node)
         self._notify(changed)
         if pod is not None and before is None:
@@ -197,12 +217,23 @@ class PodLedger:
             self._drop(before)
             self._notify({before.node})
 
+    def _add(self, pod: BoundPod) -> None:
+        self._by_uid[pod.uid] = pod
+        self._by_node.setdefault(pod.node, {})[pod.uid] = pod
+        if pod.group:
+            self._by_group.setdefault(pod.group, {})[pod.uid] = pod
+
     def _drop(self, pod: BoundPod) -> None:
         del self._by_uid[pod.uid]
         on_node = self._by_node[pod.node]
         del on_node[pod.uid]
         if not on_node:
             del self._by_node[pod.node]
+        if pod.group:
+            members = self._by_group[pod.group]
+            del members[pod.uid]
+            if not members:
+                del self._by_group[pod.group]
 
     def _notify(self, nodes: Iterable[str]) -> None:
         for node in nodes:

@@ -1,0 +1,147 @@
+"""The domain for a multi-pod group: one NVLink clique (or network block, rack, ...) that holds
+every member still to place, on free, idle, healthy GPUs (decide/README.md, "Multi-pod groups").
+
+Pure: the caller gives the nodes that already pass the member's own filter (fresh data only:
+unknown is never room), their free idle GPUs as that filter read them (the group's own holds
+given back), each node's labels, and the levels to try. A node without a level's label is a
+domain of one. A level that no candidate node of the call carries is skipped (the fleet is not organised by
+it); where none is carried, the passing nodes are one domain ("any nodes"): a fleet without
+clique labels places a group whole, wherever it fits.
+
+The choice, per level in order (the first level where a domain holds the group wins):
+- a domain's room is the members its passing nodes hold, each node idle // per-member GPUs;
+- among the domains with room for every remaining member, the one that leaves the fewest idle
+  GPUs of its passing nodes unused (least capacity stranded: a tight domain is not broken open for
+  a group a larger one could take), then the fewest nodes, then the smaller name: every replica
+  that sees the same state chooses the same domain;
+- the members are placed on the domain's nodes tightest first (fewest idle GPUs that still hold
+  one), which is where the group's holds go.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from gpuextender.extender.decide.reasons import Reason
+
+NO_LABEL = "\0node"  # the "value" of a domain of one: a node without the level's label
+ANY = ""  # the level of one domain of every passing node, where no level's label is carried
+
+
+@dataclass(frozen=True, slots=True)
+class Domain:
+    level: str  # the node label key
+    value: str  # its value; NO_LABEL for a node without it (then `nodes` is that one node)
+    nodes: tuple[str, ...]  # its passing nodes, sorted
+
+    @property
+    def name(self) -> str:
+        """How explain and the reasons name it."""
+        if self.level == ANY:
+            return "any nodes"
+        return f"node {self.nodes[0]}" if self.value == NO_LABEL else f"{self.level}={self.value}"
+
+
+@dataclass(frozen=True, slots=True)
+class Room:
+    domain: Domain
+    members: int  # members it can hold
+    idle: int  # free idle GPUs of its passing nodes
+
+
+@dataclass(frozen=True, slots=True)
+class GroupChoice:
+    """A domain and the members it takes per node, or why none holds the group."""
+
+    chosen: Room | None
+    placement: Mapping[str, int] = field(default_factory=dict)  # node -> members placed there
+    rooms: tuple[Room, ...] = ()  # every domain considered at the deciding level, best first
+    reason: Reason | None = None  # set when `chosen` is None
+
+
+def domains(level: str, nodes: Sequence[str], labels: Callable[[str], Mapping[str, str]]) -> list[Domain]:
+    """`nodes` grouped by their value of `level`, each domain's nodes sorted."""
+    if level == ANY:
+        return [Domain(ANY, ANY, tuple(sorted(nodes)))] if nodes else []
+    by_value: dict[str, list[str]] = {}
+    alone: list[Domain] = []
+    for node in nodes:
+        value = labels(node).get(level)
+        if value is None:
+            alone.append(Domain(level, NO_LABEL, (node,)))
+        else:
+            by_value.setdefault(value, []).append(node)
+    return [Domain(level, value, tuple(sorted(ns))) for value, ns in by_value.items()] + alone
+
+
+def room(domain: Domain, idle: Mapping[str, int], per_member: int) -> Room:
+    total = sum(idle[n] for n in domain.nodes)
+    if per_member <= 0:  # members that ask for no whole GPU (MIG devices): one per passing node
+        return Room(domain, len(domain.nodes), total)
+    return Room(domain, sum(idle[n] // per_member for n in domain.nodes), total)
+
+
+def choose(
+    members: int,
+    per_member: int,
+    idle: Mapping[str, int],
+    levels: Sequence[str],
+    labels: Callable[[str], Mapping[str, str]],
+    candidates: Sequence[str],
+    only: Callable[[Domain], bool] | None = None,
+) -> GroupChoice:
+    """The domain for `members` >= 1 members of `per_member` GPUs among the nodes of `idle` (the
+    nodes passing a member's filter, with their free idle GPUs), out of the call's `candidates`.
+    `only(domain)`: the domains allowed (where bound members already are); None: all."""
+    nodes = sorted(idle)
+    rooms: list[Room] = []
+    carried = [level for level in levels if level == ANY or any(level in labels(n) for n in candidates)]
+    for level in carried or [ANY]:
+        found = [room(d, idle, per_member) for d in domains(level, nodes, labels)]
+        if only is not None:
+            found = [r for r in found if only(r.domain)]
+        found.sort(key=lambda r: _preference(r, members, per_member))
+        if found and found[0].members >= members:
+            best = found[0]
+            return GroupChoice(best, place(best.domain, idle, members, per_member), tuple(found))
+        if not rooms or (found and found[0].members > rooms[0].members):
+            rooms = found  # the level that came closest names the shortfall
+    return GroupChoice(None, {}, tuple(rooms), shortfall(members, per_member, levels, rooms))
+
+
+def _preference(r: Room, members: int, per_member: int) -> tuple[int, int, int, str]:
+    """Holding domains first, the least stranded; then, among those that do not hold the group,
+    the one with the most room (named in the shortfall)."""
+    if r.members >= members:
+        return (0, r.idle - members * max(per_member, 0), len(r.domain.nodes), r.domain.name)
+    return (1, -r.members, len(r.domain.nodes), r.domain.name)
+
+
+def place(domain: Domain, idle: Mapping[str, int], members: int, per_member: int) -> dict[str, int]:
+    """`members` on the domain's nodes, tightest first (fewest idle GPUs, then name)."""
+    placement: dict[str, int] = {}
+    left = members
+    for node in sorted(domain.nodes, key=lambda n: (idle[n], n)):
+        if left <= 0:
+            break
+        fits = 1 if per_member <= 0 else idle[node] // per_member
+        take = min(fits, left)
+        if take > 0:
+            placement[node] = take
+            left -= take
+    return placement
+
+
+def shortfall(members: int, per_member: int, levels: Sequence[str], rooms: Sequence[Room]) -> Reason:
+    """The same message for every node of the call (kube-scheduler counts equal messages together)."""
+    level = rooms[0].domain.level if rooms else (levels[0] if levels else ANY)
+    level = level or "node set"
+    asked = f"{members} x {per_member} GPUs" if per_member > 0 else f"{members} members"
+    best = f"best {rooms[0].domain.name} has room for {rooms[0].members}" if rooms else "no node fits a member"
+    return Reason("GroupDoesNotFit", f"no {level} domain holds {asked}: {best}", unresolvable=False)
+
+
+def elsewhere(domain_name: str) -> Reason:
+    """For a node outside the group's domain."""
+    return Reason("GroupInOtherDomain", f"the pod's group is placed in {domain_name}", unresolvable=True)

@@ -1,0 +1,149 @@
+"""A multi-pod group member's filter: its own verdict per node (the single-pod rules, without the
+no-fit fallback), then the group's domain (decide/README.md, "Multi-pod groups").
+
+- The group has a plan (a domain chosen at an earlier member, by this replica): only the domain's
+  candidates are judged; the others fail GroupInOtherDomain. If the domain still holds every
+  member not yet bound, its passing nodes pass. Else the group plans again over every candidate.
+- Planning (group_domains.choose): among the domains of the nodes that pass on fresh data (unknown
+  is never room), the one that holds every remaining member and strands the least. Where members
+  are bound already, only their domain. Its passing nodes pass; every other passing node fails
+  GroupInOtherDomain. No domain holds them: every node fails, the passing ones with the shortfall
+  (GroupDoesNotFit), so no member starts while the group cannot be whole.
+
+Pure: the caller gives the member's plain filter as a function of the candidates, and a
+`GroupContext` of what is known of the group.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from gpuextender.extender.decide import group_domains, reasons
+from gpuextender.extender.decide.filter_outcome import FilterOutcome
+from gpuextender.extender.decide.group_domains import ANY, NO_LABEL, Domain, GroupChoice
+from gpuextender.extender.decide.reasons import Reason
+from gpuextender.extender.decide.whole_gpus import SummaryLookup
+from gpuextender.extender.model.pod_group import GroupRef
+
+Labels = Callable[[str], Mapping[str, str]]
+# Soft: the group waits until plans in flight end (state/group_book.MAX_GROUPS).
+BOOK_FULL = Reason("GroupBookFull", "too many multi-pod groups in flight: the group waits", unresolvable=False)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupContext:
+    ref: GroupRef
+    size: int  # members that make the group whole
+    bound: tuple[str, ...]  # nodes of the members already bound (one entry per member)
+    per_member: int  # GPUs (or replicas) the member asks for
+    levels: tuple[str, ...]  # label keys to try, in order (the group's own key alone, where it names one)
+    labels: Labels  # a node's labels
+    planned: tuple[str, str, str] | None = None  # (level, value, name) of the domain an earlier member got
+    notes: tuple[str, ...] = ()  # what explain says besides (a size disagreement, a released hold)
+    can_plan: bool = True  # False: the group book is full, a group without a plan waits
+    # For explain: the members held per node, when the hold ends, how the domain was chosen.
+    held: Mapping[str, int] = field(default_factory=dict)
+    expires_in: float | None = None
+    why: str = ""
+
+    @property
+    def remaining(self) -> int:
+        """Members still to place, this one included (at least 1: a pod past the size follows)."""
+        return max(1, self.size - len(self.bound))
+
+
+@dataclass(slots=True)
+class MemberOutcome:
+    outcome: FilterOutcome
+    choice: GroupChoice  # what to hold (chosen) or why nothing holds the group (reason)
+    planned_again: bool  # an earlier plan no longer held the group
+
+
+def in_domain(level: str, value: str, node: str, labels: Labels) -> bool:
+    if level == ANY:
+        return True
+    if value == NO_LABEL:
+        return False  # a domain of one is checked by name (the caller has it)
+    return labels(node).get(level) == value
+
+
+def filter_member(
+    group: GroupContext,
+    names: Sequence[str],
+    plain: Callable[[Sequence[str]], FilterOutcome],
+    summary: SummaryLookup,
+) -> MemberOutcome:
+    """`plain(names)`: the member's own filter over `names` (no fallback); `summary`: what it read."""
+    planned = group.planned
+    if planned is not None:
+        level, value, name = planned
+        single = name.removeprefix("node ") if value == NO_LABEL else None
+        inside = [n for n in names if (n == single if single is not None else in_domain(level, value, n, group.labels))]
+        base = plain(inside)
+        idle = _fresh_idle(base, summary)
+        choice = group_domains.choose(
+            group.remaining, group.per_member, idle, (level,), group.labels, inside, only=_named(name)
+        )
+        if choice.chosen is not None:
+            inside_set = set(inside)
+            outside = [n for n in names if n not in inside_set]
+            return MemberOutcome(_answer(base, choice, outside), choice, False)
+    base = plain(names)
+    if planned is None and not group.can_plan:
+        choice = GroupChoice(None, {}, (), BOOK_FULL)
+        return MemberOutcome(_answer(base, choice, []), choice, False)
+    idle = _fresh_idle(base, summary)
+    only = _holding_bound(group.bound, group.labels) if group.bound else None
+    choice = group_domains.choose(group.remaining, group.per_member, idle, group.levels, group.labels, names, only)
+    return MemberOutcome(_answer(base, choice, []), choice, planned is not None)
+
+
+def _fresh_idle(base: FilterOutcome, summary: SummaryLookup) -> dict[str, int]:
+    """The nodes that pass on fresh data, with their free idle GPUs (assumed passes hold no room)."""
+    assumed = set(base.assumed)
+    idle: dict[str, int] = {}
+    for n in base.passed:
+        s = summary(n)
+        if n not in assumed and s is not None:
+            idle[n] = s.idle_gpus
+    return idle
+
+
+def _answer(base: FilterOutcome, choice: GroupChoice, outside: Sequence[str]) -> FilterOutcome:
+    failed = dict(base.failed)
+    chosen = choice.chosen
+    if chosen is None:
+        assert choice.reason is not None
+        failed.update(dict.fromkeys(base.passed, choice.reason))
+        return FilterOutcome([], failed)
+    members = set(chosen.domain.nodes)
+    elsewhere = group_domains.elsewhere(chosen.domain.name)
+    passed: list[str] = []
+    for n in base.passed:
+        if n in members:
+            passed.append(n)
+        elif n in base.assumed:
+            failed[n] = reasons.NO_FRESH_GPU_DATA
+        else:
+            failed[n] = elsewhere
+    if outside:
+        failed.update(dict.fromkeys(outside, elsewhere))
+    return FilterOutcome(passed, failed)
+
+
+def _named(name: str) -> Callable[[Domain], bool]:
+    return lambda d: d.name == name
+
+
+def _holding_bound(bound: Sequence[str], labels: Labels) -> Callable[[Domain], bool]:
+    """Only a domain that holds every bound member's node (by label: a bound node need not pass)."""
+
+    def holds(d: Domain) -> bool:
+        if d.level == ANY:
+            return True
+        if d.value == NO_LABEL:
+            return all(n == d.nodes[0] for n in bound)
+        return all(labels(n).get(d.level) == d.value for n in bound)
+
+    return holds

@@ -1,0 +1,157 @@
+"""Which multi-pod group a pod belongs to, read from what clusters already write on their pods.
+
+Sources, in this order (the first a pod names wins; `../reference` facts in docs/architecture.md,
+"Multi-pod jobs"):
+- Workload API (kube-scheduler 1.36, `scheduling.k8s.io/v1alpha2`): `spec.schedulingGroup.podGroupName`;
+  size and domain key from the PodGroup (`spec.schedulingPolicy.gang.minCount`,
+  `spec.schedulingConstraints.topology[].key`), read by state/pod_groups.py.
+- LeaderWorkerSet: label `leaderworkerset.sigs.k8s.io/group-key`; size from the pod annotation
+  `leaderworkerset.sigs.k8s.io/size`; domain key from `leaderworkerset.sigs.k8s.io/exclusive-topology`.
+- coscheduling (scheduler-plugins): label `scheduling.x-k8s.io/pod-group`; size from its PodGroup's
+  `spec.minMember`.
+- Volcano: annotation `scheduling.k8s.io/group-name`; size from its PodGroup's `spec.minMember`.
+
+Everything here is written by users: a group never spans namespaces (the key holds the pod's
+own), names and keys are bounded, and a size that is not a whole number in [2, MAX_GROUP_SIZE]
+makes the pod a single pod, with the reason kept for explain. Pure: no I/O.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from gpuextender.extender.model.untrusted import object_at, shown
+
+WORKLOAD = "workload"
+LWS = "leaderworkerset"
+COSCHEDULING = "coscheduling"
+VOLCANO = "volcano"
+SOURCES = (WORKLOAD, LWS, COSCHEDULING, VOLCANO)
+# Sources whose size (and domain key) live in a PodGroup object, not on the pod.
+SIZED_BY_OBJECT = frozenset({WORKLOAD, COSCHEDULING, VOLCANO})
+
+LWS_GROUP_KEY = "leaderworkerset.sigs.k8s.io/group-key"
+LWS_SIZE = "leaderworkerset.sigs.k8s.io/size"
+LWS_EXCLUSIVE_TOPOLOGY = "leaderworkerset.sigs.k8s.io/exclusive-topology"
+COSCHEDULING_LABEL = "scheduling.x-k8s.io/pod-group"
+VOLCANO_ANNOTATION = "scheduling.k8s.io/group-name"
+
+MAX_GROUP_SIZE = 512  # members; 64 nodes of 8 GPUs is the largest NVL72-class job seen, with room
+MAX_NAME_CHARS = 253  # a Kubernetes object name (LWS's group key is a 40-character hash)
+MAX_LABEL_KEY_CHARS = 317  # a label key: a 253-character DNS prefix, "/", a 63-character name
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRef:
+    key: str  # "<namespace>/<source>/<name>": a group never spans namespaces
+    source: str  # one of SOURCES
+    namespace: str
+    name: str
+    size: int | None  # members; None: its PodGroup says (SIZED_BY_OBJECT)
+    topology_key: str = ""  # the label the group names for its domain ("": the configured levels)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupReading:
+    """A pod's group, or why it is decided as a single pod although it names one."""
+
+    ref: GroupRef | None
+    problem: str = ""  # set when the pod names a group that cannot be used
+
+
+NO_GROUP = GroupReading(None)
+
+
+def read_group(pod: Any) -> GroupReading:
+    meta = object_at(pod, "metadata")
+    labels = object_at(meta, "labels")
+    annotations = object_at(meta, "annotations")
+    namespace = meta.get("namespace") or "default"
+    if not isinstance(namespace, str) or len(namespace) > MAX_NAME_CHARS:
+        return NO_GROUP  # the API server never sends such a pod; nothing to key a group on
+    workload = object_at(object_at(pod, "spec"), "schedulingGroup").get("podGroupName")
+    if workload is not None:
+        return _named(WORKLOAD, namespace, workload, None, "")
+    lws = labels.get(LWS_GROUP_KEY)
+    if lws is not None:
+        size, problem = _size(annotations.get(LWS_SIZE), f"annotation {LWS_SIZE}")
+        if problem:
+            return GroupReading(None, f"{LWS} group {shown(lws)}: {problem}: decided as a single pod")
+        return _named(LWS, namespace, lws, size, annotations.get(LWS_EXCLUSIVE_TOPOLOGY, ""))
+    coscheduling = labels.get(COSCHEDULING_LABEL)
+    if coscheduling is not None:
+        return _named(COSCHEDULING, namespace, coscheduling, None, "")
+    volcano = annotations.get(VOLCANO_ANNOTATION)
+    if volcano is not None:
+        return _named(VOLCANO, namespace, volcano, None, "")
+    return NO_GROUP
+
+
+def _named(source: str, namespace: str, name: Any, size: int | None, topology_key: Any) -> GroupReading:
+    if not isinstance(name, str) or not name or len(name) > MAX_NAME_CHARS:
+        return GroupReading(
+            None, f"{source} group name {shown(name)} is not a name of 1-{MAX_NAME_CHARS} characters: single pod"
+        )
+    problem = topology_problem(topology_key)
+    if problem:
+        return GroupReading(None, f"{source} group {shown(name)}: {problem}: decided as a single pod")
+    if size == 1:  # a group of one is a single pod
+        return NO_GROUP
+    return GroupReading(GroupRef(f"{namespace}/{source}/{name}", source, namespace, name, size, topology_key))
+
+
+def topology_problem(key: Any) -> str:
+    """Why `key` cannot name a node label ("" when it can, or is "": none named)."""
+    if isinstance(key, str) and len(key) <= MAX_LABEL_KEY_CHARS and " " not in key:
+        return ""
+    return f"topology key {shown(key)} is not a label key of at most {MAX_LABEL_KEY_CHARS} characters"
+
+
+def _size(value: Any, where: str) -> tuple[int | None, str]:
+    """A member count from an annotation's text: (size, "") or (None, why not)."""
+    text = value.strip() if isinstance(value, str) else None
+    if text is None or not (text.isascii() and text.isdigit()) or len(text) > 6:
+        return None, f"{where} = {shown(value)} is not a whole number"
+    return size_problem(int(text), where)
+
+
+def size_problem(size: int, where: str) -> tuple[int | None, str]:
+    """(size, "") for 1..MAX_GROUP_SIZE members, else (None, why not)."""
+    if 1 <= size <= MAX_GROUP_SIZE:
+        return size, ""
+    return None, f"{where} = {size} is outside 1..{MAX_GROUP_SIZE}"
+
+
+@dataclass(frozen=True, slots=True)
+class PodGroupSpec:
+    """What a PodGroup object says of its group: the member count that makes it whole, and the
+    label its members must share; or why it cannot be used (`problem`)."""
+
+    size: int | None
+    topology_key: str = ""
+    problem: str = ""
+
+
+def read_pod_group(source: str, obj: Any) -> PodGroupSpec:
+    """A PodGroup of `source` (WORKLOAD: scheduling.k8s.io/v1alpha2; COSCHEDULING:
+    scheduling.x-k8s.io/v1alpha1; VOLCANO: scheduling.volcano.sh/v1beta1)."""
+    spec = object_at(obj, "spec")
+    topology = ""
+    if source == WORKLOAD:
+        minimum = object_at(object_at(spec, "schedulingPolicy"), "gang").get("minCount")
+        where = "spec.schedulingPolicy.gang.minCount"
+        levels = object_at(spec, "schedulingConstraints").get("topology")
+        if isinstance(levels, list) and levels and isinstance(levels[0], dict):
+            topology = levels[0].get("key", "")
+            problem = topology_problem(topology)
+            if problem:
+                return PodGroupSpec(None, "", problem)
+        if minimum is None:
+            return PodGroupSpec(None, topology, "no gang policy (spec.schedulingPolicy.gang.minCount)")
+    else:
+        minimum, where = spec.get("minMember"), "spec.minMember"
+    if isinstance(minimum, bool) or not isinstance(minimum, int):
+        return PodGroupSpec(None, topology, f"{where} = {shown(minimum)} is not a whole number")
+    size, problem = size_problem(minimum, where)
+    return PodGroupSpec(size, topology, problem)

@@ -1,0 +1,48 @@
+"""What a group member's filter leaves in the group book (state/group_book.py): the domain it
+chose and the room held there, before any later call is read, so the next pod of any group
+already reads that room as taken."""
+
+from __future__ import annotations
+
+import logging
+
+from gpuextender.extender.decide.decision import Decision
+from gpuextender.extender.state.group_book import GroupBook
+
+log = logging.getLogger("gpu_extender.groups")
+
+
+def record_group(book: GroupBook, d: Decision) -> None:
+    group = d.group
+    if group is None:
+        return
+    choice, key = d.member.choice, group.ref.key
+    chosen = choice.chosen
+    if chosen is None:
+        book.count_no_domain()
+        reason = choice.reason.sentence if choice.reason is not None else "no domain"
+        if book.plan(key) is not None and not group.bound:  # a hold for a group that cannot be whole blocks others
+            book.release(key, f"released: {reason}")
+        log.info("group %s (%s, %d members): %s", key, group.ref.source, group.size, reason, extra={"pod": d.pod.ref})
+        return
+    domain = chosen.domain
+    left_over = chosen.idle - group.remaining * max(group.per_member, 0)
+    why = (
+        f"{domain.name}: room for {chosen.members} of the {group.remaining} members to place, "
+        f"{left_over} free idle GPUs left over there; {len(choice.rooms)} domain(s) of {domain.level or 'any nodes'} "
+        "considered, the least stranding chosen"
+    )
+    before = book.plan(key)
+    if book.hold(
+        key,
+        group.ref.source,
+        group.size,
+        group.per_member,
+        (domain.level, domain.value, domain.name),
+        choice.placement,
+        why,
+    ):
+        if before is None or before.domain_name != domain.name:
+            log.info("group %s (%s, %d members): %s", key, group.ref.source, group.size, why, extra={"pod": d.pod.ref})
+    else:
+        log.warning("group %s: not held, %d groups are in flight", key, len(book))

@@ -1,0 +1,221 @@
+"""Multi-pod groups in flight: the domain each group was given and the room held for its members
+not yet bound (decide/README.md, "Multi-pod groups").
+
+A plan is made at a member's filter (decide/group_domains.py chooses; scheduler/decisions.py
+records it here). Its holds are GPUs on the domain's nodes that every other pod and group reads as
+taken, the bound-pod ledger's rule: they enter the nodes' offered summaries as ledger-like entries
+(`pods_on`), so the fit index, DRA and explain see them without a rule of their own. A member
+bound to a node (the pod watch or the bind verb) turns one member's hold there into the ledger's
+own entry; when every member is bound the plan is done. A plan no member made progress on for
+`hold_s` (no member bound) is released, with the reason kept for explain; the group's next filter
+plans again.
+
+Bounded: at most MAX_GROUPS plans (a new group past it is told to wait) and MAX_RELEASED reasons.
+Not pure (a clock), but no I/O: everything runs on the event loop.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import OrderedDict
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+
+from gpuextender.extender.state.pod_ledger import BoundPod
+
+log = logging.getLogger("gpu_extender.groups")
+
+MAX_GROUPS = 10_000  # plans in flight (each ~1 KiB with its holds: ~10 MiB at the bound)
+MAX_RELEASED = 1_024  # release reasons kept for explain, the newest
+HOLD_KEY_PREFIX = "group-hold/"  # the namespace/name its ledger-like entries carry: no pod is named so
+
+
+@dataclass(slots=True)
+class GroupPlan:
+    key: str  # model/pod_group.GroupRef.key
+    source: str
+    size: int
+    per_member: int  # GPUs (or replicas) per member
+    level: str  # the domain: the label key ("" any nodes) ...
+    value: str  # ... and its value (decide/group_domains.NO_LABEL: one node)
+    domain_name: str
+    holds: dict[str, int]  # node -> members held there (not yet bound)
+    chosen_at: float
+    expires_at: float
+    why: str  # how the domain was chosen, for explain
+
+    def held_members(self) -> int:
+        return sum(self.holds.values())
+
+
+@dataclass(slots=True)
+class GroupCounts:
+    placed_whole: int = 0  # every member bound while the plan held
+    no_domain: int = 0  # filters of a member that no domain could hold
+    expired: int = 0  # plans released after hold_s without progress
+    refused_full: int = 0  # new groups told to wait: MAX_GROUPS plans in flight
+
+
+class GroupBook:
+    def __init__(self, hold_s: float, clock: Callable[[], float], max_groups: int = MAX_GROUPS) -> None:
+        self.hold_s = hold_s
+        self._clock = clock
+        self._max = max_groups
+        self._plans: dict[str, GroupPlan] = {}
+        self._holds_on: dict[str, dict[str, tuple[BoundPod, ...]]] = {}  # node -> group key -> entries
+        self._released: OrderedDict[str, str] = OrderedDict()
+        self._listeners: list[Callable[[str], None]] = []
+        self._next_expiry = float("inf")
+        self.counts = GroupCounts()
+
+    # -- what the decisions read -----------------------------------------------
+
+    def plan(self, key: str) -> GroupPlan | None:
+        return self._plans.get(key)
+
+    def released(self, key: str) -> str:
+        """Why the group's last plan was released ("" if none was)."""
+        return self._released.get(key, "")
+
+    def holds_on(self, node: str) -> tuple[BoundPod, ...]:
+        """The node's hold entries of every group (ledger-like: pending, never a pod's holder)."""
+        by_group = self._holds_on.get(node)
+        if not by_group:
+            return ()
+        return tuple(e for entries in by_group.values() for e in entries)
+
+    def own_units(self, key: str) -> Mapping[str, int]:
+        """Node -> the GPUs group `key` holds there (given back to its own members)."""
+        plan = self._plans.get(key)
+        if plan is None:
+            return {}
+        return {node: n * plan.per_member for node, n in plan.holds.items() if n}
+
+    def __len__(self) -> int:
+        return len(self._plans)
+
+    def plans(self) -> Iterable[GroupPlan]:
+        return self._plans.values()
+
+    @property
+    def full(self) -> bool:
+        return len(self._plans) >= self._max
+
+    def on_change(self, listener: Callable[[str], None]) -> None:
+        """`listener(node)` whenever the holds on `node` change."""
+        self._listeners.append(listener)
+
+    # -- what the verbs and the pod watch write --------------------------------
+
+    def hold(
+        self,
+        key: str,
+        source: str,
+        size: int,
+        per_member: int,
+        domain: tuple[str, str, str],
+        placement: Mapping[str, int],
+        why: str,
+    ) -> bool:
+        """Give group `key` the domain (level, value, name) and hold `placement` (node -> members).
+        Replaces the group's earlier plan. False, holding nothing, when MAX_GROUPS other plans are
+        in flight."""
+        now = self._clock()
+        self.expire(now)
+        before = self._plans.pop(key, None)
+        if before is None and len(self._plans) >= self._max:
+            self.counts.refused_full += 1
+            return False
+        level, value, name = domain
+        plan = GroupPlan(key, source, size, per_member, level, value, name, {}, now, now + self.hold_s, why)
+        if before is not None:
+            if before.domain_name == name:  # the same domain again: its hold does not start over
+                plan.chosen_at, plan.expires_at = before.chosen_at, before.expires_at
+            self._set_holds(before, {})
+        self._plans[key] = plan
+        self._set_holds(plan, {n: m for n, m in placement.items() if m > 0})
+        self._next_expiry = min(self._next_expiry, plan.expires_at)
+        self._released.pop(key, None)
+        return True
+
+    def member_bound(self, pod: BoundPod, bound: int) -> None:
+        """A member of `pod.group` is bound to `pod.node` (`bound` members are now): its hold
+        becomes the ledger's entry; with every member bound, the plan is done."""
+        plan = self._plans.get(pod.group)
+        if plan is None:
+            return
+        if bound >= plan.size:
+            self.counts.placed_whole += 1
+            log.info("group %s placed whole in %s (%d members)", plan.key, plan.domain_name, plan.size)
+            self._drop(plan)
+            return
+        holds = dict(plan.holds)
+        node = pod.node if holds.get(pod.node) else max(holds, key=lambda n: (holds[n], n), default=None)
+        if node is not None:
+            holds[node] -= 1
+        plan.expires_at = self._clock() + self.hold_s  # progress: the hold lasts
+        self._next_expiry = min(self._next_expiry, plan.expires_at)
+        self._set_holds(plan, {n: m for n, m in holds.items() if m > 0})
+
+    def release(self, key: str, why: str) -> None:
+        plan = self._plans.get(key)
+        if plan is not None:
+            self._drop(plan)
+            self._remember(key, why)
+
+    def expire(self, now: float) -> None:
+        """Release the plans whose hold ran out (cheap until the earliest one does)."""
+        if now < self._next_expiry:
+            return
+        late = [p for p in self._plans.values() if p.expires_at <= now]
+        for plan in late:
+            self.counts.expired += 1
+            why = (
+                f"hold on {plan.domain_name} expired after {self.hold_s:g}s with {plan.held_members()} of "
+                f"{plan.size} members unbound"
+            )
+            log.warning("group %s: %s", plan.key, why)
+            self._drop(plan)
+            self._remember(plan.key, why)
+        self._next_expiry = min((p.expires_at for p in self._plans.values()), default=float("inf"))
+
+    def count_no_domain(self) -> None:
+        self.counts.no_domain += 1
+
+    # -- internals -----------------------------------------------------------
+
+    def _drop(self, plan: GroupPlan) -> None:
+        self._set_holds(plan, {})
+        del self._plans[plan.key]
+
+    def _remember(self, key: str, why: str) -> None:
+        self._released[key] = why
+        self._released.move_to_end(key)
+        while len(self._released) > MAX_RELEASED:
+            self._released.popitem(last=False)
+
+    def _set_holds(self, plan: GroupPlan, holds: dict[str, int]) -> None:
+        changed = {n for n in plan.holds.keys() | holds.keys() if plan.holds.get(n) != holds.get(n)}
+        plan.holds = holds
+        for node in changed:
+            by_group = self._holds_on.setdefault(node, {})
+            members = holds.get(node, 0)
+            if members:
+                entry = BoundPod(
+                    uid=f"{HOLD_KEY_PREFIX}{plan.key}/{node}",
+                    key=f"{HOLD_KEY_PREFIX}{plan.key}",
+                    node=node,
+                    gpus=members * plan.per_member,
+                    mig=(),
+                    phase="",
+                    seen_at=plan.chosen_at,
+                    group=plan.key,
+                )
+                by_group[plan.key] = (entry,)
+            else:
+                by_group.pop(plan.key, None)
+                if not by_group:
+                    del self._holds_on[node]
+        for node in sorted(changed):
+            for listener in self._listeners:
+                listener(node)

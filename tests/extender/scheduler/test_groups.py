@@ -1,0 +1,304 @@
+"""Multi-pod groups through the scheduler verbs (SchedulerApi: filter, prioritize, explain, the pod
+watch's bindings): one domain per group, the room held for members not yet bound, no partial
+start the extender could foresee, single pods unchanged."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from gpuextender.common.idle_rule import IdleRule
+from gpuextender.extender.decide.group_domains import NO_LABEL
+from gpuextender.extender.observe.metrics import ExtenderMetrics
+from gpuextender.extender.scheduler.http_api import SchedulerApi
+from gpuextender.extender.scheduler.wire import ExtenderArgs
+from gpuextender.extender.settings import ApiSettings, DecisionPolicy
+from gpuextender.extender.state.gpu_state import GpuState
+from gpuextender.extender.state.inventory_view import InventoryView
+from gpuextender.extender.state.pod_ledger import POD_KIND, PodLedger
+from tests.extender.builders import gpu, report
+
+CLIQUE = "nvidia.com/gpu.clique"
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Cluster:
+    """An extender's API over agents' reports, node labels and a bound-pod ledger."""
+
+    def __init__(self, nodes: dict[str, tuple[str | None, int, int]], **settings: Any) -> None:
+        """nodes: name -> (clique or None, idle GPUs, busy GPUs)."""
+        self.clock = Clock()
+        self.state = GpuState(IdleRule())
+        self.labels = {n: ({CLIQUE: c} if c is not None else {}) for n, (c, _, _) in nodes.items()}
+        self.view = InventoryView(
+            node_labels=self.labels, allocatable_gpus={n: i + b for n, (_, i, b) in nodes.items()}
+        )
+        self.nodes = list(nodes)
+        for name, (_, idle, busy) in nodes.items():
+            self.report(name, idle, busy)
+        self.api = SchedulerApi(
+            self.state,
+            ExtenderMetrics(self.state),
+            ApiSettings(DecisionPolicy(), **settings),
+            inventory=lambda: self.view,
+            clock=self.clock,
+        )
+        self.ledger = PodLedger(("nvidia.com/gpu",), self.clock)
+        self.ledger.replace_all(POD_KIND, [])
+        self.api.count_bound_pods(self.ledger)
+        self.bound: dict[str, str] = {}
+
+    def report(self, name: str, idle: int, busy: int) -> None:
+        gpus = [gpu(i, 0, 1) for i in range(idle)] + [gpu(idle + i, 95, 60) for i in range(busy)]
+        self.state.ingest(report(name, gpus), self.clock.now)
+
+    def filter(self, pod: dict[str, Any], names: list[str] | None = None) -> dict[str, Any]:
+        return self.api.filter(ExtenderArgs(pod, names or self.nodes, None))
+
+    def schedule(self, pod: dict[str, Any]) -> str | None:
+        """filter, then prioritize's best of the passes, then bind (the pod watch sees it): the node."""
+        answer = self.filter(pod)
+        passed = answer["NodeNames"]
+        if not passed:
+            return None
+        scores = dict((s["Host"], s["Score"]) for s in self.api.prioritize(ExtenderArgs(pod, passed, None)))
+        best = max(passed, key=lambda n: (scores.get(n, 0), n))
+        self.bind(pod, best)
+        return best
+
+    def bind(self, pod: dict[str, Any], node: str) -> None:
+        bound = {**pod, "spec": {**pod["spec"], "nodeName": node}, "status": {"phase": "Pending"}}
+        self.ledger.upsert(POD_KIND, bound)
+        self.bound[pod["metadata"]["name"]] = node
+
+    def clique_of(self, node: str) -> str | None:
+        return self.labels[node].get(CLIQUE)
+
+
+def failures(answer: dict[str, Any]) -> dict[str, str]:
+    return {**answer["FailedNodes"], **answer["FailedAndUnresolvableNodes"]}
+
+
+def lws_pod(
+    group: str, index: int, size: int, gpus: int = 8, *, namespace: str = "llm", **extra: str
+) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "name": f"{group}-{index}",
+            "namespace": namespace,
+            "uid": f"uid-{namespace}-{group}-{index}",
+            "labels": {"leaderworkerset.sigs.k8s.io/group-key": group},
+            "annotations": {"leaderworkerset.sigs.k8s.io/size": str(size), **extra},
+        },
+        "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
+    }
+
+
+def single_pod(name: str, gpus: int = 8) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name, "namespace": "llm", "uid": f"uid-{name}"},
+        "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}}}]},
+    }
+
+
+def fleet() -> dict[str, tuple[str | None, int, int]]:
+    """Clique a: 2 idle 8-GPU nodes; clique b: 4 idle; clique c: 3 idle and 1 busy."""
+    nodes: dict[str, tuple[str | None, int, int]] = {}
+    for i in range(2):
+        nodes[f"a{i}"] = ("a", 8, 0)
+    for i in range(4):
+        nodes[f"b{i}"] = ("b", 8, 0)
+    for i in range(3):
+        nodes[f"c{i}"] = ("c", 8, 0)
+    nodes["c3"] = ("c", 0, 8)
+    return nodes
+
+
+def test_first_members_of_three_groups_go_to_three_cliques_that_hold_them_whole() -> None:
+    """The issue's failure: every group's first member went to the same clique. With holds, each
+    group's first member takes a domain that holds the whole group, the tightest first."""
+    cluster = Cluster(fleet())
+    groups = {"g2": 2, "g3": 3, "g4": 4}
+    for name, size in groups.items():  # every first member before any second one (all created at once)
+        assert cluster.schedule(lws_pod(name, 0, size)) is not None
+    for name, size in groups.items():
+        for index in range(1, size):
+            assert cluster.schedule(lws_pod(name, index, size)) is not None, (name, index)
+    cliques = {g: {cluster.clique_of(cluster.bound[f"{g}-{i}"]) for i in range(s)} for g, s in groups.items()}
+    assert cliques == {"g2": {"a"}, "g3": {"c"}, "g4": {"b"}}
+    assert cluster.api.groups.counts.placed_whole == 3 and len(cluster.api.groups) == 0
+    assert not any(cluster.bound[f"g{s}-{i}"] == "c3" for s in (2, 3, 4) for i in range(s))  # the busy node
+
+
+def test_a_group_no_domain_holds_waits_whole_with_the_best_domains_shortfall() -> None:
+    cluster = Cluster(fleet())
+    answer = cluster.filter(lws_pod("big", 0, 5))
+    assert answer["NodeNames"] == []
+    message = (
+        "gpu-extender: no nvidia.com/gpu.clique domain holds 5 x 8 GPUs: "
+        "best nvidia.com/gpu.clique=b has room for 4 (GroupDoesNotFit)"
+    )
+    # Every node that would pass alone fails with the shortfall, busy c3 with its own reason: never
+    # the no-fit fallback (pass-all is the default policy), so no member starts.
+    assert {n: r for n, r in failures(answer).items() if n != "c3"} == dict.fromkeys(
+        [n for n in cluster.nodes if n != "c3"], message
+    )
+    assert "c3" in failures(answer) and cluster.api.groups.counts.no_domain == 1
+    assert cluster.api.groups.plan("llm/leaderworkerset/big") is None  # nothing held for it
+
+
+def test_a_single_pod_that_fits_nowhere_still_gets_the_fallback() -> None:
+    cluster = Cluster({"n0": (None, 0, 8)})
+    answer = cluster.filter(single_pod("s"))
+    assert answer["NodeNames"] == ["n0"]  # pass-all, as before groups existed
+
+
+def test_held_room_is_taken_for_single_pods_and_given_back_to_the_groups_members() -> None:
+    cluster = Cluster({"a0": ("a", 8, 0), "a1": ("a", 8, 0), "b0": ("b", 8, 0)})
+    first = cluster.filter(lws_pod("g", 0, 2))
+    assert sorted(first["NodeNames"]) == ["a0", "a1"]
+    # Both nodes are held for the group's 2 members (neither bound yet): a single pod goes to b0.
+    single = cluster.filter(single_pod("s"))
+    assert single["NodeNames"] == ["b0"]
+    assert set(failures(single)) == {"a0", "a1"} and "GPUsTakenByBoundPods" in failures(single)["a0"]
+    # The group's own second member still sees both nodes' room.
+    assert sorted(cluster.filter(lws_pod("g", 1, 2))["NodeNames"]) == ["a0", "a1"]
+    cluster.bind(lws_pod("g", 0, 2), "a0")
+    assert cluster.api.groups.plan("llm/leaderworkerset/g").holds == {"a1": 1}  # type: ignore[union-attr]
+    assert cluster.filter(lws_pod("g", 1, 2))["NodeNames"] == ["a1"]  # a0: its 8 GPUs are member 0's now
+    cluster.bind(lws_pod("g", 1, 2), "a1")
+    assert cluster.api.groups.plan("llm/leaderworkerset/g") is None
+    assert cluster.api.groups.counts.placed_whole == 1
+
+
+def test_later_members_go_only_to_the_groups_domain() -> None:
+    cluster = Cluster(fleet())
+    node = cluster.schedule(lws_pod("g", 0, 2))
+    assert node is not None and cluster.clique_of(node) == "a"
+    answer = cluster.filter(lws_pod("g", 1, 2))
+    assert answer["NodeNames"] and {cluster.clique_of(n) for n in answer["NodeNames"]} == {"a"}
+    elsewhere = "gpu-extender: the pod's group is placed in nvidia.com/gpu.clique=a (GroupInOtherDomain)"
+    assert {n for n, r in failures(answer).items() if r == elsewhere} == {
+        n for n in cluster.nodes if cluster.clique_of(n) != "a" and n != "c3"
+    } | {"c3"}
+    # prioritize gives a node outside the domain 0, whatever its GPUs
+    scores = {
+        s["Host"]: s["Score"] for s in cluster.api.prioritize(ExtenderArgs(lws_pod("g", 1, 2), cluster.nodes, None))
+    }
+    assert all(scores.get(n, 0) == 0 for n in cluster.nodes if cluster.clique_of(n) != "a")
+
+
+def test_a_restarted_extender_finds_the_domain_from_the_bound_members() -> None:
+    """No plan (another replica chose, or this one restarted): a bound member's node pins the domain."""
+    cluster = Cluster(fleet())
+    cluster.bind(lws_pod("g", 0, 3), "b1")  # bound by another replica's choice
+    answer = cluster.filter(lws_pod("g", 1, 3))
+    assert {cluster.clique_of(n) for n in answer["NodeNames"]} == {"b"}
+    plan = cluster.api.groups.plan("llm/leaderworkerset/g")
+    assert plan is not None and plan.value == "b" and sum(plan.holds.values()) == 2
+
+
+def test_bound_members_in_a_domain_without_room_wait_there_rather_than_split() -> None:
+    cluster = Cluster({"a0": ("a", 8, 0), "a1": ("a", 0, 8), "b0": ("b", 8, 0), "b1": ("b", 8, 0)})
+    cluster.bind(lws_pod("g", 0, 3), "a0")  # a0's GPUs are member 0's; a1 is busy: 2 more fit nowhere in a
+    answer = cluster.filter(lws_pod("g", 1, 3))
+    assert answer["NodeNames"] == []
+    assert "GroupDoesNotFit" in failures(answer)["b0"]
+
+
+def test_nodes_without_the_label_are_domains_of_one() -> None:
+    cluster = Cluster({"a0": ("a", 8, 0), "x": (None, 8, 0), "y": (None, 16, 0)})
+    # 2 x 8: clique a holds one member, x one, y two: only y holds the group.
+    answer = cluster.filter(lws_pod("g", 0, 2))
+    assert answer["NodeNames"] == ["y"]
+    plan = cluster.api.groups.plan("llm/leaderworkerset/g")
+    assert plan is not None and plan.value == NO_LABEL and plan.domain_name == "node y" and plan.holds == {"y": 2}
+
+
+def test_a_fleet_without_any_level_label_places_the_group_whole_anywhere() -> None:
+    cluster = Cluster({"x": (None, 8, 0), "y": (None, 8, 0), "z": (None, 0, 8)})
+    answer = cluster.filter(lws_pod("g", 0, 2))
+    assert sorted(answer["NodeNames"]) == ["x", "y"]
+    assert cluster.filter(lws_pod("h", 0, 2))["NodeNames"] == []  # the room is held for g
+
+
+def test_the_groups_own_topology_key_replaces_the_levels() -> None:
+    nodes = {"r0": ("a", 8, 0), "r1": ("b", 8, 0)}
+    cluster = Cluster(nodes)
+    cluster.labels["r0"]["rack"] = "one"
+    cluster.labels["r1"]["rack"] = "one"
+    pod = lws_pod("g", 0, 2, **{"leaderworkerset.sigs.k8s.io/exclusive-topology": "rack"})
+    assert sorted(cluster.filter(pod)["NodeNames"]) == ["r0", "r1"]  # two cliques, one rack
+    assert cluster.filter(lws_pod("h", 0, 2))["NodeNames"] == []  # by clique: no domain of 2
+
+
+def test_groups_never_span_namespaces() -> None:
+    cluster = Cluster(fleet())
+    cluster.bind(lws_pod("g", 0, 2, namespace="other"), "b0")
+    answer = cluster.filter(lws_pod("g", 0, 2))  # same group key, another namespace: its own group
+    assert {cluster.clique_of(n) for n in answer["NodeNames"]} == {"a"}
+
+
+def test_a_hold_expires_at_exactly_the_hold_time_without_progress() -> None:
+    cluster = Cluster({"a0": ("a", 8, 0), "a1": ("a", 8, 0)}, group_hold_s=60.0)
+    cluster.filter(lws_pod("g", 0, 2))
+    book = cluster.api.groups
+    cluster.clock.now += 59.999
+    book.expire(cluster.clock.now)
+    assert book.plan("llm/leaderworkerset/g") is not None
+    cluster.clock.now += 0.001
+    book.expire(cluster.clock.now)
+    assert book.plan("llm/leaderworkerset/g") is None and book.counts.expired == 1
+    explained = cluster.api.explain(ExtenderArgs(lws_pod("g", 0, 2), ["a0", "a1"], None))
+    assert "expired after 60s with 2 of 2 members unbound" in " ".join(explained["group"]["notes"])
+
+
+def test_a_filter_again_on_the_same_domain_does_not_extend_the_hold() -> None:
+    cluster = Cluster({"a0": ("a", 8, 0), "a1": ("a", 8, 0)}, group_hold_s=60.0)
+    cluster.filter(lws_pod("g", 0, 2))
+    cluster.clock.now += 50
+    cluster.filter(lws_pod("g", 0, 2))  # kube-scheduler retries the same member
+    cluster.clock.now += 10
+    cluster.api.groups.expire(cluster.clock.now)
+    assert cluster.api.groups.plan("llm/leaderworkerset/g") is None
+
+
+def test_a_bound_member_extends_the_hold() -> None:
+    cluster = Cluster({"a0": ("a", 8, 0), "a1": ("a", 8, 0), "a2": ("a", 8, 0)}, group_hold_s=60.0)
+    cluster.filter(lws_pod("g", 0, 3))
+    cluster.clock.now += 50
+    cluster.bind(lws_pod("g", 0, 3), "a0")
+    cluster.clock.now += 59
+    cluster.api.groups.expire(cluster.clock.now)
+    assert cluster.api.groups.plan("llm/leaderworkerset/g") is not None
+
+
+def test_an_unreadable_size_makes_the_pod_a_single_pod_and_explain_says_why() -> None:
+    cluster = Cluster({"n0": (None, 0, 8)})
+    pod = lws_pod("g", 0, 2)
+    pod["metadata"]["annotations"]["leaderworkerset.sigs.k8s.io/size"] = "-3"
+    assert cluster.filter(pod)["NodeNames"] == ["n0"]  # the single pod's fallback
+    explained = cluster.api.explain(ExtenderArgs(pod, ["n0"], None))
+    assert explained["group"] == {
+        "problem": "leaderworkerset group 'g': annotation leaderworkerset.sigs.k8s.io/size = '-3' is not a whole "
+        "number: decided as a single pod"
+    }
+
+
+def test_explain_shows_the_groups_source_size_domain_rooms_and_hold() -> None:
+    cluster = Cluster(fleet(), group_hold_s=120.0)
+    cluster.filter(lws_pod("g", 0, 3))
+    cluster.clock.now += 5  # (within --stale-after: the reports are still fresh)
+    group = cluster.api.explain(ExtenderArgs(lws_pod("g", 1, 3), cluster.nodes, None))["group"]
+    assert group["key"] == "llm/leaderworkerset/g" and group["source"] == "leaderworkerset"
+    assert group["size"] == 3 and group["boundMembers"] == 0 and group["gpusPerMember"] == 8
+    assert group["domain"] == "nvidia.com/gpu.clique=c" and group["holdExpiresInSeconds"] == 115.0
+    assert group["held"] == {"c0": 1, "c1": 1, "c2": 1}
+    rooms = {r["domain"]: r["members"] for r in group["rooms"]}
+    assert rooms == {"nvidia.com/gpu.clique=c": 3}  # the planned domain alone is judged again
