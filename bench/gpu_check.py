@@ -1,9 +1,11 @@
 """The real-GPU check: the agent's NVML path on every GPU of this machine, in under 5 minutes.
 
-    python bench/gpu_check.py [--out DIR] [--loads SECONDS]
+    python bench/gpu_check.py [--out DIR] [--loads SECONDS] [--expect-gpu]
 
 Needs libnvidia-ml (a GPU and its driver); PyTorch for the CUDA loads (bench/gpu_load.py).
-Without NVML it says so in one line and exits 0: CI never has a GPU.
+Without NVML it says so in one line and exits 0 (CI never has a GPU), unless a GPU is expected:
+--expect-gpu or GPUEXT_EXPECT_GPU=1 (the device-machine command in docs/testing.md), which make
+that an exit 1 and every skip of the real-GPU tests a failure.
 
 What it does, each part on its own (one that fails is reported and the rest still run):
   1. the agent's reader (`NvmlReader`, the real pynvml) on every GPU, each reading compared with
@@ -12,11 +14,18 @@ What it does, each part on its own (one that fails is reported and the rest stil
   3. the event thread started and stopped; the topology read;
   4. the cost of a sampling pass (median, p99) and the RSS that libnvidia-ml adds;
   5. GPM (SM activity, occupancy, tensor and DRAM activity) and utilization under four loads:
-     idle, memory held, a one-thread spin kernel, bf16 matrix products;
+     idle, memory held, a one-thread spin kernel, bf16 matrix products; under each, utilization,
+     memory used, power, SM clock and temperature compared with nvidia-smi every second, and the
+     readings held to the bounds of tests/gpu/smi.py (LOAD_BOUNDS);
   6. `gpu-agent` started for real (no --fake), streaming to a local `gpu-extender` that must pass
      and score this node; the agent's /metrics parsed back; its RSS;
   7. the real-GPU tests (`pytest tests/gpu`).
-Writes DIR/gpu_check.json (everything) and DIR/RESULTS-gpu.md (the figures, for bench/).
+Writes DIR/gpu_check.json (everything) and DIR/RESULTS-gpu.md (the figures). Exits 1 when any
+check failed (a reading off nvidia-smi, a bound broken, a part that crashed, a real-GPU test that
+failed: the list is printed and heads RESULTS-gpu.md; tests/gpu/report.py's `failures`), else 0.
+To commit a run, copy its gpu_check.json over bench/gpu_check.json (H100) or
+bench/gpu_check-h200.json (H200) and run `python -m tests.gpu.report`, which renders both
+bench/RESULTS-gpu*.md from the JSON (tests/bench/test_gpu_report.py checks they match).
 """
 
 from __future__ import annotations
@@ -39,7 +48,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.gpu import smi  # noqa: E402
+from tests.gpu import report, smi  # noqa: E402
 from tests.gpu.loads import Load  # noqa: E402
 
 RESULTS: dict[str, Any] = {}
@@ -90,6 +99,7 @@ def environment() -> dict[str, Any]:
     except pynvml.NVMLError:
         cuda = 0
     env = {
+        "run": _run_info(),
         "driver": pynvml.nvmlSystemGetDriverVersion(),
         "cuda_driver": f"{cuda // 1000}.{cuda % 1000 // 10}",
         "nvml_version": pynvml.nvmlSystemGetNVMLVersion(),
@@ -102,9 +112,52 @@ def environment() -> dict[str, Any]:
         "cpus": os.cpu_count(),
         "rss_kib_before_nvml_init": before["VmRSS"],
         "rss_kib_after_nvml_init": after["VmRSS"],
+        "boards": [_board(pynvml, index) for index in range(pynvml.nvmlDeviceGetCount())],
     }
     pynvml.nvmlShutdown()
     return env
+
+
+def _run_info() -> dict[str, Any]:
+    """When, and on which commit where this is a git checkout (else GPUEXT_COMMIT, else None)."""
+    commit = os.environ.get("GPUEXT_COMMIT") or None
+    if commit is None and (ROOT / ".git").exists() and shutil.which("git"):
+        proc = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True)
+        commit = (proc.stdout.strip() or None) if proc.returncode == 0 else None
+    return {"date": time.strftime("%Y-%m-%d", time.gmtime()), "commit": commit}
+
+
+def _board(pynvml: Any, index: int) -> dict[str, Any]:
+    """Power limits (W, from NVML and nvidia-smi) and the form factor they and the name tell."""
+    from gpuextender.agent.sources.nvml_errors import error_name
+
+    h = pynvml.nvmlDeviceGetHandleByIndex(index)
+    board: dict[str, Any] = {"index": index, "name": pynvml.nvmlDeviceGetName(h)}
+
+    def read(key: str, call: Callable[[], Any]) -> Any:
+        try:
+            board[key] = call()
+        except pynvml.NVMLError as exc:
+            board[key] = error_name(exc)
+        return board[key]
+
+    read("enforced_power_limit_w", lambda: pynvml.nvmlDeviceGetEnforcedPowerLimit(h) / 1000)
+    read("power_limit_w", lambda: pynvml.nvmlDeviceGetPowerManagementLimit(h) / 1000)
+    read("default_power_limit_w", lambda: pynvml.nvmlDeviceGetPowerManagementDefaultLimit(h) / 1000)
+    read("power_limit_range_w", lambda: [v / 1000 for v in pynvml.nvmlDeviceGetPowerManagementLimitConstraints(h)])
+    read("module_id", lambda: pynvml.nvmlDeviceGetModuleId(h))
+    read("board_part_number", lambda: smi.as_text(pynvml.nvmlDeviceGetBoardPartNumber(h)))
+    try:
+        board["smi"] = smi.query(smi.POWER_LIMIT_FIELDS)[index]
+    except Exception as exc:  # recorded, not fatal: the limits above are NVML's own
+        board["smi"] = f"{type(exc).__name__}: {exc}"
+    limits = board.get("power_limit_range_w")
+    candidates = [limits[1] if isinstance(limits, list) else None, board.get("enforced_power_limit_w")]
+    if isinstance(board["smi"], dict):  # nvidia-smi's, where NVML's calls are not there
+        candidates += [smi._number(board["smi"].get(f, "")) for f in ("power.max_limit", "enforced.power.limit")]
+    most = next((v for v in candidates if isinstance(v, int | float) and not isinstance(v, bool)), None)
+    board["form_factor"], board["form_factor_why"] = smi.form_factor(board["name"], most)
+    return board
 
 
 def _version(dist: str) -> str:
@@ -311,7 +364,7 @@ def gpm_under_loads(seconds: float) -> dict[str, Any]:
         except pynvml.NVMLError as exc:
             out["gpm_supported"] = error_name(exc)
         for mode in ("idle", "hold", "spin", "matmul"):
-            load = Load(ROOT, mode, seconds + 6)
+            load = Load(ROOT, mode, seconds + 15)  # outlasts the measuring, nvidia-smi runs included
             try:
                 time.sleep(1.5)  # utilization is averaged over a window of up to 1 s
                 out[mode] = _measure(pynvml, h, reader, seconds, out["gpm_supported"] is True)
@@ -339,10 +392,15 @@ def _measure(pynvml: Any, h: Any, reader: Any, seconds: float, gpm: bool) -> dic
         timings["sample_get_ms"].append((time.perf_counter() - t) * 1000)
     end = time.monotonic() + seconds
     gpm_values: list[dict[str, Any]] = []
+    rows: list[smi.Row] = []
+    after: list[dict[str, str]] = []
     while time.monotonic() < end:
         time.sleep(1.0)
         util.append(int(pynvml.nvmlDeviceGetUtilizationRates(h).gpu))
+        before = smi.query(smi.LOADED_FIELDS)
         sample = reader.sample()
+        after = smi.query(smi.LOADED_FIELDS)
+        rows += smi.compare(sample, before, after)
         g = sample.gpus[0]
         reads.append(
             {
@@ -381,7 +439,9 @@ def _measure(pynvml: Any, h: Any, reader: Any, seconds: float, gpm: bool) -> dic
     result["reader"] = reads
     result["gpm_raw"] = gpm_values
     result["gpm_cost"] = {k: round(statistics.median(v), 4) for k, v in timings.items() if v}
-    result["smi"] = smi.query_fields(["utilization.gpu", "memory.used", "power.draw", "clocks.sm"])
+    result["smi"] = after  # nvidia-smi just after the last reading
+    result["vs_smi"] = [row._asdict() for row in rows]
+    result["mismatches"] = [row._asdict() for row in rows if not row.ok]
     return result
 
 
@@ -412,8 +472,15 @@ def agent_to_extender() -> dict[str, Any]:
 # -- 7: the real-GPU tests ---------------------------------------------------------------------
 
 
-def gpu_tests(out_dir: Path) -> dict[str, Any]:
+def gpu_tests(out_dir: Path, expect_gpu: bool) -> dict[str, Any]:
+    """pytest tests/gpu in a child process (the real NVML only: no fake installed there); where a
+    GPU is expected every skip there fails (tests/gpu/conftest.py)."""
+    from tests.gpu.conftest import EXPECT_GPU_VARIABLE
+
     started = time.monotonic()
+    env = dict(os.environ)
+    if expect_gpu:
+        env[EXPECT_GPU_VARIABLE] = "1"
     proc = subprocess.run(
         [
             sys.executable,
@@ -426,9 +493,10 @@ def gpu_tests(out_dir: Path) -> dict[str, Any]:
             f"--junitxml={out_dir / 'gpu-tests.xml'}",
         ],
         cwd=ROOT,
+        env=env,
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=300,
     )
     tail = (proc.stdout + proc.stderr).strip().splitlines()[-25:]
     return {
@@ -436,7 +504,14 @@ def gpu_tests(out_dir: Path) -> dict[str, Any]:
         "summary": tail[-1] if tail else "",
         "tail": tail,
         "s": round(time.monotonic() - started, 1),
+        "expect_gpu": expect_gpu,
     }
+
+
+def expect_gpu_default() -> bool:
+    from tests.gpu.conftest import gpu_expected
+
+    return gpu_expected()
 
 
 def main() -> int:
@@ -449,38 +524,52 @@ def main() -> int:
         default=[],
         help="a part to leave out: smi, probes, events, cost, calls, loads, agent, tests",
     )
+    parser.add_argument(
+        "--expect-gpu",
+        action="store_true",
+        default=expect_gpu_default(),
+        help="a GPU must be here (default: GPUEXT_EXPECT_GPU=1): no NVML is a failure, and so is a "
+        "skipped real-GPU test",
+    )
     options = parser.parse_args()
-    reason = smi.real_nvml_missing()
+    reason = nvml_missing()
     if reason:
-        print(f"gpu_check: skipped: {reason}")
-        return 0
+        print(f"gpu_check: {'FAILED, a GPU is expected' if options.expect_gpu else 'skipped'}: {reason}")
+        return 1 if options.expect_gpu else 0
     options.out.mkdir(parents=True, exist_ok=True)
+    RESULTS["skipped"] = sorted(options.skip)
     started = time.monotonic()
     parts: list[tuple[str, Callable[[], None]]] = [
-        ("env", section("environment")(environment)),
-        ("smi", section("reader vs nvidia-smi")(compare_with_smi)),
-        ("probes", section("NVML calls and field values")(not_supported)),
-        ("events", section("events and topology")(events_and_topology)),
-        ("cost", section("sampling cost")(sample_cost)),
-        ("calls", section("cost per NVML call")(call_cost)),
-        ("loads", section("GPM and utilization under loads")(lambda: gpm_under_loads(options.loads))),
-        ("agent", section("gpu-agent -> gpu-extender")(agent_to_extender)),
-        ("tests", section("pytest tests/gpu")(lambda: gpu_tests(options.out))),
+        ("env", section(report.SECTIONS["env"])(environment)),
+        ("smi", section(report.SECTIONS["smi"])(compare_with_smi)),
+        ("probes", section(report.SECTIONS["probes"])(not_supported)),
+        ("events", section(report.SECTIONS["events"])(events_and_topology)),
+        ("cost", section(report.SECTIONS["cost"])(sample_cost)),
+        ("calls", section(report.SECTIONS["calls"])(call_cost)),
+        ("loads", section(report.SECTIONS["loads"])(lambda: gpm_under_loads(options.loads))),
+        ("agent", section(report.SECTIONS["agent"])(agent_to_extender)),
+        ("tests", section(report.SECTIONS["tests"])(lambda: gpu_tests(options.out, options.expect_gpu))),
     ]
     for key, run in parts:
         if key not in options.skip:
             run()
     RESULTS["total_s"] = round(time.monotonic() - started, 1)
     (options.out / "gpu_check.json").write_text(json.dumps(RESULTS, indent=1, default=str))
-    from tests.gpu import report
-
     (options.out / "RESULTS-gpu.md").write_text(report.markdown(RESULTS))
-    print(f"gpu_check: done in {RESULTS['total_s']} s; {options.out}/RESULTS-gpu.md")
-    return 0
+    failures = report.failures(RESULTS)
+    for failure in failures:
+        print(f"gpu_check: FAILED: {failure}")
+    verdict = f"{len(failures)} check(s) failed" if failures else "every check passed"
+    print(f"gpu_check: done in {RESULTS['total_s']} s, {verdict}; {options.out}/RESULTS-gpu.md")
+    return 1 if failures else 0
+
+
+def nvml_missing() -> str:
+    """'' where the driver is here and real NVML loads and sees a GPU; else why not."""
+    if shutil.which("nvidia-smi") is None and not os.path.exists("/dev/nvidiactl"):
+        return "no NVIDIA driver on this machine (no nvidia-smi, no /dev/nvidiactl)"
+    return smi.real_nvml_missing()
 
 
 if __name__ == "__main__":
-    if shutil.which("nvidia-smi") is None and not os.path.exists("/dev/nvidiactl"):
-        print("gpu_check: skipped: no NVIDIA driver on this machine (no nvidia-smi, no /dev/nvidiactl)")
-        sys.exit(0)
     sys.exit(main())

@@ -26,7 +26,7 @@ def test_the_committed_figures_render_every_part() -> None:
         assert heading in text, heading
     assert "(raw)" not in text and "Failed:" not in text
     assert "**NO**" not in text  # every reading within its tolerance of nvidia-smi
-    assert "| spin | 100 |" in text and "8 passed" in text
+    assert "| spin | 100 |" in text and "11 passed" in text
 
 
 def test_a_part_that_failed_or_changed_shape_is_shown_not_lost() -> None:

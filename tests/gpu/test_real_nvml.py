@@ -96,6 +96,8 @@ def gpm_supported(real_pynvml: Any) -> bool:
 
 
 def test_gpm_readings_come_with_the_second_sample_where_supported(reader: NvmlReader, real_pynvml: Any) -> None:
+    """At idle every GPM reading is a percentage and SM activity stays under the idle bound (the
+    matrix products' test below asserts it rises over the busy one: all zeros pass neither)."""
     time.sleep(0.5)
     (gpu, *_) = reader.sample().gpus  # the fixture took the first
     if not gpm_supported(real_pynvml):
@@ -105,6 +107,17 @@ def test_gpm_readings_come_with_the_second_sample_where_supported(reader: NvmlRe
     for name in ("sm_active", "sm_occupancy", "tensor_active", "dram_active", "graphics_active"):
         value = getattr(gpu.gpm, name)
         assert value is not None and 0.0 <= value <= 100.0, (name, value)
+    wrong = smi.bound_failures("idle", gpu.utilization_gpu_percent, None, _gpm(gpu), True)
+    assert not wrong, wrong
+
+
+def _gpm(gpu: Any) -> dict[str, Any] | None:
+    return None if gpu.gpm is None else {"sm_active": gpu.gpm.sm_active, "tensor_active": gpu.gpm.tensor_active}
+
+
+def _skip_without_torch() -> None:
+    if importlib.util.find_spec("torch") is None:
+        pytest.skip("real-GPU load: no PyTorch")
 
 
 def _under(load_mode: str, reader: NvmlReader) -> Any:
@@ -112,9 +125,7 @@ def _under(load_mode: str, reader: NvmlReader) -> Any:
     real NVML is missing every test here skips for that one reason)."""
     from tests.gpu.loads import Load
 
-    if importlib.util.find_spec("torch") is None:
-        pytest.skip("real-GPU load: no PyTorch")
-
+    _skip_without_torch()
     load = Load(ROOT, load_mode, 20)
     try:
         time.sleep(1.5)  # utilization is a moving average over up to 1 s
@@ -130,13 +141,38 @@ def test_a_spinning_thread_reads_busy_by_utilization_and_nearly_idle_by_sm_activ
 ) -> None:
     """The case the SM-activity rule exists for: one thread keeps utilization near 100 %."""
     gpu = _under("spin", reader)
-    assert gpu.utilization_gpu_percent is not None and gpu.utilization_gpu_percent >= 90
-    if gpm_supported(real_pynvml):
-        assert gpu.gpm is not None and gpu.gpm.sm_active is not None and gpu.gpm.sm_active < 10
+    wrong = smi.bound_failures("spin", gpu.utilization_gpu_percent, None, _gpm(gpu), gpm_supported(real_pynvml))
+    assert not wrong, wrong
 
 
 def test_matrix_products_read_busy_by_both(reader: NvmlReader, real_pynvml: Any) -> None:
     gpu = _under("matmul", reader)
-    assert gpu.utilization_gpu_percent is not None and gpu.utilization_gpu_percent >= 90
-    if gpm_supported(real_pynvml):
-        assert gpu.gpm is not None and (gpu.gpm.sm_active or 0) > 50 and (gpu.gpm.tensor_active or 0) > 50
+    wrong = smi.bound_failures("matmul", gpu.utilization_gpu_percent, None, _gpm(gpu), gpm_supported(real_pynvml))
+    assert not wrong, wrong
+
+
+@pytest.mark.parametrize("load_mode", ["hold", "spin", "matmul"])
+def test_readings_match_nvidia_smi_under_a_load(load_mode: str, reader: NvmlReader) -> None:
+    """Utilization, memory used, power, SM clock and temperature against nvidia-smi run just before
+    and just after, twice, 1 s apart, while the load runs (tolerances: tests/gpu/smi.py)."""
+    from tests.gpu.loads import Load
+
+    _skip_without_torch()
+    load = Load(ROOT, load_mode, 20)
+    rows: list[smi.Row] = []
+    try:
+        time.sleep(1.5)  # utilization's window and the 1-s power average settle on the load
+        for _ in range(2):
+            before = smi.query(smi.LOADED_FIELDS)
+            sample = reader.sample()
+            after = smi.query(smi.LOADED_FIELDS)
+            rows += smi.compare(sample, before, after)
+            time.sleep(1.0)
+    finally:
+        load.stop()
+    assert {row.field for row in rows} == set(smi.LOADED_FIELDS)
+    wrong = [row for row in rows if not row.ok]
+    assert not wrong, "\n".join(str(row) for row in wrong)
+    if load_mode == "hold":  # the 8 GiB are seen (by both)
+        held = [row for row in rows if row.field == "memory.used" and row.gpu == 0]
+        assert held and all(float(row.ours) >= 8192 for row in held), held
