@@ -30,8 +30,17 @@ from gpuextender.extender.ingest.agent_identity import Authenticator
 from gpuextender.extender.ingest.relay import IngestProcess, IngestStartError, sync_known_nodes
 from gpuextender.extender.ingest.server import start_ingest_server
 from gpuextender.extender.inventory.files import FileInventorySource
-from gpuextender.extender.model.kube_objects import KINDS, NODE, POD, RESOURCE_CLAIM
+from gpuextender.extender.model.kube_objects import (
+    COSCHEDULING_POD_GROUP,
+    KINDS,
+    NODE,
+    POD,
+    RESOURCE_CLAIM,
+    VOLCANO_POD_GROUP,
+    WORKLOAD_POD_GROUP,
+)
 from gpuextender.extender.model.pod_gpus import may_request
+from gpuextender.extender.model.pod_group import COSCHEDULING, VOLCANO, WORKLOAD
 from gpuextender.extender.observe.device_taints import DeviceTaintsCollector
 from gpuextender.extender.observe.dra_devices import DraDevicesCollector
 from gpuextender.extender.observe.metrics import ExtenderMetrics
@@ -43,6 +52,7 @@ from gpuextender.extender.state.device_taints import wanted_taints
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.inventory_store import InventoryStore
 from gpuextender.extender.state.inventory_view import ViewBuilder
+from gpuextender.extender.state.pod_groups import PodGroups
 from gpuextender.extender.state.pod_ledger import PodLedger
 from gpuextender.extender.ui.fleet_page import add_routes as add_fleet_page
 
@@ -57,6 +67,9 @@ log = logging.getLogger("gpu_extender")
 # Above kube-scheduler's Go client idle timeout (90 s), so the server never closes
 # a kept-alive connection just as the scheduler reuses it.
 KEEPALIVE_TIMEOUT_S = 120.0
+
+
+POD_GROUP_KINDS = {WORKLOAD: WORKLOAD_POD_GROUP, COSCHEDULING: COSCHEDULING_POD_GROUP, VOLCANO: VOLCANO_POD_GROUP}
 
 
 class StartupError(Exception):
@@ -86,6 +99,7 @@ class Extender:
     kube_watch: KubeInventorySource | None = None
     pod_watch: KubeInventorySource | None = None
     claim_watch: KubeInventorySource | None = None
+    group_watches: list[KubeInventorySource] = field(default_factory=list)  # PodGroups, per source
     authenticator: Authenticator | None = None
     reviewer: TokenReviewer | None = None
     binder: PodBinder | None = None
@@ -129,6 +143,8 @@ class Extender:
             assert self.pod_watch is not None and self.claim_watch is not None
             self._task(self.pod_watch.run(), "bound pods watch")
             self._task(self.claim_watch.run(), "resource claims watch")
+            for watch in self.group_watches:
+                self._task(watch.run(), f"{watch.kinds[0].group} PodGroups watch")
             if self.taint_writer is not None:
                 self._task(self.taint_writer.run(), "device taint writer")
         else:
@@ -314,6 +330,16 @@ async def _connect_kubernetes(extender: Extender) -> None:
     # ResourceClaims (DRA), into the claim ledger only, like pods: they churn with claim pods.
     extender.claim_watch = KubeInventorySource(
         extender.claims, connection, kinds=(RESOURCE_CLAIM,), on_restart=metrics.count_watch_restart
+    )
+    # PodGroups of the group sources that keep a group's size in an object (model/pod_group.py),
+    # read-only, each into its own sink; an API not served is one log line and that source off.
+    sinks = {source: PodGroups(source) for source in POD_GROUP_KINDS}
+    extender.group_watches = [
+        KubeInventorySource(sinks[source], connection, kinds=(kind,), on_restart=metrics.count_watch_restart)
+        for source, kind in POD_GROUP_KINDS.items()
+    ]
+    extender.api.decisions.pod_groups = lambda source, namespace, name: (
+        sink.spec(namespace, name) if (sink := sinks.get(source)) is not None else None
     )
     if config.agent_auth.mode == "tokenreview":
         from gpuextender.extender.ingest.token_review import TokenReviewer

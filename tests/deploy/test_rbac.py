@@ -1,5 +1,6 @@
 """Least-privilege RBAC: the extender may read exactly the kinds its inventory watches
-(gpuextender/extender/model/kube_objects.py KINDS), list+watch Pods (POD, the bound-pod ledger) and
+(gpuextender/extender/model/kube_objects.py KINDS), list+watch Pods (POD, the bound-pod ledger), the
+group sources' PodGroups (app.POD_GROUP_KINDS) and
 create TokenReviews; the agent has no API access at all;
 the second scheduler has the upstream system roles plus its own Lease and the authentication
 reader Role in kube-system. No wildcards anywhere."""
@@ -8,6 +9,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from gpuextender.extender.app import POD_GROUP_KINDS
 from gpuextender.extender.model.kube_objects import KINDS, POD, RESOURCE_CLAIM
 from tests.deploy import manifests as m
 
@@ -56,7 +58,11 @@ def test_extender_reads_exactly_the_inventory_kinds_and_creates_tokenreviews(bas
     assert bound == [("ClusterRoleBinding", "", "ClusterRole/gpu-extender")]
     role = m.one(base_objects, "ClusterRole", "gpu-extender")
     # The inventory sources only LIST and WATCH (gpuextender/extender/inventory/kube_watch.py): no `get`.
-    expected = {(k.group, k.plural, verb, ()) for k in (*KINDS, POD, RESOURCE_CLAIM) for verb in ("list", "watch")}
+    expected = {
+        (k.group, k.plural, verb, ())
+        for k in (*KINDS, POD, RESOURCE_CLAIM, *POD_GROUP_KINDS.values())
+        for verb in ("list", "watch")
+    }
     expected.add(("authentication.k8s.io", "tokenreviews", "create", ()))
     assert permissions(role["rules"]) == expected
 

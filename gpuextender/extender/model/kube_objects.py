@@ -93,3 +93,17 @@ class InventorySink(Protocol):
 
     def delete(self, kind: str, obj: KubeObject) -> None:
         """An object was deleted (only its metadata is guaranteed)."""
+
+
+# Not in KINDS either: PodGroups go to state/pod_groups.py, one sink per source (model/pod_group.py).
+# Read-only; a cluster that serves none of them has no groups of that source.
+_GROUPS_ABSENT = "not served: pods naming such a PodGroup are decided as single pods"
+WORKLOAD_POD_GROUP = KindInfo(
+    "PodGroup", "scheduling.k8s.io", "v1alpha2", "podgroups", namespaced=True, absent=_GROUPS_ABSENT, optional_api=True
+)
+COSCHEDULING_POD_GROUP = KindInfo(
+    "PodGroup", "scheduling.x-k8s.io", "v1alpha1", "podgroups", namespaced=True, absent=_GROUPS_ABSENT
+)
+VOLCANO_POD_GROUP = KindInfo(
+    "PodGroup", "scheduling.volcano.sh", "v1beta1", "podgroups", namespaced=True, absent=_GROUPS_ABSENT
+)

@@ -30,6 +30,7 @@ from gpuextender.extender.model.untrusted import InvalidInput
 from gpuextender.extender.model.untrusted import shown as shown_value
 from gpuextender.extender.observe.bindings import BindingsCollector
 from gpuextender.extender.observe.bound_pods import BoundPodsCollector
+from gpuextender.extender.observe.groups import GroupsCollector
 from gpuextender.extender.observe.live_classes import LiveClassesCollector
 from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.scheduler.binding import Bindings, pod_uid
@@ -105,6 +106,7 @@ class SchedulerApi:
         # Multi-pod groups: the domain chosen per group and the room held for its members.
         self.groups = self.decisions.groups = GroupBook(settings.group_hold_s, clock)
         self.groups.on_change(state.bound_pods_changed)
+        metrics.add(GroupsCollector(self.groups))
         self._whole_resources = whole_gpu_resources(settings.gpu_resources)
         metrics.add(BindingsCollector(self.bindings))
         metrics.add(LiveClassesCollector(self.classes, inventory))

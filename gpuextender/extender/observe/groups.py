@@ -1,0 +1,48 @@
+"""Multi-pod groups, counted at scrape time (state/group_book.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from gpuextender.extender.state.group_book import GroupBook
+
+
+class GroupsCollector(Collector):
+    def __init__(self, book: GroupBook) -> None:
+        self._book = book
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        book, counts = self._book, self._book.counts
+        yield GaugeMetricFamily(
+            "gpu_extender_groups_held",
+            "Multi-pod groups with a domain chosen and room held for members not yet bound.",
+            value=len(book),
+        )
+        yield GaugeMetricFamily(
+            "gpu_extender_group_members_held",
+            "Members of those groups not yet bound, whose GPUs are held (every other pod reads them as taken).",
+            value=sum(plan.held_members() for plan in book.plans()),
+        )
+        yield CounterMetricFamily(
+            "gpu_extender_groups_placed_whole",
+            "Groups whose every member was bound in the domain held for them.",
+            value=counts.placed_whole,
+        )
+        yield CounterMetricFamily(
+            "gpu_extender_group_no_domain",
+            "Group members' filters that found no domain holding the whole group (every node failed GroupDoesNotFit).",
+            value=counts.no_domain,
+        )
+        yield CounterMetricFamily(
+            "gpu_extender_group_holds_expired",
+            "Group holds released after --group-hold without a member binding (explain says which and why).",
+            value=counts.expired,
+        )
+        yield CounterMetricFamily(
+            "gpu_extender_group_book_full",
+            "New groups told to wait because the most groups the extender holds at once were in flight.",
+            value=counts.refused_full,
+        )

@@ -1,0 +1,99 @@
+"""The domain for a group (decide/group_domains.py): room, the least stranding, ties, levels, the
+shortfall, and the placement inside."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from gpuextender.extender.decide.group_domains import ANY, NO_LABEL, choose, domains, place, room
+
+LABELS: dict[str, dict[str, str]] = {}
+
+
+def labels(node: str) -> Mapping[str, str]:
+    return LABELS.get(node, {})
+
+
+def fleet(**cliques: list[int]) -> dict[str, int]:
+    """clique -> idle GPUs per node; nodes are named <clique><i>."""
+    LABELS.clear()
+    idle: dict[str, int] = {}
+    for clique, nodes in cliques.items():
+        for i, n in enumerate(nodes):
+            LABELS[f"{clique}{i}"] = {"clique": clique}
+            idle[f"{clique}{i}"] = n
+    return idle
+
+
+def test_the_tightest_domain_that_holds_the_group_is_chosen() -> None:
+    idle = fleet(a=[8, 8, 8, 8], b=[8, 8], c=[8, 8, 8])
+    choice = choose(2, 8, idle, ["clique"], labels, list(idle))
+    assert choice.chosen is not None and choice.chosen.domain.value == "b"
+    assert choice.placement == {"b0": 1, "b1": 1}
+    assert [r.domain.value for r in choice.rooms] == ["b", "c", "a"]
+
+
+def test_room_counts_members_per_node_not_gpus() -> None:
+    idle = fleet(a=[7, 7, 7], b=[16])  # a: 21 idle GPUs but no node holds an 8-GPU member
+    assert room(domains("clique", ["a0", "a1", "a2"], labels)[0], idle, 8).members == 0
+    choice = choose(2, 8, idle, ["clique"], labels, list(idle))
+    assert choice.chosen is not None and choice.chosen.domain.value == "b" and choice.placement == {"b0": 2}
+
+
+def test_exactly_enough_room_holds_and_one_less_does_not() -> None:
+    idle = fleet(a=[8, 8, 8])
+    assert choose(3, 8, idle, ["clique"], labels, list(idle)).chosen is not None
+    none = choose(4, 8, idle, ["clique"], labels, list(idle))
+    assert none.chosen is None and none.reason is not None
+    assert none.reason.sentence == "no clique domain holds 4 x 8 GPUs: best clique=a has room for 3"
+    assert none.reason.code == "GroupDoesNotFit" and not none.reason.unresolvable
+
+
+def test_equal_domains_are_chosen_by_name_so_every_replica_agrees() -> None:
+    idle = fleet(z=[8, 8], m=[8, 8], q=[8, 8])
+    assert choose(2, 8, idle, ["clique"], labels, list(idle)).chosen.domain.value == "m"  # type: ignore[union-attr]
+    idle = fleet(z=[8, 8], m=[8, 8, 0])  # equal idle GPUs left over: fewer nodes first
+    assert choose(2, 8, idle, ["clique"], labels, list(idle)).chosen.domain.value == "z"  # type: ignore[union-attr]
+
+
+def test_the_first_level_that_holds_the_group_wins() -> None:
+    idle = fleet(a=[8], b=[8])
+    LABELS["a0"]["rack"] = LABELS["b0"]["rack"] = "r"
+    choice = choose(2, 8, idle, ["clique", "rack"], labels, list(idle))
+    assert choice.chosen is not None and choice.chosen.domain.level == "rack"
+    assert choice.chosen.domain.name == "rack=r"
+
+
+def test_a_level_no_candidate_carries_is_skipped_and_none_carried_is_any_nodes() -> None:
+    idle = {"x": 8, "y": 8}
+    LABELS.clear()
+    choice = choose(2, 8, idle, ["clique"], labels, ["x", "y"])
+    assert choice.chosen is not None and choice.chosen.domain.level == ANY and choice.chosen.domain.name == "any nodes"
+    # One labelled candidate (even a failing one): the level counts, unlabelled nodes are domains of one.
+    LABELS["z"] = {"clique": "c"}
+    choice = choose(2, 8, idle, ["clique"], labels, ["x", "y", "z"])
+    assert choice.chosen is None
+    assert [r.domain.value for r in choice.rooms] == [NO_LABEL, NO_LABEL]
+    assert choice.reason is not None and "best node x has room for 1" in choice.reason.sentence
+
+
+def test_only_the_bound_members_domain_may_be_chosen() -> None:
+    idle = fleet(a=[8, 8], b=[8, 8, 8])
+    choice = choose(2, 8, idle, ["clique"], labels, list(idle), only=lambda d: d.value == "b")
+    assert choice.chosen is not None and choice.chosen.domain.value == "b"
+
+
+def test_members_are_placed_tightest_first() -> None:
+    idle = fleet(a=[16, 8, 24])
+    (d,) = domains("clique", list(idle), labels)
+    assert place(d, idle, 3, 8) == {"a1": 1, "a0": 2}
+    assert place(d, idle, 6, 8) == {"a1": 1, "a0": 2, "a2": 3}
+
+
+def test_members_without_whole_gpus_take_one_per_node() -> None:
+    idle = fleet(a=[0, 0])
+    choice = choose(2, 0, idle, ["clique"], labels, list(idle))
+    assert choice.chosen is not None and choice.placement == {"a0": 1, "a1": 1}
+    assert choose(3, 0, idle, ["clique"], labels, list(idle)).reason.sentence.endswith(
+        "holds 3 members: best clique=a has room for 2"
+    )  # type: ignore[union-attr]
