@@ -18,15 +18,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import attrgetter
 
 from gpuextender.extender.decide import group_domains, reasons
 from gpuextender.extender.decide.filter_outcome import FilterOutcome
-from gpuextender.extender.decide.group_domains import ANY, NO_LABEL, Domain, GroupChoice
+from gpuextender.extender.decide.group_domains import ANY, NO_LABEL, Domain, GroupChoice, Levels
 from gpuextender.extender.decide.reasons import Reason
 from gpuextender.extender.decide.whole_gpus import SummaryLookup
 from gpuextender.extender.model.pod_group import GroupRef
 
-Labels = Callable[[str], Mapping[str, str]]
+_IDLE = attrgetter("idle_gpus")
 # Soft: the group waits until plans in flight end (state/group_book.MAX_GROUPS).
 BOOK_FULL = Reason("GroupBookFull", "too many multi-pod groups in flight: the group waits", unresolvable=False)
 
@@ -38,7 +39,7 @@ class GroupContext:
     bound: tuple[str, ...]  # nodes of the members already bound (one entry per member)
     per_member: int  # GPUs (or replicas) the member asks for
     levels: tuple[str, ...]  # label keys to try, in order (the group's own key alone, where it names one)
-    labels: Labels  # a node's labels
+    index: Levels  # a level's values over the inventory's nodes (group_domains.level_index)
     planned: tuple[str, str, str] | None = None  # (level, value, name) of the domain an earlier member got
     notes: tuple[str, ...] = ()  # what explain says besides (a size disagreement, a released hold)
     can_plan: bool = True  # False: the group book is full, a group without a plan waits
@@ -60,12 +61,15 @@ class MemberOutcome:
     planned_again: bool  # an earlier plan no longer held the group
 
 
-def in_domain(level: str, value: str, node: str, labels: Labels) -> bool:
+def domain_nodes(level: str, value: str, name: str, names: Sequence[str], index: Levels) -> list[str]:
+    """The candidates of `names` in the domain (level, value, name), in request order."""
     if level == ANY:
-        return True
+        return list(names)
     if value == NO_LABEL:
-        return False  # a domain of one is checked by name (the caller has it)
-    return labels(node).get(level) == value
+        single = name.removeprefix("node ")
+        return [n for n in names if n == single]
+    members = index(level).nodes_of.get(value, frozenset())
+    return [n for n in names if n in members]
 
 
 def filter_member(
@@ -78,29 +82,28 @@ def filter_member(
     planned = group.planned
     if planned is not None:
         level, value, name = planned
-        single = name.removeprefix("node ") if value == NO_LABEL else None
-        inside = [n for n in names if (n == single if single is not None else in_domain(level, value, n, group.labels))]
+        inside = domain_nodes(level, value, name, names, group.index)
         base = plain(inside)
         idle = _fresh_idle(base, summary)
         choice = group_domains.choose(
-            group.remaining, group.per_member, idle, (level,), group.labels, inside, only=_named(name)
+            group.remaining, group.per_member, idle, (level,), group.index, inside, only=_named(name)
         )
         if choice.chosen is not None:
-            inside_set = set(inside)
-            outside = [n for n in names if n not in inside_set]
-            return MemberOutcome(_answer(base, choice, outside), choice, False)
+            return MemberOutcome(_answer(base, choice, names), choice, False)
     base = plain(names)
     if planned is None and not group.can_plan:
         choice = GroupChoice(None, {}, (), BOOK_FULL)
         return MemberOutcome(_answer(base, choice, []), choice, False)
     idle = _fresh_idle(base, summary)
-    only = _holding_bound(group.bound, group.labels) if group.bound else None
-    choice = group_domains.choose(group.remaining, group.per_member, idle, group.levels, group.labels, names, only)
-    return MemberOutcome(_answer(base, choice, []), choice, planned is not None)
+    only = _holding_bound(group.bound, group.index) if group.bound else None
+    choice = group_domains.choose(group.remaining, group.per_member, idle, group.levels, group.index, names, only)
+    return MemberOutcome(_answer(base, choice, ()), choice, planned is not None)
 
 
 def _fresh_idle(base: FilterOutcome, summary: SummaryLookup) -> dict[str, int]:
     """The nodes that pass on fresh data, with their free idle GPUs (assumed passes hold no room)."""
+    if not base.assumed:  # every pass is a fresh fit, with its summary: in C
+        return dict(zip(base.passed, map(_IDLE, map(summary, base.passed)), strict=True))
     assumed = set(base.assumed)
     idle: dict[str, int] = {}
     for n in base.passed:
@@ -110,25 +113,24 @@ def _fresh_idle(base: FilterOutcome, summary: SummaryLookup) -> dict[str, int]:
     return idle
 
 
-def _answer(base: FilterOutcome, choice: GroupChoice, outside: Sequence[str]) -> FilterOutcome:
-    failed = dict(base.failed)
+def _answer(base: FilterOutcome, choice: GroupChoice, names: Sequence[str]) -> FilterOutcome:
+    """The outcome: `base`'s passes in the chosen domain pass; every other candidate of `names`
+    (or, with none given, of `base`'s passes) fails GroupInOtherDomain, the rest keep `base`'s
+    reasons. In C but for the domain's own nodes: a first member's filter has thousands of passes."""
     chosen = choice.chosen
     if chosen is None:
         assert choice.reason is not None
+        failed = dict(base.failed)
         failed.update(dict.fromkeys(base.passed, choice.reason))
         return FilterOutcome([], failed)
-    members = set(chosen.domain.nodes)
-    elsewhere = group_domains.elsewhere(chosen.domain.name)
-    passed: list[str] = []
-    for n in base.passed:
-        if n in members:
-            passed.append(n)
-        elif n in base.assumed:
-            failed[n] = reasons.NO_FRESH_GPU_DATA
-        else:
-            failed[n] = elsewhere
-    if outside:
-        failed.update(dict.fromkeys(outside, elsewhere))
+    members = frozenset(chosen.domain.nodes)
+    failed = dict.fromkeys(names or base.passed, group_domains.elsewhere(chosen.domain.name))
+    passed = list(filter(members.__contains__, base.passed))
+    for n in passed:
+        del failed[n]
+    failed.update(base.failed)
+    # (A pass on assumed data is never in a domain's room: there is none while a fresh node fits.)
+    failed.update(dict.fromkeys(base.assumed, reasons.NO_FRESH_GPU_DATA))
     return FilterOutcome(passed, failed)
 
 
@@ -136,7 +138,7 @@ def _named(name: str) -> Callable[[Domain], bool]:
     return lambda d: d.name == name
 
 
-def _holding_bound(bound: Sequence[str], labels: Labels) -> Callable[[Domain], bool]:
+def _holding_bound(bound: Sequence[str], index: Levels) -> Callable[[Domain], bool]:
     """Only a domain that holds every bound member's node (by label: a bound node need not pass)."""
 
     def holds(d: Domain) -> bool:
@@ -144,6 +146,7 @@ def _holding_bound(bound: Sequence[str], labels: Labels) -> Callable[[Domain], b
             return True
         if d.value == NO_LABEL:
             return all(n == d.nodes[0] for n in bound)
-        return all(labels(n).get(d.level) == d.value for n in bound)
+        value_of = index(d.level).value_of
+        return all(value_of.get(n) == d.value for n in bound)
 
     return holds

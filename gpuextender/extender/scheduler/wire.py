@@ -22,7 +22,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from itertools import compress
-from operator import attrgetter
+from operator import attrgetter, not_
 from typing import Any
 
 import orjson
@@ -200,11 +200,15 @@ def filter_result(args: ExtenderArgs, outcome: FilterOutcome) -> dict[str, Any]:
     # Thousands of failures per call, each a Reason, which is its message (a str): sent as they are,
     # the few unresolvable ones moved to their map (found in C).
     failed: dict[str, str] = outcome.failed  # type: ignore[assignment]
-    hard = list(compress(failed, map(_UNRESOLVABLE, failed.values())))
+    flags = list(map(_UNRESOLVABLE, failed.values()))
+    hard = sum(flags)
     unresolvable: dict[str, str] = {}
-    if hard:
+    if hard * 2 > len(flags):  # mostly unresolvable (a group member outside its domain): move the soft few
+        unresolvable = dict(failed)
+        failed = {name: unresolvable.pop(name) for name in compress(outcome.failed, map(not_, flags))}
+    elif hard:
         failed = dict(failed)
-        unresolvable = {name: failed.pop(name) for name in hard}
+        unresolvable = {name: failed.pop(name) for name in compress(outcome.failed, flags)}
     result["FailedNodes"] = failed
     result["FailedAndUnresolvableNodes"] = unresolvable
     result["Error"] = ""

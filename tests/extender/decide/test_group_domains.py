@@ -3,15 +3,23 @@ shortfall, and the placement inside."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-
-from gpuextender.extender.decide.group_domains import ANY, NO_LABEL, choose, domains, place, room
+from gpuextender.extender.decide.group_domains import (
+    ANY,
+    NO_LABEL,
+    LevelIndex,
+    choose,
+    domains,
+    level_index,
+    place,
+    room,
+)
 
 LABELS: dict[str, dict[str, str]] = {}
 
 
-def labels(node: str) -> Mapping[str, str]:
-    return LABELS.get(node, {})
+def labels(level: str) -> LevelIndex:
+    """The level's index over LABELS (as scheduler/decisions.py builds it per inventory version)."""
+    return level_index(level, LABELS)
 
 
 def fleet(**cliques: list[int]) -> dict[str, int]:
@@ -97,3 +105,9 @@ def test_members_without_whole_gpus_take_one_per_node() -> None:
     assert choose(3, 0, idle, ["clique"], labels, list(idle)).reason.sentence.endswith(
         "holds 3 members: best clique=a has room for 2"
     )  # type: ignore[union-attr]
+
+
+def test_the_level_index_both_ways() -> None:
+    index = level_index("clique", {"a0": {"clique": "a"}, "a1": {"clique": "a"}, "x": {"other": "1"}})
+    assert index.value_of == {"a0": "a", "a1": "a"}
+    assert index.nodes_of == {"a": frozenset({"a0", "a1"})}

@@ -6,8 +6,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.decide.group_domains import NO_LABEL
+from gpuextender.extender.model.pod_group import WORKLOAD, PodGroupSpec
 from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.scheduler.http_api import SchedulerApi
 from gpuextender.extender.scheduler.wire import ExtenderArgs
@@ -302,3 +306,89 @@ def test_explain_shows_the_groups_source_size_domain_rooms_and_hold() -> None:
     assert group["held"] == {"c0": 1, "c1": 1, "c2": 1}
     rooms = {r["domain"]: r["members"] for r in group["rooms"]}
     assert rooms == {"nvidia.com/gpu.clique=c": 3}  # the planned domain alone is judged again
+
+
+def test_unknown_is_never_room() -> None:
+    """a1's agent never reported: alone it would pass on assumed data; for a group it holds nothing."""
+    cluster = Cluster({"a0": ("a", 8, 0)})
+    cluster.nodes.append("a1")
+    cluster.labels["a1"] = {CLIQUE: "a"}
+    answer = cluster.filter(lws_pod("g", 0, 2))
+    assert answer["NodeNames"] == []
+    assert "GroupDoesNotFit" in failures(answer)["a0"] and "has room for 1" in failures(answer)["a0"]
+    assert cluster.filter(single_pod("s"))["NodeNames"] == ["a0"]
+
+
+def test_a_domain_pinned_by_kueue_is_respected_and_ranked_inside() -> None:
+    """Kueue's TAS sets a node selector: kube-scheduler then sends only that domain's nodes."""
+    cluster = Cluster(fleet())
+    pinned = [n for n in cluster.nodes if cluster.clique_of(n) == "b"]
+    answer = cluster.filter(lws_pod("g", 0, 2), pinned)
+    assert sorted(answer["NodeNames"]) == pinned  # a (the tightest of all) was not offered
+    assert cluster.filter(lws_pod("h", 0, 5), pinned)["NodeNames"] == []  # b cannot hold 5: it waits
+
+
+def test_two_replicas_choose_the_same_domain_from_the_same_data() -> None:
+    """Replica A plans at member 0; kube-scheduler sends member 1 to replica B before member 0 is
+    bound: B, seeing the same agents and inventory, chooses the same domain."""
+    a, b = Cluster(fleet()), Cluster(fleet())
+    first = a.filter(lws_pod("g", 0, 3))
+    second = b.filter(lws_pod("g", 1, 3))
+    assert {a.clique_of(n) for n in first["NodeNames"]} == {b.clique_of(n) for n in second["NodeNames"]} == {"c"}
+
+
+def test_a_full_book_makes_a_new_group_wait_and_a_planned_one_go_on() -> None:
+    cluster = Cluster(fleet())
+    book = cluster.api.groups
+    book._max = 1  # (the bound itself is state/test_group_book.py's; here: what a member is told)
+    assert cluster.filter(lws_pod("g", 0, 2))["NodeNames"]
+    answer = cluster.filter(lws_pod("h", 0, 2))
+    assert answer["NodeNames"] == [] and "GroupBookFull" in failures(answer)["b0"]
+    assert cluster.filter(lws_pod("g", 1, 2))["NodeNames"]  # the group in flight is not refused
+
+
+def test_a_workload_pod_group_gives_size_and_topology_key() -> None:
+    nodes = {"r0": ("a", 8, 0), "r1": ("b", 8, 0), "r2": ("b", 8, 0)}
+    cluster = Cluster(nodes)
+    for n, rack in (("r0", "one"), ("r1", "one"), ("r2", "two")):
+        cluster.labels[n]["rack"] = rack
+    specs = {("ns", "pg"): PodGroupSpec(2, "rack")}
+    cluster.api.decisions.pod_groups = lambda source, ns, name: specs.get((ns, name)) if source == WORKLOAD else None
+    pod = single_pod("w-0")
+    pod["metadata"]["namespace"] = "ns"
+    pod["spec"]["schedulingGroup"] = {"podGroupName": "pg"}
+    assert sorted(cluster.filter(pod)["NodeNames"]) == ["r0", "r1"]  # rack one; by clique it would be b
+    group = cluster.api.explain(ExtenderArgs(pod, cluster.nodes, None))["group"]
+    assert group["source"] == "workload" and group["size"] == 2 and group["levels"] == ["rack"]
+    unknown = {**pod, "spec": {**pod["spec"], "schedulingGroup": {"podGroupName": "not-seen"}}}
+    assert "group" not in cluster.api.explain(ExtenderArgs(unknown, cluster.nodes, None))  # a single pod
+
+
+def test_members_that_disagree_on_the_size_keep_the_first_and_explain_says_so() -> None:
+    cluster = Cluster(fleet())
+    cluster.filter(lws_pod("g", 0, 2))
+    group = cluster.api.explain(ExtenderArgs(lws_pod("g", 1, 4), cluster.nodes, None))["group"]
+    assert group["size"] == 2
+    assert group["notes"] == ["members disagree on the group's size: 2 (kept, the first seen) and 4"]
+
+
+def test_metrics_count_groups_held_placed_and_without_a_domain() -> None:
+    cluster = Cluster(fleet())
+    cluster.schedule(lws_pod("g", 0, 2))
+    cluster.filter(lws_pod("big", 0, 9))
+
+    def scraped() -> dict[str, float]:
+        text = generate_latest(cluster.api.metrics.registry).decode()
+        return {
+            s.name: s.value
+            for family in text_string_to_metric_families(text)
+            for s in family.samples
+            if s.name.startswith("gpu_extender_group")
+        }
+
+    before = scraped()
+    assert before["gpu_extender_groups_held"] == 1 and before["gpu_extender_group_members_held"] == 1
+    assert before["gpu_extender_group_no_domain_total"] == 1 and before["gpu_extender_groups_placed_whole_total"] == 0
+    cluster.schedule(lws_pod("g", 1, 2))
+    after = scraped()
+    assert after["gpu_extender_groups_held"] == 0 and after["gpu_extender_groups_placed_whole_total"] == 1
