@@ -14,7 +14,7 @@ import orjson
 from gpuextender.extender.decide import class_plan
 from gpuextender.extender.decide.decision import Decision
 from gpuextender.extender.decide.fit_index import FitIndex
-from gpuextender.extender.decide.group_domains import LevelIndex, level_index
+from gpuextender.extender.decide.group_domains import ANY, NO_LABEL, LevelIndex, level_index
 from gpuextender.extender.decide.group_member import GroupContext
 from gpuextender.extender.decide.snapshot import Candidates, Snapshot
 from gpuextender.extender.model.dra import pod_claims
@@ -30,7 +30,7 @@ from gpuextender.extender.state.device_taints import TolerantView
 from gpuextender.extender.state.dra_inventory import DraAllocatable, DraFree
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.gpu_summary import NodeSummary
-from gpuextender.extender.state.group_book import GroupBook
+from gpuextender.extender.state.group_book import GroupBook, GroupPlan
 from gpuextender.extender.state.inventory_view import InventoryView
 from gpuextender.extender.state.live_classes import LiveClasses
 from gpuextender.extender.state.pod_ledger import PodLedger
@@ -192,6 +192,9 @@ class Decisions:
             return None
         plan = book.plan(ref.key)
         planned = None
+        bound = tuple(p.node for p in self.ledger.members(ref.key)) if self.ledger is not None else ()
+        if plan is not None and not all(self._in_plan(view, plan, node) for node in bound):
+            plan = None  # members were bound elsewhere (another replica chose): plan where they are
         if plan is not None:
             if plan.size != size:
                 notes.append(f"members disagree on the group's size: {plan.size} (kept, the first seen) and {size}")
@@ -200,7 +203,6 @@ class Decisions:
         released = book.released(ref.key)
         if released:
             notes.append(released)
-        bound = tuple(p.node for p in self.ledger.members(ref.key)) if self.ledger is not None else ()
         return GroupContext(
             ref,
             size,
@@ -215,6 +217,13 @@ class Decisions:
             expires_in=plan.expires_at - self._clock() if plan is not None else None,
             why=plan.why if plan is not None else "",
         )
+
+    def _in_plan(self, view: InventoryView, plan: GroupPlan, node: str) -> bool:
+        if plan.level == ANY:
+            return True
+        if plan.value == NO_LABEL:
+            return plan.domain_name == f"node {node}"
+        return self._levels.index(view, plan.level).value_of.get(node) == plan.value
 
 
 class LevelIndexes:

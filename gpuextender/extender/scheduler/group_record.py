@@ -28,7 +28,7 @@ def record_group(book: GroupBook, d: Decision) -> None:
     domain = chosen.domain
     left_over = chosen.idle - group.remaining * max(group.per_member, 0)
     why = (
-        f"{domain.name}: room for {chosen.members} of the {group.remaining} members to place, "
+        f"room for {chosen.members} of the {group.remaining} members to place, "
         f"{left_over} free idle GPUs left over there; {len(choice.rooms)} domain(s) of {domain.level or 'any nodes'} "
         "considered, the least stranding chosen"
     )
@@ -43,6 +43,14 @@ def record_group(book: GroupBook, d: Decision) -> None:
         why,
     ):
         if before is None or before.domain_name != domain.name:
-            log.info("group %s (%s, %d members): %s", key, group.ref.source, group.size, why, extra={"pod": d.pod.ref})
+            log.info(
+                "group %s (%s, %d members): %s: %s",
+                key,
+                group.ref.source,
+                group.size,
+                domain.name,
+                why,
+                extra={"pod": d.pod.ref},
+            )
     else:
         log.warning("group %s: not held, %d groups are in flight", key, len(book))

@@ -232,6 +232,9 @@ def render(answer: dict[str, Any]) -> str:
         for e in ranking["excluded"]:
             lines.append(f"    excluded {e['class']}: {e['stage']}: {e['reason']}")
         lines.append(f"  OME alone would choose: {ranking['omeWouldChoose'] or 'none'}")
+    group = answer.get("group")
+    if group:
+        lines += [f"  {line}" for line in group_lines(group)]
     candidates = answer.get("candidates")
     if candidates:
         lines.append(f"  candidates: {_candidates(candidates)}")
@@ -279,6 +282,28 @@ def render(answer: dict[str, Any]) -> str:
     if answer["formulas"]["class"]:
         lines.append(f"with classes: {answer['formulas']['class']}")
     return "\n".join(lines)
+
+
+def group_lines(g: dict[str, Any]) -> list[str]:
+    """A multi-pod group member's group: what it is, where it goes and why, the hold."""
+    if "problem" in g:
+        return [f"group: {g['problem']}"]
+    lines = [
+        f"group {g['key']} ({g['source']}): {g['size']} members of {g['gpusPerMember']} GPU(s), "
+        f"{g['boundMembers']} bound; domains by {', '.join(g['levels'])}"
+    ]
+    if g.get("domain"):
+        lines.append(f"  domain {g['domain']}" + (f": {g['why']}" if g.get("why") else ""))
+    if g.get("reason"):
+        lines.append(f"  waits: {g['reason']}")
+    if g.get("held"):
+        held = ", ".join(f"{node} x{n}" for node, n in sorted(g["held"].items()))
+        lines.append(f"  held for members not yet bound: {held} (released in {g['holdExpiresInSeconds']:.0f}s)")
+    rooms = "; ".join(f"{r['domain']} room {r['members']}" for r in g.get("rooms", []))
+    if rooms:
+        lines.append(f"  domains ({g['domainsConsidered']}): {rooms}")
+    lines += [f"  note: {note}" for note in g.get("notes", [])]
+    return lines
 
 
 def _candidates(c: dict[str, Any]) -> str:

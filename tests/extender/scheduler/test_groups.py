@@ -19,6 +19,7 @@ from gpuextender.extender.settings import ApiSettings, DecisionPolicy
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.inventory_view import InventoryView
 from gpuextender.extender.state.pod_ledger import POD_KIND, PodLedger
+from gpuextender.extender.ui.explain_cli import render
 from tests.extender.builders import gpu, report
 
 CLIQUE = "nvidia.com/gpu.clique"
@@ -392,3 +393,29 @@ def test_metrics_count_groups_held_placed_and_without_a_domain() -> None:
     cluster.schedule(lws_pod("g", 1, 2))
     after = scraped()
     assert after["gpu_extender_groups_held"] == 0 and after["gpu_extender_groups_placed_whole_total"] == 1
+
+
+def test_a_plan_of_this_replica_gives_way_to_members_bound_elsewhere() -> None:
+    """This replica chose clique a at member 0; another replica's member 1 was bound in b: the
+    group's next member goes to b, where a member already is, not to this replica's a."""
+    cluster = Cluster(fleet())
+    assert {cluster.clique_of(n) for n in cluster.filter(lws_pod("g", 0, 3))["NodeNames"]} == {"c"}
+    cluster.bind(lws_pod("g", 1, 3), "b0")
+    answer = cluster.filter(lws_pod("g", 0, 3))
+    assert answer["NodeNames"] and {cluster.clique_of(n) for n in answer["NodeNames"]} == {"b"}
+    plan = cluster.api.groups.plan("llm/leaderworkerset/g")
+    assert plan is not None and plan.value == "b" and cluster.api.groups.holds_on("c0") == ()
+
+
+def test_the_explain_command_shows_the_group() -> None:
+    cluster = Cluster(fleet(), group_hold_s=120.0)
+    cluster.filter(lws_pod("g", 0, 3))
+    text = render(cluster.api.explain(ExtenderArgs(lws_pod("g", 1, 3), cluster.nodes, None)))
+    assert "group llm/leaderworkerset/g (leaderworkerset): 3 members of 8 GPU(s), 0 bound; domains by" in text
+    assert "domain nvidia.com/gpu.clique=c: room for 3 of the 3 members" in text
+    assert "held for members not yet bound: c0 x1, c1 x1, c2 x1 (released in 120s)" in text
+    waiting = render(cluster.api.explain(ExtenderArgs(lws_pod("big", 0, 9), cluster.nodes, None)))
+    assert (
+        "waits: no nvidia.com/gpu.clique domain holds 9 x 8 GPUs: best nvidia.com/gpu.clique=b has room for 4"
+        in waiting
+    )
