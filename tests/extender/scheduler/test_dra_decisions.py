@@ -395,3 +395,33 @@ def test_a_pod_joining_a_time_sliced_claim_is_not_failed_because_its_gpus_are_bu
     claims.upsert(RESOURCE_CLAIM_KIND, new)
     assert api.decisions.decide(claim_pod_args("new")).pod.gpus_needed == 1
     assert api.filter(claim_pod_args("new"))["NodeNames"] == []
+
+
+def test_an_allocated_claims_tolerations_do_not_open_a_tainted_gpu_to_the_pods_new_claim() -> None:
+    """Issue 37, item 10: a pod keeps an allocated claim (on gpu-5) whose request tolerated the
+    extender's quarantine taint, and asks for one more GPU through a new claim that tolerates
+    nothing. Only the new claim is still to be allocated: the quarantined gpu-6 (XID 79) and the
+    slice-tainted gpu-7 are not for it, so the node has no GPU to give (where the API serves no
+    DeviceTaintRules, this filter is the only guard)."""
+    api, claims, _ = fleet(agent_age_s=None, claimed=5, joined=True)
+    quarantined = gpu(6, 0, 1, healthy=False)
+    quarantined.health = pb.HEALTH_UNHEALTHY
+    quarantined.health_reasons.append("XidCritical")
+    quarantined.xids.add(xid=79)
+    api.state.ingest(report("gpu-dra-1", [*(gpu(i, 0, 1) for i in range(6)), quarantined, gpu(7, 0, 1)]), NOW)
+    old = allocated_claim("old", "gpu-dra-1", ["gpu-5"])
+    old["spec"]["devices"]["requests"][0]["exactly"]["tolerations"] = [
+        {"key": "gpu-extender.io/unhealthy", "operator": "Exists"}
+    ]
+    claims.upsert(RESOURCE_CLAIM_KIND, old)
+    claims.upsert(RESOURCE_CLAIM_KIND, diagnostics_claim("new", []))
+    pod = {
+        "metadata": {"name": "c", "namespace": "default", "uid": "uid-c"},
+        "spec": {
+            "resourceClaims": [{"name": "a", "resourceClaimName": "old"}, {"name": "b", "resourceClaimName": "new"}],
+            "containers": [{"name": "c"}],
+        },
+    }
+    call = parse_extender_args(json.dumps({"Pod": pod, "NodeNames": ["gpu-dra-1"]}).encode())
+    assert api.decisions.decide(call).pod.gpus_needed == 1  # the new claim's; the allocated one asks nothing
+    assert api.filter(call)["NodeNames"] == []
