@@ -41,10 +41,14 @@ def write_inventory(directory: Path) -> None:
         {
             "apiVersion": "v1",
             "kind": "Node",
-            "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}},
+            "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", **clique}},
             "status": {"allocatable": {"nvidia.com/gpu": "4"}},
         }
-        for name in ("gpu-a", "gpu-b", "gpu-silent")
+        for name, clique in (
+            ("gpu-a", {"nvidia.com/gpu.clique": "nvl-1"}),
+            ("gpu-b", {"nvidia.com/gpu.clique": "nvl-1"}),
+            ("gpu-silent", {}),
+        )
     ]
     (directory / "nodes.yaml").write_text("\n---\n".join(json.dumps(n) for n in nodes))
 
@@ -147,6 +151,14 @@ def test_the_fleet_page_shows_live_gpu_state_and_explains_a_pod(
         assert "nvidia-h100-80gb" in group and "3 node(s), 12 GPU(s)" in group
         totals = browser.find_element(By.CSS_SELECTOR, '#totals [data-state="unknown"]').get_attribute("data-count")
         assert totals == "4"
+        # Issue 34: the NVLink domains, with the GPUs a group could get there (gpu-a's 2 free idle,
+        # gpu-b's 4 idle whose holder is unknown, as the decision counts them); gpu-silent has no label.
+        domain = wait_for(
+            "the domains table",
+            lambda: browser.find_elements(By.CSS_SELECTOR, '#domains-table tbody tr[data-domain="nvl-1"]'),
+        )[0]
+        assert [td.text for td in domain.find_elements(By.TAG_NAME, "td")] == ["nvl-1", "2", "6 of 8", "-"]
+        assert "nvidia.com/gpu.clique (1)" in browser.find_element(By.ID, "domains-head").text
 
         # The GPUs change; the page follows without a reload.
         write_scenario(scenario_b, busy=1, idle=3)

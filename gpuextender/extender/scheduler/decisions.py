@@ -218,6 +218,10 @@ class Decisions:
             why=plan.why if plan is not None else "",
         )
 
+    def level_index(self, view: InventoryView, level: str) -> LevelIndex:
+        """A label's values over the inventory's nodes (cached per inventory version)."""
+        return self._levels.index(view, level)
+
     def _in_plan(self, view: InventoryView, plan: GroupPlan, node: str) -> bool:
         if plan.level == ANY:
             return True

@@ -29,7 +29,7 @@ import gzip
 import hashlib
 import html
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,6 +49,7 @@ from gpuextender.extender.model.pod_request import STRATEGY_ANNOTATION
 from gpuextender.extender.model.untrusted import InvalidInput, object_at, shown
 from gpuextender.extender.scheduler.http_api import SchedulerApi, VerbHandler
 from gpuextender.extender.scheduler.wire import BYTES_PER_CONTAINER, ExtenderArgs
+from gpuextender.extender.state.group_book import GroupPlan
 from gpuextender.extender.state.inventory_view import InventoryView
 from gpuextender.extender.ui import fleet_page_html
 from gpuextender.extender.ui.fleet_view import FleetAccumulator, FleetInputs, gpu_nodes, waiting_row
@@ -104,8 +105,19 @@ def fleet_inputs(api: SchedulerApi) -> tuple[FleetInputs, list[str]]:
         rule=state.rule,
         dra_devices=view.dra.devices,
         claimed_on=claims.allocated_on if (claims := api.decisions.claims) is not None else lambda _node: frozenset(),
+        domain_level=(level := api.settings.group_levels[0]),
+        domain_of=api.decisions.level_index(view, level).value_of,
+        groups_held=groups_by_domain(api.groups.plans()),
     )
     return inputs, gpu_nodes(view.allocatable_gpus, state.node_names(), view.dra.gpu_devices)
+
+
+def groups_by_domain(plans: Iterable[GroupPlan]) -> dict[str, list[tuple[str, int]]]:
+    """Domain name -> (group, members held there) of every group holding room, by group."""
+    held: dict[str, list[tuple[str, int]]] = {}
+    for plan in sorted(plans, key=lambda p: p.key):
+        held.setdefault(plan.domain_name, []).append((plan.key, plan.held_members()))
+    return held
 
 
 async def build_fleet(api: SchedulerApi, slice_s: float = SLICE_S, pause_s: float = PAUSE_S) -> bytes:

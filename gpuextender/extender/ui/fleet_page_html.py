@@ -177,6 +177,29 @@ function render(doc) {
   for (const k of [...rows.keys()]) if (!seenRows.has(k)) rows.delete(k);
   $("fleet").replaceChildren(...order);
   renderWaiting(doc.waiting || []);
+  renderDomains(doc.domains || { level: "", domains: [] });
+}
+
+// Multi-pod groups' domains (the first --group-topology-levels label): free idle GPUs, groups held.
+function renderDomains(d) {
+  const out = $("domains");
+  $("domains-head").textContent = "Domains by " + (d.level || "label") + " (" + d.domains.length + ")";
+  if (!d.domains.length) { out.replaceChildren(el("p", "muted", "No GPU node carries the label.")); return; }
+  const table = el("table"); table.id = "domains-table";
+  const hr = el("tr");
+  ["domain", "nodes", "free idle GPUs", "groups held there (members not yet bound)"].forEach((h) => hr.append(el("th", null, h)));
+  table.append(el("thead")); table.firstChild.append(hr);
+  const body = el("tbody");
+  d.domains.forEach((x) => {
+    const tr = el("tr"); tr.dataset.domain = x.domain;
+    td(tr, x.domain, "domain");
+    td(tr, x.nodes, "num");
+    td(tr, x.freeIdleGpus + " of " + x.gpus, "num");
+    td(tr, x.groupsHeld.map((g) => g.group + " (" + g.membersHeld + ")").join("; ") || "-", "groups");
+    body.append(tr);
+  });
+  table.append(body);
+  out.replaceChildren(table);
 }
 
 function isProblem(row) {
@@ -325,6 +348,8 @@ AcceleratorClass. Hover a GPU for its readings. <span id="status">loading…</sp
 <div class="legend" id="legend" aria-label="legend"></div>
 <h2 id="waiting-head">Pods waiting for GPUs</h2>
 <div id="waiting"></div>
+<h2 id="domains-head">Domains</h2>
+<div id="domains"></div>
 <h2 id="totals-head">All nodes</h2>
 <div class="counts" id="totals"></div>
 <div class="controls" role="search">

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpuextender.common.idle_rule import IdleRule
@@ -98,6 +98,11 @@ class FleetInputs:
     # node -> the whole GPUs its DRA ResourceSlices publish, and the devices claims hold there
     dra_devices: Callable[[str], NodeDevices] = lambda _node: ()
     claimed_on: Callable[[str], AbstractSet[DeviceRef]] = lambda _node: frozenset()
+    # Multi-pod groups' domains: the first --group-topology-levels label, each node's value of it
+    # (absent: a node outside every domain), and the groups holding room per domain name.
+    domain_level: str = ""
+    domain_of: Mapping[str, str] = field(default_factory=dict)
+    groups_held: Mapping[str, Sequence[tuple[str, int]]] = field(default_factory=dict)  # domain -> (group, members)
 
 
 # A free GPU whose DRA device a claim holds: allocated, as the decision counts it.
@@ -226,6 +231,7 @@ class FleetAccumulator:
         self._groups: dict[str | None, dict[str, Any]] = {name: _group(name) for name in sorted(inputs.class_names)}
         self._groups[None] = _group(None)
         self._totals = _group(None)
+        self._domains: dict[str, dict[str, Any]] = {}
 
     def add(self, name: str) -> None:
         row = node_row(name, self.inputs)
@@ -241,6 +247,25 @@ class FleetAccumulator:
             _count(group, counts, len(cells))
             group["rows"].append(out)
         _count(self._totals, counts, len(cells))
+        value = self.inputs.domain_of.get(name)
+        if value is not None:
+            domain = self._domains.get(value)
+            if domain is None:
+                domain = self._domains[value] = {"domain": value, "nodes": 0, "gpus": 0, "freeIdleGpus": 0}
+            domain["nodes"] += 1
+            domain["gpus"] += len(cells)
+            domain["freeIdleGpus"] += counts[GPU_FREE_IDLE] + counts[HOLDER_UNKNOWN_IDLE]  # as the decision counts
+
+    def domains(self) -> dict[str, Any]:
+        """Per domain of the first group level: its GPU nodes, free idle healthy GPUs (what a group
+        can get there), and the groups whose room is held there; most free idle GPUs first."""
+        level, held = self.inputs.domain_level, self.inputs.groups_held
+        rows = []
+        for value, domain in self._domains.items():
+            groups = held.get(f"{level}={value}", ())
+            rows.append({**domain, "groupsHeld": [{"group": g, "membersHeld": n} for g, n in groups]})
+        rows.sort(key=lambda d: (-d["freeIdleGpus"], d["domain"]))
+        return {"level": level, "domains": rows}
 
     def result(self) -> dict[str, Any]:
         rule = self.inputs.rule
@@ -258,6 +283,7 @@ class FleetAccumulator:
             },
             "totals": {k: v for k, v in self._totals.items() if k not in ("class", "rows")},
             "classes": groups,
+            "domains": self.domains(),
         }
 
 

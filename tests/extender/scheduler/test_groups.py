@@ -4,8 +4,10 @@ start the extender could foresee, single pods unchanged."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
+import orjson
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -20,6 +22,7 @@ from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.inventory_view import InventoryView
 from gpuextender.extender.state.pod_ledger import POD_KIND, PodLedger
 from gpuextender.extender.ui.explain_cli import render
+from gpuextender.extender.ui.fleet_page import build_fleet
 from tests.extender.builders import gpu, report
 
 CLIQUE = "nvidia.com/gpu.clique"
@@ -419,3 +422,27 @@ def test_the_explain_command_shows_the_group() -> None:
         "waits: no nvidia.com/gpu.clique domain holds 9 x 8 GPUs: best nvidia.com/gpu.clique=b has room for 4"
         in waiting
     )
+
+
+def test_a_member_kube_scheduler_cannot_place_in_the_domain_plans_the_group_again() -> None:
+    """Clique a was chosen; then a1 lacks CPU for the next member (kube-scheduler leaves it out of the
+    candidates): a alone no longer holds the 2 members left, so the group moves to b whole."""
+    cluster = Cluster({"a0": ("a", 8, 0), "a1": ("a", 8, 0), "b0": ("b", 8, 0), "b1": ("b", 8, 0), "b2": ("b", 8, 0)})
+    assert sorted(cluster.filter(lws_pod("g", 0, 2))["NodeNames"]) == ["a0", "a1"]
+    answer = cluster.filter(lws_pod("g", 1, 2), ["a0", "b0", "b1", "b2"])
+    assert sorted(answer["NodeNames"]) == ["b0", "b1", "b2"]
+    plan = cluster.api.groups.plan("llm/leaderworkerset/g")
+    assert plan is not None and plan.value == "b" and cluster.api.groups.holds_on("a0") == ()
+    assert "plannedBefore" in cluster.api.explain(ExtenderArgs(lws_pod("g", 1, 2), ["b0"], None))["group"]
+
+
+def test_the_fleet_page_lists_domains_with_free_idle_gpus_and_groups_held() -> None:
+    cluster = Cluster(fleet())
+    cluster.filter(lws_pod("g", 0, 3))
+    doc = orjson.loads(asyncio.run(build_fleet(cluster.api)))
+    rows = {d["domain"]: d for d in doc["domains"]["domains"]}
+    assert doc["domains"]["level"] == CLIQUE
+    assert rows["c"]["freeIdleGpus"] == 24 and rows["c"]["groupsHeld"] == [
+        {"group": "llm/leaderworkerset/g", "membersHeld": 3}
+    ]
+    assert rows["b"]["freeIdleGpus"] == 32 and rows["b"]["groupsHeld"] == []

@@ -247,3 +247,32 @@ def test_a_held_gpu_says_which_namespace_holds_it() -> None:
     assert [STATES[c[1]] for c in row["gpus"]] == ["allocated-idle", "allocated-busy", "free-idle"]
     assert row["gpus"][0][4:] == [None, "team-a"] and row["gpus"][1][4:] == [None, "team-a,team-b"]
     assert len(row["gpus"][2]) == 4  # nobody holds it: no sixth element
+
+
+def test_domains_count_free_idle_gpus_and_the_groups_held_there() -> None:
+    summaries = {
+        "a0": summary("a0", idle=8),
+        "a1": summary("a1", idle=2, busy=6),
+        "b0": summary("b0", idle=3),
+        "x": summary("x"),
+    }
+    fleet = replace(
+        inputs(summaries),
+        domain_level="nvidia.com/gpu.clique",
+        domain_of={"a0": "a", "a1": "a", "b0": "b"},
+        groups_held={"nvidia.com/gpu.clique=a": [("llm/leaderworkerset/g", 2)]},
+    )
+    doc = build(fleet, ["a0", "a1", "b0", "x"])
+    assert doc["domains"] == {
+        "level": "nvidia.com/gpu.clique",
+        "domains": [  # most free idle GPUs first; x carries no label: in no domain
+            {
+                "domain": "a",
+                "nodes": 2,
+                "gpus": 16,
+                "freeIdleGpus": 10,
+                "groupsHeld": [{"group": "llm/leaderworkerset/g", "membersHeld": 2}],
+            },
+            {"domain": "b", "nodes": 1, "gpus": 3, "freeIdleGpus": 3, "groupsHeld": []},
+        ],
+    }
