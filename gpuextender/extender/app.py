@@ -17,6 +17,7 @@ import signal
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import grpc
@@ -40,7 +41,7 @@ from gpuextender.extender.model.kube_objects import (
     WORKLOAD_POD_GROUP,
 )
 from gpuextender.extender.model.pod_gpus import may_request
-from gpuextender.extender.model.pod_group import COSCHEDULING, VOLCANO, WORKLOAD
+from gpuextender.extender.model.pod_group import COSCHEDULING, VOLCANO, WORKLOAD, group_key
 from gpuextender.extender.observe.device_taints import DeviceTaintsCollector
 from gpuextender.extender.observe.dra_devices import DraDevicesCollector
 from gpuextender.extender.observe.metrics import ExtenderMetrics
@@ -50,6 +51,7 @@ from gpuextender.extender.settings import ExtenderConfig
 from gpuextender.extender.state.claim_ledger import ClaimLedger
 from gpuextender.extender.state.device_taints import wanted_taints
 from gpuextender.extender.state.gpu_state import GpuState
+from gpuextender.extender.state.group_book import GroupBook
 from gpuextender.extender.state.inventory_store import InventoryStore
 from gpuextender.extender.state.inventory_view import ViewBuilder
 from gpuextender.extender.state.pod_groups import PodGroups
@@ -334,6 +336,8 @@ async def _connect_kubernetes(extender: Extender) -> None:
     # PodGroups of the group sources that keep a group's size in an object (model/pod_group.py),
     # read-only, each into its own sink; an API not served is one log line and that source off.
     sinks = {source: PodGroups(source) for source in POD_GROUP_KINDS}
+    for source, sink in sinks.items():  # a deleted PodGroup's hold goes with it
+        sink.on_delete(partial(_pod_group_deleted, extender.api.groups, source))
     extender.group_watches = [
         KubeInventorySource(sinks[source], connection, kinds=(kind,), on_restart=metrics.count_watch_restart)
         for source, kind in POD_GROUP_KINDS.items()
@@ -360,6 +364,10 @@ async def _connect_kubernetes(extender: Extender) -> None:
             hold_s=config.device_taint_after_s,
         )
         metrics.add(DeviceTaintsCollector(extender.taint_writer.status))
+
+
+def _pod_group_deleted(book: GroupBook, source: str, namespace: str, name: str) -> None:
+    book.release(group_key(source, namespace, name), "its PodGroup was deleted")
 
 
 def security_summary(config: ExtenderConfig) -> str:

@@ -98,7 +98,12 @@ def _named(source: str, namespace: str, name: Any, size: int | None, topology_ke
         return GroupReading(None, f"{source} group {shown(name)}: {problem}: decided as a single pod")
     if size == 1:  # a group of one is a single pod
         return NO_GROUP
-    return GroupReading(GroupRef(f"{namespace}/{source}/{name}", source, namespace, name, size, topology_key))
+    return GroupReading(GroupRef(group_key(source, namespace, name), source, namespace, name, size, topology_key))
+
+
+def group_key(source: str, namespace: str, name: str) -> str:
+    """A group's key: its namespace, source and name (a group never spans namespaces)."""
+    return f"{namespace}/{source}/{name}"
 
 
 def topology_problem(key: Any) -> str:

@@ -122,6 +122,8 @@ class Decisions:
     def decide(self, args: ExtenderArgs) -> Decision:
         """The question (the pod, read once; the candidates) against what we know now."""
         settings = self._settings
+        if self.groups is not None:  # holds whose time ran out free their room for this call too
+            self.groups.expire(self._clock())
         pod = self._pods.read(args.pod)
         view = self._inventory()
         claims = self.claims
@@ -180,7 +182,6 @@ class Decisions:
         ref, book = pod.group.ref, self.groups
         if ref is None or book is None or not (pod.gpus_needed > 0 or pod.mig_needed):
             return None
-        book.expire(self._clock())
         size, key = ref.size, ref.topology_key
         notes: list[str] = []
         if ref.source in SIZED_BY_OBJECT:

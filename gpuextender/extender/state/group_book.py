@@ -131,7 +131,7 @@ class GroupBook:
         if before is not None:
             if before.domain_name == name:  # the same domain again: its hold does not start over
                 plan.chosen_at, plan.expires_at = before.chosen_at, before.expires_at
-            self._set_holds(before, {})
+            plan.holds = before.holds  # only what differs changes (and is heard of)
         self._plans[key] = plan
         self._set_holds(plan, {n: m for n, m in placement.items() if m > 0})
         self._next_expiry = min(self._next_expiry, plan.expires_at)

@@ -11,6 +11,7 @@ per source (a cluster past it keeps the first ones and logs once).
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 
 from gpuextender.extender.model.kube_objects import KubeObject
 from gpuextender.extender.model.pod_group import PodGroupSpec, read_pod_group
@@ -30,6 +31,11 @@ class PodGroups:
         self._specs: dict[tuple[str, str], PodGroupSpec] = {}
         self.synced = False
         self.dropped = 0  # PodGroups not kept: past the bound
+        self._deleted: list[Callable[[str, str], None]] = []
+
+    def on_delete(self, listener: Callable[[str, str], None]) -> None:
+        """`listener(namespace, name)` when a PodGroup is deleted (its group's hold goes with it)."""
+        self._deleted.append(listener)
 
     def spec(self, namespace: str, name: str) -> PodGroupSpec | None:
         return self._specs.get((namespace, name))
@@ -38,18 +44,25 @@ class PodGroups:
         return len(self._specs)
 
     def replace_all(self, kind: str, objects: list[KubeObject]) -> None:
+        before = self._specs
         self._specs = {}
         for obj in objects:
             self._put(obj)
         self.synced = True
+        for namespace, name in before.keys() - self._specs.keys():  # gone while the watch was down
+            self._gone(namespace, name)
 
     def upsert(self, kind: str, obj: KubeObject) -> None:
         self._put(obj)
 
     def delete(self, kind: str, obj: KubeObject) -> None:
         key = _key(obj)
-        if key is not None:
-            self._specs.pop(key, None)
+        if key is not None and self._specs.pop(key, None) is not None:
+            self._gone(*key)
+
+    def _gone(self, namespace: str, name: str) -> None:
+        for listener in self._deleted:
+            listener(namespace, name)
 
     def _put(self, obj: KubeObject) -> None:
         key = _key(obj)

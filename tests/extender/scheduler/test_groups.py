@@ -446,3 +446,31 @@ def test_the_fleet_page_lists_domains_with_free_idle_gpus_and_groups_held() -> N
         {"group": "llm/leaderworkerset/g", "membersHeld": 3}
     ]
     assert rows["b"]["freeIdleGpus"] == 32 and rows["b"]["groupsHeld"] == []
+
+
+def test_a_hold_run_out_frees_its_room_for_the_next_single_pod() -> None:
+    """No member of the group comes back: the next call of any pod releases the hold first."""
+    cluster = Cluster({"a0": ("a", 8, 0), "a1": ("a", 8, 0)}, group_hold_s=5.0)
+    cluster.filter(lws_pod("g", 0, 2))
+    single = single_pod("s")
+    cluster.clock.now += 4.999
+    held = cluster.api.explain(ExtenderArgs(single, ["a0"], None))
+    assert held["nodes"][0]["idleGpus"] == 0 and held["fallback"]  # only the no-fit fallback passes it
+    cluster.clock.now += 0.001
+    freed = cluster.api.explain(ExtenderArgs(single, ["a0"], None))
+    assert freed["nodes"][0]["idleGpus"] == 8 and not freed["fallback"] and cluster.api.groups.counts.expired == 1
+
+
+def test_a_deleted_pod_group_releases_its_hold() -> None:
+    from gpuextender.extender.app import _pod_group_deleted
+
+    cluster = Cluster(fleet())
+    specs = {("llm", "pg"): PodGroupSpec(2)}
+    cluster.api.decisions.pod_groups = lambda source, ns, name: specs.get((ns, name))
+    pod = single_pod("w-0")
+    pod["metadata"]["labels"] = {"scheduling.x-k8s.io/pod-group": "pg"}
+    assert cluster.filter(pod)["NodeNames"]
+    assert cluster.api.groups.plan("llm/coscheduling/pg") is not None
+    _pod_group_deleted(cluster.api.groups, "coscheduling", "llm", "pg")
+    assert cluster.api.groups.plan("llm/coscheduling/pg") is None
+    assert cluster.api.groups.released("llm/coscheduling/pg") == "its PodGroup was deleted"

@@ -88,3 +88,12 @@ def test_holding_the_same_domain_again_keeps_the_expiry_another_domain_starts_it
     assert book.plan("g").expires_at == 160.0  # type: ignore[union-attr]
     book.hold("g", "leaderworkerset", 3, 8, ("clique", "b", "clique=b"), {"b0": 3}, "why")
     assert book.plan("g").expires_at == 190.0 and book.holds_on("a0") == ()  # type: ignore[union-attr]
+
+
+def test_holding_the_same_placement_again_changes_no_node() -> None:
+    book, _, changed = book_with({"a0": 2, "a1": 1})
+    changed.clear()
+    assert book.hold("g", "leaderworkerset", 3, 8, ("clique", "a", "clique=a"), {"a0": 2, "a1": 1}, "why")
+    assert changed == []
+    assert book.hold("g", "leaderworkerset", 3, 8, ("clique", "a", "clique=a"), {"a0": 3}, "why")
+    assert sorted(changed) == ["a0", "a1"] and book.holds_on("a1") == () and book.holds_on("a0")[0].gpus == 24

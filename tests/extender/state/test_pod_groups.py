@@ -44,3 +44,15 @@ def test_workload_pod_groups_read_their_gang_and_topology() -> None:
     }
     groups.upsert("PodGroup", obj)
     assert groups.spec("ns", "w") == PodGroupSpec(2, "nvidia.com/gpu.clique")
+
+
+def test_a_deleted_pod_group_is_heard_of_also_when_it_went_while_the_watch_was_down() -> None:
+    groups = PodGroups(COSCHEDULING)
+    gone: list[tuple[str, str]] = []
+    groups.on_delete(lambda ns, name: gone.append((ns, name)))
+    groups.replace_all("PodGroup", [pg("a", 2), pg("b", 2)])
+    groups.delete("PodGroup", {"metadata": {"name": "a", "namespace": "ns"}})
+    groups.delete("PodGroup", {"metadata": {"name": "never-seen", "namespace": "ns"}})
+    assert gone == [("ns", "a")]
+    groups.replace_all("PodGroup", [])  # a relist without b
+    assert gone == [("ns", "a"), ("ns", "b")]
