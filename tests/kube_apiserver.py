@@ -59,6 +59,7 @@ class WatchRequest:
     allow_bookmarks: bool
     timeout_seconds: int | None
     field_selector: str | None = None
+    label_selector: str | None = None  # recorded as sent (not applied)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +68,7 @@ class ListRequest:
     limit: int | None
     continue_token: str | None
     field_selector: str | None = None
+    label_selector: str | None = None  # recorded as sent (not applied)
 
 
 def _status(code: int, reason: str, message: str) -> dict[str, Any]:
@@ -415,12 +417,19 @@ class KubeApiServer:
                     _truthy(request.query.get("allowWatchBookmarks")),
                     timeout,
                     request.query.get("fieldSelector"),
+                    request.query.get("labelSelector"),
                 )
             )
         else:
             limit = int(request.query["limit"]) if request.query.get("limit") else None
             self.list_requests.append(
-                ListRequest(info.kind, limit, request.query.get("continue") or None, request.query.get("fieldSelector"))
+                ListRequest(
+                    info.kind,
+                    limit,
+                    request.query.get("continue") or None,
+                    request.query.get("fieldSelector"),
+                    request.query.get("labelSelector"),
+                )
             )
         if info.kind not in self.installed:
             return web.json_response(

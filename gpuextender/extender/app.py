@@ -33,6 +33,7 @@ from gpuextender.extender.ingest.server import start_ingest_server
 from gpuextender.extender.inventory.files import FileInventorySource
 from gpuextender.extender.model.kube_objects import (
     COSCHEDULING_POD_GROUP,
+    JOBSET_JOB,
     KINDS,
     NODE,
     POD,
@@ -41,7 +42,7 @@ from gpuextender.extender.model.kube_objects import (
     WORKLOAD_POD_GROUP,
 )
 from gpuextender.extender.model.pod_gpus import may_request
-from gpuextender.extender.model.pod_group import COSCHEDULING, VOLCANO, WORKLOAD, group_key
+from gpuextender.extender.model.pod_group import COSCHEDULING, JOBSET, VOLCANO, WORKLOAD, group_key
 from gpuextender.extender.observe.device_taints import DeviceTaintsCollector
 from gpuextender.extender.observe.dra_devices import DraDevicesCollector
 from gpuextender.extender.observe.metrics import ExtenderMetrics
@@ -71,7 +72,12 @@ log = logging.getLogger("gpu_extender")
 KEEPALIVE_TIMEOUT_S = 120.0
 
 
-POD_GROUP_KINDS = {WORKLOAD: WORKLOAD_POD_GROUP, COSCHEDULING: COSCHEDULING_POD_GROUP, VOLCANO: VOLCANO_POD_GROUP}
+POD_GROUP_KINDS = {
+    WORKLOAD: WORKLOAD_POD_GROUP,
+    COSCHEDULING: COSCHEDULING_POD_GROUP,
+    VOLCANO: VOLCANO_POD_GROUP,
+    JOBSET: JOBSET_JOB,
+}
 
 
 class StartupError(Exception):

@@ -36,10 +36,10 @@ reaches the sink as the plain JSON dict the API server sent:
 7. A malformed watch event (not JSON, not an object, unknown type, an object
    without `metadata.name`) is logged and skipped; it never stops the watch.
 8. A kind with a `field_selector` (`KindInfo`; the Pods of the bound-pod ledger) sends it as
-   `fieldSelector` on the LIST and on every WATCH; an object that stops matching arrives as
-   DELETED. A source's optional `list_filter(kind, item)` drops LIST items as each page
-   arrives, so a relist never holds a large kind whole (watch events are never filtered: a
-   DELETED must always reach the sink).
+   `fieldSelector` on the LIST and on every WATCH, and a `label_selector` (JobSet's Jobs) as
+   `labelSelector`; an object that stops matching arrives as DELETED. A source's optional
+   `list_filter(kind, item)` drops LIST items as each page arrives, so a relist never holds a
+   large kind whole (watch events are never filtered: a DELETED must always reach the sink).
 
 Each time a kind's loop starts over, `on_restart(kind, cause)` is called: `relist_410` (the
 resourceVersion or continue token expired), `crd_removed` (404 on the watch of a CRD kind),
@@ -427,7 +427,11 @@ class _KindWatcher:
         self._call: _ListCall | None = None
         self._list_filter = list_filter
         self._on_restart = on_restart
-        self._selector: dict[str, str] = {"field_selector": info.field_selector} if info.field_selector else {}
+        self._selector: dict[str, str] = {}
+        if info.field_selector:
+            self._selector["field_selector"] = info.field_selector
+        if info.label_selector:
+            self._selector["label_selector"] = info.label_selector
 
     # The resourceVersion lives in the status so that tests and /readyz details see it.
     @property

@@ -18,6 +18,7 @@ class KindInfo:
     # A `fieldSelector` sent with every LIST and WATCH of the kind ("" = all objects). Objects that
     # leave the selection while watched arrive as DELETED events, as the API server sends them.
     field_selector: str = ""
+    label_selector: str = ""  # a `labelSelector` sent likewise ("" = all objects)
     # What it means when the API server does not serve the kind (404 on its LIST; for an optional
     # built-in API, 403 too): the kind is empty, and this says what the extender does without it.
     absent: str = "CRD not installed"
@@ -106,4 +107,14 @@ COSCHEDULING_POD_GROUP = KindInfo(
 )
 VOLCANO_POD_GROUP = KindInfo(
     "PodGroup", "scheduling.volcano.sh", "v1beta1", "podgroups", namespaced=True, absent=_GROUPS_ABSENT
+)
+# JobSet's Jobs only (a label every Job a JobSet makes carries): a JobSet job's size is its parallelism.
+JOBSET_JOB = KindInfo(
+    "Job",
+    "batch",
+    "v1",
+    "jobs",
+    namespaced=True,
+    label_selector="jobset.sigs.k8s.io/jobset-name",
+    absent=_GROUPS_ABSENT,
 )

@@ -10,6 +10,9 @@ Sources, in this order (the first a pod names wins; `../reference` facts in docs
 - coscheduling (scheduler-plugins): label `scheduling.x-k8s.io/pod-group`; size from its PodGroup's
   `spec.minMember`.
 - Volcano: annotation `scheduling.k8s.io/group-name`; size from its PodGroup's `spec.minMember`.
+- JobSet, where it asks for one domain per job (annotation `alpha.jobset.sigs.k8s.io/exclusive-topology`,
+  which JobSet copies to the pods): the group is one Job (label `batch.kubernetes.io/job-name`, with
+  `jobset.sigs.k8s.io/jobset-name`), its size the Job's `spec.parallelism`, its domain that key.
 
 Everything here is written by users: a group never spans namespaces (the key holds the pod's
 own), names and keys are bounded, and a size that is not a whole number in [2, MAX_GROUP_SIZE]
@@ -27,15 +30,19 @@ WORKLOAD = "workload"
 LWS = "leaderworkerset"
 COSCHEDULING = "coscheduling"
 VOLCANO = "volcano"
-SOURCES = (WORKLOAD, LWS, COSCHEDULING, VOLCANO)
-# Sources whose size (and domain key) live in a PodGroup object, not on the pod.
-SIZED_BY_OBJECT = frozenset({WORKLOAD, COSCHEDULING, VOLCANO})
+JOBSET = "jobset"
+SOURCES = (WORKLOAD, LWS, COSCHEDULING, VOLCANO, JOBSET)
+# Sources whose size (and domain key) live in an object (a PodGroup, JobSet's Job), not on the pod.
+SIZED_BY_OBJECT = frozenset({WORKLOAD, COSCHEDULING, VOLCANO, JOBSET})
 
 LWS_GROUP_KEY = "leaderworkerset.sigs.k8s.io/group-key"
 LWS_SIZE = "leaderworkerset.sigs.k8s.io/size"
 LWS_EXCLUSIVE_TOPOLOGY = "leaderworkerset.sigs.k8s.io/exclusive-topology"
 COSCHEDULING_LABEL = "scheduling.x-k8s.io/pod-group"
 VOLCANO_ANNOTATION = "scheduling.k8s.io/group-name"
+JOBSET_NAME = "jobset.sigs.k8s.io/jobset-name"
+JOBSET_EXCLUSIVE_TOPOLOGY = "alpha.jobset.sigs.k8s.io/exclusive-topology"
+JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")  # the second: before Kubernetes 1.27
 
 MAX_GROUP_SIZE = 512  # members; 64 nodes of 8 GPUs is the largest NVL72-class job seen, with room
 MAX_NAME_CHARS = 253  # a Kubernetes object name (LWS's group key is a 40-character hash)
@@ -85,6 +92,10 @@ def read_group(pod: Any) -> GroupReading:
     volcano = annotations.get(VOLCANO_ANNOTATION)
     if volcano is not None:
         return _named(VOLCANO, namespace, volcano, None, "")
+    exclusive = annotations.get(JOBSET_EXCLUSIVE_TOPOLOGY)
+    if exclusive is not None and labels.get(JOBSET_NAME) is not None:
+        job = next((j for label in JOB_NAME_LABELS if (j := labels.get(label)) is not None), None)
+        return _named(JOBSET, namespace, job, None, exclusive)
     return NO_GROUP
 
 
@@ -140,10 +151,12 @@ class PodGroupSpec:
 
 def read_pod_group(source: str, obj: Any) -> PodGroupSpec:
     """A PodGroup of `source` (WORKLOAD: scheduling.k8s.io/v1alpha2; COSCHEDULING:
-    scheduling.x-k8s.io/v1alpha1; VOLCANO: scheduling.volcano.sh/v1beta1)."""
+    scheduling.x-k8s.io/v1alpha1; VOLCANO: scheduling.volcano.sh/v1beta1), or JOBSET's Job (batch/v1)."""
     spec = object_at(obj, "spec")
     topology = ""
-    if source == WORKLOAD:
+    if source == JOBSET:
+        minimum, where = spec.get("parallelism", 1), "spec.parallelism"  # the API's default is 1
+    elif source == WORKLOAD:
         minimum = object_at(object_at(spec, "schedulingPolicy"), "gang").get("minCount")
         where = "spec.schedulingPolicy.gang.minCount"
         levels = object_at(spec, "schedulingConstraints").get("topology")

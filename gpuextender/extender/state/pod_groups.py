@@ -1,8 +1,9 @@
 """PodGroups as the group sources define them (model/pod_group.py): the member count that makes a
-group whole, and the label its members must share, by (source, namespace, name).
+group whole, and the label its members must share, by (source, namespace, name). JobSet's Jobs
+likewise (their parallelism).
 
 An `InventorySink` per source (the Workload API's, coscheduling's and Volcano's PodGroup kinds are
-three APIs), fed by a read-only list+watch; like the bound-pod ledger, not part of the
+three APIs; JobSet's Jobs a fourth), fed by a read-only list+watch; like the bound-pod ledger, not part of the
 InventoryStore (groups churn with jobs). A source whose API is not served is empty: its pods are
 decided as single pods, and explain says their PodGroup is unknown. Bounded: at most MAX_POD_GROUPS
 per source (a cluster past it keeps the first ones and logs once).

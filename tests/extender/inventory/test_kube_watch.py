@@ -20,7 +20,7 @@ from gpuextender.extender.inventory.kube_watch import (
     KubeSourceTimings,
     load_kube_config,
 )
-from gpuextender.extender.model.kube_objects import KINDS, POD, KindInfo
+from gpuextender.extender.model.kube_objects import JOBSET_JOB, KINDS, POD, KindInfo
 from tests.extender.inventory.conftest import RecordingSink
 from tests.kube_apiserver import KubeApiServer
 
@@ -687,3 +687,23 @@ def test_unsupported_kinds_fail_at_construction(sink: RecordingSink) -> None:
     bogus = KindInfo("Gadget", "", "v1", "gadgets", namespaced=False)
     with pytest.raises(ValueError, match="Gadget"):
         KubeInventorySource(sink, lambda: None, kinds=[bogus])  # type: ignore[arg-type,return-value]
+
+
+def test_jobset_jobs_are_listed_and_watched_with_their_label_selector(
+    sink: RecordingSink, timings: KubeSourceTimings
+) -> None:
+    """Issue 34: only JobSet's Jobs are asked for (a labelSelector), on the LIST and every WATCH."""
+
+    async def scenario() -> None:
+        server = KubeApiServer((JOBSET_JOB,))
+        job = {"metadata": {"name": "js-workers-0", "namespace": "ml"}, "spec": {"parallelism": 4}}
+        server.add("Job", job)
+        async with running(sink, timings, server, kinds=(JOBSET_JOB,)):
+            assert sink.calls_for("Job") == [("replace_all", ["ml/js-workers-0"])]
+            assert [(r.kind, r.label_selector, r.field_selector) for r in server.list_requests] == [
+                ("Job", "jobset.sigs.k8s.io/jobset-name", None)
+            ]
+            await wait_until(lambda: len(server.watches_of("Job")) == 1, "the watch")
+            assert [w.label_selector for w in server.watches_of("Job")] == ["jobset.sigs.k8s.io/jobset-name"]
+
+    run(scenario())

@@ -9,6 +9,7 @@ import pytest
 
 from gpuextender.extender.model.pod_group import (
     COSCHEDULING,
+    JOBSET,
     LWS,
     MAX_GROUP_SIZE,
     MAX_LABEL_KEY_CHARS,
@@ -137,3 +138,29 @@ def test_min_member_bounds(source: str, minimum: Any, size: int | None) -> None:
     spec = read_pod_group(source, {"spec": {"minMember": minimum}})
     assert spec.size == size
     assert bool(spec.problem) == (size is None)
+
+
+def jobset_pod(**annotations: Any) -> dict[str, Any]:
+    labels = {"jobset.sigs.k8s.io/jobset-name": "js", "batch.kubernetes.io/job-name": "js-workers-0"}
+    return pod(labels, annotations)
+
+
+def test_a_jobset_job_is_a_group_where_jobset_asks_for_one_domain_per_job() -> None:
+    ref = read_group(jobset_pod(**{"alpha.jobset.sigs.k8s.io/exclusive-topology": "nvidia.com/gpu.clique"})).ref
+    assert ref == GroupRef("ns/jobset/js-workers-0", JOBSET, "ns", "js-workers-0", None, "nvidia.com/gpu.clique")
+    assert read_group(jobset_pod()).ref is None  # no exclusive placement asked: single pods, as before
+    old = pod(
+        {"jobset.sigs.k8s.io/jobset-name": "js", "job-name": "js-w-1"},
+        {"alpha.jobset.sigs.k8s.io/exclusive-topology": "rack"},
+    )
+    assert read_group(old).ref.name == "js-w-1"  # type: ignore[union-attr]  # the label before Kubernetes 1.27
+    nameless = pod({"jobset.sigs.k8s.io/jobset-name": "js"}, {"alpha.jobset.sigs.k8s.io/exclusive-topology": "rack"})
+    assert read_group(nameless).ref is None and "jobset group name None" in read_group(nameless).problem
+
+
+@pytest.mark.parametrize(
+    ("spec", "size"),
+    [({"parallelism": 4}, 4), ({}, 1), ({"parallelism": 0}, None), ({"parallelism": MAX_GROUP_SIZE + 1}, None)],
+)
+def test_a_jobset_jobs_size_is_its_parallelism(spec: dict[str, Any], size: int | None) -> None:
+    assert read_pod_group(JOBSET, {"spec": spec}).size == size

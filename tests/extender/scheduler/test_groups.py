@@ -13,7 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.decide.group_domains import NO_LABEL
-from gpuextender.extender.model.pod_group import WORKLOAD, PodGroupSpec
+from gpuextender.extender.model.pod_group import JOBSET, WORKLOAD, PodGroupSpec
 from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.scheduler.http_api import SchedulerApi
 from gpuextender.extender.scheduler.wire import ExtenderArgs
@@ -474,3 +474,17 @@ def test_a_deleted_pod_group_releases_its_hold() -> None:
     _pod_group_deleted(cluster.api.groups, "coscheduling", "llm", "pg")
     assert cluster.api.groups.plan("llm/coscheduling/pg") is None
     assert cluster.api.groups.released("llm/coscheduling/pg") == "its PodGroup was deleted"
+
+
+def test_a_jobset_job_with_exclusive_placement_lands_whole_in_one_domain_of_its_key() -> None:
+    cluster = Cluster(fleet())
+    jobs = {("llm", "train-workers-0"): PodGroupSpec(3)}
+    cluster.api.decisions.pod_groups = lambda source, ns, name: jobs.get((ns, name)) if source == JOBSET else None
+    pod = single_pod("train-workers-0-0")
+    pod["metadata"]["labels"] = {
+        "jobset.sigs.k8s.io/jobset-name": "train",
+        "batch.kubernetes.io/job-name": "train-workers-0",
+    }
+    pod["metadata"]["annotations"] = {"alpha.jobset.sigs.k8s.io/exclusive-topology": CLIQUE}
+    assert {cluster.clique_of(n) for n in cluster.filter(pod)["NodeNames"]} == {"c"}  # 3 x 8: c is the tightest
+    assert cluster.api.groups.plan("llm/jobset/train-workers-0") is not None
