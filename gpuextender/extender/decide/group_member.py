@@ -103,7 +103,9 @@ def filter_member(
 def _fresh_idle(base: FilterOutcome, summary: SummaryLookup) -> dict[str, int]:
     """The nodes that pass on fresh data, with their free idle GPUs (assumed passes hold no room)."""
     if not base.assumed:  # every pass is a fresh fit, with its summary: in C
-        return dict(zip(base.passed, map(_IDLE, map(summary, base.passed)), strict=True))
+        summaries = list(map(summary, base.passed))
+        if None not in summaries:
+            return dict(zip(base.passed, map(_IDLE, summaries), strict=True))
     assumed = set(base.assumed)
     idle: dict[str, int] = {}
     for n in base.passed:
@@ -127,7 +129,7 @@ def _answer(base: FilterOutcome, choice: GroupChoice, names: Sequence[str]) -> F
     failed = dict.fromkeys(names or base.passed, group_domains.elsewhere(chosen.domain.name))
     passed = list(filter(members.__contains__, base.passed))
     for n in passed:
-        del failed[n]
+        failed.pop(n, None)  # (a name sent twice passes twice)
     failed.update(base.failed)
     # (A pass on assumed data is never in a domain's room: there is none while a fresh node fits.)
     failed.update(dict.fromkeys(base.assumed, reasons.NO_FRESH_GPU_DATA))

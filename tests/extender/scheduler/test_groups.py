@@ -488,3 +488,11 @@ def test_a_jobset_job_with_exclusive_placement_lands_whole_in_one_domain_of_its_
     pod["metadata"]["annotations"] = {"alpha.jobset.sigs.k8s.io/exclusive-topology": CLIQUE}
     assert {cluster.clique_of(n) for n in cluster.filter(pod)["NodeNames"]} == {"c"}  # 3 x 8: c is the tightest
     assert cluster.api.groups.plan("llm/jobset/train-workers-0") is not None
+
+
+def test_a_candidate_named_twice_is_answered_not_refused() -> None:
+    cluster = Cluster(fleet())
+    answer = cluster.filter(lws_pod("g", 0, 2), ["a0", "a0", "a1", "b0"])
+    assert sorted(answer["NodeNames"]) == ["a0", "a0", "a1"] and set(failures(answer)) == {"b0"}
+    answer = cluster.filter(lws_pod("g", 1, 2), ["a0", "a1", "a1", "b0", "b0"])  # the planned domain's road
+    assert sorted(answer["NodeNames"]) == ["a0", "a1", "a1"] and set(failures(answer)) == {"b0"}
