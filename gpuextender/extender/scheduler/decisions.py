@@ -20,7 +20,7 @@ from gpuextender.extender.decide.snapshot import Candidates, Snapshot
 from gpuextender.extender.model.dra import pod_claims
 from gpuextender.extender.model.ome.pod_intent import PodIdentity
 from gpuextender.extender.model.pod_gpus import add_mig
-from gpuextender.extender.model.pod_group import SIZED_BY_OBJECT, PodGroupSpec
+from gpuextender.extender.model.pod_group import JOBSET, SIZED_BY_OBJECT, GroupReading, PodGroupSpec
 from gpuextender.extender.model.pod_request import PodRequest, read_pod
 from gpuextender.extender.scheduler.wire import ExtenderArgs
 from gpuextender.extender.settings import ApiSettings
@@ -156,6 +156,8 @@ class Decisions:
             allocatable = AllocatableLessBound(allocatable, ledger.pods_on)
         candidates = Candidates(args.candidate_names(), allocatable)
         group = self._group(pod, view) if pod.group.ref is not None else None
+        if isinstance(group, str):  # decided as a single pod: explain says why
+            pod, group = replace(pod, group=GroupReading(None, group)), None
         if group is not None:
             held = self.groups.own_units(group.ref.key) if self.groups is not None else {}
             if held:  # the GPUs held for its own group are the member's to take
@@ -176,9 +178,9 @@ class Decisions:
         )
         return Decision(pod, self._plans.plan(pod, view), candidates, known, settings.shortlist, group)
 
-    def _group(self, pod: PodRequest, view: InventoryView) -> GroupContext | None:
-        """What is known of the pod's multi-pod group; None: decided as a single pod (no group
-        book, no GPU asked for, or a group whose size is unknown: explain says why)."""
+    def _group(self, pod: PodRequest, view: InventoryView) -> GroupContext | str | None:
+        """What is known of the pod's multi-pod group; None: a single pod (no group book, no GPU
+        asked for); a str: why a pod that names a group is decided as a single pod."""
         ref, book = pod.group.ref, self.groups
         if ref is None or book is None or not (pod.gpus_needed > 0 or pod.mig_needed):
             return None
@@ -186,8 +188,11 @@ class Decisions:
         notes: list[str] = []
         if ref.source in SIZED_BY_OBJECT:
             spec = self.pod_groups(ref.source, ref.namespace, ref.name)
-            if spec is None or spec.size is None:
-                return None
+            what = "Job" if ref.source == JOBSET else "PodGroup"
+            if spec is None:
+                return f"{ref.source} group {ref.namespace}/{ref.name}: its {what} is not known (yet): a single pod"
+            if spec.size is None:
+                return f"{ref.source} group {ref.namespace}/{ref.name}: its {what}: {spec.problem}: a single pod"
             size, key = spec.size, spec.topology_key or key
         if size is None or size < 2:
             return None

@@ -365,7 +365,15 @@ def test_a_workload_pod_group_gives_size_and_topology_key() -> None:
     group = cluster.api.explain(ExtenderArgs(pod, cluster.nodes, None))["group"]
     assert group["source"] == "workload" and group["size"] == 2 and group["levels"] == ["rack"]
     unknown = {**pod, "spec": {**pod["spec"], "schedulingGroup": {"podGroupName": "not-seen"}}}
-    assert "group" not in cluster.api.explain(ExtenderArgs(unknown, cluster.nodes, None))  # a single pod
+    assert cluster.api.explain(ExtenderArgs(unknown, cluster.nodes, None))["group"] == {
+        "problem": "workload group ns/not-seen: its PodGroup is not known (yet): a single pod"
+    }
+    specs[("ns", "basic")] = PodGroupSpec(None, "", "no gang policy (spec.schedulingPolicy.gang.minCount)")
+    basic = {**pod, "spec": {**pod["spec"], "schedulingGroup": {"podGroupName": "basic"}}}
+    assert cluster.api.explain(ExtenderArgs(basic, cluster.nodes, None))["group"] == {
+        "problem": "workload group ns/basic: its PodGroup: no gang policy (spec.schedulingPolicy.gang.minCount): "
+        "a single pod"
+    }
 
 
 def test_members_that_disagree_on_the_size_keep_the_first_and_explain_says_so() -> None:
