@@ -1,0 +1,81 @@
+"""Docs are code (issue 38, item 2): every `--flag` that README.md, docs/ and deploy/README.md spell
+is a flag of one of our programs, parsed by its real parser in the form written (`--x=value`
+included), or a flag of the named outside tool it is given to."""
+
+from __future__ import annotations
+
+import argparse
+import re
+
+import pytest
+
+from gpuextender.agent.settings import build_parser as agent_parser
+from gpuextender.extender.flags import build_parser as extender_parser
+from gpuextender.extender.ui.explain_cli import build_parser as explain_parser
+from tests.harness import ROOT
+
+PAGES = [ROOT / "README.md", ROOT / "deploy" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+# Flags the docs give to other programs, each with the program it belongs to.
+OUTSIDE = {
+    "--all": "kubectl delete",
+    "--build-arg": "docker/podman build",
+    "--ca-days": "deploy/tls/make-certs.sh",
+    "--check": "ruff format",
+    "--days": "deploy/tls/make-certs.sh",
+    "--expect-gpu": "bench/gpu_check.py",
+    "--feature-gates": "kube-apiserver, kube-scheduler",
+    "--field-selector": "kubectl get",
+    "--fix": "ruff check",
+    "--from-file": "kubectl create configmap",
+    "--gpu-clique-label-enabled": "NVIDIA's DRA driver (compute-domain kubelet plugin)",
+    "--new-ca": "deploy/tls/make-certs.sh",
+    "--no-compile": "pip install",
+    "--no-deps": "pip install",
+    "--no-index": "pip install",
+    "--out": "bench/gpu_check.py",
+    "--platform": "docker buildx build",
+    "--previous": "kubectl logs",
+    "--prune": "kubectl apply",
+    "--push": "docker buildx build",
+    "--query-gpu": "nvidia-smi",
+    "--runtime-config": "kube-apiserver",
+    "--server-side": "kubectl apply",
+    "--slurpfile": "jq",
+    "--target": "pip install",
+}
+PARSERS = {"gpu-agent": agent_parser(), "gpu-extender": extender_parser(), "gpu-extender explain": explain_parser()}
+SPELLED = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]+)(=[^\s`,)'\"]*)?")
+
+
+def spelled() -> list[tuple[str, str, str]]:
+    """(page, flag, '=value' or '') for every flag the pages spell, once each."""
+    found = {
+        (str(p.relative_to(ROOT)), m.group(1), m.group(2) or "") for p in PAGES for m in SPELLED.finditer(p.read_text())
+    }
+    return sorted(found)
+
+
+def owners(flag: str) -> list[str]:
+    return [name for name, p in PARSERS.items() if any(flag in a.option_strings for a in p._actions)]
+
+
+def test_the_pages_spell_flags() -> None:
+    assert len(spelled()) > 50  # the extraction finds them (a broken pattern would pass everything)
+
+
+@pytest.mark.parametrize(("page", "flag", "value"), spelled())
+def test_every_flag_spelled_is_a_real_one_in_the_form_written(page: str, flag: str, value: str) -> None:
+    if flag in OUTSIDE:
+        assert not owners(flag), f"{flag} is ours too: drop it from OUTSIDE"
+        return
+    found = owners(flag)
+    assert found, f"{page}: {flag} is no flag of {', '.join(PARSERS)} (nor listed in OUTSIDE)"
+    if not value or re.fullmatch(r"=[A-Z_.]+", value) or "<" in value or "…" in value:
+        return  # a placeholder (`--x=SECONDS`) is not a value
+    for name in found:
+        parser = PARSERS[name]
+        try:
+            parsed, _ = parser.parse_known_args([flag + value])
+        except SystemExit:
+            pytest.fail(f"{page}: `{flag}{value}` is refused by {name}")
+        assert isinstance(parsed, argparse.Namespace)
