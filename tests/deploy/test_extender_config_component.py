@@ -6,6 +6,8 @@ configuration code."""
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path, PurePosixPath
 
 import pytest
@@ -14,6 +16,7 @@ import yaml
 from gpuextender.extender.flags import build_config
 from gpuextender.extender.settings import ExtenderConfig
 from tests.deploy import manifests as m
+from tests.harness import ROOT
 
 COMPONENT = m.COMPONENTS / "extender-config"
 
@@ -86,3 +89,32 @@ def test_an_edited_file_changes_the_policy_and_a_flag_still_wins(tmp_path: Path)
     assert config.api.gpu_resources == ("nvidia.com/gpu", "nvidia.com/mig-1g.10gb")
     config = run_config(tmp_path, [*args, "--stale-after=5"], {"config.yaml": yaml.safe_dump(edited)}, mount)
     assert config.api.policy.stale_after_s == 5
+
+
+def test_the_documented_overlays_render_as_spelled(tmp_path: Path) -> None:
+    """Issue 38, item 1: deploy/README.md "Changing the policy" written out file by file as the docs
+    spell them (`<path>` the repository root), rendered with the real kustomize: the replaced
+    ConfigMap is the one the Deployment mounts, with the admin's file, which gpu-extender takes."""
+    section = (ROOT / "deploy" / "README.md").read_text().split("## Changing the policy\n", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```yaml\n# ([\w./-]+):[^\n]*\n(.*?)```", section, re.S)
+    assert [name for name, _ in blocks] == [
+        "with-config/kustomization.yaml",
+        "my-policy/kustomization.yaml",
+        "my-policy/gpu-policy.yaml",
+    ]
+    root = os.path.relpath(ROOT, tmp_path / "with-config")
+    for name, text in blocks:
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text(text.replace("<path>", root))
+    for overlay, expected in (("with-config", None), ("my-policy", blocks[2][1])):
+        objects = m.kustomize(tmp_path / overlay)
+        deployment = m.one(objects, "Deployment", "gpu-extender", m.NAMESPACE)
+        pod = deployment["spec"]["template"]["spec"]
+        volume = next(v for v in pod["volumes"] if v["name"] == "config")
+        data = m.one(objects, "ConfigMap", volume["configMap"]["name"], m.NAMESPACE)["data"]
+        if expected is not None:
+            assert data == {"config.yaml": expected}
+            (container,) = pod["containers"]
+            mount = next(v for v in container["volumeMounts"] if v["name"] == "config")["mountPath"]
+            config = run_config(tmp_path, container["args"], data, mount)
+            assert (config.api.policy.stale_after_s, config.api.node_strategy) == (20.0, "binpack")
