@@ -28,6 +28,12 @@ from gpuextender.extender.decide.whole_gpus import SummaryLookup
 from gpuextender.extender.model.pod_group import GroupRef
 
 _IDLE = attrgetter("idle_gpus")
+# A gang member is answered the one node where its room is held (GroupContext.placed_on).
+GANG_NODE = Reason(
+    "GangMemberHeldElsewhere",
+    "the gang's room for this member is held on another node of its domain",
+    unresolvable=True,
+)
 # Soft: the group waits until plans in flight end (state/group_book.MAX_GROUPS).
 BOOK_FULL = Reason("GroupBookFull", "too many multi-pod groups in flight: the group waits", unresolvable=False)
 
@@ -47,18 +53,23 @@ class GroupContext:
     held: Mapping[str, int] = field(default_factory=dict)
     expires_in: float | None = None
     why: str = ""
+    # A gang's (model/pod_group.GANG_SOURCES) members its scheduler has placed, bound only once the
+    # whole gang is: node -> how many, this pod never among them. A gang member is answered one node
+    # (where its room is held), so the extender knows where each placed member is.
+    placed_on: Mapping[str, int] = field(default_factory=dict)
+    gang: bool = False
 
     @property
     def remaining(self) -> int:
         """Members still to place, this one included (at least 1: a pod past the size follows)."""
-        return max(1, self.size - len(self.bound))
+        return max(1, self.size - len(self.bound) - sum(self.placed_on.values()))
 
 
 @dataclass(slots=True)
 class MemberOutcome:
     outcome: FilterOutcome
     choice: GroupChoice  # what to hold (chosen) or why nothing holds the group (reason)
-    planned_again: bool  # an earlier plan no longer held the group
+    planned_again: bool  # an earlier plan's domain was among the candidates and no longer held the group
 
 
 def domain_nodes(level: str, value: str, name: str, names: Sequence[str], index: Levels) -> list[str]:
@@ -80,24 +91,27 @@ def filter_member(
 ) -> MemberOutcome:
     """`plain(names)`: the member's own filter over `names` (no fallback); `summary`: what it read."""
     planned = group.planned
+    tried = False
     if planned is not None:
         level, value, name = planned
         inside = domain_nodes(level, value, name, names, group.index)
+        tried = bool(inside)
         base = plain(inside)
         idle = _fresh_idle(base, summary)
         choice = group_domains.choose(
             group.remaining, group.per_member, idle, (level,), group.index, inside, only=_named(name)
         )
         if choice.chosen is not None:
-            return MemberOutcome(_answer(base, choice, names), choice, False)
+            return MemberOutcome(_answer(base, choice, names, group.gang), choice, False)
     base = plain(names)
     if planned is None and not group.can_plan:
         choice = GroupChoice(None, {}, (), BOOK_FULL)
         return MemberOutcome(_answer(base, choice, []), choice, False)
     idle = _fresh_idle(base, summary)
-    only = _holding_bound(group.bound, group.index) if group.bound else None
+    pins = (*group.bound, *group.placed_on)  # members bound, or placed by a gang's scheduler
+    only = _holding_bound(pins, group.index) if pins else None
     choice = group_domains.choose(group.remaining, group.per_member, idle, group.levels, group.index, names, only)
-    return MemberOutcome(_answer(base, choice, ()), choice, planned is not None)
+    return MemberOutcome(_answer(base, choice, (), group.gang), choice, tried)
 
 
 def _fresh_idle(base: FilterOutcome, summary: SummaryLookup) -> dict[str, int]:
@@ -115,10 +129,11 @@ def _fresh_idle(base: FilterOutcome, summary: SummaryLookup) -> dict[str, int]:
     return idle
 
 
-def _answer(base: FilterOutcome, choice: GroupChoice, names: Sequence[str]) -> FilterOutcome:
-    """The outcome: `base`'s passes in the chosen domain pass; every other candidate of `names`
-    (or, with none given, of `base`'s passes) fails GroupInOtherDomain, the rest keep `base`'s
-    reasons. In C but for the domain's own nodes: a first member's filter has thousands of passes."""
+def _answer(base: FilterOutcome, choice: GroupChoice, names: Sequence[str], gang: bool = False) -> FilterOutcome:
+    """The outcome: `base`'s passes in the chosen domain pass (a gang member: only the first node
+    of the placement, where its room is held); every other candidate of `names` (or, with none
+    given, of `base`'s passes) fails GroupInOtherDomain, the rest keep `base`'s reasons. In C but
+    for the domain's own nodes: a first member's filter has thousands of passes."""
     chosen = choice.chosen
     if chosen is None:
         assert choice.reason is not None
@@ -126,11 +141,15 @@ def _answer(base: FilterOutcome, choice: GroupChoice, names: Sequence[str]) -> F
         failed.update(dict.fromkeys(base.passed, choice.reason))
         return FilterOutcome([], failed)
     members = frozenset(chosen.domain.nodes)
+    if gang:
+        members = frozenset(list(choice.placement)[:1])
     failed = dict.fromkeys(names or base.passed, group_domains.elsewhere(chosen.domain.name))
     passed = list(filter(members.__contains__, base.passed))
     for n in passed:
         failed.pop(n, None)  # (a name sent twice passes twice)
     failed.update(base.failed)
+    if gang:  # the domain's other nodes: the gang's room for this member is held on the one passed
+        failed.update(dict.fromkeys([n for n in chosen.domain.nodes if n not in members], GANG_NODE))
     # (A pass on assumed data is never in a domain's room: there is none while a fresh node fits.)
     failed.update(dict.fromkeys(base.assumed, reasons.NO_FRESH_GPU_DATA))
     return FilterOutcome(passed, failed)

@@ -32,6 +32,10 @@ COSCHEDULING = "coscheduling"
 VOLCANO = "volcano"
 JOBSET = "jobset"
 SOURCES = (WORKLOAD, LWS, COSCHEDULING, VOLCANO, JOBSET)
+# Sources whose scheduler holds every member at Permit until the group's minimum is placed (kube-
+# scheduler 1.36's gang scheduling; scheduler-plugins' coscheduling): a member it has placed stays
+# unbound while the others are placed, so the extender counts the members it passed as placed.
+GANG_SOURCES = frozenset({WORKLOAD, COSCHEDULING})
 # Sources whose size (and domain key) live in an object (a PodGroup, JobSet's Job), not on the pod.
 SIZED_BY_OBJECT = frozenset({WORKLOAD, COSCHEDULING, VOLCANO, JOBSET})
 

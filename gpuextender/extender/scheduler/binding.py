@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gpuextender.extender.model.pod_gpus import gpus_requested
+from gpuextender.extender.model.pod_group import GANG_SOURCES, GroupRef, read_group
 from gpuextender.extender.model.pod_request import PodRequest
 from gpuextender.extender.model.untrusted import InvalidInput
 from gpuextender.extender.scheduler.binding_gate import SCHEDULER_COUNTS, BindingGate
@@ -38,6 +39,11 @@ def pod_uid(pod: dict[str, Any]) -> str:
     return uid if isinstance(uid, str) else ""
 
 
+def gang_of(ref: GroupRef | None) -> str:
+    """The key of a gang (model/pod_group.GANG_SOURCES) the pod belongs to; "" for any other pod."""
+    return ref.key if ref is not None and ref.source in GANG_SOURCES else ""
+
+
 class Bindings:
     def __init__(self, gate: BindingGate, clock: Callable[[], float] = time.monotonic) -> None:
         self.gate = gate
@@ -56,7 +62,7 @@ class Bindings:
         if len(remembered) >= MAX_REMEMBERED:
             del remembered[next(iter(remembered))]
         remembered[uid] = pod
-        self.gate.decided(uid, 0 if pod.mig_needed else pod.gpus_needed, frozenset(answered))
+        self.gate.decided(uid, 0 if pod.mig_needed else pod.gpus_needed, frozenset(answered), gang_of(pod.group.ref))
 
     async def settle(
         self,
@@ -81,7 +87,7 @@ class Bindings:
                 return SCHEDULER_COUNTS  # binding_gate's docstring: kube-scheduler counted the open binding
             return s.idle_gpus if is_fresh(s.received_at, now, stale_after_s) else None
 
-        await gate.settle(pod_uid(pod), need, idle_of)
+        await gate.settle(pod_uid(pod), need, idle_of, gang_of(read_group(pod).ref))
 
     async def bind(self, b: BindingArgs) -> dict[str, str]:
         """ExtenderBindingResult. The pod goes into the ledger before the API call, so a filter

@@ -8,7 +8,7 @@ twice. The gate closes that gap:
 - `decided(uid, need, nodes)`: filter answered a GPU pod of `need` GPUs with `nodes`: its
   binding is *open* (it will be bound to one of them).
 - `bound(uid)`: the ledger has the pod bound (bind verb, or the watch): closed.
-- `settle(uid, need, idle_of)`: before a filter for a pod of `need` GPUs decides, wait while
+- `settle(uid, need, idle_of, gang)`: before a filter for a pod of `need` GPUs decides, wait while
   another pod's binding is open *and could change a verdict*: one of its nodes would have fewer
   than `need` idle GPUs left were that pod, and every other open binding that may go there, bound
   there (`idle_of(node)`: the node's idle GPUs now,
@@ -17,6 +17,8 @@ twice. The gate closes that gap:
   a binding simply expires). Bindings that cannot change a verdict do not hold the filter: a
   burst onto roomy nodes runs at full speed. A filter for the same pod again (a retry) closes its own earlier entry.
 
+A gang member never waits for another member of its own gang (kube-scheduler binds a gang only once
+every member is placed: the wait would always run out; the gang's room is its hold, state/group_book.py).
 A node without agent data never holds a filter: its verdict is its allocatable GPUs less its bound
 pods (decide/README.md, "Whole GPUs"), the count kube-scheduler's own NodeResourcesFit makes first,
 with the open binding already in it (kube-scheduler "assumes" a pod on its node before the next
@@ -50,6 +52,7 @@ class _Open:
     deadline: float
     need: int  # GPUs (0 for a MIG-only pod: then every later filter waits for it)
     nodes: frozenset[str]  # where filter said it may go
+    gang: str = ""  # its gang's group key: a gang member is bound only once its whole gang is placed
     overlapped: bool = False  # a filter it could have changed decided while this binding was open
 
 
@@ -65,9 +68,9 @@ class BindingGate:
         self.waited = 0  # filters that waited for another pod's binding
         self.expired = 0  # open bindings that never arrived within hold_s
 
-    def decided(self, uid: str, need: int, nodes: frozenset[str]) -> None:
+    def decided(self, uid: str, need: int, nodes: frozenset[str], gang: str = "") -> None:
         if uid:
-            self._open[uid] = _Open(self._clock() + self.hold_s, need, nodes)
+            self._open[uid] = _Open(self._clock() + self.hold_s, need, nodes, gang)
 
     def bound(self, uid: str) -> None:
         entry = self._open.pop(uid, None)
@@ -87,7 +90,7 @@ class BindingGate:
         self._open.pop(uid, None)
         return bool(self._open)
 
-    def _at_risk(self, need: int, idle_of: Callable[[str], int | None]) -> list[_Open]:
+    def _at_risk(self, need: int, idle_of: Callable[[str], int | None], gang: str = "") -> list[_Open]:
         """The open bindings that could change a verdict: all of them may land on one node (kube-
         scheduler picks its best-scored node, and the scores do not move until a binding is seen),
         so a node is at risk when its idle GPUs less every open binding that may go there leave
@@ -96,6 +99,8 @@ class BindingGate:
         counted: list[_Open] = []
         load: dict[str, int] = {}
         for entry in self._open.values():
+            if gang and entry.gang == gang:
+                continue  # its own gang's member: bound only after this one is placed; its room is the gang's hold
             if entry.need <= 0 or need <= 0:
                 risky.append(entry)  # MIG devices or DRA-only demand: not counted here, always wait
                 continue
@@ -113,7 +118,9 @@ class BindingGate:
                     break
         return risky
 
-    async def settle(self, uid: str, need: int = 1, idle_of: Callable[[str], int | None] = lambda _n: None) -> float:
+    async def settle(
+        self, uid: str, need: int = 1, idle_of: Callable[[str], int | None] = lambda _n: None, gang: str = ""
+    ) -> float:
         """Wait until no other pod's binding that could change this pod's verdicts is open (or its
         deadline passed); return the seconds waited."""
         self._open.pop(uid, None)  # this pod's own earlier cycle ended without a binding
@@ -130,7 +137,7 @@ class BindingGate:
             if self._late:
                 for key in [k for k, until in self._late.items() if until <= now]:
                     del self._late[key]
-            risky = self._at_risk(need, idle_of) if self._open else []
+            risky = self._at_risk(need, idle_of, gang) if self._open else []
             if not risky:
                 break
             if self.hold_s <= 0:  # the gate is off: decide now, and remember it raced

@@ -20,8 +20,9 @@ from gpuextender.extender.decide.snapshot import Candidates, Snapshot
 from gpuextender.extender.model.dra import pod_claims
 from gpuextender.extender.model.ome.pod_intent import PodIdentity
 from gpuextender.extender.model.pod_gpus import add_mig
-from gpuextender.extender.model.pod_group import JOBSET, SIZED_BY_OBJECT, GroupReading, PodGroupSpec
+from gpuextender.extender.model.pod_group import GANG_SOURCES, JOBSET, SIZED_BY_OBJECT, GroupReading, PodGroupSpec
 from gpuextender.extender.model.pod_request import PodRequest, read_pod
+from gpuextender.extender.scheduler.binding import pod_uid
 from gpuextender.extender.scheduler.wire import ExtenderArgs
 from gpuextender.extender.settings import ApiSettings
 from gpuextender.extender.state.bound_pods import AllocatableLessBound, given_back
@@ -155,11 +156,13 @@ class Decisions:
         if ledger is not None and len(ledger):  # nodes without usable agent data: less their bound pods
             allocatable = AllocatableLessBound(allocatable, ledger.pods_on)
         candidates = Candidates(args.candidate_names(), allocatable)
-        group = self._group(pod, view) if pod.group.ref is not None else None
+        group = self._group(pod, view, args.pod) if pod.group.ref is not None else None
         if isinstance(group, str):  # decided as a single pod: explain says why
             pod, group = replace(pod, group=GroupReading(None, group)), None
         if group is not None:
-            held = self.groups.own_units(group.ref.key) if self.groups is not None else {}
+            held = dict(self.groups.own_units(group.ref.key)) if self.groups is not None else {}
+            for node, members in group.placed_on.items():  # its gang's placed members' are not
+                held[node] = held.get(node, 0) - members * group.per_member
             if held:  # the GPUs held for its own group are the member's to take
                 summary = _given_back(summary, self._state.reported, held)
         classes = self._classes
@@ -178,7 +181,7 @@ class Decisions:
         )
         return Decision(pod, self._plans.plan(pod, view), candidates, known, settings.shortlist, group)
 
-    def _group(self, pod: PodRequest, view: InventoryView) -> GroupContext | str | None:
+    def _group(self, pod: PodRequest, view: InventoryView, raw: dict[str, Any]) -> GroupContext | str | None:
         """What is known of the pod's multi-pod group; None: a single pod (no group book, no GPU
         asked for); a str: why a pod that names a group is decided as a single pod."""
         ref, book = pod.group.ref, self.groups
@@ -199,6 +202,7 @@ class Decisions:
         plan = book.plan(ref.key)
         planned = None
         bound = tuple(p.node for p in self.ledger.members(ref.key)) if self.ledger is not None else ()
+        gang = ref.source in GANG_SOURCES
         if plan is not None and not all(self._in_plan(view, plan, node) for node in bound):
             plan = None  # members were bound elsewhere (another replica chose): plan where they are
         if plan is not None:
@@ -219,6 +223,8 @@ class Decisions:
             planned,
             tuple(notes),
             can_plan=plan is not None or not book.full,
+            placed_on=book.placed_on(ref.key, pod_uid(raw)) if plan is not None and gang else {},
+            gang=gang,
             held=dict(plan.holds) if plan is not None else {},
             expires_in=plan.expires_at - self._clock() if plan is not None else None,
             why=plan.why if plan is not None else "",

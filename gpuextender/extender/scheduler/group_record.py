@@ -12,7 +12,7 @@ from gpuextender.extender.state.group_book import GroupBook
 log = logging.getLogger("gpu_extender.groups")
 
 
-def record_group(book: GroupBook, d: Decision) -> None:
+def record_group(book: GroupBook, d: Decision, uid: str) -> None:
     group = d.group
     if group is None:
         return
@@ -21,7 +21,11 @@ def record_group(book: GroupBook, d: Decision) -> None:
     if chosen is None:
         book.count_no_domain()
         reason = choice.reason.sentence if choice.reason is not None else "no domain"
-        if book.plan(key) is not None and not group.bound:  # a hold for a group that cannot be whole blocks others
+        book.member_passed(key, uid, "")
+        # A hold for a group its own domain no longer holds only blocks others: released, unless a
+        # member is bound or placed there, or this call did not offer the domain (a scheduler
+        # trying another domain for a gang, or a candidate subset).
+        if d.member.planned_again and not group.bound and not group.placed_on and book.plan(key) is not None:
             book.release(key, f"released: {reason}")
         log.info("group %s (%s, %d members): %s", key, group.ref.source, group.size, reason, extra={"pod": d.pod.ref})
         return
@@ -33,13 +37,16 @@ def record_group(book: GroupBook, d: Decision) -> None:
         "considered, the least stranding chosen"
     )
     before = book.plan(key)
+    holds = dict(choice.placement)
+    for node, members in group.placed_on.items():  # a gang's placed members keep their room until bound
+        holds[node] = holds.get(node, 0) + members
     if book.hold(
         key,
         group.ref.source,
         group.size,
         group.per_member,
         (domain.level, domain.value, domain.name),
-        choice.placement,
+        holds,
         why,
     ):
         if before is None or before.domain_name != domain.name:
@@ -52,5 +59,7 @@ def record_group(book: GroupBook, d: Decision) -> None:
                 why,
                 extra={"pod": d.pod.ref},
             )
+        if group.gang:
+            book.member_passed(key, uid, d.answered.passed[0] if d.answered.passed else "")
     else:
         log.warning("group %s: not held, %d groups are in flight", key, len(book))

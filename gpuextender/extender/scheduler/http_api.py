@@ -205,7 +205,7 @@ class SchedulerApi:
         answered = d.answered
         self.bindings.filtered(pod_uid(args.pod), d.pod, answered.passed)
         if d.group is not None:  # before any later call is read: its holds count for the next pod
-            record_group(self.groups, d)
+            record_group(self.groups, d, pod_uid(args.pod))
         return filter_result(args, answered), partial(self._record_filter, pod_uid(args.pod), d)
 
     def _record_filter(self, uid: str, d: Decision) -> None:

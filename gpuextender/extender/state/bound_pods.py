@@ -107,9 +107,10 @@ class AllocatableLessBound(Mapping[str, int]):
 
 def given_back(summary: NodeSummary, reported: NodeSummary | None, units: int) -> NodeSummary:
     """`summary` (what every other pod reads) with `units` held for a group given back to that
-    group's own members (state/group_book.py): never more than its agent reported."""
-    idle = summary.idle_gpus + units
-    free = None if summary.free_gpus is None else summary.free_gpus + units
+    group's own members (state/group_book.py): never more than its agent reported; negative `units`
+    take GPUs off (a gang's members placed there), never below zero."""
+    idle = max(0, summary.idle_gpus + units)
+    free = None if summary.free_gpus is None else max(0, summary.free_gpus + units)
     if reported is not None:
         idle = min(idle, reported.idle_gpus)
         if free is not None and reported.free_gpus is not None:

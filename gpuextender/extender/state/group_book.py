@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from gpuextender.extender.state.pod_ledger import BoundPod
 
@@ -43,6 +43,8 @@ class GroupPlan:
     chosen_at: float
     expires_at: float
     why: str  # how the domain was chosen, for explain
+    # Gang members (uid -> the one node the filter answered) placed and not yet bound.
+    passed: dict[str, str] = field(default_factory=dict)
 
     def held_members(self) -> int:
         return sum(self.holds.values())
@@ -131,6 +133,7 @@ class GroupBook:
         if before is not None:
             if before.domain_name == name:  # the same domain again: its hold does not start over
                 plan.chosen_at, plan.expires_at = before.chosen_at, before.expires_at
+                plan.passed = before.passed
             plan.holds = before.holds  # only what differs changes (and is heard of)
         self._plans[key] = plan
         self._set_holds(plan, {n: m for n, m in placement.items() if m > 0})
@@ -138,12 +141,33 @@ class GroupBook:
         self._released.pop(key, None)
         return True
 
+    def member_passed(self, key: str, uid: str, node: str) -> None:
+        """A filter placed gang member `uid` of group `key` on `node` ("": failed it)."""
+        plan = self._plans.get(key)
+        if plan is None or not uid:
+            return
+        if node:
+            if uid in plan.passed or len(plan.passed) < plan.size:  # bounded: at most `size` to place
+                plan.passed[uid] = node
+        else:
+            plan.passed.pop(uid, None)
+
+    def placed_on(self, key: str, uid: str) -> dict[str, int]:
+        """Node -> gang members of group `key` placed there and not yet bound, `uid` left out."""
+        plan = self._plans.get(key)
+        counts: dict[str, int] = {}
+        for member, node in plan.passed.items() if plan is not None else ():
+            if member != uid:
+                counts[node] = counts.get(node, 0) + 1
+        return counts
+
     def member_bound(self, pod: BoundPod, bound: int) -> None:
         """A member of `pod.group` is bound to `pod.node` (`bound` members are now): its hold
         becomes the ledger's entry; with every member bound, the plan is done."""
         plan = self._plans.get(pod.group)
         if plan is None:
             return
+        plan.passed.pop(pod.uid, None)
         if bound >= plan.size:
             self.counts.placed_whole += 1
             log.info("group %s placed whole in %s (%d members)", plan.key, plan.domain_name, plan.size)

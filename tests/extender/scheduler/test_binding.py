@@ -316,3 +316,14 @@ def test_a_retried_bind_refused_as_already_bound_keeps_the_watchs_record() -> No
     b.filtered("u-1", read_pod(pod(), ("nvidia.com/gpu",), "spread", ""), ["n2"])
     assert asyncio.run(b.bind(BindingArgs("p", "ns", "u-1", "n2")))["Error"].endswith("already assigned to node n2")
     assert [p.uid for p in ledger.pods_on("n2")] == ["u-1"]
+
+
+def test_a_gang_member_never_waits_for_a_member_of_its_own_gang() -> None:
+    """kube-scheduler binds a gang only once every member is placed: waiting for a member's binding
+    would always run out. Another gang's, or a single pod's, open binding still holds it."""
+    clock = Clock()
+    gate = BindingGate(0.5, clock)
+    gate.decided("a", 8, frozenset({"n1"}), gang="ns/workload/g")
+    tight = idle({"n1": 8})
+    assert asyncio.run(gate.settle("b", 8, tight, gang="ns/workload/g")) == 0 and gate.waited == 0
+    assert gate._at_risk(8, tight, gang="ns/workload/other") and gate._at_risk(8, tight)

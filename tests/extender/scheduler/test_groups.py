@@ -361,7 +361,9 @@ def test_a_workload_pod_group_gives_size_and_topology_key() -> None:
     pod = single_pod("w-0")
     pod["metadata"]["namespace"] = "ns"
     pod["spec"]["schedulingGroup"] = {"podGroupName": "pg"}
-    assert sorted(cluster.filter(pod)["NodeNames"]) == ["r0", "r1"]  # rack one; by clique it would be b
+    # Rack one (by clique it would be b); a gang member is answered the one node its room is held on.
+    answer = cluster.filter(pod)
+    assert answer["NodeNames"] == ["r0"] and "GangMemberHeldElsewhere" in failures(answer)["r1"]
     group = cluster.api.explain(ExtenderArgs(pod, cluster.nodes, None))["group"]
     assert group["source"] == "workload" and group["size"] == 2 and group["levels"] == ["rack"]
     unknown = {**pod, "spec": {**pod["spec"], "schedulingGroup": {"podGroupName": "not-seen"}}}
@@ -504,3 +506,76 @@ def test_a_candidate_named_twice_is_answered_not_refused() -> None:
     assert sorted(answer["NodeNames"]) == ["a0", "a0", "a1"] and set(failures(answer)) == {"b0"}
     answer = cluster.filter(lws_pod("g", 1, 2), ["a0", "a1", "a1", "b0", "b0"])  # the planned domain's road
     assert sorted(answer["NodeNames"]) == ["a0", "a1", "a1"] and set(failures(answer)) == {"b0"}
+
+
+def workload_member(index: int) -> dict[str, Any]:
+    pod = single_pod(f"job-{index}")
+    pod["spec"]["schedulingGroup"] = {"podGroupName": "gang"}
+    return pod
+
+
+def test_a_gang_member_placed_but_not_bound_counts_as_placed() -> None:
+    """kube-scheduler 1.36's gang scheduling places every member before Permit binds any: job-1,
+    passed, is assumed on m0 and stays unbound; job-0's candidates are then m1 alone (kube-scheduler
+    counts job-1 on m0). The clique holds the gang: job-0 passes m1 (the bug the real control plane
+    found: it failed GroupDoesNotFit for ever)."""
+    cluster = Cluster({"m0": ("only", 8, 0), "m1": ("only", 8, 0)})
+    cluster.api.decisions.pod_groups = lambda source, ns, name: PodGroupSpec(2) if name == "gang" else None
+    assert cluster.filter(workload_member(1))["NodeNames"] == ["m0"]  # one node: where its room is held
+    assert cluster.filter(workload_member(0), ["m1"])["NodeNames"] == ["m1"]
+    plan = cluster.api.groups.plan("llm/workload/gang")
+    assert plan is not None and plan.passed == {"uid-job-1": "m0", "uid-job-0": "m1"}
+    assert plan.holds == {"m0": 1, "m1": 1}  # both placed members keep their room until bound
+    # job-1 retried (its cycle ended without a binding): not placed for itself, and m1 is job-0's.
+    assert cluster.filter(workload_member(1), ["m1"])["NodeNames"] == []
+    assert cluster.filter(workload_member(1), ["m0"])["NodeNames"] == ["m0"]
+    explained = cluster.api.explain(ExtenderArgs(workload_member(1), ["m0"], None))
+    assert explained["group"]["domain"] == "nvidia.com/gpu.clique=only"
+
+
+def test_a_member_of_a_group_that_is_not_a_gang_is_not_counted_before_it_is_bound() -> None:
+    """An LWS member is bound right after its cycle (the binding gate waits for it): a member that
+    was only filtered is not placed, so m1 alone cannot hold the 2 members still to bind."""
+    cluster = Cluster({"m0": ("only", 8, 0), "m1": ("only", 8, 0)})
+    assert sorted(cluster.filter(lws_pod("g", 1, 2))["NodeNames"]) == ["m0", "m1"]
+    assert cluster.filter(lws_pod("g", 0, 2), ["m1"])["NodeNames"] == []
+    cluster.bind(lws_pod("g", 1, 2), "m0")
+    assert cluster.filter(lws_pod("g", 0, 2), ["m1"])["NodeNames"] == ["m1"]
+
+
+def test_a_failed_gang_member_is_no_longer_counted_as_placed() -> None:
+    cluster = Cluster({"m0": ("only", 8, 0), "m1": ("only", 8, 0), "m2": ("only", 0, 8)})
+    cluster.api.decisions.pod_groups = lambda source, ns, name: PodGroupSpec(2) if name == "gang" else None
+    cluster.filter(workload_member(1))
+    plan = cluster.api.groups.plan("llm/workload/gang")
+    assert plan is not None and plan.passed == {"uid-job-1": "m0"}
+    assert cluster.filter(workload_member(1), ["m2"])["NodeNames"] == []  # now offered only a busy node
+    assert cluster.api.groups.plan("llm/workload/gang") is None  # released: nothing bound, no domain
+    assert cluster.api.groups.released("llm/workload/gang").startswith("released: no nvidia.com/gpu.clique")
+
+
+def test_two_gang_members_on_one_node_count_each_others_gpus() -> None:
+    """Two 4-GPU members fit one 8-GPU node with 6 idle only once: the first is placed there (unbound),
+    so the second sees 2 idle on it and goes to the other node (the real control plane put both on
+    it before: a member on busy GPUs)."""
+    cluster = Cluster({"m0": ("only", 6, 2), "m1": ("only", 8, 0)})
+    cluster.api.decisions.pod_groups = lambda source, ns, name: PodGroupSpec(2) if name == "gang" else None
+    first = workload_member(1)
+    first["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "4"
+    second = workload_member(0)
+    second["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "4"
+    assert cluster.filter(first)["NodeNames"] == ["m0"]  # the tightest node that holds one
+    assert cluster.filter(second)["NodeNames"] == ["m1"]
+
+
+def test_a_call_offering_another_domain_only_leaves_the_plan_held() -> None:
+    """kube-scheduler 1.36's topology-aware gang scheduling tries each candidate domain in turn: a
+    member filtered against a domain that cannot hold the gang fails there, and the plan for the
+    domain that can stays held (released only when its own domain was offered and fell short)."""
+    cluster = Cluster({"a0": ("a", 8, 0), "a1": ("a", 8, 0), "b0": ("b", 8, 0), "b1": ("b", 0, 8)})
+    cluster.api.decisions.pod_groups = lambda source, ns, name: PodGroupSpec(2) if name == "gang" else None
+    assert cluster.filter(workload_member(0), ["a0", "a1"])["NodeNames"] == ["a0"]
+    assert cluster.filter(workload_member(1), ["b0", "b1"])["NodeNames"] == []  # b holds one member
+    plan = cluster.api.groups.plan("llm/workload/gang")
+    assert plan is not None and plan.value == "a" and plan.passed == {"uid-job-0": "a0"}
+    assert cluster.filter(workload_member(1), ["a0", "a1"])["NodeNames"] == ["a1"]

@@ -97,3 +97,17 @@ def test_holding_the_same_placement_again_changes_no_node() -> None:
     assert changed == []
     assert book.hold("g", "leaderworkerset", 3, 8, ("clique", "a", "clique=a"), {"a0": 3}, "why")
     assert sorted(changed) == ["a0", "a1"] and book.holds_on("a1") == () and book.holds_on("a0")[0].gpus == 24
+
+
+def test_members_passed_are_kept_until_bound_or_failed_and_at_most_the_groups_size() -> None:
+    book, _, _ = book_with({"a0": 3})  # a group of 3
+    for uid in ("u1", "u2", "u3", "u4"):
+        book.member_passed("g", uid, "a0")
+    assert book.plan("g").passed == {"u1": "a0", "u2": "a0", "u3": "a0"}  # type: ignore[union-attr]
+    book.member_passed("g", "u1", "a1")  # placed again elsewhere: moved, not refused
+    assert book.placed_on("g", "u3") == {"a1": 1, "a0": 1}
+    book.member_passed("g", "u2", "")
+    book.member_bound(member("g", "a0", "u1"), 1)
+    assert book.plan("g").passed == {"u3": "a0"}  # type: ignore[union-attr]
+    book.member_passed("other", "u9", "a0")  # no plan: nothing kept
+    assert book.plan("other") is None and book.placed_on("other", "") == {}
