@@ -44,7 +44,7 @@ def mode(world: Scene, ext: Proc) -> str:
     samples = world.scrape(ext)
     found = [
         m
-        for m in ("writing", "standby", "unsupported", "forbidden", "off")
+        for m in ("writing", "standby", "unsupported", "forbidden", "no-lease-namespace", "off")
         if metric(samples, "gpu_extender_device_taints_mode", mode=m) == 1
     ]
     return found[0] if found else "?"
@@ -206,3 +206,28 @@ def grant(world: Scene, obj: dict[str, Any]) -> None:
     path = path_of(obj, obj["metadata"]["name"])
     world.kube.create(path.rsplit("/", 1)[0], obj)
     world.dra_objects.append(path)
+
+
+def test_without_the_leases_namespace_the_writer_says_so_once_and_writes_once_it_exists(world: Scene) -> None:
+    """Issue 37, item 7: --leader-namespace names a namespace that does not exist. The writer says
+    once, in one line, what is missing and how to fix it (no traceback every retry), the mode metric
+    shows it, and it writes once the namespace is there."""
+    kube, ns = world.kube, world.ns
+    class_name = f"{ns}-gpu"
+    kube.create(f"{DRA}/deviceclasses", device_class(class_name))
+    world.dra_objects.append(f"{DRA}/deviceclasses/{class_name}")
+    n = world.node("d", H100, 8, dra=True, events=[{"at_s": 0.2, "gpus": [0], "xid": 79}])
+    published = gpu_slice(n, 8, uuid_of=lambda minor: fake_gpu_uuid(n, minor))
+    kube.create(f"{DRA}/resourceslices", published)
+    world.dra_objects.append(f"{DRA}/resourceslices/{published['metadata']['name']}")
+    missing = f"{ns}-leases"
+    ext = world.extender("--leader-namespace", missing, "--device-taint-after", "1")
+    world.agent(n, ext)
+    wait_for("the writer without its namespace", lambda: mode(world, ext) == "no-lease-namespace" or None, 30)
+    time.sleep(3)  # more than one election retry (2 s) later: still one line, no traceback
+    said = [line for line in ext.log().splitlines() if f"namespace {missing} of the replicas' Lease" in line]
+    assert len(said) == 1 and "--leader-namespace" in said[0] and f"kubectl create namespace {missing}" in said[0]
+    assert "Traceback" not in ext.log() and ours(world) == {}
+    kube.create_namespace(missing)
+    wait_for("the writer writing", lambda: mode(world, ext) == "writing" or None, 60)
+    wait_for("its rule", lambda: f"gpu-extender.{n}.gpu-0" in ours(world) or None, 30)

@@ -67,6 +67,7 @@ class DeviceTaintWriter:
         self._clock = clock
         self.status = TaintWriterStatus()
         self._owned: dict[str, dict[str, Any]] = {}  # name -> the rule as the API server has it
+        self._last_election_error = ""
 
     async def run(self) -> None:
         """Forever: find the API, take part in the election, write while leading."""
@@ -80,6 +81,15 @@ class DeviceTaintWriter:
                 refused = await self._refused(api_client, version)
                 if refused:
                     self._set_mode("forbidden", f"{refused}: apply deploy/components/device-taints (its RBAC)")
+                    await asyncio.sleep(RETRY_S)
+                    continue
+                if not await self._lease_namespace_exists(api_client):
+                    self._set_mode(
+                        "no-lease-namespace",
+                        f"no rule is written: the namespace {self._namespace} of the replicas' Lease does not "
+                        f"exist; create it (kubectl create namespace {self._namespace}) or set --leader-namespace "
+                        f"(or POD_NAMESPACE) to the extender's own namespace; checking again every {RETRY_S:g}s",
+                    )
                     await asyncio.sleep(RETRY_S)
                     continue
                 self._set_mode("standby", f"waiting for the Lease {self._namespace}/{LEASE_NAME}")
@@ -98,8 +108,12 @@ class DeviceTaintWriter:
                     await election.run()  # returns when the lease is lost
                 except asyncio.CancelledError:
                     raise
-                except Exception:  # the election's own errors must not end the writer for good
-                    log.exception("device taints: leader election failed; trying again")
+                except Exception as exc:  # the election's own errors must not end the writer for good
+                    # One line per distinct failure, not a traceback per retry (every 2 s).
+                    why = f"leader election failed ({type(exc).__name__}: {str(exc)[:200]}); trying again"
+                    if why != self._last_election_error:
+                        log.warning("device taints: %s", why)
+                        self._last_election_error = why
                     self._set_mode("standby", "leader election failed")
                     await asyncio.sleep(self._lease_s[2])
         finally:
@@ -159,6 +173,26 @@ class DeviceTaintWriter:
             except (aiohttp.ClientError, TimeoutError, OSError, _HttpError) as exc:
                 return f"cannot {what}: {exc}"
         return ""
+
+    async def _lease_namespace_exists(self, api_client: k8s.ApiClient) -> bool:
+        """Whether the Lease can be made in its namespace: a dry-run create answers 404 when the
+        namespace does not exist (a GET of the Lease answers 404 for a Lease not made yet too). Any
+        other answer leaves it to the election (which creates the Lease, or finds it)."""
+        coordination = k8s.CoordinationV1Api(api_client)
+        body = k8s.V1Lease(
+            api_version="coordination.k8s.io/v1", kind="Lease", metadata=k8s.V1ObjectMeta(name=LEASE_NAME)
+        )
+        try:
+            resp: aiohttp.ClientResponse = await coordination.create_namespaced_lease(  # type: ignore[assignment]
+                self._namespace, body, dry_run="All", _preload_content=False
+            )
+        except (aiohttp.ClientError, TimeoutError, OSError):
+            return True  # unreachable now: the election retries, and says so
+        try:
+            await resp.read()
+        finally:
+            resp.release()
+        return resp.status != 404
 
     async def _lead(self, api_client: k8s.ApiClient, version: str) -> None:
         self._set_mode("writing", f"leader (Lease {self._namespace}/{LEASE_NAME}): writing {GROUP}/{version} {PLURAL}")

@@ -81,7 +81,7 @@ def wanted_taints(dra: DraInventory, summary_of: Callable[[str], NodeSummary | N
     return rules
 
 
-MODES = ("off", "unsupported", "forbidden", "standby", "writing")
+MODES = ("off", "unsupported", "forbidden", "no-lease-namespace", "standby", "writing")
 
 
 @dataclass(slots=True)
