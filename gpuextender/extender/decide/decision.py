@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import cached_property
 
-from gpuextender.extender.decide import class_plan, group_member, mig_devices, shortlist, whole_gpus
+from gpuextender.extender.decide import class_plan, group_domains, group_member, mig_devices, shortlist, whole_gpus
 from gpuextender.extender.decide.class_policy import ClassRanking
 from gpuextender.extender.decide.filter_outcome import FilterOutcome, after_mig
 from gpuextender.extender.decide.snapshot import Candidates, Snapshot
@@ -73,15 +73,22 @@ class Decision:
     def member(self) -> group_member.MemberOutcome:
         """A group member's filter: its own verdicts without the no-fit fallback (a domain without
         room must never look feasible), then the group's domain."""
-        assert self.group is not None
-        known = self.known
+        group = self.group
+        assert group is not None
+        known, pod, names = self.known, self.pod, self.candidates.names
         strict = replace(known, policy=replace(known.policy, no_fit_policy="reject"))
         allocatable = self.candidates.allocatable
+        index = known.fit_index
+        tallied = None
+        if index is not None and not self.plan.applies and not pod.mig_needed and pod.gpus_needed > 0:
+            # The member's own filter is the index's road: its rooms per domain are the index's too.
+            k, now, stale_after = pod.gpus_needed, known.now, known.policy.stale_after_s
+
+            def tallied(level: str) -> group_domains.Tallied | None:
+                return index.domain_rooms(k, level, group.index(level).value_of, names, now, stale_after)
+
         return group_member.filter_member(
-            self.group,
-            self.candidates.names,
-            lambda names: self._plain(Candidates(names, allocatable), strict),
-            known.summary,
+            group, names, lambda some: self._plain(Candidates(some, allocatable), strict), known.summary, tallied
         )
 
     @cached_property

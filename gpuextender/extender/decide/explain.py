@@ -281,9 +281,9 @@ def _group(d: Decision) -> dict[str, Any] | None:
         "held": dict(g.held),
         "holdExpiresInSeconds": None if g.expires_in is None else round(g.expires_in, 3),
         "rooms": [
-            {"domain": r.domain.name, "members": r.members, "idleGpus": r.idle, "nodes": len(r.domain.nodes)}
+            {"domain": r.domain.name, "members": r.members, "idleGpus": r.idle, "nodes": r.nodes}
             for r in rooms[:MAX_ROOMS_SHOWN]
         ],
-        "domainsConsidered": len(rooms),
+        "domainsConsidered": member.choice.considered,
         "notes": list(g.notes),
     }

@@ -24,11 +24,13 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import floordiv
+from typing import Protocol
 
 from gpuextender.extender.decide.reasons import Reason
 
 NO_LABEL = "\0node"  # the "value" of a domain of one: a node without the level's label
 ANY = ""  # the level of one domain of every passing node, where no level's label is carried
+MAX_ROOMS = 10  # domains a choice keeps for explain and the shortfall, the best first
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,9 +68,10 @@ class Domain:
 
 @dataclass(frozen=True, slots=True)
 class Room:
-    domain: Domain
+    domain: Domain  # (its `nodes` may be left empty where only the chosen domain's are needed)
     members: int  # members it can hold
     idle: int  # free idle GPUs of its passing nodes
+    nodes: int  # its passing nodes
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,8 +80,9 @@ class GroupChoice:
 
     chosen: Room | None
     placement: Mapping[str, int] = field(default_factory=dict)  # node -> members placed there
-    rooms: tuple[Room, ...] = ()  # every domain considered at the deciding level, best first
+    rooms: tuple[Room, ...] = ()  # the best MAX_ROOMS domains at the deciding level, best first
     reason: Reason | None = None  # set when `chosen` is None
+    considered: int = 0  # domains at the deciding level
 
 
 def domains(level: str, nodes: Iterable[str], levels: Levels) -> list[Domain]:
@@ -102,8 +106,8 @@ def domains(level: str, nodes: Iterable[str], levels: Levels) -> list[Domain]:
 def room(domain: Domain, idle: Mapping[str, int], per_member: int) -> Room:
     held = list(map(idle.__getitem__, domain.nodes))
     if per_member <= 0:  # members that ask for no whole GPU (MIG devices): one per passing node
-        return Room(domain, len(held), sum(held))
-    return Room(domain, sum(map(floordiv, held, repeat(per_member))), sum(held))
+        return Room(domain, len(held), sum(held), len(held))
+    return Room(domain, sum(map(floordiv, held, repeat(per_member))), sum(held), len(held))
 
 
 def choose(
@@ -128,18 +132,99 @@ def choose(
         found.sort(key=lambda r: _preference(r, members, per_member))
         if found and found[0].members >= members:
             best = found[0]
-            return GroupChoice(best, place(best.domain, idle, members, per_member), tuple(found))
+            return GroupChoice(
+                best, place(best.domain, idle, members, per_member), tuple(found[:MAX_ROOMS]), None, len(found)
+            )
         if not rooms or (found and found[0].members > rooms[0].members):
             rooms = found  # the level that came closest names the shortfall
-    return GroupChoice(None, {}, tuple(rooms), shortfall(members, per_member, levels, rooms))
+    reason = shortfall(members, per_member, levels, rooms)
+    return GroupChoice(None, {}, tuple(rooms[:MAX_ROOMS]), reason, len(rooms))
 
 
 def _preference(r: Room, members: int, per_member: int) -> tuple[int, int, int, str]:
     """Holding domains first, the least stranded; then, among those that do not hold the group,
     the one with the most room (named in the shortfall)."""
-    if r.members >= members:
-        return (0, r.idle - members * max(per_member, 0), len(r.domain.nodes), r.domain.name)
-    return (1, -r.members, len(r.domain.nodes), r.domain.name)
+    return preference(r.members, r.idle, r.nodes, r.domain.name, members, per_member)
+
+
+def preference(room: int, idle: int, nodes: int, name: str, members: int, per_member: int) -> tuple[int, int, int, str]:
+    """The order of domains (module docstring): a domain's room, idle GPUs, passing nodes and name."""
+    if room >= members:
+        return (0, idle - members * max(per_member, 0), nodes, name)
+    return (1, -room, nodes, name)
+
+
+class Tallied(Protocol):
+    """Per domain of one label, over a call's candidates that pass on fresh data (fit_index.DomainRooms)."""
+
+    room: dict[str, int]
+    idle: dict[str, int]
+    nodes: dict[str, int]
+    unlabelled: dict[str, int]
+
+
+def choose_tallied(
+    members: int,
+    per_member: int,
+    levels: Sequence[str],
+    index: Levels,
+    candidates: Sequence[str],
+    tallied: Callable[[str], Tallied | None],
+    passed: Callable[[str, str], Iterable[str]],
+    idle_of: Callable[[str], int],
+) -> GroupChoice | None:
+    """`choose`'s answer from rooms tallied per domain as reports arrive (fit_index.py), not from a
+    pass over the passing nodes: a first member's filter at thousands of candidates. `passed(level,
+    value)`: the domain's passing nodes (only the chosen one's are asked); `idle_of(node)` for them. None
+    where it cannot answer (any nodes, members of no whole GPU, a level not tallied): take `choose`
+    (tests/extender/decide/test_group_domains.py holds the two equal)."""
+    if per_member <= 0:
+        return None
+    carried = [level for level in levels if level == ANY or not index(level).value_of.keys().isdisjoint(candidates)]
+    if not carried or ANY in carried:
+        return None
+    best: list[_Row] = []
+    best_level = carried[0]
+    for level in carried:
+        t = tallied(level)
+        if t is None:
+            return None
+        found: list[_Row] = [
+            (preference(room, idle, n, f"{level}={value}", members, per_member), level, value, room, idle, n, False)
+            for value, n in t.nodes.items()
+            if n > 0
+            for room, idle in ((t.room[value], t.idle[value]),)
+        ]
+        found += [
+            (preference(r, idle, 1, f"node {node}", members, per_member), level, node, r, idle, 1, True)
+            for node, idle in t.unlabelled.items()
+            for r in (idle // per_member,)
+        ]
+        found.sort()
+        if found and found[0][3] >= members:
+            _, _, value, room, idle, n, single = found[0]
+            nodes = (value,) if single else tuple(passed(level, value))
+            chosen = Room(Domain(level, NO_LABEL if single else value, nodes), room, idle, n)
+            idle_map = {node: idle_of(node) for node in nodes}
+            rooms = tuple(_room_of(row) for row in found[:MAX_ROOMS])
+            return GroupChoice(chosen, place(chosen.domain, idle_map, members, per_member), rooms, None, len(found))
+        if not best or (found and found[0][3] > best[0][3]):
+            best, best_level = found, level
+    rooms = tuple(_room_of(row) for row in best[:MAX_ROOMS])
+    return GroupChoice(None, {}, rooms, shortfall(members, per_member, [best_level], rooms), len(best))
+
+
+# A tallied domain: (its preference, level, value or the node of a domain of one, room, idle GPUs,
+# passing nodes, whether it is a domain of one).
+_Row = tuple[tuple[int, int, int, str], str, str, int, int, int, bool]
+
+
+def _room_of(row: _Row) -> Room:
+    """A tallied domain as a Room (its nodes not listed: only the chosen one's are needed)."""
+    _, level, value, room, idle, n, single = row
+    if single:
+        return Room(Domain(level, NO_LABEL, (value,)), room, idle, n)
+    return Room(Domain(level, value, ()), room, idle, n)
 
 
 def place(domain: Domain, idle: Mapping[str, int], members: int, per_member: int) -> dict[str, int]:

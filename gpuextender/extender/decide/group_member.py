@@ -22,7 +22,7 @@ from operator import attrgetter
 
 from gpuextender.extender.decide import group_domains, reasons
 from gpuextender.extender.decide.filter_outcome import FilterOutcome
-from gpuextender.extender.decide.group_domains import ANY, NO_LABEL, Domain, GroupChoice, Levels
+from gpuextender.extender.decide.group_domains import ANY, NO_LABEL, Domain, GroupChoice, Levels, Tallied
 from gpuextender.extender.decide.reasons import Reason
 from gpuextender.extender.decide.whole_gpus import SummaryLookup
 from gpuextender.extender.model.pod_group import GroupRef
@@ -88,8 +88,11 @@ def filter_member(
     names: Sequence[str],
     plain: Callable[[Sequence[str]], FilterOutcome],
     summary: SummaryLookup,
+    tallied: Callable[[str], Tallied | None] | None = None,
 ) -> MemberOutcome:
-    """`plain(names)`: the member's own filter over `names` (no fallback); `summary`: what it read."""
+    """`plain(names)`: the member's own filter over `names` (no fallback); `summary`: what it read;
+    `tallied(level)`: the rooms per domain the fit index keeps, where `plain` is its road (a
+    class-neutral pod of whole GPUs read in the agents' own summaries)."""
     planned = group.planned
     tried = False
     if planned is not None:
@@ -105,13 +108,32 @@ def filter_member(
             return MemberOutcome(_answer(base, choice, names, group.gang), choice, False)
     base = plain(names)
     if planned is None and not group.can_plan:
-        choice = GroupChoice(None, {}, (), BOOK_FULL)
+        choice = GroupChoice(None, {}, (), BOOK_FULL, 0)
         return MemberOutcome(_answer(base, choice, []), choice, False)
-    idle = _fresh_idle(base, summary)
     pins = (*group.bound, *group.placed_on)  # members bound, or placed by a gang's scheduler
+    if tallied is not None and not pins and not base.assumed:
+        fresh = frozenset(base.passed)
+        quick = group_domains.choose_tallied(
+            group.remaining,
+            group.per_member,
+            group.levels,
+            group.index,
+            names,
+            tallied,
+            lambda level, value: group.index(level).nodes_of.get(value, frozenset()) & fresh,
+            lambda node: _idle_of(summary, node),
+        )
+        if quick is not None:
+            return MemberOutcome(_answer(base, quick, (), group.gang), quick, tried)
+    idle = _fresh_idle(base, summary)
     only = _holding_bound(pins, group.index) if pins else None
     choice = group_domains.choose(group.remaining, group.per_member, idle, group.levels, group.index, names, only)
     return MemberOutcome(_answer(base, choice, (), group.gang), choice, tried)
+
+
+def _idle_of(summary: SummaryLookup, node: str) -> int:
+    s = summary(node)
+    return s.idle_gpus if s is not None else 0
 
 
 def _fresh_idle(base: FilterOutcome, summary: SummaryLookup) -> dict[str, int]:

@@ -33,7 +33,7 @@ def record_group(book: GroupBook, d: Decision, uid: str) -> None:
     left_over = chosen.idle - group.remaining * max(group.per_member, 0)
     why = (
         f"room for {chosen.members} of the {group.remaining} members to place, "
-        f"{left_over} free idle GPUs left over there; {len(choice.rooms)} domain(s) of {domain.level or 'any nodes'} "
+        f"{left_over} free idle GPUs left over there; {choice.considered} domain(s) of {domain.level or 'any nodes'} "
         "considered, the least stranding chosen"
     )
     before = book.plan(key)

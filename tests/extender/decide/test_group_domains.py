@@ -3,16 +3,26 @@ shortfall, and the placement inside."""
 
 from __future__ import annotations
 
+import random
+
+import pytest
+
+from gpuextender.extender.decide.fit_index import FitIndex
 from gpuextender.extender.decide.group_domains import (
     ANY,
     NO_LABEL,
+    GroupChoice,
     LevelIndex,
     choose,
+    choose_tallied,
     domains,
     level_index,
     place,
     room,
 )
+from gpuextender.extender.settings import DecisionPolicy
+from gpuextender.extender.state.gpu_summary import NodeSummary
+from tests.extender import builders
 
 LABELS: dict[str, dict[str, str]] = {}
 
@@ -111,3 +121,73 @@ def test_the_level_index_both_ways() -> None:
     index = level_index("clique", {"a0": {"clique": "a"}, "a1": {"clique": "a"}, "x": {"other": "1"}})
     assert index.value_of == {"a0": "a", "a1": "a"}
     assert index.nodes_of == {"a": frozenset({"a0", "a1"})}
+
+
+# -- the tallied road (fit_index.DomainRooms) held equal to choose() --------------------------------
+
+
+def _summary(name: str, idle: int, busy: int, received_at: float) -> NodeSummary:
+    return builders.node(name, idle, busy, received_at=received_at)
+
+
+def _view(choice: GroupChoice) -> tuple[object, ...]:
+    chosen = choice.chosen
+    return (
+        None
+        if chosen is None
+        else (chosen.domain.name, chosen.members, chosen.idle, chosen.nodes, sorted(chosen.domain.nodes)),
+        dict(choice.placement),
+        [(r.domain.name, r.members, r.idle, r.nodes) for r in choice.rooms],
+        choice.considered,
+        None if choice.reason is None else choice.reason.message,
+    )
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_the_tallied_choice_is_choose_on_generated_fleets_as_nodes_change(seed: int) -> None:
+    rng = random.Random(seed)
+    now, stale_after = 1000.0, 10.0
+    node_labels: dict[str, dict[str, str]] = {}
+    summaries: dict[str, NodeSummary] = {}
+    for i in range(80):
+        name = f"n{i:02d}"
+        labels = {} if rng.random() < 0.15 else {"clique": f"c{rng.randrange(9)}"}
+        if rng.random() < 0.5:
+            labels["rack"] = f"r{rng.randrange(3)}"
+        node_labels[name] = labels
+        idle = rng.randrange(9)
+        summaries[name] = _summary(name, idle, 8 - idle, now - (30.0 if rng.random() < 0.1 else 1.0))
+    fit = FitIndex(summaries)
+    policy = DecisionPolicy(stale_after_s=stale_after, no_fit_policy="reject")
+    indexes = {level: level_index(level, node_labels) for level in ("clique", "rack")}
+    for _round in range(4):
+        for _ in range(10):  # nodes change between calls: the tallies follow
+            name = f"n{rng.randrange(80):02d}"
+            idle = rng.randrange(9)
+            summaries[name] = _summary(name, idle, 8 - idle, now - (30.0 if rng.random() < 0.1 else 1.0))
+            fit.changed(name)
+        names = [n for n in summaries if rng.random() < 0.9] + [f"n{rng.randrange(80):02d}"]  # a name twice
+        for k in (1, 2, 4, 8):
+            outcome = fit.filter(k, names, {}, now, policy)
+            assert outcome is not None
+            if outcome.assumed:
+                continue
+            idle = {n: summaries[n].idle_gpus for n in outcome.passed}
+            fresh = frozenset(outcome.passed)
+            for members in (1, 2, 3, 5, 8):
+                for levels in (["clique"], ["clique", "rack"], ["rack"]):
+                    slow = choose(members, k, idle, levels, indexes.__getitem__, names)
+                    quick = choose_tallied(
+                        members,
+                        k,
+                        levels,
+                        indexes.__getitem__,
+                        names,
+                        lambda level, k=k, names=names: fit.domain_rooms(
+                            k, level, indexes[level].value_of, names, now, stale_after
+                        ),
+                        lambda level, value, fresh=fresh: indexes[level].nodes_of.get(value, frozenset()) & fresh,
+                        lambda node: summaries[node].idle_gpus,
+                    )
+                    assert quick is not None
+                    assert _view(quick) == _view(slow), (k, members, levels)
