@@ -82,9 +82,21 @@ def world(
     control_plane: tuple[ControlPlane, Kube], extender_ca: trustme.CA, request: pytest.FixtureRequest, tmp_path: Path
 ) -> Iterator[Scene]:
     """The test's own namespace, nodes and processes on the shared control plane."""
+    yield from scene_in_namespace(control_plane, extender_ca, request, tmp_path, f"t{next(_numbers):02d}", 24)
+
+
+def scene_in_namespace(
+    control_plane: tuple[ControlPlane, Kube],
+    ca: trustme.CA,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    prefix: str,
+    slug_chars: int,
+) -> Iterator[Scene]:
+    """A Scene in a new namespace named `prefix`-<the test's name, cut>, for a fixture to yield."""
     plane, kube = control_plane
-    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower().removeprefix("test_"))[:24].strip("-")
-    ns = f"t{next(_numbers):02d}-{slug}"
+    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower().removeprefix("test_"))[:slug_chars].strip("-")
+    ns = f"{prefix}-{slug}"
     kube.create_namespace(ns)
-    with scene(plane, kube, ns, tmp_path, extender_ca) as s:
+    with scene(plane, kube, ns, tmp_path, ca) as s:
         yield s

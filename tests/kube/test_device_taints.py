@@ -148,18 +148,12 @@ def test_without_the_rbac_component_the_writer_says_forbidden_and_writes_once_it
     """RBAC as shipped, checked by the real API server: the extender runs as a user bound to the
     base's ClusterRole only; its device-taint writer reports `forbidden` (one log line, the mode
     metric) and keeps serving. Once deploy/components/device-taints is applied, it writes."""
-    kube, ns = world.kube, world.ns
+    ns = world.ns
     user = {"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": LIMITED_USER}
     role = m.one(m.kustomize(m.BASE), "ClusterRole", "gpu-extender")
     grant(world, {**role, "metadata": {"name": f"{ns}-base"}})
     grant(world, binding("ClusterRoleBinding", f"{ns}-base", "ClusterRole", f"{ns}-base", user))
-    class_name = f"{ns}-gpu"
-    kube.create(f"{DRA}/deviceclasses", device_class(class_name))
-    world.dra_objects.append(f"{DRA}/deviceclasses/{class_name}")
-    n = world.node("d", H100, 8, dra=True, events=[{"at_s": 0.2, "gpus": [0], "xid": 79}])
-    published = gpu_slice(n, 8, uuid_of=lambda minor: fake_gpu_uuid(n, minor))
-    kube.create(f"{DRA}/resourceslices", published)
-    world.dra_objects.append(f"{DRA}/resourceslices/{published['metadata']['name']}")
+    n = quarantined_dra_node(world)
 
     limited = world.plane.kubeconfig_for(LIMITED_TOKEN, f"{ns}-limited")
     ext = world.extender("--kubeconfig", str(limited), "--device-taint-after", "1")
@@ -176,6 +170,19 @@ def test_without_the_rbac_component_the_writer_says_forbidden_and_writes_once_it
         grant(world, obj)
     wait_for("the writer writing", lambda: mode(world, ext) == "writing" or None, 60)
     wait_for("its rule", lambda: f"gpu-extender.{n}.gpu-0" in ours(world) or None, 30)
+
+
+def quarantined_dra_node(world: Scene) -> str:
+    """A DRA node of 8 GPUs (its DeviceClass and ResourceSlice) whose GPU 0 raises XID 79 at once."""
+    kube, ns = world.kube, world.ns
+    class_name = f"{ns}-gpu"
+    kube.create(f"{DRA}/deviceclasses", device_class(class_name))
+    world.dra_objects.append(f"{DRA}/deviceclasses/{class_name}")
+    n = world.node("d", H100, 8, dra=True, events=[{"at_s": 0.2, "gpus": [0], "xid": 79}])
+    published = gpu_slice(n, 8, uuid_of=lambda minor: fake_gpu_uuid(n, minor))
+    kube.create(f"{DRA}/resourceslices", published)
+    world.dra_objects.append(f"{DRA}/resourceslices/{published['metadata']['name']}")
+    return n
 
 
 def binding(kind: str, name: str, role_kind: str, role: str, subject: dict[str, str]) -> dict[str, Any]:
@@ -213,13 +220,7 @@ def test_without_the_leases_namespace_the_writer_says_so_once_and_writes_once_it
     once, in one line, what is missing and how to fix it (no traceback every retry), the mode metric
     shows it, and it writes once the namespace is there."""
     kube, ns = world.kube, world.ns
-    class_name = f"{ns}-gpu"
-    kube.create(f"{DRA}/deviceclasses", device_class(class_name))
-    world.dra_objects.append(f"{DRA}/deviceclasses/{class_name}")
-    n = world.node("d", H100, 8, dra=True, events=[{"at_s": 0.2, "gpus": [0], "xid": 79}])
-    published = gpu_slice(n, 8, uuid_of=lambda minor: fake_gpu_uuid(n, minor))
-    kube.create(f"{DRA}/resourceslices", published)
-    world.dra_objects.append(f"{DRA}/resourceslices/{published['metadata']['name']}")
+    n = quarantined_dra_node(world)
     missing = f"{ns}-leases"
     ext = world.extender("--leader-namespace", missing, "--device-taint-after", "1")
     world.agent(n, ext)

@@ -31,7 +31,6 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-import re
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -46,7 +45,8 @@ import yaml
 from tests.control_plane import ControlPlane, Kube, Process, wait_for
 from tests.harness import ROOT, Proc, free_port, http, metric
 from tests.kube import groups as G
-from tests.kube.scene import SECOND_SCHEDULER, Scene, scene, shipped_config
+from tests.kube.conftest import scene_in_namespace
+from tests.kube.scene import SECOND_SCHEDULER, Scene, shipped_config
 from tests.tcp_forward import forwarding
 
 SEED = 34
@@ -109,12 +109,7 @@ def gworld(
     gang_plane: tuple[ControlPlane, Kube], extender_ca: trustme.CA, request: pytest.FixtureRequest, tmp_path: Path
 ) -> Iterator[Scene]:
     """The test's namespace and processes on this module's control plane."""
-    plane, kube = gang_plane
-    slug = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower().removeprefix("test_"))[:20].strip("-")
-    ns = f"g{next(_numbers):02d}-{slug}"
-    kube.create_namespace(ns)
-    with scene(plane, kube, ns, tmp_path, extender_ca) as s:
-        yield s
+    yield from scene_in_namespace(gang_plane, extender_ca, request, tmp_path, f"g{next(_numbers):02d}", 20)
 
 
 @pytest.fixture(scope="module")

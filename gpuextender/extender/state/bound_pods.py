@@ -67,16 +67,7 @@ def offered(summary: NodeSummary, p: Pending) -> NodeSummary:
     mig_free = summary.mig_free
     if p.mig:
         mig_free = tuple((profile, max(0, n - p.mig.get(profile, 0))) for profile, n in mig_free)
-    degraded = min(summary.degraded_idle_gpus, idle)
-    return dataclasses.replace(
-        summary,
-        idle_gpus=idle,
-        free_gpus=free,
-        degraded_idle_gpus=degraded,
-        quality=quality_table(idle, degraded, summary.set_tiers),
-        mig_free=mig_free,
-        bound_pod_units=p.units,
-    )
+    return _with(summary, idle, free, min(summary.degraded_idle_gpus, idle), p.units, mig_free)
 
 
 def pending_units(pods: Iterable[BoundPod]) -> int:
@@ -116,11 +107,19 @@ def given_back(summary: NodeSummary, reported: NodeSummary | None, units: int) -
         if free is not None and reported.free_gpus is not None:
             free = min(free, reported.free_gpus)
     degraded = min(reported.degraded_idle_gpus if reported is not None else summary.degraded_idle_gpus, idle)
+    return _with(summary, idle, free, degraded, max(0, summary.bound_pod_units - units), summary.mig_free)
+
+
+def _with(
+    summary: NodeSummary, idle: int, free: int | None, degraded: int, bound: int, mig_free: tuple[tuple[str, int], ...]
+) -> NodeSummary:
+    """`summary` with other counts of what it offers (its quality table follows them)."""
     return dataclasses.replace(
         summary,
         idle_gpus=idle,
         free_gpus=free,
         degraded_idle_gpus=degraded,
         quality=quality_table(idle, degraded, summary.set_tiers),
-        bound_pod_units=max(0, summary.bound_pod_units - units),
+        mig_free=mig_free,
+        bound_pod_units=bound,
     )
