@@ -157,15 +157,21 @@ class _Tally:
         self.room: Counter[str] = Counter()
         self.idle: Counter[str] = Counter()
         self.nodes: Counter[str] = Counter()
+        self.unlabelled: dict[str, int] = {}  # fits without the label (each a domain of one): their idle GPUs
         for name, fit in fits.items():
             self.count(name, fit[1], 1)
 
     def count(self, name: str, idle: int, sign: int) -> None:
         value = self.value_of.get(name)
-        if value is not None:
-            self.room[value] += sign * (idle // self.k)
-            self.idle[value] += sign * idle
-            self.nodes[value] += sign
+        if value is None:
+            if sign > 0:
+                self.unlabelled[name] = idle
+            else:
+                self.unlabelled.pop(name, None)
+            return
+        self.room[value] += sign * (idle // self.k)
+        self.idle[value] += sign * idle
+        self.nodes[value] += sign
 
 
 MAX_TALLIES = 4  # domain labels tallied per size (a group's own key, the configured levels)
@@ -318,8 +324,8 @@ class FitIndex:
                 room[value] -= held // k
                 idle[value] -= held
                 nodes[value] -= 1
-        passing = candidates.intersection(fits).difference(value_of).difference(stale)
-        return DomainRooms(room, idle, nodes, {name: fits[name][1] for name in passing})
+        unlabelled = {n: held for n, held in tally.unlabelled.items() if n in candidates and n not in stale}
+        return DomainRooms(room, idle, nodes, unlabelled)
 
     def _vouch(self, outcome: FilterOutcome, k: int) -> FilterOutcome:
         """Remember passes that are all fresh fits (no fallback, none on assumed data) for `best`."""

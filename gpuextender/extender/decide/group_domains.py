@@ -170,13 +170,14 @@ def choose_tallied(
     index: Levels,
     candidates: Sequence[str],
     tallied: Callable[[str], Tallied | None],
-    passed: Callable[[str, str], Iterable[str]],
+    passed: Callable[[str, str, bool], Iterable[str]],
     idle_of: Callable[[str], int],
 ) -> GroupChoice | None:
     """`choose`'s answer from rooms tallied per domain as reports arrive (fit_index.py), not from a
-    pass over the passing nodes: a first member's filter at thousands of candidates. `passed(level,
-    value)`: the domain's passing nodes (only the chosen one's are asked); `idle_of(node)` for them. None
-    where it cannot answer (any nodes, members of no whole GPU, a level not tallied): take `choose`
+    pass over the passing nodes: a first member's filter at thousands of candidates.
+    `passed(level, value, single)`: the domain's passing nodes (`single`: a domain of one, the node
+    `value`), asked of the chosen domain only; `idle_of(node)` for them. None where it cannot
+    answer (any nodes, members of no whole GPU, a level not tallied): take `choose`
     (tests/extender/decide/test_group_domains.py holds the two equal)."""
     if per_member <= 0:
         return None
@@ -203,7 +204,7 @@ def choose_tallied(
         found.sort()
         if found and found[0][3] >= members:
             _, _, value, room, idle, n, single = found[0]
-            nodes = (value,) if single else tuple(passed(level, value))
+            nodes = tuple(passed(level, value, single))
             chosen = Room(Domain(level, NO_LABEL if single else value, nodes), room, idle, n)
             idle_map = {node: idle_of(node) for node in nodes}
             rooms = tuple(_room_of(row) for row in found[:MAX_ROOMS])
@@ -251,6 +252,6 @@ def shortfall(members: int, per_member: int, levels: Sequence[str], rooms: Seque
     return Reason("GroupDoesNotFit", f"no {level} domain holds {asked}: {best}", unresolvable=False)
 
 
-def elsewhere(domain_name: str) -> Reason:
-    """For a node outside the group's domain."""
-    return Reason("GroupInOtherDomain", f"the pod's group is placed in {domain_name}", unresolvable=True)
+# For a node outside the group's domain: one short message for thousands of nodes per call (a
+# member's answer lists every candidate outside its domain; explain names the domain).
+ELSEWHERE = Reason("GroupInOtherDomain", "group is in another domain", unresolvable=True)

@@ -106,13 +106,17 @@ def filter_member(
         )
         if choice.chosen is not None:
             return MemberOutcome(_answer(base, choice, names, group.gang), choice, False)
-    base = plain(names)
-    if planned is None and not group.can_plan:
-        choice = GroupChoice(None, {}, (), BOOK_FULL, 0)
-        return MemberOutcome(_answer(base, choice, []), choice, False)
     pins = (*group.bound, *group.placed_on)  # members bound, or placed by a gang's scheduler
-    if tallied is not None and not pins and not base.assumed:
-        fresh = frozenset(base.passed)
+    if tallied is not None and not pins and (planned is not None or group.can_plan):
+        # The domain from the index's rooms; then only its candidates are judged: every other
+        # candidate fails GroupInOtherDomain, as for a planned member (no pass over thousands).
+        judged: dict[str, FilterOutcome] = {}
+
+        def domain_passes(level: str, value: str, single: bool) -> Sequence[str]:
+            inside = [n for n in names if n == value] if single else domain_nodes(level, value, "", names, group.index)
+            outcome = judged["domain"] = plain(inside)
+            return () if outcome.assumed else outcome.passed
+
         quick = group_domains.choose_tallied(
             group.remaining,
             group.per_member,
@@ -120,11 +124,17 @@ def filter_member(
             group.index,
             names,
             tallied,
-            lambda level, value: group.index(level).nodes_of.get(value, frozenset()) & fresh,
+            domain_passes,
             lambda node: _idle_of(summary, node),
         )
-        if quick is not None:
-            return MemberOutcome(_answer(base, quick, (), group.gang), quick, tried)
+        if quick is not None and quick.chosen is not None:
+            return MemberOutcome(_answer(judged["domain"], quick, names, group.gang), quick, tried)
+        if quick is not None:  # no domain holds the group: every node's own verdict, for the reasons
+            return MemberOutcome(_answer(plain(names), quick, (), group.gang), quick, tried)
+    base = plain(names)
+    if planned is None and not group.can_plan:
+        choice = GroupChoice(None, {}, (), BOOK_FULL, 0)
+        return MemberOutcome(_answer(base, choice, []), choice, False)
     idle = _fresh_idle(base, summary)
     only = _holding_bound(pins, group.index) if pins else None
     choice = group_domains.choose(group.remaining, group.per_member, idle, group.levels, group.index, names, only)
@@ -165,7 +175,7 @@ def _answer(base: FilterOutcome, choice: GroupChoice, names: Sequence[str], gang
     members = frozenset(chosen.domain.nodes)
     if gang:
         members = frozenset(list(choice.placement)[:1])
-    failed = dict.fromkeys(names or base.passed, group_domains.elsewhere(chosen.domain.name))
+    failed = dict.fromkeys(names or base.passed, group_domains.ELSEWHERE)
     passed = list(filter(members.__contains__, base.passed))
     for n in passed:
         failed.pop(n, None)  # (a name sent twice passes twice)

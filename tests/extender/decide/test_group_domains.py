@@ -186,7 +186,9 @@ def test_the_tallied_choice_is_choose_on_generated_fleets_as_nodes_change(seed: 
                         lambda level, k=k, names=names: fit.domain_rooms(
                             k, level, indexes[level].value_of, names, now, stale_after
                         ),
-                        lambda level, value, fresh=fresh: indexes[level].nodes_of.get(value, frozenset()) & fresh,
+                        lambda level, value, single, fresh=fresh: (
+                            {value} & fresh if single else indexes[level].nodes_of.get(value, frozenset()) & fresh
+                        ),
                         lambda node: summaries[node].idle_gpus,
                     )
                     assert quick is not None

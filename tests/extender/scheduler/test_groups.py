@@ -191,7 +191,7 @@ def test_later_members_go_only_to_the_groups_domain() -> None:
     assert node is not None and cluster.clique_of(node) == "a"
     answer = cluster.filter(lws_pod("g", 1, 2))
     assert answer["NodeNames"] and {cluster.clique_of(n) for n in answer["NodeNames"]} == {"a"}
-    elsewhere = "gpu-extender: the pod's group is placed in nvidia.com/gpu.clique=a (GroupInOtherDomain)"
+    elsewhere = "gpu-extender: group is in another domain (GroupInOtherDomain)"
     assert {n for n, r in failures(answer).items() if r == elsewhere} == {
         n for n in cluster.nodes if cluster.clique_of(n) != "a" and n != "c3"
     } | {"c3"}
