@@ -94,11 +94,19 @@ def domains(level: str, nodes: Iterable[str], levels: Levels) -> list[Domain]:
     if level == ANY:
         return [Domain(ANY, ANY, tuple(present))] if present else []
     index = levels(level)
-    found = [
-        Domain(level, value, tuple(inside))
-        for value, members in index.nodes_of.items()
-        if (inside := present & members)
-    ]
+    if len(present) < len(index.nodes_of):  # a few nodes (a planned domain's): by their own values
+        by_value: dict[str, list[str]] = {}
+        for node in present:
+            value = index.value_of.get(node)
+            if value is not None:
+                by_value.setdefault(value, []).append(node)
+        found = [Domain(level, value, tuple(nodes)) for value, nodes in by_value.items()]
+    else:
+        found = [
+            Domain(level, value, tuple(inside))
+            for value, members in index.nodes_of.items()
+            if (inside := present & members)
+        ]
     found.extend(Domain(level, NO_LABEL, (node,)) for node in sorted(present - index.value_of.keys()))
     return found
 

@@ -80,7 +80,7 @@ def domain_nodes(level: str, value: str, name: str, names: Sequence[str], index:
         single = name.removeprefix("node ")
         return [n for n in names if n == single]
     members = index(level).nodes_of.get(value, frozenset())
-    return [n for n in names if n in members]
+    return list(filter(members.__contains__, names))
 
 
 def filter_member(

@@ -193,3 +193,21 @@ def test_the_tallied_choice_is_choose_on_generated_fleets_as_nodes_change(seed: 
                     )
                     assert quick is not None
                     assert _view(quick) == _view(slow), (k, members, levels)
+
+
+def test_domains_of_a_few_nodes_and_of_many_are_grouped_alike() -> None:
+    """Two roads (a planned domain's few nodes by their values, thousands by each domain's set): the same domains."""
+    LABELS.clear()
+    for i in range(40):
+        LABELS[f"n{i}"] = {"clique": f"c{i % 10}"} if i % 7 else {}
+
+    def grouped(nodes: list[str]) -> set[tuple[str, tuple[str, ...]]]:
+        return {(d.value, tuple(sorted(d.nodes))) for d in domains("clique", nodes, labels)}
+
+    few = ["n1", "n11", "n2", "n7"]  # 4 nodes < 10 values: by their own values; n7 unlabelled
+    many = [f"n{i}" for i in range(40)]
+    assert grouped(few) == {("c1", ("n1", "n11")), ("c2", ("n2",)), (NO_LABEL, ("n7",))}
+    assert {v for v in grouped(many) if v[0] in ("c1", "c2") or v[1] == ("n7",)} >= {(NO_LABEL, ("n7",))}
+    assert {(v, n) for v, n in grouped(many) if v != NO_LABEL} == {
+        (f"c{c}", tuple(sorted(f"n{i}" for i in range(40) if i % 10 == c and i % 7))) for c in range(10)
+    }
