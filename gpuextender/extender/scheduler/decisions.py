@@ -222,7 +222,7 @@ class Decisions:
             partial(self._levels.index, view),
             planned,
             tuple(notes),
-            can_plan=plan is not None or not book.full,
+            can_plan=book.plan(ref.key) is not None or not book.full,  # (a plan moving is no new group)
             placed_on=book.placed_on(ref.key, pod_uid(raw)) if plan is not None and gang else {},
             gang=gang,
             held=dict(plan.holds) if plan is not None else {},
