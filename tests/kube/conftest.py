@@ -10,6 +10,7 @@ import re
 from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import pytest
 import trustme
@@ -53,16 +54,19 @@ def control_plane(k8s_assets: Path, tmp_path_factory: pytest.TempPathFactory) ->
     try:
         kube = plane.start()
         kube.create_namespace("gpu-extender")  # the shipped gpu-scheduler's Lease lives there
-        for path in CRDS:
-            kube.apply_yaml([doc for doc in yaml.safe_load_all(path.read_text()) if doc])
-        for path in CRDS:
-            for doc in yaml.safe_load_all(path.read_text()):
-                if doc:
-                    name: str = doc["metadata"]["name"]
-                    wait_for(f"CRD {name} established", partial(_established, kube, name), 30)
+        install_crds(kube)
         yield plane, kube
     finally:
         plane.stop()
+
+
+def install_crds(kube: Kube, extra: list[dict[str, Any]] | None = None) -> None:
+    """The CRDs the extender watches (CRDS), and `extra`, applied and waited for until established."""
+    docs = [doc for path in CRDS for doc in yaml.safe_load_all(path.read_text()) if doc] + (extra or [])
+    kube.apply_yaml(docs)
+    for doc in docs:
+        name: str = doc["metadata"]["name"]
+        wait_for(f"CRD {name} established", partial(_established, kube, name), 30)
 
 
 def _established(kube: Kube, name: str) -> bool:

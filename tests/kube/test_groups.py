@@ -40,12 +40,11 @@ from typing import Any
 
 import pytest
 import trustme
-import yaml
 
 from tests.control_plane import ControlPlane, Kube, Process, wait_for
-from tests.harness import ROOT, Proc, free_port, http, metric
+from tests.harness import Proc, free_port, http, metric
 from tests.kube import groups as G
-from tests.kube.conftest import scene_in_namespace
+from tests.kube.conftest import install_crds, scene_in_namespace
 from tests.kube.scene import SECOND_SCHEDULER, Scene, shipped_config
 from tests.tcp_forward import forwarding
 
@@ -56,10 +55,6 @@ SEED = 34
 DOMAINS, NODES_PER_DOMAIN, GROUPS = 30, 4, 40
 V135, V136 = "kube-scheduler", "kube-scheduler-1.36"
 GANG_ARGS = (f"--feature-gates={G.GANG_GATES}",)
-CRDS = [
-    ROOT / "deploy/components/acceleratorclass-crd/acceleratorclasses.ome.io.yaml",
-    Path(__file__).parent / "ome-crds.yaml",
-]
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/gpu-extender/leases/gpu-scheduler"
 BUG_136 = (  # fixed: a gang member the extender passed counts as placed (decide/group_member.py)
     "product bug: kube-scheduler-1.36's gang/topology-aware cycle filters each member against its "
@@ -85,20 +80,10 @@ def gang_plane(k8s_assets: Path, tmp_path_factory: pytest.TempPathFactory) -> It
     try:
         kube = plane.start()
         kube.create_namespace("gpu-extender")  # the shipped gpu-scheduler's Lease lives there
-        crds = [doc for path in CRDS for doc in yaml.safe_load_all(path.read_text()) if doc] + [G.COSCHEDULING_CRD]
-        kube.apply_yaml(crds)
-        for doc in crds:
-            name = doc["metadata"]["name"]
-            wait_for(f"CRD {name} established", partial(_established, kube, name), 30)
+        install_crds(kube, [G.COSCHEDULING_CRD])
         yield plane, kube
     finally:
         plane.stop()
-
-
-def _established(kube: Kube, name: str) -> bool:
-    crd = kube.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
-    conditions = crd.get("status", {}).get("conditions", [])
-    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
 
 _numbers = iter(range(1, 1000))

@@ -323,6 +323,15 @@ def test_a_filter_waits_for_a_claim_the_watch_has_not_delivered_yet(caplog: pyte
     assert not caplog.records
 
 
+def quarantine_gpu_6(api: SchedulerApi) -> None:
+    """gpu-dra-1's agent reports gpu-6 quarantined (XID 79), every other GPU idle."""
+    quarantined = gpu(6, 0, 1, healthy=False)
+    quarantined.health = pb.HEALTH_UNHEALTHY
+    quarantined.health_reasons.append("XidCritical")
+    quarantined.xids.add(xid=79)
+    api.state.ingest(report("gpu-dra-1", [*(gpu(i, 0, 1) for i in range(6)), quarantined, gpu(7, 0, 1)]), NOW)
+
+
 def diagnostics_claim(name: str, tolerations: list[dict[str, str]]) -> dict[str, Any]:
     """An unallocated one-GPU claim whose request tolerates `tolerations`."""
     claim = allocated_claim(name, "gpu-dra-1", [])
@@ -351,11 +360,7 @@ def test_a_claim_that_tolerates_the_taint_is_not_blocked_by_the_extender_either(
     its slice (the agent reads it healthy). A one-GPU claim pod that tolerates neither has no GPU
     there; one that tolerates either taint (an operator's diagnostics) does (issue 25)."""
     api, claims, _ = fleet(agent_age_s=None, claimed=6, joined=True)
-    quarantined = gpu(6, 0, 1, healthy=False)
-    quarantined.health = pb.HEALTH_UNHEALTHY
-    quarantined.health_reasons.append("XidCritical")
-    quarantined.xids.add(xid=79)
-    api.state.ingest(report("gpu-dra-1", [*(gpu(i, 0, 1) for i in range(6)), quarantined, gpu(7, 0, 1)]), NOW)
+    quarantine_gpu_6(api)
     claims.upsert(RESOURCE_CLAIM_KIND, diagnostics_claim("diag", tolerations))
     answer = api.filter(claim_pod_args("diag"))
     assert answer["NodeNames"] == (["gpu-dra-1"] if passes else []), answer
@@ -404,11 +409,7 @@ def test_an_allocated_claims_tolerations_do_not_open_a_tainted_gpu_to_the_pods_n
     slice-tainted gpu-7 are not for it, so the node has no GPU to give (where the API serves no
     DeviceTaintRules, this filter is the only guard)."""
     api, claims, _ = fleet(agent_age_s=None, claimed=5, joined=True)
-    quarantined = gpu(6, 0, 1, healthy=False)
-    quarantined.health = pb.HEALTH_UNHEALTHY
-    quarantined.health_reasons.append("XidCritical")
-    quarantined.xids.add(xid=79)
-    api.state.ingest(report("gpu-dra-1", [*(gpu(i, 0, 1) for i in range(6)), quarantined, gpu(7, 0, 1)]), NOW)
+    quarantine_gpu_6(api)
     old = allocated_claim("old", "gpu-dra-1", ["gpu-5"])
     old["spec"]["devices"]["requests"][0]["exactly"]["tolerations"] = [
         {"key": "gpu-extender.io/unhealthy", "operator": "Exists"}
