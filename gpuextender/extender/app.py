@@ -50,13 +50,14 @@ from gpuextender.extender.observe.silent_nodes import SilentNodesCollector, Sile
 from gpuextender.extender.scheduler.http_api import SchedulerApi, build_app, listen_backlog, new_runner
 from gpuextender.extender.settings import ExtenderConfig
 from gpuextender.extender.state.claim_ledger import ClaimLedger
-from gpuextender.extender.state.device_taints import wanted_taints
+from gpuextender.extender.state.device_taints import TaintWriterStatus
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.group_book import GroupBook
 from gpuextender.extender.state.inventory_store import InventoryStore
 from gpuextender.extender.state.inventory_view import ViewBuilder
 from gpuextender.extender.state.pod_groups import PodGroups
 from gpuextender.extender.state.pod_ledger import PodLedger
+from gpuextender.extender.state.publication import Publication, PublishInputs
 from gpuextender.extender.ui.fleet_page import add_routes as add_fleet_page
 
 if TYPE_CHECKING:
@@ -361,13 +362,38 @@ async def _connect_kubernetes(extender: Extender) -> None:
     extender.binder = extender.api.bindings.binder = PodBinder(connection)
     if config.device_taints == "on":
         from gpuextender.extender.inventory.device_taint_writer import DeviceTaintWriter
+        from gpuextender.extender.inventory.node_status_writer import NodeStatusWriter
 
-        api, state = extender.api, extender.api.state
+        api, state, claims, store = extender.api, extender.api.state, extender.claims, extender.store
+        publish = config.publish
+
+        def inputs() -> PublishInputs:
+            view = api.inventory()
+            return PublishInputs(
+                view.dra,
+                view.allocatable_gpus if publish.node_conditions or publish.node_taint else {},
+                state.reported,
+                claims.allocated_on if claims.synced else None,
+            )
+
+        nodes = (
+            NodeStatusWriter(
+                lambda name: store.get(NODE.kind, name),
+                TaintWriterStatus(),
+                taint=publish.node_taint,
+                taint_key=publish.node_taint_key,
+                taint_effect=publish.node_taint_effect,
+            )
+            if publish.node_conditions or publish.node_taint
+            else None
+        )
         extender.taint_writer = DeviceTaintWriter(
             connection,
-            lambda: wanted_taints(api.inventory().dra, state.reported),
+            Publication(config.device_taint_after_s, publish.busy_hold_s, busy=publish.busy_taints),
+            inputs,
             namespace=config.leader_namespace,
-            hold_s=config.device_taint_after_s,
+            nodes=nodes,
+            writes_per_s=publish.writes_per_s,
         )
         metrics.add(DeviceTaintsCollector(extender.taint_writer.status))
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import re
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -20,24 +21,33 @@ from gpuextender.extender.model.pod_group import topology_problem
 from gpuextender.extender.settings import (
     DEFAULT_BINDING_WAIT_S,
     DEFAULT_BODY_READ_TIMEOUT_S,
+    DEFAULT_BUSY_HOLD_S,
     DEFAULT_GROUP_HOLD_S,
     DEFAULT_GROUP_LEVEL,
     DEFAULT_MAX_BODY_BYTES,
+    DEFAULT_NODE_TAINT_KEY,
     DEFAULT_READINESS_GRACE_S,
     DEFAULT_SHORTLIST,
+    DEFAULT_WRITES_PER_S,
     MAX_BINDING_WAIT_S,
     MAX_CANDIDATES,
     MAX_CLOCK_SKEW_S,
     MAX_GROUP_HOLD_S,
+    MAX_HOLD_S,
     MAX_UNKNOWN_NODES,
+    MAX_WRITES_PER_S,
+    MIN_BUSY_HOLD_S,
     AgentAuth,
     ApiSettings,
     DecisionPolicy,
     ExtenderConfig,
+    PublishSettings,
     parse_service_account,
 )
 
 ENV_PREFIX = "GPU_EXTENDER_"
+# A taint key: a label key ([DNS subdomain prefix/]name).
+_TAINT_KEY = re.compile(r"([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 
 
 class ConfigError(ValueError):
@@ -380,6 +390,63 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="NAMESPACE",
         help="namespace of the device-taint writer's Lease (default: $POD_NAMESPACE, else gpu-extender)",
     )
+    g = p.add_argument_group(
+        "what other schedulers and autoscalers see",
+        "busy GPUs and device-plugin nodes' usable GPUs, written to the API (with --kubernetes and "
+        "--device-taints on; deploy/README.md, 'What other schedulers and autoscalers see')",
+    )
+    g.add_argument(
+        "--busy-taints",
+        choices=("on", "off"),
+        default="on",
+        help="keep a DeviceTaintRule (gpu-extender.io/busy-outside-kubernetes:NoSchedule) on each DRA GPU "
+        "its agent sees busy while no claim (nor, where the agent reads the kubelet, no pod) holds it, "
+        "for longer than --busy-hold; and count such GPUs unusable on device-plugin nodes",
+    )
+    g.add_argument(
+        "--busy-hold",
+        type=float,
+        default=DEFAULT_BUSY_HOLD_S,
+        metavar="SECONDS",
+        help="a GPU is busy outside Kubernetes this long, without a break, before it is tainted, and idle "
+        "or held by a pod this long before the taint goes: a job pausing between kernels, or a pod's "
+        f"process still exiting, changes nothing. Within [{MIN_BUSY_HOLD_S:g}, {MAX_HOLD_S:g}]",
+    )
+    g.add_argument(
+        "--node-conditions",
+        choices=("on", "off"),
+        default="on",
+        help="keep a GPUsUsable condition on each device-plugin GPU node (True: a GPU is usable; False: "
+        "every GPU is unhealthy or busy outside Kubernetes; Unknown: no agent data), counts in its message",
+    )
+    g.add_argument(
+        "--node-taint",
+        choices=("on", "off"),
+        default="off",
+        help="taint a device-plugin GPU node none of whose GPUs is usable (every pod without a toleration "
+        "avoids it, GPU or not: hence off by default), and remove the taint once one is. Needs "
+        "deploy/components/node-taints. Off: a taint of --node-taint-key written earlier is removed",
+    )
+    g.add_argument(
+        "--node-taint-key",
+        default=DEFAULT_NODE_TAINT_KEY,
+        metavar="KEY",
+        help="the node taint's key (no other taint is ever touched)",
+    )
+    g.add_argument(
+        "--node-taint-effect",
+        choices=("NoSchedule", "PreferNoSchedule"),
+        default="NoSchedule",
+        help="the node taint's effect (never NoExecute: nothing is evicted)",
+    )
+    g.add_argument(
+        "--publish-writes-per-second",
+        type=float,
+        default=DEFAULT_WRITES_PER_S,
+        metavar="N",
+        help="at most this many API writes per second for the taint rules, node taints and conditions "
+        f"together (bursts of as many; the rest waits for the next pass). Within (0, {MAX_WRITES_PER_S:g}]",
+    )
     g = p.add_argument_group("fleet page and logs")
     g.add_argument(
         "--fleet-page",
@@ -486,8 +553,23 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str] | None = Non
     if not 0 < args.group_hold <= MAX_GROUP_HOLD_S:  # also refuses NaN
         raise ConfigError(f"--group-hold {args.group_hold:g} must be within (0, {MAX_GROUP_HOLD_S:g}] seconds")
     levels = group_levels(args.group_topology_levels)
-    if not 0 <= args.device_taint_after <= 3600:  # also refuses NaN
-        raise ConfigError(f"--device-taint-after {args.device_taint_after:g} must be within [0, 3600] seconds")
+    if not 0 <= args.device_taint_after <= MAX_HOLD_S:  # also refuses NaN
+        raise ConfigError(
+            f"--device-taint-after {args.device_taint_after:g} must be within [0, {MAX_HOLD_S:g}] seconds"
+        )
+    if not MIN_BUSY_HOLD_S <= args.busy_hold <= MAX_HOLD_S:
+        raise ConfigError(
+            f"--busy-hold {args.busy_hold:g} must be within [{MIN_BUSY_HOLD_S:g}, {MAX_HOLD_S:g}] seconds"
+        )
+    if not 0 < args.publish_writes_per_second <= MAX_WRITES_PER_S:
+        raise ConfigError(
+            f"--publish-writes-per-second {args.publish_writes_per_second:g} must be within (0, {MAX_WRITES_PER_S:g}]"
+        )
+    if not _TAINT_KEY.fullmatch(args.node_taint_key) or len(args.node_taint_key.rpartition("/")[2]) > 63:
+        raise ConfigError(
+            f"--node-taint-key {args.node_taint_key!r} is not a taint key ([prefix/]name: a DNS subdomain "
+            "prefix, a name of at most 63 letters, digits, '-', '_', '.')"
+        )
     if args.max_unknown_nodes < 0:
         raise ConfigError(f"--max-unknown-nodes {args.max_unknown_nodes} must be >= 0 (0: inventory nodes only)")
     resources = tuple(dict.fromkeys(r.strip() for r in args.gpu_resource if r.strip())) or ("nvidia.com/gpu",)
@@ -531,6 +613,15 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str] | None = Non
         log_format=args.log_format,
         device_taints=args.device_taints if args.kubernetes else "off",
         device_taint_after_s=args.device_taint_after,
+        publish=PublishSettings(
+            busy_taints=args.busy_taints == "on",
+            busy_hold_s=args.busy_hold,
+            node_conditions=args.node_conditions == "on",
+            node_taint=args.node_taint == "on",
+            node_taint_key=args.node_taint_key,
+            node_taint_effect=args.node_taint_effect,
+            writes_per_s=args.publish_writes_per_second,
+        ),
         leader_namespace=args.leader_namespace
         or (os.environ if env is None else env).get("POD_NAMESPACE")
         or "gpu-extender",

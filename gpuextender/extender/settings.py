@@ -5,7 +5,7 @@ stage may read it, it imports none of them."""
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gpuextender.common.idle_rule import IdleRule
@@ -33,6 +33,22 @@ MAX_CLOCK_SKEW_S = 30.0
 # Nodes outside the inventory whose reports are kept (--max-unknown-nodes): room for agents that
 # start before their Node is listed; 64 maximal reports are ~10 MB on the wire.
 MAX_UNKNOWN_NODES = 64
+
+# What other schedulers and autoscalers see (issue 35). A GPU busy outside Kubernetes is tainted
+# after this long busy without a break, and untainted after this long idle or held: NVML's
+# utilization is the share of the last sample period (1/6 to 1 s) a kernel ran, so a serving
+# process between requests, or a job loading data or writing a checkpoint, reads idle for seconds
+# to tens of seconds; a pod's process exiting frees its memory within seconds. 60 s spans those and
+# 12 samples at the agents' 5 s, and bounds a flapping GPU to one write a minute.
+DEFAULT_BUSY_HOLD_S = 60.0
+MIN_BUSY_HOLD_S = 1.0  # below an agent's sample, a hold holds nothing back
+MAX_HOLD_S = 3600.0
+# API writes per second for taint rules, node taints and conditions: 5,000 nodes x 8 GPUs with 2 %
+# changing a minute is ~13 changes a second (bench/bench_publish.py); kube-apiserver's default
+# client QPS for a controller is 20 (--kube-api-qps of kube-controller-manager).
+DEFAULT_WRITES_PER_S = 20.0
+DEFAULT_NODE_TAINT_KEY = "gpu-extender.io/no-usable-gpu"
+MAX_WRITES_PER_S = 1000.0
 
 # Bounds on one scheduler call; why these values: the --max-body-bytes and --body-read-timeout help.
 DEFAULT_MAX_BODY_BYTES = 2 * 1024**2
@@ -114,6 +130,19 @@ class AgentAuth:
 
 
 @dataclass(frozen=True, slots=True)
+class PublishSettings:
+    """What the device-taint writer publishes besides health rules (issue 35; flags.py's help)."""
+
+    busy_taints: bool = True
+    busy_hold_s: float = DEFAULT_BUSY_HOLD_S
+    node_conditions: bool = True
+    node_taint: bool = False
+    node_taint_key: str = DEFAULT_NODE_TAINT_KEY
+    node_taint_effect: str = "NoSchedule"
+    writes_per_s: float = DEFAULT_WRITES_PER_S
+
+
+@dataclass(frozen=True, slots=True)
 class ExtenderConfig:
     http_addr: HostPort
     grpc_addr: HostPort
@@ -135,5 +164,6 @@ class ExtenderConfig:
     device_taints: str = "on"
     device_taint_after_s: float = 3.0  # a GPU is bad this long before its device is tainted
     leader_namespace: str = "gpu-extender"  # where the replicas' Leases live
+    publish: PublishSettings = field(default_factory=lambda: PublishSettings())
     # Settings that came from the environment or the config file (dest -> source), for the start-up log.
     sources: tuple[tuple[str, str], ...] = ()

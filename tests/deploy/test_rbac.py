@@ -8,8 +8,10 @@ reader Role in kube-system. No wildcards anywhere."""
 from __future__ import annotations
 
 from collections import defaultdict
+from pathlib import Path
 
 from gpuextender.extender.app import POD_GROUP_KINDS
+from gpuextender.extender.flags import build_config
 from gpuextender.extender.model.kube_objects import KINDS, POD, RESOURCE_CLAIM
 from tests.deploy import manifests as m
 
@@ -138,13 +140,14 @@ def test_the_permission_check_notices_an_extra_rule(base_objects: list[m.KubeObj
 
 
 def test_the_device_taints_component_adds_exactly_its_rules_and_its_lease() -> None:
-    """deploy/components/device-taints: the DeviceTaintRules the writer keeps (it lists only its own)
-    and the one Lease that elects the replica that writes; nothing else."""
+    """deploy/components/device-taints: the DeviceTaintRules the writer keeps (it lists only its own),
+    the GPUsUsable condition (a patch of nodes/status), and the one Lease that elects the replica
+    that writes; nothing else."""
     objects = m.load_source(m.COMPONENTS / "device-taints")
     role = m.one(objects, "ClusterRole", "gpu-extender-device-taints")
     assert permissions(role["rules"]) == {
         ("resource.k8s.io", "devicetaintrules", verb, ()) for verb in ("get", "list", "create", "update", "delete")
-    }
+    } | {("", "nodes/status", "patch", ())}
     lease = m.one(objects, "Role", "gpu-extender-device-taints-lease", m.NAMESPACE)
     assert permissions(lease["rules"]) == {
         ("coordination.k8s.io", "leases", "create", ()),
@@ -160,3 +163,17 @@ def test_the_device_taints_component_adds_exactly_its_rules_and_its_lease() -> N
     from gpuextender.extender.state.device_taints import LEASE_NAME
 
     assert LEASE_NAME == "gpu-extender-device-taints"
+
+
+def test_the_node_taints_component_adds_a_get_and_a_patch_of_nodes_and_turns_the_taint_on(tmp_path: Path) -> None:
+    """deploy/components/node-taints: read a Node and patch its taints (--node-taint on), nothing else."""
+    objects = m.load_source(m.COMPONENTS / "node-taints")
+    role = m.one(objects, "ClusterRole", "gpu-extender-node-taints")
+    assert permissions(role["rules"]) == {("", "nodes", "get", ()), ("", "nodes", "patch", ())}
+    binding = m.one(objects, "ClusterRoleBinding", "gpu-extender-node-taints")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gpu-extender", "namespace": m.NAMESPACE}]
+    rendered = m.kustomize_with(tmp_path, [m.DEPLOY], [m.COMPONENTS / "device-taints", m.COMPONENTS / "node-taints"])
+    extender = m.one(rendered, "Deployment", "gpu-extender", m.NAMESPACE)
+    args = extender["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--node-taint=on" in args and "--kubernetes" in args
+    assert build_config(["--kubernetes", "--node-taint=on"], env={}).publish.node_taint

@@ -198,6 +198,7 @@ def test_components_are_kustomize_components() -> None:
         "gpu-scheduler-by-default",
         "kubelet-allocation",
         "monitoring",
+        "node-taints",
     }
     for component in COMPONENTS:
         doc = m.load_yaml_docs(component / "kustomization.yaml")[0]

@@ -19,6 +19,7 @@ KUBERNETES_CLIENTS = (
     "gpuextender.extender.scheduler.pod_binder",
     "gpuextender.extender.ui.explain_lookup",
     "gpuextender.extender.inventory.device_taint_writer",
+    "gpuextender.extender.inventory.node_status_writer",
 )
 NEVER_IN_INGEST = (
     "aiohttp",

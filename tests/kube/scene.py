@@ -262,6 +262,16 @@ class Scene:
         self.schedulers.append(proc)
         return proc
 
+    def scheduler_alone(self, binary: str = "kube-scheduler", extra_args: tuple[str, ...] = ()) -> Process:
+        """The shipped gpu-scheduler configuration with its extender removed: what an autoscaler
+        simulates, and what a scheduler that never asks the extender decides."""
+        config = shipped_config(SECOND_SCHEDULER, "https://127.0.0.1:1", self.ca.cert_pem.bytes())
+        del config["extenders"]
+        name = f"kube-scheduler-alone-{self.ns}-{len(self.schedulers)}"
+        proc = self.plane.scheduler(config, name=name, binary=binary, extra_args=extra_args)
+        self.schedulers.append(proc)
+        return proc
+
     # -- pods ---------------------------------------------------------------------------------------
 
     def pod(

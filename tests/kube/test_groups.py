@@ -45,7 +45,7 @@ from tests.control_plane import ControlPlane, Kube, Process, wait_for
 from tests.harness import Proc, free_port, http, metric
 from tests.kube import groups as G
 from tests.kube.conftest import install_crds, scene_in_namespace
-from tests.kube.scene import SECOND_SCHEDULER, Scene, shipped_config
+from tests.kube.scene import Scene
 from tests.tcp_forward import forwarding
 
 SEED = 34
@@ -148,16 +148,6 @@ def explained_domain(world: Scene, ext: Proc, pod: dict[str, Any]) -> str | None
     return str(domain) if domain is not None else None
 
 
-def scheduler_alone(world: Scene, binary: str, extra_args: tuple[str, ...] = ()) -> Process:
-    """The shipped gpu-scheduler configuration with its extender removed."""
-    config = shipped_config(SECOND_SCHEDULER, "https://127.0.0.1:1", world.ca.cert_pem.bytes())
-    del config["extenders"]
-    name = f"kube-scheduler-alone-{world.ns}-{len(world.schedulers)}"
-    proc = world.plane.scheduler(config, name=name, binary=binary, extra_args=extra_args)
-    world.schedulers.append(proc)
-    return proc
-
-
 def place(
     world: Scene,
     suffix: str,
@@ -251,9 +241,9 @@ def test_lws_and_coscheduling_groups_land_whole_in_one_domain(
     # Kubernetes alone, on the same fleet and groups (printed only): kube-scheduler v1.35.4 honours
     # the LWS pod affinity but knows neither the busy GPUs nor coscheduling; kube-scheduler-1.36
     # places the same groups as Workload API gangs in one clique each, by its own GPU count.
-    alone = place(gworld, "alone", fleet, groups, lambda ns: scheduler_alone(gworld, V135))
+    alone = place(gworld, "alone", fleet, groups, lambda ns: gworld.scheduler_alone(V135))
     tas = place(
-        gworld, "tas", fleet, G.as_source(groups, G.WORKLOAD), lambda ns: scheduler_alone(gworld, V136, GANG_ARGS)
+        gworld, "tas", fleet, G.as_source(groups, G.WORKLOAD), lambda ns: gworld.scheduler_alone(V136, GANG_ARGS)
     )
     members = sum(g.members for g in groups)
     with capsys.disabled():
@@ -286,7 +276,7 @@ def test_workload_api_gangs_land_whole_in_one_domain_with_kube_scheduler_136(
         return gworld.scheduler(ext, binary=V136, extra_args=GANG_ARGS)
 
     verdict, seconds = place(gworld, "ext", fleet, groups, with_extender, extender_done(gworld, ext, fleet, groups))
-    tas = place(gworld, "tas", fleet, groups, lambda ns: scheduler_alone(gworld, V136, GANG_ARGS))
+    tas = place(gworld, "tas", fleet, groups, lambda ns: gworld.scheduler_alone(V136, GANG_ARGS))
     with capsys.disabled():
         print(
             table(

@@ -1,5 +1,10 @@
-"""Keeps one DeviceTaintRule per GPU the agents report unhealthy or degraded (state/device_taints.py),
-so that kube-scheduler's DRA allocator does not hand it out (issue 25).
+"""Keeps one DeviceTaintRule per GPU the agents report unhealthy, degraded or busy outside Kubernetes
+(state/device_taints.py), so that kube-scheduler's DRA allocator does not hand it out (issues 25,
+35), and, through node_status_writer.py, each device-plugin GPU node's GPUsUsable condition and
+no-usable-GPU taint: what every scheduler and autoscaler that reads only the API can honour.
+
+- What stands is state/publication.py's, updated every `interval_s` in every replica (explain and
+  the fleet page show it); only the leader writes it.
 
 - Capabilities: at start and every `rediscover_s`, API discovery says whether resource.k8s.io serves
   `devicetaintrules` (v1beta2 in 1.36 behind DRADeviceTaintRules; v1alpha3 in 1.35). Without it the
@@ -10,9 +15,12 @@ so that kube-scheduler's DRA allocator does not hand it out (issue 25).
   without a leader they would undo each other's rules. A replica that loses the Lease stops writing
   within its renew deadline; the next leader starts from the rules it lists.
 - Writes are idempotent: the leader lists the rules it owns (label app.kubernetes.io/managed-by),
-  then creates what is missing, replaces what differs (taint key, value or effect) and deletes what
-  no GPU asks for any more, every `interval_s`. Never NoExecute: the rules only keep the allocator
-  from new allocations.
+  adopts them, then creates what is missing, replaces what differs (taint key, value or effect) and
+  deletes what no longer stands, every `interval_s`. Never NoExecute: the rules only keep the
+  allocator from new allocations.
+- A write budget: every write takes a token of one bucket (`writes_per_s`, bursts of as many); a
+  pass that finds none left stops and goes on at the next, health rules first, then busy rules,
+  then nodes. The holds (Hysteresis) bound a flapping GPU to one write per hold.
 """
 
 from __future__ import annotations
@@ -32,7 +40,10 @@ from kubernetes_asyncio import client as k8s
 from kubernetes_asyncio.leaderelection import electionconfig, leaderelection
 from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
 
-from gpuextender.extender.state.device_taints import LEASE_NAME, Debounce, TaintRule, TaintWriterStatus
+from gpuextender.common.token_bucket import TokenBucket
+from gpuextender.extender.inventory.node_status_writer import NodeStatusWriter, NodeWriteError
+from gpuextender.extender.state.device_taints import BUSY_PREFIX, LEASE_NAME, TaintRule, TaintWriterStatus
+from gpuextender.extender.state.publication import Publication, PublishInputs
 
 log = logging.getLogger("gpu_extender.device_taints")
 
@@ -46,10 +57,12 @@ class DeviceTaintWriter:
     def __init__(
         self,
         connection: k8s.Configuration,
-        wanted: Callable[[], dict[str, TaintRule]],
+        publication: Publication,
+        inputs: Callable[[], PublishInputs],
         *,
         namespace: str,
-        hold_s: float,
+        nodes: NodeStatusWriter | None = None,
+        writes_per_s: float = 20.0,
         interval_s: float = 0.5,
         lease_s: tuple[int, int, int] = (15, 10, 2),  # duration, renew deadline, retry (whole seconds: the Lease's)
         rediscover_s: float = 300.0,
@@ -57,30 +70,58 @@ class DeviceTaintWriter:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._connection = connection
-        self._wanted = wanted
+        self.publication = publication
+        self._inputs = inputs
+        self.nodes = nodes
+        self._bucket = TokenBucket(writes_per_s, max(writes_per_s, 1.0), clock)
         self._namespace = namespace
-        self._debounce = Debounce(hold_s)
         self._interval_s = interval_s
         self._lease_s = lease_s
         self._rediscover_s = rediscover_s
         self.identity = identity or f"{socket.gethostname()}-{os.getpid()}"
         self._clock = clock
-        self.status = TaintWriterStatus()
+        self.status = nodes.status if nodes is not None else TaintWriterStatus()
         self._owned: dict[str, dict[str, Any]] = {}  # name -> the rule as the API server has it
         self._last_election_error = ""
 
+    def track(self) -> None:
+        """One update of what stands (every replica, every `interval_s`)."""
+        publication, status = self.publication, self.status
+        publication.update(self._inputs(), self._clock())
+        keys: dict[str, int] = {}
+        for rule in publication.rules.values():
+            keys[rule.key] = keys.get(rule.key, 0) + 1
+        conditions = dict.fromkeys(("True", "False", "Unknown"), 0)
+        for node in publication.nodes.values():
+            conditions[node.status] = conditions.get(node.status, 0) + 1
+        status.standing, status.nodes_by_condition = keys, conditions
+        status.deferred = self._bucket.refused
+
+    async def _track_forever(self) -> None:
+        while True:
+            try:
+                self.track()
+            except Exception:  # a bug here must not end what the other replicas' explain reads
+                log.exception("device taints: updating what stands failed; trying again")
+            await asyncio.sleep(self._interval_s)
+
     async def run(self) -> None:
-        """Forever: find the API, take part in the election, write while leading."""
+        """Forever: follow what stands, find the API, take part in the election, write while leading."""
+        tracking = asyncio.create_task(self._track_forever())
         api_client = k8s.ApiClient(self._connection)
         try:
             while True:
                 version = await self._discover(api_client)
-                if version is None:  # not served: look again now and then; unreachable: soon
-                    await asyncio.sleep(self._rediscover_s if self.status.mode == "unsupported" else RETRY_S)
+                unsupported = self.status.mode == "unsupported"
+                if version is None and (self.nodes is None or not unsupported):
+                    # not served and nothing else to write: look again now and then; unreachable: soon
+                    await asyncio.sleep(self._rediscover_s if unsupported else RETRY_S)
                     continue
                 refused = await self._refused(api_client, version)
                 if refused:
-                    self._set_mode("forbidden", f"{refused}: apply deploy/components/device-taints (its RBAC)")
+                    self._set_mode("forbidden", f"{refused}: apply deploy/components/device-taints (its RBAC)", version)
+                    if self.nodes is not None:  # no Lease, no leader: no node status either
+                        self.status.node_mode = "forbidden"
                     await asyncio.sleep(RETRY_S)
                     continue
                 if not await self._lease_namespace_exists(api_client):
@@ -89,10 +130,11 @@ class DeviceTaintWriter:
                         f"no rule is written: the namespace {self._namespace} of the replicas' Lease does not "
                         f"exist; create it (kubectl create namespace {self._namespace}) or set --leader-namespace "
                         f"(or POD_NAMESPACE) to the extender's own namespace; checking again every {RETRY_S:g}s",
+                        version,
                     )
                     await asyncio.sleep(RETRY_S)
                     continue
-                self._set_mode("standby", f"waiting for the Lease {self._namespace}/{LEASE_NAME}")
+                self._set_mode("standby", f"waiting for the Lease {self._namespace}/{LEASE_NAME}", version)
                 duration, deadline, retry = self._lease_s
                 election = leaderelection.LeaderElection(
                     electionconfig.Config(
@@ -114,13 +156,16 @@ class DeviceTaintWriter:
                     if why != self._last_election_error:
                         log.warning("device taints: %s", why)
                         self._last_election_error = why
-                    self._set_mode("standby", "leader election failed")
+                    self._set_mode("standby", "leader election failed", version)
                     await asyncio.sleep(self._lease_s[2])
         finally:
+            tracking.cancel()
             await api_client.close()
 
     async def _stopped(self) -> None:
-        self._set_mode("standby", "lost the Lease: another replica writes the rules")
+        self._set_mode("standby", "lost the Lease: another replica writes the rules", "")
+        if self.nodes is not None:
+            self.status.node_mode = "standby"
 
     async def _discover(self, api_client: k8s.ApiClient) -> str | None:
         api = k8s.CustomObjectsApi(api_client)
@@ -151,15 +196,22 @@ class DeviceTaintWriter:
         )
         return None
 
-    async def _refused(self, api_client: k8s.ApiClient, version: str) -> str:
-        """Why this replica may not take part ("" when it may): it reads its rules and its Lease
-        first, as the election would only retry a refusal quietly forever."""
+    async def _refused(self, api_client: k8s.ApiClient, version: str | None) -> str:
+        """Why this replica may not take part ("" when it may): it reads its rules (when served) and
+        its Lease first, as the election would only retry a refusal quietly forever."""
         custom, coordination = k8s.CustomObjectsApi(api_client), k8s.CoordinationV1Api(api_client)
-        checks: tuple[tuple[str, Callable[[], Any]], ...] = (
+        rules: tuple[tuple[str, Callable[[], Any]], ...] = (
             (
-                f"list {PLURAL}",
-                lambda: custom.list_cluster_custom_object(GROUP, version, PLURAL, limit=1, _preload_content=False),
-            ),
+                (
+                    f"list {PLURAL}",
+                    lambda: custom.list_cluster_custom_object(GROUP, version, PLURAL, limit=1, _preload_content=False),
+                ),
+            )
+            if version is not None
+            else ()
+        )
+        checks: tuple[tuple[str, Callable[[], Any]], ...] = (
+            *rules,
             (
                 f"get Lease {self._namespace}/{LEASE_NAME}",
                 lambda: coordination.read_namespaced_lease(LEASE_NAME, self._namespace, _preload_content=False),
@@ -194,40 +246,61 @@ class DeviceTaintWriter:
             resp.release()
         return resp.status != 404
 
-    async def _lead(self, api_client: k8s.ApiClient, version: str) -> None:
-        self._set_mode("writing", f"leader (Lease {self._namespace}/{LEASE_NAME}): writing {GROUP}/{version} {PLURAL}")
+    async def _lead(self, api_client: k8s.ApiClient, version: str | None) -> None:
+        if version is not None:
+            self._set_mode(
+                "writing", f"leader (Lease {self._namespace}/{LEASE_NAME}): writing {GROUP}/{version} {PLURAL}"
+            )
+        else:
+            log.info("device taints: leader (Lease %s/%s): writing node status only", self._namespace, LEASE_NAME)
         api = k8s.CustomObjectsApi(api_client)
-        listed = False
+        listed = version is None
         while True:
             try:
-                if not listed:
+                if not listed and version is not None:
                     self._owned = await self._list(api, version)
+                    self.publication.adopt({n: r for n, item in self._owned.items() if (r := _rule_of(n, item))})
                     listed = True
-                listed = await self._reconcile(api, version)
+                self.track()
+                if version is not None:
+                    listed = await self._reconcile(api, version)
+                if self.nodes is not None:
+                    await self.nodes.reconcile(api_client, self.publication.nodes, self._bucket.take)
             except _Forbidden as exc:
                 self._set_mode("forbidden", f"{exc}: apply deploy/components/device-taints (its RBAC)")
                 await asyncio.sleep(RETRY_S)
                 self._set_mode("writing", "retrying after a 403")
                 listed = False
                 continue
-            except (aiohttp.ClientError, TimeoutError, OSError, _HttpError) as exc:
+            except (aiohttp.ClientError, TimeoutError, OSError, _HttpError, NodeWriteError) as exc:
                 log.warning("device taints: %s; listing again", exc)
-                listed = False
+                listed = version is None
             await asyncio.sleep(self._interval_s)
 
     async def _reconcile(self, api: k8s.CustomObjectsApi, version: str) -> bool:
-        """One pass; False when the owned rules must be listed again (a conflict)."""
-        asked = self._wanted()
-        wanted = self._debounce.settled(asked, self._clock())
+        """One pass; False when the owned rules must be listed again (a conflict). Health rules
+        first (a failing GPU matters most), then busy ones; a pass out of tokens stops."""
+        wanted = self.publication.rules
         owned = self._owned
-        # A rule goes when its GPU no longer asks for it; one still asked for stays while the hold
-        # runs (a new leader's hold starts at zero: it adopts the rules it finds, never churns them).
-        for name in [n for n in owned if n not in asked]:
+        take = self._bucket.take
+        for name in sorted((n for n in owned if n not in wanted), key=_busy_last):
+            if not take():
+                return True
             await self._call(api.delete_cluster_custom_object(GROUP, version, PLURAL, name, _preload_content=False))
             del owned[name]
             self.status.writes["delete"] += 1
-            log.info("device taint rule %s deleted: its GPU is healthy again", name)
-        for name, rule in wanted.items():
+            log.info(
+                "device taint rule %s deleted: its GPU is %s",
+                name,
+                "idle or held by a pod again" if name.startswith(BUSY_PREFIX) else "healthy again",
+            )
+        for name in sorted(wanted, key=_busy_last):
+            rule = wanted[name]
+            have = owned.get(name)
+            if have is not None and _same(have, rule):
+                continue
+            if not take():
+                return True
             body = _body(rule, version)
             have = owned.get(name)
             if have is None:
@@ -249,7 +322,7 @@ class DeviceTaintWriter:
                     rule.value,
                     rule.effect,
                 )
-            elif not _same(have, rule):
+            else:
                 body["metadata"]["resourceVersion"] = have.get("metadata", {}).get("resourceVersion")
                 replaced = await self._call(
                     api.replace_cluster_custom_object(GROUP, version, PLURAL, name, body, _preload_content=False),
@@ -289,7 +362,18 @@ class DeviceTaintWriter:
             raise _Forbidden(f"HTTP 403 on {PLURAL}: {message}")
         raise _HttpError(f"HTTP {resp.status} on {PLURAL}: {message}")
 
-    def _set_mode(self, mode: str, why: str) -> None:
+    def _set_mode(self, mode: str, why: str, version: str | None = "") -> None:
+        """The rules' mode; `version` None (DeviceTaintRules not served): the node writer's instead
+        (the rules stay "unsupported")."""
+        if version is None:
+            if self.nodes is not None:
+                node_mode = "forbidden" if mode in ("forbidden", "no-lease-namespace") else "standby"
+                if node_mode != self.status.node_mode and node_mode == "forbidden":
+                    log.warning("node status: %s", why)
+                self.status.node_mode = node_mode
+            return
+        if self.status.mode == "unsupported" and mode == "standby" and not version:
+            return
         if mode != self.status.mode:
             (log.warning if mode in ("unsupported", "forbidden") else log.info)("device taints: %s", why)
         self.status.mode = mode
@@ -305,6 +389,27 @@ def _body(rule: TaintRule, version: str) -> dict[str, Any]:
             "taint": {"key": rule.key, "value": rule.value, "effect": rule.effect},
         },
     }
+
+
+def _busy_last(name: str) -> tuple[bool, str]:
+    return name.startswith(BUSY_PREFIX), name
+
+
+def _rule_of(name: str, item: dict[str, Any]) -> TaintRule | None:
+    """A listed rule as a TaintRule (None when it is not one of the shape this writer makes)."""
+    spec = item.get("spec") if isinstance(item, dict) else None
+    selector, taint = (spec or {}).get("deviceSelector") or {}, (spec or {}).get("taint") or {}
+    fields = (
+        selector.get("driver"),
+        selector.get("pool"),
+        selector.get("device"),
+        taint.get("key"),
+        taint.get("effect"),
+    )
+    if not all(isinstance(f, str) and f for f in fields):
+        return None
+    driver, pool, device, key, effect = (str(f) for f in fields)
+    return TaintRule(name, driver, pool, device, key, str(taint.get("value") or ""), effect)
 
 
 def _same(have: dict[str, Any], rule: TaintRule) -> bool:

@@ -7,20 +7,25 @@ nothing of what the agents know. A DeviceTaintRule per device it must not hand o
   failure: the rule the filter uses) gets `gpu-extender.io/unhealthy=<why>:NoSchedule`;
 - a DEGRADED one (thermal or power brake, remap pending) `gpu-extender.io/degraded=<why>:None`
   (marked for people and tools; the allocator may still use it);
-- a healthy one none: its rule goes as soon as the agent says so (`gpu-agent --clear-xid`).
+- a healthy one none: its rule goes as soon as the agent says so (`gpu-agent --clear-xid`);
+- a GPU busy outside Kubernetes (issue 35: the idle rule says busy, and no claim holds its device,
+  nor a pod where the agent read the kubelet) `gpu-extender.io/busy-outside-kubernetes:NoSchedule`,
+  under a rule of its own (`gpu-extender-busy.<node>.<device>`): a degraded GPU can be both.
 
 A GPU is joined to its device as the decisions join them (dra_inventory.capped: by `uuid`, or by
 DRA name). Stale agent data keeps its last health, as the filter does; a node the extender forgot
-has no rules. Pure: summaries and the DRA inventory in, the wanted rules out; `Debounce` holds a
-rule back until the GPU has been bad for a while (never on a single bad sample).
+has no rules. Pure: summaries, the DRA inventory and the claims in, the wanted rules out;
+`Hysteresis` holds a change back until what it follows has said so for a while (a health rule
+never on one bad sample; a busy rule neither on nor off for a job pausing between two kernels).
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from gpuextender.extender.model.dra import DeviceRef, Toleration
 from gpuextender.extender.state.dra_inventory import DraInventory, DraNode, FreeCounter, capped, dra_node, mig_capped
@@ -28,10 +33,14 @@ from gpuextender.extender.state.gpu_summary import NodeSummary
 
 UNHEALTHY_KEY = "gpu-extender.io/unhealthy"
 DEGRADED_KEY = "gpu-extender.io/degraded"
+BUSY_KEY = "gpu-extender.io/busy-outside-kubernetes"
+BUSY_VALUE = "no-pod-holds-it"  # one value: a busy rule is never rewritten while it stands
 NO_SCHEDULE, MARK_ONLY = "NoSchedule", "None"
 NAME_PREFIX = "gpu-extender."
+BUSY_PREFIX = "gpu-extender-busy."
 MAX_NAME_CHARS = 253  # a DNS subdomain
 LEASE_NAME = "gpu-extender-device-taints"  # the Lease that elects the one replica that writes
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,13 +54,13 @@ class TaintRule:
     effect: str
 
 
-def rule_name(node: str, device: str) -> str:
-    """gpu-extender.<node>.<device>: readable, and unique per device (a node's pool and a device
-    name are DNS labels/subdomains, so the result is one). Past 253 characters, a digest."""
-    name = f"{NAME_PREFIX}{node}.{device}"
+def rule_name(node: str, device: str, prefix: str = NAME_PREFIX) -> str:
+    """<prefix><node>.<device>: readable, and unique per device (a node's pool and a device name
+    are DNS labels/subdomains, so the result is one). Past 253 characters, a digest."""
+    name = f"{prefix}{node}.{device}"
     if len(name) <= MAX_NAME_CHARS:
         return name
-    return NAME_PREFIX + hashlib.sha256(f"{node}/{device}".encode()).hexdigest()[:40]
+    return prefix + hashlib.sha256(f"{node}/{device}".encode()).hexdigest()[:40]
 
 
 def wanted_taints(dra: DraInventory, summary_of: Callable[[str], NodeSummary | None]) -> dict[str, TaintRule]:
@@ -81,7 +90,39 @@ def wanted_taints(dra: DraInventory, summary_of: Callable[[str], NodeSummary | N
     return rules
 
 
+def busy_taints(
+    dra: DraInventory,
+    summary_of: Callable[[str], NodeSummary | None],
+    allocated_on: Callable[[str], AbstractSet[DeviceRef]] | None,
+) -> dict[str, TaintRule]:
+    """A NoSchedule rule per DRA GPU its agent reports busy (the idle rule) while no pod holds it:
+    no allocated claim holds its device, and no container holds it where the agent read the
+    kubelet (GpuPositions.unheld). `allocated_on` None (the claims not listed yet): the holders
+    are unknown, and no GPU is tainted for being busy. Unhealthy GPUs are the health rule's."""
+    rules: dict[str, TaintRule] = {}
+    if allocated_on is None:
+        return rules
+    for node, devices in dra.gpu_devices.items():
+        summary = summary_of(node)
+        positions = summary.positions if summary is not None else None
+        if positions is None:
+            continue
+        busy = positions.unheld & ~positions.available  # healthy, held by no container, not idle
+        if not busy:
+            continue
+        held = allocated_on(node)
+        for ref, device in devices:
+            at = positions.position(device.uuid, device.name)
+            if at is None or not busy >> at & 1 or ref in held:
+                continue
+            driver, pool, device_name = ref
+            name = rule_name(node, device_name, BUSY_PREFIX)
+            rules[name] = TaintRule(name, driver, pool, device_name, BUSY_KEY, BUSY_VALUE, NO_SCHEDULE)
+    return rules
+
+
 MODES = ("off", "unsupported", "forbidden", "no-lease-namespace", "standby", "writing")
+NODE_MODES = ("off", "forbidden", "standby", "writing")  # the node-status writer's
 
 
 @dataclass(slots=True)
@@ -92,27 +133,49 @@ class TaintWriterStatus:
     mode: str = "off"
     rules: int = 0  # rules the leader keeps now
     writes: dict[str, int] = field(default_factory=lambda: {"create": 0, "update": 0, "delete": 0})
+    # The node-status writer (issue 35): its mode (NODE_MODES) and writes by what they changed.
+    node_mode: str = "off"
+    node_writes: dict[str, int] = field(default_factory=lambda: {"condition": 0, "taint": 0, "untaint": 0})
+    deferred: int = 0  # writes the budget (--publish-writes-per-second) put off to a later pass
+    standing: dict[str, int] = field(default_factory=dict)  # rules that stand now, by taint key (every replica)
+    nodes_by_condition: dict[str, int] = field(default_factory=dict)  # GPUsUsable status -> nodes (every replica)
 
 
-class Debounce:
-    """A rule is wanted once the GPU has been bad for `hold_s` (any bad verdict, unhealthy or
-    degraded, counts from the first): a single bad sample never taints. A rule whose GPU is healthy
-    again is not wanted at once."""
+class Hysteresis(Generic[T]):
+    """Which names stand, of those asked for now: a name not standing starts to once it has been
+    asked for without a break for `on_s`; a standing one stops once it has not been asked for
+    without a break for `off_s` (0: at once). A break restarts the clock: a GPU toggling faster
+    than the hold never changes what stands (one write per hold at most). What stands at the start
+    (`adopt`: the rules a new leader finds) counts as standing. Asked values replace standing ones
+    at once (unhealthy -> degraded is one rule's new value, not a new rule)."""
 
-    def __init__(self, hold_s: float) -> None:
-        self.hold_s = hold_s
-        self._since: dict[str, float] = {}
+    def __init__(self, on_s: float, off_s: float) -> None:
+        self.on_s, self.off_s = on_s, off_s
+        self.standing: dict[str, T] = {}
+        self._since: dict[str, float] = {}  # name -> when asked first disagreed with standing
 
-    def settled(self, wanted: dict[str, TaintRule], now: float) -> dict[str, TaintRule]:
-        since = self._since
-        for name in [n for n in since if n not in wanted]:
-            del since[name]
-        ready = {}
-        for name, rule in wanted.items():
-            first = since.setdefault(name, now)
-            if now - first >= self.hold_s:
-                ready[name] = rule
-        return ready
+    def adopt(self, names: Mapping[str, T]) -> None:
+        for name, value in names.items():
+            self.standing.setdefault(name, value)
+
+    def settle(self, asked: Mapping[str, T], now: float) -> dict[str, T]:
+        standing, since = self.standing, self._since
+        for name in [n for n in since if (n in asked) == (n in standing)]:
+            del since[name]  # agrees again: a later change starts from zero
+        for name, value in asked.items():
+            if name in standing:
+                standing[name] = value
+            elif now - since.setdefault(name, now) >= self.on_s:
+                standing[name] = value
+                del since[name]
+        for name in [n for n in standing if n not in asked]:
+            if now - since.setdefault(name, now) >= self.off_s:
+                del standing[name], since[name]
+        return standing
+
+    def pending(self, name: str) -> float | None:
+        """When `name` began to disagree with what stands (None: it agrees)."""
+        return self._since.get(name)
 
 
 class TolerantView:

@@ -20,6 +20,11 @@ from collections.abc import Callable, Iterable
 
 from gpuextender.extender.model.dra import relevant_slice_part
 from gpuextender.extender.model.kube_objects import KIND_BY_NAME, KINDS, NODE, RESOURCE_SLICE, KubeObject, object_key
+from gpuextender.extender.state.node_gpu_status import CONDITION_TYPE
+
+# A Node's taints kept (the node-status writer's own is among the few a Node has; a Node with more
+# than this many is malformed or hostile, and the rest are not ours to read).
+MAX_KEPT_TAINTS = 64
 
 log = logging.getLogger("gpu_extender.inventory")
 
@@ -125,8 +130,10 @@ def _relevant_part(kind: str, obj: KubeObject) -> KubeObject:
 
 def relevant_node_part(node: KubeObject) -> KubeObject:
     """What the extender reads of a Node (`view._parse_node`, `node_class`): identity,
-    labels and status.allocatable. Malformed parts are kept as they are, so the view
-    still reports them as invalid."""
+    labels and status.allocatable; and what its node-status writer compares with what it wants
+    (inventory/node_status_writer.py): the taints and the GPUsUsable condition only, which no
+    decision reads (`_without_version` leaves them out: a write of ours rebuilds nothing).
+    Malformed parts are kept as they are, so the view still reports them as invalid."""
     meta = node.get("metadata")
     if not isinstance(meta, dict):
         return node
@@ -140,11 +147,24 @@ def relevant_node_part(node: KubeObject) -> KubeObject:
         slim["status"] = {"allocatable": status["allocatable"]}
     elif status is not None and not isinstance(status, dict):
         slim["status"] = status
+    spec = node.get("spec")
+    if isinstance(spec, dict) and isinstance(spec.get("taints"), list) and spec["taints"]:
+        slim["spec"] = {"taints": spec["taints"][:MAX_KEPT_TAINTS]}
+    if isinstance(status, dict) and isinstance(status.get("conditions"), list):
+        ours = [c for c in status["conditions"] if isinstance(c, dict) and c.get("type") == CONDITION_TYPE]
+        if ours and isinstance(slim.get("status"), dict):
+            slim["status"]["conditions"] = ours[:1]
     return slim
 
 
 def _without_version(node: KubeObject) -> KubeObject:
+    """The part of a kept Node a decision reads: no resourceVersion, taints or condition."""
     meta = node.get("metadata")
-    if not isinstance(meta, dict) or "resourceVersion" not in meta:
-        return node
-    return {**node, "metadata": {k: v for k, v in meta.items() if k != "resourceVersion"}}
+    status = node.get("status")
+    if isinstance(meta, dict) and "resourceVersion" in meta:
+        node = {**node, "metadata": {k: v for k, v in meta.items() if k != "resourceVersion"}}
+    if "spec" in node:
+        node = {k: v for k, v in node.items() if k != "spec"}
+    if isinstance(status, dict) and "conditions" in status:
+        node = {**node, "status": {k: v for k, v in status.items() if k != "conditions"}}
+    return node

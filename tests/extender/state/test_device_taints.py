@@ -12,7 +12,7 @@ from gpuextender.extender.model.dra import parse_device_class, parse_resource_sl
 from gpuextender.extender.state.device_taints import (
     MAX_NAME_CHARS,
     NAME_PREFIX,
-    Debounce,
+    Hysteresis,
     TaintRule,
     rule_name,
     wanted_taints,
@@ -121,11 +121,11 @@ def test_rule_names_are_readable_up_to_a_dns_subdomain_and_a_digest_past_it() ->
 @pytest.mark.parametrize(("after", "wanted_now"), [(2.999, False), (3.0, True)])
 def test_a_rule_is_wanted_once_the_gpu_was_bad_for_the_hold_and_goes_at_once(after: float, wanted_now: bool) -> None:
     rule = TaintRule("r", "gpu.nvidia.com", "n", "gpu-0", "gpu-extender.io/unhealthy", "xid-79", "NoSchedule")
-    hold = Debounce(3.0)
-    assert hold.settled({"r": rule}, 100.0) == {}  # one bad sample: nothing yet
-    assert (hold.settled({"r": rule}, 100.0 + after) == {"r": rule}) is wanted_now
-    assert hold.settled({}, 104.0) == {}  # healthy again: gone at once
-    assert hold.settled({"r": rule}, 104.5) == {}  # bad again: the hold starts over
+    hold = Hysteresis[TaintRule](3.0, 0.0)
+    assert hold.settle({"r": rule}, 100.0) == {}  # one bad sample: nothing yet
+    assert (hold.settle({"r": rule}, 100.0 + after) == {"r": rule}) is wanted_now
+    assert hold.settle({}, 104.0) == {}  # healthy again: gone at once
+    assert hold.settle({"r": rule}, 104.5) == {}  # bad again: the hold starts over
 
 
 def test_device_taint_flags() -> None:
@@ -138,3 +138,38 @@ def test_device_taint_flags() -> None:
     for bad in ("-0.001", "3600.001", "nan"):
         with pytest.raises(ConfigError, match="--device-taint-after"):
             build_config(["--kubernetes", "--device-taint-after", bad], env={})
+
+
+def test_publish_flags_defaults_and_bounds() -> None:
+    publish = build_config(["--kubernetes"], env={}).publish
+    assert (publish.busy_taints, publish.busy_hold_s, publish.node_conditions, publish.node_taint) == (
+        True,
+        60.0,
+        True,
+        False,
+    )
+    assert (publish.node_taint_key, publish.node_taint_effect, publish.writes_per_s) == (
+        "gpu-extender.io/no-usable-gpu",
+        "NoSchedule",
+        20.0,
+    )
+    on = build_config(
+        ["--kubernetes", "--node-taint", "on", "--node-taint-key", "example.com/gpus-gone", "--busy-taints", "off"],
+        env={},
+    ).publish
+    assert (on.node_taint, on.node_taint_key, on.busy_taints) == (True, "example.com/gpus-gone", False)
+    for hold in ("1", "3600"):
+        assert build_config(["--kubernetes", "--busy-hold", hold], env={}).publish.busy_hold_s == float(hold)
+    for bad in ("0.999", "3600.001", "nan"):
+        with pytest.raises(ConfigError, match="--busy-hold"):
+            build_config(["--kubernetes", "--busy-hold", bad], env={})
+    assert build_config(["--kubernetes", "--publish-writes-per-second", "1000"], env={}).publish.writes_per_s == 1000
+    for bad in ("0", "1000.001", "nan", "-1"):
+        with pytest.raises(ConfigError, match="--publish-writes-per-second"):
+            build_config(["--kubernetes", "--publish-writes-per-second", bad], env={})
+    assert build_config(["--kubernetes", "--node-taint-key", "a" * 63], env={}).publish.node_taint_key == "a" * 63
+    for bad in ("a" * 64, "Bad Key", "/x", "x/", "-x", "example.com/"):
+        with pytest.raises(ConfigError, match="--node-taint-key"):
+            build_config(["--kubernetes", f"--node-taint-key={bad}"], env={})
+    with pytest.raises(SystemExit):
+        build_config(["--kubernetes", "--node-taint-effect", "NoExecute"], env={})

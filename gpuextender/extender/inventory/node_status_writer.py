@@ -1,0 +1,202 @@
+"""Writes each device-plugin GPU node's `GPUsUsable` condition and, when asked for, its no-usable-GPU
+taint (state/node_gpu_status.py, issue 35). Run by the leader of the device-taint Lease
+(device_taint_writer.py), one pass per tick.
+
+- What a node has is read from the inventory's watched Node (state/inventory_store keeps our
+  condition and the taints): no write when it already says what is wanted. A write just sent is
+  not sent again for RESEND_S while the watch catches up.
+- The condition: a strategic-merge patch of nodes/status keyed by the condition's type, so no other
+  condition is touched; its lastTransitionTime moves only when its status does.
+- The taint: read, then the node's taints with ours added or removed (no other key touched),
+  written with the read resourceVersion (a concurrent writer's change is a 409: tried next pass).
+- Every write takes a token (`take`): a pass stops when none is left and goes on at the next.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from typing import Any, cast
+
+import aiohttp
+import orjson
+from kubernetes_asyncio import client as k8s
+
+from gpuextender.extender.state.device_taints import TaintWriterStatus
+from gpuextender.extender.state.node_gpu_status import CONDITION_TYPE, NodeGpuStatus
+
+log = logging.getLogger("gpu_extender.node_status")
+
+RESEND_S = 30.0
+FORBIDDEN_RETRY_S = 10.0
+STRATEGIC = "application/strategic-merge-patch+json"
+MERGE = "application/merge-patch+json"
+
+
+def condition_of(node: dict[str, Any] | None) -> dict[str, Any] | None:
+    for c in ((node or {}).get("status") or {}).get("conditions") or ():
+        if isinstance(c, dict) and c.get("type") == CONDITION_TYPE:
+            return c
+    return None
+
+
+def has_taint(node: dict[str, Any] | None, key: str) -> bool:
+    return any(
+        isinstance(t, dict) and t.get("key") == key for t in ((node or {}).get("spec") or {}).get("taints") or ()
+    )
+
+
+class NodeStatusWriter:
+    def __init__(
+        self,
+        node_of: Callable[[str], dict[str, Any] | None],
+        status: TaintWriterStatus,
+        *,
+        taint: bool,
+        taint_key: str,
+        taint_effect: str,
+        clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self._node_of = node_of
+        self._taint, self._key, self._effect = taint, taint_key, taint_effect
+        self._clock, self._wall = clock, wall
+        self._sent: dict[tuple[str, str], tuple[Any, float]] = {}  # (node, what) -> (value, when)
+        self.status = status
+        status.node_mode = "standby"
+        self._forbidden_until = 0.0
+        self._said_forbidden = False
+
+    def wanted_taint(self, status: NodeGpuStatus) -> bool:
+        return self._taint and status.no_usable_gpu
+
+    async def reconcile(
+        self, api_client: k8s.ApiClient, nodes: dict[str, NodeGpuStatus], take: Callable[[], bool]
+    ) -> None:
+        now = self._clock()
+        if now < self._forbidden_until:
+            return
+        try:
+            await self._pass(k8s.CoreV1Api(api_client), nodes, take, now)
+        except _Forbidden as exc:
+            if not self._said_forbidden:  # once: the operator reads it, the mode metric keeps it
+                log.warning(
+                    "node status: %s: apply deploy/components/device-taints (the condition) and, with "
+                    "--node-taint on, deploy/components/node-taints (the taint); GPU placement goes on "
+                    "without them; trying again every %gs",
+                    exc,
+                    FORBIDDEN_RETRY_S,
+                )
+                self._said_forbidden = True
+            self.status.node_mode = "forbidden"
+            self._forbidden_until = now + FORBIDDEN_RETRY_S
+            return
+        self._said_forbidden = False
+        self.status.node_mode = "writing"
+        for key in [k for k, (_, when) in self._sent.items() if now - when > RESEND_S]:
+            del self._sent[key]
+
+    async def _pass(
+        self, core: k8s.CoreV1Api, nodes: dict[str, NodeGpuStatus], take: Callable[[], bool], now: float
+    ) -> None:
+        for name, status in nodes.items():
+            have = self._node_of(name)
+            if have is None:
+                continue  # no Node (yet): nothing to patch
+            taint = self.wanted_taint(status)
+            if taint != has_taint(have, self._key) and self._due(name, "taint", taint, now):
+                if not take():
+                    return
+                self._sent[(name, "taint")] = (taint, now)
+                await self._set_taint(core, name, taint, status)
+            cond = condition_of(have)
+            wanted = (status.status, status.reason, status.message)
+            seen = (cond.get("status"), cond.get("reason"), cond.get("message")) if cond else None
+            if wanted != seen and self._due(name, "condition", wanted, now):
+                if not take():
+                    return
+                self._sent[(name, "condition")] = (wanted, now)
+                await self._set_condition(core, name, status, cond)
+
+    def _due(self, node: str, what: str, value: Any, now: float) -> bool:
+        """Not sent already (the same value, within RESEND_S: the watch has not brought it back yet)."""
+        sent = self._sent.get((node, what))
+        return sent is None or sent[0] != value or now - sent[1] > RESEND_S
+
+    async def _set_condition(
+        self, core: k8s.CoreV1Api, name: str, status: NodeGpuStatus, cond: dict[str, Any] | None
+    ) -> None:
+        stamp = self._wall().strftime("%Y-%m-%dT%H:%M:%SZ")
+        moved = cond is None or cond.get("status") != status.status
+        body = {
+            "status": {
+                "conditions": [
+                    {
+                        "type": CONDITION_TYPE,
+                        "status": status.status,
+                        "reason": status.reason,
+                        "message": status.message,
+                        "lastHeartbeatTime": stamp,
+                        "lastTransitionTime": stamp if moved or cond is None else cond.get("lastTransitionTime", stamp),
+                    }
+                ]
+            }
+        }
+        await _call(cast(Any, core).patch_node_status(name, body, _content_type=STRATEGIC, _preload_content=False))
+        self.status.node_writes["condition"] += 1
+        log.info(
+            "node %s: condition %s=%s (%s): %s", name, CONDITION_TYPE, status.status, status.reason, status.message
+        )
+
+    async def _set_taint(self, core: k8s.CoreV1Api, name: str, taint: bool, status: NodeGpuStatus) -> None:
+        node = await _call(core.read_node(name, _preload_content=False))
+        if not node:
+            return  # deleted meanwhile
+        taints = [t for t in (node.get("spec") or {}).get("taints") or () if t.get("key") != self._key]
+        if taint:
+            taints.append({"key": self._key, "effect": self._effect})
+        body = {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"]}, "spec": {"taints": taints}}
+        done = await _call(
+            cast(Any, core).patch_node(name, body, _content_type=MERGE, _preload_content=False), conflict_ok=True
+        )
+        if done is None:
+            self._sent.pop((name, "taint"), None)  # changed meanwhile: next pass reads it again
+            return
+        self.status.node_writes["taint" if taint else "untaint"] += 1
+        log.info(
+            "node %s: taint %s:%s %s (%s)",
+            name,
+            self._key,
+            self._effect,
+            "added" if taint else "removed",
+            status.message,
+        )
+
+
+async def _call(pending: Any, *, conflict_ok: bool = False) -> dict[str, Any] | None:
+    resp: aiohttp.ClientResponse = await pending
+    try:
+        raw = await resp.read()
+    finally:
+        resp.release()
+    if resp.status in (200, 201):
+        loaded: dict[str, Any] = orjson.loads(raw) if raw else {}
+        return loaded
+    if resp.status == 404:
+        return {}
+    if resp.status == 409 and conflict_ok:
+        return None
+    message = raw[:300].decode("utf-8", "replace")
+    if resp.status == 403:
+        raise _Forbidden(f"HTTP 403 on nodes: {message}")
+    raise NodeWriteError(f"HTTP {resp.status} on nodes: {message}")
+
+
+class NodeWriteError(Exception):
+    pass
+
+
+class _Forbidden(NodeWriteError):
+    pass
