@@ -395,6 +395,7 @@ async def _connect_kubernetes(extender: Extender) -> None:
             nodes=nodes,
             writes_per_s=publish.writes_per_s,
         )
+        extender.api.decisions.published = extender.taint_writer.publication.node
         metrics.add(DeviceTaintsCollector(extender.taint_writer.status))
 
 

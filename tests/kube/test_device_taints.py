@@ -11,6 +11,7 @@ would give gpu-0 first; none gets it. `gpu-agent --clear-xid 0` on one node: its
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -25,7 +26,7 @@ from gpuextender.agent.fakes.kubelet import fake_gpu_uuid
 from tests.control_plane import LIMITED_TOKEN, LIMITED_USER, wait_for
 from tests.deploy import manifests as m
 from tests.extender.dra_objects import device_class, gpu_slice
-from tests.harness import Proc, metric
+from tests.harness import Proc, http, metric
 from tests.kube.scene import H100, Scene
 from tests.kube.test_dra import DRA, claim_pod
 
@@ -161,6 +162,12 @@ def test_without_the_rbac_component_the_writer_says_forbidden_and_writes_once_it
     wait_for("the writer forbidden", lambda: mode(world, ext) == "forbidden" or None, 30)
     assert "not allowed to list devicetaintrules" in ext.log() and "deploy/components/device-taints" in ext.log()
     assert ours(world) == {}
+    # Node status too (no Lease, no leader), said in that one line; the extender keeps filtering.
+    assert metric(world.scrape(ext), "gpu_extender_node_status_mode", mode="forbidden") == 1
+    time.sleep(12)  # past a retry (10 s): still the one line
+    assert ext.log().count("not allowed to list devicetaintrules") == 1, ext.log()
+    status, raw = http("POST", world.url(ext) + "/filter", filter_body(world.ns, n), ssl_context=world.client_tls)
+    assert status == 200 and json.loads(raw)["NodeNames"] is not None, raw
 
     for obj in m.load_source(m.COMPONENTS / "device-taints"):  # renamed for this test, bound to the user
         obj = {**obj, "metadata": {**obj["metadata"], "name": f"{ns}-{obj['metadata']['name']}"}}
@@ -170,6 +177,15 @@ def test_without_the_rbac_component_the_writer_says_forbidden_and_writes_once_it
         grant(world, obj)
     wait_for("the writer writing", lambda: mode(world, ext) == "writing" or None, 60)
     wait_for("its rule", lambda: f"gpu-extender.{n}.gpu-0" in ours(world) or None, 30)
+
+
+def filter_body(namespace: str, node: str) -> bytes:
+    """A filter call for a one-GPU device-plugin pod on `node` (a DRA node: no nvidia.com/gpu)."""
+    pod = {
+        "metadata": {"name": "probe", "namespace": namespace, "uid": "probe"},
+        "spec": {"containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
+    }
+    return json.dumps({"Pod": pod, "NodeNames": [node]}).encode()
 
 
 def quarantined_dra_node(world: Scene) -> str:

@@ -16,7 +16,11 @@ no sooner than the hold after it idles; a GPU toggling every second writes nothi
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -24,9 +28,9 @@ import pytest
 
 from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
-from tests.control_plane import wait_for
+from tests.control_plane import GPU, wait_for
 from tests.extender.dra_objects import device_class, gpu_slice
-from tests.harness import Proc, metric
+from tests.harness import Proc, http, metric
 from tests.kube.scene import EXTENDER_NAME, H100, NODE_LABEL, Scene
 from tests.kube.test_device_taints import GATES, ours
 from tests.kube.test_dra import DRA, claim_pod
@@ -157,6 +161,42 @@ def tainted(world: Scene, name: str) -> bool:
     return any(t.get("key") == NODE_TAINT for t in node(world, name).get("spec", {}).get("taints") or ())
 
 
+def explained(world: Scene, ext: Proc, tmp_path: Path) -> str:
+    """`gpu-extender explain` of a one-GPU pod, as an operator runs it against the extender."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "probe", "namespace": world.ns},
+        "spec": {"containers": [{"name": "main", "image": "x", "resources": {"limits": {GPU: "1"}}}]},
+    }
+    manifest = tmp_path / "probe.json"
+    manifest.write_text(json.dumps(pod))
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "gpuextender.extender",
+            "explain",
+            "--url",
+            world.url(ext),
+            "--cacert",
+            str(world.ca_file),
+            str(manifest),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done.stdout
+
+
+def fleet(world: Scene, ext: Proc) -> dict[str, Any]:
+    status, raw = http("GET", world.url(ext) + "/ui/fleet.json", ssl_context=world.client_tls)
+    assert status == 200, raw
+    return dict(json.loads(raw))
+
+
 def writes(world: Scene, ext: Proc) -> dict[str, float]:
     samples = world.scrape(ext)
     found = {op: metric(samples, "gpu_extender_device_taint_writes_total", op=op) or 0 for op in ("create", "delete")}
@@ -250,7 +290,7 @@ def test_a_scheduler_without_the_extender_gives_no_busy_or_unhealthy_gpu_and_lea
 
 @pytest.mark.slow
 def test_busy_taints_follow_the_hold_and_a_flapping_gpu_writes_nothing(
-    world: Scene, capsys: pytest.CaptureFixture[str]
+    world: Scene, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
     hold = 3.0
     dra = f"{world.ns}-d"
@@ -261,6 +301,16 @@ def test_busy_taints_follow_the_hold_and_a_flapping_gpu_writes_nothing(
         "--stale-after", "3600", "--forget-after", "7200", "--busy-hold", f"{hold:g}", "--node-taint", "on"
     )  # fmt: skip
     world.wait_inventory(ext, "Node", len(world.kube.get("/api/v1/nodes")["items"]))
+    # Someone else's taint and condition on the node: never touched.
+    foreign_taint = {"key": "example.com/maintenance", "value": "soon", "effect": "PreferNoSchedule"}
+    world.kube.merge_patch(f"/api/v1/nodes/{plugin}", {"spec": {"taints": [foreign_taint]}})
+    foreign = {"type": "ExampleHealthy", "status": "True", "reason": "Fine", "message": "someone else's"}
+    world.kube.request(
+        "PATCH",
+        f"/api/v1/nodes/{plugin}/status",
+        {"status": {"conditions": [foreign]}},
+        "application/strategic-merge-patch+json",
+    )
     agents = Agents(world, ext)
     kubelet = frozenset({plugin})
     gpus = {dra: [IDLE] * 8, plugin: [IDLE] * 8}
@@ -287,6 +337,16 @@ def test_busy_taints_follow_the_hold_and_a_flapping_gpu_writes_nothing(
     assert (taint["key"], taint["value"], taint["effect"]) == (BUSY_KEY, "no-pod-holds-it", "NoSchedule")
     version = ours(world)[rule]["metadata"]["resourceVersion"]
     wait_for("the condition False", lambda: (condition(world, plugin) or {}).get("status") == "False" or None, 30)
+    assert foreign_taint in node(world, plugin)["spec"]["taints"]
+    shown = explained(world, ext, tmp_path)
+    assert f"published taint on gpu-1: {BUSY_KEY}=no-pod-holds-it:NoSchedule stands" in shown, shown
+    assert (
+        "condition GPUsUsable=False (NoUsableGPU): 0 of 8 GPUs usable; 8 busy outside Kubernetes for over 3s" in shown
+    )
+    rows = {r["node"]: r for c in fleet(world, ext)["classes"] for r in c["rows"]}
+    assert rows[dra]["published"]["taints"] == {"gpu-1": BUSY_KEY}
+    assert rows[dra]["gpus"][1][4] == "tainted: busy-outside-kubernetes"
+    assert rows[plugin]["published"]["condition"]["status"] == "False"
 
     # GPU 2 toggles every second for four holds: faster than the hold, so nothing is written.
     before = writes(world, ext)
@@ -305,6 +365,9 @@ def test_busy_taints_follow_the_hold_and_a_flapping_gpu_writes_nothing(
     wait_for("the node taint gone", lambda: not tainted(world, plugin) or None, hold + 30)
     assert to_untaint >= hold
     wait_for("the condition True", lambda: (condition(world, plugin) or {}).get("status") == "True" or None, 30)
+    kept = node(world, plugin)
+    assert kept["spec"]["taints"] == [foreign_taint]
+    assert {c["type"]: c["message"] for c in kept["status"]["conditions"]}["ExampleHealthy"] == "someone else's"
     after = writes(world, ext)
     # One create and one delete for the GPU, one taint and one untaint, two conditions.
     assert {k: after[k] - base[k] for k in after} == {

@@ -130,6 +130,37 @@ def _dra_devices(known: Snapshot, name: str) -> list[dict[str, Any]] | None:
     ]
 
 
+def _published(known: Snapshot, name: str) -> dict[str, Any] | None:
+    """What the extender publishes for every scheduler and autoscaler about this node (issue 35):
+    its devices' taint rules, standing or pending (and for how long), and a device-plugin node's
+    GPUsUsable condition. None: nothing."""
+    found = known.published(name)
+    if found is None:
+        return None
+    now = known.now
+    return {
+        "deviceTaints": [
+            {
+                "device": t.device,
+                "taint": f"{t.key}={t.value}:{t.effect}",
+                "stands": t.stands,
+                # Seconds since what is asked began to differ from what stands (it changes once
+                # that reaches the hold); None: it agrees.
+                "pendingForSeconds": None if t.pending_since is None else round(max(now - t.pending_since, 0.0), 1),
+            }
+            for t in found.taints
+        ],
+        "gpusUsable": None
+        if found.status is None
+        else {
+            "status": found.status.status,
+            "reason": found.status.reason,
+            "message": found.status.message,
+            "noUsableGpu": found.status.no_usable_gpu,
+        },
+    }
+
+
 def _dra_mig_devices(known: Snapshot, name: str) -> list[dict[str, Any]] | None:
     """The node's MIG devices that come through DRA, each with its profile, the claim that holds it
     and its taints; None for a node without any. (The agent's view is per profile: migDevicesFree.)"""
@@ -184,6 +215,7 @@ def explain(d: Decision) -> dict[str, Any]:
                 **_bound_pods(known, name, a.data is DataState.FRESH),
                 "draDevices": _dra_devices(known, name),
                 "draMigDevices": _dra_mig_devices(known, name),
+                "published": _published(known, name),
                 "meanUtilization": None if a.mean_utilization is None else round(a.mean_utilization, 1),
                 # The GPU numbers are assumed (agent silent or never heard): idle = needed, never all-idle.
                 "assumedData": a.assumed,

@@ -13,6 +13,7 @@ from gpuextender.extender.settings import DecisionPolicy
 from gpuextender.extender.state.inventory_view import InventoryView
 from gpuextender.extender.state.live_classes import ClassesByNode, nodes_in_classes
 from gpuextender.extender.state.pod_ledger import BoundPod
+from gpuextender.extender.state.publication import NodePublished
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +42,8 @@ class Snapshot:
     # The fresh verdicts and rankings over the same summaries `summary` looks up (fit_index.py);
     # None where `summary` is another view (DRA): then every call judges each node itself.
     fit_index: FitIndex | None = None
+    # What the device-taint writer publishes for the node (taint rules, GPUsUsable): explain only.
+    published: Callable[[str], NodePublished | None] = field(default=lambda node: None)
 
     def nodes_of(self, classes: tuple[str, ...]) -> frozenset[str]:
         """The nodes in at least one of `classes`."""

@@ -35,6 +35,7 @@ from gpuextender.extender.state.group_book import GroupBook, GroupPlan
 from gpuextender.extender.state.inventory_view import InventoryView
 from gpuextender.extender.state.live_classes import LiveClasses
 from gpuextender.extender.state.pod_ledger import PodLedger
+from gpuextender.extender.state.publication import NodePublished
 
 PLAN_CACHE_SIZE = 4096  # distinct OME pod identities per inventory version; cleared when full
 POD_CACHE_SIZE = 256  # distinct pods read; cleared when full
@@ -115,6 +116,8 @@ class Decisions:
         self.groups: GroupBook | None = None  # multi-pod groups' domains and holds (state/group_book.py)
         # A PodGroup's size and domain key by (source, namespace, name) (state/pod_groups.py).
         self.pod_groups: Callable[[str, str, str], PodGroupSpec | None] = lambda _s, _ns, _n: None
+        # What the device-taint writer publishes per node (state/publication.py), once it runs.
+        self.published: Callable[[str], NodePublished | None] = lambda _node: None
         self._dra_free = DraFree()
         state.on_offered_change(self._dra_free.summary_changed)
         self._fits = FitIndex(state.offered_summaries)
@@ -178,6 +181,7 @@ class Decisions:
             reported=self._state.reported,
             claim_holders=self.claims.holders_on if self.claims is not None else lambda node: {},
             fit_index=self._fits if summary is self._state.summary else None,
+            published=self.published,
         )
         return Decision(pod, self._plans.plan(pod, view), candidates, known, settings.shortlist, group)
 

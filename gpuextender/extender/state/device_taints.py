@@ -52,6 +52,7 @@ class TaintRule:
     key: str
     value: str
     effect: str
+    node: str = field(default="", compare=False)  # the node it is on (explain, the fleet page)
 
 
 def rule_name(node: str, device: str, prefix: str = NAME_PREFIX) -> str:
@@ -86,6 +87,7 @@ def wanted_taints(dra: DraInventory, summary_of: Callable[[str], NodeSummary | N
                 UNHEALTHY_KEY if unhealthy else DEGRADED_KEY,
                 why,
                 NO_SCHEDULE if unhealthy else MARK_ONLY,
+                node,
             )
     return rules
 
@@ -117,7 +119,7 @@ def busy_taints(
                 continue
             driver, pool, device_name = ref
             name = rule_name(node, device_name, BUSY_PREFIX)
-            rules[name] = TaintRule(name, driver, pool, device_name, BUSY_KEY, BUSY_VALUE, NO_SCHEDULE)
+            rules[name] = TaintRule(name, driver, pool, device_name, BUSY_KEY, BUSY_VALUE, NO_SCHEDULE, node)
     return rules
 
 

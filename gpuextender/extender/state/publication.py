@@ -28,7 +28,6 @@ from gpuextender.extender.state.dra_inventory import DraInventory
 from gpuextender.extender.state.gpu_summary import NodeSummary
 from gpuextender.extender.state.node_gpu_status import NodeGpuStatus, count_by_node, marks, node_status
 
-
 # A restarted replica's agents reconnect within seconds (they re-resolve the Service every 15 s and
 # back off 5 s at most): every node said Unknown, then usable again, at each start would be two
 # writes a node for nothing (10,000 at 5,000 nodes).
@@ -42,6 +41,25 @@ class PublishInputs:
     summary_of: Callable[[str], NodeSummary | None]
     # The devices each node's allocated claims hold; None while the claims are not listed.
     allocated_on: Callable[[str], AbstractSet[DeviceRef]] | None
+
+
+@dataclass(frozen=True, slots=True)
+class PublishedTaint:
+    """A device's rule as explain and the fleet page show it: standing (written by the leader) or
+    pending (asked for, not standing yet; or standing, no longer asked for), and since when."""
+
+    device: str
+    key: str
+    value: str
+    effect: str
+    stands: bool
+    pending_since: float | None  # when what is asked began to differ from what stands
+
+
+@dataclass(frozen=True, slots=True)
+class NodePublished:
+    taints: tuple[PublishedTaint, ...]
+    status: NodeGpuStatus | None  # device-plugin nodes' GPUsUsable condition; None for others
 
 
 class Publication:
@@ -61,15 +79,17 @@ class Publication:
         self.rules: dict[str, TaintRule] = {}  # the DeviceTaintRules that stand, by name
         self.nodes: dict[str, NodeGpuStatus] = {}  # each device-plugin GPU node's condition
         self.updated_at: float | None = None
+        self._asked: dict[str, TaintRule] = {}  # the rules asked for at the last update
+        self._by_node: dict[str, list[PublishedTaint]] | None = None  # built when first read
 
     def update(self, inputs: PublishInputs, now: float) -> None:
-        health = self._health.settle(wanted_taints(inputs.dra, inputs.summary_of), now)
-        busy = (
-            self._busy.settle(busy_taints(inputs.dra, inputs.summary_of, inputs.allocated_on), now)
-            if self._busy_on
-            else {}
-        )
+        health_asked = wanted_taints(inputs.dra, inputs.summary_of)
+        busy_asked_rules = busy_taints(inputs.dra, inputs.summary_of, inputs.allocated_on) if self._busy_on else {}
+        health = self._health.settle(health_asked, now)
+        busy = self._busy.settle(busy_asked_rules, now) if self._busy_on else {}
         self.rules = {**health, **busy}
+        self._asked = {**health_asked, **busy_asked_rules}
+        self._by_node = None
         if self._first is None:
             self._first = now
         settling = now - self._first < self._no_data_grace_s
@@ -100,6 +120,29 @@ class Publication:
         self._busy.adopt({n: r for n, r in rules.items() if n.startswith(BUSY_PREFIX)})
         self._health.adopt({n: r for n, r in rules.items() if not n.startswith(BUSY_PREFIX)})
         self.rules = {**self._health.standing, **self._busy.standing}
+
+    def node(self, node: str) -> NodePublished | None:
+        """What stands and what is pending for `node`, for people (None: nothing at all)."""
+        if self._by_node is None:
+            by_node: dict[str, list[PublishedTaint]] = {}
+            for name in self.rules.keys() | self._asked.keys():
+                rule = self.rules.get(name) or self._asked[name]
+                by_node.setdefault(rule.node, []).append(
+                    PublishedTaint(
+                        rule.device,
+                        rule.key,
+                        rule.value,
+                        rule.effect,
+                        name in self.rules,
+                        self.pending_since(name),
+                    )
+                )
+            self._by_node = by_node
+        taints = self._by_node.get(node)
+        status = self.nodes.get(node)
+        if not taints and status is None:
+            return None
+        return NodePublished(tuple(sorted(taints or (), key=lambda t: (t.device, t.key))), status)
 
     def pending_since(self, name: str) -> float | None:
         """When the rule `name` began to be asked for (not standing yet) or not (still standing)."""

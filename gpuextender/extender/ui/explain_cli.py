@@ -276,6 +276,8 @@ def render(answer: dict[str, Any]) -> str:
             lines.append(f"  {_dra_line(n['draDevices'])}")
         if n.get("draMigDevices"):
             lines.append(f"  {_dra_mig_line(n['draMigDevices'])}")
+        if n.get("published"):
+            lines += [f"  {line}" for line in _published_lines(n["published"])]
     lines += ["", f"node score: {answer['formulas']['node']}"]
     if any(n.get("assumedData") for n in answer["nodes"]):
         lines.append("* assumed data (no fresh agent report): idle GPUs counted as just enough, never as all idle")
@@ -333,6 +335,25 @@ def _dra_mig_line(devices: list[dict[str, Any]]) -> str:
         counts[0] += 1
         counts[1] += bool(d["allocatable"])
     return "DRA MIG devices: " + ", ".join(f"{p} {free} of {n} free" for p, (n, free) in sorted(per.items()))
+
+
+def _published_lines(published: dict[str, Any]) -> list[str]:
+    """What other schedulers and autoscalers see of the node: its taint rules and its condition."""
+    lines = []
+    for t in published.get("deviceTaints") or ():
+        pending = t.get("pendingForSeconds")
+        if t["stands"]:
+            state = "stands" + (
+                f" (no longer asked for, {pending:g}s; goes at the hold)" if pending is not None else ""
+            )
+        else:
+            state = f"pending: asked for {pending:g}s, written at the hold" if pending is not None else "pending"
+        lines.append(f"published taint on {t['device']}: {t['taint']} {state}")
+    usable = published.get("gpusUsable")
+    if usable:
+        taint = "; no usable GPU: the node taint is wanted (with --node-taint on)" if usable["noUsableGpu"] else ""
+        lines.append(f"condition GPUsUsable={usable['status']} ({usable['reason']}): {usable['message']}{taint}")
+    return lines
 
 
 def _dra_line(devices: list[dict[str, Any]]) -> str:

@@ -108,6 +108,7 @@ def fleet_inputs(api: SchedulerApi) -> tuple[FleetInputs, list[str]]:
         domain_level=(level := api.settings.group_levels[0]),
         domain_of=api.decisions.level_index(view, level).value_of,
         groups_held=groups_by_domain(api.groups.plans()),
+        published=api.decisions.published,
     )
     return inputs, gpu_nodes(view.allocatable_gpus, state.node_names(), view.dra.gpu_devices)
 

@@ -108,7 +108,8 @@ function buildRow(row) {
   const line = el("div", "node"); line.dataset.node = row.node; line.dataset.data = row.data;
   const name = el("span", "name", row.node);
   const info = el("span", "info", [row.model || "", row.data === "fresh" ? "" : row.data === "stale" ? "stale data" : "no data",
-    row.error ? "NVML: " + row.error : ""].filter(Boolean).join(" · "));
+    row.error ? "NVML: " + row.error : "",
+    row.published && row.published.condition && row.published.condition.status === "False" ? "no usable GPU (GPUsUsable=False)" : ""].filter(Boolean).join(" · "));
   line.append(name, info);
   const cells = el("span", "cells");
   row.gpus.forEach((cell) => {
@@ -127,6 +128,11 @@ function nodeTitle(row) {
   const parts = [row.node, "data " + row.data + (row.ageSeconds === null ? "" : " (" + row.ageSeconds + " s old)")];
   if (row.allocation) parts.push("allocation: " + row.allocation);
   if (row.dra) parts.push("DRA: " + row.dra.devices + " GPUs, " + row.dra.claimed + " claimed, " + row.dra.tainted + " tainted");
+  if (row.published) {
+    const t = Object.entries(row.published.taints).map(([d, k]) => d + " " + k);
+    if (t.length) parts.push("published taints: " + t.join(", "));
+    if (row.published.condition) parts.push("GPUsUsable=" + row.published.condition.status + ": " + row.published.condition.message);
+  }
   if (row.allocatedIdleByNamespace) parts.push("allocated-idle by namespace: " +
     Object.entries(row.allocatedIdleByNamespace).map(([k, v]) => k + " " + v).join(", "));
   return parts.join(" · ");
@@ -164,7 +170,7 @@ function render(doc) {
     const els = arrange(g.rows).map((row) => {
       const rk = key + "\u0000" + row.node;
       seenRows.add(rk);
-      const sig = JSON.stringify([row.data, row.gpus, row.model, row.error, row.gpuMemoryGiB, row.dra]);
+      const sig = JSON.stringify([row.data, row.gpus, row.model, row.error, row.gpuMemoryGiB, row.dra, row.published]);
       let r = rows.get(rk);
       if (!r || r.sig !== sig) { r = { el: buildRow(row), sig }; rows.set(rk, r); }
       r.el.firstChild.title = nodeTitle(row);

@@ -44,6 +44,7 @@ from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.decide.whole_gpus import SummaryLookup
 from gpuextender.extender.model.dra import DeviceRef
 from gpuextender.extender.model.ome.node_class import GpuFacts
+from gpuextender.extender.state.device_taints import BUSY_KEY
 from gpuextender.extender.state.dra_inventory import NodeDevices
 from gpuextender.extender.state.freshness import data_age, is_fresh
 from gpuextender.extender.state.gpu_summary import (
@@ -55,6 +56,7 @@ from gpuextender.extender.state.gpu_summary import (
     GPU_UNHEALTHY,
     NodeSummary,
 )
+from gpuextender.extender.state.publication import NodePublished
 from gpuextender.extender.state.waiting_pods import Waiting
 
 STATES = (
@@ -103,6 +105,8 @@ class FleetInputs:
     domain_level: str = ""
     domain_of: Mapping[str, str] = field(default_factory=dict)
     groups_held: Mapping[str, Sequence[tuple[str, int]]] = field(default_factory=dict)  # domain -> (group, members)
+    # What the extender publishes per node for other schedulers (state/publication.py).
+    published: Callable[[str], NodePublished | None] = lambda _node: None
 
 
 # A free GPU whose DRA device a claim holds: allocated, as the decision counts it.
@@ -162,8 +166,34 @@ def node_row(name: str, inputs: FleetInputs) -> dict[str, Any]:
         _describe(row, summary)
     if devices:
         _dra(row, summary, devices, inputs.claimed_on(name))
+    published = inputs.published(name)
+    if published is not None:
+        _published(row, summary, devices, published)
     _hardware(row, inputs.facts(name))
     return row
+
+
+def _published(row: dict[str, Any], summary: NodeSummary | None, devices: NodeDevices, found: NodePublished) -> None:
+    """What other schedulers see of the node: `published.taints` the device taint keys that stand,
+    by device (a busy one's cell says why: "tainted: busy-outside-kubernetes"), and a device-plugin
+    node's GPUsUsable condition."""
+    standing = {t.device: t.key for t in found.taints if t.stands}
+    out: dict[str, Any] = {"taints": standing}
+    if found.status is not None:
+        out["condition"] = {"status": found.status.status, "message": found.status.message}
+    row["published"] = out
+    positions = summary.positions if summary is not None and row["data"] == "fresh" else None
+    if positions is None or not standing:
+        return
+    cells = row["gpus"]
+    for ref, device in devices:
+        key = standing.get(ref[2])
+        at = positions.position(device.uuid, device.name)
+        if key != BUSY_KEY or at is None or at >= len(cells):
+            continue
+        cell = cells[at]
+        cell.extend([None] * (5 - len(cell)))
+        cell[4] = "tainted: " + key.rpartition("/")[2]
 
 
 def _reasons(cells: list[list[Any]], summary: NodeSummary) -> None:
