@@ -362,6 +362,7 @@ async def _connect_kubernetes(extender: Extender) -> None:
     extender.binder = extender.api.bindings.binder = PodBinder(connection)
     if config.device_taints == "on":
         from gpuextender.extender.inventory.device_taint_writer import DeviceTaintWriter
+        from gpuextender.extender.inventory.idle_events import IdleEventWriter
         from gpuextender.extender.inventory.node_status_writer import NodeStatusWriter
 
         api, state, claims, store = extender.api, extender.api.state, extender.claims, extender.store
@@ -371,15 +372,18 @@ async def _connect_kubernetes(extender: Extender) -> None:
             view = api.inventory()
             return PublishInputs(
                 view.dra,
-                view.allocatable_gpus if publish.node_conditions or publish.node_taint else {},
+                view.allocatable_gpus,
                 state.reported,
                 claims.allocated_on if claims.synced else None,
+                claims.holders_on if claims.synced else None,
+                config.api.policy.stale_after_s,
             )
 
+        status = TaintWriterStatus()
         nodes = (
             NodeStatusWriter(
                 lambda name: store.get(NODE.kind, name),
-                TaintWriterStatus(),
+                status,
                 taint=publish.node_taint,
                 taint_key=publish.node_taint_key,
                 taint_effect=publish.node_taint_effect,
@@ -387,12 +391,29 @@ async def _connect_kubernetes(extender: Extender) -> None:
             if publish.node_conditions or publish.node_taint
             else None
         )
+        events = (
+            IdleEventWriter(
+                status,
+                window_s=publish.idle_window_s,
+                node_uid=lambda name: str(((store.get(NODE.kind, name) or {}).get("metadata") or {}).get("uid") or ""),
+                claim_uid=lambda key: c.uid if (c := claims.claim(key)) is not None else "",
+            )
+            if publish.idle_events
+            else None
+        )
         extender.taint_writer = DeviceTaintWriter(
             connection,
-            Publication(config.device_taint_after_s, publish.busy_hold_s, busy=publish.busy_taints),
+            Publication(
+                config.device_taint_after_s,
+                publish.busy_hold_s,
+                busy=publish.busy_taints,
+                idle_window_s=publish.idle_window_s,
+            ),
             inputs,
             namespace=config.leader_namespace,
             nodes=nodes,
+            events=events,
+            status=status,
             writes_per_s=publish.writes_per_s,
         )
         extender.api.decisions.published = extender.taint_writer.publication.node

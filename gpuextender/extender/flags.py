@@ -24,6 +24,7 @@ from gpuextender.extender.settings import (
     DEFAULT_BUSY_HOLD_S,
     DEFAULT_GROUP_HOLD_S,
     DEFAULT_GROUP_LEVEL,
+    DEFAULT_IDLE_WINDOW_S,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_NODE_TAINT_KEY,
     DEFAULT_READINESS_GRACE_S,
@@ -34,9 +35,11 @@ from gpuextender.extender.settings import (
     MAX_CLOCK_SKEW_S,
     MAX_GROUP_HOLD_S,
     MAX_HOLD_S,
+    MAX_IDLE_WINDOW_S,
     MAX_UNKNOWN_NODES,
     MAX_WRITES_PER_S,
     MIN_BUSY_HOLD_S,
+    MIN_IDLE_WINDOW_S,
     AgentAuth,
     ApiSettings,
     DecisionPolicy,
@@ -440,6 +443,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="the node taint's effect (never NoExecute: nothing is evicted)",
     )
     g.add_argument(
+        "--idle-window",
+        type=float,
+        default=DEFAULT_IDLE_WINDOW_S,
+        metavar="SECONDS",
+        help="GPUs a pod or a ResourceClaim holds that stay idle this long without a break are a reclaim "
+        "and scale-down signal: counted in gpu_extender_node_gpus_idle_past_window and "
+        "gpu_extender_claim_gpus_idle_past_window, and announced once per window as an Event "
+        "(AllocatedGPUsIdle) on the Node or the ResourceClaim. Nothing is evicted. "
+        f"Within [{MIN_IDLE_WINDOW_S:g}, {MAX_IDLE_WINDOW_S:g}]",
+    )
+    g.add_argument(
+        "--idle-events",
+        choices=("on", "off"),
+        default="on",
+        help="write the AllocatedGPUsIdle Events (the metrics stay)",
+    )
+    g.add_argument(
         "--publish-writes-per-second",
         type=float,
         default=DEFAULT_WRITES_PER_S,
@@ -565,6 +585,10 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str] | None = Non
         raise ConfigError(
             f"--publish-writes-per-second {args.publish_writes_per_second:g} must be within (0, {MAX_WRITES_PER_S:g}]"
         )
+    if not MIN_IDLE_WINDOW_S <= args.idle_window <= MAX_IDLE_WINDOW_S:
+        raise ConfigError(
+            f"--idle-window {args.idle_window:g} must be within [{MIN_IDLE_WINDOW_S:g}, {MAX_IDLE_WINDOW_S:g}] seconds"
+        )
     if not _TAINT_KEY.fullmatch(args.node_taint_key) or len(args.node_taint_key.rpartition("/")[2]) > 63:
         raise ConfigError(
             f"--node-taint-key {args.node_taint_key!r} is not a taint key ([prefix/]name: a DNS subdomain "
@@ -621,6 +645,8 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str] | None = Non
             node_taint_key=args.node_taint_key,
             node_taint_effect=args.node_taint_effect,
             writes_per_s=args.publish_writes_per_second,
+            idle_window_s=args.idle_window,
+            idle_events=args.idle_events == "on",
         ),
         leader_namespace=args.leader_namespace
         or (os.environ if env is None else env).get("POD_NAMESPACE")

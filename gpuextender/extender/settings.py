@@ -48,6 +48,12 @@ MAX_HOLD_S = 3600.0
 # client QPS for a controller is 20 (--kube-api-qps of kube-controller-manager).
 DEFAULT_WRITES_PER_S = 20.0
 DEFAULT_NODE_TAINT_KEY = "gpu-extender.io/no-usable-gpu"
+# GPUs held yet idle this long without a break are a reclaim signal (--idle-window): a model
+# server between bursts of traffic or a notebook between cells is idle for minutes; half an hour
+# of nothing is what a platform team asks about.
+DEFAULT_IDLE_WINDOW_S = 1800.0
+MIN_IDLE_WINDOW_S = 10.0  # two agent samples at 5 s; a window is one Event per object at most
+MAX_IDLE_WINDOW_S = 7 * 86_400.0
 MAX_WRITES_PER_S = 1000.0
 
 # Bounds on one scheduler call; why these values: the --max-body-bytes and --body-read-timeout help.
@@ -140,6 +146,8 @@ class PublishSettings:
     node_taint_key: str = DEFAULT_NODE_TAINT_KEY
     node_taint_effect: str = "NoSchedule"
     writes_per_s: float = DEFAULT_WRITES_PER_S
+    idle_window_s: float = DEFAULT_IDLE_WINDOW_S
+    idle_events: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -141,13 +141,13 @@ def test_the_permission_check_notices_an_extra_rule(base_objects: list[m.KubeObj
 
 def test_the_device_taints_component_adds_exactly_its_rules_and_its_lease() -> None:
     """deploy/components/device-taints: the DeviceTaintRules the writer keeps (it lists only its own),
-    the GPUsUsable condition (a patch of nodes/status), and the one Lease that elects the replica
-    that writes; nothing else."""
+    the GPUsUsable condition (a patch of nodes/status), the reclaim signal's Events, and the one
+    Lease that elects the replica that writes; nothing else."""
     objects = m.load_source(m.COMPONENTS / "device-taints")
     role = m.one(objects, "ClusterRole", "gpu-extender-device-taints")
     assert permissions(role["rules"]) == {
         ("resource.k8s.io", "devicetaintrules", verb, ()) for verb in ("get", "list", "create", "update", "delete")
-    } | {("", "nodes/status", "patch", ())}
+    } | {("", "nodes/status", "patch", ()), ("", "events", "create", ())}
     lease = m.one(objects, "Role", "gpu-extender-device-taints-lease", m.NAMESPACE)
     assert permissions(lease["rules"]) == {
         ("coordination.k8s.io", "leases", "create", ()),

@@ -20,6 +20,7 @@ KUBERNETES_CLIENTS = (
     "gpuextender.extender.ui.explain_lookup",
     "gpuextender.extender.inventory.device_taint_writer",
     "gpuextender.extender.inventory.node_status_writer",
+    "gpuextender.extender.inventory.idle_events",
 )
 NEVER_IN_INGEST = (
     "aiohttp",

@@ -29,7 +29,7 @@ import pytest
 from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 from tests.control_plane import GPU, wait_for
-from tests.extender.dra_objects import device_class, gpu_slice
+from tests.extender.dra_objects import allocated_claim, device_class, gpu_slice
 from tests.harness import Proc, http, metric
 from tests.kube.scene import EXTENDER_NAME, H100, NODE_LABEL, Scene
 from tests.kube.test_device_taints import GATES, ours
@@ -41,8 +41,11 @@ BUSY_KEY, UNHEALTHY_KEY = "gpu-extender.io/busy-outside-kubernetes", "gpu-extend
 NODE_TAINT = "gpu-extender.io/no-usable-gpu"
 
 
-def node_report(node: str, gpus: list[str], sequence: int, *, kubelet: bool) -> pb.NodeReport:
-    """`kubelet`: the agent read the kubelet (no container holds any GPU); else allocation unknown."""
+def node_report(
+    node: str, gpus: list[str], sequence: int, *, kubelet: bool, held: frozenset[int] = frozenset()
+) -> pb.NodeReport:
+    """`kubelet`: the agent read the kubelet (a pod of namespace `team` holds the GPUs `held`, no
+    container any other); else allocation unknown."""
     report = pb.NodeReport(node_name=node, sequence=sequence, agent_version="publish", driver_version="550.127.05")
     report.sample_time.seconds = int(time.time())
     if kubelet:
@@ -58,6 +61,8 @@ def node_report(node: str, gpus: list[str], sequence: int, *, kubelet: bool) -> 
             memory_total_bytes=80 * GIB,
             memory_used_bytes=(64 if hot else 1) * GIB,
         )
+        if index in held:
+            g.holders.add(namespace="team", pod="notebook", container="main", device_id=g.uuid)
         if state == SICK:
             g.health = pb.HEALTH_UNHEALTHY
             g.health_reasons.append("XidCritical")
@@ -73,11 +78,15 @@ class Agents:
         self.ca = world.ca.cert_pem.bytes()
         self.sequence = 0
 
-    def send(self, gpus: dict[str, list[str]], kubelet: frozenset[str] = frozenset()) -> None:
+    def send(
+        self, gpus: dict[str, list[str]], kubelet: frozenset[str] = frozenset(), held: frozenset[int] = frozenset()
+    ) -> None:
         self.sequence += 1
-        asyncio.run(self._send(gpus, kubelet, self.sequence))
+        asyncio.run(self._send(gpus, kubelet, held, self.sequence))
 
-    async def _send(self, gpus: dict[str, list[str]], kubelet: frozenset[str], sequence: int) -> None:
+    async def _send(
+        self, gpus: dict[str, list[str]], kubelet: frozenset[str], held: frozenset[int], sequence: int
+    ) -> None:
         credentials = grpc.ssl_channel_credentials(root_certificates=self.ca)
         options = [("grpc.ssl_target_name_override", EXTENDER_NAME)]
         async with grpc.aio.secure_channel(self.target, credentials, options=options) as channel:
@@ -87,7 +96,8 @@ class Agents:
             async def one(node: str, states: list[str]) -> None:
                 async with gate:
                     call = stub.StreamNodeReports(timeout=30)
-                    await call.write(node_report(node, states, sequence, kubelet=node in kubelet))
+                    report = node_report(node, states, sequence, kubelet=node in kubelet, held=held)
+                    await call.write(report)
                     ack = await call.read()
                     await call.done_writing()
                     assert ack is not grpc.aio.EOF and ack.status == pb.ReportAck.ACCEPTED, (node, ack)
@@ -382,3 +392,56 @@ def test_busy_taints_follow_the_hold_and_a_flapping_gpu_writes_nothing(
             f"\npublish: hold {hold:g} s; busy rule after {to_taint:.2f} s, node taint after {node_taint:.2f} s, "
             f"rule gone {to_untaint:.2f} s after idle; 12 toggles at 1 s: 0 writes"
         )
+
+
+@pytest.mark.slow
+def test_gpus_held_and_idle_past_the_window_are_events_on_the_node_and_the_claim(world: Scene) -> None:
+    """The reclaim signal: a device-plugin node whose pod holds two GPUs that stay idle, and a DRA
+    claim allocated two GPUs that stay idle; --idle-window 10. An AllocatedGPUsIdle Event on each,
+    once per window; the metrics per node and per claim. Nothing is evicted or deallocated."""
+    kube, ns = world.kube, world.ns
+    dra, plugin = f"{ns}-d", f"{ns}-p"
+    dra_nodes(world, [dra])
+    plugin_nodes(world, [plugin])
+    claims = f"{DRA}/namespaces/{ns}/resourceclaims"
+    request = {"name": "gpus", "exactly": {"deviceClassName": f"{ns}-gpu"}}
+    kube.create(
+        claims,
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": "idle"},
+            "spec": {"devices": {"requests": [request]}},
+        },
+    )
+    allocated = allocated_claim("idle", dra, ["gpu-0", "gpu-1"], namespace=ns)
+    claim = kube.get(f"{claims}/idle")
+    kube.request("PUT", f"{claims}/idle/status", {**claim, "status": allocated["status"] | {"reservedFor": []}})
+    window = 10.0
+    ext = world.extender("--stale-after", "3600", "--forget-after", "7200", "--idle-window", f"{window:g}")
+    world.wait_inventory(ext, "Node", len(kube.get("/api/v1/nodes")["items"]))
+    started = time.monotonic()
+    Agents(world, ext).send({dra: [IDLE] * 8, plugin: [IDLE] * 8}, frozenset({plugin}), held=frozenset({0, 1}))
+
+    def events() -> list[dict[str, Any]]:
+        found = []
+        for namespace in (ns, "default"):
+            listed = kube.get(f"/api/v1/namespaces/{namespace}/events?fieldSelector=reason%3DAllocatedGPUsIdle")
+            found += [e for e in listed["items"] if e["involvedObject"]["name"] in (plugin, "idle")]
+        return found
+
+    wait_for("two AllocatedGPUsIdle events", lambda: len(events()) == 2 or None, window + 30)
+    took = time.monotonic() - started
+    assert took >= window
+    by_kind = {e["involvedObject"]["kind"]: e for e in events()}
+    assert by_kind["Node"]["involvedObject"]["uid"] == node(world, plugin)["metadata"]["uid"]
+    assert by_kind["Node"]["message"].startswith("2 GPU(s) held by pods read idle for over 10s")
+    assert by_kind["ResourceClaim"]["involvedObject"]["uid"] == kube.get(f"{claims}/idle")["metadata"]["uid"]
+    assert by_kind["ResourceClaim"]["metadata"]["namespace"] == ns
+    samples = world.scrape(ext)
+    assert metric(samples, "gpu_extender_node_gpus_idle_past_window", node=plugin) == 2
+    assert metric(samples, "gpu_extender_node_gpus_idle_past_window", node=dra) == 2
+    assert metric(samples, "gpu_extender_claim_gpus_idle_past_window", namespace=ns, claim="idle") == 2
+    time.sleep(window / 2)  # within the window: no second event
+    assert len(events()) == 2
+    assert kube.get(f"{claims}/idle")["status"]["allocation"]  # nothing deallocated

@@ -41,6 +41,7 @@ from kubernetes_asyncio.leaderelection import electionconfig, leaderelection
 from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
 
 from gpuextender.common.token_bucket import TokenBucket
+from gpuextender.extender.inventory.idle_events import IdleEventWriter
 from gpuextender.extender.inventory.node_status_writer import NodeStatusWriter, NodeWriteError
 from gpuextender.extender.state.device_taints import BUSY_PREFIX, LEASE_NAME, TaintRule, TaintWriterStatus
 from gpuextender.extender.state.publication import Publication, PublishInputs
@@ -62,6 +63,8 @@ class DeviceTaintWriter:
         *,
         namespace: str,
         nodes: NodeStatusWriter | None = None,
+        events: IdleEventWriter | None = None,
+        status: TaintWriterStatus | None = None,
         writes_per_s: float = 20.0,
         interval_s: float = 0.5,
         lease_s: tuple[int, int, int] = (15, 10, 2),  # duration, renew deadline, retry (whole seconds: the Lease's)
@@ -73,6 +76,7 @@ class DeviceTaintWriter:
         self.publication = publication
         self._inputs = inputs
         self.nodes = nodes
+        self.events = events
         self._bucket = TokenBucket(writes_per_s, max(writes_per_s, 1.0), clock)
         self._namespace = namespace
         self._interval_s = interval_s
@@ -80,7 +84,8 @@ class DeviceTaintWriter:
         self._rediscover_s = rediscover_s
         self.identity = identity or f"{socket.gethostname()}-{os.getpid()}"
         self._clock = clock
-        self.status = nodes.status if nodes is not None else TaintWriterStatus()
+        # One status for the rules, the nodes and the events (its metrics): the writers share it.
+        self.status = status or (nodes.status if nodes is not None else TaintWriterStatus())
         self._owned: dict[str, dict[str, Any]] = {}  # name -> the rule as the API server has it
         self._last_election_error = ""
 
@@ -95,6 +100,7 @@ class DeviceTaintWriter:
         for node in publication.nodes.values():
             conditions[node.status] = conditions.get(node.status, 0) + 1
         status.standing, status.nodes_by_condition = keys, conditions
+        status.idle_by_node, status.idle_claims = publication.idle_by_node, publication.idle_claims
         status.deferred = self._bucket.refused
 
     async def _track_forever(self) -> None:
@@ -113,7 +119,7 @@ class DeviceTaintWriter:
             while True:
                 version = await self._discover(api_client)
                 unsupported = self.status.mode == "unsupported"
-                if version is None and (self.nodes is None or not unsupported):
+                if version is None and ((self.nodes is None and self.events is None) or not unsupported):
                     # not served and nothing else to write: look again now and then; unreachable: soon
                     await asyncio.sleep(self._rediscover_s if unsupported else RETRY_S)
                     continue
@@ -266,6 +272,11 @@ class DeviceTaintWriter:
                     listed = await self._reconcile(api, version)
                 if self.nodes is not None:
                     await self.nodes.reconcile(api_client, self.publication.nodes, self._bucket.take)
+                if self.events is not None:  # last: advice, after what schedulers honour
+                    publication = self.publication
+                    await self.events.reconcile(
+                        api_client, publication.idle_by_node, publication.idle_claims, self._bucket.take
+                    )
             except _Forbidden as exc:
                 self._set_mode("forbidden", f"{exc}: apply deploy/components/device-taints (its RBAC)")
                 await asyncio.sleep(RETRY_S)

@@ -80,7 +80,7 @@ class NodeStatusWriter:
             return
         try:
             await self._pass(k8s.CoreV1Api(api_client), nodes, take, now)
-        except _Forbidden as exc:
+        except Forbidden as exc:
             if not self._said_forbidden:  # once: the operator reads it, the mode metric keeps it
                 log.warning(
                     "node status: %s: apply deploy/components/device-taints (the condition) and, with "
@@ -144,21 +144,21 @@ class NodeStatusWriter:
                 ]
             }
         }
-        await _call(cast(Any, core).patch_node_status(name, body, _content_type=STRATEGIC, _preload_content=False))
+        await call(cast(Any, core).patch_node_status(name, body, _content_type=STRATEGIC, _preload_content=False))
         self.status.node_writes["condition"] += 1
         log.info(
             "node %s: condition %s=%s (%s): %s", name, CONDITION_TYPE, status.status, status.reason, status.message
         )
 
     async def _set_taint(self, core: k8s.CoreV1Api, name: str, taint: bool, status: NodeGpuStatus) -> None:
-        node = await _call(core.read_node(name, _preload_content=False))
+        node = await call(core.read_node(name, _preload_content=False))
         if not node:
             return  # deleted meanwhile
         taints = [t for t in (node.get("spec") or {}).get("taints") or () if t.get("key") != self._key]
         if taint:
             taints.append({"key": self._key, "effect": self._effect})
         body = {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"]}, "spec": {"taints": taints}}
-        done = await _call(
+        done = await call(
             cast(Any, core).patch_node(name, body, _content_type=MERGE, _preload_content=False), conflict_ok=True
         )
         if done is None:
@@ -175,7 +175,9 @@ class NodeStatusWriter:
         )
 
 
-async def _call(pending: Any, *, conflict_ok: bool = False) -> dict[str, Any] | None:
+async def call(pending: Any, what: str = "nodes", *, conflict_ok: bool = False) -> dict[str, Any] | None:
+    """An API answer's object; {} for a 404 (gone already), None for a 409 where `conflict_ok`;
+    else Forbidden (403) or NodeWriteError, with the API server's words."""
     resp: aiohttp.ClientResponse = await pending
     try:
         raw = await resp.read()
@@ -190,13 +192,13 @@ async def _call(pending: Any, *, conflict_ok: bool = False) -> dict[str, Any] | 
         return None
     message = raw[:300].decode("utf-8", "replace")
     if resp.status == 403:
-        raise _Forbidden(f"HTTP 403 on nodes: {message}")
-    raise NodeWriteError(f"HTTP {resp.status} on nodes: {message}")
+        raise Forbidden(f"HTTP 403 on {what}: {message}")
+    raise NodeWriteError(f"HTTP {resp.status} on {what}: {message}")
 
 
 class NodeWriteError(Exception):
     pass
 
 
-class _Forbidden(NodeWriteError):
+class Forbidden(NodeWriteError):
     pass

@@ -209,6 +209,7 @@ class Claim:
     devices: tuple[DeviceRef, ...]  # () until allocated
     requests: tuple[ClaimRequest, ...] = ()  # what it asks for (spec.devices.requests)
     allocated: bool = True
+    uid: str = ""  # metadata.uid: an Event about the claim names it (kubectl describe matches on it)
 
 
 def device_kind(name: str, type_attribute: str) -> str:
@@ -422,7 +423,8 @@ def parse_resource_claim(obj: Any) -> Claim:
                 r.text(result.get("device"), f"{path}.device"),
             )
         )
-    return Claim(key, _allocated_node(allocation), tuple(devices), requests)
+    uid = meta.get("uid")
+    return Claim(key, _allocated_node(allocation), tuple(devices), requests, uid=uid if isinstance(uid, str) else "")
 
 
 MAX_CLAIM_REQUESTS = 32  # the API server's own limit per claim

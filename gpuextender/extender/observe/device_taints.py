@@ -67,12 +67,30 @@ class DeviceTaintsCollector(Collector):
         yield node_mode
         node_writes = CounterMetricFamily(
             "gpu_extender_node_status_writes",
-            "Node writes by this replica: condition, taint (added), untaint (removed).",
+            "Node writes by this replica: condition, taint (added), untaint (removed), event (AllocatedGPUsIdle).",
             labels=["op"],
         )
         for op, count in sorted(status.node_writes.items()):
             node_writes.add_metric([op], count)
         yield node_writes
+        idle_nodes = GaugeMetricFamily(
+            "gpu_extender_node_gpus_idle_past_window",
+            "GPUs pods or claims hold on the node that read idle for over --idle-window without a break "
+            "(a reclaim or scale-down signal; nodes with none are not listed).",
+            labels=["node"],
+        )
+        for node, count in sorted(status.idle_by_node.items()):
+            idle_nodes.add_metric([node], count)
+        yield idle_nodes
+        idle_claims = GaugeMetricFamily(
+            "gpu_extender_claim_gpus_idle_past_window",
+            "GPUs of a ResourceClaim, every one of which read idle for over --idle-window without a break.",
+            labels=["namespace", "claim"],
+        )
+        for key, count in sorted(status.idle_claims.items()):
+            namespace, _, name = key.partition("/")
+            idle_claims.add_metric([namespace, name], count)
+        yield idle_claims
         yield CounterMetricFamily(
             "gpu_extender_publish_writes_deferred",
             "Writes the budget (--publish-writes-per-second) put off to a later pass.",

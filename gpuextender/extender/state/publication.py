@@ -17,6 +17,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 from gpuextender.extender.model.dra import DeviceRef
+from gpuextender.extender.settings import DEFAULT_IDLE_WINDOW_S
 from gpuextender.extender.state.device_taints import (
     BUSY_PREFIX,
     Hysteresis,
@@ -25,7 +26,9 @@ from gpuextender.extender.state.device_taints import (
     wanted_taints,
 )
 from gpuextender.extender.state.dra_inventory import DraInventory
+from gpuextender.extender.state.freshness import is_fresh
 from gpuextender.extender.state.gpu_summary import NodeSummary
+from gpuextender.extender.state.idle_allocated import held_idle_gpus, idle_claims
 from gpuextender.extender.state.node_gpu_status import NodeGpuStatus, count_by_node, marks, node_status
 
 # A restarted replica's agents reconnect within seconds (they re-resolve the Service every 15 s and
@@ -41,6 +44,9 @@ class PublishInputs:
     summary_of: Callable[[str], NodeSummary | None]
     # The devices each node's allocated claims hold; None while the claims are not listed.
     allocated_on: Callable[[str], AbstractSet[DeviceRef]] | None
+    # Which claim holds each device of a node (the reclaim signal); None while not listed.
+    claim_of: Callable[[str], Mapping[DeviceRef, str]] | None = None
+    stale_after_s: float = float("inf")  # agent data older than this is unknown (the reclaim signal)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +70,13 @@ class NodePublished:
 
 class Publication:
     def __init__(
-        self, health_after_s: float, busy_hold_s: float, *, busy: bool = True, no_data_grace_s: float = NO_DATA_GRACE_S
+        self,
+        health_after_s: float,
+        busy_hold_s: float,
+        *,
+        busy: bool = True,
+        idle_window_s: float = DEFAULT_IDLE_WINDOW_S,
+        no_data_grace_s: float = NO_DATA_GRACE_S,
     ) -> None:
         self.busy_hold_s = busy_hold_s
         # A node without agent data is said Unknown only this long after the first update
@@ -76,6 +88,12 @@ class Publication:
         self._busy = Hysteresis[TaintRule](busy_hold_s, busy_hold_s)
         self._sick_gpus = Hysteresis[bool](health_after_s, 0.0)  # device-plugin GPUs, by node_gpu_status.mark_key
         self._busy_gpus = Hysteresis[bool](busy_hold_s, busy_hold_s)
+        # The reclaim signal: held GPUs idle for the window without a break (idle_allocated.py).
+        self.idle_window_s = idle_window_s
+        self._idle_gpus = Hysteresis[bool](idle_window_s, 0.0)
+        self._idle_claims = Hysteresis[int](idle_window_s, 0.0)
+        self.idle_by_node: dict[str, int] = {}  # node -> held GPUs idle past the window
+        self.idle_claims: dict[str, int] = {}  # claim (namespace/name) -> its GPUs, every one idle past the window
         self.rules: dict[str, TaintRule] = {}  # the DeviceTaintRules that stand, by name
         self.nodes: dict[str, NodeGpuStatus] = {}  # each device-plugin GPU node's condition
         self.updated_at: float | None = None
@@ -107,6 +125,7 @@ class Publication:
             sick_asked.update(dict.fromkeys(unhealthy, True))
             if self._busy_on:
                 busy_asked.update(dict.fromkeys(busy_gpus, True))
+        self._reclaim(inputs, now)
         sick = count_by_node(self._sick_gpus.settle(sick_asked, now))
         busy_count = count_by_node(self._busy_gpus.settle(busy_asked, now))
         self.nodes = {
@@ -114,6 +133,26 @@ class Publication:
             for node, summary in summaries.items()
         }
         self.updated_at = now
+
+    def _reclaim(self, inputs: PublishInputs, now: float) -> None:
+        gpus: dict[str, bool] = {}
+        claims: dict[str, int] = {}
+        summary_of, stale_after = inputs.summary_of, inputs.stale_after_s
+        for node, allocatable in inputs.device_plugin_nodes.items():
+            summary = summary_of(node) if allocatable > 0 and node not in inputs.dra.gpu_devices else None
+            if summary is not None and summary.allocated_idle_gpus and is_fresh(summary.received_at, now, stale_after):
+                gpus.update(dict.fromkeys(held_idle_gpus(node, summary), True))
+        if inputs.claim_of is not None:
+            for node, devices in inputs.dra.gpu_devices.items():
+                holders = inputs.claim_of(node)
+                summary = summary_of(node) if holders else None
+                if summary is None or not is_fresh(summary.received_at, now, stale_after):
+                    continue
+                marks, idle = idle_claims(node, summary, devices, holders)
+                gpus.update(dict.fromkeys(marks, True))
+                claims.update(idle)
+        self.idle_by_node = count_by_node(self._idle_gpus.settle(gpus, now))
+        self.idle_claims = dict(self._idle_claims.settle(claims, now))
 
     def adopt(self, rules: Mapping[str, TaintRule]) -> None:
         """The rules a new leader finds stand (their holds start from them, never churn them)."""

@@ -4,6 +4,7 @@ The writers on the real API server: tests/kube/test_publish.py."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 import pytest
@@ -305,3 +306,61 @@ def test_a_node_without_agent_data_is_unknown_only_after_the_start_grace(after: 
     assert (DP_NODE in pub.nodes) is said
     if said:
         assert (pub.nodes[DP_NODE].status, pub.nodes[DP_NODE].reason) == ("Unknown", "NoAgentData")
+
+
+# -- the reclaim signal: held GPUs idle past the window ------------------------------------------
+
+WINDOW = 1800.0
+
+
+def reclaim_inputs(
+    *, dp_held: tuple[int, ...], dp_busy: tuple[int, ...] = (), claim_busy: bool = False
+) -> PublishInputs:
+    ledger = claims("gpu-0", "gpu-1")
+    summaries = {
+        DRA_NODE: summary(DRA_NODE, busy=(1,) if claim_busy else ()),
+        DP_NODE: summary(DP_NODE, busy=dp_busy, held=dp_held),
+    }
+    return PublishInputs(dra(), {DP_NODE: 4}, summaries.get, ledger.allocated_on, ledger.holders_on, stale_after_s=30.0)
+
+
+@pytest.mark.parametrize(("after", "signalled"), [(WINDOW - 0.5, False), (WINDOW, True)])
+def test_held_gpus_idle_for_exactly_the_window_are_the_signal(after: float, signalled: bool) -> None:
+    pub = Publication(3.0, HOLD, idle_window_s=WINDOW)
+    inputs = reclaim_inputs(dp_held=(0, 2))
+    for t in (0.0, after):
+        pub.update(replace_received(inputs, t), t)
+    assert (pub.idle_by_node == {DP_NODE: 2, DRA_NODE: 2}) is signalled
+    assert (pub.idle_claims == {"default/c": 2}) is signalled
+    if not signalled:
+        assert pub.idle_by_node == {} and pub.idle_claims == {}
+
+
+def test_one_busy_sample_starts_the_window_over_and_a_busy_gpu_of_a_claim_keeps_it_quiet() -> None:
+    pub = Publication(3.0, HOLD, idle_window_s=WINDOW)
+    pub.update(replace_received(reclaim_inputs(dp_held=(0,)), 0.0), 0.0)
+    pub.update(replace_received(reclaim_inputs(dp_held=(0,), dp_busy=(0,), claim_busy=True), 1000.0), 1000.0)
+    pub.update(replace_received(reclaim_inputs(dp_held=(0,), claim_busy=True), 1001.0), 1001.0)
+    pub.update(replace_received(reclaim_inputs(dp_held=(0,), claim_busy=True), WINDOW + 1.0), WINDOW + 1.0)
+    # The device-plugin GPU was busy at 1000 s: its window runs from 1001 s. The claim's gpu-1 is busy:
+    # the claim is no signal, its idle gpu-0 still counts on the node.
+    assert pub.idle_by_node == {DRA_NODE: 1} and pub.idle_claims == {}
+    pub.update(replace_received(reclaim_inputs(dp_held=(0,), claim_busy=True), 1001.0 + WINDOW), 1001.0 + WINDOW)
+    assert pub.idle_by_node == {DRA_NODE: 1, DP_NODE: 1}
+
+
+def test_stale_agent_data_is_unknown_never_idle() -> None:
+    pub = Publication(3.0, HOLD, idle_window_s=WINDOW)
+    inputs = reclaim_inputs(dp_held=(0,))  # summaries received at 0 s, stale after 30 s
+    pub.update(inputs, 0.0)
+    pub.update(inputs, 30.0)  # at exactly --stale-after: still fresh
+    assert pub.idle_by_node == {}  # not a window yet
+    pub.update(inputs, 30.5)  # stale: the idle marks go, and the window with them
+    pub.update(replace_received(inputs, WINDOW), WINDOW)
+    assert pub.idle_by_node == {}
+
+
+def replace_received(inputs: PublishInputs, at: float) -> PublishInputs:
+    """The same summaries, received at `at` (fresh then)."""
+    summaries = {n: dataclasses.replace(s, received_at=at) for n in (DRA_NODE, DP_NODE) if (s := inputs.summary_of(n))}
+    return dataclasses.replace(inputs, summary_of=summaries.get)
