@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import re
 import subprocess
 import sys
 import time
@@ -29,8 +31,9 @@ import pytest
 from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 from tests.control_plane import GPU, wait_for
+from tests.deploy.manifests import KUBECTL, NO_KUBECTL
 from tests.extender.dra_objects import allocated_claim, device_class, gpu_slice
-from tests.harness import Proc, http, metric
+from tests.harness import ROOT, Proc, http, metric
 from tests.kube.scene import EXTENDER_NAME, H100, NODE_LABEL, Scene
 from tests.kube.test_device_taints import GATES, ours
 from tests.kube.test_dra import DRA, claim_pod
@@ -201,6 +204,24 @@ def explained(world: Scene, ext: Proc, tmp_path: Path) -> str:
     return done.stdout
 
 
+def see_it_commands(world: Scene) -> dict[str, str]:
+    """Each `kubectl get` command of deploy/README.md's "What other schedulers and autoscalers see",
+    run word for word (its shell quoting included) against the suite's API server: command -> stdout."""
+    if KUBECTL is None:
+        pytest.skip(NO_KUBECTL)
+    text = (ROOT / "deploy" / "README.md").read_text()
+    section = text.split("## What other schedulers and autoscalers see\n", 1)[1].split("\n## ", 1)[0]
+    commands = re.findall(r"`(kubectl get [^`]+)`", " ".join(section.split()))
+    assert len(commands) >= 2, commands
+    env = {**os.environ, "KUBECONFIG": str(world.plane.kubeconfig)}
+    found = {}
+    for command in commands:
+        done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=60, env=env)
+        assert done.returncode == 0, f"{command}: {done.stderr}"
+        found[command] = done.stdout
+    return found
+
+
 def fleet(world: Scene, ext: Proc) -> dict[str, Any]:
     status, raw = http("GET", world.url(ext) + "/ui/fleet.json", ssl_context=world.client_tls)
     assert status == 200, raw
@@ -353,6 +374,9 @@ def test_busy_taints_follow_the_hold_and_a_flapping_gpu_writes_nothing(
     assert (
         "condition GPUsUsable=False (NoUsableGPU): 0 of 8 GPUs usable; 8 busy outside Kubernetes for over 3s" in shown
     )
+    see_it = see_it_commands(world)
+    assert any(rule in out for out in see_it.values()), see_it
+    assert any(re.search(rf"^{plugin}\s+False$", out, re.M) for out in see_it.values()), see_it
     rows = {r["node"]: r for c in fleet(world, ext)["classes"] for r in c["rows"]}
     assert rows[dra]["published"]["taints"] == {"gpu-1": BUSY_KEY}
     assert rows[dra]["gpus"][1][4] == "tainted: busy-outside-kubernetes"
