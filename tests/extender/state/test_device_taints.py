@@ -173,3 +173,14 @@ def test_publish_flags_defaults_and_bounds() -> None:
             build_config(["--kubernetes", f"--node-taint-key={bad}"], env={})
     with pytest.raises(SystemExit):
         build_config(["--kubernetes", "--node-taint-effect", "NoExecute"], env={})
+
+
+def test_idle_window_flag_bounds() -> None:
+    publish = build_config(["--kubernetes"], env={}).publish
+    assert (publish.idle_window_s, publish.idle_events) == (1800.0, True)
+    for ok in ("10", "604800"):
+        assert build_config(["--kubernetes", "--idle-window", ok], env={}).publish.idle_window_s == float(ok)
+    for bad in ("9.999", "604800.001", "nan"):
+        with pytest.raises(ConfigError, match="--idle-window"):
+            build_config(["--kubernetes", "--idle-window", bad], env={})
+    assert build_config(["--kubernetes", "--idle-events", "off"], env={}).publish.idle_events is False
