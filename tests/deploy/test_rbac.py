@@ -172,7 +172,7 @@ def test_the_node_taints_component_adds_a_get_and_a_patch_of_nodes_and_turns_the
     assert permissions(role["rules"]) == {("", "nodes", "get", ()), ("", "nodes", "patch", ())}
     binding = m.one(objects, "ClusterRoleBinding", "gpu-extender-node-taints")
     assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gpu-extender", "namespace": m.NAMESPACE}]
-    rendered = m.kustomize_with(tmp_path, [m.DEPLOY], [m.COMPONENTS / "device-taints", m.COMPONENTS / "node-taints"])
+    rendered = m.kustomize_with(tmp_path, [m.DEPLOY], [m.COMPONENTS / "node-taints"])  # deploy/ has device-taints
     extender = m.one(rendered, "Deployment", "gpu-extender", m.NAMESPACE)
     args = extender["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--node-taint=on" in args and "--kubernetes" in args

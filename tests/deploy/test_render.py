@@ -129,10 +129,12 @@ def test_namespace_enforces_the_restricted_pod_security_standard(base_objects: l
 @needs_kubectl
 def test_the_default_install_reads_allocation_from_the_kubelet_and_the_opt_out_is_the_base(tmp_path: Path) -> None:
     """`kubectl apply -k deploy/` is the base plus components/kubelet-allocation (issue 26: without it
-    the extender cannot tell a GPU a pod holds from a free one); overlays/no-kubelet-access is the
-    base alone, restricted Pod Security and a non-root agent."""
+    the extender cannot tell a GPU a pod holds from a free one) and components/device-taints (issue
+    35: what the agents know, published for other schedulers); overlays/no-kubelet-access is the
+    base and device-taints, restricted Pod Security and a non-root agent."""
     default = m.kustomize(m.DEPLOY)
-    with_component = m.kustomize_with(tmp_path, [m.BASE], [m.COMPONENTS / "kubelet-allocation"])
+    publish = m.COMPONENTS / "device-taints"
+    with_component = m.kustomize_with(tmp_path, [m.BASE], [m.COMPONENTS / "kubelet-allocation", publish])
     key = lambda objects: sorted((m.identity(o), json.dumps(o, sort_keys=True)) for o in objects)  # noqa: E731
     assert key(default) == key(with_component)
     ds = m.one(default, "DaemonSet", "gpu-agent", m.NAMESPACE)
@@ -140,7 +142,9 @@ def test_the_default_install_reads_allocation_from_the_kubelet_and_the_opt_out_i
         v.get("hostPath", {}).get("path") for v in ds["spec"]["template"]["spec"]["volumes"]
     }
     opt_out = m.kustomize(m.DEPLOY / "overlays" / "no-kubelet-access")
-    assert key(opt_out) == key(m.kustomize(m.BASE))
+    other = tmp_path / "base-and-publish"
+    other.mkdir()
+    assert key(opt_out) == key(m.kustomize_with(other, [m.BASE], [publish]))
     ds = m.one(opt_out, "DaemonSet", "gpu-agent", m.NAMESPACE)
     assert not any("hostPath" in v for v in ds["spec"]["template"]["spec"]["volumes"])
     cert_manager = m.kustomize(m.DEPLOY / "overlays" / "cert-manager")
@@ -178,7 +182,7 @@ def test_each_component_renders_with_the_base(tmp_path: Path, component: Path) -
 
 @needs_kubectl
 def test_all_components_together_and_the_overlay_render(tmp_path: Path) -> None:
-    everything = m.kustomize_with(tmp_path, [m.DEPLOY], COMPONENTS)
+    everything = m.kustomize_with(tmp_path, [m.BASE], COMPONENTS)
     errors, _ = validation_errors(everything)
     assert not errors, "\n".join(errors)
     overlay = m.kustomize(m.DEPLOY / "overlays" / "cert-manager")
