@@ -623,6 +623,7 @@ class Bench:
                 await self.settle(w, store, "settle after steady")
                 self.result["kept"] = await self.kept(api, w)
                 await self.flapping(w, store, api)
+                await self.full_nodes(w, store)
             finally:
                 await stop(w.task)
             before = await objects_kept(api)
@@ -690,13 +691,7 @@ class Bench:
         self.say(f"  {warm} simulated minute(s) of changes before the measurement")
         begin = clock()
         before, api_before = w.counts(), await request_counts(api)
-        cpu0, upd_cpu0, upd0, passes0, drv0 = (
-            time.process_time(),
-            w.publication.cpu_s,
-            w.publication.calls,
-            w.nodes.passes,
-            self.driver_cpu_s,
-        )
+        cpu0, upd_cpu0, upd0, passes0, drv0 = self.cpu_marks(w)
         srv0, etcd0 = proc_cpu_s(apiserver), proc_cpu_s(etcd)
         wall0 = time.monotonic()
         per_minute: list[int] = []
@@ -782,6 +777,7 @@ class Bench:
             offsets = {g: self.rng.random() * period for g in gpus}
             begin = clock()
             before, api_before = w.counts(), await request_counts(api)
+            cpu0, upd_cpu0, upd0, passes0, drv0 = self.cpu_marks(w)
             end = begin + 60 * minutes
             toggles = 0
             while clock() < end:
@@ -798,13 +794,39 @@ class Bench:
             for g in gpus:
                 fleet.set(g, IDLE, clock(), pooled=False)
                 fleet.pools[IDLE].add(g)
+            cpu1, upd_cpu1, upd1, passes1, drv1 = self.cpu_marks(w)
             after, api_after = w.counts(), await request_counts(api)
             phase = Phase(name, clock() - begin, {k: after[k] - before[k] for k in after})
             phase.api_writes = diff_counts(api_after, api_before)
-            phase.extra = {"gpus": len(gpus), "toggles": toggles, "period_s": period}
+            per_min = 60 / phase.sim_s
+            phase.extra = {
+                "gpus": len(gpus),
+                "toggles": toggles,
+                "period_s": period,
+                "passes": passes1 - passes0,
+                "updates": upd1 - upd0,
+                "update_cpu_s_per_min": round((upd_cpu1 - upd_cpu0) * per_min, 2),
+                "rest_cpu_s_per_min": round((cpu1 - cpu0 - (upd_cpu1 - upd_cpu0) - (drv1 - drv0)) * per_min, 2),
+                "driver_cpu_s_per_min": round((drv1 - drv0) * per_min, 2),
+            }
             self.phases.append(phase)
             self.say(f"{name}: {len(gpus)} GPUs, {toggles} toggles: {phase.writes}; api {phase.api_writes}")
             await self.settle(w, store, f"settle after {name}")
+
+    def cpu_marks(self, w: Writer) -> tuple[float, float, int, int, float]:
+        """This process's CPU, the updates' CPU and count, the leader's passes, the driver's CPU."""
+        pub = w.publication
+        return time.process_time(), pub.cpu_s, pub.calls, w.nodes.passes, self.driver_cpu_s
+
+    async def full_nodes(self, w: Writer, store: InventoryStore) -> None:
+        """START_FULL_NODES of the device-plugin nodes (healthy ones) made busy on every GPU, and
+        settled: each one's taint stands before the cold leader starts."""
+        fleet, now = self.fleet, self.clock()
+        healthy = [n for n in fleet.dp_nodes if SICK not in fleet.states[n]]
+        for node in self.rng.sample(healthy, max(1, round(len(fleet.dp_nodes) * START_FULL_NODES))):
+            for i in range(GPUS):
+                fleet.set((node, i), BUSY, now)
+        await self.settle(w, store, "nodes made busy on every GPU")
 
     async def cold_leader(self, w: Writer, store: InventoryStore, api: Api, before: dict[str, Any]) -> None:
         """A fresh leader over the published fleet, no GPU changing: what it writes before its holds
@@ -841,47 +863,63 @@ class Bench:
 # -- report ----------------------------------------------------------------------------------------
 
 
+def _n(writes: dict[str, int]) -> int:
+    return sum(v for k, v in writes.items() if k != "deferred")
+
+
+def _short(writes: dict[str, int]) -> str:
+    return ", ".join(f"{k} {v}" for k, v in writes.items() if v and k != "deferred") or "none"
+
+
 def report(result: dict[str, Any], args: argparse.Namespace) -> str:
     phases = {p["name"]: p for p in result["phases"]}
-    s = phases["steady"]
-    x = s["extra"]
-    sim = s["sim_s"]
-    w = s["writes"]
-    total = sum(v for k, v in w.items() if k != "deferred")
-    exp = x["expected"]
+    s, st = phases["steady"], phases["start-up"]
+    x, sim = s["extra"], s["sim_s"]
+    total, exp = _n(s["writes"]), x["expected"]
     api_writes = {k: v for k, v in s["api_writes"].items() if k.split(" ")[0] in WRITE_VERBS}
     lease = sum(v for k, v in api_writes.items() if "leases" in k)
+    upd_ms = result["update_ms"][0]
+    # At production cadence (a tick every --tick s): the leader updates twice a tick, a standby once.
+    ticks = 60 / args.tick
+    fl = phases.get("flapping busy", {}).get("extra", {})
+    pass_ms = (
+        1000 * fl["rest_cpu_s_per_min"] / max(fl["passes"] * 60 / phases["flapping busy"]["sim_s"], 1e-9) if fl else 0.0
+    )
+    writes_per_min = total / (sim / 60)
+    passes_per_min = x["passes"] / (sim / 60)
+    write_ms = 1000 * max(x["rest_cpu_s_per_min"] - passes_per_min * pass_ms / 1000, 0.0) / max(writes_per_min, 1e-9)
+    leader = 2 * ticks * upd_ms / 1000 + ticks * pass_ms / 1000 + writes_per_min * write_ms / 1000
     lines = [
         f"fleet: {args.nodes} nodes x {GPUS} GPUs ({args.nodes // 2} DRA, {args.nodes - args.nodes // 2} "
         f"device-plugin); speed {args.speed:g}x; budget {args.writes_per_second:g} writes/s; hold {args.busy_hold:g} s",
         f"created {result['create']['objects']} objects in {result['create']['wall_s']:.1f} s "
         f"({result['create']['per_s']:.0f}/s)",
-        f"Publication.update at this size: {result['update_ms'][0]} ms median "
-        f"(p90 {result['update_ms'][1]}, max {result['update_ms'][2]}; {args.update_samples} calls)",
-    ]
-    st = phases["start-up"]
-    lines.append(
-        f"start-up: {sum(v for k, v in st['writes'].items() if k != 'deferred')} writes {st['writes']} in "
-        f"{st['sim_s']:.0f} simulated s (the budget alone: {st['extra']['budget_floor_s']} s)"
-    )
-    lines += [
+        f"Publication.update at this size: {upd_ms} ms median (p90 {result['update_ms'][1]}, max "
+        f"{result['update_ms'][2]}; {args.update_samples} calls) = {ticks * upd_ms / 1000:.2f} CPU s/min per "
+        f"replica, {2 * ticks * upd_ms / 1000:.2f} in the leader (two updates a tick)",
+        f"start-up: {_n(st['writes'])} writes ({_short(st['writes'])}) in {st['sim_s']:.0f} simulated s "
+        f"(the budget alone: {st['extra']['budget_floor_s']} s)",
         f"steady, {sim / 60:.1f} simulated minutes, {x['changes']} GPU changes:",
-        f"  writes (writer) {total} = {total / sim:.2f}/s: {w}",
-        f"  writes (API server, write verbs) {sum(api_writes.values())} = {sum(api_writes.values()) / sim:.2f}/s "
-        f"(Lease renewals {lease}, wall-clock paced): {api_writes}",
+        f"  writes (writer) {total} = {total / sim:.2f}/s: {_short(s['writes'])}; "
+        f"budget refusals {s['writes']['deferred']}",
+        f"  writes (API server, write verbs) {sum(api_writes.values())}: {api_writes} (of them {lease} Lease "
+        f"renewals, paced by the wall clock: 0.5/s in production)",
         f"  expected from the changes through the holds: {sum(exp.values())} = {sum(exp.values()) / sim:.2f}/s {exp}",
-        f"  per minute {x['per_minute']}; backlog max {x['backlog_max']}",
+        f"  per minute {x['per_minute']}; backlog max {x['backlog_max']} (sampled every {BACKLOG_EVERY_S:g} s)",
         f"  CPU s per simulated minute: this process {x['cpu_s_per_min']} = updates {x['update_cpu_s_per_min']} "
         f"({x['updates']} updates, {x['update_ms_in_run']} ms each) + rest {x['rest_cpu_s_per_min']} + "
         f"bench driver {x['driver_cpu_s_per_min']}; kube-apiserver {x['apiserver_cpu_s_per_min']}, "
         f"etcd {x['etcd_cpu_s_per_min']}",
         f"  leader passes {x['passes']} (one per {x['sim_tick_s']} simulated s)",
+        f"  at production cadence (a pass every {args.tick:g} s): pass without writes {pass_ms:.1f} ms, a write "
+        f"{write_ms:.1f} ms => leader {leader:.1f} CPU s/min ({100 * leader / 60:.0f} % of a core)",
     ]
     for name in ("flapping busy", "flapping health", "cold leader"):
         p = phases.get(name)
         if p is not None:
-            n = sum(v for k, v in p["writes"].items() if k != "deferred")
-            lines.append(f"{name}: {n} writes in {p['sim_s']:.0f} simulated s {p['writes']} {p['extra']}")
+            lines.append(
+                f"{name}: {_n(p['writes'])} writes in {p['sim_s']:.0f} simulated s ({_short(p['writes'])}) {p['extra']}"
+            )
     for key in ("kept", "kept_end"):
         if key in result:
             lines.append(f"objects kept ({key}): {result[key]}")

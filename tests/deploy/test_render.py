@@ -1,5 +1,5 @@
 """deploy/ renders with kustomize (the base, every component on top of it, the overlay) and every
-rendered object validates strictly against the Kubernetes 1.32 OpenAPI schemas shipped offline
+rendered object validates strictly against the Kubernetes 1.35 OpenAPI schemas shipped offline
 by kubernetes-validate. Objects of CRD kinds (cert-manager, Prometheus Operator, OME) have no
 schema there and are skipped by API group, explicitly; their own tests check them."""
 
@@ -15,7 +15,7 @@ import pytest
 
 from tests.deploy import manifests as m
 
-K8S_VERSION = "1.32"  # the gpu-scheduler image is kube-scheduler v1.32.x
+K8S_VERSION = "1.35"  # the gpu-scheduler image is kube-scheduler v1.35.x
 
 needs_kubectl = pytest.mark.skipif(m.KUBECTL is None, reason=m.NO_KUBECTL)
 

@@ -13,14 +13,15 @@ import trustme
 import yaml
 
 from tests.control_plane import kubeconfig_yaml
-from tests.harness import Proc, free_port, metric, wait_until
+from tests.harness import ROOT, Proc, free_port, metric, wait_until
 from tests.kube.scene import DEFAULT_SCHEDULER, H100, SECOND_SCHEDULER, Scene
 from tests.tcp_forward import forwarding
 
 
+@pytest.mark.parametrize("binary", ["kube-scheduler", "kube-scheduler-1.36"])
 @pytest.mark.parametrize("shipped", [SECOND_SCHEDULER, DEFAULT_SCHEDULER], ids=["gpu-scheduler", "default-scheduler"])
 def test_the_shipped_config_decodes_strictly_and_keeps_every_extender_field(
-    shipped: Path, tmp_path: Path, k8s_assets: Path
+    shipped: Path, binary: str, tmp_path: Path, k8s_assets: Path
 ) -> None:
     """`kube-scheduler --write-config-to` decodes strictly, defaults and validates, then exits. Only
     what a cluster provides is replaced: the CA file (it must exist: kube-scheduler reads it when it
@@ -33,7 +34,7 @@ def test_the_shipped_config_decodes_strictly_and_keeps_every_extender_field(
     config["extenders"][0]["tlsConfig"]["caFile"] = str(ca)
     config.setdefault("clientConnection", {})["kubeconfig"] = str(kubeconfig)
     shipped_ext = dict(config["extenders"][0])
-    decoded = _write_config(k8s_assets, config, tmp_path)
+    decoded = _write_config(k8s_assets, config, tmp_path, binary)
     assert decoded.returncode == 0, decoded.stdout
     written = yaml.safe_load((tmp_path / "out.yaml").read_text())
     ext = written["extenders"][0]
@@ -53,16 +54,29 @@ def test_the_shipped_config_decodes_strictly_and_keeps_every_extender_field(
 
     # The check can fail: a mis-cased key is refused by the same decoder.
     config["extenders"][0]["enableHttps"] = config["extenders"][0].pop("enableHTTPS")
-    refused = _write_config(k8s_assets, config, tmp_path)
+    refused = _write_config(k8s_assets, config, tmp_path, binary)
     assert refused.returncode != 0 and 'unknown field \\"extenders[0].enableHttps\\"' in refused.stdout
 
 
-def _write_config(folder: Path, config: dict, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+def test_the_shipped_scheduler_image_is_the_suites_own_kube_scheduler(k8s_assets: Path) -> None:
+    """deploy/ ships registry.k8s.io/kube-scheduler at the version the suite runs (v1.35.4): what is
+    shipped is what is tested."""
+    base = yaml.safe_load((ROOT / "deploy" / "base" / "kustomization.yaml").read_text())
+    tag = {i["name"]: i["newTag"] for i in base["images"]}["registry.k8s.io/kube-scheduler"]
+    version = subprocess.run(
+        [str(k8s_assets / "kube-scheduler"), "--version"], capture_output=True, text=True, timeout=30
+    ).stdout.split()
+    assert version[-1] == tag == "v1.35.4", (version, tag)
+
+
+def _write_config(
+    folder: Path, config: dict, tmp_path: Path, binary: str = "kube-scheduler"
+) -> subprocess.CompletedProcess[str]:
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     (tmp_path / "out.yaml").unlink(missing_ok=True)
     return subprocess.run(
-        [str(folder / "kube-scheduler"), "--config", str(path), "--write-config-to", str(tmp_path / "out.yaml")],
+        [str(folder / binary), "--config", str(path), "--write-config-to", str(tmp_path / "out.yaml")],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
