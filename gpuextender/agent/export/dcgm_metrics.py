@@ -197,6 +197,16 @@ GPU_FIELDS: tuple[DcgmField, ...] = (
         "NVLINK_THROUGHPUT_DATA fields); a counter, exposed as a gauge.",
         lambda g: _number(g.nvlink_data_kib),
     ),
+    DcgmField(
+        "DCGM_FI_PROF_PCIE_TX_BYTES",
+        "PCIe bytes sent by the GPU per second since the last sample (NVML's PCIe byte counter, in B/s).",
+        lambda g: g.pcie_tx_bytes_per_s,
+    ),
+    DcgmField(
+        "DCGM_FI_PROF_PCIE_RX_BYTES",
+        "PCIe bytes received by the GPU per second since the last sample (NVML's PCIe byte counter, in B/s).",
+        lambda g: g.pcie_rx_bytes_per_s,
+    ),
     *PROF_FIELDS,
 )
 

@@ -47,6 +47,8 @@ from gpuextender.agent.sources.nvml_reader import (
     FI_MEMORY_TEMP,
     FI_NVLINK_THROUGHPUT_DATA_RX,
     FI_NVLINK_THROUGHPUT_DATA_TX,
+    FI_PCIE_COUNT_RX_BYTES,
+    FI_PCIE_COUNT_TX_BYTES,
     FI_PCIE_REPLAY_COUNTER,
 )
 
@@ -134,6 +136,7 @@ class FakeNvmlLibrary:
         self._follow = follow  # the file edited while running: GPU readings follow it
         self._clock = clock
         self._started = clock()
+        self._wall_start = time.time()  # field values' timestamps: wall time at start + the fake's elapsed time
         self._init_count = 0
         # One C struct per GPU: a handle is a pointer to it, as with the real driver.
         self._devices = [pynvml.struct_c_nvmlDevice_t() for _ in scenario.gpus]
@@ -751,13 +754,17 @@ class FakeNvmlLibrary:
                 number = round(gpu.memory_temperature_c.at(t))
             elif fid == FI_PCIE_REPLAY_COUNTER and gpu.pcie_replays is not None:
                 number = gpu.pcie_replays
+            elif fid == FI_PCIE_COUNT_TX_BYTES and gpu.pcie_tx_bytes_per_s is not None:
+                number = int(_integral(gpu.pcie_tx_bytes_per_s, t))
+            elif fid == FI_PCIE_COUNT_RX_BYTES and gpu.pcie_rx_bytes_per_s is not None:
+                number = int(_integral(gpu.pcie_rx_bytes_per_s, t))
             elif (
                 fid in (FI_NVLINK_THROUGHPUT_DATA_TX, FI_NVLINK_THROUGHPUT_DATA_RX)
                 and gpu.nvlink_data_kib_per_s is not None
             ):
                 if 0 <= scope < links:  # half sent, half received, spread over the active links
                     number = int(_integral(gpu.nvlink_data_kib_per_s, t) / 2 / links)
-            value.timestamp = int(time.time() * 1e6)
+            value.timestamp = int((self._wall_start + t) * 1e6)  # moves with the fake clock, as counters do
             if number is None:
                 value.nvmlReturn = _NOT_SUPPORTED
                 continue

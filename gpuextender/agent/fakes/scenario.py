@@ -158,6 +158,8 @@ class FakeGpu:
     encoder_utilization_percent: Pattern | None = None
     decoder_utilization_percent: Pattern | None = None
     nvlink_data_kib_per_s: Pattern | None = None  # sent + received over all its NVLinks
+    pcie_tx_bytes_per_s: Pattern | None = None  # NVML's PCIe byte counters grow at these rates
+    pcie_rx_bytes_per_s: Pattern | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -315,6 +317,8 @@ _GPU_FIELDS = {
     "encoder_utilization_percent",
     "decoder_utilization_percent",
     "nvlink_data_kib_per_s",
+    "pcie_tx_bytes_per_s",
+    "pcie_rx_bytes_per_s",
 }
 _MAX_COUNTER = 1e12
 
@@ -410,6 +414,9 @@ def _parse_gpu_health(ctx: _Context, where: str, group: dict[str, Any], memory_b
         out["nvlink_data_kib_per_s"] = _parse_pattern(
             ctx, f"{where}.nvlink_data_kib_per_s", group["nvlink_data_kib_per_s"], 0, 1e9
         )
+    for key in ("pcie_tx_bytes_per_s", "pcie_rx_bytes_per_s"):  # PCIe 6 x16 moves ~128 GB/s a way
+        if key in group:
+            out[key] = _parse_pattern(ctx, f"{where}.{key}", group[key], 0, 1e12)
     return out
 
 

@@ -132,6 +132,10 @@ class GpuReading:
     encoder_utilization_percent: int | None = None
     decoder_utilization_percent: int | None = None
     nvlink_data_kib: int | None = None  # NVLink data sent + received over all links, KiB since the driver loaded
+    # PCIe bytes sent / received per second between the last two samples (NVML's PCIe byte counters,
+    # fields 197/198); None on the first sample, after a counter went back, or where not supported.
+    pcie_tx_bytes_per_s: float | None = None
+    pcie_rx_bytes_per_s: float | None = None
     # -- 0.2: allocation (from the kubelet) and sharing
     holders: list[Holder] = field(default_factory=list)
     sharing_mode: str = ""  # EXCLUSIVE / TIME_SLICING / MPS / MIG, "" = unknown

@@ -63,6 +63,8 @@ FI_MEMORY_TEMP = 82
 FI_PCIE_REPLAY_COUNTER = 94
 FI_NVLINK_THROUGHPUT_DATA_TX = 138  # KiB since the driver loaded, per link (scopeId = link)
 FI_NVLINK_THROUGHPUT_DATA_RX = 139
+FI_PCIE_COUNT_TX_BYTES = 197  # bytes since the driver loaded (Hopper and later; dcgm's PCIE_TX_BYTES)
+FI_PCIE_COUNT_RX_BYTES = 198
 _VALUE_MEMBER = ("dVal", "uiVal", "ulVal", "ullVal", "sllVal", "siVal", "usVal")  # by nvmlValueType_t
 _BUS_ID = re.compile(r"^([0-9a-fA-F]{1,8}):([0-9a-fA-F]{1,2}):([0-9a-fA-F]{1,2})\.([0-7])$")
 
@@ -103,6 +105,8 @@ class NvmlReader:
         self._gpm = GpmSampler(self._on_error) if gpm else None
         self._nvlinks: dict[int, list[int]] = {}  # GPU -> its active NVLinks, read with the topology
         self._energy: dict[int, tuple[int, float]] = {}  # GPU -> (millijoules, clock() when read)
+        # GPU -> (PCIe TX bytes, RX bytes, the fields' timestamp in us): the last counters read
+        self._pcie: dict[int, tuple[float, float, int]] = {}
         self._sysfs_root = sysfs_root
         self._clock = clock
         self._initialized = False
@@ -158,6 +162,7 @@ class NvmlReader:
         self._mig_static = {}
         self._absent = {}
         self._energy = {}
+        self._pcie = {}
         log.info("NVML initialised: driver %s, %d GPU(s)", self._driver_version or "?", count)
         self._topology = self._read_topology()
 
@@ -315,10 +320,10 @@ class NvmlReader:
         return int(energy)
 
     def _read_fields(self, reading: GpuReading, handle: Any, optional: Callable[..., Any]) -> None:
-        """Memory temperature, PCIe replays and NVLink data in one nvmlDeviceGetFieldValues call;
-        each field NVML does not give stays None."""
+        """Memory temperature, PCIe replays, PCIe bytes and NVLink data in one nvmlDeviceGetFieldValues
+        call; each field NVML does not give stays None."""
         links = self._nvlinks.get(reading.index, [])
-        ids: list[Any] = [FI_MEMORY_TEMP, FI_PCIE_REPLAY_COUNTER]
+        ids: list[Any] = [FI_MEMORY_TEMP, FI_PCIE_REPLAY_COUNTER, FI_PCIE_COUNT_TX_BYTES, FI_PCIE_COUNT_RX_BYTES]
         ids += [
             (field, link) for link in links for field in (FI_NVLINK_THROUGHPUT_DATA_TX, FI_NVLINK_THROUGHPUT_DATA_RX)
         ]
@@ -328,9 +333,28 @@ class NvmlReader:
         numbers = [_field_number(v) for v in values]
         reading.memory_temperature_celsius = None if numbers[0] is None else int(numbers[0])
         reading.pcie_replays = None if numbers[1] is None else int(numbers[1])
-        nvlink = numbers[2:]
+        self._pcie_rates(reading, numbers[2], numbers[3], int(values[2].timestamp))
+        nvlink = numbers[4:]
         if nvlink and None not in nvlink:  # a total over some links only would read as a drop
             reading.nvlink_data_kib = int(sum(n for n in nvlink if n is not None))
+
+    def _pcie_rates(self, reading: GpuReading, tx: float | None, rx: float | None, stamp_us: int) -> None:
+        """Bytes per second since the last sample, from NVML's own timestamps (a late sample is not
+        a burst). Nothing on the first sample, when a counter went back (driver reload) or when
+        the timestamp did not move."""
+        index = reading.index
+        last = self._pcie.get(index)
+        if tx is None or rx is None:
+            self._pcie.pop(index, None)
+            return
+        self._pcie[index] = (tx, rx, stamp_us)
+        if last is None:
+            return
+        seconds = (stamp_us - last[2]) / 1e6
+        if seconds <= 0 or tx < last[0] or rx < last[1]:
+            return
+        reading.pcie_tx_bytes_per_s = (tx - last[0]) / seconds
+        reading.pcie_rx_bytes_per_s = (rx - last[1]) / seconds
 
     @staticmethod
     def _read_error_counters(handle: Any, optional: Callable[..., Any]) -> ErrorCounters | None:

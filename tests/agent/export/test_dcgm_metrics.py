@@ -131,6 +131,8 @@ def full_gpu(index: int, **changes: object) -> GpuReading:
         encoder_utilization_percent=3,
         decoder_utilization_percent=4,
         nvlink_data_kib=123_456_789,
+        pcie_tx_bytes_per_s=2.5e9,
+        pcie_rx_bytes_per_s=1.25e9,
         gpm=GpmReading(sm_active=12.5, sm_occupancy=6.25, tensor_active=50.0, dram_active=25.0, graphics_active=99.5),
     )
     for name, value in changes.items():
@@ -333,8 +335,8 @@ def test_the_agent_serves_its_process_metrics_and_build_info() -> None:
 
 def test_every_default_counter_nvml_can_give_is_served(served: dict[str, list[Sample]]) -> None:
     """dcgm-exporter's default set (peers.md §4.1) less what NVML has no reading for: the vGPU
-    license (no vGPU here) and the PCIe byte rates (not read)."""
-    not_from_nvml = {"DCGM_FI_DEV_VGPU_LICENSE_STATUS", "DCGM_FI_PROF_PCIE_TX_BYTES", "DCGM_FI_PROF_PCIE_RX_BYTES"}
+    license (vGPU guests only)."""
+    not_from_nvml = {"DCGM_FI_DEV_VGPU_LICENSE_STATUS"}
     aggregate_ecc = {"DCGM_FI_DEV_ECC_SBE_AGG_TOTAL", "DCGM_FI_DEV_ECC_DBE_AGG_TOTAL"}  # commented out there too
     for name in sorted(PEERS_4_1_METRICS - not_from_nvml - aggregate_ecc):
         assert series(served[name], gpu="0"), f"{name} is not served"
@@ -342,6 +344,8 @@ def test_every_default_counter_nvml_can_give_is_served(served: dict[str, list[Sa
     assert value(served["DCGM_FI_DEV_PCIE_REPLAY_COUNTER"], gpu="0") == 1
     assert value(served["DCGM_FI_DEV_ENC_UTIL"], gpu="0") == 3 and value(served["DCGM_FI_DEV_DEC_UTIL"], gpu="0") == 4
     assert value(served["DCGM_FI_DEV_NVLINK_BANDWIDTH_TOTAL"], gpu="0") == 123_456_789
+    assert value(served["DCGM_FI_PROF_PCIE_TX_BYTES"], gpu="0") == 2.5e9  # B/s, as dcgm's gauge
+    assert value(served["DCGM_FI_PROF_PCIE_RX_BYTES"], gpu="0") == 1.25e9
 
 
 def test_gpm_is_served_as_dcgm_profiling_ratios_per_gpu_and_mig_instance(served: dict[str, list[Sample]]) -> None:

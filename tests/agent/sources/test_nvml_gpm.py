@@ -215,3 +215,33 @@ def test_a_field_value_is_a_finite_number_or_unknown(
     assert _field_number(field) == expected
     field.nvmlReturn = pynvml.NVML_ERROR_NOT_SUPPORTED
     assert _field_number(field) is None
+
+
+def test_pcie_bytes_are_a_rate_between_two_samples_from_nvmls_counters(clock: Clock) -> None:
+    """dcgm-exporter's DCGM_FI_PROF_PCIE_TX_BYTES / _RX_BYTES (B/s), from NVML's byte counters
+    (fields 197/198): nothing on the first sample, then bytes moved over the time between."""
+    document = {"gpus": [{**H100, "pcie_tx_bytes_per_s": 2e9, "pcie_rx_bytes_per_s": 5e8}, H100]}
+    reader, _ = start_reader(document, clock)
+    clock.t = 10.0
+    first, other = reader.sample().gpus
+    assert (first.pcie_tx_bytes_per_s, first.pcie_rx_bytes_per_s) == (None, None)
+    clock.t = 12.0
+    second, other = reader.sample().gpus
+    assert second.pcie_tx_bytes_per_s == pytest.approx(2e9, rel=1e-6)
+    assert second.pcie_rx_bytes_per_s == pytest.approx(5e8, rel=1e-6)
+    assert (other.pcie_tx_bytes_per_s, other.pcie_rx_bytes_per_s) == (None, None)  # not supported there
+    clock.t = 12.0  # the timestamp did not move: no rate (never a division by zero)
+    assert reader.sample().gpus[0].pcie_tx_bytes_per_s is None
+    reader.close()
+
+
+def test_a_pcie_counter_that_goes_back_gives_no_rate(clock: Clock) -> None:
+    reader, _ = start_reader({"gpus": [{**H100, "pcie_tx_bytes_per_s": 1e9, "pcie_rx_bytes_per_s": 1e9}]}, clock)
+    clock.t = 10.0
+    reader.sample()
+    reader._pcie[0] = (1e15, 1e15, reader._pcie[0][2])  # as if the driver reloaded: counters from 0
+    clock.t = 11.0
+    assert reader.sample().gpus[0].pcie_tx_bytes_per_s is None
+    clock.t = 12.0
+    assert reader.sample().gpus[0].pcie_tx_bytes_per_s == pytest.approx(1e9, rel=1e-6)
+    reader.close()
