@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -246,3 +247,25 @@ def test_kubelet_allocation_grants_the_agent_its_sockets_and_nothing_more(tmp_pa
     for obj in objects:
         if obj["kind"] in ("Deployment",) and m.identity(obj) in base:
             assert obj == base[m.identity(obj)], m.identity(obj)
+
+
+@needs_kubectl
+def test_the_quickstarts_opt_in_overlay_is_the_default_install_plus_the_namespace_policy(tmp_path: Path) -> None:
+    """README's Quickstart step 4, `kubectl apply -k deploy/overlays/opt-in-by-namespace`: exactly
+    deploy/'s objects and components/gpu-scheduler-by-default's policy, valid against the schemas
+    that serve MutatingAdmissionPolicy v1 (1.36); the namespace label the step sets is the one the
+    policy matches."""
+    overlay = m.kustomize(m.DEPLOY / "overlays" / "opt-in-by-namespace")
+    default = m.kustomize(m.DEPLOY)
+    extra = {m.identity(o) for o in overlay} - {m.identity(o) for o in default}
+    assert {kind for (kind, _ns, _name) in extra} == {"MutatingAdmissionPolicy", "MutatingAdmissionPolicyBinding"}
+    assert [o for o in default if o not in overlay] == []  # nothing of the default install changed
+    errors, _ = validation_errors(overlay)
+    assert not errors, "\n".join(errors)
+    readme = (m.DEPLOY.parent / "README.md").read_text()
+    assert "kubectl apply -k deploy/overlays/opt-in-by-namespace" in readme
+    label = re.search(r"kubectl label namespace llm (\S+)=(\S+)", readme)
+    assert label is not None
+    binding = m.one(overlay, "MutatingAdmissionPolicyBinding", "gpu-scheduler-for-gpu-pods")
+    selector = binding["spec"]["matchResources"]["namespaceSelector"]["matchLabels"]
+    assert selector == {label.group(1): label.group(2)}
