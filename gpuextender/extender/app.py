@@ -57,7 +57,7 @@ from gpuextender.extender.state.inventory_store import InventoryStore
 from gpuextender.extender.state.inventory_view import ViewBuilder
 from gpuextender.extender.state.pod_groups import PodGroups
 from gpuextender.extender.state.pod_ledger import PodLedger
-from gpuextender.extender.state.publication import Publication, PublishInputs
+from gpuextender.extender.state.publication import ChangeFeed, Publication, PublishInputs
 from gpuextender.extender.ui.fleet_page import add_routes as add_fleet_page
 
 if TYPE_CHECKING:
@@ -368,15 +368,21 @@ async def _connect_kubernetes(extender: Extender) -> None:
         api, state, claims, store = extender.api, extender.api.state, extender.claims, extender.store
         publish = config.publish
 
+        feed = ChangeFeed()
+        state.on_offered_change(feed.node_changed)
+
         def inputs() -> PublishInputs:
             view = api.inventory()
+            synced = claims.synced
             return PublishInputs(
                 view.dra,
                 view.allocatable_gpus,
                 state.reported,
-                claims.allocated_on if claims.synced else None,
-                claims.holders_on if claims.synced else None,
+                claims.allocated_on if synced else None,
+                claims.holders_on if synced else None,
                 config.api.policy.stale_after_s,
+                changed=feed.drain(view.dra, view.allocatable_gpus, claims.version, claims.nodes_changed_since),
+                claims_version_of=claims.node_version,
             )
 
         status = TaintWriterStatus()

@@ -68,6 +68,7 @@ class ClaimLedger:
         self.version = 0  # changes with every change of what claims hold
         self._changes: deque[tuple[int, str]] = deque(maxlen=CHANGE_LOG)  # (version, node whose devices changed)
         self._reset_at = 0  # the version of the last replace_all: the log says nothing before it
+        self._node_versions: dict[str, int] = {}  # node -> the version that last changed its claims
 
     def __len__(self) -> int:
         return len(self._claims)
@@ -102,11 +103,17 @@ class ClaimLedger:
             changed.add(node)
         return changed
 
+    def node_version(self, node: str) -> int:
+        """A number that changes whenever what the claims hold on `node` may have (publication.py
+        recomputes a node only then)."""
+        return max(self._node_versions.get(node, 0), self._reset_at)
+
     def _changed(self, *claims: Claim | None) -> None:
         self.version += 1
         for c in claims:
             if c is not None and c.allocated:
                 self._changes.append((self.version, c.node))
+                self._node_versions[c.node] = self.version
 
     def read(
         self, claim_keys: Iterable[str], gpu_classes: Collection[str], mig_classes: Mapping[str, DeviceClassInfo]
@@ -169,6 +176,7 @@ class ClaimLedger:
         self.version += 1
         self._reset_at = self.version
         self._changes.clear()
+        self._node_versions.clear()
 
     def upsert(self, kind: str, obj: KubeObject) -> None:
         c = self._read(obj)

@@ -28,7 +28,15 @@ from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
 from gpuextender.extender.model.dra import DeviceRef, Toleration
-from gpuextender.extender.state.dra_inventory import DraInventory, DraNode, FreeCounter, capped, dra_node, mig_capped
+from gpuextender.extender.state.dra_inventory import (
+    DraInventory,
+    DraNode,
+    FreeCounter,
+    NodeDevices,
+    capped,
+    dra_node,
+    mig_capped,
+)
 from gpuextender.extender.state.gpu_summary import NodeSummary
 
 UNHEALTHY_KEY = "gpu-extender.io/unhealthy"
@@ -68,27 +76,33 @@ def wanted_taints(dra: DraInventory, summary_of: Callable[[str], NodeSummary | N
     """Every rule the agents' health asks for now, by name."""
     rules: dict[str, TaintRule] = {}
     for node, devices in dra.gpu_devices.items():
-        summary = summary_of(node)
-        positions = summary.positions if summary is not None else None
-        if positions is None or not positions.problems:
+        rules.update(health_taints(node, devices, summary_of(node)))
+    return rules
+
+
+def health_taints(node: str, devices: NodeDevices, summary: NodeSummary | None) -> dict[str, TaintRule]:
+    """The rules one node's health asks for (a node without problems: none, at the cost of a look)."""
+    positions = summary.positions if summary is not None else None
+    if positions is None or not positions.problems:
+        return {}
+    rules: dict[str, TaintRule] = {}
+    bad = {at: (unhealthy, why) for at, unhealthy, why in positions.problems}
+    for (driver, pool, device_name), device in devices:
+        at = positions.position(device.uuid, device.name)
+        if at is None or at not in bad:
             continue
-        bad = {at: (unhealthy, why) for at, unhealthy, why in positions.problems}
-        for (driver, pool, device_name), device in devices:
-            at = positions.position(device.uuid, device.name)
-            if at is None or at not in bad:
-                continue
-            unhealthy, why = bad[at]
-            name = rule_name(node, device_name)
-            rules[name] = TaintRule(
-                name,
-                driver,
-                pool,
-                device_name,
-                UNHEALTHY_KEY if unhealthy else DEGRADED_KEY,
-                why,
-                NO_SCHEDULE if unhealthy else MARK_ONLY,
-                node,
-            )
+        unhealthy, why = bad[at]
+        name = rule_name(node, device_name)
+        rules[name] = TaintRule(
+            name,
+            driver,
+            pool,
+            device_name,
+            UNHEALTHY_KEY if unhealthy else DEGRADED_KEY,
+            why,
+            NO_SCHEDULE if unhealthy else MARK_ONLY,
+            node,
+        )
     return rules
 
 
@@ -105,21 +119,32 @@ def busy_taints(
     if allocated_on is None:
         return rules
     for node, devices in dra.gpu_devices.items():
-        summary = summary_of(node)
-        positions = summary.positions if summary is not None else None
-        if positions is None:
+        rules.update(node_busy_taints(node, devices, summary_of(node), allocated_on))
+    return rules
+
+
+def node_busy_taints(
+    node: str,
+    devices: NodeDevices,
+    summary: NodeSummary | None,
+    allocated_on: Callable[[str], AbstractSet[DeviceRef]],
+) -> dict[str, TaintRule]:
+    """One node's busy rules (busy_taints); the claims are read only where a GPU is busy."""
+    positions = summary.positions if summary is not None else None
+    if positions is None:
+        return {}
+    busy = positions.unheld & ~positions.available  # healthy, held by no container, not idle
+    if not busy:
+        return {}
+    rules: dict[str, TaintRule] = {}
+    held = allocated_on(node)
+    for ref, device in devices:
+        at = positions.position(device.uuid, device.name)
+        if at is None or not busy >> at & 1 or ref in held:
             continue
-        busy = positions.unheld & ~positions.available  # healthy, held by no container, not idle
-        if not busy:
-            continue
-        held = allocated_on(node)
-        for ref, device in devices:
-            at = positions.position(device.uuid, device.name)
-            if at is None or not busy >> at & 1 or ref in held:
-                continue
-            driver, pool, device_name = ref
-            name = rule_name(node, device_name, BUSY_PREFIX)
-            rules[name] = TaintRule(name, driver, pool, device_name, BUSY_KEY, BUSY_VALUE, NO_SCHEDULE, node)
+        driver, pool, device_name = ref
+        name = rule_name(node, device_name, BUSY_PREFIX)
+        rules[name] = TaintRule(name, driver, pool, device_name, BUSY_KEY, BUSY_VALUE, NO_SCHEDULE, node)
     return rules
 
 

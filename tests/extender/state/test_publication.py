@@ -27,7 +27,7 @@ from gpuextender.extender.state.device_taints import (
 from gpuextender.extender.state.dra_inventory import DraInventory, build_dra
 from gpuextender.extender.state.gpu_summary import NodeSummary, summarize
 from gpuextender.extender.state.node_gpu_status import CONDITION_TYPE, marks, node_status
-from gpuextender.extender.state.publication import Publication, PublishInputs
+from gpuextender.extender.state.publication import RECLAIM_EVERY_S, Publication, PublishInputs
 from gpuextender.v1 import gpu_state_pb2 as pb
 from tests.extender.builders import gpu, report
 from tests.extender.dra_objects import allocated_claim, device_class, gpu_slice
@@ -206,7 +206,10 @@ class World:
             DRA_NODE: summary(DRA_NODE, busy=self.dra_busy),
             DP_NODE: summary(DP_NODE, busy=self.dp_busy, sick=self.dp_sick),
         }
-        return PublishInputs(dra(), {DP_NODE: 4, DRA_NODE: 0}, summaries.get, self.ledger.allocated_on)
+        ledger = self.ledger
+        return PublishInputs(
+            dra(), {DP_NODE: 4, DRA_NODE: 0}, summaries.get, ledger.allocated_on, claims_version_of=ledger.node_version
+        )
 
 
 def run(
@@ -246,7 +249,8 @@ def test_a_claim_allocated_while_busy_removes_the_rule_after_the_hold_never_befo
     world, pub = World(), Publication(3.0, HOLD)
     world.dra_busy = (1,)
     run(pub, world, 0.0, HOLD, lambda t: None)
-    world.ledger = claims("gpu-1")  # a pod got it (the allocator did not: an admin's claim, a race)
+    # A pod got it (the allocator did not: an admin's claim, a race): the claims are listed anew.
+    world.ledger.replace_all(RESOURCE_CLAIM.kind, [allocated_claim("c", DRA_NODE, ["gpu-1"])])
     assert busy_rule("gpu-1").name in pub.rules
     assert run(pub, world, 70.0, 70.0 + HOLD, lambda t: None) == [70.0 + HOLD]
 
@@ -326,7 +330,7 @@ def reclaim_inputs(
 
 @pytest.mark.parametrize(("after", "signalled"), [(WINDOW - 0.5, False), (WINDOW, True)])
 def test_held_gpus_idle_for_exactly_the_window_are_the_signal(after: float, signalled: bool) -> None:
-    pub = Publication(3.0, HOLD, idle_window_s=WINDOW)
+    pub = Publication(3.0, HOLD, idle_window_s=WINDOW, reclaim_every_s=0.0)
     inputs = reclaim_inputs(dp_held=(0, 2))
     for t in (0.0, after):
         pub.update(replace_received(inputs, t), t)
@@ -337,7 +341,7 @@ def test_held_gpus_idle_for_exactly_the_window_are_the_signal(after: float, sign
 
 
 def test_one_busy_sample_starts_the_window_over_and_a_busy_gpu_of_a_claim_keeps_it_quiet() -> None:
-    pub = Publication(3.0, HOLD, idle_window_s=WINDOW)
+    pub = Publication(3.0, HOLD, idle_window_s=WINDOW, reclaim_every_s=0.0)
     pub.update(replace_received(reclaim_inputs(dp_held=(0,)), 0.0), 0.0)
     pub.update(replace_received(reclaim_inputs(dp_held=(0,), dp_busy=(0,), claim_busy=True), 1000.0), 1000.0)
     pub.update(replace_received(reclaim_inputs(dp_held=(0,), claim_busy=True), 1001.0), 1001.0)
@@ -350,7 +354,7 @@ def test_one_busy_sample_starts_the_window_over_and_a_busy_gpu_of_a_claim_keeps_
 
 
 def test_stale_agent_data_is_unknown_never_idle() -> None:
-    pub = Publication(3.0, HOLD, idle_window_s=WINDOW)
+    pub = Publication(3.0, HOLD, idle_window_s=WINDOW, reclaim_every_s=0.0)
     inputs = reclaim_inputs(dp_held=(0,))  # summaries received at 0 s, stale after 30 s
     pub.update(inputs, 0.0)
     pub.update(inputs, 30.0)  # at exactly --stale-after: still fresh
@@ -364,3 +368,15 @@ def replace_received(inputs: PublishInputs, at: float) -> PublishInputs:
     """The same summaries, received at `at` (fresh then)."""
     summaries = {n: dataclasses.replace(s, received_at=at) for n in (DRA_NODE, DP_NODE) if (s := inputs.summary_of(n))}
     return dataclasses.replace(inputs, summary_of=summaries.get)
+
+
+@pytest.mark.parametrize(("after", "looked"), [(RECLAIM_EVERY_S - 0.001, False), (RECLAIM_EVERY_S, True)])
+def test_the_reclaim_signal_is_settled_every_few_seconds_at_most(after: float, looked: bool) -> None:
+    pub = Publication(3.0, HOLD, idle_window_s=10.0)
+    inputs = reclaim_inputs(dp_held=(0,))
+    pub.update(replace_received(inputs, 0.0), 0.0)  # settled: the window starts
+    pub.update(replace_received(inputs, 10.0), 10.0)  # settled: 10 s idle, the signal
+    assert pub.idle_by_node == {DP_NODE: 1, DRA_NODE: 2}
+    busy = reclaim_inputs(dp_held=(0,), dp_busy=(0,), claim_busy=True)
+    pub.update(replace_received(busy, 10.0 + after), 10.0 + after)
+    assert (pub.idle_by_node == {DRA_NODE: 1}) is looked  # busy again: seen at the next settle only
