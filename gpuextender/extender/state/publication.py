@@ -28,14 +28,15 @@ from gpuextender.extender.state.device_taints import (
 from gpuextender.extender.state.dra_inventory import DraInventory, NodeDevices
 from gpuextender.extender.state.freshness import is_fresh
 from gpuextender.extender.state.gpu_summary import NodeSummary
-from gpuextender.extender.state.idle_allocated import held_idle_gpus, idle_claims
+from gpuextender.extender.state.idle_allocated import IdleWindows, held_idle_gpus, idle_claims
 from gpuextender.extender.state.node_gpu_status import NodeGpuStatus, count_by_node, marks, node_status
 
 # A restarted replica's agents reconnect within seconds (they re-resolve the Service every 15 s and
 # back off 5 s at most): every node said Unknown, then usable again, at each start would be two
 # writes a node for nothing (10,000 at 5,000 nodes).
 NO_DATA_GRACE_S = 60.0
-# The reclaim signal is settled this often at most: its window is 10 s or more (30 min by default).
+# Agent data that went stale without a report is swept out of the reclaim signal this often: its
+# window is 10 s or more (30 min by default).
 RECLAIM_EVERY_S = 5.0
 
 
@@ -176,8 +177,10 @@ class Publication:
         self._busy_gpus = Hysteresis[bool](busy_hold_s, busy_hold_s)
         # The reclaim signal: held GPUs idle for the window without a break (idle_allocated.py).
         self.idle_window_s = idle_window_s
-        self._idle_gpus = Hysteresis[bool](idle_window_s, 0.0)
-        self._idle_claims = Hysteresis[int](idle_window_s, 0.0)
+        self._idle_gpus = IdleWindows(idle_window_s)
+        self._idle_claims = IdleWindows(idle_window_s)
+        self._idle_seen = (-1, -1)  # the windows' versions idle_by_node and idle_claims were made at
+        self._stale: set[str] = set()  # nodes whose idle asks are left out: their data is stale
         self.idle_by_node: dict[str, int] = {}  # node -> held GPUs idle past the window
         self.idle_claims: dict[str, int] = {}  # claim (namespace/name) -> its GPUs, every one idle past the window
         self.rules: dict[str, TaintRule] = {}  # the DeviceTaintRules that stand, by name
@@ -210,7 +213,7 @@ class Publication:
         self.rules = {**health, **busy}
         self._asked = {**health_asked, **busy_asked}
         self._by_node = None
-        self._reclaim(inputs.stale_after_s, now)
+        self._reclaim(recomputed, inputs.stale_after_s, now)
         sick = count_by_node(self._sick_gpus.settle(sick_asked, now))
         busy_count = count_by_node(self._busy_gpus.settle(busy_gpus_asked, now))
         # A node's condition is rebuilt when its asks or its settled counts moved, or the grace ended.
@@ -310,25 +313,44 @@ class Publication:
             busy_gpus.update(dict.fromkeys(asks.busy_gpus, True))
         self._merged = (health, busy, sick, busy_gpus)
 
-    def _reclaim(self, stale_after_s: float, now: float) -> None:
-        """The reclaim signal, at most every `reclaim_every_s` (a window of minutes loses nothing to
-        a few seconds, and a fleet of held idle GPUs is thousands of marks to settle)."""
-        if self._reclaimed_at is not None and now - self._reclaimed_at < self._reclaim_every_s:
-            return
-        self._reclaimed_at = now
-        gpus: dict[str, bool] = {}
-        claims: dict[str, int] = {}
-        for node in self._asking:
-            asks = self._asks[node]
-            if not (asks.idle or asks.idle_claims):
-                continue
-            received = self._received.get(node)
-            if received is None or not is_fresh(received, now, stale_after_s):
-                continue  # unknown, never idle
-            gpus.update(dict.fromkeys(asks.idle, True))
-            claims.update(asks.idle_claims)
-        self.idle_by_node = count_by_node(self._idle_gpus.settle(gpus, now))
-        self.idle_claims = dict(self._idle_claims.settle(claims, now))
+    def _reclaim(self, recomputed: set[str], stale_after_s: float, now: float) -> None:
+        """The reclaim signal: the nodes whose asks changed tell the windows at once; staleness (no
+        report for --stale-after: unknown, never idle) is swept every `reclaim_every_s`, and only a
+        node whose freshness flipped is told again."""
+        gpus, claims = self._idle_gpus, self._idle_claims
+
+        def tell(node: str, fresh: bool) -> None:
+            asks = self._asks.get(node)
+            if asks is None or not fresh:
+                if asks is not None and (asks.idle or asks.idle_claims):
+                    self._stale.add(node)
+                gpus.set_node(node, {}, now)
+                claims.set_node(node, {}, now)
+                return
+            self._stale.discard(node)
+            gpus.set_node(node, dict.fromkeys(asks.idle, 1), now)
+            claims.set_node(node, asks.idle_claims, now)
+
+        for node in recomputed:
+            tell(node, self._fresh(node, stale_after_s, now))
+        if self._reclaimed_at is None or now - self._reclaimed_at >= self._reclaim_every_s:
+            self._reclaimed_at = now
+            for node in self._asking:
+                asks = self._asks[node]
+                if asks.idle or asks.idle_claims:
+                    fresh = self._fresh(node, stale_after_s, now)
+                    if fresh == (node in self._stale):  # its freshness flipped since it was told
+                        tell(node, fresh)
+        gpus.promote(now)
+        claims.promote(now)
+        if (gpus.version, claims.version) != self._idle_seen:
+            self._idle_seen = (gpus.version, claims.version)
+            self.idle_by_node = count_by_node(gpus.standing)
+            self.idle_claims = dict(claims.standing)
+
+    def _fresh(self, node: str, stale_after_s: float, now: float) -> bool:
+        received = self._received.get(node)
+        return received is not None and is_fresh(received, now, stale_after_s)
 
     def adopt(self, rules: Mapping[str, TaintRule]) -> None:
         """The rules a new leader finds stand (their holds start from them, never churn them)."""

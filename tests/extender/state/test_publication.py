@@ -370,13 +370,22 @@ def replace_received(inputs: PublishInputs, at: float) -> PublishInputs:
     return dataclasses.replace(inputs, summary_of=summaries.get)
 
 
-@pytest.mark.parametrize(("after", "looked"), [(RECLAIM_EVERY_S - 0.001, False), (RECLAIM_EVERY_S, True)])
-def test_the_reclaim_signal_is_settled_every_few_seconds_at_most(after: float, looked: bool) -> None:
+@pytest.mark.parametrize(("after", "swept"), [(RECLAIM_EVERY_S - 0.001, False), (RECLAIM_EVERY_S, True)])
+def test_data_gone_stale_leaves_the_reclaim_signal_at_the_next_sweep(after: float, swept: bool) -> None:
+    """A report that changes a GPU's state is seen at once; data that goes stale without a report
+    is swept out every RECLAIM_EVERY_S (a window of minutes loses nothing to a few seconds)."""
     pub = Publication(3.0, HOLD, idle_window_s=10.0)
-    inputs = reclaim_inputs(dp_held=(0,))
-    pub.update(replace_received(inputs, 0.0), 0.0)  # settled: the window starts
-    pub.update(replace_received(inputs, 10.0), 10.0)  # settled: 10 s idle, the signal
+    inputs = replace_received(reclaim_inputs(dp_held=(0,)), 10.0)  # the last reports: at 10 s
+    pub.update(inputs, 0.0)
+    pub.update(inputs, 10.0)
     assert pub.idle_by_node == {DP_NODE: 1, DRA_NODE: 2}
-    busy = reclaim_inputs(dp_held=(0,), dp_busy=(0,), claim_busy=True)
-    pub.update(replace_received(busy, 10.0 + after), 10.0 + after)
-    assert (pub.idle_by_node == {DRA_NODE: 1}) is looked  # busy again: seen at the next settle only
+    pub.update(inputs, 40.0)  # 30 s old: --stale-after exactly, still fresh (a sweep: 30 s since the last)
+    assert pub.idle_by_node == {DP_NODE: 1, DRA_NODE: 2}
+    pub.update(inputs, 40.0 + after)  # stale now; seen at the sweep 5 s after the last
+    assert (pub.idle_by_node == {}) is swept
+    busy = replace_received(reclaim_inputs(dp_held=(0,), dp_busy=(0,), claim_busy=True), 50.0)
+    pub.update(busy, 50.0)  # a new report: fresh, and its states are seen at once
+    assert pub.idle_claims == {}  # one of the claim's GPUs is busy
+    # gpu-0 of the claim stayed idle: standing still, unless the sweep had taken it out (unknown
+    # then: its window starts over).
+    assert pub.idle_by_node == ({} if swept else {DRA_NODE: 1})
