@@ -10,12 +10,14 @@ served as resource.k8s.io/v1beta2):
    not-ready taint that admission adds on create is left (no kubelet; nothing here reads it).
 2. the real writer runs in this process, wired as app.py wires it: `DeviceTaintWriter` (Lease
    election, then its `_lead` loop) with a `Publication` (--device-taint-after 3, --busy-hold 60)
-   and a `NodeStatusWriter` (--node-taint on), `--publish-writes-per-second 20`. The node writer's
+   and its `ChangeFeed` (told of every report, as gpu_state's on_offered_change tells it), and a
+   `NodeStatusWriter` (--node-taint on), `--publish-writes-per-second 20`. The node writer's
    `node_of` reads the real inventory: a `KubeInventorySource` watching Nodes into an
    `InventoryStore`, as in the extender. `inputs()` gives the DRA inventory of the slices created
    (built once: they do not change), the device-plugin nodes' allocatable, the simulated agents'
    summaries (`gpu_summary.summarize` of a NodeReport per node, rebuilt when one of its GPUs
-   changes; the agent reads the kubelet, no container holds a GPU) and no allocated claim.
+   changes; the agent reads the kubelet, no container holds a GPU) and no allocated claim. Every
+   node's agent also reports every `--heartbeat` s (the same states, a new `received_at`).
 3. time is scaled: simulated time runs `--speed` times wall time, and the writer, its Publication,
    its token bucket and the node writer all read that clock, so a 60 s hold lasts 60 / speed wall
    seconds and the budget is 20 writes per simulated second. The writer's tick (`interval_s`, 0.5 s
@@ -39,15 +41,20 @@ served as resource.k8s.io/v1beta2):
      busy every `--flap-period` simulated seconds (phases staggered) for `--flap-minutes`: writes
      must be 0; then 0.1 % of the GPUs toggle healthy <-> unhealthy every `--flap-period` s for one
      minute (health is held 3 s on, none off: each toggle writes, by design);
-   - cold leader: the first writer stops and a fresh one (new Publication, another Lease, as a
-     replica started after the last leader went) takes over the published fleet with no GPU
-     changing, for the hold plus 60 s: its writes are what a cold leader start costs.
+   - 1 % of the device-plugin nodes made busy on every GPU (their taint stands), settled;
+   - cold leader: the first writer stops and a fresh one (new Publication and ChangeFeed, another
+     Lease, as a replica started after the last leader went) takes over the published fleet with
+     no GPU changing, for the hold plus 60 s: its writes are what a cold leader start costs.
 5. CPU: this process's (time.process_time) per simulated minute of the steady phase, split into
-   Publication.update (every tick: twice per tick in the leader, its `_track_forever` and `_lead`
-   loops each call `track()`), the rest of the writer (writes, the Node watch, the loop), and this
-   bench's own driver (subtracted); kube-apiserver's and etcd's from /proc/<pid>/stat. And one
-   Publication.update at this fleet size, median of `--update-samples` calls: every replica pays it
-   twice a second. At the end, the objects the API server keeps: DeviceTaintRules labelled
+   Publication.update (the leader's `_track_forever` and `_lead` loops each call `track()` every
+   tick), the rest of the writer (writes, the Node watch, the loop), and this bench's own driver
+   (changes, heartbeats, backlog samples: subtracted); kube-apiserver's and etcd's from
+   /proc/<pid>/stat. At 4x the leader ticks less often per simulated second than in production,
+   so the CPU at production cadence is also given, from parts timed on their own (median of
+   `--update-samples`): Publication.update with no report since the last tick, with one tick of
+   heartbeats, and looking at every node (before the writer starts); and, at the end, the leader's
+   tick with nothing to write (`track()`, the rules' pass, the nodes' pass). At the end of the
+   steady phase and of the run, the objects the API server keeps: DeviceTaintRules labelled
    app.kubernetes.io/managed-by=gpu-extender, Nodes with a GPUsUsable condition, Nodes with the
    gpu-extender.io/no-usable-gpu taint, each checked against what the Publication says stands.
 
@@ -60,6 +67,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import logging
 import math
@@ -100,7 +108,7 @@ from gpuextender.extender.state.dra_inventory import DraInventory, build_dra  # 
 from gpuextender.extender.state.gpu_summary import NodeSummary, summarize  # noqa: E402
 from gpuextender.extender.state.inventory_store import InventoryStore  # noqa: E402
 from gpuextender.extender.state.node_gpu_status import NodeGpuStatus  # noqa: E402
-from gpuextender.extender.state.publication import Publication, PublishInputs  # noqa: E402
+from gpuextender.extender.state.publication import ChangeFeed, Publication, PublishInputs  # noqa: E402
 from gpuextender.v1 import gpu_state_pb2 as pb  # noqa: E402
 
 WORKDIR = OUT_DIR / "publish"
@@ -119,6 +127,7 @@ MANAGED = "app.kubernetes.io/managed-by=gpu-extender"
 API_CONCURRENCY = 32
 WRITE_VERBS = ("POST", "PUT", "PATCH", "DELETE", "APPLY")
 NO_CLAIMS: frozenset[DeviceRef] = frozenset()
+NO_HOLDERS: dict[DeviceRef, str] = {}
 BACKLOG_EVERY_S = 5.0  # simulated seconds between two samples of the writer's backlog
 
 
@@ -204,9 +213,14 @@ class Fleet:
         half = nodes // 2
         self.dra_nodes = [f"dra-{i:05d}" for i in range(half)]
         self.dp_nodes = [f"dp-{i:05d}" for i in range(nodes - half)]
+        self.all_nodes = self.dra_nodes + self.dp_nodes
         self.states: dict[str, list[str]] = {}
         self.pools = {IDLE: Pool(), BUSY: Pool(), SICK: Pool()}
         self.summaries: dict[str, NodeSummary] = {}
+        # Each replica's ChangeFeed.node_changed, as gpu_state's on_offered_change calls it per report.
+        self.listeners: list[Callable[[str], None]] = []
+        self._cursor = 0
+        self._due = 0.0
         self.start: dict[tuple[str, int], str] = {}
         self.log: list[tuple[float, str, int, str]] = []  # (sim time, node, index, new state)
         full = set(rng.sample(self.dp_nodes, max(1, round(len(self.dp_nodes) * START_FULL_NODES))))
@@ -227,6 +241,23 @@ class Fleet:
 
     def _summarize(self, node: str, now: float) -> None:
         self.summaries[node] = summarize(node_report(node, self.states[node]), IdleRule(), now)
+        for listener in self.listeners:
+            listener(node)
+
+    def heartbeats(self, sim_s: float, every_s: float, now: float) -> int:
+        """The reports `sim_s` of heartbeats bring (each node once every `every_s`, round robin): the
+        same GPU states, new readings (`received_at`); each one tells the listeners. How many."""
+        nodes = self.all_nodes
+        self._due += len(nodes) * sim_s / every_s
+        count = int(self._due)
+        self._due -= count
+        for _ in range(count):
+            node = nodes[self._cursor]
+            self._cursor = (self._cursor + 1) % len(nodes)
+            self.summaries[node] = dataclasses.replace(self.summaries[node], received_at=now)
+            for listener in self.listeners:
+                listener(node)
+        return count
 
     def set(self, gpu: tuple[str, int], state: str, now: float, *, pooled: bool = True) -> None:
         node, index = gpu
@@ -490,6 +521,12 @@ class Writer:
         s = self.writer.status
         return sum(s.writes.values()) + sum(s.node_writes.values())
 
+    def settled_after(self, at: float) -> bool:
+        """Whether the Publication was updated at or after `at` (simulated): every hold that ends
+        by then is in what stands."""
+        updated = self.publication.updated_at
+        return updated is not None and updated >= at
+
     def backlog(self, store: InventoryStore) -> int:
         """Writes what stands still asks for: rules missing or not standing, nodes whose condition or
         taint (as the Node watch has it) differs."""
@@ -521,7 +558,20 @@ def start_writer(
     identity: str,
 ) -> Writer:
     dp = dict.fromkeys(fleet.dp_nodes, GPUS)
-    inputs = PublishInputs(dra, dp, fleet.summaries.get, lambda _node: NO_CLAIMS)
+    feed = ChangeFeed()  # this replica's, fed by every report as app.py feeds it
+    fleet.listeners.append(feed.node_changed)
+
+    def inputs() -> PublishInputs:  # as app.py's: the claims listed, none allocated
+        return PublishInputs(
+            dra,
+            dp,
+            fleet.summaries.get,
+            lambda _node: NO_CLAIMS,
+            lambda _node: NO_HOLDERS,
+            args.stale_after,
+            changed=feed.drain(dra, dp, 0, lambda _version: set()),
+        )
+
     publication = TimedPublication(HEALTH_AFTER_S, args.busy_hold)
     nodes = CountingNodeWriter(
         lambda name: store.get(NODE.kind, name),
@@ -534,7 +584,7 @@ def start_writer(
     writer = DeviceTaintWriter(
         connection,
         publication,
-        lambda: inputs,
+        inputs,
         namespace=namespace,
         nodes=nodes,
         writes_per_s=args.writes_per_second,
@@ -571,7 +621,8 @@ class Bench:
         self.fleet = Fleet(args.nodes, self.rng)
         self.phases: list[Phase] = []
         self.result: dict[str, Any] = {}
-        self.driver_cpu_s = 0.0  # this bench's own work in the loop (changes, backlog samples)
+        self.driver_cpu_s = 0.0  # this bench's own work in the loop (changes, heartbeats, backlog samples)
+        self.reports = 0
 
     async def until(self, check: Callable[[], bool], what: str, timeout_sim_s: float, step_sim_s: float = 1.0) -> None:
         deadline = self.clock() + timeout_sim_s
@@ -613,6 +664,7 @@ class Bench:
         watch = KubeInventorySource(store, connection, kinds=(NODE,))
         watch_task = asyncio.create_task(watch.run())
         await watch.wait_ready()
+        beats = asyncio.create_task(self.heartbeats())
         apiserver = next(p.popen.pid for p in plane.processes if p.name == "kube-apiserver")
         etcd = next(p.popen.pid for p in plane.processes if p.name == "etcd")
         try:
@@ -631,31 +683,106 @@ class Bench:
             try:
                 await self.cold_leader(cold, store, api, before)
                 self.result["kept_end"] = await self.kept(api, cold)
+                self.result["pass_ms"] = await self.time_pass(cold, store, connection)
+                say(f"a pass with nothing to write (ms, median): {self.result['pass_ms']}")
             finally:
                 await stop(cold.task)
         finally:
+            await stop(beats)
             await stop(watch_task)
         self.result["phases"] = [p.__dict__ for p in self.phases]
         return self.result
 
-    def time_update(self, dra: DraInventory) -> list[float]:
-        """One Publication.update at this fleet size with what stands settled (ms): median, p90, max."""
-        fleet = self.fleet
-        inputs = PublishInputs(dra, dict.fromkeys(fleet.dp_nodes, GPUS), fleet.summaries.get, lambda _n: NO_CLAIMS)
-        pub = Publication(HEALTH_AFTER_S, self.args.busy_hold)
-        pub.update(inputs, 0.0)
-        pub.update(inputs, self.args.busy_hold + 1)  # every mark stands
-        samples = []
-        for i in range(self.args.update_samples):
-            t = time.perf_counter()
-            pub.update(inputs, self.args.busy_hold + 2 + i * 0.5)
-            samples.append((time.perf_counter() - t) * 1000)
-        samples.sort()
-        return [
-            round(statistics.median(samples), 2),
-            round(samples[int(0.9 * (len(samples) - 1))], 2),
-            round(samples[-1], 2),
-        ]
+    def time_update(self, dra: DraInventory) -> dict[str, list[float]]:
+        """One Publication.update at this fleet size, what stands settled (ms: median, p90, max of
+        --update-samples), as its ChangeFeed says which nodes to look at: none (no report since the
+        last tick), one tick of heartbeats (every node reports every --heartbeat s: nodes x tick /
+        heartbeat reports, same GPU states, new readings), every node (the first pass, a relist)."""
+        fleet, args = self.fleet, self.args
+        dp = dict.fromkeys(fleet.dp_nodes, GPUS)
+        nodes = fleet.dra_nodes + fleet.dp_nodes
+        per_tick = min(len(nodes), round(len(nodes) * args.tick / args.heartbeat))
+
+        def inputs(changed: frozenset[str] | None) -> PublishInputs:
+            return PublishInputs(
+                dra,
+                dp,
+                fleet.summaries.get,
+                lambda _n: NO_CLAIMS,
+                lambda _n: NO_HOLDERS,
+                args.stale_after,
+                changed=changed,
+            )
+
+        pub = Publication(HEALTH_AFTER_S, args.busy_hold)
+        pub.update(inputs(None), 0.0)
+        pub.update(inputs(None), args.busy_hold + 1)  # every mark stands
+        now = args.busy_hold + 2
+        out: dict[str, list[float]] = {}
+        rng = random.Random(args.seed)
+        for name in ("quiet", "heartbeats", "every node"):
+            samples = []
+            for _ in range(args.update_samples):
+                changed: frozenset[str] | None = frozenset()
+                if name == "heartbeats":
+                    changed = frozenset(rng.sample(nodes, per_tick))
+                    for node in changed:
+                        fleet.summaries[node] = dataclasses.replace(fleet.summaries[node], received_at=now)
+                elif name == "every node":
+                    changed = None
+                t = time.perf_counter()
+                pub.update(inputs(changed), now)
+                samples.append((time.perf_counter() - t) * 1000)
+                now += args.tick
+            samples.sort()
+            out[name] = [
+                round(statistics.median(samples), 2),
+                round(samples[int(0.9 * (len(samples) - 1))], 2),
+                round(samples[-1], 2),
+            ]
+        out["heartbeat reports per tick"] = [float(per_tick)]
+        return out
+
+    async def heartbeats(self) -> None:
+        """Every node's agent reports every --heartbeat simulated seconds, for the whole run."""
+        step = 0.5
+        while True:
+            await self.clock.sleep(step)
+            t = time.process_time()
+            self.reports += self.fleet.heartbeats(step, self.args.heartbeat, self.clock())
+            self.driver_cpu_s += time.process_time() - t
+
+    async def time_pass(self, w: Writer, store: InventoryStore, connection: Any) -> dict[str, float]:
+        """The leader's tick with nothing to write, by part (ms, median of --update-samples): track()
+        (Publication.update and its counts: twice a tick in the leader), the rules' pass and the
+        nodes' pass (each comparing what stands with what the API server has)."""
+        from kubernetes_asyncio import client as k8s
+
+        await self.until(lambda: w.backlog(store) == 0, "nothing left to write", 600)
+        api_client = k8s.ApiClient(connection)
+        core, custom = k8s.CoreV1Api(api_client), k8s.CustomObjectsApi(api_client)
+        parts: dict[str, list[float]] = {"update": [], "track": [], "rules pass": [], "nodes pass": []}
+        calls = w.writer.status.writes.copy(), w.writer.status.node_writes.copy()
+        try:
+            for _ in range(self.args.update_samples):
+                t = time.perf_counter()
+                w.publication.update(w.writer._inputs(), self.clock())
+                parts["update"].append(time.perf_counter() - t)
+                t = time.perf_counter()
+                w.writer.track()
+                parts["track"].append(time.perf_counter() - t)
+                t = time.perf_counter()
+                await w.writer._reconcile(custom, "v1beta2")
+                parts["rules pass"].append(time.perf_counter() - t)
+                t = time.perf_counter()
+                await w.nodes._pass(core, w.publication.nodes, lambda: True, self.clock())
+                parts["nodes pass"].append(time.perf_counter() - t)
+                await asyncio.sleep(0)
+        finally:
+            await api_client.close()
+        if calls != (w.writer.status.writes, w.writer.status.node_writes):
+            raise BenchError("the timed passes wrote something: not a pass with nothing to write")
+        return {k: round(1000 * statistics.median(v), 2) for k, v in parts.items()}
 
     async def startup(self, w: Writer, store: InventoryStore) -> None:
         args, clock = self.args, self.clock
@@ -664,7 +791,7 @@ class Bench:
         passes0 = w.nodes.passes
         # Everything that stands written: past the busy hold (the busy marks stand), nothing left.
         await self.until(
-            lambda: clock() >= begin + args.busy_hold + 2 * args.tick and w.backlog(store) == 0,
+            lambda: w.settled_after(begin + args.busy_hold + args.tick) and w.backlog(store) == 0,
             "the start-up writes",
             3600,
         )
@@ -692,6 +819,7 @@ class Bench:
         begin = clock()
         before, api_before = w.counts(), await request_counts(api)
         cpu0, upd_cpu0, upd0, passes0, drv0 = self.cpu_marks(w)
+        reports0 = self.reports
         srv0, etcd0 = proc_cpu_s(apiserver), proc_cpu_s(etcd)
         wall0 = time.monotonic()
         per_minute: list[int] = []
@@ -715,6 +843,7 @@ class Bench:
         expected = expected_writes(fleet, settled, begin, end, args.busy_hold)
         phase.extra = {
             "changes": sum(1 for t, *_ in fleet.log if begin <= t < end),
+            "heartbeat_reports": self.reports - reports0,
             "expected": expected,
             "per_minute": per_minute,
             "backlog_max": backlog_max,
@@ -757,7 +886,9 @@ class Bench:
         clock, args = self.clock, self.args
         begin, before = clock(), w.counts()
         last = self.fleet.log[-1][0] if self.fleet.log else 0.0
-        await self.until(lambda: clock() >= last + args.busy_hold + 2 * args.tick and w.backlog(store) == 0, name, 3600)
+        await self.until(
+            lambda: w.settled_after(last + args.busy_hold + args.tick) and w.backlog(store) == 0, name, 3600
+        )
         after = w.counts()
         self.phases.append(Phase(name, clock() - begin, {k: after[k] - before[k] for k in after}))
 
@@ -838,7 +969,7 @@ class Bench:
         early = w.counts()
         mid = await objects_kept(api)
         await self.until(
-            lambda: clock() >= begin + args.busy_hold + 60 and w.backlog(store) == 0, "the cold leader", 3600
+            lambda: w.settled_after(begin + args.busy_hold + 60) and w.backlog(store) == 0, "the cold leader", 3600
         )
         phase = Phase("cold leader", clock() - begin, w.counts())
         phase.extra = {
@@ -878,28 +1009,31 @@ def report(result: dict[str, Any], args: argparse.Namespace) -> str:
     total, exp = _n(s["writes"]), x["expected"]
     api_writes = {k: v for k, v in s["api_writes"].items() if k.split(" ")[0] in WRITE_VERBS}
     lease = sum(v for k, v in api_writes.items() if "leases" in k)
-    upd_ms = result["update_ms"][0]
-    # At production cadence (a tick every --tick s): the leader updates twice a tick, a standby once.
+    upd = result["update_ms"]
+    quiet, beats = upd["quiet"][0], upd["heartbeats"][0]
+    # At production cadence (a tick every --tick s): the leader calls track() twice a tick (one of
+    # them after the tick's reports), then passes over the rules and the nodes; a standby, once.
     ticks = 60 / args.tick
-    fl = phases.get("flapping busy", {}).get("extra", {})
-    pass_ms = (
-        1000 * fl["rest_cpu_s_per_min"] / max(fl["passes"] * 60 / phases["flapping busy"]["sim_s"], 1e-9) if fl else 0.0
-    )
+    part = result.get("pass_ms", {"track": quiet, "rules pass": 0.0, "nodes pass": 0.0})
+    pass_ms = part["rules pass"] + part["nodes pass"]
     writes_per_min = total / (sim / 60)
     passes_per_min = x["passes"] / (sim / 60)
     write_ms = 1000 * max(x["rest_cpu_s_per_min"] - passes_per_min * pass_ms / 1000, 0.0) / max(writes_per_min, 1e-9)
-    leader = 2 * ticks * upd_ms / 1000 + ticks * pass_ms / 1000 + writes_per_min * write_ms / 1000
+    standby_tick = part["track"] + beats - quiet
+    leader_tick = standby_tick + part["track"] + pass_ms
+    leader = ticks * leader_tick / 1000 + writes_per_min * write_ms / 1000
     lines = [
         f"fleet: {args.nodes} nodes x {GPUS} GPUs ({args.nodes // 2} DRA, {args.nodes - args.nodes // 2} "
         f"device-plugin); speed {args.speed:g}x; budget {args.writes_per_second:g} writes/s; hold {args.busy_hold:g} s",
         f"created {result['create']['objects']} objects in {result['create']['wall_s']:.1f} s "
         f"({result['create']['per_s']:.0f}/s)",
-        f"Publication.update at this size: {upd_ms} ms median (p90 {result['update_ms'][1]}, max "
-        f"{result['update_ms'][2]}; {args.update_samples} calls) = {ticks * upd_ms / 1000:.2f} CPU s/min per "
-        f"replica, {2 * ticks * upd_ms / 1000:.2f} in the leader (two updates a tick)",
+        f"Publication.update at this size, ms (median, p90, max of {args.update_samples}): no report since the "
+        f"last tick {upd['quiet']}, a tick of heartbeats ({upd['heartbeat reports per tick'][0]:.0f} reports) "
+        f"{upd['heartbeats']}, every node looked at {upd['every node']}",
         f"start-up: {_n(st['writes'])} writes ({_short(st['writes'])}) in {st['sim_s']:.0f} simulated s "
         f"(the budget alone: {st['extra']['budget_floor_s']} s)",
-        f"steady, {sim / 60:.1f} simulated minutes, {x['changes']} GPU changes:",
+        f"steady, {sim / 60:.1f} simulated minutes, {x['changes']} GPU changes, {x['heartbeat_reports']} "
+        f"heartbeat reports:",
         f"  writes (writer) {total} = {total / sim:.2f}/s: {_short(s['writes'])}; "
         f"budget refusals {s['writes']['deferred']}",
         f"  writes (API server, write verbs) {sum(api_writes.values())}: {api_writes} (of them {lease} Lease "
@@ -911,8 +1045,11 @@ def report(result: dict[str, Any], args: argparse.Namespace) -> str:
         f"bench driver {x['driver_cpu_s_per_min']}; kube-apiserver {x['apiserver_cpu_s_per_min']}, "
         f"etcd {x['etcd_cpu_s_per_min']}",
         f"  leader passes {x['passes']} (one per {x['sim_tick_s']} simulated s)",
-        f"  at production cadence (a pass every {args.tick:g} s): pass without writes {pass_ms:.1f} ms, a write "
-        f"{write_ms:.1f} ms => leader {leader:.1f} CPU s/min ({100 * leader / 60:.0f} % of a core)",
+        f"  at production cadence (a tick every {args.tick:g} s): track() {part['track']} ms with no report (twice "
+        f"a tick in the leader), + {beats - quiet:.2f} ms for a tick's heartbeats, rules pass {part['rules pass']} "
+        f"ms, nodes pass {part['nodes pass']} ms, a write {write_ms:.1f} ms => leader {leader:.1f} CPU s/min "
+        f"({100 * leader / 60:.0f} % of a core), a standby {ticks * standby_tick / 1000:.1f} "
+        f"({100 * standby_tick / 1000 / args.tick:.0f} %)",
     ]
     for name in ("flapping busy", "flapping health", "cold leader"):
         p = phases.get(name)
@@ -943,6 +1080,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--busy-hold", type=float, default=60.0, help="the extender's --busy-hold (simulated s)")
     parser.add_argument("--writes-per-second", type=float, default=20.0, help="--publish-writes-per-second")
     parser.add_argument("--tick", type=float, default=0.5, help="the writer's interval_s, in simulated seconds")
+    parser.add_argument(
+        "--heartbeat", type=float, default=3.0, help="simulated s between two reports of a node's agent (its gate)"
+    )
+    parser.add_argument("--stale-after", type=float, default=10.0, help="the extender's --stale-after (s)")
     parser.add_argument("--update-samples", type=int, default=30, help="Publication.update calls timed")
     parser.add_argument("--json", type=Path, help="also write the results as JSON here")
     args = parser.parse_args(argv)
