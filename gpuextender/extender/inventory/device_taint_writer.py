@@ -51,6 +51,7 @@ log = logging.getLogger("gpu_extender.device_taints")
 GROUP, PLURAL = "resource.k8s.io", "devicetaintrules"
 VERSIONS = ("v1", "v1beta2", "v1alpha3")  # newest first
 MANAGED_BY = ("app.kubernetes.io/managed-by", "gpu-extender")
+RESYNC_S = 60.0  # a leader goes over every rule and node this often, changed or not
 RETRY_S = 10.0  # a refusal (an operator applying the RBAC) or an unreachable API is tried again this often
 
 
@@ -88,6 +89,9 @@ class DeviceTaintWriter:
         self.status = status or (nodes.status if nodes is not None else TaintWriterStatus())
         self._owned: dict[str, dict[str, Any]] = {}  # name -> the rule as the API server has it
         self._last_election_error = ""
+        self._leading = False
+        self._rules_seen = -1  # the publication's rules_version the last complete pass wrote
+        self._resync_at = 0.0  # when the next pass goes over everything (what others may have undone)
 
     def track(self) -> None:
         """One update of what stands (every replica, every `interval_s`)."""
@@ -106,7 +110,8 @@ class DeviceTaintWriter:
     async def _track_forever(self) -> None:
         while True:
             try:
-                self.track()
+                if not self._leading:  # the leader's own loop tracks before it writes
+                    self.track()
             except Exception:  # a bug here must not end what the other replicas' explain reads
                 log.exception("device taints: updating what stands failed; trying again")
             await asyncio.sleep(self._interval_s)
@@ -261,32 +266,64 @@ class DeviceTaintWriter:
             log.info("device taints: leader (Lease %s/%s): writing node status only", self._namespace, LEASE_NAME)
         api = k8s.CustomObjectsApi(api_client)
         listed = version is None
-        while True:
-            try:
-                if not listed and version is not None:
-                    self._owned = await self._list(api, version)
-                    self.publication.adopt({n: r for n, item in self._owned.items() if (r := _rule_of(n, item))})
-                    listed = True
-                self.track()
-                if version is not None:
-                    listed = await self._reconcile(api, version)
-                if self.nodes is not None:
-                    await self.nodes.reconcile(api_client, self.publication.nodes, self._bucket.take)
-                if self.events is not None:  # last: advice, after what schedulers honour
-                    publication = self.publication
-                    await self.events.reconcile(
-                        api_client, publication.idle_by_node, publication.idle_claims, self._bucket.take
-                    )
-            except _Forbidden as exc:
-                self._set_mode("forbidden", f"{exc}: apply deploy/components/device-taints (its RBAC)")
-                await asyncio.sleep(RETRY_S)
-                self._set_mode("writing", "retrying after a 403")
-                listed = False
-                continue
-            except (aiohttp.ClientError, TimeoutError, OSError, _HttpError, NodeWriteError) as exc:
-                log.warning("device taints: %s; listing again", exc)
-                listed = version is None
-            await asyncio.sleep(self._interval_s)
+        self._leading = True
+        try:
+            while True:
+                try:
+                    if not listed and version is not None:
+                        self._owned = await self._list(api, version)
+                        self.publication.adopt({n: r for n, item in self._owned.items() if (r := _rule_of(n, item))})
+                        self._rules_seen = -1
+                        listed = True
+                    await self._pass(api_client, api, version)
+                except _Forbidden as exc:
+                    self._set_mode("forbidden", f"{exc}: apply deploy/components/device-taints (its RBAC)")
+                    await asyncio.sleep(RETRY_S)
+                    self._set_mode("writing", "retrying after a 403")
+                    listed = False
+                    continue
+                except (aiohttp.ClientError, TimeoutError, OSError, _HttpError, NodeWriteError) as exc:
+                    log.warning("device taints: %s; listing again", exc)
+                    listed = version is None
+                except asyncio.CancelledError:
+                    raise
+                except Exception:  # a bug must not leave a leader that holds the Lease and writes nothing
+                    log.exception("device taints: a writing pass failed; listing again")
+                    listed = version is None
+                await asyncio.sleep(self._interval_s)
+        finally:
+            self._leading = False
+
+    async def _pass(self, api_client: k8s.ApiClient, api: k8s.CustomObjectsApi, version: str | None) -> None:
+        """One tick of the leader: track, then write in order of what matters (rules, nodes, Events);
+        a writer that runs out of the budget ends the pass. A node's condition waits until this
+        replica has followed the agents for a hold: a leader that starts cold knows no GPU's busy
+        or unhealthy past (its marks start at zero) and would say a node usable that is not."""
+        self.track()
+        now = self._clock()
+        if now >= self._resync_at:  # now and then, everything again (an operator's kubectl edit)
+            self._resync_at = now + RESYNC_S
+            self._rules_seen = -1
+            if self.nodes is not None:
+                self.nodes.resync()
+        refused = self._bucket.refused
+        if version is not None and self._rules_seen != self.publication.rules_version:
+            seen = self.publication.rules_version
+            if not await self._reconcile(api, version):
+                raise _HttpError("a rule changed meanwhile (409)")
+            if self._bucket.refused == refused:
+                self._rules_seen = seen
+        if self._bucket.refused != refused:
+            return
+        if self.nodes is not None and self.publication.warm(now):
+            await self.nodes.reconcile(api_client, self.publication, self._bucket.take)
+        if self._bucket.refused != refused:
+            return
+        if self.events is not None:  # last: advice, after what schedulers honour
+            publication = self.publication
+            await self.events.reconcile(
+                api_client, publication.idle_by_node, publication.idle_claims, self._bucket.take
+            )
 
     async def _reconcile(self, api: k8s.CustomObjectsApi, version: str) -> bool:
         """One pass; False when the owned rules must be listed again (a conflict). Health rules

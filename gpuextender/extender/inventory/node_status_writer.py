@@ -26,6 +26,7 @@ from kubernetes_asyncio import client as k8s
 
 from gpuextender.extender.state.device_taints import TaintWriterStatus
 from gpuextender.extender.state.node_gpu_status import CONDITION_TYPE, NodeGpuStatus
+from gpuextender.extender.state.publication import Publication
 
 log = logging.getLogger("gpu_extender.node_status")
 
@@ -68,18 +69,30 @@ class NodeStatusWriter:
         status.node_mode = "standby"
         self._forbidden_until = 0.0
         self._said_forbidden = False
+        self._pending: set[str] = set()  # nodes whose Node does not say what is wanted yet, as far as known
+        self._everything = True  # the first pass looks at every node
 
     def wanted_taint(self, status: NodeGpuStatus) -> bool:
         return self._taint and status.no_usable_gpu
 
-    async def reconcile(
-        self, api_client: k8s.ApiClient, nodes: dict[str, NodeGpuStatus], take: Callable[[], bool]
-    ) -> None:
+    def resync(self) -> None:
+        """Look at every node at the next pass (what another writer or an operator undid)."""
+        self._everything = True
+
+    async def reconcile(self, api_client: k8s.ApiClient, publication: Publication, take: Callable[[], bool]) -> None:
+        """The nodes whose condition changed, those a pass left (the budget, a resend wait), or
+        every node after `resync`: a pass costs the changes, not the fleet."""
         now = self._clock()
-        if now < self._forbidden_until:
+        pending = self._pending
+        pending |= publication.nodes_changed
+        publication.nodes_changed = set()
+        if self._everything:
+            pending |= publication.nodes.keys()
+            self._everything = False
+        if now < self._forbidden_until or not pending:
             return
         try:
-            await self._pass(k8s.CoreV1Api(api_client), nodes, take, now)
+            await self._pass(k8s.CoreV1Api(api_client), publication.nodes, take, now)
         except Forbidden as exc:
             if not self._said_forbidden:  # once: the operator reads it, the mode metric keeps it
                 log.warning(
@@ -101,24 +114,34 @@ class NodeStatusWriter:
     async def _pass(
         self, core: k8s.CoreV1Api, nodes: dict[str, NodeGpuStatus], take: Callable[[], bool], now: float
     ) -> None:
-        for name, status in nodes.items():
+        pending = self._pending
+        for name in sorted(pending):  # a copy: `nodes` and `pending` change while a write waits
+            status = nodes.get(name)
             have = self._node_of(name)
-            if have is None:
-                continue  # no Node (yet): nothing to patch
+            if status is None or have is None:
+                pending.discard(name)  # no condition wanted (any more), or no Node: nothing to patch
+                continue
+            waiting = False
             taint = self.wanted_taint(status)
-            if taint != has_taint(have, self._key) and self._due(name, "taint", taint, now):
-                if not take():
-                    return
-                self._sent[(name, "taint")] = (taint, now)
-                await self._set_taint(core, name, taint, status)
+            if taint != has_taint(have, self._key):
+                if self._due(name, "taint", taint, now):
+                    if not take():
+                        return
+                    self._sent[(name, "taint")] = (taint, now)
+                    await self._set_taint(core, name, taint, status)
+                waiting = True  # confirmed when the watch brings the Node back
             cond = condition_of(have)
             wanted = (status.status, status.reason, status.message)
             seen = (cond.get("status"), cond.get("reason"), cond.get("message")) if cond else None
-            if wanted != seen and self._due(name, "condition", wanted, now):
-                if not take():
-                    return
-                self._sent[(name, "condition")] = (wanted, now)
-                await self._set_condition(core, name, status, cond)
+            if wanted != seen:
+                if self._due(name, "condition", wanted, now):
+                    if not take():
+                        return
+                    self._sent[(name, "condition")] = (wanted, now)
+                    await self._set_condition(core, name, status, cond)
+                waiting = True
+            if not waiting:
+                pending.discard(name)
 
     def _due(self, node: str, what: str, value: Any, now: float) -> bool:
         """Not sent already (the same value, within RESEND_S: the watch has not brought it back yet)."""

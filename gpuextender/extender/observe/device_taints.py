@@ -93,6 +93,7 @@ class DeviceTaintsCollector(Collector):
         yield idle_claims
         yield CounterMetricFamily(
             "gpu_extender_publish_writes_deferred",
-            "Writes the budget (--publish-writes-per-second) put off to a later pass.",
+            "Writes the budget (--publish-writes-per-second) refused: each ends the leader's pass, the rest waits "
+            "for the next.",
             value=status.deferred,
         )

@@ -163,7 +163,7 @@ class TaintWriterStatus:
     # The node-status writer (issue 35): its mode (NODE_MODES) and writes by what they changed.
     node_mode: str = "off"
     node_writes: dict[str, int] = field(default_factory=lambda: {"condition": 0, "taint": 0, "untaint": 0, "event": 0})
-    deferred: int = 0  # writes the budget (--publish-writes-per-second) put off to a later pass
+    deferred: int = 0  # writes the budget (--publish-writes-per-second) refused (each ends a pass)
     standing: dict[str, int] = field(default_factory=dict)  # rules that stand now, by taint key (every replica)
     nodes_by_condition: dict[str, int] = field(default_factory=dict)  # GPUsUsable status -> nodes (every replica)
     # The reclaim signal (every replica): held GPUs idle past --idle-window, per node and per claim.

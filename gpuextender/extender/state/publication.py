@@ -163,6 +163,7 @@ class Publication:
         reclaim_every_s: float = RECLAIM_EVERY_S,
     ) -> None:
         self.busy_hold_s = busy_hold_s
+        self._warm_after_s = max(busy_hold_s, health_after_s)
         self._reclaim_every_s = reclaim_every_s
         self._reclaimed_at: float | None = None
         # A node without agent data is said Unknown only this long after the first update
@@ -185,6 +186,8 @@ class Publication:
         self.idle_claims: dict[str, int] = {}  # claim (namespace/name) -> its GPUs, every one idle past the window
         self.rules: dict[str, TaintRule] = {}  # the DeviceTaintRules that stand, by name
         self.nodes: dict[str, NodeGpuStatus] = {}  # each device-plugin GPU node's condition
+        self.nodes_changed: set[str] = set()  # nodes whose condition changed (the node writer drains it)
+        self.rules_version = 0  # moves whenever `rules` does
         self.updated_at: float | None = None
         self._asked: dict[str, TaintRule] = {}  # the rules asked for at the last update
         self._by_node: dict[str, list[PublishedTaint]] | None = None  # built when first read
@@ -210,7 +213,10 @@ class Publication:
         health_asked, busy_asked, sick_asked, busy_gpus_asked = self._merged
         health = self._health.settle(health_asked, now)
         busy = self._busy.settle(busy_asked, now) if self._busy_on else {}
-        self.rules = {**health, **busy}
+        rules = {**health, **busy}
+        if rules != self.rules:
+            self.rules = rules
+            self.rules_version += 1
         self._asked = {**health_asked, **busy_asked}
         self._by_node = None
         self._reclaim(recomputed, inputs.stale_after_s, now)
@@ -225,16 +231,15 @@ class Publication:
             again.update(self._plugin)
         self._counts = (sick, busy_count)
         for node in again:
-            if node not in self._plugin:
-                self.nodes.pop(node, None)
-                continue
-            summary = inputs.summary_of(node)
-            if summary is None and settling:
-                self.nodes.pop(node, None)
+            summary = inputs.summary_of(node) if node in self._plugin else None
+            if node not in self._plugin or (summary is None and settling):
+                if self.nodes.pop(node, None) is not None:
+                    self.nodes_changed.add(node)
                 continue
             status = node_status(summary, sick.get(node, 0), busy_count.get(node, 0), self.busy_hold_s)
             if self.nodes.get(node) != status:
                 self.nodes[node] = status
+                self.nodes_changed.add(node)
         self.updated_at = now
 
     def _recompute(self, inputs: PublishInputs, now: float) -> set[str]:
@@ -352,11 +357,16 @@ class Publication:
         received = self._received.get(node)
         return received is not None and is_fresh(received, now, stale_after_s)
 
+    def warm(self, now: float) -> bool:
+        """Followed the agents for a hold: every busy or unhealthy mark that should stand does."""
+        return self._first is not None and now - self._first >= self._warm_after_s
+
     def adopt(self, rules: Mapping[str, TaintRule]) -> None:
         """The rules a new leader finds stand (their holds start from them, never churn them)."""
         self._busy.adopt({n: r for n, r in rules.items() if n.startswith(BUSY_PREFIX)})
         self._health.adopt({n: r for n, r in rules.items() if not n.startswith(BUSY_PREFIX)})
         self.rules = {**self._health.standing, **self._busy.standing}
+        self.rules_version += 1
 
     def node(self, node: str) -> NodePublished | None:
         """What stands and what is pending for `node`, for people (None: nothing at all)."""

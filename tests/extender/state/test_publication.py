@@ -389,3 +389,24 @@ def test_data_gone_stale_leaves_the_reclaim_signal_at_the_next_sweep(after: floa
     # gpu-0 of the claim stayed idle: standing still, unless the sweep had taken it out (unknown
     # then: its window starts over).
     assert pub.idle_by_node == ({} if swept else {DRA_NODE: 1})
+
+
+@pytest.mark.parametrize(("after", "warm"), [(HOLD - 0.001, False), (HOLD, True)])
+def test_a_replica_is_warm_once_it_has_followed_the_agents_for_a_hold(after: float, warm: bool) -> None:
+    """A leader that starts cold writes no condition before: its busy marks would still be at zero."""
+    pub, world = Publication(3.0, HOLD), World()
+    assert not pub.warm(0.0)
+    pub.update(world.inputs(), 100.0)
+    assert pub.warm(100.0 + after) is warm
+
+
+def test_the_rules_version_moves_only_when_the_rules_do() -> None:
+    world, pub = World(), Publication(3.0, HOLD)
+    world.dra_busy = (1,)
+    pub.update(world.inputs(), 0.0)
+    version = pub.rules_version
+    pub.update(world.inputs(), 30.0)
+    assert pub.rules_version == version
+    pub.update(world.inputs(), HOLD)
+    assert pub.rules_version == version + 1 and set(pub.rules) == {busy_rule("gpu-1").name}
+    assert DP_NODE in pub.nodes_changed
