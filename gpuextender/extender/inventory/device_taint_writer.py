@@ -41,8 +41,9 @@ from kubernetes_asyncio.leaderelection import electionconfig, leaderelection
 from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
 
 from gpuextender.common.token_bucket import TokenBucket
+from gpuextender.extender.inventory.api_call import ApiError, Forbidden, call
 from gpuextender.extender.inventory.idle_events import IdleEventWriter
-from gpuextender.extender.inventory.node_status_writer import NodeStatusWriter, NodeWriteError
+from gpuextender.extender.inventory.node_status_writer import NodeStatusWriter
 from gpuextender.extender.state.device_taints import BUSY_PREFIX, LEASE_NAME, TaintRule, TaintWriterStatus
 from gpuextender.extender.state.publication import Publication, PublishInputs
 
@@ -230,10 +231,10 @@ class DeviceTaintWriter:
         )
         for what, request in checks:
             try:
-                await self._call(request())
-            except _Forbidden:
+                await call(request(), what)
+            except Forbidden:
                 return f"not allowed to {what}"
-            except (aiohttp.ClientError, TimeoutError, OSError, _HttpError) as exc:
+            except (aiohttp.ClientError, TimeoutError, OSError, ApiError) as exc:
                 return f"cannot {what}: {exc}"
         return ""
 
@@ -276,13 +277,13 @@ class DeviceTaintWriter:
                         self._rules_seen = -1
                         listed = True
                     await self._pass(api_client, api, version)
-                except _Forbidden as exc:
+                except Forbidden as exc:
                     self._set_mode("forbidden", f"{exc}: apply deploy/components/device-taints (its RBAC)")
                     await asyncio.sleep(RETRY_S)
                     self._set_mode("writing", "retrying after a 403")
                     listed = False
                     continue
-                except (aiohttp.ClientError, TimeoutError, OSError, _HttpError, NodeWriteError) as exc:
+                except (aiohttp.ClientError, TimeoutError, OSError, ApiError) as exc:
                     log.warning("device taints: %s; listing again", exc)
                     listed = version is None
                 except asyncio.CancelledError:
@@ -310,7 +311,7 @@ class DeviceTaintWriter:
         if version is not None and self._rules_seen != self.publication.rules_version:
             seen = self.publication.rules_version
             if not await self._reconcile(api, version):
-                raise _HttpError("a rule changed meanwhile (409)")
+                raise ApiError("a rule changed meanwhile (409)")
             if self._bucket.refused == refused:
                 self._rules_seen = seen
         if self._bucket.refused != refused:
@@ -334,7 +335,7 @@ class DeviceTaintWriter:
         for name in sorted((n for n in owned if n not in wanted), key=_busy_last):
             if not take():
                 return True
-            await self._call(api.delete_cluster_custom_object(GROUP, version, PLURAL, name, _preload_content=False))
+            await call(api.delete_cluster_custom_object(GROUP, version, PLURAL, name, _preload_content=False), PLURAL)
             del owned[name]
             self.status.writes["delete"] += 1
             log.info(
@@ -352,8 +353,9 @@ class DeviceTaintWriter:
             body = _body(rule, version)
             have = owned.get(name)
             if have is None:
-                created = await self._call(
+                created = await call(
                     api.create_cluster_custom_object(GROUP, version, PLURAL, body, _preload_content=False),
+                    PLURAL,
                     conflict_ok=True,
                 )
                 if created is None:
@@ -372,8 +374,9 @@ class DeviceTaintWriter:
                 )
             else:
                 body["metadata"]["resourceVersion"] = have.get("metadata", {}).get("resourceVersion")
-                replaced = await self._call(
+                replaced = await call(
                     api.replace_cluster_custom_object(GROUP, version, PLURAL, name, body, _preload_content=False),
+                    PLURAL,
                     conflict_ok=True,
                 )
                 if replaced is None:
@@ -385,30 +388,14 @@ class DeviceTaintWriter:
         return True
 
     async def _list(self, api: k8s.CustomObjectsApi, version: str) -> dict[str, dict[str, Any]]:
-        listed = await self._call(
+        listed = await call(
             api.list_cluster_custom_object(
                 GROUP, version, PLURAL, label_selector="=".join(MANAGED_BY), _preload_content=False
-            )
+            ),
+            PLURAL,
         )
         items = (listed or {}).get("items") or []
         return {item["metadata"]["name"]: item for item in items if isinstance(item, dict)}
-
-    async def _call(self, pending: Any, *, conflict_ok: bool = False) -> dict[str, Any] | None:
-        resp: aiohttp.ClientResponse = await pending
-        try:
-            raw = await resp.read()
-        finally:
-            resp.release()
-        if resp.status in (200, 201, 202):
-            return orjson.loads(raw) if raw else {}
-        if resp.status == 404:
-            return {}  # deleted already (by an operator, or the last leader)
-        if resp.status == 409 and conflict_ok:
-            return None
-        message = raw[:300].decode("utf-8", "replace")
-        if resp.status == 403:
-            raise _Forbidden(f"HTTP 403 on {PLURAL}: {message}")
-        raise _HttpError(f"HTTP {resp.status} on {PLURAL}: {message}")
 
     def _set_mode(self, mode: str, why: str, version: str | None = "") -> None:
         """The rules' mode; `version` None (DeviceTaintRules not served): the node writer's instead
@@ -468,11 +455,3 @@ def _same(have: dict[str, Any], rule: TaintRule) -> bool:
         rule.pool,
         rule.device,
     ) and (taint.get("key"), taint.get("value"), taint.get("effect")) == (rule.key, rule.value, rule.effect)
-
-
-class _HttpError(Exception):
-    pass
-
-
-class _Forbidden(_HttpError):
-    pass

@@ -22,7 +22,7 @@ from typing import Any, cast
 
 from kubernetes_asyncio import client as k8s
 
-from gpuextender.extender.inventory.node_status_writer import Forbidden, call
+from gpuextender.extender.inventory.api_call import Forbidden, call
 from gpuextender.extender.state.device_taints import TaintWriterStatus
 
 log = logging.getLogger("gpu_extender.idle_events")

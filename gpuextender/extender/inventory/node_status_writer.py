@@ -20,10 +20,9 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any, cast
 
-import aiohttp
-import orjson
 from kubernetes_asyncio import client as k8s
 
+from gpuextender.extender.inventory.api_call import Forbidden, call
 from gpuextender.extender.state.device_taints import TaintWriterStatus
 from gpuextender.extender.state.node_gpu_status import CONDITION_TYPE, NodeGpuStatus
 from gpuextender.extender.state.publication import Publication
@@ -167,14 +166,16 @@ class NodeStatusWriter:
                 ]
             }
         }
-        await call(cast(Any, core).patch_node_status(name, body, _content_type=STRATEGIC, _preload_content=False))
+        await call(
+            cast(Any, core).patch_node_status(name, body, _content_type=STRATEGIC, _preload_content=False), "nodes"
+        )
         self.status.node_writes["condition"] += 1
         log.info(
             "node %s: condition %s=%s (%s): %s", name, CONDITION_TYPE, status.status, status.reason, status.message
         )
 
     async def _set_taint(self, core: k8s.CoreV1Api, name: str, taint: bool, status: NodeGpuStatus) -> None:
-        node = await call(core.read_node(name, _preload_content=False))
+        node = await call(core.read_node(name, _preload_content=False), "nodes")
         if not node:
             return  # deleted meanwhile
         taints = [t for t in (node.get("spec") or {}).get("taints") or () if t.get("key") != self._key]
@@ -182,7 +183,9 @@ class NodeStatusWriter:
             taints.append({"key": self._key, "effect": self._effect})
         body = {"metadata": {"resourceVersion": node["metadata"]["resourceVersion"]}, "spec": {"taints": taints}}
         done = await call(
-            cast(Any, core).patch_node(name, body, _content_type=MERGE, _preload_content=False), conflict_ok=True
+            cast(Any, core).patch_node(name, body, _content_type=MERGE, _preload_content=False),
+            "nodes",
+            conflict_ok=True,
         )
         if done is None:
             self._sent.pop((name, "taint"), None)  # changed meanwhile: next pass reads it again
@@ -196,32 +199,3 @@ class NodeStatusWriter:
             "added" if taint else "removed",
             status.message,
         )
-
-
-async def call(pending: Any, what: str = "nodes", *, conflict_ok: bool = False) -> dict[str, Any] | None:
-    """An API answer's object; {} for a 404 (gone already), None for a 409 where `conflict_ok`;
-    else Forbidden (403) or NodeWriteError, with the API server's words."""
-    resp: aiohttp.ClientResponse = await pending
-    try:
-        raw = await resp.read()
-    finally:
-        resp.release()
-    if resp.status in (200, 201):
-        loaded: dict[str, Any] = orjson.loads(raw) if raw else {}
-        return loaded
-    if resp.status == 404:
-        return {}
-    if resp.status == 409 and conflict_ok:
-        return None
-    message = raw[:300].decode("utf-8", "replace")
-    if resp.status == 403:
-        raise Forbidden(f"HTTP 403 on {what}: {message}")
-    raise NodeWriteError(f"HTTP {resp.status} on {what}: {message}")
-
-
-class NodeWriteError(Exception):
-    pass
-
-
-class Forbidden(NodeWriteError):
-    pass
