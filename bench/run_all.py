@@ -467,8 +467,8 @@ def render_markdown(
             "## gpu-extender under hostile scheduler requests",
             "",
             "`bench/bench_hostile_http.py`: the handler's synchronous step in-process (best of 5), which is how "
-            "long one request holds the event loop; the fuzz test (`tests/e2e/test_hostile_http.py`) checks "
-            "the same bound against the real server from a second connection.",
+            "long one request holds the event loop (the goal: 100 ms at most within the defaults); the fuzz test "
+            "(`tests/e2e/test_hostile_http.py`) sends the same bodies to the real server and checks its answers.",
             "",
             "```",
             *hostile_http,

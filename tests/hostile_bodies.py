@@ -1,8 +1,8 @@
 """Scheduler request bodies at the extender's limits, and a seeded mutator of real ones.
 
 Shared by tests/e2e/test_hostile_http.py (the real server must answer each one with
-200 or 4xx, without holding its event loop) and bench/bench_hostile_http.py (what
-each one costs). Every body is built from the captured kube-scheduler requests in
+200 or 4xx) and bench/bench_hostile_http.py (how long each one holds the event loop).
+Every body is built from the captured kube-scheduler requests in
 tests/fixtures/extender-requests/.
 """
 

@@ -28,7 +28,8 @@ from gpuextender.common.layered_config import describe_sources
 from gpuextender.common.netaddr import HostPort, bound_address
 from gpuextender.common.serving_tls import ServingCertificate
 from gpuextender.extender.ingest.agent_identity import Authenticator
-from gpuextender.extender.ingest.relay import IngestProcess, IngestStartError, sync_known_nodes
+from gpuextender.extender.ingest.port_guard import hold_port
+from gpuextender.extender.ingest.relay import IngestStartError, IngestWorkers, sync_known_nodes
 from gpuextender.extender.ingest.server import start_ingest_server
 from gpuextender.extender.inventory.files import FileInventorySource
 from gpuextender.extender.model.kube_objects import (
@@ -116,7 +117,7 @@ class Extender:
     argv: Sequence[str] = ()
     _background: list[asyncio.Task[None]] = field(default_factory=list)
     _grpc_server: grpc.aio.Server | None = None
-    _ingest: IngestProcess | None = None
+    _ingest: IngestWorkers | None = None
     _runner: web.AppRunner | None = None
     _exit_code: int = 0
 
@@ -179,7 +180,11 @@ class Extender:
             )
             return port
         assert self.metrics.relayed is not None  # ingest_here=False
-        ingest = self._ingest = IngestProcess(self.argv, self.state, self.metrics.relayed)
+        addr = self.config.grpc_addr
+        guard = hold_port(addr.host, addr.port)  # OSError: taken (a second extender, another program)
+        ingest = self._ingest = IngestWorkers(
+            self.argv, self.config.ingest_workers, guard, self.state, self.metrics.relayed
+        )
         node_names = (
             (lambda: frozenset(o["metadata"]["name"] for o in store.objects(NODE.kind)))
             if self._has_inventory
@@ -194,7 +199,7 @@ class Extender:
             self._exit_code = 1
             stop.set()
 
-        self._task(ingest.run(ingest_gone), "ingest relay")
+        self._task(ingest.run(ingest_gone), "ingest workers")
         if node_names is not None:
             self._task(sync_known_nodes(ingest, node_names), "known nodes")
         return ingest.port

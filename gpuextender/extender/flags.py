@@ -12,6 +12,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from gpuextender.common.cli import HelpFormatter, add_version
+from gpuextender.common.cpus import usable_cpus
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.common.layered_config import SettingsError, epilog, parse_layered
 from gpuextender.common.logs import FORMATS, LEVELS
@@ -36,6 +37,7 @@ from gpuextender.extender.settings import (
     MAX_GROUP_HOLD_S,
     MAX_HOLD_S,
     MAX_IDLE_WINDOW_S,
+    MAX_INGEST_WORKERS,
     MAX_UNKNOWN_NODES,
     MAX_WRITES_PER_S,
     MIN_BUSY_HOLD_S,
@@ -45,6 +47,7 @@ from gpuextender.extender.settings import (
     DecisionPolicy,
     ExtenderConfig,
     PublishSettings,
+    auto_ingest_workers,
     parse_service_account,
 )
 
@@ -334,6 +337,15 @@ def build_parser() -> argparse.ArgumentParser:
         "(~50 MiB less memory). By default a second process receives, validates and acks the "
         "reports and relays them, so scheduler calls do not queue behind bursts of agent reports",
     )
+    g.add_argument(
+        "--ingest-workers",
+        default="auto",
+        metavar="N|auto",
+        help="processes that serve the agents' gRPC port together (the kernel spreads the agents' "
+        "connections across them; one that dies or stops answering is started again). auto: the "
+        f"CPUs this process may use (affinity and cgroup quota) less one, 1 to 8; N: 1 to {MAX_INGEST_WORKERS} "
+        "(default: %(default)s)",
+    )
     g = p.add_argument_group("bursts", "pods bound between a filter and the next")
     g.add_argument(
         "--binding-wait",
@@ -596,6 +608,7 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str] | None = Non
         )
     if args.max_unknown_nodes < 0:
         raise ConfigError(f"--max-unknown-nodes {args.max_unknown_nodes} must be >= 0 (0: inventory nodes only)")
+    ingest_workers = _ingest_workers(args.ingest_workers)
     resources = tuple(dict.fromkeys(r.strip() for r in args.gpu_resource if r.strip())) or ("nvidia.com/gpu",)
     prefix = args.path_prefix.strip()
     if prefix and not prefix.startswith("/"):
@@ -634,6 +647,7 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str] | None = Non
         max_clock_skew_s=args.max_clock_skew,
         max_unknown_nodes=args.max_unknown_nodes,
         ingest_in_process=args.ingest_in_process,
+        ingest_workers=ingest_workers,
         log_format=args.log_format,
         device_taints=args.device_taints if args.kubernetes else "off",
         device_taint_after_s=args.device_taint_after,
@@ -653,6 +667,18 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str] | None = Non
         or "gpu-extender",
         sources=tuple((d, src) for d, src in layered.sources.items() if src != "flag"),
     )
+
+
+def _ingest_workers(text: str) -> int:
+    if text.strip() == "auto":
+        return auto_ingest_workers(usable_cpus())
+    try:
+        count = int(text)
+    except ValueError:
+        raise ConfigError(f"--ingest-workers {text!r}: a number of processes, or auto") from None
+    if not 1 <= count <= MAX_INGEST_WORKERS:
+        raise ConfigError(f"--ingest-workers {count} must be within [1, {MAX_INGEST_WORKERS}] (or auto)")
+    return count
 
 
 def group_levels(text: str) -> tuple[str, ...]:

@@ -1,4 +1,4 @@
-"""gpu-extender's ingest process: the gRPC server agents stream to, off the scheduler's loop.
+"""gpu-extender's ingest worker: the gRPC server agents stream to, off the scheduler's loop.
 
 Why a process: on the loop that answers kube-scheduler, each agent report is several
 callbacks (gRPC's completion, the stream's coroutine, its ack) queued ahead of any HTTP
@@ -10,9 +10,15 @@ exactly as in one process (ingest.IngestService, acks included), and each accept
 is relayed as bytes to the extender, which stores it (relay.py): its loop sees one
 frame per ~10 ms instead of callbacks per report.
 
-Started by gpu-extender with its own argv (the same flags: TLS, agent auth, limits) and one
-end of a socketpair (`--link-fd`); frames.py says what crosses it. The extender's end
-closing (it exited) stops this process.
+Several workers (`--ingest-workers`) share the agents' port with SO_REUSEPORT, the kernel
+spreading the connections across them; the extender holds the port (port_guard.py) and
+restarts a worker that dies or goes silent (relay.py). Each has a share of the unknown-node
+limit, so together they hold at most --max-unknown-nodes (plus one per worker, rounding up).
+
+Started by gpu-extender as `--link-fd FD --worker I/N --port P -- ARGV`: one end of a
+socketpair, which worker of how many, the port the extender holds, then its own argv (the
+same flags: TLS, agent auth, limits); frames.py says what crosses the link. The extender's
+end closing (it exited) stops this process.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import logging
 import os
 import socket
 import sys
+import time
 from collections.abc import Sequence
 
 from prometheus_client import disable_created_metrics, generate_latest
@@ -34,6 +41,7 @@ from gpuextender.extender.flags import ConfigError, build_config
 from gpuextender.extender.ingest import frames as frames
 from gpuextender.extender.ingest.agent_identity import Authenticator
 from gpuextender.extender.ingest.server import start_ingest_server
+from gpuextender.extender.ingest.worker_args import Worker, parse_worker_argv
 from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.settings import ExtenderConfig
 from gpuextender.extender.state.gpu_state import GpuState
@@ -48,6 +56,7 @@ log = logging.getLogger("gpu_extender.ingest")
 NICE = 5
 FLUSH_S = 0.01  # a report waits at most this long before it is relayed
 FLUSH_BYTES = 1024 * 1024  # or goes at once with the batch that reaches this size
+BEAT_S = 1.0  # a BEAT frame when nothing else was sent for this long
 
 
 class RelayStore:
@@ -103,8 +112,10 @@ _HELD = NodeSummary(
 
 
 async def _relay(store: RelayStore, writer: asyncio.StreamWriter, metrics: ExtenderMetrics) -> None:
-    """Send the queued reports every FLUSH_S (or when a batch is full), and the metrics when the
-    extender asks (after the reports queued before: its scrape counts what it has stored)."""
+    """Send the queued reports every FLUSH_S (or when a batch is full), the metrics when the
+    extender asks (after the reports queued before: its scrape counts what it has stored), and
+    a BEAT when nothing else went for BEAT_S."""
+    sent_at = time.monotonic()
     while True:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(store.full.wait(), FLUSH_S)
@@ -114,6 +125,11 @@ async def _relay(store: RelayStore, writer: asyncio.StreamWriter, metrics: Exten
         if store.metrics_asked:
             store.metrics_asked = False
             writer.write(frames.frame(frames.METRICS, generate_latest(metrics.ingest.registry)))
+        now = time.monotonic()
+        if batch or now - sent_at >= BEAT_S:
+            if not batch:
+                writer.write(frames.frame(frames.BEAT))
+            sent_at = now
         await writer.drain()
 
 
@@ -146,7 +162,10 @@ async def _authenticator(config: ExtenderConfig) -> tuple[Authenticator | None, 
     return reviewer, reviewer
 
 
-async def serve(config: ExtenderConfig, link: socket.socket, certificate: ServingCertificate | None) -> int:
+async def serve(
+    config: ExtenderConfig, link: socket.socket, certificate: ServingCertificate | None, worker: Worker
+) -> int:
+    config = worker.config(config)
     reader, writer = await asyncio.open_unix_connection(sock=link)
     authenticator, reviewer = await _authenticator(config)
     store = RelayStore(config.idle_rule)
@@ -159,7 +178,7 @@ async def serve(config: ExtenderConfig, link: socket.socket, certificate: Servin
             raise frames.FrameError("expected the inventory's node names first")
         known.update(frames.names(first[1]))
     server, port = await start_ingest_server(
-        config, store, metrics, certificate, authenticator, known.__contains__ if has_inventory else None
+        config, store, metrics, certificate, authenticator, known.__contains__ if has_inventory else None, True
     )
     writer.write(frames.frame(frames.READY, str(port).encode()))
     await writer.drain()
@@ -190,15 +209,16 @@ async def serve(config: ExtenderConfig, link: socket.socket, certificate: Servin
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:1] != ["--link-fd"] or len(argv) < 2:
-        print("gpu-extender ingest process: started by gpu-extender, not by hand", file=sys.stderr)
+    parsed = parse_worker_argv(list(sys.argv[1:] if argv is None else argv))
+    if parsed is None:
+        print("gpu-extender ingest worker: started by gpu-extender, not by hand", file=sys.stderr)
         return 2
-    link = socket.socket(fileno=int(argv[1]))
+    link_fd, worker, argv = parsed
+    link = socket.socket(fileno=link_fd)
     os.nice(NICE)
     disable_created_metrics()
     try:
-        config = build_config(argv[2:])
+        config = build_config(argv)
     except ConfigError as exc:
         print(f"gpu-extender: {exc}", file=sys.stderr)
         return 2
@@ -211,7 +231,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"gpu-extender: {exc}", file=sys.stderr)
             return 2
     try:
-        return asyncio.run(serve(config, link, certificate))
+        return asyncio.run(serve(config, link, certificate, worker))
     except OSError as exc:
         print(f"gpu-extender: cannot listen: {exc.strerror or exc}", file=sys.stderr)
         return 2

@@ -33,6 +33,16 @@ MAX_CLOCK_SKEW_S = 30.0
 # Nodes outside the inventory whose reports are kept (--max-unknown-nodes): room for agents that
 # start before their Node is listed; 64 maximal reports are ~10 MB on the wire.
 MAX_UNKNOWN_NODES = 64
+# Ingest workers (--ingest-workers): by default one per CPU the extender may use, less one for the
+# main process (the scheduler's calls and storing what the workers relay), at most 8: 20,000
+# gated nodes send ~6,700 reports/s, which a few workers carry (bench/RESULTS.md, Sizing).
+AUTO_INGEST_WORKERS_MAX = 8
+MAX_INGEST_WORKERS = 64
+
+
+def auto_ingest_workers(cpus: int) -> int:
+    return max(1, min(AUTO_INGEST_WORKERS_MAX, cpus - 1))
+
 
 # What other schedulers and autoscalers see (issue 35). A GPU busy outside Kubernetes is tainted
 # after this long busy without a break, and untainted after this long idle or held: NVML's
@@ -167,6 +177,7 @@ class ExtenderConfig:
     max_clock_skew_s: float = MAX_CLOCK_SKEW_S
     max_unknown_nodes: int = MAX_UNKNOWN_NODES
     ingest_in_process: bool = False
+    ingest_workers: int = 1  # processes serving the agents' port (flags: --ingest-workers, auto from the CPUs)
     log_format: str = "text"
     # DRA device taints from agent health (issue 25): written with --kubernetes unless "off".
     device_taints: str = "on"

@@ -391,9 +391,9 @@ def test_agent_config_errors_are_one_clear_line(args: list[str], message: str) -
 
 @pytest.mark.parametrize("taken_port", ["http", "grpc"])
 def test_extender_with_a_port_taken_exits_cleanly_with_the_cause(taken_port: str) -> None:
-    """Everything started before the failing listener (the ingest process, inventory tasks) is
+    """Everything started before the failing listener (the ingest workers, inventory tasks) is
     stopped again: the cause, exit 2, no traceback or unclosed-resource noise. The gRPC port is
-    the ingest process's: it says why, and the extender that it exited."""
+    held by the extender before any ingest worker starts (port_guard.py): none is started."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -402,7 +402,8 @@ def test_extender_with_a_port_taken_exits_cleanly_with_the_cause(taken_port: str
     assert result.returncode == 2, result.stderr
     assert "gpu-extender: cannot listen" in result.stderr
     if taken_port == "grpc":
-        assert "gpu-extender: the ingest process exited with code 2" in result.stderr
+        assert f"gRPC address 127.0.0.1:{ports['grpc']} is not available" in result.stderr, result.stderr
+        assert "ingest worker" not in result.stderr, result.stderr
     assert "Traceback" not in result.stderr and "Unclosed" not in result.stderr, result.stderr
 
 

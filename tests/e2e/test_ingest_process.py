@@ -1,6 +1,6 @@
-"""The ingest process (issue 13): gpu-extender receives agent reports in a second process and
-stores what it relays, so a scheduling call never waits behind a burst of reports. Real
-processes: the extender, its ingest process, a real agent on fake NVML."""
+"""The ingest workers (issues 13, 36): gpu-extender receives agent reports in other processes
+and stores what they relay, so a scheduling call never waits behind a burst of reports. Real
+processes: the extender, its ingest workers, a real agent on fake NVML."""
 
 from __future__ import annotations
 
@@ -22,11 +22,13 @@ def scenario(path: Path) -> Path:
     return path
 
 
-def ingest_pid(ext: Proc) -> int:
-    wait_until("the ingest process line", lambda: "serves the agents' gRPC port" in ext.log())
-    found = re.search(r"ingest process (\d+) serves", ext.log())
-    assert found is not None
-    return int(found.group(1))
+def ingest_pids(ext: Proc) -> list[int]:
+    wait_until("the ingest workers line", lambda: "serve the agents' gRPC port" in ext.log())
+    found = re.search(r"(\d+) ingest worker\(s\) \(pid ([\d, ]+)\) serve", ext.log())
+    assert found is not None, ext.log()
+    pids = [int(p) for p in found.group(2).split(", ")]
+    assert len(pids) == int(found.group(1))
+    return pids
 
 
 def alive(pid: int) -> bool:
@@ -38,12 +40,13 @@ def alive(pid: int) -> bool:
         return f.read().split(")")[-1].split()[0] != "Z"
 
 
-def test_reports_and_metrics_come_through_the_ingest_process(tmp_path: Path) -> None:
+def test_reports_and_metrics_come_through_the_ingest_workers(tmp_path: Path) -> None:
     with cluster(tmp_path) as c:
-        ext = c.extender()
-        pid = ingest_pid(ext)
-        assert pid != ext.popen.pid
-        assert "gpuextender.extender.ingest_process" in Path(f"/proc/{pid}/cmdline").read_text()
+        ext = c.extender("--ingest-workers", "2")
+        pids = ingest_pids(ext)
+        assert len(pids) == 2 and ext.popen.pid not in pids
+        for pid in pids:
+            assert "gpuextender.extender.ingest_process" in Path(f"/proc/{pid}/cmdline").read_text()
         c.agent(NODE, scenario(tmp_path / "node.yaml"), ext)
         wait_until(
             "the node's data in the extender",
@@ -53,25 +56,42 @@ def test_reports_and_metrics_come_through_the_ingest_process(tmp_path: Path) -> 
         # accepted reports behind the data it already has, and the open stream.
         samples = scrape(url(ext, "/metrics"))
         assert (metric(samples, "gpu_extender_reports_total", result="accepted") or 0) >= 1
-        assert metric(samples, "gpu_extender_connected_agents") == 1
+        assert metric(samples, "gpu_extender_connected_agents") == 1  # summed over the workers
         assert metric(samples, "gpu_extender_nodes_with_data") == 1
+        assert metric(samples, "gpu_extender_ingest_workers") == 2
 
 
-def test_the_extender_exits_when_its_ingest_process_dies(tmp_path: Path) -> None:
+def test_a_killed_worker_is_started_again_and_the_agent_comes_back(tmp_path: Path) -> None:
     with cluster(tmp_path) as c:
-        ext = c.extender()
-        os.kill(ingest_pid(ext), signal.SIGKILL)
-        assert ext.popen.wait(timeout=15) == 1
-        assert "the ingest process exited" in ext.log() and "stopping" in ext.log()
+        ext = c.extender("--ingest-workers", "1")
+        (pid,) = ingest_pids(ext)
+        c.agent(NODE, scenario(tmp_path / "node.yaml"), ext)
+        wait_until(
+            "the agent's stream", lambda: metric(scrape(url(ext, "/metrics")), "gpu_extender_connected_agents") == 1
+        )
+        os.kill(pid, signal.SIGKILL)
+        wait_until(
+            "the worker started again", lambda: "ingest worker 1/1 exited (code -9): starting it again" in ext.log()
+        )
+        # The agent reconnects to the new worker: its stream and its reports are back.
+        wait_until("the new worker", lambda: metric(scrape(url(ext, "/metrics")), "gpu_extender_ingest_workers") == 1)
+        wait_until(
+            "the agent's stream again",
+            lambda: metric(scrape(url(ext, "/metrics")), "gpu_extender_connected_agents") == 1,
+        )
+        samples = scrape(url(ext, "/metrics"))
+        assert metric(samples, "gpu_extender_ingest_worker_restarts_total", reason="exited") == 1
+        assert (metric(samples, "gpu_extender_reports_total", result="accepted") or 0) >= 1  # the new worker's
+        assert ext.alive()
 
 
-def test_the_ingest_process_ends_with_the_extender(tmp_path: Path) -> None:
+def test_the_ingest_workers_end_with_the_extender(tmp_path: Path) -> None:
     with cluster(tmp_path) as c:
-        ext = c.extender()
-        pid = ingest_pid(ext)
-        ext.popen.kill()  # no goodbye: the ingest process sees its link close
+        ext = c.extender("--ingest-workers", "2")
+        pids = ingest_pids(ext)
+        ext.popen.kill()  # no goodbye: the workers see their links close
         ext.popen.wait(timeout=10)
-        wait_until("the ingest process gone", lambda: not alive(pid), timeout=10)
+        wait_until("the ingest workers gone", lambda: not any(alive(pid) for pid in pids), timeout=10)
 
 
 def test_in_process_ingest_needs_no_second_process(tmp_path: Path) -> None:
@@ -83,4 +103,4 @@ def test_in_process_ingest_needs_no_second_process(tmp_path: Path) -> None:
             lambda: metric(scrape(url(ext, "/metrics")), "gpu_extender_node_idle_gpus", node=NODE) == 8,
         )
         assert metric(scrape(url(ext, "/metrics")), "gpu_extender_connected_agents") == 1
-        assert "ingest process" not in ext.log()
+        assert "ingest worker" not in ext.log()

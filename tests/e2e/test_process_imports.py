@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_ingest_process import ingest_pid, scenario
+from tests.e2e.test_ingest_process import ingest_pids, scenario
 from tests.harness import cluster, metric, scrape, url, wait_until
 
 SITECUSTOMIZE = """
@@ -32,8 +32,8 @@ def test_the_running_extender_and_its_ingest_process_load_only_their_own_stack(
     monkeypatch.setenv("PYTHONPATH", str(site))
     monkeypatch.setenv("GX_MODULES_DIR", str(out))
     with cluster(tmp_path) as c:
-        ext = c.extender()
-        pid = ingest_pid(ext)
+        ext = c.extender("--ingest-workers", "1")
+        (pid,) = ingest_pids(ext)
         c.agent("gpu-node-1", scenario(tmp_path / "gpus.yaml"), ext)
         wait_until(
             "the agent's report", lambda: metric(scrape(url(ext, "/metrics")), "gpu_extender_nodes_with_data") == 1

@@ -15,7 +15,7 @@ def test_defaults() -> None:
     assert (policy.stale_after_s, policy.stale_policy, policy.no_fit_policy) == (10.0, "fail-open", "pass-all")
     assert config.api.gpu_resources == ("nvidia.com/gpu",) and config.api.compact_priorities
     # 5,000 node names (~110 KiB) plus a Pod as large as etcd stores (1.5 MiB); the event loop
-    # is never held over 100 ms within it (tests/e2e/test_hostile_http.py).
+    # is never held over 100 ms within it (bench/bench_hostile_http.py).
     assert config.api.max_body_bytes == 2 * 1024**2
     assert (config.api.max_candidates, config.api.body_read_timeout_s) == (15_000, 10.0)
     assert config.api.default_class_policy == "FirstAvailable"

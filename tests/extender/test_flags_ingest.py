@@ -1,10 +1,13 @@
-"""The ingest bounds' flags: --max-clock-skew and --max-unknown-nodes, each bound tested on both sides."""
+"""The ingest's flags: --max-clock-skew, --max-unknown-nodes and --ingest-workers, each bound tested on
+both sides."""
 
 from __future__ import annotations
 
 import pytest
 
+from gpuextender.extender import flags
 from gpuextender.extender.flags import ConfigError, build_config, build_parser
+from gpuextender.extender.settings import auto_ingest_workers
 
 
 def test_defaults() -> None:
@@ -32,3 +35,30 @@ def test_unknown_nodes_bound() -> None:
 def test_help_names_the_bounds() -> None:
     text = build_parser().format_help()
     assert "--max-clock-skew" in text and "--max-unknown-nodes" in text
+
+
+@pytest.mark.parametrize(("value", "workers"), [("1", 1), ("64", 64), (" 8 ", 8)])
+def test_ingest_workers_within_its_range(value: str, workers: int) -> None:
+    assert build_config(["--ingest-workers", value]).ingest_workers == workers
+
+
+@pytest.mark.parametrize("value", ["0", "65", "-1"])
+def test_ingest_workers_outside_its_range(value: str) -> None:
+    with pytest.raises(ConfigError, match=rf"--ingest-workers {value} must be within \[1, 64\] \(or auto\)"):
+        build_config(["--ingest-workers", value])
+
+
+@pytest.mark.parametrize("value", ["many", "2.5", ""])
+def test_ingest_workers_that_are_no_number(value: str) -> None:
+    with pytest.raises(ConfigError, match="a number of processes, or auto"):
+        build_config(["--ingest-workers", value])
+
+
+@pytest.mark.parametrize(("cpus", "workers"), [(1, 1), (2, 1), (3, 2), (9, 8), (10, 8), (96, 8)])
+def test_auto_ingest_workers_leave_a_cpu_for_the_main_process(cpus: int, workers: int) -> None:
+    assert auto_ingest_workers(cpus) == workers
+
+
+def test_auto_is_the_default_and_follows_the_usable_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(flags, "usable_cpus", lambda: 5)
+    assert build_config([]).ingest_workers == 4 == build_config(["--ingest-workers", "auto"]).ingest_workers

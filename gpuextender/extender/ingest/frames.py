@@ -1,4 +1,4 @@
-"""The frames between the extender and its ingest process (ingest_process.py), over a socketpair.
+"""The frames between the extender and each ingest worker (ingest_process.py), over a socketpair.
 
 A frame is a 4-byte big-endian length (of what follows), a 1-byte kind, and a payload:
   worker -> extender
@@ -7,6 +7,8 @@ A frame is a 4-byte big-endian length (of what follows), a 1-byte kind, and a pa
              (when it was received, time.monotonic(), the same clock in both processes on
              Linux), a 4-byte length and the serialized NodeReport
     METRICS  the worker's ingest metrics as Prometheus text, after the reports before them
+    BEAT     nothing else was sent for a second: the worker's loop runs (relay.py kills a
+             worker silent for longer than WORKER_SILENT_S)
   extender -> worker
     ASK_METRICS  send METRICS now (a scrape of the extender's /metrics)
     KNOWN    the nodes the inventory lists, newline-separated (the whole set each time)
@@ -20,7 +22,7 @@ import asyncio
 import struct
 from collections.abc import Iterator
 
-READY, REPORTS, METRICS, KNOWN, FORGOT, ASK_METRICS = b"Y", b"R", b"M", b"K", b"F", b"Q"
+READY, REPORTS, METRICS, BEAT, KNOWN, FORGOT, ASK_METRICS = b"Y", b"R", b"M", b"B", b"K", b"F", b"Q"
 _HEAD = struct.Struct(">IB")
 _ENTRY = struct.Struct(">dI")
 # A batch is flushed before it passes this (reports are at most 256 KiB each: report_checks).

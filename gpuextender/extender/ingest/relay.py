@@ -1,14 +1,22 @@
-"""The extender's side of its ingest process (ingest_process.py): start it, store what it relays.
+"""The extender's side of its ingest workers (ingest_process.py): start them, store what they
+relay, restart one that dies or goes silent.
 
 Reports arrive in frames of up to ~10 ms of accepted reports; each is parsed and stored in the
-live GpuState (ordered by when the ingest process received it, as in one process). A frame is
-applied in slices of SLICE reports with a yield between them, so a scheduler request waits
-behind at most one slice (~0.5 ms), never behind a burst of agents. The inventory's node
-names go the other way (the ingest process limits reports of nodes it does not know), as do
-the nodes the extender forgot.
+live GpuState (ordered by when a worker received it: one clock, time.monotonic, for every
+process on the host, so a node whose stream moved to another worker is still taken in order,
+and a report received before the stored one is refused by GpuState). A frame is applied in
+slices of SLICE reports with a yield between them, so a scheduler request waits behind at
+most one slice (~0.5 ms), never behind a burst of agents. The inventory's node names go the
+other way (the workers limit reports of nodes it does not know), as do the nodes the extender
+forgot.
 
-If the ingest process exits, the extender cannot learn anything new: it says why and exits
-(its Deployment restarts it), rather than serve on data that only ages.
+A worker that exits, or sends nothing for WORKER_SILENT_S (it sends a BEAT every second when
+it has nothing else: stopped or stuck, it is killed), is started again on the same port; its
+agents' streams break and they reconnect, to it or to another worker. The reports it had
+acked but not yet relayed (at most FLUSH_S of them) are lost, and superseded by the agents'
+next reports (each stream starts with the newest). If workers keep failing (MAX_RESTARTS in
+RESTART_WINDOW_S) or one cannot start again, the extender cannot learn anything new: it says
+why and exits (its Deployment restarts it), rather than serve on data that only ages.
 """
 
 from __future__ import annotations
@@ -17,11 +25,16 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 import socket
 import sys
+import time
+from collections import deque
 from collections.abc import Callable, Sequence
 
 from gpuextender.extender.ingest import frames as frames
+from gpuextender.extender.ingest.port_guard import PortGuard
+from gpuextender.extender.ingest.worker_args import Worker, worker_argv
 from gpuextender.extender.observe.relayed import RelayedMetrics
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.v1 import gpu_state_pb2 as pb
@@ -30,39 +43,46 @@ log = logging.getLogger("gpu_extender.ingest")
 
 SLICE = 32  # reports applied between two yields to the loop (~20 us each)
 KNOWN_EVERY_S = 1.0  # the inventory's node names are sent at most this often, when they changed
+# A worker sends a frame at least every second (frames.BEAT); ten seconds without one is a
+# stopped or stuck process, not a busy one (a full frame takes milliseconds).
+WORKER_SILENT_S = 10.0
+WATCH_EVERY_S = 1.0
+MAX_RESTARTS, RESTART_WINDOW_S = 5, 60.0  # more restarts than this within the window: exit
 
 
 class IngestStartError(Exception):
-    """The ingest process did not come up; the message says what it printed or how it ended."""
+    """An ingest worker did not come up; the message says what it printed or how it ended."""
 
 
 class IngestProcess:
-    def __init__(self, argv: Sequence[str], state: GpuState, relayed: RelayedMetrics) -> None:
-        self._argv, self._state, self._relayed = list(argv), state, relayed
+    """One worker: its process and the link to it."""
+
+    def __init__(
+        self, argv: Sequence[str], worker: Worker, state: GpuState, on_metrics: Callable[[int, str], None]
+    ) -> None:
+        self._argv, self.worker, self._state, self._on_metrics = list(argv), worker, state, on_metrics
         self._proc: asyncio.subprocess.Process | None = None
-        self.port = 0  # the gRPC port it bound, once started
         self._reader: asyncio.StreamReader | None = None
         self._writer: asyncio.StreamWriter | None = None
         self._known: frozenset[str] | None = None
         self._metrics_waiters: list[asyncio.Future[None]] = []
-        relayed.ask = self.ask_metrics
+        self.last_heard = time.monotonic()  # when its last frame arrived
+        self.killed_silent = False  # killed by IngestWorkers for sending nothing
 
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 
     async def start(self, known: frozenset[str] | None) -> None:
-        """Start it with our flags; return once its gRPC port listens. `known`: the inventory's
-        node names now (None: no inventory source), sent before it takes its first report."""
+        """Start it; return once its gRPC server listens. `known`: the inventory's node names now
+        (None: no inventory source), sent before it takes its first report."""
         ours, theirs = socket.socketpair()
         try:
             self._proc = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
                 "gpuextender.extender.ingest_process",
-                "--link-fd",
-                str(theirs.fileno()),
-                *self._argv,
+                *worker_argv(theirs.fileno(), self.worker, self._argv),
                 pass_fds=(theirs.fileno(),),
                 stdin=asyncio.subprocess.DEVNULL,
             )
@@ -71,34 +91,40 @@ class IngestProcess:
         self._reader, self._writer = await asyncio.open_unix_connection(sock=ours)
         if known is not None:
             self.send_known(known)
-        got = await frames.read_frame(self._reader)
+        try:
+            got = await frames.read_frame(self._reader)
+        except (frames.FrameError, ConnectionError):
+            got = None
         if got is None or got[0] != frames.READY:
             code = await self._proc.wait()
             raise IngestStartError(
-                f"the ingest process exited with code {code} before its gRPC port listened (its message is above)"
+                f"ingest worker {self.name()} exited with code {code} before its gRPC server listened "
+                "(its message is above)"
             )
-        self.port = int(got[1] or b"0")
-        log.info("ingest process %d serves the agents' gRPC port", self._proc.pid)
+        self.last_heard = time.monotonic()
 
-    async def run(self, on_exit: Callable[[], None]) -> None:
-        """Apply what it relays until it goes away; then call `on_exit`."""
+    def name(self) -> str:
+        return f"{self.worker.index + 1}/{self.worker.count}"
+
+    async def run(self) -> int | None:
+        """Apply what it relays until it goes away; its exit code."""
         assert self._reader is not None
         try:
             while (got := await frames.read_frame(self._reader)) is not None:
+                self.last_heard = time.monotonic()
                 kind, payload = got
                 if kind == frames.REPORTS:
                     await self._apply(payload)
                 elif kind == frames.METRICS:
-                    self._relayed.text = payload.decode()
+                    self._on_metrics(self.worker.index, payload.decode())
                     waiters, self._metrics_waiters = self._metrics_waiters, []
                     for waiter in waiters:
                         if not waiter.done():
                             waiter.set_result(None)
         except (frames.FrameError, ConnectionError) as exc:
-            log.error("link to the ingest process broken: %s", exc)
-        code = await self._proc.wait() if self._proc is not None else None
-        log.error("the ingest process exited (code %s): no agent data can arrive; stopping", code)
-        on_exit()
+            log.error("link to ingest worker %s broken: %s", self.name(), exc)
+        self._close_link()
+        return await self._proc.wait() if self._proc is not None else None
 
     async def _apply(self, payload: bytes) -> None:
         ingest, parse = self._state.ingest, pb.NodeReport.FromString
@@ -131,6 +157,15 @@ class IngestProcess:
         if names and self._writer is not None and not self._writer.is_closing():
             self._writer.write(frames.frame(frames.FORGOT, "\n".join(names).encode()))
 
+    def kill(self) -> None:
+        if self._proc is not None and self._proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self._proc.pid, signal.SIGKILL)
+
+    def _close_link(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+
     async def stop(self, timeout_s: float = 5.0) -> None:
         """Close our end (it stops its server and exits); kill it if it does not."""
         if self._writer is not None:
@@ -143,14 +178,154 @@ class IngestProcess:
         try:
             await asyncio.wait_for(proc.wait(), timeout_s)
         except TimeoutError:
-            log.warning("ingest process %d still running %.0fs after the link closed: killing it", proc.pid, timeout_s)
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(proc.pid, 9)
+            log.warning(
+                "ingest worker %s still running %.0fs after the link closed: killing it", self.name(), timeout_s
+            )
+            self.kill()
             await proc.wait()
 
 
-async def sync_known_nodes(process: IngestProcess, names: Callable[[], frozenset[str]]) -> None:
+class IngestWorkers:
+    """`count` workers on the port `guard` holds."""
+
+    def __init__(
+        self,
+        argv: Sequence[str],
+        count: int,
+        guard: PortGuard,
+        state: GpuState,
+        relayed: RelayedMetrics,
+        silent_s: float = WORKER_SILENT_S,
+    ) -> None:
+        self._argv, self._guard, self._state, self.relayed = list(argv), guard, state, relayed
+        self._silent_s = silent_s
+        self.port = guard.port
+        self.workers = [self._new(i, count) for i in range(count)]
+        self._known: frozenset[str] | None = None
+        self._restarts: deque[float] = deque()
+        self._stopping = False
+        relayed.ask = self.ask_metrics
+
+    def _new(self, index: int, count: int) -> IngestProcess:
+        return IngestProcess(self._argv, Worker(index, count, self._guard.port), self._state, self._metrics_from)
+
+    def _metrics_from(self, index: int, text: str) -> None:
+        self.relayed.texts[index] = text
+
+    async def start(self, known: frozenset[str] | None) -> None:
+        """Start every worker; once all listen, return. One failing stops the others."""
+        self._known = known
+        results = await asyncio.gather(*(w.start(known) for w in self.workers), return_exceptions=True)
+        failed = [r for r in results if isinstance(r, BaseException)]
+        if failed:
+            await self.stop()
+            raise failed[0]
+        self.relayed.workers_running = len(self.workers)
+        pids = ", ".join(str(w.pid) for w in self.workers)
+        log.info("%d ingest worker(s) (pid %s) serve the agents' gRPC port %d", len(self.workers), pids, self.port)
+
+    async def run(self, on_exit: Callable[[], None]) -> None:
+        """Supervise the workers until the extender stops, or they cannot be kept running
+        (then call `on_exit`)."""
+        given_up = asyncio.Event()
+        tasks = [asyncio.create_task(self._supervise(i, given_up)) for i in range(len(self.workers))]
+        tasks.append(asyncio.create_task(self._watch()))
+        try:
+            await given_up.wait()
+            on_exit()
+        finally:
+            for task in tasks:
+                task.cancel()
+            for task in tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+    async def _supervise(self, index: int, given_up: asyncio.Event) -> None:
+        while True:
+            worker = self.workers[index]
+            code = await worker.run()
+            if self._stopping:
+                return
+            self.relayed.workers_running -= 1
+            # Its streams are gone: its gauges must not stand (its counters restart with it, which
+            # Prometheus's rate() reads as a reset).
+            self.relayed.texts.pop(index, None)
+            silent = worker.killed_silent
+            reason = "silent" if silent else "exited"
+            self.relayed.restarts[reason] += 1
+            now = time.monotonic()
+            self._restarts.append(now)
+            while self._restarts and self._restarts[0] < now - RESTART_WINDOW_S:
+                self._restarts.popleft()
+            if len(self._restarts) > MAX_RESTARTS:
+                log.error(
+                    "ingest worker %s ended (code %s); %d restarts within %.0fs: no agent data can arrive; stopping",
+                    worker.name(),
+                    code,
+                    len(self._restarts) - 1,
+                    RESTART_WINDOW_S,
+                )
+                given_up.set()
+                return
+            log.error(
+                "ingest worker %s %s (code %s): starting it again; its agents reconnect",
+                worker.name(),
+                f"sent nothing for {self._silent_s:g}s and was killed" if silent else "exited",
+                code,
+            )
+            replacement = self._new(index, len(self.workers))
+            try:
+                await replacement.start(self._known)
+            except IngestStartError as exc:
+                log.error("%s: no agent data can arrive; stopping", exc)
+                given_up.set()
+                return
+            self.workers[index] = replacement
+            self.relayed.workers_running += 1
+
+    async def _watch(self) -> None:
+        """Kill a worker silent for longer than its bound (WORKER_SILENT_S). A late tick (this loop
+        was held) judges no one: their frames may be waiting to be read."""
+        last = time.monotonic()
+        while True:
+            await asyncio.sleep(WATCH_EVERY_S)
+            now = time.monotonic()
+            late = now - last > 2 * WATCH_EVERY_S
+            last = now
+            if late:
+                continue
+            for worker in self.workers:
+                if now - worker.last_heard > self._silent_s and worker.pid is not None:
+                    log.warning(
+                        "ingest worker %s (pid %s) sent nothing for %.0fs: killing it",
+                        worker.name(),
+                        worker.pid,
+                        now - worker.last_heard,
+                    )
+                    worker.killed_silent = True
+                    worker.kill()
+                    worker.last_heard = now  # killed once; its restart follows
+
+    async def ask_metrics(self) -> None:
+        await asyncio.gather(*(w.ask_metrics() for w in self.workers))
+
+    def send_known(self, names: frozenset[str]) -> None:
+        self._known = names
+        for worker in self.workers:
+            worker.send_known(names)
+
+    def send_forgot(self, names: Sequence[str]) -> None:
+        for worker in self.workers:
+            worker.send_forgot(names)
+
+    async def stop(self) -> None:
+        self._stopping = True
+        await asyncio.gather(*(w.stop() for w in self.workers))
+        self._guard.close()
+
+
+async def sync_known_nodes(workers: IngestWorkers, names: Callable[[], frozenset[str]]) -> None:
     """Send the inventory's node names whenever they change (checked every KNOWN_EVERY_S)."""
     while True:
-        process.send_known(names())
+        workers.send_known(names())
         await asyncio.sleep(KNOWN_EVERY_S)

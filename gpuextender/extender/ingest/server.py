@@ -19,7 +19,8 @@ from gpuextender.extender.settings import ExtenderConfig
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 
 
-def grpc_options(config: ExtenderConfig, authenticating: bool) -> list[tuple[str, int]]:
+def grpc_options(config: ExtenderConfig, authenticating: bool, shared_port: bool = False) -> list[tuple[str, int]]:
+    """`shared_port`: one of several ingest workers on the port the extender holds (port_guard.py)."""
     options: list[tuple[str, int]] = [
         # Agents ping every 20 s to notice dead peers; allow it even between reports.
         ("grpc.keepalive_permit_without_calls", 1),
@@ -32,8 +33,9 @@ def grpc_options(config: ExtenderConfig, authenticating: bool) -> list[tuple[str
         # the ingest paced it (ingest_limits.ReportPacer). Agents send ~2 KB a second.
         ("grpc.http2.bdp_probe", 0),
         # grpc sets SO_REUSEPORT by default: a second extender on the same --grpc-addr would start
-        # without a word and take a share of the agents' streams. Off: it fails to bind, and says so.
-        ("grpc.so_reuseport", 0),
+        # without a word and take a share of the agents' streams. Off: it fails to bind, and says
+        # so. The ingest workers share the port on purpose; the extender's PortGuard refuses others.
+        ("grpc.so_reuseport", 1 if shared_port else 0),
     ]
     if authenticating:  # re-authenticate every agent now and then (ingest.py)
         age_s = config.agent_auth.reauth_after_s
@@ -51,10 +53,11 @@ async def start_ingest_server(
     certificate: ServingCertificate | None,
     authenticator: Authenticator | None,
     known_node: Callable[[str], bool] | None,
+    shared_port: bool = False,
 ) -> tuple[grpc.aio.Server, int]:
     """A started server on --grpc-addr and the port it bound (the real one for `:0`), its reports
     stored into `store`; OSError when the address cannot be bound. `known_node`: is the node in
-    the inventory (None: no inventory source)."""
+    the inventory (None: no inventory source). `shared_port`: see grpc_options."""
     service = IngestService(
         store,
         metrics,
@@ -65,7 +68,7 @@ async def start_ingest_server(
         max_unknown_nodes=config.max_unknown_nodes,
         stale_after_s=config.api.policy.stale_after_s,
     )
-    server = grpc.aio.server(options=grpc_options(config, authenticator is not None))
+    server = grpc.aio.server(options=grpc_options(config, authenticator is not None, shared_port))
     pb_grpc.add_GpuStateServiceServicer_to_server(service, server)
     target = str(config.grpc_addr)
     try:
