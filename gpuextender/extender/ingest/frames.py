@@ -3,9 +3,10 @@
 A frame is a 4-byte big-endian length (of what follows), a 1-byte kind, and a payload:
   worker -> extender
     READY    the gRPC port listens (its port number, decimal ASCII)
-    REPORTS  accepted reports in arrival order: per report an 8-byte big-endian float
-             (when it was received, time.monotonic(), the same clock in both processes on
-             Linux), a 4-byte length and the serialized NodeReport
+    SUMMARIES  accepted reports in arrival order, as the worker summarized them: per report
+             two 4-byte big-endian lengths, the summary and the node's GPU facts
+             (state/summary_codec.py; the summary carries when the report was received,
+             time.monotonic(), one clock for every process of the host on Linux)
     METRICS  the worker's ingest metrics as Prometheus text, after the reports before them
     BEAT     nothing else was sent for a second: the worker's loop runs (relay.py kills a
              worker silent for longer than WORKER_SILENT_S)
@@ -22,9 +23,9 @@ import asyncio
 import struct
 from collections.abc import Iterator
 
-READY, REPORTS, METRICS, BEAT, KNOWN, FORGOT, ASK_METRICS = b"Y", b"R", b"M", b"B", b"K", b"F", b"Q"
+READY, SUMMARIES, METRICS, BEAT, KNOWN, FORGOT, ASK_METRICS = b"Y", b"S", b"M", b"B", b"K", b"F", b"Q"
 _HEAD = struct.Struct(">IB")
-_ENTRY = struct.Struct(">dI")
+_ENTRY = struct.Struct(">II")
 # A batch is flushed before it passes this (reports are at most 256 KiB each: report_checks).
 MAX_FRAME_BYTES = 64 * 1024 * 1024
 
@@ -37,22 +38,23 @@ def frame(kind: bytes, payload: bytes = b"") -> bytes:
     return _HEAD.pack(len(payload) + 1, kind[0]) + payload
 
 
-def report_entry(received_at: float, report: bytes) -> bytes:
-    return _ENTRY.pack(received_at, len(report)) + report
+def summary_entry(summary: bytes, facts: bytes) -> bytes:
+    return _ENTRY.pack(len(summary), len(facts)) + summary + facts
 
 
-def report_entries(payload: bytes) -> Iterator[tuple[float, bytes]]:
-    """(received_at, serialized NodeReport) for each entry of a REPORTS payload."""
-    view, offset, end = memoryview(payload), 0, len(payload)
+def summary_entries(payload: bytes) -> Iterator[tuple[bytes, bytes]]:
+    """(summary, facts) for each entry of a SUMMARIES payload."""
+    offset, end, unpack, size = 0, len(payload), _ENTRY.unpack_from, _ENTRY.size
     while offset < end:
-        if offset + _ENTRY.size > end:
-            raise FrameError("a report entry is cut short")
-        received_at, size = _ENTRY.unpack_from(view, offset)
-        offset += _ENTRY.size
         if offset + size > end:
-            raise FrameError("a report entry is cut short")
-        yield received_at, bytes(view[offset : offset + size])
-        offset += size
+            raise FrameError("a summary entry is cut short")
+        summary_size, facts_size = unpack(payload, offset)
+        start = offset + size
+        middle = start + summary_size
+        offset = middle + facts_size
+        if offset > end:
+            raise FrameError("a summary entry is cut short")
+        yield payload[start:middle], payload[middle:offset]
 
 
 def names(payload: bytes) -> list[str]:

@@ -1,12 +1,13 @@
 """The extender's side of its ingest workers (ingest_process.py): start them, store what they
 relay, restart one that dies or goes silent.
 
-Reports arrive in frames of up to ~10 ms of accepted reports; each is parsed and stored in the
-live GpuState (ordered by when a worker received it: one clock, time.monotonic, for every
-process on the host, so a node whose stream moved to another worker is still taken in order,
-and a report received before the stored one is refused by GpuState). A frame is applied in
-slices of SLICE reports with a yield between them, so a scheduler request waits behind at
-most one slice (~0.5 ms), never behind a burst of agents. The inventory's node names go the
+Reports arrive in frames of up to ~10 ms of accepted reports, each already summarized by the
+worker (state/summary_codec.py); each summary is stored in the live GpuState (ordered by when a
+worker received it: one clock, time.monotonic, for every process on the host, so a node whose
+stream moved to another worker is still taken in order, and a report received before the
+stored one is refused by GpuState). A frame is applied in slices of SLICE reports with a yield
+between them, so a scheduler request waits behind at most one slice (~0.3 ms), never behind a
+burst of agents. The inventory's node names go the
 other way (the workers limit reports of nodes it does not know), as do the nodes the extender
 forgot.
 
@@ -35,13 +36,15 @@ from collections.abc import Callable, Sequence
 from gpuextender.extender.ingest import frames as frames
 from gpuextender.extender.ingest.port_guard import PortGuard
 from gpuextender.extender.ingest.worker_args import Worker, worker_argv
+from gpuextender.extender.model.ome.node_class import GpuFacts
 from gpuextender.extender.observe.relayed import RelayedMetrics
+from gpuextender.extender.state.gpu_facts import POOL_SIZE
 from gpuextender.extender.state.gpu_state import GpuState
-from gpuextender.v1 import gpu_state_pb2 as pb
+from gpuextender.extender.state.summary_codec import decode_facts, decode_summary
 
 log = logging.getLogger("gpu_extender.ingest")
 
-SLICE = 32  # reports applied between two yields to the loop (~20 us each)
+SLICE = 32  # summaries stored between two yields to the loop (~10 us each)
 KNOWN_EVERY_S = 1.0  # the inventory's node names are sent at most this often, when they changed
 # A worker sends a frame at least every second (frames.BEAT); ten seconds without one is a
 # stopped or stuck process, not a busy one (a full frame takes milliseconds).
@@ -68,6 +71,7 @@ class IngestProcess:
         self._metrics_waiters: list[asyncio.Future[None]] = []
         self.last_heard = time.monotonic()  # when its last frame arrived
         self.killed_silent = False  # killed by IngestWorkers for sending nothing
+        self._facts: dict[bytes, tuple[GpuFacts, ...]] = {}  # equal facts: one tuple (gpu_facts.py)
 
     @property
     def pid(self) -> int | None:
@@ -113,7 +117,7 @@ class IngestProcess:
             while (got := await frames.read_frame(self._reader)) is not None:
                 self.last_heard = time.monotonic()
                 kind, payload = got
-                if kind == frames.REPORTS:
+                if kind == frames.SUMMARIES:
                     await self._apply(payload)
                 elif kind == frames.METRICS:
                     self._on_metrics(self.worker.index, payload.decode())
@@ -127,12 +131,17 @@ class IngestProcess:
         return await self._proc.wait() if self._proc is not None else None
 
     async def _apply(self, payload: bytes) -> None:
-        ingest, parse = self._state.ingest, pb.NodeReport.FromString
-        for i, (received_at, report) in enumerate(frames.report_entries(payload), 1):
+        store, decode, facts = self._state.store, decode_summary, self._facts
+        for i, (summary, encoded) in enumerate(frames.summary_entries(payload), 1):
             try:
-                ingest(parse(report), received_at)
+                known = facts.get(encoded)
+                if known is None:
+                    if len(facts) >= POOL_SIZE:
+                        facts.clear()
+                    known = facts[encoded] = decode_facts(encoded)
+                store(decode(summary), known)
             except Exception:  # a bug, never a reason to stop taking reports: say so, go on
-                log.exception("could not store a relayed report (%d bytes)", len(report))
+                log.exception("could not store a relayed summary (%d bytes)", len(summary))
             if i % SLICE == 0:
                 await asyncio.sleep(0)
 

@@ -10,6 +10,9 @@ They change only when a node's GPUs do (first report, hardware change, node
 forgotten), and listeners hear of exactly those changes, so the class
 membership built from them is updated per node instead of per report.
 
+A report arrives here (`ingest`: --ingest-in-process) or already summarized by an ingest
+worker (`store`: the summary and facts the worker made of it with the same functions).
+
 Decisions read `summary(node)`: the report's summary less the GPUs of pods bound to the node
 that its agent does not attribute yet (bound_pods.py), kept up to date on every report and on
 every change of the node's pods in the ledger; `reported(node)` is the agent's own.
@@ -20,15 +23,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 
 from gpuextender.common.idle_rule import IdleRule
-from gpuextender.extender.model.ome.node_class import GpuFacts, facts_from_report
+from gpuextender.extender.model.ome.node_class import GpuFacts
 from gpuextender.extender.state.bound_pods import offered, pending
+from gpuextender.extender.state.gpu_facts import FactsReader
 from gpuextender.extender.state.gpu_summary import NodeSummary, summarize, with_inferred_sharing
 from gpuextender.extender.state.pod_ledger import BoundPod
 from gpuextender.v1 import gpu_state_pb2 as pb
 
 FactsListener = Callable[[str], None]  # called with the node name whose GPU facts changed
-
-_FACTS_POOL_SIZE = 4096  # distinct hardware configurations; cleared (not evicted) when full
 
 
 class GpuState:
@@ -38,11 +40,7 @@ class GpuState:
         # 5,000 nodes), and every decision reads the summary.
         self._summaries: dict[str, NodeSummary] = {}
         self._facts: dict[str, tuple[GpuFacts, ...]] = {}
-        self._fingerprints: dict[str, int] = {}
-        self._incomplete: set[str] = set()  # nodes with a GPU whose facts are not all known yet
-        # Nodes of one hardware type report equal facts: they share one tuple (5,000 nodes
-        # would otherwise hold 40,000 copies of "NVIDIA H100 80GB HBM3").
-        self._facts_pool: dict[tuple[GpuFacts, ...], tuple[GpuFacts, ...]] = {}
+        self._facts_reader = FactsReader()  # for reports summarized here (`ingest`)
         self._facts_listeners: list[FactsListener] = []
         # What the decisions read: each summary less the bound pods its agent does not attribute
         # yet (bound_pods.py); the same object for a node with none.
@@ -66,36 +64,29 @@ class GpuState:
         current = self._summaries.get(report.node_name)
         if current is not None and received_at < current.received_at:
             return False
-        summary = summarize(report, self.rule, received_at)
+        return self.store(summarize(report, self.rule, received_at), self._facts_reader.read(report))
+
+    def store(self, summary: NodeSummary, facts: tuple[GpuFacts, ...]) -> bool:
+        """A report as summarized where it arrived (`ingest`, or an ingest worker): ordered by its
+        `received_at` as `ingest` says. Facts listeners hear only of facts that differ."""
+        node = summary.node
+        current = self._summaries.get(node)
+        if current is not None and summary.received_at < current.received_at:
+            return False
         if summary.sharing_unknown:
-            self._raw[report.node_name] = summary
-            summary = with_inferred_sharing(summary, self._allocatable(report.node_name))
+            self._raw[node] = summary
+            summary = with_inferred_sharing(summary, self._allocatable(node))
         else:
-            self._raw.pop(report.node_name, None)
-        self._summaries[report.node_name] = summary
-        pods = self._pods_on(report.node_name)
-        self._offered[report.node_name] = offered(summary, pending(summary, pods)) if pods else summary
+            self._raw.pop(node, None)
+        self._summaries[node] = summary
+        pods = self._pods_on(node)
+        self._offered[node] = offered(summary, pending(summary, pods)) if pods else summary
         for listener in self._offered_listeners:
-            listener(report.node_name)
-        # Facts are re-read when the node's GPUs change (their UUIDs), and on every report
-        # while they are incomplete: the agent sends a GPU's UUID even when NVML could not
-        # give its name, memory or compute capability yet. Once complete, a report costs one
-        # hash of the UUIDs (3 us instead of 10 us for 8 GPUs); a collision would only delay
-        # a facts update.
-        fingerprint = hash(tuple([g.uuid for g in report.gpus]))
-        if self._fingerprints.get(report.node_name) != fingerprint or report.node_name in self._incomplete:
-            self._fingerprints[report.node_name] = fingerprint
-            facts = facts_from_report(report)
-            if len(self._facts_pool) >= _FACTS_POOL_SIZE:
-                self._facts_pool.clear()
-            facts = self._facts_pool.setdefault(facts, facts)
-            if all(f.name and f.memory_total_bytes is not None and f.compute_capability for f in facts):
-                self._incomplete.discard(report.node_name)
-            else:
-                self._incomplete.add(report.node_name)
-            if self._facts.get(report.node_name) != facts:
-                self._facts[report.node_name] = facts
-                self._facts_changed(report.node_name)
+            listener(node)
+        known = self._facts.get(node)
+        if known is not facts and known != facts:
+            self._facts[node] = facts
+            self._facts_changed(node)
         return True
 
     def facts(self, node: str) -> tuple[GpuFacts, ...] | None:
@@ -162,8 +153,7 @@ class GpuState:
             self._raw.pop(name, None)
             for listener in self._offered_listeners:
                 listener(name)
-            del self._fingerprints[name]
-            self._incomplete.discard(name)
+            self._facts_reader.forget(name)
             if self._facts.pop(name, None) is not None:
                 self._facts_changed(name)
         return gone

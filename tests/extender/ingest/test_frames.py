@@ -1,4 +1,5 @@
-"""The link between gpu-extender and its ingest process: frames, and the relay store's batch."""
+"""The link between gpu-extender and its ingest workers: frames, and the relay store's batch of
+summaries (made with the functions the extender would use)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,20 @@ from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender import ingest_process
 from gpuextender.extender.ingest import frames as frames
 from gpuextender.extender.ingest_process import FLUSH_BYTES, RelayStore
+from gpuextender.extender.model.ome.node_class import facts_from_report
+from gpuextender.extender.state.gpu_summary import NodeSummary, summarize
+from gpuextender.extender.state.summary_codec import decode_facts, decode_summary
+from gpuextender.v1 import gpu_state_pb2 as pb
 from tests.extender.builders import gpu, report
+
+
+def relayed(batch: bytes) -> list[NodeSummary]:
+    """The summaries of a batch, checking each one's facts are those of its node's report."""
+    return [decode_summary(summary) for summary, _ in frames.summary_entries(batch)]
+
+
+def summary_of(r: pb.NodeReport, received_at: float) -> NodeSummary:
+    return summarize(r, IdleRule(), received_at)
 
 
 def read_all(data: bytes) -> list[tuple[bytes, bytes] | None]:
@@ -29,11 +43,11 @@ def read_all(data: bytes) -> list[tuple[bytes, bytes] | None]:
 
 
 def test_frames_round_trip_and_end_cleanly() -> None:
-    entries = frames.report_entry(1.5, b"abc") + frames.report_entry(2.25, b"")
-    data = frames.frame(frames.REPORTS, entries) + frames.frame(frames.READY) + frames.frame(frames.KNOWN, b"a\nb")
+    entries = frames.summary_entry(b"abc", b"de") + frames.summary_entry(b"", b"") + frames.summary_entry(b"f", b"")
+    data = frames.frame(frames.SUMMARIES, entries) + frames.frame(frames.READY) + frames.frame(frames.KNOWN, b"a\nb")
     got = read_all(data)
-    assert got == [(frames.REPORTS, entries), (frames.READY, b""), (frames.KNOWN, b"a\nb"), None]
-    assert list(frames.report_entries(entries)) == [(1.5, b"abc"), (2.25, b"")]
+    assert got == [(frames.SUMMARIES, entries), (frames.READY, b""), (frames.KNOWN, b"a\nb"), None]
+    assert list(frames.summary_entries(entries)) == [(b"abc", b"de"), (b"", b""), (b"f", b"")]
     assert frames.names(b"a\nb") == ["a", "b"] and frames.names(b"") == []
 
 
@@ -44,11 +58,12 @@ def test_a_stream_cut_inside_a_frame_is_an_error(cut: int) -> None:
         read_all(data[:cut])
 
 
-def test_a_cut_report_entry_is_an_error() -> None:
-    entry = frames.report_entry(1.0, b"abcdef")
-    for cut in (3, len(entry) - 1):
-        with pytest.raises(frames.FrameError):
-            list(frames.report_entries(entry[:cut]))
+def test_a_cut_summary_entry_is_an_error() -> None:
+    entry = frames.summary_entry(b"abcdef", b"gh")
+    assert list(frames.summary_entries(entry)) == [(b"abcdef", b"gh")]  # whole: read
+    for cut in (3, 8, len(entry) - 1):  # in the lengths, in the summary, in the facts
+        with pytest.raises(frames.FrameError, match="cut short"):
+            list(frames.summary_entries(entry[:cut]))
 
 
 def test_frame_sizes_are_bounded_at_exactly_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -68,7 +83,9 @@ def test_the_relay_store_batches_reports_and_remembers_which_nodes_have_data() -
         assert store.ingest(r, 7.0) is True
         assert store.summary("n1") is not None and store.summary("n2") is None
         batch = store.take()
-        assert [(t, type(r).FromString(b)) for t, b in frames.report_entries(batch)] == [(7.0, r)]
+        assert relayed(batch) == [summary_of(r, 7.0)]
+        ((_, facts),) = frames.summary_entries(batch)
+        assert decode_facts(facts) == facts_from_report(r)
         assert store.take() == b""
         store.forget(["n1", "never-seen"])
         assert store.summary("n1") is None
@@ -80,7 +97,8 @@ def test_a_batch_is_sent_at_once_when_it_reaches_its_size(monkeypatch: pytest.Mo
     async def go() -> None:
         store = RelayStore(IdleRule())
         r1, r2 = report("n1", [gpu(0)]), report("n2", [gpu(0)])
-        size = len(frames.report_entry(0.0, r1.SerializeToString()))
+        store.ingest(r1, 1.0)
+        size = len(store.take())
         monkeypatch.setattr(ingest_process, "FLUSH_BYTES", 2 * size)
         store.ingest(r1, 1.0)
         store.ingest(r1, 1.5)  # replaces n1's: the batch does not grow
@@ -103,7 +121,6 @@ def test_the_relay_store_keeps_only_the_newest_report_of_a_node() -> None:
         store.ingest(old, 1.0)
         store.ingest(other, 2.0)
         store.ingest(new, 3.0)
-        got = [(t, type(new).FromString(b)) for t, b in frames.report_entries(store.take())]
-        assert got == [(2.0, other), (3.0, new)]
+        assert relayed(store.take()) == [summary_of(other, 2.0), summary_of(new, 3.0)]
 
     asyncio.run(go())

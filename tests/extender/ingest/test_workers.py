@@ -24,8 +24,10 @@ from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.ingest import relay
 from gpuextender.extender.ingest.port_guard import hold_port
 from gpuextender.extender.ingest.relay import IngestWorkers
+from gpuextender.extender.model.ome.node_class import GpuFacts
 from gpuextender.extender.observe.relayed import RelayedMetrics
 from gpuextender.extender.state.gpu_state import GpuState
+from gpuextender.extender.state.gpu_summary import NodeSummary
 from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 from tests.extender.builders import gpu, report
@@ -35,17 +37,17 @@ ARGV = ["--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--log-level
 
 
 class Applied:
-    """Wraps GpuState.ingest: every (node, sequence) the main process applied, in order."""
+    """Wraps GpuState.store: every (node, sequence) the main process stored, in order."""
 
     def __init__(self, state: GpuState) -> None:
         self.seen: dict[str, list[int]] = {}
-        self._ingest = state.ingest
-        state.ingest = self  # type: ignore[method-assign]
+        self._store = state.store
+        state.store = self  # type: ignore[method-assign]
 
-    def __call__(self, r: pb.NodeReport, received_at: float) -> bool:
-        stored = self._ingest(r, received_at)
+    def __call__(self, summary: NodeSummary, facts: tuple[GpuFacts, ...]) -> bool:
+        stored = self._store(summary, facts)
         if stored:
-            self.seen.setdefault(r.node_name, []).append(r.sequence)
+            self.seen.setdefault(summary.node, []).append(summary.sequence)
         return stored
 
 

@@ -1,0 +1,145 @@
+"""What an ingest worker relays is what the extender would have made of the report itself: a
+summary and facts that survive the bytes, field by field, and a GpuState fed by the relay equal
+to one fed the reports (issue 36: the workers summarize, the extender stores)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import marshal
+
+import pytest
+
+from gpuextender.common.idle_rule import IdleRule
+from gpuextender.extender.ingest import frames
+from gpuextender.extender.ingest_process import RelayStore
+from gpuextender.extender.model.ome.node_class import GpuFacts, facts_from_report
+from gpuextender.extender.state.gpu_state import GpuState
+from gpuextender.extender.state.gpu_summary import GpuPositions, NodeSummary, summarize
+from gpuextender.extender.state.summary_codec import decode_facts, decode_summary, encode_facts, encode_summary
+from gpuextender.v1 import gpu_state_pb2 as pb
+from tests.extender.builders import gpu, report
+
+RULE = IdleRule(30.0, 50.0, 40.0)
+
+
+def varied_reports() -> list[pb.NodeReport]:
+    """Reports that fill every part of a summary: holders (allocation known), MIG, sharing,
+    topology, degraded and unhealthy GPUs, GPM, a broken node, an old agent."""
+    out = []
+    whole = report("whole", [gpu(i, 5 * i, 10.0 * i) for i in range(8)], seq=4)
+    for link in ((0, 1, 18), (2, 3, 18), (0, 2, 0)):
+        whole.topology.links.add(a=link[0], b=link[1], nvlinks=link[2])
+    for i, g in enumerate(whole.gpus):
+        g.dra_device = f"gpu-{i}"
+        g.compute_capability.major, g.compute_capability.minor = 9, 0
+    whole.gpus[1].health = pb.HEALTH_DEGRADED
+    whole.gpus[1].health_reasons.append("XID_48")
+    whole.gpus[2].healthy = False
+    whole.gpus[2].unhealthy_reasons.append("GpuIsLost")
+    whole.gpus[3].gpm.sm_active_percent = 12.5
+    whole.allocation_source = pb.ALLOCATION_KUBELET
+    whole.gpus[4].holders.add(namespace="team-a", pod="p1", container="c", device_id="GPU-4")
+    whole.gpus[5].holders.add(namespace="team-b", pod="p2", container="c", device_id="GPU-5")
+    whole.gpus[5].holders.add(namespace="team-a", pod="p3", container="c", device_id="GPU-5")
+    out.append(whole)
+    mig = report("mig", [gpu(0, None, 1.0)], seq=2)
+    mig.gpus[0].sharing.mode = pb.SHARING_MIG
+    mig.gpus[0].mig_instances.add(uuid="MIG-1", profile="1g.10gb", memory_total_bytes=10, memory_used_bytes=1)
+    mig.gpus[0].mig_instances.add(uuid="MIG-2", profile="3g.40gb", memory_total_bytes=40, memory_used_bytes=39)
+    out.append(mig)
+    shared = report("shared", [gpu(0), gpu(1, 90)], seq=3)
+    for g in shared.gpus:
+        g.sharing.mode, g.sharing.replicas = pb.SHARING_TIME_SLICING, 4
+    out.append(shared)
+    out.append(report("broken", [gpu(0), gpu(1)], node_error="NVML_ERROR_DRIVER_NOT_LOADED", seq=9))
+    out.append(report("old-agent", [gpu(0, 2, 3.0), gpu(1, 95, 3.0)], seq=1))
+    out.append(report("unknown-sharing", [gpu(0), gpu(1)], seq=1))
+    out.append(report("no-gpus", [], seq=1))
+    return out
+
+
+@pytest.mark.parametrize("r", varied_reports(), ids=lambda r: r.node_name)
+def test_a_summary_and_its_facts_survive_the_bytes(r: pb.NodeReport) -> None:
+    summary = summarize(r, RULE, 12.5)
+    assert decode_summary(encode_summary(summary)) == summary
+    assert decode_facts(encode_facts(facts_from_report(r))) == facts_from_report(r)
+
+
+def test_every_field_travels() -> None:
+    """A summary with no field at its default: a field the codec dropped or shifted shows."""
+    positions = GpuPositions(("GPU-0",), ("gpu-0",), 1, 0, 1, b"\x01\x02", ((0, True, "lost"),))
+    base = NodeSummary("n", 8, 7, 6, 12.5, "", 3, 1700000000.25, 42.0)
+    values: dict[str, object] = {
+        "free_gpus": 5,
+        "degraded_idle_gpus": 1,
+        "allocated_idle_gpus": 2,
+        "idle_by_namespace": (("a", 1),),
+        "allocation": "kubelet",
+        "set_tiers": (0, 1, 2),
+        "mig_gpus": 1,
+        "mig_instances": (("1g.10gb", 2),),
+        "mig_free": (("1g.10gb", 1),),
+        "quality": (0, 1),
+        "gpus": ((0, 1, 5, 2.5), (1, 0, None, None)),
+        "held_by": ((0, "a"),),
+        "holder_pods": frozenset({"a/p"}),
+        "bound_pod_units": 1,
+        "positions": positions,
+        "sharing_unknown": True,
+        "inferred_replicas": 4,
+    }
+    defaults = {f.name for f in dataclasses.fields(NodeSummary) if f.default is not dataclasses.MISSING}
+    assert set(values) == defaults  # a new field with a default is listed here too
+    full = dataclasses.replace(base, **values)  # type: ignore[arg-type]
+    assert decode_summary(encode_summary(full)) == full
+    assert dataclasses.replace(full, node_error="x") != full  # equality sees a field's change
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"",
+        b"\x00",
+        marshal.dumps((1, 2)),
+        marshal.dumps("not a tuple"),
+        encode_summary(summarize(report("n", [gpu(0)]), RULE, 1.0))[:-3],
+    ],
+)
+def test_bytes_the_codec_did_not_make_raise(data: bytes) -> None:
+    with pytest.raises((ValueError, EOFError, TypeError)):
+        decode_summary(data)
+
+
+def test_a_state_fed_by_the_relay_equals_one_fed_the_reports() -> None:
+    """The same reports, received at the same times: one GpuState ingests them, the other stores
+    what a worker's RelayStore relays (frames included). Summaries and facts are equal, and facts
+    listeners hear the same nodes."""
+
+    async def go() -> None:
+        here, there = GpuState(RULE), GpuState(RULE)
+        heard: dict[str, list[str]] = {"here": [], "there": []}
+        here.on_facts_change(heard["here"].append)
+        there.on_facts_change(heard["there"].append)
+        worker = RelayStore(RULE)
+        for t, r in enumerate(varied_reports() * 2, 1):  # the second round: facts unchanged
+            here.ingest(r, float(t))
+            worker.ingest(r, float(t))
+            for summary, facts in frames.summary_entries(worker.take()):
+                there.store(decode_summary(summary), decode_facts(facts))
+        assert {s.node: s for s in there.summaries()} == {s.node: s for s in here.summaries()}
+        for node in here.node_names():
+            assert there.facts(node) == here.facts(node)
+            assert there.summary(node) == here.summary(node)
+        assert heard["there"] == heard["here"] and len(heard["here"]) == len(varied_reports())
+
+    asyncio.run(go())
+
+
+def test_facts_of_one_hardware_type_are_one_tuple() -> None:
+    state = GpuState(RULE)
+    a, b = report("a", [gpu(0), gpu(1)]), report("b", [gpu(0), gpu(1)])
+    state.ingest(a, 1.0)
+    state.ingest(b, 1.0)
+    assert state.facts("a") is state.facts("b")
+    assert isinstance(state.facts("a"), tuple) and all(isinstance(f, GpuFacts) for f in state.facts("a") or ())
