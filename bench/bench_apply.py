@@ -36,9 +36,9 @@ import bench_extender as bx
 
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.ingest import frames
-from gpuextender.extender.ingest.relay import IngestProcess
 from gpuextender.extender.ingest.worker_args import Worker
 from gpuextender.extender.ingest_process import RelayStore
+from gpuextender.extender.ingest_workers import IngestProcess
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.v1 import gpu_state_pb2 as pb
 

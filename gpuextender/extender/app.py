@@ -29,8 +29,8 @@ from gpuextender.common.netaddr import HostPort, bound_address
 from gpuextender.common.serving_tls import ServingCertificate
 from gpuextender.extender.ingest.agent_identity import Authenticator
 from gpuextender.extender.ingest.port_guard import hold_port
-from gpuextender.extender.ingest.relay import IngestStartError, IngestWorkers, sync_known_nodes
 from gpuextender.extender.ingest.server import start_ingest_server
+from gpuextender.extender.ingest_workers import IngestStartError, IngestWorkers, sync_known_nodes
 from gpuextender.extender.inventory.files import FileInventorySource
 from gpuextender.extender.model.kube_objects import (
     COSCHEDULING_POD_GROUP,
@@ -176,7 +176,7 @@ class Extender:
             # before the first list every node is (only agents racing a new replica's first list).
             known_node = (lambda name: store.get(NODE.kind, name) is not None) if self._has_inventory else None
             self._grpc_server, port = await start_ingest_server(
-                self.config, self.state, self.metrics, self.certificate, self.authenticator, known_node
+                self.config, self.state, self.metrics.ingest, self.certificate, self.authenticator, known_node
             )
             return port
         assert self.metrics.relayed is not None  # ingest_here=False

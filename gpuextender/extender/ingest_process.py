@@ -8,13 +8,13 @@ request that arrives meanwhile. With 5,000 agents at their heartbeat (1,667 repo
 interpreter lock). Here the reports are received, paced, authenticated and validated
 exactly as in one process (ingest.IngestService, acks included), and each accepted report
 is summarized here, with the functions and idle rule the extender would use, and the summary
-relayed to the extender, which stores it (relay.py): its loop sees one frame per ~10 ms
+relayed to the extender, which stores it (ingest_workers.py): its loop sees one frame per ~10 ms
 instead of callbacks per report, and stores a summary in ~20 us where parsing and summarizing
 the report took ~95 us (bench/bench_apply.py).
 
 Several workers (`--ingest-workers`) share the agents' port with SO_REUSEPORT, the kernel
 spreading the connections across them; the extender holds the port (port_guard.py) and
-restarts a worker that dies or goes silent (relay.py). Each has a share of the unknown-node
+restarts a worker that dies or goes silent (ingest_workers.py). Each has a share of the unknown-node
 limit, so together they hold at most --max-unknown-nodes (plus one per worker, rounding up).
 
 Started by gpu-extender as `--link-fd FD --worker I/N --port P -- ARGV`: one end of a
@@ -44,12 +44,11 @@ from gpuextender.extender.ingest import frames as frames
 from gpuextender.extender.ingest.agent_identity import Authenticator
 from gpuextender.extender.ingest.server import start_ingest_server
 from gpuextender.extender.ingest.worker_args import Worker, parse_worker_argv
-from gpuextender.extender.model.ome.node_class import GpuFacts
-from gpuextender.extender.observe.metrics import ExtenderMetrics
+from gpuextender.extender.model.gpu_facts import GpuFacts
+from gpuextender.extender.observe.ingest_metrics import IngestMetrics
 from gpuextender.extender.settings import ExtenderConfig
-from gpuextender.extender.state.gpu_facts import POOL_SIZE, FactsReader
-from gpuextender.extender.state.gpu_state import GpuState
-from gpuextender.extender.state.gpu_summary import NodeSummary, summarize
+from gpuextender.extender.state.facts_reader import POOL_SIZE, FactsReader
+from gpuextender.extender.state.gpu_summary import summarize
 from gpuextender.extender.state.summary_codec import encode_facts, encode_summary
 from gpuextender.v1 import gpu_state_pb2 as pb
 
@@ -82,9 +81,8 @@ class RelayStore:
         self.full = asyncio.Event()  # set: send now (a full batch, or the extender asked for metrics)
         self.metrics_asked = False
 
-    def summary(self, node: str) -> NodeSummary | None:
-        # A node with data only counts here: the summary itself lives in the extender.
-        return _HELD if node in self._held else None
+    def has_data(self, node: str) -> bool:
+        return node in self._held
 
     def ingest(self, report: pb.NodeReport, received_at: float) -> bool:
         node = report.node_name
@@ -114,20 +112,7 @@ class RelayStore:
         return b"".join(batch.values())
 
 
-_HELD = NodeSummary(
-    node="",
-    gpu_count=0,
-    healthy_gpus=0,
-    idle_gpus=0,
-    mean_utilization=None,
-    node_error="",
-    sequence=0,
-    sample_time=0.0,
-    received_at=0.0,
-)
-
-
-async def _relay(store: RelayStore, writer: asyncio.StreamWriter, metrics: ExtenderMetrics) -> None:
+async def _relay(store: RelayStore, writer: asyncio.StreamWriter, metrics: IngestMetrics) -> None:
     """Send the queued reports every FLUSH_S (or when a batch is full), the metrics when the
     extender asks (after the reports queued before: its scrape counts what it has stored), and
     a BEAT when nothing else went for BEAT_S."""
@@ -140,7 +125,7 @@ async def _relay(store: RelayStore, writer: asyncio.StreamWriter, metrics: Exten
             writer.write(frames.frame(frames.SUMMARIES, batch))
         if store.metrics_asked:
             store.metrics_asked = False
-            writer.write(frames.frame(frames.METRICS, generate_latest(metrics.ingest.registry)))
+            writer.write(frames.frame(frames.METRICS, generate_latest(metrics.registry)))
         now = time.monotonic()
         if batch or now - sent_at >= BEAT_S:
             if not batch:
@@ -185,7 +170,7 @@ async def serve(
     reader, writer = await asyncio.open_unix_connection(sock=link)
     authenticator, reviewer = await _authenticator(config)
     store = RelayStore(config.idle_rule)
-    metrics = ExtenderMetrics(GpuState(config.idle_rule))
+    metrics = IngestMetrics()
     known: set[str] = set()
     has_inventory = config.inventory is not None or config.kubernetes
     if has_inventory:  # the extender sends the inventory's node names first: no report waits on them

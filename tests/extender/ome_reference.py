@@ -36,13 +36,13 @@ from gpuextender.extender.decide.runtime_selector import (
     has_auto_select,
     validate_model,
 )
+from gpuextender.extender.model.gpu_facts import GpuFacts
 from gpuextender.extender.model.ome.accelerator_class import AcceleratorClass
 from gpuextender.extender.model.ome.model_version import runtime_version_accepts
 from gpuextender.extender.model.ome.node_class import (
     MEMORY_TOLERANCE,
     ClassMatcher,
     ClassMembership,
-    GpuFacts,
     Mismatch,
     _check_tolerance,
     _prepare_node,

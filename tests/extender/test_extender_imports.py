@@ -36,6 +36,38 @@ NEVER_IN_INGEST = (
 )
 
 
+# What an ingest worker may load of the extender (issue 37 item 4): serving, checking and
+# summarizing reports (issue 36: the workers summarize), never the live state, the inventory
+# model (OME, DRA) or the extender's own metrics. A module added here is a decision, not a drift.
+INGEST_MAY_LOAD = {
+    "gpuextender.extender",
+    "gpuextender.extender.flags",
+    "gpuextender.extender.settings",
+    "gpuextender.extender.ingest_process",
+    "gpuextender.extender.ingest",
+    "gpuextender.extender.ingest.agent_identity",
+    "gpuextender.extender.ingest.frames",
+    "gpuextender.extender.ingest.limits",
+    "gpuextender.extender.ingest.report_checks",
+    "gpuextender.extender.ingest.server",
+    "gpuextender.extender.ingest.service",
+    "gpuextender.extender.ingest.worker_args",
+    "gpuextender.extender.observe",
+    "gpuextender.extender.observe.ingest_metrics",
+    "gpuextender.extender.model",
+    "gpuextender.extender.model.gpu_facts",
+    "gpuextender.extender.model.pod_group",  # flags: --group-topology-levels' check
+    "gpuextender.extender.model.pod_key",
+    "gpuextender.extender.model.untrusted",
+    "gpuextender.extender.state",
+    "gpuextender.extender.state.facts_reader",
+    "gpuextender.extender.state.gpu_health",
+    "gpuextender.extender.state.gpu_summary",
+    "gpuextender.extender.state.gpu_topology",
+    "gpuextender.extender.state.summary_codec",
+}
+
+
 def test_the_ingest_process_loads_grpc_and_no_http_kubernetes_or_decisions() -> None:
     modules = modules_after_importing("gpuextender.extender.ingest_process")
     assert {
@@ -44,6 +76,7 @@ def test_the_ingest_process_loads_grpc_and_no_http_kubernetes_or_decisions() -> 
         "gpuextender.extender.ingest.service",
     } <= modules  # the check sees real imports
     assert loaded(modules, NEVER_IN_INGEST) == []
+    assert set(loaded(modules, ("gpuextender.extender",))) == INGEST_MAY_LOAD
 
 
 def test_without_kubernetes_no_module_of_the_extender_loads_the_kubernetes_client() -> None:

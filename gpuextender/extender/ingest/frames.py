@@ -8,7 +8,7 @@ A frame is a 4-byte big-endian length (of what follows), a 1-byte kind, and a pa
              (state/summary_codec.py; the summary carries when the report was received,
              time.monotonic(), one clock for every process of the host on Linux)
     METRICS  the worker's ingest metrics as Prometheus text, after the reports before them
-    BEAT     nothing else was sent for a second: the worker's loop runs (relay.py kills a
+    BEAT     nothing else was sent for a second: the worker's loop runs (ingest_workers.py kills a
              worker silent for longer than WORKER_SILENT_S)
   extender -> worker
     ASK_METRICS  send METRICS now (a scrape of the extender's /metrics)

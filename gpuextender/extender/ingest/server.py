@@ -14,7 +14,7 @@ from gpuextender.common.serving_tls import ServingCertificate
 from gpuextender.extender.ingest.agent_identity import Authenticator
 from gpuextender.extender.ingest.report_checks import MAX_REPORT_BYTES
 from gpuextender.extender.ingest.service import REAUTH_GRACE_S, IngestService, ReportStore
-from gpuextender.extender.observe.metrics import ExtenderMetrics
+from gpuextender.extender.observe.ingest_metrics import IngestMetrics
 from gpuextender.extender.settings import ExtenderConfig
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 
@@ -49,7 +49,7 @@ def grpc_options(config: ExtenderConfig, authenticating: bool, shared_port: bool
 async def start_ingest_server(
     config: ExtenderConfig,
     store: ReportStore,
-    metrics: ExtenderMetrics,
+    metrics: IngestMetrics,
     certificate: ServingCertificate | None,
     authenticator: Authenticator | None,
     known_node: Callable[[str], bool] | None,

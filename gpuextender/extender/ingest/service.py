@@ -38,9 +38,8 @@ from gpuextender.extender.ingest.agent_identity import (
 )
 from gpuextender.extender.ingest.limits import REPORT_BURST, REPORTS_PER_SECOND, ReportPacer, UnknownNodes
 from gpuextender.extender.ingest.report_checks import clock_skew_problem, report_problem
-from gpuextender.extender.observe.metrics import ExtenderMetrics
+from gpuextender.extender.observe.ingest_metrics import IngestMetrics
 from gpuextender.extender.settings import MAX_CLOCK_SKEW_S, MAX_UNKNOWN_NODES
-from gpuextender.extender.state.gpu_summary import NodeSummary
 from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 
@@ -78,7 +77,7 @@ class ReportStore(Protocol):
 
     rule: IdleRule
 
-    def summary(self, node: str) -> NodeSummary | None: ...  # None: no data held for the node
+    def has_data(self, node: str) -> bool: ...  # a report of the node is held
 
     def ingest(self, report: pb.NodeReport, received_at: float) -> bool: ...
 
@@ -87,7 +86,7 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
     def __init__(
         self,
         state: ReportStore,
-        metrics: ExtenderMetrics,
+        metrics: IngestMetrics,
         *,
         requested_interval_ms: int = 0,
         clock: Callable[[], float] = time.monotonic,
@@ -119,11 +118,11 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
         self._pace = (reports_per_second, report_burst)
         self._unknown: UnknownNodes | None = None
         if known_node is not None:
-            self._unknown = UnknownNodes(known_node, lambda n: state.summary(n) is not None, max_unknown_nodes)
-            metrics.ingest.unknown_nodes.set_function(self._unknown.count)
+            self._unknown = UnknownNodes(known_node, state.has_data, max_unknown_nodes)
+            metrics.unknown_nodes.set_function(self._unknown.count)
         self._should_log = _OncePer(_REPEAT_REFUSAL_S, clock)
-        self._accepted = metrics.ingest.reports.labels(result="accepted")  # once: labels() is a lookup per call
-        self.auth_failures: Counter | None = metrics.ingest.auth_failures() if authenticator is not None else None
+        self._accepted = metrics.reports.labels(result="accepted")  # once: labels() is a lookup per call
+        self.auth_failures: Counter | None = metrics.auth_failures() if authenticator is not None else None
 
     async def StreamNodeReports(
         self, request_iterator: AsyncIterator[pb.NodeReport], context: grpc.aio.ServicerContext
@@ -197,7 +196,7 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
                     continue
                 if node is None:
                     node = report.node_name
-                    self._metrics.ingest.connected_agents.inc()
+                    self._metrics.connected_agents.inc()
                     log.info(
                         "agent for node %s connected (%s, agent %s%s)",
                         node,
@@ -223,7 +222,7 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
                 )
         finally:
             if node is not None:
-                self._metrics.ingest.connected_agents.dec()
+                self._metrics.connected_agents.dec()
                 log.info("agent for node %s disconnected (%s)", node, peer, extra={"node": node, "peer": peer})
 
     def _problem(self, report: pb.NodeReport, node: str | None, last_sequence: int) -> tuple[str, str | None]:
@@ -251,21 +250,21 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
     async def _wait_for_pace(self, pacer: ReportPacer, delay: float) -> None:
         """Hold the stream while it is over its rate (`delay`: the pacer's first answer): nothing
         more is read from it meanwhile."""
-        self._metrics.ingest.paced_reports.inc()
-        self._metrics.ingest.paced_streams.inc()
+        self._metrics.paced_reports.inc()
+        self._metrics.paced_streams.inc()
         try:
             while delay > 0.0:
                 await asyncio.sleep(delay)
                 delay = pacer.take()
         finally:
-            self._metrics.ingest.paced_streams.dec()
+            self._metrics.paced_streams.dec()
 
     def _rejected(self, report: pb.NodeReport, reason: str) -> pb.ReportAck:
         return pb.ReportAck(sequence=report.sequence, status=pb.ReportAck.REJECTED, reason=reason)
 
     def _count_rejected(self, reason: str) -> None:
-        self._metrics.ingest.reports.labels(result="rejected").inc()
-        self._metrics.ingest.reports_rejected.labels(reason=reason).inc()
+        self._metrics.reports.labels(result="rejected").inc()
+        self._metrics.reports_rejected.labels(reason=reason).inc()
 
     def _count_auth_failure(self, reason: str) -> None:
         if self.auth_failures is not None:

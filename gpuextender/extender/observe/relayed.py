@@ -1,4 +1,4 @@
-"""The ingest workers' series on the extender's /metrics: what each last sent (ingest/relay.py),
+"""The ingest workers' series on the extender's /metrics: what each last sent (ingest_workers.py),
 summed over the workers, and the workers' own count and restarts."""
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class RelayedMetrics(Collector):
         restarts = CounterMetricFamily(
             "gpu_extender_ingest_worker_restarts",
             "Ingest workers started again, by reason: exited (it ended), silent (no frame for "
-            "relay.WORKER_SILENT_S: stopped or stuck, so it was killed).",
+            "ingest_workers.WORKER_SILENT_S: stopped or stuck, so it was killed).",
             labels=["reason"],
         )
         for reason, count in self.restarts.items():

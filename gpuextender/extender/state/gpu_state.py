@@ -23,9 +23,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 
 from gpuextender.common.idle_rule import IdleRule
-from gpuextender.extender.model.ome.node_class import GpuFacts
+from gpuextender.extender.model.gpu_facts import GpuFacts
 from gpuextender.extender.state.bound_pods import offered, pending
-from gpuextender.extender.state.gpu_facts import FactsReader
+from gpuextender.extender.state.facts_reader import FactsReader
 from gpuextender.extender.state.gpu_summary import NodeSummary, summarize, with_inferred_sharing
 from gpuextender.extender.state.pod_ledger import BoundPod
 from gpuextender.v1 import gpu_state_pb2 as pb
@@ -88,6 +88,10 @@ class GpuState:
             self._facts[node] = facts
             self._facts_changed(node)
         return True
+
+    def has_data(self, node: str) -> bool:
+        """A report of the node is held (ingest.service.ReportStore)."""
+        return node in self._summaries
 
     def facts(self, node: str) -> tuple[GpuFacts, ...] | None:
         """The node's GPUs as its agent last reported them; None before its first report."""

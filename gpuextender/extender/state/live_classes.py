@@ -23,7 +23,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 
-from gpuextender.extender.model.ome.node_class import MEMORY_TOLERANCE, ClassMatcher, GpuFacts, Mismatch
+from gpuextender.extender.model.gpu_facts import GpuFacts
+from gpuextender.extender.model.ome.node_class import MEMORY_TOLERANCE, ClassMatcher, Mismatch
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.inventory_view import InventoryView
 

@@ -1,4 +1,4 @@
-"""A node's summary and GPU facts as bytes, from an ingest worker to the extender (relay.py).
+"""A node's summary and GPU facts as bytes, from an ingest worker to the extender (ingest_workers.py).
 
 The workers summarize each report (gpu_summary.summarize, the same pure function the extender
 runs with --ingest-in-process) so that the extender's own process, which answers kube-scheduler,
@@ -16,7 +16,7 @@ from __future__ import annotations
 import dataclasses
 import marshal
 
-from gpuextender.extender.model.ome.node_class import GpuFacts
+from gpuextender.extender.model.gpu_facts import GpuFacts
 from gpuextender.extender.state.gpu_summary import GpuPositions, NodeSummary
 
 _FIELDS = tuple(f.name for f in dataclasses.fields(NodeSummary))

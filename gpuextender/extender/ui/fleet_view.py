@@ -43,7 +43,7 @@ from typing import Any
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.decide.whole_gpus import SummaryLookup
 from gpuextender.extender.model.dra import DeviceRef
-from gpuextender.extender.model.ome.node_class import GpuFacts
+from gpuextender.extender.model.gpu_facts import GpuFacts
 from gpuextender.extender.state.device_taints import BUSY_KEY
 from gpuextender.extender.state.dra_inventory import NodeDevices
 from gpuextender.extender.state.freshness import data_age, is_fresh

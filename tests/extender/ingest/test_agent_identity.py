@@ -53,7 +53,7 @@ class Rig:
         self.server = grpc.aio.server()
         pb_grpc.add_GpuStateServiceServicer_to_server(
             # The reports are stamped 1000 + seq (builders.report): the wall clock says so too.
-            IngestService(self.state, self.metrics, authenticator=self.reviewer, wall_clock=lambda: 1000.0),
+            IngestService(self.state, self.metrics.ingest, authenticator=self.reviewer, wall_clock=lambda: 1000.0),
             self.server,
         )
         self.port = self.server.add_insecure_port("127.0.0.1:0")

@@ -11,7 +11,7 @@ from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender import ingest_process
 from gpuextender.extender.ingest import frames as frames
 from gpuextender.extender.ingest_process import FLUSH_BYTES, RelayStore
-from gpuextender.extender.model.ome.node_class import facts_from_report
+from gpuextender.extender.model.gpu_facts import facts_from_report
 from gpuextender.extender.state.gpu_summary import NodeSummary, summarize
 from gpuextender.extender.state.summary_codec import decode_facts, decode_summary
 from gpuextender.v1 import gpu_state_pb2 as pb
@@ -79,16 +79,16 @@ def test_the_relay_store_batches_reports_and_remembers_which_nodes_have_data() -
     async def go() -> None:
         store = RelayStore(IdleRule())
         r = report("n1", [gpu(0)], seq=3)
-        assert store.summary("n1") is None
+        assert not store.has_data("n1")
         assert store.ingest(r, 7.0) is True
-        assert store.summary("n1") is not None and store.summary("n2") is None
+        assert store.has_data("n1") and not store.has_data("n2")
         batch = store.take()
         assert relayed(batch) == [summary_of(r, 7.0)]
         ((_, facts),) = frames.summary_entries(batch)
         assert decode_facts(facts) == facts_from_report(r)
         assert store.take() == b""
         store.forget(["n1", "never-seen"])
-        assert store.summary("n1") is None
+        assert not store.has_data("n1")
 
     asyncio.run(go())
 

@@ -25,7 +25,7 @@ async def exchange(reports: list[pb.NodeReport], state: GpuState, metrics: Exten
     pb_grpc.add_GpuStateServiceServicer_to_server(
         IngestService(
             state,
-            metrics,
+            metrics.ingest,
             requested_interval_ms=2000,
             clock=lambda: 50.0,
             wall_clock=lambda: 1000.0,

@@ -89,7 +89,7 @@ async def rig(**options: Any) -> AsyncIterator[Rig]:
     metrics = ExtenderMetrics(state)
     server = grpc.aio.server()
     box = Rig(state, metrics, 0)
-    service = IngestService(state, metrics, clock=lambda: box.now[0], wall_clock=lambda: WALL, **options)
+    service = IngestService(state, metrics.ingest, clock=lambda: box.now[0], wall_clock=lambda: WALL, **options)
     pb_grpc.add_GpuStateServiceServicer_to_server(service, server)
     box.port = server.add_insecure_port("127.0.0.1:0")
     await server.start()

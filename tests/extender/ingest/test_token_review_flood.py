@@ -86,7 +86,7 @@ def test_a_flood_from_one_address_cannot_delay_another_addresss_agent() -> None:
             reviewer = TokenReviewer(api.configuration(), SA, "gpu-extender", max_in_flight=MAX_IN_FLIGHT)
             server = grpc.aio.server()
             pb_grpc.add_GpuStateServiceServicer_to_server(
-                IngestService(state, metrics, authenticator=reviewer, wall_clock=lambda: 1000.0), server
+                IngestService(state, metrics.ingest, authenticator=reviewer, wall_clock=lambda: 1000.0), server
             )
             v4 = server.add_insecure_port("127.0.0.1:0")
             v6 = server.add_insecure_port("[::1]:0")  # a second client address on loopback

@@ -21,10 +21,10 @@ import grpc
 import pytest
 
 from gpuextender.common.idle_rule import IdleRule
-from gpuextender.extender.ingest import relay
+from gpuextender.extender import ingest_workers as relay
 from gpuextender.extender.ingest.port_guard import hold_port
-from gpuextender.extender.ingest.relay import IngestWorkers
-from gpuextender.extender.model.ome.node_class import GpuFacts
+from gpuextender.extender.ingest_workers import IngestWorkers
+from gpuextender.extender.model.gpu_facts import GpuFacts
 from gpuextender.extender.observe.relayed import RelayedMetrics
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.gpu_summary import NodeSummary

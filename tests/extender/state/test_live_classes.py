@@ -10,7 +10,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from gpuextender.common.idle_rule import IdleRule
-from gpuextender.extender.model.ome.node_class import GpuFacts
+from gpuextender.extender.model.gpu_facts import GpuFacts
 from gpuextender.extender.observe.live_classes import LiveClassesCollector
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.inventory_view import InventoryView

@@ -13,7 +13,7 @@ import pytest
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.ingest import frames
 from gpuextender.extender.ingest_process import RelayStore
-from gpuextender.extender.model.ome.node_class import GpuFacts, facts_from_report
+from gpuextender.extender.model.gpu_facts import GpuFacts, facts_from_report
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.gpu_summary import GpuPositions, NodeSummary, summarize
 from gpuextender.extender.state.summary_codec import decode_facts, decode_summary, encode_facts, encode_summary

@@ -10,7 +10,7 @@ import pytest
 
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.model.dra import parse_device_class, parse_resource_slice
-from gpuextender.extender.model.ome.node_class import GpuFacts
+from gpuextender.extender.model.gpu_facts import GpuFacts
 from gpuextender.extender.settings import DecisionPolicy
 from gpuextender.extender.state.claim_ledger import RESOURCE_CLAIM_KIND, ClaimLedger
 from gpuextender.extender.state.dra_inventory import build_dra

@@ -46,8 +46,9 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any
 
+from gpuextender.extender.model.gpu_facts import GpuFacts
 from gpuextender.extender.model.ome.accelerator_class import (
     AcceleratorClass,
     NodeSelectorRequirement,
@@ -68,14 +69,6 @@ _GFD_DROP = re.compile(r"[^A-Za-z0-9\-_. ]")  # what GFD removes from the NVML n
 _DASHES = re.compile(r"[\s-]+")
 _INT64 = re.compile(r"^[+-]?\d+$")
 _GIB = 1024**3
-
-
-class GpuFacts(NamedTuple):
-    """One GPU as the agent reports it (plain 3-tuples are accepted where these are)."""
-
-    name: str  # raw NVML product name, "NVIDIA H100 80GB HBM3"
-    memory_total_bytes: int | None  # None: NVML gave no reading
-    compute_capability: str  # "9.0"; "" when unknown
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,17 +292,3 @@ def membership_from(classes_by_node: Mapping[str, Sequence[str]], class_names: I
         multi_class=MappingProxyType({n: cs for n, cs in sorted(by_node.items()) if len(cs) > 1}),
         no_class=tuple(sorted(n for n, cs in by_node.items() if not cs)),
     )
-
-
-def facts_from_report(report: Any) -> tuple[GpuFacts, ...]:
-    """GpuFacts from an agent NodeReport (gpuextender.v1.NodeReport): absent readings stay None/""."""
-    out = []
-    for gpu in report.gpus:
-        total = gpu.memory_total_bytes if gpu.HasField("memory_total_bytes") else None
-        cc = (
-            f"{gpu.compute_capability.major}.{gpu.compute_capability.minor}"
-            if gpu.HasField("compute_capability")
-            else ""
-        )
-        out.append(GpuFacts(gpu.name, total, cc))
-    return tuple(out)

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from gpuextender.extender.model.gpu_facts import GpuFacts, facts_from_report
 from gpuextender.extender.model.ome.accelerator_class import AcceleratorClass, parse_accelerator_class
 from gpuextender.extender.model.ome.node_class import (
     AFFINITY,
@@ -14,10 +15,8 @@ from gpuextender.extender.model.ome.node_class import (
     MEMORY,
     NODE_SELECTOR,
     ClassMatcher,
-    GpuFacts,
     classes_for_node,
     compile_classes,
-    facts_from_report,
     normalize_gpu_product,
 )
 from gpuextender.v1 import gpu_state_pb2 as pb

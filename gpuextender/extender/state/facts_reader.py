@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import TypeVar
 
-from gpuextender.extender.model.ome.node_class import GpuFacts, facts_from_report
+from gpuextender.extender.model.gpu_facts import GpuFacts, facts_from_report
 from gpuextender.v1 import gpu_state_pb2 as pb
 
 POOL_SIZE = 4096  # distinct hardware configurations; cleared (not evicted) when full

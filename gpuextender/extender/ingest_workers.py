@@ -36,9 +36,9 @@ from collections.abc import Callable, Sequence
 from gpuextender.extender.ingest import frames as frames
 from gpuextender.extender.ingest.port_guard import PortGuard
 from gpuextender.extender.ingest.worker_args import Worker, worker_argv
-from gpuextender.extender.model.ome.node_class import GpuFacts
+from gpuextender.extender.model.gpu_facts import GpuFacts
 from gpuextender.extender.observe.relayed import RelayedMetrics
-from gpuextender.extender.state.gpu_facts import POOL_SIZE
+from gpuextender.extender.state.facts_reader import POOL_SIZE
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.summary_codec import decode_facts, decode_summary
 
