@@ -17,7 +17,7 @@ def test_defaults() -> None:
     # 5,000 node names (~110 KiB) plus a Pod as large as etcd stores (1.5 MiB); the event loop
     # is never held over 100 ms within it (bench/bench_hostile_http.py).
     assert config.api.max_body_bytes == 2 * 1024**2
-    assert (config.api.max_candidates, config.api.body_read_timeout_s) == (15_000, 10.0)
+    assert (config.api.max_candidates, config.api.body_read_timeout_s) == (25_000, 10.0)
     assert config.api.default_class_policy == "FirstAvailable"
     assert (config.inventory, config.kubernetes, config.kubeconfig) == (None, False, None)
     # Safe by default: a new replica waits for the agents instead of deciding on assumed data.

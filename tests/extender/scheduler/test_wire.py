@@ -151,7 +151,7 @@ def _nodes_body(count: int, node: dict | None = None) -> bytes:
 
 @pytest.mark.parametrize("build", [_names_body, _nodes_body], ids=["NodeNames", "Nodes.items"])
 def test_candidate_nodes_are_bounded(build) -> None:
-    assert len(parse_extender_args(build(MAX_CANDIDATES)).candidate_names()) == MAX_CANDIDATES == 15_000
+    assert len(parse_extender_args(build(MAX_CANDIDATES)).candidate_names()) == MAX_CANDIDATES == 25_000
     with pytest.raises(InvalidInput) as info:
         parse_extender_args(build(MAX_CANDIDATES + 1))
     assert info.value.code == "too_many_nodes" and "--max-candidates" in info.value.message
