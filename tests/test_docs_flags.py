@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import subprocess
 
 import pytest
 
@@ -19,9 +20,12 @@ PAGES = [ROOT / "README.md", ROOT / "deploy" / "README.md", *sorted((ROOT / "doc
 OUTSIDE = {
     "--all": "kubectl delete",
     "--build-arg": "docker/podman build",
+    "--builder": "deploy/build-images.sh",
     "--ca-days": "deploy/tls/make-certs.sh",
     "--check": "ruff format",
     "--days": "deploy/tls/make-certs.sh",
+    "--driver": "docker buildx create",
+    "--dry-run": "deploy/build-images.sh",
     "--expect-gpu": "bench/gpu_check.py",
     "--feature-gates": "kube-apiserver, kube-scheduler",
     "--field-selector": "kubectl get",
@@ -32,8 +36,10 @@ OUTSIDE = {
     "--no-compile": "pip install",
     "--no-deps": "pip install",
     "--no-index": "pip install",
+    "--no-push": "deploy/build-images.sh",
     "--out": "bench/gpu_check.py",
-    "--platform": "docker buildx build",
+    "--overlay": "deploy/build-images.sh",
+    "--platform": "docker buildx build, deploy/build-images.sh",
     "--previous": "kubectl logs",
     "--prune": "kubectl apply",
     "--push": "docker buildx build",
@@ -41,7 +47,9 @@ OUTSIDE = {
     "--runtime-config": "kube-apiserver",
     "--server-side": "kubectl apply",
     "--slurpfile": "jq",
+    "--tag": "deploy/build-images.sh",
     "--target": "pip install",
+    "--use": "docker buildx create",
 }
 PARSERS = {"gpu-agent": agent_parser(), "gpu-extender": extender_parser(), "gpu-extender explain": explain_parser()}
 SPELLED = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]+)(=[^\s`,)'\"]*)?")
@@ -79,3 +87,12 @@ def test_every_flag_spelled_is_a_real_one_in_the_form_written(page: str, flag: s
         except SystemExit:
             pytest.fail(f"{page}: `{flag}{value}` is refused by {name}")
         assert isinstance(parsed, argparse.Namespace)
+
+
+@pytest.mark.parametrize("script", ["deploy/build-images.sh", "deploy/tls/make-certs.sh"])
+def test_our_scripts_flags_the_docs_spell_are_in_their_help(script: str) -> None:
+    """A flag listed above as one of our scripts' is one its --help names (and it runs)."""
+    result = subprocess.run([str(ROOT / script), "--help"], capture_output=True, text=True, timeout=30)
+    assert result.returncode == 0, result.stderr
+    theirs = [flag for flag, owner in OUTSIDE.items() if script in owner]
+    assert theirs and [flag for flag in theirs if flag not in result.stdout] == []

@@ -1,6 +1,7 @@
 """The install, as README's Quickstart and deploy/README.md spell it, on a real kube-apiserver
-(issue 38 item 5): `kubectl apply -k deploy/`, then the certificates into its namespace, then
-both again as the renewal says. Each object is applied one way only, so nothing warns but the
+(issue 38 items 3 and 5): the images (deploy/build-images.sh, here --dry-run: tests/test_image_run.py
+builds the Dockerfiles), `kubectl apply -k` its overlay, then the certificates into the namespace,
+then both again as the renewal says. Each object is applied one way only, so nothing warns but the
 one PodSecurity warning the docs announce, and the renewal meets no conflict.
 
 An API server of its own (no kubelets, no controllers: the objects are accepted, no pod runs),
@@ -70,11 +71,23 @@ def tls_step(plane: ControlPlane, work: Path) -> subprocess.CompletedProcess[str
 
 def test_the_documented_install_and_renewal_apply_each_object_one_way(plane: ControlPlane, tmp_path: Path) -> None:
     readme, guide = (ROOT / "README.md").read_text(), (ROOT / "deploy/README.md").read_text()
-    first, second = "kubectl apply -k deploy/", "deploy/tls/make-certs.sh && kubectl apply --server-side -k deploy/tls/"
+    steps = (
+        "deploy/build-images.sh registry.example.com/gpu",
+        "kubectl apply -k deploy/overlays/my-registry/",
+        "deploy/tls/make-certs.sh && kubectl apply --server-side -k deploy/tls/",
+    )
     for doc in (readme, guide):  # the order this test follows is the docs' order
-        assert doc.index(first) < doc.index(second)
+        assert [doc.index(step) for step in steps] == sorted(doc.index(step) for step in steps)
 
-    applied = kubectl(plane, "apply", "-k", "deploy/")
+    overlay = tmp_path / "overlays" / "my-registry"
+    images = subprocess.run(
+        [str(ROOT / "deploy/build-images.sh"), "registry.example.com/gpu", "--dry-run", "--overlay", str(overlay)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert images.returncode == 0, images.stderr
+    applied = kubectl(plane, "apply", "-k", str(overlay))
     unannounced = [w for w in warnings(applied) if not ANNOUNCED.match(w)]
     assert not unannounced, unannounced
     agent_warnings = [w for w in warnings(applied) if ANNOUNCED.match(w)]
@@ -90,7 +103,7 @@ def test_the_documented_install_and_renewal_apply_each_object_one_way(plane: Con
 
     # Renewal, as documented: both again (new leaf certificates). No conflict, no warning about
     # an object applied another way; the namespace keeps the level deploy/ gave it.
-    again = kubectl(plane, "apply", "-k", "deploy/")
+    again = kubectl(plane, "apply", "-k", str(overlay))
     assert not [w for w in warnings(again) if not ANNOUNCED.match(w)], again.stderr
     assert not warnings(tls_step(plane, tmp_path / "renew"))
     namespace = kubectl(plane, "get", "namespace", "gpu-extender", "-o", "json").stdout
