@@ -22,7 +22,9 @@ OUTSIDE = {
     "--build-arg": "docker/podman build",
     "--builder": "deploy/build-images.sh",
     "--ca-days": "deploy/tls/make-certs.sh",
+    "--cert-manager": "deploy/preflight.sh",
     "--check": "ruff format",
+    "--client": "kubectl version",
     "--days": "deploy/tls/make-certs.sh",
     "--driver": "docker buildx create",
     "--dry-run": "deploy/build-images.sh",
@@ -89,7 +91,7 @@ def test_every_flag_spelled_is_a_real_one_in_the_form_written(page: str, flag: s
         assert isinstance(parsed, argparse.Namespace)
 
 
-@pytest.mark.parametrize("script", ["deploy/build-images.sh", "deploy/tls/make-certs.sh"])
+@pytest.mark.parametrize("script", ["deploy/build-images.sh", "deploy/tls/make-certs.sh", "deploy/preflight.sh"])
 def test_our_scripts_flags_the_docs_spell_are_in_their_help(script: str) -> None:
     """A flag listed above as one of our scripts' is one its --help names (and it runs)."""
     result = subprocess.run([str(ROOT / script), "--help"], capture_output=True, text=True, timeout=30)

@@ -69,6 +69,43 @@ def tls_step(plane: ControlPlane, work: Path) -> subprocess.CompletedProcess[str
     return kubectl(plane, "apply", "--server-side", "-k", str(work))
 
 
+def preflight(plane: ControlPlane) -> tuple[int, list[str]]:
+    env = {**os.environ, "KUBECONFIG": str(plane.kubeconfig)}
+    result = subprocess.run(
+        [str(ROOT / "deploy/preflight.sh")], capture_output=True, text=True, timeout=120, cwd=ROOT, env=env
+    )
+    return result.returncode, result.stdout.splitlines()
+
+
+def failing(lines: list[str]) -> list[str]:
+    return [line for line in lines if line.startswith("FAIL")]
+
+
+def test_preflight_names_what_the_cluster_lacks_and_passes_once_it_is_there(plane: ControlPlane) -> None:
+    """deploy/preflight.sh (issue 38 item 7) against a real API server: a bare one fails on the
+    RuntimeClass, the GPU nodes and the extender's two nodes; each added in turn clears its line.
+    The two-node bound: one untainted node fails, two pass (a tainted GPU node does not count)."""
+    code, lines = preflight(plane)
+    assert code == 1, lines
+    assert [line.split("  ", 1)[1].split(" (")[0] for line in failing(lines)] == [
+        "no RuntimeClass nvidia",
+        "no node labelled nvidia.com/gpu.present=true",
+        "0 schedulable node(s) without NoSchedule/NoExecute taints",
+    ], lines
+    assert any(line.startswith("PASS  Kubernetes 1.") for line in lines), lines
+    kube = plane.client()
+    kube.create("/apis/node.k8s.io/v1/runtimeclasses", {"metadata": {"name": "nvidia"}, "handler": "nvidia"})
+    kube.create_node("gpu-0", 8, labels={"nvidia.com/gpu.present": "true"})
+    kube.merge_patch("/api/v1/nodes/gpu-0", {"spec": {"taints": [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]}})
+    kube.create_node("cpu-0", None)
+    code, lines = preflight(plane)
+    assert failing(lines) == ["FAIL  1 schedulable node(s) without NoSchedule/NoExecute taints"], lines
+    kube.create_node("cpu-1", None)
+    code, lines = preflight(plane)
+    assert code == 0 and not failing(lines) and lines[-1] == "preflight: ready to install", lines
+    assert "PASS  1 GPU node(s) labelled nvidia.com/gpu.present=true (an agent each)" in lines
+
+
 def test_the_documented_install_and_renewal_apply_each_object_one_way(plane: ControlPlane, tmp_path: Path) -> None:
     readme, guide = (ROOT / "README.md").read_text(), (ROOT / "deploy/README.md").read_text()
     steps = (
