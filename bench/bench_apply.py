@@ -14,6 +14,9 @@ holders and topology, 4 versions of each node's readings so no two consecutive r
 Per path: the main process's CPU per report and reports/s per core (goal: >= 50,000 for the
 relayed summaries), the worker's CPU per report, and both together. Thread CPU time
 (time.thread_time), best of --repeat, with the garbage collector tuned as gpu-extender tunes it.
+Then the state each process keeps per node (tracemalloc, Python allocations): the main
+process's GpuState (summary, what decisions read, facts) and a worker's RelayStore (which nodes
+it holds, their facts); the gRPC stream of each agent comes on top (bench_grpc_floor.py).
 
 Run: `.venv/bin/python bench/bench_apply.py [--nodes 5000] [--repeat 5]`
 """
@@ -150,6 +153,33 @@ def measure(nodes: int, repeat: int) -> list[PathCost]:
     return [PathCost(name, 1e6 * main / nodes, 1e6 * worker / nodes) for name, (main, worker) in results.items()]
 
 
+def state_bytes_per_node(nodes: int) -> dict[str, float]:
+    """Python bytes per node held by the main process's GpuState and by a worker's RelayStore,
+    once every node reported (the relayed path), new allocations only."""
+    import tracemalloc
+
+    (batch, *_) = report_rounds(nodes)
+    out: dict[str, float] = {}
+    tracemalloc.start()
+    before = tracemalloc.take_snapshot()
+    store = RelayStore(RULE)
+    for r in batch:
+        store.ingest(r, 1.0)
+    payload = store.take()
+    worker = tracemalloc.take_snapshot()
+    out["worker RelayStore"] = sum(s.size_diff for s in worker.compare_to(before, "filename")) / nodes
+    state = GpuState(RULE)
+    process = IngestProcess([], Worker(0, 1, 1), state, lambda _i, _t: None)
+    del batch
+    before_main = tracemalloc.take_snapshot()
+    asyncio.run(process._apply(payload))
+    del payload
+    after = tracemalloc.take_snapshot()
+    out["main GpuState"] = sum(s.size_diff for s in after.compare_to(before_main, "filename")) / nodes
+    tracemalloc.stop()
+    return out
+
+
 def format_rows(rows: list[PathCost], nodes: int, repeat: int) -> str:
     lines = [
         f"{nodes} nodes (8 GPUs, holders, topology), {VERSIONS} reading versions; CPU per report, best of {repeat}",
@@ -174,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args(argv)
     print(format_rows(measure(args.nodes, args.repeat), args.nodes, args.repeat))
+    per_node = state_bytes_per_node(args.nodes)
+    print("state per node (Python allocations): " + ", ".join(f"{k} {v / 1024:.1f} KiB" for k, v in per_node.items()))
     return 0
 
 

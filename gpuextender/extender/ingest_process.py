@@ -31,7 +31,6 @@ import logging
 import os
 import socket
 import sys
-import time
 from collections.abc import Sequence
 
 from prometheus_client import disable_created_metrics, generate_latest
@@ -79,6 +78,7 @@ class RelayStore:
         self._batch: dict[str, bytes] = {}
         self._size = 0
         self.full = asyncio.Event()  # set: send now (a full batch, or the extender asked for metrics)
+        self.pending = asyncio.Event()  # set: something to send (a report, or the metrics asked for)
         self.metrics_asked = False
 
     def has_data(self, node: str) -> bool:
@@ -97,6 +97,7 @@ class RelayStore:
         self._size += len(entry) - (len(replaced) if replaced is not None else 0)
         self._batch[node] = entry
         self._held.add(node)
+        self.pending.set()
         if self._size >= FLUSH_BYTES:
             self.full.set()
         return True
@@ -109,28 +110,31 @@ class RelayStore:
     def take(self) -> bytes:
         batch, self._batch, self._size = self._batch, {}, 0
         self.full.clear()
+        self.pending.clear()
         return b"".join(batch.values())
 
 
 async def _relay(store: RelayStore, writer: asyncio.StreamWriter, metrics: IngestMetrics) -> None:
-    """Send the queued reports every FLUSH_S (or when a batch is full), the metrics when the
-    extender asks (after the reports queued before: its scrape counts what it has stored), and
-    a BEAT when nothing else went for BEAT_S."""
-    sent_at = time.monotonic()
+    """Send the queued reports FLUSH_S after the first of them arrived (at once when a batch is
+    full), the metrics when the extender asks (after the reports queued before: its scrape counts
+    what it has stored), and a BEAT when nothing else went for BEAT_S. Idle, it wakes once per
+    BEAT_S, not every FLUSH_S (5,000 open, quiet streams cost 5 % of a core in wake-ups before)."""
     while True:
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(store.full.wait(), FLUSH_S)
+        try:
+            await asyncio.wait_for(store.pending.wait(), BEAT_S)
+        except TimeoutError:
+            writer.write(frames.frame(frames.BEAT))
+            await writer.drain()
+            continue
+        if not store.full.is_set():  # let FLUSH_S of reports gather into one frame
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(store.full.wait(), FLUSH_S)
         batch = store.take()
         if batch:
             writer.write(frames.frame(frames.SUMMARIES, batch))
         if store.metrics_asked:
             store.metrics_asked = False
             writer.write(frames.frame(frames.METRICS, generate_latest(metrics.registry)))
-        now = time.monotonic()
-        if batch or now - sent_at >= BEAT_S:
-            if not batch:
-                writer.write(frames.frame(frames.BEAT))
-            sent_at = now
         await writer.drain()
 
 
@@ -149,6 +153,7 @@ async def _listen(reader: asyncio.StreamReader, store: RelayStore, known: set[st
         elif kind == frames.ASK_METRICS:
             store.metrics_asked = True
             store.full.set()  # answered at once, not at the next flush
+            store.pending.set()
 
 
 async def _authenticator(config: ExtenderConfig) -> tuple[Authenticator | None, object | None]:
