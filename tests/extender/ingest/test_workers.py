@@ -109,6 +109,21 @@ def connected_per_worker(ingest: IngestWorkers) -> list[float | None]:
     ]
 
 
+async def connected(port: int, count: int) -> list[Agent]:
+    """`count` agents (node-00, node-01, ...), each with its stream open and its first report acked."""
+    agents = [Agent(port, f"node-{i:02d}") for i in range(count)]
+    for agent in agents:
+        await agent.connect()
+    await asyncio.gather(*(a.send() for a in agents))
+    return agents
+
+
+async def newest_applied(applied: Applied, agents: list[Agent]) -> None:
+    await until(
+        "every node's newest report applied", lambda: all(applied.seen.get(a.node, [0])[-1] == a.seq for a in agents)
+    )
+
+
 def in_order(applied: Applied, agents: list[Agent]) -> None:
     for agent in agents:
         seen = applied.seen.get(agent.node, [])
@@ -123,10 +138,8 @@ def test_streams_spread_over_every_worker_and_each_node_arrives_once_in_order() 
         async with workers(3, state) as (ingest, _):
             # 48 connections: the kernel hashes each to one of 3 workers; all on two of them
             # has odds of 3 * (2/3)**48, about 1e-8.
-            agents = [Agent(ingest.port, f"node-{i:02d}") for i in range(48)]
-            for agent in agents:
-                await agent.connect()
-            for _ in range(3):
+            agents = await connected(ingest.port, 48)
+            for _ in range(2):
                 await asyncio.gather(*(a.send() for a in agents))
             await ingest.ask_metrics()
             per_worker = connected_per_worker(ingest)
@@ -136,10 +149,7 @@ def test_streams_spread_over_every_worker_and_each_node_arrives_once_in_order() 
                 await agent.connect()
             for _ in range(3):
                 await asyncio.gather(*(a.send() for a in agents))
-            await until(
-                "every node's newest report applied",
-                lambda: all(applied.seen.get(a.node, [0])[-1] == a.seq for a in agents),
-            )
+            await newest_applied(applied, agents)
             in_order(applied, agents)
             await ingest.ask_metrics()
             accepted = sum(
@@ -158,10 +168,7 @@ def test_a_killed_worker_is_started_again_and_its_agents_reconnect() -> None:
         state = GpuState(IdleRule())
         applied = Applied(state)
         async with workers(2, state) as (ingest, gave_up):
-            agents = [Agent(ingest.port, f"node-{i:02d}") for i in range(16)]
-            for agent in agents:
-                await agent.connect()
-            await asyncio.gather(*(a.send() for a in agents))
+            agents = await connected(ingest.port, 16)
             dead = ingest.workers[0].pid
             assert dead is not None
             os.kill(dead, signal.SIGKILL)
@@ -170,10 +177,7 @@ def test_a_killed_worker_is_started_again_and_its_agents_reconnect() -> None:
             for agent in agents:  # what the agents do when their stream breaks: connect again
                 await agent.connect()
             await asyncio.gather(*(a.send() for a in agents))
-            await until(
-                "every node's newest report applied",
-                lambda: all(applied.seen.get(a.node, [0])[-1] == a.seq for a in agents),
-            )
+            await newest_applied(applied, agents)
             in_order(applied, agents)
             assert not gave_up.is_set()
             for agent in agents:
@@ -187,10 +191,7 @@ def test_a_silent_worker_is_killed_and_started_again_while_the_others_relay() ->
         state = GpuState(IdleRule())
         applied = Applied(state)
         async with workers(2, state, silent_s=3.0) as (ingest, gave_up):
-            agents = [Agent(ingest.port, f"node-{i:02d}") for i in range(16)]
-            for agent in agents:
-                await agent.connect()
-            await asyncio.gather(*(a.send() for a in agents))
+            agents = await connected(ingest.port, 16)
             stopped = ingest.workers[0].pid
             assert stopped is not None
             os.kill(stopped, signal.SIGSTOP)
@@ -200,10 +201,7 @@ def test_a_silent_worker_is_killed_and_started_again_while_the_others_relay() ->
                 sent = await asyncio.gather(*(a.send(timeout_s=1.0) for a in agents), return_exceptions=True)
                 live = [a for a, outcome in zip(agents, sent, strict=True) if not isinstance(outcome, BaseException)]
                 assert live, sent
-                await until(
-                    "the live worker's reports applied",
-                    lambda: all(applied.seen.get(a.node, [0])[-1] == a.seq for a in live),
-                )
+                await newest_applied(applied, live)  # while the other worker is stopped
                 await until("the silent worker replaced", lambda: ingest.workers[0].pid not in (None, stopped))
                 assert ingest.relayed.restarts == {"exited": 0, "silent": 1} and ingest.relayed.workers_running == 2
             finally:
