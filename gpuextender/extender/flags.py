@@ -609,6 +609,8 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str] | None = Non
     if args.max_unknown_nodes < 0:
         raise ConfigError(f"--max-unknown-nodes {args.max_unknown_nodes} must be >= 0 (0: inventory nodes only)")
     ingest_workers = _ingest_workers(args.ingest_workers)
+    if args.ingest_in_process and args.ingest_workers.strip() != "auto":
+        raise ConfigError("--ingest-workers and --ingest-in-process contradict: one process has no workers (pick one)")
     resources = tuple(dict.fromkeys(r.strip() for r in args.gpu_resource if r.strip())) or ("nvidia.com/gpu",)
     prefix = args.path_prefix.strip()
     if prefix and not prefix.startswith("/"):

@@ -62,3 +62,9 @@ def test_auto_ingest_workers_leave_a_cpu_for_the_main_process(cpus: int, workers
 def test_auto_is_the_default_and_follows_the_usable_cpus(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(flags, "usable_cpus", lambda: 5)
     assert build_config([]).ingest_workers == 4 == build_config(["--ingest-workers", "auto"]).ingest_workers
+
+
+def test_workers_and_in_process_ingest_contradict() -> None:
+    with pytest.raises(ConfigError, match="--ingest-workers and --ingest-in-process contradict"):
+        build_config(["--ingest-in-process", "--ingest-workers", "1"])
+    assert build_config(["--ingest-in-process"]).ingest_in_process  # auto (the default) is no contradiction
