@@ -12,6 +12,7 @@ evicted or deleted. Run by the leader (device_taint_writer.py); every write take
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import socket
@@ -28,6 +29,7 @@ from gpuextender.extender.state.device_taints import TaintWriterStatus
 log = logging.getLogger("gpu_extender.idle_events")
 
 REASON = "AllocatedGPUsIdle"
+MAX_NAME_CHARS = 253  # an object name (DNS subdomain)
 FORBIDDEN_RETRY_S = 60.0
 NODE_EVENT_NAMESPACE = "default"  # where the kubelet writes a Node's Events (kubectl describe node finds them)
 
@@ -114,7 +116,7 @@ class IdleEventWriter:
             )
         stamp = self._wall()
         body: dict[str, Any] = {
-            "metadata": {"name": f"{name}.{int(stamp.timestamp() * 1e6):x}", "namespace": namespace},
+            "metadata": {"name": event_name(name, int(stamp.timestamp() * 1e6)), "namespace": namespace},
             "involvedObject": {k: v for k, v in involved.items() if v},
             "reason": REASON,
             "message": message,
@@ -135,3 +137,12 @@ def _duration(seconds: float) -> str:
     minutes, secs = divmod(int(seconds), 60)
     hours, minutes = divmod(minutes, 60)
     return "".join(f"{n}{unit}" for n, unit in ((hours, "h"), (minutes, "m"), (secs, "s")) if n) or "0s"
+
+
+def event_name(name: str, stamp_us: int) -> str:
+    """<object name>.<hex microseconds>, as kubectl's own Events are named; an object name too long
+    for that (a node or claim name near 253 characters) is replaced by a digest of it."""
+    suffix = f".{stamp_us:x}"
+    if len(name) + len(suffix) > MAX_NAME_CHARS:
+        name = hashlib.sha256(name.encode()).hexdigest()[:40]
+    return name + suffix
