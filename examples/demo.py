@@ -221,7 +221,7 @@ def main() -> int:
         print(
             "\nIDLE GPUS: healthy, idle (utilization < 30 % and memory < 50 %) and held by no pod / GPUs NVML sees; "
             "MEAN UTIL: over GPUs that report it.\nSCORE: 0-10, more idle GPUs first, then lower utilization "
-            "(formula in gpuextender/extender/decide/whole_gpus.py).\n"
+            "(the formula and why: gpuextender/extender/decide/README.md).\n"
         )
         quarantined = print_unhealthy(agent_ports, work)
 

@@ -1,13 +1,13 @@
 """Which AcceleratorClasses a GPU pod may land on, decided from the inventory view.
 
 For an OME engine/decoder pod: the InferenceService and runtime come from the
-pod's labels (`extender.ome.pod_intent`); the runtime's
+pod's labels (`extender.model.ome.pod_intent`); the runtime's
 `acceleratorRequirements.acceleratorClasses` is the allow-list and preference
 order; an explicit class (override -> InferenceService -> annotation; an
 `acceleratorClass: ""` masks the levels below it) narrows it to one, and must be
 on that list; otherwise the policy (override -> InferenceService ->
 --default-class-policy) with the InferenceService's constraints decides which
-listed classes are eligible and in which order (`extender.ome.class_policy`).
+listed classes are eligible and in which order (`extender.decide.class_policy`).
 Availability is applied at prioritize time: a class with no node that can take
 the pod now is skipped.
 

@@ -1,7 +1,7 @@
 """OME's runtime selection (`pkg/runtimeselector`) as pure functions: which
 ServingRuntime / ClusterServingRuntime can serve a BaseModel, which one OME picks, and
 why each other one was excluded. ome-api.md §7.2-§7.12; inputs are parsed by
-`extender.ome.ome_objects`. No I/O, no clock, no logging; same inputs, same answer.
+`extender.model.ome.ome_objects`. No I/O, no clock, no logging; same inputs, same answer.
 
 Scope (§7.2 FetchRuntimes): the namespaced runtimes of the InferenceService's namespace
 plus every cluster runtime, each list pre-ordered by creationTimestamp (newest first, a

@@ -30,14 +30,14 @@ def grpc_options(config: ExtenderConfig, authenticating: bool, shared_port: bool
         ("grpc.max_receive_message_length", MAX_REPORT_BYTES),
         # Keep each stream's HTTP/2 window at its initial 64 KiB: with BDP probing it grows
         # until a client that writes without waiting for acks had ~270 MB buffered here while
-        # the ingest paced it (ingest_limits.ReportPacer). Agents send ~2 KB a second.
+        # the ingest paced it (limits.ReportPacer). Agents send ~2 KB a second.
         ("grpc.http2.bdp_probe", 0),
         # grpc sets SO_REUSEPORT by default: a second extender on the same --grpc-addr would start
         # without a word and take a share of the agents' streams. Off: it fails to bind, and says
         # so. The ingest workers share the port on purpose; the extender's PortGuard refuses others.
         ("grpc.so_reuseport", 1 if shared_port else 0),
     ]
-    if authenticating:  # re-authenticate every agent now and then (ingest.py)
+    if authenticating:  # re-authenticate every agent now and then (service.py)
         age_s = config.agent_auth.reauth_after_s
         options += [
             ("grpc.max_connection_age_ms", int(age_s * 1000)),

@@ -12,10 +12,10 @@ A report is stored or answered REJECTED with a reason, never acked ACCEPTED
 without being stored. Reports are ordered by receipt, never by `sample_time`
 (the node's clock): within a stream the sequence must increase, and a
 sample_time further than --max-clock-skew from our wall clock is refused. Each
-stream is paced (`ingest_limits.ReportPacer`): a client writing faster waits
+stream is paced (`limits.ReportPacer`): a client writing faster waits
 before its next report is read, so HTTP/2 flow control pushes back on it. With
 an inventory source, reports for nodes it does not know are kept for at most
---max-unknown-nodes nodes (`ingest_limits.UnknownNodes`).
+--max-unknown-nodes nodes (`limits.UnknownNodes`).
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ first and writes it piecemeal; none of those moments may make objects vanish.
 nothing until it holds objects. A well-formed object of an unknown kind is
 ignored; one the view cannot use is skipped there (`extender.inventory.view`).
 
-`kind: Pod` objects go to the `pods` sink (the bound-pod ledger, extender/pod_ledger.py), and
+`kind: Pod` objects go to the `pods` sink (the bound-pod ledger, extender/state/pod_ledger.py), and
 `kind: ResourceClaim` ones to the `claims` sink (state/claim_ledger.py), not to the inventory
 store: every load that changed anything replaces them all with the pods (claims) the files hold
 now (ignored without that sink). A Pod without `metadata.uid` (written by hand)

@@ -58,7 +58,7 @@ KINDS: tuple[KindInfo, ...] = (
 )
 KIND_BY_NAME = {k.kind: k for k in KINDS}
 
-# Not in KINDS: pods go to the bound-pod ledger (extender/pod_ledger.py), never to the
+# Not in KINDS: pods go to the bound-pod ledger (extender/state/pod_ledger.py), never to the
 # InventoryStore, whose every change rebuilds the view. Only bound, unfinished pods are asked for.
 POD = KindInfo(
     "Pod",

@@ -63,7 +63,7 @@ class InventoryView:
     membership: ClassMembership = field(default_factory=lambda: membership_from({}, ()))
     # Valid OME objects, raw, by `namespace/name` (namespaced kinds) or `name` (cluster kinds).
     objects: dict[str, dict[str, KubeObject]] = field(default_factory=dict)
-    # The same objects parsed for runtime selection (extender.ome.runtime_selector).
+    # The same objects parsed for runtime selection (extender.decide.runtime_selector).
     runtimes: tuple[ServingRuntime, ...] = ()
     models: tuple[BaseModel, ...] = ()
     inference_services: dict[str, InferenceService] = field(default_factory=dict)

@@ -1,7 +1,7 @@
 """AcceleratorClass membership as the request path uses it: the inventory's label
 membership, refined with what the agents' NVML says about each node's GPUs.
 
-A node is in a class by its labels (`extender.ome.node_class`, computed once per
+A node is in a class by its labels (`extender.model.ome.node_class`, computed once per
 inventory version). Once its agent has reported, the class `capabilities` must
 also hold for its GPUs (memory total, compute capability): a node labelled
 H100-80GB whose GPUs are 40 GB A100s is a mislabelled node, and placing an

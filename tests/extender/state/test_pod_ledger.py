@@ -1,4 +1,4 @@
-"""The bound-pod ledger (extender/pod_ledger.py): which pods it keeps, how slim, and which nodes
+"""The bound-pod ledger (extender/state/pod_ledger.py): which pods it keeps, how slim, and which nodes
 it says changed."""
 
 from __future__ import annotations

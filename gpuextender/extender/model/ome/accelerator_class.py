@@ -4,7 +4,7 @@ Shapes (ome-api.md §1, §2):
 - `spec.discovery` and `spec.capabilities` are required (CRD `required`); both may be
   empty objects.
 - `discovery.nodeSelector` (map) and `discovery.affinity` (a full corev1.Affinity) say
-  which nodes belong to the class (used by `extender.ome.node_class`). Only
+  which nodes belong to the class (used by `extender.model.ome.node_class`). Only
   `affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution` decides
   membership; it is validated here, like the API server would validate it on a pod,
   so node matching never meets a malformed term. The whole affinity is kept as given

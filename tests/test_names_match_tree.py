@@ -1,0 +1,98 @@
+"""Names that match the tree (issue 37 item 5): every module and file that code comments,
+docstrings and docs name exists, so a reader who follows one lands somewhere.
+
+Checked in the comments and docstrings of every tracked .py file (generated ones aside) and in every
+.md, .yaml, .toml and .sh file:
+- `gpuextender.x.y` (and `gpuextender.x.y.Name`): a module or package, at most one attribute after it;
+- `agent.x`, `extender.x.y` (the project's modules named from their program down): the same under
+  gpuextender/;
+- `module_name.Name` where module_name has an underscore (`ingest_limits.ReportPacer`): a module of
+  that name exists somewhere;
+- `dir/file.py` or `file.py`: a tracked Python file ends so."""
+
+from __future__ import annotations
+
+import ast
+import io
+import re
+import subprocess
+import tokenize
+from pathlib import Path
+
+from tests.harness import ROOT
+
+DOTTED = re.compile(r"(?<![\w.])gpuextender(?:\.[A-Za-z_][A-Za-z0-9_]*)+")
+PROGRAM_DOTTED = re.compile(r"(?<![\w./-])((?:agent|extender)(?:\.[a-z_][a-z0-9_]*)+)")
+MODULE_ATTR = re.compile(r"(?<![\w./-])([a-z][a-z0-9]*_[a-z0-9_]+)\.[A-Z][A-Za-z0-9_]*")
+PY_FILE = re.compile(r"(?<![\w/.$-])((?:[A-Za-z_][\w-]*/)*[a-z_][a-z0-9_]*\.py)\b")
+# Names that are not the project's files: written at test time, or suffixes of generated files.
+DOCUMENTED = (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)
+NOT_OURS = {"sitecustomize.py", "_pb2.py", "_pb2_grpc.py", "setup.py", "conftest.py"}
+
+
+def tracked(*patterns: str) -> list[str]:
+    return subprocess.run(
+        ["git", "ls-files", *patterns], capture_output=True, text=True, cwd=ROOT, check=True
+    ).stdout.split()
+
+
+def prose(name: str) -> str:
+    """What a person wrote in the file for readers: a .py file's comments and docstrings (its code
+    names modules by their import aliases), any other file whole."""
+    text = (ROOT / name).read_text(errors="replace")
+    if not name.endswith(".py"):
+        return text
+    tokens = tokenize.generate_tokens(io.StringIO(text).readline)
+    comments = [t.string for t in tokens if t.type == tokenize.COMMENT]
+    documented = [n for n in ast.walk(ast.parse(text)) if isinstance(n, DOCUMENTED)]
+    docstrings = [doc for n in documented if (doc := ast.get_docstring(n, clean=False))]
+    return "\n".join(comments + docstrings)
+
+
+def resolves(parts: list[str]) -> bool:
+    """A module or package of ROOT (parts from the top package down), plus at most one attribute."""
+    for k in range(len(parts), 0, -1):
+        path = ROOT.joinpath(*parts[:k])
+        if path.with_suffix(".py").exists() or (path / "__init__.py").exists():
+            return len(parts) - k <= 1
+    return False
+
+
+def stale_names() -> list[tuple[str, str]]:
+    python = tracked("*.py")
+    suffixes = {"/".join(p.split("/")[i:]) for p in python for i in range(len(p.split("/")))}
+    modules = {Path(p).stem for p in python}
+    found: set[tuple[str, str]] = set()
+    for name in tracked("*.py", "*.md", "*.yaml", "*.toml", "*.sh"):
+        if "_pb2" in name:
+            continue
+        text = prose(name)
+        for m in DOTTED.finditer(text):
+            if not resolves(m.group(0).split(".")):
+                found.add((name, m.group(0)))
+        for m in PROGRAM_DOTTED.finditer(text):
+            if not resolves(["gpuextender", *m.group(1).split(".")]):
+                found.add((name, m.group(1)))
+        for m in MODULE_ATTR.finditer(text):
+            if m.group(1) not in modules:
+                found.add((name, m.group(0)))
+        for m in PY_FILE.finditer(text):
+            path = m.group(1)
+            if path not in suffixes and Path(path).name not in NOT_OURS:
+                found.add((name, path))
+    return sorted(found)
+
+
+def test_every_module_and_file_named_exists() -> None:
+    assert stale_names() == []
+
+
+def test_the_check_finds_a_stale_name(tmp_path: Path) -> None:
+    """The patterns see what they are for (a broken one would pass everything)."""
+    assert not resolves(["gpuextender", "extender", "ome", "node_class"])  # the old layout
+    assert resolves(["gpuextender", "extender", "model", "ome", "node_class", "ClassMatcher"])
+    assert not resolves(["gpuextender", "extender", "model", "ome", "node_class", "ClassMatcher", "x"])
+    text = "see `ingest_limits.ReportPacer`, agent.latest and extender/pod_ledger.py"
+    assert [m.group(0) for m in MODULE_ATTR.finditer(text)] == ["ingest_limits.ReportPacer"]
+    assert [m.group(1) for m in PROGRAM_DOTTED.finditer(text)] == ["agent.latest"]
+    assert [m.group(1) for m in PY_FILE.finditer(text)] == ["extender/pod_ledger.py"]
