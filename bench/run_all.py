@@ -289,7 +289,7 @@ def render_markdown(
         ]
         what = {
             "parse": "`wire.parse_extender_args` (json.loads + checks)",
-            "question": "`Decisions.decide`: the pod read once (`pod_request.read_pod`), candidates, snapshot, "
+            "question": "`DecisionInputs.decide`: the pod read once (`pod_request.read_pod`), candidates, snapshot, "
             "class plan",
             "decide": "`Decision.filtered` (`class_plan` + `whole_gpus.filter_nodes`)",
             "shortlist": "`decide/shortlist.best`: the passing nodes cut to the `--shortlist` best (after decide)",

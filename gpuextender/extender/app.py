@@ -44,7 +44,7 @@ from gpuextender.extender.model.kube_objects import (
 )
 from gpuextender.extender.model.pod_gpus import may_request
 from gpuextender.extender.model.pod_group import COSCHEDULING, JOBSET, VOLCANO, WORKLOAD, group_key
-from gpuextender.extender.observe.device_taints import DeviceTaintsCollector
+from gpuextender.extender.observe.device_taints_metrics import DeviceTaintsCollector
 from gpuextender.extender.observe.dra_devices import DraDevicesCollector
 from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.observe.silent_nodes import SilentNodesCollector, SilentNodesWarning

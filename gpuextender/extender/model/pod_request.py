@@ -33,7 +33,7 @@ class PodRequest:
     strategy: str  # one of decision.NODE_STRATEGIES
     seed: str  # the random strategy's seed: --random-seed and the pod UID
     mig_needed: MigNeed = ()  # (profile, count) per configured nvidia.com/mig-<profile> resource asked for
-    claims_read: tuple[ClaimRead, ...] = ()  # its ResourceClaims as read (added by scheduler/decisions.py)
+    claims_read: tuple[ClaimRead, ...] = ()  # its ResourceClaims as read (added by scheduler/decision_inputs.py)
     group: GroupReading = NO_GROUP  # its multi-pod group (model/pod_group.py), or why it names an unusable one
 
 

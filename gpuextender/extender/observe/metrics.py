@@ -1,7 +1,7 @@
 """The extender's Prometheus metrics: one registry per extender (so tests can run several), the
 counters and histograms of the scheduler verbs and the inventory here, the ingest's in
-ingest_metrics.py, and one scrape-time collector per file beside this one (node_data, bound_pods,
-bindings, live_classes, silent_nodes, relayed), each added with `add`."""
+ingest_metrics.py, and one scrape-time collector per file beside this one (node_data, bound_pods_metrics,
+bindings, live_classes_metrics, device_taints_metrics, silent_nodes, relayed), each added with `add`."""
 
 from __future__ import annotations
 

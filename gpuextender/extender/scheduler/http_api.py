@@ -29,13 +29,13 @@ from gpuextender.extender.model.pod_gpus import whole_gpu_resources
 from gpuextender.extender.model.untrusted import InvalidInput
 from gpuextender.extender.model.untrusted import shown as shown_value
 from gpuextender.extender.observe.bindings import BindingsCollector
-from gpuextender.extender.observe.bound_pods import BoundPodsCollector
+from gpuextender.extender.observe.bound_pods_metrics import BoundPodsCollector
 from gpuextender.extender.observe.groups import GroupsCollector
-from gpuextender.extender.observe.live_classes import LiveClassesCollector
+from gpuextender.extender.observe.live_classes_metrics import LiveClassesCollector
 from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.scheduler.binding import Bindings, pod_uid
 from gpuextender.extender.scheduler.binding_gate import BindingGate
-from gpuextender.extender.scheduler.decisions import Decisions
+from gpuextender.extender.scheduler.decision_inputs import DecisionInputs
 from gpuextender.extender.scheduler.group_record import record_group
 from gpuextender.extender.scheduler.readiness import Readiness
 from gpuextender.extender.scheduler.verb_log import log_prioritize, record_filter, record_plan
@@ -82,7 +82,7 @@ CLAIM_POLL_S = 0.01  # how often a filter looks for the pod's claims not seen ye
 
 class SchedulerApi:
     """The verbs over the extender's pieces: readiness (readiness.py), the decision for a call
-    (decisions.py), the wait for earlier bindings and the bind verb (binding.py), and what each
+    (decision_inputs.py), the wait for earlier bindings and the bind verb (binding.py), and what each
     verb records (verb_log.py). It holds no rule of its own."""
 
     def __init__(
@@ -100,7 +100,7 @@ class SchedulerApi:
         self._clock = clock
         self.readiness = Readiness(state, inventory, settings.readiness_grace_s, clock)
         self.classes = LiveClasses(state)
-        self.decisions = Decisions(state, settings, inventory, self.classes, clock)
+        self.decisions = DecisionInputs(state, settings, inventory, self.classes, clock)
         self.bindings = Bindings(BindingGate(settings.binding_wait_s, clock), clock)
         self.waiting = WaitingPods()  # GPU pods the latest filter found no place for (the fleet page)
         # Multi-pod groups: the domain chosen per group and the room held for its members.

@@ -1,7 +1,7 @@
 """Multi-pod groups in flight: the domain each group was given and the room held for its members
 not yet bound (decide/README.md, "Multi-pod groups").
 
-A plan is made at a member's filter (decide/group_domains.py chooses; scheduler/decisions.py
+A plan is made at a member's filter (decide/group_domains.py chooses; scheduler/decision_inputs.py
 records it here). Its holds are GPUs on the domain's nodes that every other pod and group reads as
 taken, the bound-pod ledger's rule: they enter the nodes' offered summaries as ledger-like entries
 (`pods_on`), so the fit index, DRA and explain see them without a rule of their own. A member

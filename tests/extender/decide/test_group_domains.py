@@ -28,7 +28,7 @@ LABELS: dict[str, dict[str, str]] = {}
 
 
 def labels(level: str) -> LevelIndex:
-    """The level's index over LABELS (as scheduler/decisions.py builds it per inventory version)."""
+    """The level's index over LABELS (as scheduler/decision_inputs.py builds it per inventory version)."""
     return level_index(level, LABELS)
 
 

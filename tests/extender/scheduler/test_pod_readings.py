@@ -1,4 +1,4 @@
-"""scheduler/decisions.PodReadings: a pod is read once per distinct JSON (filter, then prioritize,
+"""scheduler/decision_inputs.PodReadings: a pod is read once per distinct JSON (filter, then prioritize,
 then a retry of the same Pod), bounded in entries and in the size of a key; a pod read_pod refuses
 is refused every time."""
 
@@ -10,8 +10,8 @@ import orjson
 import pytest
 
 from gpuextender.extender.model.untrusted import InvalidInput
-from gpuextender.extender.scheduler import decisions
-from gpuextender.extender.scheduler.decisions import POD_CACHE_MAX_BYTES, PodReadings
+from gpuextender.extender.scheduler import decision_inputs
+from gpuextender.extender.scheduler.decision_inputs import POD_CACHE_MAX_BYTES, PodReadings
 from gpuextender.extender.settings import ApiSettings, DecisionPolicy
 
 
@@ -26,13 +26,13 @@ def pod(name: str = "p", gpus: str = "2", note: str = "") -> dict[str, Any]:
 def reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The pods read_pod really read, by name."""
     seen: list[str] = []
-    real = decisions.read_pod
+    real = decision_inputs.read_pod
 
     def counting(p: dict[str, Any], *args: Any) -> Any:
         seen.append(p["metadata"]["name"])
         return real(p, *args)
 
-    monkeypatch.setattr(decisions, "read_pod", counting)
+    monkeypatch.setattr(decision_inputs, "read_pod", counting)
     return seen
 
 

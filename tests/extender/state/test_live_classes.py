@@ -11,7 +11,7 @@ from prometheus_client import CollectorRegistry
 
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.model.gpu_facts import GpuFacts
-from gpuextender.extender.observe.live_classes import LiveClassesCollector
+from gpuextender.extender.observe.live_classes_metrics import LiveClassesCollector
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.inventory_view import InventoryView
 from gpuextender.extender.state.live_classes import LiveClasses

@@ -94,7 +94,7 @@ class PlanCache:
         return plan
 
 
-class Decisions:
+class DecisionInputs:
     def __init__(
         self,
         state: GpuState,

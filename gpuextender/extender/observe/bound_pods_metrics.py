@@ -1,4 +1,4 @@
-"""Per node, the bound pods its agent does not attribute yet (bound_pods.py): how many, and how
+"""Per node, the bound pods its agent does not attribute yet (state/bound_pods.py): how many, and how
 long the oldest has waited. Computed at scrape time over the ledger's nodes only, so a series
 exists exactly while a node has such pods (no series per idle node of a 5,000-node fleet)."""
 
