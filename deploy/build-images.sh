@@ -13,17 +13,18 @@
 # plus QEMU for a foreign architecture).
 #
 # Usage: build-images.sh REGISTRY [--tag TAG] [--platform LIST] [--builder NAME] [--no-push]
-#                        [--overlay DIR] [--dry-run]
+#                        [--base DIR] [--overlay DIR] [--dry-run]
 #   --tag TAG        image tag (default: the package version, gpuextender/__init__.py)
 #   --platform LIST  comma-separated platforms (default: this machine's)
 #   --builder NAME   docker, podman or buildah (default: the first found, in that order)
 #   --no-push        build only (the overlay is written all the same)
+#   --base DIR       what the overlay installs (default: deploy; e.g. deploy/overlays/opt-in-by-namespace)
 #   --overlay DIR    where the overlay goes (default: deploy/overlays/my-registry, git-ignored)
 #   --dry-run        print the commands, write the overlay, build nothing
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-usage() { sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "build-images.sh: $*" >&2; exit 2; }
 
 REGISTRY=""
@@ -32,6 +33,7 @@ PLATFORM=""
 BUILDER=""
 PUSH=1
 OVERLAY="$ROOT/deploy/overlays/my-registry"
+BASE="$ROOT/deploy"
 DRY=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -40,6 +42,7 @@ while [ $# -gt 0 ]; do
     --builder) BUILDER=${2:?--builder needs a name}; shift 2 ;;
     --no-push) PUSH=0; shift ;;
     --overlay) OVERLAY=${2:?--overlay needs a directory}; shift 2 ;;
+    --base) BASE=${2:?--base needs a directory}; shift 2 ;;
     --dry-run) DRY=1; shift ;;
     -h|--help) usage; exit 0 ;;
     -*) die "unknown option $1 (--help)" ;;
@@ -52,6 +55,8 @@ REGISTRY=${REGISTRY%/}
 [[ "$REGISTRY" =~ ^[a-z0-9]([a-z0-9._:-]*[a-z0-9])?(/[a-z0-9]([a-z0-9._-]*[a-z0-9])?)*$ ]] \
   || die "'$REGISTRY' is not a registry path (lower case, e.g. registry.example.com/gpu)"
 [[ "$TAG" =~ ^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$ ]] || die "'$TAG' is not an image tag"
+[ -f "$BASE/kustomization.yaml" ] || die "--base $BASE: no kustomization.yaml there"
+BASE="$(cd "$BASE" && pwd)"
 
 if [ -z "$BUILDER" ]; then
   for b in docker podman buildah; do command -v "$b" >/dev/null && { BUILDER=$b; break; }; done
@@ -90,9 +95,9 @@ done
 
 # The overlay: deploy/ as it is, with these images. Relative paths, so the checkout can move.
 mkdir -p "$OVERLAY"
-deploy_rel=$(python3 -c 'import os,sys; print(os.path.relpath(sys.argv[1], sys.argv[2]))' "$ROOT/deploy" "$OVERLAY")
+deploy_rel=$(python3 -c 'import os,sys; print(os.path.relpath(sys.argv[1], sys.argv[2]))' "$BASE" "$OVERLAY")
 cat > "$OVERLAY/kustomization.yaml" <<EOF
-# Written by deploy/build-images.sh $REGISTRY (tag $TAG): deploy/ with your images.
+# Written by deploy/build-images.sh $REGISTRY (tag $TAG): ${BASE#"$ROOT"/}/ with your images.
 #   kubectl apply -k ${OVERLAY#"$ROOT"/}/
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization

@@ -19,6 +19,7 @@ PAGES = [ROOT / "README.md", ROOT / "deploy" / "README.md", *sorted((ROOT / "doc
 # Flags the docs give to other programs, each with the program it belongs to.
 OUTSIDE = {
     "--all": "kubectl delete",
+    "--base": "deploy/build-images.sh",
     "--build-arg": "docker/podman build",
     "--builder": "deploy/build-images.sh",
     "--ca-days": "deploy/tls/make-certs.sh",

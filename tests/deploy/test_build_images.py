@@ -119,3 +119,17 @@ def test_the_docs_make_it_the_first_step() -> None:
         assert doc.index("deploy/build-images.sh registry.example.com/gpu") < doc.index(
             "kubectl apply -k deploy/overlays/my-registry/"
         )
+
+
+@pytest.mark.skipif(m.KUBECTL is None, reason=m.NO_KUBECTL)
+def test_the_overlay_can_sit_on_another_overlay(tmp_path: Path) -> None:
+    """Quickstart step 4 with your own images: the opt-in overlay, with them."""
+    base = ROOT / "deploy/overlays/opt-in-by-namespace"
+    result = run("registry.example.com/gpu", "--base", str(base), "--no-push", "--dry-run", "--overlay", str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    mine, theirs = m.kustomize(tmp_path), m.kustomize(base)
+    assert len(mine) == len(theirs) and {o["kind"] for o in mine} == {o["kind"] for o in theirs}
+    images = {c["image"] for _, pod in m.pod_templates(mine) for c in pod["containers"]}
+    assert f"registry.example.com/gpu/gpu-extender:{__version__}" in images
+    assert not [i for i in images if i.startswith("ghcr.io/")]
+    assert run("r.example/x", "--base", str(tmp_path / "nowhere"), "--dry-run").returncode == 2
