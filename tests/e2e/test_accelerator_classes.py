@@ -78,6 +78,7 @@ def test_classes_runtimes_and_policies_decide_placement(tmp_path: Path) -> None:
         assert all(
             m.endswith("(AcceleratorClassIncompatible)") for m in impossible["FailedAndUnresolvableNodes"].values()
         )
+        scrape(url(ext, "/metrics"))  # as above: the filter's log line is written before this answer
         assert "not supported by runtime sglang-deepseek-fp8" in ext.log()
 
         # The runtime's list is the allow-list; Cheapest ranks by hourly cost, spot where given:
@@ -95,8 +96,9 @@ def test_classes_runtimes_and_policies_decide_placement(tmp_path: Path) -> None:
         assert counted == 1  # deepseek-on-l40s above: OME's ValidateRuntime also rejects the L40S request
         _, warned = post_json(url(ext, "/filter"), mismatch)
         assert sorted(warned["NodeNames"]) == sorted(NODES)
-        assert "runtime cannot serve the model (--runtime-check warn, not enforced)" in ext.log()
+        # The scrape is answered after the filter's record step: its log line is written by then.
         assert metric(scrape(url(ext, "/metrics")), "gpu_extender_runtime_incompatible_total", mode="warn") == 2
+        assert "runtime cannot serve the model (--runtime-check warn, not enforced)" in ext.log()
         strict = c.extender("--inventory", str(inventory), "--runtime-check", "enforce")
         _, enforced = post_json(url(strict, "/filter"), mismatch)
         assert enforced["NodeNames"] == [] and len(enforced["FailedAndUnresolvableNodes"]) == 4
