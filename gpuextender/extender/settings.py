@@ -25,8 +25,9 @@ MAX_BINDING_WAIT_S = 1.5  # the shipped httpTimeout is 2 s: the wait plus the de
 # 100; by default ~5 % of a large one, 1,000 of 20,000). Upstream Kubernetes supports 5,000 nodes,
 # managed offerings 15,000 to 65,000; the largest GPU fleets are 100,000-200,000 GPUs, 12,500 to
 # 25,000 nodes of 8 (issue 36), and refusing a real cluster's call would stall every GPU pod, so
-# the bound is the top of that. filter and prioritize cost ~0.3 / ~1.3 us per unknown name
-# (bench/bench_hostile_http.py): 25,000 hold the loop ~35 ms at most. Larger clusters raise it.
+# the bound is the top of that. filter and prioritize cost ~0.7 / ~2.3 us per unknown name
+# (bench/bench_hostile_http.py, 2026-11-28, a slow hour of the 2-core VM): 25,000 held the loop
+# 16.6 / 58.6 ms. Larger clusters raise it.
 MAX_CANDIDATES = 25_000
 # A sample_time further than this from the extender's wall clock is refused (--max-clock-skew): NTP
 # keeps nodes within milliseconds, so 30 s means a broken or stepped clock. Freshness is judged on
