@@ -5,11 +5,13 @@ idleness (the other readings decide). The extender decides with it (state/gpu_su
 it on its hot path, held equal to this one by a test); each extender says its rule in its acks, so
 an agent streams a report when a GPU turns busy or idle under it (agent/report/gate.py).
 
-With `max_sm_active_percent` set, a GPU that reports GPM SM activity (Hopper and later; contract
-0.5) is judged by it instead of its utilization: busy at or above it. Utilization only says that
-some kernel ran during NVML's sample period, so one thread spinning reads 100 % while 131 of an
-H100's 132 SMs sit empty (measured: 100 % utilization, 0.75 % SM active; bench/RESULTS-gpu.md).
-A GPU without GPM keeps the utilization rule. The memory rule applies either way."""
+A GPU that reports GPM SM activity (Hopper and later; contract 0.5) is judged by it instead of its
+utilization, busy at or above `max_sm_active_percent` (10 by default; None turns it off).
+Utilization only says that some kernel ran during NVML's sample period, so one thread spinning
+reads 100 % while 131 of an H100's 132 SMs sit empty (measured: 100 % utilization, 0.75 % SM
+active; bench/RESULTS-gpu.md). A GPU without GPM (older GPUs, agents before 0.5, `--no-gpm`) keeps
+the utilization rule. The memory rule applies either way. Why 10: gpuextender/extender/decide/README.md,
+*Which reading judges a GPU*."""
 
 from __future__ import annotations
 
@@ -17,12 +19,18 @@ from dataclasses import dataclass
 
 from gpuextender.v1 import gpu_state_pb2 as pb
 
+DEFAULT_MAX_SM_ACTIVE_PERCENT = 10.0
+# Which reading judged a GPU's idleness (explain, the fleet page, gpu_extender_node_gpus_judged).
+JUDGED_BY_SM_ACTIVE = "sm-active"
+JUDGED_BY_UTILIZATION = "utilization"
+
 
 @dataclass(frozen=True, slots=True)
 class IdleRule:
     max_utilization_percent: float = 30.0
     max_memory_used_percent: float = 50.0
-    max_sm_active_percent: float | None = None  # None: utilization decides on every GPU
+    # None: utilization decides on every GPU, GPM or not
+    max_sm_active_percent: float | None = DEFAULT_MAX_SM_ACTIVE_PERCENT
 
 
 def sm_active_of(gpm: pb.GpmReadings, has_gpm: bool) -> float | None:

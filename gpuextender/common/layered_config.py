@@ -148,7 +148,9 @@ def _boolean(value: Any, where: str) -> bool:
 
 
 def _scalar(value: Any, where: str) -> str:
-    if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+    if isinstance(value, bool):  # YAML 1.1 reads unquoted off/on/yes/no as booleans
+        raise SettingsError(f'{where}: expected a single value (text or number), got {value!r}: quote a word, as "off"')
+    if not isinstance(value, (str, int, float)):
         raise SettingsError(f"{where}: expected a single value (text or number), got {type(value).__name__}")
     return str(value)
 

@@ -88,7 +88,7 @@ def test_with_the_sm_rule_a_gpu_reporting_sm_activity_is_judged_by_it_at_exactly
     # One thread spinning (measured on an H100): utilization 100 %, SM active 0.75 %.
     spinning = _gpu(100, 0, 100, True, 0.75)
     assert gpu_is_idle(spinning, rule)
-    assert not gpu_is_idle(spinning, IdleRule(30.0, 50.0))  # the utilization rule calls it busy
+    assert not gpu_is_idle(spinning, IdleRule(30.0, 50.0, None))  # the utilization rule calls it busy
     assert not gpu_is_idle(_gpu(0, 50, 100, True, 0.0), rule)  # the memory rule still applies
     assert not gpu_is_idle(_gpu(0, 0, 100, False, 0.0), rule)  # unhealthy is never idle
 
@@ -98,8 +98,8 @@ def test_without_sm_activity_the_utilization_rule_decides_even_with_the_sm_rule_
     for sm in (NO_GPM, GPM_WITHOUT_SM):  # GPM not supported; supported but SM activity not given
         assert not gpu_is_idle(_gpu(30, 0, 100, True, sm), rule), sm
         assert gpu_is_idle(_gpu(29, 0, 100, True, sm), rule), sm
-    assert not gpu_is_idle(_gpu(100, 0, 100, True, 99.0), IdleRule(30.0, 50.0))  # rule off: SM ignored
-    assert gpu_is_idle(_gpu(0, 0, 100, True, 99.0), IdleRule(30.0, 50.0))
+    assert not gpu_is_idle(_gpu(100, 0, 100, True, 99.0), IdleRule(30.0, 50.0, None))  # rule off: SM ignored
+    assert gpu_is_idle(_gpu(0, 0, 100, True, 99.0), IdleRule(30.0, 50.0, None))
 
 
 def test_a_mig_instance_with_the_sm_rule_is_busy_at_its_bound() -> None:
@@ -110,6 +110,6 @@ def test_a_mig_instance_with_the_sm_rule_is_busy_at_its_bound() -> None:
     inst.gpm.sm_active_percent = 9.99
     assert mig_instance_is_idle(inst, rule)
     inst.gpm.sm_active_percent = 99.0
-    assert mig_instance_is_idle(inst, IdleRule(30.0, 50.0))  # rule off: memory alone
+    assert mig_instance_is_idle(inst, IdleRule(30.0, 50.0, None))  # rule off: memory alone
     inst.memory_used_bytes = 50
     assert not mig_instance_is_idle(inst, rule)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.flags import ConfigError, build_config, build_parser
 
 
@@ -33,6 +36,7 @@ def test_defaults() -> None:
         (["--idle-max-sm-active", "0"], "must be within (0, 100]"),
         (["--idle-max-sm-active", "100.01"], "must be within (0, 100]"),
         (["--idle-max-sm-active", "nan"], "must be within (0, 100]"),
+        (["--idle-max-sm-active", "none"], "is not a percent or off"),
         (["--stale-after", "0"], "must be positive"),
         (["--max-body-bytes", "100"], "below 64 KiB"),
         (["--max-body-bytes", str(64 * 1024 - 1)], "below 64 KiB"),
@@ -87,7 +91,21 @@ def test_the_stale_policy_help_says_what_the_decision_does() -> None:
     assert "never as all idle" in text
 
 
-def test_the_sm_activity_rule_is_off_by_default_and_taken_at_its_edges() -> None:
-    assert build_config([]).idle_rule.max_sm_active_percent is None
+def test_the_sm_activity_rule_off_from_a_config_file_needs_the_word_quoted(tmp_path: Path) -> None:
+    quoted = tmp_path / "quoted.yaml"
+    quoted.write_text('idle-max-sm-active: "off"\n')
+    assert build_config(["--config", str(quoted)], {}).idle_rule.max_sm_active_percent is None
+    bare = tmp_path / "bare.yaml"
+    bare.write_text("idle-max-sm-active: off\n")  # YAML 1.1: the boolean false
+    with pytest.raises(ConfigError, match='got False: quote a word, as "off"'):
+        build_config(["--config", str(bare)], {})
+
+
+def test_the_sm_activity_rule_is_on_by_default_off_on_request_and_taken_at_its_edges() -> None:
+    assert build_config([]).idle_rule.max_sm_active_percent == 10.0
+    assert build_config([]).idle_rule == IdleRule()  # one home for the default: common/idle_rule.py
+    for off in ("off", "OFF", " off "):
+        assert build_config(["--idle-max-sm-active", off]).idle_rule.max_sm_active_percent is None
+    assert build_config([], {"GPU_EXTENDER_IDLE_MAX_SM_ACTIVE": "off"}).idle_rule.max_sm_active_percent is None
     assert build_config(["--idle-max-sm-active", "100"]).idle_rule.max_sm_active_percent == 100.0
     assert build_config(["--idle-max-sm-active", "0.01"]).idle_rule.max_sm_active_percent == 0.01

@@ -18,11 +18,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from gpuextender.common.idle_rule import JUDGED_BY_SM_ACTIVE, JUDGED_BY_UTILIZATION
 from gpuextender.extender.decide.decision import Decision
 from gpuextender.extender.decide.snapshot import Snapshot
 from gpuextender.extender.decide.whole_gpus import DataState
 from gpuextender.extender.state.bound_pods import pending
-from gpuextender.extender.state.gpu_summary import GPU_STATE_NAMES, NodeSummary
+from gpuextender.extender.state.gpu_summary import GPU_STATE_NAMES, GPU_UNHEALTHY, NodeSummary
 from gpuextender.extender.state.gpu_topology import TIER_NAMES, tier_for
 
 NODE_FORMULA = (
@@ -68,6 +69,23 @@ def _allocation(summary: NodeSummary | None) -> dict[str, Any]:
         # The same GPUs by the namespace of the pods holding them (a shared GPU counts for each).
         "allocatedIdleByNamespace": dict(summary.idle_by_namespace) if known else None,
     }
+
+
+def _idle_rule(summary: NodeSummary | None) -> list[dict[str, Any]] | None:
+    """Per healthy GPU, the reading that judged it idle or busy (common/idle_rule.py) and its value."""
+    if summary is None:
+        return None
+    sm_active = summary.sm_active
+    rows: list[dict[str, Any]] = []
+    for position, (index, state, util, _) in enumerate(summary.gpus):
+        if state == GPU_UNHEALTHY:
+            continue
+        sm = sm_active[position] if sm_active else None
+        if sm is not None:
+            rows.append({"gpu": index, "judgedBy": JUDGED_BY_SM_ACTIVE, "smActivePercent": round(sm, 2)})
+        else:
+            rows.append({"gpu": index, "judgedBy": JUDGED_BY_UTILIZATION, "utilizationPercent": util})
+    return rows
 
 
 def _gpu_set(summary: NodeSummary | None, needed: int) -> str | None:
@@ -217,6 +235,7 @@ def explain(d: Decision) -> dict[str, Any]:
                 "draMigDevices": _dra_mig_devices(known, name),
                 "published": _published(known, name),
                 "meanUtilization": None if a.mean_utilization is None else round(a.mean_utilization, 1),
+                "gpuIdleRule": _idle_rule(known.summary(name)),
                 # The GPU numbers are assumed (agent silent or never heard): idle = needed, never all-idle.
                 "assumedData": a.assumed,
                 "result": "pass" if name in passed else "fail",

@@ -112,6 +112,10 @@ class NodeSummary:
     quality: tuple[int, ...] = (0,)
     # Per GPU in report order (GpuCell): for people (the fleet page), never read by decisions.
     gpus: tuple[GpuCell, ...] = ()
+    # Per GPU as `gpus`: the GPM SM activity (percent) that judged it idle or busy instead of its
+    # utilization (common/idle_rule.py); None where utilization judged it (no GPM, or the SM rule
+    # off) or its health did. (): no GPU was judged by SM activity.
+    sm_active: tuple[float | None, ...] = ()
     # (position, "namespace[,namespace...]") of each GPU a pod holds (allocation known): the fleet
     # page's "held by"; namespaces only, as the page shows nothing more of a running pod.
     held_by: tuple[tuple[int, str], ...] = ()
@@ -166,6 +170,8 @@ def summarize(report: pb.NodeReport, rule: IdleRule, received_at: float) -> Node
     whole = True  # every GPU exclusive (or of an old agent) and at its index: topology applies
     sharing_unknown = True  # no GPU says how it is shared (module docstring: with_inferred_sharing)
     cells: list[GpuCell] = []
+    judged_sm: list[float | None] = []  # NodeSummary.sm_active, kept only when one is not None
+    by_sm = False
     held_by: list[tuple[int, str]] = []
     # Runs for every report of every node (bench_extender's ingest): gpu_units() and
     # gpu_is_idle() are inlined, each protobuf field read once (tests/common/test_idle_rule.py holds
@@ -187,6 +193,7 @@ def summarize(report: pb.NodeReport, rule: IdleRule, received_at: float) -> Node
         total += units
         if broken:
             cells.append((index, GPU_UNHEALTHY, None, None))
+            judged_sm.append(None)
             continue
         util = gpu.utilization_gpu_percent if gpu.HasField("utilization_gpu_percent") else None
         if util is not None:
@@ -197,6 +204,7 @@ def summarize(report: pb.NodeReport, rule: IdleRule, received_at: float) -> Node
             mem_percent = None
         if not gpu.healthy:
             cells.append((index, GPU_UNHEALTHY, util, mem_percent))
+            judged_sm.append(None)
             problems.append((position, True, problem_of(gpu)))
             if mode == _MIG:
                 mig_gpus += 1
@@ -222,7 +230,9 @@ def summarize(report: pb.NodeReport, rule: IdleRule, received_at: float) -> Node
         if unheld:
             unheld_mask |= 1 << position
         sm_active = sm_active_of(gpu.gpm, gpu.HasField("gpm")) if max_sm is not None else None
+        judged_sm.append(sm_active)
         if max_sm is not None and sm_active is not None:  # SM activity replaces utilization (idle_rule.py)
+            by_sm = True
             busy = sm_active >= max_sm or (mem_percent is not None and mem_percent >= max_mem)
         else:
             busy = (util is not None and util >= max_util) or (mem_percent is not None and mem_percent >= max_mem)
@@ -286,6 +296,7 @@ def summarize(report: pb.NodeReport, rule: IdleRule, received_at: float) -> Node
         mig_instances=tuple(sorted(mig_all.items())) if mig_all else (),
         mig_free=tuple(sorted(mig_free.items())) if mig_free else (),
         gpus=tuple(cells),
+        sm_active=tuple(judged_sm) if by_sm else (),
         holder_pods=holder_pods,
         positions=positions,
         sharing_unknown=sharing_unknown and not known and not broken and bool(report.gpus),

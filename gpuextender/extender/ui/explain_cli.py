@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from gpuextender.common.cli import HelpFormatter, add_version
+from gpuextender.common.idle_rule import JUDGED_BY_SM_ACTIVE, JUDGED_BY_UTILIZATION
 from gpuextender.extender.ui.explain_lookup import (
     ClusterCandidates,
     SourceError,
@@ -262,6 +263,9 @@ def render(answer: dict[str, Any]) -> str:
             f"{n['node']:<{node_w}} {','.join(n['classes']) or '-':<{class_w}} {n['data']:<6} {gpus:>17} "
             f"{util:>5} {rank:>4} {n['score']:>5}  {_result(n)}"
         )
+        judged = _judged_line(n.get("gpuIdleRule"))
+        if judged:
+            lines.append(f"  {judged}")
         for cls, why in (n.get("classesExcludedByGpus") or {}).items():
             lines.append(f"  not in {cls} although its labels match: {why}")
         if n.get("boundPodsPending"):
@@ -284,6 +288,16 @@ def render(answer: dict[str, Any]) -> str:
     if answer["formulas"]["class"]:
         lines.append(f"with classes: {answer['formulas']['class']}")
     return "\n".join(lines)
+
+
+def _judged_line(rules: list[dict[str, Any]] | None) -> str | None:
+    """Which reading judged each GPU, said only where SM activity judged one (else utilization did)."""
+    by_sm = [r for r in rules or () if r["judgedBy"] == JUDGED_BY_SM_ACTIVE]
+    if not by_sm:
+        return None
+    line = "idle judged by SM activity on GPU " + ", ".join(f"{r['gpu']} ({r['smActivePercent']:g} %)" for r in by_sm)
+    by_util = [str(r["gpu"]) for r in rules or () if r["judgedBy"] == JUDGED_BY_UTILIZATION]
+    return line + (f"; by utilization on GPU {', '.join(by_util)}" if by_util else "")
 
 
 def group_lines(g: dict[str, Any]) -> list[str]:

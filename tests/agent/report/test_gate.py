@@ -13,7 +13,7 @@ from gpuextender.v1 import gpu_state_pb2 as pb
 from tests.extender.builders import GIB, gpu, report
 
 RULE = ExtenderRule(30.0, 50.0, 30.0)  # heartbeat from the TTL: 10 s
-THRESHOLDS = (IdleRule(30.0, 50.0),)
+THRESHOLDS = (IdleRule(30.0, 50.0, None),)  # an extender with the SM rule off (or before 0.5)
 
 
 def base() -> pb.NodeReport:
@@ -90,8 +90,8 @@ def test_readings_that_decide_nothing_leave_the_key(what: str, edit: Callable[[p
 def test_each_extenders_rule_is_watched() -> None:
     """Two extenders with different idle rules: crossing either one's threshold matters."""
     r = edited(lambda r: setattr(r.gpus[0], "utilization_gpu_percent", 20))  # idle at 30, busy at 15
-    assert decision_key(r, (IdleRule(30.0, 50.0),)) == decision_key(base(), (IdleRule(30.0, 50.0),))
-    both = (IdleRule(15.0, 50.0), IdleRule(30.0, 50.0))
+    assert decision_key(r, THRESHOLDS) == decision_key(base(), THRESHOLDS)
+    both = (IdleRule(15.0, 50.0, None), IdleRule(30.0, 50.0, None))
     assert decision_key(r, both) != decision_key(base(), both)
 
 

@@ -84,7 +84,9 @@ def test_reports_are_stored_acked_and_bad_ones_rejected() -> None:
     ]
     assert rule == [(IdleRule().max_utilization_percent, IdleRule().max_memory_used_percent, 10_000)] * 3
     assert not any(a.HasField("idle_max_utilization_percent") for a in acks if a.status == pb.ReportAck.REJECTED)
-    assert not any(a.HasField("idle_max_sm_active_percent") for a in acks)  # the SM rule is off by default
+    # The SM rule is on by default: said in every ACCEPTED ack, never in a REJECTED one.
+    assert [a.idle_max_sm_active_percent for a in acks if a.status == pb.ReportAck.ACCEPTED] == [10.0] * 3
+    assert not any(a.HasField("idle_max_sm_active_percent") for a in acks if a.status == pb.ReportAck.REJECTED)
     summary = state.summary("gpu-node-1")
     assert (summary.idle_gpus, summary.sequence, summary.received_at) == (2, 5, 50.0)
     assert state.summary("gpu-node-2") is None
@@ -119,8 +121,11 @@ def test_state_forgets_departed_nodes() -> None:
 
 
 def test_acks_say_the_sm_activity_rule_when_it_is_on() -> None:
-    state = GpuState(IdleRule(30.0, 50.0, 10.0))
+    state = GpuState(IdleRule(30.0, 50.0, 12.5))
     metrics = ExtenderMetrics(state, clock=lambda: 51.0)
     acks = asyncio.run(exchange([report("gpu-node-1", [gpu(0)], seconds=1000, seq=1)], state, metrics))
     assert acks[0].status == pb.ReportAck.ACCEPTED
-    assert acks[0].idle_max_sm_active_percent == 10.0
+    assert acks[0].idle_max_sm_active_percent == 12.5
+    off = GpuState(IdleRule(30.0, 50.0, None))  # --idle-max-sm-active off: the field stays unset
+    acks = asyncio.run(exchange([report("gpu-node-1", [gpu(0)], seconds=1000, seq=1)], off, ExtenderMetrics(off)))
+    assert acks[0].status == pb.ReportAck.ACCEPTED and not acks[0].HasField("idle_max_sm_active_percent")

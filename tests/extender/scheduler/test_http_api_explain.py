@@ -53,3 +53,20 @@ def test_at_most_one_explain_worth_of_nodes(known: int) -> None:
 def test_named_candidates_are_explained_as_given() -> None:
     answer = api_knowing(3).explain(ExtenderArgs(POD, ["n00002"], None))
     assert "candidates" not in answer and [n["node"] for n in answer["nodes"]] == ["n00002"]
+
+
+def test_each_healthy_gpu_says_which_reading_judged_it() -> None:
+    api = api_knowing(0, ("no-agent",))
+    spinning = gpu(0, 100, 1)
+    spinning.gpm.sm_active_percent = 0.754
+    lost = gpu(2, None, None, healthy=False)
+    api.state.ingest(report("mixed", [spinning, gpu(1, 100, 1), lost]), NOW)
+    answer = api.explain(ExtenderArgs(POD, ["mixed", "no-agent"], None))
+    rules = {n["node"]: n["gpuIdleRule"] for n in answer["nodes"]}
+    assert rules == {
+        "mixed": [
+            {"gpu": 0, "judgedBy": "sm-active", "smActivePercent": 0.75},
+            {"gpu": 1, "judgedBy": "utilization", "utilizationPercent": 100},
+        ],  # the unhealthy GPU is judged by its health, not by a reading
+        "no-agent": None,  # no report: nothing judged
+    }

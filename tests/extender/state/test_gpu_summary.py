@@ -6,6 +6,7 @@ import pytest
 
 from gpuextender.common.idle_rule import IdleRule, gpu_is_idle
 from gpuextender.extender.state.gpu_summary import summarize
+from gpuextender.v1 import gpu_state_pb2 as pb
 from tests.extender.builders import gpu, node, report
 
 
@@ -45,3 +46,23 @@ def test_summary_counts_and_mean() -> None:
 def test_node_error_means_no_healthy_gpus() -> None:
     s = summarize(report("n1", [gpu(0)], node_error="DriverNotLoaded"), IdleRule(), 1.0)
     assert (s.healthy_gpus, s.idle_gpus, s.node_error) == (0, 0, "DriverNotLoaded")
+
+
+def _sm(g: pb.GpuSample, percent: float) -> pb.GpuSample:
+    g.gpm.sm_active_percent = percent
+    return g
+
+
+def test_by_default_a_gpu_reporting_sm_activity_is_judged_by_it_and_the_summary_says_which_rule() -> None:
+    """One thread spinning on a Hopper GPU (100 % utilization, 0.75 % SM active, measured) is idle
+    under the default rule; a GPU without GPM (or an agent before 0.5) keeps the utilization rule,
+    and an unhealthy GPU is judged by neither."""
+    gpus = [_sm(gpu(0, 100, 1), 0.75), gpu(1, 100, 1), _sm(gpu(2, 0, 1), 10.0), gpu(3, None, None, healthy=False)]
+    s = summarize(report("n", gpus), IdleRule(), 1.0)
+    assert s.idle_gpus == 1  # GPU 0 only: 1 busy by utilization, 2 at the SM bound, 3 unhealthy
+    assert s.sm_active == (0.75, None, 10.0, None)
+    off = summarize(report("n", gpus), IdleRule(30.0, 50.0, None), 1.0)
+    assert (off.idle_gpus, off.sm_active) == (1, ())  # GPU 2 (0 % utilization) idle, GPU 0 busy
+    assert [c[1] for c in off.gpus] != [c[1] for c in s.gpus]
+    plain = summarize(report("n", [gpu(0, 100, 1), gpu(1)]), IdleRule(), 1.0)
+    assert plain.sm_active == ()  # nothing judged by SM activity: the common case keeps no tuple

@@ -82,6 +82,7 @@ def test_every_field_travels() -> None:
         "mig_free": (("1g.10gb", 1),),
         "quality": (0, 1),
         "gpus": ((0, 1, 5, 2.5), (1, 0, None, None)),
+        "sm_active": (0.75, None),
         "held_by": ((0, "a"),),
         "holder_pods": frozenset({"a/p"}),
         "bound_pod_units": 1,

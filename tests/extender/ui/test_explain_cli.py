@@ -282,6 +282,22 @@ def test_long_node_names_keep_the_columns_aligned() -> None:
     assert header.index("SCORE") + len("SCORE") == row.index("  pass")
 
 
+def test_the_rule_that_judged_each_gpu_is_said_where_sm_activity_judged_one() -> None:
+    mixed = _row("mixed", "pass", 5)
+    mixed["gpuIdleRule"] = [
+        {"gpu": 0, "judgedBy": "sm-active", "smActivePercent": 0.75},
+        {"gpu": 1, "judgedBy": "utilization", "utilizationPercent": 100},
+        {"gpu": 2, "judgedBy": "sm-active", "smActivePercent": 96.5},
+    ]
+    plain = _row("plain", "pass", 4)
+    plain["gpuIdleRule"] = [{"gpu": 0, "judgedBy": "utilization", "utilizationPercent": 3}]
+    lines = explain_cli.render(_answer([mixed, plain])).splitlines()
+    at = lines.index(next(line for line in lines if line.startswith("mixed")))
+    assert lines[at + 1] == "  idle judged by SM activity on GPU 0 (0.75 %), 2 (96.5 %); by utilization on GPU 1"
+    after_plain = lines[lines.index(next(line for line in lines if line.startswith("plain"))) + 1]
+    assert "judged" not in after_plain  # utilization judged every GPU: the UTIL column says it
+
+
 def test_the_candidates_line() -> None:
     every = explain_cli.render(_answer([], candidates={"source": "every known node", "known": 6000, "explained": 5000}))
     assert "  candidates: every known node: 5000 of 6000 explained (the first 5000 by name" in every
