@@ -101,17 +101,29 @@ class BurstResult:
 
 def start_fleet(world: Scene, nodes: int, *extender_flags: str) -> tuple[Proc, dict[str, int]]:
     """The nodes, the extender (its data loaded for every node) and the busy GPUs per node."""
+    busy = create_nodes(world, nodes)
+    return start_extender(world, busy, *extender_flags), busy
+
+
+def create_nodes(world: Scene, nodes: int) -> dict[str, int]:
+    """The fleet's Nodes; the GPUs busy outside Kubernetes per node."""
     busy = {}
     for i in range(nodes):
         name = f"{world.ns}-n{i:03d}"
         world.kube.create_node(name, GPUS_PER_NODE, {NODE_LABEL: world.ns, "nvidia.com/gpu.product": H100["label"]})
         world.nodes.append(name)
         busy[name] = busy_gpus(i)
+    return busy
+
+
+def start_extender(world: Scene, busy: dict[str, int], *extender_flags: str) -> Proc:
+    """An extender (one replica of several, when called again) with its data loaded for every node."""
+    nodes = len(busy)
     ext = world.extender("--stale-after", "3600", "--forget-after", "7200", *extender_flags)
     world.wait_inventory(ext, "Node", nodes)
     asyncio.run(send_reports(f"127.0.0.1:{ext.ports['grpc']}", world.ca.cert_pem.bytes(), busy))
     wait_for("GPU data for every node", lambda: metric(world.scrape(ext), "gpu_extender_nodes_with_data") == nodes, 30)
-    return ext, busy
+    return ext
 
 
 def create_pods(world: Scene, count: int) -> None:
@@ -140,17 +152,30 @@ def judge(world: Scene, busy: dict[str, int], count: int, timeout: float, starte
     """Wait for every pod to be bound; check each placement in binding order."""
     wait_for(f"{count} pods bound", lambda: len(bound_pods(world)) == count or None, timeout)
     seconds = time.monotonic() - started
+    return BurstResult(count, len(busy), seconds, misplaced(bound_pods(world), busy))
+
+
+def misplaced(pods: list[dict[str, Any]], busy: dict[str, int]) -> list[str]:
+    """The module docstring's misplaced pods among the bound `pods` ("pod -> node (left, needed)")."""
     # No kubelet touches a pod after its binding: its resourceVersion is the binding's revision.
-    pods = sorted(bound_pods(world), key=lambda p: int(p["metadata"]["resourceVersion"]))
+    ordered = sorted(pods, key=lambda p: int(p["metadata"]["resourceVersion"]))
     left = {node: GPUS_PER_NODE - n for node, n in busy.items()}
-    misplaced = []
-    for p in pods:
+    found = []
+    for p in ordered:
         node = p["spec"]["nodeName"]
         room_elsewhere = any(n >= 1 for other, n in left.items() if other != node)
         if left[node] < 1 and room_elsewhere:
-            misplaced.append(f"{p['metadata']['name']} -> {node} ({left[node]} idle left, 1 needed)")
+            found.append(f"{p['metadata']['name']} -> {node} ({left[node]} idle left, 1 needed)")
         left[node] -= 1
-    return BurstResult(count, len(busy), seconds, misplaced)
+    return found
+
+
+def room_left(pods: list[dict[str, Any]], busy: dict[str, int]) -> dict[str, int]:
+    """Per node with room for one more one-GPU pod: its idle GPUs less the bound `pods` there."""
+    left = {node: GPUS_PER_NODE - n for node, n in busy.items()}
+    for node, n in spread(pods).items():
+        left[node] = left.get(node, 0) - n
+    return {node: n for node, n in left.items() if n >= 1}
 
 
 def extender_counters(world: Scene, ext: Proc) -> dict[str, float]:

@@ -200,8 +200,11 @@ class Scene:
 
     # -- the extender -------------------------------------------------------------------------------
 
-    def extender(self, *extra: str, http_port: int | None = None, grpc_port: int | None = None) -> Proc:
-        """The real gpu-extender over HTTPS, with Nodes and OME objects from the real apiserver's watch."""
+    def extender(
+        self, *extra: str, http_port: int | None = None, grpc_port: int | None = None, wait_ready: bool = True
+    ) -> Proc:
+        """The real gpu-extender over HTTPS, with Nodes and OME objects from the real apiserver's watch.
+        `wait_ready=False`: returns once /readyz answers at all (503 included: Cluster.extender)."""
         return self.procs.extender(
             "--kubernetes",
             "--kubeconfig",
@@ -214,6 +217,7 @@ class Scene:
             http_port=http_port,
             grpc_port=grpc_port,
             ssl_context=self.client_tls,
+            wait_ready=wait_ready,
         )
 
     def url(self, ext: Proc) -> str:
