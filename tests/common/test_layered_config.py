@@ -122,7 +122,12 @@ def test_a_lower_source_switch_is_switched_off_by_a_higher_one(tmp_path: Path) -
         (["--config", "{file}"], {}, "stale-aftr: 20\n", "unknown setting 'stale-aftr'"),
         (["--config", "{file}"], {}, "- stale-after\n", "expected a mapping of settings"),
         (["--config", "{file}"], {}, "stale-after: [1, 2]\n", "stale-after: expected a single value"),
-        (["--config", "{file}"], {}, "stale-after: true\n", "stale-after: expected a single value (text or number), got True: quote"),
+        (
+            ["--config", "{file}"],
+            {},
+            "stale-after: true\n",
+            "stale-after: expected a single value (text or number), got True: quote",
+        ),
         (["--config", "{file}"], {}, "stale-after: {a: 1}\n", "stale-after: expected a single value"),
         (["--config", "{file}"], {}, "stale-after: [20\n", "not valid YAML"),
         (

@@ -126,8 +126,8 @@ def start_extender(world: Scene, busy: dict[str, int], *extender_flags: str) -> 
     return ext
 
 
-def create_pods(world: Scene, count: int) -> None:
-    for i in range(count):
+def create_pods(world: Scene, count: int, first: int = 0) -> None:
+    for i in range(first, first + count):
         world.kube.create(
             f"/api/v1/namespaces/{world.ns}/pods",
             {

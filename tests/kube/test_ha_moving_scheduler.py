@@ -15,7 +15,15 @@ to B, back to A; then A is SIGKILLed while the address still points at it (kube-
 fail until the address moves to B, as a Service drops an endpoint that stopped answering), and
 started again (new ports, the shipped --readiness-grace: /readyz waits until every node's agent
 has reported to it again); the address moves to the restarted A once it is ready, and then back
-and forth between it and B until the burst's tail.
+and forth between it and B. The burst's pods come in two waves: the first FIRST_WAVE before the
+scheduler starts, the rest once the restarted A has taken the address, so the restart always
+lands mid-burst however fast this machine binds.
+
+The moves stop LAST_MOVE_BEFORE the last pod, before the tail where every node is down to its
+last idle GPU: the binding gate (scheduler/binding_gate.py) holds a filter for the bindings whose
+filters *this* replica answered; the replica that takes over the address cannot know the binding
+its peer's last filter opened until its pod watch shows it (milliseconds), so a move at the very
+moment a node's last GPU is taken can count it twice (a known limit: docs/architecture.md).
 
 Then: every pod bound (none left pending while a node has room for it), none misplaced (bound, in
 binding order, to a node with no idle GPU left while another had one: burst.py), and every replica
@@ -50,10 +58,11 @@ from tests.kube.scene import Scene
 from tests.tcp_forward import Forwarder, forwarding
 
 NODES, PODS = 46, 200  # 203 idle GPUs: room for every pod, 3 to spare
+FIRST_WAVE = 120  # pods created before the scheduler starts; the rest once the restarted A has the address
 FIRST_MOVES = (15, 30)  # pods bound when the address moves to B, then back to A
 KILL_AT = 45  # pods bound when A is killed
-EVERY = 20  # then the address moves between the restarted A and B every EVERY pods bound ...
-LAST_MOVE_BEFORE = PODS - 5  # ... up to here
+EVERY = 20  # then the address moves between B and the restarted A at every EVERY pods bound past FIRST_WAVE ...
+LAST_MOVE_BEFORE = PODS - 20  # ... up to here (the module docstring says why not into the tail)
 
 
 def filter_calls(world: Scene, ext: Proc) -> float:
@@ -140,13 +149,12 @@ class Moves:
         self.restarted = self._restart()
         self._note("A restarted and ready")
         self._move(self.restarted, "restarted A")
+        create_pods(self.world, PODS - FIRST_WAVE, first=FIRST_WAVE)
+        self._note(f"the second wave of {PODS - FIRST_WAVE} pods created")
         replicas = ((self.b, "B"), (self.restarted, "restarted A"))
-        bound = self._bound()
-        turn = 0
-        while bound + EVERY < LAST_MOVE_BEFORE:
-            bound = self._at(bound + EVERY)
+        for turn, count in enumerate(range(FIRST_WAVE + EVERY, LAST_MOVE_BEFORE, EVERY)):
+            self._at(count)
             self._move(*replicas[turn % 2])
-            turn += 1
 
     def _restart(self) -> Proc:
         """A again, on new ports (a new pod), with the shipped readiness grace: ready once every node's
@@ -187,7 +195,7 @@ def test_two_replicas_behind_a_moving_address_misplace_no_pod(world: Scene, caps
     capacity = sum(GPUS_PER_NODE - n for n in busy.values())
     assert PODS <= capacity < PODS + 10  # room for every pod, and a tail that fills the nodes
     a, b = start_extender(world, busy), start_extender(world, busy)
-    create_pods(world, PODS)  # all pending before the scheduler starts: one burst
+    create_pods(world, FIRST_WAVE)  # pending before the scheduler starts; the rest come mid-burst (Moves)
     port = free_port()
     with forwarding(port, a.ports["http"]) as service:
         started = time.monotonic()
@@ -216,4 +224,4 @@ def test_two_replicas_behind_a_moving_address_misplace_no_pod(world: Scene, caps
     # still to place (the address moved to it before the burst's tail).
     assert all(n > 0 for n in calls.values()), calls
     joined = next(bound for bound, what in moves.timeline if what == "address -> restarted A")
-    assert joined < LAST_MOVE_BEFORE, moves.timeline
+    assert KILL_AT <= joined <= FIRST_WAVE, moves.timeline
