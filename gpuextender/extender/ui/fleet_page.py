@@ -1,5 +1,5 @@
 """The fleet page: `GET /ui` (and `GET /` redirecting to it), `GET /ui/fleet.json`,
-`POST /ui/explain`, on the scheduler API's port and TLS, under --path-prefix.
+`GET /ui/history.json`, `POST /ui/explain`, on the scheduler API's port and TLS, under --path-prefix.
 
 Read-only and without a login, so it shows nothing secret (fleet_view.py says what it
 shows); ApiSettings.fleet_page=False registers none of these routes.
@@ -10,6 +10,9 @@ Its cost stays off the scheduling path:
   row encoded in its slice) with the event loop free for `PAUSE_S` in between, so a
   scheduler call waits for about one slice at most (build_fleet); the encoded body (and
   its gzip, compressed in a thread, which releases the GIL) is what is cached.
+- the history (ui/fleet_history_sampler.py) is sampled once a minute, from a browser's build
+  when one is fresh (FleetCache.sample), and served apart from fleet.json (at most 1,440
+  points, gzipped; the page asks for it on load and every 30 s): the 3-s poll never carries it.
 - the form's YAML is parsed in a thread, one at a time, bounded like a scheduler call's
   body (--max-body-bytes, and at most one YAML node per BYTES_PER_CONTAINER bytes of it;
   no anchors/aliases, one document); the explanation then is `POST /explain`'s own code
@@ -25,11 +28,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import gzip
 import hashlib
 import html
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -49,15 +53,18 @@ from gpuextender.extender.model.pod_request import STRATEGY_ANNOTATION
 from gpuextender.extender.model.untrusted import InvalidInput, object_at, shown
 from gpuextender.extender.scheduler.http_api import SchedulerApi, VerbHandler
 from gpuextender.extender.scheduler.wire import BYTES_PER_CONTAINER, ExtenderArgs
+from gpuextender.extender.state.fleet_history import FleetHistory, Sample
 from gpuextender.extender.state.group_book import GroupPlan
 from gpuextender.extender.state.inventory_view import InventoryView
 from gpuextender.extender.ui import fleet_page_html
-from gpuextender.extender.ui.fleet_view import FleetAccumulator, FleetInputs, gpu_nodes, waiting_row
+from gpuextender.extender.ui.fleet_history_sampler import HistorySampler
+from gpuextender.extender.ui.fleet_view import FleetAccumulator, FleetInputs, gpu_nodes, history_sample, waiting_row
 
 FLEET_CACHE_S = 1.5  # one build serves every browser for this long
 SLICE_S = 0.0005  # one slice of a build: this much work (~50 nodes of 8 GPUs), then a pause
 PAUSE_S = 0.001  # 5,000 nodes: ~50 ms of work in ~100 slices, ~0.15 s from start to end
 _GZIP_MIN_BYTES = 4096
+HISTORY = web.AppKey("fleet history", HistorySampler)  # the app's sampler and its history
 
 _Loader: Any = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when PyYAML has it: ~10x faster
 
@@ -122,10 +129,15 @@ def groups_by_domain(plans: Iterable[GroupPlan]) -> dict[str, list[tuple[str, in
 
 
 async def build_fleet(api: SchedulerApi, slice_s: float = SLICE_S, pause_s: float = PAUSE_S) -> bytes:
-    """The encoded document, built in slices of `slice_s` seconds of work with `pause_s` between
-    them. A timer, not `sleep(0)`: asyncio runs the callbacks of sockets that became readable
-    before due timers, so a scheduler call that arrives mid-build runs its steps in the pause
-    instead of taking turns with the build's slices."""
+    """The encoded document (fleet_document)."""
+    return orjson.dumps(await fleet_document(api, slice_s, pause_s))
+
+
+async def fleet_document(api: SchedulerApi, slice_s: float = SLICE_S, pause_s: float = PAUSE_S) -> dict[str, Any]:
+    """The document, its rows already encoded, built in slices of `slice_s` seconds of work with
+    `pause_s` between them. A timer, not `sleep(0)`: asyncio runs the callbacks of sockets that
+    became readable before due timers, so a scheduler call that arrives mid-build runs its steps
+    in the pause instead of taking turns with the build's slices."""
     inputs, nodes = fleet_inputs(api)
     acc = FleetAccumulator(inputs, _encoded)
     clock = time.perf_counter
@@ -138,7 +150,7 @@ async def build_fleet(api: SchedulerApi, slice_s: float = SLICE_S, pause_s: floa
     doc = acc.result()
     now = api.now()
     doc["waiting"] = [waiting_row(w, now) for w in api.waiting.current(now)]
-    return orjson.dumps(doc)
+    return doc
 
 
 def _encoded(row: dict[str, Any]) -> orjson.Fragment:
@@ -151,6 +163,7 @@ class _Built:
     at: float
     body: bytes
     gzipped: bytes | None
+    sample: Sample  # what the history keeps of it
 
 
 class FleetCache:
@@ -172,12 +185,24 @@ class FleetCache:
             self._building = asyncio.create_task(self._build(), name="fleet page")
         return await asyncio.shield(self._building)  # a browser that goes away does not cancel the others' build
 
+    async def sample(self) -> Sample:
+        """What the history keeps of the fleet now: from a browser's build under way or still
+        fresh, else from a build of its own that no browser is served (a page's first load is as
+        fresh as ever)."""
+        if self._building is not None:
+            return (await asyncio.shield(self._building)).sample
+        built = self._built
+        if built is not None and self._clock() - built.at < self._ttl:
+            return built.sample
+        return history_sample(await fleet_document(self._api))
+
     async def _build(self) -> _Built:
         try:
-            body = await build_fleet(self._api)
+            doc = await fleet_document(self._api)
+            body = orjson.dumps(doc)
             gzipped = await asyncio.to_thread(gzip.compress, body, 1) if len(body) >= _GZIP_MIN_BYTES else None
             self.builds += 1
-            self._built = _Built(self._clock(), body, gzipped)
+            self._built = _Built(self._clock(), body, gzipped, history_sample(doc))
             return self._built
         finally:
             self._building = None
@@ -350,11 +375,23 @@ def _string(value: Any) -> str:
 
 
 def add_routes(app: web.Application, api: SchedulerApi, prefix: str, verb: VerbHandler) -> FleetCache:
-    """GET {prefix}/ -> {prefix}/ui, GET {prefix}/ui, GET {prefix}/ui/fleet.json, POST {prefix}/ui/explain.
-    `verb(name, respond)`: http_api's handler of a POST verb (body bounds, refusals, metrics)."""
+    """GET {prefix}/ -> {prefix}/ui, GET {prefix}/ui, GET {prefix}/ui/fleet.json,
+    GET {prefix}/ui/history.json, POST {prefix}/ui/explain; the history's sampler runs while the
+    app does. `verb(name, respond)`: http_api's handler of a POST verb (body bounds, refusals, metrics)."""
     settings = api.settings
     page = page_html(prefix).encode()
     cache = FleetCache(api)
+
+    sampler = app[HISTORY] = HistorySampler(FleetHistory(), cache.sample)
+
+    async def sampling(_: web.Application) -> AsyncIterator[None]:
+        task = asyncio.create_task(sampler.run(), name="fleet history")
+        yield
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    app.cleanup_ctx.append(sampling)
     max_nodes = settings.max_body_bytes // BYTES_PER_CONTAINER
     parsing = asyncio.Lock()  # one YAML parse at a time: a queue of pasted megabytes never takes every core
 
@@ -372,6 +409,14 @@ def add_routes(app: web.Application, api: SchedulerApi, prefix: str, verb: VerbH
             return web.Response(body=built.gzipped, content_type="application/json", headers=headers)
         return web.Response(body=built.body, content_type="application/json", headers=headers)
 
+    async def history_json(request: web.Request) -> web.Response:
+        body = orjson.dumps(sampler.document())
+        headers = {"Cache-Control": "no-store", "X-Content-Type-Options": "nosniff", "Vary": "Accept-Encoding"}
+        if len(body) >= _GZIP_MIN_BYTES and "gzip" in request.headers.get("Accept-Encoding", ""):
+            headers["Content-Encoding"] = "gzip"
+            body = gzip.compress(body, 1)  # 1,440 points: ~50 KB, well under a millisecond
+        return web.Response(body=body, content_type="application/json", headers=headers)
+
     async def explain(body: bytes) -> dict[str, Any]:
         async with parsing:
             document = await asyncio.to_thread(load_one_object, body, max_nodes)
@@ -383,5 +428,6 @@ def add_routes(app: web.Application, api: SchedulerApi, prefix: str, verb: VerbH
     app.router.add_get(f"{prefix}/", root)
     app.router.add_get(f"{prefix}/ui", ui)
     app.router.add_get(f"{prefix}/ui/fleet.json", fleet_json)
+    app.router.add_get(f"{prefix}/ui/history.json", history_json)
     app.router.add_post(f"{prefix}/ui/explain", verb("ui_explain", explain))
     return cache

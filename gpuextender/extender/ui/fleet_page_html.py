@@ -5,7 +5,8 @@ that allows exactly this script and style (by their hashes) and requests to the
 extender itself.
 
 The script fetches `ui/fleet.json` every few seconds and updates the rows in place
-(no reload), and posts the form's YAML to `ui/explain`. Everything from the server is
+(no reload), `ui/history.json` every 30 s for the chart of the last 24 hours (SVG drawn by the
+script), and posts the form's YAML to `ui/explain`. Everything from the server is
 put into the page as text (textContent, attributes), never parsed as HTML.
 """
 
@@ -55,6 +56,18 @@ th, td { border: 1px solid #ddd; padding: 2px 6px; text-align: left; vertical-al
 th { background: #f4f4f4; } td.num { text-align: right; font-variant-numeric: tabular-nums; }
 tr.fail td.result { color: #a33; } tr.pass td.result { color: #2e7d32; font-weight: 600; }
 section.fleet { margin-bottom: 1rem; }
+#history-chart { display: block; width: 100%; max-width: 60rem; height: auto; } #history-chart.empty { display: none; }
+#history-chart .h-line { fill: none; stroke-width: 2; stroke-linecap: round; stroke-linejoin: round; }
+/* Each series by dash as well as colour; a lone point (a minute between two gaps) is a round dot. */
+#history-chart .h-free-idle { stroke: var(--free-idle); }
+#history-chart .h-allocated-idle { stroke: var(--allocated-idle); stroke-dasharray: 8 3; }
+#history-chart .h-unhealthy { stroke: var(--unhealthy); stroke-dasharray: 2 3; }
+#history-chart .h-waiting { stroke: #222; stroke-dasharray: 10 3 2 3; }
+#history-chart .h-axis { stroke: #bbb; stroke-width: 1; }
+#history-chart .h-label { font-size: 11px; fill: #666; }
+.h-key { display: inline-block; width: 22px; height: 0; border-top: 3px solid; vertical-align: middle; }
+.h-key.h-free-idle { border-color: var(--free-idle); } .h-key.h-allocated-idle { border-color: var(--allocated-idle); border-top-style: dashed; }
+.h-key.h-unhealthy { border-color: var(--unhealthy); border-top-style: dotted; } .h-key.h-waiting { border-color: #222; border-top-style: dashed; }
 """
 
 SCRIPT = r"""
@@ -62,6 +75,7 @@ SCRIPT = r"""
 const BASE = document.documentElement.dataset.base || "";
 const REFRESH_MS = 3000;
 const DENSE_FROM = 200;  // nodes: from here the page opens dense (one 7-px square per GPU)
+const HISTORY_MS = 30000;  // the history gains a point a minute
 const $ = (id) => document.getElementById(id);
 function el(tag, cls, text) {
   const e = document.createElement(tag);
@@ -281,6 +295,83 @@ async function refresh() {
   }
 }
 
+// The last 24 hours (ui/history.json): one point a minute, a line per series. A minute without a
+// point (not sampled) or with a null (no GPU had data) breaks the line: a gap, never a zero.
+const HISTORY_SERIES = [["free-idle", "free-idle GPUs"], ["allocated-idle", "allocated-idle GPUs"],
+  ["unhealthy", "unhealthy GPUs"], ["waiting", "pods waiting for GPUs"]];
+const H = { w: 760, h: 190, left: 44, right: 12, top: 10, bottom: 24 };
+function svgEl(tag, attrs, text) {
+  const e = document.createElementNS($("history-chart").namespaceURI, tag);
+  Object.entries(attrs || {}).forEach(([k, v]) => e.setAttribute(k, String(v)));
+  if (text !== undefined) e.textContent = String(text);
+  return e;
+}
+function clock(t) { return new Date(t * 1000).toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" }); }
+
+function renderHistory(h) {
+  const chart = $("history-chart"), points = h.points, step = h.stepSeconds;
+  chart.dataset.points = points.length;
+  $("history-head").textContent = "The last 24 hours (" + points.length + " minute(s) of " + h.maxPoints + ")";
+  if (!points.length) {
+    chart.replaceChildren(); chart.classList.add("empty"); $("history-legend").replaceChildren();
+    $("history-note").textContent = "No history yet: the extender records the fleet once a minute.";
+    return;
+  }
+  chart.classList.remove("empty");
+  $("history-note").textContent = "One point a minute. A gap: the extender had no data that minute (not running, or no GPU reporting); never drawn as zero.";
+  const t0 = points[0][0], t1 = Math.max(points[points.length - 1][0], t0 + step);
+  let top = 1;
+  points.forEach((p) => { for (let k = 1; k < p.length; k++) if (p[k] !== null && p[k] > top) top = p[k]; });
+  const x = (t) => H.left + (t - t0) / (t1 - t0) * (H.w - H.left - H.right);
+  const y = (v) => H.h - H.bottom - v / top * (H.h - H.top - H.bottom);
+  const kids = [svgEl("line", { class: "h-axis", x1: H.left, x2: H.w - H.right, y1: y(0), y2: y(0) }),
+    svgEl("line", { class: "h-axis", x1: H.left, x2: H.left, y1: H.top, y2: y(0) }),
+    svgEl("text", { class: "h-label", x: H.left - 4, y: y(0) + 4, "text-anchor": "end" }, 0),
+    svgEl("text", { class: "h-label", x: H.left - 4, y: y(top) + 4, "text-anchor": "end" }, top)];
+  const ticks = 5;
+  for (let i = 0; i < ticks; i++) {
+    const t = t0 + Math.round((t1 - t0) * i / (ticks - 1) / step) * step;
+    const label = svgEl("text", { class: "h-label h-tick", x: x(t), y: H.h - 6, "text-anchor": i === 0 ? "start" : i === ticks - 1 ? "end" : "middle" }, clock(t));
+    label.dataset.time = t;
+    kids.push(label);
+  }
+  const legend = [];
+  HISTORY_SERIES.forEach(([name, text], i) => {
+    const segments = [];
+    let prev = null, latest = null;
+    points.forEach((p) => {
+      const v = p[i + 1];
+      if (v === null) { prev = null; return; }
+      if (prev === null || p[0] - prev > step) segments.push([]);
+      segments[segments.length - 1].push(x(p[0]).toFixed(1) + " " + y(v).toFixed(1));
+      prev = p[0]; latest = v;
+    });
+    // "M a L b L c" per run of minutes; a lone point "M a h0", which its round cap draws as a dot.
+    const d = segments.map((run) => "M" + run.join(" L") + (run.length === 1 ? " h0" : "")).join(" ");
+    const path = svgEl("path", { class: "h-line h-" + name, d: d });
+    path.dataset.series = name;
+    path.append(svgEl("title", {}, text + (latest === null ? "" : ", latest " + latest)));
+    kids.push(path);
+    const key = el("span"); key.dataset.series = name;
+    key.append(el("i", "h-key h-" + name), el("span", null, text + (latest === null ? " (no data)" : ": " + latest)));
+    legend.push(key);
+  });
+  chart.replaceChildren(...kids);
+  $("history-legend").replaceChildren(...legend);
+}
+
+async function refreshHistory() {
+  try {
+    const r = await fetch(BASE + "/ui/history.json", { cache: "no-store" });
+    if (!r.ok) throw new Error("HTTP " + r.status);
+    renderHistory(await r.json());
+  } catch (err) {
+    $("history-note").textContent = "cannot refresh the history (" + err.message + ")";
+  } finally {
+    setTimeout(refreshHistory, HISTORY_MS);
+  }
+}
+
 function td(tr, text, cls) { const c = el("td", cls, text === null || text === undefined ? "" : text); tr.append(c); return c; }
 
 function renderExplain(answer) {
@@ -335,6 +426,7 @@ $("ask").addEventListener("submit", async (e) => {
 });
 
 refresh();
+refreshHistory();
 """
 
 # {base} (the escaped path prefix) is filled in by fleet_page.page_html(); the rest is literal.
@@ -354,6 +446,10 @@ AcceleratorClass. Hover a GPU for its readings. <span id="status">loading…</sp
 <div class="legend" id="legend" aria-label="legend"></div>
 <h2 id="waiting-head">Pods waiting for GPUs</h2>
 <div id="waiting"></div>
+<h2 id="history-head">The last 24 hours</h2>
+<div class="legend" id="history-legend" aria-label="history legend"></div>
+<svg id="history-chart" class="empty" viewBox="0 0 760 190" role="img" aria-label="free-idle, allocated-idle and unhealthy GPUs and pods waiting, a point a minute over the last 24 hours"></svg>
+<p class="muted" id="history-note">loading…</p>
 <h2 id="domains-head">Domains</h2>
 <div id="domains"></div>
 <h2 id="totals-head">All nodes</h2>

@@ -20,6 +20,9 @@ A cell is [index, state, utilization %, memory used %] and, for a GPU that is un
 degraded, why ("xid-79", "gpu-is-lost", "dra-device-taint": a fifth element), and for a GPU a pod
 holds, the pod's namespace (a sixth; the fifth then null where there is no why).
 
+The fleet history (state/fleet_history.py) keeps of each document its totals of free-idle,
+allocated-idle and unhealthy GPUs and its number of waiting pods (`history_sample`).
+
 A node whose GPUs come through DRA is shown as the decision counts it: a GPU whose DRA device a
 ResourceClaim holds is allocated even before its pod runs (the agent reads it free), one whose device
 a NoSchedule/NoExecute taint blocks is unhealthy, one a None-effect taint marks degraded; the row's
@@ -46,6 +49,7 @@ from gpuextender.extender.model.dra import DeviceRef
 from gpuextender.extender.model.gpu_facts import GpuFacts
 from gpuextender.extender.state.device_taints import BUSY_KEY
 from gpuextender.extender.state.dra_inventory import NodeDevices
+from gpuextender.extender.state.fleet_history import Sample
 from gpuextender.extender.state.freshness import data_age, is_fresh
 from gpuextender.extender.state.gpu_summary import (
     GPU_ALLOCATED_BUSY,
@@ -329,6 +333,18 @@ def waiting_row(w: Waiting, now: float) -> dict[str, Any]:
         "verdict": w.verdict,
         "reasons": [{"code": code, "sentence": sentence, "nodes": n} for code, sentence, n in w.reasons],
     }
+
+
+def history_sample(doc: Mapping[str, Any]) -> Sample:
+    """What the fleet history keeps of one document: the page's own totals (free-idle,
+    allocated-idle, unhealthy GPUs) and the number of pods its waiting panel lists. When no GPU
+    has data (every GPU unknown, or no GPU node yet) the GPU counts are unknown (None), not 0."""
+    totals = doc["totals"]
+    counts = totals["counts"]
+    waiting = len(doc["waiting"])
+    if totals["gpus"] - counts["unknown"] <= 0:
+        return Sample(None, None, None, waiting)
+    return Sample(counts["free-idle"], counts["allocated-idle"], counts["unhealthy"], waiting)
 
 
 def _group(name: str | None) -> dict[str, Any]:

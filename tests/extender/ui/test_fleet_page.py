@@ -182,7 +182,7 @@ def test_an_unhealthy_gpu_says_why_on_the_page() -> None:
 
 def test_the_page_can_be_turned_off() -> None:
     async def check(client: TestClient[Any, Any]) -> None:
-        for path in ("/", "/ui", "/ui/fleet.json"):
+        for path in ("/", "/ui", "/ui/fleet.json", "/ui/history.json"):
             assert (await client.get(path)).status == 404, path
         assert (await client.post("/ui/explain", data=POD)).status in (404, 405)
         assert (await client.get("/healthz")).status == 200

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -14,13 +15,14 @@ from gpuextender.extender.model.gpu_facts import GpuFacts
 from gpuextender.extender.settings import DecisionPolicy
 from gpuextender.extender.state.claim_ledger import RESOURCE_CLAIM_KIND, ClaimLedger
 from gpuextender.extender.state.dra_inventory import build_dra
+from gpuextender.extender.state.fleet_history import Sample
 from gpuextender.extender.state.gpu_summary import (
     ALLOCATION_BEFORE_0_2,
     ALLOCATION_FROM_KUBELET,
     NodeSummary,
     summarize,
 )
-from gpuextender.extender.ui.fleet_view import STATES, FleetInputs, build, gpu_nodes, node_row
+from gpuextender.extender.ui.fleet_view import STATES, FleetInputs, build, gpu_nodes, history_sample, node_row
 from gpuextender.v1 import gpu_state_pb2 as pb
 from tests.extender.builders import GIB, gpu, report
 from tests.extender.dra_objects import allocated_claim, device_class, gpu_slice
@@ -276,3 +278,17 @@ def test_domains_count_free_idle_gpus_and_the_groups_held_there() -> None:
             {"domain": "b", "nodes": 1, "gpus": 3, "freeIdleGpus": 3, "groupsHeld": []},
         ],
     }
+
+
+def _doc(gpus: int, **counts: int) -> dict[str, Any]:
+    return {"totals": {"gpus": gpus, "counts": {**dict.fromkeys(STATES, 0), **counts}}, "waiting": [{}, {}]}
+
+
+def test_the_history_keeps_the_pages_totals_and_no_gpu_count_without_data() -> None:
+    """history_sample: the page's own counts; GPU counts only when at least one GPU has data."""
+    assert history_sample(_doc(0)) == Sample(None, None, None, 2)  # no GPU node: unknown, not 0 idle
+    assert history_sample(_doc(4, unknown=4)) == Sample(None, None, None, 2)  # every GPU unknown
+    one_known = _doc(4, unknown=3, **{"free-idle": 1})
+    assert history_sample(one_known) == Sample(1, 0, 0, 2)
+    counted = _doc(9, unknown=1, unhealthy=2, **{"free-idle": 3, "allocated-idle": 2, "holder-unknown-idle": 1})
+    assert history_sample(counted) == Sample(3, 2, 2, 2)
