@@ -138,8 +138,12 @@ def test_the_fleet_page_shows_live_gpu_state_and_explains_a_pod(
 
         busy, idle, unknown = cell(browser, "gpu-a", 0), cell(browser, "gpu-a", 3), cell(browser, "gpu-silent", 0)
         assert busy["state"] == "free-busy" and busy["text"] == "95"
-        assert "free, busy" in busy["title"] and "utilization 95 %" in busy["title"] and "of 80 GiB" in busy["title"]
-        assert idle["state"] == "free-idle" and idle["text"] == "2" and "utilization 2 %" in idle["title"]
+        assert (
+            "free, busy" in busy["title"]
+            and "judged by utilization: 95 %" in busy["title"]
+            and "of 80 GiB" in busy["title"]
+        )
+        assert idle["state"] == "free-idle" and idle["text"] == "2" and "judged by utilization: 2 %" in idle["title"]
         assert unknown["state"] == "unknown" and unknown["text"] == "?" and "no report" in unknown["title"]
         # Issue 26: a GPU whose holder its agent cannot read is never painted as free.
         unread = wait_for("gpu-b's cells", lambda: cell(browser, "gpu-b", 0))
@@ -262,3 +266,51 @@ def test_the_page_searches_filters_to_problems_says_why_and_lists_waiting_pods(t
             "const r = document.querySelector('#fleet .cell').getBoundingClientRect(); return [r.width, r.height];"
         )
         assert size == [7, 7]
+
+
+def test_each_gpu_cell_says_which_reading_judged_it(tmp_path: Path, browser: Any) -> None:
+    """A GPM node (one spinning GPU, one running matrix products: the H100 measurements) beside a
+    node whose agent reads no GPM: the cells show the reading that judged them, and say so."""
+    from tests.e2e.test_gpm_end_to_end import NO_GPM_NODE, NODE
+    from tests.e2e.test_gpm_end_to_end import write_inventory as gpm_inventory
+    from tests.e2e.test_gpm_end_to_end import write_scenario as gpm_scenario
+
+    scenario = gpm_scenario(tmp_path / "node.yaml")
+    inventory = gpm_inventory(tmp_path / "inventory")
+    with cluster(tmp_path) as c:
+        ext = c.extender("--inventory", str(inventory))
+        c.agent(NODE, scenario, ext, extra=("--interval", "0.2"))
+        c.agent(NO_GPM_NODE, scenario, ext, extra=("--interval", "0.2", "--no-gpm"))
+        # GPM needs two samples: wait until SM activity judges the spinning GPU (idle).
+        wait_until(
+            "the SM rule on the GPM node",
+            lambda: (
+                metric(scrape(url(ext, "/metrics")), "gpu_extender_node_gpus_judged", node=NODE, rule="sm-active") == 2
+            ),
+        )
+        wait_until(
+            "the GPM-less node's report",
+            lambda: metric(scrape(url(ext, "/metrics")), "gpu_extender_node_idle_gpus", node=NO_GPM_NODE) is not None,
+        )
+        browser.get(url(ext, "/ui"))
+        spinning = wait_for("the GPM node's cells", lambda: _judged_cell(browser, NODE, 0))
+        matmul, plain = _judged_cell(browser, NODE, 1), _judged_cell(browser, NO_GPM_NODE, 0)
+        assert (spinning["rule"], spinning["text"], spinning["state"]) == ("sm-active", "1", "holder-unknown-idle")
+        assert "judged by SM activity: 0.75 % of SMs busy (utilization 100 %, not used)" in spinning["title"]
+        assert (matmul["rule"], matmul["text"], matmul["state"]) == ("sm-active", "97", "holder-unknown-busy")
+        assert (plain["rule"], plain["text"], plain["state"]) == ("utilization", "100", "holder-unknown-busy")
+        assert "judged by utilization: 100 %" in plain["title"]
+        rule = browser.execute_script("return document.getElementById('rule').textContent")
+        assert rule.startswith("idle = SM activity < 10 % where the GPU reports it (the cell shows it), else ")
+
+
+def _judged_cell(driver: Any, node: str, gpu: int) -> dict[str, str] | None:
+    found: dict[str, str] | None = driver.execute_script(
+        """
+        const c = document.querySelector(`#fleet .node[data-node="${arguments[0]}"] .cell[data-gpu="${arguments[1]}"]`);
+        return c && {state: c.dataset.state, rule: c.dataset.rule, text: c.textContent, title: c.title};
+    """,
+        node,
+        gpu,
+    )
+    return found

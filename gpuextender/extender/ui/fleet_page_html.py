@@ -101,12 +101,18 @@ function countsLine(target, counts) {
 }
 
 function cellTitle(row, cell) {
-  const [index, code, util, mem, why, heldBy] = cell;
+  const [index, code, util, mem, why, heldBy, sm] = cell;
   const parts = [row.node + " GPU " + index, stateText[code] || states[code]];
   if (why) parts.push("why: " + why);
   if (heldBy) parts.push("held by a pod of " + heldBy);
   if (row.data === "fresh") {
-    parts.push("utilization " + (util === null ? "not reported" : util + " %"));
+    if (sm !== undefined && sm !== null) {
+      parts.push("judged by SM activity: " + sm + " % of SMs busy (utilization " + (util === null ? "not reported" : util + " %") + ", not used)");
+    } else if (states[code] !== "unhealthy") {
+      parts.push("judged by utilization: " + (util === null ? "not reported" : util + " %"));
+    } else {
+      parts.push("utilization " + (util === null ? "not reported" : util + " %"));
+    }
     if (mem === null) parts.push("memory not reported");
     else if (row.gpuMemoryGiB) parts.push("memory " + mem + " % of " + row.gpuMemoryGiB + " GiB (" + (row.gpuMemoryGiB * mem / 100).toFixed(1) + " GiB used)");
     else parts.push("memory " + mem + " %");
@@ -128,9 +134,12 @@ function buildRow(row) {
   const cells = el("span", "cells");
   row.gpus.forEach((cell) => {
     const s = states[cell[1]];
-    const text = s === "unhealthy" ? "✕" : row.data === "fresh" && cell[2] !== null ? cell[2] : (s === "unknown" ? "?" : "–");
+    const bySm = row.data === "fresh" && cell[6] !== undefined && cell[6] !== null;
+    const shown = bySm ? Math.round(cell[6]) : cell[2];  // the reading that judged it
+    const text = s === "unhealthy" ? "✕" : row.data === "fresh" && shown !== null ? shown : (s === "unknown" ? "?" : "–");
     const c = el("span", "cell s-" + s, text);
     c.dataset.gpu = cell[0]; c.dataset.state = s; c.title = cellTitle(row, cell);
+    if (row.data === "fresh" && s !== "unhealthy") c.dataset.rule = bySm ? "sm-active" : "utilization";
     c.setAttribute("aria-label", c.title);
     cells.append(c);
   });
@@ -161,7 +170,9 @@ function render(doc) {
       $("legend").append(span);
     });
   }
-  $("rule").textContent = "idle = utilization < " + doc.idleRule.maxUtilizationPercent + " % and memory used < " +
+  const sm = doc.idleRule.maxSmActivePercent;
+  $("rule").textContent = "idle = " + (sm === null ? "" : "SM activity < " + sm + " % where the GPU reports it (the cell shows it), else ") +
+    "utilization < " + doc.idleRule.maxUtilizationPercent + " %, and memory used < " +
     doc.idleRule.maxMemoryUsedPercent + " %; data older than " + doc.staleAfterSeconds + " s is stale (unknown).";
   const t = doc.totals;
   $("totals-head").textContent = t.nodes + " GPU node(s), " + t.gpus + " GPU(s)";

@@ -133,7 +133,9 @@ def gpu_nodes(allocatable: Mapping[str, int], agent_nodes: Iterable[str], dra_no
 
 
 def node_row(name: str, inputs: FleetInputs) -> dict[str, Any]:
-    """One node: its data state and one cell per GPU, [index, state, utilization %, memory used %]."""
+    """One node: its data state and one cell per GPU, [index, state, utilization %, memory used %],
+    then, where known, why it is unhealthy or degraded, who holds it, and the SM activity % that
+    judged it (else utilization did)."""
     summary = inputs.summary(name)
     devices = inputs.dra_devices(name)
     allocatable = inputs.allocatable.get(name, 0) or len(devices)
@@ -165,6 +167,12 @@ def node_row(name: str, inputs: FleetInputs) -> dict[str, Any]:
                     cell = row["gpus"][position]
                     cell.extend([None] * (5 - len(cell)))
                     cell.append(namespaces)
+            # Seventh element: the SM activity that judged it instead of its utilization (idle_rule.py).
+            for position, sm in enumerate(summary.sm_active):
+                if sm is not None and position < len(row["gpus"]):
+                    cell = row["gpus"][position]
+                    cell.extend([None] * (6 - len(cell)))
+                    cell.append(round(sm, 2))
             if not summary.gpus and summary.node_error:  # NVML gave no GPU at all
                 row["gpus"] = [[i, GPU_UNHEALTHY, None, None] for i in range(allocatable)]
         _describe(row, summary)

@@ -146,6 +146,21 @@ def test_gpus_whose_holders_the_agent_cannot_read_are_drawn_apart_from_free_ones
     assert known["allocation"] == ALLOCATION_FROM_KUBELET and unknown["allocation"] == ALLOCATION_BEFORE_0_2
 
 
+def test_a_cell_judged_by_sm_activity_carries_it_as_its_seventh_element() -> None:
+    spinning, plain = gpu(0, 100, 1), gpu(1, 100, 1)
+    spinning.gpm.sm_active_percent = 0.754
+    r = report("n", [spinning, plain])
+    r.allocation_source = pb.ALLOCATION_KUBELET
+    spinning, plain = r.gpus
+    plain.holders.add(namespace="team-a", pod="p", container="c", device_id=plain.uuid)
+    row = node_row("n", inputs({"n": summarize(r, RULE, NOW)}))
+    # GPU 0 idle by SM activity (the seventh element); GPU 1 without GPM busy by its utilization.
+    assert row["gpus"] == [
+        [0, STATES.index("free-idle"), 100, 1.0, None, None, 0.75],
+        [1, STATES.index("allocated-busy"), 100, 1.0, None, "team-a"],
+    ]
+
+
 def test_data_at_the_stale_bound_is_fresh_and_past_it_unknown() -> None:
     at_bound = summary("a", received_at=NOW - STALE_AFTER)
     past = summary("b", received_at=NOW - STALE_AFTER - 0.001)
