@@ -141,6 +141,9 @@ def test_the_chart_draws_each_sampled_minute_and_a_gap_where_there_was_none(
         assert status == 200 and answer["NodeNames"] == [], answer
         sampled(ext, wall_file, minute[0], [None, None, None, 1])  # the same minute's point, replaced
         # gpu-a reports: GPU 0 and 2 free and idle, 1 held by vllm-0 and idle, 3 lost (XID 79).
+        # The clock leaves minute 0 first: a sample taken there once the agent reported would
+        # replace its point (the sampler runs every 0.1 s).
+        set_wall(wall_file, minute[1] + 20.0)
         c.spawn(
             "kubelet-gpu-a",
             "gpuextender.agent.fakes.kubelet",
