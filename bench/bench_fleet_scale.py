@@ -133,6 +133,8 @@ GOAL_P99_RATIO = 1.2  # loaded / quiet
 GOAL_APPLY_PER_CORE = 50_000.0
 EXTENDER_METHOD = bi.METHOD
 FLOOR_METHOD = "/floor/Stream"  # bench_grpc_floor's generic handler
+# The loaded modes, in the order measured: "light" is "gated" with 0.6 agents (heartbeats light).
+MODES = ("gated", "light", "paced")
 FLOORS = ("floor", "floor-xopts")  # bench_grpc_floor's server; its handler with the extender's gRPC options
 SERVERS = (*FLOORS, "extender")
 OPEN_CONCURRENCY = 128  # connections being set up at a time, per load process
@@ -344,13 +346,14 @@ class FleetLoadWorker(bi.LoadWorker):
         await all_open.wait()
         return time.perf_counter() - started
 
-    async def _send(self, call: Any, header: pb.NodeReport, body: bytes, seq: int) -> None:
+    async def _send(self, call: Any, header: pb.NodeReport, body: bytes, seq: int, repeats: int = 0) -> None:
         if self.strict:
-            await super()._send(call, header, body, seq)
+            await super()._send(call, header, body, seq, repeats)
             return
         # The floor acks every report with the same 2 bytes: any ack is "accepted".
         now = time.time()
         header.sequence = seq
+        header.heartbeat_of = repeats
         header.sample_time.seconds = int(now)
         header.sample_time.nanos = int((now - int(now)) * 1e9)
         await call.write(body + header.SerializeToString())
@@ -475,7 +478,7 @@ class LoadGroup:
 @dataclass(slots=True)
 class IngestRow:
     server: str  # "extender" or "floor"
-    mode: str  # "idle", "gated" or "paced"
+    mode: str  # "idle", "gated", "light" or "paced"
     round: int  # 0: the idle row
     nodes: int
     window_s: float
@@ -679,7 +682,7 @@ async def ingest_row(
         await set_load(load, "idle", args)  # drained: the next row measures another server alone
     target.check_alive()
     rate = m["rate"]
-    per_node = bi.gated_expected_per_node(args.change_rate, args.heartbeat, 1.0) if mode == "gated" else 1.0
+    per_node = bi.gated_expected_per_node(args.change_rate, args.heartbeat, 1.0) if mode in bi.GATED else 1.0
     row = IngestRow(
         server=target.kind,
         mode=mode,
@@ -902,7 +905,7 @@ async def measure_size(nodes: int, args: argparse.Namespace, ext_cpus: set[int] 
             size.ingest.append(idle[t.kind])
         for round_no in range(1, args.ingest_rounds + 1):
             order = targets if round_no % 2 else targets[::-1]
-            for mode in ("gated", "paced"):
+            for mode in args.modes:
                 for t in order:
                     size.ingest.append(await ingest_row(t, mode, round_no, idle[t.kind], args))
         ext = next((t for t in targets if t.kind == "extender"), None)
@@ -949,7 +952,7 @@ def summarize(size: SizeResult) -> dict[str, float]:
     s: dict[str, float] = {"nodes": size.nodes, "candidates": size.candidates}
     by = {(r.server, r.mode, r.round): r for r in size.ingest}
     rounds = sorted({r.round for r in size.ingest if r.mode != "idle"})
-    for mode in ("gated", "paced"):
+    for mode in MODES:
         ext = [by[("extender", mode, n)] for n in rounds if ("extender", mode, n) in by]
         if not ext:
             continue
@@ -1113,7 +1116,7 @@ def format_report(r: FleetScaleResult) -> str:
     for size in r.sizes:
         s = size.summary
         lines.append(f"  {size.nodes} nodes ({size.connections} connections; kube-scheduler sends {size.candidates}):")
-        for mode in ("gated", "paced"):
+        for mode in MODES:
             for kind in FLOORS:
                 key = f"{mode}_{_key(kind)}"
                 if f"{key}_ratio" not in s:
@@ -1123,7 +1126,7 @@ def format_report(r: FleetScaleResult) -> str:
                     f"{s[f'{mode}_extender_main_us_per_report']:.1f}, workers "
                     f"{s[f'{mode}_extender_workers_us_per_report']:.1f}) / {kind} {s[f'{key}_us_per_report']:.1f}"
                     f" = x{s[f'{key}_ratio']:.2f} (marginal x{s[f'{key}_marginal_ratio']:.2f}; goal <= "
-                    f"x{GOAL_INGEST_RATIO:g}{'' if mode == 'gated' else '; worst case'})"
+                    f"x{GOAL_INGEST_RATIO:g}{'' if mode in bi.GATED else '; worst case'})"
                 )
         if "extender_rss_open_mib" in s:
             floors = ", ".join(f"{k} {s[f'{_key(k)}_bytes_per_node']:,.0f}" for k in FLOORS if k in size.memory)
@@ -1171,6 +1174,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--change-rate", type=float, default=bi.DEFAULT_CHANGE_RATE, help="gated: p per sample")
     parser.add_argument("--heartbeat", type=float, default=bi.DEFAULT_HEARTBEAT_S, help="gated: heartbeat seconds")
     parser.add_argument("--variants", type=int, default=bi.DEFAULT_VARIANTS, help="versions of each report")
+    parser.add_argument(
+        "--modes",
+        type=lambda text: tuple(m for m in text.split(",") if m),
+        default=MODES,
+        help=f"loaded modes measured, comma-separated, of {','.join(MODES)} (default all): gated = agents "
+        "before 0.6 (every heartbeat a full report), light = 0.6 agents (light heartbeats), paced = every "
+        "node every second",
+    )
     parser.add_argument("--rounds", type=int, help="latency rounds (default 2; --quick 1; 0: none)")
     parser.add_argument(
         "--ingest-rounds", type=int, help="ingest rounds, gated and paced per server (default 2; --quick 1)"
@@ -1206,6 +1217,8 @@ def main(argv: list[str] | None = None) -> int:
     args.servers = [x for x in (args.servers or default_servers).split(",") if x]
     if not args.servers or set(args.servers) - set(SERVERS):
         parser.error(f"--servers: a comma-separated choice of {','.join(SERVERS)}")
+    if not args.modes or set(args.modes) - set(MODES):
+        parser.error(f"--modes: a comma-separated choice of {','.join(MODES)}")
     args.sizes = (
         [int(x) for x in args.sizes.split(",")] if args.sizes else list(QUICK_SIZES if args.quick else DEFAULT_SIZES)
     )

@@ -93,6 +93,7 @@ from typing import Any
 import aiohttp
 import grpc
 
+from gpuextender.agent.report.light import light_heartbeat
 from gpuextender.v1 import gpu_state_pb2 as pb
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -129,6 +130,9 @@ GOAL_RSS_MIB = 150.0
 # (min(--heartbeat 3, --stale-after 10 / 3)).
 DEFAULT_CHANGE_RATE = 0.02
 DEFAULT_HEARTBEAT_S = 3.0
+# The load modes timed by the report gate: "gated" sends every heartbeat as a full report (agents
+# before 0.6), "light" as a light heartbeat (contract 0.6) on a stream whose last full was accepted.
+GATED = ("gated", "light")
 HIGH_CHANGE_RATE = 0.10  # a busy fleet: every node changes something every ~10 s
 
 
@@ -196,6 +200,9 @@ class LoadWorker:
         self.fleet = bx.make_fleet(nodes)
         rng = random.Random(f"{bx.SEED}-ingest")
         self.variants = [report_variants(n, variants, rng) for n in self.fleet]
+        # Each variant's light heartbeat (contract 0.6) without its sequence, sample time and
+        # heartbeat_of: the "light" mode sends these for heartbeats, as a 0.6 agent does.
+        self.light_variants = [[light_body(v) for v in vs] for vs in self.variants]
         self.channel_count = channels
         self.mode = "idle"
         self.vary = False
@@ -265,9 +272,9 @@ class LoadWorker:
         loop = asyncio.get_running_loop()
         variants = self.variants[i]
         offset = i / len(self.fleet)  # of the interval: slots spread evenly
-        header = pb.NodeReport()
+        header, light_header = pb.NodeReport(), pb.NodeReport()
         rng = random.Random(f"{bx.SEED}-gated-{i}")
-        seq = 0
+        seq = base = 0
         call = None
         is_open = False
         try:
@@ -275,6 +282,7 @@ class LoadWorker:
                 call = method()
                 seq = 1
                 await self._send(call, header, variants[0], seq)
+                base = seq
             is_open = True
             self.opened += 1
             if self.opened == len(self.fleet):
@@ -283,17 +291,18 @@ class LoadWorker:
             last_mode = ""
             while True:
                 mode = self.mode
-                if mode != "gated":
+                if mode not in GATED:
                     last_mode = mode
                 if mode == "idle":
                     next_t = None
                     await self.wake.wait()
                     continue
-                if mode == "gated":
+                beat = False
+                if mode in GATED:
                     next_t = None
-                    await self._wait_gated(rng, offset, first=last_mode != "gated")
+                    beat = await self._wait_gated(rng, offset, first=last_mode not in GATED)
                     last_mode = mode
-                    if self.mode != "gated":
+                    if self.mode != mode:
                         continue
                 elif mode == "paced":
                     interval = self.interval
@@ -314,8 +323,12 @@ class LoadWorker:
                 else:
                     next_t = None
                 seq += 1
-                body = variants[seq % len(variants)] if self.vary else variants[0]
-                await self._send(call, header, body, seq)
+                at = seq % len(variants) if self.vary else 0
+                if beat and mode == "light" and base:
+                    await self._send(call, light_header, self.light_variants[i][at], seq, base)
+                else:
+                    await self._send(call, header, variants[at], seq)
+                    base = seq  # the stream's last full report (every report is accepted: checked)
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a stream that broke: count it, say why once
@@ -330,12 +343,13 @@ class LoadWorker:
             if call is not None:
                 call.cancel()
 
-    async def _wait_gated(self, rng: random.Random, offset: float, first: bool) -> None:
+    async def _wait_gated(self, rng: random.Random, offset: float, first: bool) -> bool:
         """Until this agent's next report: its next 1 s sample that brings a change (each does
         with probability change_rate), or its heartbeat, whichever is first. Samples fall on
         this stream's phase of the interval, and (`first`, when the load turns gated) its first
         heartbeat on a random sample of the heartbeat period, so the fleet's reports are spread
-        evenly, as agents started at different times are, not in a burst every heartbeat."""
+        evenly, as agents started at different times are, not in a burst every heartbeat. True
+        when it is the heartbeat (nothing changed)."""
         loop = asyncio.get_running_loop()
         interval, p, heartbeat = self.interval, self.change_rate, self.heartbeat
         now = loop.time()
@@ -349,10 +363,12 @@ class LoadWorker:
         if first:
             beat_t = self.epoch + (last + offset + rng.randint(1, max(1, round(heartbeat / interval)))) * interval
         await asyncio.sleep(max(0.0, min(change_t, beat_t) - now))
+        return beat_t < change_t
 
-    async def _send(self, call: Any, header: pb.NodeReport, body: bytes, seq: int) -> None:
+    async def _send(self, call: Any, header: pb.NodeReport, body: bytes, seq: int, repeats: int = 0) -> None:
         now = time.time()
         header.sequence = seq
+        header.heartbeat_of = repeats
         header.sample_time.seconds = int(now)
         header.sample_time.nanos = int((now - int(now)) * 1e9)
         await call.write(body + header.SerializeToString())
@@ -413,6 +429,11 @@ async def worker_main(args: argparse.Namespace) -> int:
 
 
 # -- the parent: driving the worker ----------------------------------------------------
+
+
+def light_body(variant: bytes) -> bytes:
+    """A report variant's light heartbeat, less what each send adds (agent: report/light.py)."""
+    return light_heartbeat(pb.NodeReport.FromString(variant), 0).SerializeToString()
 
 
 class WorkerProcess:

@@ -38,20 +38,30 @@ def sm_active_of(gpm: pb.GpmReadings, has_gpm: bool) -> float | None:
     return gpm.sm_active_percent if has_gpm and gpm.HasField("sm_active_percent") else None
 
 
+def readings_busy(
+    utilization: float | None, memory_percent: float | None, sm_active: float | None, rule: IdleRule
+) -> bool:
+    """The rule on a healthy GPU's readings (None: not given): busy by SM activity where the rule
+    and the GPU have it, else by utilization; busy by memory either way."""
+    max_sm = rule.max_sm_active_percent
+    if max_sm is not None and sm_active is not None:
+        if sm_active >= max_sm:
+            return True
+    elif utilization is not None and utilization >= rule.max_utilization_percent:
+        return True
+    return memory_percent is not None and memory_percent >= rule.max_memory_used_percent
+
+
 def gpu_is_idle(gpu: pb.GpuSample, rule: IdleRule) -> bool:
     if not gpu.healthy:
         return False
-    max_sm = rule.max_sm_active_percent
-    sm_active = sm_active_of(gpu.gpm, gpu.HasField("gpm")) if max_sm is not None else None
-    if max_sm is not None and sm_active is not None:
-        if sm_active >= max_sm:
-            return False
-    elif gpu.HasField("utilization_gpu_percent") and gpu.utilization_gpu_percent >= rule.max_utilization_percent:
-        return False
+    sm_active = sm_active_of(gpu.gpm, gpu.HasField("gpm")) if rule.max_sm_active_percent is not None else None
+    utilization = gpu.utilization_gpu_percent if gpu.HasField("utilization_gpu_percent") else None
     if gpu.HasField("memory_used_bytes") and gpu.HasField("memory_total_bytes") and gpu.memory_total_bytes > 0:
-        if 100.0 * gpu.memory_used_bytes / gpu.memory_total_bytes >= rule.max_memory_used_percent:
-            return False
-    return True
+        memory_percent: float | None = 100.0 * gpu.memory_used_bytes / gpu.memory_total_bytes
+    else:
+        memory_percent = None
+    return not readings_busy(utilization, memory_percent, sm_active, rule)
 
 
 def mig_instance_is_idle(instance: pb.MigInstance, rule: IdleRule) -> bool:

@@ -32,6 +32,7 @@ import os
 import socket
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from prometheus_client import disable_created_metrics, generate_latest
 
@@ -47,8 +48,9 @@ from gpuextender.extender.model.gpu_facts import GpuFacts
 from gpuextender.extender.observe.ingest_metrics import IngestMetrics
 from gpuextender.extender.settings import ExtenderConfig
 from gpuextender.extender.state.facts_reader import POOL_SIZE, FactsReader
-from gpuextender.extender.state.gpu_summary import summarize
-from gpuextender.extender.state.summary_codec import encode_facts, encode_summary
+from gpuextender.extender.state.gpu_summary import NodeSummary, summarize
+from gpuextender.extender.state.summary_codec import FIELD_INDEX, encode_facts, encode_values, summary_values
+from gpuextender.extender.state.summary_refresh import refreshed_fields
 from gpuextender.v1 import gpu_state_pb2 as pb
 
 log = logging.getLogger("gpu_extender.ingest")
@@ -75,6 +77,9 @@ class RelayStore:
         self._facts = FactsReader()
         self._encoded_facts: dict[tuple[GpuFacts, ...], bytes] = {}
         self._held: set[str] = set()
+        # Per node, its last full report's (sequence, summary, its fields as encoded, facts, encoded
+        # facts): what a light heartbeat repeats.
+        self._bases: dict[str, tuple[int, NodeSummary, list[Any], tuple[GpuFacts, ...], bytes]] = {}
         self._batch: dict[str, bytes] = {}
         self._size = 0
         self.full = asyncio.Event()  # set: send now (a full batch, or the extender asked for metrics)
@@ -92,7 +97,30 @@ class RelayStore:
             if len(self._encoded_facts) >= POOL_SIZE:
                 self._encoded_facts.clear()
             encoded = self._encoded_facts[facts] = encode_facts(facts)
-        entry = frames.summary_entry(encode_summary(summarize(report, self.rule, received_at)), encoded)
+        summary = summarize(report, self.rule, received_at)
+        values = summary_values(summary)
+        self._bases[node] = (report.sequence, summary, values, facts, encoded)
+        self._queue(node, frames.summary_entry(encode_values(values), encoded))
+        return True
+
+    def refresh(self, heartbeat: pb.NodeReport, received_at: float) -> str | None:
+        """A light heartbeat: the summary of the full report it repeats, with its readings
+        (state/summary_refresh.py), relayed as any summary; else why not."""
+        node = heartbeat.node_name
+        base = self._bases.get(node)
+        if base is None or base[0] != heartbeat.heartbeat_of:
+            return f"report {heartbeat.heartbeat_of} of node {node} is not held here: send a full report"
+        _, summary, values, facts, encoded = base
+        changes = refreshed_fields(summary, facts, heartbeat, self.rule, received_at)
+        if isinstance(changes, str):
+            return changes
+        fresh = values.copy()  # the full report's fields, encoded as they were, but the readings
+        for name, value in changes.items():
+            fresh[FIELD_INDEX[name]] = value
+        self._queue(node, frames.summary_entry(encode_values(fresh), encoded))
+        return None
+
+    def _queue(self, node: str, entry: bytes) -> None:
         replaced = self._batch.pop(node, None)  # re-inserted last: frames keep arrival order
         self._size += len(entry) - (len(replaced) if replaced is not None else 0)
         self._batch[node] = entry
@@ -100,11 +128,11 @@ class RelayStore:
         self.pending.set()
         if self._size >= FLUSH_BYTES:
             self.full.set()
-        return True
 
     def forget(self, nodes: Sequence[str]) -> None:
         for node in nodes:
             self._held.discard(node)
+            self._bases.pop(node, None)
             self._facts.forget(node)
 
     def take(self) -> bytes:

@@ -61,7 +61,7 @@ PCIE_NODE: PcieRelation
 PCIE_SYSTEM: PcieRelation
 
 class NodeReport(_message.Message):
-    __slots__ = ("node_name", "sequence", "sample_time", "agent_version", "driver_version", "gpus", "node_error", "allocation_source", "allocation_problem", "topology", "sharing_labels")
+    __slots__ = ("node_name", "sequence", "sample_time", "agent_version", "driver_version", "gpus", "node_error", "allocation_source", "allocation_problem", "topology", "sharing_labels", "heartbeat_of", "heartbeat_utilization_percent", "heartbeat_memory_used_bytes", "heartbeat_sm_active_percent")
     class SharingLabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -80,6 +80,10 @@ class NodeReport(_message.Message):
     ALLOCATION_PROBLEM_FIELD_NUMBER: _ClassVar[int]
     TOPOLOGY_FIELD_NUMBER: _ClassVar[int]
     SHARING_LABELS_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_OF_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_UTILIZATION_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_MEMORY_USED_BYTES_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_SM_ACTIVE_PERCENT_FIELD_NUMBER: _ClassVar[int]
     node_name: str
     sequence: int
     sample_time: _timestamp_pb2.Timestamp
@@ -91,7 +95,11 @@ class NodeReport(_message.Message):
     allocation_problem: str
     topology: Topology
     sharing_labels: _containers.ScalarMap[str, str]
-    def __init__(self, node_name: _Optional[str] = ..., sequence: _Optional[int] = ..., sample_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., agent_version: _Optional[str] = ..., driver_version: _Optional[str] = ..., gpus: _Optional[_Iterable[_Union[GpuSample, _Mapping]]] = ..., node_error: _Optional[str] = ..., allocation_source: _Optional[_Union[AllocationSource, str]] = ..., allocation_problem: _Optional[str] = ..., topology: _Optional[_Union[Topology, _Mapping]] = ..., sharing_labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    heartbeat_of: int
+    heartbeat_utilization_percent: _containers.RepeatedScalarFieldContainer[int]
+    heartbeat_memory_used_bytes: _containers.RepeatedScalarFieldContainer[int]
+    heartbeat_sm_active_percent: _containers.RepeatedScalarFieldContainer[float]
+    def __init__(self, node_name: _Optional[str] = ..., sequence: _Optional[int] = ..., sample_time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., agent_version: _Optional[str] = ..., driver_version: _Optional[str] = ..., gpus: _Optional[_Iterable[_Union[GpuSample, _Mapping]]] = ..., node_error: _Optional[str] = ..., allocation_source: _Optional[_Union[AllocationSource, str]] = ..., allocation_problem: _Optional[str] = ..., topology: _Optional[_Union[Topology, _Mapping]] = ..., sharing_labels: _Optional[_Mapping[str, str]] = ..., heartbeat_of: _Optional[int] = ..., heartbeat_utilization_percent: _Optional[_Iterable[int]] = ..., heartbeat_memory_used_bytes: _Optional[_Iterable[int]] = ..., heartbeat_sm_active_percent: _Optional[_Iterable[float]] = ...) -> None: ...
 
 class Holder(_message.Message):
     __slots__ = ("namespace", "pod", "container", "resource_name", "device_id", "dra_claim_namespace", "dra_claim_name", "dra_pool")
@@ -270,7 +278,7 @@ class GpuSample(_message.Message):
     def __init__(self, index: _Optional[int] = ..., uuid: _Optional[str] = ..., name: _Optional[str] = ..., pci_bus_id: _Optional[str] = ..., compute_capability: _Optional[_Union[ComputeCapability, _Mapping]] = ..., memory_total_bytes: _Optional[int] = ..., memory_used_bytes: _Optional[int] = ..., memory_free_bytes: _Optional[int] = ..., memory_reserved_bytes: _Optional[int] = ..., utilization_gpu_percent: _Optional[int] = ..., utilization_memory_percent: _Optional[int] = ..., temperature_celsius: _Optional[int] = ..., power_watts: _Optional[float] = ..., healthy: _Optional[bool] = ..., unhealthy_reasons: _Optional[_Iterable[str]] = ..., holders: _Optional[_Iterable[_Union[Holder, _Mapping]]] = ..., sharing: _Optional[_Union[Sharing, _Mapping]] = ..., health: _Optional[_Union[HealthState, str]] = ..., health_reasons: _Optional[_Iterable[str]] = ..., errors: _Optional[_Union[ErrorCounters, _Mapping]] = ..., xids: _Optional[_Iterable[_Union[XidEvent, _Mapping]]] = ..., clock_event_reasons: _Optional[int] = ..., sm_clock_mhz: _Optional[int] = ..., memory_clock_mhz: _Optional[int] = ..., energy_millijoules: _Optional[int] = ..., numa_node: _Optional[int] = ..., mig_instances: _Optional[_Iterable[_Union[MigInstance, _Mapping]]] = ..., dra_device: _Optional[str] = ..., gpm: _Optional[_Union[GpmReadings, _Mapping]] = ...) -> None: ...
 
 class ReportAck(_message.Message):
-    __slots__ = ("sequence", "status", "reason", "requested_interval_ms", "idle_max_utilization_percent", "idle_max_memory_used_percent", "stale_after_ms", "idle_max_sm_active_percent")
+    __slots__ = ("sequence", "status", "reason", "requested_interval_ms", "idle_max_utilization_percent", "idle_max_memory_used_percent", "stale_after_ms", "idle_max_sm_active_percent", "light_heartbeats")
     class Status(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         STATUS_UNSPECIFIED: _ClassVar[ReportAck.Status]
@@ -287,6 +295,7 @@ class ReportAck(_message.Message):
     IDLE_MAX_MEMORY_USED_PERCENT_FIELD_NUMBER: _ClassVar[int]
     STALE_AFTER_MS_FIELD_NUMBER: _ClassVar[int]
     IDLE_MAX_SM_ACTIVE_PERCENT_FIELD_NUMBER: _ClassVar[int]
+    LIGHT_HEARTBEATS_FIELD_NUMBER: _ClassVar[int]
     sequence: int
     status: ReportAck.Status
     reason: str
@@ -295,4 +304,5 @@ class ReportAck(_message.Message):
     idle_max_memory_used_percent: float
     stale_after_ms: int
     idle_max_sm_active_percent: float
-    def __init__(self, sequence: _Optional[int] = ..., status: _Optional[_Union[ReportAck.Status, str]] = ..., reason: _Optional[str] = ..., requested_interval_ms: _Optional[int] = ..., idle_max_utilization_percent: _Optional[float] = ..., idle_max_memory_used_percent: _Optional[float] = ..., stale_after_ms: _Optional[int] = ..., idle_max_sm_active_percent: _Optional[float] = ...) -> None: ...
+    light_heartbeats: bool
+    def __init__(self, sequence: _Optional[int] = ..., status: _Optional[_Union[ReportAck.Status, str]] = ..., reason: _Optional[str] = ..., requested_interval_ms: _Optional[int] = ..., idle_max_utilization_percent: _Optional[float] = ..., idle_max_memory_used_percent: _Optional[float] = ..., stale_after_ms: _Optional[int] = ..., idle_max_sm_active_percent: _Optional[float] = ..., light_heartbeats: _Optional[bool] = ...) -> None: ...

@@ -1,7 +1,8 @@
 """Reports on change, heartbeats otherwise (issue 13), through the real processes: a real agent on
 fake NVML streaming to a real extender, whose acks tell the agent its idle rule and TTL.
 
-- A quiet node sends a heartbeat, not every sample, and never goes stale while its agent lives.
+- A quiet node sends a heartbeat, not every sample, and never goes stale while its agent lives;
+  its heartbeats are light (contract 0.6: the readings only) and every one is taken.
 - A decision-relevant change (a GPU turning busy) reaches the extender at once, long before the
   next heartbeat is due; the measured delay is printed.
 - A restarted extender has the node again as soon as the agent reconnects, not a heartbeat later."""
@@ -33,9 +34,9 @@ def idle(ext: Proc) -> float | None:
     return metric(scrape(url(ext, "/metrics")), "gpu_extender_node_idle_gpus", node=NODE)
 
 
-def sent(agent: Proc) -> float:
+def sent(agent: Proc, name: str = "gpu_agent_reports_sent_total") -> float:
     samples = scrape(url(agent, "/metrics"))
-    return sum(v for (name, _), v in samples.items() if name == "gpu_agent_reports_sent_total")
+    return sum(v for (n, _), v in samples.items() if n == name)
 
 
 def test_a_quiet_node_sends_heartbeats_and_stays_fresh(tmp_path: Path) -> None:
@@ -47,6 +48,7 @@ def test_a_quiet_node_sends_heartbeats_and_stays_fresh(tmp_path: Path) -> None:
         wait_until("the node in the extender", lambda: idle(ext) == 8)
         time.sleep(1.0)  # past the first acks: the agent knows the rule
         before, started = sent(agent), time.monotonic()
+        light_before = sent(agent, "gpu_agent_light_heartbeats_sent_total")
         oldest = 0.0
         while time.monotonic() - started < 4.0:  # 20 samples
             age = metric(scrape(url(ext, "/metrics")), "gpu_extender_node_data_age_seconds", node=NODE)
@@ -58,6 +60,11 @@ def test_a_quiet_node_sends_heartbeats_and_stays_fresh(tmp_path: Path) -> None:
         assert 3 <= reports <= 6  # one a second, not five
         assert skipped is not None and skipped >= 10
         assert oldest < 3  # never stale
+        # Contract 0.6: the extender's workers hold the full report, so the heartbeats went light,
+        # and every one was taken (a refused one would have been followed by a full report).
+        assert sent(agent, "gpu_agent_light_heartbeats_sent_total") - light_before == reports
+        refused = metric(scrape(url(ext, "/metrics")), "gpu_extender_reports_rejected_total", reason="heartbeat")
+        assert refused in (None, 0.0)
 
 
 def test_a_change_reaches_the_extender_at_once_and_a_restarted_extender_at_reconnect(tmp_path: Path) -> None:

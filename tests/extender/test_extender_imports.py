@@ -65,6 +65,7 @@ INGEST_MAY_LOAD = {
     "gpuextender.extender.state.gpu_summary",
     "gpuextender.extender.state.gpu_topology",
     "gpuextender.extender.state.summary_codec",
+    "gpuextender.extender.state.summary_refresh",
 }
 
 

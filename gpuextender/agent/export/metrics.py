@@ -150,6 +150,12 @@ class AgentMetrics:
             registry=r,
         )
         self.reports_sent = Counter("gpu_agent_reports_sent", "Node reports sent.", ["extender"], registry=r)
+        self.light_heartbeats_sent = Counter(
+            "gpu_agent_light_heartbeats_sent",
+            "Of the reports sent, light heartbeats: readings only, for an extender holding the full report.",
+            ["extender"],
+            registry=r,
+        )
         self.samples_not_streamed = Counter(
             "gpu_agent_samples_not_streamed",
             "Samples not streamed: nothing the extenders decide with changed and no heartbeat was due.",

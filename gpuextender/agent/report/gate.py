@@ -14,6 +14,9 @@ Each extender says its idle rule and staleness TTL in its acks (ReportAck's 0.3 
 every extender the agent streams to has said its rule (an older extender never does), every
 sample is sent, as before. The heartbeat is min(--heartbeat, the smallest stale_after / 3), so
 a quiet node never goes stale while its agent lives, even if one heartbeat is lost.
+
+A heartbeat goes light (contract 0.6: the readings only, report/light.py) to an extender that
+says light_heartbeats and holds a full report of the same key (stream/streamer.py).
 """
 
 from __future__ import annotations
@@ -54,6 +57,11 @@ class ReportGate:
         self._rules: dict[str, ExtenderRule | None] = {}  # per extender target: what its acks said
         self._last_key: tuple[Any, ...] | None = None
         self._last_sent: float | None = None
+        # Of the report admitted last: its key's epoch (one per run of equal keys, and every report
+        # while the gate is off), and whether it was admitted as a heartbeat (its key unchanged):
+        # only such a report may go light (report/light.py) where the epoch's full report went.
+        self.epoch = 0
+        self.repeats = False
 
     def learn(self, extender: str, rule: ExtenderRule | None) -> None:
         self._rules[extender] = rule
@@ -74,7 +82,11 @@ class ReportGate:
         heartbeat = self.heartbeat()
         key = decision_key(report, self._thresholds()) if heartbeat is not None else None
         due = heartbeat is None or self._last_sent is None or now - self._last_sent >= heartbeat
-        if due or key != self._last_key:
+        changed = heartbeat is None or self._last_sent is None or key != self._last_key
+        if due or changed:
+            if changed:
+                self.epoch += 1
+            self.repeats = not changed
             self._last_key, self._last_sent = key, now
             return True
         return False

@@ -17,6 +17,10 @@ class LatestReport:
         self._report: pb.NodeReport | None = None
         self._version = 0
         self._changed = asyncio.Event()
+        # The newest report's gate epoch and heartbeat flag (read with it: newer_than returns
+        # without a suspension point in between).
+        self.epoch = 0
+        self.repeats = False
 
     @property
     def version(self) -> int:
@@ -26,8 +30,11 @@ class LatestReport:
     def report(self) -> pb.NodeReport | None:
         return self._report
 
-    def publish(self, report: pb.NodeReport) -> None:
+    def publish(self, report: pb.NodeReport, epoch: int = 0, repeats: bool = False) -> None:
+        """`epoch` and `repeats`: the gate's (report/gate.py) for this report; a report that
+        repeats its epoch's key may go light to a stream holding a full report of that epoch."""
         self._report = report
+        self.epoch, self.repeats = epoch, repeats
         self._version += 1
         self._changed.set()
         self._changed = asyncio.Event()  # waiters hold the set one; new waiters get a fresh one

@@ -87,8 +87,10 @@ class SampleLoop:
             report = sample_to_report(
                 sample, node_name=self._node_name, sequence=self.sequence, agent_version=self._agent_version
             )
-            if self._gate is None or self._gate.admit(report, loop.time()):
+            if self._gate is None:
                 self._latest.publish(report)
+            elif self._gate.admit(report, loop.time()):
+                self._latest.publish(report, self._gate.epoch, self._gate.repeats)
             else:
                 self._metrics.samples_not_streamed.inc()
             started = self.read_started

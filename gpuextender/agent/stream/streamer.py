@@ -26,6 +26,7 @@ import grpc
 from gpuextender.agent.export.metrics import AgentMetrics
 from gpuextender.agent.report.gate import ReportGate, rule_from_ack
 from gpuextender.agent.report.latest import LatestReport
+from gpuextender.agent.report.light import light_heartbeat
 from gpuextender.agent.stream.dial import DialError, DialSettings, call_metadata, open_channel
 from gpuextender.agent.stream.problem import StreamProblem, describe_failure
 from gpuextender.common.backoff import Backoff
@@ -38,6 +39,11 @@ log = logging.getLogger("gpu_agent.stream")
 _REPEAT_WARNING_S = 60.0
 # A TCP + TLS handshake with a busy extender finishes well within this; see `_options`.
 _MIN_CONNECT_TIMEOUT_MS = 5_000
+
+
+# Full reports awaiting their ack, at most: an extender acks each report (a dead one is noticed
+# within the ack timeout), so this is reached only by acks that never come.
+_MAX_UNACKED = 64
 
 
 class _CallFailed(Exception):
@@ -71,6 +77,9 @@ class ExtenderStream:
         self._gate = gate  # learns from each ACCEPTED ack what this extender decides with
         self._last_reject_reason = ""
         self.connected = False
+        self._light = False  # (set per session, in _session)
+        self._base: tuple[int, int] | None = None
+        self._full_sent: dict[int, int] = {}  # full reports out, not yet acked: sequence -> epoch
 
     def _options(self) -> list[tuple[str, int]]:
         initial_ms = max(1, round(self._backoff.initial_s * 1000))
@@ -157,13 +166,27 @@ class ExtenderStream:
         """One stream: write the newest reports, read acks. Returns acks received."""
         sent = 0
         acked = 0
+        # Light heartbeats (contract 0.6), per session: what this extender said, and the full
+        # report (sequence, gate epoch) it ACCEPTED last, which a heartbeat of that epoch repeats.
+        self._light = False
+        self._base = None
+        self._full_sent.clear()
 
         async def write_newest() -> None:
             nonlocal sent
             version = 0
             while True:
                 version, report = await self._latest.newer_than(version)
-                await call.write(report)
+                epoch, repeats = self._latest.epoch, self._latest.repeats
+                base = self._base
+                if repeats and self._light and base is not None and base[1] == epoch:
+                    await call.write(light_heartbeat(report, base[0]))
+                    self._metrics.light_heartbeats_sent.labels(extender=self.target).inc()
+                else:
+                    if len(self._full_sent) >= _MAX_UNACKED:  # acks lost: forget, never grow
+                        self._full_sent.clear()
+                    self._full_sent[report.sequence] = epoch
+                    await call.write(report)
                 sent += 1
                 self._metrics.reports_sent.labels(extender=self.target).inc()
 
@@ -193,7 +216,23 @@ class ExtenderStream:
                 read.cancel()
 
     def _handle_ack(self, ack: pb.ReportAck) -> None:
-        if ack.status == pb.ReportAck.REJECTED:
+        epoch = self._full_sent.pop(ack.sequence, None)  # None: a light heartbeat's ack
+        light_refused = ack.status == pb.ReportAck.REJECTED and epoch is None
+        if light_refused:
+            self._base = None  # the extender does not hold what it repeats: the next report goes full
+        elif ack.status == pb.ReportAck.ACCEPTED:
+            self._light = ack.light_heartbeats
+            if epoch is not None:
+                self._base = (ack.sequence, epoch)
+        if light_refused:  # expected after a worker restart or a forgotten node: the full one follows
+            self._metrics.reports_rejected.labels(extender=self.target).inc()
+            log.info(
+                "extender %s asks for a full report: %s",
+                self.target,
+                ack.reason,
+                extra={"peer": self.target, "reason": ack.reason},
+            )
+        elif ack.status == pb.ReportAck.REJECTED:
             self._metrics.reports_rejected.labels(extender=self.target).inc()
             if ack.reason != self._last_reject_reason:
                 log.error(
@@ -222,6 +261,7 @@ class ExtenderStream:
             self._metrics.stream_connected,
             self._metrics.stream_reconnects,
             self._metrics.reports_sent,
+            self._metrics.light_heartbeats_sent,
             self._metrics.reports_rejected,
         ):
             try:

@@ -103,6 +103,8 @@ def report_problem(report: pb.NodeReport, bound_node: str | None) -> str | None:
         return f"sample_time.nanos={report.sample_time.nanos} is outside 0..999999999"
     if len(report.gpus) > MAX_GPUS_PER_NODE:
         return f"{len(report.gpus)} GPUs is more than the {MAX_GPUS_PER_NODE} a node can report"
+    if report.heartbeat_utilization_percent or report.heartbeat_memory_used_bytes or report.heartbeat_sm_active_percent:
+        return "heartbeat readings in a full report (heartbeat_of 0)"
     seen: set[int] = set()
     for gpu in report.gpus:
         if gpu.index in seen:
@@ -113,6 +115,50 @@ def report_problem(report: pb.NodeReport, bound_node: str | None) -> str | None:
             if problem is not None:
                 return f"GPU {gpu.index}: {problem}"
     return _node_extras_problem(report, seen)
+
+
+# What a light heartbeat (contract 0.6) may carry: everything else belongs to full reports.
+_HEARTBEAT_FIELDS = frozenset(
+    (
+        "node_name",
+        "sequence",
+        "sample_time",
+        "heartbeat_of",
+        "heartbeat_utilization_percent",
+        "heartbeat_memory_used_bytes",
+        "heartbeat_sm_active_percent",
+    )
+)
+
+
+def heartbeat_problem(report: pb.NodeReport, bound_node: str | None) -> str | None:
+    """None when a light heartbeat (report.heartbeat_of set) is well formed for the stream's node
+    `bound_node` (None: no full report stored on the stream yet), else the reason. Whether its
+    readings fit the full report it repeats is for gpuextender/extender/state/summary_refresh.py to say."""
+    if bound_node is None:
+        return "a heartbeat before any full report on this stream: send a full report first"
+    if report.node_name != bound_node:
+        return f"node_name changed from {bound_node!r} to {report.node_name[:300]!r} within one stream"
+    extra = sorted(f.name for f, _ in report.ListFields() if f.name not in _HEARTBEAT_FIELDS)
+    if extra:
+        return f"a heartbeat carries only readings, not {', '.join(extra)}"
+    if not 0 <= report.sample_time.nanos <= 999_999_999:
+        return f"sample_time.nanos={report.sample_time.nanos} is outside 0..999999999"
+    utils, used, sms = (
+        report.heartbeat_utilization_percent,
+        report.heartbeat_memory_used_bytes,
+        report.heartbeat_sm_active_percent,
+    )
+    if max(len(utils), len(used), len(sms)) > MAX_GPUS_PER_NODE:
+        return f"heartbeat readings for more than the {MAX_GPUS_PER_NODE} GPUs a node can report"
+    if utils and not (-1 <= min(utils) and max(utils) <= 100):
+        return "a heartbeat utilization is outside 0..100 (-1: no reading)"
+    if used and min(used) < -1:
+        return "a heartbeat memory reading is below 0 (-1: no reading)"
+    # NaN fails every comparison, so it is refused here too.
+    if not all(value == -1.0 or 0.0 <= value <= 100.0 for value in sms):
+        return "a heartbeat SM activity is outside 0..100 (-1: no reading)"
+    return None
 
 
 def _gpu_suspect(g: pb.GpuSample) -> bool:

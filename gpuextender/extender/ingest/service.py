@@ -37,7 +37,7 @@ from gpuextender.extender.ingest.agent_identity import (
     identity_node_mismatch,
 )
 from gpuextender.extender.ingest.limits import REPORT_BURST, REPORTS_PER_SECOND, ReportPacer, UnknownNodes
-from gpuextender.extender.ingest.report_checks import clock_skew_problem, report_problem
+from gpuextender.extender.ingest.report_checks import clock_skew_problem, heartbeat_problem, report_problem
 from gpuextender.extender.observe.ingest_metrics import IngestMetrics
 from gpuextender.extender.settings import MAX_CLOCK_SKEW_S, MAX_UNKNOWN_NODES
 from gpuextender.v1 import gpu_state_pb2 as pb
@@ -82,6 +82,15 @@ class ReportStore(Protocol):
     def ingest(self, report: pb.NodeReport, received_at: float) -> bool: ...
 
 
+class HeartbeatStore(ReportStore, Protocol):
+    """A store that takes light heartbeats (contract 0.6): the ingest workers' relay."""
+
+    def refresh(self, heartbeat: pb.NodeReport, received_at: float) -> str | None:
+        """Apply `heartbeat` to the node's full report `heartbeat.heartbeat_of`; None when stored,
+        else why not (the agent then sends a full report)."""
+        ...
+
+
 class IngestService(pb_grpc.GpuStateServiceServicer):
     def __init__(
         self,
@@ -122,6 +131,10 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
             metrics.unknown_nodes.set_function(self._unknown.count)
         self._should_log = _OncePer(_REPEAT_REFUSAL_S, clock)
         self._accepted = metrics.reports.labels(result="accepted")  # once: labels() is a lookup per call
+        # Light heartbeats are offered where the store can apply them (the workers' relay; the
+        # extender's own GpuState with --ingest-in-process takes full reports only).
+        refresh = getattr(state, "refresh", None)
+        self._refresh: Callable[[pb.NodeReport, float], str | None] | None = refresh if callable(refresh) else None
         self.auth_failures: Counter | None = metrics.auth_failures() if authenticator is not None else None
 
     async def StreamNodeReports(
@@ -159,6 +172,7 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
                 await context.abort(grpc.StatusCode.UNAVAILABLE, "cannot verify the agent token now; retry")
         mismatch_logged = False
         last_sequence = 0  # sequences start at 1 (proto)
+        last_full = 0  # the last full report stored from this stream: what a heartbeat may repeat
         pacer = ReportPacer(self._clock, *self._pace)
         try:
             async for report in request_iterator:
@@ -180,7 +194,11 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
                         mismatch_logged = True
                     yield self._rejected(report, mismatch)
                     continue
-                kind, problem = self._problem(report, node, last_sequence)
+                heartbeat = report.heartbeat_of != 0
+                if heartbeat:
+                    kind, problem = self._heartbeat_problem(report, node, last_sequence, last_full)
+                else:
+                    kind, problem = self._problem(report, node, last_sequence)
                 if problem is not None:
                     self._count_rejected(kind)
                     if self._should_log(kind, _peer_host(peer)):  # a line a minute per client and kind
@@ -205,10 +223,19 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
                         f", {identity.username}" if identity else "",
                         extra={"node": node, "peer": peer},
                     )
-                if not self._state.ingest(report, self._clock()):  # not reachable on one loop; never ack it
+                if heartbeat:
+                    assert self._refresh is not None  # _heartbeat_problem refuses heartbeats otherwise
+                    problem = self._refresh(report, self._clock())
+                    if problem is not None:  # the agent sends a full report next: no log line
+                        self._count_rejected("heartbeat")
+                        yield self._rejected(report, problem)
+                        continue
+                elif not self._state.ingest(report, self._clock()):  # not reachable on one loop; never ack it
                     self._count_rejected("superseded")
                     yield self._rejected(report, f"a report for node {node} received later is already stored")
                     continue
+                else:
+                    last_full = report.sequence
                 last_sequence = report.sequence
                 self._accepted.inc()
                 yield pb.ReportAck(
@@ -219,6 +246,7 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
                     idle_max_memory_used_percent=self._idle_max_memory,
                     stale_after_ms=self._stale_after_ms,
                     idle_max_sm_active_percent=self._idle_max_sm_active,
+                    light_heartbeats=self._refresh is not None,
                 )
         finally:
             if node is not None:
@@ -244,6 +272,30 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
                 f"node {report.node_name!r} is not in the extender's inventory and reports of {limit} such "
                 f"node(s) are already held (--max-unknown-nodes {limit}); its reports are stored once the "
                 "node is in the inventory"
+            )
+        return "", None
+
+    def _heartbeat_problem(
+        self, report: pb.NodeReport, node: str | None, last_sequence: int, last_full: int
+    ) -> tuple[str, str | None]:
+        """_problem for a light heartbeat: what it may carry, and that it repeats this stream's
+        last full report."""
+        if self._refresh is None:
+            return "invalid", "this extender takes full reports only (its acks do not say light_heartbeats)"
+        problem = heartbeat_problem(report, node)
+        if problem is not None:
+            return "invalid", problem
+        problem = clock_skew_problem(report, self._wall_clock(), self._max_clock_skew_s)
+        if problem is not None:
+            return "clock_skew", problem
+        if report.sequence <= last_sequence:
+            return "sequence", (
+                f"sequence {report.sequence} does not increase (last stored on this stream: {last_sequence})"
+            )
+        if report.heartbeat_of != last_full:
+            return "heartbeat", (
+                f"heartbeat of report {report.heartbeat_of}, but the last full report stored from this stream is "
+                f"{last_full}: send a full report"
             )
         return "", None
 

@@ -20,7 +20,8 @@ class IngestMetrics:
         self.reports_rejected = Counter(
             "gpu_extender_reports_rejected",
             "Reports answered REJECTED (not stored), by reason: invalid, "
-            "clock_skew, sequence, unknown_node_limit, node_mismatch, superseded.",
+            "clock_skew, sequence, unknown_node_limit, node_mismatch, superseded, heartbeat "
+            "(a light heartbeat that does not fit the full report it repeats: the agent sends one).",
             ["reason"],
             registry=self.registry,
         )

@@ -15,22 +15,33 @@ from __future__ import annotations
 
 import dataclasses
 import marshal
+from typing import Any
 
 from gpuextender.extender.model.gpu_facts import GpuFacts
 from gpuextender.extender.state.gpu_summary import GpuPositions, NodeSummary
 
 _FIELDS = tuple(f.name for f in dataclasses.fields(NodeSummary))
+FIELD_INDEX = {name: i for i, name in enumerate(_FIELDS)}  # a field's place in summary_values
 _POSITIONS = _FIELDS.index("positions")
 _POSITION_FIELDS = tuple(f.name for f in dataclasses.fields(GpuPositions))
 MARSHAL_VERSION = 4
 
 
-def encode_summary(summary: NodeSummary) -> bytes:
+def summary_values(summary: NodeSummary) -> list[Any]:
+    """The summary's fields as encode_values takes them (a caller may change some: FIELD_INDEX)."""
     values = [getattr(summary, name) for name in _FIELDS]
     positions = summary.positions
     if positions is not None:
         values[_POSITIONS] = tuple([getattr(positions, name) for name in _POSITION_FIELDS])
+    return values
+
+
+def encode_values(values: list[Any]) -> bytes:
     return marshal.dumps(tuple(values), MARSHAL_VERSION)
+
+
+def encode_summary(summary: NodeSummary) -> bytes:
+    return encode_values(summary_values(summary))
 
 
 def decode_summary(data: bytes) -> NodeSummary:

@@ -168,3 +168,23 @@ def test_the_sm_activity_rule_is_learnt_from_the_ack_and_watched() -> None:
     assert decision_key(edited(sm(9.5)), sm_rule) != decision_key(edited(sm(10.0)), sm_rule)
     assert decision_key(edited(sm(1.0)), sm_rule) == decision_key(edited(sm(9.5)), sm_rule)
     assert decision_key(edited(sm(9.5)), THRESHOLDS) == decision_key(edited(sm(10.0)), THRESHOLDS)
+
+
+def test_epochs_mark_runs_of_equal_keys_and_heartbeats_repeat_them() -> None:
+    """A report admitted for its key starts an epoch; a heartbeat (key unchanged) repeats it: only
+    such a report may go light (report/light.py) where the epoch's full report went."""
+    gate = ReportGate(heartbeat_s=3.0)
+    gate.learn("a", RULE)
+    seen = []
+    for at, r in ((0.0, base()), (3.0, base()), (3.1, edited(lambda r: setattr(r.gpus[0], "healthy", False)))):
+        assert gate.admit(r, at)
+        seen.append((gate.epoch, gate.repeats))
+    assert gate.admit(base(), 3.2) and (gate.epoch, gate.repeats) == (3, False)  # back: a change again
+    assert seen == [(1, False), (1, True), (2, False)]
+
+
+def test_with_the_gate_off_every_report_is_its_own_epoch() -> None:
+    gate = ReportGate(heartbeat_s=3.0)  # no extender said its rule: every sample, none repeats
+    for at in (0.0, 3.0, 6.0):
+        assert gate.admit(base(), at) and not gate.repeats
+    assert gate.epoch == 3

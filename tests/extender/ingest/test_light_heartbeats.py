@@ -1,0 +1,198 @@
+"""Light heartbeats (contract 0.6) over a real grpc.aio channel: an ingest worker's relay takes
+them in place of the full report they repeat, refuses them with a reason where they do not fit
+it, and the extender's own GpuState (--ingest-in-process) never offers them."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Callable
+
+import grpc
+import pytest
+from prometheus_client import generate_latest
+
+from gpuextender.common.idle_rule import IdleRule
+from gpuextender.extender.ingest import frames
+from gpuextender.extender.ingest.report_checks import MAX_GPUS_PER_NODE, heartbeat_problem
+from gpuextender.extender.ingest.service import IngestService, ReportStore
+from gpuextender.extender.ingest_process import RelayStore
+from gpuextender.extender.observe.ingest_metrics import IngestMetrics
+from gpuextender.extender.state.gpu_state import GpuState
+from gpuextender.extender.state.gpu_summary import NodeSummary, summarize
+from gpuextender.extender.state.summary_codec import decode_summary
+from gpuextender.v1 import gpu_state_pb2 as pb
+from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
+from tests.extender.builders import gpu, report
+from tests.extender.state.test_summary_refresh import heartbeat_of
+from tests.harness import free_port, metric, parse_metrics
+
+RULE = IdleRule(30.0, 50.0, None)
+
+
+async def stream(
+    store_of: Callable[[], ReportStore], streams: list[list[pb.NodeReport]], between: Callable[[ReportStore], None]
+) -> tuple[list[list[pb.ReportAck]], ReportStore, IngestMetrics]:
+    """Each list of reports on a stream of its own, one after the other; `between` runs between
+    streams."""
+    store, metrics = store_of(), IngestMetrics()
+    port = free_port()
+    server = grpc.aio.server()
+    service = IngestService(store, metrics, clock=lambda: 50.0, wall_clock=lambda: 1000.0, stale_after_s=10.0)
+    pb_grpc.add_GpuStateServiceServicer_to_server(service, server)
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    await server.start()
+    out = []
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            for reports in streams:
+                call = pb_grpc.GpuStateServiceStub(channel).StreamNodeReports()
+                acks = []
+                for r in reports:
+                    await call.write(r)
+                    acks.append(await call.read())
+                await call.done_writing()
+                assert await call.read() is grpc.aio.EOF
+                out.append(acks)
+                between(store)
+    finally:
+        await server.stop(None)
+    return out, store, metrics
+
+
+def relayed(store: RelayStore) -> list[NodeSummary]:
+    return [decode_summary(summary) for summary, _ in frames.summary_entries(store.take())]
+
+
+def full(seq: int, utils: tuple[int, int] = (0, 5), seconds: int = 1000) -> pb.NodeReport:
+    return report("node-a", [gpu(0, utils[0], 10), gpu(1, utils[1], 20)], seq=seq, seconds=seconds)
+
+
+def test_a_heartbeat_is_stored_as_the_full_report_with_its_readings_would_be() -> None:
+    summaries: list[NodeSummary] = []
+    first, now = full(1), full(2, (3, 7), seconds=1001)
+    heartbeat = heartbeat_of(first, now, 2)
+    acks, _, metrics = asyncio.run(
+        stream(lambda: RelayStore(RULE), [[first, heartbeat]], lambda s: summaries.extend(relayed(s)))  # type: ignore[arg-type]
+    )
+    assert [a.status for a in acks[0]] == [pb.ReportAck.ACCEPTED] * 2
+    assert all(a.light_heartbeats for a in acks[0])
+    assert summaries == [summarize(now, RULE, 50.0)]  # the newest per node is relayed
+    assert summaries[0].mean_utilization == 5.0 and summaries[0].sequence == 2
+    text = generate_latest(metrics.registry).decode()
+    assert metric(parse_metrics(text), "gpu_extender_reports_total", result="accepted") == 2
+
+
+def test_heartbeats_that_do_not_fit_are_refused_and_a_full_report_mends_the_stream() -> None:
+    first = full(1)
+    wrong_base = heartbeat_of(first, full(2), 2)
+    wrong_base.heartbeat_of = 7
+    busy = heartbeat_of(first, full(3, (0, 30)), 3)  # GPU 1 crosses the rule: decisions change
+    carries_gpus = heartbeat_of(first, full(4), 4)
+    carries_gpus.gpus.add(index=0)
+    replaced = full(5, (0, 30))  # the full report the agent sends instead: GPU 1 busy
+    after = heartbeat_of(replaced, full(6, (1, 31)), 6)
+    stale_base = heartbeat_of(first, full(7), 7)  # repeats report 1, replaced by 5
+    acks, _, metrics = asyncio.run(
+        stream(
+            lambda: RelayStore(RULE),
+            [[first, wrong_base, busy, carries_gpus, replaced, after, stale_base]],
+            lambda s: None,
+        )
+    )
+    statuses = [a.status for a in acks[0]]
+    assert statuses == [1, 2, 2, 2, 1, 1, 2]
+    reasons = [a.reason for a in acks[0]]
+    assert (
+        reasons[1] == "heartbeat of report 7, but the last full report stored from this stream is 1: send a full report"
+    )
+    assert reasons[2] == "GPU 1 turns busy: send a full report"
+    assert reasons[3] == "a heartbeat carries only readings, not gpus"
+    assert (
+        reasons[6] == "heartbeat of report 1, but the last full report stored from this stream is 5: send a full report"
+    )
+    counted = parse_metrics(generate_latest(metrics.registry).decode())
+    assert metric(counted, "gpu_extender_reports_rejected_total", reason="heartbeat") == 3
+    assert metric(counted, "gpu_extender_reports_rejected_total", reason="invalid") == 1
+
+
+def test_a_new_stream_or_a_forgotten_node_needs_a_full_report_first() -> None:
+    first = full(1)
+    acks, _, _ = asyncio.run(
+        stream(
+            lambda: RelayStore(RULE),
+            [[first], [heartbeat_of(first, full(2), 2)], [full(3), heartbeat_of(full(3), full(4), 4)]],
+            lambda s: s.forget(["node-a"]),  # type: ignore[attr-defined]
+        )
+    )
+    assert acks[1][0].status == pb.ReportAck.REJECTED
+    assert acks[1][0].reason == "a heartbeat before any full report on this stream: send a full report first"
+    assert [a.status for a in acks[2]] == [pb.ReportAck.ACCEPTED] * 2
+
+    async def forgotten_mid_stream() -> str:
+        store = RelayStore(RULE)
+        store.ingest(full(1), 1.0)
+        store.forget(["node-a"])
+        return store.refresh(heartbeat_of(full(1), full(2), 2), 2.0) or ""
+
+    assert asyncio.run(forgotten_mid_stream()) == "report 1 of node node-a is not held here: send a full report"
+
+
+def test_the_extenders_own_state_takes_full_reports_only() -> None:
+    first = full(1)
+    acks, store, _ = asyncio.run(
+        stream(lambda: GpuState(RULE), [[first, heartbeat_of(first, full(2), 2)]], lambda s: None)
+    )
+    assert [a.status for a in acks[0]] == [pb.ReportAck.ACCEPTED, pb.ReportAck.REJECTED]
+    assert not acks[0][0].light_heartbeats
+    assert acks[0][1].reason == "this extender takes full reports only (its acks do not say light_heartbeats)"
+    assert store.summary("node-a").sequence == 1  # type: ignore[attr-defined]
+
+
+def test_a_full_report_may_not_carry_heartbeat_readings() -> None:
+    r = full(1)
+    r.heartbeat_sm_active_percent.append(1.0)
+    acks, _, _ = asyncio.run(stream(lambda: RelayStore(RULE), [[r]], lambda s: None))
+    assert acks[0][0].reason == "heartbeat readings in a full report (heartbeat_of 0)"
+
+
+def _hb(**lists: list[float]) -> pb.NodeReport:
+    hb = pb.NodeReport(node_name="node-a", sequence=2, heartbeat_of=1)
+    for name, values in lists.items():
+        getattr(hb, f"heartbeat_{name}").extend(values)
+    return hb
+
+
+@pytest.mark.parametrize(
+    ("hb", "problem"),
+    [
+        (_hb(utilization_percent=[-1, 0, 100]), None),
+        (_hb(utilization_percent=[101]), "a heartbeat utilization is outside 0..100 (-1: no reading)"),
+        (_hb(utilization_percent=[-2]), "a heartbeat utilization is outside 0..100 (-1: no reading)"),
+        (_hb(memory_used_bytes=[-1, 0]), None),
+        (_hb(memory_used_bytes=[-2]), "a heartbeat memory reading is below 0 (-1: no reading)"),
+        (_hb(sm_active_percent=[-1.0, 0.0, 100.0]), None),
+        (_hb(sm_active_percent=[-0.5]), "a heartbeat SM activity is outside 0..100 (-1: no reading)"),
+        (_hb(sm_active_percent=[100.01]), "a heartbeat SM activity is outside 0..100 (-1: no reading)"),
+        (_hb(sm_active_percent=[math.nan]), "a heartbeat SM activity is outside 0..100 (-1: no reading)"),
+        (_hb(utilization_percent=[0] * MAX_GPUS_PER_NODE), None),
+        (
+            _hb(utilization_percent=[0] * (MAX_GPUS_PER_NODE + 1)),
+            f"heartbeat readings for more than the {MAX_GPUS_PER_NODE} GPUs a node can report",
+        ),
+    ],
+)
+def test_heartbeat_bounds(hb: pb.NodeReport, problem: str | None) -> None:
+    assert heartbeat_problem(hb, "node-a") == problem
+
+
+def test_heartbeat_identity_and_fields() -> None:
+    hb = _hb()
+    assert heartbeat_problem(hb, "node-b") == "node_name changed from 'node-b' to 'node-a' within one stream"
+    hb.agent_version, hb.node_error = "0.6", "x"
+    assert heartbeat_problem(hb, "node-a") == "a heartbeat carries only readings, not agent_version, node_error"
+    hb = _hb()
+    hb.sample_time.nanos = 999_999_999
+    assert heartbeat_problem(hb, "node-a") is None
+    hb.sample_time.nanos = -1
+    assert heartbeat_problem(hb, "node-a") == "sample_time.nanos=-1 is outside 0..999999999"
