@@ -200,9 +200,6 @@ class LoadWorker:
         self.fleet = bx.make_fleet(nodes)
         rng = random.Random(f"{bx.SEED}-ingest")
         self.variants = [report_variants(n, variants, rng) for n in self.fleet]
-        # Each variant's light heartbeat (contract 0.6) without its sequence, sample time and
-        # heartbeat_of: the "light" mode sends these for heartbeats, as a 0.6 agent does.
-        self.light_variants = [[light_body(v) for v in vs] for vs in self.variants]
         self.channel_count = channels
         self.mode = "idle"
         self.vary = False
@@ -271,6 +268,9 @@ class LoadWorker:
     async def _stream(self, i: int, method: Any, gate: asyncio.Semaphore, all_open: asyncio.Event) -> None:
         loop = asyncio.get_running_loop()
         variants = self.variants[i]
+        # Each variant's light heartbeat (contract 0.6) without its sequence, sample time and
+        # heartbeat_of: the "light" mode sends these for heartbeats, as a 0.6 agent does.
+        lights = [light_body(v) for v in variants]
         offset = i / len(self.fleet)  # of the interval: slots spread evenly
         header, light_header = pb.NodeReport(), pb.NodeReport()
         rng = random.Random(f"{bx.SEED}-gated-{i}")
@@ -325,7 +325,7 @@ class LoadWorker:
                 seq += 1
                 at = seq % len(variants) if self.vary else 0
                 if beat and mode == "light" and base:
-                    await self._send(call, light_header, self.light_variants[i][at], seq, base)
+                    await self._send(call, light_header, lights[at], seq, base)
                 else:
                     await self._send(call, header, variants[at], seq)
                     base = seq  # the stream's last full report (every report is accepted: checked)

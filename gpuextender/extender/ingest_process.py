@@ -32,7 +32,6 @@ import os
 import socket
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from prometheus_client import disable_created_metrics, generate_latest
 
@@ -48,8 +47,14 @@ from gpuextender.extender.model.gpu_facts import GpuFacts
 from gpuextender.extender.observe.ingest_metrics import IngestMetrics
 from gpuextender.extender.settings import ExtenderConfig
 from gpuextender.extender.state.facts_reader import POOL_SIZE, FactsReader
-from gpuextender.extender.state.gpu_summary import NodeSummary, summarize
-from gpuextender.extender.state.summary_codec import FIELD_INDEX, encode_facts, encode_values, summary_values
+from gpuextender.extender.state.gpu_summary import summarize
+from gpuextender.extender.state.summary_codec import (
+    FIELD_INDEX,
+    decode_values,
+    encode_facts,
+    encode_summary,
+    encode_values,
+)
 from gpuextender.extender.state.summary_refresh import refreshed_fields
 from gpuextender.v1 import gpu_state_pb2 as pb
 
@@ -59,6 +64,7 @@ log = logging.getLogger("gpu_extender.ingest")
 # scheduler's call first (CFS weight 335 vs 1024, ~25 % of a contended core for ingest, which
 # 5,000 agents at their heartbeat need about; uncontended, ingest runs at full speed).
 NICE = 5
+_GPUS, _SM_ACTIVE, _NODE_ERROR = FIELD_INDEX["gpus"], FIELD_INDEX["sm_active"], FIELD_INDEX["node_error"]
 FLUSH_S = 0.01  # a report waits at most this long before it is relayed
 FLUSH_BYTES = 1024 * 1024  # or goes at once with the batch that reaches this size
 BEAT_S = 1.0  # a BEAT frame when nothing else was sent for this long
@@ -77,9 +83,9 @@ class RelayStore:
         self._facts = FactsReader()
         self._encoded_facts: dict[tuple[GpuFacts, ...], bytes] = {}
         self._held: set[str] = set()
-        # Per node, its last full report's (sequence, summary, its fields as encoded, facts, encoded
-        # facts): what a light heartbeat repeats.
-        self._bases: dict[str, tuple[int, NodeSummary, list[Any], tuple[GpuFacts, ...], bytes]] = {}
+        # Per node, its last full report's (sequence, encoded summary, facts, encoded facts): what a
+        # light heartbeat repeats (bytes: ~1 KB a node where the summary's objects hold ~3).
+        self._bases: dict[str, tuple[int, bytes, tuple[GpuFacts, ...], bytes]] = {}
         self._batch: dict[str, bytes] = {}
         self._size = 0
         self.full = asyncio.Event()  # set: send now (a full batch, or the extender asked for metrics)
@@ -97,10 +103,9 @@ class RelayStore:
             if len(self._encoded_facts) >= POOL_SIZE:
                 self._encoded_facts.clear()
             encoded = self._encoded_facts[facts] = encode_facts(facts)
-        summary = summarize(report, self.rule, received_at)
-        values = summary_values(summary)
-        self._bases[node] = (report.sequence, summary, values, facts, encoded)
-        self._queue(node, frames.summary_entry(encode_values(values), encoded))
+        summary = encode_summary(summarize(report, self.rule, received_at))
+        self._bases[node] = (report.sequence, summary, facts, encoded)
+        self._queue(node, frames.summary_entry(summary, encoded))
         return True
 
     def refresh(self, heartbeat: pb.NodeReport, received_at: float) -> str | None:
@@ -110,14 +115,16 @@ class RelayStore:
         base = self._bases.get(node)
         if base is None or base[0] != heartbeat.heartbeat_of:
             return f"report {heartbeat.heartbeat_of} of node {node} is not held here: send a full report"
-        _, summary, values, facts, encoded = base
-        changes = refreshed_fields(summary, facts, heartbeat, self.rule, received_at)
+        _, summary, facts, encoded = base
+        values = decode_values(summary)  # the full report's fields as relayed, less the readings
+        changes = refreshed_fields(
+            values[_GPUS], values[_SM_ACTIVE], values[_NODE_ERROR], facts, heartbeat, self.rule, received_at
+        )
         if isinstance(changes, str):
             return changes
-        fresh = values.copy()  # the full report's fields, encoded as they were, but the readings
         for name, value in changes.items():
-            fresh[FIELD_INDEX[name]] = value
-        self._queue(node, frames.summary_entry(encode_values(fresh), encoded))
+            values[FIELD_INDEX[name]] = value
+        self._queue(node, frames.summary_entry(encode_values(values), encoded))
         return None
 
     def _queue(self, node: str, entry: bytes) -> None:

@@ -44,6 +44,11 @@ def encode_summary(summary: NodeSummary) -> bytes:
     return encode_values(summary_values(summary))
 
 
+def decode_values(data: bytes) -> list[Any]:
+    """encode_values's list back (bytes of ours: a worker's own, kept for a light heartbeat)."""
+    return list(marshal.loads(data))
+
+
 def decode_summary(data: bytes) -> NodeSummary:
     """ValueError, EOFError or TypeError for bytes encode_summary did not make."""
     values = marshal.loads(data)

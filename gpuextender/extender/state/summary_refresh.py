@@ -39,20 +39,21 @@ def refreshed(
     """`base` (the summary of the full report `heartbeat.heartbeat_of`, judged by `rule`) with the
     heartbeat's readings; or why not (a sentence for the agent, which then sends a full report).
     The heartbeat's lists are checked (report_checks.heartbeat_problem) before this is called."""
-    changes = refreshed_fields(base, facts, heartbeat, rule, received_at)
+    changes = refreshed_fields(base.gpus, base.sm_active, base.node_error, facts, heartbeat, rule, received_at)
     return changes if isinstance(changes, str) else replace(base, **changes)
 
 
 def refreshed_fields(
-    base: NodeSummary,
+    cells: Sequence[GpuCell],
+    sm_active: Sequence[float | None],
+    node_error: str,
     facts: Sequence[GpuFacts],
     heartbeat: pb.NodeReport,
     rule: IdleRule,
     received_at: float,
 ) -> dict[str, Any] | str:
-    """`refreshed` as the fields that change (READING_FIELDS), for a caller that keeps the
-    summary's encoded fields rather than the summary (ingest_process.RelayStore)."""
-    cells = base.gpus
+    """`refreshed` from the base summary's gpus, sm_active and node_error, as the fields that
+    change (READING_FIELDS): for a caller that keeps the summary encoded (ingest_process.RelayStore)."""
     utils = heartbeat.heartbeat_utilization_percent
     used = heartbeat.heartbeat_memory_used_bytes
     sms = heartbeat.heartbeat_sm_active_percent
@@ -60,10 +61,10 @@ def refreshed_fields(
     if len(utils) != count or len(used) != count or len(sms) != count or len(facts) != count:
         return f"a heartbeat for {count} GPUs carries {len(utils)}/{len(used)}/{len(sms)} readings"
     time = heartbeat.sample_time.seconds + heartbeat.sample_time.nanos / 1e9
-    if base.node_error:  # a broken node's cells carry no readings (summarize)
+    if node_error:  # a broken node's cells carry no readings (summarize)
         return {"sequence": heartbeat.sequence, "sample_time": time, "received_at": received_at}
     max_sm = rule.max_sm_active_percent
-    old_sm = base.sm_active or (None,) * count
+    old_sm = sm_active or (None,) * count
     new_cells: list[GpuCell] = []
     new_sm: list[float | None] = []
     readings: list[int] = []
