@@ -24,7 +24,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import grpc
 from prometheus_client import Counter
@@ -82,6 +82,7 @@ class ReportStore(Protocol):
     def ingest(self, report: pb.NodeReport, received_at: float) -> bool: ...
 
 
+@runtime_checkable
 class HeartbeatStore(ReportStore, Protocol):
     """A store that takes light heartbeats (contract 0.6): the ingest workers' relay."""
 
@@ -133,8 +134,7 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
         self._accepted = metrics.reports.labels(result="accepted")  # once: labels() is a lookup per call
         # Light heartbeats are offered where the store can apply them (the workers' relay; the
         # extender's own GpuState with --ingest-in-process takes full reports only).
-        refresh = getattr(state, "refresh", None)
-        self._refresh: Callable[[pb.NodeReport, float], str | None] | None = refresh if callable(refresh) else None
+        self._refresh = state.refresh if isinstance(state, HeartbeatStore) else None
         self.auth_failures: Counter | None = metrics.auth_failures() if authenticator is not None else None
 
     async def StreamNodeReports(
