@@ -35,8 +35,10 @@ How, per size N (--sizes, default 1,000, 5,000 and 10,000), every server up at o
    report in flight per stream), the order reversed every other round (--ingest-rounds), so the
    machine's drift falls on both sides of a ratio: "idle" (streams open, nothing sent), "gated"
    (1 s samples, a report when something decision-relevant changed, probability --change-rate
-   0.02 per sample, else a heartbeat every --heartbeat 3 s: N / 2.94 reports/s) and "paced" (every
-   node every second; slots the load could not keep are skipped and counted). Per row: accepted
+   0.02 per sample, else a heartbeat every --heartbeat 3 s: N / 2.94 reports/s, every one a full
+   report, as agents before 0.6 send), "light" (the same, heartbeats light as 0.6 agents send them
+   to an extender that takes them) and "paced" (every node every second; slots the load could
+   not keep are skipped and counted); --modes picks among them. Per row: accepted
    reports/s, the tree's CPU (utime+stime, /proc) split into the extender's main process and its
    workers, per report and less the idle row's ("marginal"), the load's CPU, and "bg cores"
    (other processes on this machine meanwhile). The ratio extender / floor is taken per round
@@ -46,7 +48,8 @@ How, per size N (--sizes, default 1,000, 5,000 and 10,000), every server up at o
    keep-alive connection, every answer checked) and names-K, K the candidates kube-scheduler
    sends at N nodes (percentageOfNodesToScore adaptive: max(5, 50 - N/125) %, at least 100:
    schedule_one.go numFeasibleNodesToFind; 1,000 at 20,000 nodes), each "quiet" (streams open,
-   nothing sent) and "loaded" (gated, --change-rate). Ratios are of the medians over rounds;
+   nothing sent) and "loaded" (--change-rate; light heartbeats, the shipped agent's, unless --modes
+   leaves "light" out: then gated). Ratios are of the medians over rounds;
 5. once, before the sizes: `apply_rate(--apply-nodes, 5)`: frames built by the worker's own
    RelayStore from bench_apply's varied 8-GPU reports, stored by the real IngestProcess._apply
    (ingest_workers.py; its yields to the loop included), best of 5, thread CPU time, the garbage
@@ -504,7 +507,7 @@ class IngestRow:
 class LatencyRow:
     scenario: str
     names: int
-    phase: str  # "quiet" or "loaded" (gated)
+    phase: str  # "quiet" or "loaded" (light, or gated: latency_row)
     round: int
     filter_p50_ms: float
     filter_p99_ms: float
@@ -728,7 +731,9 @@ async def latency_row(
 ) -> LatencyRow:
     load, extender, addrs = target.load, target.processes[0], target.addrs
     assert load is not None and addrs is not None
-    await asyncio.sleep(await set_load(load, "gated" if phase == "loaded" else "idle", args))
+    # Loaded: the shipped agents' load (light heartbeats) unless --modes leaves it out.
+    loaded = "light" if "light" in args.modes else "gated"
+    await asyncio.sleep(await set_load(load, loaded if phase == "loaded" else "idle", args))
     meter = Meter(load, target.roots, target.main_pid)
     await meter.begin()
     res = await bx.run_scenario(session, extender, addrs, scenario, fleet, pod, prioritize_all=False, progress=False)
