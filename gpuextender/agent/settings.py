@@ -106,7 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help="stream a report when something the extenders decide with changed (health, allocation, "
         "a GPU turning busy or idle under their idle rule, ...) and otherwise at most this long "
-        "apart (never longer than a third of the extender's --stale-after, which its acks say); "
+        "apart (never longer than a third of the extender's --stale-after, which its acks say), "
+        "as a light heartbeat (the readings only) to an extender that takes them; "
         "/metrics keeps every sample. 0: stream every sample (also what happens while an "
         "extender older than 0.3 is streamed to)",
     )
