@@ -135,12 +135,13 @@ def parse_extender_args(
     if node_names is not None:
         _check_candidates("NodeNames", node_names, max_candidates)
         # C-speed checks: this runs over every candidate name of every call. join() refuses any
-        # item that is not a string (a third of the time of collecting the items' types).
+        # item that is not a string (a third of the time of collecting the items' types); then
+        # all() finds an empty one (str truth is its length: ~half the time of `"" in`).
         try:
             "".join(node_names)
         except TypeError:
             raise InvalidInput("wrong_type", "NodeNames must be a list of non-empty strings") from None
-        if "" in node_names:
+        if not all(node_names):
             raise InvalidInput("wrong_type", "NodeNames must be a list of non-empty strings")
 
     nodes = None
@@ -163,7 +164,8 @@ def parse_extender_args(
 
 
 def _check_candidates(field: str, value: Any, max_candidates: int) -> None:
-    _ARGS.items(value, field)
+    if not isinstance(value, list):  # (Fields.items copies a list: 20,000 names for nothing)
+        _ARGS.items(value, field)  # refuses it with the message every list field gets
     if len(value) > max_candidates:
         raise InvalidInput(
             "too_many_nodes",
