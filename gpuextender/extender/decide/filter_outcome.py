@@ -9,7 +9,7 @@ from gpuextender.extender.decide import reasons
 from gpuextender.extender.decide.reasons import Reason
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, weakref_slot=True)  # weakly referenced: fit_index.FitIndex._vouch
 class FilterOutcome:
     passed: list[str] = field(default_factory=list)
     failed: dict[str, Reason] = field(default_factory=dict)  # assess() gives the numbers behind one

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from gpuextender.extender.decide import class_plan, shortlist, whole_gpus
+from gpuextender.extender.decide import class_plan, fit_index, shortlist, whole_gpus
 from gpuextender.extender.decide.class_plan import ClassPlan
 from gpuextender.extender.decide.fit_index import IDLE_ASKS, MAX_SIZES, FitIndex
 from gpuextender.extender.decide.snapshot import Candidates, Snapshot
@@ -421,3 +421,109 @@ def test_candidates_mostly_without_agent_data_are_judged_one_by_one(
     monkeypatch.setattr(whole_gpus, "judge_nodes", spy)
     assert_same_outcome(index, summaries, 2, names, {"x0": 1}, NOW, DecisionPolicy())
     assert judged[0] == (len(names) if one_by_one else unknown)
+
+
+def test_a_name_given_again_and_again_does_not_count_as_unknown(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Names given more than once leave the filter's quick bound on the unknown ones above half;
+    the exact count (3 of 7) keeps the index's road, the unknown ones judged alone."""
+    summaries = {"n0": fitting("n0"), "f": fitting("f", idle=1)}
+    names = ["f", "x0", "f", "x1", "n0", "f", "x2"]
+    index = FitIndex(summaries)
+    judged: list[int] = []
+    real = whole_gpus.judge_nodes
+
+    def spy(k: int, given: list[str], *rest: Any) -> Any:
+        judged.append(len(given))
+        return real(k, given, *rest)
+
+    monkeypatch.setattr(whole_gpus, "judge_nodes", spy)
+    assert_same_outcome(index, summaries, 2, names, {}, NOW, DecisionPolicy())
+    assert judged[0] == 3  # (then the definition judges all 7)
+
+
+@pytest.mark.parametrize("step", [1, 2, 5])
+def test_filter_in_steps_gives_the_outcome_filter_nodes_gives(step: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The candidates are looked up STEP at a time: any step gives the one outcome (names given
+    twice across steps, unknown and stale ones included)."""
+    monkeypatch.setattr(fit_index, "STEP", step)
+    rng = random.Random(f"steps-{step}")
+    for policy in POLICIES:
+        for _ in range(40):
+            summaries = fleet(rng, rng.randint(0, 30))
+            index = FitIndex(summaries)
+            for _ in range(3):
+                now = NOW + rng.choice([0.0, rng.uniform(0, STALE_AFTER)])
+                assert_same_outcome(index, summaries, rng.randint(1, 4), candidates(rng, summaries), {}, now, policy)
+
+
+@pytest.mark.parametrize("count", [fit_index.STEP, fit_index.STEP + 1, 2 * fit_index.STEP + 1])
+def test_filter_at_the_step_bounds(count: int) -> None:
+    """Exactly STEP candidates, one more, and past two steps; a name in the first step given again
+    in the last, and an unknown one there."""
+    rng = random.Random(f"bounds-{count}")
+    summaries = fleet(rng, count - 2)
+    names = [*summaries, "x0", "n0"]
+    assert len(names) == count
+    for policy in POLICIES:
+        for k in (1, 2):
+            assert_same_outcome(FitIndex(summaries), summaries, k, names, {}, NOW, policy)
+
+
+@pytest.mark.parametrize("strategy", ["spread", "binpack"])
+def test_ties_found_one_by_one_or_from_a_set_are_the_same_names(strategy: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The run of equal scores at the cut is searched name by name (up to a budget) or as a set:
+    the same names in the same order (the filter answer's), also for a part of the nodes."""
+    rng = random.Random(f"ties-{strategy}")
+    answered = 0
+    for case in range(120):
+        summaries = fleet(rng, rng.randint(2, 60), rng.choice([1, 2, 3]))
+        k = rng.randint(1, 3)
+        names = [n for n in summaries if rng.random() < rng.choice([1.0, 0.6])]
+        rng.shuffle(names)
+        index = FitIndex(summaries)
+        outcome = index.filter(k, names, {}, NOW, DecisionPolicy(no_fit_policy="reject"))
+        passed = outcome.passed
+        if not passed or outcome.assumed:  # no fresh fit: nothing the index ranks
+            continue
+        keep, start = rng.randint(1, len(passed)), rng.randrange(len(passed))
+        got = {}
+        for cost in (1, fit_index.SCAN_COST, 10**9):  # the names one by one; as shipped; always a set
+            monkeypatch.setattr(fit_index, "SCAN_COST", cost)
+            got[cost] = index.best(k, passed, start, keep, strategy, NOW, STALE_AFTER)
+        assert got[1] is not None, case
+        assert got[1] == got[fit_index.SCAN_COST] == got[10**9], case
+        assert set(got[1] or ()) == by_the_definition(k, passed, start, summaries, strategy, keep), case
+        answered += 1
+    assert answered >= 100
+
+
+@pytest.mark.parametrize(("worse_first", "scanned_only"), [(1, True), (2, False)])
+def test_ties_are_searched_name_by_name_up_to_a_third_of_the_run(
+    worse_first: int, scanned_only: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run of 9 equal nodes at the cut, 2 to keep: the names are tested one by one up to 9 // 3 = 3;
+    the second tied one third in rotated order is found so, fourth is found from the run's set. The
+    first two tied ones in rotated order either way."""
+    tied = {f"t{i}": fitting(f"t{i}") for i in range(9)}
+    worse = {f"w{i}": fitting(f"w{i}", idle=2) for i in range(3)}
+    summaries = tied | worse
+    passed = [*list(worse)[:worse_first], *tied, *list(worse)[worse_first:]]
+    index = FitIndex(summaries)
+    assert index.filter(2, passed, {}, NOW, DecisionPolicy()).passed == passed
+    looked_up: list[str] = []
+    real = fit_index._entry_of
+
+    def counted(*args: Any) -> Callable[[str], Any]:
+        entry_of = real(*args)
+
+        def spy(name: str) -> Any:
+            looked_up.append(name)
+            return entry_of(name)
+
+        return spy
+
+    monkeypatch.setattr(fit_index, "_entry_of", counted)
+    got = index.best(2, passed, 0, 2, "spread", NOW, STALE_AFTER)
+    assert got == ["t0", "t1"]
+    assert len(looked_up) == 9 // fit_index.SCAN_COST == 3
+    assert scanned_only == (looked_up[-1] == "t1")
