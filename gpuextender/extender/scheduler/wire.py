@@ -200,17 +200,17 @@ def filter_result(args: ExtenderArgs, outcome: FilterOutcome) -> dict[str, Any]:
             "items": [n for n in args.nodes if n["metadata"]["name"] in passed],
         }
     # Thousands of failures per call, each a Reason, which is its message (a str): sent as they are,
-    # the few unresolvable ones moved to their map (found in C).
+    # the few unresolvable ones moved to their map (found in C, in one pass).
     failed: dict[str, str] = outcome.failed  # type: ignore[assignment]
-    flags = list(map(_UNRESOLVABLE, failed.values()))
-    hard = sum(flags)
+    hard = list(compress(failed, map(_UNRESOLVABLE, failed.values())))
     unresolvable: dict[str, str] = {}
-    if hard * 2 > len(flags):  # mostly unresolvable (a group member outside its domain): move the soft few
+    if len(hard) * 2 > len(failed):  # mostly unresolvable (a group member outside its domain): move the soft few
         unresolvable = dict(failed)
-        failed = {name: unresolvable.pop(name) for name in compress(outcome.failed, map(not_, flags))}
+        soft = compress(outcome.failed, map(not_, map(_UNRESOLVABLE, outcome.failed.values())))
+        failed = {name: unresolvable.pop(name) for name in soft}
     elif hard:
         failed = dict(failed)
-        unresolvable = {name: failed.pop(name) for name in compress(outcome.failed, flags)}
+        unresolvable = {name: failed.pop(name) for name in hard}
     result["FailedNodes"] = failed
     result["FailedAndUnresolvableNodes"] = unresolvable
     result["Error"] = ""

@@ -113,6 +113,20 @@ def test_filter_result_keeps_the_outcomes_order_in_both_maps() -> None:
     assert set(answer["FailedAndUnresolvableNodes"].values()) == {reasons.NVML_UNAVAILABLE.message}
 
 
+@pytest.mark.parametrize("hard", [2, 3])
+def test_filter_result_when_half_or_most_failures_are_unresolvable(hard: int) -> None:
+    """Half of them: the unresolvable ones are moved out; more than half: the soft ones are. Same maps,
+    in the outcome's order."""
+    names = ["e", "d", "a", "c"]
+    failed = {n: reasons.NVML_UNAVAILABLE if i < hard else reasons.STALE_GPU_DATA for i, n in enumerate(names)}
+    answer = filter_result(
+        parse_extender_args(b'{"Pod": {}, "NodeNames": ["e", "d", "a", "c"]}'), FilterOutcome([], failed)
+    )
+    assert list(answer["FailedAndUnresolvableNodes"]) == names[:hard]
+    assert list(answer["FailedNodes"]) == names[hard:]
+    assert set(answer["FailedNodes"].values()) == {reasons.STALE_GPU_DATA.message}
+
+
 def test_filter_result_nodes_mode_echoes_node_objects() -> None:
     items = [{"metadata": {"name": n}, "status": {"x": n}} for n in "abc"]
     args = parse_extender_args(
