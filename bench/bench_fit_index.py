@@ -1,6 +1,7 @@
 """Benchmark: what decide/fit_index.py costs and saves at 5,000 nodes, in-process, side by side.
 
-What it measures (bench_extender's 5,000-node fleet and 2-GPU pod, every node a candidate, shuffled):
+What it measures (bench_extender's 5,000-node fleet and 2-GPU pod, every node a candidate, shuffled;
+`--nodes` another fleet, `--candidates M` a random M of its nodes the candidates):
 - a filter call's decision (the verdicts, then the shortlist's cut to 100) through the index against
   the per-call road (whole_gpus.filter_nodes, then shortlist._best_fresh), alternating, with 0, 10
   and 100 nodes reporting before each call (what the index applies first): heartbeats (the same
@@ -14,11 +15,12 @@ What it measures (bench_extender's 5,000-node fleet and 2-GPU pod, every node a 
 Reported: medians of per-call milliseconds (timeit, 200 calls per variant and round, 3 rounds
 alternating), and the ratios.
 
-Run: `.venv/bin/python bench/bench_fit_index.py`
+Run: `.venv/bin/python bench/bench_fit_index.py [--nodes 20000] [--candidates 1000] [--calls 200] [--rounds 3]`
 """
 
 from __future__ import annotations
 
+import argparse
 import random
 import statistics
 import sys
@@ -37,7 +39,7 @@ from gpuextender.extender.settings import DecisionPolicy
 NODES, NEEDED, KEEP, CALLS, ROUNDS = 5000, 2, 100, 200, 3
 
 
-def _ms(fn, calls: int = CALLS, before=lambda: None) -> float:  # type: ignore[no-untyped-def]
+def _ms(fn, calls: int, before=lambda: None) -> float:  # type: ignore[no-untyped-def]
     """Median milliseconds of `fn`, `before` run (untimed) ahead of each call."""
     times = []
     for _ in range(calls):
@@ -48,12 +50,21 @@ def _ms(fn, calls: int = CALLS, before=lambda: None) -> float:  # type: ignore[n
     return 1000 * statistics.median(times)
 
 
-def main() -> int:
-    api = build_api(NODES)
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--nodes", type=int, default=NODES)
+    parser.add_argument("--candidates", type=int, default=None, help="candidates per call (default: every node)")
+    parser.add_argument("--calls", type=int, default=CALLS)
+    parser.add_argument("--rounds", type=int, default=ROUNDS)
+    args = parser.parse_args(argv)
+    nodes, calls, rounds = args.nodes, args.calls, args.rounds
+    api = build_api(nodes)
     state = api.state
     summaries = state.offered_summaries
-    names = [n.name for n in make_fleet(NODES)]
+    fleet = [n.name for n in make_fleet(nodes)]
+    names = list(fleet)
     random.Random(7).shuffle(names)
+    names = names[: args.candidates]
     policy = DecisionPolicy(stale_after_s=100000.0)
     now = time.monotonic()
     index = FitIndex(summaries)
@@ -62,7 +73,7 @@ def main() -> int:
 
     def touch(count: int, moved: bool) -> None:
         """`count` nodes report again: the same readings (a heartbeat), or another utilization."""
-        for name in rng.sample(names, count):
+        for name in rng.sample(fleet, count):
             summary = summaries[name]
             utilization = rng.uniform(0, 100) if moved else summary.mean_utilization
             new = replace(summary, received_at=now, mean_utilization=utilization)
@@ -92,20 +103,22 @@ def main() -> int:
         whole_gpus.filter_nodes(k, names, {}, summaries.get, now, policy)
 
     variants = [(0, False), (10, False), (100, False), (10, True), (100, True)]
-    for _ in range(ROUNDS):
+    for _ in range(rounds):
         for count, moved in variants:
             label = f"{count} {'changed' if moved else 'heartbeats'}"
-            rows.setdefault(f"filter+shortlist, {label} before, per call", []).append(_ms(per_call))
+            rows.setdefault(f"filter+shortlist, {label} before, per call", []).append(_ms(per_call, calls))
             rows.setdefault(f"filter+shortlist, {label} before, index", []).append(
-                _ms(by_index, before=lambda c=count, m=moved: touch(c, m))  # type: ignore[misc]
+                _ms(by_index, calls, before=lambda c=count, m=moved: touch(c, m))  # type: ignore[misc]
             )
-        rows.setdefault(f"filter of sizes 1..{MAX_SIZES + 2} in turn, per call", []).append(_ms(sizes_in_turn_per_call))
-        rows.setdefault(f"filter of sizes 1..{MAX_SIZES + 2} in turn, index", []).append(_ms(sizes_in_turn))
+        rows.setdefault(f"filter of sizes 1..{MAX_SIZES + 2} in turn, per call", []).append(
+            _ms(sizes_in_turn_per_call, calls)
+        )
+        rows.setdefault(f"filter of sizes 1..{MAX_SIZES + 2} in turn, index", []).append(_ms(sizes_in_turn, calls))
         rows.setdefault("prioritize 100, per call", []).append(
-            _ms(lambda: whole_gpus.prioritize(NEEDED, answered, {}, summaries.get, now, policy))
+            _ms(lambda: whole_gpus.prioritize(NEEDED, answered, {}, summaries.get, now, policy), calls)
         )
         rows.setdefault("prioritize 100, index", []).append(
-            _ms(lambda: index.scores(NEEDED, answered, "spread", now, policy.stale_after_s))
+            _ms(lambda: index.scores(NEEDED, answered, "spread", now, policy.stale_after_s), calls)
         )
         rows.setdefault("one size built (verdicts + spread ranking)", []).append(
             _ms(lambda: _Size(NEEDED, summaries).ranking("spread"), calls=20)
@@ -118,7 +131,10 @@ def main() -> int:
     held = tracemalloc.get_traced_memory()[0] - before
     tracemalloc.stop()
 
-    print(f"{NODES:,} nodes, {NEEDED}-GPU pod, every node a candidate; medians of {ROUNDS} rounds x {CALLS} calls, ms")
+    candidates = "every node" if len(names) == nodes else f"{len(names):,} of them"
+    print(
+        f"{nodes:,} nodes, {NEEDED}-GPU pod, {candidates} a candidate; medians of {rounds} rounds x {calls} calls, ms"
+    )
     print()
     print("| what | ms |")
     print("|---|---:|")
