@@ -14,7 +14,8 @@ holders and topology, 4 versions of each node's readings so no two consecutive r
 Per path: the main process's CPU per report and reports/s per core (goal: >= 50,000 for the
 relayed summaries), the worker's CPU per report, and both together. Thread CPU time
 (time.thread_time), best of --repeat, with the garbage collector tuned as gpu-extender tunes it.
-Then the state each process keeps per node (tracemalloc, Python allocations): the main
+Then a worker's CPU per report from bytes to a queued summary, a full report against a light
+heartbeat (contract 0.6) of the same readings. Then the state each process keeps per node (tracemalloc, Python allocations): the main
 process's GpuState (summary, what decisions read, facts) and a worker's RelayStore (which nodes
 it holds, their facts); the gRPC stream of each agent comes on top (bench_grpc_floor.py).
 
@@ -37,8 +38,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_extender as bx
 
+from gpuextender.agent.report.light import light_heartbeat
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.ingest import frames
+from gpuextender.extender.ingest.report_checks import heartbeat_problem, report_problem
 from gpuextender.extender.ingest.worker_args import Worker
 from gpuextender.extender.ingest_process import RelayStore
 from gpuextender.extender.ingest_workers import IngestProcess
@@ -153,6 +156,54 @@ def measure(nodes: int, repeat: int) -> list[PathCost]:
     return [PathCost(name, 1e6 * main / nodes, 1e6 * worker / nodes) for name, (main, worker) in results.items()]
 
 
+def worker_per_report(nodes: int, repeat: int) -> dict[str, float]:
+    """A worker's CPU per report (us, best of `repeat`) from bytes to a queued summary: a full
+    report (parse, report_problem, RelayStore.ingest) against a light heartbeat of the same
+    readings (contract 0.6: parse, heartbeat_problem, RelayStore.refresh), same nodes, one run."""
+    rounds = report_rounds(nodes)
+    full = [[r.SerializeToString() for r in batch] for batch in rounds]
+    light = [
+        [light_heartbeat(r, rounds[0][n].sequence).SerializeToString() for n, r in enumerate(batch)]
+        for batch in rounds
+    ]
+
+    async def go() -> dict[str, float]:
+        store, parse = RelayStore(RULE), pb.NodeReport.FromString
+        for r in rounds[0]:  # the full reports the heartbeats repeat
+            store.ingest(r, 1.0)
+        store.take()
+
+        def full_path(i: int) -> float:
+            start = time.thread_time()
+            for raw in full[i % VERSIONS]:
+                r = parse(raw)
+                if report_problem(r, None) is None:
+                    store.ingest(r, 2.0)
+            store.take()
+            return time.thread_time() - start
+
+        refused = 0
+
+        def light_path(i: int) -> float:
+            nonlocal refused
+            start = time.thread_time()
+            for raw in light[i % VERSIONS]:
+                r = parse(raw)
+                if heartbeat_problem(r, r.node_name) is not None or store.refresh(r, 2.0) is not None:
+                    refused += 1
+            store.take()
+            return time.thread_time() - start
+
+        out = {"full report": _best(repeat, full_path)}
+        for r in rounds[0]:  # the base again: full_path stored newer full reports
+            store.ingest(r, 1.0)
+        out["light heartbeat"] = _best(repeat, light_path)
+        assert refused == 0, f"{refused} light heartbeats refused"
+        return {name: 1e6 * seconds / nodes for name, seconds in out.items()}
+
+    return asyncio.run(go())
+
+
 def state_bytes_per_node(nodes: int) -> dict[str, float]:
     """Python bytes per node held by the main process's GpuState and by a worker's RelayStore,
     once every node reported (the relayed path), new allocations only."""
@@ -204,6 +255,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args(argv)
     print(format_rows(measure(args.nodes, args.repeat), args.nodes, args.repeat))
+    worker = worker_per_report(args.nodes, args.repeat)
+    print(
+        "worker CPU per report, bytes to a queued summary: "
+        + ", ".join(f"{k} {v:.1f} us" for k, v in worker.items())
+        + f" ({worker['full report'] / worker['light heartbeat']:.1f}x less light)"
+    )
     per_node = state_bytes_per_node(args.nodes)
     print("state per node (Python allocations): " + ", ".join(f"{k} {v / 1024:.1f} KiB" for k, v in per_node.items()))
     return 0
