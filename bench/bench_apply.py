@@ -163,8 +163,7 @@ def worker_per_report(nodes: int, repeat: int) -> dict[str, float]:
     rounds = report_rounds(nodes)
     full = [[r.SerializeToString() for r in batch] for batch in rounds]
     light = [
-        [light_heartbeat(r, rounds[0][n].sequence).SerializeToString() for n, r in enumerate(batch)]
-        for batch in rounds
+        [light_heartbeat(r, rounds[0][n].sequence).SerializeToString() for n, r in enumerate(batch)] for batch in rounds
     ]
 
     async def go() -> dict[str, float]:
