@@ -15,9 +15,10 @@ Per path: the main process's CPU per report and reports/s per core (goal: >= 50,
 relayed summaries), the worker's CPU per report, and both together. Thread CPU time
 (time.thread_time), best of --repeat, with the garbage collector tuned as gpu-extender tunes it.
 Then a worker's CPU per report from bytes to a queued summary, a full report against a light
-heartbeat (contract 0.6) of the same readings. Then the state each process keeps per node (tracemalloc, Python allocations): the main
-process's GpuState (summary, what decisions read, facts) and a worker's RelayStore (which nodes
-it holds, their facts); the gRPC stream of each agent comes on top (bench_grpc_floor.py).
+heartbeat (contract 0.6) of the same readings. Then the state each process keeps per node
+(tracemalloc, Python allocations): the main process's GpuState (summary, what decisions read,
+facts) and a worker's RelayStore (which nodes it holds, their facts, each one's last full report
+as its encoded summary); the gRPC stream of each agent comes on top (bench_grpc_floor.py).
 
 Run: `.venv/bin/python bench/bench_apply.py [--nodes 5000] [--repeat 5]`
 """
