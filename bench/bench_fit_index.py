@@ -82,8 +82,8 @@ def main(argv: list[str] | None = None) -> int:
             many.changed(name)
 
     def by_index() -> list[str] | None:
-        passed = index.filter(NEEDED, names, {}, now, policy).passed
-        return index.best(NEEDED, passed, 7, KEEP, "spread", now, policy.stale_after_s)
+        outcome = index.filter(NEEDED, names, {}, now, policy)  # held, as Decision does: best trusts its passes
+        return index.best(NEEDED, outcome.passed, 7, KEEP, "spread", now, policy.stale_after_s)
 
     def per_call() -> list[str] | None:
         passed = whole_gpus.filter_nodes(NEEDED, names, {}, summaries.get, now, policy).passed
