@@ -296,7 +296,10 @@ def render_markdown(
             "record": "`verb_log.record_filter` (metrics per failed node + decision log text)",
             "answer": "`wire.filter_result`",
             "encode": "`wire.encode` (json.dumps)",
-            "TOTAL (whole call)": "`SchedulerApi.filter` from bytes to bytes",
+            "TOTAL (whole call)": (
+                "`SchedulerApi.filter` from bytes to bytes, as the server makes it "
+                "(a new body each call, collector paused in parse and decide)"
+            ),
         }
         for name, ms in phases:
             out.append(f"| {name} | {what.get(name, '')} | {ms:.2f} |")
