@@ -121,7 +121,10 @@ def test_a_node_without_agent_data_never_holds_a_filter_but_stale_data_does(data
         state.ingest(
             report("n1", [gpu(i, 0 if i < idle_gpus else 90, 1 if i < idle_gpus else 80) for i in range(8)]), received
         )
-    gate = BindingGate(0.01, time.monotonic)  # a risky filter waits 10 ms, then the binding expires
+    # A risky filter waits 10 ms, then the binding expires. Where none is expected, the binding
+    # lives a minute: a loaded machine may take over 10 ms from here to the settle, and a binding
+    # that expired by then would be counted without any wait.
+    gate = BindingGate(0.01 if at_risk else 60.0, time.monotonic)
     gate.decided("a", 1, frozenset({"n1"}))
     pod = {
         "metadata": {"uid": "b"},
