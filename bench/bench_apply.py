@@ -157,10 +157,11 @@ def measure(nodes: int, repeat: int) -> list[PathCost]:
     return [PathCost(name, 1e6 * main / nodes, 1e6 * worker / nodes) for name, (main, worker) in results.items()]
 
 
-def worker_per_report(nodes: int, repeat: int) -> dict[str, float]:
+def worker_per_report(nodes: int, repeat: int) -> tuple[dict[str, float], dict[str, float]]:
     """A worker's CPU per report (us, best of `repeat`) from bytes to a queued summary: a full
     report (parse, report_problem, RelayStore.ingest) against a light heartbeat of the same
-    readings (contract 0.6: parse, heartbeat_problem, RelayStore.refresh), same nodes, one run."""
+    readings (contract 0.6: parse, heartbeat_problem, RelayStore.refresh), same nodes, one run;
+    and the mean bytes of each on the wire."""
     rounds = report_rounds(nodes)
     full = [[r.SerializeToString() for r in batch] for batch in rounds]
     light = [
@@ -201,7 +202,8 @@ def worker_per_report(nodes: int, repeat: int) -> dict[str, float]:
         assert refused == 0, f"{refused} light heartbeats refused"
         return {name: 1e6 * seconds / nodes for name, seconds in out.items()}
 
-    return asyncio.run(go())
+    sizes = {"full report": sum(map(len, full[1])) / nodes, "light heartbeat": sum(map(len, light[1])) / nodes}
+    return asyncio.run(go()), sizes
 
 
 def state_bytes_per_node(nodes: int) -> dict[str, float]:
@@ -255,10 +257,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args(argv)
     print(format_rows(measure(args.nodes, args.repeat), args.nodes, args.repeat))
-    worker = worker_per_report(args.nodes, args.repeat)
+    worker, sizes = worker_per_report(args.nodes, args.repeat)
     print(
         "worker CPU per report, bytes to a queued summary: "
-        + ", ".join(f"{k} {v:.1f} us" for k, v in worker.items())
+        + ", ".join(f"{k} {v:.1f} us ({sizes[k]:,.0f} bytes)" for k, v in worker.items())
         + f" ({worker['full report'] / worker['light heartbeat']:.1f}x less light)"
     )
     per_node = state_bytes_per_node(args.nodes)

@@ -3,8 +3,8 @@ extender takes from a heartbeat, for a stream whose extender holds the full repo
 
 The gate (report/gate.py) sends a heartbeat when nothing an extender decides with changed; the
 extender's workers then only need the readings that rank a node within its class, not the whole
-snapshot to validate and summarize again (~5x less of their CPU per report, bench/RESULTS.md,
-issue 36). Which report a stream may send light, and when it must send a full one, is the
+snapshot to validate and summarize again (4-6x less of their CPU per report: bench/bench_apply.py,
+bench/RESULTS.md, issue 36). Which report a stream may send light, and when it must send a full one, is the
 stream's to say (stream/streamer.py).
 """
 

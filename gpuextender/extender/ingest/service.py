@@ -195,10 +195,7 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
                     yield self._rejected(report, mismatch)
                     continue
                 heartbeat = report.heartbeat_of != 0
-                if heartbeat:
-                    kind, problem = self._heartbeat_problem(report, node, last_sequence, last_full)
-                else:
-                    kind, problem = self._problem(report, node, last_sequence)
+                kind, problem = self._problem(report, node, last_sequence, last_full)
                 if problem is not None:
                     self._count_rejected(kind)
                     if self._should_log(kind, _peer_host(peer)):  # a line a minute per client and kind
@@ -224,7 +221,7 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
                         extra={"node": node, "peer": peer},
                     )
                 if heartbeat:
-                    assert self._refresh is not None  # _heartbeat_problem refuses heartbeats otherwise
+                    assert self._refresh is not None  # _problem refuses heartbeats otherwise
                     problem = self._refresh(report, self._clock())
                     if problem is not None:  # the agent sends a full report next: no log line
                         self._count_rejected("heartbeat")
@@ -253,9 +250,15 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
                 self._metrics.connected_agents.dec()
                 log.info("agent for node %s disconnected (%s)", node, peer, extra={"node": node, "peer": peer})
 
-    def _problem(self, report: pb.NodeReport, node: str | None, last_sequence: int) -> tuple[str, str | None]:
-        """Why the report may not be stored, as (metric reason, sentence for the agent); (_, None) if it may."""
-        problem = report_problem(report, node)
+    def _problem(
+        self, report: pb.NodeReport, node: str | None, last_sequence: int, last_full: int
+    ) -> tuple[str, str | None]:
+        """Why the report may not be stored, as (metric reason, sentence for the agent); (_, None) if
+        it may. A light heartbeat must also repeat this stream's last full report (`last_full`)."""
+        heartbeat = report.heartbeat_of != 0
+        if heartbeat and self._refresh is None:
+            return "invalid", "this extender takes full reports only (its acks do not say light_heartbeats)"
+        problem = heartbeat_problem(report, node) if heartbeat else report_problem(report, node)
         if problem is not None:
             return "invalid", problem
         problem = clock_skew_problem(report, self._wall_clock(), self._max_clock_skew_s)
@@ -266,36 +269,18 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
                 f"sequence {report.sequence} does not increase (last stored on this stream: "
                 f"{last_sequence}; sequences start at 1 and grow with every report)"
             )
-        if self._unknown is not None and not self._unknown.admit(report.node_name):
+        if heartbeat:
+            if report.heartbeat_of != last_full:
+                return "heartbeat", (
+                    f"heartbeat of report {report.heartbeat_of}, but the last full report stored from this "
+                    f"stream is {last_full}: send a full report"
+                )
+        elif self._unknown is not None and not self._unknown.admit(report.node_name):
             limit = self._unknown.limit
             return "unknown_node_limit", (
                 f"node {report.node_name!r} is not in the extender's inventory and reports of {limit} such "
                 f"node(s) are already held (--max-unknown-nodes {limit}); its reports are stored once the "
                 "node is in the inventory"
-            )
-        return "", None
-
-    def _heartbeat_problem(
-        self, report: pb.NodeReport, node: str | None, last_sequence: int, last_full: int
-    ) -> tuple[str, str | None]:
-        """_problem for a light heartbeat: what it may carry, and that it repeats this stream's
-        last full report."""
-        if self._refresh is None:
-            return "invalid", "this extender takes full reports only (its acks do not say light_heartbeats)"
-        problem = heartbeat_problem(report, node)
-        if problem is not None:
-            return "invalid", problem
-        problem = clock_skew_problem(report, self._wall_clock(), self._max_clock_skew_s)
-        if problem is not None:
-            return "clock_skew", problem
-        if report.sequence <= last_sequence:
-            return "sequence", (
-                f"sequence {report.sequence} does not increase (last stored on this stream: {last_sequence})"
-            )
-        if report.heartbeat_of != last_full:
-            return "heartbeat", (
-                f"heartbeat of report {report.heartbeat_of}, but the last full report stored from this stream is "
-                f"{last_full}: send a full report"
             )
         return "", None
 

@@ -2,13 +2,15 @@
 report it repeats (pure).
 
 A gated agent's heartbeat changes nothing a decision reads but the readings that rank a node
-within its class (utilization, memory) and what the fleet page shows. Summarizing a full report
-costs ~80 us of Python per 8-GPU node (validation ~50 more); the heartbeat's three packed lists
-cost a few: the heartbeat is ~94 % of a gated fleet's reports (bench/RESULTS.md, issue 36).
+within its class (utilization, memory) and what the fleet page shows. A worker takes a full 8-GPU
+report from bytes to a queued summary in 157-242 us (parse, validate, summarize, encode) and a
+light heartbeat in 39-45 us (bench/bench_apply.py); the heartbeat is ~94 % of a gated fleet's reports
+(bench/RESULTS.md, issue 36).
 
-`refreshed` gives exactly what `gpu_summary.summarize` gives for the full report with these
-readings (tests/extender/state/test_summary_refresh.py holds the two equal on generated
-reports), or the reason it cannot: a reading that would turn a GPU busy or idle changes counts,
+`refreshed_fields` gives the fields that, in the base summary, make exactly what
+`gpu_summary.summarize` gives for the full report with these readings
+(tests/extender/state/test_summary_refresh.py holds the two equal on generated reports), or the
+reason it cannot: a reading that would turn a GPU busy or idle changes counts,
 masks and quality, which only a full report may do. The GPU memory totals come from the node's
 facts (model/gpu_facts.py), which the full report set.
 """
@@ -16,31 +18,16 @@ facts (model/gpu_facts.py), which the full report set.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import replace
 from typing import Any
 
 from gpuextender.common.idle_rule import IdleRule, readings_busy
 from gpuextender.extender.model.gpu_facts import GpuFacts
-from gpuextender.extender.state.gpu_summary import GPU_UNHEALTHY, GpuCell, NodeSummary
+from gpuextender.extender.state.gpu_summary import GPU_UNHEALTHY, GpuCell
 from gpuextender.v1 import gpu_state_pb2 as pb
 
 NO_READING = -1  # a heartbeat list's value where the GPU gave no reading
 # The summary fields a heartbeat changes; every other field is the full report's.
 READING_FIELDS = ("sequence", "sample_time", "received_at", "mean_utilization", "gpus", "sm_active")
-
-
-def refreshed(
-    base: NodeSummary,
-    facts: Sequence[GpuFacts],
-    heartbeat: pb.NodeReport,
-    rule: IdleRule,
-    received_at: float,
-) -> NodeSummary | str:
-    """`base` (the summary of the full report `heartbeat.heartbeat_of`, judged by `rule`) with the
-    heartbeat's readings; or why not (a sentence for the agent, which then sends a full report).
-    The heartbeat's lists are checked (report_checks.heartbeat_problem) before this is called."""
-    changes = refreshed_fields(base.gpus, base.sm_active, base.node_error, facts, heartbeat, rule, received_at)
-    return changes if isinstance(changes, str) else replace(base, **changes)
 
 
 def refreshed_fields(
@@ -52,8 +39,11 @@ def refreshed_fields(
     rule: IdleRule,
     received_at: float,
 ) -> dict[str, Any] | str:
-    """`refreshed` from the base summary's gpus, sm_active and node_error, as the fields that
-    change (READING_FIELDS): for a caller that keeps the summary encoded (ingest_process.RelayStore)."""
+    """The base summary's (that of the full report `heartbeat.heartbeat_of`, judged by `rule`; its
+    gpus, sm_active and node_error given) fields that the heartbeat's readings change
+    (READING_FIELDS); or why not (a sentence for the agent, which then sends a full report). The
+    caller keeps the summary encoded (ingest_process.RelayStore). The heartbeat's lists are checked
+    (report_checks.heartbeat_problem) before this is called."""
     utils = heartbeat.heartbeat_utilization_percent
     used = heartbeat.heartbeat_memory_used_bytes
     sms = heartbeat.heartbeat_sm_active_percent

@@ -402,6 +402,19 @@ def test_scores_step_aside_for_a_node_that_does_not_fit_is_stale_or_unknown() ->
     assert index.best(2, fit, 0, 0, "spread", NOW, STALE_AFTER) == []
 
 
+def spy_on_judge_nodes(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """How many nodes each whole_gpus.judge_nodes call was given, in call order."""
+    judged: list[int] = []
+    real = whole_gpus.judge_nodes
+
+    def spy(k: int, given: list[str], *rest: Any) -> Any:
+        judged.append(len(given))
+        return real(k, given, *rest)
+
+    monkeypatch.setattr(whole_gpus, "judge_nodes", spy)
+    return judged
+
+
 @pytest.mark.parametrize(("unknown", "one_by_one"), [(4, False), (5, True)])
 def test_candidates_mostly_without_agent_data_are_judged_one_by_one(
     unknown: int, one_by_one: bool, monkeypatch: pytest.MonkeyPatch
@@ -411,14 +424,7 @@ def test_candidates_mostly_without_agent_data_are_judged_one_by_one(
     summaries = {f"n{i}": fitting(f"n{i}") for i in range(4)}
     names = [*summaries, *(f"x{i}" for i in range(unknown))]
     index = FitIndex(summaries)
-    judged: list[int] = []
-    real = whole_gpus.judge_nodes
-
-    def spy(k: int, given: list[str], *rest: Any) -> Any:
-        judged.append(len(given))
-        return real(k, given, *rest)
-
-    monkeypatch.setattr(whole_gpus, "judge_nodes", spy)
+    judged = spy_on_judge_nodes(monkeypatch)
     assert_same_outcome(index, summaries, 2, names, {"x0": 1}, NOW, DecisionPolicy())
     assert judged[0] == (len(names) if one_by_one else unknown)
 
@@ -429,14 +435,7 @@ def test_a_name_given_again_and_again_does_not_count_as_unknown(monkeypatch: pyt
     summaries = {"n0": fitting("n0"), "f": fitting("f", idle=1)}
     names = ["f", "x0", "f", "x1", "n0", "f", "x2"]
     index = FitIndex(summaries)
-    judged: list[int] = []
-    real = whole_gpus.judge_nodes
-
-    def spy(k: int, given: list[str], *rest: Any) -> Any:
-        judged.append(len(given))
-        return real(k, given, *rest)
-
-    monkeypatch.setattr(whole_gpus, "judge_nodes", spy)
+    judged = spy_on_judge_nodes(monkeypatch)
     assert_same_outcome(index, summaries, 2, names, {}, NOW, DecisionPolicy())
     assert judged[0] == 3  # (then the definition judges all 7)
 

@@ -6,18 +6,27 @@ from __future__ import annotations
 
 import dataclasses
 import random
+from collections.abc import Sequence
 
 import pytest
 
 from gpuextender.agent.report.light import light_heartbeat
 from gpuextender.common.idle_rule import IdleRule
-from gpuextender.extender.model.gpu_facts import facts_from_report
+from gpuextender.extender.model.gpu_facts import GpuFacts, facts_from_report
 from gpuextender.extender.state.gpu_summary import NodeSummary, summarize
-from gpuextender.extender.state.summary_refresh import READING_FIELDS, refreshed
+from gpuextender.extender.state.summary_refresh import READING_FIELDS, refreshed_fields
 from gpuextender.v1 import gpu_state_pb2 as pb
 from tests.extender.builders import GIB, gpu, report
 
 RULES = (IdleRule(30.0, 50.0, None), IdleRule(30.0, 50.0, 10.0), IdleRule(5.0, 20.0, 40.0))
+
+
+def refreshed(
+    base: NodeSummary, facts: Sequence[GpuFacts], heartbeat: pb.NodeReport, rule: IdleRule, received_at: float
+) -> NodeSummary | str:
+    """`base` with the fields refreshed_fields gives, or its reason."""
+    changes = refreshed_fields(base.gpus, base.sm_active, base.node_error, facts, heartbeat, rule, received_at)
+    return changes if isinstance(changes, str) else dataclasses.replace(base, **changes)
 
 
 def heartbeat_of(full: pb.NodeReport, now: pb.NodeReport, sequence: int) -> pb.NodeReport:
