@@ -66,7 +66,8 @@ def test_filter_passes_idle_nodes_and_rejects_busy_ones_with_a_reason(live: Clus
     # filter answers, then records: any later call is answered after its metrics and log line.
     samples = scrape(url(ext, "/metrics"))
     assert metric(samples, "gpu_extender_filter_nodes_total", result="failed") >= 1
-    assert "filter default/gpu-b1 needs 2 GPU: 2 passed, 1 failed: gpu-node-1: InsufficientIdleGPUs" in ext.log()
+    line = "filter default/gpu-b1 needs 2 GPU: 2 passed (gpu-node-2, gpu-node-3), 1 failed: gpu-node-1: "
+    assert line + "InsufficientIdleGPUs" in ext.log()
 
 
 def test_prioritize_orders_by_idle_gpus_then_utilization(live: Cluster) -> None:

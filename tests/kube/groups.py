@@ -314,7 +314,7 @@ class GroupResult:
 class Verdict:
     results: dict[str, GroupResult]
     split: list[str] = field(default_factory=list)  # groups bound in more than one domain
-    on_bad_gpus: list[str] = field(default_factory=list)  # "pod -> node (left, needed)"
+    on_bad_gpus: list[str] = field(default_factory=list)  # "pod -> node (left, needed; pods bound there before)"
     partly_bound: list[str] = field(default_factory=list)  # "group: k of n bound"
     partly_could_fit: list[str] = field(default_factory=list)  # partly bound while a domain could hold it
     whole: list[str] = field(default_factory=list)  # every member bound, one domain
@@ -344,14 +344,19 @@ def judge(kube: Kube, ns: str, fleet: Fleet, groups: list[Group]) -> Verdict:
     )
     # No kubelet touches a pod after its binding: its resourceVersion orders the bindings.
     left = {n.name: n.good for n in fleet.nodes}
+    on_node: dict[str, list[str]] = defaultdict(list)  # "pod x GPUs" bound there, in binding order
     by_group = {g.name: g for g in groups}
     verdict = Verdict({})
     for p in bound:
         g = by_group[p["metadata"]["labels"]["group"]]
-        node = p["spec"]["nodeName"]
+        node, name = p["spec"]["nodeName"], p["metadata"]["name"]
         if left[node] < g.gpus:
-            verdict.on_bad_gpus.append(f"{p['metadata']['name']} -> {node} ({left[node]} idle left, {g.gpus} needed)")
+            before = ", ".join(on_node[node]) or "none"
+            verdict.on_bad_gpus.append(
+                f"{name} -> {node} ({left[node]} idle left, {g.gpus} needed; bound there before: {before})"
+            )
         left[node] -= g.gpus
+        on_node[node].append(f"{name} x {g.gpus}")
     for g in groups:
         members = [pods[name] for name in g.pods()]
         placed = [p["spec"]["nodeName"] for p in members if p["spec"].get("nodeName")]

@@ -31,12 +31,13 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 import trustme
@@ -55,6 +56,9 @@ SEED = 34
 DOMAINS, NODES_PER_DOMAIN, GROUPS = 30, 4, 40
 V135, V136 = "kube-scheduler", "kube-scheduler-1.36"
 GANG_ARGS = (f"--feature-gates={G.GANG_GATES}",)
+# With the extender, kube-scheduler also logs each binding ("Successfully bound pod to node", -v=2):
+# what a failure's message quotes (log_lines) beside the extender's filter lines.
+LOGGED = ("-v=2",)
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/gpu-extender/leases/gpu-scheduler"
 BUG_136 = (  # fixed: a gang member the extender passed counts as placed (decide/group_member.py)
     "product bug: kube-scheduler-1.36's gang/topology-aware cycle filters each member against its "
@@ -148,6 +152,12 @@ def explained_domain(world: Scene, ext: Proc, pod: dict[str, Any]) -> str | None
     return str(domain) if domain is not None else None
 
 
+class Run(NamedTuple):
+    verdict: G.Verdict
+    seconds: float  # since the scheduler started
+    scheduler_log: Path
+
+
 def place(
     world: Scene,
     suffix: str,
@@ -156,11 +166,11 @@ def place(
     start: Callable[[str], Process],
     done: Callable[[str], bool] | None = None,
     timeout: float = 90.0,
-) -> tuple[G.Verdict, float]:
+) -> Run:
     """One run in a namespace of its own: the groups created, then the scheduler started
     (`start(ns)` may first wait for the extender to read the PodGroups); once every member is bound
-    or marked unschedulable (and `done(ns)`), the verdict and the seconds since the scheduler
-    started. The pods are then deleted and the scheduler stopped: the fleet is shared."""
+    or marked unschedulable (and `done(ns)`), the verdict, the seconds since the scheduler
+    started and its log. The pods are then deleted and the scheduler stopped: the fleet is shared."""
     ns = f"{world.ns}-{suffix}"
     world.kube.create_namespace(ns)
     G.create_groups(world.kube, ns, fleet, groups, random.Random(SEED))
@@ -175,7 +185,7 @@ def place(
             wait_for("every member bound or unschedulable", finished, timeout, proc)
         except AssertionError as exc:  # judged anyway: the assertions say what is wrong
             print(exc)
-        return G.judge(world.kube, ns, fleet, groups), time.monotonic() - started
+        return Run(G.judge(world.kube, ns, fleet, groups), time.monotonic() - started, proc.log_path)
     finally:
         proc.stop()
         world.kube.delete(LEASE, grace_seconds=None)  # the next scheduler takes the Lease at once
@@ -197,29 +207,86 @@ def extender_done(world: Scene, ext: Proc, fleet: G.Fleet, groups: list[G.Group]
     return done
 
 
-def assert_whole(verdict: G.Verdict, *, reasons_per_domain: bool = False) -> None:
+def log_lines(logs: dict[str, Path], names: Iterable[str], nodes: Iterable[str], limit: int = 40) -> str:
+    """What a failure's message quotes of a run's logs (`logs`: title -> file), so that a CI failure
+    explains itself: per log, the last `limit` lines (each cut to 600 characters) about the groups
+    `names` (their members' filters that passed a node; the extender's group lines: domain chosen,
+    placed whole, released; kube-scheduler's lines) and the `nodes` (the filters that passed one;
+    kube-scheduler's lines: its bindings there, with -v=2)."""
+    names, nodes = sorted(set(names)), sorted(set(nodes))
+    if not names and not nodes:
+        return ""
+    # "ns/g02-0 needs", "ns/workload/g02 (", pod="ns/g02-0": a name after a slash; a node anywhere.
+    about = re.compile(
+        "|".join([*(rf"/{re.escape(n)}(?![\w.])" for n in names), *(rf"\b{re.escape(n)}\b" for n in nodes)])
+    )
+    mine = re.compile("|".join(rf"/{re.escape(n)}(?![\w.])" for n in names)) if names else None
+    passed = re.compile("|".join(rf"passed \([^)]*\b{re.escape(n)}\b" for n in nodes)) if nodes else None
+    out = []
+    for title, path in logs.items():
+        try:
+            lines = path.read_text(errors="replace").splitlines()
+        except OSError as exc:
+            out.append(f"--- {title} ({path}): unreadable: {exc}")
+            continue
+        picked = []
+        for line in filter(about.search, lines):
+            if "gpu_extender.ingest" in line:
+                continue  # the simulated agents' one report each
+            if "gpu_extender.http" in line:  # a filter line: one that passed the pod, or a node named
+                if " 0 passed" in line or not (
+                    (mine is not None and mine.search(line)) or (passed is not None and passed.search(line))
+                ):
+                    continue
+            elif "gpu_extender.groups" in line and "domain holds" in line:
+                continue  # one of the many domains tried that could not hold the group
+            picked.append(line[:600])
+        shown = picked[-limit:]
+        out.append(f"--- {title} ({path}): the last {len(shown)} of {len(picked)} lines about {names + nodes}")
+        out += shown
+    return "\n" + "\n".join(out)
+
+
+def quoted_logs(logs: dict[str, Path], problems: Sequence[str]) -> str:
+    """log_lines about the fleet's groups (g02, also of a pod named: g02-0) and nodes (nvl-d26-n1)
+    that `problems` name."""
+    text = " ".join(problems)
+    return log_lines(logs, re.findall(r"\b(g\d\d)(?:-\d+)?\b", text), re.findall(r"\b[a-z]+-d\d\d-n\d+\b", text))
+
+
+def assert_whole(run: Run, ext: Proc, *, reasons_per_domain: bool = False) -> None:
     """`reasons_per_domain`: kube-scheduler-1.36's topology-aware gang scheduling reports the reasons
     of the last candidate domain it tried (its 4 nodes), not the extender's view over every domain:
     a gang that fits nowhere shows that domain's per-node reasons when none of its nodes holds one
-    member. Then only "waits, and no domain could hold it" is asserted (waiting_could_fit)."""
-    assert verdict.split == [], f"groups split across domains: {verdict.split}"
-    assert verdict.on_bad_gpus == [], f"members on busy or unhealthy GPUs: {verdict.on_bad_gpus}"
-    assert verdict.partly_bound == [], f"groups partly bound: {verdict.partly_bound}"
-    assert verdict.waiting_could_fit == [], f"groups waiting although a domain holds them: {verdict.waiting_could_fit}"
+    member. Then only "waits, and no domain could hold it" is asserted (waiting_could_fit). A failed
+    assertion quotes the extender's and kube-scheduler's lines about what it names (log_lines)."""
+    verdict = run.verdict
+    logs = {"extender": ext.log_path, "kube-scheduler": run.scheduler_log}
+    why = partial(quoted_logs, logs)
+    assert verdict.split == [], f"groups split across domains: {verdict.split}{why(verdict.split)}"
+    assert verdict.on_bad_gpus == [], (
+        f"members on busy or unhealthy GPUs: {verdict.on_bad_gpus}{why(verdict.on_bad_gpus)}"
+    )
+    assert verdict.partly_bound == [], f"groups partly bound: {verdict.partly_bound}{why(verdict.partly_bound)}"
+    assert verdict.waiting_could_fit == [], (
+        f"groups waiting although a domain holds them: {verdict.waiting_could_fit}{why(verdict.waiting_could_fit)}"
+    )
     if not reasons_per_domain:
-        assert verdict.waiting_unexplained == [], "\n".join(verdict.waiting_unexplained)
+        assert verdict.waiting_unexplained == [], "\n".join(verdict.waiting_unexplained) + why(
+            verdict.waiting_unexplained
+        )
     assert len(verdict.whole) + len(verdict.waiting) == len(verdict.results)
 
 
-def table(rows: list[tuple[str, G.Verdict, float]]) -> str:
+def table(rows: list[tuple[str, Run]]) -> str:
     """One line per scheduler: the counts per group (members for GPUs), and the run's seconds."""
-    width = max(len(name) for name, _, _ in rows)
+    width = max(len(name) for name, _ in rows)
     return "\n".join(
         f"  {name:<{width}}  whole {len(v.whole):>2}  split {len(v.split):>2}  "
         f"members on busy/unhealthy GPUs {len(v.on_bad_gpus):>3}  partly bound {len(v.partly_bound):>2} "
         f"(a domain could hold {len(v.partly_could_fit):>2} of them whole)  waiting whole {len(v.waiting):>2}  "
         f"[{seconds:.1f} s]"
-        for name, v, seconds in rows
+        for name, (v, seconds, _log) in rows
     )
 
 
@@ -235,9 +302,9 @@ def test_lws_and_coscheduling_groups_land_whole_in_one_domain(
 
     def with_extender(ns: str) -> Process:
         wait_groups_known(gworld, ext, ns, fleet, groups)
-        return gworld.scheduler(ext)
+        return gworld.scheduler(ext, extra_args=LOGGED)
 
-    verdict, seconds = place(gworld, "ext", fleet, groups, with_extender, extender_done(gworld, ext, fleet, groups))
+    run = place(gworld, "ext", fleet, groups, with_extender, extender_done(gworld, ext, fleet, groups))
     # Kubernetes alone, on the same fleet and groups (printed only): kube-scheduler v1.35.4 honours
     # the LWS pod affinity but knows neither the busy GPUs nor coscheduling; kube-scheduler-1.36
     # places the same groups as Workload API gangs in one clique each, by its own GPU count.
@@ -251,13 +318,14 @@ def test_lws_and_coscheduling_groups_land_whole_in_one_domain(
         print(
             table(
                 [
-                    ("gpu-extender + kube-scheduler v1.35.4", verdict, seconds),
-                    ("kube-scheduler v1.35.4 alone", *alone),
-                    ("kube-scheduler-1.36 gang+TAS alone", *tas),
+                    ("gpu-extender + kube-scheduler v1.35.4", run),
+                    ("kube-scheduler v1.35.4 alone", alone),
+                    ("kube-scheduler-1.36 gang+TAS alone", tas),
                 ]
             )
         )
-    assert_whole(verdict)
+    assert_whole(run, ext)
+    verdict = run.verdict
     assert verdict.waiting, "the fleet is meant to be too small for every group"
     assert len(verdict.whole) >= GROUPS // 2
     for name in (G.LWS, G.COSCHEDULING):  # both sources placed
@@ -273,18 +341,14 @@ def test_workload_api_gangs_land_whole_in_one_domain_with_kube_scheduler_136(
 
     def with_extender(ns: str) -> Process:
         wait_groups_known(gworld, ext, ns, fleet, groups)
-        return gworld.scheduler(ext, binary=V136, extra_args=GANG_ARGS)
+        return gworld.scheduler(ext, binary=V136, extra_args=GANG_ARGS + LOGGED)
 
-    verdict, seconds = place(gworld, "ext", fleet, groups, with_extender, extender_done(gworld, ext, fleet, groups))
+    run = place(gworld, "ext", fleet, groups, with_extender, extender_done(gworld, ext, fleet, groups))
     tas = place(gworld, "tas", fleet, groups, lambda ns: gworld.scheduler_alone(V136, GANG_ARGS))
     with capsys.disabled():
-        print(
-            table(
-                [("gpu-extender + kube-scheduler-1.36 gang+TAS", verdict, seconds), ("kube-scheduler-1.36 alone", *tas)]
-            )
-        )
-    assert_whole(verdict, reasons_per_domain=True)
-    assert len(verdict.whole) >= GROUPS // 2
+        print(table([("gpu-extender + kube-scheduler-1.36 gang+TAS", run), ("kube-scheduler-1.36 alone", tas)]))
+    assert_whole(run, ext, reasons_per_domain=True)
+    assert len(run.verdict.whole) >= GROUPS // 2
 
 
 def test_a_workload_gang_of_two_that_one_clique_holds_lands_with_kube_scheduler_136(gworld: Scene) -> None:
@@ -300,7 +364,7 @@ def test_a_workload_gang_of_two_that_one_clique_holds_lands_with_kube_scheduler_
     wait_groups_known(gworld, ext, gworld.ns, small, [job])
     for i in range(job.members):
         gworld.kube.create(f"/api/v1/namespaces/{gworld.ns}/pods", G.member_pod(job, i, small.label))
-    gworld.scheduler(ext, binary=V136, extra_args=GANG_ARGS)
+    scheduler = gworld.scheduler(ext, binary=V136, extra_args=GANG_ARGS + LOGGED)
 
     def outcome() -> str | None:
         pods = G.pod_states(gworld.kube, gworld.ns)
@@ -309,7 +373,9 @@ def test_a_workload_gang_of_two_that_one_clique_holds_lands_with_kube_scheduler_
         refused = [m for p in pods.values() if "(GroupDoesNotFit)" in (m := G.unschedulable_message(p))]
         return refused[0] if refused else None
 
-    assert wait_for("the gang bound, or refused by the extender", outcome, 30) == "bound"
+    got = wait_for("the gang bound, or refused by the extender", outcome, 30)
+    logs = {"extender": ext.log_path, "kube-scheduler": scheduler.log_path}
+    assert got == "bound", got + log_lines(logs, [job.name], [n.name for n in small.nodes])
 
 
 # -- replicas -----------------------------------------------------------------------------------------
@@ -342,7 +408,7 @@ def test_a_replica_killed_between_two_members_the_other_sends_the_rest_to_the_sa
         wait_groups_known(gworld, ext, ns, small, [job])
     service = free_port()
     with forwarding(service, replica_a.ports["http"]):
-        gworld.scheduler(None, port=service)
+        scheduler = gworld.scheduler(None, port=service, extra_args=LOGGED)
         gworld.kube.create(f"/api/v1/namespaces/{ns}/pods", G.member_pod(job, 0, small.label))
         first = gworld.bound("job-0")
         assert clique[first] == f"{ns}.b"
@@ -358,5 +424,6 @@ def test_a_replica_killed_between_two_members_the_other_sends_the_rest_to_the_sa
         for i in (1, 2):
             gworld.kube.create(f"/api/v1/namespaces/{ns}/pods", G.member_pod(job, i, small.label))
         nodes = [first] + [gworld.bound(f"job-{i}") for i in (1, 2)]
-    assert {clique[n] for n in nodes} == {f"{ns}.b"}, nodes
+    logs = {"replica A": replica_a.log_path, "replica B": replica_b.log_path, "kube-scheduler": scheduler.log_path}
+    assert {clique[n] for n in nodes} == {f"{ns}.b"}, f"{nodes}{log_lines(logs, [job.name], nodes)}"
     assert len(set(nodes)) == 3  # 8 GPUs each: one member per node

@@ -1,7 +1,7 @@
 """What each verb leaves behind besides its answer: metrics and one log line per decision.
 
-A filter line names a few failed nodes with their numbers (all of them at DEBUG); its text is
-built only when it is logged."""
+A filter line names a few passed nodes (a gang member's one node: where its room is held) and a few
+failed nodes with their numbers (all failed ones at DEBUG); its text is built only when it is logged."""
 
 from __future__ import annotations
 
@@ -65,11 +65,12 @@ def record_filter(m: ExtenderMetrics, d: Decision) -> Counter[reasons.Reason]:
     shown = [failure_text(reason.code, d.assess(name)) for name, reason in islice(outcome.failed.items(), limit)]
     more = f" and {len(outcome.failed) - len(shown)} more" if len(outcome.failed) > len(shown) else ""
     log.info(
-        "filter %s needs %d GPU%s: %d passed%s%s, %d failed%s%s",
+        "filter %s needs %d GPU%s: %d passed%s%s%s, %d failed%s%s",
         d.pod.ref,
         needed,
         "".join(f", {n} MIG {p}" for p, n in mig),
         len(outcome.passed),
+        f" ({_names(outcome.passed)})" if outcome.passed else "",
         f" ({len(outcome.passed) - held_back} best answered, --shortlist {d.shortlist})" if held_back else "",
         " (no node fit: passing the busy/stale ones, kube-scheduler decides)"
         if outcome.fallback
