@@ -21,7 +21,12 @@ def record_group(book: GroupBook, d: Decision, uid: str) -> None:
     if chosen is None:
         book.count_no_domain()
         reason = choice.reason.sentence if choice.reason is not None else "no domain"
-        book.member_passed(key, uid, "")
+        # kube-scheduler-1.36's topology-aware gang scheduling filters the gang in every candidate
+        # domain in one cycle and binds a placement where every member passed: a member failed in
+        # another domain (the plan's not offered) keeps its place while the gang is placed whole, or
+        # its room would be free to the next pods before the watch shows the binding.
+        if d.member.planned_again or not book.placed_whole(key, len(group.bound)):
+            book.member_passed(key, uid, "")
         # A hold for a group its own domain no longer holds only blocks others: released, unless a
         # member is bound or placed there, or this call did not offer the domain (a scheduler
         # trying another domain for a gang, or a candidate subset).

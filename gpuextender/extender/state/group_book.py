@@ -152,6 +152,12 @@ class GroupBook:
         else:
             plan.passed.pop(uid, None)
 
+    def placed_whole(self, key: str, bound: int) -> bool:
+        """Whether every member of gang `key` not among the `bound` ones is placed (kube-scheduler has
+        a whole placement of the gang in the plan's domain, which it may be binding now)."""
+        plan = self._plans.get(key)
+        return plan is not None and bool(plan.passed) and len(plan.passed) + bound >= plan.size
+
     def placed_on(self, key: str, uid: str) -> dict[str, int]:
         """Node -> gang members of group `key` placed there and not yet bound, `uid` left out."""
         plan = self._plans.get(key)

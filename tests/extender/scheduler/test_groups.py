@@ -579,3 +579,37 @@ def test_a_call_offering_another_domain_only_leaves_the_plan_held() -> None:
     plan = cluster.api.groups.plan("llm/workload/gang")
     assert plan is not None and plan.value == "a" and plan.passed == {"uid-job-0": "a0"}
     assert cluster.filter(workload_member(1), ["a0", "a1"])["NodeNames"] == ["a1"]
+
+
+def test_a_gang_placed_whole_keeps_its_room_while_kube_scheduler_tries_the_other_domains() -> None:
+    """kube-scheduler 1.36's topology-aware gang scheduling filters the whole gang in every candidate
+    domain in one cycle, then binds a placement where every member passed. Here only clique a holds
+    the gang (job-1 on a1, job-0 on a0); the filters that follow in clique b fail for both members,
+    and the plan, its holds and its placed members stay in a. The real control plane showed the bug:
+    job-0's filter in b moved the plan there, kube-scheduler bound the gang in a, and the next gang's
+    member was passed a1 (5 idle GPUs, 4 of them job-1's) before the binding reached the watch."""
+    cluster = Cluster({"a0": ("a", 8, 0), "a1": ("a", 5, 3), "b0": ("b", 8, 0), "b1": ("b", 8, 0)})
+    sizes = {"gang": 2, "next": 2}
+    cluster.api.decisions.pod_groups = lambda source, ns, name: PodGroupSpec(sizes[name]) if name in sizes else None
+
+    def member(group: str, index: int) -> dict[str, Any]:
+        pod = single_pod(f"{group}-{index}", 4)
+        pod["spec"]["schedulingGroup"] = {"podGroupName": group}
+        return pod
+
+    assert cluster.filter(member("gang", 1), ["a0", "a1"])["NodeNames"] == ["a1"]  # the tightest first
+    assert cluster.filter(member("gang", 0), ["a0", "a1"])["NodeNames"] == ["a0"]  # placed whole in a
+    assert cluster.filter(member("gang", 1), ["b0", "b1"])["NodeNames"] == []  # b: its room is in a
+    assert cluster.filter(member("gang", 0), ["b0", "b1"])["NodeNames"] == []
+    plan = cluster.api.groups.plan("llm/workload/gang")
+    assert plan is not None and plan.value == "a"
+    assert plan.passed == {"uid-gang-1": "a1", "uid-gang-0": "a0"} and plan.holds == {"a1": 1, "a0": 1}
+    # kube-scheduler binds the gang in a; before the watch shows it, the next gang tries a (where
+    # kube-scheduler counts 4 of 8 GPUs left on each node): a0 holds one 4-GPU member, a1 none.
+    answer = cluster.filter(member("next", 0), ["a0", "a1"])
+    assert answer["NodeNames"] == [] and set(failures(answer)) == {"a0", "a1"}
+    cluster.bind(member("gang", 1), "a1")
+    cluster.bind(member("gang", 0), "a0")
+    assert cluster.api.groups.plan("llm/workload/gang") is None  # placed whole: its room is the ledger's
+    assert cluster.filter(member("next", 0), ["a0", "a1"])["NodeNames"] == []
+    assert cluster.filter(member("next", 0), ["b0", "b1"])["NodeNames"] == ["b0"]
