@@ -92,6 +92,19 @@ class HeartbeatStore(ReportStore, Protocol):
         ...
 
 
+class _Stream:
+    """One agent stream's own state between its reports."""
+
+    __slots__ = ("identity", "last_full", "last_sequence", "mismatch_logged", "node", "peer")
+
+    def __init__(self, peer: str, identity: AgentIdentity | None) -> None:
+        self.peer, self.identity = peer, identity
+        self.node: str | None = None  # set by its first stored report
+        self.last_sequence = 0  # sequences start at 1 (proto)
+        self.last_full = 0  # the last full report stored from this stream: what a heartbeat may repeat
+        self.mismatch_logged = False
+
+
 class IngestService(pb_grpc.GpuStateServiceServicer):
     def __init__(
         self,
@@ -140,7 +153,11 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
     async def StreamNodeReports(
         self, request_iterator: AsyncIterator[pb.NodeReport], context: grpc.aio.ServicerContext
     ) -> AsyncIterator[pb.ReportAck]:
-        node: str | None = None
+        """Reports are read with `context.read()`, not `request_iterator`: grpc.aio's iterator holds
+        each report until the next one arrives (a parsed 8-GPU report: ~8 KB of upb arena per open
+        stream, bench/RESULTS.md). Acks are still yielded: with `context.write()` a refused stream's
+        status sometimes reached the agent as INTERNAL, its first write racing the abort
+        (tests/extender/ingest/test_agent_identity.py failed 2 runs in ~30)."""
         peer = context.peer()
         identity: AgentIdentity | None = None
         if self._authenticator is not None:
@@ -170,85 +187,91 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
                         extra={"peer": peer, "reason": "review_failed"},
                     )
                 await context.abort(grpc.StatusCode.UNAVAILABLE, "cannot verify the agent token now; retry")
-        mismatch_logged = False
-        last_sequence = 0  # sequences start at 1 (proto)
-        last_full = 0  # the last full report stored from this stream: what a heartbeat may repeat
+        stream = _Stream(peer, identity)
         pacer = ReportPacer(self._clock, *self._pace)
         try:
-            async for report in request_iterator:
+            while (report := await context.read()) is not grpc.aio.EOF:
                 delay = pacer.take()
                 if delay > 0.0:  # no coroutine per report: only a stream over its rate waits
                     await self._wait_for_pace(pacer, delay)
-                mismatch = identity_node_mismatch(identity, report.node_name) if identity is not None else None
-                if mismatch is not None:
-                    self._count_auth_failure("node_mismatch")
-                    self._count_rejected("node_mismatch")
-                    if not mismatch_logged:  # once per stream: the agent sends one a second
-                        log.warning(
-                            "rejected report %d from %s: %s",
-                            report.sequence,
-                            peer,
-                            mismatch,
-                            extra={"peer": peer, "node": report.node_name[:253], "reason": "node_mismatch"},
-                        )
-                        mismatch_logged = True
-                    yield self._rejected(report, mismatch)
-                    continue
-                heartbeat = report.heartbeat_of != 0
-                kind, problem = self._problem(report, node, last_sequence, last_full)
-                if problem is not None:
-                    self._count_rejected(kind)
-                    if self._should_log(kind, _peer_host(peer)):  # a line a minute per client and kind
-                        log.warning(
-                            "rejected report %d for node %r from %s: %s",
-                            report.sequence,
-                            report.node_name[:253],
-                            peer,
-                            problem,
-                            extra={"peer": peer, "node": report.node_name[:253], "reason": kind},
-                        )
-                    yield self._rejected(report, problem)
-                    continue
-                if node is None:
-                    node = report.node_name
-                    self._metrics.connected_agents.inc()
-                    log.info(
-                        "agent for node %s connected (%s, agent %s%s)",
-                        node,
-                        peer,
-                        report.agent_version or "?",
-                        f", {identity.username}" if identity else "",
-                        extra={"node": node, "peer": peer},
-                    )
-                if heartbeat:
-                    assert self._refresh is not None  # _problem refuses heartbeats otherwise
-                    problem = self._refresh(report, self._clock())
-                    if problem is not None:  # the agent sends a full report next: no log line
-                        self._count_rejected("heartbeat")
-                        yield self._rejected(report, problem)
-                        continue
-                elif not self._state.ingest(report, self._clock()):  # not reachable on one loop; never ack it
-                    self._count_rejected("superseded")
-                    yield self._rejected(report, f"a report for node {node} received later is already stored")
-                    continue
-                else:
-                    last_full = report.sequence
-                last_sequence = report.sequence
-                self._accepted.inc()
-                yield pb.ReportAck(
-                    sequence=report.sequence,
-                    status=pb.ReportAck.ACCEPTED,
-                    requested_interval_ms=self._requested_interval_ms,
-                    idle_max_utilization_percent=self._idle_max_utilization,
-                    idle_max_memory_used_percent=self._idle_max_memory,
-                    stale_after_ms=self._stale_after_ms,
-                    idle_max_sm_active_percent=self._idle_max_sm_active,
-                    light_heartbeats=self._refresh is not None,
-                )
+                ack = self._answer(report, stream)
+                del report  # not held while the stream waits for its next report
+                yield ack
         finally:
-            if node is not None:
+            if stream.node is not None:
                 self._metrics.connected_agents.dec()
-                log.info("agent for node %s disconnected (%s)", node, peer, extra={"node": node, "peer": peer})
+                log.info(
+                    "agent for node %s disconnected (%s)",
+                    stream.node,
+                    peer,
+                    extra={"node": stream.node, "peer": peer},
+                )
+
+    def _answer(self, report: pb.NodeReport, stream: _Stream) -> pb.ReportAck:
+        """Check `report`, store it if it may be, and its ack (REJECTED with the reason if not)."""
+        identity, peer = stream.identity, stream.peer
+        mismatch = identity_node_mismatch(identity, report.node_name) if identity is not None else None
+        if mismatch is not None:
+            self._count_auth_failure("node_mismatch")
+            self._count_rejected("node_mismatch")
+            if not stream.mismatch_logged:  # once per stream: the agent sends one a second
+                log.warning(
+                    "rejected report %d from %s: %s",
+                    report.sequence,
+                    peer,
+                    mismatch,
+                    extra={"peer": peer, "node": report.node_name[:253], "reason": "node_mismatch"},
+                )
+                stream.mismatch_logged = True
+            return self._rejected(report, mismatch)
+        heartbeat = report.heartbeat_of != 0
+        kind, problem = self._problem(report, stream.node, stream.last_sequence, stream.last_full)
+        if problem is not None:
+            self._count_rejected(kind)
+            if self._should_log(kind, _peer_host(peer)):  # a line a minute per client and kind
+                log.warning(
+                    "rejected report %d for node %r from %s: %s",
+                    report.sequence,
+                    report.node_name[:253],
+                    peer,
+                    problem,
+                    extra={"peer": peer, "node": report.node_name[:253], "reason": kind},
+                )
+            return self._rejected(report, problem)
+        if stream.node is None:
+            node = stream.node = report.node_name
+            self._metrics.connected_agents.inc()
+            log.info(
+                "agent for node %s connected (%s, agent %s%s)",
+                node,
+                peer,
+                report.agent_version or "?",
+                f", {identity.username}" if identity else "",
+                extra={"node": node, "peer": peer},
+            )
+        if heartbeat:
+            assert self._refresh is not None  # _problem refuses heartbeats otherwise
+            problem = self._refresh(report, self._clock())
+            if problem is not None:  # the agent sends a full report next: no log line
+                self._count_rejected("heartbeat")
+                return self._rejected(report, problem)
+        elif not self._state.ingest(report, self._clock()):  # not reachable on one loop; never ack it
+            self._count_rejected("superseded")
+            return self._rejected(report, f"a report for node {stream.node} received later is already stored")
+        else:
+            stream.last_full = report.sequence
+        stream.last_sequence = report.sequence
+        self._accepted.inc()
+        return pb.ReportAck(
+            sequence=report.sequence,
+            status=pb.ReportAck.ACCEPTED,
+            requested_interval_ms=self._requested_interval_ms,
+            idle_max_utilization_percent=self._idle_max_utilization,
+            idle_max_memory_used_percent=self._idle_max_memory,
+            stale_after_ms=self._stale_after_ms,
+            idle_max_sm_active_percent=self._idle_max_sm_active,
+            light_heartbeats=self._refresh is not None,
+        )
 
     def _problem(
         self, report: pb.NodeReport, node: str | None, last_sequence: int, last_full: int

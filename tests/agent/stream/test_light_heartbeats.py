@@ -37,14 +37,25 @@ class Seen(IngestService):
         self.acks: list[pb.ReportAck] = []
 
     async def StreamNodeReports(self, request_iterator, context):  # type: ignore[no-untyped-def,override]
-        async def noted():  # type: ignore[no-untyped-def]
-            async for r in request_iterator:
-                self.arrived.append((r.sequence, r.heartbeat_of))
-                yield r
-
-        async for ack in super().StreamNodeReports(noted(), context):
+        async for ack in super().StreamNodeReports(request_iterator, _Noting(context, self)):
             self.acks.append(ack)
             yield ack
+
+
+class _Noting:
+    """A stream's ServicerContext that notes each report read for `seen`."""
+
+    def __init__(self, context: grpc.aio.ServicerContext, seen: Seen) -> None:
+        self._context, self._seen = context, seen
+
+    async def read(self) -> object:
+        r = await self._context.read()
+        if r is not grpc.aio.EOF:
+            self._seen.arrived.append((r.sequence, r.heartbeat_of))
+        return r
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._context, name)
 
 
 def sample(seq: int, util1: int = 5) -> pb.NodeReport:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 
 import grpc
 import pytest
@@ -129,3 +130,48 @@ def test_acks_say_the_sm_activity_rule_when_it_is_on() -> None:
     off = GpuState(IdleRule(30.0, 50.0, None))  # --idle-max-sm-active off: the field stays unset
     acks = asyncio.run(exchange([report("gpu-node-1", [gpu(0)], seconds=1000, seq=1)], off, ExtenderMetrics(off)))
     assert acks[0].status == pb.ReportAck.ACCEPTED and not acks[0].HasField("idle_max_sm_active_percent")
+
+
+def test_a_stream_holds_no_report_while_it_waits_for_the_next() -> None:
+    """grpc.aio's request iterator keeps each report alive until the next one arrives (a parsed
+    8-GPU report holds ~8 KB, per open stream): the service reads with context.read() and drops the
+    report before its ack goes out, so once the agent has the ack nothing of ours holds it."""
+    parsed: list[pb.NodeReport] = []
+
+    def deserialize(raw: bytes) -> pb.NodeReport:
+        message = pb.NodeReport.FromString(raw)
+        parsed.append(message)
+        return message
+
+    async def scenario() -> list[int]:
+        state = GpuState(IdleRule())
+        service = IngestService(state, ExtenderMetrics(state).ingest, clock=lambda: 50.0, wall_clock=lambda: 1000.0)
+        handler = grpc.stream_stream_rpc_method_handler(
+            service.StreamNodeReports,
+            request_deserializer=deserialize,
+            response_serializer=pb.ReportAck.SerializeToString,
+        )
+        server = grpc.aio.server()
+        server.add_generic_rpc_handlers(
+            [grpc.method_handlers_generic_handler("gpuextender.v1.GpuStateService", {"StreamNodeReports": handler})]
+        )
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        held = []
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+                call = pb_grpc.GpuStateServiceStub(channel).StreamNodeReports()
+                for seq in (1, 2):
+                    await call.write(report("gpu-node-1", [gpu(0), gpu(1)], seconds=1000, seq=seq))
+                    ack = await call.read()
+                    assert ack.status == pb.ReportAck.ACCEPTED
+                    # The list's reference and getrefcount's argument: no other.
+                    held.append(sys.getrefcount(parsed[-1]) - 2)
+                await call.done_writing()
+                assert await call.read() is grpc.aio.EOF
+        finally:
+            await server.stop(None)
+        return held
+
+    assert asyncio.run(scenario()) == [0, 0]
+    assert len(parsed) == 2
