@@ -21,7 +21,9 @@ How, per size N (--sizes, default 1,000, 5,000 and 10,000), every server up at o
      per-agent` processes on one port (grpc's SO_REUSEPORT): a handler that acks every report,
      no parsing, grpc's default options (the issue's floor);
    - "floor-xopts": that handler with the extender's gRPC server options (ingest/server.py
-     grpc_options: HTTP/2 BDP probing off, ...), to tell the options' share from the code's.
+     grpc_options: HTTP/2 BDP probing off, ...), to tell the options' share from the code's;
+   - "floor-pb" and "floor-service" (not by default): the steps between floor-xopts and an
+     ingest worker (STEPS), to tell where the extender's share goes;
    Each tree's VmRSS and PSS with no agent connected;
 2. the load, per server: --load-processes processes of this script (`--worker`, niced 10,
    affinity --load-cpus), each a bench_ingest.LoadWorker over its share of the N nodes
@@ -139,7 +141,12 @@ FLOOR_METHOD = "/floor/Stream"  # bench_grpc_floor's generic handler
 # The loaded modes, in the order measured: "light" is "gated" with 0.6 agents (heartbeats light).
 MODES = ("gated", "light", "paced")
 FLOORS = ("floor", "floor-xopts")  # bench_grpc_floor's server; its handler with the extender's gRPC options
-SERVERS = (*FLOORS, "extender")
+# Steps from floor-xopts to a worker, each adding one part of the extender's work (floor_server_main):
+# "floor-pb" parses each NodeReport and answers the extender's ReportAck; "floor-service" is the
+# extender's own IngestService (checks, pacing, metrics) and a worker's RelayStore (summaries,
+# light heartbeats), its batches dropped instead of relayed to a main process.
+STEPS = ("floor-pb", "floor-service")
+SERVERS = (*FLOORS, *STEPS, "extender")
 OPEN_CONCURRENCY = 128  # connections being set up at a time, per load process
 
 
@@ -769,10 +776,11 @@ def _connections_label(args: argparse.Namespace) -> str:
     return f"{args.connections} shared" if args.connections else "per-agent"
 
 
-async def floor_server_main(port: int) -> int:
+async def floor_server_main(port: int, kind: str) -> int:
     """A floor server with the extender's gRPC server options: bench_grpc_floor.serve's handler
     (copied: that one takes grpc's defaults), grpc_options of gpuextender/extender/ingest/server.py
-    as one of several workers on a port (HTTP/2 BDP probing off, SO_REUSEPORT on, ...)."""
+    as one of several workers on a port (HTTP/2 BDP probing off, SO_REUSEPORT on, ...); for a step
+    (STEPS), that server with its part of the extender's work."""
     try:
         from gpuextender.extender.flags import build_config
         from gpuextender.extender.ingest.server import grpc_options
@@ -786,9 +794,20 @@ async def floor_server_main(port: int) -> int:
         async for _ in requests:
             yield floor.ACK
 
+    codec: dict[str, Any] = {}
+    if kind in STEPS:
+        handler = _step_handler(kind)
+        codec = {
+            "request_deserializer": pb.NodeReport.FromString,
+            "response_serializer": pb.ReportAck.SerializeToString,
+        }
     server = grpc.aio.server(options=options)
     server.add_generic_rpc_handlers(
-        [grpc.method_handlers_generic_handler("floor", {"Stream": grpc.stream_stream_rpc_method_handler(handler)})]
+        [
+            grpc.method_handlers_generic_handler(
+                "floor", {"Stream": grpc.stream_stream_rpc_method_handler(handler, **codec)}
+            )
+        ]
     )
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
@@ -796,6 +815,43 @@ async def floor_server_main(port: int) -> int:
     print("ready", flush=True)
     await server.wait_for_termination()
     return 0
+
+
+def _step_handler(kind: str) -> Any:
+    """The stream handler of a step (STEPS), on the running loop."""
+    from gpuextender.extender.flags import build_config
+    from gpuextender.extender.ingest.service import IngestService
+    from gpuextender.extender.ingest_process import FLUSH_S, RelayStore
+    from gpuextender.extender.observe.ingest_metrics import IngestMetrics
+
+    config = build_config(["--stale-after", "100000", "--forget-after", "200000"], env={})
+    rule = config.idle_rule
+    if kind == "floor-pb":
+        ack = {
+            "status": pb.ReportAck.ACCEPTED,
+            "idle_max_utilization_percent": rule.max_utilization_percent,
+            "idle_max_memory_used_percent": rule.max_memory_used_percent,
+            "stale_after_ms": 100_000_000,
+            "light_heartbeats": True,
+        }
+
+        async def parsed(requests: Any, context: Any) -> Any:
+            async for report in requests:
+                yield pb.ReportAck(sequence=report.sequence, **ack)
+
+        return parsed
+    store = RelayStore(rule)
+
+    async def drop() -> None:  # what a worker's relay takes, every FLUSH_S, sent nowhere
+        while True:
+            await asyncio.sleep(FLUSH_S)
+            store.take()
+
+    _background.append(asyncio.get_running_loop().create_task(drop()))
+    return IngestService(store, IngestMetrics(), stale_after_s=config.api.policy.stale_after_s).StreamNodeReports
+
+
+_background: list[asyncio.Task[None]] = []  # held: the loop keeps only weak references to tasks
 
 
 async def start_target(
@@ -831,7 +887,7 @@ async def start_target(
             "1",
         ]
     else:
-        argv = [sys.executable, str(Path(__file__).resolve()), "--floor-server", "--port", str(port)]
+        argv = [sys.executable, str(Path(__file__).resolve()), "--floor-server", kind, "--port", str(port)]
     servers: list[ManagedProcess] = []
     for k in range(args.floor_processes):  # one after the other: each listens before the next binds
         s = stack.enter_context(PinnedProcess(f"fleet_scale-{kind}-{k}", argv, ext_cpus))
@@ -958,6 +1014,14 @@ def summarize(size: SizeResult) -> dict[str, float]:
     by = {(r.server, r.mode, r.round): r for r in size.ingest}
     rounds = sorted({r.round for r in size.ingest if r.mode != "idle"})
     for mode in MODES:
+        for kind in STEPS:  # each step against floor-xopts, round by round
+            pairs = [(by[(kind, mode, n)], by.get(("floor-xopts", mode, n))) for n in rounds if (kind, mode, n) in by]
+            if pairs:
+                key = f"{mode}_{_key(kind)}"
+                s[f"{key}_us_per_report"] = _median([step.us_per_report for step, _ in pairs])
+                ratios = [step.us_per_report / f.us_per_report for step, f in pairs if f is not None]
+                if ratios:
+                    s[f"{key}_floor_xopts_ratio"] = _median(ratios)
         ext = [by[("extender", mode, n)] for n in rounds if ("extender", mode, n) in by]
         if not ext:
             continue
@@ -1133,6 +1197,14 @@ def format_report(r: FleetScaleResult) -> str:
                     f" = x{s[f'{key}_ratio']:.2f} (marginal x{s[f'{key}_marginal_ratio']:.2f}; goal <= "
                     f"x{GOAL_INGEST_RATIO:g}{'' if mode in bi.GATED else '; worst case'})"
                 )
+        for mode in MODES:
+            steps = [
+                f"{kind} {s[f'{mode}_{_key(kind)}_us_per_report']:.1f} us/report (x{s[key]:.2f})"
+                for kind in STEPS
+                if (key := f"{mode}_{_key(kind)}_floor_xopts_ratio") in s
+            ]
+            if steps:
+                lines.append(f"    steps {mode:<5} (x of floor-xopts, same rounds): {'; '.join(steps)}")
         if "extender_rss_open_mib" in s:
             floors = ", ".join(f"{k} {s[f'{_key(k)}_bytes_per_node']:,.0f}" for k in FLOORS if k in size.memory)
             lines.append(
@@ -1211,13 +1283,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--method", default=EXTENDER_METHOD, help=argparse.SUPPRESS)
     parser.add_argument("--cpus", default="", help=argparse.SUPPRESS)
     parser.add_argument("--floor-acks", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--floor-server", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--floor-server", choices=("floor-xopts", *STEPS), help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:
         return asyncio.run(worker_main(args))
     if args.floor_server:
-        return asyncio.run(floor_server_main(args.port))
+        return asyncio.run(floor_server_main(args.port, args.floor_server))
     default_servers = "floor,extender" if args.quick else ",".join(SERVERS)
     args.servers = [x for x in (args.servers or default_servers).split(",") if x]
     if not args.servers or set(args.servers) - set(SERVERS):
