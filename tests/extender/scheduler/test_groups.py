@@ -613,3 +613,16 @@ def test_a_gang_placed_whole_keeps_its_room_while_kube_scheduler_tries_the_other
     assert cluster.api.groups.plan("llm/workload/gang") is None  # placed whole: its room is the ledger's
     assert cluster.filter(member("next", 0), ["a0", "a1"])["NodeNames"] == []
     assert cluster.filter(member("next", 0), ["b0", "b1"])["NodeNames"] == ["b0"]
+
+
+def test_a_gang_placed_but_not_whole_gives_up_a_members_place_when_it_fails_in_another_domain() -> None:
+    """The other side of the rule above: with one of its two members placed (in a), the gang is not
+    placed whole, so that member failed in b gives its place up (kube-scheduler binds no part of it)."""
+    cluster = Cluster({"a0": ("a", 8, 0), "a1": ("a", 8, 0), "b0": ("b", 8, 0), "b1": ("b", 0, 8)})
+    cluster.api.decisions.pod_groups = lambda source, ns, name: PodGroupSpec(2) if name == "gang" else None
+    assert cluster.filter(workload_member(0), ["a0", "a1"])["NodeNames"] == ["a0"]
+    plan = cluster.api.groups.plan("llm/workload/gang")
+    assert plan is not None and plan.passed == {"uid-job-0": "a0"}
+    assert cluster.filter(workload_member(0), ["b0", "b1"])["NodeNames"] == []  # b holds one member
+    plan = cluster.api.groups.plan("llm/workload/gang")
+    assert plan is not None and plan.value == "a" and plan.passed == {}
