@@ -825,22 +825,16 @@ def _step_handler(kind: str) -> Any:
     from gpuextender.extender.observe.ingest_metrics import IngestMetrics
 
     config = build_config(["--stale-after", "100000", "--forget-after", "200000"], env={})
-    rule = config.idle_rule
+    store = RelayStore(config.idle_rule)
+    service = IngestService(store, IngestMetrics(), stale_after_s=config.api.policy.stale_after_s)
     if kind == "floor-pb":
-        ack = {
-            "status": pb.ReportAck.ACCEPTED,
-            "idle_max_utilization_percent": rule.max_utilization_percent,
-            "idle_max_memory_used_percent": rule.max_memory_used_percent,
-            "stale_after_ms": 100_000_000,
-            "light_heartbeats": True,
-        }
+        accepted_ack = service.accepted_ack  # the extender's own ack, nothing else of the service
 
         async def parsed(requests: Any, context: Any) -> Any:
             async for report in requests:
-                yield pb.ReportAck(sequence=report.sequence, **ack)
+                yield accepted_ack(report.sequence)
 
         return parsed
-    store = RelayStore(rule)
 
     async def drop() -> None:  # what a worker's relay takes, every FLUSH_S, sent nowhere
         while True:
@@ -848,7 +842,7 @@ def _step_handler(kind: str) -> Any:
             store.take()
 
     _background.append(asyncio.get_running_loop().create_task(drop()))
-    return IngestService(store, IngestMetrics(), stale_after_s=config.api.policy.stale_after_s).StreamNodeReports
+    return service.StreamNodeReports
 
 
 _background: list[asyncio.Task[None]] = []  # held: the loop keeps only weak references to tasks

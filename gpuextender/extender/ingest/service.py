@@ -262,8 +262,12 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
             stream.last_full = report.sequence
         stream.last_sequence = report.sequence
         self._accepted.inc()
+        return self.accepted_ack(report.sequence)
+
+    def accepted_ack(self, sequence: int) -> pb.ReportAck:
+        """The ACCEPTED ack of report `sequence`: with what makes a change matter here."""
         return pb.ReportAck(
-            sequence=report.sequence,
+            sequence=sequence,
             status=pb.ReportAck.ACCEPTED,
             requested_interval_ms=self._requested_interval_ms,
             idle_max_utilization_percent=self._idle_max_utilization,
