@@ -121,16 +121,24 @@ def test_a_node_without_agent_data_never_holds_a_filter_but_stale_data_does(data
         state.ingest(
             report("n1", [gpu(i, 0 if i < idle_gpus else 90, 1 if i < idle_gpus else 80) for i in range(8)]), received
         )
-    # A risky filter waits 10 ms, then the binding expires. Where none is expected, the binding
-    # lives a minute: a loaded machine may take over 10 ms from here to the settle, and a binding
-    # that expired by then would be counted without any wait.
-    gate = BindingGate(0.01 if at_risk else 60.0, time.monotonic)
+    # The gate's clock moves only when the test moves it: a loaded machine may take any time from
+    # here to the settle, and a binding that expired meanwhile would be counted without a wait.
+    clock = Clock()
+    gate = BindingGate(0.01, clock)
     gate.decided("a", 1, frozenset({"n1"}))
     pod = {
         "metadata": {"uid": "b"},
         "spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "2"}}}]},
     }
-    asyncio.run(Bindings(gate).settle(pod, ("nvidia.com/gpu",), state.summary, 100.0, stale_after))
+
+    async def scenario() -> None:
+        settle = asyncio.create_task(Bindings(gate).settle(pod, ("nvidia.com/gpu",), state.summary, 100.0, stale_after))
+        while not gate.waited and not settle.done():
+            await asyncio.sleep(0)
+        clock.now += 0.01  # the binding's deadline: it expires unseen
+        await settle
+
+    asyncio.run(scenario())
     assert (gate.waited, gate.expired) == ((1, 1) if at_risk else (0, 0))
 
 
