@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import re
 import subprocess
+import sys
 
 import pytest
 
@@ -99,3 +100,25 @@ def test_our_scripts_flags_the_docs_spell_are_in_their_help(script: str) -> None
     assert result.returncode == 0, result.stderr
     theirs = [flag for flag, owner in OUTSIDE.items() if script in owner]
     assert theirs and [flag for flag in theirs if flag not in result.stdout] == []
+
+
+def spelled_test_commands() -> list[tuple[str, list[str]]]:
+    """Every `./dev.sh test ARGS` the pages spell, with its page: (page, ARGS)."""
+    found = []
+    for page in PAGES:
+        for line in page.read_text().splitlines():
+            command = re.search(r"\./dev\.sh test\b([^`#\n]*)", line)
+            if command:
+                found.append((page.relative_to(ROOT).as_posix(), command.group(1).split()))
+    return found
+
+
+def test_every_test_command_the_pages_spell_selects_tests() -> None:
+    """`./dev.sh test ARGS` is pytest with ARGS: each spelled selects at least one test as written
+    (collection only, in one process)."""
+    commands = spelled_test_commands()
+    assert any(args == [] for _, args in commands), "the README's whole-suite command is missing"
+    for page, args in {(page, tuple(args)) for page, args in commands if args}:
+        argv = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args]
+        run = subprocess.run([*argv, "-n", "0"] if "-n" not in args else argv, capture_output=True, text=True, cwd=ROOT)
+        assert run.returncode == 0, f"{page}: ./dev.sh test {' '.join(args)}: {run.stdout[-800:]}{run.stderr[-800:]}"
