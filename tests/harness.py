@@ -85,6 +85,11 @@ def metric(samples: Samples, name: str, **labels: str) -> float | None:
     return samples.get((name, frozenset(labels.items())))
 
 
+# How long a started process may take to listen: a bound on liveness, not speed (the suite runs in
+# parallel on a busy machine; a process that exits is noticed at once, never after this).
+STARTUP_S = 60.0
+
+
 def wait_until(what: str, check: Callable[[], Any], timeout: float = 15.0, interval: float = 0.1) -> Any:
     """Poll `check` until it returns something truthy; fail with `what` on timeout."""
     deadline = time.monotonic() + timeout
@@ -170,6 +175,7 @@ class Cluster:
                 proc,
                 lambda: http("GET", f"{scheme}://127.0.0.1:{http_port}/readyz", ssl_context=ssl_context)[0] in wanted,
             ),
+            STARTUP_S,
         )
         return proc
 

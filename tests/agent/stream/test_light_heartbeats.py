@@ -74,11 +74,21 @@ async def run(store: ReportStore, steps: list[tuple[pb.NodeReport, int, bool]]) 
     await server.start()
     latest, metrics = LatestReport(), AgentMetrics("n1")
     stream = make_stream(port, latest, metrics)
+    # The next report is published once the agent has taken the ack (not only once the service sent
+    # it): on a busy machine the agent would otherwise send it before it knows its base.
+    handled = [0]
+    take_ack = stream._handle_ack
+
+    def counting(ack: pb.ReportAck) -> None:
+        take_ack(ack)
+        handled[0] += 1
+
+    stream._handle_ack = counting  # type: ignore[method-assign]
     task = asyncio.create_task(stream.run())
     try:
         for done, (r, epoch, repeats) in enumerate(steps, start=1):
             latest.publish(r, epoch, repeats)
-            await wait_for(lambda done=done: len(service.acks) >= done)  # type: ignore[misc]
+            await wait_for(lambda done=done: handled[0] >= done)  # type: ignore[misc]
     finally:
         task.cancel()
         await server.stop(None)
