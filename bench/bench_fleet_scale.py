@@ -53,7 +53,7 @@ How, per size N (--sizes, default 1,000, 5,000 and 10,000), every server up at o
    nothing sent) and "loaded" (--change-rate; light heartbeats, the shipped agent's, unless --modes
    leaves "light" out: then gated). Ratios are of the medians over rounds;
 5. once, before the sizes: `apply_rate(--apply-nodes, 5)`: frames built by the worker's own
-   RelayStore from bench_apply's varied 8-GPU reports, stored by the real IngestProcess._apply
+   RelayStore from bench_apply's varied 8-GPU reports, stored by the real IngestProcess.apply
    (ingest_workers.py; its yields to the loop included), best of 5, thread CPU time, the garbage
    collector set as app.py sets it.
 
@@ -158,7 +158,7 @@ def apply_rate(nodes: int = 5_000, repeat: int = 5) -> float:
 
     Frames are what an ingest worker relays: its own RelayStore (ingest_process.py) takes
     `nodes` varied 8-GPU reports (bench_apply.report_rounds: bench_extender's fleet, readings
-    moving a little each round) and gives one frame; the real IngestProcess._apply stores it
+    moving a little each round) and gives one frame; the real IngestProcess.apply stores it
     in a GpuState (the main process's work per frame, its yields to the loop included). Thread
     CPU time of the best of `repeat` frames (each a newer round), after one warm round per
     version, with the garbage collector frozen and thresholds as app.py sets them (restored
@@ -188,7 +188,7 @@ def apply_rate(nodes: int = 5_000, repeat: int = 5) -> float:
 
     async def timed(payload: bytes) -> float:
         start = time.thread_time()
-        await process._apply(payload)
+        await process.apply(payload)
         return time.thread_time() - start
 
     threshold = gc.get_threshold()

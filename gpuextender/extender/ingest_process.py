@@ -47,14 +47,8 @@ from gpuextender.extender.model.gpu_facts import GpuFacts
 from gpuextender.extender.observe.ingest_metrics import IngestMetrics
 from gpuextender.extender.settings import ExtenderConfig
 from gpuextender.extender.state.facts_reader import POOL_SIZE, FactsReader
-from gpuextender.extender.state.gpu_summary import summarize
-from gpuextender.extender.state.summary_codec import (
-    FIELD_INDEX,
-    decode_values,
-    encode_facts,
-    encode_summary,
-    encode_values,
-)
+from gpuextender.extender.state.gpu_summary import GpuCell, summarize
+from gpuextender.extender.state.summary_codec import Base, encode_facts, encode_readings, encode_summary
 from gpuextender.extender.state.summary_refresh import refreshed_fields
 from gpuextender.v1 import gpu_state_pb2 as pb
 
@@ -64,7 +58,6 @@ log = logging.getLogger("gpu_extender.ingest")
 # scheduler's call first (CFS weight 335 vs 1024, ~25 % of a contended core for ingest, which
 # 5,000 agents at their heartbeat need about; uncontended, ingest runs at full speed).
 NICE = 5
-_GPUS, _SM_ACTIVE, _NODE_ERROR = FIELD_INDEX["gpus"], FIELD_INDEX["sm_active"], FIELD_INDEX["node_error"]
 FLUSH_S = 0.01  # a report waits at most this long before it is relayed
 FLUSH_BYTES = 1024 * 1024  # or goes at once with the batch that reaches this size
 BEAT_S = 1.0  # a BEAT frame when nothing else was sent for this long
@@ -75,18 +68,24 @@ class RelayStore:
     rule and functions the extender would use (its process then only stores the summary), and
     waits for the next frame to the extender, the newest per node only (a full snapshot
     supersedes the one before, so a slow extender costs at most one report per node here, never
-    a backlog). It keeps which nodes have data (the unknown-node limit counts them), as the
-    extender does."""
+    a backlog; a light heartbeat's readings supersede the readings before them, and wait behind
+    the full report they apply to where that is not sent yet). It keeps which nodes have data
+    (the unknown-node limit counts them), as the extender does."""
 
     def __init__(self, rule: IdleRule) -> None:
         self.rule = rule
         self._facts = FactsReader()
         self._encoded_facts: dict[tuple[GpuFacts, ...], bytes] = {}
         self._held: set[str] = set()
-        # Per node, its last full report's (sequence, encoded summary, facts, encoded facts): what a
-        # light heartbeat repeats (bytes: ~1 KB a node where the summary's objects hold ~3).
-        self._bases: dict[str, tuple[int, bytes, tuple[GpuFacts, ...], bytes]] = {}
-        self._batch: dict[str, bytes] = {}
+        # Per node, its last full report as a light heartbeat reads it: (sequence, received_at),
+        # its GPU cells, SM activity, node error and facts (a heartbeat is checked against them and
+        # relayed as the readings it changes: frames.READINGS).
+        self._bases: dict[
+            str, tuple[Base, tuple[GpuCell, ...], tuple[float | None, ...], str, tuple[GpuFacts, ...]]
+        ] = {}
+        # Per node, what waits for the next frame: its full report's entry (b"": sent already) and
+        # the newest heartbeat's readings after it (b"": none).
+        self._batch: dict[str, tuple[bytes, bytes]] = {}
         self._size = 0
         self.full = asyncio.Event()  # set: send now (a full batch, or the extender asked for metrics)
         self.pending = asyncio.Event()  # set: something to send (a report, or the metrics asked for)
@@ -103,34 +102,31 @@ class RelayStore:
             if len(self._encoded_facts) >= POOL_SIZE:
                 self._encoded_facts.clear()
             encoded = self._encoded_facts[facts] = encode_facts(facts)
-        summary = encode_summary(summarize(report, self.rule, received_at))
-        self._bases[node] = (report.sequence, summary, facts, encoded)
-        self._queue(node, frames.summary_entry(summary, encoded))
+        summary = summarize(report, self.rule, received_at)
+        base = (summary.sequence, summary.received_at)
+        self._bases[node] = (base, summary.gpus, summary.sm_active, summary.node_error, facts)
+        self._queue(node, frames.summary_entry(encode_summary(summary), encoded), b"")
         return True
 
     def refresh(self, heartbeat: pb.NodeReport, received_at: float) -> str | None:
-        """A light heartbeat: the summary of the full report it repeats, with its readings
-        (state/summary_refresh.py), relayed as any summary; else why not."""
+        """A light heartbeat: the readings it changes in the summary of the full report it repeats
+        (state/summary_refresh.py), relayed as frames.READINGS; else why not."""
         node = heartbeat.node_name
-        base = self._bases.get(node)
-        if base is None or base[0] != heartbeat.heartbeat_of:
+        held = self._bases.get(node)
+        if held is None or held[0][0] != heartbeat.heartbeat_of:
             return f"report {heartbeat.heartbeat_of} of node {node} is not held here: send a full report"
-        _, summary, facts, encoded = base
-        values = decode_values(summary)  # the full report's fields as relayed, less the readings
-        changes = refreshed_fields(
-            values[_GPUS], values[_SM_ACTIVE], values[_NODE_ERROR], facts, heartbeat, self.rule, received_at
-        )
+        base, cells, sm_active, node_error, facts = held
+        changes = refreshed_fields(cells, sm_active, node_error, facts, heartbeat, self.rule, received_at)
         if isinstance(changes, str):
             return changes
-        for name, value in changes.items():
-            values[FIELD_INDEX[name]] = value
-        self._queue(node, frames.summary_entry(encode_values(values), encoded))
+        waiting = self._batch.get(node)
+        self._queue(node, waiting[0] if waiting else b"", frames.readings_entry(encode_readings(node, base, changes)))
         return None
 
-    def _queue(self, node: str, entry: bytes) -> None:
+    def _queue(self, node: str, full: bytes, readings: bytes) -> None:
         replaced = self._batch.pop(node, None)  # re-inserted last: frames keep arrival order
-        self._size += len(entry) - (len(replaced) if replaced is not None else 0)
-        self._batch[node] = entry
+        self._size += len(full) + len(readings) - (len(replaced[0]) + len(replaced[1]) if replaced else 0)
+        self._batch[node] = (full, readings)
         self._held.add(node)
         self.pending.set()
         if self._size >= FLUSH_BYTES:
@@ -146,7 +142,7 @@ class RelayStore:
         batch, self._batch, self._size = self._batch, {}, 0
         self.full.clear()
         self.pending.clear()
-        return b"".join(batch.values())
+        return b"".join([full + readings for full, readings in batch.values()])
 
 
 async def _relay(store: RelayStore, writer: asyncio.StreamWriter, metrics: IngestMetrics) -> None:

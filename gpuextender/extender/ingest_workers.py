@@ -40,7 +40,7 @@ from gpuextender.extender.model.gpu_facts import GpuFacts
 from gpuextender.extender.observe.relayed import RelayedMetrics
 from gpuextender.extender.state.facts_reader import POOL_SIZE
 from gpuextender.extender.state.gpu_state import GpuState
-from gpuextender.extender.state.summary_codec import decode_facts, decode_summary
+from gpuextender.extender.state.summary_codec import decode_facts, decode_readings, decode_summary
 
 log = logging.getLogger("gpu_extender.ingest")
 
@@ -118,7 +118,7 @@ class IngestProcess:
                 self.last_heard = time.monotonic()
                 kind, payload = got
                 if kind == frames.SUMMARIES:
-                    await self._apply(payload)
+                    await self.apply(payload)
                 elif kind == frames.METRICS:
                     self._on_metrics(self.worker.index, payload.decode())
                     waiters, self._metrics_waiters = self._metrics_waiters, []
@@ -130,18 +130,23 @@ class IngestProcess:
         self._close_link()
         return await self._proc.wait() if self._proc is not None else None
 
-    async def _apply(self, payload: bytes) -> None:
-        store, decode, facts = self._state.store, decode_summary, self._facts
-        for i, (summary, encoded) in enumerate(frames.summary_entries(payload), 1):
+    async def apply(self, payload: bytes) -> None:
+        """Store a SUMMARIES frame's entries in order, yielding to the loop every SLICE of them."""
+        state, decode, facts = self._state, decode_summary, self._facts
+        for i, (tag, first, second) in enumerate(frames.summary_entries(payload), 1):
             try:
-                known = facts.get(encoded)
-                if known is None:
-                    if len(facts) >= POOL_SIZE:
-                        facts.clear()
-                    known = facts[encoded] = decode_facts(encoded)
-                store(decode(summary), known)
+                if tag == frames.READINGS:
+                    # False where the node's summary is of another full report by now: superseded.
+                    state.store_readings(*decode_readings(first))
+                else:
+                    known = facts.get(second)
+                    if known is None:
+                        if len(facts) >= POOL_SIZE:
+                            facts.clear()
+                        known = facts[second] = decode_facts(second)
+                    state.store(decode(first), known)
             except Exception:  # a bug, never a reason to stop taking reports: say so, go on
-                log.exception("could not store a relayed summary (%d bytes)", len(summary))
+                log.exception("could not store a relayed summary (%d bytes)", len(first))
             if i % SLICE == 0:
                 await asyncio.sleep(0)
 

@@ -3,10 +3,15 @@
 A frame is a 4-byte big-endian length (of what follows), a 1-byte kind, and a payload:
   worker -> extender
     READY    the gRPC port listens (its port number, decimal ASCII)
-    SUMMARIES  accepted reports in arrival order, as the worker summarized them: per report
-             two 4-byte big-endian lengths, the summary and the node's GPU facts
-             (state/summary_codec.py; the summary carries when the report was received,
-             time.monotonic(), one clock for every process of the host on Linux)
+    SUMMARIES  accepted reports in arrival order, as the worker summarized them: per report a
+             1-byte tag, two 4-byte big-endian lengths and two parts (state/summary_codec.py):
+               FULL      a full report: its summary and the node's GPU facts;
+               READINGS  a light heartbeat: the readings it changes in the summary of the full
+                         report it repeats (named by that report's sequence and receipt time;
+                         the second part is empty). The worker keeps the full report's entry
+                         ahead of it until both are sent.
+             (each carries when the report was received, time.monotonic(), one clock for every
+             process of the host on Linux)
     METRICS  the worker's ingest metrics as Prometheus text, after the reports before them
     BEAT     nothing else was sent for a second: the worker's loop runs (ingest_workers.py kills a
              worker silent for longer than WORKER_SILENT_S)
@@ -25,7 +30,8 @@ from collections.abc import Iterator
 
 READY, SUMMARIES, METRICS, BEAT, KNOWN, FORGOT, ASK_METRICS = b"Y", b"S", b"M", b"B", b"K", b"F", b"Q"
 _HEAD = struct.Struct(">IB")
-_ENTRY = struct.Struct(">II")
+_ENTRY = struct.Struct(">BII")
+FULL, READINGS = 0, 1  # a SUMMARIES entry's tag
 # A batch is flushed before it passes this (reports are at most 256 KiB each: report_checks).
 MAX_FRAME_BYTES = 64 * 1024 * 1024
 
@@ -39,22 +45,28 @@ def frame(kind: bytes, payload: bytes = b"") -> bytes:
 
 
 def summary_entry(summary: bytes, facts: bytes) -> bytes:
-    return _ENTRY.pack(len(summary), len(facts)) + summary + facts
+    return _ENTRY.pack(FULL, len(summary), len(facts)) + summary + facts
 
 
-def summary_entries(payload: bytes) -> Iterator[tuple[bytes, bytes]]:
-    """(summary, facts) for each entry of a SUMMARIES payload."""
+def readings_entry(readings: bytes) -> bytes:
+    return _ENTRY.pack(READINGS, len(readings), 0) + readings
+
+
+def summary_entries(payload: bytes) -> Iterator[tuple[int, bytes, bytes]]:
+    """(tag, first part, second part) for each entry of a SUMMARIES payload."""
     offset, end, unpack, size = 0, len(payload), _ENTRY.unpack_from, _ENTRY.size
     while offset < end:
         if offset + size > end:
             raise FrameError("a summary entry is cut short")
-        summary_size, facts_size = unpack(payload, offset)
+        tag, first_size, second_size = unpack(payload, offset)
+        if tag > READINGS:
+            raise FrameError(f"a summary entry tagged {tag}")
         start = offset + size
-        middle = start + summary_size
-        offset = middle + facts_size
+        middle = start + first_size
+        offset = middle + second_size
         if offset > end:
             raise FrameError("a summary entry is cut short")
-        yield payload[start:middle], payload[middle:offset]
+        yield tag, payload[start:middle], payload[middle:offset]
 
 
 def names(payload: bytes) -> list[str]:

@@ -11,7 +11,8 @@ forgotten), and listeners hear of exactly those changes, so the class
 membership built from them is updated per node instead of per report.
 
 A report arrives here (`ingest`: --ingest-in-process) or already summarized by an ingest
-worker (`store`: the summary and facts the worker made of it with the same functions).
+worker (`store`: the summary and facts the worker made of it with the same functions;
+`store_readings`: a light heartbeat's readings, applied to the summary of the full report it repeats).
 
 Decisions read `summary(node)`: the report's summary less the GPUs of pods bound to the node
 that its agent does not attribute yet (bound_pods.py), kept up to date on every report and on
@@ -28,6 +29,7 @@ from gpuextender.extender.state.bound_pods import offered, pending
 from gpuextender.extender.state.facts_reader import FactsReader
 from gpuextender.extender.state.gpu_summary import NodeSummary, summarize, with_inferred_sharing
 from gpuextender.extender.state.pod_ledger import BoundPod
+from gpuextender.extender.state.summary_codec import Base, Readings, with_readings
 from gpuextender.v1 import gpu_state_pb2 as pb
 
 FactsListener = Callable[[str], None]  # called with the node name whose GPU facts changed
@@ -48,6 +50,9 @@ class GpuState:
         self._offered_listeners: list[Callable[[str], None]] = []
         self._allocatable: Callable[[str], int | None] = lambda _node: None
         self._raw: dict[str, NodeSummary] = {}  # summaries whose sharing may be read off allocatable
+        # Per node, the full report its summary comes from: (sequence, received_at), what a light
+        # heartbeat's readings name (`store_readings`).
+        self._bases: dict[str, Base] = {}
         self._pods_on: Callable[[str], Iterable[BoundPod]] = lambda _node: ()
         # The request path's lookup: a bound dict.get, no Python frame per node.
         self.summary = self._offered.get
@@ -73,6 +78,29 @@ class GpuState:
         current = self._summaries.get(node)
         if current is not None and summary.received_at < current.received_at:
             return False
+        self._bases[node] = (summary.sequence, summary.received_at)
+        self._put(node, summary)
+        known = self._facts.get(node)
+        if known is not facts and known != facts:
+            self._facts[node] = facts
+            self._facts_changed(node)
+        return True
+
+    def store_readings(self, node: str, base: Base, changes: Readings) -> bool:
+        """A light heartbeat relayed by an ingest worker: `changes` to the summary of the node's full
+        report `base`. False, storing nothing, when the node's summary is not of that report (a
+        newer full report came through another worker, or the node was forgotten) or the stored one
+        was received after the heartbeat."""
+        if self._bases.get(node) != base:
+            return False
+        current = self._raw.get(node) or self._summaries[node]  # the agent's own, sharing not inferred
+        summary = with_readings(current, changes)
+        if summary.received_at < current.received_at:
+            return False
+        self._put(node, summary)
+        return True
+
+    def _put(self, node: str, summary: NodeSummary) -> None:
         if summary.sharing_unknown:
             self._raw[node] = summary
             summary = with_inferred_sharing(summary, self._allocatable(node))
@@ -83,11 +111,6 @@ class GpuState:
         self._offered[node] = offered(summary, pending(summary, pods)) if pods else summary
         for listener in self._offered_listeners:
             listener(node)
-        known = self._facts.get(node)
-        if known is not facts and known != facts:
-            self._facts[node] = facts
-            self._facts_changed(node)
-        return True
 
     def has_data(self, node: str) -> bool:
         """A report of the node is held (ingest.service.ReportStore)."""
@@ -155,6 +178,7 @@ class GpuState:
             del self._summaries[name]
             del self._offered[name]
             self._raw.pop(name, None)
+            self._bases.pop(name, None)
             for listener in self._offered_listeners:
                 listener(name)
             self._facts_reader.forget(name)

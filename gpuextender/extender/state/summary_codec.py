@@ -1,4 +1,5 @@
-"""A node's summary and GPU facts as bytes, from an ingest worker to the extender (ingest_workers.py).
+"""A node's summary and GPU facts, or a light heartbeat's readings, as bytes, from an ingest worker
+to the extender (ingest_workers.py).
 
 The workers summarize each report (gpu_summary.summarize, the same pure function the extender
 runs with --ingest-in-process) so that the extender's own process, which answers kube-scheduler,
@@ -15,38 +16,26 @@ from __future__ import annotations
 
 import dataclasses
 import marshal
+import operator
 from typing import Any
 
 from gpuextender.extender.model.gpu_facts import GpuFacts
 from gpuextender.extender.state.gpu_summary import GpuPositions, NodeSummary
 
 _FIELDS = tuple(f.name for f in dataclasses.fields(NodeSummary))
-FIELD_INDEX = {name: i for i, name in enumerate(_FIELDS)}  # a field's place in summary_values
+FIELD_INDEX = {name: i for i, name in enumerate(_FIELDS)}  # a field's place in the encoded tuple
+_ALL_FIELDS = operator.attrgetter(*_FIELDS)  # one C call for every field's value, in order
 _POSITIONS = _FIELDS.index("positions")
 _POSITION_FIELDS = tuple(f.name for f in dataclasses.fields(GpuPositions))
 MARSHAL_VERSION = 4
 
 
-def summary_values(summary: NodeSummary) -> list[Any]:
-    """The summary's fields as encode_values takes them (a caller may change some: FIELD_INDEX)."""
-    values = [getattr(summary, name) for name in _FIELDS]
+def encode_summary(summary: NodeSummary) -> bytes:
+    values = list(_ALL_FIELDS(summary))
     positions = summary.positions
     if positions is not None:
         values[_POSITIONS] = tuple([getattr(positions, name) for name in _POSITION_FIELDS])
-    return values
-
-
-def encode_values(values: list[Any]) -> bytes:
     return marshal.dumps(tuple(values), MARSHAL_VERSION)
-
-
-def encode_summary(summary: NodeSummary) -> bytes:
-    return encode_values(summary_values(summary))
-
-
-def decode_values(data: bytes) -> list[Any]:
-    """encode_values's list back (bytes of ours: a worker's own, kept for a light heartbeat)."""
-    return list(marshal.loads(data))
 
 
 def decode_summary(data: bytes) -> NodeSummary:
@@ -59,6 +48,33 @@ def decode_summary(data: bytes) -> NodeSummary:
         return NodeSummary(*values)
     values = list(values)
     values[_POSITIONS] = GpuPositions(*positions)
+    return NodeSummary(*values)
+
+
+Readings = tuple[tuple[str, Any], ...]  # (field name, value): what a light heartbeat changes
+Base = tuple[int, float]  # a full report's (sequence, received_at): what a heartbeat's readings apply to
+
+
+def encode_readings(node: str, base: Base, changes: dict[str, Any]) -> bytes:
+    """A light heartbeat's `changes` (summary_refresh.refreshed_fields) to the summary of `node`'s
+    full report `base`: ~0.2 KB where the whole summary is ~1 KB, and no summary to decode first."""
+    return marshal.dumps((node, base[0], base[1], tuple(changes.items())), MARSHAL_VERSION)
+
+
+def decode_readings(data: bytes) -> tuple[str, Base, Readings]:
+    """ValueError, EOFError or TypeError for bytes encode_readings did not make."""
+    value = marshal.loads(data)
+    if type(value) is not tuple or len(value) != 4:
+        raise ValueError(f"not a heartbeat's readings: {type(value).__name__}")
+    node, sequence, received_at, changes = value
+    return node, (sequence, received_at), changes
+
+
+def with_readings(summary: NodeSummary, changes: Readings) -> NodeSummary:
+    """`summary` with the fields a light heartbeat changes (KeyError for a field it does not have)."""
+    values = list(_ALL_FIELDS(summary))
+    for name, value in changes:
+        values[FIELD_INDEX[name]] = value
     return NodeSummary(*values)
 
 

@@ -13,14 +13,17 @@ from gpuextender.extender.ingest import frames as frames
 from gpuextender.extender.ingest_process import FLUSH_BYTES, RelayStore
 from gpuextender.extender.model.gpu_facts import facts_from_report
 from gpuextender.extender.state.gpu_summary import NodeSummary, summarize
-from gpuextender.extender.state.summary_codec import decode_facts, decode_summary
+from gpuextender.extender.state.summary_codec import decode_facts, decode_readings, decode_summary
 from gpuextender.v1 import gpu_state_pb2 as pb
 from tests.extender.builders import gpu, report
+from tests.extender.state.test_summary_refresh import heartbeat_of
 
 
 def relayed(batch: bytes) -> list[NodeSummary]:
     """The summaries of a batch, checking each one's facts are those of its node's report."""
-    return [decode_summary(summary) for summary, _ in frames.summary_entries(batch)]
+    entries = list(frames.summary_entries(batch))
+    assert all(tag == frames.FULL for tag, _, _ in entries)
+    return [decode_summary(summary) for _, summary, _ in entries]
 
 
 def summary_of(r: pb.NodeReport, received_at: float) -> NodeSummary:
@@ -43,11 +46,22 @@ def read_all(data: bytes) -> list[tuple[bytes, bytes] | None]:
 
 
 def test_frames_round_trip_and_end_cleanly() -> None:
-    entries = frames.summary_entry(b"abc", b"de") + frames.summary_entry(b"", b"") + frames.summary_entry(b"f", b"")
+    entries = (
+        frames.summary_entry(b"abc", b"de")
+        + frames.summary_entry(b"", b"")
+        + frames.readings_entry(b"gh")
+        + frames.summary_entry(b"f", b"")
+    )
     data = frames.frame(frames.SUMMARIES, entries) + frames.frame(frames.READY) + frames.frame(frames.KNOWN, b"a\nb")
     got = read_all(data)
     assert got == [(frames.SUMMARIES, entries), (frames.READY, b""), (frames.KNOWN, b"a\nb"), None]
-    assert list(frames.summary_entries(entries)) == [(b"abc", b"de"), (b"", b""), (b"f", b"")]
+    full, readings = frames.FULL, frames.READINGS
+    assert list(frames.summary_entries(entries)) == [
+        (full, b"abc", b"de"),
+        (full, b"", b""),
+        (readings, b"gh", b""),
+        (full, b"f", b""),
+    ]
     assert frames.names(b"a\nb") == ["a", "b"] and frames.names(b"") == []
 
 
@@ -60,10 +74,17 @@ def test_a_stream_cut_inside_a_frame_is_an_error(cut: int) -> None:
 
 def test_a_cut_summary_entry_is_an_error() -> None:
     entry = frames.summary_entry(b"abcdef", b"gh")
-    assert list(frames.summary_entries(entry)) == [(b"abcdef", b"gh")]  # whole: read
-    for cut in (3, 8, len(entry) - 1):  # in the lengths, in the summary, in the facts
+    assert list(frames.summary_entries(entry)) == [(frames.FULL, b"abcdef", b"gh")]  # whole: read
+    for cut in (3, 9, len(entry) - 1):  # in the lengths, in the summary, in the facts
         with pytest.raises(frames.FrameError, match="cut short"):
             list(frames.summary_entries(entry[:cut]))
+
+
+def test_an_entry_of_an_unknown_tag_is_an_error() -> None:
+    readings = frames.readings_entry(b"x")
+    assert readings[0] == frames.READINGS == 1 and frames.FULL == 0  # the last tag there is
+    with pytest.raises(frames.FrameError, match="tagged 2"):
+        list(frames.summary_entries(b"\x02" + readings[1:]))
 
 
 def test_frame_sizes_are_bounded_at_exactly_the_limit(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -84,7 +105,7 @@ def test_the_relay_store_batches_reports_and_remembers_which_nodes_have_data() -
         assert store.has_data("n1") and not store.has_data("n2")
         batch = store.take()
         assert relayed(batch) == [summary_of(r, 7.0)]
-        ((_, facts),) = frames.summary_entries(batch)
+        ((_, _, facts),) = frames.summary_entries(batch)
         assert decode_facts(facts) == facts_from_report(r)
         assert store.take() == b""
         store.forget(["n1", "never-seen"])
@@ -122,5 +143,64 @@ def test_the_relay_store_keeps_only_the_newest_report_of_a_node() -> None:
         store.ingest(other, 2.0)
         store.ingest(new, 3.0)
         assert relayed(store.take()) == [summary_of(other, 2.0), summary_of(new, 3.0)]
+
+    asyncio.run(go())
+
+
+def test_a_heartbeats_readings_wait_behind_its_full_report_and_only_the_newest_wait() -> None:
+    """A light heartbeat travels as the readings it changes (frames.READINGS); the full report they
+    apply to is never dropped for them, and a full report drops the readings before it."""
+
+    def at(seq: int, util: int) -> pb.NodeReport:
+        return report("n1", [gpu(0, util, 10), gpu(1, 2, 20)], seq=seq, seconds=1000 + seq)
+
+    def entries(store: RelayStore) -> list[tuple[int, int]]:
+        """(tag, the sequence it carries) per entry of the next batch."""
+        out = []
+        for tag, first, _ in frames.summary_entries(store.take()):
+            if tag == frames.READINGS:
+                node, base, changes = decode_readings(first)
+                assert (node, base) == ("n1", (1, 1.0))  # the full report's sequence and receipt time
+                out.append((tag, dict(changes)["sequence"]))
+            else:
+                out.append((tag, decode_summary(first).sequence))
+        return out
+
+    async def go() -> None:
+        store, first = RelayStore(IdleRule()), at(1, 0)
+        store.ingest(first, 1.0)
+        assert store.refresh(heartbeat_of(first, at(2, 1), 2), 2.0) is None
+        assert store.refresh(heartbeat_of(first, at(3, 2), 3), 3.0) is None
+        assert entries(store) == [(frames.FULL, 1), (frames.READINGS, 3)]
+        assert store.refresh(heartbeat_of(first, at(4, 3), 4), 4.0) is None
+        assert entries(store) == [(frames.READINGS, 4)]  # the full report went with the last batch
+        assert store.refresh(heartbeat_of(first, at(5, 3), 5), 5.0) is None
+        store.ingest(at(6, 0), 6.0)
+        assert [tag for tag, _, _ in frames.summary_entries(store.take())] == [frames.FULL]
+
+    asyncio.run(go())
+
+
+@pytest.mark.parametrize("over", [0, 1])
+def test_a_batch_of_a_full_report_and_readings_is_sent_at_its_size(over: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The batch's size counts the full report and the readings waiting behind it."""
+    first = report("n1", [gpu(0, 0, 10)], seq=1, seconds=1000)
+    heartbeat = heartbeat_of(first, report("n1", [gpu(0, 1, 10)], seq=2, seconds=1001), 2)
+
+    async def size_of_both() -> int:
+        store = RelayStore(IdleRule())
+        store.ingest(first, 1.0)
+        store.refresh(heartbeat, 2.0)
+        return len(store.take())
+
+    size = asyncio.run(size_of_both())
+
+    async def go() -> None:
+        monkeypatch.setattr(ingest_process, "FLUSH_BYTES", size + over)
+        store = RelayStore(IdleRule())
+        store.ingest(first, 1.0)
+        assert not store.full.is_set()
+        assert store.refresh(heartbeat, 2.0) is None
+        assert store.full.is_set() == (over == 0)
 
     asyncio.run(go())

@@ -16,11 +16,12 @@ from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.ingest import frames
 from gpuextender.extender.ingest.report_checks import MAX_GPUS_PER_NODE, heartbeat_problem
 from gpuextender.extender.ingest.service import IngestService, ReportStore
+from gpuextender.extender.ingest.worker_args import Worker
 from gpuextender.extender.ingest_process import RelayStore
+from gpuextender.extender.ingest_workers import IngestProcess
 from gpuextender.extender.observe.ingest_metrics import IngestMetrics
 from gpuextender.extender.state.gpu_state import GpuState
-from gpuextender.extender.state.gpu_summary import NodeSummary, summarize
-from gpuextender.extender.state.summary_codec import decode_summary
+from gpuextender.extender.state.gpu_summary import summarize
 from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 from tests.extender.builders import gpu, report
@@ -60,8 +61,13 @@ async def stream(
     return out, store, metrics
 
 
-def relayed(store: RelayStore) -> list[NodeSummary]:
-    return [decode_summary(summary) for summary, _ in frames.summary_entries(store.take())]
+def stored(batches: list[bytes]) -> GpuState:
+    """The extender's GpuState after the real IngestProcess.apply of each relayed batch."""
+    state = GpuState(RULE)
+    process = IngestProcess([], Worker(0, 1, 1), state, lambda _i, _t: None)
+    for batch in batches:
+        asyncio.run(process.apply(batch))
+    return state
 
 
 def full(seq: int, utils: tuple[int, int] = (0, 5), seconds: int = 1000) -> pb.NodeReport:
@@ -69,16 +75,19 @@ def full(seq: int, utils: tuple[int, int] = (0, 5), seconds: int = 1000) -> pb.N
 
 
 def test_a_heartbeat_is_stored_as_the_full_report_with_its_readings_would_be() -> None:
-    summaries: list[NodeSummary] = []
+    batches: list[bytes] = []
     first, now = full(1), full(2, (3, 7), seconds=1001)
     heartbeat = heartbeat_of(first, now, 2)
     acks, _, metrics = asyncio.run(
-        stream(lambda: RelayStore(RULE), [[first, heartbeat]], lambda s: summaries.extend(relayed(s)))  # type: ignore[arg-type]
+        stream(lambda: RelayStore(RULE), [[first, heartbeat]], lambda s: batches.append(s.take()))  # type: ignore[attr-defined]
     )
     assert [a.status for a in acks[0]] == [pb.ReportAck.ACCEPTED] * 2
     assert all(a.light_heartbeats for a in acks[0])
-    assert summaries == [summarize(now, RULE, 50.0)]  # the newest per node is relayed
-    assert summaries[0].mean_utilization == 5.0 and summaries[0].sequence == 2
+    # One batch: the full report waits ahead of the readings that apply to it.
+    assert [tag for tag, _, _ in frames.summary_entries(batches[0])] == [frames.FULL, frames.READINGS]
+    summary = stored(batches).reported("node-a")
+    assert summary == summarize(now, RULE, 50.0)
+    assert summary is not None and summary.mean_utilization == 5.0 and summary.sequence == 2
     text = generate_latest(metrics.registry).decode()
     assert metric(parse_metrics(text), "gpu_extender_reports_total", result="accepted") == 2
 

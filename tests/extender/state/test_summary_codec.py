@@ -14,11 +14,21 @@ from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.ingest import frames
 from gpuextender.extender.ingest_process import RelayStore
 from gpuextender.extender.model.gpu_facts import GpuFacts, facts_from_report
+from gpuextender.extender.state.facts_reader import FactsReader
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.gpu_summary import GpuPositions, NodeSummary, summarize
-from gpuextender.extender.state.summary_codec import decode_facts, decode_summary, encode_facts, encode_summary
+from gpuextender.extender.state.summary_codec import (
+    decode_facts,
+    decode_readings,
+    decode_summary,
+    encode_facts,
+    encode_readings,
+    encode_summary,
+)
+from gpuextender.extender.state.summary_refresh import refreshed_fields
 from gpuextender.v1 import gpu_state_pb2 as pb
 from tests.extender.builders import gpu, report
+from tests.extender.state.test_summary_refresh import heartbeat_of
 
 RULE = IdleRule(30.0, 50.0, 40.0)
 
@@ -126,7 +136,7 @@ def test_a_state_fed_by_the_relay_equals_one_fed_the_reports() -> None:
         for t, r in enumerate(varied_reports() * 2, 1):  # the second round: facts unchanged
             here.ingest(r, float(t))
             worker.ingest(r, float(t))
-            for summary, facts in frames.summary_entries(worker.take()):
+            for _, summary, facts in frames.summary_entries(worker.take()):
                 there.store(decode_summary(summary), decode_facts(facts))
         assert {s.node: s for s in there.summaries()} == {s.node: s for s in here.summaries()}
         for node in here.node_names():
@@ -144,3 +154,45 @@ def test_facts_of_one_hardware_type_are_one_tuple() -> None:
     state.ingest(b, 1.0)
     assert state.facts("a") is state.facts("b")
     assert isinstance(state.facts("a"), tuple) and all(isinstance(f, GpuFacts) for f in state.facts("a") or ())
+
+
+def test_a_heartbeats_readings_apply_only_to_the_full_report_they_name() -> None:
+    """GpuState.store_readings: the readings of a light heartbeat (relayed by a worker) change the
+    stored summary only where it is of the full report they name, received before them."""
+    first = report("n", [gpu(0, 0, 10), gpu(1, 2, 20)], seq=1, seconds=1000)
+    now = report("n", [gpu(0, 3, 12), gpu(1, 4, 22)], seq=2, seconds=1001)
+    base = summarize(first, RULE, 5.0)
+    facts = FactsReader().read(first)
+    changes = refreshed_fields(
+        base.gpus, base.sm_active, base.node_error, facts, heartbeat_of(first, now, 2), RULE, 6.0
+    )
+    assert isinstance(changes, dict)
+
+    def fresh() -> GpuState:
+        state = GpuState(RULE)
+        state.store(base, facts)
+        return state
+
+    node, named, readings = decode_readings(encode_readings("n", (1, 5.0), changes))
+    assert (node, named) == ("n", (1, 5.0))
+    state = fresh()
+    assert state.store_readings(node, named, readings) is True
+    assert state.reported("n") == summarize(now, RULE, 6.0) and state.facts("n") is facts
+    for other in [(2, 5.0), (1, 5.5)]:  # another full report of the node: nothing changes
+        state = fresh()
+        assert state.store_readings("n", other, readings) is False
+        assert state.reported("n") == base
+    state = fresh()
+    assert state.store_readings("elsewhere", (1, 5.0), readings) is False
+    state.forget_older_than(5.0 + 1e-9)  # forgotten: the readings have no summary to apply to
+    assert state.store_readings("n", (1, 5.0), readings) is False
+    state = fresh()
+    late = dict(changes, received_at=5.0 - 1e-9)  # received before the summary it applies to
+    assert state.store_readings("n", (1, 5.0), tuple(late.items())) is False
+    assert state.store_readings("n", (1, 5.0), tuple(dict(changes, received_at=5.0).items())) is True  # at it: taken
+
+
+@pytest.mark.parametrize("data", [b"", marshal.dumps((1, 2)), marshal.dumps("n"), marshal.dumps(("n", 1, 2.0))])
+def test_readings_bytes_the_codec_did_not_make_raise(data: bytes) -> None:
+    with pytest.raises((ValueError, EOFError, TypeError)):
+        decode_readings(data)
