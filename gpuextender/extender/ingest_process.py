@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import logging
 import os
 import socket
@@ -142,7 +143,7 @@ class RelayStore:
         batch, self._batch, self._size = self._batch, {}, 0
         self.full.clear()
         self.pending.clear()
-        return b"".join([full + readings for full, readings in batch.values()])
+        return b"".join(itertools.chain.from_iterable(batch.values()))  # each node's full report, then readings
 
 
 async def _relay(store: RelayStore, writer: asyncio.StreamWriter, metrics: IngestMetrics) -> None:
