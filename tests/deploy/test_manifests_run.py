@@ -35,6 +35,7 @@ from tests.deploy.test_certs import OPENSSL, run_script
 from tests.e2e.test_kubernetes_inventory import ThreadedApiServer
 from tests.harness import (
     FIXTURES,
+    STARTUP_S,
     Cluster,
     Proc,
     Samples,
@@ -221,9 +222,10 @@ def alive_and(proc: Proc, check: Callable[[], bool]) -> bool:
 
 
 def wait_for(what: str, check: Callable[[], object], *procs: Proc, laptop: Laptop | None = None) -> None:
-    """wait_until, failing with what was rewritten and the last log lines of `procs`."""
+    """wait_until (bounded as a process's start: STARTUP_S), failing with what was rewritten and the
+    last log lines of `procs`."""
     try:
-        wait_until(what, check)
+        wait_until(what, check, STARTUP_S)
     except AssertionError as exc:
         tails = "".join(f"\n--- {p.name} ({p.log_path}):\n" + "\n".join(p.log().splitlines()[-15:]) for p in procs)
         rewritten = "\nrewritten for loopback:\n  " + "\n  ".join(laptop.rewritten) if laptop else ""
