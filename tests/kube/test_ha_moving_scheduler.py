@@ -153,7 +153,11 @@ class Moves:
         self._note(f"the second wave of {PODS - FIRST_WAVE} pods created")
         replicas = ((self.b, "B"), (self.restarted, "restarted A"))
         for turn, count in enumerate(range(FIRST_WAVE + EVERY, LAST_MOVE_BEFORE, EVERY)):
-            self._at(count)
+            # On a busy machine the burst may have run past this move's count, into the tail, before
+            # this thread looked: no move there (the module docstring's known limit).
+            if self._at(count) >= LAST_MOVE_BEFORE:
+                self._note(f"the move at {count} pods not made: the tail had begun")
+                break
             self._move(*replicas[turn % 2])
 
     def _restart(self) -> Proc:
