@@ -21,10 +21,13 @@ from typing import Any
 
 from gpuextender.extender.model.gpu_facts import GpuFacts
 from gpuextender.extender.state.gpu_summary import GpuPositions, NodeSummary
+from gpuextender.extender.state.summary_refresh import READING_FIELDS
 
 _FIELDS = tuple(f.name for f in dataclasses.fields(NodeSummary))
 FIELD_INDEX = {name: i for i, name in enumerate(_FIELDS)}  # a field's place in the encoded tuple
 _ALL_FIELDS = operator.attrgetter(*_FIELDS)  # one C call for every field's value, in order
+# The only fields a heartbeat's readings may change (summary_refresh.py): any other is a bug.
+_READING_INDEX = {name: FIELD_INDEX[name] for name in READING_FIELDS}
 _POSITIONS = _FIELDS.index("positions")
 _POSITION_FIELDS = tuple(f.name for f in dataclasses.fields(GpuPositions))
 MARSHAL_VERSION = 4
@@ -71,10 +74,10 @@ def decode_readings(data: bytes) -> tuple[str, Base, Readings]:
 
 
 def with_readings(summary: NodeSummary, changes: Readings) -> NodeSummary:
-    """`summary` with the fields a light heartbeat changes (KeyError for a field it does not have)."""
+    """`summary` with the fields a light heartbeat changes (KeyError for any other field)."""
     values = list(_ALL_FIELDS(summary))
     for name, value in changes:
-        values[FIELD_INDEX[name]] = value
+        values[_READING_INDEX[name]] = value
     return NodeSummary(*values)
 
 

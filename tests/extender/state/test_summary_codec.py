@@ -196,3 +196,15 @@ def test_a_heartbeats_readings_apply_only_to_the_full_report_they_name() -> None
 def test_readings_bytes_the_codec_did_not_make_raise(data: bytes) -> None:
     with pytest.raises((ValueError, EOFError, TypeError)):
         decode_readings(data)
+
+
+def test_readings_change_reading_fields_only() -> None:
+    """A readings entry that names a field a heartbeat never changes (idle_gpus: a decision's) is a
+    bug of the worker: refused, the stored summary as it was."""
+    base = summarize(report("n", [gpu(0, 0, 10)], seq=1, seconds=1000), RULE, 5.0)
+    state = GpuState(RULE)
+    state.store(base, FactsReader().read(report("n", [gpu(0, 0, 10)], seq=1, seconds=1000)))
+    with pytest.raises(KeyError):
+        state.store_readings("n", (1, 5.0), (("received_at", 6.0), ("idle_gpus", 0)))
+    assert state.reported("n") == base
+    assert state.store_readings("n", (1, 5.0), (("received_at", 6.0), ("sequence", 2))) is True
