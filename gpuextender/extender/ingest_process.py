@@ -48,9 +48,9 @@ from gpuextender.extender.model.gpu_facts import GpuFacts
 from gpuextender.extender.observe.ingest_metrics import IngestMetrics
 from gpuextender.extender.settings import ExtenderConfig
 from gpuextender.extender.state.facts_reader import POOL_SIZE, FactsReader
-from gpuextender.extender.state.gpu_summary import GpuCell, summarize
+from gpuextender.extender.state.gpu_summary import summarize
 from gpuextender.extender.state.summary_codec import Base, encode_facts, encode_readings, encode_summary
-from gpuextender.extender.state.summary_refresh import refreshed_fields
+from gpuextender.extender.state.summary_refresh import RefreshBase, refresh_base, refreshed_readings
 from gpuextender.v1 import gpu_state_pb2 as pb
 
 log = logging.getLogger("gpu_extender.ingest")
@@ -78,12 +78,10 @@ class RelayStore:
         self._facts = FactsReader()
         self._encoded_facts: dict[tuple[GpuFacts, ...], bytes] = {}
         self._held: set[str] = set()
-        # Per node, its last full report as a light heartbeat reads it: (sequence, received_at),
-        # its GPU cells, SM activity, node error and facts (a heartbeat is checked against them and
-        # relayed as the readings it changes: frames.READINGS).
-        self._bases: dict[
-            str, tuple[Base, tuple[GpuCell, ...], tuple[float | None, ...], str, tuple[GpuFacts, ...]]
-        ] = {}
+        # Per node, its last full report as a light heartbeat reads it: (sequence, received_at) and
+        # its RefreshBase (a heartbeat is checked against it and relayed as the readings it
+        # changes: frames.READINGS).
+        self._bases: dict[str, tuple[Base, RefreshBase]] = {}
         # Per node, what waits for the next frame: its full report's entry (b"": sent already) and
         # the newest heartbeat's readings after it (b"": none).
         self._batch: dict[str, tuple[bytes, bytes]] = {}
@@ -105,7 +103,7 @@ class RelayStore:
             encoded = self._encoded_facts[facts] = encode_facts(facts)
         summary = summarize(report, self.rule, received_at)
         base = (summary.sequence, summary.received_at)
-        self._bases[node] = (base, summary.gpus, summary.sm_active, summary.node_error, facts)
+        self._bases[node] = (base, refresh_base(summary.gpus, summary.sm_active, summary.node_error, facts, self.rule))
         self._queue(node, frames.summary_entry(encode_summary(summary), encoded), b"")
         return True
 
@@ -116,8 +114,8 @@ class RelayStore:
         held = self._bases.get(node)
         if held is None or held[0][0] != heartbeat.heartbeat_of:
             return f"report {heartbeat.heartbeat_of} of node {node} is not held here: send a full report"
-        base, cells, sm_active, node_error, facts = held
-        changes = refreshed_fields(cells, sm_active, node_error, facts, heartbeat, self.rule, received_at)
+        base, readings_base = held
+        changes = refreshed_readings(readings_base, heartbeat, self.rule, received_at)
         if isinstance(changes, str):
             return changes
         waiting = self._batch.get(node)

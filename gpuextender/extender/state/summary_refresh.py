@@ -18,7 +18,7 @@ facts (model/gpu_facts.py), which the full report set.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpuextender.common.idle_rule import IdleRule, readings_busy
 from gpuextender.extender.model.gpu_facts import GpuFacts
@@ -28,6 +28,33 @@ from gpuextender.v1 import gpu_state_pb2 as pb
 NO_READING = -1  # a heartbeat list's value where the GPU gave no reading
 # The summary fields a heartbeat changes; every other field is the full report's.
 READING_FIELDS = ("sequence", "sample_time", "received_at", "mean_utilization", "gpus", "sm_active")
+
+
+class RefreshBase(NamedTuple):
+    """What a heartbeat is checked against, worked out once per full report (`refresh_base`), not
+    once per heartbeat: per GPU, its cell, memory total (from the facts) and whether the rule
+    found it busy (None: unhealthy, judged by neither rule)."""
+
+    cells: tuple[GpuCell, ...]
+    totals: tuple[int | None, ...]
+    busy: tuple[bool | None, ...]
+    node_error: str
+
+
+def refresh_base(
+    cells: Sequence[GpuCell],
+    sm_active: Sequence[float | None],
+    node_error: str,
+    facts: Sequence[GpuFacts],
+    rule: IdleRule,
+) -> RefreshBase:
+    """The RefreshBase of the full report whose summary has these gpus, sm_active and node_error."""
+    old_sm = sm_active or (None,) * len(cells)
+    busy = tuple(
+        None if state == GPU_UNHEALTHY else readings_busy(util, mem, old_sm[position], rule)
+        for position, (_, state, util, mem) in enumerate(cells)
+    )
+    return RefreshBase(tuple(cells), tuple(f.memory_total_bytes for f in facts), busy, node_error)
 
 
 def refreshed_fields(
@@ -42,38 +69,48 @@ def refreshed_fields(
     """The base summary's (that of the full report `heartbeat.heartbeat_of`, judged by `rule`; its
     gpus, sm_active and node_error given) fields that the heartbeat's readings change
     (READING_FIELDS); or why not (a sentence for the agent, which then sends a full report). The
-    caller keeps the summary encoded (ingest_process.RelayStore). The heartbeat's lists are checked
-    (report_checks.heartbeat_problem) before this is called."""
-    utils = heartbeat.heartbeat_utilization_percent
-    used = heartbeat.heartbeat_memory_used_bytes
-    sms = heartbeat.heartbeat_sm_active_percent
+    heartbeat's lists are checked (report_checks.heartbeat_problem) before this is called."""
+    return refreshed_readings(refresh_base(cells, sm_active, node_error, facts, rule), heartbeat, rule, received_at)
+
+
+def refreshed_readings(
+    base: RefreshBase, heartbeat: pb.NodeReport, rule: IdleRule, received_at: float
+) -> dict[str, Any] | str:
+    """refreshed_fields on a base worked out before (the caller keeps it, with the summary
+    encoded: ingest_process.RelayStore)."""
+    cells = base.cells
     count = len(cells)
-    if len(utils) != count or len(used) != count or len(sms) != count or len(facts) != count:
+    # Each list read once into Python values: indexing the message's own lists costs ~4x more.
+    utils = list(heartbeat.heartbeat_utilization_percent)
+    used = list(heartbeat.heartbeat_memory_used_bytes)
+    sms = list(heartbeat.heartbeat_sm_active_percent)
+    if len(utils) != count or len(used) != count or len(sms) != count or len(base.totals) != count:
         return f"a heartbeat for {count} GPUs carries {len(utils)}/{len(used)}/{len(sms)} readings"
     time = heartbeat.sample_time.seconds + heartbeat.sample_time.nanos / 1e9
-    if node_error:  # a broken node's cells carry no readings (summarize)
+    if base.node_error:  # a broken node's cells carry no readings (summarize)
         return {"sequence": heartbeat.sequence, "sample_time": time, "received_at": received_at}
-    max_sm = rule.max_sm_active_percent
-    old_sm = sm_active or (None,) * count
+    judge_sm = rule.max_sm_active_percent is not None
     new_cells: list[GpuCell] = []
     new_sm: list[float | None] = []
     readings: list[int] = []
-    for position, (index, state, old_util, old_mem) in enumerate(cells):
-        util = utils[position] if utils[position] != NO_READING else None
-        total, in_use = facts[position].memory_total_bytes, used[position]
+    for (index, state, _, _), total, was_busy, util, in_use, sm in zip(
+        cells, base.totals, base.busy, utils, used, sms, strict=True
+    ):
         if (in_use != NO_READING) != (total is not None) or (total is not None and in_use > total):
             return f"GPU {index}: memory used {in_use} does not fit the full report's total {total}"
         mem = 100.0 * in_use / total if total else None  # as summarize (validation keeps total > 0)
-        if util is not None:
+        if util == NO_READING:
+            new_cells.append((index, state, None, mem))
+        else:
             readings.append(util)
-        new_cells.append((index, state, util, mem))
-        if state == GPU_UNHEALTHY:  # judged by neither rule (summarize)
+            new_cells.append((index, state, util, mem))
+        if was_busy is None:  # unhealthy: judged by neither rule (summarize)
             new_sm.append(None)
             continue
-        sm = sms[position] if max_sm is not None and sms[position] != NO_READING else None
-        new_sm.append(sm)
-        busy = readings_busy(util, mem, sm, rule)
-        if busy != readings_busy(old_util, old_mem, old_sm[position], rule):
+        reading = sm if judge_sm and sm != NO_READING else None
+        new_sm.append(reading)
+        busy = readings_busy(None if util == NO_READING else util, mem, reading, rule)
+        if busy != was_busy:
             return f"GPU {index} turns {'busy' if busy else 'idle'}: send a full report"
     return {
         "sequence": heartbeat.sequence,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Callable
+from typing import Any
 
 import grpc
 import pytest
@@ -205,3 +206,40 @@ def test_heartbeat_identity_and_fields() -> None:
     assert heartbeat_problem(hb, "node-a") is None
     hb.sample_time.nanos = -1
     assert heartbeat_problem(hb, "node-a") == "sample_time.nanos=-1 is outside 0..999999999"
+
+
+def _set_to_non_default(report: pb.NodeReport, field: Any) -> None:
+    """`field` of `report` holding the smallest value that counts as set (one empty or zero element
+    for a list, an empty message for a message field, 1 / "x" / the first non-zero enum value else)."""
+    values = getattr(report, field.name)
+    if field.message_type is not None and field.message_type.GetOptions().map_entry:
+        value = field.message_type.fields_by_name["value"]
+        values["k"] = "" if value.type == value.TYPE_STRING else 0  # one entry, its value the default
+    elif field.is_repeated:
+        values.add() if field.message_type is not None else values.append(0)
+    elif field.message_type is not None:
+        getattr(report, field.name).SetInParent()
+    elif field.enum_type is not None:
+        setattr(report, field.name, field.enum_type.values[1].number)
+    elif field.type == field.TYPE_STRING:
+        setattr(report, field.name, "x")
+    else:
+        setattr(report, field.name, 1)
+
+
+@pytest.mark.parametrize(
+    "field",
+    [f for f in pb.NodeReport.DESCRIPTOR.fields if not f.name.startswith("heartbeat_")]
+    + [pb.NodeReport.DESCRIPTOR.fields_by_name["heartbeat_of"]],
+    ids=lambda f: f.name,
+)
+def test_every_field_of_a_full_report_is_refused_in_a_heartbeat(field: Any) -> None:
+    """Each NodeReport field but the heartbeat's own, set alone to its least set value, is refused
+    by name; the heartbeat's own fields are not (the descriptor-derived check against ListFields')."""
+    hb = _hb(utilization_percent=[0], memory_used_bytes=[0], sm_active_percent=[0.0])
+    hb.sample_time.seconds = 1
+    if field.name in ("node_name", "sequence", "sample_time", "heartbeat_of"):
+        assert heartbeat_problem(hb, "node-a") is None
+        return
+    _set_to_non_default(hb, field)
+    assert heartbeat_problem(hb, "node-a") == f"a heartbeat carries only readings, not {field.name}"
