@@ -78,13 +78,13 @@ def refreshed_readings(
 ) -> dict[str, Any] | str:
     """refreshed_fields on a base worked out before (the caller keeps it, with the summary
     encoded: ingest_process.RelayStore)."""
-    cells = base.cells
+    cells, totals, was_busy = base.cells, base.totals, base.busy
     count = len(cells)
-    # Each list read once into Python values: indexing the message's own lists costs ~4x more.
-    utils = list(heartbeat.heartbeat_utilization_percent)
-    used = list(heartbeat.heartbeat_memory_used_bytes)
-    sms = list(heartbeat.heartbeat_sm_active_percent)
-    if len(utils) != count or len(used) != count or len(sms) != count or len(base.totals) != count:
+    # Indexed in place: copying the message's lists out first costs more than it saves.
+    utils = heartbeat.heartbeat_utilization_percent
+    used = heartbeat.heartbeat_memory_used_bytes
+    sms = heartbeat.heartbeat_sm_active_percent
+    if len(utils) != count or len(used) != count or len(sms) != count or len(totals) != count:
         return f"a heartbeat for {count} GPUs carries {len(utils)}/{len(used)}/{len(sms)} readings"
     time = heartbeat.sample_time.seconds + heartbeat.sample_time.nanos / 1e9
     if base.node_error:  # a broken node's cells carry no readings (summarize)
@@ -93,24 +93,24 @@ def refreshed_readings(
     new_cells: list[GpuCell] = []
     new_sm: list[float | None] = []
     readings: list[int] = []
-    for (index, state, _, _), total, was_busy, util, in_use, sm in zip(
-        cells, base.totals, base.busy, utils, used, sms, strict=True
-    ):
+    for position, (index, state, _, _) in enumerate(cells):
+        given = utils[position]
+        util = None if given == NO_READING else given
+        in_use, total = used[position], totals[position]
         if (in_use != NO_READING) != (total is not None) or (total is not None and in_use > total):
             return f"GPU {index}: memory used {in_use} does not fit the full report's total {total}"
         mem = 100.0 * in_use / total if total else None  # as summarize (validation keeps total > 0)
-        if util == NO_READING:
-            new_cells.append((index, state, None, mem))
-        else:
+        if util is not None:
             readings.append(util)
-            new_cells.append((index, state, util, mem))
-        if was_busy is None:  # unhealthy: judged by neither rule (summarize)
+        new_cells.append((index, state, util, mem))
+        if was_busy[position] is None:  # unhealthy: judged by neither rule (summarize)
             new_sm.append(None)
             continue
-        reading = sm if judge_sm and sm != NO_READING else None
+        sm = sms[position] if judge_sm else NO_READING
+        reading = None if sm == NO_READING else sm
         new_sm.append(reading)
-        busy = readings_busy(None if util == NO_READING else util, mem, reading, rule)
-        if busy != was_busy:
+        busy = readings_busy(util, mem, reading, rule)
+        if busy != was_busy[position]:
             return f"GPU {index} turns {'busy' if busy else 'idle'}: send a full report"
     return {
         "sequence": heartbeat.sequence,
