@@ -799,7 +799,7 @@ async def floor_server_main(port: int, kind: str) -> int:
         handler = _step_handler(kind)
         codec = {
             "request_deserializer": pb.NodeReport.FromString,
-            "response_serializer": pb.ReportAck.SerializeToString,
+            "response_serializer": None,  # the service's acks are bytes (ingest.service.add_to_server)
         }
     server = grpc.aio.server(options=options)
     server.add_generic_rpc_handlers(

@@ -13,10 +13,9 @@ import grpc
 from gpuextender.common.serving_tls import ServingCertificate
 from gpuextender.extender.ingest.agent_identity import Authenticator
 from gpuextender.extender.ingest.report_checks import MAX_REPORT_BYTES
-from gpuextender.extender.ingest.service import REAUTH_GRACE_S, IngestService, ReportStore
+from gpuextender.extender.ingest.service import REAUTH_GRACE_S, IngestService, ReportStore, add_to_server
 from gpuextender.extender.observe.ingest_metrics import IngestMetrics
 from gpuextender.extender.settings import ExtenderConfig
-from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 
 
 def grpc_options(config: ExtenderConfig, authenticating: bool, shared_port: bool = False) -> list[tuple[str, int]]:
@@ -69,7 +68,7 @@ async def start_ingest_server(
         stale_after_s=config.api.policy.stale_after_s,
     )
     server = grpc.aio.server(options=grpc_options(config, authenticator is not None, shared_port))
-    pb_grpc.add_GpuStateServiceServicer_to_server(service, server)
+    add_to_server(service, server)
     target = str(config.grpc_addr)
     try:
         if certificate is not None:

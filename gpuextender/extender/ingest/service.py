@@ -149,10 +149,11 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
         # extender's own GpuState with --ingest-in-process takes full reports only).
         self._refresh = state.refresh if isinstance(state, HeartbeatStore) else None
         self.auth_failures: Counter | None = metrics.auth_failures() if authenticator is not None else None
+        self._accepted_tail = self._accepted_fields()
 
     async def StreamNodeReports(
         self, request_iterator: AsyncIterator[pb.NodeReport], context: grpc.aio.ServicerContext
-    ) -> AsyncIterator[pb.ReportAck]:
+    ) -> AsyncIterator[bytes]:
         """Reports are read with `context.read()`, not `request_iterator`: grpc.aio's iterator holds
         each report until the next one arrives (a parsed 8-GPU report: ~8 KB of upb arena per open
         stream, bench/RESULTS.md). Acks are still yielded: with `context.write()` a refused stream's
@@ -207,7 +208,7 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
                     extra={"node": stream.node, "peer": peer},
                 )
 
-    def _answer(self, report: pb.NodeReport, stream: _Stream) -> pb.ReportAck:
+    def _answer(self, report: pb.NodeReport, stream: _Stream) -> bytes:
         """Check `report`, store it if it may be, and its ack (REJECTED with the reason if not)."""
         identity, peer = stream.identity, stream.peer
         mismatch = identity_node_mismatch(identity, report.node_name) if identity is not None else None
@@ -264,10 +265,15 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
         self._accepted.inc()
         return self.accepted_ack(report.sequence)
 
-    def accepted_ack(self, sequence: int) -> pb.ReportAck:
-        """The ACCEPTED ack of report `sequence`: with what makes a change matter here."""
+    def accepted_ack(self, sequence: int) -> bytes:
+        """The ACCEPTED ack of report `sequence`, serialized: the same fields every time but the
+        sequence, which is appended (a parser takes fields in any order; ~1 us where building and
+        serializing a ReportAck took ~4.5, bench/RESULTS.md)."""
+        return self._accepted_tail + _sequence_field(sequence)
+
+    def _accepted_fields(self) -> bytes:
+        """An ACCEPTED ack's fields but its sequence: what makes a change matter here."""
         return pb.ReportAck(
-            sequence=sequence,
             status=pb.ReportAck.ACCEPTED,
             requested_interval_ms=self._requested_interval_ms,
             idle_max_utilization_percent=self._idle_max_utilization,
@@ -275,7 +281,7 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
             stale_after_ms=self._stale_after_ms,
             idle_max_sm_active_percent=self._idle_max_sm_active,
             light_heartbeats=self._refresh is not None,
-        )
+        ).SerializeToString()
 
     def _problem(
         self, report: pb.NodeReport, node: str | None, last_sequence: int, last_full: int
@@ -323,8 +329,8 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
         finally:
             self._metrics.paced_streams.dec()
 
-    def _rejected(self, report: pb.NodeReport, reason: str) -> pb.ReportAck:
-        return pb.ReportAck(sequence=report.sequence, status=pb.ReportAck.REJECTED, reason=reason)
+    def _rejected(self, report: pb.NodeReport, reason: str) -> bytes:
+        return pb.ReportAck(sequence=report.sequence, status=pb.ReportAck.REJECTED, reason=reason).SerializeToString()
 
     def _count_rejected(self, reason: str) -> None:
         self._metrics.reports.labels(result="rejected").inc()
@@ -333,6 +339,33 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
     def _count_auth_failure(self, reason: str) -> None:
         if self.auth_failures is not None:
             self.auth_failures.labels(reason=reason).inc()
+
+
+def add_to_server(service: IngestService, server: grpc.aio.Server) -> None:
+    """Serve `service` as gpuextender.v1.GpuStateService on `server`. Its acks leave as the bytes
+    it made (the generated add_GpuStateServiceServicer_to_server would serialize a ReportAck per
+    report); agents read them as ReportAck messages."""
+    handlers = {
+        "StreamNodeReports": grpc.stream_stream_rpc_method_handler(
+            service.StreamNodeReports, request_deserializer=pb.NodeReport.FromString, response_serializer=None
+        )
+    }
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
+    server.add_registered_method_handlers(SERVICE_NAME, handlers)
+
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["GpuStateService"].full_name
+_SEQUENCE_TAG = b"\x08"  # ReportAck.sequence: field 1, varint
+
+
+def _sequence_field(sequence: int) -> bytes:
+    """ReportAck's sequence field, encoded (a base-128 varint after its tag)."""
+    out = bytearray(_SEQUENCE_TAG)
+    while sequence > 0x7F:
+        out.append(sequence & 0x7F | 0x80)
+        sequence >>= 7
+    out.append(sequence)
+    return bytes(out)
 
 
 def _peer_host(peer: str) -> str:

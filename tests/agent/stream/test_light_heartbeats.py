@@ -14,13 +14,12 @@ from gpuextender.agent.export.metrics import AgentMetrics
 from gpuextender.agent.report import light
 from gpuextender.agent.report.latest import LatestReport
 from gpuextender.common.idle_rule import IdleRule
-from gpuextender.extender.ingest.service import IngestService, ReportStore
+from gpuextender.extender.ingest.service import IngestService, ReportStore, add_to_server
 from gpuextender.extender.ingest_process import RelayStore
 from gpuextender.extender.observe.ingest_metrics import IngestMetrics
 from gpuextender.extender.state import summary_refresh
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.v1 import gpu_state_pb2 as pb
-from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 from tests.agent.stream.test_streamer import make_stream, value, wait_for
 from tests.extender.builders import gpu, report
 from tests.harness import free_port
@@ -38,7 +37,7 @@ class Seen(IngestService):
 
     async def StreamNodeReports(self, request_iterator, context):  # type: ignore[no-untyped-def,override]
         async for ack in super().StreamNodeReports(request_iterator, _Noting(context, self)):
-            self.acks.append(ack)
+            self.acks.append(pb.ReportAck.FromString(ack))
             yield ack
 
 
@@ -69,7 +68,7 @@ async def run(store: ReportStore, steps: list[tuple[pb.NodeReport, int, bool]]) 
     port = free_port()
     service = Seen(store)
     server = grpc.aio.server()
-    pb_grpc.add_GpuStateServiceServicer_to_server(service, server)
+    add_to_server(service, server)
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
     latest, metrics = LatestReport(), AgentMetrics("n1")

@@ -24,7 +24,7 @@ from gpuextender.extender.ingest.agent_identity import (
     judge_review,
     token_expiry,
 )
-from gpuextender.extender.ingest.service import IngestService
+from gpuextender.extender.ingest.service import IngestService, add_to_server
 from gpuextender.extender.ingest.token_review import TokenReviewer
 from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.settings import ServiceAccountRef, parse_service_account
@@ -51,7 +51,7 @@ class Rig:
         self.metrics = ExtenderMetrics(self.state)
         self.reviewer = TokenReviewer(api.configuration(), SA, "gpu-extender", clock=clock)
         self.server = grpc.aio.server()
-        pb_grpc.add_GpuStateServiceServicer_to_server(
+        add_to_server(
             # The reports are stamped 1000 + seq (builders.report): the wall clock says so too.
             IngestService(self.state, self.metrics.ingest, authenticator=self.reviewer, wall_clock=lambda: 1000.0),
             self.server,

@@ -16,7 +16,7 @@ from prometheus_client import generate_latest
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.ingest import frames
 from gpuextender.extender.ingest.report_checks import MAX_GPUS_PER_NODE, heartbeat_problem
-from gpuextender.extender.ingest.service import IngestService, ReportStore
+from gpuextender.extender.ingest.service import IngestService, ReportStore, add_to_server
 from gpuextender.extender.ingest.worker_args import Worker
 from gpuextender.extender.ingest_process import RelayStore
 from gpuextender.extender.ingest_workers import IngestProcess
@@ -41,7 +41,7 @@ async def stream(
     port = free_port()
     server = grpc.aio.server()
     service = IngestService(store, metrics, clock=lambda: 50.0, wall_clock=lambda: 1000.0, stale_after_s=10.0)
-    pb_grpc.add_GpuStateServiceServicer_to_server(service, server)
+    add_to_server(service, server)
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()
     out = []

@@ -11,7 +11,7 @@ from prometheus_client import generate_latest
 
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.ingest.report_checks import report_problem
-from gpuextender.extender.ingest.service import IngestService
+from gpuextender.extender.ingest.service import IngestService, add_to_server
 from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.v1 import gpu_state_pb2 as pb
@@ -23,7 +23,7 @@ from tests.harness import free_port, metric, parse_metrics
 async def exchange(reports: list[pb.NodeReport], state: GpuState, metrics: ExtenderMetrics) -> list[pb.ReportAck]:
     port = free_port()
     server = grpc.aio.server()
-    pb_grpc.add_GpuStateServiceServicer_to_server(
+    add_to_server(
         IngestService(
             state,
             metrics.ingest,
@@ -149,7 +149,7 @@ def test_a_stream_holds_no_report_while_it_waits_for_the_next() -> None:
         handler = grpc.stream_stream_rpc_method_handler(
             service.StreamNodeReports,
             request_deserializer=deserialize,
-            response_serializer=pb.ReportAck.SerializeToString,
+            response_serializer=None,  # the service's acks are bytes (add_to_server)
         )
         server = grpc.aio.server()
         server.add_generic_rpc_handlers(
@@ -175,3 +175,22 @@ def test_a_stream_holds_no_report_while_it_waits_for_the_next() -> None:
 
     assert asyncio.run(scenario()) == [0, 0]
     assert len(parsed) == 2
+
+
+@pytest.mark.parametrize("sequence", [1, 127, 128, 2**14 - 1, 2**14, 2**63, 2**64 - 1])
+def test_accepted_ack_bytes_are_the_ack_message(sequence: int) -> None:
+    """The prebuilt ACCEPTED ack parses to the ReportAck the service would build, for sequences at
+    each varint length's bounds (1 and 2 bytes at 127 / 128, ..., 10 bytes at uint64's top)."""
+    state = GpuState(IdleRule(30.0, 50.0, 40.0))
+    service = IngestService(state, ExtenderMetrics(state).ingest, requested_interval_ms=1500, stale_after_s=12.5)
+    expected = pb.ReportAck(
+        sequence=sequence,
+        status=pb.ReportAck.ACCEPTED,
+        requested_interval_ms=1500,
+        idle_max_utilization_percent=30.0,
+        idle_max_memory_used_percent=50.0,
+        idle_max_sm_active_percent=40.0,
+        stale_after_ms=12_500,
+        light_heartbeats=False,  # GpuState takes full reports only
+    )
+    assert pb.ReportAck.FromString(service.accepted_ack(sequence)) == expected

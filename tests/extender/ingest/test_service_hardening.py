@@ -34,7 +34,7 @@ from gpuextender.extender.ingest.report_checks import (
     clock_skew_problem,
     report_problem,
 )
-from gpuextender.extender.ingest.service import IngestService
+from gpuextender.extender.ingest.service import IngestService, add_to_server
 from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.v1 import gpu_state_pb2 as pb
@@ -90,7 +90,7 @@ async def rig(**options: Any) -> AsyncIterator[Rig]:
     server = grpc.aio.server()
     box = Rig(state, metrics, 0)
     service = IngestService(state, metrics.ingest, clock=lambda: box.now[0], wall_clock=lambda: WALL, **options)
-    pb_grpc.add_GpuStateServiceServicer_to_server(service, server)
+    add_to_server(service, server)
     box.port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     try:
