@@ -1223,7 +1223,9 @@ def format_report(r: FleetScaleResult) -> str:
 # -- command line ----------------------------------------------------------------------------------
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line, its defaults filled in (bench/device_fleet_scale.sh's is checked here:
+    tests/bench/test_device_fleet_scale.py)."""
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="sizes 500,1000, 3 s windows, 1 round: a smoke check")
     parser.add_argument("--sizes", help="fleet sizes, comma-separated (default 1000,5000,10000; --quick 500,1000)")
@@ -1280,10 +1282,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--floor-server", choices=("floor-xopts", *STEPS), help=argparse.SUPPRESS)
     parser.add_argument("--port", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
-    if args.worker:
-        return asyncio.run(worker_main(args))
-    if args.floor_server:
-        return asyncio.run(floor_server_main(args.port, args.floor_server))
+    if args.worker or args.floor_server:
+        return args
     default_servers = "floor,extender" if args.quick else ",".join(SERVERS)
     args.servers = [x for x in (args.servers or default_servers).split(",") if x]
     if not args.servers or set(args.servers) - set(SERVERS):
@@ -1304,6 +1304,16 @@ def main(argv: list[str] | None = None) -> int:
     load_cpus = parse_cpus(args.load_cpus)
     n_load = len(load_cpus) if load_cpus else len(os.sched_getaffinity(0))
     args.load_processes = args.load_processes or max(1, min(8, n_load - 1))
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.worker:
+        return asyncio.run(worker_main(args))
+    if args.floor_server:
+        return asyncio.run(floor_server_main(args.port, args.floor_server))
+    load_cpus = parse_cpus(args.load_cpus)
     exit_on_sigterm()
     nofile = raise_nofile()
     need = max(args.sizes) // max(1, min(args.load_processes, args.floor_processes, args.ingest_workers))

@@ -1,0 +1,53 @@
+#!/bin/bash
+# Issue 36's 20,000-node fleet run on a lent 16-core device machine, as one command that fits one
+# device call (10 minutes at most; ~5 expected): bench_fleet_scale.py with the extender (its main
+# process and 8 ingest workers) on CPUs 0-8 and the simulated agents on 9-15, the floors measured
+# in the same run, light and gated agents, one ingest round and one latency round. The accelerator
+# is not used.
+#
+# That machine has no network, and its python3 (3.12) lacks orjson and kubernetes-asyncio and may
+# hold grpcio / protobuf older than the generated code needs. Before the call, in the repository
+# root here (.whl/ is ignored by git):
+#
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+#     -d .whl grpcio==1.85.3 protobuf==7.36.2 orjson==3.13.0 kubernetes-asyncio==36.1.0
+#
+# (the versions of .venv: `.venv/bin/pip list`), then the device tool's run with
+# command "bash bench/device_fleet_scale.sh", carry [".whl"], timeout_s 600. What comes back
+# under $OUT: fleet_scale-20000.json (copy it to bench/out/ and put its table in bench/RESULTS.md,
+# the machine named) and the run's log.
+#
+# Here, to see the command without running it: bash bench/device_fleet_scale.sh --print
+# FLEET_SIZES (default 20000), FLEET_WORKERS (8), FLEET_EXTENDER_CPUS (0-8), FLEET_LOAD_CPUS (9-15)
+# and FLEET_PYTHON (python3) change what is run: a rehearsal on 2 cores is
+#   FLEET_SIZES=300 FLEET_WORKERS=1 FLEET_EXTENDER_CPUS=0 FLEET_LOAD_CPUS=1 FLEET_PYTHON=.venv/bin/python \
+#     OUT=/tmp/fleet bash bench/device_fleet_scale.sh
+set -euo pipefail
+
+sizes=${FLEET_SIZES:-20000}
+python=${FLEET_PYTHON:-python3}
+out=${OUT:-bench/out}
+set -- "${1:-}" bench/bench_fleet_scale.py --sizes "$sizes" --servers floor,floor-xopts,extender \
+    --modes light,gated --ingest-rounds 1 --rounds 1 --window 8 --ingest-workers "${FLEET_WORKERS:-8}" \
+    --extender-cpus "${FLEET_EXTENDER_CPUS:-0-8}" --load-cpus "${FLEET_LOAD_CPUS:-9-15}" --json "$out/fleet_scale-$sizes.json"
+if [ "$1" = --print ]; then
+    shift
+    echo "$python $*"
+    exit 0
+fi
+shift
+
+if ls .whl/*.whl >/dev/null 2>&1; then
+    "$python" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+    PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+fi
+# The extender and the floors start as `python -m MODULE` from this tree (no installed scripts).
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" BENCH_RUN_MODULES=1 PYTHONUNBUFFERED=1
+mkdir -p "$out"
+{
+    echo "device_fleet_scale: $(date -u +%FT%TZ), $(nproc) CPUs, $("$python" --version 2>&1), commit ${GPUEXT_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || echo unknown)}"
+    "$python" -c 'import grpc, google.protobuf, orjson; print("grpcio", grpc.__version__, "protobuf", google.protobuf.__version__)'
+} 2>&1 | tee "$out/fleet_scale-$sizes.log"
+# 570 s: the tool's limit is 600, and what the bench wrote by then still comes back.
+timeout 570 "$python" "$@" 2>&1 | tee -a "$out/fleet_scale-$sizes.log"
