@@ -14,7 +14,7 @@ Goals (issue 36, "Fleet scale II"), measured here per fleet size in one run:
   (`apply_rate()`, below; importable: `from bench_fleet_scale import apply_rate`).
 
 How, per size N (--sizes, default 1,000, 5,000 and 10,000), every server up at once:
-1. the servers (--servers, default all three, each on --extender-cpus, os.sched_setaffinity in
+1. the servers (--servers, default all of them, each on --extender-cpus, os.sched_setaffinity in
    the child before it execs, so the extender's ingest workers inherit it):
    - "extender": the real `gpu-extender` (benchlib.extender_argv, --ingest-workers W);
    - "floor": --floor-processes (default W) bench_grpc_floor.py `--role server --variant
@@ -22,8 +22,8 @@ How, per size N (--sizes, default 1,000, 5,000 and 10,000), every server up at o
      no parsing, grpc's default options (the issue's floor);
    - "floor-xopts": that handler with the extender's gRPC server options (ingest/server.py
      grpc_options: HTTP/2 BDP probing off, ...), to tell the options' share from the code's;
-   - "floor-pb" and "floor-service" (not by default): the steps between floor-xopts and an
-     ingest worker (STEPS), to tell where the extender's share goes;
+   - "floor-pb", "floor-loop", "floor-unchecked" and "floor-service": the steps between
+     floor-xopts and an ingest worker (STEPS), to tell where the extender's share goes;
    Each tree's VmRSS and PSS with no agent connected;
 2. the load, per server: --load-processes processes of this script (`--worker`, niced 10,
    affinity --load-cpus), each a bench_ingest.LoadWorker over its share of the N nodes
@@ -142,10 +142,12 @@ FLOOR_METHOD = "/floor/Stream"  # bench_grpc_floor's generic handler
 MODES = ("gated", "light", "paced")
 FLOORS = ("floor", "floor-xopts")  # bench_grpc_floor's server; its handler with the extender's gRPC options
 # Steps from floor-xopts to a worker, each adding one part of the extender's work (floor_server_main):
-# "floor-pb" parses each NodeReport and answers the extender's ReportAck; "floor-service" is the
-# extender's own IngestService (checks, pacing, metrics) and a worker's RelayStore (summaries,
-# light heartbeats), its batches dropped instead of relayed to a main process.
-STEPS = ("floor-pb", "floor-service")
+# "floor-pb" parses each NodeReport and answers the extender's ReportAck; "floor-loop" is the
+# extender's IngestService stream loop (context.read, the pacer, its ack), nothing checked or
+# stored; "floor-unchecked" the whole service and a worker's RelayStore (summaries, light
+# heartbeats) but the checks; "floor-service" all of it, checks included. The steps' batches are
+# dropped instead of relayed to a main process.
+STEPS = ("floor-pb", "floor-loop", "floor-unchecked", "floor-service")
 SERVERS = (*FLOORS, *STEPS, "extender")
 OPEN_CONCURRENCY = 128  # connections being set up at a time, per load process
 
@@ -824,9 +826,18 @@ def _step_handler(kind: str) -> Any:
     from gpuextender.extender.ingest_process import FLUSH_S, RelayStore
     from gpuextender.extender.observe.ingest_metrics import IngestMetrics
 
+    class LoopOnly(IngestService):  # floor-loop: the stream loop and its ack; nothing checked or stored
+        def _answer(self, report: Any, stream: Any) -> bytes:
+            return self.accepted_ack(report.sequence)
+
+    class Unchecked(IngestService):  # floor-unchecked: all of it but the checks (_problem)
+        def _problem(self, report: Any, node: Any, last_sequence: int, last_full: int) -> tuple[str, None]:
+            return "", None
+
     config = build_config(["--stale-after", "100000", "--forget-after", "200000"], env={})
     store = RelayStore(config.idle_rule)
-    service = IngestService(store, IngestMetrics(), stale_after_s=config.api.policy.stale_after_s)
+    kinds = {"floor-loop": LoopOnly, "floor-unchecked": Unchecked}
+    service = kinds.get(kind, IngestService)(store, IngestMetrics(), stale_after_s=config.api.policy.stale_after_s)
     if kind == "floor-pb":
         accepted_ack = service.accepted_ack  # the extender's own ack, nothing else of the service
 
