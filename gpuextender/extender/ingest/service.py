@@ -341,6 +341,10 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
             self.auth_failures.labels(reason=reason).inc()
 
 
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["GpuStateService"].full_name
+_SEQUENCE_TAG = b"\x08"  # ReportAck.sequence: field 1, varint
+
+
 def add_to_server(service: IngestService, server: grpc.aio.Server) -> None:
     """Serve `service` as gpuextender.v1.GpuStateService on `server`. Its acks leave as the bytes
     it made (the generated add_GpuStateServiceServicer_to_server would serialize a ReportAck per
@@ -352,10 +356,6 @@ def add_to_server(service: IngestService, server: grpc.aio.Server) -> None:
     }
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
     server.add_registered_method_handlers(SERVICE_NAME, handlers)
-
-
-SERVICE_NAME = pb.DESCRIPTOR.services_by_name["GpuStateService"].full_name
-_SEQUENCE_TAG = b"\x08"  # ReportAck.sequence: field 1, varint
 
 
 def _sequence_field(sequence: int) -> bytes:
