@@ -16,7 +16,12 @@
 # (the versions of .venv: `.venv/bin/pip list`), then the device tool's run with
 # command "bash bench/device_fleet_scale.sh", carry [".whl"], timeout_s 600. What comes back
 # under $OUT: fleet_scale-20000.json (copy it to bench/out/ and put its table in bench/RESULTS.md,
-# the machine named) and the run's log.
+# the machine named) and the run's log. That machine runs under gVisor (.library's device KINDS.md):
+# where the CPU affinity does not hold there, the log's "CPUs had" lines and the load's and the
+# extender's CPU columns say so; read the ratios with that in mind.
+#
+# Rehearsed on 2 cores with Python 3.12.1, the four wheels installed from .whl/ as here, the rest as
+# the device image holds them (aiohttp, prometheus-client, pyyaml, nvidia-ml-py, python-dateutil).
 #
 # Here, to see the command without running it: bash bench/device_fleet_scale.sh --print
 # FLEET_SIZES (default 20000), FLEET_WORKERS (8), FLEET_EXTENDER_CPUS (0-8), FLEET_LOAD_CPUS (9-15)
