@@ -24,6 +24,7 @@ from gpuextender.extender.state.summary_codec import (
     encode_facts,
     encode_readings,
     encode_summary,
+    slot_builder,
 )
 from gpuextender.extender.state.summary_refresh import refreshed_fields
 from gpuextender.v1 import gpu_state_pb2 as pb
@@ -208,3 +209,57 @@ def test_readings_change_reading_fields_only() -> None:
         state.store_readings("n", (1, 5.0), (("received_at", 6.0), ("idle_gpus", 0)))
     assert state.reported("n") == base
     assert state.store_readings("n", (1, 5.0), (("received_at", 6.0), ("sequence", 2))) is True
+
+
+def test_the_slot_builder_makes_what_the_init_makes_and_keeps_it_frozen() -> None:
+    summaries = [summarize(r, RULE, 1.0) for r in varied_reports()]
+    build = slot_builder(NodeSummary)
+    for summary in summaries:
+        values = [getattr(summary, f.name) for f in dataclasses.fields(NodeSummary)]
+        built = build(values)
+        assert built == NodeSummary(*values) == summary and type(built) is NodeSummary
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        built.node_error = "x"  # type: ignore[misc]
+    for wrong in (values[:-1], [*values, None]):  # one value short, one too many
+        with pytest.raises(TypeError, match=f"NodeSummary takes {len(values)} values, not {len(wrong)}"):
+            build(wrong)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Checked:
+    a: int
+
+    def __post_init__(self) -> None:
+        if self.a < 0:
+            raise ValueError("a < 0")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Derived:
+    a: int
+    b: int = dataclasses.field(init=False, default=0)
+
+
+@dataclasses.dataclass(frozen=True)
+class _NoSlots:
+    a: int
+
+
+@dataclasses.dataclass(slots=True)
+class _Mutable:
+    a: int
+
+
+@pytest.mark.parametrize(
+    ("cls", "why"),
+    [
+        (_Checked, "without __post_init__"),  # its checks would be skipped
+        (_Derived, "a field its __init__ does not take"),
+        (_NoSlots, "not a frozen slots dataclass"),
+        (_Mutable, "not a frozen slots dataclass"),
+        (GpuFacts, "not a frozen slots dataclass"),  # a NamedTuple: not a dataclass at all
+    ],
+)
+def test_the_slot_builder_refuses_a_class_whose_init_does_more(cls: type, why: str) -> None:
+    with pytest.raises(TypeError, match=why):
+        slot_builder(cls)
