@@ -3,8 +3,8 @@ to the extender (ingest_workers.py).
 
 The workers summarize each report (gpu_summary.summarize, the same pure function the extender
 runs with --ingest-in-process) so that the extender's own process, which answers kube-scheduler,
-only stores what arrives: decoding a summary is ~10 us where parsing and summarizing the report
-was ~60-100 us (bench/RESULTS.md, issue 36).
+only stores what arrives: decoding a summary is ~14 us (half of it marshal) where parsing and
+summarizing the report takes a worker ~150-250 us (bench/RESULTS.md, issue 36).
 
 marshal, not pickle: it builds only plain values (tuples, numbers, strings, bytes, frozensets),
 never objects of a class the bytes name. The field order is NodeSummary's and GpuPositions's own
