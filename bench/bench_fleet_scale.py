@@ -1066,6 +1066,11 @@ def summarize(size: SizeResult) -> dict[str, float]:
 
 
 def _commit() -> str:
+    """GPUEXT_COMMIT where set (a device machine's copy of the tree may carry an older .git than
+    the code it was sent: bench/device_fleet_scale.sh), else the checkout's HEAD."""
+    given = os.environ.get("GPUEXT_COMMIT")
+    if given:
+        return given
     try:
         head = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, check=True

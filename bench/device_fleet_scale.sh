@@ -13,10 +13,12 @@
 #     --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
 #     -d .whl grpcio==1.85.3 protobuf==7.36.2 orjson==3.13.0 kubernetes-asyncio==36.1.0
 #
-# (the versions of .venv: `.venv/bin/pip list`), then the device tool's run with
-# command "bash bench/device_fleet_scale.sh", carry [".whl"], timeout_s 600. What comes back
-# under $OUT: fleet_scale-20000.json (copy it to bench/out/ and put its table in bench/RESULTS.md,
-# the machine named) and the run's log. That machine runs under gVisor (.library's device KINDS.md):
+# (the versions of .venv: `.venv/bin/pip list`), then the device tool's run with command
+# "GPUEXT_COMMIT=<this checkout's commit> bash bench/device_fleet_scale.sh" (the copy there may carry
+# an older .git than the code), carry [".whl"], timeout_s 600. What comes back under $OUT:
+# fleet_scale-20000.json (commit it as bench/fleet_scale-20000-<machine>.json and put its table in
+# bench/RESULTS.md, the machine named) and the run's log. On an H200 machine (16 Xeon CPUs) it took
+# 191 s, 2026-11-28. That machine runs under gVisor (.library's device KINDS.md):
 # where the CPU affinity does not hold there, the log's "CPUs had" lines and the load's and the
 # extender's CPU columns say so; read the ratios with that in mind.
 #
