@@ -6,7 +6,9 @@ What it measures (bench_extender's 5,000-node fleet and 2-GPU pod, every node a 
   the per-call road (whole_gpus.filter_nodes, then shortlist._best_fresh), alternating, with 0, 10
   and 100 nodes reporting before each call (what the index applies first): heartbeats (the same
   readings) and reports whose utilization changed; and
-  prioritize of the 100 answered through the index against whole_gpus.prioritize;
+  prioritize of the 100 answered through the index against whole_gpus.prioritize; and with 10 or
+  100 changed nodes before it, their marks applied by the call against at the state's settle
+  before it (what the main process does after each slice of relayed reports), and that settle;
 - filter for more pod sizes than the index keeps, asked in turn (the index answers the sizes it
   keeps; the others are judged per node, never built per call), against per node for all;
 - building one pod size (every node's verdict, the spread ranking) from nothing, as after a
@@ -120,6 +122,24 @@ def main(argv: list[str] | None = None) -> int:
         rows.setdefault("prioritize 100, index", []).append(
             _ms(lambda: index.scores(NEEDED, answered, "spread", now, policy.stale_after_s), calls)
         )
+        for count in (10, 100):  # a call's own path, the marks left to it or applied at a settle before it
+            rows.setdefault(f"prioritize 100, {count} changed before, applied by the call", []).append(
+                _ms(
+                    lambda: index.scores(NEEDED, answered, "spread", now, policy.stale_after_s),
+                    calls,
+                    before=lambda c=count: touch(c, True),  # type: ignore[misc]
+                )
+            )
+            rows.setdefault(f"prioritize 100, {count} changed before, applied at the settle", []).append(
+                _ms(
+                    lambda: index.scores(NEEDED, answered, "spread", now, policy.stale_after_s),
+                    calls,
+                    before=lambda c=count: (touch(c, True), index.catch_up()),  # type: ignore[misc]
+                )
+            )
+            rows.setdefault(f"the settle of {count} changed (catch_up, off the call)", []).append(
+                _ms(index.catch_up, calls, before=lambda c=count: touch(c, True))  # type: ignore[misc]
+            )
         rows.setdefault("one size built (verdicts + spread ranking)", []).append(
             _ms(lambda: _Size(NEEDED, summaries).ranking("spread"), calls=20)
         )

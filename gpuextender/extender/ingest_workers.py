@@ -5,11 +5,12 @@ Reports arrive in frames of up to ~10 ms of accepted reports, each already summa
 worker (state/summary_codec.py); each summary is stored in the live GpuState (ordered by when a
 worker received it: one clock, time.monotonic, for every process on the host, so a node whose
 stream moved to another worker is still taken in order, and a report received before the
-stored one is refused by GpuState). A frame is applied in slices of SLICE reports with a yield
-between them, so a scheduler request waits behind at most one slice (~0.3 ms), never behind a
-burst of agents. The inventory's node names go the
-other way (the workers limit reports of nodes it does not know), as do the nodes the extender
-forgot.
+stored one is refused by GpuState). A frame is applied in slices of SLICE reports, the state
+settled after each (GpuState.settle: what decisions derive from the changes is brought up to
+date then, not on the next scheduler call's path) and a yield between them, so a scheduler
+request waits behind at most one slice (~0.3 ms; ~0.8 ms when each node in it moved in the
+ranking), never behind a burst of agents. The inventory's node names go the other way (the
+workers limit reports of nodes it does not know), as do the nodes the extender forgot.
 
 A worker that exits, or sends nothing for WORKER_SILENT_S (it sends a BEAT every second when
 it has nothing else: stopped or stuck, it is killed), is started again on the same port; its
@@ -148,7 +149,9 @@ class IngestProcess:
             except Exception:  # a bug, never a reason to stop taking reports: say so, go on
                 log.exception("could not store a relayed summary (%d bytes)", len(first))
             if i % SLICE == 0:
+                state.settle()
                 await asyncio.sleep(0)
+        state.settle()
 
     async def ask_metrics(self, timeout_s: float = 1.0) -> None:
         """Have it send its metrics now; after `timeout_s` the last ones it sent are shown."""

@@ -122,6 +122,7 @@ class DecisionInputs:
         state.on_offered_change(self._dra_free.summary_changed)
         self._fits = FitIndex(state.offered_summaries)
         state.on_offered_change(self._fits.changed)
+        state.on_settle(self._fits.catch_up)
 
     def decide(self, args: ExtenderArgs) -> Decision:
         """The question (the pod, read once; the candidates) against what we know now."""

@@ -48,6 +48,7 @@ class GpuState:
         # yet (bound_pods.py); the same object for a node with none.
         self._offered: dict[str, NodeSummary] = {}
         self._offered_listeners: list[Callable[[str], None]] = []
+        self._settle_listeners: list[Callable[[], None]] = []
         self._allocatable: Callable[[str], int | None] = lambda _node: None
         self._raw: dict[str, NodeSummary] = {}  # summaries whose sharing may be read off allocatable
         # Per node, the full report its summary comes from: (sequence, received_at), what a light
@@ -135,6 +136,16 @@ class GpuState:
     def on_offered_change(self, listener: Callable[[str], None]) -> None:
         """`listener(node)` after a node's `summary` changed or went (a report, its bound pods)."""
         self._offered_listeners.append(listener)
+
+    def on_settle(self, listener: Callable[[], None]) -> None:
+        """`listener()` at `settle`: what it derives from the changes heard so far may be brought up
+        to date then, between two batches of reports, rather than on a scheduler call's path."""
+        self._settle_listeners.append(listener)
+
+    def settle(self) -> None:
+        """A batch of changes is stored (ingest_workers: a slice of a relayed frame)."""
+        for listener in self._settle_listeners:
+            listener()
 
     def read_allocatable(self, allocatable: Callable[[str], int | None]) -> None:
         """Where agents cannot tell how GPUs are shared, read it off the Node's allocatable

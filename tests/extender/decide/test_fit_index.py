@@ -321,6 +321,53 @@ def test_changes_are_applied_in_place_up_to_a_quarter_of_the_nodes_past_that_siz
     assert index._sizes[2] is not size
 
 
+def test_catch_up_applies_the_marks_before_a_call_so_the_call_applies_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    summaries = {f"n{i}": fitting(f"n{i}") for i in range(8)}
+    index = FitIndex(summaries)
+    policy = DecisionPolicy()
+    index.filter(2, list(summaries), {}, NOW, policy)
+    index.filter(1, list(summaries), {}, NOW, policy)
+    updated: list[tuple[int, str]] = []
+    real = fit_index._Size.update
+
+    def spy(size: Any, name: str, summary: NodeSummary | None) -> None:
+        updated.append((size.k, name))
+        real(size, name, summary)
+
+    monkeypatch.setattr(fit_index._Size, "update", spy)
+    index.catch_up()  # nothing marked: nothing to do
+    assert updated == []
+    for name in ("n0", "n1"):
+        summaries[name] = fitting(name, idle=1)
+        index.changed(name)
+    index.catch_up()
+    assert sorted(updated) == [(1, "n0"), (1, "n1"), (2, "n0"), (2, "n1")]  # every size kept
+    updated.clear()
+    got = index.filter(2, list(summaries), {}, NOW, policy)
+    assert updated == []  # the call found them applied
+    want = whole_gpus.filter_nodes(2, list(summaries), {}, summaries.get, NOW, policy)
+    assert (got.passed, got.failed) == (want.passed, want.failed) and got.failed.keys() == {"n0", "n1"}
+
+
+def test_catch_up_past_a_quarter_of_the_nodes_drops_the_sizes_at_a_quarter_applies_them() -> None:
+    summaries = {f"n{i}": fitting(f"n{i}") for i in range(8)}
+    index = FitIndex(summaries)
+    policy = DecisionPolicy()
+    index.filter(2, list(summaries), {}, NOW, policy)
+    size = index._sizes[2]
+    for name in ("n0", "n1"):  # 2 of 8: a quarter, applied in place
+        summaries[name] = fitting(name, idle=1)
+        index.changed(name)
+    index.catch_up()
+    assert index._sizes[2] is size and size.verdict["n0"] and size.verdict["n1"]
+    for name in ("n2", "n3", "n4"):  # 3 of 8: past a quarter, dropped, built again when next asked
+        summaries[name] = fitting(name, idle=1)
+        index.changed(name)
+    index.catch_up()
+    assert index._sizes == {}
+    assert index.filter(2, list(summaries), {}, NOW, policy).failed.keys() == {"n0", "n1", "n2", "n3", "n4"}
+
+
 def test_a_report_older_than_any_fresh_one_and_a_stale_node_that_reports_again() -> None:
     summaries = {"a": fitting("a"), "b": fitting("b")}
     index = FitIndex(summaries)
