@@ -24,11 +24,13 @@ def _generator():
 def test_committed_modules_match_the_proto(tmp_path: Path) -> None:
     generator = _generator()
     written = generator.generate(tmp_path)
-    assert len(written) == 3 * len(generator.PROTO_FILES)
+    assert len(written) == 3 * len(generator.PROTO_FILES) + 2 * len(generator.MESSAGE_FILES)
     assert {p.relative_to(tmp_path).as_posix() for p in written} >= {
         "gpuextender/v1/gpu_state_pb2.py",
         "gpuextender/podresources/v1/api_pb2_grpc.py",
+        "gpuextender/extender/state/report_shape_pb2.py",
     }
+    assert not (tmp_path / "gpuextender/extender/state/report_shape_pb2_grpc.py").exists()
     for fresh in written:
         committed = ROOT / fresh.relative_to(tmp_path)
         assert committed.exists(), f"{committed} is missing: run ./dev.sh proto"

@@ -33,6 +33,7 @@ import os
 import socket
 import sys
 from collections.abc import Sequence
+from typing import NamedTuple
 
 from prometheus_client import disable_created_metrics, generate_latest
 
@@ -50,7 +51,14 @@ from gpuextender.extender.settings import ExtenderConfig
 from gpuextender.extender.state.facts_reader import POOL_SIZE, FactsReader
 from gpuextender.extender.state.gpu_summary import summarize
 from gpuextender.extender.state.summary_codec import Base, encode_facts, encode_readings, encode_summary
-from gpuextender.extender.state.summary_refresh import RefreshBase, refresh_base, refreshed_readings
+from gpuextender.extender.state.summary_refresh import (
+    Heartbeat,
+    RefreshBase,
+    as_heartbeat,
+    refresh_base,
+    refreshed_readings,
+    shape_key,
+)
 from gpuextender.v1 import gpu_state_pb2 as pb
 
 log = logging.getLogger("gpu_extender.ingest")
@@ -64,24 +72,39 @@ FLUSH_BYTES = 1024 * 1024  # or goes at once with the batch that reaches this si
 BEAT_S = 1.0  # a BEAT frame when nothing else was sent for this long
 
 
+class _Held(NamedTuple):
+    """A node's last full report summarized here, as what comes next is checked against it."""
+
+    base: Base  # (sequence, received_at): what the extender's readings entries name
+    readings_base: RefreshBase  # a heartbeat's readings are checked against it
+    # summary_refresh.shape_key: a full report of the same shape is relayed as readings (None: the
+    # next full report of the node is summarized, the first of a stream).
+    key: int | None
+    # The newest full report taken on it (this one, or a later one of the same shape): what a light
+    # heartbeat of the node repeats (NodeReport.heartbeat_of).
+    last_full: int
+
+
 class RelayStore:
     """The ReportStore of this process: each accepted report is summarized here, with the idle
     rule and functions the extender would use (its process then only stores the summary), and
     waits for the next frame to the extender, the newest per node only (a full snapshot
     supersedes the one before, so a slow extender costs at most one report per node here, never
     a backlog; a light heartbeat's readings supersede the readings before them, and wait behind
-    the full report they apply to where that is not sent yet). It keeps which nodes have data
-    (the unknown-node limit counts them), as the extender does."""
+    the full report they apply to where that is not sent yet). A full report that changes only
+    readings since the node's last one summarized here on the same stream (its
+    summary_refresh.shape_key is that one's: an agent before 0.6 at its heartbeat) is relayed as
+    the readings it changes, as its light heartbeat would be (~40 us where summarizing it takes
+    ~100), unless they turn a GPU busy or idle. It keeps which nodes have data (the unknown-node
+    limit counts them), as the extender does."""
 
     def __init__(self, rule: IdleRule) -> None:
         self.rule = rule
         self._facts = FactsReader()
         self._encoded_facts: dict[tuple[GpuFacts, ...], bytes] = {}
         self._held: set[str] = set()
-        # Per node, its last full report as a light heartbeat reads it: (sequence, received_at) and
-        # its RefreshBase (a heartbeat is checked against it and relayed as the readings it
-        # changes: frames.READINGS).
-        self._bases: dict[str, tuple[Base, RefreshBase]] = {}
+        # Per node, its last full report summarized, as a heartbeat reads it (_Held).
+        self._bases: dict[str, _Held] = {}
         # Per node, what waits for the next frame: its full report's entry (b"": sent already) and
         # the newest heartbeat's readings after it (b"": none).
         self._batch: dict[str, tuple[bytes, bytes]] = {}
@@ -89,12 +112,29 @@ class RelayStore:
         self.full = asyncio.Event()  # set: send now (a full batch, or the extender asked for metrics)
         self.pending = asyncio.Event()  # set: something to send (a report, or the metrics asked for)
         self.metrics_asked = False
+        self._keyed: tuple[pb.NodeReport, int] | None = None  # the report known_shape keyed last
 
     def has_data(self, node: str) -> bool:
         return node in self._held
 
+    def known_shape(self, report: pb.NodeReport) -> bool:
+        keyed = self._keyed = (report, shape_key(report))  # kept for its `ingest`, next
+        held = self._bases.get(report.node_name)
+        return held is not None and held.key == keyed[1]
+
     def ingest(self, report: pb.NodeReport, received_at: float) -> bool:
         node = report.node_name
+        held = self._bases.get(node)
+        keyed, self._keyed = self._keyed, None
+        key = keyed[1] if keyed is not None and keyed[0] is report else shape_key(report)
+        if (
+            held is not None
+            and held.key == key
+            and self._relay_readings(node, held, as_heartbeat(report), received_at) is None
+        ):
+            # Only readings changed (an agent before 0.6 at its heartbeat): taken as a light one.
+            self._bases[node] = held._replace(last_full=report.sequence)
+            return True
         facts = self._facts.read(report)
         encoded = self._encoded_facts.get(facts)
         if encoded is None:
@@ -103,7 +143,8 @@ class RelayStore:
             encoded = self._encoded_facts[facts] = encode_facts(facts)
         summary = summarize(report, self.rule, received_at)
         base = (summary.sequence, summary.received_at)
-        self._bases[node] = (base, refresh_base(summary.gpus, summary.sm_active, summary.node_error, facts, self.rule))
+        readings_base = refresh_base(summary.gpus, summary.sm_active, summary.node_error, facts, self.rule)
+        self._bases[node] = _Held(base, readings_base, key, report.sequence)
         self._queue(node, frames.summary_entry(encode_summary(summary), encoded), b"")
         return True
 
@@ -112,14 +153,24 @@ class RelayStore:
         (state/summary_refresh.py), relayed as frames.READINGS; else why not."""
         node = heartbeat.node_name
         held = self._bases.get(node)
-        if held is None or held[0][0] != heartbeat.heartbeat_of:
+        if held is None or held.last_full != heartbeat.heartbeat_of:
             return f"report {heartbeat.heartbeat_of} of node {node} is not held here: send a full report"
-        base, readings_base = held
-        changes = refreshed_readings(readings_base, heartbeat, self.rule, received_at)
+        return self._relay_readings(node, held, heartbeat, received_at)
+
+    def stream_opened(self, node: str) -> None:
+        held = self._bases.get(node)
+        if held is not None:  # (a stream that moved here and back finds what it left long ago)
+            self._bases[node] = held._replace(key=None)
+
+    def _relay_readings(self, node: str, held: _Held, heartbeat: Heartbeat, received_at: float) -> str | None:
+        """The readings `heartbeat` changes in the summary held, queued as frames.READINGS; else why
+        not (a GPU turns busy or idle)."""
+        changes = refreshed_readings(held.readings_base, heartbeat, self.rule, received_at)
         if isinstance(changes, str):
             return changes
         waiting = self._batch.get(node)
-        self._queue(node, waiting[0] if waiting else b"", frames.readings_entry(encode_readings(node, base, changes)))
+        entry = frames.readings_entry(encode_readings(node, held.base, changes))
+        self._queue(node, waiting[0] if waiting else b"", entry)
         return None
 
     def _queue(self, node: str, full: bytes, readings: bytes) -> None:

@@ -66,6 +66,7 @@ INGEST_MAY_LOAD = {
     "gpuextender.extender.state.gpu_topology",
     "gpuextender.extender.state.summary_codec",
     "gpuextender.extender.state.summary_refresh",
+    "gpuextender.extender.state.report_shape_pb2",  # a full report less its readings (summary_refresh)
 }
 
 

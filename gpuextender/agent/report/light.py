@@ -10,21 +10,13 @@ stream's to say (stream/streamer.py).
 
 from __future__ import annotations
 
+from gpuextender.common.heartbeat_readings import heartbeat_readings
 from gpuextender.v1 import gpu_state_pb2 as pb
-
-NO_READING = -1  # where the GPU gave no reading (the extender's summary_refresh.NO_READING)
 
 
 def light_heartbeat(report: pb.NodeReport, repeats: int) -> pb.NodeReport:
     """`report`'s readings, for the stream's extender that ACCEPTED full report `repeats`."""
-    utils, used, sm_active = [], [], []
-    for g in report.gpus:
-        utils.append(g.utilization_gpu_percent if g.HasField("utilization_gpu_percent") else NO_READING)
-        used.append(g.memory_used_bytes if g.HasField("memory_used_bytes") else NO_READING)
-        gpm = g.gpm
-        sm_active.append(
-            gpm.sm_active_percent if g.HasField("gpm") and gpm.HasField("sm_active_percent") else NO_READING
-        )
+    utils, used, sm_active = heartbeat_readings(report.gpus)
     light = pb.NodeReport(
         node_name=report.node_name,
         sequence=report.sequence,

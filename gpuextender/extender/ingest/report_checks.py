@@ -101,7 +101,7 @@ def report_problem(report: pb.NodeReport, bound_node: str | None) -> str | None:
         if len(getattr(report, field)) > limit:
             return f"{field} is {len(getattr(report, field))} characters, more than the {limit} allowed"
     if not 0 <= report.sample_time.nanos <= 999_999_999:
-        return f"sample_time.nanos={report.sample_time.nanos} is outside 0..999999999"
+        return _NANOS_PROBLEM.format(report.sample_time.nanos)
     if len(report.gpus) > MAX_GPUS_PER_NODE:
         return f"{len(report.gpus)} GPUs is more than the {MAX_GPUS_PER_NODE} a node can report"
     if report.heartbeat_utilization_percent or report.heartbeat_memory_used_bytes or report.heartbeat_sm_active_percent:
@@ -116,6 +116,26 @@ def report_problem(report: pb.NodeReport, bound_node: str | None) -> str | None:
             if problem is not None:
                 return f"GPU {gpu.index}: {problem}"
     return _node_extras_problem(report, seen)
+
+
+_NANOS_PROBLEM = "sample_time.nanos={} is outside 0..999999999"
+
+
+def readings_problem(report: pb.NodeReport, bound_node: str) -> str | None:
+    """report_problem for a full report on the stream of `bound_node` whose every field but its
+    readings is that of a report report_problem passed (its summary_refresh.shape_key is that one's:
+    an agent before 0.6 at its heartbeat): the checks of what it may change, its sample time and its
+    GPUs' readings (~5x less than report_problem for an 8-GPU node with holders)."""
+    if report.node_name != bound_node:  # (the shape held may be another node's)
+        return f"node_name changed from {bound_node!r} to {report.node_name!r} within one stream"
+    if not 0 <= report.sample_time.nanos <= 999_999_999:
+        return _NANOS_PROBLEM.format(report.sample_time.nanos)
+    for gpu in report.gpus:
+        if _readings_suspect(gpu):
+            problem = _gpu_readings_problem(gpu)
+            if problem is not None:
+                return f"GPU {gpu.index}: {problem}"
+    return None
 
 
 # What a light heartbeat (contract 0.6) may carry: everything else belongs to full reports.
@@ -150,7 +170,7 @@ def heartbeat_problem(report: pb.NodeReport, bound_node: str | None) -> str | No
         extra = sorted(f.name for f, _ in report.ListFields() if f.name not in _HEARTBEAT_FIELDS)
         return f"a heartbeat carries only readings, not {', '.join(extra)}"
     if not 0 <= report.sample_time.nanos <= 999_999_999:
-        return f"sample_time.nanos={report.sample_time.nanos} is outside 0..999999999"
+        return _NANOS_PROBLEM.format(report.sample_time.nanos)
     utils, used, sms = (
         report.heartbeat_utilization_percent,
         report.heartbeat_memory_used_bytes,
@@ -178,10 +198,6 @@ def _gpu_suspect(g: pb.GpuSample) -> bool:
         or len(g.name) > MAX_GPU_NAME_CHARS
         or len(g.pci_bus_id) > MAX_PCI_BUS_ID_CHARS
         or len(g.dra_device) > MAX_DRA_DEVICE_CHARS
-        or g.utilization_gpu_percent > 100
-        or g.utilization_memory_percent > 100
-        or g.memory_used_bytes > g.memory_total_bytes
-        or g.HasField("memory_total_bytes") != g.HasField("memory_used_bytes")
         or (g.memory_total_bytes == 0 and g.HasField("memory_total_bytes"))
         or g.sharing.replicas > MAX_SHARING_REPLICAS
         or g.unhealthy_reasons
@@ -189,6 +205,17 @@ def _gpu_suspect(g: pb.GpuSample) -> bool:
         or g.xids
         or g.mig_instances
         or (bool(g.holders) and _holders_suspect(g.holders))
+        or _readings_suspect(g)
+    )
+
+
+def _readings_suspect(g: pb.GpuSample) -> bool:
+    """False only when _gpu_readings_problem would find nothing."""
+    return bool(
+        g.utilization_gpu_percent > 100
+        or g.utilization_memory_percent > 100
+        or g.memory_used_bytes > g.memory_total_bytes
+        or g.HasField("memory_total_bytes") != g.HasField("memory_used_bytes")
         or (g.HasField("gpm") and _gpm_suspect(g.gpm))
     )
 
@@ -294,9 +321,6 @@ def _gpu_extras_problem(gpu: pb.GpuSample) -> str | None:
         return f"{len(gpu.xids)} xids, more than the {MAX_XIDS_PER_GPU} allowed"
     if len(gpu.mig_instances) > MAX_MIG_INSTANCES:
         return f"{len(gpu.mig_instances)} mig_instances, more than the {MAX_MIG_INSTANCES} allowed"
-    problem = _gpm_problem(gpu.gpm)
-    if problem is not None:
-        return problem
     for mig in gpu.mig_instances:
         if len(mig.uuid) > MAX_UUID_CHARS or len(mig.profile) > MAX_MIG_PROFILE_CHARS:
             return (
@@ -325,6 +349,13 @@ def _gpu_problem(gpu: pb.GpuSample) -> str | None:
             return (
                 f"an unhealthy_reason is {len(reason)} characters, more than the {MAX_UNHEALTHY_REASON_CHARS} allowed"
             )
+    if gpu.HasField("memory_total_bytes") and gpu.memory_total_bytes == 0:
+        return "memory_total_bytes is 0: a GPU has memory"
+    return _gpu_readings_problem(gpu) or _gpu_extras_problem(gpu)
+
+
+def _gpu_readings_problem(gpu: pb.GpuSample) -> str | None:
+    """The checks of what a GPU's readings may change (summary_refresh.READING_GPU_FIELDS)."""
     for field in ("utilization_gpu_percent", "utilization_memory_percent"):
         if gpu.HasField(field) and getattr(gpu, field) > 100:
             return f"{field}={getattr(gpu, field)} is above 100"
@@ -333,11 +364,9 @@ def _gpu_problem(gpu: pb.GpuSample) -> str | None:
     has_total, has_used = gpu.HasField("memory_total_bytes"), gpu.HasField("memory_used_bytes")
     if has_total != has_used:
         return "memory_used_bytes and memory_total_bytes must come together (one NVML reading)"
-    if has_total and gpu.memory_total_bytes == 0:
-        return "memory_total_bytes is 0: a GPU has memory"
     if has_total and gpu.memory_used_bytes > gpu.memory_total_bytes:
         return f"memory_used_bytes is above memory_total_bytes={gpu.memory_total_bytes}"
-    return _gpu_extras_problem(gpu)
+    return _gpm_problem(gpu.gpm)
 
 
 def clock_skew_problem(report: pb.NodeReport, wall_now_s: float, max_skew_s: float) -> str | None:

@@ -37,7 +37,12 @@ from gpuextender.extender.ingest.agent_identity import (
     identity_node_mismatch,
 )
 from gpuextender.extender.ingest.limits import REPORT_BURST, REPORTS_PER_SECOND, ReportPacer, UnknownNodes
-from gpuextender.extender.ingest.report_checks import clock_skew_problem, heartbeat_problem, report_problem
+from gpuextender.extender.ingest.report_checks import (
+    clock_skew_problem,
+    heartbeat_problem,
+    readings_problem,
+    report_problem,
+)
 from gpuextender.extender.observe.ingest_metrics import IngestMetrics
 from gpuextender.extender.settings import MAX_CLOCK_SKEW_S, MAX_UNKNOWN_NODES
 from gpuextender.v1 import gpu_state_pb2 as pb
@@ -89,6 +94,16 @@ class HeartbeatStore(ReportStore, Protocol):
     def refresh(self, heartbeat: pb.NodeReport, received_at: float) -> str | None:
         """Apply `heartbeat` to the node's full report `heartbeat.heartbeat_of`; None when stored,
         else why not (the agent then sends a full report)."""
+        ...
+
+    def known_shape(self, report: pb.NodeReport) -> bool:
+        """`report` (full) changes only readings since the node's last full report held here from
+        this stream or one open with it: every other field is one that passed report_problem."""
+        ...
+
+    def stream_opened(self, node: str) -> None:
+        """A stream of `node` stores its first report: what it sends is taken against what it sent
+        on it, never against what another stream of the node left here."""
         ...
 
 
@@ -148,6 +163,8 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
         # Light heartbeats are offered where the store can apply them (the workers' relay; the
         # extender's own GpuState with --ingest-in-process takes full reports only).
         self._refresh = state.refresh if isinstance(state, HeartbeatStore) else None
+        self._opened = state.stream_opened if isinstance(state, HeartbeatStore) else None
+        self._known_shape = state.known_shape if isinstance(state, HeartbeatStore) else None
         self.auth_failures: Counter | None = metrics.auth_failures() if authenticator is not None else None
         self._accepted_tail = self._accepted_fields()
 
@@ -241,6 +258,8 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
             return self._rejected(report, problem)
         if stream.node is None:
             node = stream.node = report.node_name
+            if self._opened is not None:
+                self._opened(node)
             self._metrics.connected_agents.inc()
             log.info(
                 "agent for node %s connected (%s, agent %s%s)",
@@ -291,7 +310,12 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
         heartbeat = report.heartbeat_of != 0
         if heartbeat and self._refresh is None:
             return "invalid", "this extender takes full reports only (its acks do not say light_heartbeats)"
-        problem = heartbeat_problem(report, node) if heartbeat else report_problem(report, node)
+        if heartbeat:
+            problem = heartbeat_problem(report, node)
+        elif node is not None and self._known_shape is not None and self._known_shape(report):
+            problem = readings_problem(report, node)  # the rest of it passed report_problem before
+        else:
+            problem = report_problem(report, node)
         if problem is not None:
             return "invalid", problem
         problem = clock_skew_problem(report, self._wall_clock(), self._max_clock_skew_s)

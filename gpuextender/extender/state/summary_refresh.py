@@ -18,16 +18,79 @@ facts (model/gpu_facts.py), which the full report set.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from gpuextender.common.heartbeat_readings import NO_READING, heartbeat_readings
 from gpuextender.common.idle_rule import IdleRule, readings_busy
 from gpuextender.extender.model.gpu_facts import GpuFacts
 from gpuextender.extender.state.gpu_summary import GPU_UNHEALTHY, GpuCell
+from gpuextender.extender.state.report_shape_pb2 import ReportShape
 from gpuextender.v1 import gpu_state_pb2 as pb
 
-NO_READING = -1  # a heartbeat list's value where the GPU gave no reading
+__all__ = ["NO_READING", "READING_FIELDS", "RefreshBase", "refresh_base", "refreshed_fields", "refreshed_readings"]
+
 # The summary fields a heartbeat changes; every other field is the full report's.
 READING_FIELDS = ("sequence", "sample_time", "received_at", "mean_utilization", "gpus", "sm_active")
+# The fields of a full report that ReportShape (report_shape.proto) leaves out: those a heartbeat
+# changes (its sequence, sample time and the readings a light heartbeat carries) and readings
+# nothing here reads but report_checks, which checks every report before it is stored.
+# tests/extender/state/test_report_shape.py holds these, the shape and the contract together.
+READING_REPORT_FIELDS = ("sequence", "sample_time")
+READING_GPU_FIELDS = (
+    "memory_used_bytes",
+    "utilization_gpu_percent",
+    "gpm",
+    "memory_free_bytes",
+    "memory_reserved_bytes",
+    "utilization_memory_percent",
+    "temperature_celsius",
+    "power_watts",
+    "clock_event_reasons",
+    "sm_clock_mhz",
+    "memory_clock_mhz",
+    "energy_millijoules",
+)
+
+
+class Heartbeat(Protocol):
+    """What refreshed_readings reads of a light heartbeat (a pb.NodeReport, or `as_heartbeat`)."""
+
+    @property
+    def sequence(self) -> int: ...
+    @property
+    def sample_time(self) -> Timestamp: ...
+    @property
+    def heartbeat_utilization_percent(self) -> Sequence[int]: ...
+    @property
+    def heartbeat_memory_used_bytes(self) -> Sequence[int]: ...
+    @property
+    def heartbeat_sm_active_percent(self) -> Sequence[float]: ...
+
+
+class FullAsHeartbeat(NamedTuple):
+    sequence: int
+    sample_time: Timestamp
+    heartbeat_utilization_percent: Sequence[int]
+    heartbeat_memory_used_bytes: Sequence[int]
+    heartbeat_sm_active_percent: Sequence[float]
+
+
+def shape_key(report: pb.NodeReport) -> int:
+    """The full report less what READING_REPORT_FIELDS and READING_GPU_FIELDS name, as a number: two
+    full reports of a node with the same key summarize alike, and have the same GPU facts, but for
+    READING_FIELDS. (~18 us for an 8-GPU report, where summarizing it takes ~100.) A hash: two
+    different shapes collide by chance once in 2**64, and then one node's summary keeps its older
+    shape until its next full report; an agent that wanted its node misjudged could simply lie.)"""
+    shape = ReportShape.FromString(report.SerializeToString())
+    shape.DiscardUnknownFields()  # the readings, parsed as fields this message does not have
+    return hash(shape.SerializeToString(deterministic=True))
+
+
+def as_heartbeat(report: pb.NodeReport) -> FullAsHeartbeat:
+    """A full report's readings as the light heartbeat of the same sample would carry them."""
+    return FullAsHeartbeat(report.sequence, report.sample_time, *heartbeat_readings(report.gpus))
 
 
 class RefreshBase(NamedTuple):
@@ -62,7 +125,7 @@ def refreshed_fields(
     sm_active: Sequence[float | None],
     node_error: str,
     facts: Sequence[GpuFacts],
-    heartbeat: pb.NodeReport,
+    heartbeat: Heartbeat,
     rule: IdleRule,
     received_at: float,
 ) -> dict[str, Any] | str:
@@ -74,7 +137,7 @@ def refreshed_fields(
 
 
 def refreshed_readings(
-    base: RefreshBase, heartbeat: pb.NodeReport, rule: IdleRule, received_at: float
+    base: RefreshBase, heartbeat: Heartbeat, rule: IdleRule, received_at: float
 ) -> dict[str, Any] | str:
     """refreshed_fields on a base worked out before (the caller keeps it, with the summary
     encoded: ingest_process.RelayStore)."""

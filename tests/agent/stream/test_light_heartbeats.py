@@ -124,4 +124,7 @@ def test_an_extender_without_light_heartbeats_gets_full_reports() -> None:
 
 
 def test_the_agent_and_the_extender_mean_the_same_missing_reading() -> None:
-    assert light.NO_READING == summary_refresh.NO_READING == -1
+    # One home (common/heartbeat_readings.py): the agent's encoder writes it, the extender reads it.
+    gpu = pb.GpuSample(index=0)  # no utilization, memory or GPM reading
+    assert list(light.light_heartbeat(pb.NodeReport(gpus=[gpu]), 1).heartbeat_utilization_percent) == [-1]
+    assert summary_refresh.NO_READING == -1

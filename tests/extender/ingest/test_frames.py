@@ -122,6 +122,7 @@ def test_a_batch_is_sent_at_once_when_it_reaches_its_size(monkeypatch: pytest.Mo
         size = len(store.take())
         monkeypatch.setattr(ingest_process, "FLUSH_BYTES", 2 * size)
         store.ingest(r1, 1.0)
+        store.stream_opened("n1")  # (a new stream: its first report is summarized, not taken as readings)
         store.ingest(r1, 1.5)  # replaces n1's: the batch does not grow
         assert not store.full.is_set()  # one entry: below the size
         store.ingest(r2, 2.0)
@@ -138,7 +139,8 @@ def test_the_relay_store_keeps_only_the_newest_report_of_a_node() -> None:
 
     async def go() -> None:
         store = RelayStore(IdleRule())
-        old, other, new = report("n1", [gpu(0)], seq=1), report("n2", [gpu(0)], seq=1), report("n1", [gpu(0)], seq=2)
+        old, other = report("n1", [gpu(0)], seq=1), report("n2", [gpu(0)], seq=1)
+        new = report("n1", [gpu(0, 50)], seq=2)  # busy now: summarized, not taken as readings
         store.ingest(old, 1.0)
         store.ingest(other, 2.0)
         store.ingest(new, 3.0)
@@ -175,7 +177,7 @@ def test_a_heartbeats_readings_wait_behind_its_full_report_and_only_the_newest_w
         assert store.refresh(heartbeat_of(first, at(4, 3), 4), 4.0) is None
         assert entries(store) == [(frames.READINGS, 4)]  # the full report went with the last batch
         assert store.refresh(heartbeat_of(first, at(5, 3), 5), 5.0) is None
-        store.ingest(at(6, 0), 6.0)
+        store.ingest(at(6, 40), 6.0)  # GPU 0 busy: summarized
         assert [tag for tag, _, _ in frames.summary_entries(store.take())] == [frames.FULL]
 
     asyncio.run(go())

@@ -93,6 +93,62 @@ def test_a_heartbeat_is_stored_as_the_full_report_with_its_readings_would_be() -
     assert metric(parse_metrics(text), "gpu_extender_reports_total", result="accepted") == 2
 
 
+def test_a_full_report_of_the_same_shape_goes_as_its_readings_and_a_new_stream_starts_summarized() -> None:
+    """An agent before 0.6 sends its heartbeat as a full report: only readings changed, so the
+    worker relays those; a light heartbeat may then repeat that report (an 0.6 agent's full report
+    at a reconnect). A new stream's first report is summarized, whatever another stream left."""
+    batches: list[bytes] = []
+    first, again = full(1), full(2, (3, 7), seconds=1001)
+    heartbeat = heartbeat_of(again, full(3, (4, 8), seconds=1002), 3)
+    later = full(4, (1, 6), seconds=1003)
+    acks, _, _ = asyncio.run(
+        stream(
+            lambda: RelayStore(RULE),
+            [[first], [again, heartbeat], [later]],
+            lambda s: batches.append(s.take()),  # type: ignore[attr-defined]
+        )
+    )
+    assert [a.status for stream_acks in acks for a in stream_acks] == [pb.ReportAck.ACCEPTED] * 4
+    tags = [[tag for tag, _, _ in frames.summary_entries(batch)] for batch in batches]
+    # The second stream's first report is summarized; its heartbeat goes as readings; the third
+    # stream's report, of the same shape, is summarized again (a new stream).
+    assert tags == [[frames.FULL], [frames.FULL, frames.READINGS], [frames.FULL]]
+    assert stored(batches[:2]).reported("node-a") == summarize(full(3, (4, 8), seconds=1002), RULE, 50.0)
+    assert stored(batches).reported("node-a") == summarize(later, RULE, 50.0)
+
+
+def test_an_old_agents_heartbeat_goes_as_readings_and_a_light_one_may_repeat_it() -> None:
+    batches: list[bytes] = []
+    first, again = full(1), full(2, (3, 7), seconds=1001)  # same shape: only readings
+    heartbeat = heartbeat_of(again, full(3, (4, 8), seconds=1002), 3)  # repeats report 2
+    acks, _, _ = asyncio.run(
+        stream(lambda: RelayStore(RULE), [[first, again, heartbeat]], lambda s: batches.append(s.take()))  # type: ignore[attr-defined]
+    )
+    assert [a.status for a in acks[0]] == [pb.ReportAck.ACCEPTED] * 3, [a.reason for a in acks[0]]
+    (batch,) = batches
+    entries = list(frames.summary_entries(batch))
+    assert [tag for tag, _, _ in entries] == [frames.FULL, frames.READINGS]  # the newest readings only
+    assert stored(batches).reported("node-a") == summarize(full(3, (4, 8), seconds=1002), RULE, 50.0)
+
+
+def test_a_full_report_of_a_known_shape_has_its_readings_checked_and_a_new_streams_all_of_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from gpuextender.extender.ingest import service
+
+    checked: list[str] = []
+    for name in ("report_problem", "readings_problem"):
+        real = getattr(service, name)
+        monkeypatch.setattr(service, name, lambda r, n, real=real, name=name: checked.append(name) or real(r, n))
+    bad = full(3, (101, 5), seconds=1002)  # same shape, a reading out of range: refused
+    acks, _, _ = asyncio.run(
+        stream(lambda: RelayStore(RULE), [[full(1), full(2, (3, 7), seconds=1001), bad], [full(4)]], lambda s: None)
+    )
+    assert [a.status for stream_acks in acks for a in stream_acks] == [1, 1, 2, 1]
+    assert acks[0][2].reason == "GPU 0: utilization_gpu_percent=101 is above 100"
+    assert checked == ["report_problem", "readings_problem", "readings_problem", "report_problem"]
+
+
 def test_heartbeats_that_do_not_fit_are_refused_and_a_full_report_mends_the_stream() -> None:
     first = full(1)
     wrong_base = heartbeat_of(first, full(2), 2)

@@ -3,6 +3,7 @@ exactly its value and refused one above, with a reason naming the field."""
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable
 
 import pytest
@@ -243,3 +244,53 @@ def test_only_small_topologies_are_remembered(monkeypatch: pytest.MonkeyPatch) -
         assert v._links_problem.cache_info().currsize == (1 if kept else 0)
     r.topology.links.add(a=0, b=1)  # the checks still run on the uncached path
     assert "appears twice" in str(report_problem(r, None))
+
+
+def _with_readings(rng: random.Random, base: pb.NodeReport) -> pb.NodeReport:
+    """`base` with new readings on its GPUs (each near its bound, both sides, or absent)."""
+    now = pb.NodeReport()
+    now.CopyFrom(base)
+    now.sample_time.nanos = rng.choice([0, 999_999_999, 1_000_000_000, -1])
+    for g in now.gpus:
+        for field in ("utilization_gpu_percent", "utilization_memory_percent"):
+            if rng.random() < 0.2:
+                g.ClearField(field)
+            else:
+                setattr(g, field, rng.choice([0, 99, 100, 101]))
+        if rng.random() < 0.1:
+            g.ClearField("memory_used_bytes")
+        else:
+            g.memory_used_bytes = rng.choice([0, g.memory_total_bytes, g.memory_total_bytes + 1])
+        if rng.random() < 0.3:
+            g.ClearField("gpm")
+        else:
+            field = rng.choice(list(pb.GpmReadings.DESCRIPTOR.fields_by_name))
+            setattr(g.gpm, field, rng.choice([0.0, 100.0, 100.5, -0.5, float("nan")]))
+        g.temperature_celsius, g.power_watts = rng.randint(0, 2**31), rng.uniform(-1e9, 1e9)
+    return now
+
+
+def test_readings_problem_refuses_exactly_what_report_problem_refuses_of_a_report_of_a_known_shape() -> None:
+    """A full report of the shape of one report_problem passed (only readings differ): the two
+    checks agree on every draw, with the same reason."""
+    import random
+
+    rng = random.Random(36)
+    refused = 0
+    for _ in range(2000):
+        gpus = [gpu(i, 0, 10.0) for i in range(rng.randint(1, 8))]
+        for g in gpus:
+            if rng.random() < 0.3:
+                g.holders.add(namespace="ns", pod="p", container="c", device_id=g.uuid)
+        base = report("node-a", gpus)
+        assert report_problem(base, "node-a") is None
+        now = _with_readings(rng, base)
+        full, readings = report_problem(now, "node-a"), v.readings_problem(now, "node-a")
+        assert readings == full, now
+        refused += full is not None
+    assert refused > 500
+
+
+def test_readings_problem_checks_the_streams_node() -> None:
+    other = report("node-b", [gpu(0)])
+    assert v.readings_problem(other, "node-a") == report_problem(other, "node-a") is not None

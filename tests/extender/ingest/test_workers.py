@@ -28,6 +28,7 @@ from gpuextender.extender.model.gpu_facts import GpuFacts
 from gpuextender.extender.observe.relayed import RelayedMetrics
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.gpu_summary import NodeSummary
+from gpuextender.extender.state.summary_codec import Base, Readings
 from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 from tests.extender.builders import gpu, report
@@ -37,17 +38,28 @@ ARGV = ["--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--log-level
 
 
 class Applied:
-    """Wraps GpuState.store: every (node, sequence) the main process stored, in order."""
+    """Wraps GpuState.store and store_readings: every (node, sequence) the main process stored, in
+    order, whether relayed as a summary or as the readings of one (a report of the same shape as
+    the node's last one on its stream: ingest_process.RelayStore)."""
 
     def __init__(self, state: GpuState) -> None:
         self.seen: dict[str, list[int]] = {}
-        self._store = state.store
+        self.readings = 0  # of those, how many came as readings
+        self._store, self._store_readings = state.store, state.store_readings
         state.store = self  # type: ignore[method-assign]
+        state.store_readings = self.readings_of  # type: ignore[method-assign]
 
     def __call__(self, summary: NodeSummary, facts: tuple[GpuFacts, ...]) -> bool:
         stored = self._store(summary, facts)
         if stored:
             self.seen.setdefault(summary.node, []).append(summary.sequence)
+        return stored
+
+    def readings_of(self, node: str, base: Base, changes: Readings) -> bool:
+        stored = self._store_readings(node, base, changes)
+        if stored:
+            self.seen.setdefault(node, []).append(dict(changes)["sequence"])
+            self.readings += 1
         return stored
 
 
@@ -151,6 +163,7 @@ def test_streams_spread_over_every_worker_and_each_node_arrives_once_in_order() 
                 await asyncio.gather(*(a.send() for a in agents))
             await newest_applied(applied, agents)
             in_order(applied, agents)
+            assert applied.readings > 0  # reports of the shape before them came as readings
             await ingest.ask_metrics()
             accepted = sum(
                 metric(parse_metrics(t), "gpu_extender_reports_total", result="accepted") or 0

@@ -137,8 +137,11 @@ def test_a_state_fed_by_the_relay_equals_one_fed_the_reports() -> None:
         for t, r in enumerate(varied_reports() * 2, 1):  # the second round: facts unchanged
             here.ingest(r, float(t))
             worker.ingest(r, float(t))
-            for _, summary, facts in frames.summary_entries(worker.take()):
-                there.store(decode_summary(summary), decode_facts(facts))
+            for tag, first, facts in frames.summary_entries(worker.take()):
+                if tag == frames.READINGS:  # the second round: the same shapes, relayed as readings
+                    assert there.store_readings(*decode_readings(first))
+                else:
+                    there.store(decode_summary(first), decode_facts(facts))
         assert {s.node: s for s in there.summaries()} == {s.node: s for s in here.summaries()}
         for node in here.node_names():
             assert there.facts(node) == here.facts(node)
