@@ -26,8 +26,13 @@
 # the device image holds them (aiohttp, prometheus-client, pyyaml, nvidia-ml-py, python-dateutil).
 #
 # Here, to see the command without running it: bash bench/device_fleet_scale.sh --print
-# FLEET_SIZES (default 20000), FLEET_WORKERS (8), FLEET_EXTENDER_CPUS (0-8), FLEET_LOAD_CPUS (9-15)
-# and FLEET_PYTHON (python3) change what is run: a rehearsal on 2 cores is
+# FLEET_SIZES (default 20000), FLEET_WORKERS (8), FLEET_EXTENDER_CPUS (0-8), FLEET_LOAD_CPUS (9-15),
+# FLEET_SERVERS (floor,floor-xopts,extender), FLEET_MODES (light,gated), FLEET_TIMEOUT (570 s) and
+# FLEET_PYTHON (python3) change what is run. Two runs in one call (the done-when's 5,000 gated agents
+# and every-second ones after the 20,000): FLEET_TIMEOUT=330 bash bench/device_fleet_scale.sh; \
+#   FLEET_SIZES=5000 FLEET_MODES=gated,paced FLEET_SERVERS=floor,extender FLEET_TIMEOUT=200 \
+#   bash bench/device_fleet_scale.sh
+# A rehearsal on 2 cores is
 #   FLEET_SIZES=300 FLEET_WORKERS=1 FLEET_EXTENDER_CPUS=0 FLEET_LOAD_CPUS=1 FLEET_PYTHON=.venv/bin/python \
 #     OUT=/tmp/fleet bash bench/device_fleet_scale.sh
 set -euo pipefail
@@ -35,8 +40,8 @@ set -euo pipefail
 sizes=${FLEET_SIZES:-20000}
 python=${FLEET_PYTHON:-python3}
 out=${OUT:-bench/out}
-set -- "${1:-}" bench/bench_fleet_scale.py --sizes "$sizes" --servers floor,floor-xopts,extender \
-    --modes light,gated --ingest-rounds 1 --rounds 1 --window 8 --ingest-workers "${FLEET_WORKERS:-8}" \
+set -- "${1:-}" bench/bench_fleet_scale.py --sizes "$sizes" --servers "${FLEET_SERVERS:-floor,floor-xopts,extender}" \
+    --modes "${FLEET_MODES:-light,gated}" --ingest-rounds 1 --rounds 1 --window 8 --ingest-workers "${FLEET_WORKERS:-8}" \
     --extender-cpus "${FLEET_EXTENDER_CPUS:-0-8}" --load-cpus "${FLEET_LOAD_CPUS:-9-15}" --json "$out/fleet_scale-$sizes.json"
 if [ "$1" = --print ]; then
     shift
@@ -57,4 +62,4 @@ mkdir -p "$out"
     "$python" -c 'import grpc, google.protobuf, orjson; print("grpcio", grpc.__version__, "protobuf", google.protobuf.__version__)'
 } 2>&1 | tee "$out/fleet_scale-$sizes.log"
 # 570 s: the tool's limit is 600, and what the bench wrote by then still comes back.
-timeout 570 "$python" "$@" 2>&1 | tee -a "$out/fleet_scale-$sizes.log"
+timeout "${FLEET_TIMEOUT:-570}" "$python" "$@" 2>&1 | tee -a "$out/fleet_scale-$sizes.log"

@@ -61,3 +61,12 @@ def test_the_rehearsal_overrides_reach_the_command() -> None:
     assert (args.sizes, args.ingest_workers, args.extender_cpus, args.load_cpus) == ([300], 1, "0", "1")
     assert args.load_processes == 1
     assert str(args.json) == "/tmp/x/fleet_scale-300.json"
+
+
+def test_the_second_runs_overrides_reach_the_command() -> None:
+    _, _, *argv = printed(
+        OUT="/out", FLEET_SIZES="5000", FLEET_MODES="gated,paced", FLEET_SERVERS="floor,extender", FLEET_TIMEOUT="200"
+    )
+    args = fs.parse_args(argv)
+    assert args.sizes == [5_000] and args.modes == ("gated", "paced") and args.servers == ["floor", "extender"]
+    assert str(args.json) == "/out/fleet_scale-5000.json"
