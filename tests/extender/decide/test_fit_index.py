@@ -303,7 +303,9 @@ def test_a_size_refused_is_decided_by_the_definition() -> None:
     assert MAX_SIZES + 2 not in index._sizes
 
 
-def test_changes_are_applied_in_place_up_to_a_quarter_of_the_nodes_past_that_sizes_are_rebuilt() -> None:
+@pytest.mark.parametrize("settled", [False, True])
+def test_changes_are_applied_in_place_up_to_a_quarter_of_the_nodes_past_that_sizes_are_rebuilt(settled: bool) -> None:
+    """By the next call, or before it where the state settles (catch_up)."""
     summaries = {f"n{i}": fitting(f"n{i}") for i in range(8)}
     index = FitIndex(summaries)
     policy = DecisionPolicy()
@@ -312,11 +314,17 @@ def test_changes_are_applied_in_place_up_to_a_quarter_of_the_nodes_past_that_siz
     for name in ("n0", "n1"):  # 2 of 8: a quarter, applied in place
         summaries[name] = fitting(name, idle=1)
         index.changed(name)
+    if settled:
+        index.catch_up()
+        assert index._sizes[2] is size and size.verdict["n0"] and size.verdict["n1"]
     assert index.filter(2, list(summaries), {}, NOW, policy).failed.keys() == {"n0", "n1"}
     assert index._sizes[2] is size
     for name in ("n2", "n3", "n4"):  # 3 of 8: past a quarter, built again when next asked
         summaries[name] = fitting(name, idle=1)
         index.changed(name)
+    if settled:
+        index.catch_up()
+        assert index._sizes == {}
     assert index.filter(2, list(summaries), {}, NOW, policy).failed.keys() == {"n0", "n1", "n2", "n3", "n4"}
     assert index._sizes[2] is not size
 
@@ -347,25 +355,6 @@ def test_catch_up_applies_the_marks_before_a_call_so_the_call_applies_none(monke
     assert updated == []  # the call found them applied
     want = whole_gpus.filter_nodes(2, list(summaries), {}, summaries.get, NOW, policy)
     assert (got.passed, got.failed) == (want.passed, want.failed) and got.failed.keys() == {"n0", "n1"}
-
-
-def test_catch_up_past_a_quarter_of_the_nodes_drops_the_sizes_at_a_quarter_applies_them() -> None:
-    summaries = {f"n{i}": fitting(f"n{i}") for i in range(8)}
-    index = FitIndex(summaries)
-    policy = DecisionPolicy()
-    index.filter(2, list(summaries), {}, NOW, policy)
-    size = index._sizes[2]
-    for name in ("n0", "n1"):  # 2 of 8: a quarter, applied in place
-        summaries[name] = fitting(name, idle=1)
-        index.changed(name)
-    index.catch_up()
-    assert index._sizes[2] is size and size.verdict["n0"] and size.verdict["n1"]
-    for name in ("n2", "n3", "n4"):  # 3 of 8: past a quarter, dropped, built again when next asked
-        summaries[name] = fitting(name, idle=1)
-        index.changed(name)
-    index.catch_up()
-    assert index._sizes == {}
-    assert index.filter(2, list(summaries), {}, NOW, policy).failed.keys() == {"n0", "n1", "n2", "n3", "n4"}
 
 
 def test_a_report_older_than_any_fresh_one_and_a_stale_node_that_reports_again() -> None:
