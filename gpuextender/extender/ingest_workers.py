@@ -1,16 +1,17 @@
 """The extender's side of its ingest workers (ingest_process.py): start them, store what they
 relay, restart one that dies or goes silent.
 
-Reports arrive in frames of up to ~10 ms of accepted reports, each already summarized by the
+Reports arrive in frames of up to ~50 ms of accepted reports, each already summarized by the
 worker (state/summary_codec.py); each summary is stored in the live GpuState (ordered by when a
 worker received it: one clock, time.monotonic, for every process on the host, so a node whose
 stream moved to another worker is still taken in order, and a report received before the
 stored one is refused by GpuState). A frame is applied in slices of SLICE reports, the state
 settled after each (GpuState.settle: what decisions derive from the changes is brought up to
-date then, not on the next scheduler call's path) and a yield between them, so a scheduler
-request waits behind at most one slice (~0.3 ms; ~0.8 ms when each node in it moved in the
-ranking), never behind a burst of agents. The inventory's node names go the other way (the
-workers limit reports of nodes it does not know), as do the nodes the extender forgot.
+date then, not on the next scheduler call's path) and a yield between them, so each step of a
+scheduler request (its body read, its answer) waits behind one slice at most (~0.1-0.2 ms; the
+loop runs the slice already queued first), never behind a burst of agents. The inventory's node
+names go the other way (the workers limit reports of nodes it does not know), as do the nodes the
+extender forgot.
 
 A worker that exits, or sends nothing for WORKER_SILENT_S (it sends a BEAT every second when
 it has nothing else: stopped or stuck, it is killed), is started again on the same port; its
@@ -45,7 +46,7 @@ from gpuextender.extender.state.summary_codec import decode_facts, decode_readin
 
 log = logging.getLogger("gpu_extender.ingest")
 
-SLICE = 32  # summaries stored between two yields to the loop (~10 us each)
+SLICE = 8  # summaries stored between two yields to the loop (~10-30 us each, and the settle)
 KNOWN_EVERY_S = 1.0  # the inventory's node names are sent at most this often, when they changed
 # A worker sends a frame at least every second (frames.BEAT); ten seconds without one is a
 # stopped or stuck process, not a busy one (a full frame takes milliseconds).
