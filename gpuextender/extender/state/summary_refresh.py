@@ -13,6 +13,10 @@ light heartbeat in 39-45 us (bench/bench_apply.py); the heartbeat is ~94 % of a 
 reason it cannot: a reading that would turn a GPU busy or idle changes counts,
 masks and quality, which only a full report may do. The GPU memory totals come from the node's
 facts (model/gpu_facts.py), which the full report set.
+
+An agent before 0.6 sends its heartbeat as a full report. `shape_key` is such a report less its
+readings (report_shape.proto): where it is the key of the node's last full report, the report is
+that one with new readings, and `as_heartbeat` reads those as its light heartbeat would carry them.
 """
 
 from __future__ import annotations
@@ -22,14 +26,13 @@ from typing import Any, NamedTuple, Protocol
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from gpuextender.common.heartbeat_readings import NO_READING, heartbeat_readings
+from gpuextender.common.heartbeat_readings import NO_READING as NO_READING
+from gpuextender.common.heartbeat_readings import heartbeat_readings
 from gpuextender.common.idle_rule import IdleRule, readings_busy
 from gpuextender.extender.model.gpu_facts import GpuFacts
 from gpuextender.extender.state.gpu_summary import GPU_UNHEALTHY, GpuCell
 from gpuextender.extender.state.report_shape_pb2 import ReportShape
 from gpuextender.v1 import gpu_state_pb2 as pb
-
-__all__ = ["NO_READING", "READING_FIELDS", "RefreshBase", "refresh_base", "refreshed_fields", "refreshed_readings"]
 
 # The summary fields a heartbeat changes; every other field is the full report's.
 READING_FIELDS = ("sequence", "sample_time", "received_at", "mean_utilization", "gpus", "sm_active")
@@ -70,6 +73,8 @@ class Heartbeat(Protocol):
 
 
 class FullAsHeartbeat(NamedTuple):
+    """A full report's readings, read as a light heartbeat's (`as_heartbeat`)."""
+
     sequence: int
     sample_time: Timestamp
     heartbeat_utilization_percent: Sequence[int]
@@ -80,9 +85,9 @@ class FullAsHeartbeat(NamedTuple):
 def shape_key(report: pb.NodeReport) -> int:
     """The full report less what READING_REPORT_FIELDS and READING_GPU_FIELDS name, as a number: two
     full reports of a node with the same key summarize alike, and have the same GPU facts, but for
-    READING_FIELDS. (~18 us for an 8-GPU report, where summarizing it takes ~100.) A hash: two
+    READING_FIELDS (~18-35 us for an 8-GPU report, where summarizing it takes ~100). A hash: two
     different shapes collide by chance once in 2**64, and then one node's summary keeps its older
-    shape until its next full report; an agent that wanted its node misjudged could simply lie.)"""
+    shape until its next full report; an agent that wanted its node misjudged could simply lie."""
     shape = ReportShape.FromString(report.SerializeToString())
     shape.DiscardUnknownFields()  # the readings, parsed as fields this message does not have
     return hash(shape.SerializeToString(deterministic=True))
