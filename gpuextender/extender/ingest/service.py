@@ -160,11 +160,10 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
             metrics.unknown_nodes.set_function(self._unknown.count)
         self._should_log = _OncePer(_REPEAT_REFUSAL_S, clock)
         self._accepted = metrics.reports.labels(result="accepted")  # once: labels() is a lookup per call
-        # Light heartbeats are offered where the store can apply them (the workers' relay; the
-        # extender's own GpuState with --ingest-in-process takes full reports only).
-        self._refresh = state.refresh if isinstance(state, HeartbeatStore) else None
-        self._opened = state.stream_opened if isinstance(state, HeartbeatStore) else None
-        self._known_shape = state.known_shape if isinstance(state, HeartbeatStore) else None
+        # Light heartbeats are offered, and full reports of a known shape taken as readings, where
+        # the store can (the workers' relay; the extender's own GpuState with --ingest-in-process
+        # takes full reports only, each checked whole).
+        self._relay = state if isinstance(state, HeartbeatStore) else None
         self.auth_failures: Counter | None = metrics.auth_failures() if authenticator is not None else None
         self._accepted_tail = self._accepted_fields()
 
@@ -258,8 +257,8 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
             return self._rejected(report, problem)
         if stream.node is None:
             node = stream.node = report.node_name
-            if self._opened is not None:
-                self._opened(node)
+            if self._relay is not None:
+                self._relay.stream_opened(node)
             self._metrics.connected_agents.inc()
             log.info(
                 "agent for node %s connected (%s, agent %s%s)",
@@ -270,8 +269,8 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
                 extra={"node": node, "peer": peer},
             )
         if heartbeat:
-            assert self._refresh is not None  # _problem refuses heartbeats otherwise
-            problem = self._refresh(report, self._clock())
+            assert self._relay is not None  # _problem refuses heartbeats otherwise
+            problem = self._relay.refresh(report, self._clock())
             if problem is not None:  # the agent sends a full report next: no log line
                 self._count_rejected("heartbeat")
                 return self._rejected(report, problem)
@@ -299,7 +298,7 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
             idle_max_memory_used_percent=self._idle_max_memory,
             stale_after_ms=self._stale_after_ms,
             idle_max_sm_active_percent=self._idle_max_sm_active,
-            light_heartbeats=self._refresh is not None,
+            light_heartbeats=self._relay is not None,
         ).SerializeToString()
 
     def _problem(
@@ -308,11 +307,11 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
         """Why the report may not be stored, as (metric reason, sentence for the agent); (_, None) if
         it may. A light heartbeat must also repeat this stream's last full report (`last_full`)."""
         heartbeat = report.heartbeat_of != 0
-        if heartbeat and self._refresh is None:
+        if heartbeat and self._relay is None:
             return "invalid", "this extender takes full reports only (its acks do not say light_heartbeats)"
         if heartbeat:
             problem = heartbeat_problem(report, node)
-        elif node is not None and self._known_shape is not None and self._known_shape(report):
+        elif node is not None and self._relay is not None and self._relay.known_shape(report):
             problem = readings_problem(report, node)  # the rest of it passed report_problem before
         else:
             problem = report_problem(report, node)
