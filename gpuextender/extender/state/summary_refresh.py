@@ -85,7 +85,7 @@ class FullAsHeartbeat(NamedTuple):
 def shape_key(report: pb.NodeReport) -> int:
     """The full report less what READING_REPORT_FIELDS and READING_GPU_FIELDS name, as a number: two
     full reports of a node with the same key summarize alike, and have the same GPU facts, but for
-    READING_FIELDS (~18-35 us for an 8-GPU report, where summarizing it takes ~100). A hash: two
+    READING_FIELDS (18-36 us for an 8-GPU report, where summarizing it takes ~100). A hash: two
     different shapes collide by chance once in 2**64, and then one node's summary keeps its older
     shape until its next full report; an agent that wanted its node misjudged could simply lie."""
     shape = ReportShape.FromString(report.SerializeToString())
