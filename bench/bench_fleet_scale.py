@@ -24,6 +24,8 @@ How, per size N (--sizes, default 1,000, 5,000 and 10,000), every server up at o
      grpc_options: HTTP/2 BDP probing off, ...), to tell the options' share from the code's;
    - "floor-pb", "floor-loop", "floor-unchecked" and "floor-service": the steps between
      floor-xopts and an ingest worker (STEPS), to tell where the extender's share goes;
+   - "relayed": the real gpu-extender with `gpu-extender relay` in front (docs/relay.md), the
+     agents on the relay: the extender's memory is counted apart from the relay's ("relay");
    Each tree's VmRSS and PSS with no agent connected;
 2. the load, per server: --load-processes processes of this script (`--worker`, niced 10,
    affinity --load-cpus), each a bench_ingest.LoadWorker over its share of the N nodes
@@ -148,7 +150,9 @@ FLOORS = ("floor", "floor-xopts")  # bench_grpc_floor's server; its handler with
 # heartbeats) but the checks; "floor-service" all of it, checks included. The steps' batches are
 # dropped instead of relayed to a main process.
 STEPS = ("floor-pb", "floor-loop", "floor-unchecked", "floor-service")
-SERVERS = (*FLOORS, *STEPS, "extender")
+# "relayed": the extender with a `gpu-extender relay` in front, the agents' streams on the relay
+# (its memory is counted apart, as "relay"; its CPU with the extender's, under "workers").
+SERVERS = (*FLOORS, *STEPS, "extender", "relayed")
 OPEN_CONCURRENCY = 128  # connections being set up at a time, per load process
 
 
@@ -869,12 +873,24 @@ async def start_target(
     """Start a server (stopped when `stack` closes) and wait until it serves. "extender": the real
     gpu-extender; "floor": bench_grpc_floor.py's server itself (grpc's default options);
     "floor-xopts": that handler with the extender's gRPC server options (floor_server_main)."""
-    if kind == "extender":
+    if kind in ("extender", "relayed"):
         addrs = ExtenderAddrs(http_port=free_port(), grpc_port=free_port())
         argv = extender_argv(addrs, ["--ingest-workers", str(args.ingest_workers), *args.extender_arg])
-        extender = stack.enter_context(PinnedProcess("fleet_scale-extender", argv, ext_cpus))
+        extender = stack.enter_context(PinnedProcess(f"fleet_scale-{kind}", argv, ext_cpus))
         await wait_http_ok(session, f"{addrs.base_url}/readyz", extender, timeout_s=60)
-        return Target(kind, [extender], extender.pid, addrs.grpc_target, addrs)
+        if kind == "extender":
+            return Target(kind, [extender], extender.pid, addrs.grpc_target, addrs)
+        port = free_port()
+        relay_argv = [sys.executable, "-m", "gpuextender.extender", "relay", "--extender", addrs.grpc_target]
+        relay_argv += ["--grpc-addr", f"127.0.0.1:{port}", "--metrics-addr", ""]
+        relay = stack.enter_context(PinnedProcess("fleet_scale-relay", relay_argv, ext_cpus))
+        deadline = time.monotonic() + 30
+        while "relay stream to extender" not in relay.log_path.read_text(errors="replace"):
+            relay.check_alive()
+            if time.monotonic() > deadline:
+                raise BenchError(f"the relay did not reach the extender; log:\n{relay.log_tail()}")
+            await asyncio.sleep(0.05)
+        return Target(kind, [extender, relay], extender.pid, f"127.0.0.1:{port}", addrs)
     port = free_port()
     if kind == "floor":
         argv = [
@@ -906,6 +922,13 @@ async def start_target(
     return Target(kind, servers, None, f"127.0.0.1:{port}")
 
 
+def memory_parts(target: Target) -> list[tuple[str, list[int]]]:
+    """Whose memory is counted under which name: a relayed extender's apart from its relay's."""
+    if target.kind == "relayed":
+        return [("relayed", target.roots[:1]), ("relay", target.roots[1:])]
+    return [(target.kind, target.roots)]
+
+
 async def open_load(
     target: Target,
     nodes: int,
@@ -915,7 +938,7 @@ async def open_load(
     stack: contextlib.AsyncExitStack,
 ) -> None:
     """Open every stream to `target` (its load processes stop when `stack` closes); its memory then."""
-    floor_acks = target.kind != "extender"
+    floor_acks = target.kind not in ("extender", "relayed")
     load = LoadGroup(
         f"{target.kind}-{nodes}",
         target.grpc_target,
@@ -932,15 +955,20 @@ async def open_load(
     size.open_s[target.kind] = await load.start(args.open_timeout)
     target.load = load
     if target.addrs is not None:
-        metrics = await scrape(session, f"{target.addrs.base_url}/metrics")
+        deadline = time.monotonic() + 10  # through a relay: its next message, ~50 ms later
+        while (metrics := await scrape(session, f"{target.addrs.base_url}/metrics")).get(
+            "gpu_extender_nodes_with_data"
+        ) != float(nodes) and time.monotonic() < deadline:
+            await asyncio.sleep(0.2)
         if metrics.get("gpu_extender_nodes_with_data") != float(nodes):
             raise BenchError(
                 f"extender has data for {metrics.get('gpu_extender_nodes_with_data')} nodes, expected {nodes}"
             )
     await asyncio.sleep(args.settle)
-    mem = size.memory[target.kind]
-    mem.rss_open_kib, mem.pss_open_kib = tree_memory(target.roots)
-    mem.main_rss_open_kib = memory_kib(target.roots[0]).get("VmRSS", 0)
+    for name, roots in memory_parts(target):
+        mem = size.memory[name]
+        mem.rss_open_kib, mem.pss_open_kib = tree_memory(roots)
+        mem.main_rss_open_kib = memory_kib(roots[0]).get("VmRSS", 0)
     size.affinity[target.kind] = affinity_of([p for r in target.roots for p in tree_pids(r)])
     size.affinity[f"{target.kind} load"] = affinity_of(load.pids)
 
@@ -960,9 +988,10 @@ async def measure_size(nodes: int, args: argparse.Namespace, ext_cpus: set[int] 
         targets = [await start_target(kind, args, ext_cpus, session, stack) for kind in args.servers]
         await asyncio.sleep(1.0)
         for t in targets:  # no agent connected yet
-            mem = size.memory[t.kind] = Memory()
-            mem.rss_idle_kib, mem.pss_idle_kib = tree_memory(t.roots)
-            mem.main_rss_idle_kib = memory_kib(t.roots[0]).get("VmRSS", 0)
+            for name, roots in memory_parts(t):
+                mem = size.memory[name] = Memory()
+                mem.rss_idle_kib, mem.pss_idle_kib = tree_memory(roots)
+                mem.main_rss_idle_kib = memory_kib(roots[0]).get("VmRSS", 0)
         for t in targets:
             await open_load(t, nodes, size, args, session, stack)
         idle: dict[str, IngestRow] = {}
@@ -997,8 +1026,9 @@ async def measure_size(nodes: int, args: argparse.Namespace, ext_cpus: set[int] 
                 raise BenchError(f"the extender counted {rejected:.0f} rejected reports")
         for t in targets:
             t.check_alive()
-            mem = size.memory[t.kind]
-            mem.rss_end_kib, mem.pss_end_kib = tree_memory(t.roots)
+            for name, roots in memory_parts(t):
+                mem = size.memory[name]
+                mem.rss_end_kib, mem.pss_end_kib = tree_memory(roots)
     size.wall_s = time.monotonic() - started
     size.summary = summarize(size)
     return size
@@ -1281,7 +1311,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--servers",
         help=f"what to measure, in this order (default {','.join(SERVERS)}): floor = bench_grpc_floor.py's server "
-        "(grpc's default options), floor-xopts = its handler with the extender's gRPC server options",
+        "(grpc's default options), floor-xopts = its handler with the extender's gRPC server options, "
+        "relayed = the extender behind a relay (docs/relay.md)",
     )
     parser.add_argument("--json", type=Path, help="also write the raw results as JSON here")
     parser.add_argument(

@@ -13,6 +13,7 @@ import pytest
 
 from gpuextender.agent.settings import build_parser as agent_parser
 from gpuextender.extender.flags import build_parser as extender_parser
+from gpuextender.extender.relay.relay_main import build_parser as relay_parser
 from gpuextender.extender.ui.explain_cli import build_parser as explain_parser
 from tests.harness import ROOT
 
@@ -50,12 +51,18 @@ OUTSIDE = {
     "--query-gpu": "nvidia-smi",
     "--runtime-config": "kube-apiserver",
     "--server-side": "kubectl apply",
+    "--servers": "bench/bench_fleet_scale.py",
     "--slurpfile": "jq",
     "--tag": "deploy/build-images.sh",
     "--target": "pip install",
     "--use": "docker buildx create",
 }
-PARSERS = {"gpu-agent": agent_parser(), "gpu-extender": extender_parser(), "gpu-extender explain": explain_parser()}
+PARSERS = {
+    "gpu-agent": agent_parser(),
+    "gpu-extender": extender_parser(),
+    "gpu-extender explain": explain_parser(),
+    "gpu-extender relay": relay_parser(),
+}
 SPELLED = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]+)(=[^\s`,)'\"]*)?")
 
 

@@ -112,10 +112,10 @@ async def _serve(config: AgentConfig, reader: NvmlReader, metrics: AgentMetrics)
     from gpuextender.agent.rules.health import HealthEnricher, HealthPolicy
     from gpuextender.agent.sampling.sample_loop import SampleLoop
     from gpuextender.agent.sources.nvml_events import ClearRequests, EventStore, NvmlEventWatcher
-    from gpuextender.agent.stream.discovery import ServiceWatch
     from gpuextender.agent.stream.stream_set import StreamSet
     from gpuextender.agent.stream.streamer import ExtenderStream
     from gpuextender.common.backoff import Backoff
+    from gpuextender.common.discovery import ServiceWatch
     from gpuextender.common.heap import trim_c_heap
 
     latest = LatestReport()

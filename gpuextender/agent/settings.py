@@ -13,12 +13,11 @@ from gpuextender.agent.rules.health import DEFAULT_IGNORED_XIDS, parse_xid_list
 from gpuextender.agent.rules.idle_tracker import DEFAULT_THRESHOLD_PERCENT, DEFAULT_WINDOW_S
 from gpuextender.agent.sources.gfd_labels import DEFAULT_PATH as DEFAULT_GFD_LABELS
 from gpuextender.agent.sources.pod_resources import DEFAULT_SOCKET as DEFAULT_POD_RESOURCES
-from gpuextender.agent.stream.dial import DialSettings
 from gpuextender.common.cli import HelpFormatter, add_version
+from gpuextender.common.dial import DialError, DialSettings, checked_dial_settings
 from gpuextender.common.layered_config import SettingsError, epilog, parse_layered
 from gpuextender.common.logs import FORMATS, LEVELS
 from gpuextender.common.netaddr import AddressError, HostPort, parse_host_port
-from gpuextender.common.tls_files import CredentialFileError, check_ca, check_pair, check_readable
 
 ENV_PREFIX = "GPU_AGENT_"
 # Where the running agent answers --clear-xid; the shipped DaemonSet's too (an emptyDir at
@@ -291,22 +290,10 @@ def _clear_targets(values: Sequence[str]) -> tuple[str, ...]:
 
 
 def _dial(args: argparse.Namespace) -> DialSettings:
-    if (args.tls_cert is None) != (args.tls_key is None):
-        raise ConfigError("--tls-cert and --tls-key go together: pass both or neither")
-    if args.tls_ca is None and (args.tls_cert is not None or args.tls_server_name):
-        flag = "--tls-cert/--tls-key" if args.tls_cert is not None else "--tls-server-name"
-        raise ConfigError(f"{flag} needs --tls-ca (the CA that signed the extender's certificate)")
     try:
-        for flag, path in (("--tls-ca", args.tls_ca), ("--tls-cert", args.tls_cert), ("--tls-key", args.tls_key)):
-            check_readable(flag, path)
-        if args.tls_ca is not None:
-            check_ca("--tls-ca", args.tls_ca)
-        if args.tls_cert is not None:
-            check_pair(args.tls_cert, args.tls_key)
-    except CredentialFileError as exc:
+        return checked_dial_settings(args.tls_ca, args.tls_cert, args.tls_key, args.tls_server_name, args.token_file)
+    except DialError as exc:
         raise ConfigError(str(exc)) from None
-    server_name = (args.tls_server_name or "").strip() or None
-    return DialSettings(args.tls_ca, args.tls_cert, args.tls_key, server_name, args.token_file)
 
 
 def _extender_service(text: str) -> HostPort | None:

@@ -43,12 +43,12 @@ def check_ca(flag: str, path: Path) -> None:
         raise CredentialFileError(f"{flag} {path}: not a PEM CA certificate: {exc}") from None
 
 
-def check_pair(cert: Path, key: Path) -> None:
+def check_pair(cert: Path, key: Path, flags: tuple[str, str] = ("--tls-cert", "--tls-key")) -> None:
     """The certificate and key load and belong together (else every handshake would fail)."""
     try:
         ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_cert_chain(cert, key)
     except (ssl.SSLError, OSError) as exc:
-        raise CredentialFileError(f"--tls-cert {cert} / --tls-key {key}: cannot load the pair: {exc}") from None
+        raise CredentialFileError(f"{flags[0]} {cert} / {flags[1]} {key}: cannot load the pair: {exc}") from None
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,6 +47,7 @@ from gpuextender.extender.settings import (
     DecisionPolicy,
     ExtenderConfig,
     PublishSettings,
+    ServiceAccountRef,
     auto_ingest_workers,
     parse_service_account,
 )
@@ -301,6 +302,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="the agents' ServiceAccount (required with --agent-auth tokenreview)",
     )
     g.add_argument(
+        "--relay-service-account",
+        metavar="NAMESPACE/NAME",
+        help="with --agent-auth tokenreview: relays (`gpu-extender relay`, docs/relay.md) whose token "
+        "belongs to this ServiceAccount may forward their agents' reports; unset, relays are refused",
+    )
+    g.add_argument(
         "--agent-token-audience",
         default="gpu-extender",
         metavar="AUD",
@@ -520,8 +527,12 @@ def _agent_auth(args: argparse.Namespace) -> AgentAuth:
     if args.agent_reauth_interval < 1:
         raise ConfigError("--agent-reauth-interval must be at least 1 second")
     if args.agent_auth == "none":
-        if args.agent_service_account is not None:
-            raise ConfigError("--agent-service-account only applies with --agent-auth tokenreview")
+        for flag, value in (
+            ("--agent-service-account", args.agent_service_account),
+            ("--relay-service-account", args.relay_service_account),
+        ):
+            if value is not None:
+                raise ConfigError(f"{flag} only applies with --agent-auth tokenreview")
         return AgentAuth("none", None, audience)
     if not args.kubernetes:
         raise ConfigError(
@@ -530,11 +541,22 @@ def _agent_auth(args: argparse.Namespace) -> AgentAuth:
         )
     if not args.agent_service_account:
         raise ConfigError("--agent-auth tokenreview needs --agent-service-account NAMESPACE/NAME")
-    try:
-        service_account = parse_service_account(args.agent_service_account)
-    except ValueError as exc:
-        raise ConfigError(f"--agent-service-account {exc}") from None
-    return AgentAuth("tokenreview", service_account, audience, args.agent_reauth_interval)
+    accounts: list[ServiceAccountRef | None] = []
+    for flag, value in (
+        ("--agent-service-account", args.agent_service_account),
+        ("--relay-service-account", args.relay_service_account),
+    ):
+        try:
+            accounts.append(parse_service_account(value) if value else None)
+        except ValueError as exc:
+            raise ConfigError(f"{flag} {exc}") from None
+    agents, relays = accounts
+    if relays is not None and relays == agents:
+        raise ConfigError(
+            "--relay-service-account must differ from --agent-service-account: a relay speaks for "
+            "every node, an agent only for its own"
+        )
+    return AgentAuth("tokenreview", agents, audience, args.agent_reauth_interval, relays)
 
 
 def build_config(argv: Sequence[str] | None, env: Mapping[str, str] | None = None) -> ExtenderConfig:

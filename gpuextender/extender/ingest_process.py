@@ -166,6 +166,9 @@ class RelayStore:
         if held is not None:  # (a stream that moved here and back finds what it left long ago)
             self._bases[node] = held._replace(key=None)
 
+    def stream_closed(self, node: str) -> None:
+        pass  # what the node's stream left is kept: its next stream starts with a full report
+
     def _relay_readings(self, node: str, held: _Held, heartbeat: Heartbeat, received_at: float) -> str | None:
         """The readings `heartbeat` changes in the summary held, queued as frames.READINGS; else why
         not (a GPU turns busy or idle)."""
@@ -244,7 +247,7 @@ async def _listen(reader: asyncio.StreamReader, store: RelayStore, known: set[st
             store.pending.set()
 
 
-async def _authenticator(config: ExtenderConfig) -> tuple[Authenticator | None, object | None]:
+async def agent_authenticator(config: ExtenderConfig) -> tuple[Authenticator | None, object | None]:
     if not (config.kubernetes and config.agent_auth.mode == "tokenreview"):
         return None, None
     from gpuextender.extender.ingest.token_review import TokenReviewer
@@ -261,7 +264,7 @@ async def serve(
 ) -> int:
     config = worker.config(config)
     reader, writer = await asyncio.open_unix_connection(sock=link)
-    authenticator, reviewer = await _authenticator(config)
+    authenticator, reviewer = await agent_authenticator(config)
     store = RelayStore(config.idle_rule)
     metrics = IngestMetrics()
     known: set[str] = set()

@@ -146,6 +146,8 @@ class AgentAuth:
     service_account: ServiceAccountRef | None = None
     audience: str = "gpu-extender"
     reauth_after_s: float = 600.0  # agent connections end after this long: the agent re-authenticates
+    # Relays (extender/relay/) whose tokens belong to this account may forward agents' reports.
+    relay_service_account: ServiceAccountRef | None = None
 
 
 @dataclass(frozen=True, slots=True)

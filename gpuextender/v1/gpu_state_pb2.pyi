@@ -60,6 +60,44 @@ PCIE_HOSTBRIDGE: PcieRelation
 PCIE_NODE: PcieRelation
 PCIE_SYSTEM: PcieRelation
 
+class RelayBatch(_message.Message):
+    __slots__ = ("reports",)
+    REPORTS_FIELD_NUMBER: _ClassVar[int]
+    reports: _containers.RepeatedCompositeFieldContainer[RelayedReport]
+    def __init__(self, reports: _Optional[_Iterable[_Union[RelayedReport, _Mapping]]] = ...) -> None: ...
+
+class RelayedReport(_message.Message):
+    __slots__ = ("stream", "report", "closed")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    REPORT_FIELD_NUMBER: _ClassVar[int]
+    CLOSED_FIELD_NUMBER: _ClassVar[int]
+    stream: int
+    report: bytes
+    closed: bool
+    def __init__(self, stream: _Optional[int] = ..., report: _Optional[bytes] = ..., closed: _Optional[bool] = ...) -> None: ...
+
+class RelayAck(_message.Message):
+    __slots__ = ("accepted", "refused", "agent_ack")
+    ACCEPTED_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_FIELD_NUMBER: _ClassVar[int]
+    AGENT_ACK_FIELD_NUMBER: _ClassVar[int]
+    accepted: int
+    refused: _containers.RepeatedCompositeFieldContainer[RelayRefusal]
+    agent_ack: ReportAck
+    def __init__(self, accepted: _Optional[int] = ..., refused: _Optional[_Iterable[_Union[RelayRefusal, _Mapping]]] = ..., agent_ack: _Optional[_Union[ReportAck, _Mapping]] = ...) -> None: ...
+
+class RelayRefusal(_message.Message):
+    __slots__ = ("stream", "node_name", "sequence", "reason")
+    STREAM_FIELD_NUMBER: _ClassVar[int]
+    NODE_NAME_FIELD_NUMBER: _ClassVar[int]
+    SEQUENCE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    stream: int
+    node_name: str
+    sequence: int
+    reason: str
+    def __init__(self, stream: _Optional[int] = ..., node_name: _Optional[str] = ..., sequence: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
 class NodeReport(_message.Message):
     __slots__ = ("node_name", "sequence", "sample_time", "agent_version", "driver_version", "gpus", "node_error", "allocation_source", "allocation_problem", "topology", "sharing_labels", "heartbeat_of", "heartbeat_utilization_percent", "heartbeat_memory_used_bytes", "heartbeat_sm_active_percent")
     class SharingLabelsEntry(_message.Message):

@@ -39,6 +39,11 @@ class GpuStateServiceStub:
                 request_serializer=gpuextender_dot_v1_dot_gpu__state__pb2.NodeReport.SerializeToString,
                 response_deserializer=gpuextender_dot_v1_dot_gpu__state__pb2.ReportAck.FromString,
                 _registered_method=True)
+        self.RelayNodeReports = channel.stream_stream(
+                '/gpuextender.v1.GpuStateService/RelayNodeReports',
+                request_serializer=gpuextender_dot_v1_dot_gpu__state__pb2.RelayBatch.SerializeToString,
+                response_deserializer=gpuextender_dot_v1_dot_gpu__state__pb2.RelayAck.FromString,
+                _registered_method=True)
 
 
 class GpuStateServiceServicer:
@@ -52,6 +57,16 @@ class GpuStateServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RelayNodeReports(self, request_iterator, context):
+        """-- Added in 0.7: a relay (`gpu-extender relay`, docs/relay.md) serves agents' StreamNodeReports
+        -- in front of the extender's replicas and forwards what it accepted, many nodes per message:
+        -- one connection per relay instead of one per agent. One RelayAck answers each RelayBatch.
+        -- An older extender answers UNIMPLEMENTED: the relay says so and keeps retrying.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_GpuStateServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -59,6 +74,11 @@ def add_GpuStateServiceServicer_to_server(servicer, server):
                     servicer.StreamNodeReports,
                     request_deserializer=gpuextender_dot_v1_dot_gpu__state__pb2.NodeReport.FromString,
                     response_serializer=gpuextender_dot_v1_dot_gpu__state__pb2.ReportAck.SerializeToString,
+            ),
+            'RelayNodeReports': grpc.stream_stream_rpc_method_handler(
+                    servicer.RelayNodeReports,
+                    request_deserializer=gpuextender_dot_v1_dot_gpu__state__pb2.RelayBatch.FromString,
+                    response_serializer=gpuextender_dot_v1_dot_gpu__state__pb2.RelayAck.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -88,6 +108,33 @@ class GpuStateService:
             '/gpuextender.v1.GpuStateService/StreamNodeReports',
             gpuextender_dot_v1_dot_gpu__state__pb2.NodeReport.SerializeToString,
             gpuextender_dot_v1_dot_gpu__state__pb2.ReportAck.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RelayNodeReports(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/gpuextender.v1.GpuStateService/RelayNodeReports',
+            gpuextender_dot_v1_dot_gpu__state__pb2.RelayBatch.SerializeToString,
+            gpuextender_dot_v1_dot_gpu__state__pb2.RelayAck.FromString,
             options,
             channel_credentials,
             insecure,

@@ -8,7 +8,7 @@ import pytest
 import trustme
 
 from gpuextender.agent.settings import ConfigError, build_config
-from gpuextender.agent.stream.dial import DialSettings
+from gpuextender.common.dial import DialSettings
 from gpuextender.common.netaddr import HostPort
 from tests.harness import write_ca, write_leaf
 

@@ -61,6 +61,9 @@ def test_tls_mtls_and_tokenreview(pems: dict[str, str]) -> None:
     assert "agent auth: TokenReview (service account gpu-extender/gpu-agent, audience 'aud'" in summary
 
 
+TOKENREVIEW = ["--agent-auth", "tokenreview", "--kubernetes", "--agent-service-account", "a/b"]
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -77,6 +80,15 @@ def test_tls_mtls_and_tokenreview(pems: dict[str, str]) -> None:
             "--agent-service-account 'gpu-agent': expected NAMESPACE/NAME",
         ),
         (["--agent-service-account", "a/b"], "--agent-service-account only applies with --agent-auth tokenreview"),
+        (["--relay-service-account", "a/r"], "--relay-service-account only applies with --agent-auth tokenreview"),
+        (
+            [*TOKENREVIEW, "--relay-service-account", "relay"],
+            "--relay-service-account 'relay': expected NAMESPACE/NAME",
+        ),
+        (
+            [*TOKENREVIEW, "--relay-service-account", "a/b"],
+            "--relay-service-account must differ from --agent-service-account",
+        ),
         (["--agent-token-audience", " "], "--agent-token-audience must not be empty"),
     ],
 )
@@ -85,6 +97,14 @@ def test_flag_errors(argv: list[str], message: str, pems: dict[str, str]) -> Non
         build_config([a.format(**pems) for a in argv])
     assert message.format(**pems) in str(error.value)
     assert "\n" not in str(error.value)
+
+
+def test_relays_account_is_kept_apart_from_the_agents() -> None:
+    argv = ["--kubernetes", "--agent-auth", "tokenreview", "--agent-service-account", "g/gpu-agent"]
+    assert build_config(argv).agent_auth.relay_service_account is None
+    config = build_config([*argv, "--relay-service-account", "g/gpu-relay"])
+    assert config.agent_auth.relay_service_account == ServiceAccountRef("g", "gpu-relay")
+    assert config.agent_auth.service_account == ServiceAccountRef("g", "gpu-agent")
 
 
 def test_an_unknown_auth_mode_is_refused_by_the_parser(capsys: pytest.CaptureFixture[str]) -> None:

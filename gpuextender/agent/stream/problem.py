@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from gpuextender.agent.stream.dial import DialSettings
+from gpuextender.common.dial import DialSettings
 
 _VERIFY_REASON = re.compile(r"CERTIFICATE_VERIFY_FAILED:\s*([^:]+)", re.IGNORECASE)
 _SSL_ERROR = re.compile(r"(SSL_ERROR_\w+:.*)$", re.IGNORECASE)

@@ -9,8 +9,8 @@ import functools
 import logging
 from collections.abc import Callable, Iterable
 
-from gpuextender.agent.stream.discovery import diff_targets
 from gpuextender.agent.stream.streamer import ExtenderStream
+from gpuextender.common.discovery import diff_targets
 
 log = logging.getLogger("gpu_agent.streams")
 

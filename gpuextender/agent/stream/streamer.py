@@ -27,9 +27,9 @@ from gpuextender.agent.export.metrics import AgentMetrics
 from gpuextender.agent.report.gate import ReportGate, rule_from_ack
 from gpuextender.agent.report.latest import LatestReport
 from gpuextender.agent.report.light import light_heartbeat
-from gpuextender.agent.stream.dial import DialError, DialSettings, call_metadata, open_channel
 from gpuextender.agent.stream.problem import StreamProblem, describe_failure
 from gpuextender.common.backoff import Backoff
+from gpuextender.common.dial import DialError, DialSettings, call_metadata, open_channel
 from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 

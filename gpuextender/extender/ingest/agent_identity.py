@@ -16,7 +16,7 @@ import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import grpc
 
@@ -54,6 +54,13 @@ class Authenticator(Protocol):
         ...
 
 
+@runtime_checkable
+class RelayReviewing(Protocol):
+    """An Authenticator that can also vouch for relays (token_review.TokenReviewer)."""
+
+    def for_relays(self, service_account: ServiceAccountRef) -> Authenticator: ...
+
+
 def missing_token(audience: str) -> Refusal:
     return Refusal(
         grpc.StatusCode.UNAUTHENTICATED,
@@ -73,8 +80,12 @@ def bearer_token(metadata: Iterable[tuple[str, str | bytes]]) -> str | None:
     return None
 
 
-def judge_review(status: Mapping[str, Any], expected: ServiceAccountRef, audience: str) -> AgentIdentity | Refusal:
-    """A TokenReview's `status` → the agent's identity, or why it is refused."""
+def judge_review(
+    status: Mapping[str, Any], expected: ServiceAccountRef, audience: str, node_bound: bool = True
+) -> AgentIdentity | Refusal:
+    """A TokenReview's `status` → the agent's identity, or why it is refused. `node_bound`: the
+    token must name its pod's node (an agent's); a relay's names none (its identity's node_name
+    is empty: it reports for no node of its own)."""
     if status.get("authenticated") is not True:
         error = status.get("error") or "no reason given"
         return Refusal(grpc.StatusCode.UNAUTHENTICATED, "invalid_token", f"token not authenticated: {error}")
@@ -95,9 +106,11 @@ def judge_review(status: Mapping[str, Any], expected: ServiceAccountRef, audienc
         return Refusal(
             grpc.StatusCode.PERMISSION_DENIED,
             "wrong_service_account",
-            f"token belongs to {username or 'nobody'!r}, not to the agents' service account {expected} "
-            f"({expected.username})",
+            f"token belongs to {username or 'nobody'!r}, not to the {'agents' if node_bound else 'relays'}' "
+            f"service account {expected} ({expected.username})",
         )
+    if not node_bound:
+        return AgentIdentity(username, "")
     extra = object_at(user, "extra")
     nodes = extra.get(NODE_NAME_EXTRA) or []
     node = nodes[0] if isinstance(nodes, list) and len(nodes) == 1 and isinstance(nodes[0], str) else ""

@@ -11,22 +11,25 @@ from collections.abc import Callable
 import grpc
 
 from gpuextender.common.serving_tls import ServingCertificate
-from gpuextender.extender.ingest.agent_identity import Authenticator
+from gpuextender.extender.ingest.agent_identity import Authenticator, RelayReviewing
 from gpuextender.extender.ingest.report_checks import MAX_REPORT_BYTES
 from gpuextender.extender.ingest.service import REAUTH_GRACE_S, IngestService, ReportStore, add_to_server
 from gpuextender.extender.observe.ingest_metrics import IngestMetrics
 from gpuextender.extender.settings import ExtenderConfig
 
 
-def grpc_options(config: ExtenderConfig, authenticating: bool, shared_port: bool = False) -> list[tuple[str, int]]:
-    """`shared_port`: one of several ingest workers on the port the extender holds (port_guard.py)."""
+def grpc_options(
+    config: ExtenderConfig, authenticating: bool, shared_port: bool = False, max_message_bytes: int = MAX_REPORT_BYTES
+) -> list[tuple[str, int]]:
+    """`shared_port`: one of several ingest workers on the port the extender holds (port_guard.py).
+    `max_message_bytes`: a relay takes reports it can forward whole (relay/forward_store.py)."""
     options: list[tuple[str, int]] = [
         # Agents ping every 20 s to notice dead peers; allow it even between reports.
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
         # Far above a real report (~2 KB for 8 GPUs), below what one client may make us parse
         # and hold (report_checks.MAX_REPORT_BYTES says what fits).
-        ("grpc.max_receive_message_length", MAX_REPORT_BYTES),
+        ("grpc.max_receive_message_length", max_message_bytes),
         # Keep each stream's HTTP/2 window at its initial 64 KiB: with BDP probing it grows
         # until a client that writes without waiting for acks had ~270 MB buffered here while
         # the ingest paced it (limits.ReportPacer). Agents send ~2 KB a second.
@@ -57,17 +60,48 @@ async def start_ingest_server(
     """A started server on --grpc-addr and the port it bound (the real one for `:0`), its reports
     stored into `store`; OSError when the address cannot be bound. `known_node`: is the node in
     the inventory (None: no inventory source). `shared_port`: see grpc_options."""
-    service = IngestService(
+    service = ingest_service(config, store, metrics, authenticator, known_node)
+    return await serve_ingest(service, config, certificate, authenticator is not None, shared_port)
+
+
+def ingest_service(
+    config: ExtenderConfig,
+    store: ReportStore,
+    metrics: IngestMetrics,
+    authenticator: Authenticator | None,
+    known_node: Callable[[str], bool] | None,
+) -> IngestService:
+    """The service as --grpc-addr's flags say; relays' tokens are reviewed like the agents' where
+    --relay-service-account names their account."""
+    relay_account = config.agent_auth.relay_service_account
+    relay_authenticator = (
+        authenticator.for_relays(relay_account)
+        if relay_account is not None and isinstance(authenticator, RelayReviewing)
+        else None
+    )
+    return IngestService(
         store,
         metrics,
         requested_interval_ms=config.requested_agent_interval_ms,
         authenticator=authenticator,
+        relay_authenticator=relay_authenticator,
         max_clock_skew_s=config.max_clock_skew_s,
         known_node=known_node,
         max_unknown_nodes=config.max_unknown_nodes,
         stale_after_s=config.api.policy.stale_after_s,
     )
-    server = grpc.aio.server(options=grpc_options(config, authenticator is not None, shared_port))
+
+
+async def serve_ingest(
+    service: IngestService,
+    config: ExtenderConfig,
+    certificate: ServingCertificate | None,
+    authenticating: bool,
+    shared_port: bool = False,
+    max_message_bytes: int = MAX_REPORT_BYTES,
+) -> tuple[grpc.aio.Server, int]:
+    """`service` started on --grpc-addr; the server and the port it bound (see start_ingest_server)."""
+    server = grpc.aio.server(options=grpc_options(config, authenticating, shared_port, max_message_bytes))
     add_to_server(service, server)
     target = str(config.grpc_addr)
     try:

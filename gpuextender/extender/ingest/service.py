@@ -27,6 +27,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import Protocol, runtime_checkable
 
 import grpc
+from google.protobuf.message import DecodeError
 from prometheus_client import Counter
 
 from gpuextender.common.idle_rule import IdleRule
@@ -49,6 +50,11 @@ from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 
 log = logging.getLogger("gpu_extender.ingest")
+
+# A relay's batch is taken in slices of this many reports, other streams' reports between them.
+RELAY_YIELD_EVERY = 64
+# Pacers kept for a relay's agent streams that stored nothing yet (refused ones), beyond the stored.
+MAX_PACED_UNSTORED = 1024
 
 # A misconfigured agent retries every few seconds: repeat its refusal line at most this often.
 _REPEAT_REFUSAL_S = 60.0
@@ -106,6 +112,10 @@ class HeartbeatStore(ReportStore, Protocol):
         on it, never against what another stream of the node left here."""
         ...
 
+    def stream_closed(self, node: str) -> None:
+        """A stream of `node` that stored a report ended."""
+        ...
+
 
 class _Stream:
     """One agent stream's own state between its reports."""
@@ -120,6 +130,31 @@ class _Stream:
         self.mismatch_logged = False
 
 
+class _RelayedStreams:
+    """One relay stream's agent streams: those that stored a report (at most one per node, so
+    as many as the nodes stored: the unknown-node limit bounds them), and each one's pacer."""
+
+    def __init__(
+        self,
+        peer: str,
+        clock: Callable[[], float] = time.monotonic,
+        pace: tuple[float, int] = (REPORTS_PER_SECOND, REPORT_BURST),
+    ) -> None:
+        self.peer = f"{peer} (relay)"
+        self.streams: dict[int, _Stream] = {}
+        self.by_node: dict[str, int] = {}
+        self.pacers: dict[int, ReportPacer] = {}
+        self._clock, self._pace = clock, pace
+
+    def pacer(self, key: int) -> ReportPacer:
+        pacer = self.pacers.get(key)
+        if pacer is None:
+            if len(self.pacers) > len(self.streams) + MAX_PACED_UNSTORED:  # streams that never stored a report
+                self.pacers = {k: p for k, p in self.pacers.items() if k in self.streams}
+            pacer = self.pacers[key] = ReportPacer(self._clock, *self._pace)
+        return pacer
+
+
 class IngestService(pb_grpc.GpuStateServiceServicer):
     def __init__(
         self,
@@ -130,6 +165,7 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
         authenticator: Authenticator | None = None,
+        relay_authenticator: Authenticator | None = None,
         max_clock_skew_s: float = MAX_CLOCK_SKEW_S,
         known_node: Callable[[str], bool] | None = None,
         max_unknown_nodes: int = MAX_UNKNOWN_NODES,
@@ -139,7 +175,9 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
     ) -> None:
         """`known_node`: is this node in the inventory? None when there is no inventory source
         (every node is allowed then). `clock` (monotonic) orders and paces reports; `wall_clock`
-        (Unix seconds) is what sample times are compared with."""
+        (Unix seconds) is what sample times are compared with. `relay_authenticator`: who may relay
+        agents' reports (RelayNodeReports); without one, relays are taken as agents are where agents
+        are not authenticated, and refused where they are."""
         self._state = state
         self._metrics = metrics
         self._requested_interval_ms = requested_interval_ms
@@ -152,6 +190,7 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
         self._clock = clock
         self._wall_clock = wall_clock
         self._authenticator = authenticator
+        self._relay_authenticator = relay_authenticator
         self._max_clock_skew_s = max_clock_skew_s
         self._pace = (reports_per_second, report_burst)
         self._unknown: UnknownNodes | None = None
@@ -166,6 +205,7 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
         self._relay = state if isinstance(state, HeartbeatStore) else None
         self.auth_failures: Counter | None = metrics.auth_failures() if authenticator is not None else None
         self._accepted_tail = self._accepted_fields()
+        self._agent_ack = pb.ReportAck.FromString(self._accepted_tail)  # told to relays in every RelayAck
 
     async def StreamNodeReports(
         self, request_iterator: AsyncIterator[pb.NodeReport], context: grpc.aio.ServicerContext
@@ -178,32 +218,7 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
         peer = context.peer()
         identity: AgentIdentity | None = None
         if self._authenticator is not None:
-            try:
-                metadata = context.invocation_metadata() or ()
-                identity = await self._authenticator.authenticate(metadata, _peer_host(peer))
-            except AgentRefused as exc:
-                refusal = exc.refusal
-                self._count_auth_failure(refusal.reason)
-                if self._should_log(refusal.reason, _peer_host(peer)):
-                    log.warning(
-                        "refused agent stream from %s (%s): %s",
-                        peer,
-                        refusal.code.name,
-                        refusal.message,
-                        extra={"peer": peer, "reason": refusal.reason},
-                    )
-                await context.abort(refusal.code, refusal.message)
-            except Exception as exc:  # a bug or an odd API answer: refuse, say so, never UNKNOWN + traceback
-                self._count_auth_failure("review_failed")
-                if self._should_log("review_failed", _peer_host(peer)):
-                    log.warning(
-                        "refused agent stream from %s: cannot verify its token: %s: %s",
-                        peer,
-                        type(exc).__name__,
-                        exc,
-                        extra={"peer": peer, "reason": "review_failed"},
-                    )
-                await context.abort(grpc.StatusCode.UNAVAILABLE, "cannot verify the agent token now; retry")
+            identity = await self._authenticate(self._authenticator, context, peer, "agent")
         stream = _Stream(peer, identity)
         pacer = ReportPacer(self._clock, *self._pace)
         try:
@@ -217,12 +232,154 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
         finally:
             if stream.node is not None:
                 self._metrics.connected_agents.dec()
+                if self._relay is not None:
+                    self._relay.stream_closed(stream.node)
                 log.info(
                     "agent for node %s disconnected (%s)",
                     stream.node,
                     peer,
                     extra={"node": stream.node, "peer": peer},
                 )
+
+    async def RelayNodeReports(
+        self, request_iterator: AsyncIterator[pb.RelayBatch], context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[bytes]:
+        """A relay's stream (extender/relay/): many agents' reports per RelayBatch, each taken as
+        from the agent's own stream (the same checks, sequences and light heartbeats per agent
+        stream, the same store), answered by one RelayAck per batch. The relay authenticated its
+        agents and paces each; here each agent stream is also held to its rate (a report over it is
+        refused, not waited for: the batch's others must not wait)."""
+        peer = context.peer()
+        await self._admit_relay(context, peer)
+        relayed = _RelayedStreams(peer, self._clock, self._pace)
+        log.info("relay connected (%s)", peer, extra={"peer": peer})
+        try:
+            while (batch := await context.read()) is not grpc.aio.EOF:
+                ack = await self._relayed_batch(batch, relayed)
+                del batch
+                yield ack
+        finally:
+            self._metrics.connected_agents.dec(len(relayed.streams))
+            log.info(
+                "relay disconnected (%s): %d agent stream(s) through it",
+                peer,
+                len(relayed.streams),
+                extra={"peer": peer},
+            )
+
+    async def _admit_relay(self, context: grpc.aio.ServicerContext, peer: str) -> None:
+        if self._relay_authenticator is not None:
+            await self._authenticate(self._relay_authenticator, context, peer, "relay")
+        elif self._authenticator is not None:  # agents must prove who they are: a relay may not speak for them unproven
+            self._count_auth_failure("relay_not_allowed")
+            if self._should_log("relay_not_allowed", _peer_host(peer)):
+                log.warning(
+                    "refused relay stream from %s: this extender authenticates agents and names no "
+                    "relay service account (--relay-service-account)",
+                    peer,
+                    extra={"peer": peer, "reason": "relay_not_allowed"},
+                )
+            await context.abort(
+                grpc.StatusCode.PERMISSION_DENIED,
+                "this extender authenticates agents (--agent-auth tokenreview) and takes relays only "
+                "from the service account named by --relay-service-account",
+            )
+
+    async def _relayed_batch(self, batch: pb.RelayBatch, relayed: _RelayedStreams) -> bytes:
+        """Take each report of `batch`; the RelayAck, serialized."""
+        accepted = 0
+        refused: list[pb.RelayRefusal] = []
+        for taken, item in enumerate(batch.reports, 1):
+            if taken % RELAY_YIELD_EVERY == 0:
+                await asyncio.sleep(0)  # other streams' reports between a batch's slices
+            if item.closed:
+                self._relayed_closed(relayed, item.stream)
+                continue
+            stream = relayed.streams.get(item.stream) or _Stream(relayed.peer, None)
+            try:
+                report = pb.NodeReport.FromString(item.report)
+            except DecodeError:
+                self._count_rejected("invalid")
+                refused.append(pb.RelayRefusal(stream=item.stream, reason="not a NodeReport"))
+                continue
+            problem: str | None
+            if relayed.pacer(item.stream).take() > 0.0:
+                self._count_rejected("paced")
+                problem = f"over {self._pace[0]:g} reports a second for one agent stream"
+            else:
+                new = stream.node is None
+                problem = self._take(report, stream)
+                if problem is None and new:
+                    self._relayed_opened(relayed, item.stream, stream)
+            if problem is None:
+                accepted += 1
+            else:
+                refused.append(
+                    pb.RelayRefusal(
+                        stream=item.stream, node_name=report.node_name[:253], sequence=report.sequence, reason=problem
+                    )
+                )
+        return pb.RelayAck(accepted=accepted, refused=refused, agent_ack=self._agent_ack).SerializeToString()
+
+    def _relayed_opened(self, relayed: _RelayedStreams, key: int, stream: _Stream) -> None:
+        """`stream` (relayed as `key`) stored its first report: held from now on; another stream
+        of the node through the same relay is over (the relay opened this one after it)."""
+        assert stream.node is not None
+        older = relayed.by_node.get(stream.node)
+        if older is not None:
+            self._relayed_closed(relayed, older)
+        relayed.streams[key] = stream
+        relayed.by_node[stream.node] = key
+
+    def _relayed_closed(self, relayed: _RelayedStreams, key: int) -> None:
+        relayed.pacers.pop(key, None)
+        stream = relayed.streams.pop(key, None)
+        if stream is None or stream.node is None:
+            return
+        if relayed.by_node.get(stream.node) == key:
+            del relayed.by_node[stream.node]
+        self._metrics.connected_agents.dec()
+        log.info(
+            "agent for node %s disconnected (through relay %s)",
+            stream.node,
+            relayed.peer,
+            extra={"node": stream.node, "peer": relayed.peer},
+        )
+
+    async def _authenticate(
+        self, authenticator: Authenticator, context: grpc.aio.ServicerContext, peer: str, who: str
+    ) -> AgentIdentity:
+        """The stream's identity; a refusal is counted, logged (a line a minute per client and
+        reason) and ends the stream (context.abort raises)."""
+        try:
+            metadata = context.invocation_metadata() or ()
+            return await authenticator.authenticate(metadata, _peer_host(peer))
+        except AgentRefused as exc:
+            refusal = exc.refusal
+            self._count_auth_failure(refusal.reason)
+            if self._should_log(refusal.reason, _peer_host(peer)):
+                log.warning(
+                    "refused %s stream from %s (%s): %s",
+                    who,
+                    peer,
+                    refusal.code.name,
+                    refusal.message,
+                    extra={"peer": peer, "reason": refusal.reason},
+                )
+            await context.abort(refusal.code, refusal.message)
+        except Exception as exc:  # a bug or an odd API answer: refuse, say so, never UNKNOWN + traceback
+            self._count_auth_failure("review_failed")
+            if self._should_log("review_failed", _peer_host(peer)):
+                log.warning(
+                    "refused %s stream from %s: cannot verify its token: %s: %s",
+                    who,
+                    peer,
+                    type(exc).__name__,
+                    exc,
+                    extra={"peer": peer, "reason": "review_failed"},
+                )
+            await context.abort(grpc.StatusCode.UNAVAILABLE, f"cannot verify the {who} token now; retry")
+        raise AssertionError("context.abort returned")  # pragma: no cover: abort always raises
 
     def _answer(self, report: pb.NodeReport, stream: _Stream) -> bytes:
         """Check `report`, store it if it may be, and its ack (REJECTED with the reason if not)."""
@@ -241,6 +398,13 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
                 )
                 stream.mismatch_logged = True
             return self._rejected(report, mismatch)
+        problem = self._take(report, stream)
+        return self.accepted_ack(report.sequence) if problem is None else self._rejected(report, problem)
+
+    def _take(self, report: pb.NodeReport, stream: _Stream) -> str | None:
+        """Check `report` of `stream` and store it if it may be: None when stored, else why not
+        (counted and, a line a minute per client and kind, logged)."""
+        peer = stream.peer
         heartbeat = report.heartbeat_of != 0
         kind, problem = self._problem(report, stream.node, stream.last_sequence, stream.last_full)
         if problem is not None:
@@ -254,7 +418,7 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
                     problem,
                     extra={"peer": peer, "node": report.node_name[:253], "reason": kind},
                 )
-            return self._rejected(report, problem)
+            return problem
         if stream.node is None:
             node = stream.node = report.node_name
             if self._relay is not None:
@@ -265,7 +429,7 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
                 node,
                 peer,
                 report.agent_version or "?",
-                f", {identity.username}" if identity else "",
+                f", {stream.identity.username}" if stream.identity else "",
                 extra={"node": node, "peer": peer},
             )
         if heartbeat:
@@ -273,15 +437,24 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
             problem = self._relay.refresh(report, self._clock())
             if problem is not None:  # the agent sends a full report next: no log line
                 self._count_rejected("heartbeat")
-                return self._rejected(report, problem)
+                return problem
         elif not self._state.ingest(report, self._clock()):  # not reachable on one loop; never ack it
             self._count_rejected("superseded")
-            return self._rejected(report, f"a report for node {stream.node} received later is already stored")
+            return f"a report for node {stream.node} received later is already stored"
         else:
             stream.last_full = report.sequence
         stream.last_sequence = report.sequence
         self._accepted.inc()
-        return self.accepted_ack(report.sequence)
+        return None
+
+    def follow_ack(self, fields: pb.ReportAck) -> None:
+        """From now on an ACCEPTED ack says what `fields` say (a relay's: its extenders' idle rule,
+        stale_after_ms, light_heartbeats), its sequence and status aside."""
+        followed = pb.ReportAck()
+        followed.CopyFrom(fields)
+        followed.sequence, followed.status, followed.reason = 0, pb.ReportAck.ACCEPTED, ""
+        self._accepted_tail = followed.SerializeToString()
+        self._agent_ack = followed  # what it tells relays of its own (a relay's relays)
 
     def accepted_ack(self, sequence: int) -> bytes:
         """The ACCEPTED ack of report `sequence`, serialized: the same fields every time but the
@@ -369,13 +542,16 @@ _SEQUENCE_TAG = b"\x08"  # ReportAck.sequence: field 1, varint
 
 
 def add_to_server(service: IngestService, server: grpc.aio.Server) -> None:
-    """Serve `service` as gpuextender.v1.GpuStateService on `server`. Its acks leave as the bytes
-    it made (the generated add_GpuStateServiceServicer_to_server would serialize a ReportAck per
-    report); agents read them as ReportAck messages."""
+    """Serve `service` as gpuextender.v1.GpuStateService on `server` (agents' and relays' streams).
+    Its acks leave as the bytes it made (the generated add_GpuStateServiceServicer_to_server would
+    serialize a ReportAck per report); agents read them as ReportAck messages."""
     handlers = {
         "StreamNodeReports": grpc.stream_stream_rpc_method_handler(
             service.StreamNodeReports, request_deserializer=pb.NodeReport.FromString, response_serializer=None
-        )
+        ),
+        "RelayNodeReports": grpc.stream_stream_rpc_method_handler(
+            service.RelayNodeReports, request_deserializer=pb.RelayBatch.FromString, response_serializer=None
+        ),
     }
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE_NAME, handlers),))
     server.add_registered_method_handlers(SERVICE_NAME, handlers)

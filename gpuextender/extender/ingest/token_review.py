@@ -63,7 +63,9 @@ class TokenReviewer:
         timeout_s: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
+        node_bound: bool = True,
     ) -> None:
+        """`node_bound`: agents' tokens (each names its node); False: relays' (agent_identity.judge_review)."""
         if isinstance(connection, k8s.Configuration):
             configuration = connection
             self._factory: Callable[[], k8s.ApiClient] = lambda: k8s.ApiClient(configuration)
@@ -71,6 +73,7 @@ class TokenReviewer:
             self._factory = connection
         self.service_account = service_account
         self.audience = audience
+        self._node_bound = node_bound
         self._cache_ttl_s = cache_ttl_s
         self._refusal_ttl_s = refusal_ttl_s
         self._max_entries = max_entries
@@ -116,13 +119,31 @@ class TokenReviewer:
     async def _review_and_judge(self, key: str, token: str) -> AgentIdentity | Refusal:
         async with self._in_flight:
             now = self._clock()
-            result = judge_review(await self._review(token), self.service_account, self.audience)
+            result = judge_review(await self._review(token), self.service_account, self.audience, self._node_bound)
             self._remember(key, token, result, now)
             return result
 
     def _cached(self, key: str) -> AgentIdentity | Refusal | None:
         entry = self._cache.get(key)
         return entry[1] if entry is not None and entry[0] > self._clock() else None
+
+    def for_relays(self, service_account: ServiceAccountRef) -> TokenReviewer:
+        """A reviewer of relays' tokens (`service_account`, no node), on this one's API client (its
+        close closes both); its own cache and limits."""
+        return TokenReviewer(
+            self._shared_client,
+            service_account,
+            self.audience,
+            timeout_s=self._timeout_s,
+            clock=self._clock,
+            wall_clock=self._wall_clock,
+            node_bound=False,
+        )
+
+    def _shared_client(self) -> k8s.ApiClient:
+        if self._client is None:
+            self._client = self._factory()
+        return self._client
 
     async def close(self) -> None:
         if self._client is not None:
@@ -131,8 +152,7 @@ class TokenReviewer:
 
     async def _review(self, token: str) -> dict[str, Any]:
         """The TokenReview's status; AgentRefused(UNAVAILABLE) when the API server cannot answer."""
-        if self._client is None:
-            self._client = self._factory()
+        client = self._shared_client()
         body = {
             "apiVersion": "authentication.k8s.io/v1",
             "kind": "TokenReview",
@@ -141,7 +161,7 @@ class TokenReviewer:
         self.reviews += 1
         try:
             # _preload_content=False: the raw aiohttp response (the generated stubs say V1TokenReview).
-            resp: aiohttp.ClientResponse = await k8s.AuthenticationV1Api(self._client).create_token_review(  # type: ignore[assignment]
+            resp: aiohttp.ClientResponse = await k8s.AuthenticationV1Api(client).create_token_review(  # type: ignore[assignment]
                 body=body,  # type: ignore[arg-type]  # a plain dict serialises the same
                 _preload_content=False,
                 _request_timeout=aiohttp.ClientTimeout(total=self._timeout_s),

@@ -21,7 +21,8 @@ class IngestMetrics:
             "gpu_extender_reports_rejected",
             "Reports answered REJECTED (not stored), by reason: invalid, "
             "clock_skew, sequence, unknown_node_limit, node_mismatch, superseded, heartbeat "
-            "(a light heartbeat that does not fit the full report it repeats: the agent sends one).",
+            "(a light heartbeat that does not fit the full report it repeats: the agent sends one), "
+            "paced (a relayed report over its agent stream's rate).",
             ["reason"],
             registry=self.registry,
         )
@@ -50,7 +51,8 @@ class IngestMetrics:
             self._auth_failures = Counter(
                 "gpu_extender_agent_auth_failures",
                 "Agent streams refused at open (missing/invalid token, wrong service account, no node-name claim, "
-                "TokenReview unavailable, peer_busy: too many reviews under way for one client address) and "
+                "TokenReview unavailable, peer_busy: too many reviews under way for one client address, "
+                "relay_not_allowed: a relay where no --relay-service-account is named) and "
                 "reports rejected for another node than the token's, by reason.",
                 ["reason"],
                 registry=self.registry,

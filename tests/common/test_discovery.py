@@ -14,10 +14,10 @@ import pytest
 
 from gpuextender.agent.export.metrics import AgentMetrics
 from gpuextender.agent.report.latest import LatestReport
-from gpuextender.agent.stream.discovery import ServiceWatch, TargetChange, diff_targets, resolve_with_loop, targets_for
 from gpuextender.agent.stream.stream_set import StreamSet
 from gpuextender.agent.stream.streamer import ExtenderStream
 from gpuextender.common.backoff import Backoff
+from gpuextender.common.discovery import ServiceWatch, TargetChange, diff_targets, resolve_with_loop, targets_for
 from gpuextender.common.netaddr import HostPort
 from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc

@@ -1,7 +1,7 @@
 """Finding every extender replica through its headless Service.
 
 kube-scheduler may call any replica, so each one needs every node's data: the
-agent resolves the headless Service's name (one A/AAAA record per ready pod)
+agent (or a relay: extender/relay/) resolves the headless Service's name (one A/AAAA record per ready pod)
 every `interval_s` and keeps one stream per address. The set logic is pure
 (`targets_for`, `diff_targets`); `ServiceWatch` is the loop around it, with
 the resolver injectable so tests can make a name resolve to several loopback
@@ -57,11 +57,13 @@ class ServiceWatch:
         on_targets: Callable[[frozenset[str]], None],
         *,
         resolve: Resolver = resolve_with_loop,
+        logger: logging.Logger = log,
     ) -> None:
         self.service = service
         self._interval_s = interval_s
         self._on_targets = on_targets
         self._resolve = resolve
+        self._log = logger
         self.targets: frozenset[str] = frozenset()
         self.resolutions = 0  # successful ones
 
@@ -75,7 +77,7 @@ class ServiceWatch:
                     raise OSError("no addresses")
             except (OSError, UnicodeError) as exc:  # socket.gaierror is an OSError
                 if not failing:  # once per outage
-                    log.warning(
+                    self._log.warning(
                         "cannot resolve extender service %s (%s); keeping the %d stream(s) I have, retrying every %gs",
                         self.service,
                         exc,
@@ -85,12 +87,12 @@ class ServiceWatch:
                     failing = True
             else:
                 if failing:
-                    log.info("extender service %s resolves again", self.service)
+                    self._log.info("extender service %s resolves again", self.service)
                     failing = False
                 self.resolutions += 1
                 change = diff_targets(self.targets, targets)
                 if change or self.resolutions == 1:
-                    log.info(
+                    self._log.info(
                         "extender service %s: %d replica(s)%s%s",
                         self.service,
                         len(targets),

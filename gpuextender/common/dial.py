@@ -15,7 +15,7 @@ from typing import Any
 
 import grpc
 
-from gpuextender.common.tls_files import CredentialFileError, read_flag_file
+from gpuextender.common.tls_files import CredentialFileError, check_ca, check_pair, check_readable, read_flag_file
 
 
 class DialError(Exception):
@@ -37,6 +37,34 @@ class DialSettings:
     @property
     def client_cert(self) -> bool:
         return self.tls_cert is not None
+
+
+def checked_dial_settings(
+    tls_ca: Path | None,
+    tls_cert: Path | None,
+    tls_key: Path | None,
+    tls_server_name: str | None,
+    token_file: Path | None,
+    flag_prefix: str = "--",
+) -> DialSettings:
+    """DialSettings from flags (`{flag_prefix}tls-ca` ...), their files checked now; DialError names
+    the flag that is wrong and why."""
+    ca, cert, key, name = (f"{flag_prefix}{flag}" for flag in ("tls-ca", "tls-cert", "tls-key", "tls-server-name"))
+    if (tls_cert is None) != (tls_key is None):
+        raise DialError(f"{cert} and {key} go together: pass both or neither")
+    if tls_ca is None and (tls_cert is not None or tls_server_name):
+        flag = f"{cert}/{key}" if tls_cert is not None else name
+        raise DialError(f"{flag} needs {ca} (the CA that signed the extender's certificate)")
+    try:
+        for flag, path in ((ca, tls_ca), (cert, tls_cert), (key, tls_key)):
+            check_readable(flag, path)
+        if tls_ca is not None:
+            check_ca(ca, tls_ca)
+        if tls_cert is not None and tls_key is not None:
+            check_pair(tls_cert, tls_key, (cert, key))
+    except CredentialFileError as exc:
+        raise DialError(str(exc)) from None
+    return DialSettings(tls_ca, tls_cert, tls_key, (tls_server_name or "").strip() or None, token_file)
 
 
 # A fresh channel must mean a fresh connection. In gRPC's process-wide subchannel pool a

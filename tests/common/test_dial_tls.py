@@ -15,10 +15,10 @@ import trustme
 
 from gpuextender.agent.export.metrics import AgentMetrics
 from gpuextender.agent.report.latest import LatestReport
-from gpuextender.agent.stream.dial import DialSettings
 from gpuextender.agent.stream.problem import describe_failure
 from gpuextender.agent.stream.streamer import ExtenderStream
 from gpuextender.common.backoff import Backoff
+from gpuextender.common.dial import DialSettings
 from gpuextender.common.serving_tls import ServingCertificate
 from gpuextender.common.tls_files import ServingTlsFiles
 from gpuextender.v1 import gpu_state_pb2 as pb

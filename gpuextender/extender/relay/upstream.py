@@ -1,0 +1,138 @@
+"""A relay's stream to one extender replica (RelayNodeReports): what the relay holds, then what
+changes, FLUSH_S of it per message; the replica's answers (what it refused, what its agents are
+to be told) back into the relay.
+
+Each replica gets every held node when its stream opens (forward_store.replica_opened), so a
+replica that restarted is whole again at once; one that is slow gets the newest report per
+node (HTTP/2 flow control holds the writes back while the changes gather in its Pending). A
+failed stream is retried with backoff, with fresh credentials (common/dial.py), as an agent's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Callable
+
+import grpc
+
+from gpuextender.common.backoff import Backoff
+from gpuextender.common.dial import DialError, DialSettings, call_metadata, open_channel
+from gpuextender.extender.ingest.report_checks import MAX_REPORT_BYTES
+from gpuextender.extender.relay.forward_store import ForwardStore
+from gpuextender.v1 import gpu_state_pb2 as pb
+
+log = logging.getLogger("gpu_extender.relay")
+
+# Changes wait at most this long to go out together (the ingest workers' frames wait as long).
+FLUSH_S = 0.05
+# A message to the extender: what its transport takes (grpc.max_receive_message_length).
+MAX_BATCH_BYTES = MAX_REPORT_BYTES
+# A replica that answers none of what was sent within this long is treated as gone.
+ACK_TIMEOUT_S = 30.0
+_REPEAT_WARNING_S = 60.0
+
+
+class Upstream:
+    """One replica's stream, retried until cancelled."""
+
+    def __init__(
+        self,
+        target: str,
+        store: ForwardStore,
+        dial: DialSettings,
+        on_ack: Callable[[str, pb.RelayAck | None], None],
+        backoff: Backoff | None = None,
+    ) -> None:
+        """`on_ack(target, ack)`: each RelayAck of the replica; None when its stream ended."""
+        self.target = target
+        self._store = store
+        self._dial = dial
+        self._on_ack = on_ack
+        self._backoff = backoff or Backoff(initial_s=0.5, max_s=10.0)
+        self.connected = False
+        self.batches_sent = 0
+        self.acks = 0
+
+    async def run(self) -> None:
+        failures, last_warning, last_problem = 0, 0.0, ""
+        while True:
+            acks_before = self.acks
+            try:
+                await self._attempt()
+                problem = "the extender closed the stream"
+            except DialError as exc:
+                problem = str(exc)
+            except grpc.aio.AioRpcError as exc:
+                problem = f"{exc.code().name}: {exc.details() or ''}"
+            except TimeoutError:
+                problem = f"no answer within {ACK_TIMEOUT_S:.0f}s"
+            except Exception as exc:  # never fatal: a write racing the call's end, an odd answer
+                problem = f"{type(exc).__name__}: {exc}"
+                log.debug("relay stream to %s failed", self.target, exc_info=True)
+            finally:
+                if self.connected:
+                    self.connected = False
+                    self._store.replica_closed(self.target)
+                    self._on_ack(self.target, None)
+            if self.acks > acks_before:
+                self._backoff.reset()
+                failures, last_problem = 0, ""
+            failures += 1
+            delay = self._backoff.next_delay()
+            now = time.monotonic()
+            if problem != last_problem or now - last_warning >= _REPEAT_WARNING_S:
+                log.warning(
+                    "relay stream to extender %s down (%s); attempt %d, retrying in %.1fs",
+                    self.target,
+                    problem,
+                    failures,
+                    delay,
+                )
+                last_warning, last_problem = now, problem
+            await asyncio.sleep(delay)
+
+    async def _attempt(self) -> None:
+        metadata = call_metadata(self._dial)
+        options = [("grpc.keepalive_time_ms", 20_000), ("grpc.keepalive_timeout_ms", 10_000)]
+        async with open_channel(self.target, self._dial, options) as channel:
+            call = channel.stream_stream(
+                "/gpuextender.v1.GpuStateService/RelayNodeReports",
+                request_serializer=None,  # RelayBatch bytes (forward_store.Pending.take)
+                response_deserializer=pb.RelayAck.FromString,
+            )(metadata=metadata or None, wait_for_ready=False)
+            pending = self._store.replica_opened(self.target)
+            self.connected = True
+            log.info("relay stream to extender %s open: %d node(s) to send", self.target, len(pending.reports))
+            reader = asyncio.ensure_future(self._read(call))
+            try:
+                while True:
+                    if not pending.ready.is_set():
+                        waiter = asyncio.ensure_future(pending.ready.wait())
+                        done, _ = await asyncio.wait({waiter, reader}, return_when=asyncio.FIRST_COMPLETED)
+                        if reader in done:
+                            waiter.cancel()
+                            reader.result()  # the call's error, or its end
+                            return
+                    await asyncio.sleep(FLUSH_S)  # let changes gather into one message
+                    for batch in pending.take(MAX_BATCH_BYTES):
+                        await call.write(batch)
+                        self.batches_sent += 1
+            finally:
+                reader.cancel()
+                with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
+                    await reader
+                call.cancel()
+
+    async def _read(self, call: grpc.aio.StreamStreamCall) -> None:
+        """The replica's answers until its stream ends; TimeoutError when it leaves what was sent
+        unanswered for ACK_TIMEOUT_S."""
+        while True:
+            async with asyncio.timeout(ACK_TIMEOUT_S if self.batches_sent > self.acks else None):
+                ack = await call.read()
+            if ack is grpc.aio.EOF:
+                return
+            self.acks += 1
+            self._on_ack(self.target, ack)

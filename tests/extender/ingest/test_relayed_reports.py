@@ -1,0 +1,179 @@
+"""RelayNodeReports (contract 0.7) over a real grpc.aio channel: each relayed report is taken as
+from its agent's own stream (the same checks, sequences, light heartbeats, store), answered per
+batch with what was refused and why; each agent stream is held to its rate; and where agents are
+authenticated, only the relays' service account may relay (TokenReview against an in-test API
+server)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+
+import grpc
+import pytest
+from prometheus_client import generate_latest
+
+from gpuextender.common.idle_rule import IdleRule
+from gpuextender.extender.ingest.limits import REPORT_BURST
+from gpuextender.extender.ingest.service import IngestService, add_to_server
+from gpuextender.extender.ingest.token_review import TokenReviewer
+from gpuextender.extender.ingest_process import RelayStore
+from gpuextender.extender.observe.ingest_metrics import IngestMetrics
+from gpuextender.extender.settings import ServiceAccountRef
+from gpuextender.v1 import gpu_state_pb2 as pb
+from tests.extender.builders import gpu, report
+from tests.extender.state.test_summary_refresh import heartbeat_of
+from tests.harness import metric, parse_metrics
+from tests.kube_apiserver import KubeApiServer
+
+RULE = IdleRule(30.0, 50.0, None)
+AGENTS, RELAYS = ServiceAccountRef("gpu-extender", "gpu-agent"), ServiceAccountRef("gpu-extender", "gpu-relay")
+METHOD = "/gpuextender.v1.GpuStateService/RelayNodeReports"
+
+
+def full(node: str, seq: int, util: int = 0) -> pb.NodeReport:
+    return report(node, [gpu(0, util, 10), gpu(1, 0, 10)], seq=seq, seconds=1000)
+
+
+def item(stream: int, r: pb.NodeReport | bytes | None) -> pb.RelayedReport:
+    if r is None:
+        return pb.RelayedReport(stream=stream, closed=True)
+    return pb.RelayedReport(stream=stream, report=r if isinstance(r, bytes) else r.SerializeToString())
+
+
+class Rig:
+    def __init__(self, service_kwargs: dict[str, object] | None = None) -> None:
+        self.store, self.metrics = RelayStore(RULE), IngestMetrics()
+        self.service = IngestService(
+            self.store, self.metrics, clock=lambda: 50.0, wall_clock=lambda: 1000.0, **(service_kwargs or {})
+        )
+        self.server = grpc.aio.server()
+        add_to_server(self.service, self.server)
+        self.port = self.server.add_insecure_port("127.0.0.1:0")
+
+    async def relay(self, *batches: Sequence[pb.RelayedReport], token: str | None = None) -> list[pb.RelayAck]:
+        metadata = (("authorization", f"Bearer {token}"),) if token else None
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{self.port}") as channel:
+            call = channel.stream_stream(
+                METHOD, request_serializer=pb.RelayBatch.SerializeToString, response_deserializer=pb.RelayAck.FromString
+            )(metadata=metadata)
+            acks = []
+            for batch in batches:
+                await call.write(pb.RelayBatch(reports=batch))
+                ack = await call.read()
+                if ack is grpc.aio.EOF:
+                    raise grpc.aio.AioRpcError(await call.code(), None, None, await call.details())
+                acks.append(ack)
+            await call.done_writing()
+            assert await call.read() is grpc.aio.EOF
+            return acks
+
+    def metric(self, name: str, **labels: str) -> float | None:
+        return metric(parse_metrics(generate_latest(self.metrics.registry).decode()), name, **labels)
+
+
+def run(test: Callable[[Rig], Awaitable[None]]) -> None:
+    async def scenario() -> None:
+        rig = Rig()  # its server on this loop
+        await rig.server.start()
+        try:
+            await test(rig)
+        finally:
+            await rig.server.stop(None)
+
+    asyncio.run(scenario())
+
+
+def test_each_relayed_report_is_taken_as_from_its_agents_own_stream() -> None:
+    first, now = full("n1", 1), full("n1", 2, util=3)
+
+    async def test(rig: Rig) -> None:
+        acks = await rig.relay(
+            [item(1, first), item(1, heartbeat_of(first, now, 2)), item(1, full("n1", 2)), item(1, b"\xff\xff")],
+            [item(2, full("n2", 5)), item(1, full("n1", 3))],
+        )
+        assert [a.accepted for a in acks] == [2, 2]
+        refused = acks[0].refused
+        assert [(r.stream, r.node_name, r.sequence) for r in refused] == [(1, "n1", 2), (1, "", 0)]
+        assert "sequence 2 does not increase" in refused[0].reason and refused[1].reason == "not a NodeReport"
+        # What the extender would tell an agent of its own: the relay tells its agents.
+        assert acks[0].agent_ack.light_heartbeats and acks[0].agent_ack.idle_max_utilization_percent == 30.0
+        assert rig.store.has_data("n1") and rig.store.has_data("n2")
+        assert rig.metric("gpu_extender_reports_total", result="accepted") == 4
+        assert rig.metric("gpu_extender_reports_rejected_total", reason="invalid") == 1
+        assert rig.metric("gpu_extender_connected_agents") == 0  # the relay's stream ended: its agents with it
+
+    run(test)
+
+
+def test_a_nodes_new_stream_replaces_its_old_one_and_a_closed_one_is_counted_out() -> None:
+    async def test(rig: Rig) -> None:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{rig.port}") as channel:
+            call = channel.stream_stream(
+                METHOD, request_serializer=pb.RelayBatch.SerializeToString, response_deserializer=pb.RelayAck.FromString
+            )()
+
+            async def send(*items: pb.RelayedReport) -> pb.RelayAck:
+                await call.write(pb.RelayBatch(reports=items))
+                return await call.read()  # type: ignore[no-any-return]
+
+            await send(item(1, full("n1", 9)), item(2, full("n2", 1)))
+            assert rig.metric("gpu_extender_connected_agents") == 2
+            # n1's agent reconnected at the relay: sequences start again on its new stream.
+            ack = await send(item(3, full("n1", 1)))
+            assert ack.accepted == 1 and rig.metric("gpu_extender_connected_agents") == 2
+            await send(item(1, None))  # the old stream's end: already replaced, nothing more
+            assert rig.metric("gpu_extender_connected_agents") == 2
+            await send(item(2, None), item(2, None))
+            assert rig.metric("gpu_extender_connected_agents") == 1
+            await call.done_writing()
+
+    run(test)
+
+
+def test_each_relayed_agent_stream_is_held_to_its_rate_exactly() -> None:
+    async def test(rig: Rig) -> None:
+        burst = [item(1, full("n1", seq)) for seq in range(1, REPORT_BURST + 1)]
+        (ack,) = await rig.relay([*burst, item(1, full("n1", REPORT_BURST + 1)), item(2, full("n2", 1))])
+        assert ack.accepted == REPORT_BURST + 1  # the burst, and another stream's report
+        assert [(r.stream, r.sequence) for r in ack.refused] == [(1, REPORT_BURST + 1)]
+        assert "over 10 reports a second for one agent stream" in ack.refused[0].reason
+        assert rig.metric("gpu_extender_reports_rejected_total", reason="paced") == 1
+
+    run(test)
+
+
+@pytest.mark.parametrize(
+    ("token", "relay_account", "code", "words"),
+    [
+        ("t-relay", None, grpc.StatusCode.PERMISSION_DENIED, "--relay-service-account"),
+        ("t-agent", RELAYS, grpc.StatusCode.PERMISSION_DENIED, "not to the relays' service account"),
+        (None, RELAYS, grpc.StatusCode.UNAUTHENTICATED, "no `authorization: Bearer <token>`"),
+        ("t-relay", RELAYS, None, ""),
+    ],
+)
+def test_where_agents_are_authenticated_only_the_relays_account_may_relay(
+    token: str | None, relay_account: ServiceAccountRef | None, code: grpc.StatusCode | None, words: str
+) -> None:
+    async def scenario() -> None:
+        async with KubeApiServer() as api:
+            api.add_token("t-agent", AGENTS.username, extra={"authentication.kubernetes.io/node-name": ["n1"]})
+            api.add_token("t-relay", RELAYS.username)  # a Deployment's pod: bound to no node of its own
+            reviewer = TokenReviewer(api.configuration(), AGENTS, "gpu-extender")
+            relays = reviewer.for_relays(relay_account) if relay_account is not None else None
+            rig = Rig({"authenticator": reviewer, "relay_authenticator": relays})
+            await rig.server.start()
+            try:
+                if code is None:
+                    (ack,) = await rig.relay([item(1, full("n1", 1)), item(2, full("n2", 1))], token=token)
+                    assert ack.accepted == 2  # a relay speaks for any node
+                else:
+                    with pytest.raises(grpc.aio.AioRpcError) as refused:
+                        await rig.relay([item(1, full("n1", 1))], token=token)
+                    assert refused.value.code() == code and words in (refused.value.details() or "")
+                    assert not rig.store.has_data("n1")
+            finally:
+                await rig.server.stop(None)
+                await reviewer.close()
+
+    asyncio.run(scenario())
