@@ -514,6 +514,7 @@ class IngestRow:
     client_us_per_report: float
     background_cores: float
     pids_changed: bool = False  # a process of the tree ended or started during the window
+    relay_us_per_report: float = 0.0  # "relayed": the relay's share of us_per_report (in worker_us too)
 
 
 @dataclass(slots=True)
@@ -591,17 +592,18 @@ class Meter:
     """Over one window: the load's counts, the server's CPU (main process and the rest of its
     tree), the load's CPU, and what other processes used."""
 
-    def __init__(self, load: LoadGroup, roots: list[int], main_pid: int | None) -> None:
-        self.load, self.roots, self.main_pid = load, roots, main_pid
+    def __init__(self, load: LoadGroup, roots: list[int], main_pid: int | None, relay_pids: Sequence[int] = ()) -> None:
+        self.load, self.roots, self.main_pid, self.relay_pids = load, roots, main_pid, relay_pids
 
     def _pids(self) -> set[int]:
         return {p for r in self.roots for p in tree_pids(r)}
 
-    def _ticks(self) -> tuple[int, int, int]:
+    def _ticks(self) -> tuple[int, int, int, int]:
         total = sum(tree_cpu_ticks(r) for r in self.roots)
         main = cpu_ticks(self.main_pid) if self.main_pid is not None else total
         client = sum(cpu_ticks(p) for p in self.load.pids)
-        return total, main, client
+        relay = sum(tree_cpu_ticks(r) for r in self.relay_pids)
+        return total, main, client, relay
 
     async def begin(self) -> None:
         self.s0 = await self.load.command(cmd="stats")
@@ -614,7 +616,7 @@ class Meter:
         s1 = await self.load.command(cmd="stats")
         k1 = self._ticks()
         wall = time.monotonic() - self.t0
-        total, main, client = ((b - a) / CLOCK_TICKS / wall for a, b in zip(self.k0, k1, strict=True))
+        total, main, client, relay = ((b - a) / CLOCK_TICKS / wall for a, b in zip(self.k0, k1, strict=True))
         accepted = s1["accepted"] - self.s0["accepted"]
         if s1["rejected"] > self.s0["rejected"]:
             raise BenchError(f"{s1['rejected'] - self.s0['rejected']} reports rejected")
@@ -627,6 +629,7 @@ class Meter:
             "main_cores": main,
             "worker_cores": max(0.0, total - main),
             "client_cores": client,
+            "relay_cores": relay,
             "bg_cores": self.bg.cores(),
             "pids_changed": self._pids() != self.pids0,
         }
@@ -690,7 +693,7 @@ async def ingest_row(
     assert load is not None
     nodes = load.nodes
     await asyncio.sleep(await set_load(load, mode, args))
-    meter = Meter(load, target.roots, target.main_pid)
+    meter = Meter(load, target.roots, target.main_pid, target.roots[1:] if target.kind == "relayed" else [])
     await meter.begin()
     await asyncio.sleep(args.window if mode != "idle" else max(2.0, args.window / 2))
     m = await meter.end()
@@ -721,10 +724,13 @@ async def ingest_row(
         client_us_per_report=_per(m["client_cores"], rate),
         background_cores=m["bg_cores"],
         pids_changed=m["pids_changed"],
+        relay_us_per_report=_per(m["relay_cores"], rate),
     )
+    relay = f", relay {row.relay_us_per_report:.1f}" if row.relay_us_per_report else ""
     print(
         f"  {nodes} {target.kind:<11} {mode:<5} r{round_no}: {rate:7.0f} reports/s, {100 * row.cores:5.1f} % of a "
-        f"core ({row.us_per_report:6.1f} us/report), load {100 * row.client_cores:5.1f} %, "
+        f"core ({row.us_per_report:6.1f} us/report{relay}), "
+        f"load {100 * row.client_cores:5.1f} %, "
         f"bg {row.background_cores:.2f}",
         file=sys.stderr,
         flush=True,
@@ -1057,6 +1063,13 @@ def summarize(size: SizeResult) -> dict[str, float]:
                 ratios = [step.us_per_report / f.us_per_report for step, f in pairs if f is not None]
                 if ratios:
                     s[f"{key}_floor_xopts_ratio"] = _median(ratios)
+        relayed = [by[("relayed", mode, n)] for n in rounds if ("relayed", mode, n) in by]
+        if relayed:  # the extender's share behind a relay, and the relay's
+            s[f"{mode}_relayed_us_per_report"] = _median([r.us_per_report for r in relayed])
+            s[f"{mode}_relayed_relay_us_per_report"] = _median([r.relay_us_per_report for r in relayed])
+            s[f"{mode}_relayed_extender_us_per_report"] = _median(
+                [r.us_per_report - r.relay_us_per_report for r in relayed]
+            )
         ext = [by[("extender", mode, n)] for n in rounds if ("extender", mode, n) in by]
         if not ext:
             continue
@@ -1252,6 +1265,19 @@ def format_report(r: FleetScaleResult) -> str:
                 f"({s['extender_bytes_per_node']:,.0f} B/node; {floors or 'no floor'}); linear at 20,000: "
                 f"{s['extender_rss_at_20000_mib']:.0f} MiB (goal <= {GOAL_RSS_MIB:g} at 20,000)"
             )
+        if "relayed_rss_open_mib" in s:
+            lines.append(
+                f"    behind a relay: the extender {s['relayed_rss_open_mib']:.0f} MiB with {size.nodes} agents "
+                f"({s['relayed_bytes_per_node']:,.0f} B/node; linear at 20,000: {s['relayed_rss_at_20000_mib']:.0f} "
+                f"MiB), the relay {s['relay_rss_open_mib']:.0f} MiB ({s['relay_bytes_per_node']:,.0f} B/node)"
+            )
+            for mode in MODES:
+                if f"{mode}_relayed_us_per_report" in s:
+                    lines.append(
+                        f"    behind a relay, {mode:<5}: {s[f'{mode}_relayed_us_per_report']:.1f} us/report, of which "
+                        f"the extender {s[f'{mode}_relayed_extender_us_per_report']:.1f} and the relay "
+                        f"{s[f'{mode}_relayed_relay_us_per_report']:.1f}"
+                    )
         for tag, names in (("all", size.nodes), ("candidates", size.candidates)):
             if (tag == "candidates" and names == size.nodes) or math.isnan(s[f"{tag}_quiet_filter_p99_ms"]):
                 continue

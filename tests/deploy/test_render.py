@@ -204,6 +204,7 @@ def test_components_are_kustomize_components() -> None:
         "kubelet-allocation",
         "monitoring",
         "node-taints",
+        "relay",
     }
     for component in COMPONENTS:
         doc = m.load_yaml_docs(component / "kustomization.yaml")[0]

@@ -8,6 +8,14 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import grpc
+import pytest
+
+from gpuextender.extender.ingest.report_checks import MAX_REPORT_BYTES
+from gpuextender.extender.relay.forward_store import WRAP_BYTES
+from gpuextender.extender.relay.relay_main import MAX_AGENT_REPORT_BYTES
+from gpuextender.v1 import gpu_state_pb2 as pb
+from tests.e2e.test_ingest_bounds import now_report, send, sized
 from tests.harness import ROOT, Cluster, Proc, cluster, free_port, http, metric, scrape, url, wait_until
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
@@ -82,3 +90,18 @@ def test_agents_reach_every_replica_through_a_relay_and_a_restarted_replica_is_w
         for ext in (again, other):
             wait_until("the agent counted out", lambda ext=ext: at(ext, "gpu_extender_connected_agents") == AGENTS - 1)
         assert "agent for node node-0 disconnected (through relay" in other.log()
+
+
+def test_the_relay_takes_reports_it_can_forward_whole_and_not_one_byte_more(tmp_path: Path) -> None:
+    """Its transport bound is the extender's less what wraps a report in a RelayBatch: a report at
+    the bound passes it (and is checked: this one's node_error is too long), one byte more ends
+    the stream, and the relay goes on serving."""
+    with cluster(tmp_path) as c:
+        r = relay(c, c.extender("--readiness-grace", "0"))
+        at_bound = send(r, sized(MAX_AGENT_REPORT_BYTES))
+        assert at_bound[0].status == pb.ReportAck.REJECTED and "node_error is" in at_bound[0].reason
+        with pytest.raises(grpc.RpcError) as over:
+            send(r, sized(MAX_AGENT_REPORT_BYTES + 1))
+        assert over.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED  # type: ignore[attr-defined]
+        assert [a.status for a in send(r, now_report("gpu-node-1"))] == [pb.ReportAck.ACCEPTED]
+        assert MAX_AGENT_REPORT_BYTES + WRAP_BYTES == MAX_REPORT_BYTES  # the extender's own bound
