@@ -534,6 +534,7 @@ class LatencyRow:
     extender_cores: float
     client_cores: float
     background_cores: float
+    server: str = "extender"  # or "relayed": the extender behind a relay (its ingest on the relay's CPUs)
 
 
 @dataclass(slots=True)
@@ -774,10 +775,11 @@ async def latency_row(
         extender_cores=m["cores"],
         client_cores=m["client_cores"],
         background_cores=m["bg_cores"],
+        server=target.kind,
     )
     print(
-        f"  {scenario.name:<11} {phase:<6} round {round_no}: filter p99 {f.p99_ms:6.2f} ms, prioritize p99 "
-        f"{p.p99_ms:6.2f} ms, ingest {m['rate']:5.0f}/s, bg {m['bg_cores']:.2f}",
+        f"  {target.kind:<8} {scenario.name:<11} {phase:<6} round {round_no}: filter p99 {f.p99_ms:6.2f} ms, "
+        f"prioritize p99 {p.p99_ms:6.2f} ms, ingest {m['rate']:5.0f}/s, bg {m['bg_cores']:.2f}",
         file=sys.stderr,
         flush=True,
     )
@@ -889,7 +891,9 @@ async def start_target(
         port = free_port()
         relay_argv = [sys.executable, "-m", "gpuextender.extender", "relay", "--extender", addrs.grpc_target]
         relay_argv += ["--grpc-addr", f"127.0.0.1:{port}", "--metrics-addr", ""]
-        relay = stack.enter_context(PinnedProcess("fleet_scale-relay", relay_argv, ext_cpus))
+        # A relay runs elsewhere than the extender (other nodes): on --relay-cpus, the load's by default.
+        relay_cpus = parse_cpus(args.relay_cpus or args.load_cpus)
+        relay = stack.enter_context(PinnedProcess("fleet_scale-relay", relay_argv, relay_cpus))
         deadline = time.monotonic() + 30
         while "relay stream to extender" not in relay.log_path.read_text(errors="replace"):
             relay.check_alive()
@@ -1009,8 +1013,9 @@ async def measure_size(nodes: int, args: argparse.Namespace, ext_cpus: set[int] 
             for mode in args.modes:
                 for t in order:
                     size.ingest.append(await ingest_row(t, mode, round_no, idle[t.kind], args))
-        ext = next((t for t in targets if t.kind == "extender"), None)
-        if ext is not None and args.rounds > 0:
+        for ext in (t for t in targets if t.kind in ("extender", "relayed")):
+            if args.rounds <= 0:
+                break
             fleet = bx.make_fleet(nodes)
             pod = bx.load_pod()
             scenarios = [bx.Scenario(f"names-{nodes}", "names", nodes, args.iterations, args.warmup)]
@@ -1097,14 +1102,16 @@ def summarize(size: SizeResult) -> dict[str, float]:
         s[f"{key}_bytes_per_node"] = mem.per_node_bytes(size.nodes)
         s[f"{key}_main_bytes_per_node"] = mem.main_per_node_bytes(size.nodes)
         s[f"{key}_rss_at_20000_mib"] = (mem.rss_idle_kib * 1024 + mem.per_node_bytes(size.nodes) * GOAL_SIZE) / 1024**2
-    for names, tag in ((size.nodes, "all"), (size.candidates, "candidates")):
-        for phase in ("quiet", "loaded"):
-            runs = [x for x in size.latency if x.names == names and x.phase == phase]
-            for attr in ("filter_p50_ms", "filter_p99_ms", "prioritize_p50_ms", "prioritize_p99_ms"):
-                s[f"{tag}_{phase}_{attr}"] = _median([getattr(x, attr) for x in runs])
-        for verb in ("filter", "prioritize"):
-            quiet, loaded = s[f"{tag}_quiet_{verb}_p99_ms"], s[f"{tag}_loaded_{verb}_p99_ms"]
-            s[f"{tag}_{verb}_p99_ratio"] = loaded / quiet if quiet > 0 else float("nan")
+    for server, prefix in (("extender", ""), ("relayed", "relayed_")):
+        for names, tag in ((size.nodes, "all"), (size.candidates, "candidates")):
+            tag = prefix + tag
+            for phase in ("quiet", "loaded"):
+                runs = [x for x in size.latency if x.server == server and x.names == names and x.phase == phase]
+                for attr in ("filter_p50_ms", "filter_p99_ms", "prioritize_p50_ms", "prioritize_p99_ms"):
+                    s[f"{tag}_{phase}_{attr}"] = _median([getattr(x, attr) for x in runs])
+            for verb in ("filter", "prioritize"):
+                quiet, loaded = s[f"{tag}_quiet_{verb}_p99_ms"], s[f"{tag}_loaded_{verb}_p99_ms"]
+                s[f"{tag}_{verb}_p99_ratio"] = loaded / quiet if quiet > 0 else float("nan")
     return s
 
 
@@ -1223,7 +1230,8 @@ def format_report(r: FleetScaleResult) -> str:
     for size in r.sizes:
         for x in size.latency:
             lines.append(
-                f"{size.nodes:>6} {x.scenario:<11} {x.phase:<6} {x.round:>3} {x.filter_p50_ms:>8.2f} "
+                f"{size.nodes:>6} {x.scenario + (' (relayed)' if x.server == 'relayed' else ''):<11} {x.phase:<6} "
+                f"{x.round:>3} {x.filter_p50_ms:>8.2f} "
                 f"{x.filter_p99_ms:>8.2f} {x.prioritize_p50_ms:>8.2f} {x.prioritize_p99_ms:>8.2f} "
                 f"{x.prioritize_sent:>6} {x.filter_server_ms:>6.2f} {x.prioritize_server_ms:>6.2f} "
                 f"{x.reports_per_s:>8.0f} {100 * x.extender_cores:>6.1f} {x.background_cores:>5.2f}"
@@ -1278,11 +1286,15 @@ def format_report(r: FleetScaleResult) -> str:
                         f"the extender {s[f'{mode}_relayed_extender_us_per_report']:.1f} and the relay "
                         f"{s[f'{mode}_relayed_relay_us_per_report']:.1f}"
                     )
-        for tag, names in (("all", size.nodes), ("candidates", size.candidates)):
-            if (tag == "candidates" and names == size.nodes) or math.isnan(s[f"{tag}_quiet_filter_p99_ms"]):
+        for tag, names in (
+            *(("all", size.nodes), ("candidates", size.candidates)),
+            *(("relayed_all", size.nodes), ("relayed_candidates", size.candidates)),
+        ):
+            if (tag.endswith("candidates") and names == size.nodes) or math.isnan(s[f"{tag}_quiet_filter_p99_ms"]):
                 continue
             lines.append(
-                f"    filter {names:>5} names p99 quiet {s[f'{tag}_quiet_filter_p99_ms']:.2f} ms, loaded "
+                f"    {'behind a relay, ' if tag.startswith('relayed') else ''}filter {names:>5} names p99 quiet "
+                f"{s[f'{tag}_quiet_filter_p99_ms']:.2f} ms, loaded "
                 f"{s[f'{tag}_loaded_filter_p99_ms']:.2f} ms = x{s[f'{tag}_filter_p99_ratio']:.2f}; prioritize p99 "
                 f"{s[f'{tag}_quiet_prioritize_p99_ms']:.2f} / {s[f'{tag}_loaded_prioritize_p99_ms']:.2f} ms = "
                 f"x{s[f'{tag}_prioritize_p99_ratio']:.2f} (goals: filter p99 <= {GOAL_FILTER_P99_MS:g} ms at 20,000 "
@@ -1307,6 +1319,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--load-cpus", default=load_default, help=f"the load's and latency client's CPUs (default {load_default})"
+    )
+    parser.add_argument(
+        "--relay-cpus",
+        help="the relay's CPUs for --servers relayed (default: --load-cpus: a relay runs on other nodes)",
     )
     parser.add_argument("--ingest-workers", type=int, default=1, help="gpu-extender --ingest-workers (default 1)")
     parser.add_argument("--floor-processes", type=int, help="floor server processes (default: --ingest-workers)")

@@ -17,6 +17,7 @@ import itertools
 from collections.abc import Iterator
 
 from gpuextender.common.idle_rule import IdleRule
+from gpuextender.extender.state.summary_refresh import shape_key
 from gpuextender.v1 import gpu_state_pb2 as pb
 
 # RelayedReport's and RelayBatch's own bytes around a report: field tags, the stream number, the
@@ -25,7 +26,7 @@ WRAP_BYTES = 64
 
 
 class _Node:
-    __slots__ = ("full", "heartbeat", "open", "sequence", "stream")
+    __slots__ = ("full", "heartbeat", "key", "open", "sequence", "stream")
 
     def __init__(self, stream: int) -> None:
         self.stream = stream  # its newest agent stream's number here (RelayedReport.stream)
@@ -33,6 +34,7 @@ class _Node:
         self.full = b""  # its last full report (b"": none yet on this stream)
         self.sequence = 0  # that report's sequence: what a heartbeat must repeat
         self.heartbeat = b""  # the newest light heartbeat after it (b"": none)
+        self.key: int | None = None  # its summary_refresh.shape_key (None: none yet on this stream)
 
 
 class Pending:
@@ -94,6 +96,7 @@ class ForwardStore:
         self._streams = itertools.count(1)
         self._replicas: dict[str, Pending] = {}
         self._refused: dict[str, str] = {}  # node -> why a replica refused what it was sent
+        self._keyed: tuple[pb.NodeReport, int] | None = None  # the report known_shape keyed last
 
     def __len__(self) -> int:
         return len(self._nodes)
@@ -102,7 +105,12 @@ class ForwardStore:
         return node in self._nodes
 
     def known_shape(self, report: pb.NodeReport) -> bool:
-        return False  # every full report is checked whole here; the extender takes its readings
+        """Only readings changed since the node's last full report on this stream (an agent before
+        0.6 at its heartbeat): IngestService then checks only what readings can break, as an
+        ingest worker does; the report is forwarded whole all the same."""
+        keyed = self._keyed = (report, shape_key(report))  # kept for its `ingest`, next
+        held = self._nodes.get(report.node_name)
+        return held is not None and held.key == keyed[1]
 
     def stream_opened(self, node: str) -> None:
         held = self._nodes.get(node)
@@ -110,7 +118,7 @@ class ForwardStore:
             held = self._nodes[node] = _Node(0)
         held.stream = next(self._streams)
         held.open += 1
-        held.full, held.sequence, held.heartbeat = b"", 0, b""
+        held.full, held.sequence, held.heartbeat, held.key = b"", 0, b"", None
         self._refused.pop(node, None)
 
     def stream_closed(self, node: str) -> None:
@@ -127,6 +135,8 @@ class ForwardStore:
 
     def ingest(self, report: pb.NodeReport, received_at: float) -> bool:
         held = self._nodes[report.node_name]  # stream_opened came first (IngestService)
+        keyed, self._keyed = self._keyed, None
+        held.key = keyed[1] if keyed is not None and keyed[0] is report else shape_key(report)
         held.full, held.sequence, held.heartbeat = report.SerializeToString(), report.sequence, b""
         self._refused.pop(report.node_name, None)
         for pending in self._replicas.values():
@@ -140,7 +150,7 @@ class ForwardStore:
             return f"report {heartbeat.heartbeat_of} of node {node} is not held here: send a full report"
         refused = self._refused.pop(node, None)
         if refused is not None:
-            held.full, held.sequence, held.heartbeat = b"", 0, b""
+            held.full, held.sequence, held.heartbeat, held.key = b"", 0, b"", None
             return f"an extender refused what this relay sent of node {node} ({refused}): send a full report"
         held.heartbeat = heartbeat.SerializeToString()
         for pending in self._replicas.values():

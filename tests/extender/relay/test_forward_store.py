@@ -114,3 +114,19 @@ def test_a_refusal_upstream_makes_the_agents_next_heartbeat_refused_with_its_rea
     assert store.refresh(heartbeat("n1", 3, 1), 0.0) is not None  # the full report is needed again
     opened(store, full("n1", 4), heartbeat("n1", 5, 4))  # which is then taken, and its heartbeats
     assert not store.has_data("gone")
+
+
+def test_a_full_report_of_the_shape_before_on_its_stream_is_known_and_checked_for_its_readings() -> None:
+    """An agent before 0.6 sends each heartbeat as a full report: IngestService checks only its
+    readings when the store knows its shape (as an ingest worker does); a new stream starts over."""
+    store = ForwardStore(RULE)
+    first = full("n1", 1)
+    assert not store.known_shape(first)  # nothing held
+    opened(store, first)
+    readings_only = report("n1", [gpu(0, 9, 30)], seq=2, seconds=1001)
+    assert store.known_shape(readings_only)
+    opened(store, readings_only)
+    assert not store.known_shape(report("n1", [gpu(0, 9, 30)], seq=3, node_error="driver gone"))
+    assert not store.known_shape(report("n1", [gpu(0, 9, 30), gpu(1, 0, 0)], seq=3))
+    store.stream_opened("n1")
+    assert not store.known_shape(report("n1", [gpu(0, 9, 30)], seq=1))
