@@ -24,8 +24,9 @@ How, per size N (--sizes, default 1,000, 5,000 and 10,000), every server up at o
      grpc_options: HTTP/2 BDP probing off, ...), to tell the options' share from the code's;
    - "floor-pb", "floor-loop", "floor-unchecked" and "floor-service": the steps between
      floor-xopts and an ingest worker (STEPS), to tell where the extender's share goes;
-   - "relayed": the real gpu-extender with `gpu-extender relay` in front (docs/relay.md), the
-     agents on the relay: the extender's memory is counted apart from the relay's ("relay");
+   - "relayed": the real gpu-extender with --relays `gpu-extender relay` processes in front
+     (docs/relay.md, on --relay-cpus), the agents on the relays: the extender's memory is counted
+     apart from the relays' ("relay"), their CPU too;
    Each tree's VmRSS and PSS with no agent connected;
 2. the load, per server: --load-processes processes of this script (`--worker`, niced 10,
    affinity --load-cpus), each a bench_ingest.LoadWorker over its share of the N nodes
@@ -437,7 +438,11 @@ class LoadGroup:
         self.nodes = nodes
         self.workers: list[bi.WorkerProcess] = []
         processes = max(1, min(processes, nodes))
+        targets = target.split(",")  # several relays: process k streams to relay k % their number
+        if len(targets) > processes:
+            raise BenchError(f"{len(targets)} relays need as many load processes (--load-processes), not {processes}")
         for k in range(processes):
+            target = targets[k % len(targets)]
             first, end = nodes * k // processes, nodes * (k + 1) // processes
             conns = max(1, connections // processes) if connections else 0
             w = bi.WorkerProcess(target, end - first, conns, variants)
@@ -888,19 +893,24 @@ async def start_target(
         await wait_http_ok(session, f"{addrs.base_url}/readyz", extender, timeout_s=60)
         if kind == "extender":
             return Target(kind, [extender], extender.pid, addrs.grpc_target, addrs)
-        port = free_port()
-        relay_argv = [sys.executable, "-m", "gpuextender.extender", "relay", "--extender", addrs.grpc_target]
-        relay_argv += ["--grpc-addr", f"127.0.0.1:{port}", "--metrics-addr", ""]
-        # A relay runs elsewhere than the extender (other nodes): on --relay-cpus, the load's by default.
+        # Relays run elsewhere than the extender (other nodes): on --relay-cpus, the load's by default.
         relay_cpus = parse_cpus(args.relay_cpus or args.load_cpus)
-        relay = stack.enter_context(PinnedProcess("fleet_scale-relay", relay_argv, relay_cpus))
-        deadline = time.monotonic() + 30
-        while "relay stream to extender" not in relay.log_path.read_text(errors="replace"):
-            relay.check_alive()
-            if time.monotonic() > deadline:
-                raise BenchError(f"the relay did not reach the extender; log:\n{relay.log_tail()}")
-            await asyncio.sleep(0.05)
-        return Target(kind, [extender, relay], extender.pid, f"127.0.0.1:{port}", addrs)
+        relays, targets = [], []
+        for k in range(args.relays):
+            port = free_port()
+            relay_argv = [sys.executable, "-m", "gpuextender.extender", "relay", "--extender", addrs.grpc_target]
+            relay_argv += ["--grpc-addr", f"127.0.0.1:{port}", "--metrics-addr", ""]
+            relay = stack.enter_context(PinnedProcess(f"fleet_scale-relay-{k}", relay_argv, relay_cpus))
+            deadline = time.monotonic() + 30
+            while "relay stream to extender" not in relay.log_path.read_text(errors="replace"):
+                relay.check_alive()
+                if time.monotonic() > deadline:
+                    raise BenchError(f"the relay did not reach the extender; log:\n{relay.log_tail()}")
+                await asyncio.sleep(0.05)
+            relays.append(relay)
+            targets.append(f"127.0.0.1:{port}")
+        # The load processes take the relays in turn (LoadGroup): each agent on one relay.
+        return Target(kind, [extender, *relays], extender.pid, ",".join(targets), addrs)
     port = free_port()
     if kind == "floor":
         argv = [
@@ -1320,6 +1330,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--load-cpus", default=load_default, help=f"the load's and latency client's CPUs (default {load_default})"
     )
+    parser.add_argument("--relays", type=int, default=1, help="relays in front of the extender for --servers relayed")
     parser.add_argument(
         "--relay-cpus",
         help="the relay's CPUs for --servers relayed (default: --load-cpus: a relay runs on other nodes)",

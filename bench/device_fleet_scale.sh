@@ -32,6 +32,9 @@
 # and every-second ones after the 20,000): FLEET_TIMEOUT=330 bash bench/device_fleet_scale.sh; \
 #   FLEET_SIZES=5000 FLEET_MODES=gated,paced FLEET_SERVERS=floor,extender FLEET_TIMEOUT=200 \
 #   bash bench/device_fleet_scale.sh
+# Relays in front (docs/relay.md; FLEET_RELAYS relays, 4 by default, on FLEET_RELAY_CPUS, the load's
+# by default): FLEET_SERVERS=extender,relayed FLEET_MODES=light,gated FLEET_WORKERS=2 \
+#   FLEET_EXTENDER_CPUS=0-2 FLEET_RELAY_CPUS=3-8 bash bench/device_fleet_scale.sh
 # A rehearsal on 2 cores is
 #   FLEET_SIZES=300 FLEET_WORKERS=1 FLEET_EXTENDER_CPUS=0 FLEET_LOAD_CPUS=1 FLEET_PYTHON=.venv/bin/python \
 #     OUT=/tmp/fleet bash bench/device_fleet_scale.sh
@@ -42,7 +45,8 @@ python=${FLEET_PYTHON:-python3}
 out=${OUT:-bench/out}
 set -- "${1:-}" bench/bench_fleet_scale.py --sizes "$sizes" --servers "${FLEET_SERVERS:-floor,floor-xopts,extender}" \
     --modes "${FLEET_MODES:-light,gated}" --ingest-rounds 1 --rounds 1 --window 8 --ingest-workers "${FLEET_WORKERS:-8}" \
-    --extender-cpus "${FLEET_EXTENDER_CPUS:-0-8}" --load-cpus "${FLEET_LOAD_CPUS:-9-15}" --json "$out/fleet_scale-$sizes.json"
+    --extender-cpus "${FLEET_EXTENDER_CPUS:-0-8}" --load-cpus "${FLEET_LOAD_CPUS:-9-15}" --json "$out/fleet_scale-$sizes.json" \
+    --relays "${FLEET_RELAYS:-4}" --relay-cpus="${FLEET_RELAY_CPUS:-}"
 if [ "$1" = --print ]; then
     shift
     echo "$python $*"

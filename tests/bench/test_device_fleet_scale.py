@@ -70,3 +70,21 @@ def test_the_second_runs_overrides_reach_the_command() -> None:
     args = fs.parse_args(argv)
     assert args.sizes == [5_000] and args.modes == ("gated", "paced") and args.servers == ["floor", "extender"]
     assert str(args.json) == "/out/fleet_scale-5000.json"
+
+
+def test_the_relayed_runs_overrides_reach_the_command() -> None:
+    """The header's relayed run: the extender on 0-2 with 2 workers, 4 relays on 3-8, the load on
+    9-15 with a load process per relay at least."""
+    _, _, *argv = printed(
+        OUT="/out",
+        FLEET_SERVERS="extender,relayed",
+        FLEET_WORKERS="2",
+        FLEET_EXTENDER_CPUS="0-2",
+        FLEET_RELAY_CPUS="3-8",
+    )
+    args = fs.parse_args(argv)
+    assert args.servers == ["extender", "relayed"] and args.relays == 4 and args.ingest_workers == 2
+    extender, relays, load = (fs.parse_cpus(c) for c in (args.extender_cpus, args.relay_cpus, args.load_cpus))
+    assert extender == {0, 1, 2} and relays == set(range(3, 9)) and load == set(range(9, 16))
+    assert args.load_processes >= args.relays
+    assert fs.parse_args(printed(OUT="/out")[2:]).relay_cpus == ""  # unset: the load's CPUs
