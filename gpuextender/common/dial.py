@@ -29,6 +29,7 @@ class DialSettings:
     tls_key: Path | None = None
     tls_server_name: str | None = None
     token_file: Path | None = None
+    flag_prefix: str = "--"  # how the flags are named in messages: `--tls-ca`, a relay's `--extender-tls-ca`
 
     @property
     def tls(self) -> bool:
@@ -64,7 +65,7 @@ def checked_dial_settings(
             check_pair(tls_cert, tls_key, (cert, key))
     except CredentialFileError as exc:
         raise DialError(str(exc)) from None
-    return DialSettings(tls_ca, tls_cert, tls_key, (tls_server_name or "").strip() or None, token_file)
+    return DialSettings(tls_ca, tls_cert, tls_key, (tls_server_name or "").strip() or None, token_file, flag_prefix)
 
 
 # A fresh channel must mean a fresh connection. In gRPC's process-wide subchannel pool a
@@ -81,9 +82,10 @@ def open_channel(target: str, settings: DialSettings, options: Sequence[tuple[st
         return grpc.aio.insecure_channel(target, options=channel_options)
     assert settings.tls_ca is not None
     try:
-        ca = read_flag_file("--tls-ca", settings.tls_ca)
-        cert = read_flag_file("--tls-cert", settings.tls_cert) if settings.tls_cert else None
-        key = read_flag_file("--tls-key", settings.tls_key) if settings.tls_key else None
+        prefix = settings.flag_prefix
+        ca = read_flag_file(f"{prefix}tls-ca", settings.tls_ca)
+        cert = read_flag_file(f"{prefix}tls-cert", settings.tls_cert) if settings.tls_cert else None
+        key = read_flag_file(f"{prefix}tls-key", settings.tls_key) if settings.tls_key else None
     except CredentialFileError as exc:
         raise DialError(str(exc)) from None
     credentials = grpc.ssl_channel_credentials(root_certificates=ca, private_key=key, certificate_chain=cert)
@@ -98,7 +100,8 @@ def call_metadata(settings: DialSettings) -> tuple[tuple[str, str], ...]:
     if settings.token_file is None:
         return ()
     try:
-        token = read_flag_file("--token-file", settings.token_file).decode("utf-8", "replace").strip()
+        raw = read_flag_file(f"{settings.flag_prefix}token-file", settings.token_file)
     except CredentialFileError as exc:
         raise DialError(str(exc)) from None
+    token = raw.decode("utf-8", "replace").strip()
     return (("authorization", f"Bearer {token}"),)

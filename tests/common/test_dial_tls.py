@@ -18,7 +18,7 @@ from gpuextender.agent.report.latest import LatestReport
 from gpuextender.agent.stream.problem import describe_failure
 from gpuextender.agent.stream.streamer import ExtenderStream
 from gpuextender.common.backoff import Backoff
-from gpuextender.common.dial import DialSettings
+from gpuextender.common.dial import DialError, DialSettings, call_metadata, checked_dial_settings, open_channel
 from gpuextender.common.serving_tls import ServingCertificate
 from gpuextender.common.tls_files import ServingTlsFiles
 from gpuextender.v1 import gpu_state_pb2 as pb
@@ -261,3 +261,22 @@ def test_describe_failure_leaves_other_errors_as_they_are() -> None:
     other = describe_failure("UNAVAILABLE", alert, "h:1", DialSettings(tls_ca=Path("ca.pem")))
     assert other.message.startswith("TLS handshake with h:1 failed: SSL_ERROR_SSL: ")
     assert other.message.endswith("check --tls-ca / --tls-server-name")
+
+
+def test_a_relays_files_are_named_by_its_own_flags(tmp_path: Path) -> None:
+    """The same dialling for a relay (`--extender-` flags): a file that goes away between
+    reconnects is named by the flag the relay was given."""
+
+    token = tmp_path / "token"
+    token.write_text("t\n")
+    settings = checked_dial_settings(None, None, None, None, token, flag_prefix="--extender-")
+    assert call_metadata(settings) == (("authorization", "Bearer t"),)
+    token.unlink()
+    with pytest.raises(DialError, match=r"^--extender-token-file "):
+        call_metadata(settings)
+    ca = tmp_path / "ca.crt"
+    trustme.CA().cert_pem.write_to_path(str(ca))
+    tls = checked_dial_settings(ca, None, None, "x.svc", None, flag_prefix="--extender-")
+    ca.unlink()
+    with pytest.raises(DialError, match=r"^--extender-tls-ca "):
+        open_channel("127.0.0.1:1", tls, [])

@@ -15,7 +15,13 @@ from prometheus_client import generate_latest
 
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.ingest.limits import REPORT_BURST
-from gpuextender.extender.ingest.service import IngestService, add_to_server
+from gpuextender.extender.ingest.service import (
+    MAX_PACED_UNSTORED,
+    IngestService,
+    _RelayedStreams,
+    _Stream,
+    add_to_server,
+)
 from gpuextender.extender.ingest.token_review import TokenReviewer
 from gpuextender.extender.ingest_process import RelayStore
 from gpuextender.extender.observe.ingest_metrics import IngestMetrics
@@ -177,3 +183,18 @@ def test_where_agents_are_authenticated_only_the_relays_account_may_relay(
                 await reviewer.close()
 
     asyncio.run(scenario())
+
+
+def test_pacers_of_streams_that_stored_nothing_are_bounded_exactly() -> None:
+    """A relay that names ever new agent streams whose reports are refused cannot grow the pacers
+    kept: past MAX_PACED_UNSTORED beyond the stored streams, the unstored ones' are dropped."""
+    relayed = _RelayedStreams("ipv4:10.0.0.9:1", lambda: 0.0)
+    relayed.streams[-1] = _Stream("p", None)  # one stored stream: its pacer is kept through the pruning
+    kept = relayed.pacer(-1)
+    for key in range(MAX_PACED_UNSTORED):
+        relayed.pacer(key)
+    assert len(relayed.pacers) == MAX_PACED_UNSTORED + 1  # at the bound: all kept
+    relayed.pacer(MAX_PACED_UNSTORED)
+    assert len(relayed.pacers) == MAX_PACED_UNSTORED + 2  # one over it: still added ...
+    relayed.pacer(MAX_PACED_UNSTORED + 1)  # ... and the next finds it over: the unstored are dropped
+    assert set(relayed.pacers) == {-1, MAX_PACED_UNSTORED + 1} and relayed.pacers[-1] is kept
