@@ -65,7 +65,7 @@ _REPEAT_REFUSAL_S = 60.0
 REAUTH_GRACE_S = 30
 
 
-class _OncePer:
+class OncePer:
     """True for a key at most once per `period_s` (bounded: forgets everything when full)."""
 
     def __init__(self, period_s: float, clock: Callable[[], float], max_keys: int = 10_000) -> None:
@@ -197,7 +197,7 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
         if known_node is not None:
             self._unknown = UnknownNodes(known_node, state.has_data, max_unknown_nodes)
             metrics.unknown_nodes.set_function(self._unknown.count)
-        self._should_log = _OncePer(_REPEAT_REFUSAL_S, clock)
+        self._should_log = OncePer(_REPEAT_REFUSAL_S, clock)
         self._accepted = metrics.reports.labels(result="accepted")  # once: labels() is a lookup per call
         # Light heartbeats are offered, and full reports of a known shape taken as readings, where
         # the store can (the workers' relay; the extender's own GpuState with --ingest-in-process
@@ -538,6 +538,7 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
 
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["GpuStateService"].full_name
+RELAY_METHOD = f"/{SERVICE_NAME}/RelayNodeReports"  # what a relay calls (relay/upstream.py)
 _SEQUENCE_TAG = b"\x08"  # ReportAck.sequence: field 1, varint
 
 

@@ -20,7 +20,8 @@ import contextlib
 import logging
 import signal
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from prometheus_client import Counter, Gauge, disable_created_metrics, start_http_server
@@ -34,7 +35,7 @@ from gpuextender.common.serving_tls import ServingCertificate, TlsLoadError
 from gpuextender.extender.flags import ConfigError, build_config
 from gpuextender.extender.ingest.report_checks import MAX_REPORT_BYTES
 from gpuextender.extender.ingest.server import ingest_service, serve_ingest
-from gpuextender.extender.ingest.service import IngestService
+from gpuextender.extender.ingest.service import IngestService, OncePer
 from gpuextender.extender.ingest_process import agent_authenticator
 from gpuextender.extender.observe.ingest_metrics import IngestMetrics
 from gpuextender.extender.relay.forward_store import WRAP_BYTES, ForwardStore
@@ -114,12 +115,19 @@ def build_parser() -> argparse.ArgumentParser:
 class Relay:
     """The agents' side (an IngestService over a ForwardStore) and one Upstream per replica."""
 
-    def __init__(self, store: ForwardStore, service: IngestService, dial: DialSettings, metrics: IngestMetrics) -> None:
+    def __init__(
+        self,
+        store: ForwardStore,
+        service: IngestService,
+        dial: DialSettings,
+        metrics: IngestMetrics,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.store, self.service, self._dial = store, service, dial
         self.upstreams: dict[str, tuple[Upstream, asyncio.Task[None]]] = {}
         self._agent_acks: dict[str, pb.ReportAck] = {}
         self._followed = b""
-        self._refusal_logged: dict[str, float] = {}
+        self._should_log = OncePer(_REPEAT_REFUSAL_S, clock)  # a line a minute per node
         registry = metrics.registry
         self.connected = Gauge(
             "gpu_relay_extenders_connected", "Extender replicas with a relay stream open.", registry=registry
@@ -171,12 +179,8 @@ class Relay:
             )
 
     def _log_refusal(self, target: str, refusal: pb.RelayRefusal) -> None:
-        now = asyncio.get_running_loop().time()
-        if now - self._refusal_logged.get(refusal.node_name, -_REPEAT_REFUSAL_S) < _REPEAT_REFUSAL_S:
+        if not self._should_log(refusal.node_name):
             return
-        if len(self._refusal_logged) >= 10_000:
-            self._refusal_logged.clear()
-        self._refusal_logged[refusal.node_name] = now
         log.warning(
             "extender %s refused report %d of node %r: %s",
             target,

@@ -21,6 +21,7 @@ import grpc
 from gpuextender.common.backoff import Backoff
 from gpuextender.common.dial import DialError, DialSettings, call_metadata, open_channel
 from gpuextender.extender.ingest.report_checks import MAX_REPORT_BYTES
+from gpuextender.extender.ingest.service import RELAY_METHOD
 from gpuextender.extender.relay.forward_store import ForwardStore
 from gpuextender.v1 import gpu_state_pb2 as pb
 
@@ -99,7 +100,7 @@ class Upstream:
         options = [("grpc.keepalive_time_ms", 20_000), ("grpc.keepalive_timeout_ms", 10_000)]
         async with open_channel(self.target, self._dial, options) as channel:
             call = channel.stream_stream(
-                "/gpuextender.v1.GpuStateService/RelayNodeReports",
+                RELAY_METHOD,
                 request_serializer=None,  # RelayBatch bytes (forward_store.Pending.take)
                 response_deserializer=pb.RelayAck.FromString,
             )(metadata=metadata or None, wait_for_ready=False)

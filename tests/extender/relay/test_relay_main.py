@@ -3,16 +3,25 @@ one line saying what is wrong, exit 2."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import pytest
 import trustme
+from prometheus_client import generate_latest
 
+from gpuextender.common.dial import DialSettings
+from gpuextender.common.idle_rule import IdleRule
 from gpuextender.common.netaddr import HostPort
 from gpuextender.extender.cli import main
 from gpuextender.extender.flags import ConfigError
-from gpuextender.extender.relay.relay_main import parse
-from tests.harness import write_ca, write_leaf
+from gpuextender.extender.ingest.service import IngestService
+from gpuextender.extender.observe.ingest_metrics import IngestMetrics
+from gpuextender.extender.relay.forward_store import ForwardStore
+from gpuextender.extender.relay.relay_main import Relay, parse
+from gpuextender.v1 import gpu_state_pb2 as pb
+from tests.extender.builders import gpu, report
+from tests.harness import metric, parse_metrics, write_ca, write_leaf
 
 
 def test_its_flags_then_the_extenders() -> None:
@@ -61,3 +70,41 @@ def test_a_certificate_pair_that_does_not_match_is_named_by_the_relays_flags(tmp
     with pytest.raises(ConfigError) as error:
         parse([*argv, "--extender-tls-cert", str(cert), "--extender-tls-key", str(key)])
     assert f"--extender-tls-cert {cert} / --extender-tls-key {key}: cannot load the pair" in str(error.value)
+
+
+def test_what_the_replicas_answer_reaches_the_store_the_log_and_the_agents_acks(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A refusal marks the node (its agent's next heartbeat is refused), is counted, and logged
+    once a minute per node; the agents' acks follow the replicas, light heartbeats only while
+    every one connected takes them."""
+    now = [0.0]
+    store = ForwardStore(IdleRule())
+    service = IngestService(store, IngestMetrics())
+    metrics = IngestMetrics()
+    relay = Relay(store, service, DialSettings(), metrics, clock=lambda: now[0])
+    store.stream_opened("n1")
+    assert store.ingest(report("n1", [gpu(0)], seq=1), 0.0)
+    refusal = pb.RelayRefusal(stream=1, node_name="n1", sequence=1, reason="not in the inventory")
+    light, full_only = pb.ReportAck(light_heartbeats=True), pb.ReportAck(idle_max_utilization_percent=20.0)
+    with caplog.at_level(logging.WARNING, logger="gpu_extender.relay"):
+        relay.on_ack("a:1", pb.RelayAck(refused=[refusal], agent_ack=light))
+        now[0] = 59.9
+        relay.on_ack("a:1", pb.RelayAck(refused=[refusal]))
+        now[0] = 60.0
+        relay.on_ack("a:1", pb.RelayAck(refused=[refusal]))
+    assert [r.getMessage() for r in caplog.records].count(
+        "extender a:1 refused report 1 of node 'n1': not in the inventory"
+    ) == 2  # at 0 and at 60 s, not at 59.9
+    samples = parse_metrics(generate_latest(metrics.registry).decode())
+    assert metric(samples, "gpu_relay_refused_reports_total") == 3
+    heartbeat = pb.NodeReport(node_name="n1", sequence=2, heartbeat_of=1)
+    problem = store.refresh(heartbeat, 0.0)
+    assert problem is not None and "not in the inventory" in problem
+
+    assert pb.ReportAck.FromString(service.accepted_ack(7)).light_heartbeats
+    relay.on_ack("b:1", pb.RelayAck(agent_ack=full_only))
+    ack = pb.ReportAck.FromString(service.accepted_ack(8))
+    assert not ack.light_heartbeats and ack.sequence == 8 and ack.status == pb.ReportAck.ACCEPTED
+    relay.on_ack("b:1", None)  # that replica's stream ended
+    assert pb.ReportAck.FromString(service.accepted_ack(9)).light_heartbeats
