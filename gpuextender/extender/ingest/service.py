@@ -53,6 +53,9 @@ log = logging.getLogger("gpu_extender.ingest")
 
 # A relay's batch is taken in slices of this many reports, other streams' reports between them.
 RELAY_YIELD_EVERY = 64
+# Refusals a RelayAck lists (the rest are counted: the batch's reports less `accepted`): a relay's
+# 256 KiB message of empty items made a 2.6 MB answer before (bench/RESULTS.md).
+MAX_REFUSALS_LISTED = 64
 # Pacers kept for a relay's agent streams that stored nothing yet (refused ones), beyond the stored.
 MAX_PACED_UNSTORED = 1024
 
@@ -300,7 +303,8 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
                 report = pb.NodeReport.FromString(item.report)
             except DecodeError:
                 self._count_rejected("invalid")
-                refused.append(pb.RelayRefusal(stream=item.stream, reason="not a NodeReport"))
+                if len(refused) < MAX_REFUSALS_LISTED:
+                    refused.append(pb.RelayRefusal(stream=item.stream, reason="not a NodeReport"))
                 continue
             problem: str | None
             if relayed.pacer(item.stream).take() > 0.0:
@@ -313,7 +317,7 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
                     self._relayed_opened(relayed, item.stream, stream)
             if problem is None:
                 accepted += 1
-            else:
+            elif len(refused) < MAX_REFUSALS_LISTED:
                 refused.append(
                     pb.RelayRefusal(
                         stream=item.stream, node_name=report.node_name[:253], sequence=report.sequence, reason=problem

@@ -17,6 +17,7 @@ from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.ingest.limits import REPORT_BURST
 from gpuextender.extender.ingest.service import (
     MAX_PACED_UNSTORED,
+    MAX_REFUSALS_LISTED,
     IngestService,
     _RelayedStreams,
     _Stream,
@@ -217,3 +218,18 @@ def test_pacers_of_streams_that_stored_nothing_are_bounded_exactly() -> None:
     assert len(relayed.pacers) == MAX_PACED_UNSTORED + 2  # one over it: still added ...
     relayed.pacer(MAX_PACED_UNSTORED + 1)  # ... and the next finds it over: the unstored are dropped
     assert set(relayed.pacers) == {-1, MAX_PACED_UNSTORED + 1} and relayed.pacers[-1] is kept
+
+
+@pytest.mark.parametrize("refusals", [MAX_REFUSALS_LISTED, MAX_REFUSALS_LISTED + 1])
+def test_an_answer_lists_at_most_its_bound_of_refusals_and_counts_the_rest(refusals: int) -> None:
+    """A relay's message of items that are all refused (empty, or not a NodeReport) gets an answer
+    of bounded size: the first MAX_REFUSALS_LISTED refusals, the rest told by `accepted`."""
+
+    async def test(rig: Rig) -> None:
+        items = [item(k, b"\xff\xff" if k % 2 else b"") for k in range(1, refusals + 1)]
+        (ack,) = await rig.relay([*items, item(refusals + 1, full("n1", 1))])
+        assert ack.accepted == 1 and len(ack.refused) == MAX_REFUSALS_LISTED
+        assert [r.stream for r in ack.refused] == list(range(1, MAX_REFUSALS_LISTED + 1))
+        assert rig.metric("gpu_extender_reports_total", result="rejected") == refusals  # each one counted
+
+    run(test)
