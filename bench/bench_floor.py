@@ -30,7 +30,8 @@ the answer. Every answer is checked outside the timed region (gpu-extender's wit
 checks; the do-nothing filter must pass every name). Per round: p50 and p99 per verb and side;
 reported: the medians over the rounds, and the ratios of those medians.
 
-Run: `.venv/bin/python bench/bench_floor.py [--rounds 4] [--requests 300] [--quick]`
+Run: `.venv/bin/python bench/bench_floor.py [--rounds 4] [--requests 300] [--quick] [--nodes 5000|20000]`
+(`--nodes 20000`: issue 36's fleet, all 20,000 names to filter, as with percentageOfNodesToScore 100)
 """
 
 from __future__ import annotations
@@ -51,6 +52,7 @@ import aiohttp
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_extender import (
     JSON_HEADERS,
+    ON_REQUEST,
     POD_GPUS,
     QUICK_ITERATIONS,
     SCENARIOS,
@@ -79,7 +81,8 @@ from benchlib import (
 )
 
 SCENARIO = next(s for s in SCENARIOS if s.name == "names-5000")
-QUICK_REQUESTS, QUICK_WARMUP = QUICK_ITERATIONS[SCENARIO.name]
+# `--nodes 20000`: issue 36's fleet size, every name sent (percentageOfNodesToScore: 100).
+SCENARIOS_BY_NODES = {s.nodes: s for s in (SCENARIO, *ON_REQUEST)}
 DEFAULT_ROUNDS = 4
 QUICK_ROUNDS = 2
 VERBS = ("filter", "prioritize")
@@ -229,8 +232,9 @@ async def _bench(
     rounds: int,
     requests: int,
     warmup: int,
+    nodes: int,
 ) -> FloorResult:
-    fleet = make_fleet(SCENARIO.nodes)
+    fleet = make_fleet(nodes)
     names = [n.name for n in fleet]
     expected = {n.name: n.verdict(POD_GPUS) for n in fleet}
     pod = load_pod()
@@ -291,11 +295,15 @@ async def _bench(
     )
 
 
-def run(rounds: int | None = None, requests: int | None = None, *, quick: bool = False) -> FloorResult:
+def run(
+    rounds: int | None = None, requests: int | None = None, *, quick: bool = False, nodes: int = SCENARIO.nodes
+) -> FloorResult:
     """Start both extenders, measure them alternately, stop both (always)."""
+    scenario = SCENARIOS_BY_NODES[nodes]
+    quick_requests, quick_warmup = QUICK_ITERATIONS[scenario.name]
     rounds = rounds if rounds is not None else (QUICK_ROUNDS if quick else DEFAULT_ROUNDS)
-    requests = requests if requests is not None else (QUICK_REQUESTS if quick else SCENARIO.iterations)
-    warmup = QUICK_WARMUP if quick else SCENARIO.warmup
+    requests = requests if requests is not None else (quick_requests if quick else scenario.iterations)
+    warmup = quick_warmup if quick else scenario.warmup
     if rounds < 1 or requests < 1:
         raise BenchError(f"--rounds ({rounds}) and --requests ({requests}) must be at least 1")
     ext_proc, addrs = extender_process("extender-floor")
@@ -312,13 +320,14 @@ def run(rounds: int | None = None, requests: int | None = None, *, quick: bool =
                 rounds,
                 requests,
                 warmup,
+                nodes,
             )
         )
 
 
 def format_markdown(r: FloorResult) -> list[str]:
     lines = [
-        f"{SCENARIO.name}: {r.nodes:,} names to filter, the {r.prioritize_nodes} names gpu-extender's filter "
+        f"names-{r.nodes}: {r.nodes:,} names to filter, the {r.prioritize_nodes} names gpu-extender's filter "
         f"answered to prioritize (both sides); {r.rounds} round(s) x {r.requests} pairs per side "
         f"({r.warmup} warm-up); medians over the rounds, ms",
         "",
@@ -358,10 +367,17 @@ def main(argv: list[str] | None = None) -> int:
         "--requests", type=int, help=f"filter+prioritize pairs per side and round (default {SCENARIO.iterations})"
     )
     parser.add_argument("--quick", action="store_true", help="few rounds and requests: a smoke check")
+    parser.add_argument(
+        "--nodes",
+        type=int,
+        choices=sorted(SCENARIOS_BY_NODES),
+        default=SCENARIO.nodes,
+        help=f"fleet size, every name sent to filter (default {SCENARIO.nodes:,}; 20,000 loads for ~15 s more)",
+    )
     args = parser.parse_args(argv)
     exit_on_sigterm()
     try:
-        result = run(args.rounds, args.requests, quick=args.quick)
+        result = run(args.rounds, args.requests, quick=args.quick, nodes=args.nodes)
     except BenchError as exc:
         print(f"bench_floor: FAILED: {exc}", file=sys.stderr)
         return 1

@@ -38,10 +38,15 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpuextender.agent.export.metrics import AgentMetrics
 from gpuextender.agent.model.readings import ALLOCATION_KUBELET, GpuReading, Holder, NodeSample
 from gpuextender.agent.settings import build_parser as agent_parser
+from gpuextender.common.dial import DialSettings
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.flags import build_parser as extender_parser
+from gpuextender.extender.ingest.service import IngestService
+from gpuextender.extender.observe.ingest_metrics import IngestMetrics
 from gpuextender.extender.observe.metrics import LATENCY_BUCKETS, ExtenderMetrics
 from gpuextender.extender.observe.silent_nodes import SilentNodesCollector
+from gpuextender.extender.relay.forward_store import ForwardStore
+from gpuextender.extender.relay.relay_main import Relay
 from gpuextender.extender.scheduler.http_api import SchedulerApi
 from gpuextender.extender.settings import ApiSettings, DecisionPolicy
 from gpuextender.extender.state.gpu_state import GpuState
@@ -84,15 +89,19 @@ OTHER_SIDE = {
     "GPUAgentNVMLErrors": 7 / 120,  # 7 failures per 2 minutes; the threshold is 6 per 2 minutes
     "GPUUnhealthy": 1,
     "GPUAllocatedButIdle": 1,
+    "GPURelayDown": 1,
+    "GPURelayExtendersUnreached": 1,  # found one replica (and reaches it): quiet; the mutant `== 1` fires
 }
 
 SEVERITIES = {"critical", "warning", "info"}
 # The labels a scrape puts on every series (Prometheus Operator's defaults), by job.
 AGENT_JOB = "gpu-extender/gpu-agent"
 EXTENDER_JOB = "gpu-extender"
+RELAY_JOB = "gpu-extender/gpu-relay"
 TARGET_LABELS = {
     AGENT_JOB: {"job", "instance", "namespace", "pod", "container", "endpoint", "node"},  # node: relabeled
     EXTENDER_JOB: {"job", "instance", "namespace", "pod", "container", "endpoint", "service"},
+    RELAY_JOB: {"job", "instance", "namespace", "pod", "container", "endpoint"},
 }
 KSM_LABELS = {"job", "instance", "namespace", "deployment"}
 COMPARISON = re.compile(r" (>=|<=|==|!=|>|<) ")  # the rules write comparisons with spaces around
@@ -284,8 +293,12 @@ def exposition() -> dict[str, set[str]]:
     agent.observe_sample(sample)
     agent.count_nvml_error("nvmlDeviceGetPowerUsage", "Timeout")
 
+    relay_metrics = IngestMetrics()
+    store = ForwardStore(IdleRule())
+    Relay(store, IngestService(store, IngestMetrics()), DialSettings(), relay_metrics)
+
     labels: dict[str, set[str]] = {}
-    for registry in (extender.registry, agent.registry):
+    for registry in (extender.registry, agent.registry, relay_metrics.registry):
         for family in text_string_to_metric_families(generate_latest(registry).decode()):
             for s in family.samples:
                 labels.setdefault(s.name, set()).update(s.labels)
@@ -293,6 +306,8 @@ def exposition() -> dict[str, set[str]]:
 
 
 def job_of(name: str) -> str:
+    if name.startswith("gpu_relay_"):
+        return RELAY_JOB
     return AGENT_JOB if name.startswith(("gpu_agent_", "DCGM_")) else EXTENDER_JOB
 
 
@@ -303,6 +318,8 @@ def test_the_exposition_has_what_the_alerts_need() -> None:
         "gpu_extender_filter_fallbacks_total",
         "gpu_agent_nvml_errors_total",
         "gpu_agent_pod_idle_gpus",
+        "gpu_relay_extenders",
+        "gpu_relay_extenders_connected",
     } <= set(exposed)
     assert not set(NOT_OURS) & set(exposed)
 
@@ -356,9 +373,11 @@ def test_up_selects_the_jobs_the_monitors_create(base_objects: list[m.KubeObject
     after the Service, unless jobLabel says otherwise."""
     monitors = m.load_source(m.COMPONENTS / "monitoring")
     pm = m.one(monitors, "PodMonitor", "gpu-agent", m.NAMESPACE)
+    relays = m.one(monitors, "PodMonitor", "gpu-relay", m.NAMESPACE)
     sm = m.one(monitors, "ServiceMonitor", "gpu-extender", m.NAMESPACE)
-    assert "jobLabel" not in pm["spec"] and "jobLabel" not in sm["spec"]
+    assert "jobLabel" not in pm["spec"] and "jobLabel" not in sm["spec"] and "jobLabel" not in relays["spec"]
     assert AGENT_JOB == f"{pm['metadata']['namespace']}/{pm['metadata']['name']}"
+    assert RELAY_JOB == f"{relays['metadata']['namespace']}/{relays['metadata']['name']}"
     services = [
         s
         for s in m.find(base_objects, "Service", namespace=m.NAMESPACE)
@@ -366,7 +385,7 @@ def test_up_selects_the_jobs_the_monitors_create(base_objects: list[m.KubeObject
     ]
     assert [s["metadata"]["name"] for s in services] == [EXTENDER_JOB]
     jobs = {j for rule in alerts().values() for j in re.findall(r'\bjob="([^"]*)"', rule["expr"])}
-    assert jobs == {AGENT_JOB, EXTENDER_JOB}
+    assert jobs == {AGENT_JOB, EXTENDER_JOB, RELAY_JOB}
     assert "node" in {r["targetLabel"] for r in pm["spec"]["podMetricsEndpoints"][0]["relabelings"]}
 
 

@@ -37,3 +37,28 @@ def test_servicemonitor_scrapes_the_extender_over_verified_https(base_objects: l
     assert "insecureSkipVerify" not in tls
     assert tls["ca"]["secret"] == {"name": "gpu-extender-tls", "key": "ca.crt"}
     assert tls["serverName"] in m.service_dns_names(selected[0])
+
+
+def test_relay_podmonitor_scrapes_only_the_relays_metrics_port(base_objects: list[m.KubeObject]) -> None:
+    """components/relay's pods, and no other: the agents' PodMonitor must not take them either."""
+    relay_objects = m.load_yaml_docs(m.COMPONENTS / "relay" / "relay.yaml")
+    pm = m.one(monitors(), "PodMonitor", "gpu-relay", m.NAMESPACE)
+    agents_pm = m.one(monitors(), "PodMonitor", "gpu-agent", m.NAMESPACE)
+    selected = {
+        monitor["metadata"]["name"]: [
+            w["metadata"]["name"]
+            for w in [*base_objects, *relay_objects]
+            if w["kind"] in ("Deployment", "DaemonSet")
+            and monitor["spec"]["selector"]["matchLabels"].items()
+            <= w["spec"]["template"]["metadata"]["labels"].items()
+        ]
+        for monitor in (pm, agents_pm)
+    }
+    assert selected == {"gpu-relay": ["gpu-relay"], "gpu-agent": ["gpu-agent"]}
+    assert pm["spec"]["namespaceSelector"]["matchNames"] == [m.NAMESPACE]
+    (endpoint,) = pm["spec"]["podMetricsEndpoints"]
+    relay = m.one(relay_objects, "Deployment", "gpu-relay", m.NAMESPACE)
+    (container,) = relay["spec"]["template"]["spec"]["containers"]
+    port = next(p for p in container["ports"] if p["name"] == endpoint["port"])
+    assert endpoint["path"] == "/metrics" and "scheme" not in endpoint  # plain HTTP, as the relay serves it
+    assert f"--metrics-addr=0.0.0.0:{port['containerPort']}" in container["args"]

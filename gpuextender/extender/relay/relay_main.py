@@ -133,6 +133,13 @@ class Relay:
             "gpu_relay_extenders_connected", "Extender replicas with a relay stream open.", registry=registry
         )
         self.connected.set_function(lambda: sum(1 for u, _ in self.upstreams.values() if u.connected))
+        # Against gpu_relay_extenders_connected: a replica found but not streamed to gets none of
+        # this relay's agents' reports (the GPURelayExtendersUnreached alert).
+        Gauge(
+            "gpu_relay_extenders",
+            "Extender replicas the relay found through --extender-service (it streams to each).",
+            registry=registry,
+        ).set_function(lambda: len(self.upstreams))
         Gauge("gpu_relay_nodes", "Nodes whose reports the relay holds.", registry=registry).set_function(
             lambda: len(store)
         )

@@ -3,6 +3,7 @@ one line saying what is wrong, exit 2."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from pathlib import Path
 
@@ -108,3 +109,33 @@ def test_what_the_replicas_answer_reaches_the_store_the_log_and_the_agents_acks(
     assert not ack.light_heartbeats and ack.sequence == 8 and ack.status == pb.ReportAck.ACCEPTED
     relay.on_ack("b:1", None)  # that replica's stream ended
     assert pb.ReportAck.FromString(service.accepted_ack(9)).light_heartbeats
+
+
+def test_replicas_found_and_reached_are_both_counted() -> None:
+    """gpu_relay_extenders counts the replicas found, gpu_relay_extenders_connected those with a
+    stream open: the alert GPURelayExtendersUnreached compares the two."""
+
+    async def run() -> list[tuple[float | None, float | None]]:
+        store = ForwardStore(IdleRule())
+        metrics = IngestMetrics()
+        relay = Relay(store, IngestService(store, IngestMetrics()), DialSettings(), metrics)
+        counts = []
+
+        def count() -> None:
+            registry = metrics.registry
+            counts.append(
+                (
+                    registry.get_sample_value("gpu_relay_extenders"),
+                    registry.get_sample_value("gpu_relay_extenders_connected"),
+                )
+            )
+
+        count()
+        relay.set_targets(frozenset({"127.0.0.1:1", "127.0.0.1:2"}))  # nothing listens there
+        count()
+        relay.set_targets(frozenset({"127.0.0.1:2"}))
+        count()
+        await relay.close()
+        return counts
+
+    assert asyncio.run(run()) == [(0.0, 0.0), (2.0, 0.0), (1.0, 0.0)]
