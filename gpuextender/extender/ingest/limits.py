@@ -32,6 +32,36 @@ class ReportPacer:
         return (1.0 - self._tokens) / self._rate
 
 
+# A relay stream's refused reports (empty, not a NodeReport, invalid, over their agent stream's
+# pace...) cost the ingest ~7 us each (bench/RESULTS.md, "A relay's worst message"): at most this
+# many a second, or its held agent streams' own pace where that is more (what as many agents
+# streaming directly could have refused), and this many at once (a relay's agents each refused once
+# after a replica restarted). Past that, the stream is read only as its budget refills: HTTP/2 flow
+# control holds the relay, and a relay costs no more refused work than the agents it speaks for.
+RELAY_REFUSALS_PER_SECOND = 1000.0
+RELAY_REFUSAL_BURST = 5000
+
+
+class RefusalBudget:
+    """A token bucket for one relay stream's refusals, charged after the fact: a charge may leave
+    a debt, which the stream pays by waiting before it is read again."""
+
+    def __init__(self, clock: Callable[[], float], burst: int = RELAY_REFUSAL_BURST) -> None:
+        self._clock, self._burst = clock, float(burst)
+        self._tokens = float(burst)
+        self._last = clock()
+
+    def charge(self, refused: int, rate: float) -> float:
+        """`refused` more at `rate` a second (read at each charge: it follows the held streams):
+        the seconds to wait before reading on, 0.0 within the budget."""
+        now = self._clock()
+        if now > self._last:  # a clock that steps back adds nothing
+            self._tokens = min(self._burst, self._tokens + (now - self._last) * rate)
+        self._last = now
+        self._tokens -= refused
+        return -self._tokens / rate if self._tokens < 0.0 else 0.0
+
+
 class UnknownNodes:
     """Nodes the inventory does not know whose reports are stored: at most `limit` of them.
 

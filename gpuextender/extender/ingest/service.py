@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Protocol, runtime_checkable
 
 import grpc
@@ -37,7 +37,14 @@ from gpuextender.extender.ingest.agent_identity import (
     Authenticator,
     identity_node_mismatch,
 )
-from gpuextender.extender.ingest.limits import REPORT_BURST, REPORTS_PER_SECOND, ReportPacer, UnknownNodes
+from gpuextender.extender.ingest.limits import (
+    RELAY_REFUSALS_PER_SECOND,
+    REPORT_BURST,
+    REPORTS_PER_SECOND,
+    RefusalBudget,
+    ReportPacer,
+    UnknownNodes,
+)
 from gpuextender.extender.ingest.report_checks import (
     clock_skew_problem,
     heartbeat_problem,
@@ -147,7 +154,12 @@ class _RelayedStreams:
         self.streams: dict[int, _Stream] = {}
         self.by_node: dict[str, int] = {}
         self.pacers: dict[int, ReportPacer] = {}
+        self.refusals = RefusalBudget(clock)
         self._clock, self._pace = clock, pace
+
+    def refusal_rate(self) -> float:
+        """Refusals a second this relay stream may cost (limits.RELAY_REFUSALS_PER_SECOND)."""
+        return max(RELAY_REFUSALS_PER_SECOND, self._pace[0] * len(self.streams))
 
     def pacer(self, key: int) -> ReportPacer:
         pacer = self.pacers.get(key)
@@ -209,6 +221,7 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
         self.auth_failures: Counter | None = metrics.auth_failures() if authenticator is not None else None
         self._accepted_tail = self._accepted_fields()
         self._agent_ack = pb.ReportAck.FromString(self._accepted_tail)  # told to relays in every RelayAck
+        self._sleep: Callable[[float], Awaitable[None]] = asyncio.sleep  # a relay stream's waits (tests time them)
 
     async def StreamNodeReports(
         self, request_iterator: AsyncIterator[pb.NodeReport], context: grpc.aio.ServicerContext
@@ -290,11 +303,12 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
 
     async def _relayed_batch(self, batch: pb.RelayBatch, relayed: _RelayedStreams) -> bytes:
         """Take each report of `batch`; the RelayAck, serialized."""
-        accepted = 0
+        accepted = unpaid = 0  # unpaid: refusals not yet charged to the stream's budget
         refused: list[pb.RelayRefusal] = []
         for taken, item in enumerate(batch.reports, 1):
-            if taken % RELAY_YIELD_EVERY == 0:
-                await asyncio.sleep(0)  # other streams' reports between a batch's slices
+            if taken % RELAY_YIELD_EVERY == 0:  # other streams' reports between a batch's slices
+                await self._relay_pause(relayed, unpaid)
+                unpaid = 0
             if item.closed:
                 self._relayed_closed(relayed, item.stream)
                 continue
@@ -303,6 +317,7 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
                 report = pb.NodeReport.FromString(item.report)
             except DecodeError:
                 self._count_rejected("invalid")
+                unpaid += 1
                 if len(refused) < MAX_REFUSALS_LISTED:
                     refused.append(pb.RelayRefusal(stream=item.stream, reason="not a NodeReport"))
                 continue
@@ -317,13 +332,40 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
                     self._relayed_opened(relayed, item.stream, stream)
             if problem is None:
                 accepted += 1
-            elif len(refused) < MAX_REFUSALS_LISTED:
+                continue
+            unpaid += 1
+            if len(refused) < MAX_REFUSALS_LISTED:
                 refused.append(
                     pb.RelayRefusal(
                         stream=item.stream, node_name=report.node_name[:253], sequence=report.sequence, reason=problem
                     )
                 )
+        if unpaid:
+            await self._relay_pause(relayed, unpaid, between_slices=False)
         return pb.RelayAck(accepted=accepted, refused=refused, agent_ack=self._agent_ack).SerializeToString()
+
+    async def _relay_pause(self, relayed: _RelayedStreams, refused: int, between_slices: bool = True) -> None:
+        """Charge `refused` to the relay stream's budget; wait off any debt (nothing read from the
+        stream meanwhile), else yield between slices."""
+        rate = relayed.refusal_rate()
+        wait = relayed.refusals.charge(refused, rate)
+        if wait <= 0.0:
+            if between_slices:
+                await self._sleep(0)
+            return
+        if self._should_log("relay_refusals", relayed.peer):
+            log.warning(
+                "relay %s: its reports are refused faster than %g a second; reading it slower (%.2fs now)",
+                relayed.peer,
+                rate,
+                wait,
+                extra={"peer": relayed.peer, "reason": "relay_refusals"},
+            )
+        self._metrics.paced_streams.inc()
+        try:
+            await self._sleep(wait)
+        finally:
+            self._metrics.paced_streams.dec()
 
     def _relayed_opened(self, relayed: _RelayedStreams, key: int, stream: _Stream) -> None:
         """`stream` (relayed as `key`) stored its first report: held from now on; another stream

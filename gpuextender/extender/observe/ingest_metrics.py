@@ -35,7 +35,8 @@ class IngestMetrics:
         self.paced_streams = Gauge(
             "gpu_extender_paced_streams",
             "Agent streams waiting because they send reports faster than the "
-            "per-stream rate limit (a real agent never does).",
+            "per-stream rate limit (a real agent never does), and relay streams waiting because "
+            "their reports are refused faster than their budget.",
             registry=self.registry,
         )
         self.paced_reports = Counter(

@@ -14,7 +14,12 @@ import pytest
 from prometheus_client import generate_latest
 
 from gpuextender.common.idle_rule import IdleRule
-from gpuextender.extender.ingest.limits import REPORT_BURST
+from gpuextender.extender.ingest.limits import (
+    RELAY_REFUSAL_BURST,
+    RELAY_REFUSALS_PER_SECOND,
+    REPORT_BURST,
+    REPORTS_PER_SECOND,
+)
 from gpuextender.extender.ingest.service import (
     MAX_PACED_UNSTORED,
     MAX_REFUSALS_LISTED,
@@ -49,10 +54,12 @@ def item(stream: int, r: pb.NodeReport | bytes | None) -> pb.RelayedReport:
 
 
 class Rig:
-    def __init__(self, service_kwargs: dict[str, object] | None = None) -> None:
+    def __init__(
+        self, service_kwargs: dict[str, object] | None = None, clock: Callable[[], float] = lambda: 50.0
+    ) -> None:
         self.store, self.metrics = RelayStore(RULE), IngestMetrics()
         self.service = IngestService(
-            self.store, self.metrics, clock=lambda: 50.0, wall_clock=lambda: 1000.0, **(service_kwargs or {})
+            self.store, self.metrics, clock=clock, wall_clock=lambda: 1000.0, **(service_kwargs or {})
         )
         self.server = grpc.aio.server()
         add_to_server(self.service, self.server)
@@ -233,3 +240,48 @@ def test_an_answer_lists_at_most_its_bound_of_refusals_and_counts_the_rest(refus
         assert rig.metric("gpu_extender_reports_total", result="rejected") == refusals  # each one counted
 
     run(test)
+
+
+@pytest.mark.parametrize(
+    ("held", "excess"),
+    [(0, 0), (0, 1), (0, 100), (100, 100), (101, 101)],
+)
+def test_a_relay_streams_refusals_past_its_budget_are_waited_off_exactly(
+    held: int, excess: int, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A relay stream's refused reports cost it RELAY_REFUSAL_BURST at once, then
+    RELAY_REFUSALS_PER_SECOND (or 10 a second per agent stream it holds, where that is more: 100
+    streams make exactly 1,000, 101 make 1,010): the stream waits off the rest before it is read
+    on, and its accepted reports are still taken."""
+    now = [50.0]
+    slept: list[float] = []
+    rig: Rig
+
+    async def sleep(seconds: float) -> None:  # time passes as the stream waits
+        if seconds > 0:
+            assert rig.metric("gpu_extender_paced_streams") == 1  # counted while it waits
+            slept.append(seconds)
+            now[0] += seconds
+
+    async def scenario() -> None:
+        nonlocal rig
+        rig = Rig(clock=lambda: now[0])
+        rig.service._sleep = sleep
+        await rig.server.start()
+        try:
+            holding = [item(k, full(f"n{k}", 1)) for k in range(1, held + 1)]
+            empties = [item(1000 + k, b"") for k in range(RELAY_REFUSAL_BURST + excess)]
+            acks = await rig.relay(holding, empties, [item(999, full("n-last", 1))])
+            assert [a.accepted for a in acks] == [held, 0, 1]  # the stream is read on after the wait
+            assert rig.metric("gpu_extender_reports_rejected_total", reason="invalid") == len(empties)
+            assert rig.metric("gpu_extender_paced_streams") == 0  # no longer waiting
+        finally:
+            await rig.server.stop(None)
+
+    asyncio.run(scenario())
+    rate = max(RELAY_REFUSALS_PER_SECOND, REPORTS_PER_SECOND * held)
+    assert sum(slept) == pytest.approx(excess / rate)
+    assert (excess == 0) == (not slept)
+    said = [r.getMessage() for r in caplog.records if "reading it slower" in r.getMessage()]
+    assert len(said) == (1 if excess else 0)  # once a minute per relay, only when it waits
+    assert all(f"refused faster than {rate:g} a second" in line for line in said)
