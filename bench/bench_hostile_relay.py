@@ -68,12 +68,25 @@ class Side:
 
 def worst_message() -> bytes:
     """The most empty items one message can hold, each a new agent stream."""
-    batch = pb.RelayBatch()
-    stream = 1
-    while batch.ByteSize() < MAX_REPORT_BYTES - 16:
+    batch, size = pb.RelayBatch(), 0
+    for stream in range(1, MAX_REPORT_BYTES):
+        item = 3 + len(_varint(stream))  # the item's tag and length, the stream's tag and value
+        if size + item > MAX_REPORT_BYTES:
+            break
         batch.reports.add(stream=stream)
-        stream += 1
-    return batch.SerializeToString()
+        size += item
+    raw = batch.SerializeToString()
+    assert len(raw) == size, (len(raw), size)
+    return raw
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
 
 
 async def _side(label: str, streams: int, window_s: float, message: bytes) -> Side:
