@@ -38,15 +38,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from gpuextender.agent.export.metrics import AgentMetrics
 from gpuextender.agent.model.readings import ALLOCATION_KUBELET, GpuReading, Holder, NodeSample
 from gpuextender.agent.settings import build_parser as agent_parser
-from gpuextender.common.dial import DialSettings
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.flags import build_parser as extender_parser
-from gpuextender.extender.ingest.service import IngestService
-from gpuextender.extender.observe.ingest_metrics import IngestMetrics
 from gpuextender.extender.observe.metrics import LATENCY_BUCKETS, ExtenderMetrics
 from gpuextender.extender.observe.silent_nodes import SilentNodesCollector
-from gpuextender.extender.relay.forward_store import ForwardStore
-from gpuextender.extender.relay.relay_main import Relay
 from gpuextender.extender.scheduler.http_api import SchedulerApi
 from gpuextender.extender.settings import ApiSettings, DecisionPolicy
 from gpuextender.extender.state.gpu_state import GpuState
@@ -54,7 +49,7 @@ from gpuextender.extender.state.inventory_store import InventoryStore
 from gpuextender.extender.state.inventory_view import InventoryView
 from gpuextender.extender.state.pod_ledger import PodLedger
 from tests.deploy import manifests as m
-from tests.deploy.test_dashboard import label_names, metric_names
+from tests.deploy.test_dashboard import label_names, metric_names, relay_registry
 from tests.extender.builders import gpu, report
 
 COMPONENT = m.COMPONENTS / "alerts"
@@ -293,12 +288,8 @@ def exposition() -> dict[str, set[str]]:
     agent.observe_sample(sample)
     agent.count_nvml_error("nvmlDeviceGetPowerUsage", "Timeout")
 
-    relay_metrics = IngestMetrics()
-    store = ForwardStore(IdleRule())
-    Relay(store, IngestService(store, IngestMetrics()), DialSettings(), relay_metrics)
-
     labels: dict[str, set[str]] = {}
-    for registry in (extender.registry, agent.registry, relay_metrics.registry):
+    for registry in (extender.registry, agent.registry, relay_registry()):
         for family in text_string_to_metric_families(generate_latest(registry).decode()):
             for s in family.samples:
                 labels.setdefault(s.name, set()).update(s.labels)

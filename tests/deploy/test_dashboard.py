@@ -1,6 +1,6 @@
 """deploy/grafana/gpu-extender-dashboard.json: valid JSON, and every metric its queries use is
 one the programs export. The exported names come from the metric registries themselves
-(AgentMetrics, ExtenderMetrics), built without starting anything, with the sample names
+(AgentMetrics, ExtenderMetrics, a relay's), built without starting anything, with the sample names
 Prometheus sees (`_total` for counters, `_bucket`/`_sum`/`_count` for histograms). The panels on
 dcgm-exporter's names also only use labels the agent really puts on those series."""
 
@@ -9,13 +9,18 @@ from __future__ import annotations
 import json
 import re
 
-from prometheus_client import generate_latest
+from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gpuextender.agent.export.metrics import AgentMetrics
 from gpuextender.agent.model.readings import ALLOCATION_KUBELET, GpmReading, GpuReading, Holder, MigReading, NodeSample
+from gpuextender.common.dial import DialSettings
 from gpuextender.common.idle_rule import IdleRule
+from gpuextender.extender.ingest.service import IngestService
+from gpuextender.extender.observe.ingest_metrics import IngestMetrics
 from gpuextender.extender.observe.metrics import ExtenderMetrics
+from gpuextender.extender.relay.forward_store import ForwardStore
+from gpuextender.extender.relay.relay_main import Relay
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.inventory_store import InventoryStore
 from tests.deploy import manifests as m
@@ -47,10 +52,18 @@ PROMQL_WORDS = {
 }
 
 
+def relay_registry() -> CollectorRegistry:
+    """A relay's /metrics registry (gpu-extender relay: its agents' side's and its own)."""
+    metrics, store = IngestMetrics(), ForwardStore(IdleRule())
+    Relay(store, IngestService(store, IngestMetrics()), DialSettings(), metrics)
+    return metrics.registry
+
+
 def exported_names() -> set[str]:
     registries = [
         AgentMetrics("gpu-node-1").registry,
         ExtenderMetrics(GpuState(IdleRule()), InventoryStore()).registry,
+        relay_registry(),
     ]
     names = set()
     for registry in registries:
@@ -151,6 +164,10 @@ def test_dashboard_covers_the_agent_and_the_extender() -> None:
         "gpu_extender_connected_agents",
         "gpu_extender_reports_total",
         "gpu_extender_node_data_age_seconds",
+        # relays (components/relay)
+        "gpu_relay_extenders",
+        "gpu_relay_extenders_connected",
+        "gpu_relay_nodes",
     }
     assert required <= used, sorted(required - used)
     assert any(
