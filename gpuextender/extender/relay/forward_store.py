@@ -26,10 +26,11 @@ WRAP_BYTES = 64
 
 
 class _Node:
-    __slots__ = ("full", "heartbeat", "key", "open", "sequence", "stream")
+    __slots__ = ("forwarded", "full", "heartbeat", "key", "open", "sequence", "stream")
 
     def __init__(self, stream: int) -> None:
-        self.stream = stream  # its newest agent stream's number here (RelayedReport.stream)
+        self.stream = stream  # its relayed stream's number here (RelayedReport.stream)
+        self.forwarded = False  # a report went to the replicas on it: they are told when it ends
         self.open = 0  # agent streams of the node open here
         self.full = b""  # its last full report (b"": none yet on this stream)
         self.sequence = 0  # that report's sequence: what a heartbeat must repeat
@@ -116,9 +117,8 @@ class ForwardStore:
         held = self._nodes.get(node)
         if held is None:
             held = self._nodes[node] = _Node(0)
-        held.stream = next(self._streams)
+        self._new_relayed_stream(held)
         held.open += 1
-        held.full, held.sequence, held.heartbeat, held.key = b"", 0, b"", None
         self._refused.pop(node, None)
 
     def stream_closed(self, node: str) -> None:
@@ -126,18 +126,35 @@ class ForwardStore:
         if held is None:
             return
         held.open -= 1
-        if held.open > 0:  # a newer stream of the node is open: the extender ends the older there
+        if held.open > 0:
+            # Another agent stream of the node is still open here (two agents of one node for a
+            # moment): what went out on the relayed stream may carry either one's sequences, and
+            # the replicas would refuse the survivor's lower ones for good. It goes on under a new
+            # relayed stream from its next full report (its heartbeats are refused until then).
+            self._new_relayed_stream(held)
             return
         del self._nodes[node]
         self._refused.pop(node, None)
-        for pending in self._replicas.values():
-            pending.close(held.stream)
+        self._end_relayed_stream(held)
+
+    def _new_relayed_stream(self, held: _Node) -> None:
+        """The node's reports go out on a new relayed stream, from its next full report."""
+        self._end_relayed_stream(held)
+        held.stream = next(self._streams)
+        held.full, held.sequence, held.heartbeat, held.key = b"", 0, b"", None
+
+    def _end_relayed_stream(self, held: _Node) -> None:
+        if held.forwarded:
+            held.forwarded = False
+            for pending in self._replicas.values():
+                pending.close(held.stream)
 
     def ingest(self, report: pb.NodeReport, received_at: float) -> bool:
         held = self._nodes[report.node_name]  # stream_opened came first (IngestService)
         keyed, self._keyed = self._keyed, None
         held.key = keyed[1] if keyed is not None and keyed[0] is report else shape_key(report)
         held.full, held.sequence, held.heartbeat = report.SerializeToString(), report.sequence, b""
+        held.forwarded = True
         self._refused.pop(report.node_name, None)
         for pending in self._replicas.values():
             pending.put(report.node_name, held.stream, held.full, b"")

@@ -31,6 +31,7 @@ from gpuextender.extender.ingest.service import (
 from gpuextender.extender.ingest.token_review import TokenReviewer
 from gpuextender.extender.ingest_process import RelayStore
 from gpuextender.extender.observe.ingest_metrics import IngestMetrics
+from gpuextender.extender.relay.forward_store import ForwardStore
 from gpuextender.extender.settings import ServiceAccountRef
 from gpuextender.v1 import gpu_state_pb2 as pb
 from tests.extender.builders import gpu, report
@@ -285,3 +286,34 @@ def test_a_relay_streams_refusals_past_its_budget_are_waited_off_exactly(
     said = [r.getMessage() for r in caplog.records if "reading it slower" in r.getMessage()]
     assert len(said) == (1 if excess else 0)  # once a minute per relay, only when it waits
     assert all(f"refused faster than {rate:g} a second" in line for line in said)
+
+
+def test_the_survivor_of_two_agents_of_a_node_at_one_relay_is_taken_after_the_other_ends() -> None:
+    """Two agents of one node stream to the same relay for a moment: their sequences mix on the
+    node's relayed stream. When the long-running one ends, the survivor's reports (lower
+    sequences) go out on a new relayed stream and are taken, where before the replica refused them
+    for good ("sequence")."""
+
+    async def test(rig: Rig) -> None:
+        relay = ForwardStore(RULE)
+        pending = relay.replica_opened("replica")
+
+        def batch() -> list[pb.RelayedReport]:
+            return [i for message in pending.take(1 << 20) for i in pb.RelayBatch.FromString(message).reports]
+
+        relay.stream_opened("n1")
+        assert relay.ingest(full("n1", 900), 0.0)  # the old agent
+        relay.stream_opened("n1")  # the new one, before the old one's stream ended
+        assert relay.ingest(full("n1", 1), 0.0)  # the new one's first ...
+        assert relay.ingest(full("n1", 901), 0.0)  # ... and the old one's next: the newest goes out
+        first = batch()
+        relay.stream_closed("n1")  # the old agent's stream ends
+        problem = relay.refresh(heartbeat_of(full("n1", 1), full("n1", 1), 2), 0.0)
+        assert problem is not None  # the survivor is asked for a full report ...
+        assert relay.ingest(full("n1", 3, util=80), 0.0)  # ... and sends it
+        acks = await rig.relay(first, batch())
+        assert [a.accepted for a in acks] == [1, 1] and not acks[1].refused
+        assert rig.store.has_data("n1")
+        assert rig.metric("gpu_extender_reports_rejected_total", reason="sequence") in (None, 0.0)
+
+    run(test)

@@ -90,8 +90,32 @@ def test_a_node_goes_when_its_last_stream_ends_after_what_it_sent() -> None:
     assert store.has_data("n1") and len(store) == 1
     store.stream_closed("n1")
     assert not store.has_data("n1") and len(store) == 0
-    assert sent(pending) == [[(2, "n1", 1, False), (2, "", 0, True)]]  # its report, then the end of its stream
+    # Its report on the second relayed stream, then the end of the first (the second opened) and of
+    # the second (the older agent stream ended: the survivor goes on under a third, once it sends).
+    assert sent(pending) == [[(2, "n1", 1, False), (1, "", 0, True), (2, "", 0, True)]]
     assert sent(store.replica_opened("b")) == []
+
+
+def test_the_survivor_of_two_streams_of_a_node_goes_on_under_a_new_relayed_stream() -> None:
+    """Two agents of one node stream here for a moment (their sequences mix on the node's relayed
+    stream); when either ends, the other's heartbeats are refused until it sends a full report,
+    which goes out on a new relayed stream: the replicas check its own sequences from there."""
+    store = ForwardStore(RULE)
+    pending = store.replica_opened("a")
+    opened(store, full("n1", 900))  # the old agent, long running
+    store.stream_opened("n1")  # a new agent of the same node
+    opened(store, full("n1", 1), full("n1", 901))  # both send, on relayed stream 2
+    assert sent(pending) == [[(2, "n1", 901, False), (1, "", 0, True)]]
+    store.stream_closed("n1")  # one of them ends
+    problem = store.refresh(heartbeat("n1", 2, 1), 0.0)
+    assert problem is not None and "send a full report" in problem
+    assert sent(pending) == [[(2, "", 0, True)]]  # the mixed relayed stream ends at the replicas
+    opened(store, full("n1", 3))
+    assert sent(pending) == [[(3, "n1", 3, False)]]
+    assert store.refresh(heartbeat("n1", 4, 3), 0.0) is None
+    store.stream_closed("n1")
+    assert not store.has_data("n1")
+    assert sent(pending) == [[(3, "n1", 4, False), (3, "", 0, True)]]
 
 
 def test_a_heartbeat_must_repeat_the_full_report_held_on_its_stream() -> None:
