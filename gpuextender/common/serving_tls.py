@@ -64,6 +64,11 @@ def _load(files: ServingTlsFiles) -> _Loaded:
     return _Loaded(signature, context, grpc_config)
 
 
+def serving_certificate(files: ServingTlsFiles | None) -> ServingCertificate | None:
+    """The certificate of `files` (None: TLS off); raises TlsLoadError if they are unusable."""
+    return None if files is None else ServingCertificate(files)
+
+
 class ServingCertificate:
     """The current certificate; raises TlsLoadError at construction if the files are unusable."""
 

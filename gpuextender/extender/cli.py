@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from prometheus_client import disable_created_metrics
 
 from gpuextender.common.logs import configure_logging
-from gpuextender.common.serving_tls import ServingCertificate, TlsLoadError
+from gpuextender.common.serving_tls import TlsLoadError, serving_certificate
 from gpuextender.extender.flags import ConfigError, build_config
 from gpuextender.extender.inventory.files import FileInventorySource, InventoryPathError
 from gpuextender.extender.settings import ExtenderConfig
@@ -58,12 +58,10 @@ def serve(config: ExtenderConfig, argv: Sequence[str] = ()) -> int:
             source = FileInventorySource(config.inventory, store, pods=ledger, claims=claims)
         except InventoryPathError as exc:
             return _fail(str(exc))
-    certificate: ServingCertificate | None = None
-    if config.tls is not None:
-        try:
-            certificate = ServingCertificate(config.tls)
-        except TlsLoadError as exc:
-            return _fail(str(exc))
+    try:
+        certificate = serving_certificate(config.tls)
+    except TlsLoadError as exc:
+        return _fail(str(exc))
 
     async def run() -> int:
         extender = await build(config, store, ledger, source, certificate, argv, claims=claims)

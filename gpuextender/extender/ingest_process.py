@@ -39,7 +39,7 @@ from prometheus_client import disable_created_metrics, generate_latest
 
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.common.logs import configure_logging
-from gpuextender.common.serving_tls import ServingCertificate, TlsLoadError
+from gpuextender.common.serving_tls import ServingCertificate, TlsLoadError, serving_certificate
 from gpuextender.extender.flags import ConfigError, build_config
 from gpuextender.extender.ingest import frames as frames
 from gpuextender.extender.ingest.agent_identity import Authenticator
@@ -316,17 +316,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     disable_created_metrics()
     try:
         config = build_config(argv)
-    except ConfigError as exc:
+        certificate = serving_certificate(config.tls)
+    except (ConfigError, TlsLoadError) as exc:
         print(f"gpu-extender: {exc}", file=sys.stderr)
         return 2
     configure_logging(config.log_level, config.log_format)
-    certificate = None
-    if config.tls is not None:
-        try:
-            certificate = ServingCertificate(config.tls)
-        except TlsLoadError as exc:
-            print(f"gpu-extender: {exc}", file=sys.stderr)
-            return 2
     try:
         return asyncio.run(serve(config, link, certificate, worker))
     except OSError as exc:

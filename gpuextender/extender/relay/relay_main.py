@@ -31,7 +31,7 @@ from gpuextender.common.dial import DialError, DialSettings, checked_dial_settin
 from gpuextender.common.discovery import ServiceWatch
 from gpuextender.common.logs import configure_logging
 from gpuextender.common.netaddr import AddressError, parse_host_port
-from gpuextender.common.serving_tls import ServingCertificate, TlsLoadError
+from gpuextender.common.serving_tls import ServingCertificate, TlsLoadError, serving_certificate
 from gpuextender.extender.flags import ConfigError, build_config
 from gpuextender.extender.ingest.report_checks import MAX_REPORT_BYTES
 from gpuextender.extender.ingest.server import ingest_service, serve_ingest
@@ -304,17 +304,11 @@ def main(argv: Sequence[str]) -> int:
     disable_created_metrics()
     try:
         settings, config, dial = parse(argv)
-    except ConfigError as exc:
+        certificate = serving_certificate(config.tls)
+    except (ConfigError, TlsLoadError) as exc:
         print(f"gpu-extender relay: {exc}", file=sys.stderr)
         return 2
     configure_logging(config.log_level, config.log_format)
-    certificate = None
-    if config.tls is not None:
-        try:
-            certificate = ServingCertificate(config.tls)
-        except TlsLoadError as exc:
-            print(f"gpu-extender relay: {exc}", file=sys.stderr)
-            return 2
     try:
         return asyncio.run(serve(config, settings, dial, certificate))
     except OSError as exc:

@@ -139,3 +139,16 @@ def test_replicas_found_and_reached_are_both_counted() -> None:
         return counts
 
     assert asyncio.run(run()) == [(0.0, 0.0), (2.0, 0.0), (1.0, 0.0)]
+
+
+def test_serving_files_that_do_not_load_stop_it_at_start_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Files that exist but hold no certificate: said before anything listens, exit 2."""
+    cert, key = tmp_path / "tls.crt", tmp_path / "tls.key"
+    cert.write_text("not a certificate\n")
+    key.write_text("not a key\n")
+    argv = ["--extender", "127.0.0.1:1", "--grpc-addr", "127.0.0.1:0", "--tls-cert", str(cert), "--tls-key", str(key)]
+    assert main(["relay", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpu-extender relay: ") and err.count("\n") == 1 and str(cert) in err
