@@ -35,6 +35,9 @@
 # Relays in front (docs/relay.md; FLEET_RELAYS relays, 4 by default, on FLEET_RELAY_CPUS, the load's
 # by default): FLEET_SERVERS=extender,relayed FLEET_MODES=light,gated FLEET_WORKERS=2 \
 #   FLEET_EXTENDER_CPUS=0-2 FLEET_RELAY_CPUS=3-8 bash bench/device_fleet_scale.sh
+# (the extender's memory behind relays at 20,000 agents is measured on the 2-core VM already,
+# bench/RESULTS.md "20,000 agents behind relays on the 2-core VM": 242 MiB; what this run adds is
+# the full report rate and scheduling under it with the extender on cores of its own)
 # A rehearsal on 2 cores is
 #   FLEET_SIZES=300 FLEET_WORKERS=1 FLEET_EXTENDER_CPUS=0 FLEET_LOAD_CPUS=1 FLEET_PYTHON=.venv/bin/python \
 #     OUT=/tmp/fleet bash bench/device_fleet_scale.sh
