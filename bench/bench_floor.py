@@ -98,6 +98,9 @@ class Side:
     # gpu-extender only: its own mean time per call from its histogram (handler start to answer
     # built; not HTTP parsing and writing), per verb and round.
     server_ms: dict[str, list[float]] = field(default_factory=dict)
+    # The client's own JSON work in a filter call (encode the names, decode the answer: what
+    # kube-scheduler's encoding/json does too), median per round.
+    filter_json_ms: list[float] = field(default_factory=list)
 
     def add(self, verb: str, latencies_ns: list[int]) -> None:
         ms = sorted(x / 1e6 for x in latencies_ns)
@@ -150,15 +153,19 @@ class Target:
     ours: bool  # gpu-extender (checked against the fleet) or the do-nothing extender
 
 
-async def _post(session: aiohttp.ClientSession, url: str, verb: str, payload: Any) -> tuple[int, int, bytes, Any]:
-    """One timed exchange: encode, POST, read, decode. Returns (ns, status, raw, decoded or None)."""
+async def _post(session: aiohttp.ClientSession, url: str, verb: str, payload: Any) -> tuple[int, int, bytes, Any, int]:
+    """One timed exchange: encode, POST, read, decode. Returns (ns, status, raw, decoded or None,
+    the ns of it spent encoding and decoding: the client's own JSON work)."""
     t0 = time.perf_counter_ns()
     body = encode(payload)
+    t1 = time.perf_counter_ns()
     async with session.post(url, data=body, headers=JSON_HEADERS) as resp:
         status = resp.status
         raw = await resp.read()
+    t2 = time.perf_counter_ns()
     doc = _decode(verb, raw) if status == 200 else None
-    return time.perf_counter_ns() - t0, status, raw, doc
+    t3 = time.perf_counter_ns()
+    return t3 - t0, status, raw, doc, (t1 - t0) + (t3 - t2)
 
 
 def _check_floor_filter(status: int, raw: bytes, doc: Any, sent: list[str]) -> None:
@@ -185,6 +192,7 @@ async def _measure(
     wanted = set(shortlist)
     filter_ns: list[int] = []
     prioritize_ns: list[int] = []
+    filter_json_ns: list[int] = []
     differs = 0
     background: BackgroundLoad | None = None
     before: dict[str, float] = {}
@@ -194,18 +202,21 @@ async def _measure(
                 before = await scrape(target.session, f"{target.base_url}/metrics")
             background = BackgroundLoad(target.process.pid)
         order = orders[it % len(orders)]
-        f_ns, status, raw, doc = await _post(target.session, filter_url, "filter", filter_body(pod, "names", order))
+        f_ns, status, raw, doc, f_json = await _post(
+            target.session, filter_url, "filter", filter_body(pod, "names", order)
+        )
         if target.ours:
             passed = check_filter(status, raw, doc, "names", order, expected)
             differs += it >= warmup and set(passed) != wanted
         else:
             _check_floor_filter(status, raw, doc, order)
-        p_ns, p_status, p_raw, p_doc = await _post(target.session, prioritize_url, "prioritize", prio_payload)
+        p_ns, p_status, p_raw, p_doc, _ = await _post(target.session, prioritize_url, "prioritize", prio_payload)
         # The shortlist holds the best nodes: they may all score the same (an empty compact answer).
         check_prioritize(p_status, p_raw, p_doc, shortlist, mixed=False)
         if it >= warmup:
             filter_ns.append(f_ns)
             prioritize_ns.append(p_ns)
+            filter_json_ns.append(f_json)
     assert background is not None  # requests >= 1
     target.side.background_cores.append(background.cores())
     if target.ours:
@@ -220,6 +231,7 @@ async def _measure(
             target.side.server_ms.setdefault(verb, []).append(1000 * spent / calls)
     target.side.add("filter", filter_ns)
     target.side.add("prioritize", prioritize_ns)
+    target.side.filter_json_ms.append(statistics.median(filter_json_ns) / 1e6)
     return differs
 
 
@@ -258,7 +270,9 @@ async def _bench(
         if have != float(len(fleet)):
             raise BenchError(f"extender reports gpu_extender_nodes_with_data {have}, expected {len(fleet)}")
         # The prioritize list for both sides: what gpu-extender's filter answers for this pod.
-        _, status, raw, doc = await _post(ext_session, f"{ext_url}/filter", "filter", filter_body(pod, "names", names))
+        _, status, raw, doc, _ = await _post(
+            ext_session, f"{ext_url}/filter", "filter", filter_body(pod, "names", names)
+        )
         shortlist = check_filter(status, raw, doc, "names", names, expected)
         floor, ours = Side("do-nothing"), Side("gpu-extender")
         targets = (
@@ -350,6 +364,9 @@ def format_markdown(r: FloorResult) -> list[str]:
         "gpu-extender's own mean time per call (its request-duration histogram: handler start to answer built, "
         "without HTTP parsing and writing): "
         + ", ".join(f"{verb} {statistics.median(r.ours.server_ms[verb]):.2f} ms" for verb in VERBS),
+        "of each filter, the client's own JSON work (encoding the names, decoding the answer; stdlib json, "
+        f"median): do-nothing {statistics.median(r.floor.filter_json_ms):.2f} ms, "
+        f"gpu-extender {statistics.median(r.ours.filter_json_ms):.2f} ms",
     ]
     if r.filter_answer_differs:
         lines.append(
