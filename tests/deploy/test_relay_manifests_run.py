@@ -110,13 +110,18 @@ def test_the_agent_reaches_the_extender_through_the_rendered_relay(tmp_path: Pat
             relay_args = ["relay", *localize(relay["args"][1:], relay_laptop)]
             r = spawn(c, "relay", "gpu-extender", relay_args, localize_env(relay, relay_laptop), {})
             relay_url = f"http://127.0.0.1:{relay_metrics}/metrics"
+            ready_path = relay["readinessProbe"]["httpGet"]["path"]
+            live_path = relay["livenessProbe"]["httpGet"]["path"]
+            assert ready_path == "/readyz" and live_path == "/healthz"
             wait_for(
-                "the relay's stream to the extender",
-                lambda: alive_and(r, lambda: (metric(scrape(relay_url), "gpu_relay_extenders_connected") or 0) >= 1),
+                "the relay ready: the extender answered it",
+                lambda: alive_and(r, lambda: http("GET", f"http://127.0.0.1:{relay_metrics}{ready_path}")[0] == 200),
                 r,
                 ext,
                 laptop=relay_laptop,
             )
+            assert (metric(scrape(relay_url), "gpu_relay_extenders_connected") or 0) >= 1
+            assert http("GET", f"http://127.0.0.1:{relay_metrics}{live_path}")[0] == 200
 
             # The agent: its --extender-service is the relays' Service now.
             agent_laptop = Laptop(

@@ -65,6 +65,7 @@ def test_agents_reach_every_replica_through_a_relay_and_a_restarted_replica_is_w
             assert at(ext, "gpu_extender_connected_agents") == AGENTS  # relayed agent streams
             assert "relay connected" in ext.log()
         assert at(r, "gpu_relay_extenders_connected") == at(r, "gpu_relay_extenders") == 2
+        assert http("GET", url(r, "/readyz")) == (200, b"ready: 2 of 2 extender replica(s) found with a stream open\n")
         assert at(r, "gpu_extender_connected_agents") == AGENTS
         # The replicas disagree on the idle rule; the agents are told one of them, and both take light
         # heartbeats: the agents send them.

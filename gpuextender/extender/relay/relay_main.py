@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from prometheus_client import Counter, Gauge, disable_created_metrics, start_http_server
+from prometheus_client import Counter, Gauge, disable_created_metrics
 
 from gpuextender.common.cli import HelpFormatter
 from gpuextender.common.dial import DialError, DialSettings, checked_dial_settings
@@ -39,6 +39,7 @@ from gpuextender.extender.ingest.service import IngestService, OncePer
 from gpuextender.extender.ingest_process import agent_authenticator
 from gpuextender.extender.observe.ingest_metrics import IngestMetrics
 from gpuextender.extender.relay.forward_store import WRAP_BYTES, ForwardStore
+from gpuextender.extender.relay.http_probes import start_probes
 from gpuextender.extender.relay.upstream import Upstream
 from gpuextender.extender.settings import ExtenderConfig
 from gpuextender.v1 import gpu_state_pb2 as pb
@@ -107,7 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--metrics-addr",
         default="0.0.0.0:9091",
         metavar="HOST:PORT",
-        help="Prometheus /metrics (the gpu_extender_* ingest metrics of its agents' side, gpu_relay_*); empty: none",
+        help="Prometheus /metrics (the gpu_extender_* ingest metrics of its agents' side, gpu_relay_*), /healthz "
+        "and /readyz (ready once an extender replica has answered this relay); empty: none",
     )
     return p
 
@@ -126,6 +128,7 @@ class Relay:
         self.store, self.service, self._dial = store, service, dial
         self.upstreams: dict[str, tuple[Upstream, asyncio.Task[None]]] = {}
         self._agent_acks: dict[str, pb.ReportAck] = {}
+        self.answered = False  # a replica has answered this relay since start (http_probes: /readyz)
         self._followed = b""
         self._should_log = OncePer(_REPEAT_REFUSAL_S, clock)  # a line a minute per node
         registry = metrics.registry
@@ -161,6 +164,7 @@ class Relay:
         if ack is None:
             self._agent_acks.pop(target, None)
         else:
+            self.answered = True
             for refusal in ack.refused:
                 self.refused.inc()
                 self.store.refused(refusal.node_name, refusal.reason)
@@ -168,6 +172,13 @@ class Relay:
             if ack.HasField("agent_ack"):
                 self._agent_acks[target] = ack.agent_ack
         self._follow()
+
+    def readiness(self) -> tuple[bool, str]:
+        found = len(self.upstreams)
+        reached = sum(1 for u, _ in self.upstreams.values() if u.connected)
+        if self.answered:
+            return True, f"ready: {reached} of {found} extender replica(s) found with a stream open"
+        return False, f"not ready: no extender replica has answered this relay yet ({found} found; see the log)"
 
     def _follow(self) -> None:
         """The agents' acks say what the replicas say; light heartbeats only if every one takes them."""
@@ -227,9 +238,13 @@ async def serve(
     server, port = await serve_ingest(
         service, config, certificate, authenticator is not None, max_message_bytes=MAX_AGENT_REPORT_BYTES
     )
+    probes = None
     if settings.metrics_addr:
-        address = parse_host_port(settings.metrics_addr)
-        start_http_server(address.port, address.host, registry=metrics.registry)
+        try:
+            probes = await start_probes(parse_host_port(settings.metrics_addr), metrics.registry, relay.readiness)
+        except OSError:
+            await server.stop(None)
+            raise
     static = frozenset(str(parse_host_port(target)) for target in settings.extender)
     watch_task: asyncio.Task[None] | None = None
     relay.set_targets(static)
@@ -251,6 +266,8 @@ async def serve(
             watch_task.cancel()
         await server.stop(grace=1.0)
         await relay.close()
+        if probes is not None:
+            await probes.cleanup()
         close = getattr(reviewer, "close", None)
         if close is not None:
             await close()

@@ -56,6 +56,8 @@ class Upstream:
         self.connected = False
         self.batches_sent = 0
         self.acks = 0
+        self._unanswered = 0  # batches written on the current stream that its replica has not answered
+        self._deadline: asyncio.Timeout | None = None  # the current read's: armed while any is unanswered
 
     async def run(self) -> None:
         failures, last_warning, last_problem = 0, 0.0, ""
@@ -106,9 +108,13 @@ class Upstream:
             )(metadata=metadata or None, wait_for_ready=False)
             pending = self._store.replica_opened(self.target)
             self.connected = True
+            self._unanswered, self._deadline = 0, None
             log.info("relay stream to extender %s open: %d node(s) to send", self.target, len(pending.reports))
             reader = asyncio.ensure_future(self._read(call))
             try:
+                # An empty batch first: the replica's answer says it takes this relay, and what the
+                # agents are to be told, before any agent streams here (the relay's /readyz).
+                await self._write(call, b"")
                 while True:
                     if not pending.ready.is_set():
                         waiter = asyncio.ensure_future(pending.ready.wait())
@@ -119,21 +125,33 @@ class Upstream:
                             return
                     await asyncio.sleep(FLUSH_S)  # let changes gather into one message
                     for batch in pending.take(MAX_BATCH_BYTES):
-                        await call.write(batch)
-                        self.batches_sent += 1
+                        await self._write(call, batch)
             finally:
                 reader.cancel()
                 with contextlib.suppress(asyncio.CancelledError, grpc.aio.AioRpcError):
                     await reader
                 call.cancel()
 
+    async def _write(self, call: grpc.aio.StreamStreamCall, batch: bytes) -> None:
+        self._unanswered += 1
+        deadline = self._deadline
+        if deadline is not None and deadline.when() is None:  # a read waiting with nothing outstanding
+            deadline.reschedule(asyncio.get_running_loop().time() + ACK_TIMEOUT_S)
+        await call.write(batch)
+        self.batches_sent += 1
+
     async def _read(self, call: grpc.aio.StreamStreamCall) -> None:
-        """The replica's answers until its stream ends; TimeoutError when it leaves what was sent
-        unanswered for ACK_TIMEOUT_S."""
+        """The replica's answers until its stream ends; TimeoutError when no answer comes for
+        ACK_TIMEOUT_S while a batch written on this stream is unanswered (an earlier stream's do
+        not count: an idle stream after one would be ended every ACK_TIMEOUT_S)."""
+        loop = asyncio.get_running_loop()
         while True:
-            async with asyncio.timeout(ACK_TIMEOUT_S if self.batches_sent > self.acks else None):
+            async with asyncio.timeout_at(loop.time() + ACK_TIMEOUT_S if self._unanswered else None) as deadline:
+                self._deadline = deadline
                 ack = await call.read()
+            self._deadline = None
             if ack is grpc.aio.EOF:
                 return
+            self._unanswered = max(0, self._unanswered - 1)
             self.acks += 1
             self._on_ack(self.target, ack)
