@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from pathlib import Path
 
 import pytest
@@ -152,3 +153,20 @@ def test_serving_files_that_do_not_load_stop_it_at_start_in_one_line(
     assert main(["relay", *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith("gpu-extender relay: ") and err.count("\n") == 1 and str(cert) in err
+
+
+@pytest.mark.parametrize("taken", ["--grpc-addr", "--metrics-addr"])
+def test_a_second_relay_on_a_taken_port_says_so_and_exits(taken: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Its gRPC port is bound without SO_REUSEPORT (a second relay would otherwise share the
+    agents silently; the holder here allows it, as such a relay would), and its probes' port
+    likewise: exit 2 in one line."""
+    with socket.socket() as holder:
+        holder.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        addrs = {"--grpc-addr": "127.0.0.1:0", "--metrics-addr": "127.0.0.1:0", taken: f"127.0.0.1:{port}"}
+        argv = ["--extender", "127.0.0.1:1", *(x for flag, value in addrs.items() for x in (flag, value))]
+        assert main(["relay", *argv]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("gpu-extender relay: cannot listen: ") and err.count("\n") == 1
