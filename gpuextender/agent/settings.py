@@ -15,6 +15,7 @@ from gpuextender.agent.sources.gfd_labels import DEFAULT_PATH as DEFAULT_GFD_LAB
 from gpuextender.agent.sources.pod_resources import DEFAULT_SOCKET as DEFAULT_POD_RESOURCES
 from gpuextender.common.cli import HelpFormatter, add_version
 from gpuextender.common.dial import DialError, DialSettings, checked_dial_settings
+from gpuextender.common.discovery import resolve_interval_problem
 from gpuextender.common.layered_config import SettingsError, epilog, parse_layered
 from gpuextender.common.logs import FORMATS, LEVELS
 from gpuextender.common.netaddr import AddressError, HostPort, parse_host_port
@@ -350,8 +351,8 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> AgentCon
     except AddressError as exc:
         raise ConfigError(f"--metrics-addr {exc}") from None
     service = _extender_service(args.extender_service or "")
-    if not 0.1 <= args.resolve_interval <= 3600:
-        raise ConfigError(f"--resolve-interval {args.resolve_interval} must be within 0.1..3600 seconds")
+    if (problem := resolve_interval_problem(args.resolve_interval)) is not None:
+        raise ConfigError(problem)
     if not 0 <= args.idle_threshold <= 100:
         raise ConfigError(f"--idle-threshold {args.idle_threshold} must be within 0..100 percent")
     if not 0 <= args.idle_window <= 7 * 86400:

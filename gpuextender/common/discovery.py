@@ -23,6 +23,18 @@ log = logging.getLogger("gpu_agent.discovery")
 
 Resolver = Callable[[str, int], Awaitable[Iterable[str]]]
 
+# How often a Service's name may be resolved again (--resolve-interval, the agent's and the relay's):
+# often enough to follow a rollout, never a busy loop of DNS queries.
+RESOLVE_INTERVAL_BOUNDS_S = (0.1, 3600.0)
+
+
+def resolve_interval_problem(seconds: float) -> str | None:
+    """Why `seconds` is no --resolve-interval (NaN included), or None."""
+    low, high = RESOLVE_INTERVAL_BOUNDS_S
+    if low <= seconds <= high:
+        return None
+    return f"--resolve-interval {seconds} must be within {low:g}..{high:g} seconds"
+
 
 @dataclass(frozen=True, slots=True)
 class TargetChange:

@@ -17,7 +17,14 @@ from gpuextender.agent.report.latest import LatestReport
 from gpuextender.agent.stream.stream_set import StreamSet
 from gpuextender.agent.stream.streamer import ExtenderStream
 from gpuextender.common.backoff import Backoff
-from gpuextender.common.discovery import ServiceWatch, TargetChange, diff_targets, resolve_with_loop, targets_for
+from gpuextender.common.discovery import (
+    ServiceWatch,
+    TargetChange,
+    diff_targets,
+    resolve_interval_problem,
+    resolve_with_loop,
+    targets_for,
+)
 from gpuextender.common.netaddr import HostPort
 from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
@@ -145,3 +152,15 @@ def test_fixed_extenders_are_kept_whatever_the_service_resolves_to() -> None:
         assert streams.targets == frozenset()
 
     asyncio.run(scenario())
+
+
+@pytest.mark.parametrize(
+    ("seconds", "ok"),
+    [(0.1, True), (0.0999, False), (3600.0, True), (3600.001, False), (float("nan"), False), (float("inf"), False)],
+)
+def test_the_resolve_interval_is_bounded_exactly(seconds: float, ok: bool) -> None:
+    """The agent's and the relay's --resolve-interval: a tiny one would be a busy loop of DNS queries."""
+    problem = resolve_interval_problem(seconds)
+    assert (problem is None) == ok
+    if not ok:
+        assert problem == f"--resolve-interval {seconds} must be within 0.1..3600 seconds"

@@ -67,7 +67,7 @@ MAX_REFUSALS_LISTED = 64
 MAX_PACED_UNSTORED = 1024
 
 # A misconfigured agent retries every few seconds: repeat its refusal line at most this often.
-_REPEAT_REFUSAL_S = 60.0
+REPEAT_REFUSAL_S = 60.0
 
 # With authentication on, a connection past --agent-reauth-interval (gRPC max_connection_age)
 # gets this long (at most; no longer than the interval itself) to finish its stream; the agent
@@ -151,6 +151,7 @@ class _RelayedStreams:
         pace: tuple[float, int] = (REPORTS_PER_SECOND, REPORT_BURST),
     ) -> None:
         self.peer = f"{peer} (relay)"
+        self.host = _peer_host(peer)  # what its log lines are repeated per, as an agent's are
         self.streams: dict[int, _Stream] = {}
         self.by_node: dict[str, int] = {}
         self.pacers: dict[int, ReportPacer] = {}
@@ -212,7 +213,7 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
         if known_node is not None:
             self._unknown = UnknownNodes(known_node, state.has_data, max_unknown_nodes)
             metrics.unknown_nodes.set_function(self._unknown.count)
-        self._should_log = OncePer(_REPEAT_REFUSAL_S, clock)
+        self._should_log = OncePer(REPEAT_REFUSAL_S, clock)
         self._accepted = metrics.reports.labels(result="accepted")  # once: labels() is a lookup per call
         # Light heartbeats are offered, and full reports of a known shape taken as readings, where
         # the store can (the workers' relay; the extender's own GpuState with --ingest-in-process
@@ -353,7 +354,7 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
             if between_slices:
                 await self._sleep(0)
             return
-        if self._should_log("relay_refusals", relayed.peer):
+        if self._should_log("relay_refusals", relayed.host):
             log.warning(
                 "relay %s: its reports are refused faster than %g a second; reading it slower (%.2fs now)",
                 relayed.peer,

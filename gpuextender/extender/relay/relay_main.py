@@ -28,14 +28,14 @@ from prometheus_client import Counter, Gauge, disable_created_metrics
 
 from gpuextender.common.cli import HelpFormatter
 from gpuextender.common.dial import DialError, DialSettings, checked_dial_settings
-from gpuextender.common.discovery import ServiceWatch
+from gpuextender.common.discovery import ServiceWatch, resolve_interval_problem
 from gpuextender.common.logs import configure_logging
 from gpuextender.common.netaddr import AddressError, parse_host_port
 from gpuextender.common.serving_tls import ServingCertificate, TlsLoadError, serving_certificate
 from gpuextender.extender.flags import ConfigError, build_config
 from gpuextender.extender.ingest.report_checks import MAX_REPORT_BYTES
 from gpuextender.extender.ingest.server import ingest_service, serve_ingest
-from gpuextender.extender.ingest.service import IngestService, OncePer
+from gpuextender.extender.ingest.service import REPEAT_REFUSAL_S, IngestService, OncePer
 from gpuextender.extender.ingest_process import agent_authenticator
 from gpuextender.extender.observe.ingest_metrics import IngestMetrics
 from gpuextender.extender.relay.forward_store import WRAP_BYTES, ForwardStore
@@ -48,7 +48,6 @@ log = logging.getLogger("gpu_extender.relay")
 
 # An agent's report must fit a message to the extender with its wrapping (forward_store.Pending.take).
 MAX_AGENT_REPORT_BYTES = MAX_REPORT_BYTES - WRAP_BYTES
-_REPEAT_REFUSAL_S = 60.0
 
 
 class RelaySettings(argparse.Namespace):
@@ -89,7 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="HOST:PORT",
         help="an extender to forward to as given (repeatable; with or instead of --extender-service)",
     )
-    g.add_argument("--resolve-interval", type=float, default=15.0, metavar="SECONDS", help="see --extender-service")
+    g.add_argument(
+        "--resolve-interval", type=float, default=15.0, metavar="SECONDS", help="see --extender-service (0.1..3600)"
+    )
     g.add_argument("--extender-tls-ca", metavar="PATH", help="TLS to the extenders, verified against this CA")
     g.add_argument("--extender-tls-cert", metavar="PATH", help="client certificate for extenders that ask (mTLS)")
     g.add_argument("--extender-tls-key", metavar="PATH", help="its key")
@@ -130,7 +131,7 @@ class Relay:
         self._agent_acks: dict[str, pb.ReportAck] = {}
         self.answered = False  # a replica has answered this relay since start (http_probes: /readyz)
         self._followed = b""
-        self._should_log = OncePer(_REPEAT_REFUSAL_S, clock)  # a line a minute per node
+        self._should_log = OncePer(REPEAT_REFUSAL_S, clock)  # a line a minute per node
         registry = metrics.registry
         self.connected = Gauge(
             "gpu_relay_extenders_connected", "Extender replicas with a relay stream open.", registry=registry
@@ -297,8 +298,8 @@ def parse(argv: Sequence[str]) -> tuple[RelaySettings, ExtenderConfig, DialSetti
                 f"--extender-service {settings.extender_service!r}: expected the Service's DNS name and gRPC "
                 "port, e.g. gpu-extender-agents.gpu-extender.svc:9090"
             )
-    if not settings.resolve_interval > 0:
-        raise ConfigError("--resolve-interval must be more than 0 seconds")
+    if (problem := resolve_interval_problem(settings.resolve_interval)) is not None:
+        raise ConfigError(problem)
     try:
         dial = checked_dial_settings(
             _path(settings.extender_tls_ca),

@@ -54,7 +54,6 @@ class Upstream:
         self._on_ack = on_ack
         self._backoff = backoff or Backoff(initial_s=0.5, max_s=10.0)
         self.connected = False
-        self.batches_sent = 0
         self.acks = 0
         self._unanswered = 0  # batches written on the current stream that its replica has not answered
         self._deadline: asyncio.Timeout | None = None  # the current read's: armed while any is unanswered
@@ -138,7 +137,6 @@ class Upstream:
         if deadline is not None and deadline.when() is None:  # a read waiting with nothing outstanding
             deadline.reschedule(asyncio.get_running_loop().time() + ACK_TIMEOUT_S)
         await call.write(batch)
-        self.batches_sent += 1
 
     async def _read(self, call: grpc.aio.StreamStreamCall) -> None:
         """The replica's answers until its stream ends; TimeoutError when no answer comes for

@@ -41,7 +41,10 @@ def test_its_flags_then_the_extenders() -> None:
         ([], "name the extenders: --extender-service HOST:PORT or --extender HOST:PORT"),
         (["--extender", "nowhere"], "--extender 'nowhere'"),
         (["--extender-service", ":9090"], "--extender-service ':9090': expected the Service's DNS name"),
-        (["--extender", "a:1", "--resolve-interval", "0"], "--resolve-interval must be more than 0 seconds"),
+        (["--extender", "a:1", "--resolve-interval", "0"], "--resolve-interval 0.0 must be within 0.1..3600 seconds"),
+        (["--extender", "a:1", "--resolve-interval", "0.099"], "--resolve-interval 0.099 must be within"),
+        (["--extender", "a:1", "--resolve-interval", "3600.5"], "--resolve-interval 3600.5 must be within"),
+        (["--extender", "a:1", "--resolve-interval", "nan"], "--resolve-interval nan must be within"),
         (["--extender", "a:1", "--extender-tls-cert", "c.pem"], "--extender-tls-cert and --extender-tls-key go"),
         (
             ["--extender", "a:1", "--extender-tls-server-name", "x"],
@@ -170,3 +173,9 @@ def test_a_second_relay_on_a_taken_port_says_so_and_exits(taken: str, capsys: py
         assert main(["relay", *argv]) == 2
     err = capsys.readouterr().err
     assert err.startswith("gpu-extender relay: cannot listen: ") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("seconds", ["0.1", "3600"])
+def test_the_resolve_interval_bounds_are_taken(seconds: str) -> None:
+    settings, _, _ = parse(["--extender", "a:1", "--resolve-interval", seconds])
+    assert settings.resolve_interval == float(seconds)
