@@ -1,39 +1,63 @@
 #!/usr/bin/env bash
 # Builds gpu-agent and gpu-extender from this checkout, pushes them to YOUR registry, and writes
-# a kustomize overlay that installs deploy/ with them. Until 0.1.0 is released there are no
-# published images (CHANGELOG.md): this is the install's first step.
+# deploy/components/images/kustomization.yaml, the component that deploy/, every overlay under
+# deploy/overlays/ and your own overlays list: each of them then installs these images. Until 0.1.0
+# is released there are no published images (CHANGELOG.md): this is the install's first step.
 #
-#   deploy/build-images.sh REGISTRY                 e.g. registry.example.com/gpu
-#   kubectl apply -k deploy/overlays/my-registry/   then the rest of the install as documented
+#   deploy/build-images.sh REGISTRY     e.g. registry.example.com/gpu
+#   kubectl apply -k deploy/            then the rest of the install as documented
+#   (or helm install gpu-extender deploy/ ... --set images.tag=$(deploy/build-images.sh --print-tag))
 #
-# One platform by default, the machine's own, with whichever builder is here (docker, podman or
-# buildah; `docker login REGISTRY` or `podman login` first). --platform linux/amd64,linux/arm64
-# builds one multi-platform image with `docker buildx --push`, which needs a builder that can
-# (the default `docker` driver cannot: `docker buildx create --use --driver docker-container`,
-# plus QEMU for a foreign architecture).
+# The tag is new for every commit (VERSION-gCOMMIT, plus -dirty.HASH for uncommitted changes to
+# what the images hold), so an upgrade changes the pod templates and every node pulls it, and a
+# registry with immutable tags takes each push. One platform by default, the machine's own, with
+# whichever builder is here (docker, podman or buildah; `docker login REGISTRY` or `podman login`
+# first). --platform linux/amd64,linux/arm64 builds one multi-platform image with
+# `docker buildx --push`, which needs a builder that can (the default `docker` driver cannot:
+# `docker buildx create --use --driver docker-container`, plus QEMU for a foreign architecture).
 #
 # Usage: build-images.sh REGISTRY [--tag TAG] [--platform LIST] [--builder NAME] [--no-push]
-#                        [--base DIR] [--overlay DIR] [--dry-run]
-#   --tag TAG        image tag (default: the package version, gpuextender/__init__.py)
-#   --platform LIST  comma-separated platforms (default: this machine's)
-#   --builder NAME   docker, podman or buildah (default: the first found, in that order)
-#   --no-push        build only (the overlay is written all the same)
-#   --base DIR       what the overlay installs (default: deploy; e.g. deploy/overlays/opt-in-by-namespace)
-#   --overlay DIR    where the overlay goes (default: deploy/overlays/my-registry, git-ignored)
-#   --dry-run        print the commands, write the overlay, build nothing
+#                        [--no-build] [--pull-secret NAME] [--dry-run]
+#   --tag TAG          image tag (default: VERSION-gCOMMIT[-dirty.HASH], VERSION-TIME outside git)
+#   --platform LIST    comma-separated platforms (default: this machine's)
+#   --builder NAME     docker, podman or buildah (default: the first found, in that order)
+#   --no-push          build only (the component is written all the same: push them yourself)
+#   --no-build         write the component only: images mirrored or built elsewhere (with --tag)
+#   --pull-secret NAME the pods pull with this Secret of the gpu-extender namespace (a private
+#                      registry: `kubectl -n gpu-extender create secret docker-registry NAME ...`)
+#   --dry-run          print the commands and the component, build and write nothing
+#   --print-tag        print the default tag of this checkout and exit (no REGISTRY needed)
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
+COMPONENT="$ROOT/deploy/components/images/kustomization.yaml"
+usage() { sed -n '2,29p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "build-images.sh: $*" >&2; exit 2; }
 
+# What the images hold (.dockerignore admits these): a change to any of them is a new image.
+IMAGE_INPUTS=(gpuextender pyproject.toml README.md Dockerfile.agent Dockerfile.extender .dockerignore)
+default_tag() {
+  local version commit dirty
+  version=$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' "$ROOT/gpuextender/__init__.py")
+  if commit=$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null); then
+    dirty=$(cd "$ROOT" && { git diff HEAD -- "${IMAGE_INPUTS[@]}"; git ls-files --others --exclude-standard -z -- "${IMAGE_INPUTS[@]}" | xargs -0r sha256sum; } | sha256sum | cut -c1-8)
+    if [ -z "$(cd "$ROOT" && git status --porcelain -- "${IMAGE_INPUTS[@]}")" ]; then
+      echo "$version-g$commit"
+    else
+      echo "$version-g$commit-dirty.$dirty"
+    fi
+  else
+    echo "$version-$(date -u +%Y%m%d%H%M%S)"
+  fi
+}
+
 REGISTRY=""
-TAG=$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' "$ROOT/gpuextender/__init__.py")
+TAG=""
 PLATFORM=""
 BUILDER=""
 PUSH=1
-OVERLAY="$ROOT/deploy/overlays/my-registry"
-BASE="$ROOT/deploy"
+BUILD=1
+PULL_SECRET=""
 DRY=0
 while [ $# -gt 0 ]; do
   case "$1" in
@@ -41,9 +65,11 @@ while [ $# -gt 0 ]; do
     --platform) PLATFORM=${2:?--platform needs a list}; shift 2 ;;
     --builder) BUILDER=${2:?--builder needs a name}; shift 2 ;;
     --no-push) PUSH=0; shift ;;
-    --overlay) OVERLAY=${2:?--overlay needs a directory}; shift 2 ;;
-    --base) BASE=${2:?--base needs a directory}; shift 2 ;;
+    --no-build) BUILD=0; PUSH=0; shift ;;
+    --pull-secret) PULL_SECRET=${2:?--pull-secret needs a Secret name}; shift 2 ;;
     --dry-run) DRY=1; shift ;;
+    --print-tag) default_tag; exit 0 ;;
+    --overlay|--base) die "$1 is gone: the script writes deploy/components/images/, which deploy/ and every overlay list (deploy/README.md, Images)" ;;
     -h|--help) usage; exit 0 ;;
     -*) die "unknown option $1 (--help)" ;;
     *) [ -z "$REGISTRY" ] || die "one REGISTRY only (got '$REGISTRY' and '$1')"; REGISTRY=$1; shift ;;
@@ -54,16 +80,20 @@ REGISTRY=${REGISTRY%/}
 # An image reference: lower-case registry/path, a tag of [A-Za-z0-9_.-] (128 at most).
 [[ "$REGISTRY" =~ ^[a-z0-9]([a-z0-9._:-]*[a-z0-9])?(/[a-z0-9]([a-z0-9._-]*[a-z0-9])?)*$ ]] \
   || die "'$REGISTRY' is not a registry path (lower case, e.g. registry.example.com/gpu)"
+[ -n "$TAG" ] || TAG=$(default_tag)
 [[ "$TAG" =~ ^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$ ]] || die "'$TAG' is not an image tag"
-[ -f "$BASE/kustomization.yaml" ] || die "--base $BASE: no kustomization.yaml there"
-BASE="$(cd "$BASE" && pwd)"
+# A Secret's name: a DNS subdomain.
+[ -z "$PULL_SECRET" ] || [[ "$PULL_SECRET" =~ ^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?$ ]] \
+  || die "'$PULL_SECRET' is not a Secret name (lower case, digits, '-' and '.')"
 
-if [ -z "$BUILDER" ]; then
+if [ "$BUILD" = 0 ]; then
+  BUILDER=${BUILDER:-none}
+elif [ -z "$BUILDER" ]; then
   for b in docker podman buildah; do command -v "$b" >/dev/null && { BUILDER=$b; break; }; done
   [ -n "$BUILDER" ] || [ "$DRY" = 1 ] || die "no image builder found: install docker, podman or buildah"
   BUILDER=${BUILDER:-docker}
 fi
-case "$BUILDER" in docker|podman|buildah) ;; *) die "--builder must be docker, podman or buildah" ;; esac
+case "$BUILD$BUILDER" in 1docker|1podman|1buildah|0*) ;; *) die "--builder must be docker, podman or buildah" ;; esac
 MULTI=0
 case "$PLATFORM" in *,*) MULTI=1 ;; esac
 if [ "$MULTI" = 1 ]; then
@@ -77,6 +107,7 @@ run() {
 }
 
 for i in agent extender; do
+  [ "$BUILD" = 1 ] || break
   image="$REGISTRY/gpu-$i:$TAG"
   if [ "$MULTI" = 1 ]; then
     run docker buildx build --platform "$PLATFORM" -f "$ROOT/Dockerfile.$i" -t "$image" --push "$ROOT"
@@ -93,16 +124,13 @@ for i in agent extender; do
   fi
 done
 
-# The overlay: deploy/ as it is, with these images. Relative paths, so the checkout can move.
-mkdir -p "$OVERLAY"
-deploy_rel=$(python3 -c 'import os,sys; print(os.path.relpath(sys.argv[1], sys.argv[2]))' "$BASE" "$OVERLAY")
-cat > "$OVERLAY/kustomization.yaml" <<EOF
-# Written by deploy/build-images.sh $REGISTRY (tag $TAG): ${BASE#"$ROOT"/}/ with your images.
-#   kubectl apply -k ${OVERLAY#"$ROOT"/}/
-apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources:
-  - $deploy_rel
+component() {
+  cat <<EOF
+# Written by deploy/build-images.sh $REGISTRY (tag $TAG): the images deploy/, every overlay under
+# deploy/overlays/ and your own overlays install (deploy/README.md, "Images"). The script writes
+# this file whole on each run; kube-scheduler's version is kube-scheduler.yaml beside it, yours to set.
+apiVersion: kustomize.config.k8s.io/v1alpha1
+kind: Component
 images:
   - name: ghcr.io/kube-gpu-extender/gpu-agent
     newName: $REGISTRY/gpu-agent
@@ -110,5 +138,34 @@ images:
   - name: ghcr.io/kube-gpu-extender/gpu-extender
     newName: $REGISTRY/gpu-extender
     newTag: "$TAG"
+transformers:
+  - kube-scheduler.yaml
 EOF
-echo "wrote $OVERLAY/kustomization.yaml: kubectl apply -k ${OVERLAY#"$ROOT"/}/"
+  [ -n "$PULL_SECRET" ] || return 0
+  local kind
+  cat <<EOF
+# Every pod of ours pulls with the Secret $PULL_SECRET of the gpu-extender namespace.
+patches:
+EOF
+  for kind in Deployment DaemonSet; do
+    cat <<EOF
+  - target:
+      kind: $kind
+      labelSelector: app.kubernetes.io/part-of=kube-gpu-extender
+    patch: |-
+      - op: add
+        path: /spec/template/spec/imagePullSecrets
+        value: [{name: $PULL_SECRET}]
+EOF
+  done
+}
+
+if [ "$DRY" = 1 ]; then
+  echo "would write ${COMPONENT#"$ROOT"/}:"
+  component
+  exit 0
+fi
+tmp=$(mktemp "$COMPONENT.XXXXXX")
+component > "$tmp"
+mv "$tmp" "$COMPONENT"  # whole or not at all: a kustomization never reads a half-written file
+echo "wrote ${COMPONENT#"$ROOT"/} (tag $TAG): kubectl apply -k deploy/ (or any overlay) installs these images"

@@ -42,6 +42,11 @@ if [ "$CERT_MANAGER" = 0 ]; then
     fail "openssl is not installed" "deploy/tls/make-certs.sh needs it (or pass --cert-manager and use deploy/overlays/cert-manager)"
   fi
 fi
+if command -v helm >/dev/null; then
+  pass "helm: $(helm version --short 2>/dev/null) (helm install gpu-extender deploy/; tested with v4.1.4)"
+else
+  warn "helm is not installed" "optional: the Quickstart's helm install; kubectl apply -k deploy/ installs the same objects without it"
+fi
 if command -v docker >/dev/null || command -v podman >/dev/null || command -v buildah >/dev/null; then
   pass "an image builder (deploy/build-images.sh: docker, podman or buildah)"
 else
@@ -58,6 +63,38 @@ if [ "$server" -ge 34 ]; then
   pass "Kubernetes 1.$server (DRA resource.k8s.io/v1 needs >= 1.34); set gpu-scheduler's image to v1.$server.x (deploy/README.md, Supported Kubernetes versions)"
 else
   warn "Kubernetes 1.$server is older than 1.34" "DRA's resource.k8s.io/v1 is missing: device-plugin GPUs work, DRA and device taints do not; gpu-scheduler's image must be v1.$server.x"
+fi
+# kubectl's skew policy: within one minor of the server. An older one may not read the server's
+# OpenAPI, and `kubectl apply` then refuses before sending anything.
+client=$(kubectl version --client -o json 2>/dev/null | sed -n 's/.*"minor": *"\([0-9]*\).*/\1/p' | head -1)
+if [ -n "$client" ] && [ $((client - server)) -le 1 ] && [ $((server - client)) -le 1 ]; then
+  pass "kubectl 1.$client is within one minor of the cluster's 1.$server"
+elif [ -n "$client" ]; then
+  fail "kubectl 1.$client is more than one minor from the cluster's 1.$server" "install kubectl 1.$server (kubectl's version skew policy); kubectl version"
+fi
+# gpu-scheduler's kube-scheduler: never newer than the API server, at most one minor older.
+pin=deploy/components/images/kube-scheduler.yaml
+sched=$(sed -n 's/^ *newTag: *"\{0,1\}v1\.\([0-9]*\)\..*/\1/p' "$pin" 2>/dev/null | head -1)
+if [ -z "$sched" ]; then
+  fail "no kube-scheduler version in $pin" "it pins gpu-scheduler's image: newTag: v1.$server.x (deploy/README.md, The scheduler's version and feature gates)"
+elif [ "$sched" = "$server" ]; then
+  pass "gpu-scheduler runs kube-scheduler 1.$sched, the cluster's minor ($pin)"
+elif [ "$sched" -gt "$server" ] || [ $((server - sched)) -gt 1 ]; then
+  fail "gpu-scheduler's kube-scheduler 1.$sched does not fit the cluster's 1.$server" "set newTag: v1.$server.x in $pin (a scheduler newer than the API server, or two minors older, is outside Kubernetes' skew policy)"
+else
+  warn "gpu-scheduler's kube-scheduler 1.$sched is one minor older than the cluster's 1.$server" "allowed by the skew policy; set newTag: v1.$server.x in $pin for the cluster's scheduling features"
+fi
+# kube-scheduler v1.36 with DRADeviceTaintRules=true panics on the first DeviceTaintRule, which the
+# extender writes by default (components/device-taints): deploy/README.md, GPU health and DRA.
+if kubectl api-resources --api-group=resource.k8s.io -o name 2>/dev/null | grep -q '^devicetaintrules\.'; then
+  schedulers=$(kubectl -n kube-system get pods -l component=kube-scheduler -o jsonpath='{range .items[*]}{.spec.containers[0].image}{" "}{.spec.containers[0].command}{"\n"}{end}' 2>/dev/null)
+  if printf '%s\n' "$schedulers" | grep -q 'kube-scheduler:v1\.36\..*DRADeviceTaintRules=true'; then
+    fail "the cluster's kube-scheduler v1.36 runs with DRADeviceTaintRules=true" "it panics on the first DeviceTaintRule the extender writes: turn that gate off on it, or set --device-taints off (deploy/README.md, GPU health and DRA)"
+  elif [ -z "$schedulers" ] && [ "$server" = 36 ]; then
+    warn "the cluster serves DeviceTaintRules and its kube-scheduler cannot be seen" "kube-scheduler v1.36 with DRADeviceTaintRules=true panics on the first rule the extender writes: check its flags, or set --device-taints off"
+  else
+    pass "DeviceTaintRules served; no kube-scheduler v1.36 with DRADeviceTaintRules=true seen"
+  fi
 fi
 allowed=1
 for verb_resource in "create clusterroles" "create clusterrolebindings" "create namespaces" "create daemonsets -n gpu-extender"; do

@@ -456,17 +456,23 @@ class ControlPlane:
         path.write_text(yaml.safe_dump(config, sort_keys=False))
         return self._component(name, [binary, *extra_args, "--config", str(path)], timeout)
 
-    def controller_manager(self, name: str = "kube-controller-manager", timeout: float = 60.0) -> Process:
-        """A real kube-controller-manager v1.36.2 running only the controllers DRA tests need: the
-        resourceclaim controller (ResourceClaimTemplates become claims), service accounts and the
-        garbage collector (a pod's generated claims go with it). Returns once its /healthz answers."""
+    def controller_manager(
+        self,
+        name: str = "kube-controller-manager",
+        timeout: float = 60.0,
+        controllers: str = "resourceclaim-controller,serviceaccount-controller,garbage-collector-controller",
+    ) -> Process:
+        """A real kube-controller-manager v1.36.2 running only the controllers a test needs; by
+        default those of the DRA tests: the resourceclaim controller (ResourceClaimTemplates become
+        claims), service accounts and the garbage collector (a pod's generated claims go with it).
+        Returns once its /healthz answers."""
         return self._component(
             name,
             [
                 "kube-controller-manager",
                 "--kubeconfig",
                 str(self.kubeconfig),
-                "--controllers=resourceclaim-controller,serviceaccount-controller,garbage-collector-controller",
+                f"--controllers={controllers}",
                 "--leader-elect=false",
                 "--use-service-account-credentials=false",
             ],

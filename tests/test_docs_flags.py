@@ -16,12 +16,12 @@ from gpuextender.extender.flags import build_parser as extender_parser
 from gpuextender.extender.relay.relay_main import build_parser as relay_parser
 from gpuextender.extender.ui.explain_cli import build_parser as explain_parser
 from tests.harness import ROOT
+from tests.kube_tools import HELM, NO_HELM
 
 PAGES = [ROOT / "README.md", ROOT / "deploy" / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 # Flags the docs give to other programs, each with the program it belongs to.
 OUTSIDE = {
     "--all": "kubectl delete",
-    "--base": "deploy/build-images.sh",
     "--build-arg": "docker/podman build",
     "--builder": "deploy/build-images.sh",
     "--ca-days": "deploy/tls/make-certs.sh",
@@ -29,6 +29,10 @@ OUTSIDE = {
     "--check": "ruff format",
     "--client": "kubectl version",
     "--days": "deploy/tls/make-certs.sh",
+    "--disable-openapi-validation": "helm install, helm upgrade",
+    "--docker-password": "kubectl create secret docker-registry",
+    "--docker-server": "kubectl create secret docker-registry",
+    "--docker-username": "kubectl create secret docker-registry",
     "--driver": "docker buildx create",
     "--dry-run": "deploy/build-images.sh",
     "--expect-gpu": "bench/gpu_check.py",
@@ -37,25 +41,34 @@ OUTSIDE = {
     "--fix": "ruff check",
     "--from-file": "kubectl create configmap",
     "--gpu-clique-label-enabled": "NVIDIA's DRA driver (compute-domain kubelet plugin)",
+    "--ignore-not-found": "kubectl delete",
     "--new-ca": "deploy/tls/make-certs.sh",
+    "--no-build": "deploy/build-images.sh",
     "--no-compile": "pip install",
     "--no-deps": "pip install",
     "--no-index": "pip install",
     "--no-push": "deploy/build-images.sh",
     "--out": "bench/gpu_check.py",
-    "--overlay": "deploy/build-images.sh",
     "--platform": "docker buildx build, deploy/build-images.sh",
     "--previous": "kubectl logs",
+    "--print-tag": "deploy/build-images.sh",
     "--prune": "kubectl apply",
+    "--prune-allowlist": "kubectl apply",
+    "--pull-secret": "deploy/build-images.sh",
     "--push": "docker buildx build",
     "--query-gpu": "nvidia-smi",
+    "--reuse-values": "helm upgrade",
     "--runtime-config": "kube-apiserver",
     "--server-side": "kubectl apply",
     "--servers": "bench/bench_fleet_scale.py",
+    "--set": "helm install, helm upgrade",
+    "--set-file": "helm install, helm upgrade",
     "--slurpfile": "jq",
     "--tag": "deploy/build-images.sh",
     "--target": "pip install",
     "--use": "docker buildx create",
+    "--validate": "kubectl apply",
+    "--wait": "helm uninstall",
 }
 PARSERS = {
     "gpu-agent": agent_parser(),
@@ -129,3 +142,15 @@ def test_every_test_command_the_pages_spell_selects_tests() -> None:
         argv = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args]
         run = subprocess.run([*argv, "-n", "0"] if "-n" not in args else argv, capture_output=True, text=True, cwd=ROOT)
         assert run.returncode == 0, f"{page}: ./dev.sh test {' '.join(args)}: {run.stdout[-800:]}{run.stderr[-800:]}"
+
+
+def test_the_helm_flags_the_docs_spell_are_helms() -> None:
+    """A flag listed above as helm's is one its own help names (install, upgrade, uninstall)."""
+    if HELM is None:
+        pytest.skip(NO_HELM)
+    helps = "".join(
+        subprocess.run([HELM, verb, "--help"], capture_output=True, text=True, timeout=30).stdout
+        for verb in ("install", "upgrade", "uninstall")
+    )
+    theirs = [flag for flag, owner in OUTSIDE.items() if owner.startswith("helm")]
+    assert len(theirs) >= 4 and [flag for flag in theirs if f"{flag} " not in helps] == []

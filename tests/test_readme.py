@@ -47,3 +47,25 @@ def test_every_relative_link_of_the_docs_leads_to_a_file() -> None:
                 broken.append(f"{page.relative_to(ROOT)}: {target}")
     assert not broken, broken
     assert len(pages) >= 7  # the docs/ pages are there
+
+
+# Italics of the docs that are emphasis, not the name of a section.
+EMPHASIS = {"a", "land blind", "where", "Unclassified", "Where would this pod go?", "where would this pod go?", "_pb2"}
+
+
+def test_every_section_the_docs_name_in_italics_exists() -> None:
+    """README.md and deploy/README.md point at sections by name in italics ("*Images* below",
+    "bench/RESULTS.md, *Fleet scale II*"): each names a heading (or a bold run-in heading) of one of
+    the repository's pages, whole or as its first words (issue 50: "*Images* below" named none)."""
+    pages = [p for p in ROOT.rglob("*.md") if ".venv" not in p.parts and "node_modules" not in p.parts]
+    titles = set()
+    for page in pages:
+        text = page.read_text()
+        titles |= {m.group(1).strip() for m in re.finditer(r"^#{1,6} (.+)$", text, re.M)}
+        titles |= set(re.findall(r"\*\*([^*\n]+?)\*\*", text))
+    missing = []
+    for doc in ("README.md", "deploy/README.md"):
+        for name in set(re.findall(r"(?<![*\w])\*([^*\n]+?)\*(?![*\w])", (ROOT / doc).read_text())) - EMPHASIS:
+            if not any(t == name or re.match(re.escape(name) + r"[\s:,.(]", t) for t in titles):
+                missing.append(f"{doc}: *{name}*")
+    assert not missing, missing

@@ -27,7 +27,7 @@ def test_the_workflow_pushes_the_images_and_tag_the_manifests_pull() -> None:
     for name in ("Dockerfile.agent", "Dockerfile.extender"):
         assert (WORKFLOW.parents[2] / name).is_file()
     # What deploy/ pulls: these names, at this package's version (the workflow's tag without its "v").
-    kustomization = m.load_yaml_docs(m.BASE / "kustomization.yaml")[0]
+    kustomization = m.load_yaml_docs(m.COMPONENTS / "images" / "kustomization.yaml")[0]
     tags = {i["name"]: i["newTag"] for i in kustomization["images"]}
     for image in images:
         assert tags[f"ghcr.io/kube-gpu-extender/{image}"] == __version__

@@ -120,10 +120,10 @@ chmod 600 "$OUTDIR/ca.key"
 
 cat <<EOF
 
-Next: create the Secrets in namespace $NAMESPACE, either
+Next: create the Secrets in namespace $NAMESPACE, which the install's step 1 (kubectl apply -k
+deploy/, or an overlay) made with its Pod Security levels: apply that first. Either
   kubectl apply --server-side -k deploy/tls/      # only with the default OUTDIR (deploy/tls/out)
 or
-  kubectl apply -k deploy/base/namespace/
 EOF
 for secret in gpu-extender-tls gpu-agent-tls; do
   echo "  kubectl -n $NAMESPACE create secret generic $secret --type=kubernetes.io/tls \\"

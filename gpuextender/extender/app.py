@@ -49,9 +49,10 @@ from gpuextender.extender.observe.dra_devices import DraDevicesCollector
 from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.observe.silent_nodes import SilentNodesCollector, SilentNodesWarning
 from gpuextender.extender.scheduler.http_api import SchedulerApi, build_app, listen_backlog, new_runner
-from gpuextender.extender.settings import ExtenderConfig
+from gpuextender.extender.settings import CLEANUP_ON_EXIT_TIMEOUT_S, ExtenderConfig
 from gpuextender.extender.state.claim_ledger import ClaimLedger
-from gpuextender.extender.state.device_taints import TaintWriterStatus
+from gpuextender.extender.state.cleanup_plan import CleanupReport, exit_status, lines
+from gpuextender.extender.state.device_taints import LEASE_NAME, TaintWriterStatus
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.group_book import GroupBook
 from gpuextender.extender.state.inventory_store import InventoryStore
@@ -120,6 +121,7 @@ class Extender:
     _ingest: IngestWorkers | None = None
     _runner: web.AppRunner | None = None
     _exit_code: int = 0
+    _told_to_stop: bool = False
 
     async def run(self) -> int:
         """Serve until told to stop; 0, or 1 when the ingest process died under us."""
@@ -137,9 +139,45 @@ class Extender:
             self._start_housekeeping()
             await stop.wait()
             log.info("shutting down")
+            self._told_to_stop = self._exit_code == 0  # a signal, not the ingest process gone
         finally:
             await self._stop()
         return self._exit_code
+
+    async def _clean_up_on_exit(self) -> bool:
+        """--cleanup-on-exit, on SIGTERM/SIGINT: the leader of the device-taint Lease removes what the
+        extender wrote (inventory/cleanup.py) while it still holds the Lease, for at most
+        CLEANUP_ON_EXIT_TIMEOUT_S, and logs what it removed. True when this replica led (it gives the
+        Lease up once its writer has stopped)."""
+        writer, publish = self.taint_writer, self.config.publish
+        if writer is None or not publish.cleanup_on_exit:
+            return False
+        from gpuextender.extender.inventory.cleanup import remove_writes
+
+        report = CleanupReport(publish.node_taint_key)
+
+        async def work(api_client: Any, version: str | None) -> None:
+            report.version = version
+            await remove_writes(api_client, version, report)
+
+        try:
+            led = await asyncio.wait_for(writer.finish(work), CLEANUP_ON_EXIT_TIMEOUT_S)
+        except TimeoutError:
+            report.stopped = (
+                f"out of time after {CLEANUP_ON_EXIT_TIMEOUT_S:g}s: `gpu-extender cleanup` removes the rest"
+            )
+            led = True  # only a leader works that long
+        if not led:
+            log.info(
+                "cleanup on exit: this replica does not hold the Lease %s/%s: the leader removes the writes",
+                self.config.leader_namespace,
+                LEASE_NAME,
+            )
+            return False
+        say = log.info if exit_status(report) == 0 else log.warning
+        for line in lines(report):
+            say("cleanup on exit: %s", line)
+        return True
 
     def _task(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         self._background.append(asyncio.create_task(coro, name=name))
@@ -255,11 +293,19 @@ class Extender:
 
     async def _stop(self) -> None:
         self.api.serving = False
+        led = False
+        if self._told_to_stop:
+            try:
+                led = await self._clean_up_on_exit()
+            except Exception:  # a bug here must not keep the rest from stopping
+                log.exception("cleanup on exit failed: `gpu-extender cleanup` removes what is left")
         for task in self._background:
             task.cancel()
         for task in self._background:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        if led and self.taint_writer is not None:  # the election has stopped: nothing renews the Lease now
+            await self.taint_writer.release_lease()
         if self._grpc_server is not None:
             await self._grpc_server.stop(grace=1.0)
         if self._ingest is not None:

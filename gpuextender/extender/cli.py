@@ -1,6 +1,7 @@
 """`gpu-extender`: the command line. `gpu-extender explain ...` asks a running extender
 (ui/explain_cli.py), `gpu-extender relay ...` serves agents in front of the extenders
-(relay/relay_main.py); anything else is the extender itself: its settings from flags, environment
+(relay/relay_main.py), `gpu-extender cleanup ...` removes what the extender wrote to the cluster
+(ui/cleanup_cli.py); anything else is the extender itself: its settings from flags, environment
 and file (flags.py), then app.py builds and runs it. Start-up errors are one line and exit 2."""
 
 from __future__ import annotations
@@ -32,6 +33,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gpuextender.extender.ui.explain_cli import main as explain_main
 
         return explain_main(argv[1:])
+    if argv[:1] == ["cleanup"]:
+        from gpuextender.extender.ui.cleanup_cli import main as cleanup_main
+
+        return cleanup_main(argv[1:])
     if argv[:1] == ["relay"]:
         from gpuextender.extender.relay.relay_main import main as relay_main
 

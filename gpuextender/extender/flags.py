@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import re
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -20,6 +19,7 @@ from gpuextender.common.netaddr import AddressError, parse_host_port
 from gpuextender.common.tls_files import CredentialFileError, ServingTlsFiles, check_readable
 from gpuextender.extender.model.pod_group import topology_problem
 from gpuextender.extender.settings import (
+    CLEANUP_ON_EXIT_TIMEOUT_S,
     DEFAULT_BINDING_WAIT_S,
     DEFAULT_BODY_READ_TIMEOUT_S,
     DEFAULT_BUSY_HOLD_S,
@@ -42,6 +42,7 @@ from gpuextender.extender.settings import (
     MAX_WRITES_PER_S,
     MIN_BUSY_HOLD_S,
     MIN_IDLE_WINDOW_S,
+    TAINT_KEY_FORM,
     AgentAuth,
     ApiSettings,
     DecisionPolicy,
@@ -49,12 +50,11 @@ from gpuextender.extender.settings import (
     PublishSettings,
     ServiceAccountRef,
     auto_ingest_workers,
+    is_taint_key,
     parse_service_account,
 )
 
 ENV_PREFIX = "GPU_EXTENDER_"
-# A taint key: a label key ([DNS subdomain prefix/]name).
-_TAINT_KEY = re.compile(r"([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
 
 
 class ConfigError(ValueError):
@@ -480,6 +480,17 @@ def build_parser() -> argparse.ArgumentParser:
         help="write the AllocatedGPUsIdle Events (the metrics stay)",
     )
     g.add_argument(
+        "--cleanup-on-exit",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="on SIGTERM, the replica that holds the device-taint Lease removes what the extender wrote "
+        "(its DeviceTaintRules, every Node's GPUsUsable condition and the --node-taint-key taint) before "
+        f"it gives the Lease up, within {CLEANUP_ON_EXIT_TIMEOUT_S:g} s, and logs what it removed; the other "
+        "replicas remove nothing. "
+        "Off by default: a rolling update would clear and rewrite every rule and condition. To uninstall, "
+        "`gpu-extender cleanup` does the same from an admin's machine",
+    )
+    g.add_argument(
         "--publish-writes-per-second",
         type=float,
         default=DEFAULT_WRITES_PER_S,
@@ -623,10 +634,12 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str] | None = Non
         raise ConfigError(
             f"--idle-window {args.idle_window:g} must be within [{MIN_IDLE_WINDOW_S:g}, {MAX_IDLE_WINDOW_S:g}] seconds"
         )
-    if not _TAINT_KEY.fullmatch(args.node_taint_key) or len(args.node_taint_key.rpartition("/")[2]) > 63:
+    if not is_taint_key(args.node_taint_key):
+        raise ConfigError(f"--node-taint-key {args.node_taint_key!r} is not a taint key ({TAINT_KEY_FORM})")
+    if args.cleanup_on_exit and (not args.kubernetes or args.device_taints == "off"):
         raise ConfigError(
-            f"--node-taint-key {args.node_taint_key!r} is not a taint key ([prefix/]name: a DNS subdomain "
-            "prefix, a name of at most 63 letters, digits, '-', '_', '.')"
+            "--cleanup-on-exit needs --kubernetes and --device-taints on (the leader of the device-taint Lease "
+            "removes the writes); after the extender is gone, `gpu-extender cleanup` removes them"
         )
     if args.max_unknown_nodes < 0:
         raise ConfigError(f"--max-unknown-nodes {args.max_unknown_nodes} must be >= 0 (0: inventory nodes only)")
@@ -685,6 +698,7 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str] | None = Non
             writes_per_s=args.publish_writes_per_second,
             idle_window_s=args.idle_window,
             idle_events=args.idle_events == "on",
+            cleanup_on_exit=args.cleanup_on_exit,
         ),
         leader_namespace=args.leader_namespace
         or (os.environ if env is None else env).get("POD_NAMESPACE")

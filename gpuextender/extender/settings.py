@@ -43,6 +43,10 @@ AUTO_INGEST_WORKERS_MAX = 8
 MAX_INGEST_WORKERS = 64
 
 
+def is_taint_key(key: str) -> bool:
+    return bool(_TAINT_KEY.fullmatch(key)) and len(key.rpartition("/")[2]) <= 63
+
+
 def auto_ingest_workers(cpus: int) -> int:
     return max(1, min(AUTO_INGEST_WORKERS_MAX, cpus - 1))
 
@@ -61,6 +65,13 @@ MAX_HOLD_S = 3600.0
 # client QPS for a controller is 20 (--kube-api-qps of kube-controller-manager).
 DEFAULT_WRITES_PER_S = 20.0
 DEFAULT_NODE_TAINT_KEY = "gpu-extender.io/no-usable-gpu"
+# A taint key is a label key: [a DNS subdomain prefix/]a name of at most 63 characters.
+_TAINT_KEY = re.compile(r"([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?")
+TAINT_KEY_FORM = "[prefix/]name: a DNS subdomain prefix, a name of at most 63 letters, digits, '-', '_', '.'"
+# --cleanup-on-exit: the leader's removal of its writes on SIGTERM stops after this long, within the
+# Pod's terminationGracePeriodSeconds (30 s by default) with room for the rest of the shutdown;
+# what is left is logged (`gpu-extender cleanup` removes it).
+CLEANUP_ON_EXIT_TIMEOUT_S = 20.0
 # GPUs held yet idle this long without a break are a reclaim signal (--idle-window): a model
 # server between bursts of traffic or a notebook between cells is idle for minutes; half an hour
 # of nothing is what a platform team asks about.
@@ -163,6 +174,8 @@ class PublishSettings:
     writes_per_s: float = DEFAULT_WRITES_PER_S
     idle_window_s: float = DEFAULT_IDLE_WINDOW_S
     idle_events: bool = True
+    # On SIGTERM the leader removes its rules, conditions and node taint before it gives up the Lease.
+    cleanup_on_exit: bool = False
 
 
 @dataclass(frozen=True, slots=True)

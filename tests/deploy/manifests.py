@@ -5,13 +5,14 @@ the base uses no patches, only `images`, `labels` and one configMapGenerator).""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from tests.kube_tools import KUBECTL
 
 REPO = Path(__file__).resolve().parents[2]
 DEPLOY = REPO / "deploy"
@@ -21,7 +22,6 @@ NAMESPACE = "gpu-extender"
 
 KubeObject = dict[str, Any]
 
-KUBECTL = shutil.which("kubectl")
 NO_KUBECTL = "kubectl is not installed: `kubectl kustomize` (kustomize built into kubectl) renders deploy/"
 
 # Kinds whose schema is a CRD that kubernetes-validate does not ship: they are checked by the

@@ -6,7 +6,6 @@ configuration code."""
 
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path, PurePosixPath
 
@@ -16,6 +15,7 @@ import yaml
 from gpuextender.extender.flags import build_config
 from gpuextender.extender.settings import ExtenderConfig
 from tests.deploy import manifests as m
+from tests.deploy.docs_install import copy_repository
 from tests.harness import ROOT
 
 COMPONENT = m.COMPONENTS / "extender-config"
@@ -93,8 +93,9 @@ def test_an_edited_file_changes_the_policy_and_a_flag_still_wins(tmp_path: Path)
 
 def test_the_documented_overlays_render_as_spelled(tmp_path: Path) -> None:
     """Issue 38, item 1: deploy/README.md "Changing the policy" written out file by file as the docs
-    spell them (`<path>` the repository root), rendered with the real kustomize: the replaced
-    ConfigMap is the one the Deployment mounts, with the admin's file, which gpu-extender takes."""
+    spell them, where they put them (in the checkout: a copy of the repository), rendered with the
+    real kustomize: the replaced ConfigMap is the one the Deployment mounts, with the admin's file,
+    which gpu-extender takes."""
     section = (ROOT / "deploy" / "README.md").read_text().split("## Changing the policy\n", 1)[1].split("\n## ", 1)[0]
     blocks = re.findall(r"```yaml\n# ([\w./-]+):[^\n]*\n(.*?)```", section, re.S)
     assert [name for name, _ in blocks] == [
@@ -102,10 +103,11 @@ def test_the_documented_overlays_render_as_spelled(tmp_path: Path) -> None:
         "my-policy/kustomization.yaml",
         "my-policy/gpu-policy.yaml",
     ]
-    root = os.path.relpath(ROOT, tmp_path / "with-config")
+    repo = copy_repository(tmp_path / "kube-gpu-extender")
     for name, text in blocks:
-        (tmp_path / name).parent.mkdir(exist_ok=True)
-        (tmp_path / name).write_text(text.replace("<path>", root))
+        (repo / name).parent.mkdir(exist_ok=True)
+        (repo / name).write_text(text)
+    tmp_path = repo
     for overlay, expected in (("with-config", None), ("my-policy", blocks[2][1])):
         objects = m.kustomize(tmp_path / overlay)
         deployment = m.one(objects, "Deployment", "gpu-extender", m.NAMESPACE)

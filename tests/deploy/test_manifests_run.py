@@ -344,7 +344,7 @@ def live(tmp_path_factory: pytest.TempPathFactory, default_objects: list[m.KubeO
     # kube-scheduler's view: its configuration and CA file as its pod mounts them.
     sched, sched_container = container_of(base_objects, "Deployment", "gpu-scheduler")
     sched_mounts = mount_volumes(base_objects, sched, sched_container, certs, root)
-    config = yaml.safe_load(rebase(m.flag_value(sched_container["command"], "--config"), sched_mounts).read_text())
+    config = yaml.safe_load(rebase(m.flag_value(sched_container["args"], "--config"), sched_mounts).read_text())
     (ext_entry,) = config["extenders"]
     assert ext_entry["enableHTTPS"] is True
 

@@ -15,6 +15,7 @@ import yaml
 
 from gpuextender.extender.relay.relay_main import parse
 from tests.deploy import manifests as m
+from tests.deploy.docs_install import copy_repository
 
 COMPONENT = m.COMPONENTS / "relay"
 needs_kubectl = pytest.mark.skipif(m.KUBECTL is None, reason=m.NO_KUBECTL)
@@ -98,17 +99,23 @@ def test_with_the_component_agents_stream_to_the_relays_which_reach_every_replic
 
 
 @needs_kubectl
-def test_the_readmes_components_list_renders_with_the_relays(tmp_path: Path) -> None:
-    """deploy/README.md, "Relays": its `components:` list, as deploy/kustomization.yaml's, renders
-    the relays and points the agents at them."""
+def test_the_readmes_overlay_renders_with_the_relays(tmp_path: Path) -> None:
+    """deploy/README.md, "Relays": its overlay, written where it says in a copy of the repository,
+    renders the relays on the extender's image as every other pod (components/images last) and
+    points the agents at them; everything else is deploy/'s."""
     readme = (m.DEPLOY / "README.md").read_text()
     section = readme.split("### Relays\n", 1)[1].split("\n## ", 1)[0]
-    (block,) = re.findall(r"```yaml\n(.*?)```", section, re.S)
-    components = yaml.safe_load(block)["components"]
-    assert components[-1] == "components/relay"
-    objects = m.kustomize_with(tmp_path, [m.BASE], [m.DEPLOY / c for c in components])
+    (block,) = re.findall(r"```yaml\n(# my-relays/kustomization.yaml:.*?)```", section, re.S)
+    repo = copy_repository(tmp_path / "kube-gpu-extender")
+    (repo / "my-relays").mkdir()
+    (repo / "my-relays/kustomization.yaml").write_text(block)
+    assert yaml.safe_load(block)["components"] == ["../deploy/components/relay", "../deploy/components/images"]
+    objects = m.kustomize(repo / "my-relays")
     assert m.one(objects, "Deployment", "gpu-relay")
     _, agent = the_container(objects, "DaemonSet", "gpu-agent")
     assert m.flag_value(agent["args"], "--extender-service") == "gpu-relay.gpu-extender.svc:9090"
-    default = yaml.safe_load((m.DEPLOY / "kustomization.yaml").read_text())["components"]
-    assert components[:-1] == default  # deploy/'s own list, with the relays added
+    _, relay = the_container(objects, "Deployment", "gpu-relay")
+    _, extender = the_container(objects, "Deployment", "gpu-extender")
+    assert relay["image"] == extender["image"]
+    relays = {m.identity(o) for o in objects if "relay" in o["metadata"]["name"]}
+    assert {m.identity(o) for o in objects} - relays == {m.identity(o) for o in m.kustomize(m.DEPLOY)}

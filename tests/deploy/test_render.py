@@ -154,16 +154,22 @@ def test_the_default_install_reads_allocation_from_the_kubelet_and_the_opt_out_i
 
 
 def test_images_are_pinned_and_overridable() -> None:
-    kustomization = m.load_yaml_docs(m.BASE / "kustomization.yaml")[0]
+    """One home for the images: components/images (which every install path lists), the
+    scheduler's version in the pin beside it; the base names the same released images."""
+    images = m.COMPONENTS / "images"
+    kustomization = m.load_yaml_docs(images / "kustomization.yaml")[0]
     tags = {i["name"]: i["newTag"] for i in kustomization["images"]}
-    assert tags["ghcr.io/kube-gpu-extender/gpu-extender"] == "0.1.0"
-    assert tags["ghcr.io/kube-gpu-extender/gpu-agent"] == "0.1.0"
-    scheduler_tag = tags["registry.k8s.io/kube-scheduler"]
+    assert tags == {"ghcr.io/kube-gpu-extender/gpu-extender": "0.1.0", "ghcr.io/kube-gpu-extender/gpu-agent": "0.1.0"}
+    assert "images" not in m.load_yaml_docs(m.BASE / "kustomization.yaml")[0]
+    (pin,) = m.load_yaml_docs(images / "kube-scheduler.yaml")
+    assert kustomization["transformers"] == ["kube-scheduler.yaml"] and pin["kind"] == "ImageTagTransformer"
+    scheduler_tag = pin["imageTag"]["newTag"]
+    assert pin["imageTag"]["name"] == "registry.k8s.io/kube-scheduler"
     assert scheduler_tag.startswith(f"v{K8S_VERSION}.") and scheduler_tag.split(".")[-1].isdigit()
+    tags[pin["imageTag"]["name"]] = scheduler_tag
     for _, pod in m.pod_templates(m.load_source(m.BASE)):
         for c in m.containers(pod):
-            assert m.image_repository(c["image"]) in tags, f"{c['image']} is not in kustomization images:"
-            assert not c["image"].endswith(":latest")
+            assert c["image"] == f"{m.image_repository(c['image'])}:{tags[m.image_repository(c['image'])]}"
 
 
 @needs_kubectl
@@ -201,6 +207,7 @@ def test_components_are_kustomize_components() -> None:
         "extender-binds",
         "extender-config",
         "gpu-scheduler-by-default",
+        "images",
         "kubelet-allocation",
         "monitoring",
         "node-taints",
@@ -209,7 +216,8 @@ def test_components_are_kustomize_components() -> None:
     for component in COMPONENTS:
         doc = m.load_yaml_docs(component / "kustomization.yaml")[0]
         assert doc["kind"] == "Component" and doc["apiVersion"] == "kustomize.config.k8s.io/v1alpha1"
-        assert m.load_source(component) or doc.get("patches"), f"{component.name} lists no resources or patches"
+        what = m.load_source(component) or doc.get("patches") or doc.get("images")
+        assert what, f"{component.name} lists no resources, patches or images"
 
 
 @functools.lru_cache(maxsize=1)

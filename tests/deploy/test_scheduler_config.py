@@ -254,7 +254,7 @@ def test_gpu_scheduler_mounts_its_config_and_the_ca(base_objects: list[m.KubeObj
     volumes = {v["name"]: v for v in pod["volumes"]}
     mounts = {mt["mountPath"]: volumes[mt["name"]] for mt in container["volumeMounts"]}
 
-    config_path = m.flag_value(container["command"], "--config")
+    config_path = m.flag_value(container["args"], "--config")
     config_dir, config_file = config_path.rsplit("/", 1)
     assert mounts[config_dir]["configMap"]["name"].startswith("gpu-scheduler-config")
     assert config_file == "config.yaml"

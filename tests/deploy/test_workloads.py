@@ -301,7 +301,9 @@ def test_scheduler_deployment_runs_the_pinned_upstream_image(
     pod, c = the_container(base_objects, "Deployment", "gpu-scheduler")
     assert m.image_repository(c["image"]) == SCHEDULER_IMAGE
     assert pod["serviceAccountName"] == "gpu-scheduler"
-    assert c["command"][0].endswith("kube-scheduler")
+    # The binary in command, every flag in args: an overlay appends feature gates with one patch.
+    assert c["command"] == ["/usr/local/bin/kube-scheduler"]
+    assert [a for a in c["args"] if not a.startswith("--")] == []
     for kind in ("livenessProbe", "readinessProbe"):
         assert c[kind]["httpGet"]["scheme"] == "HTTPS" and _probe_port(c, c[kind]) == 10259
     assert scheduler_config["leaderElection"]["leaderElect"] is True

@@ -109,3 +109,20 @@ def test_the_sm_activity_rule_is_on_by_default_off_on_request_and_taken_at_its_e
     assert build_config([], {"GPU_EXTENDER_IDLE_MAX_SM_ACTIVE": "off"}).idle_rule.max_sm_active_percent is None
     assert build_config(["--idle-max-sm-active", "100"]).idle_rule.max_sm_active_percent == 100.0
     assert build_config(["--idle-max-sm-active", "0.01"]).idle_rule.max_sm_active_percent == 0.01
+
+
+def test_cleanup_on_exit_is_off_by_default_on_by_flag_env_or_file_and_needs_a_writer(tmp_path: Path) -> None:
+    assert build_config(["--kubernetes"], env={}).publish.cleanup_on_exit is False
+    assert build_config(["--kubernetes", "--cleanup-on-exit"], env={}).publish.cleanup_on_exit is True
+    on = {"GPU_EXTENDER_CLEANUP_ON_EXIT": "true"}
+    assert build_config(["--kubernetes"], env=on).publish.cleanup_on_exit is True
+    assert build_config(["--kubernetes", "--no-cleanup-on-exit"], env=on).publish.cleanup_on_exit is False
+    config = tmp_path / "config.yaml"
+    config.write_text("cleanup-on-exit: true\n")
+    assert build_config(["--kubernetes", "--config", str(config)], env={}).publish.cleanup_on_exit is True
+    for argv in (["--cleanup-on-exit"], ["--kubernetes", "--device-taints", "off", "--cleanup-on-exit"]):
+        with pytest.raises(ConfigError, match="--cleanup-on-exit needs --kubernetes and --device-taints on"):
+            build_config(argv, env={})
+    text = " ".join(build_parser().format_help().split())
+    assert "Off by default: a rolling update would clear and rewrite every rule and condition" in text
+    assert "before it gives the Lease up, within 20 s" in text and "gpu-extender cleanup" in text

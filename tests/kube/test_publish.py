@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 import subprocess
 import sys
@@ -31,12 +30,12 @@ import pytest
 from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 from tests.control_plane import GPU, wait_for
-from tests.deploy.manifests import KUBECTL, NO_KUBECTL
 from tests.extender.dra_objects import allocated_claim, device_class, gpu_slice
 from tests.harness import ROOT, Proc, http, metric
 from tests.kube.scene import EXTENDER_NAME, H100, NODE_LABEL, Scene
 from tests.kube.test_device_taints import GATES, ours
 from tests.kube.test_dra import DRA, claim_pod
+from tests.kube_tools import KUBECTL, NO_KUBECTL, tool_env
 
 GIB = 1024**3
 IDLE, BUSY, SICK = "idle", "busy", "unhealthy"
@@ -213,7 +212,7 @@ def see_it_commands(world: Scene) -> dict[str, str]:
     section = text.split("## What other schedulers and autoscalers see\n", 1)[1].split("\n## ", 1)[0]
     commands = re.findall(r"`(kubectl get [^`]+)`", " ".join(section.split()))
     assert len(commands) >= 2, commands
-    env = {**os.environ, "KUBECONFIG": str(world.plane.kubeconfig)}
+    env = {**tool_env(), "KUBECONFIG": str(world.plane.kubeconfig)}
     found = {}
     for command in commands:
         done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=60, env=env)

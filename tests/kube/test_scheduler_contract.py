@@ -59,10 +59,11 @@ def test_the_shipped_config_decodes_strictly_and_keeps_every_extender_field(
 
 
 def test_the_shipped_scheduler_image_is_the_suites_own_kube_scheduler(k8s_assets: Path) -> None:
-    """deploy/ ships registry.k8s.io/kube-scheduler at the version the suite runs (v1.35.4): what is
-    shipped is what is tested."""
-    base = yaml.safe_load((ROOT / "deploy" / "base" / "kustomization.yaml").read_text())
-    tag = {i["name"]: i["newTag"] for i in base["images"]}["registry.k8s.io/kube-scheduler"]
+    """deploy/ ships registry.k8s.io/kube-scheduler (components/images pins it) at the version the
+    suite runs (v1.35.4): what is shipped is what is tested."""
+    pin = yaml.safe_load((ROOT / "deploy" / "components" / "images" / "kube-scheduler.yaml").read_text())
+    assert pin["imageTag"]["name"] == "registry.k8s.io/kube-scheduler"
+    tag = pin["imageTag"]["newTag"]
     version = subprocess.run(
         [str(k8s_assets / "kube-scheduler"), "--version"], capture_output=True, text=True, timeout=30
     ).stdout.split()

@@ -9,9 +9,16 @@ from typing import Any
 import aiohttp
 import orjson
 
+# The bodies of a PATCH, by content type.
+STRATEGIC = "application/strategic-merge-patch+json"
+MERGE = "application/merge-patch+json"
+JSON_PATCH = "application/json-patch+json"
+
 
 class ApiError(Exception):
-    pass
+    def __init__(self, message: str, status: int = 0) -> None:
+        super().__init__(message)
+        self.status = status  # the HTTP status (0: not an answer of the API server)
 
 
 class Forbidden(ApiError):
@@ -35,5 +42,5 @@ async def call(pending: Any, what: str, *, conflict_ok: bool = False) -> dict[st
         return None
     message = raw[:300].decode("utf-8", "replace")
     if resp.status == 403:
-        raise Forbidden(f"HTTP 403 on {what}: {message}")
-    raise ApiError(f"HTTP {resp.status} on {what}: {message}")
+        raise Forbidden(f"HTTP 403 on {what}: {message}", 403)
+    raise ApiError(f"HTTP {resp.status} on {what}: {message}", resp.status)

@@ -14,6 +14,10 @@ no-usable-GPU taint: what every scheduler and autoscaler that reads only the API
   writes. Two replicas can hold different views for a moment (an agent's stream reaches one first);
   without a leader they would undo each other's rules. A replica that loses the Lease stops writing
   within its renew deadline; the next leader starts from the rules it lists.
+- On a clean shutdown with --cleanup-on-exit (app.py), `finish` stops the leader's writing and runs
+  the cleanup (inventory/cleanup.py) while the Lease is still held, and `release_lease` gives the
+  Lease up once the election has stopped, so that no replica writes meanwhile and the next one need
+  not wait for the Lease to expire.
 - Writes are idempotent: the leader lists the rules it owns (label app.kubernetes.io/managed-by),
   adopts them, then creates what is missing, replaces what differs (taint key, value or effect) and
   deletes what no longer stands, every `interval_s`. Never NoExecute: the rules only keep the
@@ -31,8 +35,8 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, cast
 
 import aiohttp
 import orjson
@@ -44,14 +48,20 @@ from gpuextender.common.token_bucket import TokenBucket
 from gpuextender.extender.inventory.api_call import ApiError, Forbidden, call
 from gpuextender.extender.inventory.idle_events import IdleEventWriter
 from gpuextender.extender.inventory.node_status_writer import NodeStatusWriter
-from gpuextender.extender.state.device_taints import BUSY_PREFIX, LEASE_NAME, TaintRule, TaintWriterStatus
+from gpuextender.extender.state.device_taints import (
+    BUSY_PREFIX,
+    GROUP,
+    LEASE_NAME,
+    MANAGED_BY,
+    PLURAL,
+    TaintRule,
+    TaintWriterStatus,
+)
 from gpuextender.extender.state.publication import Publication, PublishInputs
 
 log = logging.getLogger("gpu_extender.device_taints")
 
-GROUP, PLURAL = "resource.k8s.io", "devicetaintrules"
 VERSIONS = ("v1", "v1beta2", "v1alpha3")  # newest first
-MANAGED_BY = ("app.kubernetes.io/managed-by", "gpu-extender")
 RESYNC_S = 60.0  # a leader goes over every rule and node this often, changed or not
 RETRY_S = 10.0  # a refusal (an operator applying the RBAC) or an unreachable API is tried again this often
 
@@ -91,6 +101,9 @@ class DeviceTaintWriter:
         self._owned: dict[str, dict[str, Any]] = {}  # name -> the rule as the API server has it
         self._last_election_error = ""
         self._leading = False
+        # While leading: the leader's task, its client and the version it writes (`finish` ends it).
+        self._leading_with: tuple[asyncio.Task[Any], k8s.ApiClient, str | None] | None = None
+        self._closing = False  # `finish` was called: a Lease won from now on writes nothing
         self._rules_seen = -1  # the publication's rules_version the last complete pass wrote
         self._resync_at = 0.0  # when the next pass goes over everything (what others may have undone)
 
@@ -180,33 +193,19 @@ class DeviceTaintWriter:
             self.status.node_mode = "standby"
 
     async def _discover(self, api_client: k8s.ApiClient) -> str | None:
-        api = k8s.CustomObjectsApi(api_client)
-        for version in VERSIONS:
-            try:
-                resp: aiohttp.ClientResponse = await api.get_api_resources(GROUP, version, _preload_content=False)  # type: ignore[assignment]
-                try:
-                    body = await resp.read()
-                finally:
-                    resp.release()
-            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-                self._set_mode("standby", f"API discovery failed ({type(exc).__name__}: {exc}); retrying")
-                return None
-            if resp.status != 200:
-                continue
-            try:
-                listed = orjson.loads(body)
-            except orjson.JSONDecodeError:
-                listed = None
-            resources = (listed.get("resources") if isinstance(listed, dict) else None) or []
-            if any(isinstance(r, dict) and r.get("name") == PLURAL for r in resources):
-                return version
-        self._set_mode(
-            "unsupported",
-            "the API server serves no DeviceTaintRules (resource.k8s.io, DRADeviceTaintRules): GPU health "
-            "stays in the extender's filter, and DRA's allocator may still hand out a GPU its agent "
-            "reports unhealthy on a node the extender chose",
-        )
-        return None
+        try:
+            version = await served_version(api_client)
+        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            self._set_mode("standby", f"API discovery failed ({type(exc).__name__}: {exc}); retrying")
+            return None
+        if version is None:
+            self._set_mode(
+                "unsupported",
+                "the API server serves no DeviceTaintRules (resource.k8s.io, DRADeviceTaintRules): GPU health "
+                "stays in the extender's filter, and DRA's allocator may still hand out a GPU its agent "
+                "reports unhealthy on a node the extender chose",
+            )
+        return version
 
     async def _refused(self, api_client: k8s.ApiClient, version: str | None) -> str:
         """Why this replica may not take part ("" when it may): it reads its rules (when served) and
@@ -258,7 +257,53 @@ class DeviceTaintWriter:
             resp.release()
         return resp.status != 404
 
+    async def finish(self, work: Callable[[k8s.ApiClient, str | None], Awaitable[None]]) -> bool:
+        """A clean shutdown that removes the writes (--cleanup-on-exit): when this replica leads, its
+        writing stops and `work` runs with the leader's client and DeviceTaintRule version (None: not
+        served) while the election still renews the Lease, so that no other replica writes meanwhile.
+        False, and nothing run, when it does not lead."""
+        self._closing = True
+        leading = self._leading_with
+        if leading is None:
+            return False
+        task, api_client, version = leading
+        task.cancel()
+        await asyncio.wait({task})
+        await work(api_client, version)
+        return True
+
+    async def release_lease(self) -> None:
+        """Give the Lease up once `run` has stopped (nothing renews it any more): the next replica
+        leads at its next try instead of when the Lease expires. Only a Lease this replica holds; a
+        failure is one log line (the Lease then expires by itself)."""
+        where = f"{self._namespace}/{LEASE_NAME}"
+        try:
+            async with k8s.ApiClient(self._connection) as api_client:
+                coordination = k8s.CoordinationV1Api(api_client)
+                lease = await call(
+                    coordination.read_namespaced_lease(LEASE_NAME, self._namespace, _preload_content=False), "leases"
+                )
+                spec = (lease or {}).get("spec") or {}
+                if not lease or spec.get("holderIdentity") != self.identity:
+                    return
+                spec = {k: v for k, v in spec.items() if k != "holderIdentity"}
+                body = {**lease, "spec": {**spec, "leaseDurationSeconds": 1}}
+                done = await call(
+                    cast(Any, coordination).replace_namespaced_lease(
+                        LEASE_NAME, self._namespace, body, _preload_content=False
+                    ),
+                    "leases",
+                    conflict_ok=True,
+                )
+        except (aiohttp.ClientError, TimeoutError, OSError, ApiError) as exc:
+            log.warning("device taints: could not give up the Lease %s (%s): it expires by itself", where, exc)
+            return
+        if done is not None:
+            log.info("device taints: gave up the Lease %s", where)
+
     async def _lead(self, api_client: k8s.ApiClient, version: str | None) -> None:
+        if self._closing:  # shutting down: a Lease won now is held, not written with, until the writer stops
+            return
         if version is not None:
             self._set_mode(
                 "writing", f"leader (Lease {self._namespace}/{LEASE_NAME}): writing {GROUP}/{version} {PLURAL}"
@@ -267,12 +312,15 @@ class DeviceTaintWriter:
             log.info("device taints: leader (Lease %s/%s): writing node status only", self._namespace, LEASE_NAME)
         api = k8s.CustomObjectsApi(api_client)
         listed = version is None
+        current = asyncio.current_task()
+        assert current is not None
         self._leading = True
+        self._leading_with = (current, api_client, version)
         try:
             while True:
                 try:
                     if not listed and version is not None:
-                        self._owned = await self._list(api, version)
+                        self._owned = await list_owned(api, version)
                         self.publication.adopt({n: r for n, item in self._owned.items() if (r := _rule_of(n, item))})
                         self._rules_seen = -1
                         listed = True
@@ -294,6 +342,7 @@ class DeviceTaintWriter:
                 await asyncio.sleep(self._interval_s)
         finally:
             self._leading = False
+            self._leading_with = None
 
     async def _pass(self, api_client: k8s.ApiClient, api: k8s.CustomObjectsApi, version: str | None) -> None:
         """One tick of the leader: track, then write in order of what matters (rules, nodes, Events);
@@ -387,16 +436,6 @@ class DeviceTaintWriter:
         self.status.rules = len(owned)
         return True
 
-    async def _list(self, api: k8s.CustomObjectsApi, version: str) -> dict[str, dict[str, Any]]:
-        listed = await call(
-            api.list_cluster_custom_object(
-                GROUP, version, PLURAL, label_selector="=".join(MANAGED_BY), _preload_content=False
-            ),
-            PLURAL,
-        )
-        items = (listed or {}).get("items") or []
-        return {item["metadata"]["name"]: item for item in items if isinstance(item, dict)}
-
     def _set_mode(self, mode: str, why: str, version: str | None = "") -> None:
         """The rules' mode; `version` None (DeviceTaintRules not served): the node writer's instead
         (the rules stay "unsupported")."""
@@ -412,6 +451,42 @@ class DeviceTaintWriter:
         if mode != self.status.mode:
             (log.warning if mode in ("unsupported", "forbidden") else log.info)("device taints: %s", why)
         self.status.mode = mode
+
+
+async def served_version(api_client: k8s.ApiClient) -> str | None:
+    """The newest version of resource.k8s.io that serves DeviceTaintRules, by API discovery (v1beta2
+    in 1.36 behind DRADeviceTaintRules; v1alpha3 in 1.35); None when none does. Raises
+    aiohttp.ClientError, TimeoutError or OSError when the API server cannot be reached."""
+    api = k8s.CustomObjectsApi(api_client)
+    for version in VERSIONS:
+        resp: aiohttp.ClientResponse = await api.get_api_resources(GROUP, version, _preload_content=False)  # type: ignore[assignment]
+        try:
+            body = await resp.read()
+        finally:
+            resp.release()
+        if resp.status != 200:
+            continue
+        try:
+            listed = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            listed = None
+        resources = (listed.get("resources") if isinstance(listed, dict) else None) or []
+        if any(isinstance(r, dict) and r.get("name") == PLURAL for r in resources):
+            return version
+    return None
+
+
+async def list_owned(api: k8s.CustomObjectsApi, version: str) -> dict[str, dict[str, Any]]:
+    """Every DeviceTaintRule labelled as ours (MANAGED_BY), by name, as the API server has it: what a
+    new leader adopts, and all that `gpu-extender cleanup` deletes (never another rule)."""
+    listed = await call(
+        api.list_cluster_custom_object(
+            GROUP, version, PLURAL, label_selector="=".join(MANAGED_BY), _preload_content=False
+        ),
+        PLURAL,
+    )
+    items = (listed or {}).get("items") or []
+    return {item["metadata"]["name"]: item for item in items if isinstance(item, dict)}
 
 
 def _body(rule: TaintRule, version: str) -> dict[str, Any]:

@@ -22,30 +22,15 @@ from typing import Any, cast
 
 from kubernetes_asyncio import client as k8s
 
-from gpuextender.extender.inventory.api_call import Forbidden, call
+from gpuextender.extender.inventory.api_call import MERGE, STRATEGIC, Forbidden, call
 from gpuextender.extender.state.device_taints import TaintWriterStatus
-from gpuextender.extender.state.node_gpu_status import CONDITION_TYPE, NodeGpuStatus
+from gpuextender.extender.state.node_gpu_status import CONDITION_TYPE, NodeGpuStatus, condition_of, has_taint
 from gpuextender.extender.state.publication import Publication
 
 log = logging.getLogger("gpu_extender.node_status")
 
 RESEND_S = 30.0
 FORBIDDEN_RETRY_S = 10.0
-STRATEGIC = "application/strategic-merge-patch+json"
-MERGE = "application/merge-patch+json"
-
-
-def condition_of(node: dict[str, Any] | None) -> dict[str, Any] | None:
-    for c in ((node or {}).get("status") or {}).get("conditions") or ():
-        if isinstance(c, dict) and c.get("type") == CONDITION_TYPE:
-            return c
-    return None
-
-
-def has_taint(node: dict[str, Any] | None, key: str) -> bool:
-    return any(
-        isinstance(t, dict) and t.get("key") == key for t in ((node or {}).get("spec") or {}).get("taints") or ()
-    )
 
 
 class NodeStatusWriter:

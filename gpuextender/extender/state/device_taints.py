@@ -48,6 +48,8 @@ NAME_PREFIX = "gpu-extender."
 BUSY_PREFIX = "gpu-extender-busy."
 MAX_NAME_CHARS = 253  # a DNS subdomain
 LEASE_NAME = "gpu-extender-device-taints"  # the Lease that elects the one replica that writes
+GROUP, PLURAL = "resource.k8s.io", "devicetaintrules"  # the API of the rules
+MANAGED_BY = ("app.kubernetes.io/managed-by", "gpu-extender")  # the label of every rule written, none other
 T = TypeVar("T")
 
 

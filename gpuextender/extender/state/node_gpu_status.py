@@ -17,8 +17,9 @@ moment is no mark at all: `marks` gives what is asked now, and publication.py ho
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from gpuextender.extender.state.gpu_summary import ALLOCATION_FROM_KUBELET, GPU_UNHEALTHY, NodeSummary
 
@@ -34,6 +35,24 @@ class NodeGpuStatus:
     reason: str
     message: str
     no_usable_gpu: bool = False
+
+
+def condition_of(node: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The node's GPUsUsable condition as the API server has it (a Node's JSON), None without one."""
+    for c in ((node or {}).get("status") or {}).get("conditions") or ():
+        if isinstance(c, dict) and c.get("type") == CONDITION_TYPE:
+            return c
+    return None
+
+
+def taints_with_key(node: Mapping[str, Any] | None, key: str) -> list[tuple[int, dict[str, Any]]]:
+    """Each taint of the node whose key is `key`, with its position in spec.taints."""
+    taints = ((node or {}).get("spec") or {}).get("taints") or ()
+    return [(at, t) for at, t in enumerate(taints) if isinstance(t, dict) and t.get("key") == key]
+
+
+def has_taint(node: Mapping[str, Any] | None, key: str) -> bool:
+    return bool(taints_with_key(node, key))
 
 
 def mark_key(node: str, position: int) -> str:
