@@ -187,9 +187,20 @@ def test_resources_replace_one_containers_and_nothing_else() -> None:
         (("--set", "components.frobnicate=true"), "components.frobnicate: no such component in deploy/components/"),
         (("--set", "images.registry=r.example/x"), "images.registry needs images.tag"),
         (("--set", "policy=stale-after: 20"), "policy needs components.extender-config=true"),
+        # values.schema.json: each value's form, before anything renders
+        (("--set", "components.relay=maybe"), "at '/components/relay': got string, want boolean"),
+        (("--set", "images.tag=bad tag"), "at '/images/tag': 'bad tag' does not match pattern"),
+        (("--set", "images.registry=Registry.Example/GPU"), "at '/images/registry'"),
+        (("--set", "images.pullSecrets={Bad_Name}"), "at '/images/pullSecrets/0'"),
+        (("--set", "scheduler.tag=1.36.2"), "at '/scheduler/tag'"),
+        (("--set", "scheduler.featureGates=DRAExtendedResource"), "at '/scheduler/featureGates'"),
+        (("--set", "resources.gpu-agnet.requests.cpu=1"), "invalid propertyName 'gpu-agnet'"),
+        (("--set", "imagse.tag=x"), "additional properties 'imagse' not allowed"),
     ],
 )
 def test_what_it_cannot_do_it_refuses_saying_why(args: tuple[str, ...], message: str) -> None:
+    """A value the chart cannot honour fails the render with its reason: a typo never installs the
+    defaults in silence."""
     result = helm(*args)
     assert result.returncode != 0 and message in result.stderr, result.stderr
 
