@@ -186,6 +186,7 @@ def test_resources_replace_one_containers_and_nothing_else() -> None:
     [
         (("--set", "components.frobnicate=true"), "components.frobnicate: no such component in deploy/components/"),
         (("--set", "images.registry=r.example/x"), "images.registry needs images.tag"),
+        (("--set", "components.images=false"), "components.images: always on, last"),
         (("--set", "policy=stale-after: 20"), "policy needs components.extender-config=true"),
         # values.schema.json: each value's form, before anything renders
         (("--set", "components.relay=maybe"), "at '/components/relay': got string, want boolean"),
