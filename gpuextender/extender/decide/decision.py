@@ -20,7 +20,15 @@ from __future__ import annotations
 from dataclasses import replace
 from functools import cached_property
 
-from gpuextender.extender.decide import class_plan, group_domains, group_member, mig_devices, shortlist, whole_gpus
+from gpuextender.extender.decide import (
+    class_plan,
+    group_domains,
+    group_member,
+    mig_devices,
+    preemption,
+    shortlist,
+    whole_gpus,
+)
 from gpuextender.extender.decide.class_policy import ClassRanking
 from gpuextender.extender.decide.filter_outcome import FilterOutcome, after_mig
 from gpuextender.extender.decide.snapshot import Candidates, Snapshot
@@ -53,10 +61,21 @@ class Decision:
 
     @cached_property
     def filtered(self) -> FilterOutcome:
-        """Which candidates pass, and why each other one fails."""
+        """Which candidates pass, and why each other one fails. When no node fit and the fallback
+        would pass nodes where the pod may preempt lower-priority GPU pods, it is held back
+        (preemption.py): the failures stay, and kube-scheduler's preemption decides."""
         if self.group is not None:
             return self.member.outcome
-        return self._plain(self.candidates, self.known)
+        known = self.known
+        outcome = self._plain(self.candidates, known)
+        if outcome.fallback:
+            room = preemption.preemptible_nodes(self.pod, outcome.passed, known.bound_pods)
+            if room:
+                outcome = self._plain(
+                    self.candidates, replace(known, policy=replace(known.policy, no_fit_policy="reject"))
+                )
+                outcome.preemptible = len(room)
+        return outcome
 
     def _plain(self, candidates: Candidates, known: Snapshot) -> FilterOutcome:
         """The pod's own verdicts over `candidates` (classes, MIG devices, whole GPUs)."""

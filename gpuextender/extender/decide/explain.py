@@ -287,6 +287,13 @@ def explain(d: Decision) -> dict[str, Any]:
         "migDevicesNeeded": dict(pod.mig_needed),  # profile -> count, from nvidia.com/mig-<profile>
         "resolved": resolved,
         "fallback": outcome.fallback,
+        # Its priority, whether it may preempt, and on how many nodes the fallback was held back for
+        # kube-scheduler's preemption (lower-priority GPU pods there: decide/preemption.py).
+        "preemption": {
+            "priority": pod.priority,
+            "mayPreempt": pod.preempts,
+            "nodesWithLowerPriorityGPUPods": outcome.preemptible,
+        },
         "shortlist": d.shortlist or None,  # filter answers at most this many passing nodes (None: all)
         # Nodes that passed only on assumed data: no node with fresh data fit.
         "passedOnAssumedData": list(outcome.assumed),

@@ -15,6 +15,9 @@ class FilterOutcome:
     failed: dict[str, Reason] = field(default_factory=dict)  # assess() gives the numbers behind one
     fallback: bool = False  # no node fit and pass-all let the soft failures through
     assumed: list[str] = field(default_factory=list)  # passed on assumed data (no node with fresh data fit)
+    # No node fit and the fallback was held back: on this many of its nodes lower-priority GPU pods
+    # may be preempted (preemption.py), so the failures stay for kube-scheduler's preemption.
+    preemptible: int = 0
 
 
 def finish(outcome: FilterOutcome, no_fit_policy: str) -> FilterOutcome:

@@ -17,6 +17,7 @@ from gpuextender.extender.model.dra import ClaimRead
 from gpuextender.extender.model.ome.pod_intent import PodIdentity, pod_identity
 from gpuextender.extender.model.pod_gpus import MigNeed, gpus_requested, mig_profile, pod_ref, whole_gpu_resources
 from gpuextender.extender.model.pod_group import NO_GROUP, GroupReading, read_group
+from gpuextender.extender.model.pod_priority import may_preempt, priority
 from gpuextender.extender.model.untrusted import object_at, shown
 
 log = logging.getLogger("gpu_extender.http")
@@ -35,6 +36,8 @@ class PodRequest:
     mig_needed: MigNeed = ()  # (profile, count) per configured nvidia.com/mig-<profile> resource asked for
     claims_read: tuple[ClaimRead, ...] = ()  # its ResourceClaims as read (added by scheduler/decision_inputs.py)
     group: GroupReading = NO_GROUP  # its multi-pod group (model/pod_group.py), or why it names an unusable one
+    priority: int = 0  # spec.priority (model/pod_priority.py)
+    preempts: bool = True  # it may preempt lower-priority pods (preemptionPolicy is not Never)
 
 
 def read_pod(pod: dict[str, Any], gpu_resources: Sequence[str], default_strategy: str, random_seed: str) -> PodRequest:
@@ -71,4 +74,6 @@ def read_pod(pod: dict[str, Any], gpu_resources: Sequence[str], default_strategy
         strategy=strategy,
         seed=f"{random_seed}/{uid if isinstance(uid, str) else ''}",
         group=read_group(pod),
+        priority=priority(object_at(pod, "spec")),
+        preempts=may_preempt(object_at(pod, "spec")),
     )

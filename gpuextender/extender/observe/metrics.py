@@ -62,6 +62,12 @@ class ExtenderMetrics:
             "Filter calls where no node fit and the soft failures were passed.",
             registry=r,
         )
+        self.filter_preemptible = Counter(
+            "gpu_extender_filter_preemptible",
+            "Filter calls where no node fit and the fallback was held back: the pod may preempt "
+            "lower-priority GPU pods, kube-scheduler's preemption decides.",
+            registry=r,
+        )
         self.filter_assumed_passes = Counter(
             "gpu_extender_filter_assumed_passes",
             "Nodes passed by filter on assumed data (agent silent or never "

@@ -114,6 +114,7 @@ class Bindings:
                     self._clock(),
                     pod.identity.inference_service,
                     group=pod.group.ref.key if pod.group.ref is not None else "",
+                    priority=pod.priority,
                 )
             )
         )

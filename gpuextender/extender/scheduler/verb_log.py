@@ -53,6 +53,8 @@ def record_filter(m: ExtenderMetrics, d: Decision) -> Counter[reasons.Reason]:
         m.filter_failures.labels(reason=reason.code).inc(count)
     if outcome.fallback:
         m.filter_fallbacks.inc()
+    if outcome.preemptible:
+        m.filter_preemptible.inc()
     if outcome.assumed:
         m.filter_assumed_passes.inc(len(outcome.assumed))
     mig = d.pod.mig_needed
@@ -74,6 +76,8 @@ def record_filter(m: ExtenderMetrics, d: Decision) -> Counter[reasons.Reason]:
         f" ({len(outcome.passed) - held_back} best answered, --shortlist {d.shortlist})" if held_back else "",
         " (no node fit: passing the busy/stale ones, kube-scheduler decides)"
         if outcome.fallback
+        else f" (no node fit: the pod may preempt lower-priority GPU pods on {outcome.preemptible} node(s))"
+        if outcome.preemptible
         else f" (on assumed data: no node with fresh GPU data fits; {_names(outcome.assumed)})"
         if outcome.assumed
         else "",

@@ -5,7 +5,7 @@ when the kubelet admits it (seconds later, minutes for a large image). Until the
 would count the same idle GPUs again. The ledger holds what the decision must subtract
 (whole_gpus.py, "Bound pods"): per bound, unfinished, undeleted pod that requests GPUs, its
 uid, namespace/name, node, GPUs per configured resource (parsed like the request path, with
-its bounds), phase, and the OME InferenceService it serves.
+its bounds), phase, the OME InferenceService it serves, and its priority (who may preempt it).
 
 It is an `InventorySink` for the kind Pod, fed by the same list+watch as Nodes (with a field
 selector, so finished pods never reach it) or by the file inventory; it is not part of the
@@ -27,6 +27,7 @@ from gpuextender.extender.model.ome.pod_intent import INFERENCE_SERVICE_LABEL
 from gpuextender.extender.model.pod_gpus import MigNeed, gpus_requested, mig_profile, whole_gpu_resources
 from gpuextender.extender.model.pod_group import read_group
 from gpuextender.extender.model.pod_key import pod_key
+from gpuextender.extender.model.pod_priority import priority
 from gpuextender.extender.model.untrusted import InvalidInput, object_at
 
 log = logging.getLogger("gpu_extender.pods")
@@ -52,6 +53,7 @@ class BoundPod:
     # known (binding_gate); the devices themselves are the claim ledger's.
     claims: tuple[str, ...] = ()
     group: str = ""  # its multi-pod group's key (model/pod_group.py), "" for a single pod
+    priority: int = 0  # spec.priority (model/pod_priority.py): who may preempt it
 
 
 def _key(meta: KubeObject) -> str:
@@ -164,6 +166,7 @@ class PodLedger:
             isvc if isinstance(isvc, str) else "",
             claims,
             group.key if group is not None else "",
+            priority(spec),
         )
 
     # -- InventorySink ---------------------------------------------------------

@@ -241,6 +241,12 @@ def render(answer: dict[str, Any]) -> str:
         lines.append(f"  candidates: {_candidates(candidates)}")
     if answer["fallback"]:
         lines.append("  no node fits: busy/stale nodes pass, kube-scheduler decides")
+    preempting = (answer.get("preemption") or {}).get("nodesWithLowerPriorityGPUPods")
+    if preempting:
+        lines.append(
+            f"  no node fits: kube-scheduler may preempt lower-priority GPU pods on {preempting} node(s)"
+            " (the busy/stale ones do not pass)"
+        )
     if answer.get("passedOnAssumedData"):
         lines.append("  no node with fresh GPU data fits: nodes without it pass on assumed data (marked *)")
     rows = ordered(answer["nodes"])

@@ -82,6 +82,17 @@ def test_slim_keeps_only_what_the_decision_reads(ledger: PodLedger) -> None:
     assert record == BoundPod("uid-a", "ml/a", "n1", 2, (), "Running", 7.0, "llama")
 
 
+def test_slim_keeps_the_priority_preemption_reads(ledger: PodLedger) -> None:
+    """spec.priority (model/pod_priority.py: int32, else 0): who may preempt the pod (issue 51)."""
+    obj = pod("a")
+    obj["spec"]["priority"] = -100
+    record = ledger.slim(obj, 7.0)
+    assert record is not None and record.priority == -100
+    obj["spec"]["priority"] = 2**31
+    record = ledger.slim(obj, 7.0)
+    assert record is not None and record.priority == 0
+
+
 @pytest.mark.parametrize(
     "obj",
     [
