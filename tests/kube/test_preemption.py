@@ -21,6 +21,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import pytest
+
 from tests.control_plane import GPU
 from tests.kube.scene import H100, NODE_LABEL, Scene, holder
 
@@ -81,7 +83,12 @@ def kubelet_for_victims(world: Scene, holders: dict[str, list[dict[str, Any]]]) 
         thread.join(10)
 
 
-def test_a_high_priority_pod_preempts_instead_of_landing_on_gpus_busy_outside_kubernetes(world: Scene) -> None:
+@pytest.mark.parametrize("with_extender", [True, False], ids=["gpu-extender", "kube-scheduler-alone"])
+def test_a_high_priority_pod_preempts_instead_of_landing_on_gpus_busy_outside_kubernetes(
+    world: Scene, with_extender: bool
+) -> None:
+    """Beside it, the same fleet under the shipped gpu-scheduler profile without its extender: what
+    kube-scheduler alone does (the 4 busy GPUs, nothing evicted)."""
     low = priority_class(world, "low", 10)
     high = priority_class(world, "high", 1000)
     try:
@@ -95,18 +102,24 @@ def test_a_high_priority_pod_preempts_instead_of_landing_on_gpus_busy_outside_ku
             world.kubelet(node, listed)
             for h in listed:
                 gpu_pod(world, h["name"], 1, low, node)
-        ext = world.extender("--stale-after", "3")  # the shipped no-fit policy: pass-all
-        for node in holders:
-            world.agent(node, ext)
-        for node in holders:
-            world.wait_idle(ext, node, 0)
-        world.scheduler(ext)
+        if with_extender:
+            ext = world.extender("--stale-after", "3")  # the shipped no-fit policy: pass-all
+            for node in holders:
+                world.agent(node, ext)
+            for node in holders:
+                world.wait_idle(ext, node, 0)
+            world.scheduler(ext)
+        else:
+            world.scheduler_alone()
 
         with kubelet_for_victims(world, holders) as gone:
             gpu_pod(world, "important", 4, high)
-            assert world.bound("important", timeout=90) == full
-        assert gone and all(name.startswith("low-full-") for name in gone), gone
-        assert len(gone) == 4, gone  # the 4 GPUs it needs, 1 GPU a victim: the least
+            assert world.bound("important", timeout=90) == (full if with_extender else busy)
+        if with_extender:
+            assert gone and all(name.startswith("low-full-") for name in gone), gone
+            assert len(gone) == 4, gone  # the 4 GPUs it needs, 1 GPU a victim: the least
+        else:
+            assert gone == set(), gone  # on the busy GPUs, nothing evicted
     finally:
         for klass in (low, high):
             world.kube.delete(f"{PRIORITY_CLASSES}/{klass}", grace_seconds=None)
