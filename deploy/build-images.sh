@@ -40,10 +40,10 @@ default_tag() {
   local version commit dirty
   version=$(sed -n 's/^__version__ = "\(.*\)"$/\1/p' "$ROOT/gpuextender/__init__.py")
   if commit=$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null); then
-    dirty=$(cd "$ROOT" && { git diff HEAD -- "${IMAGE_INPUTS[@]}"; git ls-files --others --exclude-standard -z -- "${IMAGE_INPUTS[@]}" | xargs -0r sha256sum; } | sha256sum | cut -c1-8)
     if [ -z "$(cd "$ROOT" && git status --porcelain -- "${IMAGE_INPUTS[@]}")" ]; then
       echo "$version-g$commit"
-    else
+    else  # the uncommitted changes' own hash: the same changes, the same tag
+      dirty=$(cd "$ROOT" && { git diff HEAD -- "${IMAGE_INPUTS[@]}"; git ls-files --others --exclude-standard -z -- "${IMAGE_INPUTS[@]}" | xargs -0r sha256sum; } | sha256sum | cut -c1-8)
       echo "$version-g$commit-dirty.$dirty"
     fi
   else

@@ -5,6 +5,7 @@ the base uses no patches, only `images`, `labels` and one configMapGenerator).""
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -167,3 +168,13 @@ def quantity(value: str | int | float) -> float:
     if text and text[-1] in _DECIMAL_SUFFIX:
         return float(text[:-1]) * _DECIMAL_SUFFIX[text[-1]]
     return float(text)
+
+
+# The content-named ConfigMaps (configMapGenerator; the chart names them too, by another hash):
+# compared across kustomize, the chart and the cluster without the suffix.
+GENERATED_NAME = re.compile(r"\b(gpu-scheduler-config|gpu-extender-config)-[a-z0-9]{10}\b")
+
+
+def unsuffixed(text: str) -> str:
+    """`text` with every generated ConfigMap's name suffix replaced by `SUFFIX`."""
+    return GENERATED_NAME.sub(r"\1-SUFFIX", text)

@@ -29,7 +29,6 @@ pytestmark = [
     pytest.mark.skipif(HELM is None, reason=NO_HELM),
     pytest.mark.skipif(KUBECTL is None, reason=NO_KUBECTL),
 ]
-GENERATED = re.compile(r"\b(gpu-scheduler-config|gpu-extender-config)-[a-z0-9]{10}\b")
 COMPONENTS = sorted(p.name for p in m.COMPONENTS.iterdir() if (p / "kustomization.yaml").is_file())
 
 
@@ -37,7 +36,7 @@ def keyed(objects: list[m.KubeObject]) -> dict[tuple[str, str, str], m.KubeObjec
     """Objects by kind, namespace and name, generated ConfigMaps' suffix dropped everywhere."""
     out = {}
     for obj in objects:
-        obj = json.loads(GENERATED.sub(r"\1-SUFFIX", json.dumps(obj)))
+        obj = json.loads(m.unsuffixed(json.dumps(obj)))
         out[(obj["kind"], obj["metadata"].get("namespace", ""), obj["metadata"]["name"])] = obj
     return out
 

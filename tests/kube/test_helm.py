@@ -11,20 +11,20 @@ An API server of its own (tests/kube/test_install.py says why); no kubelet: no p
 from __future__ import annotations
 
 import json
-import re
 import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from tests.control_plane import ControlPlane, Kube, wait_for
 from tests.deploy import docs_install as d
+from tests.deploy import manifests as m
 from tests.kube.install_steps import (
     ANNOUNCED,
-    IN_SKEW,
     PART_OF,
     Admin,
     extender_writes,
@@ -42,7 +42,6 @@ pytestmark = [
     pytest.mark.skipif(HELM is None, reason=NO_HELM),
     pytest.mark.skipif(shutil.which("openssl") is None, reason="openssl is not installed: make-certs.sh needs it"),
 ]
-GENERATED = re.compile(r"\b(gpu-scheduler-config|gpu-extender-config)-[a-z0-9]{10}\b")
 # The kinds the install makes, where an object of ours could be (cluster-wide and in its namespaces).
 KINDS = (
     "/api/v1/namespaces",
@@ -69,32 +68,29 @@ def plane(k8s_assets: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
         yield control
 
 
+def summary(kind: str, obj: dict[str, Any]) -> tuple[tuple[str, str], str]:
+    """(kind, name without a generated suffix) -> its pod images, comma-joined ("" for none)."""
+    spec = obj.get("spec") or {}
+    template = spec.get("template", {}) if isinstance(spec, dict) else {}
+    images = [c["image"] for c in template.get("spec", {}).get("containers", [])]
+    return (kind, m.unsuffixed(obj["metadata"]["name"])), ",".join(images)
+
+
 def live(kube: Kube) -> dict[tuple[str, str], str]:
-    """Every object of ours in the cluster: (kind, name) -> its pod images, if any."""
+    """Every object of ours in the cluster, as `summary` says it."""
     found = {}
     for path in KINDS:
         listing = kube.get(f"{path}?labelSelector={PART_OF}")
-        kind = listing["kind"].removesuffix("List")
-        for obj in listing["items"]:
-            spec = obj.get("spec") or {}
-            images = [c["image"] for c in spec.get("template", {}).get("spec", {}).get("containers", [])]
-            found[(kind, GENERATED.sub(r"\1-SUFFIX", obj["metadata"]["name"]))] = ",".join(images)
+        found.update(summary(listing["kind"].removesuffix("List"), obj) for obj in listing["items"])
     return found
 
 
 def kustomized(admin: Admin, overlay: str) -> dict[tuple[str, str], str]:
     """The same, for what `kubectl kustomize OVERLAY` renders in the admin's checkout."""
     objects = yaml.safe_load_all(admin.run(f"kubectl kustomize {overlay}").stdout)
-    found = {}
-    for obj in objects:
-        spec = obj.get("spec") or {}
-        images = [c["image"] for c in spec.get("template", {}).get("spec", {}).get("containers", [])] if spec else []
-        name = GENERATED.sub(r"\1-SUFFIX", obj["metadata"]["name"])
-        found[(obj["kind"], name)] = ",".join(images)
-    return found
+    return dict(summary(obj["kind"], obj) for obj in objects if obj)
 
 
-@IN_SKEW
 def test_the_quickstart_with_helm_upgrade_and_uninstall(plane: ControlPlane, tmp_path: Path) -> None:
     kube = plane.client()
     kube.create("/api/v1/namespaces", {"metadata": {"name": "llm"}})  # the workloads' namespace, step 4
