@@ -38,6 +38,7 @@ from gpuextender.extender.model.kube_objects import (
     KINDS,
     NODE,
     POD,
+    POD_DISRUPTION_BUDGET,
     RESOURCE_CLAIM,
     VOLCANO_POD_GROUP,
     WORKLOAD_POD_GROUP,
@@ -53,6 +54,7 @@ from gpuextender.extender.settings import CLEANUP_ON_EXIT_TIMEOUT_S, ExtenderCon
 from gpuextender.extender.state.claim_ledger import ClaimLedger
 from gpuextender.extender.state.cleanup_plan import CleanupReport, exit_status, lines
 from gpuextender.extender.state.device_taints import LEASE_NAME, TaintWriterStatus
+from gpuextender.extender.state.disruption_budgets import DisruptionBudgets
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.group_book import GroupBook
 from gpuextender.extender.state.inventory_store import InventoryStore
@@ -111,6 +113,7 @@ class Extender:
     pod_watch: KubeInventorySource | None = None
     claim_watch: KubeInventorySource | None = None
     group_watches: list[KubeInventorySource] = field(default_factory=list)  # PodGroups, per source
+    budget_watch: KubeInventorySource | None = None  # PodDisruptionBudgets (the preempt verb)
     authenticator: Authenticator | None = None
     reviewer: TokenReviewer | None = None
     binder: PodBinder | None = None
@@ -193,6 +196,8 @@ class Extender:
             self._task(self.claim_watch.run(), "resource claims watch")
             for watch in self.group_watches:
                 self._task(watch.run(), f"{watch.kinds[0].group} PodGroups watch")
+            if self.budget_watch is not None:
+                self._task(self.budget_watch.run(), "PodDisruptionBudgets watch")
             if self.taint_writer is not None:
                 self._task(self.taint_writer.run(), "device taint writer")
         else:
@@ -400,6 +405,12 @@ async def _connect_kubernetes(extender: Extender) -> None:
         KubeInventorySource(sinks[source], connection, kinds=(kind,), on_restart=metrics.count_watch_restart)
         for source, kind in POD_GROUP_KINDS.items()
     ]
+    # PodDisruptionBudgets, read-only: the preempt verb counts the ones its added victims break.
+    budgets = DisruptionBudgets()
+    extender.budget_watch = KubeInventorySource(
+        budgets, connection, kinds=(POD_DISRUPTION_BUDGET,), on_restart=metrics.count_watch_restart
+    )
+    extender.api.disruptions = budgets.violations
     extender.api.decisions.pod_groups = lambda source, namespace, name: (
         sink.spec(namespace, name) if (sink := sinks.get(source)) is not None else None
     )

@@ -1,6 +1,6 @@
 """Least-privilege RBAC: the extender may read exactly the kinds its inventory watches
 (gpuextender/extender/model/kube_objects.py KINDS), list+watch Pods (POD, the bound-pod ledger), the
-group sources' PodGroups (app.POD_GROUP_KINDS) and
+group sources' PodGroups (app.POD_GROUP_KINDS), PodDisruptionBudgets (the preempt verb) and
 create TokenReviews; the agent has no API access at all;
 the second scheduler has the upstream system roles plus its own Lease and the authentication
 reader Role in kube-system. No wildcards anywhere."""
@@ -12,7 +12,7 @@ from pathlib import Path
 
 from gpuextender.extender.app import POD_GROUP_KINDS
 from gpuextender.extender.flags import build_config
-from gpuextender.extender.model.kube_objects import KINDS, POD, RESOURCE_CLAIM
+from gpuextender.extender.model.kube_objects import KINDS, POD, POD_DISRUPTION_BUDGET, RESOURCE_CLAIM
 from tests.deploy import manifests as m
 
 EXTENDER_SA = (m.NAMESPACE, "gpu-extender")
@@ -62,7 +62,7 @@ def test_extender_reads_exactly_the_inventory_kinds_and_creates_tokenreviews(bas
     # The inventory sources only LIST and WATCH (gpuextender/extender/inventory/kube_watch.py): no `get`.
     expected = {
         (k.group, k.plural, verb, ())
-        for k in (*KINDS, POD, RESOURCE_CLAIM, *POD_GROUP_KINDS.values())
+        for k in (*KINDS, POD, RESOURCE_CLAIM, POD_DISRUPTION_BUDGET, *POD_GROUP_KINDS.values())
         for verb in ("list", "watch")
     }
     expected.add(("authentication.k8s.io", "tokenreviews", "create", ()))

@@ -146,8 +146,10 @@ def config_problems(cfg: dict[str, Any], managed: list[dict[str, Any]] | None = 
             problems.append(f"{where}.managedResources must be {managed}")
         if "bindVerb" in ext and ext["bindVerb"] != "bind":
             problems.append(f"{where}.bindVerb must be bind (the extender's route) when set")
-        if ext.get("preemptVerb"):
-            problems.append(f"{where}: the extender serves no preempt verb")
+        if ext.get("preemptVerb") != "preempt":
+            problems.append(
+                f"{where}.preemptVerb must be preempt (the extender's route: it checks preemption's victims)"
+            )
     return problems
 
 
@@ -194,7 +196,8 @@ def test_default_scheduler_snippet_has_only_valid_keys_and_values() -> None:
         (lambda c: c["extenders"][0].pop("ignorable"), "ignorable must be chosen"),
         (lambda c: c["profiles"][0].update(SchedulerName="x"), "unknown key 'SchedulerName'"),
         (lambda c: c["extenders"][0].update(bindVerb="Bind"), "bindVerb must be bind"),
-        (lambda c: c["extenders"][0].update(preemptVerb="preempt"), "no preempt verb"),
+        (lambda c: c["extenders"][0].update(preemptVerb="Preempt"), "preemptVerb must be preempt"),
+        (lambda c: c["extenders"][0].pop("preemptVerb"), "preemptVerb must be preempt"),
     ],
     ids=[
         "enableHttps",
@@ -210,7 +213,8 @@ def test_default_scheduler_snippet_has_only_valid_keys_and_values() -> None:
         "ignorable-unset",
         "profile-case",
         "no-bind",
-        "preempt",
+        "preempt-case",
+        "preempt-unset",
     ],
 )
 def test_the_checker_rejects_what_kube_scheduler_would(scheduler_config: dict, mutate, expected: str) -> None:

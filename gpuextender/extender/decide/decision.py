@@ -77,6 +77,13 @@ class Decision:
                 outcome.preemptible = len(room)
         return outcome
 
+    @cached_property
+    def strict(self) -> FilterOutcome:
+        """The pod's own verdicts over the candidates without the no-fit fallback (preemption asks
+        which nodes the pod cannot use whatever is evicted: preempt_victims.py)."""
+        known = self.known
+        return self._plain(self.candidates, replace(known, policy=replace(known.policy, no_fit_policy="reject")))
+
     def _plain(self, candidates: Candidates, known: Snapshot) -> FilterOutcome:
         """The pod's own verdicts over `candidates` (classes, MIG devices, whole GPUs)."""
         if not self.pod.mig_needed:

@@ -96,6 +96,18 @@ class InventorySink(Protocol):
         """An object was deleted (only its metadata is guaranteed)."""
 
 
+# Not in KINDS either: PodDisruptionBudgets go to state/disruption_budgets.py, read-only, for the preempt
+# verb's count of the budgets its added victims break. Not readable: it adds no victim.
+POD_DISRUPTION_BUDGET = KindInfo(
+    "PodDisruptionBudget",
+    "policy",
+    "v1",
+    "poddisruptionbudgets",
+    namespaced=True,
+    absent="not readable: the preempt verb adds no victim to kube-scheduler's",
+    optional_api=True,
+)
+
 # Not in KINDS either: PodGroups go to state/pod_groups.py, one sink per source (model/pod_group.py).
 # Read-only; a cluster that serves none of them has no groups of that source.
 _GROUPS_ABSENT = "not served: pods naming such a PodGroup are decided as single pods"

@@ -12,11 +12,14 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import datetime
 from typing import Any, NoReturn
 
 # How much of a refused value a message shows: enough to recognise it, never the whole
 # of a megabyte string (nor an integer of more than 4,300 digits, which str() refuses).
 _SHOWN_CHARS = 40
+# An RFC 3339 time with nanoseconds and an offset is 35 characters: longer is not one (and is not parsed).
+_MAX_TIME_CHARS = 64
 
 
 class InvalidInput(ValueError):
@@ -56,6 +59,18 @@ def described(value: Any) -> str:
 
 def _counted(n: int, noun: str) -> str:
     return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
+def timestamp(value: Any) -> datetime | None:
+    """An RFC 3339 time with its zone (the API server's `2026-12-07T05:58:29Z`), or None for
+    anything else: lenient, for times that only order or age things (never refused)."""
+    if not isinstance(value, str) or len(value) > _MAX_TIME_CHARS:
+        return None
+    try:
+        stamp = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return stamp if stamp.tzinfo is not None else None
 
 
 def object_at(parent: Any, key: str) -> dict[str, Any]:

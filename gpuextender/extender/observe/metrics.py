@@ -68,6 +68,20 @@ class ExtenderMetrics:
             "lower-priority GPU pods, kube-scheduler's preemption decides.",
             registry=r,
         )
+        self.preemption_nodes = Counter(
+            "gpu_extender_preemption_nodes",
+            "Candidate nodes of kube-scheduler's preemption judged by the preempt verb, by action: kept "
+            "(its victims free enough usable GPUs), extended (lower-priority GPU pods added), dropped "
+            "(no eviction makes the node usable), as proposed (not judged: no fresh GPU data, DRA, no "
+            "whole GPUs asked for).",
+            ["action"],
+            registry=r,
+        )
+        self.preemption_victims_added = Counter(
+            "gpu_extender_preemption_victims_added",
+            "Victims the preempt verb added to kube-scheduler's (lower-priority GPU pods, cheapest first).",
+            registry=r,
+        )
         self.filter_assumed_passes = Counter(
             "gpu_extender_filter_assumed_passes",
             "Nodes passed by filter on assumed data (agent silent or never "

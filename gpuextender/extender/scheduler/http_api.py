@@ -1,4 +1,4 @@
-"""The extender's HTTP side: kube-scheduler's `filter`, `prioritize` and (optional) `bind`
+"""The extender's HTTP side: kube-scheduler's `filter`, `prioritize`, `preempt` and (optional) `bind`
 verbs, plus /explain, /healthz, /readyz, /metrics and the fleet page (/ui: fleet_page.py).
 
 Handlers only parse, look up in-memory state, call the pure decision functions
@@ -22,6 +22,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+from gpuextender.extender.decide import preempt_victims
 from gpuextender.extender.decide.decision import Decision
 from gpuextender.extender.decide.explain import explain as explain_decision
 from gpuextender.extender.model.dra import pod_claims
@@ -37,16 +38,20 @@ from gpuextender.extender.scheduler.binding import Bindings, pod_uid
 from gpuextender.extender.scheduler.binding_gate import BindingGate
 from gpuextender.extender.scheduler.decision_inputs import DecisionInputs
 from gpuextender.extender.scheduler.group_record import record_group
+from gpuextender.extender.scheduler.preemption_record import RecentPreemptions, explained, record_preemption
 from gpuextender.extender.scheduler.readiness import Readiness
 from gpuextender.extender.scheduler.verb_log import log_prioritize, record_filter, record_plan
 from gpuextender.extender.scheduler.wire import (
     BYTES_PER_CONTAINER,
     EXPLAIN_MAX_CANDIDATES,
     ExtenderArgs,
+    PreemptionArgs,
     encode,
     filter_result,
     parse_binding_args,
     parse_extender_args,
+    parse_preemption_args,
+    preemption_result,
     prioritize_result,
 )
 from gpuextender.extender.settings import ApiSettings
@@ -103,6 +108,11 @@ class SchedulerApi:
         self.decisions = DecisionInputs(state, settings, inventory, self.classes, clock)
         self.bindings = Bindings(BindingGate(settings.binding_wait_s, clock), clock)
         self.waiting = WaitingPods()  # GPU pods the latest filter found no place for (the fleet page)
+        self.preemptions = RecentPreemptions()  # each preemptor's latest preempt plan (explain)
+        # How many of some pods evicting (after others) would take a PodDisruptionBudget below zero,
+        # None while not known (state/disruption_budgets.py; app.py sets it with --kubernetes: without a
+        # cluster there are none).
+        self.disruptions: preempt_victims.Violations = lambda _pods, _before: 0
         # Multi-pod groups: the domain chosen per group and the room held for its members.
         self.groups = self.decisions.groups = GroupBook(settings.group_hold_s, clock)
         self.groups.on_change(state.bound_pods_changed)
@@ -230,15 +240,55 @@ class SchedulerApi:
         log_prioritize(d)
         return prioritize_result(d.scores, compact=self.settings.compact_priorities)
 
+    def answer_preempt(self, args: PreemptionArgs) -> tuple[dict[str, Any], Callable[[], None]]:
+        """ProcessPreemption: kube-scheduler's candidates checked against the GPUs (preempt_victims.py),
+        and what the call leaves behind, as `answer_filter`."""
+        names = [p.node for p in args.proposals]
+        d = self.decisions.decide(ExtenderArgs(pod=args.pod, node_names=names, nodes=None))
+        known, reported = d.known, self.state.reported
+        ledger = self.decisions.ledger
+        pods_on = ledger.pods_on if ledger is not None else known.bound_pods
+
+        def facts(node: str) -> preempt_victims.NodeFacts:
+            return preempt_victims.NodeFacts(known.summary(node), reported(node), tuple(pods_on(node)))
+
+        policy = known.policy
+        plan = preempt_victims.plan(
+            d.pod,
+            args.proposals,
+            d.strict.failed,
+            facts,
+            known.now,
+            policy.stale_after_s,
+            policy.stale_policy,
+            self.disruptions,
+        )
+        return preemption_result(plan), partial(self._record_preempt, pod_uid(args.pod), d, plan)
+
+    def _record_preempt(self, uid: str, d: Decision, plan: preempt_victims.PreemptionPlan) -> None:
+        record_preemption(self.metrics, d.pod, plan)
+        self.preemptions.record(uid or d.pod.ref, d.pod.ref, plan, self._clock())
+
     def explain(self, args: ExtenderArgs) -> dict[str, Any]:
         if args.node_names is not None or args.nodes is not None:
-            return explain_decision(self.decisions.decide(args))
+            return self._with_preemption(args, explain_decision(self.decisions.decide(args)))
         # No candidates named (`gpu-extender explain POD.yaml`, the fleet page's form): every node the
         # inventory or the agents know, by name, as many as one /explain takes.
         known = sorted(set(self._inventory().node_labels).union(self.state.node_names()))
         args.node_names = known[:EXPLAIN_MAX_CANDIDATES]
         answer = explain_decision(self.decisions.decide(args))
         answer["candidates"] = {"source": "every known node", "known": len(known), "explained": len(args.node_names)}
+        return self._with_preemption(args, answer)
+
+    def _with_preemption(self, args: ExtenderArgs, answer: dict[str, Any]) -> dict[str, Any]:
+        """The pod's latest preempt call, if any (kube-scheduler's candidates and what became of each)."""
+        now = self._clock()
+        found = self.preemptions.latest(pod_uid(args.pod) or answer["pod"], now)
+        if found is not None:
+            ledger = self.decisions.ledger
+            uids = {uid for n in found.plan.nodes for uid in n.proposed + n.victims}
+            names = {uid: b.key for uid in uids if ledger is not None and (b := ledger.get(uid)) is not None}
+            answer["preemption"]["lastCall"] = explained(found, now, names)
         return answer
 
 
@@ -400,6 +450,14 @@ def build_app(api: SchedulerApi, pages: PageRoutes | None = None) -> web.Applica
     async def bind(body: bytes) -> Any:
         return await api.bindings.bind(parse_binding_args(body))
 
+    async def preempt(body: bytes) -> Any:
+        with collector_paused():
+            args = parse_preemption_args(body, max_candidates=settings.max_candidates, max_containers=max_containers)
+            answer, record = api.answer_preempt(args)
+            del args
+        asyncio.get_running_loop().call_soon(_recorded, record)
+        return answer
+
     def scheduler_verb(
         verb: str, respond: Callable[[bytes], Awaitable[Any]]
     ) -> Callable[[web.Request], Awaitable[web.Response]]:
@@ -447,6 +505,7 @@ def build_app(api: SchedulerApi, pages: PageRoutes | None = None) -> web.Applica
     )
     app.router.add_post(f"{prefix}/prioritize", scheduler_verb("prioritize", decided(api.prioritize)))
     app.router.add_post(f"{prefix}/bind", scheduler_verb("bind", bind))
+    app.router.add_post(f"{prefix}/preempt", scheduler_verb("preempt", preempt))
     app.router.add_post(
         f"{prefix}/explain",
         scheduler_verb(

@@ -28,6 +28,7 @@ from typing import Any
 import orjson
 
 from gpuextender.extender.decide.filter_outcome import FilterOutcome
+from gpuextender.extender.decide.preempt_victims import PreemptionPlan, Proposal
 from gpuextender.extender.model.pod_gpus import MAX_GPU_COUNT, parse_count
 from gpuextender.extender.model.pod_key import pod_key
 from gpuextender.extender.model.untrusted import Fields, InvalidInput, described, shown
@@ -99,16 +100,9 @@ def _top_level(document: Any) -> dict[str, Any]:
     return lowered
 
 
-def parse_extender_args(
-    body: bytes,
-    *,
-    max_candidates: int = MAX_CANDIDATES,
-    max_containers: int | None = None,
-    nodes_optional: bool = False,
-) -> ExtenderArgs:
-    """`max_containers`: JSON objects + arrays allowed (None: no bound; the server passes
-    its body limit / BYTES_PER_CONTAINER). `nodes_optional` (/explain): a body naming no
-    candidates is the question "which of all the nodes you know?" (both fields stay None)."""
+def _document(body: bytes, max_containers: int | None) -> dict[str, Any]:
+    """The body's top-level object, keys lower-cased; refused unparsed when it holds more JSON
+    containers than `max_containers` (None: no bound)."""
     # '{' and '[' inside strings count too: an over-estimate, checked at C speed; a body no longer
     # than the bound cannot pass it (the usual one: two scans saved).
     if (
@@ -125,7 +119,20 @@ def parse_extender_args(
         document = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         raise InvalidInput("malformed_json", f"body is not valid JSON: {exc}") from None
-    top = _top_level(document)
+    return _top_level(document)
+
+
+def parse_extender_args(
+    body: bytes,
+    *,
+    max_candidates: int = MAX_CANDIDATES,
+    max_containers: int | None = None,
+    nodes_optional: bool = False,
+) -> ExtenderArgs:
+    """`max_containers`: JSON objects + arrays allowed (None: no bound; the server passes
+    its body limit / BYTES_PER_CONTAINER). `nodes_optional` (/explain): a body naming no
+    candidates is the question "which of all the nodes you know?" (both fields stay None)."""
+    top = _document(body, max_containers)
     pod = top.get("pod")
     if pod is None:
         raise InvalidInput("missing_pod", "ExtenderArgs has no Pod")
@@ -277,3 +284,114 @@ def parse_binding_args(body: bytes) -> BindingArgs:
 def binding_result(error: str = "") -> dict[str, str]:
     """ExtenderBindingResult: an empty Error means bound."""
     return {"Error": error}
+
+
+# NumPDBViolations is an int64 count of victims: more victims than this per node are not real.
+MAX_VICTIMS_PER_NODE = 10_000
+
+
+@dataclass(slots=True)
+class PreemptionArgs:
+    """ExtenderPreemptionArgs: the preemptor and kube-scheduler's candidates, node -> victims by UID
+    (`NodeNameToMetaVictims` with nodeCacheCapable: true; the UIDs of the full Pods of
+    `NodeNameToVictims` otherwise: the answer is always by UID)."""
+
+    pod: dict[str, Any]
+    proposals: list[Proposal]
+
+
+def parse_preemption_args(
+    body: bytes, *, max_candidates: int = MAX_CANDIDATES, max_containers: int | None = None
+) -> PreemptionArgs:
+    """Keys case-insensitive as Go decodes them; at most `max_candidates` nodes and MAX_VICTIMS_PER_NODE
+    victims each, every name and UID a non-empty string of at most MAX_BIND_FIELD_CHARS."""
+    top = _document(body, max_containers)
+    pod = top.get("pod")
+    if pod is None:
+        raise InvalidInput("missing_pod", "ExtenderPreemptionArgs has no Pod")
+    _PREEMPTION.mapping(pod, "Pod")
+    meta, full = top.get("nodenametometavictims"), top.get("nodenametovictims")
+    field_name, victims = ("NodeNameToMetaVictims", meta) if meta is not None else ("NodeNameToVictims", full)
+    if victims is None:
+        raise InvalidInput(
+            "missing_nodes", "ExtenderPreemptionArgs has neither NodeNameToMetaVictims nor NodeNameToVictims"
+        )
+    if not isinstance(victims, dict):
+        raise InvalidInput("wrong_type", f"{field_name} must be an object (node -> victims), got {described(victims)}")
+    if len(victims) > max_candidates:
+        raise InvalidInput(
+            "too_many_nodes",
+            f"{field_name} has {len(victims)} candidate nodes; at most {max_candidates} per call (--max-candidates)",
+        )
+    proposals = []
+    for node, entry in victims.items():
+        where = f"{field_name}[{shown(node)}]"
+        _bounded_name(node, f"{field_name} key")
+        lowered = _entry(entry, where)
+        pods = lowered.get("pods")
+        if pods is None:  # (Go decodes null, or no key, as no victims)
+            pods = []
+        if not isinstance(pods, list):
+            raise InvalidInput("wrong_type", f"{where}.Pods must be a list, got {described(pods)}")
+        if len(pods) > MAX_VICTIMS_PER_NODE:
+            raise InvalidInput(
+                "too_many_victims", f"{where}.Pods has {len(pods)} victims; at most {MAX_VICTIMS_PER_NODE}"
+            )
+        uids = tuple(_victim_uid(victim, f"{where}.Pods[{i}]", full=meta is None) for i, victim in enumerate(pods))
+        violations = lowered.get("numpdbviolations")
+        if violations is None:  # absent or null: Go leaves the int64 at 0
+            violations = 0
+        if (
+            isinstance(violations, bool)
+            or not isinstance(violations, int)
+            or not 0 <= violations <= MAX_VICTIMS_PER_NODE
+        ):
+            raise InvalidInput(
+                "wrong_type",
+                f"{where}.NumPDBViolations must be an integer 0..{MAX_VICTIMS_PER_NODE}, got {shown(violations)}",
+            )
+        proposals.append(Proposal(node, uids, violations))
+    return PreemptionArgs(pod, proposals)
+
+
+_PREEMPTION = Fields("ExtenderPreemptionArgs")
+
+
+def _bounded_name(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not value or len(value) > MAX_BIND_FIELD_CHARS:
+        raise InvalidInput(
+            "wrong_type",
+            f"{what} must be a non-empty string of at most {MAX_BIND_FIELD_CHARS} characters, got {shown(value)}",
+        )
+    return value
+
+
+def _victim_uid(victim: Any, where: str, *, full: bool) -> str:
+    """A MetaPod's `UID`, or a full Pod's `metadata.uid`."""
+    fields = _entry(victim, where)
+    if full:
+        meta = fields.get("metadata")
+        uid = meta.get("uid") if isinstance(meta, dict) else None
+        return _bounded_name(uid, f"{where}.metadata.uid")
+    return _bounded_name(fields.get("uid"), f"{where}.UID")
+
+
+def _entry(value: Any, where: str) -> dict[str, Any]:
+    """An object of the request, keys lower-cased as Go matches them (one spelled twice is refused)."""
+    _PREEMPTION.mapping(value, where, required=True)
+    try:
+        return _top_level(value)
+    except InvalidInput as exc:
+        raise InvalidInput(exc.code, f"{where}: {exc.message}") from None
+
+
+def preemption_result(plan: PreemptionPlan) -> dict[str, Any]:
+    """ExtenderPreemptionResult: always `NodeNameToMetaVictims`, whatever the request's mode; every
+    node answered names at least one victim (preempt_victims.py: kube-scheduler refuses the whole
+    answer otherwise)."""
+    return {
+        "NodeNameToMetaVictims": {
+            node: {"Pods": [{"UID": uid} for uid in uids], "NumPDBViolations": violations}
+            for node, (uids, violations) in plan.answer().items()
+        }
+    }

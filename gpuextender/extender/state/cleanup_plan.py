@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from gpuextender.extender.model.untrusted import timestamp
 from gpuextender.extender.state.device_taints import GROUP, MANAGED_BY
 from gpuextender.extender.state.node_gpu_status import CONDITION_TYPE, condition_of, taints_with_key
 
@@ -177,17 +178,7 @@ def lease_holder(lease: Mapping[str, Any] | None, now: datetime) -> str:
     if not isinstance(holder, str) or not holder:
         return ""
     duration = spec.get("leaseDurationSeconds")
-    renewed = _timestamp(spec.get("renewTime"))
+    renewed = timestamp(spec.get("renewTime"))
     if renewed is None or not isinstance(duration, int):
         return holder
     return holder if abs((now - renewed).total_seconds()) <= duration else ""
-
-
-def _timestamp(value: Any) -> datetime | None:
-    if not isinstance(value, str):
-        return None
-    try:
-        stamp = datetime.fromisoformat(value)
-    except ValueError:
-        return None
-    return stamp if stamp.tzinfo is not None else None

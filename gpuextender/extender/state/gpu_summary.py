@@ -32,6 +32,7 @@ size in gpu_topology's per-topology table.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from gpuextender.common.idle_rule import IdleRule, mig_instance_is_idle, sm_active_of
@@ -124,6 +125,10 @@ class NodeSummary:
     holder_pods: frozenset[str] = frozenset()
     # Units taken off idle_gpus/free_gpus for bound pods not attributed yet (bound_pods.offered).
     bound_pod_units: int = 0
+    # ("namespace/pod", units it holds on healthy GPUs, the part of them idle by the rule) per pod
+    # holding whole or shared GPUs (allocation known only), sorted: what evicting it gives back
+    # (decide/preempt_victims.py) and whether its GPUs sit idle (the cheapest victims first).
+    pod_units: tuple[tuple[str, int, int], ...] = ()
     # Every GPU whole and at its index (set_tiers' condition): the GPUs by position; else None.
     positions: GpuPositions | None = None
     # No GPU says how it is shared (no mode, or time-slicing/MPS without a count), none is in MIG
@@ -173,6 +178,7 @@ def summarize(report: pb.NodeReport, rule: IdleRule, received_at: float) -> Node
     judged_sm: list[float | None] = []  # NodeSummary.sm_active, kept only when one is not None
     by_sm = False
     held_by: list[tuple[int, str]] = []
+    pod_units: dict[str, list[int]] = {}  # NodeSummary.pod_units, built per held healthy GPU
     # Runs for every report of every node (bench_extender's ingest): gpu_units() and
     # gpu_is_idle() are inlined, each protobuf field read once (tests/common/test_idle_rule.py holds
     # the copy equal to common/idle_rule.py on generated GPUs).
@@ -227,6 +233,12 @@ def summarize(report: pb.NodeReport, rule: IdleRule, received_at: float) -> Node
         else:
             held, unheld = 0, units
         free += unheld
+        if held:
+            owners = (
+                _units_by_pod(holders, units)
+                if len(holders) > 1
+                else ((pod_key(holders[0].namespace, holders[0].pod), 1),)
+            )
         if unheld:
             unheld_mask |= 1 << position
         sm_active = sm_active_of(gpu.gpm, gpu.HasField("gpm")) if max_sm is not None else None
@@ -245,6 +257,14 @@ def summarize(report: pb.NodeReport, rule: IdleRule, received_at: float) -> Node
             else (GPU_DEGRADED if degraded_gpu else GPU_FREE_BUSY if busy else GPU_FREE_IDLE)
         )
         cells.append((index, state, util, mem_percent))
+        if held:
+            for owner, n in owners:
+                counts = pod_units.get(owner)
+                if counts is None:
+                    counts = pod_units[owner] = [0, 0]
+                counts[0] += n
+                if not busy:
+                    counts[1] += n
         if busy:
             continue
         idle += unheld
@@ -298,6 +318,7 @@ def summarize(report: pb.NodeReport, rule: IdleRule, received_at: float) -> Node
         gpus=tuple(cells),
         sm_active=tuple(judged_sm) if by_sm else (),
         holder_pods=holder_pods,
+        pod_units=tuple(sorted((key, n, idle_n) for key, (n, idle_n) in pod_units.items())) if pod_units else (),
         positions=positions,
         sharing_unknown=sharing_unknown and not known and not broken and bool(report.gpus),
     )
@@ -328,6 +349,18 @@ def with_inferred_sharing(summary: NodeSummary, allocatable: int | None) -> Node
         positions=None,
         inferred_replicas=replicas,
     )
+
+
+def _units_by_pod(holders: Sequence[pb.Holder], units: int) -> tuple[tuple[str, int], ...]:
+    """Units each pod holds of one GPU: its distinct device IDs (replicas) there. A GPU of one unit
+    that several pods hold (sharing the agent cannot tell) counts for none of them: evicting one
+    does not free it."""
+    ids: dict[str, set[str]] = {}
+    for h in holders:
+        ids.setdefault(pod_key(h.namespace, h.pod), set()).add(h.device_id)
+    if units <= 1 and len(ids) > 1:
+        return ()
+    return tuple((key, len(devices)) for key, devices in ids.items())
 
 
 def _holder_pods(report: pb.NodeReport) -> set[str]:

@@ -5,7 +5,9 @@ when the kubelet admits it (seconds later, minutes for a large image). Until the
 would count the same idle GPUs again. The ledger holds what the decision must subtract
 (whole_gpus.py, "Bound pods"): per bound, unfinished, undeleted pod that requests GPUs, its
 uid, namespace/name, node, GPUs per configured resource (parsed like the request path, with
-its bounds), phase, the OME InferenceService it serves, and its priority (who may preempt it).
+its bounds), phase, the OME InferenceService it serves, its priority (who may preempt it),
+start time (which of a priority's victims are cheapest) and labels (the PodDisruptionBudgets
+covering it).
 
 It is an `InventorySink` for the kind Pod, fed by the same list+watch as Nodes (with a field
 selector, so finished pods never reach it) or by the file inventory; it is not part of the
@@ -28,7 +30,7 @@ from gpuextender.extender.model.pod_gpus import MigNeed, gpus_requested, mig_pro
 from gpuextender.extender.model.pod_group import read_group
 from gpuextender.extender.model.pod_key import pod_key
 from gpuextender.extender.model.pod_priority import priority
-from gpuextender.extender.model.untrusted import InvalidInput, object_at
+from gpuextender.extender.model.untrusted import InvalidInput, object_at, timestamp
 
 log = logging.getLogger("gpu_extender.pods")
 
@@ -54,6 +56,11 @@ class BoundPod:
     claims: tuple[str, ...] = ()
     group: str = ""  # its multi-pod group's key (model/pod_group.py), "" for a single pod
     priority: int = 0  # spec.priority (model/pod_priority.py): who may preempt it
+    # status.startTime as Unix seconds (0.0: not started or unreadable): among victims of one
+    # priority, the shortest-running go first (decide/preempt_victims.py).
+    started: float = 0.0
+    # Its labels, sorted (which PodDisruptionBudgets cover it: state/disruption_budgets.py).
+    labels: tuple[tuple[str, str], ...] = ()
 
 
 def _key(meta: KubeObject) -> str:
@@ -129,7 +136,8 @@ class PodLedger:
         spec = object_at(obj, "spec")
         node = spec.get("nodeName")
         uid = meta.get("uid")
-        phase = object_at(obj, "status").get("phase") or ""
+        status = object_at(obj, "status")
+        phase = status.get("phase") or ""
         if not node or not isinstance(node, str) or not isinstance(uid, str) or not uid:
             return None
         if phase in FINISHED_PHASES or meta.get("deletionTimestamp"):
@@ -167,6 +175,8 @@ class PodLedger:
             claims,
             group.key if group is not None else "",
             priority(spec),
+            started.timestamp() if (started := timestamp(status.get("startTime"))) is not None else 0.0,
+            tuple(sorted((k, v) for k, v in labels.items() if isinstance(k, str) and isinstance(v, str))),
         )
 
     # -- InventorySink ---------------------------------------------------------

@@ -247,6 +247,9 @@ def render(answer: dict[str, Any]) -> str:
             f"  no node fits: kube-scheduler may preempt lower-priority GPU pods on {preempting} node(s)"
             " (the busy/stale ones do not pass)"
         )
+    last = (answer.get("preemption") or {}).get("lastCall")
+    if last:
+        lines += preemption_lines(last)
     if answer.get("passedOnAssumedData"):
         lines.append("  no node with fresh GPU data fits: nodes without it pass on assumed data (marked *)")
     rows = ordered(answer["nodes"])
@@ -395,3 +398,14 @@ def _dra_line(devices: list[dict[str, Any]]) -> str:
     if unusable:
         parts.append("free but not usable: " + ", ".join(unusable))
     return "; ".join(parts)
+
+
+def preemption_lines(last: dict[str, Any]) -> list[str]:
+    """The pod's latest preempt call: kube-scheduler's candidates and what became of each."""
+    lines = [f"  preemption {last['secondsAgo']:g}s ago: {len(last['candidates'])} candidate(s) from kube-scheduler"]
+    if last.get("note"):
+        lines.append(f"    {last['note']}")
+    for c in last["candidates"]:
+        added = f", added {', '.join(c['added'])}" if c["added"] else ""
+        lines.append(f"    {c['node']}: {c['action']} ({c['why']}); {len(c['victims'])} victim(s){added}")
+    return lines

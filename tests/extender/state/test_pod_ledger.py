@@ -79,7 +79,9 @@ def on(ledger: PodLedger, node: str) -> list[BoundPod]:
 
 def test_slim_keeps_only_what_the_decision_reads(ledger: PodLedger) -> None:
     record = ledger.slim(pod("a", gpus="2", phase="Running", labels={"ome.io/inferenceservice": "llama"}), 7.0)
-    assert record == BoundPod("uid-a", "ml/a", "n1", 2, (), "Running", 7.0, "llama")
+    assert record == BoundPod(
+        "uid-a", "ml/a", "n1", 2, (), "Running", 7.0, "llama", labels=(("ome.io/inferenceservice", "llama"),)
+    )
 
 
 def test_slim_keeps_the_priority_preemption_reads(ledger: PodLedger) -> None:

@@ -97,6 +97,7 @@ def test_every_field_travels() -> None:
         "held_by": ((0, "a"),),
         "holder_pods": frozenset({"a/p"}),
         "bound_pod_units": 1,
+        "pod_units": (("a/p", 2, 1),),
         "positions": positions,
         "sharing_unknown": True,
         "inferred_replicas": 4,

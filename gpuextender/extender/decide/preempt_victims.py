@@ -1,0 +1,255 @@
+"""kube-scheduler's preemption checked against what the GPUs do (issue 51, items 2-3;
+decide/README.md, "Preemption").
+
+kube-scheduler dry-runs preemption with its own plugins, which count `nvidia.com/gpu` as an
+integer: they cannot tell that the GPUs an eviction frees are failing, or that GPUs they call free
+are busy outside Kubernetes. With `preemptVerb` it asks the extender (ProcessPreemption) about its
+candidates, node -> victims, and takes back the nodes and victims answered. Per candidate:
+
+- the pod cannot use the node whatever is evicted (the extender's filter fails it unresolvably:
+  class, broken or too few healthy GPUs; without fresh data, too few GPUs is not one of them: that
+  is the allocatable less the bound pods, which evictions change): dropped;
+- fresh GPU data: the GPUs the pod would have once the victims are gone = the node's free, idle,
+  healthy GPUs (less bound pods and group holds, as filter counts them) + the healthy GPUs the
+  victims hold (a bound pod the agent does not attribute yet gives back what it was counted for).
+  Enough: kept with kube-scheduler's victims (its dry run found each of them necessary for what it
+  checks: resources besides GPUs, ports, affinity). Not enough: the node's other GPU pods of lower
+  priority are added, cheapest first (`cheapest_first`), then each added one that is not needed is
+  left out again, and the PodDisruptionBudgets they would break are added to kube-scheduler's
+  count; still not enough, or the budgets not known yet: dropped. A node that would fit with no victim is dropped too (a
+  candidate must name at least one victim; the pod fits there at its next attempt);
+- no fresh data (none, or stale under fail-open): unknown is never room, so such a node is kept as
+  proposed only while no node with fresh data is kept; stale under fail-closed: dropped.
+
+Never a victim of equal or higher priority than the pod; a candidate whose victims include one
+(per the ledger) is dropped. Every node answered names at least one victim (kube-scheduler, 1.36
+included, refuses the whole answer otherwise: "expected at least one victim pod on node"), so a
+candidate proposed with none (1.36 sends them) is answered only when the extender adds some. Pure:
+every input is an argument.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from gpuextender.extender.decide import reasons
+from gpuextender.extender.decide.reasons import Reason
+from gpuextender.extender.model.pod_request import PodRequest
+from gpuextender.extender.state.freshness import is_fresh
+from gpuextender.extender.state.gpu_summary import NodeSummary
+from gpuextender.extender.state.pod_ledger import BoundPod
+
+RUNNING = "Running"
+Violations = Callable[[Sequence[BoundPod], Sequence[BoundPod]], "int | None"]
+# What happened to each candidate (explain, the log line, gpu_extender_preemption_nodes_total).
+KEPT, EXTENDED, DROPPED, AS_PROPOSED = "kept", "extended", "dropped", "as proposed"
+ACTIONS = (KEPT, EXTENDED, DROPPED, AS_PROPOSED)
+
+
+@dataclass(frozen=True, slots=True)
+class Proposal:
+    """One candidate as kube-scheduler proposed it: its victims by pod UID."""
+
+    node: str
+    victims: tuple[str, ...]
+    pdb_violations: int
+
+
+@dataclass(frozen=True, slots=True)
+class NodePlan:
+    node: str
+    action: str  # one of ACTIONS
+    victims: tuple[str, ...]  # the victims answered (UIDs); () when dropped
+    pdb_violations: int
+    why: str
+    usable: int | None = None  # GPUs the pod would have once the victims are gone; None: not known
+    added: tuple[str, ...] = ()  # victims the extender added (UIDs)
+    proposed: tuple[str, ...] = ()  # kube-scheduler's victims (UIDs)
+
+    @property
+    def answered(self) -> bool:
+        return self.action != DROPPED
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionPlan:
+    nodes: tuple[NodePlan, ...]
+    note: str = ""  # why the candidates were not judged (kube-scheduler's count decides), if so
+
+    def answer(self) -> dict[str, tuple[tuple[str, ...], int]]:
+        """node -> (victim UIDs, PDB violations), for every node kept."""
+        return {n.node: (n.victims, n.pdb_violations) for n in self.nodes if n.answered}
+
+
+@dataclass(frozen=True, slots=True)
+class NodeFacts:
+    """What the plan reads of one node (scheduler/ gathers it)."""
+
+    summary: NodeSummary | None  # what the decisions read (less bound pods and holds)
+    reported: NodeSummary | None  # the agent's own
+    pods: Sequence[BoundPod]  # the ledger's pods bound there
+
+
+def plan(
+    pod: PodRequest,
+    proposals: Sequence[Proposal],
+    verdicts: Mapping[str, Reason],
+    facts: Callable[[str], NodeFacts],
+    now: float,
+    stale_after_s: float,
+    stale_policy: str,
+    violations: Violations = lambda _pods, _before: 0,
+) -> PreemptionPlan:
+    """`verdicts`: the pod's own filter failures over the proposed nodes, without the no-fit
+    fallback; `violations(pods, before)`: how many of `pods` evicting after `before` would take a
+    PodDisruptionBudget below zero, None while the budgets are not known
+    (state/disruption_budgets.py)."""
+    if not pod.preempts:  # (kube-scheduler asks only for pods that may preempt)
+        return PreemptionPlan(tuple(_drop(p, "its preemptionPolicy is Never") for p in proposals))
+    note = _not_judged(pod)
+    if note:
+        return PreemptionPlan(tuple(_as_proposed(p, note) for p in proposals), note)
+    judged: list[NodePlan] = []
+    unknown: list[tuple[Proposal, bool]] = []  # (proposal, stale)
+    for p in proposals:
+        f = facts(p.node)
+        s = f.summary
+        fresh = s is not None and is_fresh(s.received_at, now, stale_after_s)
+        reason = verdicts.get(p.node)
+        # Without fresh data, too few GPUs is the allocatable less the bound pods, which evictions
+        # change: kube-scheduler's own count decides that.
+        if reason is not None and reason.unresolvable and (fresh or reason is not reasons.INSUFFICIENT_GPUS):
+            judged.append(_drop(p, f"{reason.code}: no eviction makes the node usable for the pod"))
+        elif s is None or not fresh:
+            unknown.append((p, s is not None))
+        else:
+            judged.append(_judge(pod, p, s, f.reported, f.pods, violations))
+    fresh_kept = any(n.answered for n in judged)
+    for p, stale in unknown:
+        if stale and stale_policy == "fail-closed":
+            judged.append(_drop(p, f"{reasons.STALE_GPU_DATA.code}: no GPUs are known to be freed"))
+        elif fresh_kept:
+            judged.append(_drop(p, f"{reasons.NO_FRESH_GPU_DATA.code}: nodes with fresh GPU data can take the pod"))
+        else:
+            judged.append(_as_proposed(p, "no fresh GPU data: kube-scheduler's count decides"))
+    order = {p.node: i for i, p in enumerate(proposals)}
+    return PreemptionPlan(tuple(sorted(judged, key=lambda n: order[n.node])))
+
+
+def _not_judged(pod: PodRequest) -> str:
+    if pod.claims_read:
+        return "GPUs through ResourceClaims: kube-scheduler's count decides (decide/README.md, DRA)"
+    if pod.gpus_needed <= 0:
+        return "no whole GPUs asked for: kube-scheduler's count decides"
+    return ""
+
+
+def _judge(
+    pod: PodRequest,
+    p: Proposal,
+    s: NodeSummary,
+    reported: NodeSummary | None,
+    pods: Sequence[BoundPod],
+    violations: Violations,
+) -> NodePlan:
+    here = {b.uid: b for b in pods}
+    victims = [here[uid] for uid in p.victims if uid in here]
+    if any(v.priority >= pod.priority for v in victims):
+        return _drop(p, "a victim's priority is not below the pod's")
+    room = Room(s, reported)
+    needed = pod.gpus_needed
+    usable = room.after(victims)
+    if usable >= needed:
+        if not p.victims:
+            return _drop(p, f"fits without evictions ({usable} GPUs usable): no victim to name", usable)
+        return NodePlan(p.node, KEPT, p.victims, p.pdb_violations, f"{usable} GPUs usable after", usable, (), p.victims)
+    if violations((), victims) is None:
+        return _drop(p, "PodDisruptionBudgets not known yet: no victim added", usable)
+    chosen = set(p.victims)
+    others = cheapest_first(
+        (b for b in pods if b.uid not in chosen and b.priority < pod.priority and room.gives(b) > 0),
+        s,
+        lambda b: bool(violations((b,), victims)),
+    )
+    added: list[BoundPod] = []
+    for b in others:
+        added.append(b)
+        usable = room.after(victims + added)
+        if usable >= needed:
+            break
+    if usable < needed:
+        return _drop(p, f"evicting every lower-priority GPU pod leaves {usable} of {needed} GPUs usable", usable)
+    for b in reversed(added[:-1]):  # the dearest first: each one not needed stays
+        rest = [a for a in added if a is not b]
+        if room.after(victims + rest) >= needed:
+            added = rest
+    usable = room.after(victims + added)
+    extra = tuple(b.uid for b in added)
+    return NodePlan(
+        p.node,
+        EXTENDED,
+        p.victims + extra,
+        p.pdb_violations + (violations(added, victims) or 0),
+        f"{len(added)} more lower-priority GPU pod(s): {usable} GPUs usable after",
+        usable,
+        extra,
+        p.victims,
+    )
+
+
+def cheapest_first(
+    pods: Iterable[BoundPod], s: NodeSummary, protected: Callable[[BoundPod], bool] = lambda _b: False
+) -> list[BoundPod]:
+    """Victims in the order the extender adds them: pods no PodDisruptionBudget protects first
+    (kube-scheduler picks the candidate with the fewest violations first), then lowest priority
+    (its own order); within a priority, pods whose GPUs the agent reports idle (fewest busy GPUs
+    first), then the shortest-running (latest start; not started yet first), then by UID."""
+    held = {key: (n, idle) for key, n, idle in s.pod_units}
+
+    def cost(b: BoundPod) -> tuple[bool, int, int, float, str]:
+        n, idle = held.get(b.key, (0, 0))
+        return (protected(b), b.priority, n - idle, -(b.started or float("inf")), b.uid)
+
+    return sorted(pods, key=cost)
+
+
+class Room:
+    """The GPUs a pod would have on one node (fresh data) once some of its pods are gone."""
+
+    def __init__(self, s: NodeSummary, reported: NodeSummary | None) -> None:
+        self._s = s
+        self._held = {key: n for key, n, _idle in s.pod_units}
+        self._known = s.free_gpus is not None
+        # What the node offers before the cap at zero (bound pods may take more than it has idle).
+        self._raw = s.idle_gpus if s.idle_gpus > 0 or reported is None else reported.idle_gpus - s.bound_pod_units
+
+    def _attributed(self, b: BoundPod) -> bool:
+        """Its GPUs are in the agent's readings (not among the bound pods taken off)."""
+        if self._known:
+            return b.key in self._s.holder_pods
+        return b.phase == RUNNING
+
+    def gives(self, b: BoundPod) -> int:
+        """Units evicting `b` gives back: the healthy GPUs it holds where the agent attributes it
+        (a failing GPU is never freed), else what it was counted for as a bound pod."""
+        if self._attributed(b):
+            return self._held.get(b.key, 0) if self._known else b.gpus
+        return b.gpus
+
+    def after(self, gone: Sequence[BoundPod]) -> int:
+        s = self._s
+        pending = sum(b.gpus for b in gone if not self._attributed(b))
+        held = sum(self.gives(b) for b in gone if self._attributed(b))
+        offered = max(0, self._raw + min(pending, s.bound_pod_units)) + held
+        return min(offered, s.healthy_gpus)
+
+
+def _drop(p: Proposal, why: str, usable: int | None = None) -> NodePlan:
+    return NodePlan(p.node, DROPPED, (), 0, why, usable, (), p.victims)
+
+
+def _as_proposed(p: Proposal, why: str) -> NodePlan:
+    if not p.victims:  # kube-scheduler >= 1.36 proposes such nodes; answered, it refuses the whole answer
+        return _drop(p, "no victim to name")
+    return NodePlan(p.node, AS_PROPOSED, p.victims, p.pdb_violations, why, None, (), p.victims)
