@@ -30,8 +30,9 @@ every input is an argument.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from operator import itemgetter
 
 from gpuextender.extender.decide import reasons
 from gpuextender.extender.decide.reasons import Reason
@@ -41,6 +42,7 @@ from gpuextender.extender.state.gpu_summary import NodeSummary
 from gpuextender.extender.state.pod_ledger import BoundPod
 
 RUNNING = "Running"
+_KEY_AND_UNITS = itemgetter(0, 1)  # ("namespace/pod", units) of a NodeSummary.pod_units entry
 Violations = Callable[[Sequence[BoundPod], Sequence[BoundPod]], "int | None"]
 # What happened to each candidate (explain, the log line, gpu_extender_preemption_nodes_total).
 KEPT, EXTENDED, DROPPED, AS_PROPOSED = "kept", "extended", "dropped", "as proposed"
@@ -88,7 +90,7 @@ class NodeFacts:
 
     summary: NodeSummary | None  # what the decisions read (less bound pods and holds)
     reported: NodeSummary | None  # the agent's own
-    pods: Sequence[BoundPod]  # the ledger's pods bound there
+    pods: Collection[BoundPod]  # the ledger's pods bound there
 
 
 def plan(
@@ -99,10 +101,12 @@ def plan(
     now: float,
     stale_after_s: float,
     stale_policy: str,
+    bound: Callable[[str], BoundPod | None],
     violations: Violations = lambda _pods, _before: 0,
 ) -> PreemptionPlan:
     """`verdicts`: the pod's own filter failures over the proposed nodes, without the no-fit
-    fallback; `violations(pods, before)`: how many of `pods` evicting after `before` would take a
+    fallback; `bound(uid)`: the ledger's pod of that UID (a victim counts on the node it is bound to);
+    `violations(pods, before)`: how many of `pods` evicting after `before` would take a
     PodDisruptionBudget below zero, None while the budgets are not known
     (state/disruption_budgets.py)."""
     if not pod.preempts:  # (kube-scheduler asks only for pods that may preempt)
@@ -124,7 +128,7 @@ def plan(
         elif s is None or not fresh:
             unknown.append((p, s is not None))
         else:
-            judged.append(_judge(pod, p, s, f.reported, f.pods, violations))
+            judged.append(_judge(pod, p, s, f.reported, f.pods, bound, violations))
     fresh_kept = any(n.answered for n in judged)
     for p, stale in unknown:
         if stale and stale_policy == "fail-closed":
@@ -150,13 +154,15 @@ def _judge(
     p: Proposal,
     s: NodeSummary,
     reported: NodeSummary | None,
-    pods: Sequence[BoundPod],
+    pods: Collection[BoundPod],
+    bound: Callable[[str], BoundPod | None],
     violations: Violations,
 ) -> NodePlan:
-    here = {b.uid: b for b in pods}
-    victims = [here[uid] for uid in p.victims if uid in here]
-    if any(v.priority >= pod.priority for v in victims):
-        return _drop(p, "a victim's priority is not below the pod's")
+    node, mine = p.node, pod.priority
+    victims = [b for uid in p.victims if (b := bound(uid)) is not None and b.node == node]
+    for v in victims:
+        if v.priority >= mine:
+            return _drop(p, "a victim's priority is not below the pod's")
     room = Room(s, reported)
     needed = pod.gpus_needed
     usable = room.after(victims)
@@ -219,7 +225,7 @@ class Room:
 
     def __init__(self, s: NodeSummary, reported: NodeSummary | None) -> None:
         self._s = s
-        self._held = {key: n for key, n, _idle in s.pod_units}
+        self._held = dict(map(_KEY_AND_UNITS, s.pod_units))
         self._known = s.free_gpus is not None
         # What the node offers before the cap at zero (bound pods may take more than it has idle).
         self._raw = s.idle_gpus if s.idle_gpus > 0 or reported is None else reported.idle_gpus - s.bound_pod_units
@@ -233,14 +239,27 @@ class Room:
     def gives(self, b: BoundPod) -> int:
         """Units evicting `b` gives back: the healthy GPUs it holds where the agent attributes it
         (a failing GPU is never freed), else what it was counted for as a bound pod."""
-        if self._attributed(b):
-            return self._held.get(b.key, 0) if self._known else b.gpus
+        if self._known and b.key in self._s.holder_pods:
+            return self._held.get(b.key, 0)
         return b.gpus
 
     def after(self, gone: Sequence[BoundPod]) -> int:
+        """The GPUs usable once `gone` are evicted (one pass: it runs per candidate and per victim added)."""
         s = self._s
-        pending = sum(b.gpus for b in gone if not self._attributed(b))
-        held = sum(self.gives(b) for b in gone if self._attributed(b))
+        pending = held = 0
+        if self._known:
+            holders, units = s.holder_pods, self._held
+            for b in gone:
+                if b.key in holders:
+                    held += units.get(b.key, 0)
+                else:
+                    pending += b.gpus
+        else:
+            for b in gone:
+                if b.phase == RUNNING:
+                    held += b.gpus
+                else:
+                    pending += b.gpus
         offered = max(0, self._raw + min(pending, s.bound_pod_units)) + held
         return min(offered, s.healthy_gpus)
 

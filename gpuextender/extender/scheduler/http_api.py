@@ -247,10 +247,11 @@ class SchedulerApi:
         d = self.decisions.decide(ExtenderArgs(pod=args.pod, node_names=names, nodes=None))
         known, reported = d.known, self.state.reported
         ledger = self.decisions.ledger
-        pods_on = ledger.pods_on if ledger is not None else known.bound_pods
+        pods_on = ledger.pods_on if ledger is not None else lambda _node: ()
+        bound = ledger.lookup() if ledger is not None else lambda _uid: None
 
         def facts(node: str) -> preempt_victims.NodeFacts:
-            return preempt_victims.NodeFacts(known.summary(node), reported(node), tuple(pods_on(node)))
+            return preempt_victims.NodeFacts(known.summary(node), reported(node), pods_on(node))
 
         policy = known.policy
         plan = preempt_victims.plan(
@@ -261,6 +262,7 @@ class SchedulerApi:
             known.now,
             policy.stale_after_s,
             policy.stale_policy,
+            bound,
             self.disruptions,
         )
         return preemption_result(plan), partial(self._record_preempt, pod_uid(args.pod), d, plan)

@@ -2,8 +2,10 @@
 per pod for explain ("which candidates kube-scheduler proposed, which the extender kept, extended or
 dropped, and why").
 
-At most `MAX_PODS` plans are kept, the oldest dropped first, each for `TTL_S` (kube-scheduler retries
-a pod that could not preempt within minutes): a flood of preemptors costs bounded memory."""
+At most `MAX_PODS` plans and `MAX_NODES` candidates in all are kept, the oldest dropped first, each
+for `TTL_S` (kube-scheduler retries a pod that could not preempt within minutes): a flood of
+preemptors costs bounded memory (a candidate of 10 victims holds ~1.2 KB: 500 candidates 0.58 MiB,
+bench/RESULTS.md; the newest plan is always kept)."""
 
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ from gpuextender.extender.observe.metrics import ExtenderMetrics
 log = logging.getLogger("gpu_extender.http")
 
 MAX_PODS = 500
+MAX_NODES = 10_000  # candidates over all plans kept: ~12 MiB
 TTL_S = 600.0
 LOG_NODES = 5  # candidates an INFO line names (DEBUG: all)
 
@@ -31,16 +34,22 @@ class Preempted:
 
 
 class RecentPreemptions:
-    def __init__(self, max_pods: int = MAX_PODS, ttl_s: float = TTL_S) -> None:
+    def __init__(self, max_pods: int = MAX_PODS, ttl_s: float = TTL_S, max_nodes: int = MAX_NODES) -> None:
         self._max = max_pods
         self._ttl = ttl_s
+        self._max_nodes = max_nodes
         self._plans: dict[str, Preempted] = {}  # pod uid -> its latest plan, oldest first
+        self._nodes = 0  # candidates over the plans kept
 
     def record(self, uid: str, pod: str, plan: PreemptionPlan, now: float) -> None:
-        self._plans.pop(uid, None)
+        before = self._plans.pop(uid, None)
+        if before is not None:
+            self._nodes -= len(before.plan.nodes)
         self._plans[uid] = Preempted(pod, now, plan)
-        while len(self._plans) > self._max:
-            del self._plans[next(iter(self._plans))]
+        self._nodes += len(plan.nodes)
+        while len(self._plans) > 1 and (len(self._plans) > self._max or self._nodes > self._max_nodes):
+            oldest = next(iter(self._plans))
+            self._nodes -= len(self._plans.pop(oldest).plan.nodes)
 
     def latest(self, uid: str, now: float) -> Preempted | None:
         found = self._plans.get(uid)

@@ -325,36 +325,45 @@ def parse_preemption_args(
         )
     proposals = []
     for node, entry in victims.items():
-        where = f"{field_name}[{shown(node)}]"
-        _bounded_name(node, f"{field_name} key")
-        lowered = _entry(entry, where)
-        pods = lowered.get("pods")
+        if type(node) is not str or not node or len(node) > MAX_BIND_FIELD_CHARS:
+            _bounded_name(node, f"{field_name} key")
+        if type(entry) is dict and entry.keys() <= _ENTRY_KEYS:  # as kube-scheduler sends it
+            pods, violations = entry.get("Pods"), entry.get("NumPDBViolations")
+        else:
+            lowered = _entry(entry, _where(field_name, node))
+            pods, violations = lowered.get("pods"), lowered.get("numpdbviolations")
         if pods is None:  # (Go decodes null, or no key, as no victims)
             pods = []
-        if not isinstance(pods, list):
-            raise InvalidInput("wrong_type", f"{where}.Pods must be a list, got {described(pods)}")
+        if type(pods) is not list:
+            raise InvalidInput("wrong_type", f"{_where(field_name, node)}.Pods must be a list, got {described(pods)}")
         if len(pods) > MAX_VICTIMS_PER_NODE:
             raise InvalidInput(
-                "too_many_victims", f"{where}.Pods has {len(pods)} victims; at most {MAX_VICTIMS_PER_NODE}"
+                "too_many_victims",
+                f"{_where(field_name, node)}.Pods has {len(pods)} victims; at most {MAX_VICTIMS_PER_NODE}",
             )
-        uids = tuple(_victim_uid(victim, f"{where}.Pods[{i}]", full=meta is None) for i, victim in enumerate(pods))
-        violations = lowered.get("numpdbviolations")
+        uids = _plain_uids(pods) if meta is not None else None
+        if uids is None:  # anything but [{"UID": "<uid>"}, ...]: each victim read and checked, to say why
+            where = _where(field_name, node)
+            uids = tuple(_victim_uid(victim, f"{where}.Pods[{i}]", full=meta is None) for i, victim in enumerate(pods))
         if violations is None:  # absent or null: Go leaves the int64 at 0
             violations = 0
-        if (
-            isinstance(violations, bool)
-            or not isinstance(violations, int)
-            or not 0 <= violations <= MAX_VICTIMS_PER_NODE
-        ):
+        if type(violations) is not int or not 0 <= violations <= MAX_VICTIMS_PER_NODE:
             raise InvalidInput(
                 "wrong_type",
-                f"{where}.NumPDBViolations must be an integer 0..{MAX_VICTIMS_PER_NODE}, got {shown(violations)}",
+                f"{_where(field_name, node)}.NumPDBViolations must be an integer 0..{MAX_VICTIMS_PER_NODE}, "
+                f"got {shown(violations)}",
             )
         proposals.append(Proposal(node, uids, violations))
     return PreemptionArgs(pod, proposals)
 
 
 _PREEMPTION = Fields("ExtenderPreemptionArgs")
+_ENTRY_KEYS = frozenset({"Pods", "NumPDBViolations"})  # MetaVictims' and Victims' keys as Go writes them
+
+
+def _where(field_name: str, node: str) -> str:
+    """A candidate's place in the request, for a refusal's message (built only then)."""
+    return f"{field_name}[{shown(node)}]"
 
 
 def _bounded_name(value: Any, what: str) -> str:
@@ -364,6 +373,20 @@ def _bounded_name(value: Any, what: str) -> str:
             f"{what} must be a non-empty string of at most {MAX_BIND_FIELD_CHARS} characters, got {shown(value)}",
         )
     return value
+
+
+def _plain_uids(pods: list[Any]) -> tuple[str, ...] | None:
+    """The UIDs of MetaPods as kube-scheduler sends them, `{"UID": "<uid>"}` each, checked at C speed
+    (a quarter of the per-victim reading below: 500 candidates of 10 victims took 10 ms to read);
+    None for any other shape."""
+    try:
+        uids = tuple([v["UID"] for v in pods if len(v) == 1])
+        "".join(uids)  # TypeError for any UID that is not a string
+    except (KeyError, TypeError):
+        return None
+    if len(uids) != len(pods) or not all(uids) or max(map(len, uids), default=0) > MAX_BIND_FIELD_CHARS:
+        return None
+    return uids
 
 
 def _victim_uid(victim: Any, where: str, *, full: bool) -> str:

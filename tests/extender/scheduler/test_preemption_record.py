@@ -292,3 +292,23 @@ def test_no_candidates_logs_none(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.INFO, logger="gpu_extender.http")
     record_preemption(ExtenderMetrics(GpuState(IdleRule())), preemptor(), plan_of())
     assert _line(caplog) == "preempt ml/big (priority 1000, needs 2 GPU): 0 candidate(s), none"
+
+
+def test_the_candidates_kept_are_bounded_the_newest_plan_always_kept() -> None:
+    """At exactly max_nodes candidates over all plans everything stays; one more drops the oldest."""
+    from gpuextender.extender.decide.preempt_victims import KEPT, NodePlan, PreemptionPlan
+    from gpuextender.extender.scheduler.preemption_record import RecentPreemptions
+
+    def plan_of(n: int) -> PreemptionPlan:
+        return PreemptionPlan(tuple(NodePlan(f"n{i}", KEPT, ("v",), 0, "") for i in range(n)))
+
+    kept = RecentPreemptions(max_pods=10, max_nodes=5)
+    kept.record("a", "ns/a", plan_of(2), 0.0)
+    kept.record("b", "ns/b", plan_of(3), 0.0)
+    assert kept.latest("a", 0.0) is not None and len(kept) == 2  # 5 candidates: at the bound
+    kept.record("c", "ns/c", plan_of(1), 0.0)  # 6: the oldest goes
+    assert kept.latest("a", 0.0) is None and kept.latest("b", 0.0) is not None and len(kept) == 2
+    kept.record("b", "ns/b", plan_of(4), 0.0)  # b again, bigger: 5 with c
+    assert kept.latest("c", 0.0) is not None and len(kept) == 2
+    kept.record("huge", "ns/huge", plan_of(50), 0.0)  # alone past the bound: kept, the others go
+    assert kept.latest("huge", 0.0) is not None and len(kept) == 1
