@@ -24,7 +24,8 @@ candidates, node -> victims, and takes back the nodes and victims answered. Per 
 Never a victim of equal or higher priority than the pod; a candidate whose victims include one
 (per the ledger) is dropped. Every node answered names at least one victim (kube-scheduler, 1.36
 included, refuses the whole answer otherwise: "expected at least one victim pod on node"), so a
-candidate proposed with none (1.36 sends them) is answered only when the extender adds some. Pure:
+candidate proposed with none (kubernetes PR #135486 lets newer kube-scheduler send them; not seen
+from kube-scheduler-1.36 in the suite) is answered only when the extender adds some. Pure:
 every input is an argument.
 """
 
@@ -230,12 +231,6 @@ class Room:
         # What the node offers before the cap at zero (bound pods may take more than it has idle).
         self._raw = s.idle_gpus if s.idle_gpus > 0 or reported is None else reported.idle_gpus - s.bound_pod_units
 
-    def _attributed(self, b: BoundPod) -> bool:
-        """Its GPUs are in the agent's readings (not among the bound pods taken off)."""
-        if self._known:
-            return b.key in self._s.holder_pods
-        return b.phase == RUNNING
-
     def gives(self, b: BoundPod) -> int:
         """Units evicting `b` gives back: the healthy GPUs it holds where the agent attributes it
         (a failing GPU is never freed), else what it was counted for as a bound pod."""
@@ -269,6 +264,6 @@ def _drop(p: Proposal, why: str, usable: int | None = None) -> NodePlan:
 
 
 def _as_proposed(p: Proposal, why: str) -> NodePlan:
-    if not p.victims:  # kube-scheduler >= 1.36 proposes such nodes; answered, it refuses the whole answer
+    if not p.victims:  # (kubernetes PR #135486) answered without a victim, kube-scheduler refuses the whole answer
         return _drop(p, "no victim to name")
     return NodePlan(p.node, AS_PROPOSED, p.victims, p.pdb_violations, why, None, (), p.victims)

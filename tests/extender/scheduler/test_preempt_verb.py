@@ -320,7 +320,8 @@ def test_the_route_answers_kube_schedulers_json_on_loopback() -> None:
 
 
 def test_a_candidate_without_victims_is_never_answered_even_when_not_judged() -> None:
-    """kube-scheduler 1.36 proposes nodes with no victim; answered so, it refuses the whole answer."""
+    """Newer kube-scheduler may propose nodes with no victim (kubernetes PR #135486); answered so, it refuses
+    the whole answer ("expected at least one victim pod on node")."""
     fleet = issue_fleet()
     mig_only = pod("mig", 0, HIGH)
     mig_only["spec"]["containers"][0]["resources"]["limits"] = {"nvidia.com/mig-1g.10gb": "1"}
