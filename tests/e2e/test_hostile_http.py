@@ -29,7 +29,13 @@ from typing import Any
 import pytest
 
 from gpuextender.extender.model.pod_gpus import MAX_GPU_COUNT
-from gpuextender.extender.scheduler.wire import BYTES_PER_CONTAINER, EXPLAIN_MAX_CANDIDATES
+from gpuextender.extender.scheduler.wire import (
+    BYTES_PER_CONTAINER,
+    EXPLAIN_MAX_CANDIDATES,
+    MAX_BIND_FIELD_CHARS,
+    MAX_VICTIMS_PER_NODE,
+    PREEMPT_MAX_CANDIDATES,
+)
 from gpuextender.extender.settings import DEFAULT_MAX_BODY_BYTES, MAX_CANDIDATES
 from tests.harness import FIXTURES, Cluster, Proc, cluster, fixture_bytes, metric, scrape, url, wait_until
 from tests.hostile_bodies import Mutator, compact, fixture, full_nodes_request, names_request, worst_bodies
@@ -164,6 +170,60 @@ def test_fuzzed_and_limit_sized_bodies_get_200_or_4xx(live: Cluster) -> None:
     assert len(at_limit) == specials and -1 not in at_limit.values(), at_limit  # every one was sent
     assert statuses.get(200) and statuses.get(400) and statuses.get(413), statuses
     assert _good_answers(client) == before
+    _no_server_errors(ext)
+
+
+def _preempt(victims: Any) -> bytes:
+    """A preempt request (nodeCacheCapable: true) for the captured pod, with `victims` as its candidates."""
+    pod = fixture("filter-request-nodecache-true.json")["Pod"]
+    return compact({"Pod": pod, "NodeNameToVictims": None, "NodeNameToMetaVictims": victims})
+
+
+def test_preempt_bodies_at_the_limits_get_200_or_4xx(live: Cluster) -> None:
+    """The preempt verb's bounds, each at and one past its value, and shapes kube-scheduler never sends:
+    200 or a 4xx with the reason, never a 500, and the server answers the next call as before."""
+    ext = _ext(live)
+    client = Client(ext.ports["http"])
+    before = _good_answers(client)
+
+    def candidates(n: int, victims: int = 1) -> dict[str, Any]:
+        return {
+            f"node-{i}": {"Pods": [{"UID": f"uid-{i}-{k}"} for k in range(victims)], "NumPDBViolations": 0}
+            for i in range(n)
+        }
+
+    small = _preempt({"gpu-node-1": {"Pods": [{"UID": "u"}]}})
+    cases: list[tuple[str, bytes, int, str | None]] = [
+        ("the preempt candidate bound", _preempt(candidates(PREEMPT_MAX_CANDIDATES)), 200, None),
+        ("one candidate past it", _preempt(candidates(PREEMPT_MAX_CANDIDATES + 1)), 400, "too_many_nodes"),
+        ("the victims bound", _preempt(candidates(1, MAX_VICTIMS_PER_NODE)), 200, None),
+        ("one victim past it", _preempt(candidates(1, MAX_VICTIMS_PER_NODE + 1)), 400, "too_many_victims"),
+        ("exactly the body limit", small + b" " * (DEFAULT_MAX_BODY_BYTES - len(small)), 200, None),
+        ("one byte over the body limit", small + b" " * (DEFAULT_MAX_BODY_BYTES + 1 - len(small)), 413, "too_large"),
+        ("a UID at its bound", _preempt({"n": {"Pods": [{"UID": "u" * MAX_BIND_FIELD_CHARS}]}}), 200, None),
+        ("a UID past it", _preempt({"n": {"Pods": [{"UID": "u" * (MAX_BIND_FIELD_CHARS + 1)}]}}), 400, "wrong_type"),
+        ("victims that are not objects", _preempt({"n": {"Pods": [[], "u", 7, None]}}), 400, "wrong_type"),
+        ("candidates as a list", _preempt([{"n": {}}]), 400, "wrong_type"),
+        ("one UID many times", _preempt({"n": {"Pods": [{"UID": "u"}] * MAX_VICTIMS_PER_NODE}}), 200, None),
+        (
+            "empty objects past the container bound",
+            _preempt({"n": {"Pods": [{}] * (DEFAULT_MAX_BODY_BYTES // BYTES_PER_CONTAINER)}}),
+            400,
+            "too_complex",
+        ),
+    ]
+    for what, body, status, reason in cases:
+        got, _, data = client.post("/preempt", body)
+        _check_answer(got, data, what)
+        assert got == status, (what, got, data[:300])
+        if reason is not None:
+            assert json.loads(data)["reason"] == reason, (what, data[:300])
+    after = _good_answers(client)
+    # explain now also shows the pod's latest preempt call (the last body answered), nothing else changed.
+    last = after["explain filter-request-nodecache-true.json"]["preemption"].pop("lastCall")
+    assert [c["node"] for c in last["candidates"]] == ["n"], last
+    assert after == before
+    assert not metric(scrape(url(ext, "/metrics")), "gpu_extender_requests_total", verb="preempt", code="500")
     _no_server_errors(ext)
 
 

@@ -160,7 +160,8 @@ def _judge(
     violations: Violations,
 ) -> NodePlan:
     node, mine = p.node, pod.priority
-    victims = [b for uid in p.victims if (b := bound(uid)) is not None and b.node == node]
+    # Each victim once (a UID sent twice frees its GPUs once).
+    victims = [b for uid in dict.fromkeys(p.victims) if (b := bound(uid)) is not None and b.node == node]
     for v in victims:
         if v.priority >= mine:
             return _drop(p, "a victim's priority is not below the pod's")

@@ -44,6 +44,7 @@ from gpuextender.extender.scheduler.verb_log import log_prioritize, record_filte
 from gpuextender.extender.scheduler.wire import (
     BYTES_PER_CONTAINER,
     EXPLAIN_MAX_CANDIDATES,
+    PREEMPT_MAX_CANDIDATES,
     ExtenderArgs,
     PreemptionArgs,
     encode,
@@ -454,7 +455,9 @@ def build_app(api: SchedulerApi, pages: PageRoutes | None = None) -> web.Applica
 
     async def preempt(body: bytes) -> Any:
         with collector_paused():
-            args = parse_preemption_args(body, max_candidates=settings.max_candidates, max_containers=max_containers)
+            args = parse_preemption_args(
+                body, max_candidates=min(settings.max_candidates, PREEMPT_MAX_CANDIDATES), max_containers=max_containers
+            )
             answer, record = api.answer_preempt(args)
             del args
         asyncio.get_running_loop().call_soon(_recorded, record)

@@ -5,6 +5,7 @@ by what the GPUs do; never a victim of equal or higher priority; explain and the
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import orjson
@@ -16,7 +17,7 @@ from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.decide.preempt_victims import AS_PROPOSED, DROPPED, EXTENDED, KEPT, Proposal
 from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.scheduler.http_api import SchedulerApi, build_app
-from gpuextender.extender.scheduler.wire import ExtenderArgs, PreemptionArgs
+from gpuextender.extender.scheduler.wire import PREEMPT_MAX_CANDIDATES, ExtenderArgs, PreemptionArgs
 from gpuextender.extender.settings import ApiSettings, DecisionPolicy
 from gpuextender.extender.state.disruption_budgets import DisruptionBudgets
 from gpuextender.extender.state.gpu_state import GpuState
@@ -363,3 +364,30 @@ def test_added_victims_prefer_pods_no_budget_protects_and_count_the_budgets_they
     answer = fleet.preempt(pod("p", 4, HIGH), proposals)
     assert sorted(victims(answer)["n"]) == sorted([uid("n-0"), uid("p1"), uid("p2"), uid("p3")])
     assert answer["NodeNameToMetaVictims"]["n"]["NumPDBViolations"] == 1
+
+
+@pytest.mark.parametrize(("max_candidates", "bound"), [(25_000, PREEMPT_MAX_CANDIDATES), (40, 40)])
+def test_the_route_takes_the_lower_of_max_candidates_and_the_preempt_bound(max_candidates: int, bound: int) -> None:
+    fleet = issue_fleet()
+    fleet.api.settings = replace(fleet.api.settings, max_candidates=max_candidates)
+
+    def body(n: int) -> bytes:
+        victims = {f"x{i}": {"Pods": [{"UID": f"u{i}"}], "NumPDBViolations": 0} for i in range(n)}
+        return orjson.dumps({"Pod": pod("p", 8, HIGH), "NodeNameToVictims": None, "NodeNameToMetaVictims": victims})
+
+    async def check(client: TestClient[Any, Any]) -> None:
+        at = await client.post("/preempt", data=body(bound))
+        assert at.status == 200, await at.text()
+        past = await client.post("/preempt", data=body(bound + 1))
+        assert past.status == 400 and (await past.json())["reason"] == "too_many_nodes"
+
+    serve(build_app(fleet.api), check)
+
+
+def test_a_victim_named_twice_frees_its_gpus_once() -> None:
+    fleet = Fleet({"n": held("n", "iBBBBBBB")})
+    fleet.holders()
+    answer = fleet.preempt(pod("p", 3, HIGH), {"n": [uid("n-1"), uid("n-1")]})
+    (plan,) = fleet.explain(pod("p", 3, HIGH))["preemption"]["lastCall"]["candidates"]
+    assert plan["action"] == EXTENDED and plan["gpusUsableAfter"] == 3, plan  # 1 idle + n-1 + one added
+    assert set(victims(answer)["n"]) == {uid("n-1"), uid("n-2")}

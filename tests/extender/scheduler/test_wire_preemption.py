@@ -24,6 +24,7 @@ from gpuextender.extender.model.untrusted import InvalidInput
 from gpuextender.extender.scheduler.wire import (
     MAX_BIND_FIELD_CHARS,
     MAX_VICTIMS_PER_NODE,
+    PREEMPT_MAX_CANDIDATES,
     PreemptionArgs,
     encode,
     parse_preemption_args,
@@ -186,9 +187,12 @@ def test_max_candidates_exactly_is_accepted_one_more_refused(full: bool) -> None
     assert "4 candidate nodes; at most 3" in error.message
 
 
-def test_the_default_candidate_bound_is_max_candidates() -> None:
-    assert len(parse_preemption_args(meta_args(candidates(MAX_CANDIDATES))).proposals) == MAX_CANDIDATES
-    assert refused(meta_args(candidates(MAX_CANDIDATES + 1))).code == "too_many_nodes"
+def test_the_default_candidate_bound_is_the_preempt_bound() -> None:
+    """At most PREEMPT_MAX_CANDIDATES (below MAX_CANDIDATES): a candidate costs a filter's name many times."""
+    assert PREEMPT_MAX_CANDIDATES < MAX_CANDIDATES
+    n = PREEMPT_MAX_CANDIDATES
+    assert len(parse_preemption_args(meta_args(candidates(n))).proposals) == n
+    assert refused(meta_args(candidates(n + 1))).code == "too_many_nodes"
 
 
 def test_max_victims_per_node_exactly_is_accepted_one_more_refused() -> None:
