@@ -71,9 +71,9 @@ def install_crds(kube: Kube, extra: list[dict[str, Any]] | None = None) -> None:
 
 def _established(kube: Kube, name: str) -> bool:
     crd = kube.get(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}")
-    return any(
-        c["type"] == "Established" and c["status"] == "True" for c in crd.get("status", {}).get("conditions", [])
-    )
+    # A CRD just created can read back `"conditions": null` before the apiserver's controller fills it in.
+    conditions = (crd.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
 
 
 @pytest.fixture(scope="session")
