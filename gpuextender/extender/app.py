@@ -48,15 +48,17 @@ from gpuextender.extender.model.pod_group import COSCHEDULING, JOBSET, VOLCANO, 
 from gpuextender.extender.observe.device_taints_metrics import DeviceTaintsCollector
 from gpuextender.extender.observe.dra_devices import DraDevicesCollector
 from gpuextender.extender.observe.metrics import ExtenderMetrics
+from gpuextender.extender.observe.reclaim_metrics import ReclaimCollector
 from gpuextender.extender.observe.silent_nodes import SilentNodesCollector, SilentNodesWarning
 from gpuextender.extender.scheduler.http_api import SchedulerApi, build_app, listen_backlog, new_runner
-from gpuextender.extender.settings import CLEANUP_ON_EXIT_TIMEOUT_S, ExtenderConfig
+from gpuextender.extender.settings import CLEANUP_ON_EXIT_TIMEOUT_S, RECLAIM_LABEL, ExtenderConfig
 from gpuextender.extender.state.claim_ledger import ClaimLedger
 from gpuextender.extender.state.cleanup_plan import CleanupReport, exit_status, lines
 from gpuextender.extender.state.device_taints import LEASE_NAME, TaintWriterStatus
 from gpuextender.extender.state.disruption_budgets import DisruptionBudgets
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.group_book import GroupBook
+from gpuextender.extender.state.idle_holders import ReclaimStatus
 from gpuextender.extender.state.inventory_store import InventoryStore
 from gpuextender.extender.state.inventory_view import ViewBuilder
 from gpuextender.extender.state.pod_groups import PodGroups
@@ -68,6 +70,7 @@ if TYPE_CHECKING:
     from gpuextender.extender.ingest.token_review import TokenReviewer
     from gpuextender.extender.inventory.device_taint_writer import DeviceTaintWriter
     from gpuextender.extender.inventory.kube_watch import KubeInventorySource
+    from gpuextender.extender.inventory.reclaim_writer import ReclaimWriter
     from gpuextender.extender.scheduler.pod_binder import PodBinder
 
 log = logging.getLogger("gpu_extender")
@@ -481,11 +484,36 @@ async def _connect_kubernetes(extender: Extender) -> None:
             namespace=config.leader_namespace,
             nodes=nodes,
             events=events,
+            reclaim=_reclaim_writer(extender, config),
             status=status,
             writes_per_s=publish.writes_per_s,
         )
         extender.api.decisions.published = extender.taint_writer.publication.node
         metrics.add(DeviceTaintsCollector(extender.taint_writer.status))
+
+
+def _reclaim_writer(extender: Extender, config: ExtenderConfig) -> ReclaimWriter | None:
+    """--reclaim dry-run or on: the leader's reclaim pass (inventory/reclaim_writer.py), and its metrics."""
+    publish = config.publish
+    if publish.reclaim == "off":
+        return None
+    from gpuextender.extender.inventory.reclaim_writer import ReclaimWriter
+
+    status = ReclaimStatus()
+    extender.metrics.add(ReclaimCollector(status))
+    store, ledger, state = extender.store, extender.ledger, extender.api.state
+    return ReclaimWriter(
+        status,
+        dry_run=publish.reclaim == "dry-run",
+        label=RECLAIM_LABEL,
+        min_runtime_s=publish.reclaim_min_runtime_s,
+        window_s=publish.idle_window_s,
+        stale_after_s=config.api.policy.stale_after_s,
+        gpu_resources=config.api.gpu_resources,
+        summaries=lambda: state.offered_summaries,
+        pods_on=ledger.pods_on,
+        node_object=lambda name: store.get(NODE.kind, name),
+    )
 
 
 def _pod_group_deleted(book: GroupBook, source: str, namespace: str, name: str) -> None:

@@ -29,6 +29,7 @@ from gpuextender.extender.settings import (
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_NODE_TAINT_KEY,
     DEFAULT_READINESS_GRACE_S,
+    DEFAULT_RECLAIM_MIN_RUNTIME_S,
     DEFAULT_SHORTLIST,
     DEFAULT_WRITES_PER_S,
     MAX_BINDING_WAIT_S,
@@ -38,10 +39,14 @@ from gpuextender.extender.settings import (
     MAX_HOLD_S,
     MAX_IDLE_WINDOW_S,
     MAX_INGEST_WORKERS,
+    MAX_RECLAIM_MIN_RUNTIME_S,
     MAX_UNKNOWN_NODES,
     MAX_WRITES_PER_S,
     MIN_BUSY_HOLD_S,
     MIN_IDLE_WINDOW_S,
+    MIN_RECLAIM_MIN_RUNTIME_S,
+    RECLAIM_LABEL,
+    RECLAIM_MODES,
     TAINT_KEY_FORM,
     AgentAuth,
     ApiSettings,
@@ -480,6 +485,26 @@ def build_parser() -> argparse.ArgumentParser:
         help="write the AllocatedGPUsIdle Events (the metrics stay)",
     )
     g.add_argument(
+        "--reclaim",
+        choices=RECLAIM_MODES,
+        default="off",
+        help="evict pods whose GPUs read idle for --idle-window where GPU pods kube-scheduler marked "
+        "Unschedulable need those GPUs on that node: only pods of namespaces labelled "
+        f"{RECLAIM_LABEL[0]}={RECLAIM_LABEL[1]}, Running for --reclaim-min-runtime, of no higher priority "
+        "than the pod they serve, through the Eviction API (PodDisruptionBudgets honoured), by the leader, "
+        "a few a pass within --publish-writes-per-second; an Event on each pod says why. dry-run: the "
+        "Events and gpu_extender_reclaim_evictions_total say what would be evicted, nothing is. Needs "
+        "--kubernetes, --device-taints on and deploy/components/reclaim (deploy/README.md, 'Reclaim')",
+    )
+    g.add_argument(
+        "--reclaim-min-runtime",
+        type=float,
+        default=DEFAULT_RECLAIM_MIN_RUNTIME_S,
+        metavar="SECONDS",
+        help="reclaim never evicts a pod that has run (status.startTime) for less than this. "
+        f"Within [{MIN_RECLAIM_MIN_RUNTIME_S:g}, {MAX_RECLAIM_MIN_RUNTIME_S:g}]",
+    )
+    g.add_argument(
         "--cleanup-on-exit",
         action=argparse.BooleanOptionalAction,
         default=False,
@@ -634,6 +659,16 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str] | None = Non
         raise ConfigError(
             f"--idle-window {args.idle_window:g} must be within [{MIN_IDLE_WINDOW_S:g}, {MAX_IDLE_WINDOW_S:g}] seconds"
         )
+    if not MIN_RECLAIM_MIN_RUNTIME_S <= args.reclaim_min_runtime <= MAX_RECLAIM_MIN_RUNTIME_S:
+        raise ConfigError(
+            f"--reclaim-min-runtime {args.reclaim_min_runtime:g} must be within "
+            f"[{MIN_RECLAIM_MIN_RUNTIME_S:g}, {MAX_RECLAIM_MIN_RUNTIME_S:g}] seconds"
+        )
+    if args.reclaim != "off" and (not args.kubernetes or args.device_taints == "off"):
+        raise ConfigError(
+            f"--reclaim {args.reclaim} needs --kubernetes and --device-taints on (the leader of the device-taint "
+            "Lease evicts, within its write budget)"
+        )
     if not is_taint_key(args.node_taint_key):
         raise ConfigError(f"--node-taint-key {args.node_taint_key!r} is not a taint key ({TAINT_KEY_FORM})")
     if args.cleanup_on_exit and (not args.kubernetes or args.device_taints == "off"):
@@ -698,6 +733,8 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str] | None = Non
             writes_per_s=args.publish_writes_per_second,
             idle_window_s=args.idle_window,
             idle_events=args.idle_events == "on",
+            reclaim=args.reclaim,
+            reclaim_min_runtime_s=args.reclaim_min_runtime,
             cleanup_on_exit=args.cleanup_on_exit,
         ),
         leader_namespace=args.leader_namespace

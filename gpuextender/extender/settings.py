@@ -79,6 +79,14 @@ DEFAULT_IDLE_WINDOW_S = 1800.0
 MIN_IDLE_WINDOW_S = 10.0  # two agent samples at 5 s; a window is one Event per object at most
 MAX_IDLE_WINDOW_S = 7 * 86_400.0
 MAX_WRITES_PER_S = 1000.0
+# Reclaim (--reclaim, issue 51 item 6): a pod is evicted for its idle GPUs only after it has run
+# this long (--reclaim-min-runtime): a job still loading a model or its data reads idle for minutes.
+DEFAULT_RECLAIM_MIN_RUNTIME_S = 1800.0
+MIN_RECLAIM_MIN_RUNTIME_S = 60.0  # under a minute, a pod that just started could go before it began
+MAX_RECLAIM_MIN_RUNTIME_S = 7 * 86_400.0
+# The namespaces whose pods reclaim may evict carry this label (an operator's choice, never a default).
+RECLAIM_LABEL = ("gpu-extender.io/reclaim", "enabled")
+RECLAIM_MODES = ("off", "dry-run", "on")
 
 # Bounds on one scheduler call; why these values: the --max-body-bytes and --body-read-timeout help.
 DEFAULT_MAX_BODY_BYTES = 2 * 1024**2
@@ -174,6 +182,8 @@ class PublishSettings:
     writes_per_s: float = DEFAULT_WRITES_PER_S
     idle_window_s: float = DEFAULT_IDLE_WINDOW_S
     idle_events: bool = True
+    reclaim: str = "off"  # RECLAIM_MODES: evict idle holders for waiting GPU pods (the leader)
+    reclaim_min_runtime_s: float = DEFAULT_RECLAIM_MIN_RUNTIME_S
     # On SIGTERM the leader removes its rules, conditions and node taint before it gives up the Lease.
     cleanup_on_exit: bool = False
 

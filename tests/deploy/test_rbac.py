@@ -7,12 +7,14 @@ reader Role in kube-system. No wildcards anywhere."""
 
 from __future__ import annotations
 
+import re
 from collections import defaultdict
 from pathlib import Path
 
 from gpuextender.extender.app import POD_GROUP_KINDS
 from gpuextender.extender.flags import build_config
 from gpuextender.extender.model.kube_objects import KINDS, POD, POD_DISRUPTION_BUDGET, RESOURCE_CLAIM
+from gpuextender.extender.settings import RECLAIM_LABEL
 from tests.deploy import manifests as m
 
 EXTENDER_SA = (m.NAMESPACE, "gpu-extender")
@@ -177,3 +179,30 @@ def test_the_node_taints_component_adds_a_get_and_a_patch_of_nodes_and_turns_the
     args = extender["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--node-taint=on" in args and "--kubernetes" in args
     assert build_config(["--kubernetes", "--node-taint=on"], env={}).publish.node_taint
+
+
+def test_the_reclaim_component_adds_namespaces_list_and_evictions_and_turns_dry_run_on(tmp_path: Path) -> None:
+    """deploy/components/reclaim: list namespaces (the opt-in label), create pods/eviction (the
+    Eviction API: no pod delete), --reclaim=dry-run; the code's calls are exactly these."""
+    objects = m.load_source(m.COMPONENTS / "reclaim")
+    role = m.one(objects, "ClusterRole", "gpu-extender-reclaim")
+    assert permissions(role["rules"]) == {("", "namespaces", "list", ()), ("", "pods/eviction", "create", ())}
+    binding = m.one(objects, "ClusterRoleBinding", "gpu-extender-reclaim")
+    assert binding["subjects"] == [{"kind": "ServiceAccount", "name": "gpu-extender", "namespace": m.NAMESPACE}]
+    source = (Path(__file__).parents[2] / "gpuextender/extender/inventory/reclaim_writer.py").read_text()
+    assert "list_namespace(" in source and "create_namespaced_pod_eviction(" in source
+    assert "delete_namespaced_pod" not in source
+    rendered = m.kustomize_with(tmp_path, [m.DEPLOY], [m.COMPONENTS / "reclaim"])  # deploy/ has device-taints
+    extender = m.one(rendered, "Deployment", "gpu-extender", m.NAMESPACE)
+    args = extender["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--reclaim=dry-run" in args and "--kubernetes" in args
+    assert build_config(["--kubernetes", "--reclaim=dry-run"], env={}).publish.reclaim == "dry-run"
+
+
+def test_the_reclaim_opt_in_the_readme_spells_is_the_label_the_code_reads() -> None:
+    """deploy/README.md's `kubectl label namespace ... KEY=VALUE` under Reclaim, as an admin types it."""
+    readme = (m.DEPLOY / "README.md").read_text()
+    section = readme[readme.index("### Reclaim") : readme.index("## Multi-pod jobs")]
+    spelled = re.findall(r"kubectl label namespace \S+ (\S+)=([^\s`]+)", section)
+    assert spelled == [RECLAIM_LABEL], spelled
+    assert "=".join(RECLAIM_LABEL) in section

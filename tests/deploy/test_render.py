@@ -211,6 +211,7 @@ def test_components_are_kustomize_components() -> None:
         "kubelet-allocation",
         "monitoring",
         "node-taints",
+        "reclaim",
         "relay",
     }
     for component in COMPONENTS:

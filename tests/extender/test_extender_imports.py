@@ -21,6 +21,7 @@ KUBERNETES_CLIENTS = (
     "gpuextender.extender.inventory.device_taint_writer",
     "gpuextender.extender.inventory.node_status_writer",
     "gpuextender.extender.inventory.idle_events",
+    "gpuextender.extender.inventory.reclaim_writer",
 )
 NEVER_IN_INGEST = (
     "aiohttp",

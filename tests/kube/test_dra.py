@@ -77,8 +77,8 @@ def test_a_dra_node_whose_agent_went_silent_still_takes_gpu_pods(world: Scene) -
     assert mine and mine.get("resourceClaimName"), "kube-scheduler gave nvidia.com/gpu through DRA"
 
 
-def claim_pod(world: Scene, pod: str, claim: str, device_class: str, gpus: int) -> None:
-    """A ResourceClaim for `gpus` whole GPUs of `device_class`, and a pod of gpu-scheduler using it."""
+def claim(world: Scene, name: str, device_class: str, gpus: int) -> None:
+    """A ResourceClaim for `gpus` whole GPUs of `device_class`."""
     request = {
         "name": "gpus",
         "exactly": {"deviceClassName": device_class, "allocationMode": "ExactCount", "count": gpus},
@@ -88,10 +88,15 @@ def claim_pod(world: Scene, pod: str, claim: str, device_class: str, gpus: int) 
         {
             "apiVersion": "resource.k8s.io/v1",
             "kind": "ResourceClaim",
-            "metadata": {"name": claim},
+            "metadata": {"name": name},
             "spec": {"devices": {"requests": [request]}},
         },
     )
+
+
+def claim_pod(world: Scene, pod: str, claim_name: str, device_class: str, gpus: int) -> None:
+    """A ResourceClaim for `gpus` whole GPUs of `device_class`, and a pod of gpu-scheduler using it."""
+    claim(world, claim_name, device_class, gpus)
     world.kube.create(
         f"/api/v1/namespaces/{world.ns}/pods",
         {
@@ -99,7 +104,7 @@ def claim_pod(world: Scene, pod: str, claim: str, device_class: str, gpus: int) 
             "spec": {
                 "schedulerName": "gpu-scheduler",
                 "nodeSelector": {NODE_LABEL: world.ns},
-                "resourceClaims": [{"name": "gpus", "resourceClaimName": claim}],
+                "resourceClaims": [{"name": "gpus", "resourceClaimName": claim_name}],
                 "containers": [
                     {"name": "main", "image": "registry.example/llm:1", "resources": {"claims": [{"name": "gpus"}]}}
                 ],

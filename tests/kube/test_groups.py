@@ -427,3 +427,73 @@ def test_a_replica_killed_between_two_members_the_other_sends_the_rest_to_the_sa
     logs = {"replica A": replica_a.log_path, "replica B": replica_b.log_path, "kube-scheduler": scheduler.log_path}
     assert {clique[n] for n in nodes} == {f"{ns}.b"}, f"{nodes}{log_lines(logs, [job.name], nodes)}"
     assert len(set(nodes)) == 3  # 8 GPUs each: one member per node
+
+
+# -- preemption (issue 51, item 4) --------------------------------------------------------------------
+
+# Gang scheduling without topology-aware placement: kube-scheduler-1.36 lets such a gang's pods
+# preempt (with TopologyAwareWorkloadScheduling it refuses: "preemption: not eligible due to
+# placement-based pod group scheduling limitation").
+GANG_ONLY = ("--feature-gates=GenericWorkload=true,GangScheduling=true",)
+PREEMPT_CASES = [(True, GANG_ONLY), (False, GANG_ONLY), (True, GANG_ARGS), (False, GANG_ARGS)]
+PREEMPT_IDS = [
+    "gpu-extender-gang",
+    "kube-scheduler-alone-gang",
+    "gpu-extender-gang-tas",
+    "kube-scheduler-alone-gang-tas",
+]
+
+
+@pytest.mark.parametrize(("with_extender", "gates"), PREEMPT_CASES, ids=PREEMPT_IDS)
+def test_a_high_priority_workload_gang_preempts_in_one_clique_with_kube_scheduler_136(
+    gworld: Scene, with_extender: bool, gates: tuple[str, ...]
+) -> None:
+    """tests/kube/test_preempt_group.py's fleet and group, as a Workload API gang (PodGroup gang
+    minCount 2) under kube-scheduler-1.36's gang scheduling, without and with its topology-aware
+    scheduling (the PodGroup's topology key the clique): the least eviction set is one good
+    clique's 4 pods (16 GPUs); with topology-aware scheduling kube-scheduler-1.36 does not preempt
+    for a gang at all, alone or with the extender: nothing is evicted and the gang waits whole."""
+    from tests.kube.preemption import drop_classes, fleet, kubelet_for_victims, priority_class
+    from tests.kube.scene import NODE_LABEL
+    from tests.kube.test_preempt_group import CLIQUES
+
+    tas = gates == GANG_ARGS
+    low, high = priority_class(gworld, "low", 10), priority_class(gworld, "high", 1000)
+    try:
+        group = G.workload_pod_group("gang", 2)
+        if not tas:
+            del group["spec"]["schedulingConstraints"]
+        gworld.kube.create(G.WORKLOAD_PATH.format(ns=gworld.ns), group)
+        labels = {short: {G.CLIQUE: f"{gworld.ns}.{clique}"} for short, clique in CLIQUES.items()}
+        holders = fleet(gworld, low, low, with_extender, V136, good=4, labels=labels, extra_args=gates + LOGGED)
+        with kubelet_for_victims(gworld, holders) as gone:
+            for index in range(2):
+                pod = G.member_pod(G.Group("gang", G.WORKLOAD, 2, 8), index, "")
+                pod["spec"] |= {"priorityClassName": high, "nodeSelector": {NODE_LABEL: gworld.ns}}
+                gworld.kube.create(f"/api/v1/namespaces/{gworld.ns}/pods", pod)
+            if tas:
+                message = wait_for(
+                    "the gang refused preemption",
+                    lambda: (
+                        "not eligible" in (m := G.unschedulable_message(gworld.kube.pod(gworld.ns, "gang-0"))) and m
+                    ),
+                    60,
+                )
+                time.sleep(5)  # (what an eviction would need to show)
+                nodes = [n for index in range(2) if (n := gworld.node_of(f"gang-{index}"))]
+            else:
+                nodes = [gworld.bound(f"gang-{index}", timeout=150) for index in range(2)]
+        shorts = [n.removeprefix(f"{gworld.ns}-") for n in nodes]
+        who = "gpu-extender" if with_extender else "kube-scheduler alone"
+        what = "gang, topology-aware" if tas else "gang"
+        print(f"\n{who} ({V136}, {what}): the gang on {shorts}; evicted {len(gone)} pods: {sorted(gone)}")
+        if tas:
+            assert not nodes and not gone, (nodes, gone)
+            assert "placement-based pod group scheduling limitation" in message, message
+            return
+        assert len(set(shorts)) == 2, shorts
+        if with_extender:
+            assert len({CLIQUES[s] for s in shorts}) == 1 and all(s.startswith("good-") for s in shorts), shorts
+            assert gone == {f"{s}-{lo}" for s in shorts for lo in (0, 4)}, gone
+    finally:
+        drop_classes(gworld, low, high)

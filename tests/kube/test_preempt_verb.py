@@ -18,52 +18,13 @@ No kubelet runs: tests/kube/preemption.py plays its part for the victims."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from tests.harness import wait_until
-from tests.kube.preemption import PRIORITY_CLASSES, gpu_pod, kubelet_for_victims, priority_class
-from tests.kube.scene import H100, Scene, holder
+from tests.kube.preemption import drop_classes, fleet, gpu_pod, kubelet_for_victims, priority_class
+from tests.kube.scene import Scene
 
 V135, V136 = "kube-scheduler", "kube-scheduler-1.36"
-XID_79 = [{"at_s": 0.0, "gpus": [0, 1], "xid": 79}]
-
-
-def fleet(world: Scene, cheap: str, dear: str, with_extender: bool, binary: str) -> dict[str, list[dict[str, Any]]]:
-    """The 4 nodes, their 4-GPU pods (`cheap` on busy and failing, `dear` on the good ones) as the
-    fake kubelets list them, agents and the extender (or kube-scheduler alone). Returns the holders."""
-    nodes = {
-        "busy": world.node("busy", H100, idle=4, busy=4),  # GPUs 0-3 at 90 %, no pod on them
-        "failing": world.node("failing", H100, idle=8, events=XID_79),
-        "good-0": world.node("good-0", H100, idle=8),
-        "good-1": world.node("good-1", H100, idle=8),
-    }
-    holders: dict[str, list[dict[str, Any]]] = {}
-    for short, node in nodes.items():
-        halves = [(4, 8)] if short == "busy" else [(0, 4), (4, 8)]
-        klass = cheap if short in ("busy", "failing") else dear
-        holders[node] = [
-            holder(f"{short}-{lo}", *({"gpu": g} for g in range(lo, hi)), namespace=world.ns) for lo, hi in halves
-        ]
-        world.kubelet(node, holders[node])
-        for h in holders[node]:
-            gpu_pod(world, h["name"], 4, klass, node)
-    if with_extender:
-        ext = world.extender("--stale-after", "3")
-        for node in nodes.values():
-            world.agent(node, ext)
-        world.wait_idle(ext, nodes["busy"], 0)
-        world.wait_idle(ext, nodes["failing"], 0)
-        world.scheduler(ext, binary=binary)
-    else:
-        world.scheduler_alone(binary=binary)
-    return holders
-
-
-def drop_classes(world: Scene, *classes: str) -> None:
-    for klass in classes:
-        world.kube.delete(f"{PRIORITY_CLASSES}/{klass}", grace_seconds=None)
 
 
 SINGLE_CASES = [(True, V135), (True, V136), (False, V135)]

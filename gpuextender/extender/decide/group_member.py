@@ -55,7 +55,8 @@ class GroupContext:
     why: str = ""
     # A gang's (model/pod_group.GANG_SOURCES) members its scheduler has placed, bound only once the
     # whole gang is: node -> how many, this pod never among them. A gang member is answered one node
-    # (where its room is held), so the extender knows where each placed member is.
+    # (where its room is held), so the extender knows where each placed member is. Any other
+    # group's: its members kube-scheduler nominated after their preemption (state/group_book.py).
     placed_on: Mapping[str, int] = field(default_factory=dict)
     gang: bool = False
 

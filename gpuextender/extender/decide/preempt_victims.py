@@ -35,7 +35,7 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from operator import itemgetter
 
-from gpuextender.extender.decide import reasons
+from gpuextender.extender.decide import preempt_claims, reasons
 from gpuextender.extender.decide.reasons import Reason
 from gpuextender.extender.model.pod_request import PodRequest
 from gpuextender.extender.state.freshness import is_fresh
@@ -45,6 +45,7 @@ from gpuextender.extender.state.pod_ledger import BoundPod
 RUNNING = "Running"
 _KEY_AND_UNITS = itemgetter(0, 1)  # ("namespace/pod", units) of a NodeSummary.pod_units entry
 Violations = Callable[[Sequence[BoundPod], Sequence[BoundPod]], "int | None"]
+Part = tuple[BoundPod, int, int]  # a pod and what evicting it frees: (pod, held, pending), Room.part
 # What happened to each candidate (explain, the log line, gpu_extender_preemption_nodes_total).
 KEPT, EXTENDED, DROPPED, AS_PROPOSED = "kept", "extended", "dropped", "as proposed"
 ACTIONS = (KEPT, EXTENDED, DROPPED, AS_PROPOSED)
@@ -92,6 +93,9 @@ class NodeFacts:
     summary: NodeSummary | None  # what the decisions read (less bound pods and holds)
     reported: NodeSummary | None  # the agent's own
     pods: Collection[BoundPod]  # the ledger's pods bound there
+    # The same pods by UID, where the caller has them: a victim is looked up there (a small dict)
+    # rather than through plan's `bound`, which then only counts it on this node.
+    by_uid: Mapping[str, BoundPod] | None = None
 
 
 def plan(
@@ -128,8 +132,16 @@ def plan(
             judged.append(_drop(p, f"{reason.code}: no eviction makes the node usable for the pod"))
         elif s is None or not fresh:
             unknown.append((p, s is not None))
+        elif pod.claims_read:  # DRA: kube-scheduler's victims or none (preempt_claims.py)
+            c = preempt_claims.judge(pod, p.node, p.victims, s, bound)
+            kept = NodePlan(p.node, KEPT, p.victims, p.pdb_violations, c.why, c.usable, (), p.victims)
+            judged.append(kept if c.kept else _drop(p, c.why, c.usable))
         else:
-            judged.append(_judge(pod, p, s, f.reported, f.pods, bound, violations))
+            s = preempt_claims.freed_only(s, f.pods)  # a claim another pod uses is not freed
+            here = f.by_uid.get if f.by_uid is not None else bound
+            judged.append(judge_node(pod.priority, pod.gpus_needed, p, s, f.reported, f.pods, here, violations))
+    if not unknown:  # judged in the order proposed
+        return PreemptionPlan(tuple(judged))
     fresh_kept = any(n.answered for n in judged)
     for p, stale in unknown:
         if stale and stale_policy == "fail-closed":
@@ -143,15 +155,14 @@ def plan(
 
 
 def _not_judged(pod: PodRequest) -> str:
-    if pod.claims_read:
-        return "GPUs through ResourceClaims: kube-scheduler's count decides (decide/README.md, DRA)"
     if pod.gpus_needed <= 0:
         return "no whole GPUs asked for: kube-scheduler's count decides"
     return ""
 
 
-def _judge(
-    pod: PodRequest,
+def judge_node(
+    mine: int,
+    needed: int,
     p: Proposal,
     s: NodeSummary,
     reported: NodeSummary | None,
@@ -159,46 +170,73 @@ def _judge(
     bound: Callable[[str], BoundPod | None],
     violations: Violations,
 ) -> NodePlan:
-    node, mine = p.node, pod.priority
-    # Each victim once (a UID sent twice frees its GPUs once).
-    victims = [b for uid in dict.fromkeys(p.victims) if (b := bound(uid)) is not None and b.node == node]
-    for v in victims:
-        if v.priority >= mine:
-            return _drop(p, "a victim's priority is not below the pod's")
+    """One candidate with fresh data, for a pod of priority `mine` that needs `needed` GPUs there
+    (a group's preemption asks it for several members: preempt_group.py)."""
+    node = p.node
+    victims: list[BoundPod] = []
+    for uid in dict.fromkeys(p.victims):  # each victim once (a UID sent twice frees its GPUs once)
+        b = bound(uid)
+        if b is not None and b.node == node:
+            if b.priority >= mine:
+                return _drop(p, "a victim's priority is not below the pod's")
+            victims.append(b)
     room = Room(s, reported)
-    needed = pod.gpus_needed
-    usable = room.after(victims)
-    if usable >= needed:
+    held, pending = room.tally(victims)
+    usable = room.usable(held, pending)
+    if usable >= needed:  # the common case: kube-scheduler's victims suffice
         if not p.victims:
             return _drop(p, f"fits without evictions ({usable} GPUs usable): no victim to name", usable)
-        return NodePlan(p.node, KEPT, p.victims, p.pdb_violations, f"{usable} GPUs usable after", usable, (), p.victims)
+        return NodePlan(node, KEPT, p.victims, p.pdb_violations, f"{usable} GPUs usable after", usable, (), p.victims)
+    return _extended(mine, needed, p, s, pods, victims, room, (held, pending), violations)
+
+
+def _extended(
+    mine: int,
+    needed: int,
+    p: Proposal,
+    s: NodeSummary,
+    pods: Collection[BoundPod],
+    victims: list[BoundPod],
+    room: Room,
+    tally: tuple[int, int],
+    violations: Violations,
+) -> NodePlan:
+    """kube-scheduler's victims leave too few GPUs: the node's other lower-priority GPU pods added,
+    cheapest first, then each one not needed left out again (`tally`: what the victims free)."""
     if violations((), victims) is None:
-        return _drop(p, "PodDisruptionBudgets not known yet: no victim added", usable)
+        return _drop(p, "PodDisruptionBudgets not known yet: no victim added", room.usable(*tally))
     chosen = set(p.victims)
-    others = cheapest_first(
-        (b for b in pods if b.uid not in chosen and b.priority < pod.priority and room.gives(b) > 0),
-        s,
-        lambda b: bool(violations((b,), victims)),
-    )
-    added: list[BoundPod] = []
-    for b in others:
-        added.append(b)
-        usable = room.after(victims + added)
-        if usable >= needed:
-            break
-    if usable < needed:
+    # Room.usable reads sums: each pod's part is counted once, and adding a pod, or leaving one
+    # out again, is an addition, not another pass over every victim.
+    others: list[Part] = []
+    for b in pods:
+        if b.uid not in chosen and b.priority < mine:
+            h, q = room.part(b)
+            if h or q:  # (what evicting it gives back: Room.gives)
+                others.append((b, h, q))
+    held, pending = tally
+    usable = room.usable(held + sum(o[1] for o in others), pending + sum(o[2] for o in others))
+    if usable < needed:  # (the order they would be added in does not matter then)
         return _drop(p, f"evicting every lower-priority GPU pod leaves {usable} of {needed} GPUs usable", usable)
-    for b in reversed(added[:-1]):  # the dearest first: each one not needed stays
-        rest = [a for a in added if a is not b]
-        if room.after(victims + rest) >= needed:
-            added = rest
-    usable = room.after(victims + added)
-    extra = tuple(b.uid for b in added)
+    added: list[Part] = []
+    for o in cheapest_first(others, s, lambda b: bool(violations((b,), victims))):
+        added.append(o)
+        held, pending = held + o[1], pending + o[2]
+        if room.usable(held, pending) >= needed:
+            break
+    for a in reversed(added[:-1]):  # the dearest first: each one not needed stays
+        _, h, q = a
+        if room.usable(held - h, pending - q) >= needed:
+            added = [x for x in added if x is not a]
+            held, pending = held - h, pending - q
+    usable = room.usable(held, pending)
+    pods_added = [b for b, _, _ in added]
+    extra = tuple(b.uid for b in pods_added)
     return NodePlan(
         p.node,
         EXTENDED,
         p.victims + extra,
-        p.pdb_violations + (violations(added, victims) or 0),
+        p.pdb_violations + (violations(pods_added, victims) or 0),
         f"{len(added)} more lower-priority GPU pod(s): {usable} GPUs usable after",
         usable,
         extra,
@@ -207,44 +245,60 @@ def _judge(
 
 
 def cheapest_first(
-    pods: Iterable[BoundPod], s: NodeSummary, protected: Callable[[BoundPod], bool] = lambda _b: False
-) -> list[BoundPod]:
-    """Victims in the order the extender adds them: pods no PodDisruptionBudget protects first
-    (kube-scheduler picks the candidate with the fewest violations first), then lowest priority
-    (its own order); within a priority, pods whose GPUs the agent reports idle (fewest busy GPUs
-    first), then the shortest-running (latest start; not started yet first), then by UID."""
+    parts: Iterable[Part], s: NodeSummary, protected: Callable[[BoundPod], bool] = lambda _b: False
+) -> list[Part]:
+    """Victims (each `(pod, held, pending)`: Room.part) in the order the extender adds them: pods no
+    PodDisruptionBudget protects first (kube-scheduler picks the candidate with the fewest
+    violations first), then lowest priority (its own order); within a priority, pods whose GPUs the
+    agent reports idle (fewest busy GPUs first), then the shortest-running (latest start; not
+    started yet first), then by UID."""
     held = {key: (n, idle) for key, n, idle in s.pod_units}
 
-    def cost(b: BoundPod) -> tuple[bool, int, int, float, str]:
+    def cost(part: Part) -> tuple[bool, int, int, float, str]:
+        b = part[0]
         n, idle = held.get(b.key, (0, 0))
         return (protected(b), b.priority, n - idle, -(b.started or float("inf")), b.uid)
 
-    return sorted(pods, key=cost)
+    return sorted(parts, key=cost)
 
 
 class Room:
     """The GPUs a pod would have on one node (fresh data) once some of its pods are gone."""
 
+    __slots__ = ("_bound_units", "_healthy", "_holders", "_raw", "_units")
+
     def __init__(self, s: NodeSummary, reported: NodeSummary | None) -> None:
-        self._s = s
-        self._held = dict(map(_KEY_AND_UNITS, s.pod_units))
-        self._known = s.free_gpus is not None
+        # Allocation known: the pods the agent attributes, and what each holds on healthy GPUs.
+        self._holders = s.holder_pods if s.free_gpus is not None else None
+        self._units = dict(map(_KEY_AND_UNITS, s.pod_units)) if self._holders is not None else {}
         # What the node offers before the cap at zero (bound pods may take more than it has idle).
         self._raw = s.idle_gpus if s.idle_gpus > 0 or reported is None else reported.idle_gpus - s.bound_pod_units
+        self._bound_units = s.bound_pod_units
+        self._healthy = s.healthy_gpus
 
     def gives(self, b: BoundPod) -> int:
         """Units evicting `b` gives back: the healthy GPUs it holds where the agent attributes it
         (a failing GPU is never freed), else what it was counted for as a bound pod."""
-        if self._known and b.key in self._s.holder_pods:
-            return self._held.get(b.key, 0)
+        if self._holders is not None and b.key in self._holders:
+            return self._units.get(b.key, 0)
         return b.gpus
 
-    def after(self, gone: Sequence[BoundPod]) -> int:
-        """The GPUs usable once `gone` are evicted (one pass: it runs per candidate and per victim added)."""
-        s = self._s
-        pending = held = 0
-        if self._known:
-            holders, units = s.holder_pods, self._held
+    def part(self, b: BoundPod) -> tuple[int, int]:
+        """(held, pending) of `b` alone: `tally`'s terms; their sum is what `gives` says."""
+        if self._holders is not None:
+            if b.key in self._holders:
+                return self._units.get(b.key, 0), 0
+            return 0, b.gpus
+        return (b.gpus, 0) if b.phase == RUNNING else (0, b.gpus)
+
+    def tally(self, gone: Iterable[BoundPod]) -> tuple[int, int]:
+        """(held, pending) of `gone`: the units they hold where the agent attributes them (or, allocation
+        unknown, running), and what the others were counted for as bound pods; `usable` reads the sums.
+        (`part` summed, in one loop: it runs for every candidate.)"""
+        held = pending = 0
+        holders = self._holders
+        if holders is not None:
+            units = self._units
             for b in gone:
                 if b.key in holders:
                     held += units.get(b.key, 0)
@@ -256,8 +310,15 @@ class Room:
                     held += b.gpus
                 else:
                     pending += b.gpus
-        offered = max(0, self._raw + min(pending, s.bound_pod_units)) + held
-        return min(offered, s.healthy_gpus)
+        return held, pending
+
+    def usable(self, held: int, pending: int) -> int:
+        """The GPUs usable once pods of that `tally` are evicted."""
+        return min(max(0, self._raw + min(pending, self._bound_units)) + held, self._healthy)
+
+    def after(self, gone: Iterable[BoundPod]) -> int:
+        """The GPUs usable once `gone` are evicted."""
+        return self.usable(*self.tally(gone))
 
 
 def _drop(p: Proposal, why: str, usable: int | None = None) -> NodePlan:

@@ -48,6 +48,7 @@ from gpuextender.common.token_bucket import TokenBucket
 from gpuextender.extender.inventory.api_call import ApiError, Forbidden, call
 from gpuextender.extender.inventory.idle_events import IdleEventWriter
 from gpuextender.extender.inventory.node_status_writer import NodeStatusWriter
+from gpuextender.extender.inventory.reclaim_writer import ReclaimWriter
 from gpuextender.extender.state.device_taints import (
     BUSY_PREFIX,
     GROUP,
@@ -76,6 +77,7 @@ class DeviceTaintWriter:
         namespace: str,
         nodes: NodeStatusWriter | None = None,
         events: IdleEventWriter | None = None,
+        reclaim: ReclaimWriter | None = None,
         status: TaintWriterStatus | None = None,
         writes_per_s: float = 20.0,
         interval_s: float = 0.5,
@@ -89,6 +91,7 @@ class DeviceTaintWriter:
         self._inputs = inputs
         self.nodes = nodes
         self.events = events
+        self.reclaim = reclaim
         self._bucket = TokenBucket(writes_per_s, max(writes_per_s, 1.0), clock)
         self._namespace = namespace
         self._interval_s = interval_s
@@ -374,6 +377,8 @@ class DeviceTaintWriter:
             await self.events.reconcile(
                 api_client, publication.idle_by_node, publication.idle_claims, self._bucket.take
             )
+        if self.reclaim is not None and self._bucket.refused == refused:  # last: it acts on the idle signal
+            await self.reclaim.reconcile(api_client, self._bucket.take)
 
     async def _reconcile(self, api: k8s.CustomObjectsApi, version: str) -> bool:
         """One pass; False when the owned rules must be listed again (a conflict). Health rules

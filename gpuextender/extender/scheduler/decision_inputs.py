@@ -22,7 +22,7 @@ from gpuextender.extender.model.ome.pod_intent import PodIdentity
 from gpuextender.extender.model.pod_gpus import add_mig
 from gpuextender.extender.model.pod_group import GANG_SOURCES, JOBSET, SIZED_BY_OBJECT, GroupReading, PodGroupSpec
 from gpuextender.extender.model.pod_request import PodRequest, read_pod
-from gpuextender.extender.scheduler.binding import pod_uid
+from gpuextender.extender.scheduler.binding import nominated_node, pod_uid
 from gpuextender.extender.scheduler.wire import ExtenderArgs
 from gpuextender.extender.settings import ApiSettings
 from gpuextender.extender.state.bound_pods import AllocatableLessBound, given_back
@@ -215,6 +215,14 @@ class DecisionInputs:
                 notes.append(f"members disagree on the group's size: {plan.size} (kept, the first seen) and {size}")
                 size = plan.size
             planned = (plan.level, plan.value, plan.domain_name)
+        placed_on: dict[str, int] = {}
+        if plan is not None:
+            uid = pod_uid(raw)
+            if gang:
+                placed_on = book.placed_on(ref.key, uid)
+            else:  # the other members kube-scheduler nominated after their preemption
+                book.member_nominated(ref.key, uid, nominated_node(raw))
+                placed_on = book.nominated_on(ref.key, uid)
         released = book.released(ref.key)
         if released:
             notes.append(released)
@@ -228,7 +236,7 @@ class DecisionInputs:
             planned,
             tuple(notes),
             can_plan=book.plan(ref.key) is not None or not book.full,  # (a plan moving is no new group)
-            placed_on=book.placed_on(ref.key, pod_uid(raw)) if plan is not None and gang else {},
+            placed_on=placed_on,
             gang=gang,
             held=dict(plan.holds) if plan is not None else {},
             expires_in=plan.expires_at - self._clock() if plan is not None else None,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 
 from gpuextender.extender.decide.decision import Decision
+from gpuextender.extender.decide.preempt_group import GroupPreemption
 from gpuextender.extender.state.group_book import GroupBook
 
 log = logging.getLogger("gpu_extender.groups")
@@ -30,7 +31,15 @@ def record_group(book: GroupBook, d: Decision, uid: str) -> None:
         # A hold for a group its own domain no longer holds only blocks others: released, unless a
         # member is bound or placed there, or this call did not offer the domain (a scheduler
         # trying another domain for a gang, or a candidate subset).
-        if d.member.planned_again and not group.bound and not group.placed_on and book.plan(key) is not None:
+        # A domain a preempt call chose holds the group once its victims are gone: kept.
+        plan = book.plan(key)
+        if (
+            d.member.planned_again
+            and not group.bound
+            and not group.placed_on
+            and plan is not None
+            and not plan.preempting
+        ):
             book.release(key, f"released: {reason}")
         log.info("group %s (%s, %d members): %s", key, group.ref.source, group.size, reason, extra={"pod": d.pod.ref})
         return
@@ -66,5 +75,30 @@ def record_group(book: GroupBook, d: Decision, uid: str) -> None:
             )
         if group.gang:
             book.member_passed(key, uid, d.answered.passed[0] if d.answered.passed else "")
+    else:
+        log.warning("group %s: not held, %d groups are in flight", key, len(book))
+
+
+def record_group_preemption(book: GroupBook, d: Decision, grouped: GroupPreemption) -> None:
+    """The domain a member's preempt call chose, held for the group before the answer leaves: the
+    victims' GPUs are the group's once they go, and its later members preempt inside it."""
+    group = d.group
+    if group is None or grouped.domain is None:
+        return
+    key = group.ref.key
+    before = book.plan(key)
+    holds = dict(grouped.placement)
+    for node, members in group.placed_on.items():  # members nominated there keep their room until bound
+        holds[node] = holds.get(node, 0) + members
+    if book.hold(key, group.ref.source, group.size, group.per_member, grouped.domain, holds, grouped.why, True):
+        if before is None or before.domain_name != grouped.domain[2]:
+            log.info(
+                "group %s (%s, %d members): %s",
+                key,
+                group.ref.source,
+                group.size,
+                grouped.why,
+                extra={"pod": d.pod.ref},
+            )
     else:
         log.warning("group %s: not held, %d groups are in flight", key, len(book))

@@ -22,7 +22,7 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
-from gpuextender.extender.decide import preempt_victims
+from gpuextender.extender.decide import preempt_group, preempt_victims
 from gpuextender.extender.decide.decision import Decision
 from gpuextender.extender.decide.explain import explain as explain_decision
 from gpuextender.extender.model.dra import pod_claims
@@ -37,7 +37,7 @@ from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.scheduler.binding import Bindings, pod_uid
 from gpuextender.extender.scheduler.binding_gate import BindingGate
 from gpuextender.extender.scheduler.decision_inputs import DecisionInputs
-from gpuextender.extender.scheduler.group_record import record_group
+from gpuextender.extender.scheduler.group_record import record_group, record_group_preemption
 from gpuextender.extender.scheduler.preemption_record import RecentPreemptions, explained, record_preemption
 from gpuextender.extender.scheduler.readiness import Readiness
 from gpuextender.extender.scheduler.verb_log import log_prioritize, record_filter, record_plan
@@ -246,19 +246,42 @@ class SchedulerApi:
         and what the call leaves behind, as `answer_filter`."""
         names = [p.node for p in args.proposals]
         d = self.decisions.decide(ExtenderArgs(pod=args.pod, node_names=names, nodes=None))
+        more = preempt_group.neighbours(d.group, names) if d.group is not None else []
+        if more:  # a group member: its candidates' domains whole (nodes where it fits now are no candidates)
+            d = self.decisions.decide(ExtenderArgs(pod=args.pod, node_names=names + more, nodes=None))
         known, reported = d.known, self.state.reported
         ledger = self.decisions.ledger
-        pods_on = ledger.pods_on if ledger is not None else lambda _node: ()
         bound = ledger.lookup() if ledger is not None else lambda _uid: None
+        on_node = ledger.on_node if ledger is not None else lambda _node: {}
 
         def facts(node: str) -> preempt_victims.NodeFacts:
-            return preempt_victims.NodeFacts(known.summary(node), reported(node), pods_on(node))
+            here = on_node(node)
+            return preempt_victims.NodeFacts(known.summary(node), reported(node), here.values(), here)
 
         policy = known.policy
+        strict = d.strict
+        grouped = None
+        if d.group is not None:
+            passing = set(strict.passed).difference(strict.assumed) if strict.assumed else strict.passed
+            grouped = preempt_group.plan_group(
+                d.pod,
+                d.group,
+                args.proposals,
+                strict.failed,
+                passing,
+                facts,
+                known.now,
+                policy.stale_after_s,
+                bound,
+                self.disruptions,
+            )
+        if grouped is not None:
+            record_group_preemption(self.groups, d, grouped)  # before any later call is read, as filter's
+            return preemption_result(grouped.plan), partial(self._record_preempt, pod_uid(args.pod), d, grouped.plan)
         plan = preempt_victims.plan(
             d.pod,
             args.proposals,
-            d.strict.failed,
+            strict.failed,
             facts,
             known.now,
             policy.stale_after_s,

@@ -28,7 +28,7 @@ from typing import Any
 import orjson
 
 from gpuextender.extender.decide.filter_outcome import FilterOutcome
-from gpuextender.extender.decide.preempt_victims import PreemptionPlan, Proposal
+from gpuextender.extender.decide.preempt_victims import DROPPED, PreemptionPlan, Proposal
 from gpuextender.extender.model.pod_gpus import MAX_GPU_COUNT, parse_count
 from gpuextender.extender.model.pod_key import pod_key
 from gpuextender.extender.model.untrusted import Fields, InvalidInput, described, shown
@@ -418,9 +418,11 @@ def preemption_result(plan: PreemptionPlan) -> dict[str, Any]:
     """ExtenderPreemptionResult: always `NodeNameToMetaVictims`, whatever the request's mode; every
     node answered names at least one victim (preempt_victims.py: kube-scheduler refuses the whole
     answer otherwise)."""
+    # (PreemptionPlan.answer's nodes, read off the plan directly: no dict in between)
     return {
         "NodeNameToMetaVictims": {
-            node: {"Pods": [{"UID": uid} for uid in uids], "NumPDBViolations": violations}
-            for node, (uids, violations) in plan.answer().items()
+            n.node: {"Pods": [{"UID": uid} for uid in n.victims], "NumPDBViolations": n.pdb_violations}
+            for n in plan.nodes
+            if n.action != DROPPED
         }
     }

@@ -45,6 +45,14 @@ class GroupPlan:
     why: str  # how the domain was chosen, for explain
     # Gang members (uid -> the one node the filter answered) placed and not yet bound.
     passed: dict[str, str] = field(default_factory=dict)
+    # Chosen by a member's preempt call (decide/preempt_group.py): the domain holds the group only
+    # once its victims are gone, so a filter that finds it short does not release it; it ends when
+    # its hold does, or a filter moves the group to a domain that holds it now.
+    preempting: bool = False
+    # Members kube-scheduler nominated to a node after their preemption (uid -> node; the pod's
+    # status.nominatedNodeName), not bound yet: kube-scheduler offers each only its own node, so a
+    # member's filter counts the others' there as placed, as a gang's (placed_on).
+    nominated: dict[str, str] = field(default_factory=dict)
 
     def held_members(self) -> int:
         return sum(self.holds.values())
@@ -118,10 +126,11 @@ class GroupBook:
         domain: tuple[str, str, str],
         placement: Mapping[str, int],
         why: str,
+        preempting: bool = False,
     ) -> bool:
         """Give group `key` the domain (level, value, name) and hold `placement` (node -> members).
-        Replaces the group's earlier plan. False, holding nothing, when MAX_GROUPS other plans are
-        in flight."""
+        Replaces the group's earlier plan (`preempting`: chosen by a preempt call; a plan in the
+        same domain stays so). False, holding nothing, when MAX_GROUPS other plans are in flight."""
         now = self._clock()
         self.expire(now)
         before = self._plans.pop(key, None)
@@ -130,10 +139,13 @@ class GroupBook:
             return False
         level, value, name = domain
         plan = GroupPlan(key, source, size, per_member, level, value, name, {}, now, now + self.hold_s, why)
+        plan.preempting = preempting
         if before is not None:
+            plan.nominated = before.nominated  # (what the pods say, whatever the domain)
             if before.domain_name == name:  # the same domain again: its hold does not start over
                 plan.chosen_at, plan.expires_at = before.chosen_at, before.expires_at
                 plan.passed = before.passed
+                plan.preempting = preempting or before.preempting
             plan.holds = before.holds  # only what differs changes (and is heard of)
         self._plans[key] = plan
         self._set_holds(plan, {n: m for n, m in placement.items() if m > 0})
@@ -152,6 +164,21 @@ class GroupBook:
         else:
             plan.passed.pop(uid, None)
 
+    def member_nominated(self, key: str, uid: str, node: str) -> None:
+        """Member `uid` of group `key` is nominated to `node` ("": to none), as its pod says."""
+        plan = self._plans.get(key)
+        if plan is None or not uid:
+            return
+        if not node:
+            plan.nominated.pop(uid, None)
+        elif uid in plan.nominated or len(plan.nominated) < plan.size:  # bounded: at most `size`
+            plan.nominated[uid] = node
+
+    def nominated_on(self, key: str, uid: str) -> dict[str, int]:
+        """Node -> members of group `key` nominated there and not yet bound, `uid` left out."""
+        plan = self._plans.get(key)
+        return _counted(plan.nominated, uid) if plan is not None else {}
+
     def placed_whole(self, key: str, bound: int) -> bool:
         """Whether every member of gang `key` not among the `bound` ones is placed (kube-scheduler has
         a whole placement of the gang in the plan's domain, which it may be binding now)."""
@@ -161,11 +188,7 @@ class GroupBook:
     def placed_on(self, key: str, uid: str) -> dict[str, int]:
         """Node -> gang members of group `key` placed there and not yet bound, `uid` left out."""
         plan = self._plans.get(key)
-        counts: dict[str, int] = {}
-        for member, node in plan.passed.items() if plan is not None else ():
-            if member != uid:
-                counts[node] = counts.get(node, 0) + 1
-        return counts
+        return _counted(plan.passed, uid) if plan is not None else {}
 
     def member_bound(self, pod: BoundPod, bound: int) -> None:
         """A member of `pod.group` is bound to `pod.node` (`bound` members are now): its hold
@@ -174,6 +197,7 @@ class GroupBook:
         if plan is None:
             return
         plan.passed.pop(pod.uid, None)
+        plan.nominated.pop(pod.uid, None)
         if bound >= plan.size:
             self.counts.placed_whole += 1
             log.info("group %s placed whole in %s (%d members)", plan.key, plan.domain_name, plan.size)
@@ -249,3 +273,12 @@ class GroupBook:
         for node in sorted(changed):
             for listener in self._listeners:
                 listener(node)
+
+
+def _counted(members: Mapping[str, str], left_out: str) -> dict[str, int]:
+    """Node -> how many of `members` (uid -> node) are there, `left_out` not counted."""
+    counts: dict[str, int] = {}
+    for member, node in members.items():
+        if member != left_out:
+            counts[node] = counts.get(node, 0) + 1
+    return counts

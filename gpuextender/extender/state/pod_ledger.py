@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from gpuextender.extender.model.dra import pod_claims, served_by_dra
 from gpuextender.extender.model.kube_objects import POD, KubeObject
@@ -61,6 +62,9 @@ class BoundPod:
     started: float = 0.0
     # Its labels, sorted (which PodDisruptionBudgets cover it: state/disruption_budgets.py).
     labels: tuple[tuple[str, str], ...] = ()
+
+
+_NONE: Mapping[str, BoundPod] = MappingProxyType({})  # on_node's answer for a node without pods
 
 
 def _key(meta: KubeObject) -> str:
@@ -117,6 +121,11 @@ class PodLedger:
     def pods_on(self, node: str) -> Collection[BoundPod]:
         pods = self._by_node.get(node)
         return pods.values() if pods else ()
+
+    def on_node(self, node: str) -> Mapping[str, BoundPod]:
+        """The pods bound to `node` by UID (read-only, valid until the ledger next changes): the preempt
+        verb looks its victims up here, a small dict, rather than in every pod's."""
+        return self._by_node.get(node) or _NONE
 
     def nodes(self) -> Iterable[str]:
         return self._by_node.keys()
