@@ -535,6 +535,9 @@ def plan_memory(world: World, candidates: int, gpus: int, preemptors: int = 20) 
         pod["metadata"]["uid"] = uid_of(f"memory-{k}")
         bodies.append(body(pod, [world.nodes[n] for n in rng.sample(names, candidates)], gpus))
     held = world.api.preemptions
+    world.api.preemptions = RecentPreemptions(max_nodes=candidates * preemptors)
+    for raw in bodies * 2:  # the nodes' facts and tables the preempt verb keeps (preempt_facts.py) are no plan's
+        call(world, raw)
     world.api.preemptions = RecentPreemptions(max_nodes=candidates * preemptors)  # every plan stays
     kept = len(world.api.preemptions)
     gc.collect()

@@ -1,7 +1,7 @@
 """A small in-process Kubernetes API server for tests: enough list+watch for kubernetes-asyncio.
 
 Serves `GET /api/v1/<plural>` and `GET /apis/<group>/<version>/<plural>` for the kinds it is
-given (default: `extender.inventory.sink.KINDS` and `POD`), on 127.0.0.1 with a random port:
+given (default: `extender.model.kube_objects.KINDS` and `POD`), on 127.0.0.1 with a random port:
 
 - LIST: `{"kind": "<Kind>List", "apiVersion": ..., "metadata": {"resourceVersion": "N"}, "items": [...]}`,
   paged with `limit`/`continue` like the real one (pages of one snapshot). As on a real server,

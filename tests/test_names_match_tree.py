@@ -3,7 +3,8 @@ docstrings and docs name exists, so a reader who follows one lands somewhere.
 
 Checked in the comments and docstrings of every tracked .py file (generated ones aside) and in every
 .md, .yaml, .toml and .sh file:
-- `gpuextender.x.y` (and `gpuextender.x.y.Name`): a module or package, at most one attribute after it;
+- `gpuextender.x.y` (and `gpuextender.x.y.Name`): a module or package, at most one attribute after it,
+  which the module (or the package's __init__.py, or its .proto files) defines at its top level;
 - `agent.x`, `extender.x.y` (the project's modules named from their program down): the same under
   gpuextender/;
 - `module_name.Name` where module_name has an underscore (`ingest_limits.ReportPacer`): a module of
@@ -17,6 +18,7 @@ import io
 import re
 import subprocess
 import tokenize
+from functools import cache
 from pathlib import Path
 
 from tests.harness import ROOT
@@ -50,12 +52,38 @@ def prose(name: str) -> str:
 
 
 def resolves(parts: list[str]) -> bool:
-    """A module or package of ROOT (parts from the top package down), plus at most one attribute."""
+    """A module or package of ROOT (parts from the top package down), plus at most one attribute
+    that the module (or the package's __init__.py) defines or imports at its top level."""
     for k in range(len(parts), 0, -1):
         path = ROOT.joinpath(*parts[:k])
-        if path.with_suffix(".py").exists() or (path / "__init__.py").exists():
-            return len(parts) - k <= 1
+        source = path.with_suffix(".py") if path.with_suffix(".py").exists() else path / "__init__.py"
+        if source.exists():
+            rest = parts[k:]
+            return not rest or (len(rest) == 1 and rest[0] in top_level_names(source))
     return False
+
+
+PROTO_NAME = re.compile(r"^\s*(?:message|service|enum)\s+(\w+)", re.MULTILINE)
+
+
+@cache
+def top_level_names(source: Path) -> frozenset[str]:
+    """The names a module binds at its top level: classes, functions, assignments, imports; for a
+    package, also the messages, services and enums its .proto files declare (`gpuextender.v1.NodeReport`
+    is the contract's own name for the message)."""
+    names: set[str] = set()
+    if source.name == "__init__.py":
+        for proto in source.parent.glob("*.proto"):
+            names.update(PROTO_NAME.findall(proto.read_text()))
+    for node in ast.parse(source.read_text()).body:
+        if isinstance(node, ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+    return frozenset(names)
 
 
 def stale_names() -> list[tuple[str, str]]:
@@ -96,3 +124,48 @@ def test_the_check_finds_a_stale_name(tmp_path: Path) -> None:
     assert [m.group(0) for m in MODULE_ATTR.finditer(text)] == ["ingest_limits.ReportPacer"]
     assert [m.group(1) for m in PROGRAM_DOTTED.finditer(text)] == ["agent.latest"]
     assert [m.group(1) for m in PY_FILE.finditer(text)] == ["extender/pod_ledger.py"]
+    # The attribute after a module or package is checked too (issue 52 item 6).
+    assert not resolves(["gpuextender", "agent", "latest"])  # a package, and no such module or name
+    assert resolves(["gpuextender", "agent", "report", "latest"])
+    assert resolves(["gpuextender", "extender", "ingest", "report_checks", "MAX_HOLDERS_PER_GPU"])
+    assert not resolves(["gpuextender", "extender", "ingest", "report_checks", "MAX_HOLDERS"])
+    assert resolves(["gpuextender", "v1", "NodeReport"])  # the contract's message
+    assert not resolves(["gpuextender", "v1", "NodeReports"])
+
+
+SECTION = re.compile(r"((?:[\w.-]+/)*[\w.-]+\.(?:md|py)), \"([^\"]+)\"")
+
+
+def markdown_headings(path: Path) -> set[str]:
+    """Its headings, and the bold run-in heads that open a paragraph (`**Claim pods (DRA, ...).**`)."""
+    lines = path.read_text().splitlines()
+    heads = {line.lstrip("#").strip() for line in lines if line.startswith("#")}
+    return heads | {line[2:].split("**")[0] for line in lines if line.startswith("**")}
+
+
+def stale_sections() -> list[tuple[str, str]]:
+    """`<file>.md, "<Section>"` pointers whose file has no heading that holds the section's name, and
+    `<module>.py, "<Section>"` ones whose module's comments and docstrings never say it."""
+    found: set[tuple[str, str]] = set()
+    markdown = tracked("*.md", "*.py")
+    for name in tracked("*.py", "*.md", "*.yaml", "*.toml", "*.sh"):
+        if "_pb2" in name or name == "tests/test_names_match_tree.py":
+            continue
+        for m in SECTION.finditer(prose(name)):
+            section = re.sub(r"\s*\n\s*(?:#\s*)?", " ", m.group(2))  # a name wrapped over comment lines
+            target = [p for p in markdown if p == m.group(1) or p.endswith("/" + m.group(1))]
+            if len(target) != 1:
+                found.add((name, f'{m.group(1)}, "{section}"'))
+            elif target[0].endswith(".py") and section not in prose(target[0]):
+                found.add((name, f'{m.group(1)}, "{section}"'))
+            elif target[0].endswith(".md") and not any(section in h for h in markdown_headings(ROOT / target[0])):
+                found.add((name, f'{m.group(1)}, "{section}"'))
+    return sorted(found)
+
+
+def test_every_section_named_exists() -> None:
+    """A pointer to a section of a document lands on a heading there (issue 52 item 6)."""
+    assert stale_sections() == []
+    assert SECTION.findall('decide/README.md, "Preemption"') == [("decide/README.md", "Preemption")]
+    assert SECTION.findall('(whole_gpus.py, "Bound pods")') == [("whole_gpus.py", "Bound pods")]
+    assert "Bound pods" not in prose("gpuextender/extender/decide/whole_gpus.py")  # what that pointer missed

@@ -74,9 +74,10 @@ def test_a_high_priority_group_preempts_the_least_in_one_domain(world: Scene, wi
         print(f"\n{who} ({binary}): the group on {shorts}; evicted {len(gone)} pods: {sorted(gone)}")
         assert len(set(shorts)) == 2, shorts
         if not with_extender:
-            # At least the least (the issue measured 6 pods, 24 GPUs; 5 here, on busy and failing GPUs
-            # in some runs). Its clique affinity does not keep two members bound at once together.
-            assert len(gone) >= 4, gone
+            # Never better than the least on usable GPUs: fewer evictions only where a member lands on
+            # busy or failing GPUs (seen: 3 pods, the group on busy and failing; 5 pods; the issue
+            # measured 6). Its clique affinity does not keep two members bound at once together.
+            assert len(gone) >= 4 or {"busy", "failing"} & set(shorts), (gone, shorts)
             return
         assert len({CLIQUES[s] for s in shorts}) == 1, shorts  # whole, in one clique
         assert all(s.startswith("good-") for s in shorts), shorts  # never on busy or failing GPUs

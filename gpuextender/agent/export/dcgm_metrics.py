@@ -99,7 +99,7 @@ def _last_xid(gpu: GpuReading) -> float:
     return float(gpu.xids[-1].xid) if gpu.xids else 0.0
 
 
-# Profiling fields from NVML GPM (agent.nvml_gpm), per GPU and per MIG instance; absent where
+# Profiling fields from NVML GPM (agent.sources.nvml_gpm), per GPU and per MIG instance; absent where
 # GPM is not supported.
 PROF_FIELDS: tuple[DcgmField, ...] = (
     _prof(

@@ -1,5 +1,5 @@
 """The agent's Prometheus metrics: per-GPU gauges, the same under dcgm-exporter's names
-(agent.dcgm_metrics), allocated-but-idle GPUs (agent.idle_tracker) and the agent's own health.
+(agent.export.dcgm_metrics), allocated-but-idle GPUs (agent.rules.idle_tracker) and the agent's own health.
 
 GPU gauges are produced at scrape time from the latest sample (custom
 collectors), so a GPU that disappears also disappears from /metrics instead of

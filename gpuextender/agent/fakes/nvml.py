@@ -85,7 +85,7 @@ _NO_INSTANCE = 0xFFFFFFFF  # gpuInstanceId/computeInstanceId of an event not tie
 # Calls whose first argument is a device handle (what injected errors and MIG checks look at).
 _DEVICE_CALLS = ("nvmlDevice", "nvmlGpmSampleGet", "nvmlGpmMigSampleGet", "nvmlGpmQueryDeviceSupport")
 # GPM metric ids (nvml.h NVML_GPM_METRIC_*) the fake measures, and the FakeGpm field of each: the
-# agent's (agent.nvml_gpm.METRICS), as the fake answers what the reader asks.
+# agent's (agent.sources.nvml_gpm.METRICS), as the fake answers what the reader asks.
 _GPM_METRIC_FIELDS = {metric_id: name for name, metric_id in GPM_METRICS}
 _GPM_MEAN_POINTS = 9  # a GPM metric is the mean over the interval: sampled at this many points
 

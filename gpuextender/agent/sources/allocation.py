@@ -65,7 +65,7 @@ LABEL_COUNT = "nvidia.com/gpu.count"
 _LABEL_STRATEGY_MODE = {"time-slicing": TIME_SLICING, "mps": MPS}
 
 # The most holders one GPU or MIG instance may report: the extender refuses a whole report with more
-# (extender.report_checks.MAX_HOLDERS_PER_GPU; a test keeps the two equal). Past it the node's
+# (extender.ingest.report_checks.MAX_HOLDERS_PER_GPU; a test keeps the two equal). Past it the node's
 # allocation is reported unknown rather than cut short, which would show held replicas as free.
 MAX_HOLDERS_PER_DEVICE = 64
 PROBLEM_TOO_MANY_HOLDERS = "too_many_holders"

@@ -14,7 +14,7 @@ Each reading a GPU does not support (NotSupported, FunctionNotFound) is None:
 unknown, never zero, and never a reason to call the GPU unhealthy. The GPU
 interconnect (NVLink, PCIe) is read once per NVML init (`topology()`) and
 repeated in every sample. How each NVML error is handled is decided in
-`agent.nvml_errors`.
+`agent.sources.nvml_errors`.
 
 NUMA: nvmlDeviceGetNumaNodeId is deliberately not used: NVML documents it for
 "platforms where the GPUs are NUMA nodes" (the GPU's own memory node on
@@ -100,7 +100,7 @@ class NvmlReader:
         """`sysfs_root`: where the NUMA fallback reads PCI devices; None turns the fallback off
         (pass None with the fake NVML: its bus ids are not this machine's devices). `clock`
         times how long an unsupported reading is not asked again. `gpm`: read GPM where the
-        GPU supports it (agent.nvml_gpm)."""
+        GPU supports it (agent.sources.nvml_gpm)."""
         self._on_error = on_error or (lambda call, name: None)
         self._gpm = GpmSampler(self._on_error) if gpm else None
         self._nvlinks: dict[int, list[int]] = {}  # GPU -> its active NVLinks, read with the topology

@@ -72,7 +72,7 @@ PROBLEM_ALLOCATABLE_UNIMPLEMENTED = "allocatable_unimplemented"  # kubelet befor
 PROBLEM_ALLOCATABLE_DISABLED = "allocatable_disabled"  # feature gate KubeletPodResourcesGetAllocatable off
 
 # Kubernetes' own limits for the names a holder carries; the extender refuses a report with a
-# longer one (extender.report_checks, kept equal by a test).
+# longer one (extender.ingest.report_checks, kept equal by a test).
 MAX_NAMESPACE_CHARS = 63
 MAX_POD_NAME_CHARS = 253
 MAX_CONTAINER_NAME_CHARS = 63

@@ -2,12 +2,12 @@
 
 Every extender replica must see every node (kube-scheduler may call any of
 them), so the agent keeps a stream to each address it was given. A stream
-sends only the newest report (see `agent.latest`), reads one ack per report,
+sends only the newest report (see `agent.report.latest`), reads one ack per report,
 and is torn down and reopened when the extender goes away, stops acking, or
 the connection breaks. The agent never exits because an extender is down.
 
 Each attempt opens a fresh channel with its own connection: certificates and
-the bearer token are read again from disk (see `agent.dial`), so rotation needs
+the bearer token are read again from disk (see `gpuextender.common.dial`), so rotation needs
 no restart, and our backoff alone paces reconnects (gRPC's own reconnect
 backoff is kept within it, and calls do not wait for readiness). Failures are
 logged once when they start or change kind, then at most once a minute, in
@@ -89,7 +89,7 @@ class ExtenderStream:
             ("grpc.keepalive_time_ms", 20_000),
             ("grpc.keepalive_timeout_ms", 10_000),
             # Our backoff paces reconnects (each attempt is a new channel with its own subchannels,
-            # see agent.dial); should gRPC ever retry a connection inside one channel, its backoff
+            # see gpuextender.common.dial); should gRPC ever retry a connection inside one channel, its backoff
             # (default 1 s .. 120 s) stays within ours.
             ("grpc.initial_reconnect_backoff_ms", initial_ms),
             ("grpc.max_reconnect_backoff_ms", max_ms),

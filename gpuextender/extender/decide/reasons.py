@@ -61,7 +61,7 @@ INSUFFICIENT_IDLE_GPUS = Reason("InsufficientIdleGPUs", "too few idle GPUs", unr
 # Allocation known: too few GPUs no pod holds. Soft: preempting pods there would free them.
 INSUFFICIENT_FREE_GPUS = Reason("InsufficientFreeGPUs", "too few free GPUs", unresolvable=False)
 # Enough free idle GPUs by the agent's report, but not after the GPUs of pods just bound to the
-# node that its agent does not attribute yet (whole_gpus.py, "Bound pods"). Soft: they may never start.
+# node that its agent does not attribute yet (decide/README.md, "Bound pods"). Soft: they may never start.
 GPUS_TAKEN_BY_BOUND_PODS = Reason(
     "GPUsTakenByBoundPods", "too few GPUs left by pods bound here and not yet running", unresolvable=False
 )

@@ -29,7 +29,7 @@ class Snapshot:
     classes_by_node: ClassesByNode  # labels, refined by NVML facts where the agent reported
     now: float  # monotonic seconds: data age is judged on it
     policy: DecisionPolicy
-    # Cached per membership version by extender.live_classes.LiveClasses; computed here if not given.
+    # Cached per membership version by extender.state.live_classes.LiveClasses; computed here if not given.
     nodes_in: Callable[[tuple[str, ...]], frozenset[str]] | None = None
     # Classes a node's labels match but its GPUs do not, with why (explain shows them).
     excluded: Callable[[str], Mapping[str, Any]] = field(default=lambda node: {})

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-# An agent never samples faster than every 0.1 s (agent.sample_loop.MIN_INTERVAL_S) and sends only
+# An agent never samples faster than every 0.1 s (agent.sampling.sample_loop.MIN_INTERVAL_S) and sends only
 # its newest report, so a real agent never waits here; a client that writes without reading acks
 # gets 10 reports/s processed and HTTP/2 flow control holds the rest on its side.
 REPORTS_PER_SECOND = 10.0

@@ -14,7 +14,7 @@ first and writes it piecemeal; none of those moments may make objects vanish.
 **Deleting the file is how its objects are removed** (or, to keep the file,
 `{kind: List, items: []}`). A file that is unusable when first seen contributes
 nothing until it holds objects. A well-formed object of an unknown kind is
-ignored; one the view cannot use is skipped there (`extender.inventory.view`).
+ignored; one the view cannot use is skipped there (`extender.state.inventory_view`).
 
 `kind: Pod` objects go to the `pods` sink (the bound-pod ledger, extender/state/pod_ledger.py), and
 `kind: ResourceClaim` ones to the `claims` sink (state/claim_ledger.py), not to the inventory

@@ -1,6 +1,6 @@
 """Inventory from the Kubernetes API: list+watch of Nodes and OME's custom resources.
 
-One background task per kind (`extender.inventory.sink.KINDS`) runs the same
+One background task per kind (`extender.model.kube_objects.KINDS`) runs the same
 protocol client-go's reflector runs, written out here so that every object
 reaches the sink as the plain JSON dict the API server sent:
 

@@ -1,6 +1,6 @@
 """GPU nodes in the inventory whose agent has never reported (or was forgotten).
 
-Their filter verdicts rest on assumed data (see `extender.decision`): a dead or
+Their filter verdicts rest on assumed data (see `extender.decide.decision`): a dead or
 missing agent must be visible to an operator before it costs placements. The
 set is a gauge computed at scrape time, and a warning whenever it changes.
 """

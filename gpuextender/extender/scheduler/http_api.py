@@ -38,6 +38,7 @@ from gpuextender.extender.scheduler.binding import Bindings, pod_uid
 from gpuextender.extender.scheduler.binding_gate import BindingGate
 from gpuextender.extender.scheduler.decision_inputs import DecisionInputs
 from gpuextender.extender.scheduler.group_record import record_group, record_group_preemption
+from gpuextender.extender.scheduler.preempt_facts import Lookup, PreemptFacts
 from gpuextender.extender.scheduler.preemption_record import RecentPreemptions, explained, record_preemption
 from gpuextender.extender.scheduler.readiness import Readiness
 from gpuextender.extender.scheduler.verb_log import log_prioritize, record_filter, record_plan
@@ -110,6 +111,7 @@ class SchedulerApi:
         self.bindings = Bindings(BindingGate(settings.binding_wait_s, clock), clock)
         self.waiting = WaitingPods()  # GPU pods the latest filter found no place for (the fleet page)
         self.preemptions = RecentPreemptions()  # each preemptor's latest preempt plan (explain)
+        self._preempt_facts: PreemptFacts | None = None  # what the preempt verb read per node, kept
         # How many of some pods evicting (after others) would take a PodDisruptionBudget below zero,
         # None while not known (state/disruption_budgets.py; app.py sets it with --kubernetes: without a
         # cluster there are none).
@@ -249,15 +251,10 @@ class SchedulerApi:
         more = preempt_group.neighbours(d.group, names) if d.group is not None else []
         if more:  # a group member: its candidates' domains whole (nodes where it fits now are no candidates)
             d = self.decisions.decide(ExtenderArgs(pod=args.pod, node_names=names + more, nodes=None))
-        known, reported = d.known, self.state.reported
+        known = d.known
         ledger = self.decisions.ledger
         bound = ledger.lookup() if ledger is not None else lambda _uid: None
-        on_node = ledger.on_node if ledger is not None else lambda _node: {}
-
-        def facts(node: str) -> preempt_victims.NodeFacts:
-            here = on_node(node)
-            return preempt_victims.NodeFacts(known.summary(node), reported(node), here.values(), here)
-
+        facts = self._node_facts(known.summary, ledger, tables=d.group is None)
         policy = known.policy
         strict = d.strict
         grouped = None
@@ -277,7 +274,9 @@ class SchedulerApi:
             )
         if grouped is not None:
             record_group_preemption(self.groups, d, grouped)  # before any later call is read, as filter's
-            return preemption_result(grouped.plan), partial(self._record_preempt, pod_uid(args.pod), d, grouped.plan)
+            return preemption_result(grouped.plan, args.plain), partial(
+                self._record_preempt, pod_uid(args.pod), d, grouped.plan
+            )
         plan = preempt_victims.plan(
             d.pod,
             args.proposals,
@@ -289,7 +288,19 @@ class SchedulerApi:
             bound,
             self.disruptions,
         )
-        return preemption_result(plan), partial(self._record_preempt, pod_uid(args.pod), d, plan)
+        return preemption_result(plan, args.plain), partial(self._record_preempt, pod_uid(args.pod), d, plan)
+
+    def _node_facts(
+        self, summary: Lookup, ledger: PodLedger | None, *, tables: bool
+    ) -> Callable[[str], preempt_victims.NodeFacts]:
+        """What the preempt verb reads of a node; kept between calls (preempt_facts.py)."""
+        reported = self.state.reported
+        if ledger is None:
+            return lambda node: preempt_victims.NodeFacts(summary(node), reported(node), ())
+        kept = self._preempt_facts
+        if kept is None or kept.ledger is not ledger:
+            kept = self._preempt_facts = PreemptFacts(ledger)
+        return kept.lookup(summary, reported, table=tables)
 
     def _record_preempt(self, uid: str, d: Decision, plan: preempt_victims.PreemptionPlan) -> None:
         record_preemption(self.metrics, d.pod, plan)

@@ -20,9 +20,10 @@ orjson builds them), and quantities bounded in gpuextender/extender/model/pod_gp
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import compress
 from operator import attrgetter, not_
+from types import MappingProxyType
 from typing import Any
 
 import orjson
@@ -295,6 +296,9 @@ def binding_result(error: str = "") -> dict[str, str]:
 MAX_VICTIMS_PER_NODE = 10_000
 
 
+PlainVictims = tuple[tuple[str, ...], list[Any]]  # (UIDs, the request's `[{"UID": uid}, ...]`)
+
+
 @dataclass(slots=True)
 class PreemptionArgs:
     """ExtenderPreemptionArgs: the preemptor and kube-scheduler's candidates, node -> victims by UID
@@ -303,6 +307,9 @@ class PreemptionArgs:
 
     pod: dict[str, Any]
     proposals: list[Proposal]
+    # node -> (its proposal's victims, the request's list they were read from) where that list is
+    # `[{"UID": "<uid>"}, ...]` exactly: a node answered with those victims reuses it (preemption_result).
+    plain: dict[str, PlainVictims] = field(default_factory=dict)
 
 
 def parse_preemption_args(
@@ -330,6 +337,7 @@ def parse_preemption_args(
             "(--max-candidates, and never more than kube-scheduler's sample: a tenth of the nodes by default)",
         )
     proposals = []
+    plain: dict[str, PlainVictims] = {}
     for node, entry in victims.items():
         if type(node) is not str or not node or len(node) > MAX_BIND_FIELD_CHARS:
             _bounded_name(node, f"{field_name} key")
@@ -348,7 +356,9 @@ def parse_preemption_args(
                 f"{_where(field_name, node)}.Pods has {len(pods)} victims; at most {MAX_VICTIMS_PER_NODE}",
             )
         uids = _plain_uids(pods) if meta is not None else None
-        if uids is None:  # anything but [{"UID": "<uid>"}, ...]: each victim read and checked, to say why
+        if uids is not None:
+            plain[node] = (uids, pods)
+        else:  # anything but [{"UID": "<uid>"}, ...]: each victim read and checked, to say why
             where = _where(field_name, node)
             uids = tuple(_victim_uid(victim, f"{where}.Pods[{i}]", full=meta is None) for i, victim in enumerate(pods))
         if violations is None:  # absent or null: Go leaves the int64 at 0
@@ -360,7 +370,7 @@ def parse_preemption_args(
                 f"got {shown(violations)}",
             )
         proposals.append(Proposal(node, uids, violations))
-    return PreemptionArgs(pod, proposals)
+    return PreemptionArgs(pod, proposals, plain)
 
 
 _PREEMPTION = Fields("ExtenderPreemptionArgs")
@@ -414,15 +424,16 @@ def _entry(value: Any, where: str) -> dict[str, Any]:
         raise InvalidInput(exc.code, f"{where}: {exc.message}") from None
 
 
-def preemption_result(plan: PreemptionPlan) -> dict[str, Any]:
+def preemption_result(plan: PreemptionPlan, plain: Mapping[str, PlainVictims] = MappingProxyType({})) -> dict[str, Any]:
     """ExtenderPreemptionResult: always `NodeNameToMetaVictims`, whatever the request's mode; every
     node answered names at least one victim (preempt_victims.py: kube-scheduler refuses the whole
-    answer otherwise)."""
+    answer otherwise). `plain`: PreemptionArgs.plain, the request's own lists of a node's victims,
+    answered as they came where the node keeps exactly its proposal's victims (no new object each)."""
     # (PreemptionPlan.answer's nodes, read off the plan directly: no dict in between)
-    return {
-        "NodeNameToMetaVictims": {
-            n.node: {"Pods": [{"UID": uid} for uid in n.victims], "NumPDBViolations": n.pdb_violations}
-            for n in plan.nodes
-            if n.action != DROPPED
-        }
-    }
+    answered = {}
+    for n in plan.nodes:
+        if n.action != DROPPED:
+            given = plain.get(n.node)
+            pods = given[1] if given is not None and given[0] is n.victims else [{"UID": uid} for uid in n.victims]
+            answered[n.node] = {"Pods": pods, "NumPDBViolations": n.pdb_violations}
+    return {"NodeNameToMetaVictims": answered}

@@ -1,4 +1,4 @@
-"""Bound pods the agent does not attribute yet, taken off what a node offers (whole_gpus.py,
+"""Bound pods the agent does not attribute yet, taken off what a node offers (decide/README.md,
 "Bound pods"). Pure: a node's summary and its ledger pods in, the summary the decisions read out.
 
 A ledger pod (pod_ledger.py: bound, not finished, not being deleted, requesting GPUs) is

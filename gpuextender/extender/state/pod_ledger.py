@@ -3,7 +3,7 @@
 kube-scheduler "assumes" a pod on its node the moment it decides; the agents learn of it only
 when the kubelet admits it (seconds later, minutes for a large image). Until then every decision
 would count the same idle GPUs again. The ledger holds what the decision must subtract
-(whole_gpus.py, "Bound pods"): per bound, unfinished, undeleted pod that requests GPUs, its
+(decide/README.md, "Bound pods"): per bound, unfinished, undeleted pod that requests GPUs, its
 uid, namespace/name, node, GPUs per configured resource (parsed like the request path, with
 its bounds), phase, the OME InferenceService it serves, its priority (who may preempt it),
 start time (which of a priority's victims are cheapest) and labels (the PodDisruptionBudgets
@@ -18,6 +18,7 @@ finished (Succeeded/Failed): its GPUs are released by the next decision.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -82,6 +83,9 @@ class PodLedger:
         self._by_uid: dict[str, BoundPod] = {}
         self._by_node: dict[str, dict[str, BoundPod]] = {}
         self._by_group: dict[str, dict[str, BoundPod]] = {}  # multi-pod group key -> its bound members
+        # node -> when its pods last changed, on one counter for every node (`version`).
+        self._changed_at: dict[str, int] = {}
+        self._stamps = itertools.count(1)
         self._listeners: list[Callable[[str], None]] = []
         self._bound_listeners: list[Callable[[str], None]] = []
         self.synced = False
@@ -126,6 +130,16 @@ class PodLedger:
         """The pods bound to `node` by UID (read-only, valid until the ledger next changes): the preempt
         verb looks its victims up here, a small dict, rather than in every pod's."""
         return self._by_node.get(node) or _NONE
+
+    def version(self, node: str) -> int:
+        """Changes whenever the pods bound to `node` change; 0 while it holds none (so a value seen
+        again means the same pods: what is derived from them can be kept, scheduler/preempt_facts.py)."""
+        return self._changed_at.get(node, 0)
+
+    def versions(self) -> Callable[[str, int], int]:
+        """`version` without a Python frame per call, as `versions()(node, 0)` (the preempt verb reads
+        one per candidate)."""
+        return self._changed_at.get
 
     def nodes(self) -> Iterable[str]:
         return self._by_node.keys()
@@ -209,6 +223,8 @@ class PodLedger:
             p.node for p in fresh.values() if old.get(p.uid) != p
         }
         self._by_uid = {}
+        for node in self._by_node:  # (nodes left without pods: `_add` stamps the others)
+            self._changed_at.pop(node, None)
         self._by_node = {}
         self._by_group = {}
         for pod in fresh.values():
@@ -247,6 +263,7 @@ class PodLedger:
     def _add(self, pod: BoundPod) -> None:
         self._by_uid[pod.uid] = pod
         self._by_node.setdefault(pod.node, {})[pod.uid] = pod
+        self._changed_at[pod.node] = next(self._stamps)
         if pod.group:
             self._by_group.setdefault(pod.group, {})[pod.uid] = pod
 
@@ -254,8 +271,11 @@ class PodLedger:
         del self._by_uid[pod.uid]
         on_node = self._by_node[pod.node]
         del on_node[pod.uid]
-        if not on_node:
+        if on_node:
+            self._changed_at[pod.node] = next(self._stamps)
+        else:
             del self._by_node[pod.node]
+            del self._changed_at[pod.node]
         if pod.group:
             members = self._by_group[pod.group]
             del members[pod.uid]

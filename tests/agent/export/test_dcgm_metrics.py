@@ -1,4 +1,4 @@
-"""agent.dcgm_metrics: /metrics under dcgm-exporter's names, units and labels, parsed back with
+"""agent.export.dcgm_metrics: /metrics under dcgm-exporter's names, units and labels, parsed back with
 prometheus_client's parser from what AgentMetrics really serves; and the agent's own process_* and
 build_info series."""
 

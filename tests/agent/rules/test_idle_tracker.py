@@ -1,4 +1,4 @@
-"""agent.idle_tracker: idle time per GPU and allocated-but-idle GPUs per pod, on a stepped clock,
+"""agent.rules.idle_tracker: idle time per GPU and allocated-but-idle GPUs per pod, on a stepped clock,
 each rule tested on both sides of its bound (threshold, window), and the gauges it feeds."""
 
 from __future__ import annotations

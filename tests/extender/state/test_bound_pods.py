@@ -1,4 +1,4 @@
-"""The bound-pod rule (whole_gpus.py, "Bound pods"; bound_pods.py), through the real decision path:
+"""The bound-pod rule (decide/README.md, "Bound pods"; bound_pods.py), through the real decision path:
 a PodLedger fed like the watch feeds it, a GpuState fed agent reports, SchedulerApi's verbs.
 Every count at exactly its bound, on both sides."""
 
