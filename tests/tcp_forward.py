@@ -76,8 +76,9 @@ class Forwarder:
 
     @staticmethod
     def _pipe(src: socket.socket, dst: socket.socket) -> None:
-        src.settimeout(None)
+        # (OSError from the first call too: a move or close can shut the sockets before this thread runs.)
         with contextlib.suppress(OSError):
+            src.settimeout(None)
             while chunk := src.recv(65536):
                 dst.sendall(chunk)
         with contextlib.suppress(OSError):
