@@ -18,7 +18,7 @@ from gpuextender.extender.model.ome.pod_intent import PodIdentity, pod_identity
 from gpuextender.extender.model.pod_gpus import MigNeed, gpus_requested, mig_profile, pod_ref, whole_gpu_resources
 from gpuextender.extender.model.pod_group import NO_GROUP, GroupReading, read_group
 from gpuextender.extender.model.pod_priority import may_preempt, priority
-from gpuextender.extender.model.untrusted import object_at, shown
+from gpuextender.extender.model.untrusted import object_at, pod_uid, shown
 
 log = logging.getLogger("gpu_extender.http")
 
@@ -38,6 +38,7 @@ class PodRequest:
     group: GroupReading = NO_GROUP  # its multi-pod group (model/pod_group.py), or why it names an unusable one
     priority: int = 0  # spec.priority (model/pod_priority.py)
     preempts: bool = True  # it may preempt lower-priority pods (preemptionPolicy is not Never)
+    uid: str = ""  # metadata.uid, read once (model/untrusted.pod_uid): bindings, groups, preemptions
 
 
 def read_pod(pod: dict[str, Any], gpu_resources: Sequence[str], default_strategy: str, random_seed: str) -> PodRequest:
@@ -56,7 +57,7 @@ def read_pod(pod: dict[str, Any], gpu_resources: Sequence[str], default_strategy
             default_strategy,
         )
         strategy = default_strategy
-    uid = meta.get("uid")
+    uid = pod_uid(pod)
     whole = whole_gpu_resources(gpu_resources)
     mig = tuple(
         sorted(
@@ -72,8 +73,9 @@ def read_pod(pod: dict[str, Any], gpu_resources: Sequence[str], default_strategy
         mig_needed=mig,
         identity=pod_identity(pod),
         strategy=strategy,
-        seed=f"{random_seed}/{uid if isinstance(uid, str) else ''}",
+        seed=f"{random_seed}/{uid}",
         group=read_group(pod),
         priority=priority(object_at(pod, "spec")),
         preempts=may_preempt(object_at(pod, "spec")),
+        uid=uid,
     )

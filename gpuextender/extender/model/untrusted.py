@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 _SHOWN_CHARS = 40
 # An RFC 3339 time with nanoseconds and an offset is 35 characters: longer is not one (and is not parsed).
 _MAX_TIME_CHARS = 64
+MAX_OBJECT_NAME_CHARS = 253  # a Kubernetes object name or UID, at most (a DNS subdomain)
 
 
 class InvalidInput(ValueError):
@@ -71,6 +72,19 @@ def timestamp(value: Any) -> datetime | None:
     except ValueError:
         return None
     return stamp if stamp.tzinfo is not None else None
+
+
+def pod_uid(pod: Any) -> str:
+    """metadata.uid of a Pod kube-scheduler sent ("" when absent, mistyped or longer than a name):
+    read once per call, the key of its bindings, group members and preemptions."""
+    uid = object_at(pod, "metadata").get("uid")
+    return uid if isinstance(uid, str) and len(uid) <= MAX_OBJECT_NAME_CHARS else ""
+
+
+def nominated_node(pod: Any) -> str:
+    """status.nominatedNodeName: where kube-scheduler's preemption made room for the pod ("" none)."""
+    node = object_at(pod, "status").get("nominatedNodeName")
+    return node if isinstance(node, str) and len(node) <= MAX_OBJECT_NAME_CHARS else ""
 
 
 def object_at(parent: Any, key: str) -> dict[str, Any]:

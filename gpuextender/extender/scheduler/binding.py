@@ -16,9 +16,9 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from gpuextender.extender.model.pod_gpus import gpus_requested
-from gpuextender.extender.model.pod_group import GANG_SOURCES, MAX_NAME_CHARS, GroupRef, read_group
+from gpuextender.extender.model.pod_group import GANG_SOURCES, GroupRef, read_group
 from gpuextender.extender.model.pod_request import PodRequest
-from gpuextender.extender.model.untrusted import InvalidInput
+from gpuextender.extender.model.untrusted import InvalidInput, pod_uid
 from gpuextender.extender.scheduler.binding_gate import SCHEDULER_COUNTS, BindingGate
 from gpuextender.extender.scheduler.wire import BindingArgs, binding_result
 from gpuextender.extender.state.freshness import is_fresh
@@ -31,19 +31,6 @@ if TYPE_CHECKING:  # the Kubernetes client is imported only with --kubernetes (a
 log = logging.getLogger("gpu_extender.bind")
 
 MAX_REMEMBERED = 4096  # pods filtered and not yet bound: far above one scheduler's in-flight binds
-
-
-def pod_uid(pod: dict[str, Any]) -> str:
-    meta = pod.get("metadata")
-    uid = meta.get("uid") if isinstance(meta, dict) else None
-    return uid if isinstance(uid, str) else ""
-
-
-def nominated_node(pod: dict[str, Any]) -> str:
-    """status.nominatedNodeName: where kube-scheduler's preemption made room for the pod ("" none)."""
-    status = pod.get("status")
-    node = status.get("nominatedNodeName") if isinstance(status, dict) else None
-    return node if isinstance(node, str) and len(node) <= MAX_NAME_CHARS else ""
 
 
 def gang_of(ref: GroupRef | None) -> str:

@@ -22,7 +22,7 @@ from gpuextender.extender.model.ome.pod_intent import PodIdentity
 from gpuextender.extender.model.pod_gpus import add_mig
 from gpuextender.extender.model.pod_group import GANG_SOURCES, JOBSET, SIZED_BY_OBJECT, GroupReading, PodGroupSpec
 from gpuextender.extender.model.pod_request import PodRequest, read_pod
-from gpuextender.extender.scheduler.binding import nominated_node, pod_uid
+from gpuextender.extender.model.untrusted import nominated_node
 from gpuextender.extender.scheduler.wire import ExtenderArgs
 from gpuextender.extender.settings import ApiSettings
 from gpuextender.extender.state.bound_pods import AllocatableLessBound, given_back
@@ -217,7 +217,7 @@ class DecisionInputs:
             planned = (plan.level, plan.value, plan.domain_name)
         placed_on: dict[str, int] = {}
         if plan is not None:
-            uid = pod_uid(raw)
+            uid = pod.uid
             if gang:
                 placed_on = book.placed_on(ref.key, uid)
             else:  # the other members kube-scheduler nominated after their preemption

@@ -27,14 +27,14 @@ from gpuextender.extender.decide.decision import Decision
 from gpuextender.extender.decide.explain import explain as explain_decision
 from gpuextender.extender.model.dra import pod_claims
 from gpuextender.extender.model.pod_gpus import whole_gpu_resources
-from gpuextender.extender.model.untrusted import InvalidInput
+from gpuextender.extender.model.untrusted import InvalidInput, pod_uid
 from gpuextender.extender.model.untrusted import shown as shown_value
 from gpuextender.extender.observe.bindings import BindingsCollector
 from gpuextender.extender.observe.bound_pods_metrics import BoundPodsCollector
 from gpuextender.extender.observe.groups import GroupsCollector
 from gpuextender.extender.observe.live_classes_metrics import LiveClassesCollector
 from gpuextender.extender.observe.metrics import ExtenderMetrics
-from gpuextender.extender.scheduler.binding import Bindings, pod_uid
+from gpuextender.extender.scheduler.binding import Bindings
 from gpuextender.extender.scheduler.binding_gate import BindingGate
 from gpuextender.extender.scheduler.decision_inputs import DecisionInputs
 from gpuextender.extender.scheduler.group_record import record_group, record_group_preemption
@@ -215,11 +215,11 @@ class SchedulerApi:
         waiting pods) as a step to run once the answer is on its way: kube-scheduler waits for the
         answer only. The binding gate hears of the answer here, before any later call is read."""
         d = self.decisions.decide(args)
-        answered = d.answered
-        self.bindings.filtered(pod_uid(args.pod), d.pod, answered.passed)
+        answered, uid = d.answered, d.pod.uid
+        self.bindings.filtered(uid, d.pod, answered.passed)
         if d.group is not None:  # before any later call is read: its holds count for the next pod
-            record_group(self.groups, d, pod_uid(args.pod))
-        return filter_result(args, answered), partial(self._record_filter, pod_uid(args.pod), d)
+            record_group(self.groups, d, uid)
+        return filter_result(args, answered), partial(self._record_filter, uid, d)
 
     def _record_filter(self, uid: str, d: Decision) -> None:
         record_plan(self.metrics, self.settings.runtime_check, d)
@@ -275,7 +275,7 @@ class SchedulerApi:
         if grouped is not None:
             record_group_preemption(self.groups, d, grouped)  # before any later call is read, as filter's
             return preemption_result(grouped.plan, args.plain), partial(
-                self._record_preempt, pod_uid(args.pod), d, grouped.plan
+                self._record_preempt, d.pod.uid, d, grouped.plan
             )
         plan = preempt_victims.plan(
             d.pod,
@@ -288,7 +288,7 @@ class SchedulerApi:
             bound,
             self.disruptions,
         )
-        return preemption_result(plan, args.plain), partial(self._record_preempt, pod_uid(args.pod), d, plan)
+        return preemption_result(plan, args.plain), partial(self._record_preempt, d.pod.uid, d, plan)
 
     def _node_facts(
         self, summary: Lookup, ledger: PodLedger | None, *, tables: bool

@@ -7,7 +7,16 @@ from typing import Any
 
 import pytest
 
-from gpuextender.extender.model.untrusted import Fields, InvalidInput, described, object_at, shown
+from gpuextender.extender.model.untrusted import (
+    MAX_OBJECT_NAME_CHARS,
+    Fields,
+    InvalidInput,
+    described,
+    nominated_node,
+    object_at,
+    pod_uid,
+    shown,
+)
 
 
 def test_shown_keeps_40_characters_and_cuts_the_41st() -> None:
@@ -95,3 +104,27 @@ def test_a_huge_value_never_makes_a_huge_message() -> None:
     f = Fields()
     for value in ("z" * 1_000_000, 10**5000, list(range(100_000))):
         assert len(str(refused(lambda v=value: f.mapping(v, "m")))) < 120
+
+
+@pytest.mark.parametrize(
+    ("pod", "uid"),
+    [
+        ({"metadata": {"uid": "u-1"}}, "u-1"),
+        ({"metadata": {"uid": "u" * MAX_OBJECT_NAME_CHARS}}, "u" * MAX_OBJECT_NAME_CHARS),  # at the bound
+        ({"metadata": {"uid": "u" * (MAX_OBJECT_NAME_CHARS + 1)}}, ""),  # past it
+        ({"metadata": {"uid": 7}}, ""),
+        ({"metadata": []}, ""),
+        ({}, ""),
+        ([], ""),
+    ],
+)
+def test_a_pods_uid_is_a_bounded_string_or_none(pod: Any, uid: str) -> None:
+    assert pod_uid(pod) == uid
+
+
+def test_a_pods_nominated_node_is_a_bounded_string_or_none() -> None:
+    assert nominated_node({"status": {"nominatedNodeName": "n1"}}) == "n1"
+    assert nominated_node({"status": {"nominatedNodeName": "n" * MAX_OBJECT_NAME_CHARS}}) == "n" * MAX_OBJECT_NAME_CHARS
+    assert nominated_node({"status": {"nominatedNodeName": "n" * (MAX_OBJECT_NAME_CHARS + 1)}}) == ""
+    assert nominated_node({"status": {"nominatedNodeName": None}}) == ""
+    assert nominated_node({"status": "x"}) == nominated_node({}) == ""
