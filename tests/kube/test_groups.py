@@ -46,7 +46,10 @@ from tests.control_plane import ControlPlane, Kube, Process, wait_for
 from tests.harness import Proc, free_port, http, metric
 from tests.kube import groups as G
 from tests.kube.conftest import install_crds, scene_in_namespace
-from tests.kube.scene import Scene
+from tests.kube.preemption import drop_classes, kubelet_for_victims, priority_class
+from tests.kube.preemption import fleet as preemption_fleet
+from tests.kube.scene import NODE_LABEL, Scene
+from tests.kube.test_preempt_group import CLIQUES
 from tests.tcp_forward import forwarding
 
 SEED = 34
@@ -453,10 +456,6 @@ def test_a_high_priority_workload_gang_preempts_in_one_clique_with_kube_schedule
     scheduling (the PodGroup's topology key the clique): the least eviction set is one good
     clique's 4 pods (16 GPUs); with topology-aware scheduling kube-scheduler-1.36 does not preempt
     for a gang at all, alone or with the extender: nothing is evicted and the gang waits whole."""
-    from tests.kube.preemption import drop_classes, fleet, kubelet_for_victims, priority_class
-    from tests.kube.scene import NODE_LABEL
-    from tests.kube.test_preempt_group import CLIQUES
-
     tas = gates == GANG_ARGS
     low, high = priority_class(gworld, "low", 10), priority_class(gworld, "high", 1000)
     try:
@@ -465,7 +464,9 @@ def test_a_high_priority_workload_gang_preempts_in_one_clique_with_kube_schedule
             del group["spec"]["schedulingConstraints"]
         gworld.kube.create(G.WORKLOAD_PATH.format(ns=gworld.ns), group)
         labels = {short: {G.CLIQUE: f"{gworld.ns}.{clique}"} for short, clique in CLIQUES.items()}
-        holders = fleet(gworld, low, low, with_extender, V136, good=4, labels=labels, extra_args=gates + LOGGED)
+        holders = preemption_fleet(
+            gworld, low, low, with_extender, V136, good=4, labels=labels, extra_args=gates + LOGGED
+        )
         with kubelet_for_victims(gworld, holders) as gone:
             for index in range(2):
                 pod = G.member_pod(G.Group("gang", G.WORKLOAD, 2, 8), index, "")

@@ -37,12 +37,12 @@ from gpuextender.extender.decide import preempt_claims
 from gpuextender.extender.decide.group_domains import ANY, NO_LABEL
 from gpuextender.extender.decide.group_member import GroupContext
 from gpuextender.extender.decide.preempt_victims import (
-    DROPPED,
     NodeFacts,
     NodePlan,
     PreemptionPlan,
     Proposal,
     Violations,
+    drop,
     judge_node,
 )
 from gpuextender.extender.decide.reasons import Reason
@@ -60,8 +60,7 @@ NOTHING: Cost = (0, -(2**31), 0, 0)
 class GroupPreemption:
     plan: PreemptionPlan
     domain: tuple[str, str, str] | None  # (level, value, name) chosen; None: no domain can hold the group
-    placement: Mapping[str, int]  # node -> members the domain holds there (the group's hold)
-    why: str
+    placement: Mapping[str, int]  # node -> members the domain holds there (the group's hold); why: plan.note
 
 
 @dataclass(slots=True)
@@ -138,13 +137,13 @@ def plan_group(
             continue
         reason = verdicts.get(p.node)
         if reason is not None and reason.unresolvable:
-            dropped[p.node] = _drop(p, f"{reason.code}: no eviction makes the node usable for the pod")
+            dropped[p.node] = drop(p, f"{reason.code}: no eviction makes the node usable for the pod")
             continue
         nodes[p.node] = _Node(p, f, preempt_claims.freed_only(s, f.pods), [], s.healthy_gpus // per)
     if not nodes:
         if unknown:
             return None
-        return GroupPreemption(PreemptionPlan(tuple(_ordered(proposals, dropped))), None, {}, "")
+        return GroupPreemption(PreemptionPlan(tuple(_ordered(proposals, dropped))), None, {})
     idle: dict[str, int] = {}  # nodes passing now, not proposed -> their free idle GPUs
     for node in passing:
         s = facts(node).summary
@@ -177,10 +176,10 @@ def plan_group(
             f"of {per} GPU(s) by evicting lower-priority pods: the group waits whole"
         )
         for n in nodes.values():
-            dropped[n.proposal.node] = _drop(n.proposal, why)
+            dropped[n.proposal.node] = drop(n.proposal, why)
         for p in unknown:
-            dropped[p.node] = _drop(p, why)
-        return GroupPreemption(PreemptionPlan(tuple(_ordered(proposals, dropped)), why), None, {}, why)
+            dropped[p.node] = drop(p, why)
+        return GroupPreemption(PreemptionPlan(tuple(_ordered(proposals, dropped)), why), None, {})
     evicted = sum(choice.taken.values())
     summary = (
         f"group {group.ref.key}: preempts in {choice.name}: {choice.cost[2]} pod(s), {choice.cost[3]} GPU(s) "
@@ -195,16 +194,16 @@ def plan_group(
             why = f"group {group.ref.key} preempts in {choice.name}"
             if node in choice.inside:
                 why = f"group {group.ref.key}: {choice.name}'s cheaper candidates make room for it"
-            answered[node] = _drop(n.proposal, why, _usable(n))
+            answered[node] = drop(n.proposal, why, _usable(n))
         else:
-            answered[node] = _for_group(found, f"group {group.ref.key}, {members} member(s) here: {found.why}")
+            answered[node] = found._replace(why=f"group {group.ref.key}, {members} member(s) here: {found.why}")
     for p in unknown:
-        answered[p.node] = _drop(p, f"no fresh GPU data: group {group.ref.key} preempts in {choice.name}")
+        answered[p.node] = drop(p, f"no fresh GPU data: group {group.ref.key} preempts in {choice.name}")
     placement = dict(choice.free)
     for node, members in choice.taken.items():
         placement[node] = placement.get(node, 0) + members
     plan = PreemptionPlan(tuple(_ordered(proposals, answered)), summary)
-    return GroupPreemption(plan, (choice.level, choice.value, choice.name), placement, summary)
+    return GroupPreemption(plan, (choice.level, choice.value, choice.name), placement)
 
 
 def _choose(
@@ -337,16 +336,6 @@ def _levels(group: GroupContext) -> str:
 
 def _usable(n: _Node, members: int = 1) -> int | None:
     return n.plans[members - 1].usable if len(n.plans) >= members else None
-
-
-def _for_group(plan: NodePlan, why: str) -> NodePlan:
-    return NodePlan(
-        plan.node, plan.action, plan.victims, plan.pdb_violations, why, plan.usable, plan.added, plan.proposed
-    )
-
-
-def _drop(p: Proposal, why: str, usable: int | None = None) -> NodePlan:
-    return NodePlan(p.node, DROPPED, (), 0, why, usable, (), p.victims)
 
 
 def _ordered(proposals: Sequence[Proposal], plans: Mapping[str, NodePlan]) -> list[NodePlan]:

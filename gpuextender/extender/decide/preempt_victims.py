@@ -148,7 +148,7 @@ def plan(
     PodDisruptionBudget below zero, None while the budgets are not known
     (state/disruption_budgets.py)."""
     if not pod.preempts:  # (kube-scheduler asks only for pods that may preempt)
-        return PreemptionPlan(tuple(_drop(p, "its preemptionPolicy is Never") for p in proposals))
+        return PreemptionPlan(tuple(drop(p, "its preemptionPolicy is Never") for p in proposals))
     note = _not_judged(pod)
     if note:
         return PreemptionPlan(tuple(_as_proposed(p, note) for p in proposals), note)
@@ -162,13 +162,13 @@ def plan(
         # Without fresh data, too few GPUs is the allocatable less the bound pods, which evictions
         # change: kube-scheduler's own count decides that.
         if reason is not None and reason.unresolvable and (fresh or reason is not reasons.INSUFFICIENT_GPUS):
-            judged.append(_drop(p, f"{reason.code}: no eviction makes the node usable for the pod"))
+            judged.append(drop(p, f"{reason.code}: no eviction makes the node usable for the pod"))
         elif s is None or not fresh:
             unknown.append((p, s is not None))
         elif pod.claims_read:  # DRA: kube-scheduler's victims or none (preempt_claims.py)
             c = preempt_claims.judge(pod, p.node, p.victims, s, bound)
             kept = NodePlan(p.node, KEPT, p.victims, p.pdb_violations, c.why, c.usable, (), p.victims)
-            judged.append(kept if c.kept else _drop(p, c.why, c.usable))
+            judged.append(kept if c.kept else drop(p, c.why, c.usable))
         elif (t := f.table) is not None and f.by_uid is not None and t.read is s and t.reported is f.reported:
             judged.append(judge_table(pod.priority, pod.gpus_needed, p, t, f.pods, f.by_uid, violations))
         else:
@@ -180,9 +180,9 @@ def plan(
     fresh_kept = any(n.answered for n in judged)
     for p, stale in unknown:
         if stale and stale_policy == "fail-closed":
-            judged.append(_drop(p, f"{reasons.STALE_GPU_DATA.code}: no GPUs are known to be freed"))
+            judged.append(drop(p, f"{reasons.STALE_GPU_DATA.code}: no GPUs are known to be freed"))
         elif fresh_kept:
-            judged.append(_drop(p, f"{reasons.NO_FRESH_GPU_DATA.code}: nodes with fresh GPU data can take the pod"))
+            judged.append(drop(p, f"{reasons.NO_FRESH_GPU_DATA.code}: nodes with fresh GPU data can take the pod"))
         else:
             judged.append(_as_proposed(p, "no fresh GPU data: kube-scheduler's count decides"))
     order = {p.node: i for i, p in enumerate(proposals)}
@@ -213,7 +213,7 @@ def judge_node(
         b = bound(uid)
         if b is not None and b.node == node:
             if b.priority >= mine:
-                return _drop(p, "a victim's priority is not below the pod's")
+                return drop(p, "a victim's priority is not below the pod's")
             victims.append(b)
     room = Room(s, reported)
     held, pending = room.tally(victims)
@@ -241,13 +241,13 @@ def judge_table(
     if here and len(here) == len(parts):
         top, held, pending = t.every
         if top >= mine:
-            return _drop(p, "a victim's priority is not below the pod's")
+            return drop(p, "a victim's priority is not below the pod's")
     else:
         held = pending = 0
         for uid in here:
             priority, h, q = parts[uid]
             if priority >= mine:
-                return _drop(p, "a victim's priority is not below the pod's")
+                return drop(p, "a victim's priority is not below the pod's")
             held += h
             pending += q
     usable = t.room.usable(held, pending)
@@ -260,7 +260,7 @@ def judge_table(
 def _kept(p: Proposal, usable: int) -> NodePlan:
     """kube-scheduler's victims leave `usable` GPUs, enough."""
     if not p.victims:
-        return _drop(p, f"fits without evictions ({usable} GPUs usable): no victim to name", usable)
+        return drop(p, f"fits without evictions ({usable} GPUs usable): no victim to name", usable)
     return NodePlan(p.node, KEPT, p.victims, p.pdb_violations, f"{usable} GPUs usable after", usable, (), p.victims)
 
 
@@ -280,7 +280,7 @@ def _extended(
     cheapest first, then each one not needed left out again (`tally`: what the victims free;
     `parts`: VictimTable.parts of `pods` over `room`, where there is one)."""
     if violations((), victims) is None:
-        return _drop(p, "PodDisruptionBudgets not known yet: no victim added", room.usable(*tally))
+        return drop(p, "PodDisruptionBudgets not known yet: no victim added", room.usable(*tally))
     chosen = set(p.victims)
     # Room.usable reads sums: each pod's part is counted once, and adding a pod, or leaving one
     # out again, is an addition, not another pass over every victim.
@@ -293,12 +293,12 @@ def _extended(
                 h, q = room.part(b)
             else:
                 _, h, q = parts[b.uid]
-            if h or q:  # (what evicting it gives back: Room.gives)
+            if h or q:  # (what evicting it gives back: Room.part)
                 others.append((b, h, q))
                 every_held, every_pending = every_held + h, every_pending + q
     usable = room.usable(every_held, every_pending)
     if usable < needed:  # (the order they would be added in does not matter then)
-        return _drop(p, f"evicting every lower-priority GPU pod leaves {usable} of {needed} GPUs usable", usable)
+        return drop(p, f"evicting every lower-priority GPU pod leaves {usable} of {needed} GPUs usable", usable)
     added: list[Part] = []
     for o in cheapest_first(others, s, lambda b: bool(violations((b,), victims))):
         added.append(o)
@@ -357,15 +357,10 @@ class Room:
         self._bound_units = s.bound_pod_units
         self._healthy = s.healthy_gpus
 
-    def gives(self, b: BoundPod) -> int:
-        """Units evicting `b` gives back: the healthy GPUs it holds where the agent attributes it
-        (a failing GPU is never freed), else what it was counted for as a bound pod."""
-        if self._holders is not None and b.key in self._holders:
-            return self._units.get(b.key, 0)
-        return b.gpus
-
     def part(self, b: BoundPod) -> tuple[int, int]:
-        """(held, pending) of `b` alone: `tally`'s terms; their sum is what `gives` says."""
+        """(held, pending) of `b` alone, `tally`'s terms; their sum is what evicting it gives back: the
+        healthy GPUs it holds where the agent attributes it (a failing GPU is never freed), else what
+        it was counted for as a bound pod."""
         if self._holders is not None:
             if b.key in self._holders:
                 return self._units.get(b.key, 0), 0
@@ -400,16 +395,13 @@ class Room:
         usable = (offered if offered > 0 else 0) + held
         return usable if usable < self._healthy else self._healthy
 
-    def after(self, gone: Iterable[BoundPod]) -> int:
-        """The GPUs usable once `gone` are evicted."""
-        return self.usable(*self.tally(gone))
 
-
-def _drop(p: Proposal, why: str, usable: int | None = None) -> NodePlan:
+def drop(p: Proposal, why: str, usable: int | None = None) -> NodePlan:
+    """`p` dropped: answered with no victim (`usable`: the GPUs known usable there, if judged)."""
     return NodePlan(p.node, DROPPED, (), 0, why, usable, (), p.victims)
 
 
 def _as_proposed(p: Proposal, why: str) -> NodePlan:
     if not p.victims:  # (kubernetes PR #135486) answered without a victim, kube-scheduler refuses the whole answer
-        return _drop(p, "no victim to name")
+        return drop(p, "no victim to name")
     return NodePlan(p.node, AS_PROPOSED, p.victims, p.pdb_violations, why, None, (), p.victims)

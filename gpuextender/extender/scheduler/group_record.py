@@ -90,14 +90,14 @@ def record_group_preemption(book: GroupBook, d: Decision, grouped: GroupPreempti
     holds = dict(grouped.placement)
     for node, members in group.placed_on.items():  # members nominated there keep their room until bound
         holds[node] = holds.get(node, 0) + members
-    if book.hold(key, group.ref.source, group.size, group.per_member, grouped.domain, holds, grouped.why, True):
+    if book.hold(key, group.ref.source, group.size, group.per_member, grouped.domain, holds, grouped.plan.note, True):
         if before is None or before.domain_name != grouped.domain[2]:
             log.info(
                 "group %s (%s, %d members): %s",
                 key,
                 group.ref.source,
                 group.size,
-                grouped.why,
+                grouped.plan.note,
                 extra={"pod": d.pod.ref},
             )
     else:

@@ -108,6 +108,11 @@ def test_a_candidate_without_victims_is_never_kept() -> None:
     assert not bare.kept and "no victim to name" in bare.why
 
 
+def after(room: Room, *gone: BoundPod) -> int:
+    """The GPUs usable once `gone` are evicted."""
+    return room.usable(*room.tally(gone))
+
+
 def test_gpus_held_through_a_claim_another_pod_uses_are_not_counted_as_freed() -> None:
     """`holder` holds GPUs 2-3 through claim ml/pair. Alone on it, evicting it frees them (its claim
     is deallocated once it is gone); while `twin` also uses ml/pair, evicting `holder` frees nothing."""
@@ -116,9 +121,9 @@ def test_gpus_held_through_a_claim_another_pod_uses_are_not_counted_as_freed() -
     twin = bound_pod("twin", LOW, claims=(f"{NS}/pair",))
     other = bound_pod("other", LOW, claims=(f"{NS}/own",))
     alone = preempt_claims.freed_only(s, [holder, other])
-    assert alone is s and Room(alone, None).after([holder]) == 4
+    assert alone is s and after(Room(alone, None), holder) == 4
     shared = preempt_claims.freed_only(s, [holder, twin, other])
-    assert Room(shared, None).after([holder]) == 2 and Room(shared, None).gives(holder) == 0
+    assert after(Room(shared, None), holder) == 2 and sum(Room(shared, None).part(holder)) == 0
     assert preempt_claims.freed_only(s, [bound_pod("cpu", LOW)]) is s  # no claims on the node
 
 
