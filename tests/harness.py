@@ -88,9 +88,12 @@ def metric(samples: Samples, name: str, **labels: str) -> float | None:
 # How long a started process may take to listen: a bound on liveness, not speed (the suite runs in
 # parallel on a busy machine; a process that exits is noticed at once, never after this).
 STARTUP_S = 60.0
+# How long a wait for something the code will do (a report in, a state out) may take: a bound on
+# liveness too. CI ran one at 15 s into the ground beside a starting kube-apiserver.
+WAIT_S = 45.0
 
 
-def wait_until(what: str, check: Callable[[], Any], timeout: float = 15.0, interval: float = 0.1) -> Any:
+def wait_until(what: str, check: Callable[[], Any], timeout: float = WAIT_S, interval: float = 0.1) -> Any:
     """Poll `check` until it returns something truthy; fail with `what` on timeout."""
     deadline = time.monotonic() + timeout
     last_error: Exception | None = None
@@ -191,6 +194,11 @@ class Cluster:
         )
         return proc
 
+    def print_log_tails(self, lines: int = 40) -> None:
+        for proc in self.procs:
+            tail = proc.log().splitlines()[-lines:]
+            print(f"--- last {len(tail)} lines of {proc.log_path.name} ---", *tail, sep="\n")
+
     def stop_all(self) -> None:
         for proc in self.procs:
             proc.stop()
@@ -207,6 +215,9 @@ def cluster(workdir: Path) -> Iterator[Cluster]:
     c = Cluster(workdir)
     try:
         yield c
+    except BaseException:
+        c.print_log_tails()  # pytest shows a failed test's stdout: each process's say on what went wrong
+        raise
     finally:
         c.stop_all()
 
