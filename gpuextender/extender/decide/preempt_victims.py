@@ -32,7 +32,7 @@ every input is an argument.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import NamedTuple
 
@@ -102,10 +102,11 @@ class NodeFacts:
     table: VictimTable | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class VictimTable:
     """One node's pods as `judge_node` reads them, for a summary and a set of pods: what evicting
-    each frees, so that judging a candidate is a dict lookup per victim and a sum (`judge_table`)."""
+    each frees, so that judging a candidate is a dict lookup per victim and a sum (`judge_table`).
+    Its fields are never reassigned; `judged` and `order` are caches of what it gives (below)."""
 
     read: NodeSummary  # the summary it was made from (what the decisions read)
     reported: NodeSummary | None  # the agent's own
@@ -113,6 +114,16 @@ class VictimTable:
     room: Room  # over `summary`
     parts: Mapping[str, tuple[int, int, int]]  # uid -> (priority, held, pending): Room.part
     every: tuple[int, int, int]  # every pod's: (the highest priority, held, pending); kube-scheduler's usual victims
+    # The JUDGED_KEPT judgements used last that read nothing else (no PodDisruptionBudget): (the pod's
+    # priority, GPUs needed, the proposal, its plan). Pods of one shape (a Deployment's replicas, a
+    # pod tried again) meet the same victims on a node: a tuple compare instead of a judgement.
+    judged: list[tuple[int, int, Proposal, NodePlan]] = field(default_factory=list)
+    # Every pod with what it frees, in cheapest_first's order less its PodDisruptionBudget part; made
+    # when a candidate first needs victims added (`_extended`).
+    order: list[Part] | None = None
+
+
+JUDGED_KEPT = 2  # judgements kept per table: two pod shapes preempting in turn still meet theirs
 
 
 def victim_table(s: NodeSummary, reported: NodeSummary | None, pods: Collection[BoundPod]) -> VictimTable:
@@ -233,7 +244,14 @@ def judge_table(
     violations: Violations,
 ) -> NodePlan:
     """`judge_node` over a node's `victim_table` (`pods`, `by_uid`: the pods it was made from): the
-    same answers, the victims' parts summed from the table."""
+    same answers, the victims' parts summed from the table, or the plan the table kept for the same
+    pod shape and proposal (`VictimTable.judged`)."""
+    judged = t.judged
+    for i, (m, n, known, plan) in enumerate(judged):
+        if m == mine and n == needed and known == p:  # (compared by value: no string hashed)
+            if i:
+                judged.insert(0, judged.pop(i))  # the last used first
+            return plan
     parts = t.parts
     # The node's pods among the victims, each once (one bound elsewhere, or no GPU pod, frees nothing
     # here); kube-scheduler often names every one (one set operation, in C, then the table's sums).
@@ -241,20 +259,27 @@ def judge_table(
     if here and len(here) == len(parts):
         top, held, pending = t.every
         if top >= mine:
-            return drop(p, "a victim's priority is not below the pod's")
+            return _judged(t, mine, needed, p, drop(p, "a victim's priority is not below the pod's"))
     else:
         held = pending = 0
         for uid in here:
             priority, h, q = parts[uid]
             if priority >= mine:
-                return drop(p, "a victim's priority is not below the pod's")
+                return _judged(t, mine, needed, p, drop(p, "a victim's priority is not below the pod's"))
             held += h
             pending += q
     usable = t.room.usable(held, pending)
     if usable >= needed:
-        return _kept(p, usable)
+        return _judged(t, mine, needed, p, _kept(p, usable))
     victims = [by_uid[uid] for uid in dict.fromkeys(p.victims) if uid in parts]
-    return _extended(mine, needed, p, t.summary, pods, victims, t.room, (held, pending), violations, parts)
+    return _extended(mine, needed, p, t.summary, pods, victims, t.room, (held, pending), violations, t)
+
+
+def _judged(t: VictimTable, mine: int, needed: int, p: Proposal, plan: NodePlan) -> NodePlan:
+    """`plan`, kept in `t` as the newest of its judgements."""
+    t.judged.insert(0, (mine, needed, p, plan))
+    del t.judged[JUDGED_KEPT:]
+    return plan
 
 
 def _kept(p: Proposal, usable: int) -> NodePlan:
@@ -274,11 +299,11 @@ def _extended(
     room: Room,
     tally: tuple[int, int],
     violations: Violations,
-    parts: Mapping[str, tuple[int, int, int]] | None = None,
+    table: VictimTable | None = None,
 ) -> NodePlan:
     """kube-scheduler's victims leave too few GPUs: the node's other lower-priority GPU pods added,
     cheapest first, then each one not needed left out again (`tally`: what the victims free;
-    `parts`: VictimTable.parts of `pods` over `room`, where there is one)."""
+    `table`: the VictimTable of `pods` over `room` and `s`, where there is one)."""
     if violations((), victims) is None:
         return drop(p, "PodDisruptionBudgets not known yet: no victim added", room.usable(*tally))
     chosen = set(p.victims)
@@ -287,20 +312,24 @@ def _extended(
     others: list[Part] = []
     held, pending = tally
     every_held, every_pending = tally  # (with every one of `others`)
-    for b in pods:
-        if b.uid not in chosen and b.priority < mine:
-            if parts is None:
-                h, q = room.part(b)
-            else:
-                _, h, q = parts[b.uid]
-            if h or q:  # (what evicting it gives back: Room.part)
-                others.append((b, h, q))
-                every_held, every_pending = every_held + h, every_pending + q
+    for o in ((b, *room.part(b)) for b in pods) if table is None else _table_order(table, pods):
+        b = o[0]
+        if b.uid not in chosen and b.priority < mine and (o[1] or o[2]):  # (what evicting it gives back)
+            others.append(o)
+            every_held, every_pending = every_held + o[1], every_pending + o[2]
     usable = room.usable(every_held, every_pending)
     if usable < needed:  # (the order they would be added in does not matter then)
         return drop(p, f"evicting every lower-priority GPU pod leaves {usable} of {needed} GPUs usable", usable)
+    if table is None:
+        ordered = cheapest_first(others, s, lambda b: bool(violations((b,), victims)))
+    else:  # in cheapest_first's order already but for the budgets: the pods they protect go last
+        ordered = []
+        shielded: list[Part] = []
+        for o in others:
+            (shielded if violations((o[0],), victims) else ordered).append(o)
+        ordered += shielded
     added: list[Part] = []
-    for o in cheapest_first(others, s, lambda b: bool(violations((b,), victims))):
+    for o in ordered:
         added.append(o)
         held, pending = held + o[1], pending + o[2]
         if room.usable(held, pending) >= needed:
@@ -333,14 +362,28 @@ def cheapest_first(
     violations first), then lowest priority (its own order); within a priority, pods whose GPUs the
     agent reports idle (fewest busy GPUs first), then the shortest-running (latest start; not
     started yet first), then by UID."""
+    cost = _cost(s)
+    return sorted(parts, key=lambda part: (protected(part[0]), *cost(part)))
+
+
+def _cost(s: NodeSummary) -> Callable[[Part], tuple[int, int, float, str]]:
+    """cheapest_first's order after the budgets: unique per pod (the UID last)."""
     held = {key: (n, idle) for key, n, idle in s.pod_units}
 
-    def cost(part: Part) -> tuple[bool, int, int, float, str]:
+    def cost(part: Part) -> tuple[int, int, float, str]:
         b = part[0]
         n, idle = held.get(b.key, (0, 0))
-        return (protected(b), b.priority, n - idle, -(b.started or float("inf")), b.uid)
+        return (b.priority, n - idle, -(b.started or float("inf")), b.uid)
 
-    return sorted(parts, key=cost)
+    return cost
+
+
+def _table_order(t: VictimTable, pods: Collection[BoundPod]) -> list[Part]:
+    """`t`'s pods (`pods`: those it was made from) with their parts, in `_cost`'s order; made once."""
+    if t.order is None:
+        parts = t.parts
+        t.order = sorted(((b, parts[b.uid][1], parts[b.uid][2]) for b in pods), key=_cost(t.summary))
+    return t.order
 
 
 class Room:

@@ -434,6 +434,7 @@ def preemption_result(plan: PreemptionPlan, plain: Mapping[str, PlainVictims] = 
     for n in plan.nodes:
         if n.action != DROPPED:
             given = plain.get(n.node)
-            pods = given[1] if given is not None and given[0] is n.victims else [{"UID": uid} for uid in n.victims]
+            # (`==`: a plan kept from an earlier call names equal victims in other string objects)
+            pods = given[1] if given is not None and given[0] == n.victims else [{"UID": uid} for uid in n.victims]
             answered[n.node] = {"Pods": pods, "NumPDBViolations": n.pdb_violations}
     return {"NodeNameToMetaVictims": answered}

@@ -196,3 +196,108 @@ def test_a_candidate_is_answered_over_the_table_as_judge_node_answers_it(
     over_table = judge_table(mine, needed, p, f.table, f.pods, f.by_uid, violations)
     plain = facts_without_table(ledger, "n", s)
     assert over_table == judge_node(mine, needed, p, s, None, plain.pods, ledger.lookup(), violations)
+
+
+# -- the judgements a table keeps (VictimTable.judged) ----------------------------------------------
+
+
+def mixed_node() -> tuple[PodLedger, Any]:
+    """test_a_candidate_is_answered_over_the_table_as_judge_node_answers_it's node."""
+    ledger = ledger_of(
+        pod("a", 1, LOW, node="n", started="2026-12-07T01:00:00Z"),
+        pod("b", 1, LOW, node="n", started="2026-12-07T02:00:00Z"),
+        pod("c", 2, LOW + 5, node="n"),
+        pod("d", 1, LOW, node="n"),
+        pod("high", 1, HIGH, node="n"),
+        pod("pending", 1, LOW, node="n"),
+    )
+    return ledger, summary("biiifbbi", holders={0: "a", 1: "b", 2: "c", 3: "c", 4: "d", 5: "high"})
+
+
+def no_budgets(_pods: Sequence[BoundPod], _before: Sequence[BoundPod]) -> int:
+    return 0
+
+
+def copied(p: Proposal) -> Proposal:
+    """`p` in new string objects, as the next call's body parses it."""
+    return Proposal("".join(p.node), tuple("".join(list(u)) for u in p.victims), p.pdb_violations)
+
+
+SHAPES = [  # (victims, PDB violations, the preemptor's priority, GPUs needed)
+    (v, pdb, mine, needed)
+    for v in [("uid-a",), ("uid-a", "uid-b"), ("uid-high",), EVERY, ("uid-cpu", *EVERY)]
+    for pdb in (0, 1)
+    for mine in (HIGH, 2 * HIGH)
+    for needed in (1, 2, 3, 5, 8)
+]
+
+
+def test_a_table_judges_a_candidate_after_one_that_differs_in_one_thing_as_judge_node_does() -> None:
+    """Each shape and proposal, then each that differs from it in one thing only (so the table has
+    kept the first's judgement), over one table: judge_node's answer each time."""
+    ledger, s = mixed_node()
+    plain = facts_without_table(ledger, "n", s)
+    checked = 0
+    for first in SHAPES:
+        for then in SHAPES:
+            if sum(a != b for a, b in zip(first, then, strict=True)) != 1:
+                continue
+            f = twice(PreemptFacts(ledger), "n", s)
+            assert f.table is not None and f.by_uid is not None
+            for victims, pdb, mine, needed in (first, then):
+                p = Proposal("n", victims, pdb)
+                want = judge_node(mine, needed, p, s, None, plain.pods, ledger.lookup(), no_budgets)
+                assert judge_table(mine, needed, copied(p), f.table, f.pods, f.by_uid, no_budgets) == want
+            checked += 1
+    assert checked == len(SHAPES) * (4 + 1 + 1 + 4)
+
+
+def test_a_table_answers_the_same_shape_and_proposal_with_the_plan_it_kept() -> None:
+    ledger, s = mixed_node()
+    f = twice(PreemptFacts(ledger), "n", s)
+    assert f.table is not None and f.by_uid is not None
+    p = Proposal("n", ("uid-a", "uid-b"), 0)
+    first = judge_table(2 * HIGH, 2, p, f.table, f.pods, f.by_uid, no_budgets)
+    assert first.action == "kept"
+    assert judge_table(2 * HIGH, 2, copied(p), f.table, f.pods, f.by_uid, no_budgets) is first
+    for mine, needed, q in [(HIGH + 1, 2, p), (2 * HIGH, 1, p), (2 * HIGH, 2, p._replace(pdb_violations=1))]:
+        assert judge_table(mine, needed, q, f.table, f.pods, f.by_uid, no_budgets) is not first
+        assert judge_table(2 * HIGH, 2, p, f.table, f.pods, f.by_uid, no_budgets) is first  # still kept
+
+
+def test_a_table_keeps_the_two_judgements_used_last() -> None:
+    """JUDGED_KEPT = 2: a shape used before the last two is judged again (an equal plan, made anew)."""
+    ledger, s = mixed_node()
+    f = twice(PreemptFacts(ledger), "n", s)
+    assert f.table is not None and f.by_uid is not None
+    t, p = f.table, Proposal("n", ("uid-a", "uid-b"), 0)
+
+    def judged(needed: int) -> Any:
+        return judge_table(2 * HIGH, needed, p, t, f.pods, f.by_uid, no_budgets)
+
+    one, two = judged(1), judged(2)
+    assert judged(1) is one and judged(2) is two  # two shapes in turn: each meets its own
+    three = judged(3)
+    assert judged(2) is two  # the two used last: 3 and 2
+    again = judged(1)  # 1 was used before the last two
+    assert again == one and again is not one
+    assert judged(2) is two and judged(1) is again and judged(2) is two  # 1 used before 2 ...
+    assert judged(5) is not three
+    assert judged(2) is two  # ... so 5 takes 1's place
+
+
+def test_a_candidate_extended_is_judged_again_each_call_as_the_budgets_say() -> None:
+    """What is added reads the PodDisruptionBudgets, which change without the node: never kept."""
+    ledger, s = mixed_node()
+    f = twice(PreemptFacts(ledger), "n", s)
+    assert f.table is not None and f.by_uid is not None
+    plain = facts_without_table(ledger, "n", s)
+    p = Proposal("n", ("uid-a",), 0)
+    for protected in [(), ("uid-b",), ()]:
+
+        def violations(pods: Sequence[BoundPod], _before: Sequence[BoundPod], shield: Any = protected) -> int:
+            return sum(b.uid in shield for b in pods)
+
+        got = judge_table(2 * HIGH, 3, p, f.table, f.pods, f.by_uid, violations)
+        assert got == judge_node(2 * HIGH, 3, p, s, None, plain.pods, ledger.lookup(), violations)
+        assert got.action == "extended" and got.added == (("uid-c",) if protected else ("uid-b",))

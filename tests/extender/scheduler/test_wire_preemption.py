@@ -412,3 +412,24 @@ def test_a_placeholder_candidate_answered_as_proposed_stays_a_placeholder() -> N
     assert proposal == Proposal("n1", (), 0)
     plan = PreemptionPlan((node_plan("n1", AS_PROPOSED, proposal.victims),))
     assert encode(preemption_result(plan)) == b'{"NodeNameToMetaVictims":{"n1":{"Pods":[],"NumPDBViolations":0}}}'
+
+
+def test_a_node_kept_with_the_proposals_victims_is_answered_with_the_requests_own_list() -> None:
+    """PreemptionArgs.plain: a node answered with exactly kube-scheduler's victims reuses the request's
+    `[{"UID": ...}]` list, also where the plan names them in other (equal) string objects, as a plan
+    kept from an earlier call does (VictimTable.judged); other victims are answered anew."""
+    args = parse_preemption_args(
+        meta_args(
+            {
+                "kept": {"Pods": [{"UID": "u1"}, {"UID": "u2"}], "NumPDBViolations": 0},
+                "more": {"Pods": [{"UID": "u3"}], "NumPDBViolations": 0},
+            }
+        )
+    )
+    equal = tuple("".join(["u", str(i)]) for i in (1, 2))  # new string objects
+    assert equal == args.plain["kept"][0] and equal[0] is not args.plain["kept"][0][0]
+    plan = PreemptionPlan((node_plan("kept", KEPT, equal), node_plan("more", EXTENDED, ("u3", "u4"))))
+    answered = preemption_result(plan, args.plain)["NodeNameToMetaVictims"]
+    assert answered["kept"]["Pods"] is args.plain["kept"][1]
+    assert answered["more"]["Pods"] == [{"UID": "u3"}, {"UID": "u4"}]
+    assert answered["more"]["Pods"] is not args.plain["more"][1]
