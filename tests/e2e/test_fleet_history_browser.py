@@ -11,6 +11,7 @@ import re
 import tempfile
 import time
 from collections.abc import Iterator
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +24,14 @@ from tests.harness import Cluster, Proc, cluster, free_port, http, post_json, re
 
 pytestmark = pytest.mark.skipif(not available(), reason=MISSING)
 
-SERIES = ["free-idle", "allocated-idle", "unhealthy", "waiting"]
-LEGEND = ["free-idle GPUs", "allocated-idle GPUs", "unhealthy GPUs", "pods waiting for GPUs"]
+SERIES = ["free-idle", "holder-unknown-idle", "allocated-idle", "unhealthy", "waiting"]
+LEGEND = [
+    "free-idle GPUs",
+    "idle GPUs, holder unknown",
+    "allocated-idle GPUs",
+    "unhealthy GPUs",
+    "pods waiting for GPUs",
+]
 
 
 @pytest.fixture
@@ -136,10 +143,10 @@ def test_the_chart_draws_each_sampled_minute_and_a_gap_where_there_was_none(
     with cluster(tmp_path) as c:
         ext = start_extender(c, "--inventory", str(inventory), "--no-fit-policy", "reject")
         # No agent yet: 12 GPUs, every one unknown: no GPU count (null), not 0; no pod waits.
-        sampled(ext, wall_file, minute[0], [None, None, None, 0])
+        sampled(ext, wall_file, minute[0], [None, None, None, None, 0])
         status, answer = post_json(url(ext, "/filter"), request_for(["gpu-a", "gpu-b", "gpu-silent"], gpus=8))
         assert status == 200 and answer["NodeNames"] == [], answer
-        sampled(ext, wall_file, minute[0], [None, None, None, 1])  # the same minute's point, replaced
+        sampled(ext, wall_file, minute[0], [None, None, None, None, 1])  # the same minute's point, replaced
         # gpu-a reports: GPU 0 and 2 free and idle, 1 held by vllm-0 and idle, 3 lost (XID 79).
         # The clock leaves minute 0 first: a sample taken there once the agent reported would
         # replace its point (the sampler runs every 0.1 s).
@@ -152,7 +159,7 @@ def test_the_chart_draws_each_sampled_minute_and_a_gap_where_there_was_none(
         wait_until("gpu-a's fake kubelet", socket.exists)
         c.agent("gpu-a", scenario, ext, extra=("--pod-resources-socket", str(socket)))
         for m in (1, 2, 5, 6, 8):  # minutes 3, 4 and 7: the extender took no sample
-            sampled(ext, wall_file, minute[m], [2, 1, 1, 1])
+            sampled(ext, wall_file, minute[m], [2, 0, 1, 1, 1])
         assert [p[0] for p in history(ext)] == [minute[m] for m in (0, 1, 2, 5, 6, 8)]
 
         browser.get(url(ext, "/ui"))
@@ -164,12 +171,13 @@ def test_the_chart_draws_each_sampled_minute_and_a_gap_where_there_was_none(
     assert [text.split(":")[0] for _, text in drawn["legend"]] == LEGEND
     assert [text for _, text in drawn["legend"]] == [
         "free-idle GPUs: 2",
+        "idle GPUs, holder unknown: 0",
         "allocated-idle GPUs: 1",
         "unhealthy GPUs: 1",
         "pods waiting for GPUs: 1",
     ]
     gpu_runs = [[1, 2], [5, 6], [8]]  # minute 0 had no GPU data; 3, 4 and 7 no sample
-    for series in SERIES[:3]:
+    for series in SERIES[:4]:
         assert [len(run) for run in drawn["runs"][series]] == [len(run) for run in gpu_runs], series
     assert [len(run) for run in drawn["runs"]["waiting"]] == [3, 2, 1]  # minutes 0-2, 5-6, 8
     paths = dict(drawn["paths"])
@@ -207,3 +215,40 @@ def test_with_no_history_yet_the_chart_says_so(tmp_path: Path, browser: Any, mon
     assert not drawn["shown"] and drawn["paths"] == [] and drawn["legend"] == []
     assert drawn["note"].startswith("No history yet")
     assert drawn["head"] == "The last 24 hours (0 minute(s) of 1440)"
+
+
+def test_a_short_history_has_a_time_label_per_minute_and_none_over_another(
+    tmp_path: Path, browser: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 52 item 7: a history of 1, 2, 3 or 5 minutes (drawn from documents in the page a real
+    extender served) has at most 5 time labels, each a different minute, none overlapping another."""
+    wall_file = tmp_path / "wall"
+    set_wall(wall_file, time.time())
+    monkeypatch.setenv("FLEET_HISTORY_WALL", str(wall_file))
+    m0 = (int(time.time()) // 60 - 30) * 60
+    with cluster(tmp_path) as c:
+        ext = start_extender(c)
+        browser.get(url(ext, "/ui"))
+        wait_for("the chart", lambda: chart(browser)["paths"])
+        drawn = {}
+        for minutes in (1, 2, 3, 5, 30):
+            points = [[m0 + 60 * i, 1, 0, 0, 0, 0] for i in range(minutes)]
+            drawn[minutes] = browser.execute_script(
+                """
+                renderHistory({stepSeconds: 60, windowSeconds: 86400, maxPoints: 1440, series: arguments[0],
+                               points: arguments[1]});
+                return [...document.querySelectorAll("#history-chart .h-tick")].map((t) => {
+                  const b = t.getBBox();
+                  return [Number(t.dataset.time), b.x, b.x + b.width];
+                });
+                """,
+                SERIES,
+                points,
+            )
+    for minutes, ticks in drawn.items():
+        times = [t for t, _, _ in ticks]
+        # One point: its minute and the next (the axis spans a minute at least); else one per minute, 5 at most.
+        assert len(times) == min(5, max(minutes, 2)), (minutes, ticks)
+        assert times == sorted(set(times)) and times[0] == m0, (minutes, ticks)
+        spans = sorted((left, right) for _, left, right in ticks)
+        assert all(a[1] < b[0] for a, b in pairwise(spans)), (minutes, spans)

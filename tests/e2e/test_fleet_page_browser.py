@@ -155,13 +155,19 @@ def test_the_fleet_page_shows_live_gpu_state_and_explains_a_pod(
         assert "nvidia-h100-80gb" in group and "3 node(s), 12 GPU(s)" in group
         totals = browser.find_element(By.CSS_SELECTOR, '#totals [data-state="unknown"]').get_attribute("data-count")
         assert totals == "4"
-        # Issue 34: the NVLink domains, with the GPUs a group could get there (gpu-a's 2 free idle,
-        # gpu-b's 4 idle whose holder is unknown, as the decision counts them); gpu-silent has no label.
+        # Issue 34: the NVLink domains, with the GPUs a group could get there: gpu-a's 2 free idle and,
+        # apart, gpu-b's 4 idle whose holder is unknown (issue 52: the counters' numbers, by one
+        # rule); gpu-silent has no label.
+        shown = {
+            s: browser.find_element(By.CSS_SELECTOR, f'#totals [data-state="{s}"]').get_attribute("data-count")
+            for s in ("free-idle", "holder-unknown-idle")
+        }
+        assert shown == {"free-idle": "2", "holder-unknown-idle": "4"}
         domain = wait_for(
             "the domains table",
             lambda: browser.find_elements(By.CSS_SELECTOR, '#domains-table tbody tr[data-domain="nvl-1"]'),
         )[0]
-        assert [td.text for td in domain.find_elements(By.TAG_NAME, "td")] == ["nvl-1", "2", "6 of 8", "-"]
+        assert [td.text for td in domain.find_elements(By.TAG_NAME, "td")] == ["nvl-1", "2", "2 of 8", "4", "-"]
         assert "nvidia.com/gpu.clique (1)" in browser.find_element(By.ID, "domains-head").text
 
         # The GPUs change; the page follows without a reload.

@@ -1,6 +1,7 @@
 """The fleet over time, for the fleet page's chart: one point per wall-clock minute over the last
-24 hours: free-idle, allocated-idle and unhealthy GPUs and pods waiting for GPUs, as the page
-counted them when the minute was sampled (ui/fleet_history_sampler.py samples them).
+24 hours: free-idle, holder-unknown-idle, allocated-idle and unhealthy GPUs and pods waiting for
+GPUs, as the page counted them when the minute was sampled (ui/fleet_history_sampler.py samples
+them; ui/fleet_view.idle_counts is what counts as idle).
 
 Bounded: at most `MAX_POINTS` (24 x 60) points, and a point leaves when it is 24 hours old
 (`WINDOW_S`) as well as when a 1441st arrives, so a wall clock stepped forward a day empties the
@@ -28,13 +29,15 @@ from typing import NamedTuple
 STEP_S = 60  # one point per wall-clock minute
 WINDOW_S = 24 * 60 * 60  # points this old (or older) leave
 MAX_POINTS = WINDOW_S // STEP_S  # 1440: every minute of the window, and no more
-SERIES = ("free-idle", "allocated-idle", "unhealthy", "waiting")  # a point's values, in this order
+# A point's values, in this order (the page's chart reads the names from /ui/history.json).
+SERIES = ("free-idle", "holder-unknown-idle", "allocated-idle", "unhealthy", "waiting")
 
 
 class Sample(NamedTuple):
     """The fleet at one moment. The GPU counts are None when no GPU had data."""
 
     free_idle: int | None
+    holder_unknown_idle: int | None  # idle, but the agent cannot read who holds it: shown apart
     allocated_idle: int | None
     unhealthy: int | None
     waiting: int  # GPU pods whose latest filter call found no place

@@ -61,7 +61,7 @@ class HistorySampler:
 
     def document(self) -> dict[str, Any]:
         """What the page draws: every point of the last 24 hours (at most MAX_POINTS), oldest first,
-        each [minute start (Unix seconds), free-idle, allocated-idle, unhealthy, waiting], a GPU
+        each [minute start (Unix seconds), one value per SERIES name], a GPU
         count null where no GPU had data; a minute without a point was not sampled."""
         return {
             "stepSeconds": STEP_S,

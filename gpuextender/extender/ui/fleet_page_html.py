@@ -60,6 +60,7 @@ section.fleet { margin-bottom: 1rem; }
 #history-chart .h-line { fill: none; stroke-width: 2; stroke-linecap: round; stroke-linejoin: round; }
 /* Each series by dash as well as colour; a lone point (a minute between two gaps) is a round dot. */
 #history-chart .h-free-idle { stroke: var(--free-idle); }
+#history-chart .h-holder-unknown-idle { stroke: #8c8c8c; stroke-dasharray: 4 2; }
 #history-chart .h-allocated-idle { stroke: var(--allocated-idle); stroke-dasharray: 8 3; }
 #history-chart .h-unhealthy { stroke: var(--unhealthy); stroke-dasharray: 2 3; }
 #history-chart .h-waiting { stroke: #222; stroke-dasharray: 10 3 2 3; }
@@ -67,6 +68,7 @@ section.fleet { margin-bottom: 1rem; }
 #history-chart .h-label { font-size: 11px; fill: #666; }
 .h-key { display: inline-block; width: 22px; height: 0; border-top: 3px solid; vertical-align: middle; }
 .h-key.h-free-idle { border-color: var(--free-idle); } .h-key.h-allocated-idle { border-color: var(--allocated-idle); border-top-style: dashed; }
+.h-key.h-holder-unknown-idle { border-color: #8c8c8c; border-top-style: dashed; }
 .h-key.h-unhealthy { border-color: var(--unhealthy); border-top-style: dotted; } .h-key.h-waiting { border-color: #222; border-top-style: dashed; }
 """
 
@@ -218,14 +220,15 @@ function renderDomains(d) {
   if (!d.domains.length) { out.replaceChildren(el("p", "muted", "No GPU node carries the label.")); return; }
   const table = el("table"); table.id = "domains-table";
   const hr = el("tr");
-  ["domain", "nodes", "free idle GPUs", "groups held there (members not yet bound)"].forEach((h) => hr.append(el("th", null, h)));
+  ["domain", "nodes", "free idle GPUs", "idle, holder unknown", "groups held there (members not yet bound)"].forEach((h) => hr.append(el("th", null, h)));
   table.append(el("thead")); table.firstChild.append(hr);
   const body = el("tbody");
   d.domains.forEach((x) => {
     const tr = el("tr"); tr.dataset.domain = x.domain;
     td(tr, x.domain, "domain");
     td(tr, x.nodes, "num");
-    td(tr, x.freeIdleGpus + " of " + x.gpus, "num");
+    td(tr, x.freeIdleGpus + " of " + x.gpus, "num free-idle");
+    td(tr, x.holderUnknownIdleGpus, "num holder-unknown-idle");
     td(tr, x.groupsHeld.map((g) => g.group + " (" + g.membersHeld + ")").join("; ") || "-", "groups");
     body.append(tr);
   });
@@ -237,10 +240,10 @@ function isProblem(row) {
   return row.data !== "fresh" || row.gpus.some((cell) => PROBLEM_STATES.has(states[cell[1]]));
 }
 
-// Idle GPUs a pod could get, as the decision counts them (no holder known is no holder).
-const IDLE_STATES = new Set(["free-idle", "holder-unknown-idle"]);
+// Idle GPUs a pod could get, as the decision counts them: the document's idleStates (fleet_view.idle_counts).
 function idleCount(row) {
-  return row.gpus.filter((cell) => IDLE_STATES.has(states[cell[1]])).length;
+  const idle = new Set(lastDoc ? lastDoc.idleStates : []);
+  return row.gpus.filter((cell) => idle.has(states[cell[1]])).length;
 }
 
 // The rows the controls let through, in the order they ask for.
@@ -308,8 +311,9 @@ async function refresh() {
 
 // The last 24 hours (ui/history.json): one point a minute, a line per series. A minute without a
 // point (not sampled) or with a null (no GPU had data) breaks the line: a gap, never a zero.
-const HISTORY_SERIES = [["free-idle", "free-idle GPUs"], ["allocated-idle", "allocated-idle GPUs"],
-  ["unhealthy", "unhealthy GPUs"], ["waiting", "pods waiting for GPUs"]];
+// The series are the document's (state/fleet_history.SERIES), in its order; their names here.
+const SERIES_TEXT = { "free-idle": "free-idle GPUs", "holder-unknown-idle": "idle GPUs, holder unknown",
+  "allocated-idle": "allocated-idle GPUs", "unhealthy": "unhealthy GPUs", "waiting": "pods waiting for GPUs" };
 const H = { w: 760, h: 190, left: 44, right: 12, top: 10, bottom: 24 };
 function svgEl(tag, attrs, text) {
   const e = document.createElementNS($("history-chart").namespaceURI, tag);
@@ -339,7 +343,8 @@ function renderHistory(h) {
     svgEl("line", { class: "h-axis", x1: H.left, x2: H.left, y1: H.top, y2: y(0) }),
     svgEl("text", { class: "h-label", x: H.left - 4, y: y(0) + 4, "text-anchor": "end" }, 0),
     svgEl("text", { class: "h-label", x: H.left - 4, y: y(top) + 4, "text-anchor": "end" }, top)];
-  const ticks = 5;
+  // At most 5 time labels, each a different minute: a short history has fewer (never two on one spot).
+  const ticks = Math.min(5, Math.round((t1 - t0) / step) + 1);
   for (let i = 0; i < ticks; i++) {
     const t = t0 + Math.round((t1 - t0) * i / (ticks - 1) / step) * step;
     const label = svgEl("text", { class: "h-label h-tick", x: x(t), y: H.h - 6, "text-anchor": i === 0 ? "start" : i === ticks - 1 ? "end" : "middle" }, clock(t));
@@ -347,7 +352,8 @@ function renderHistory(h) {
     kids.push(label);
   }
   const legend = [];
-  HISTORY_SERIES.forEach(([name, text], i) => {
+  h.series.forEach((name, i) => {
+    const text = SERIES_TEXT[name] || name;
     const segments = [];
     let prev = null, latest = null;
     points.forEach((p) => {
@@ -459,7 +465,7 @@ AcceleratorClass. Hover a GPU for its readings. <span id="status">loading…</sp
 <div id="waiting"></div>
 <h2 id="history-head">The last 24 hours</h2>
 <div class="legend" id="history-legend" aria-label="history legend"></div>
-<svg id="history-chart" class="empty" viewBox="0 0 760 190" role="img" aria-label="free-idle, allocated-idle and unhealthy GPUs and pods waiting, a point a minute over the last 24 hours"></svg>
+<svg id="history-chart" class="empty" viewBox="0 0 760 190" role="img" aria-label="free-idle, holder-unknown-idle, allocated-idle and unhealthy GPUs and pods waiting, a point a minute over the last 24 hours"></svg>
 <p class="muted" id="history-note">loading…</p>
 <h2 id="domains-head">Domains</h2>
 <div id="domains"></div>

@@ -20,8 +20,14 @@ A cell is [index, state, utilization %, memory used %] and, for a GPU that is un
 degraded, why ("xid-79", "gpu-is-lost", "dra-device-taint": a fifth element), and for a GPU a pod
 holds, the pod's namespace (a sixth; the fifth then null where there is no why).
 
+What counts as an idle GPU a pod can get has one definition, `idle_counts`, which the counters, the
+24-hour chart (`history_sample`) and the domains table all read: free-idle (no pod holds it) and,
+apart, holder-unknown-idle (the agent cannot read the kubelet: the decision offers it, going by the
+readings alone, but the page does not call a guess free). The document says which states those are
+(`idleStates`) for the page's own sort.
+
 The fleet history (state/fleet_history.py) keeps of each document its totals of free-idle,
-allocated-idle and unhealthy GPUs and its number of waiting pods (`history_sample`).
+holder-unknown-idle, allocated-idle and unhealthy GPUs and its number of waiting pods.
 
 A node whose GPUs come through DRA is shown as the decision counts it: a GPU whose DRA device a
 ResourceClaim holds is allocated even before its pod runs (the agent reads it free), one whose device
@@ -41,7 +47,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.decide.whole_gpus import SummaryLookup
@@ -111,6 +117,25 @@ class FleetInputs:
     groups_held: Mapping[str, Sequence[tuple[str, int]]] = field(default_factory=dict)  # domain -> (group, members)
     # What the extender publishes per node for other schedulers (state/publication.py).
     published: Callable[[str], NodePublished | None] = lambda _node: None
+
+
+IDLE_STATES = (STATES[GPU_FREE_IDLE], STATES[HOLDER_UNKNOWN_IDLE])  # what `idle_counts` counts
+
+
+class IdleCounts(NamedTuple):
+    """Idle healthy GPUs no pod is known to hold: what the decision offers a pod."""
+
+    free: int  # free-idle: the kubelet says no pod holds them
+    holder_unknown: int  # holder-unknown-idle: nobody can say; shown apart, never called free
+
+    @property
+    def offered(self) -> int:
+        return self.free + self.holder_unknown
+
+
+def idle_counts(counts: Mapping[str, int]) -> IdleCounts:
+    """The idle GPUs among per-state `counts` (state name -> GPUs): the page's one rule for them."""
+    return IdleCounts(counts.get(IDLE_STATES[0], 0), counts.get(IDLE_STATES[1], 0))
 
 
 # A free GPU whose DRA device a claim holds: allocated, as the decision counts it.
@@ -273,7 +298,7 @@ class FleetAccumulator:
         self._groups: dict[str | None, dict[str, Any]] = {name: _group(name) for name in sorted(inputs.class_names)}
         self._groups[None] = _group(None)
         self._totals = _group(None)
-        self._domains: dict[str, dict[str, Any]] = {}
+        self._domains: dict[str, dict[str, Any]] = {}  # value -> {domain, nodes, gpus, counts by state}
 
     def add(self, name: str) -> None:
         row = node_row(name, self.inputs)
@@ -293,20 +318,23 @@ class FleetAccumulator:
         if value is not None:
             domain = self._domains.get(value)
             if domain is None:
-                domain = self._domains[value] = {"domain": value, "nodes": 0, "gpus": 0, "freeIdleGpus": 0}
-            domain["nodes"] += 1
-            domain["gpus"] += len(cells)
-            domain["freeIdleGpus"] += counts[GPU_FREE_IDLE] + counts[HOLDER_UNKNOWN_IDLE]  # as the decision counts
+                domain = self._domains[value] = _group(None)
+            _count(domain, counts, len(cells))
 
     def domains(self) -> dict[str, Any]:
-        """Per domain of the first group level: its GPU nodes, free idle healthy GPUs (what a group
-        can get there), and the groups whose room is held there; most free idle GPUs first."""
+        """Per domain of the first group level: its GPU nodes, idle GPUs (`idle_counts`: what a group
+        can get there, the holder-unknown ones apart), and the groups whose room is held there; most
+        idle GPUs offered first."""
         level, held = self.inputs.domain_level, self.inputs.groups_held
         rows = []
         for value, domain in self._domains.items():
+            idle = idle_counts(domain["counts"])
             groups = held.get(f"{level}={value}", ())
-            rows.append({**domain, "groupsHeld": [{"group": g, "membersHeld": n} for g, n in groups]})
-        rows.sort(key=lambda d: (-d["freeIdleGpus"], d["domain"]))
+            row = {"domain": value, "nodes": domain["nodes"], "gpus": domain["gpus"]}
+            row.update(freeIdleGpus=idle.free, holderUnknownIdleGpus=idle.holder_unknown, offered=idle.offered)
+            row["groupsHeld"] = [{"group": g, "membersHeld": n} for g, n in groups]
+            rows.append(row)
+        rows.sort(key=lambda d: (-d.pop("offered"), d["domain"]))
         return {"level": level, "domains": rows}
 
     def result(self) -> dict[str, Any]:
@@ -317,6 +345,7 @@ class FleetAccumulator:
         return {
             "states": list(STATES),
             "stateText": list(STATE_TEXT),
+            "idleStates": list(IDLE_STATES),
             "staleAfterSeconds": self.inputs.stale_after_s,
             "idleRule": {
                 "maxUtilizationPercent": rule.max_utilization_percent,
@@ -344,15 +373,17 @@ def waiting_row(w: Waiting, now: float) -> dict[str, Any]:
 
 
 def history_sample(doc: Mapping[str, Any]) -> Sample:
-    """What the fleet history keeps of one document: the page's own totals (free-idle,
-    allocated-idle, unhealthy GPUs) and the number of pods its waiting panel lists. When no GPU
-    has data (every GPU unknown, or no GPU node yet) the GPU counts are unknown (None), not 0."""
+    """What the fleet history keeps of one document: the page's own totals (its idle GPUs by
+    `idle_counts`, allocated-idle and unhealthy GPUs) and the number of pods its waiting panel
+    lists. When no GPU has data (every GPU unknown, or no GPU node yet) the GPU counts are unknown
+    (None), not 0."""
     totals = doc["totals"]
     counts = totals["counts"]
     waiting = len(doc["waiting"])
     if totals["gpus"] - counts["unknown"] <= 0:
-        return Sample(None, None, None, waiting)
-    return Sample(counts["free-idle"], counts["allocated-idle"], counts["unhealthy"], waiting)
+        return Sample(None, None, None, None, waiting)
+    idle = idle_counts(counts)
+    return Sample(idle.free, idle.holder_unknown, counts["allocated-idle"], counts["unhealthy"], waiting)
 
 
 def _group(name: str | None) -> dict[str, Any]:

@@ -37,7 +37,7 @@ def test_samples_are_taken_30_seconds_into_each_wall_clock_minute(wall: float, d
 
 def test_the_sampler_records_each_sample_at_the_wall_clock_minute_it_was_taken() -> None:
     walls = iter([T0 + 30, T0 + 30, T0 + 90, T0 + 90, T0 + 270, T0 + 270])  # one read to record, one to sleep
-    samples = iter([Sample(1, 0, 0, 0), Sample(2, 0, 0, 1), Sample(3, 1, 1, 2)])
+    samples = iter([Sample(1, 0, 0, 0, 0), Sample(2, 0, 0, 0, 1), Sample(3, 1, 1, 1, 2)])
     done = asyncio.Event()
 
     async def read() -> Sample:
@@ -69,7 +69,7 @@ def test_a_failed_sample_is_a_minute_without_a_point_and_the_sampler_goes_on() -
         calls += 1
         if calls == 1:
             raise RuntimeError("the build failed")
-        return Sample(4, 0, 0, 0)
+        return Sample(4, 0, 0, 0, 0)
 
     history = FleetHistory()
     sampler = HistorySampler(history, read, wall=lambda: T0 + 5)
@@ -82,14 +82,16 @@ def test_a_failed_sample_is_a_minute_without_a_point_and_the_sampler_goes_on() -
 def test_the_document_has_every_point_of_the_day_and_no_more() -> None:
     history = FleetHistory()
     for i in range(MAX_POINTS + 1):
-        history.record(T0 + i * STEP_S, Sample(None, None, None, i) if i == 5 else Sample(i, 0, 1, i))
+        history.record(T0 + i * STEP_S, Sample(None, None, None, None, i) if i == 5 else Sample(i, 0, 0, 1, i))
     now = T0 + MAX_POINTS * STEP_S
     doc = HistorySampler(history, read=_never, wall=lambda: now).document()
-    assert doc["series"] == list(SERIES) == ["free-idle", "allocated-idle", "unhealthy", "waiting"]
+    assert (
+        doc["series"] == list(SERIES) == ["free-idle", "holder-unknown-idle", "allocated-idle", "unhealthy", "waiting"]
+    )
     assert (doc["stepSeconds"], doc["maxPoints"]) == (60, 1440)
     assert len(doc["points"]) == MAX_POINTS
-    assert doc["points"][0] == [T0 + STEP_S, 1, 0, 1, 1] and doc["points"][-1][0] == now
-    assert doc["points"][4] == [T0 + 5 * STEP_S, None, None, None, 5]  # no GPU data: null, not 0
+    assert doc["points"][0] == [T0 + STEP_S, 1, 0, 0, 1, 1] and doc["points"][-1][0] == now
+    assert doc["points"][4] == [T0 + 5 * STEP_S, None, None, None, None, 5]  # no GPU data: null, not 0
 
 
 async def _never() -> Sample:
@@ -127,9 +129,16 @@ def test_history_json_serves_what_the_fleet_page_counted(app_wall: float) -> Non
         fleet = await (await client.get("/ui/fleet.json", headers={"Accept-Encoding": "identity"})).json()
         counts = fleet["totals"]["counts"]
         assert doc["points"] == [
-            [T0, counts["free-idle"], counts["allocated-idle"], counts["unhealthy"], len(fleet["waiting"])]
+            [
+                T0,
+                counts["free-idle"],
+                counts["holder-unknown-idle"],
+                counts["allocated-idle"],
+                counts["unhealthy"],
+                len(fleet["waiting"]),
+            ]
         ]
-        assert doc["points"] == [[T0, 4, 0, 0, 0]]
+        assert doc["points"] == [[T0, 4, 0, 0, 0, 0]]
 
     run(make_api(), check)
 
@@ -138,7 +147,7 @@ def test_history_json_is_bounded_and_gzipped_for_browsers_that_accept_it(app_wal
     async def check(client: TestClient[Any, Any]) -> None:
         history = (await first_sample(client)).history
         for i in range(MAX_POINTS + 1):  # the 1441 minutes up to the sampler's, oldest first
-            history.record(T0 - (MAX_POINTS - i) * STEP_S, Sample(i, i, i, i))
+            history.record(T0 - (MAX_POINTS - i) * STEP_S, Sample(i, i, i, i, i))
         plain = await client.get("/ui/history.json", headers={"Accept-Encoding": "identity"})
         assert "Content-Encoding" not in plain.headers
         body = await plain.read()
@@ -163,7 +172,7 @@ def test_no_fleet_page_no_history() -> None:
 def test_a_sample_reuses_a_browsers_fresh_build_and_no_browser_is_served_the_samplers() -> None:
     api = make_api()
     clock = [0.0]
-    expected = Sample(4, 0, 0, 0)  # make_api's fleet, as test_history_json_serves_what_the_fleet_page_counted
+    expected = Sample(4, 0, 0, 0, 0)  # make_api's fleet, as test_history_json_serves_what_the_fleet_page_counted
 
     async def go() -> None:
         cache = fleet_page.FleetCache(api, ttl_s=1.5, clock=lambda: clock[0])
@@ -175,6 +184,6 @@ def test_a_sample_reuses_a_browsers_fresh_build_and_no_browser_is_served_the_sam
         api.state.ingest(read_kubelet(report("l40s-node", [gpu(0, 0, 1)])), 5_000.0)  # one more free-idle GPU
         assert await cache.sample() == expected and cache.builds == 1
         clock[0] = 1.5  # stale at exactly the cache period: the sample builds its own
-        assert await cache.sample() == Sample(5, 0, 0, 0) and cache.builds == 1
+        assert await cache.sample() == Sample(5, 0, 0, 0, 0) and cache.builds == 1
 
     asyncio.run(go())

@@ -288,11 +288,49 @@ def test_domains_count_free_idle_gpus_and_the_groups_held_there() -> None:
                 "nodes": 2,
                 "gpus": 16,
                 "freeIdleGpus": 10,
+                "holderUnknownIdleGpus": 0,
                 "groupsHeld": [{"group": "llm/leaderworkerset/g", "membersHeld": 2}],
             },
-            {"domain": "b", "nodes": 1, "gpus": 3, "freeIdleGpus": 3, "groupsHeld": []},
+            {"domain": "b", "nodes": 1, "gpus": 3, "freeIdleGpus": 3, "holderUnknownIdleGpus": 0, "groupsHeld": []},
         ],
     }
+
+
+def test_counters_chart_and_domains_count_idle_gpus_by_one_rule() -> None:
+    """Issue 52 item 7: agents that cannot read the kubelet (no-kubelet-access), a node in no domain
+    beside: every GPU idle with its holder unknown. The counters, the 24-hour chart's point and the
+    domains table say the same numbers: 0 free-idle, and the holder-unknown-idle ones apart."""
+    summaries = {
+        "a0": summary("a0", idle=8, kubelet=False),
+        "a1": summary("a1", idle=6, busy=2, kubelet=False),
+        "b0": summary("b0", idle=3),
+        "x": summary("x", idle=4, kubelet=False),
+    }
+    fleet = replace(inputs(summaries), domain_level="clique", domain_of={"a0": "a", "a1": "a", "b0": "b"})
+    doc = build(fleet, ["a0", "a1", "b0", "x"])
+    counts = doc["totals"]["counts"]
+    assert (counts["free-idle"], counts["holder-unknown-idle"]) == (3, 18)
+    assert doc["idleStates"] == ["free-idle", "holder-unknown-idle"]
+    point = history_sample({**doc, "waiting": []})
+    assert (point.free_idle, point.holder_unknown_idle) == (3, 18)
+    rows = {d["domain"]: d for d in doc["domains"]["domains"]}
+    assert (rows["a"]["freeIdleGpus"], rows["a"]["holderUnknownIdleGpus"], rows["a"]["gpus"]) == (0, 14, 16)
+    assert (rows["b"]["freeIdleGpus"], rows["b"]["holderUnknownIdleGpus"]) == (3, 0)
+    assert [d["domain"] for d in doc["domains"]["domains"]] == ["a", "b"]  # most idle offered first: 14 > 3
+
+
+def test_domains_are_ordered_by_the_idle_gpus_a_group_is_offered_there() -> None:
+    """free + holder-unknown idle: the decision offers both. 4 holder-unknown beat 3 free; a tie
+    (3 and 3) goes by name."""
+    summaries = {
+        "a0": summary("a0", idle=3),
+        "b0": summary("b0", idle=4, kubelet=False),
+        "c0": summary("c0", idle=2, kubelet=False),
+        "c1": summary("c1", idle=1),
+    }
+    fleet = replace(inputs(summaries), domain_level="clique", domain_of={"a0": "a", "b0": "b", "c0": "c", "c1": "c"})
+    doc = build(fleet, list(summaries))
+    assert [d["domain"] for d in doc["domains"]["domains"]] == ["b", "a", "c"]
 
 
 def _doc(gpus: int, **counts: int) -> dict[str, Any]:
@@ -301,9 +339,9 @@ def _doc(gpus: int, **counts: int) -> dict[str, Any]:
 
 def test_the_history_keeps_the_pages_totals_and_no_gpu_count_without_data() -> None:
     """history_sample: the page's own counts; GPU counts only when at least one GPU has data."""
-    assert history_sample(_doc(0)) == Sample(None, None, None, 2)  # no GPU node: unknown, not 0 idle
-    assert history_sample(_doc(4, unknown=4)) == Sample(None, None, None, 2)  # every GPU unknown
+    assert history_sample(_doc(0)) == Sample(None, None, None, None, 2)  # no GPU node: unknown, not 0 idle
+    assert history_sample(_doc(4, unknown=4)) == Sample(None, None, None, None, 2)  # every GPU unknown
     one_known = _doc(4, unknown=3, **{"free-idle": 1})
-    assert history_sample(one_known) == Sample(1, 0, 0, 2)
+    assert history_sample(one_known) == Sample(1, 0, 0, 0, 2)
     counted = _doc(9, unknown=1, unhealthy=2, **{"free-idle": 3, "allocated-idle": 2, "holder-unknown-idle": 1})
-    assert history_sample(counted) == Sample(3, 2, 2, 2)
+    assert history_sample(counted) == Sample(3, 1, 2, 2, 2)  # the holder-unknown one apart
