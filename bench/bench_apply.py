@@ -7,7 +7,7 @@ holders and topology, 4 versions of each node's readings so no two consecutive r
   in-process  what --ingest-in-process does, and what the main process did before issue 36 with
               a worker: parse the serialized report, GpuState.ingest (summarize, facts, store);
               the worker's share was re-serializing the parsed report.
-  relayed     what it does now: the worker summarizes (RelayStore.ingest: summarize, facts,
+  relayed     what it does now: the worker summarizes (SummaryStore.ingest: summarize, facts,
               encode), the main process decodes and stores (the real IngestProcess.apply over
               real frames, its yields to the loop included).
 
@@ -17,7 +17,7 @@ relayed summaries), the worker's CPU per report, and both together. Thread CPU t
 Then a worker's CPU per report from bytes to a queued summary, a full report against a light
 heartbeat (contract 0.6) of the same readings. Then the state each process keeps per node
 (tracemalloc, Python allocations): the main process's GpuState (summary, what decisions read,
-facts) and a worker's RelayStore (which nodes it holds, their facts, each one's last full report
+facts) and a worker's SummaryStore (which nodes it holds, their facts, each one's last full report
 as its encoded summary); the gRPC stream of each agent comes on top (bench_grpc_floor.py).
 
 Run: `.venv/bin/python bench/bench_apply.py [--nodes 5000] [--repeat 5]`
@@ -41,12 +41,12 @@ import bench_extender as bx
 
 from gpuextender.agent.report.light import light_heartbeat
 from gpuextender.common.idle_rule import IdleRule
-from gpuextender.extender.ingest import frames
 from gpuextender.extender.ingest.report_checks import heartbeat_problem, readings_problem, report_problem
-from gpuextender.extender.ingest.worker_args import Worker
-from gpuextender.extender.ingest_process import RelayStore
-from gpuextender.extender.ingest_workers import IngestProcess
 from gpuextender.extender.state.gpu_state import GpuState
+from gpuextender.extender.workers import frames
+from gpuextender.extender.workers.summary_store import SummaryStore
+from gpuextender.extender.workers.supervisor import IngestProcess
+from gpuextender.extender.workers.worker_args import Worker
 from gpuextender.v1 import gpu_state_pb2 as pb
 
 VERSIONS = 4
@@ -122,7 +122,7 @@ def measure(nodes: int, repeat: int) -> list[PathCost]:
     # -- relayed: the worker summarizes and encodes; the main process decodes and stores. Each
     # try relays a new round (newer than what is stored: an older one would be refused at once).
     relay_state = GpuState(RULE)
-    store = RelayStore(RULE)
+    store = SummaryStore(RULE)
     process = IngestProcess([], Worker(0, 1, 1), relay_state, lambda _i, _t: None)
     worker_s: list[float] = []
 
@@ -159,8 +159,8 @@ def measure(nodes: int, repeat: int) -> list[PathCost]:
 
 def worker_per_report(nodes: int, repeat: int) -> tuple[dict[str, float], dict[str, float]]:
     """A worker's CPU per report (us, best of `repeat`) from bytes to a queued summary: a full
-    report (parse, report_problem, RelayStore.ingest) against a light heartbeat of the same
-    readings (contract 0.6: parse, heartbeat_problem, RelayStore.refresh), same nodes, one run;
+    report (parse, report_problem, SummaryStore.ingest) against a light heartbeat of the same
+    readings (contract 0.6: parse, heartbeat_problem, SummaryStore.refresh), same nodes, one run;
     then the main process's CPU per light heartbeat relayed (the real IngestProcess.apply of the
     batches the light path queued, on a GpuState holding the full reports they repeat); and the
     mean bytes of each on the wire."""
@@ -174,7 +174,7 @@ def worker_per_report(nodes: int, repeat: int) -> tuple[dict[str, float], dict[s
     batches: list[bytes] = []  # the light path's
 
     async def go() -> dict[str, float]:
-        store, parse = RelayStore(RULE), pb.NodeReport.FromString
+        store, parse = SummaryStore(RULE), pb.NodeReport.FromString
         for r in rounds[0]:  # the full reports the heartbeats repeat
             store.ingest(r, 1.0)
         store.take()
@@ -242,7 +242,7 @@ def worker_per_report(nodes: int, repeat: int) -> tuple[dict[str, float], dict[s
 
 
 def state_bytes_per_node(nodes: int) -> dict[str, float]:
-    """Python bytes per node held by the main process's GpuState and by a worker's RelayStore,
+    """Python bytes per node held by the main process's GpuState and by a worker's SummaryStore,
     once every node reported (the relayed path), new allocations only."""
     import tracemalloc
 
@@ -250,12 +250,12 @@ def state_bytes_per_node(nodes: int) -> dict[str, float]:
     out: dict[str, float] = {}
     tracemalloc.start()
     before = tracemalloc.take_snapshot()
-    store = RelayStore(RULE)
+    store = SummaryStore(RULE)
     for r in batch:
         store.ingest(r, 1.0)
     payload = store.take()
     worker = tracemalloc.take_snapshot()
-    out["worker RelayStore"] = sum(s.size_diff for s in worker.compare_to(before, "filename")) / nodes
+    out["worker SummaryStore"] = sum(s.size_diff for s in worker.compare_to(before, "filename")) / nodes
     state = GpuState(RULE)
     process = IngestProcess([], Worker(0, 1, 1), state, lambda _i, _t: None)
     del batch

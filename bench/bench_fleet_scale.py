@@ -56,8 +56,8 @@ How, per size N (--sizes, default 1,000, 5,000 and 10,000), every server up at o
    nothing sent) and "loaded" (--change-rate; light heartbeats, the shipped agent's, unless --modes
    leaves "light" out: then gated). Ratios are of the medians over rounds;
 5. once, before the sizes: `apply_rate(--apply-nodes, 5)`: frames built by the worker's own
-   RelayStore from bench_apply's varied 8-GPU reports, stored by the real IngestProcess.apply
-   (ingest_workers.py; its yields to the loop included), best of 5, thread CPU time, the garbage
+   SummaryStore from bench_apply's varied 8-GPU reports, stored by the real IngestProcess.apply
+   (workers/supervisor.py; its yields to the loop included), best of 5, thread CPU time, the garbage
    collector set as app.py sets it.
 
 Client and servers share one machine: the servers on --extender-cpus, the loads and this process
@@ -147,7 +147,7 @@ FLOORS = ("floor", "floor-xopts")  # bench_grpc_floor's server; its handler with
 # Steps from floor-xopts to a worker, each adding one part of the extender's work (floor_server_main):
 # "floor-pb" parses each NodeReport and answers the extender's ReportAck; "floor-loop" is the
 # extender's IngestService stream loop (context.read, the pacer, its ack), nothing checked or
-# stored; "floor-unchecked" the whole service and a worker's RelayStore (summaries, light
+# stored; "floor-unchecked" the whole service and a worker's SummaryStore (summaries, light
 # heartbeats) but the checks; "floor-service" all of it, checks included. The steps' batches are
 # dropped instead of relayed to a main process.
 STEPS = ("floor-pb", "floor-loop", "floor-unchecked", "floor-service")
@@ -163,7 +163,7 @@ OPEN_CONCURRENCY = 128  # connections being set up at a time, per load process
 def apply_rate(nodes: int = 5_000, repeat: int = 5) -> float:
     """Relayed reports the extender's main process stores per second of one core.
 
-    Frames are what an ingest worker relays: its own RelayStore (ingest_process.py) takes
+    Frames are what an ingest worker sends: its own SummaryStore (workers/summary_store.py) takes
     `nodes` varied 8-GPU reports (bench_apply.report_rounds: bench_extender's fleet, readings
     moving a little each round) and gives one frame; the real IngestProcess.apply stores it
     in a GpuState (the main process's work per frame, its yields to the loop included). Thread
@@ -171,19 +171,19 @@ def apply_rate(nodes: int = 5_000, repeat: int = 5) -> float:
     version, with the garbage collector frozen and thresholds as app.py sets them (restored
     on return)."""
     from gpuextender.common.idle_rule import IdleRule
-    from gpuextender.extender.ingest.worker_args import Worker
+    from gpuextender.extender.workers.worker_args import Worker
 
     try:  # the extender's side of its workers (it moved while issue 36 went on)
-        from gpuextender.extender.ingest_workers import IngestProcess
+        from gpuextender.extender.workers.supervisor import IngestProcess
     except ImportError:
         from gpuextender.extender.ingest.relay import IngestProcess  # type: ignore[no-redef]
-    from gpuextender.extender.ingest_process import RelayStore
     from gpuextender.extender.state.gpu_state import GpuState
+    from gpuextender.extender.workers.summary_store import SummaryStore
 
     rule = IdleRule()
     rounds = ba.report_rounds(nodes)
     state = GpuState(rule)
-    store = RelayStore(rule)
+    store = SummaryStore(rule)
     process = IngestProcess([], Worker(0, 1, 1), state, lambda _i, _t: None)
     clock = [time.monotonic()]
 
@@ -840,8 +840,9 @@ def _step_handler(kind: str) -> Any:
     """The stream handler of a step (STEPS), on the running loop."""
     from gpuextender.extender.flags import build_config
     from gpuextender.extender.ingest.service import IngestService
-    from gpuextender.extender.ingest_process import FLUSH_S, RelayStore
     from gpuextender.extender.observe.ingest_metrics import IngestMetrics
+    from gpuextender.extender.workers.frame_loops import FLUSH_S
+    from gpuextender.extender.workers.summary_store import SummaryStore
 
     class LoopOnly(IngestService):  # floor-loop: the stream loop and its ack; nothing checked or stored
         def _answer(self, report: Any, stream: Any) -> bytes:
@@ -852,7 +853,7 @@ def _step_handler(kind: str) -> Any:
             return "", None
 
     config = build_config(["--stale-after", "100000", "--forget-after", "200000"], env={})
-    store = RelayStore(config.idle_rule)
+    store = SummaryStore(config.idle_rule)
     kinds = {"floor-loop": LoopOnly, "floor-unchecked": Unchecked}
     service = kinds.get(kind, IngestService)(store, IngestMetrics(), stale_after_s=config.api.policy.stale_after_s)
     if kind == "floor-pb":
@@ -864,7 +865,7 @@ def _step_handler(kind: str) -> Any:
 
         return parsed
 
-    async def drop() -> None:  # what a worker's relay takes, every FLUSH_S, sent nowhere
+    async def drop() -> None:  # what a worker's send loop takes, every FLUSH_S, sent nowhere
         while True:
             await asyncio.sleep(FLUSH_S)
             store.take()

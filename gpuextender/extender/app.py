@@ -28,9 +28,7 @@ from gpuextender.common.layered_config import describe_sources
 from gpuextender.common.netaddr import HostPort, bound_address
 from gpuextender.common.serving_tls import ServingCertificate
 from gpuextender.extender.ingest.agent_identity import Authenticator
-from gpuextender.extender.ingest.port_guard import hold_port
 from gpuextender.extender.ingest.server import start_ingest_server
-from gpuextender.extender.ingest_workers import IngestStartError, IngestWorkers, sync_known_nodes
 from gpuextender.extender.inventory.files import FileInventorySource
 from gpuextender.extender.model.kube_objects import (
     COSCHEDULING_POD_GROUP,
@@ -65,6 +63,8 @@ from gpuextender.extender.state.pod_groups import PodGroups
 from gpuextender.extender.state.pod_ledger import PodLedger
 from gpuextender.extender.state.publication import ChangeFeed, Publication, PublishInputs
 from gpuextender.extender.ui.fleet_page import add_routes as add_fleet_page
+from gpuextender.extender.workers.port_guard import hold_port
+from gpuextender.extender.workers.supervisor import IngestStartError, IngestWorkers, sync_known_nodes
 
 if TYPE_CHECKING:
     from gpuextender.extender.ingest.token_review import TokenReviewer
@@ -225,11 +225,11 @@ class Extender:
                 self.config, self.state, self.metrics.ingest, self.certificate, self.authenticator, known_node
             )
             return port
-        assert self.metrics.relayed is not None  # ingest_here=False
+        assert self.metrics.workers is not None  # ingest_here=False
         addr = self.config.grpc_addr
         guard = hold_port(addr.host, addr.port)  # OSError: taken (a second extender, another program)
         ingest = self._ingest = IngestWorkers(
-            self.argv, self.config.ingest_workers, guard, self.state, self.metrics.relayed
+            self.argv, self.config.ingest_workers, guard, self.state, self.metrics.workers
         )
         node_names = (
             (lambda: frozenset(o["metadata"]["name"] for o in store.objects(NODE.kind)))

@@ -46,7 +46,7 @@ def test_reports_and_metrics_come_through_the_ingest_workers(tmp_path: Path) -> 
         pids = ingest_pids(ext)
         assert len(pids) == 2 and ext.popen.pid not in pids
         for pid in pids:
-            assert "gpuextender.extender.ingest_process" in Path(f"/proc/{pid}/cmdline").read_text()
+            assert "gpuextender.extender.workers.worker_main" in Path(f"/proc/{pid}/cmdline").read_text()
         c.agent(NODE, scenario(tmp_path / "node.yaml"), ext)
         wait_until(
             "the node's data in the extender",

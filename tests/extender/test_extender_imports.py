@@ -44,15 +44,18 @@ INGEST_MAY_LOAD = {
     "gpuextender.extender",
     "gpuextender.extender.flags",
     "gpuextender.extender.settings",
-    "gpuextender.extender.ingest_process",
+    "gpuextender.extender.workers",
+    "gpuextender.extender.workers.worker_main",
+    "gpuextender.extender.workers.summary_store",
+    "gpuextender.extender.workers.frame_loops",
     "gpuextender.extender.ingest",
     "gpuextender.extender.ingest.agent_identity",
-    "gpuextender.extender.ingest.frames",
+    "gpuextender.extender.workers.frames",
     "gpuextender.extender.ingest.limits",
     "gpuextender.extender.ingest.report_checks",
     "gpuextender.extender.ingest.server",
     "gpuextender.extender.ingest.service",
-    "gpuextender.extender.ingest.worker_args",
+    "gpuextender.extender.workers.worker_args",
     "gpuextender.extender.observe",
     "gpuextender.extender.observe.ingest_metrics",
     "gpuextender.extender.model",
@@ -72,7 +75,7 @@ INGEST_MAY_LOAD = {
 
 
 def test_the_ingest_process_loads_grpc_and_no_http_kubernetes_or_decisions() -> None:
-    modules = modules_after_importing("gpuextender.extender.ingest_process")
+    modules = modules_after_importing("gpuextender.extender.workers.worker_main")
     assert {
         "grpc",
         "prometheus_client",

@@ -1,7 +1,7 @@
 """The gRPC server agents stream to: its options, and starting it with the ingest service
 configured from the extender's flags.
 
-Used by the extender itself (--ingest-in-process) and by its ingest process (ingest_process.py).
+Used by the extender itself (--ingest-in-process) and by its ingest process (workers/worker_main.py).
 """
 
 from __future__ import annotations

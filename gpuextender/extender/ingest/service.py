@@ -94,7 +94,8 @@ class OncePer:
 
 
 class ReportStore(Protocol):
-    """Where accepted reports go: the live GpuState, or the relay to it (ingest_process.py)."""
+    """Where accepted reports go: the live GpuState, or an ingest worker's store that sends them to it
+    (workers/summary_store.py)."""
 
     rule: IdleRule
 
@@ -105,7 +106,7 @@ class ReportStore(Protocol):
 
 @runtime_checkable
 class HeartbeatStore(ReportStore, Protocol):
-    """A store that takes light heartbeats (contract 0.6): the ingest workers' relay."""
+    """A store that takes light heartbeats (contract 0.6): an ingest worker's SummaryStore."""
 
     def refresh(self, heartbeat: pb.NodeReport, received_at: float) -> str | None:
         """Apply `heartbeat` to the node's full report `heartbeat.heartbeat_of`; None when stored,
@@ -216,9 +217,9 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
         self._should_log = OncePer(REPEAT_REFUSAL_S, clock)
         self._accepted = metrics.reports.labels(result="accepted")  # once: labels() is a lookup per call
         # Light heartbeats are offered, and full reports of a known shape taken as readings, where
-        # the store can (the workers' relay; the extender's own GpuState with --ingest-in-process
+        # the store can (a worker's SummaryStore; the extender's own GpuState with --ingest-in-process
         # takes full reports only, each checked whole).
-        self._relay = state if isinstance(state, HeartbeatStore) else None
+        self._heartbeats = state if isinstance(state, HeartbeatStore) else None
         self.auth_failures: Counter | None = metrics.auth_failures() if authenticator is not None else None
         self._accepted_tail = self._accepted_fields()
         self._agent_ack = pb.ReportAck.FromString(self._accepted_tail)  # told to relays in every RelayAck
@@ -249,8 +250,8 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
         finally:
             if stream.node is not None:
                 self._metrics.connected_agents.dec()
-                if self._relay is not None:
-                    self._relay.stream_closed(stream.node)
+                if self._heartbeats is not None:
+                    self._heartbeats.stream_closed(stream.node)
                 log.info(
                     "agent for node %s disconnected (%s)",
                     stream.node,
@@ -468,8 +469,8 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
             return problem
         if stream.node is None:
             node = stream.node = report.node_name
-            if self._relay is not None:
-                self._relay.stream_opened(node)
+            if self._heartbeats is not None:
+                self._heartbeats.stream_opened(node)
             self._metrics.connected_agents.inc()
             log.info(
                 "agent for node %s connected (%s, agent %s%s)",
@@ -480,8 +481,8 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
                 extra={"node": node, "peer": peer},
             )
         if heartbeat:
-            assert self._relay is not None  # _problem refuses heartbeats otherwise
-            problem = self._relay.refresh(report, self._clock())
+            assert self._heartbeats is not None  # _problem refuses heartbeats otherwise
+            problem = self._heartbeats.refresh(report, self._clock())
             if problem is not None:  # the agent sends a full report next: no log line
                 self._count_rejected("heartbeat")
                 return problem
@@ -518,7 +519,7 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
             idle_max_memory_used_percent=self._idle_max_memory,
             stale_after_ms=self._stale_after_ms,
             idle_max_sm_active_percent=self._idle_max_sm_active,
-            light_heartbeats=self._relay is not None,
+            light_heartbeats=self._heartbeats is not None,
         ).SerializeToString()
 
     def _problem(
@@ -527,11 +528,11 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
         """Why the report may not be stored, as (metric reason, sentence for the agent); (_, None) if
         it may. A light heartbeat must also repeat this stream's last full report (`last_full`)."""
         heartbeat = report.heartbeat_of != 0
-        if heartbeat and self._relay is None:
+        if heartbeat and self._heartbeats is None:
             return "invalid", "this extender takes full reports only (its acks do not say light_heartbeats)"
         if heartbeat:
             problem = heartbeat_problem(report, node)
-        elif node is not None and self._relay is not None and self._relay.known_shape(report):
+        elif node is not None and self._heartbeats is not None and self._heartbeats.known_shape(report):
             problem = readings_problem(report, node)  # the rest of it passed report_problem before
         else:
             problem = report_problem(report, node)

@@ -1,5 +1,5 @@
 """The ingest's series (agents' streams and reports), in their own registry: the ingest process
-serves exactly this registry to the extender (ingest_process.py), and an extender with
+serves exactly this registry to the extender (workers/worker_main.py), and an extender with
 --ingest-in-process adds it to its own. Which series are the ingest's follows from where they are
 defined, not from a list."""
 

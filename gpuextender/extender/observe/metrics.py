@@ -1,7 +1,7 @@
 """The extender's Prometheus metrics: one registry per extender (so tests can run several), the
 counters and histograms of the scheduler verbs and the inventory here, the ingest's in
 ingest_metrics.py, and one scrape-time collector per file beside this one (node_data, bound_pods_metrics,
-bindings, live_classes_metrics, device_taints_metrics, silent_nodes, relayed), each added with `add`."""
+bindings, live_classes_metrics, device_taints_metrics, silent_nodes, worker_metrics), each added with `add`."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from prometheus_client.registry import Collector
 
 from gpuextender.extender.observe.ingest_metrics import IngestMetrics
 from gpuextender.extender.observe.node_data import NodeDataCollector
-from gpuextender.extender.observe.relayed import RelayedMetrics
+from gpuextender.extender.observe.worker_metrics import WorkerMetrics
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.inventory_store import InventoryStore
 from gpuextender.extender.state.pod_ledger import PodLedger
@@ -31,7 +31,7 @@ class ExtenderMetrics:
         ingest_here: bool = True,
         ledger: PodLedger | None = None,
     ) -> None:
-        """`ingest_here` False: the ingest series come from the ingest process (`relayed`).
+        """`ingest_here` False: the ingest series come from the ingest workers (`workers`).
         `ledger`: the bound-pod ledger, counted in gpu_extender_bound_pods (absent without one)."""
         self.registry = r = CollectorRegistry()
         self.request_duration = Histogram(
@@ -127,14 +127,14 @@ class ExtenderMetrics:
             bound.set_function(lambda: len(ledger))
         r.register(NodeDataCollector(state, store, clock))
         # The ingest's series are counted where the gRPC server runs: here, or in the ingest process,
-        # whose exposition of the same registry then arrives through the relay.
+        # whose exposition of the same registry then arrives in a METRICS frame (workers/frames.py).
         self.ingest = IngestMetrics()
-        self.relayed: RelayedMetrics | None = None
+        self.workers: WorkerMetrics | None = None
         if ingest_here:
             r.register(self.ingest.registry)
         else:
-            self.relayed = RelayedMetrics()
-            r.register(self.relayed)
+            self.workers = WorkerMetrics()
+            r.register(self.workers)
 
     def add(self, collector: Collector) -> None:
         """A scrape-time collector of another stage's state, on the one registry /metrics serves."""

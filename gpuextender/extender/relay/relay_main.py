@@ -36,12 +36,12 @@ from gpuextender.extender.flags import ConfigError, build_config
 from gpuextender.extender.ingest.report_checks import MAX_REPORT_BYTES
 from gpuextender.extender.ingest.server import ingest_service, serve_ingest
 from gpuextender.extender.ingest.service import REPEAT_REFUSAL_S, IngestService, OncePer
-from gpuextender.extender.ingest_process import agent_authenticator
 from gpuextender.extender.observe.ingest_metrics import IngestMetrics
 from gpuextender.extender.relay.forward_store import WRAP_BYTES, ForwardStore
 from gpuextender.extender.relay.http_probes import start_probes
 from gpuextender.extender.relay.upstream import Upstream
 from gpuextender.extender.settings import ExtenderConfig
+from gpuextender.extender.workers.worker_main import agent_authenticator
 from gpuextender.v1 import gpu_state_pb2 as pb
 
 log = logging.getLogger("gpu_extender.relay")

@@ -533,8 +533,8 @@ def build_app(api: SchedulerApi, pages: PageRoutes | None = None) -> web.Applica
         return web.Response(text=f"ready ({len(api.state)} node(s) with GPU data)\n")
 
     async def get_metrics(_: web.Request) -> web.Response:
-        if metrics.relayed is not None:  # the ingest series, asked of the ingest process now
-            await metrics.relayed.refresh()
+        if metrics.workers is not None:  # the ingest series, asked of the ingest process now
+            await metrics.workers.refresh()
         return web.Response(body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     app = web.Application(client_max_size=settings.max_body_bytes)

@@ -8,7 +8,7 @@ delay a facts update. Nodes of one hardware type report equal facts: they share 
 (5,000 nodes would otherwise hold 40,000 copies of "NVIDIA H100 80GB HBM3").
 
 Used where reports are summarized: the extender's GpuState with --ingest-in-process, else each
-ingest worker (ingest_process.py), which relays the facts with every summary.
+ingest worker (workers/worker_main.py), which relays the facts with every summary.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """A node's summary and GPU facts, or a light heartbeat's readings, as bytes, from an ingest worker
-to the extender (ingest_workers.py).
+to the extender (workers/supervisor.py).
 
 The workers summarize each report (gpu_summary.summarize, the same pure function the extender
 runs with --ingest-in-process) so that the extender's own process, which answers kube-scheduler,

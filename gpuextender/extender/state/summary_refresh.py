@@ -145,7 +145,7 @@ def refreshed_readings(
     base: RefreshBase, heartbeat: Heartbeat, rule: IdleRule, received_at: float
 ) -> dict[str, Any] | str:
     """refreshed_fields on a base worked out before (the caller keeps it, with the summary
-    encoded: ingest_process.RelayStore)."""
+    encoded: summary_store.SummaryStore)."""
     cells, totals, was_busy = base.cells, base.totals, base.busy
     count = len(cells)
     # Indexed in place: copying the message's lists out first costs more than it saves.

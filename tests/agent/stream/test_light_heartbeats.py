@@ -15,10 +15,10 @@ from gpuextender.agent.report import light
 from gpuextender.agent.report.latest import LatestReport
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.ingest.service import IngestService, ReportStore, add_to_server
-from gpuextender.extender.ingest_process import RelayStore
 from gpuextender.extender.observe.ingest_metrics import IngestMetrics
 from gpuextender.extender.state import summary_refresh
 from gpuextender.extender.state.gpu_state import GpuState
+from gpuextender.extender.workers.summary_store import SummaryStore
 from gpuextender.v1 import gpu_state_pb2 as pb
 from tests.agent.stream.test_streamer import make_stream, value, wait_for
 from tests.extender.builders import gpu, report
@@ -105,7 +105,7 @@ def test_heartbeats_go_light_only_where_the_extender_holds_their_full_report() -
             (sample(6, util1=30), 2, True),  # after a refusal: full
             (sample(7, util1=31), 2, True),  # light, repeats 6
         ]
-        return await run(RelayStore(RULE), steps)
+        return await run(SummaryStore(RULE), steps)
 
     service, light_sent = asyncio.run(scenario())
     assert service.arrived == [(1, 0), (2, 1), (3, 0), (4, 3), (5, 3), (6, 0), (7, 6)]

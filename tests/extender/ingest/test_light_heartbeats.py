@@ -14,15 +14,15 @@ import pytest
 from prometheus_client import generate_latest
 
 from gpuextender.common.idle_rule import IdleRule
-from gpuextender.extender.ingest import frames
 from gpuextender.extender.ingest.report_checks import MAX_GPUS_PER_NODE, heartbeat_problem
 from gpuextender.extender.ingest.service import IngestService, ReportStore, add_to_server
-from gpuextender.extender.ingest.worker_args import Worker
-from gpuextender.extender.ingest_process import RelayStore
-from gpuextender.extender.ingest_workers import IngestProcess
 from gpuextender.extender.observe.ingest_metrics import IngestMetrics
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.gpu_summary import summarize
+from gpuextender.extender.workers import frames
+from gpuextender.extender.workers.summary_store import SummaryStore
+from gpuextender.extender.workers.supervisor import IngestProcess
+from gpuextender.extender.workers.worker_args import Worker
 from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 from tests.extender.builders import gpu, report
@@ -80,7 +80,7 @@ def test_a_heartbeat_is_stored_as_the_full_report_with_its_readings_would_be() -
     first, now = full(1), full(2, (3, 7), seconds=1001)
     heartbeat = heartbeat_of(first, now, 2)
     acks, _, metrics = asyncio.run(
-        stream(lambda: RelayStore(RULE), [[first, heartbeat]], lambda s: batches.append(s.take()))  # type: ignore[attr-defined]
+        stream(lambda: SummaryStore(RULE), [[first, heartbeat]], lambda s: batches.append(s.take()))  # type: ignore[attr-defined]
     )
     assert [a.status for a in acks[0]] == [pb.ReportAck.ACCEPTED] * 2
     assert all(a.light_heartbeats for a in acks[0])
@@ -103,7 +103,7 @@ def test_a_full_report_of_the_same_shape_goes_as_its_readings_and_a_new_stream_s
     later = full(4, (1, 6), seconds=1003)
     acks, _, _ = asyncio.run(
         stream(
-            lambda: RelayStore(RULE),
+            lambda: SummaryStore(RULE),
             [[first], [again, heartbeat], [later]],
             lambda s: batches.append(s.take()),  # type: ignore[attr-defined]
         )
@@ -122,7 +122,7 @@ def test_an_old_agents_heartbeat_goes_as_readings_and_a_light_one_may_repeat_it(
     first, again = full(1), full(2, (3, 7), seconds=1001)  # same shape: only readings
     heartbeat = heartbeat_of(again, full(3, (4, 8), seconds=1002), 3)  # repeats report 2
     acks, _, _ = asyncio.run(
-        stream(lambda: RelayStore(RULE), [[first, again, heartbeat]], lambda s: batches.append(s.take()))  # type: ignore[attr-defined]
+        stream(lambda: SummaryStore(RULE), [[first, again, heartbeat]], lambda s: batches.append(s.take()))  # type: ignore[attr-defined]
     )
     assert [a.status for a in acks[0]] == [pb.ReportAck.ACCEPTED] * 3, [a.reason for a in acks[0]]
     (batch,) = batches
@@ -142,7 +142,7 @@ def test_a_full_report_of_a_known_shape_has_its_readings_checked_and_a_new_strea
         monkeypatch.setattr(service, name, lambda r, n, real=real, name=name: checked.append(name) or real(r, n))
     bad = full(3, (101, 5), seconds=1002)  # same shape, a reading out of range: refused
     acks, _, _ = asyncio.run(
-        stream(lambda: RelayStore(RULE), [[full(1), full(2, (3, 7), seconds=1001), bad], [full(4)]], lambda s: None)
+        stream(lambda: SummaryStore(RULE), [[full(1), full(2, (3, 7), seconds=1001), bad], [full(4)]], lambda s: None)
     )
     assert [a.status for stream_acks in acks for a in stream_acks] == [1, 1, 2, 1]
     assert acks[0][2].reason == "GPU 0: utilization_gpu_percent=101 is above 100"
@@ -161,7 +161,7 @@ def test_heartbeats_that_do_not_fit_are_refused_and_a_full_report_mends_the_stre
     stale_base = heartbeat_of(first, full(7), 7)  # repeats report 1, replaced by 5
     acks, _, metrics = asyncio.run(
         stream(
-            lambda: RelayStore(RULE),
+            lambda: SummaryStore(RULE),
             [[first, wrong_base, busy, carries_gpus, replaced, after, stale_base]],
             lambda s: None,
         )
@@ -186,7 +186,7 @@ def test_a_new_stream_or_a_forgotten_node_needs_a_full_report_first() -> None:
     first = full(1)
     acks, _, _ = asyncio.run(
         stream(
-            lambda: RelayStore(RULE),
+            lambda: SummaryStore(RULE),
             [[first], [heartbeat_of(first, full(2), 2)], [full(3), heartbeat_of(full(3), full(4), 4)]],
             lambda s: s.forget(["node-a"]),  # type: ignore[attr-defined]
         )
@@ -196,7 +196,7 @@ def test_a_new_stream_or_a_forgotten_node_needs_a_full_report_first() -> None:
     assert [a.status for a in acks[2]] == [pb.ReportAck.ACCEPTED] * 2
 
     async def forgotten_mid_stream() -> str:
-        store = RelayStore(RULE)
+        store = SummaryStore(RULE)
         store.ingest(full(1), 1.0)
         store.forget(["node-a"])
         return store.refresh(heartbeat_of(full(1), full(2), 2), 2.0) or ""
@@ -218,7 +218,7 @@ def test_the_extenders_own_state_takes_full_reports_only() -> None:
 def test_a_full_report_may_not_carry_heartbeat_readings() -> None:
     r = full(1)
     r.heartbeat_sm_active_percent.append(1.0)
-    acks, _, _ = asyncio.run(stream(lambda: RelayStore(RULE), [[r]], lambda s: None))
+    acks, _, _ = asyncio.run(stream(lambda: SummaryStore(RULE), [[r]], lambda s: None))
     assert acks[0][0].reason == "heartbeat readings in a full report (heartbeat_of 0)"
 
 

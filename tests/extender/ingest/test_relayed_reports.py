@@ -29,10 +29,10 @@ from gpuextender.extender.ingest.service import (
     add_to_server,
 )
 from gpuextender.extender.ingest.token_review import TokenReviewer
-from gpuextender.extender.ingest_process import RelayStore
 from gpuextender.extender.observe.ingest_metrics import IngestMetrics
 from gpuextender.extender.relay.forward_store import ForwardStore
 from gpuextender.extender.settings import ServiceAccountRef
+from gpuextender.extender.workers.summary_store import SummaryStore
 from gpuextender.v1 import gpu_state_pb2 as pb
 from tests.extender.builders import gpu, report
 from tests.extender.state.test_summary_refresh import heartbeat_of
@@ -58,7 +58,7 @@ class Rig:
     def __init__(
         self, service_kwargs: dict[str, object] | None = None, clock: Callable[[], float] = lambda: 50.0
     ) -> None:
-        self.store, self.metrics = RelayStore(RULE), IngestMetrics()
+        self.store, self.metrics = SummaryStore(RULE), IngestMetrics()
         self.service = IngestService(
             self.store, self.metrics, clock=clock, wall_clock=lambda: 1000.0, **(service_kwargs or {})
         )

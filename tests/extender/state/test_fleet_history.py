@@ -18,7 +18,7 @@ T0 = 1_700_000_040  # a minute's start (Unix seconds)
 
 
 def at(n: int) -> Sample:
-    return Sample(n, n + 1, n + 2, n + 3)
+    return Sample(n, n + 1, n + 2, n + 3, n + 4)
 
 
 def minutes(history: FleetHistory, now: float) -> list[int]:
@@ -119,8 +119,8 @@ def test_a_clock_stepped_back_before_every_point_keeps_only_the_new_one() -> Non
 def test_minutes_not_sampled_are_gaps_and_unknown_counts_stay_unknown() -> None:
     history = FleetHistory()
     history.record(T0, at(0))
-    history.record(T0 + 3 * STEP_S, Sample(None, None, None, 2))  # no GPU had data
+    history.record(T0 + 3 * STEP_S, Sample(None, None, None, None, 2))  # no GPU had data
     history.record(T0 + 4 * STEP_S, at(4))
     points = history.points(T0 + 4 * STEP_S)
     assert [p.minute for p in points] == [T0, T0 + 3 * STEP_S, T0 + 4 * STEP_S]  # 2 minutes: no point
-    assert points[1].sample == Sample(None, None, None, 2)  # not zeros
+    assert points[1].sample == Sample(None, None, None, None, 2)  # not zeros

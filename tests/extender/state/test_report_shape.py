@@ -11,8 +11,6 @@ import random
 import pytest
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
-from gpuextender.extender.ingest import frames
-from gpuextender.extender.ingest_process import RelayStore
 from gpuextender.extender.model.gpu_facts import facts_from_report
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.gpu_summary import summarize
@@ -23,6 +21,8 @@ from gpuextender.extender.state.summary_refresh import (
     READING_REPORT_FIELDS,
     shape_key,
 )
+from gpuextender.extender.workers import frames
+from gpuextender.extender.workers.summary_store import SummaryStore
 from gpuextender.v1 import gpu_state_pb2 as pb
 from tests.extender.state.test_summary_refresh import RULES, random_full, random_readings
 
@@ -90,7 +90,7 @@ def other_readings(report: pb.NodeReport, rng: random.Random) -> None:
 
 def test_reports_of_one_shape_relayed_as_readings_store_what_their_summaries_would() -> None:
     """The same full reports, received at the same times: one GpuState ingests them, the other
-    stores what an ingest worker's RelayStore relays: the second of each shape as its readings,
+    stores what an ingest worker's SummaryStore relays: the second of each shape as its readings,
     unless they turn a GPU busy or idle (then summarized)."""
 
     async def go() -> tuple[int, int]:
@@ -98,7 +98,7 @@ def test_reports_of_one_shape_relayed_as_readings_store_what_their_summaries_wou
         taken = {frames.FULL: 0, frames.READINGS: 0}
         for round_ in range(600):
             rule = RULES[round_ % len(RULES)]
-            here, there, relay = GpuState(rule), GpuState(rule), RelayStore(rule)
+            here, there, relay = GpuState(rule), GpuState(rule), SummaryStore(rule)
             full = random_full(rng, 1)
             now = pb.NodeReport()
             now.CopyFrom(full)

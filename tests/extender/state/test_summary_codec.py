@@ -11,8 +11,6 @@ import marshal
 import pytest
 
 from gpuextender.common.idle_rule import IdleRule
-from gpuextender.extender.ingest import frames
-from gpuextender.extender.ingest_process import RelayStore
 from gpuextender.extender.model.gpu_facts import GpuFacts, facts_from_report
 from gpuextender.extender.state.facts_reader import FactsReader
 from gpuextender.extender.state.gpu_state import GpuState
@@ -27,6 +25,8 @@ from gpuextender.extender.state.summary_codec import (
     slot_builder,
 )
 from gpuextender.extender.state.summary_refresh import refreshed_fields
+from gpuextender.extender.workers import frames
+from gpuextender.extender.workers.summary_store import SummaryStore
 from gpuextender.v1 import gpu_state_pb2 as pb
 from tests.extender.builders import gpu, report
 from tests.extender.state.test_summary_refresh import heartbeat_of
@@ -126,7 +126,7 @@ def test_bytes_the_codec_did_not_make_raise(data: bytes) -> None:
 
 def test_a_state_fed_by_the_relay_equals_one_fed_the_reports() -> None:
     """The same reports, received at the same times: one GpuState ingests them, the other stores
-    what a worker's RelayStore relays (frames included). Summaries and facts are equal, and facts
+    what a worker's SummaryStore relays (frames included). Summaries and facts are equal, and facts
     listeners hear the same nodes."""
 
     async def go() -> None:
@@ -134,7 +134,7 @@ def test_a_state_fed_by_the_relay_equals_one_fed_the_reports() -> None:
         heard: dict[str, list[str]] = {"here": [], "there": []}
         here.on_facts_change(heard["here"].append)
         there.on_facts_change(heard["there"].append)
-        worker = RelayStore(RULE)
+        worker = SummaryStore(RULE)
         for t, r in enumerate(varied_reports() * 2, 1):  # the second round: facts unchanged
             here.ingest(r, float(t))
             worker.ingest(r, float(t))

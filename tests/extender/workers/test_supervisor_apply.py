@@ -1,6 +1,6 @@
 """IngestProcess.apply, in-process: a relayed frame's summaries stored in order, the state settled
 after each slice of SLICE of them and at the frame's end (GpuState.settle: the fit index applies
-its marks then, off the scheduler's calls). Worker processes themselves: ingest/test_workers.py."""
+its marks then, off the scheduler's calls). Worker processes themselves: workers/test_worker_processes.py."""
 
 from __future__ import annotations
 
@@ -10,21 +10,21 @@ import orjson
 
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.decide.fit_index import FitIndex
-from gpuextender.extender.ingest.worker_args import Worker
-from gpuextender.extender.ingest_process import RelayStore
-from gpuextender.extender.ingest_workers import SLICE, IngestProcess
 from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.scheduler.http_api import SchedulerApi
 from gpuextender.extender.scheduler.wire import parse_extender_args
 from gpuextender.extender.settings import ApiSettings, DecisionPolicy
 from gpuextender.extender.state.gpu_state import GpuState
+from gpuextender.extender.workers.summary_store import SummaryStore
+from gpuextender.extender.workers.supervisor import SLICE, IngestProcess
+from gpuextender.extender.workers.worker_args import Worker
 from tests.extender.builders import gpu, report
 
 RULE = IdleRule(30.0, 50.0, None)
 
 
 def frame(nodes: int, utilization: int = 0) -> bytes:
-    relay = RelayStore(RULE)
+    relay = SummaryStore(RULE)
     for i in range(nodes):
         assert relay.ingest(report(f"node-{i}", [gpu(0, utilization, 10)]), 50.0)
     return relay.take()

@@ -1,5 +1,5 @@
-"""The extender's side of its ingest workers (ingest_process.py): start them, store what they
-relay, restart one that dies or goes silent.
+"""The extender's side of its ingest workers (worker_main.py): start them, store what they
+send, restart one that dies or goes silent.
 
 Reports arrive in frames of up to ~50 ms of accepted reports, each already summarized by the
 worker (state/summary_codec.py); each summary is stored in the live GpuState (ordered by when a
@@ -16,7 +16,7 @@ extender forgot.
 A worker that exits, or sends nothing for WORKER_SILENT_S (it sends a BEAT every second when
 it has nothing else: stopped or stuck, it is killed), is started again on the same port; its
 agents' streams break and they reconnect, to it or to another worker. The reports it had
-acked but not yet relayed (at most FLUSH_S of them) are lost, and superseded by the agents'
+acked but not yet sent (at most frame_loops.FLUSH_S of them) are lost, and superseded by the agents'
 next reports (each stream starts with the newest). If workers keep failing (MAX_RESTARTS in
 RESTART_WINDOW_S) or one cannot start again, the extender cannot learn anything new: it says
 why and exits (its Deployment restarts it), rather than serve on data that only ages.
@@ -35,14 +35,14 @@ import time
 from collections import deque
 from collections.abc import Callable, Sequence
 
-from gpuextender.extender.ingest import frames as frames
-from gpuextender.extender.ingest.port_guard import PortGuard
-from gpuextender.extender.ingest.worker_args import Worker, worker_argv
 from gpuextender.extender.model.gpu_facts import GpuFacts
-from gpuextender.extender.observe.relayed import RelayedMetrics
+from gpuextender.extender.observe.worker_metrics import WorkerMetrics
 from gpuextender.extender.state.facts_reader import POOL_SIZE
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.summary_codec import decode_facts, decode_readings, decode_summary
+from gpuextender.extender.workers import frames as frames
+from gpuextender.extender.workers.port_guard import PortGuard
+from gpuextender.extender.workers.worker_args import Worker, worker_argv
 
 log = logging.getLogger("gpu_extender.ingest")
 
@@ -87,7 +87,7 @@ class IngestProcess:
             self._proc = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
-                "gpuextender.extender.ingest_process",
+                "gpuextender.extender.workers.worker_main",
                 *worker_argv(theirs.fileno(), self.worker, self._argv),
                 pass_fds=(theirs.fileno(),),
                 stdin=asyncio.subprocess.DEVNULL,
@@ -113,7 +113,7 @@ class IngestProcess:
         return f"{self.worker.index + 1}/{self.worker.count}"
 
     async def run(self) -> int | None:
-        """Apply what it relays until it goes away; its exit code."""
+        """Apply what it sends until it goes away; its exit code."""
         assert self._reader is not None
         try:
             while (got := await frames.read_frame(self._reader)) is not None:
@@ -148,7 +148,7 @@ class IngestProcess:
                         known = facts[second] = decode_facts(second)
                     state.store(decode(first), known)
             except Exception:  # a bug, never a reason to stop taking reports: say so, go on
-                log.exception("could not store a relayed summary (%d bytes)", len(first))
+                log.exception("could not store a summary a worker sent (%d bytes)", len(first))
             if i % SLICE == 0:
                 state.settle()
                 await asyncio.sleep(0)
@@ -212,23 +212,23 @@ class IngestWorkers:
         count: int,
         guard: PortGuard,
         state: GpuState,
-        relayed: RelayedMetrics,
+        worker_metrics: WorkerMetrics,
         silent_s: float = WORKER_SILENT_S,
     ) -> None:
-        self._argv, self._guard, self._state, self.relayed = list(argv), guard, state, relayed
+        self._argv, self._guard, self._state, self.worker_metrics = list(argv), guard, state, worker_metrics
         self._silent_s = silent_s
         self.port = guard.port
         self.workers = [self._new(i, count) for i in range(count)]
         self._known: frozenset[str] | None = None
         self._restarts: deque[float] = deque()
         self._stopping = False
-        relayed.ask = self.ask_metrics
+        worker_metrics.ask = self.ask_metrics
 
     def _new(self, index: int, count: int) -> IngestProcess:
         return IngestProcess(self._argv, Worker(index, count, self._guard.port), self._state, self._metrics_from)
 
     def _metrics_from(self, index: int, text: str) -> None:
-        self.relayed.texts[index] = text
+        self.worker_metrics.texts[index] = text
 
     async def start(self, known: frozenset[str] | None) -> None:
         """Start every worker; once all listen, return. One failing stops the others."""
@@ -238,7 +238,7 @@ class IngestWorkers:
         if failed:
             await self.stop()
             raise failed[0]
-        self.relayed.workers_running = len(self.workers)
+        self.worker_metrics.workers_running = len(self.workers)
         pids = ", ".join(str(w.pid) for w in self.workers)
         log.info("%d ingest worker(s) (pid %s) serve the agents' gRPC port %d", len(self.workers), pids, self.port)
 
@@ -264,13 +264,13 @@ class IngestWorkers:
             code = await worker.run()
             if self._stopping:
                 return
-            self.relayed.workers_running -= 1
+            self.worker_metrics.workers_running -= 1
             # Its streams are gone: its gauges must not stand (its counters restart with it, which
             # Prometheus's rate() reads as a reset).
-            self.relayed.texts.pop(index, None)
+            self.worker_metrics.texts.pop(index, None)
             silent = worker.killed_silent
             reason = "silent" if silent else "exited"
-            self.relayed.restarts[reason] += 1
+            self.worker_metrics.restarts[reason] += 1
             now = time.monotonic()
             self._restarts.append(now)
             while self._restarts and self._restarts[0] < now - RESTART_WINDOW_S:
@@ -299,7 +299,7 @@ class IngestWorkers:
                 given_up.set()
                 return
             self.workers[index] = replacement
-            self.relayed.workers_running += 1
+            self.worker_metrics.workers_running += 1
 
     async def _watch(self) -> None:
         """Kill a worker silent for longer than its bound (WORKER_SILENT_S). A late tick (this loop

@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from gpuextender.extender.ingest.port_guard import hold_port
+from gpuextender.extender.workers.port_guard import hold_port
 
 
 def listener(port: int, reuseport: bool) -> socket.socket:

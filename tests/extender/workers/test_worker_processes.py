@@ -1,5 +1,5 @@
 """Several ingest workers on one port (issue 36): real worker processes, real grpc.aio streams
-(one TCP connection each, as real agents have), the extender's side (relay.IngestWorkers)
+(one TCP connection each, as real agents have), the extender's side (supervisor.IngestWorkers)
 in this test's event loop.
 
 What must hold: the kernel spreads the streams over every worker and every node's data
@@ -21,14 +21,14 @@ import grpc
 import pytest
 
 from gpuextender.common.idle_rule import IdleRule
-from gpuextender.extender import ingest_workers as relay
-from gpuextender.extender.ingest.port_guard import hold_port
-from gpuextender.extender.ingest_workers import IngestWorkers
 from gpuextender.extender.model.gpu_facts import GpuFacts
-from gpuextender.extender.observe.relayed import RelayedMetrics
+from gpuextender.extender.observe.worker_metrics import WorkerMetrics
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.gpu_summary import NodeSummary
 from gpuextender.extender.state.summary_codec import Base, Readings
+from gpuextender.extender.workers import supervisor
+from gpuextender.extender.workers.port_guard import hold_port
+from gpuextender.extender.workers.supervisor import IngestWorkers
 from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 from tests.extender.builders import gpu, report
@@ -40,7 +40,7 @@ ARGV = ["--http-addr", "127.0.0.1:0", "--grpc-addr", "127.0.0.1:0", "--log-level
 class Applied:
     """Wraps GpuState.store and store_readings: every (node, sequence) the main process stored, in
     order, whether relayed as a summary or as the readings of one (a report of the same shape as
-    the node's last one on its stream: ingest_process.RelayStore)."""
+    the node's last one on its stream: summary_store.SummaryStore)."""
 
     def __init__(self, state: GpuState) -> None:
         self.seen: dict[str, list[int]] = {}
@@ -92,8 +92,8 @@ class Agent:
 
 @contextlib.asynccontextmanager
 async def workers(count: int, state: GpuState, **kwargs: float) -> AsyncIterator[tuple[IngestWorkers, asyncio.Event]]:
-    relayed = RelayedMetrics()
-    ingest = IngestWorkers(ARGV, count, hold_port("127.0.0.1", 0), state, relayed, **kwargs)
+    worker_metrics = WorkerMetrics()
+    ingest = IngestWorkers(ARGV, count, hold_port("127.0.0.1", 0), state, worker_metrics, **kwargs)
     await ingest.start(None)
     gave_up = asyncio.Event()
     supervisor = asyncio.create_task(ingest.run(gave_up.set))
@@ -115,7 +115,7 @@ async def until(what: str, check: Callable[[], object], timeout_s: float = 20.0)
 
 
 def connected_per_worker(ingest: IngestWorkers) -> list[float | None]:
-    texts = ingest.relayed.texts
+    texts = ingest.worker_metrics.texts
     return [
         metric(parse_metrics(texts.get(i, "")), "gpu_extender_connected_agents") for i in range(len(ingest.workers))
     ]
@@ -167,7 +167,7 @@ def test_streams_spread_over_every_worker_and_each_node_arrives_once_in_order() 
             await ingest.ask_metrics()
             accepted = sum(
                 metric(parse_metrics(t), "gpu_extender_reports_total", result="accepted") or 0
-                for t in ingest.relayed.texts.values()
+                for t in ingest.worker_metrics.texts.values()
             )
             assert accepted == 48 * 6
             for agent in agents:
@@ -186,7 +186,10 @@ def test_a_killed_worker_is_started_again_and_its_agents_reconnect() -> None:
             assert dead is not None
             os.kill(dead, signal.SIGKILL)
             await until("the worker started again", lambda: ingest.workers[0].pid not in (None, dead))
-            assert ingest.relayed.restarts == {"exited": 1, "silent": 0} and ingest.relayed.workers_running == 2
+            assert (
+                ingest.worker_metrics.restarts == {"exited": 1, "silent": 0}
+                and ingest.worker_metrics.workers_running == 2
+            )
             for agent in agents:  # what the agents do when their stream breaks: connect again
                 await agent.connect()
             await asyncio.gather(*(a.send() for a in agents))
@@ -199,7 +202,7 @@ def test_a_killed_worker_is_started_again_and_its_agents_reconnect() -> None:
     asyncio.run(scenario())
 
 
-def test_a_silent_worker_is_killed_and_started_again_while_the_others_relay() -> None:
+def test_a_silent_worker_is_killed_and_started_again_while_the_others_send() -> None:
     async def scenario() -> None:
         state = GpuState(IdleRule())
         applied = Applied(state)
@@ -216,7 +219,10 @@ def test_a_silent_worker_is_killed_and_started_again_while_the_others_relay() ->
                 assert live, sent
                 await newest_applied(applied, live)  # while the other worker is stopped
                 await until("the silent worker replaced", lambda: ingest.workers[0].pid not in (None, stopped))
-                assert ingest.relayed.restarts == {"exited": 0, "silent": 1} and ingest.relayed.workers_running == 2
+                assert (
+                    ingest.worker_metrics.restarts == {"exited": 0, "silent": 1}
+                    and ingest.worker_metrics.workers_running == 2
+                )
             finally:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(stopped, signal.SIGCONT)
@@ -229,7 +235,7 @@ def test_a_silent_worker_is_killed_and_started_again_while_the_others_relay() ->
 
 def test_workers_that_keep_dying_stop_the_extender(monkeypatch: pytest.MonkeyPatch) -> None:
     """More than MAX_RESTARTS within the window gives up: at the bound, one more start."""
-    monkeypatch.setattr(relay, "MAX_RESTARTS", 1)
+    monkeypatch.setattr(supervisor, "MAX_RESTARTS", 1)
 
     async def scenario() -> None:
         state = GpuState(IdleRule())
@@ -238,7 +244,7 @@ def test_workers_that_keep_dying_stop_the_extender(monkeypatch: pytest.MonkeyPat
             assert first is not None
             os.kill(first, signal.SIGKILL)
             await until("the worker started again", lambda: ingest.workers[0].pid not in (None, first))
-            assert not gave_up.is_set() and ingest.relayed.restarts["exited"] == 1  # 1 restart: at the bound
+            assert not gave_up.is_set() and ingest.worker_metrics.restarts["exited"] == 1  # 1 restart: at the bound
             second = ingest.workers[0].pid
             assert second is not None
             os.kill(second, signal.SIGKILL)

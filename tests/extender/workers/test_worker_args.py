@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gpuextender.extender.flags import build_config
-from gpuextender.extender.ingest.worker_args import Worker, parse_worker_argv, worker_argv
+from gpuextender.extender.workers.worker_args import Worker, parse_worker_argv, worker_argv
 
 
 def test_the_argv_reads_back() -> None:

@@ -1,4 +1,4 @@
-"""How the extender starts an ingest worker (ingest_process.py), and what each worker serves:
+"""How the extender starts an ingest worker (workers/worker_main.py), and what each worker serves:
 `--link-fd FD --worker I/N --port P -- ARGV`."""
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, generate_latest
 
-from gpuextender.extender.observe.relayed import RelayedMetrics
+from gpuextender.extender.observe.worker_metrics import WorkerMetrics
 from tests.harness import metric, parse_metrics
 
 WORKER_0 = """# HELP gpu_extender_reports_total Node reports from agents, by result.
@@ -24,14 +24,14 @@ gpu_extender_connected_agents 4.0
 """
 
 
-def exposition(relayed: RelayedMetrics) -> str:
+def exposition(worker_metrics: WorkerMetrics) -> str:
     registry = CollectorRegistry()
-    registry.register(relayed)
+    registry.register(worker_metrics)
     return generate_latest(registry).decode()
 
 
 def test_series_are_summed_over_the_workers() -> None:
-    relayed = RelayedMetrics()
+    relayed = WorkerMetrics()
     relayed.texts = {0: WORKER_0, 1: WORKER_1}
     relayed.workers_running = 2
     relayed.restarts["silent"] = 1
@@ -47,6 +47,6 @@ def test_series_are_summed_over_the_workers() -> None:
 
 
 def test_no_worker_text_yet_shows_only_the_workers_own_series() -> None:
-    samples = parse_metrics(exposition(RelayedMetrics()))
+    samples = parse_metrics(exposition(WorkerMetrics()))
     assert metric(samples, "gpu_extender_connected_agents") is None
     assert metric(samples, "gpu_extender_ingest_workers") == 0

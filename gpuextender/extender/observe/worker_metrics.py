@@ -1,4 +1,4 @@
-"""The ingest workers' series on the extender's /metrics: what each last sent (ingest_workers.py),
+"""The ingest workers' series on the extender's /metrics: what each last sent (workers/supervisor.py),
 summed over the workers, and the workers' own count and restarts."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from prometheus_client.registry import Collector
 RESTART_REASONS = ("exited", "silent")
 
 
-class RelayedMetrics(Collector):
+class WorkerMetrics(Collector):
     """Each worker's series as it last sent them; `refresh` asks every worker for them now (a
     scrape then shows every report acked before it). The workers count the same series (the
     same code, a share of the agents each): a sample is the sum over workers of the samples of
@@ -50,7 +50,7 @@ class RelayedMetrics(Collector):
         restarts = CounterMetricFamily(
             "gpu_extender_ingest_worker_restarts",
             "Ingest workers started again, by reason: exited (it ended), silent (no frame for "
-            "ingest_workers.WORKER_SILENT_S: stopped or stuck, so it was killed).",
+            "supervisor.WORKER_SILENT_S: stopped or stuck, so it was killed).",
             labels=["reason"],
         )
         for reason, count in self.restarts.items():

@@ -8,12 +8,12 @@ import asyncio
 import pytest
 
 from gpuextender.common.idle_rule import IdleRule
-from gpuextender.extender import ingest_process
-from gpuextender.extender.ingest import frames as frames
-from gpuextender.extender.ingest_process import FLUSH_BYTES, RelayStore
 from gpuextender.extender.model.gpu_facts import facts_from_report
 from gpuextender.extender.state.gpu_summary import NodeSummary, summarize
 from gpuextender.extender.state.summary_codec import decode_facts, decode_readings, decode_summary
+from gpuextender.extender.workers import frames as frames
+from gpuextender.extender.workers import summary_store
+from gpuextender.extender.workers.summary_store import FLUSH_BYTES, SummaryStore
 from gpuextender.v1 import gpu_state_pb2 as pb
 from tests.extender.builders import gpu, report
 from tests.extender.state.test_summary_refresh import heartbeat_of
@@ -96,9 +96,9 @@ def test_frame_sizes_are_bounded_at_exactly_the_limit(monkeypatch: pytest.Monkey
         read_all(b"\x00\x00\x00\x00Y")
 
 
-def test_the_relay_store_batches_reports_and_remembers_which_nodes_have_data() -> None:
+def test_the_summary_store_batches_reports_and_remembers_which_nodes_have_data() -> None:
     async def go() -> None:
-        store = RelayStore(IdleRule())
+        store = SummaryStore(IdleRule())
         r = report("n1", [gpu(0)], seq=3)
         assert not store.has_data("n1")
         assert store.ingest(r, 7.0) is True
@@ -116,11 +116,11 @@ def test_the_relay_store_batches_reports_and_remembers_which_nodes_have_data() -
 
 def test_a_batch_is_sent_at_once_when_it_reaches_its_size(monkeypatch: pytest.MonkeyPatch) -> None:
     async def go() -> None:
-        store = RelayStore(IdleRule())
+        store = SummaryStore(IdleRule())
         r1, r2 = report("n1", [gpu(0)]), report("n2", [gpu(0)])
         store.ingest(r1, 1.0)
         size = len(store.take())
-        monkeypatch.setattr(ingest_process, "FLUSH_BYTES", 2 * size)
+        monkeypatch.setattr(summary_store, "FLUSH_BYTES", 2 * size)
         store.ingest(r1, 1.0)
         store.stream_opened("n1")  # (a new stream: its first report is summarized, not taken as readings)
         store.ingest(r1, 1.5)  # replaces n1's: the batch does not grow
@@ -134,11 +134,11 @@ def test_a_batch_is_sent_at_once_when_it_reaches_its_size(monkeypatch: pytest.Mo
     asyncio.run(go())
 
 
-def test_the_relay_store_keeps_only_the_newest_report_of_a_node() -> None:
+def test_the_summary_store_keeps_only_the_newest_report_of_a_node() -> None:
     """A slow extender costs one waiting report per node, never a backlog; arrival order is kept."""
 
     async def go() -> None:
-        store = RelayStore(IdleRule())
+        store = SummaryStore(IdleRule())
         old, other = report("n1", [gpu(0)], seq=1), report("n2", [gpu(0)], seq=1)
         new = report("n1", [gpu(0, 50)], seq=2)  # busy now: summarized, not taken as readings
         store.ingest(old, 1.0)
@@ -156,7 +156,7 @@ def test_a_heartbeats_readings_wait_behind_its_full_report_and_only_the_newest_w
     def at(seq: int, util: int) -> pb.NodeReport:
         return report("n1", [gpu(0, util, 10), gpu(1, 2, 20)], seq=seq, seconds=1000 + seq)
 
-    def entries(store: RelayStore) -> list[tuple[int, int]]:
+    def entries(store: SummaryStore) -> list[tuple[int, int]]:
         """(tag, the sequence it carries) per entry of the next batch."""
         out = []
         for tag, first, _ in frames.summary_entries(store.take()):
@@ -169,7 +169,7 @@ def test_a_heartbeats_readings_wait_behind_its_full_report_and_only_the_newest_w
         return out
 
     async def go() -> None:
-        store, first = RelayStore(IdleRule()), at(1, 0)
+        store, first = SummaryStore(IdleRule()), at(1, 0)
         store.ingest(first, 1.0)
         assert store.refresh(heartbeat_of(first, at(2, 1), 2), 2.0) is None
         assert store.refresh(heartbeat_of(first, at(3, 2), 3), 3.0) is None
@@ -190,7 +190,7 @@ def test_a_batch_of_a_full_report_and_readings_is_sent_at_its_size(over: int, mo
     heartbeat = heartbeat_of(first, report("n1", [gpu(0, 1, 10)], seq=2, seconds=1001), 2)
 
     async def size_of_both() -> int:
-        store = RelayStore(IdleRule())
+        store = SummaryStore(IdleRule())
         store.ingest(first, 1.0)
         store.refresh(heartbeat, 2.0)
         return len(store.take())
@@ -198,8 +198,8 @@ def test_a_batch_of_a_full_report_and_readings_is_sent_at_its_size(over: int, mo
     size = asyncio.run(size_of_both())
 
     async def go() -> None:
-        monkeypatch.setattr(ingest_process, "FLUSH_BYTES", size + over)
-        store = RelayStore(IdleRule())
+        monkeypatch.setattr(summary_store, "FLUSH_BYTES", size + over)
+        store = SummaryStore(IdleRule())
         store.ingest(first, 1.0)
         assert not store.full.is_set()
         assert store.refresh(heartbeat, 2.0) is None

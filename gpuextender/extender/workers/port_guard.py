@@ -1,6 +1,6 @@
 """Hold the agents' gRPC port for the ingest workers, and refuse one another program holds.
 
-The workers (ingest_process.py) each listen on the same port with SO_REUSEPORT, and the kernel
+The workers (workers/worker_main.py) each listen on the same port with SO_REUSEPORT, and the kernel
 spreads the agents' connections across them. SO_REUSEPORT would also let a second extender of
 the same user join silently and take a share of the streams (issue 26), so the port is first
 bound without it: taken by anything, that fails and the extender says so. Then a socket with

@@ -1,4 +1,4 @@
-"""The frames between the extender and each ingest worker (ingest_process.py), over a socketpair.
+"""The frames between the extender and each ingest worker (workers/worker_main.py), over a socketpair.
 
 A frame is a 4-byte big-endian length (of what follows), a 1-byte kind, and a payload:
   worker -> extender
@@ -13,7 +13,7 @@ A frame is a 4-byte big-endian length (of what follows), a 1-byte kind, and a pa
              (each carries when the report was received, time.monotonic(), one clock for every
              process of the host on Linux)
     METRICS  the worker's ingest metrics as Prometheus text, after the reports before them
-    BEAT     nothing else was sent for a second: the worker's loop runs (ingest_workers.py kills a
+    BEAT     nothing else was sent for a second: the worker's loop runs (workers/supervisor.py kills a
              worker silent for longer than WORKER_SILENT_S)
   extender -> worker
     ASK_METRICS  send METRICS now (a scrape of the extender's /metrics)
