@@ -94,12 +94,13 @@ from benchlib import OUT_DIR, BenchError, exit_on_sigterm, machine_facts  # noqa
 
 from gpuextender.common.idle_rule import IdleRule  # noqa: E402
 from gpuextender.extender.inventory.device_taint_writer import DeviceTaintWriter  # noqa: E402
-from gpuextender.extender.inventory.kube_watch import KubeInventorySource, load_kube_config  # noqa: E402
+from gpuextender.extender.inventory.kube_watch import KubeInventorySource  # noqa: E402
 from gpuextender.extender.inventory.node_status_writer import (  # noqa: E402
     NodeStatusWriter,
     condition_of,
     has_taint,
 )
+from gpuextender.extender.kube.connection import load_kube_config  # noqa: E402
 from gpuextender.extender.model.dra import DeviceRef, parse_device_class, parse_resource_slice  # noqa: E402
 from gpuextender.extender.model.kube_objects import NODE  # noqa: E402
 from gpuextender.extender.settings import DEFAULT_NODE_TAINT_KEY  # noqa: E402

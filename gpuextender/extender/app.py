@@ -29,6 +29,7 @@ from gpuextender.common.netaddr import HostPort, bound_address
 from gpuextender.common.serving_tls import ServingCertificate
 from gpuextender.extender.ingest.agent_identity import Authenticator
 from gpuextender.extender.ingest.server import start_ingest_server
+from gpuextender.extender.ingest.token_review import TokenReviewer, reviewer_for
 from gpuextender.extender.inventory.files import FileInventorySource
 from gpuextender.extender.model.kube_objects import (
     COSCHEDULING_POD_GROUP,
@@ -67,7 +68,6 @@ from gpuextender.extender.workers.port_guard import hold_port
 from gpuextender.extender.workers.supervisor import IngestStartError, IngestWorkers, sync_known_nodes
 
 if TYPE_CHECKING:
-    from gpuextender.extender.ingest.token_review import TokenReviewer
     from gpuextender.extender.inventory.device_taint_writer import DeviceTaintWriter
     from gpuextender.extender.inventory.kube_watch import KubeInventorySource
     from gpuextender.extender.inventory.reclaim_writer import ReclaimWriter
@@ -376,7 +376,8 @@ async def build(
 
 async def _connect_kubernetes(extender: Extender) -> None:
     # Imported only when used: kubernetes-asyncio adds ~35 MiB to the extender's RSS.
-    from gpuextender.extender.inventory.kube_watch import KubeConfigError, KubeInventorySource, load_kube_config
+    from gpuextender.extender.inventory.kube_watch import KubeInventorySource
+    from gpuextender.extender.kube.connection import KubeConfigError, load_kube_config
     from gpuextender.extender.scheduler.pod_binder import PodBinder
 
     config, metrics = extender.config, extender.metrics
@@ -417,11 +418,8 @@ async def _connect_kubernetes(extender: Extender) -> None:
     extender.api.decisions.pod_groups = lambda source, namespace, name: (
         sink.spec(namespace, name) if (sink := sinks.get(source)) is not None else None
     )
-    if config.agent_auth.mode == "tokenreview":
-        from gpuextender.extender.ingest.token_review import TokenReviewer
-
-        assert config.agent_auth.service_account is not None  # the settings guarantee it
-        extender.reviewer = TokenReviewer(connection, config.agent_auth.service_account, config.agent_auth.audience)
+    extender.reviewer = await reviewer_for(config, connection)
+    if extender.reviewer is not None:
         extender.authenticator = extender.reviewer
     # The bind verb creates Bindings (pods/binding) with the same credentials.
     extender.binder = extender.api.bindings.binder = PodBinder(connection)

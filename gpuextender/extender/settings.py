@@ -214,3 +214,8 @@ class ExtenderConfig:
     publish: PublishSettings = field(default_factory=lambda: PublishSettings())
     # Settings that came from the environment or the config file (dest -> source), for the start-up log.
     sources: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def token_review(self) -> bool:
+        """Agents' tokens are reviewed by the API server (ingest/token_review.reviewer_for builds it)."""
+        return self.kubernetes and self.agent_auth.mode == "tokenreview"

@@ -15,9 +15,8 @@ from tests.imports import loaded, modules_after_importing
 
 KUBERNETES_CLIENTS = (
     "gpuextender.extender.inventory.kube_watch",
-    "gpuextender.extender.ingest.token_review",
-    "gpuextender.extender.scheduler.pod_binder",
-    "gpuextender.extender.ui.explain_lookup",
+    "gpuextender.extender.kube.connection",
+    "gpuextender.extender.scheduler.pod_binder",  # its client is kube.connection's
     "gpuextender.extender.inventory.device_taint_writer",
     "gpuextender.extender.inventory.node_status_writer",
     "gpuextender.extender.inventory.idle_events",
@@ -55,6 +54,7 @@ INGEST_MAY_LOAD = {
     "gpuextender.extender.ingest.report_checks",
     "gpuextender.extender.ingest.server",
     "gpuextender.extender.ingest.service",
+    "gpuextender.extender.ingest.token_review",  # loads the Kubernetes client only to make a reviewer
     "gpuextender.extender.workers.worker_args",
     "gpuextender.extender.observe",
     "gpuextender.extender.observe.ingest_metrics",

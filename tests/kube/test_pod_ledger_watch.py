@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from gpuextender.extender.inventory.kube_watch import KubeInventorySource, KubeSourceTimings, load_kube_config
+from gpuextender.extender.inventory.kube_watch import KubeInventorySource, KubeSourceTimings
+from gpuextender.extender.kube.connection import load_kube_config
 from gpuextender.extender.model.kube_objects import POD, KubeObject
 from gpuextender.extender.model.pod_gpus import may_request
 from gpuextender.extender.state.pod_ledger import PodLedger

@@ -24,12 +24,10 @@ import asyncio
 import hashlib
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import aiohttp
 import grpc
 import orjson
-from kubernetes_asyncio import client as k8s
 
 from gpuextender.extender.ingest.agent_identity import (
     AgentIdentity,
@@ -40,7 +38,10 @@ from gpuextender.extender.ingest.agent_identity import (
     missing_token,
     token_expiry,
 )
-from gpuextender.extender.settings import ServiceAccountRef
+from gpuextender.extender.settings import ExtenderConfig, ServiceAccountRef
+
+if TYPE_CHECKING:  # the Kubernetes client loads only where a reviewer is made (kube/ imports it)
+    from gpuextender.extender.kube.connection import ApiClient, Configuration
 
 _EXPIRY_MARGIN_S = 5.0  # stop trusting a cached answer this long before the token expires
 # One agent has one token: two reviews at once from one host cover an agent reconnecting while its
@@ -51,7 +52,7 @@ MAX_REVIEWS_PER_PEER = 2
 class TokenReviewer:
     def __init__(
         self,
-        connection: k8s.Configuration | Callable[[], k8s.ApiClient],
+        connection: Configuration | Callable[[], ApiClient],
         service_account: ServiceAccountRef,
         audience: str,
         *,
@@ -66,9 +67,11 @@ class TokenReviewer:
         node_bound: bool = True,
     ) -> None:
         """`node_bound`: agents' tokens (each names its node); False: relays' (agent_identity.judge_review)."""
-        if isinstance(connection, k8s.Configuration):
+        from gpuextender.extender.kube.connection import Configuration, api_client
+
+        if isinstance(connection, Configuration):
             configuration = connection
-            self._factory: Callable[[], k8s.ApiClient] = lambda: k8s.ApiClient(configuration)
+            self._factory: Callable[[], ApiClient] = lambda: api_client(configuration)
         else:
             self._factory = connection
         self.service_account = service_account
@@ -87,7 +90,7 @@ class TokenReviewer:
         self._pending: dict[str, asyncio.Future[AgentIdentity | Refusal]] = {}
         self._max_per_peer = max_in_flight_per_peer
         self._per_peer: dict[str, int] = {}  # peer host -> reviews it started that are not done yet
-        self._client: k8s.ApiClient | None = None
+        self._client: ApiClient | None = None
         self.reviews = 0  # TokenReview calls made (the cache's effect, for tests and debugging)
 
     async def authenticate(self, metadata: Iterable[tuple[str, str | bytes]], peer_host: str) -> AgentIdentity:
@@ -140,7 +143,7 @@ class TokenReviewer:
             node_bound=False,
         )
 
-    def _shared_client(self) -> k8s.ApiClient:
+    def _shared_client(self) -> ApiClient:
         if self._client is None:
             self._client = self._factory()
         return self._client
@@ -152,6 +155,8 @@ class TokenReviewer:
 
     async def _review(self, token: str) -> dict[str, Any]:
         """The TokenReview's status; AgentRefused(UNAVAILABLE) when the API server cannot answer."""
+        from gpuextender.extender.kube import api_call
+
         client = self._shared_client()
         body = {
             "apiVersion": "authentication.k8s.io/v1",
@@ -160,27 +165,15 @@ class TokenReviewer:
         }
         self.reviews += 1
         try:
-            # _preload_content=False: the raw aiohttp response (the generated stubs say V1TokenReview).
-            resp: aiohttp.ClientResponse = await k8s.AuthenticationV1Api(client).create_token_review(  # type: ignore[assignment]
-                body=body,  # type: ignore[arg-type]  # a plain dict serialises the same
-                _preload_content=False,
-                _request_timeout=aiohttp.ClientTimeout(total=self._timeout_s),
-            )
-            try:
-                raw = await resp.read()
-            finally:
-                resp.release()
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+            got = await api_call.answer(api_call.create_token_review(client, body, self._timeout_s))
+        except (*api_call.TRANSPORT_ERRORS, api_call.ApiError) as exc:
             raise AgentRefused(_unavailable(f"{type(exc).__name__}: {exc}")) from None
+        if got.status not in (200, 201):
+            raise AgentRefused(_unavailable(f"HTTP {got.status}: {api_call.server_message(got.raw)}"))
         try:
-            review = orjson.loads(raw)
+            review = orjson.loads(got.raw)
         except orjson.JSONDecodeError:
-            review = None
-        if resp.status not in (200, 201):
-            message = review.get("message") if isinstance(review, dict) else None
-            raise AgentRefused(_unavailable(f"HTTP {resp.status}: {message or raw[:200].decode('utf-8', 'replace')}"))
-        if review is None:
-            raise AgentRefused(_unavailable("the answer is not JSON"))
+            raise AgentRefused(_unavailable("the answer is not JSON")) from None
         status = review.get("status") if isinstance(review, dict) else None
         return status if isinstance(status, dict) else {}
 
@@ -217,3 +210,18 @@ def _unavailable(cause: str) -> Refusal:
     return Refusal(
         grpc.StatusCode.UNAVAILABLE, "review_failed", f"cannot verify the agent token now (TokenReview: {cause})"
     )
+
+
+async def reviewer_for(config: ExtenderConfig, connection: Configuration | None = None) -> TokenReviewer | None:
+    """The TokenReviewer of agents' tokens that `config` asks for (--agent-auth tokenreview under
+    --kubernetes), over `connection` or the cluster connection loaded now; None where it asks for
+    none. The one place it is built: the extender, each ingest worker and the gpu-relay. Raises
+    kube.connection.KubeConfigError where no connection can be loaded."""
+    if not config.token_review:
+        return None
+    if connection is None:
+        from gpuextender.extender.kube.connection import load_kube_config
+
+        connection = await load_kube_config(config.kubeconfig)
+    assert config.agent_auth.service_account is not None  # the settings guarantee it
+    return TokenReviewer(connection, config.agent_auth.service_account, config.agent_auth.audience)

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import aiohttp
 
-from gpuextender.extender.inventory.api_call import JSON_PATCH, STRATEGIC, ApiError, Forbidden, call
+from gpuextender.extender.kube.api_call import JSON_PATCH, STRATEGIC, ApiError, Forbidden, call
 from gpuextender.extender.state.cleanup_plan import (
     CleanupReport,
     NodePlan,

@@ -45,10 +45,10 @@ from kubernetes_asyncio.leaderelection import electionconfig, leaderelection
 from kubernetes_asyncio.leaderelection.resourcelock.leaselock import LeaseLock
 
 from gpuextender.common.token_bucket import TokenBucket
-from gpuextender.extender.inventory.api_call import ApiError, Forbidden, call
 from gpuextender.extender.inventory.idle_events import IdleEventWriter
 from gpuextender.extender.inventory.node_status_writer import NodeStatusWriter
 from gpuextender.extender.inventory.reclaim_writer import ReclaimWriter
+from gpuextender.extender.kube.api_call import ApiError, Forbidden, call
 from gpuextender.extender.state.device_taints import (
     BUSY_PREFIX,
     GROUP,

@@ -23,7 +23,7 @@ from typing import Any, cast
 
 from kubernetes_asyncio import client as k8s
 
-from gpuextender.extender.inventory.api_call import Forbidden, call
+from gpuextender.extender.kube.api_call import Forbidden, call
 from gpuextender.extender.state.device_taints import TaintWriterStatus
 
 log = logging.getLogger("gpu_extender.idle_events")

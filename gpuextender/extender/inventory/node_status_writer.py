@@ -22,7 +22,7 @@ from typing import Any, cast
 
 from kubernetes_asyncio import client as k8s
 
-from gpuextender.extender.inventory.api_call import MERGE, STRATEGIC, Forbidden, call
+from gpuextender.extender.kube.api_call import MERGE, STRATEGIC, Forbidden, call
 from gpuextender.extender.state.device_taints import TaintWriterStatus
 from gpuextender.extender.state.node_gpu_status import CONDITION_TYPE, NodeGpuStatus, condition_of, has_taint
 from gpuextender.extender.state.publication import Publication

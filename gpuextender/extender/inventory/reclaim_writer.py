@@ -31,8 +31,8 @@ from typing import Any, cast
 from kubernetes_asyncio import client as k8s
 
 from gpuextender.extender.decide.reclaim_plan import Eviction, Holder, NodeRoom, plan
-from gpuextender.extender.inventory.api_call import ApiError, Forbidden, call
 from gpuextender.extender.inventory.idle_events import event_name
+from gpuextender.extender.kube.api_call import ApiError, Forbidden, call
 from gpuextender.extender.model.waiting_pod import WaitingPod, read_waiting
 from gpuextender.extender.state.freshness import is_fresh
 from gpuextender.extender.state.gpu_summary import NodeSummary

@@ -33,15 +33,16 @@ from gpuextender.common.logs import configure_logging
 from gpuextender.common.netaddr import AddressError, parse_host_port
 from gpuextender.common.serving_tls import ServingCertificate, TlsLoadError, serving_certificate
 from gpuextender.extender.flags import ConfigError, build_config
+from gpuextender.extender.ingest.agent_identity import Authenticator
 from gpuextender.extender.ingest.report_checks import MAX_REPORT_BYTES
 from gpuextender.extender.ingest.server import ingest_service, serve_ingest
 from gpuextender.extender.ingest.service import REPEAT_REFUSAL_S, IngestService, OncePer
+from gpuextender.extender.ingest.token_review import reviewer_for
 from gpuextender.extender.observe.ingest_metrics import IngestMetrics
 from gpuextender.extender.relay.forward_store import WRAP_BYTES, ForwardStore
 from gpuextender.extender.relay.http_probes import start_probes
 from gpuextender.extender.relay.upstream import Upstream
 from gpuextender.extender.settings import ExtenderConfig
-from gpuextender.extender.workers.worker_main import agent_authenticator
 from gpuextender.v1 import gpu_state_pb2 as pb
 
 log = logging.getLogger("gpu_extender.relay")
@@ -230,7 +231,8 @@ async def serve(
     for sig in (signal.SIGTERM, signal.SIGINT):
         with contextlib.suppress(NotImplementedError, RuntimeError):  # not the main thread (tests)
             loop.add_signal_handler(sig, stop.set)
-    authenticator, reviewer = await agent_authenticator(config)
+    reviewer = await reviewer_for(config)
+    authenticator: Authenticator | None = reviewer
     store = ForwardStore(config.idle_rule)
     metrics = IngestMetrics()
     # No inventory here: every node is taken; what is held is bounded by the agents connected.
@@ -269,9 +271,8 @@ async def serve(
         await relay.close()
         if probes is not None:
             await probes.cleanup()
-        close = getattr(reviewer, "close", None)
-        if close is not None:
-            await close()
+        if reviewer is not None:
+            await reviewer.close()
     return 0
 
 

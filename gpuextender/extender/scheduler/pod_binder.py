@@ -12,10 +12,8 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-import aiohttp
-import orjson
-from kubernetes_asyncio import client as k8s
-
+from gpuextender.extender.kube import api_call
+from gpuextender.extender.kube.connection import ApiClient, Configuration, api_client
 from gpuextender.extender.scheduler.wire import BindingArgs
 
 DEFAULT_TIMEOUT_S = 1.5  # the shipped scheduler config's httpTimeout is 2 s
@@ -24,16 +22,16 @@ DEFAULT_TIMEOUT_S = 1.5  # the shipped scheduler config's httpTimeout is 2 s
 class PodBinder:
     def __init__(
         self,
-        connection: k8s.Configuration | Callable[[], k8s.ApiClient],
+        connection: Configuration | Callable[[], ApiClient],
         timeout_s: float = DEFAULT_TIMEOUT_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if isinstance(connection, k8s.Configuration):
+        if isinstance(connection, Configuration):
             configuration = connection
-            self._factory: Callable[[], k8s.ApiClient] = lambda: k8s.ApiClient(configuration)
+            self._factory: Callable[[], ApiClient] = lambda: api_client(configuration)
         else:
             self._factory = connection
-        self._client: k8s.ApiClient | None = None
+        self._client: ApiClient | None = None
         self._timeout_s = timeout_s
         self._clock = clock
 
@@ -49,29 +47,14 @@ class PodBinder:
             "target": {"apiVersion": "v1", "kind": "Node", "name": b.node},
         }
         try:
-            # _preload_content=False: the raw response (the generated V1Binding model refuses the
-            # answer's null target when it deserialises it).
-            resp: aiohttp.ClientResponse = await k8s.CoreV1Api(self._client).create_namespaced_pod_binding(  # type: ignore[assignment]
-                b.pod_name,
-                b.namespace,
-                body,  # type: ignore[arg-type]  # a plain dict serialises the same
-                _preload_content=False,
-                _request_timeout=aiohttp.ClientTimeout(total=self._timeout_s),
+            got = await api_call.answer(
+                api_call.create_binding(self._client, b.namespace, b.pod_name, body, self._timeout_s)
             )
-            try:
-                raw = await resp.read()
-            finally:
-                resp.release()
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
+        except (*api_call.TRANSPORT_ERRORS, api_call.ApiError) as exc:
             return f"cannot reach the API server to bind {b.key} to {b.node}: {type(exc).__name__}: {exc}"
-        if resp.status in (200, 201):
+        if got.status in (200, 201):
             return ""
-        try:
-            status = orjson.loads(raw)
-        except orjson.JSONDecodeError:
-            status = None
-        message = status.get("message") if isinstance(status, dict) else None
-        return f"binding {b.key} to {b.node}: HTTP {resp.status}: {message or raw[:200].decode('utf-8', 'replace')}"
+        return f"binding {b.key} to {b.node}: HTTP {got.status}: {api_call.server_message(got.raw)}"
 
     async def close(self) -> None:
         if self._client is not None:

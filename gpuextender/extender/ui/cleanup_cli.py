@@ -106,7 +106,7 @@ def main(argv: Sequence[str]) -> int:
 async def _run(args: argparse.Namespace, report: CleanupReport) -> str:
     """Fill `report`; a usage or kubeconfig problem instead (one line)."""
     from gpuextender.extender.inventory.cleanup import CleanupError, clean_up
-    from gpuextender.extender.inventory.kube_watch import KubeConfigError, load_kube_config
+    from gpuextender.extender.kube.connection import KubeConfigError, load_kube_config
 
     try:
         configuration = await load_kube_config(args.kubeconfig, context=args.context)

@@ -187,48 +187,43 @@ async def read_cluster(
 ) -> ClusterAnswer:
     """The pod (when `pod_ref` is given) and every Node, as the API server's JSON."""
     import aiohttp
-    from kubernetes_asyncio import client as k8s
 
-    from gpuextender.extender.inventory.kube_watch import KubeConfigError, load_kube_config
+    from gpuextender.extender.kube import api_call
+    from gpuextender.extender.kube.connection import KubeConfigError, api_client, load_kube_config
 
     try:
         configuration = await load_kube_config(kubeconfig, context=context)
     except KubeConfigError as exc:
         raise SourceError(str(exc)) from None
     server = str(configuration.host)
-    limits = aiohttp.ClientTimeout(total=timeout, connect=timeout, sock_connect=timeout)
+    limits = api_call.Timeout(total=timeout, connect=timeout, sock_connect=timeout)
     try:
-        api_client = k8s.ApiClient(configuration)
+        client = api_client(configuration)
     except (OSError, ValueError) as exc:  # the kubeconfig's CA or client certificate cannot be read
         raise SourceError(f"kubeconfig: {exc}") from None
     try:
-        async with api_client:
-            core = k8s.CoreV1Api(api_client)
+        async with client:
 
-            async def get(what: str, call: Any, **kwargs: Any) -> Any:
-                response = await call(**kwargs, _preload_content=False, _request_timeout=limits)
-                try:
-                    body = await response.read()
-                finally:
-                    response.release()
-                if response.status == 200:
+            async def get(what: str, pending: Any) -> Any:
+                status, body = await api_call.answer(pending)
+                if status == 200:
                     try:
                         return json.loads(body)
                     except ValueError:
                         not_json = f"{what}: the API server {server} answered something that is not JSON"
                         raise SourceError(not_json) from None
-                raise _http_error(response.status, body, what, server)
+                raise _http_error(status, body, what, server)
 
             pod = None
             if pod_ref is not None:
                 namespace, name = pod_ref
-                pod = await get(f"pod {namespace}/{name}", core.read_namespaced_pod, name=name, namespace=namespace)
+                pod = await get(f"pod {namespace}/{name}", api_call.read_pod(client, namespace, name, limits))
                 pod.setdefault("apiVersion", "v1")
                 pod.setdefault("kind", "Pod")
             nodes: list[dict[str, Any]] = []
             token = None
             while True:
-                page = await get("nodes", core.list_node, limit=NODE_PAGE, **({"_continue": token} if token else {}))
+                page = await get("nodes", api_call.list_nodes(client, NODE_PAGE, token, limits))
                 nodes.extend(page.get("items") or [])
                 token = (page.get("metadata") or {}).get("continue")
                 if not token:
@@ -248,8 +243,8 @@ async def read_cluster(
         raise SourceError(f"the Kubernetes API server {server} did not answer within {timeout:g} s") from None
     except (aiohttp.ClientError, OSError) as exc:
         raise SourceError(f"Kubernetes API server {server}: {type(exc).__name__}: {exc}") from None
-    except k8s.ApiException as exc:
-        raise SourceError(f"Kubernetes API server {server}: {exc.reason}") from None
+    except api_call.ApiError as exc:
+        raise SourceError(f"Kubernetes API server {server}: {exc}") from None
 
 
 def _http_error(status: int, body: bytes, what: str, server: str) -> SourceError:

@@ -40,6 +40,7 @@ from gpuextender.common.serving_tls import ServingCertificate, TlsLoadError, ser
 from gpuextender.extender.flags import ConfigError, build_config
 from gpuextender.extender.ingest.agent_identity import Authenticator
 from gpuextender.extender.ingest.server import start_ingest_server
+from gpuextender.extender.ingest.token_review import reviewer_for
 from gpuextender.extender.observe.ingest_metrics import IngestMetrics
 from gpuextender.extender.settings import ExtenderConfig
 from gpuextender.extender.workers import frames as frames
@@ -55,24 +56,13 @@ log = logging.getLogger("gpu_extender.ingest")
 NICE = 5
 
 
-async def agent_authenticator(config: ExtenderConfig) -> tuple[Authenticator | None, object | None]:
-    if not (config.kubernetes and config.agent_auth.mode == "tokenreview"):
-        return None, None
-    from gpuextender.extender.ingest.token_review import TokenReviewer
-    from gpuextender.extender.inventory.kube_watch import load_kube_config
-
-    connection = await load_kube_config(config.kubeconfig)
-    assert config.agent_auth.service_account is not None  # config guarantees it
-    reviewer = TokenReviewer(connection, config.agent_auth.service_account, config.agent_auth.audience)
-    return reviewer, reviewer
-
-
 async def serve(
     config: ExtenderConfig, link: socket.socket, certificate: ServingCertificate | None, worker: Worker
 ) -> int:
     config = worker.config(config)
     reader, writer = await asyncio.open_unix_connection(sock=link)
-    authenticator, reviewer = await agent_authenticator(config)
+    reviewer = await reviewer_for(config)
+    authenticator: Authenticator | None = reviewer
     store = SummaryStore(config.idle_rule)
     metrics = IngestMetrics()
     known: set[str] = set()
@@ -107,9 +97,8 @@ async def serve(
             with contextlib.suppress(asyncio.CancelledError, ConnectionError, frames.FrameError):
                 await task
         await server.stop(grace=1.0)
-        close = getattr(reviewer, "close", None)
-        if close is not None:
-            await close()
+        if reviewer is not None:
+            await reviewer.close()
     return code
 
 
