@@ -13,7 +13,7 @@ import pytest
 
 from gpuextender.agent.settings import build_parser as agent_parser
 from gpuextender.extender.flags import build_parser as extender_parser
-from gpuextender.extender.relay.relay_main import build_parser as relay_parser
+from gpuextender.extender.relay.relay_flags import build_parser as relay_parser
 from gpuextender.extender.ui.explain_cli import build_parser as explain_parser
 from tests.harness import ROOT
 from tests.kube_tools import HELM, NO_HELM

@@ -15,7 +15,7 @@ from gpuextender.agent.sources.gfd_labels import DEFAULT_PATH as DEFAULT_GFD_LAB
 from gpuextender.agent.sources.pod_resources import DEFAULT_SOCKET as DEFAULT_POD_RESOURCES
 from gpuextender.common.cli import HelpFormatter, add_version
 from gpuextender.common.dial import DialError, DialSettings, checked_dial_settings
-from gpuextender.common.discovery import resolve_interval_problem
+from gpuextender.common.discovery import resolve_interval_problem, service_address
 from gpuextender.common.layered_config import SettingsError, epilog, parse_layered
 from gpuextender.common.logs import FORMATS, LEVELS
 from gpuextender.common.netaddr import AddressError, HostPort, parse_host_port
@@ -300,15 +300,9 @@ def _dial(args: argparse.Namespace) -> DialSettings:
 def _extender_service(text: str) -> HostPort | None:
     if not text.strip():
         return None
-    try:
-        service = parse_host_port(text, default_host="")
-    except AddressError as exc:
-        raise ConfigError(f"--extender-service {exc}") from None
-    if not service.host or service.port == 0:
-        raise ConfigError(
-            f"--extender-service {text!r}: expected the Service's DNS name and gRPC port, "
-            "e.g. gpu-extender-agents.gpu-extender.svc:9090"
-        )
+    service = service_address(text)
+    if isinstance(service, str):
+        raise ConfigError(service)
     return service
 
 

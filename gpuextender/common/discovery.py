@@ -17,7 +17,7 @@ import socket
 from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass
 
-from gpuextender.common.netaddr import HostPort
+from gpuextender.common.netaddr import AddressError, HostPort, parse_host_port
 
 log = logging.getLogger("gpu_agent.discovery")
 
@@ -34,6 +34,21 @@ def resolve_interval_problem(seconds: float) -> str | None:
     if low <= seconds <= high:
         return None
     return f"--resolve-interval {seconds} must be within {low:g}..{high:g} seconds"
+
+
+def service_address(text: str) -> HostPort | str:
+    """An --extender-service value (the agent's and the relay's) read: the headless Service's DNS name
+    and gRPC port, else why it is none (one line that names the flag)."""
+    try:
+        service = parse_host_port(text, default_host="")
+    except AddressError as exc:
+        return f"--extender-service {exc}"
+    if not service.host or service.port == 0:
+        return (
+            f"--extender-service {text!r}: expected the Service's DNS name and gRPC port, "
+            "e.g. gpu-extender-agents.gpu-extender.svc:9090"
+        )
+    return service
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,6 +5,7 @@ as two pods behind one Service name)."""
 from __future__ import annotations
 
 import asyncio
+import re
 import logging
 import socket
 from collections.abc import Iterable
@@ -164,3 +165,37 @@ def test_the_resolve_interval_is_bounded_exactly(seconds: float, ok: bool) -> No
     assert (problem is None) == ok
     if not ok:
         assert problem == f"--resolve-interval {seconds} must be within 0.1..3600 seconds"
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ("gpu-extender-agents.gpu-extender.svc", "expected HOST:PORT"),
+        (":9090", "expected the Service's DNS name and gRPC port"),
+        ("svc:0", "expected the Service's DNS name and gRPC port"),
+        ("svc:99999", "--extender-service"),
+        ("svc:port", "--extender-service"),
+    ],
+)
+def test_an_extender_service_without_a_name_and_port_is_refused_by_one_rule(text: str, why: str) -> None:
+    """common/discovery.service_address: the agent's and the relay's --extender-service alike."""
+    from gpuextender.agent.settings import build_config as agent_config
+    from gpuextender.common.discovery import service_address
+    from gpuextender.extender.flags import ConfigError
+    from gpuextender.extender.relay.relay_flags import parse as relay_parse
+
+    problem = service_address(text)
+    assert isinstance(problem, str) and problem.startswith("--extender-service") and why in problem
+    with pytest.raises(ConfigError, match="^" + re.escape(problem) + "$"):
+        relay_parse(["--extender-service", text])
+    with pytest.raises(Exception, match=re.escape(problem)):
+        agent_config(["--extender-service", text, "--node-name", "n", "--fake", "x.yaml"], {})
+
+
+def test_an_extender_service_with_a_name_and_port_is_read() -> None:
+    from gpuextender.common.discovery import service_address
+    from gpuextender.common.netaddr import HostPort
+
+    assert service_address("gpu-extender-agents.gpu-extender.svc:9090") == HostPort(
+        "gpu-extender-agents.gpu-extender.svc", 9090
+    )

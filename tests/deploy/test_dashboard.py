@@ -20,7 +20,7 @@ from gpuextender.extender.ingest.service import IngestService
 from gpuextender.extender.observe.ingest_metrics import IngestMetrics
 from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.relay.forward_store import ForwardStore
-from gpuextender.extender.relay.relay_main import Relay
+from gpuextender.extender.relay.relay_app import Relay
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.inventory_store import InventoryStore
 from tests.deploy import manifests as m

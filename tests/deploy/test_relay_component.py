@@ -13,7 +13,7 @@ import pytest
 import trustme
 import yaml
 
-from gpuextender.extender.relay.relay_main import parse
+from gpuextender.extender.relay.relay_flags import parse
 from tests.deploy import manifests as m
 from tests.deploy.docs_install import copy_repository
 

@@ -13,7 +13,7 @@ import pytest
 
 from gpuextender.extender.ingest.report_checks import MAX_REPORT_BYTES
 from gpuextender.extender.relay.forward_store import WRAP_BYTES
-from gpuextender.extender.relay.relay_main import MAX_AGENT_REPORT_BYTES
+from gpuextender.extender.relay.relay_app import MAX_AGENT_REPORT_BYTES
 from gpuextender.v1 import gpu_state_pb2 as pb
 from tests.e2e.test_ingest_bounds import now_report, send, sized
 from tests.harness import ROOT, Cluster, Proc, cluster, free_port, http, metric, scrape, url, wait_until

@@ -69,7 +69,7 @@ def make_stream(
     )
 
 
-async def wait_for(predicate, timeout: float = 5.0) -> None:
+async def wait_for(predicate, timeout: float = 30.0) -> None:  # a liveness bound (busy CI), not a speed one
     async def loop() -> None:
         while not predicate():
             await asyncio.sleep(0.02)

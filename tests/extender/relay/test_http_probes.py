@@ -17,7 +17,7 @@ from gpuextender.extender.ingest.service import IngestService
 from gpuextender.extender.observe.ingest_metrics import IngestMetrics
 from gpuextender.extender.relay.forward_store import ForwardStore
 from gpuextender.extender.relay.http_probes import start_probes
-from gpuextender.extender.relay.relay_main import Relay
+from gpuextender.extender.relay.relay_app import Relay
 from gpuextender.v1 import gpu_state_pb2 as pb
 from tests.harness import free_port
 

@@ -20,7 +20,8 @@ from gpuextender.extender.flags import ConfigError
 from gpuextender.extender.ingest.service import IngestService
 from gpuextender.extender.observe.ingest_metrics import IngestMetrics
 from gpuextender.extender.relay.forward_store import ForwardStore
-from gpuextender.extender.relay.relay_main import Relay, parse
+from gpuextender.extender.relay.relay_app import Relay
+from gpuextender.extender.relay.relay_flags import parse
 from gpuextender.v1 import gpu_state_pb2 as pb
 from tests.extender.builders import gpu, report
 from tests.harness import metric, parse_metrics, write_ca, write_leaf
