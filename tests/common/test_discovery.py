@@ -5,8 +5,8 @@ as two pods behind one Service name)."""
 from __future__ import annotations
 
 import asyncio
-import re
 import logging
+import re
 import socket
 from collections.abc import Iterable
 
