@@ -839,9 +839,9 @@ async def floor_server_main(port: int, kind: str) -> int:
 def _step_handler(kind: str) -> Any:
     """The stream handler of a step (STEPS), on the running loop."""
     from gpuextender.extender.flags import build_config
+    from gpuextender.extender.ingest.limits import FLUSH_S
     from gpuextender.extender.ingest.service import IngestService
     from gpuextender.extender.observe.ingest_metrics import IngestMetrics
-    from gpuextender.extender.workers.frame_loops import FLUSH_S
     from gpuextender.extender.workers.summary_store import SummaryStore
 
     class LoopOnly(IngestService):  # floor-loop: the stream loop and its ack; nothing checked or stored

@@ -15,11 +15,11 @@ import trustme
 
 from gpuextender.agent.export.metrics import AgentMetrics
 from gpuextender.agent.report.latest import LatestReport
-from gpuextender.agent.stream.problem import describe_failure
 from gpuextender.agent.stream.streamer import ExtenderStream
 from gpuextender.common.backoff import Backoff
 from gpuextender.common.dial import DialError, DialSettings, call_metadata, checked_dial_settings, open_channel
 from gpuextender.common.serving_tls import ServingCertificate
+from gpuextender.common.stream_problem import describe_failure
 from gpuextender.common.tls_files import ServingTlsFiles
 from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc

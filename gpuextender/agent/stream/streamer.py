@@ -11,14 +11,13 @@ the bearer token are read again from disk (see `gpuextender.common.dial`), so ro
 no restart, and our backoff alone paces reconnects (gRPC's own reconnect
 backoff is kept within it, and calls do not wait for readiness). Failures are
 logged once when they start or change kind, then at most once a minute, in
-words naming the flag to fix (`agent.stream.problem`).
+words naming the flag to fix (`common.stream_problem`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Callable
 
 import grpc
@@ -27,16 +26,15 @@ from gpuextender.agent.export.metrics import AgentMetrics
 from gpuextender.agent.report.gate import ReportGate, rule_from_ack
 from gpuextender.agent.report.latest import LatestReport
 from gpuextender.agent.report.light import light_heartbeat
-from gpuextender.agent.stream.problem import StreamProblem, describe_failure
 from gpuextender.common.backoff import Backoff
 from gpuextender.common.dial import DialError, DialSettings, call_metadata, open_channel
+from gpuextender.common.reconnect import Reconnects
+from gpuextender.common.stream_problem import StreamProblem, describe_failure
 from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 
 log = logging.getLogger("gpu_agent.stream")
 
-# While the extender is unreachable, repeat the warning at most this often.
-_REPEAT_WARNING_S = 60.0
 # A TCP + TLS handshake with a busy extender finishes well within this; see `_options`.
 _MIN_CONNECT_TIMEOUT_MS = 5_000
 
@@ -100,9 +98,7 @@ class ExtenderStream:
 
     async def run(self) -> None:
         """Stream until cancelled."""
-        failures = 0
-        last_warning = 0.0
-        last_kind = ""
+        retry = Reconnects(self._backoff, log, f"stream to extender {self.target}")
         while True:
             self._metrics.stream_reconnects.labels(extender=self.target).inc()
             acked = 0
@@ -123,23 +119,8 @@ class ExtenderStream:
             finally:
                 self._set_connected(False)
             if acked:
-                self._backoff.reset()
-                failures = 0
-                last_kind = ""
-            failures += 1
-            delay = self._backoff.next_delay()
-            now = time.monotonic()
-            if problem.kind != last_kind or now - last_warning >= _REPEAT_WARNING_S:
-                log.warning(
-                    "stream to extender %s down (%s); attempt %d, retrying in %.1fs",
-                    self.target,
-                    problem.message,
-                    failures,
-                    delay,
-                )
-                last_warning = now
-                last_kind = problem.kind
-            await asyncio.sleep(delay)
+                retry.answered()
+            await retry.failed(problem)
 
     async def _attempt(self) -> int:
         """One connection: fresh credentials, one stream. Returns acks received."""

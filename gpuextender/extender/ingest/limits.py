@@ -5,31 +5,33 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from gpuextender.common.token_bucket import TokenBucket
+
 # An agent never samples faster than every 0.1 s (agent.sampling.sample_loop.MIN_INTERVAL_S) and sends only
 # its newest report, so a real agent never waits here; a client that writes without reading acks
 # gets 10 reports/s processed and HTTP/2 flow control holds the rest on its side.
 REPORTS_PER_SECOND = 10.0
 REPORT_BURST = 10
+# What accepted reports wait, at most, to be sent on together: an ingest worker's frames to the
+# extender (workers/frame_loops.py) and a relay's messages to each replica (relay/upstream.py).
+# At 5,000 gated agents over 8 workers (~210 reports/s each) a frame then holds ~10 reports where it
+# held 2 at 10 ms, and the main process's cost per report halved (bench/RESULTS.md); 50 ms is
+# nothing to a 1 s sample.
+FLUSH_S = 0.05
 
 
 class ReportPacer:
-    """A token bucket for one stream: `rate` reports a second, up to `burst` at once."""
+    """One stream's pace: `rate` reports a second, up to `burst` at once (common/token_bucket.py)."""
+
+    __slots__ = ("_bucket",)
 
     def __init__(self, clock: Callable[[], float], rate: float = REPORTS_PER_SECOND, burst: int = REPORT_BURST) -> None:
-        self._clock, self._rate, self._burst = clock, rate, float(burst)
-        self._tokens = float(burst)
-        self._last = clock()
+        self._bucket = TokenBucket(rate, burst, clock)
 
     def take(self) -> float:
         """Take one report's token: 0.0 when there was one, else the seconds until there is
         one (nothing taken; call again after waiting)."""
-        now = self._clock()
-        self._tokens = min(self._burst, self._tokens + (now - self._last) * self._rate)
-        self._last = now
-        if self._tokens >= 1.0:
-            self._tokens -= 1.0
-            return 0.0
-        return (1.0 - self._tokens) / self._rate
+        return self._bucket.wait()
 
 
 # A relay stream's refused reports (empty, not a NodeReport, invalid, over their agent stream's
@@ -43,23 +45,18 @@ RELAY_REFUSAL_BURST = 5000
 
 
 class RefusalBudget:
-    """A token bucket for one relay stream's refusals, charged after the fact: a charge may leave
-    a debt, which the stream pays by waiting before it is read again."""
+    """One relay stream's refusals, charged after the fact (common/token_bucket.py): a charge may
+    leave a debt, which the stream pays by waiting before it is read again."""
+
+    __slots__ = ("_bucket",)
 
     def __init__(self, clock: Callable[[], float], burst: int = RELAY_REFUSAL_BURST) -> None:
-        self._clock, self._burst = clock, float(burst)
-        self._tokens = float(burst)
-        self._last = clock()
+        self._bucket = TokenBucket(RELAY_REFUSALS_PER_SECOND, burst, clock)
 
     def charge(self, refused: int, rate: float) -> float:
         """`refused` more at `rate` a second (read at each charge: it follows the held streams):
         the seconds to wait before reading on, 0.0 within the budget."""
-        now = self._clock()
-        if now > self._last:  # a clock that steps back adds nothing
-            self._tokens = min(self._burst, self._tokens + (now - self._last) * rate)
-        self._last = now
-        self._tokens -= refused
-        return -self._tokens / rate if self._tokens < 0.0 else 0.0
+        return self._bucket.charge(refused, rate)
 
 
 class UnknownNodes:

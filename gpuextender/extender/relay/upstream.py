@@ -13,13 +13,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import time
 from collections.abc import Callable
 
 import grpc
 
 from gpuextender.common.backoff import Backoff
 from gpuextender.common.dial import DialError, DialSettings, call_metadata, open_channel
+from gpuextender.common.reconnect import Reconnects
+from gpuextender.common.stream_problem import StreamProblem, describe_failure
+from gpuextender.extender.ingest.limits import FLUSH_S  # changes wait at most this long to go out together
 from gpuextender.extender.ingest.report_checks import MAX_REPORT_BYTES
 from gpuextender.extender.ingest.service import RELAY_METHOD
 from gpuextender.extender.relay.forward_store import ForwardStore
@@ -27,13 +29,10 @@ from gpuextender.v1 import gpu_state_pb2 as pb
 
 log = logging.getLogger("gpu_extender.relay")
 
-# Changes wait at most this long to go out together (the ingest workers' frames wait as long).
-FLUSH_S = 0.05
 # A message to the extender: what its transport takes (grpc.max_receive_message_length).
 MAX_BATCH_BYTES = MAX_REPORT_BYTES
 # A replica that answers none of what was sent within this long is treated as gone.
 ACK_TIMEOUT_S = 30.0
-_REPEAT_WARNING_S = 60.0
 
 
 class Upstream:
@@ -59,20 +58,20 @@ class Upstream:
         self._deadline: asyncio.Timeout | None = None  # the current read's: armed while any is unanswered
 
     async def run(self) -> None:
-        failures, last_warning, last_problem = 0, 0.0, ""
+        retry = Reconnects(self._backoff, log, f"relay stream to extender {self.target}")
         while True:
             acks_before = self.acks
             try:
                 await self._attempt()
-                problem = "the extender closed the stream"
+                problem = StreamProblem("closed", "the extender closed the stream")
             except DialError as exc:
-                problem = str(exc)
-            except grpc.aio.AioRpcError as exc:
-                problem = f"{exc.code().name}: {exc.details() or ''}"
+                problem = StreamProblem("credentials", str(exc))
+            except grpc.aio.AioRpcError as exc:  # a TLS handshake's failure named as the agent names it
+                problem = describe_failure(exc.code().name, exc.details() or "", self.target, self._dial)
             except TimeoutError:
-                problem = f"no answer within {ACK_TIMEOUT_S:.0f}s"
+                problem = StreamProblem("timeout", f"no answer within {ACK_TIMEOUT_S:.0f}s")
             except Exception as exc:  # never fatal: a write racing the call's end, an odd answer
-                problem = f"{type(exc).__name__}: {exc}"
+                problem = StreamProblem("error", f"{type(exc).__name__}: {exc}")
                 log.debug("relay stream to %s failed", self.target, exc_info=True)
             finally:
                 if self.connected:
@@ -80,21 +79,8 @@ class Upstream:
                     self._store.replica_closed(self.target)
                     self._on_ack(self.target, None)
             if self.acks > acks_before:
-                self._backoff.reset()
-                failures, last_problem = 0, ""
-            failures += 1
-            delay = self._backoff.next_delay()
-            now = time.monotonic()
-            if problem != last_problem or now - last_warning >= _REPEAT_WARNING_S:
-                log.warning(
-                    "relay stream to extender %s down (%s); attempt %d, retrying in %.1fs",
-                    self.target,
-                    problem,
-                    failures,
-                    delay,
-                )
-                last_warning, last_problem = now, problem
-            await asyncio.sleep(delay)
+                retry.answered()
+            await retry.failed(problem)
 
     async def _attempt(self) -> None:
         metadata = call_metadata(self._dial)

@@ -8,14 +8,11 @@ import contextlib
 
 from prometheus_client import generate_latest
 
+from gpuextender.extender.ingest.limits import FLUSH_S
 from gpuextender.extender.observe.ingest_metrics import IngestMetrics
 from gpuextender.extender.workers import frames as frames
 from gpuextender.extender.workers.summary_store import SummaryStore
 
-# A report waits at most this long before it is sent: at 5,000 gated agents over 8 workers
-# (~210 reports/s each) a frame then holds ~10 reports where it held 2 at 10 ms, and the main
-# process's cost per report halved (bench/RESULTS.md); 50 ms is nothing to a 1 s sample.
-FLUSH_S = 0.05
 BEAT_S = 1.0  # a BEAT frame when nothing else was sent for this long
 
 

@@ -16,7 +16,7 @@ extender forgot.
 A worker that exits, or sends nothing for WORKER_SILENT_S (it sends a BEAT every second when
 it has nothing else: stopped or stuck, it is killed), is started again on the same port; its
 agents' streams break and they reconnect, to it or to another worker. The reports it had
-acked but not yet sent (at most frame_loops.FLUSH_S of them) are lost, and superseded by the agents'
+acked but not yet sent (at most ingest/limits.py's FLUSH_S of them) are lost, and superseded by the agents'
 next reports (each stream starts with the newest). If workers keep failing (MAX_RESTARTS in
 RESTART_WINDOW_S) or one cannot start again, the extender cannot learn anything new: it says
 why and exits (its Deployment restarts it), rather than serve on data that only ages.

@@ -37,3 +37,15 @@ def test_a_clock_stepping_back_adds_nothing() -> None:
     assert budget.charge(1, 1.0) == pytest.approx(1.0)
     now[0] = 5.5  # half a second after the stepped-back reading
     assert budget.charge(0, 1.0) == pytest.approx(0.5)
+
+
+def test_an_agent_streams_pace_loses_nothing_to_a_clock_stepping_back() -> None:
+    """ReportPacer on the one token bucket (common/token_bucket.py) gains its clock-step guard: a
+    clock stepped back 100 s neither adds tokens nor takes any (it used to take 1,000)."""
+    from gpuextender.extender.ingest.limits import REPORT_BURST, REPORTS_PER_SECOND, ReportPacer
+
+    now = [1000.0]
+    pacer = ReportPacer(lambda: now[0])
+    now[0] -= 100.0
+    assert [pacer.take() for _ in range(REPORT_BURST)] == [0.0] * REPORT_BURST  # the burst is still there
+    assert pacer.take() == pytest.approx(1 / REPORTS_PER_SECOND)  # and no more: the step added nothing
