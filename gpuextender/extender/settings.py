@@ -8,6 +8,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gpuextender.common.cpus import usable_cpus
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.common.netaddr import HostPort
 from gpuextender.common.tls_files import ServingTlsFiles
@@ -119,7 +120,9 @@ class ApiSettings:
     policy: DecisionPolicy
     gpu_resources: tuple[str, ...] = ("nvidia.com/gpu",)
     compact_priorities: bool = True
-    shortlist: int = 0  # filter answers at most this many passing nodes, the best (decide/decision.py); 0: all
+    shortlist: int = (
+        DEFAULT_SHORTLIST  # filter answers at most this many passing nodes, the best (decide/decision.py); 0: all
+    )
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
     max_candidates: int = MAX_CANDIDATES
     body_read_timeout_s: float = DEFAULT_BODY_READ_TIMEOUT_S
@@ -128,7 +131,9 @@ class ApiSettings:
     runtime_check: str = "warn"  # enforce | warn | off
     node_strategy: str = "spread"  # model/pod_request.NODE_STRATEGIES; a pod annotation may pick another
     random_seed: str = ""
-    readiness_grace_s: float = 0.0  # /readyz waits up to this long for every GPU node's agent data
+    readiness_grace_s: float = (
+        DEFAULT_READINESS_GRACE_S  # /readyz waits up to this long for every GPU node's agent data
+    )
     fleet_page: bool = True  # GET /ui, /ui/fleet.json, POST /ui/explain (ui/fleet_page.py); False: not routed
     # How long a filter waits for earlier pods' bindings (scheduler/binding_gate.py); 0: not at all. Only
     # meaningful where bindings are seen (--kubernetes: the pod watch, the bind verb).
@@ -205,7 +210,8 @@ class ExtenderConfig:
     max_clock_skew_s: float = MAX_CLOCK_SKEW_S
     max_unknown_nodes: int = MAX_UNKNOWN_NODES
     ingest_in_process: bool = False
-    ingest_workers: int = 1  # processes serving the agents' port (flags: --ingest-workers, auto from the CPUs)
+    # processes serving the agents' port (flags: --ingest-workers; auto: from the CPUs, as here)
+    ingest_workers: int = field(default_factory=lambda: auto_ingest_workers(usable_cpus()))
     log_format: str = "text"
     # DRA device taints from agent health (issue 25): written with --kubernetes unless "off".
     device_taints: str = "on"

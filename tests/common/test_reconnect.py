@@ -30,7 +30,12 @@ def test_warnings_are_rate_limited_per_problem_and_each_delay_is_waited(caplog: 
         slept.append(delay)
 
     retry = Reconnects(
-        FixedBackoff(), logging.getLogger("t"), "stream to extender x:1", repeat_s=60.0, clock=lambda: now[0], sleep=sleep
+        FixedBackoff(),
+        logging.getLogger("t"),
+        "stream to extender x:1",
+        repeat_s=60.0,
+        clock=lambda: now[0],
+        sleep=sleep,
     )
 
     async def run() -> None:
