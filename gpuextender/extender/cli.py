@@ -6,13 +6,10 @@ and file (flags.py), then app.py builds and runs it. Start-up errors are one lin
 
 from __future__ import annotations
 
-import asyncio
 import sys
 from collections.abc import Sequence
 
-from prometheus_client import disable_created_metrics
-
-from gpuextender.common.logs import configure_logging
+from gpuextender.common.program import run_program
 from gpuextender.common.serving_tls import TlsLoadError, serving_certificate
 from gpuextender.extender.flags import ConfigError, build_config
 from gpuextender.extender.inventory.files import FileInventorySource, InventoryPathError
@@ -20,11 +17,6 @@ from gpuextender.extender.settings import ExtenderConfig
 from gpuextender.extender.state.claim_ledger import ClaimLedger
 from gpuextender.extender.state.inventory_store import InventoryStore
 from gpuextender.extender.state.pod_ledger import PodLedger
-
-
-def _fail(message: str) -> int:
-    print(f"gpu-extender: {message}", file=sys.stderr)
-    return 2
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -41,43 +33,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         from gpuextender.extender.relay.relay_main import main as relay_main
 
         return relay_main(argv[1:])
-    disable_created_metrics()  # *_created series only add noise to every scrape
-    try:
-        config = build_config(argv)
-    except ConfigError as exc:
-        return _fail(str(exc))
-    configure_logging(config.log_level, config.log_format)
-    return serve(config, argv)
+    from gpuextender.extender.app import StartupError
+
+    return run_program(
+        "gpu-extender",
+        lambda: build_config(argv),
+        lambda config: serve(config, argv),
+        refused=(ConfigError, InventoryPathError, TlsLoadError, StartupError),
+        log_settings=lambda config: (config.log_level, config.log_format),
+    )
 
 
-def serve(config: ExtenderConfig, argv: Sequence[str] = ()) -> int:
-    """Check what can be checked before the event loop (inventory path, TLS files), then run."""
-    from gpuextender.extender.app import StartupError, build
+async def serve(config: ExtenderConfig, argv: Sequence[str] = ()) -> int:
+    """Check what can be checked first (inventory path, TLS files), then build the extender and run it."""
+    from gpuextender.extender.app import build
 
     store = InventoryStore()
     ledger = PodLedger(config.api.gpu_resources)  # bound GPU pods, kept apart from the store (pod_ledger.py)
     claims = ClaimLedger()  # the devices DRA's claims hold, likewise (claim_ledger.py)
-    source: FileInventorySource | None = None
-    if config.inventory is not None:
-        try:
-            source = FileInventorySource(config.inventory, store, pods=ledger, claims=claims)
-        except InventoryPathError as exc:
-            return _fail(str(exc))
-    try:
-        certificate = serving_certificate(config.tls)
-    except TlsLoadError as exc:
-        return _fail(str(exc))
-
-    async def run() -> int:
-        extender = await build(config, store, ledger, source, certificate, argv, claims=claims)
-        return await extender.run()
-
-    try:
-        return asyncio.run(run())
-    except StartupError as exc:
-        return _fail(str(exc))
-    except OSError as exc:
-        return _fail(f"cannot listen: {exc.strerror or exc}")
+    source = (
+        FileInventorySource(config.inventory, store, pods=ledger, claims=claims)
+        if config.inventory is not None
+        else None
+    )
+    certificate = serving_certificate(config.tls)
+    extender = await build(config, store, ledger, source, certificate, argv, claims=claims)
+    return await extender.run()
 
 
 if __name__ == "__main__":

@@ -19,30 +19,26 @@ in the extender's package and image and is always the same version as the replic
 
 from __future__ import annotations
 
-import asyncio
-import sys
 from collections.abc import Sequence
 
-from prometheus_client import disable_created_metrics
-
-from gpuextender.common.logs import configure_logging
-from gpuextender.common.serving_tls import TlsLoadError, serving_certificate
+from gpuextender.common.dial import DialSettings
+from gpuextender.common.program import run_program
+from gpuextender.common.serving_tls import ServingCertificate, TlsLoadError, serving_certificate
 from gpuextender.extender.flags import ConfigError
 from gpuextender.extender.relay.relay_app import serve
-from gpuextender.extender.relay.relay_flags import parse
+from gpuextender.extender.relay.relay_flags import RelaySettings, parse
+from gpuextender.extender.settings import ExtenderConfig
 
 
 def main(argv: Sequence[str]) -> int:
-    disable_created_metrics()
-    try:
+    def load() -> tuple[RelaySettings, ExtenderConfig, DialSettings, ServingCertificate | None]:
         settings, config, dial = parse(argv)
-        certificate = serving_certificate(config.tls)
-    except (ConfigError, TlsLoadError) as exc:
-        print(f"gpu-extender relay: {exc}", file=sys.stderr)
-        return 2
-    configure_logging(config.log_level, config.log_format)
-    try:
-        return asyncio.run(serve(config, settings, dial, certificate))
-    except OSError as exc:
-        print(f"gpu-extender relay: cannot listen: {exc.strerror or exc}", file=sys.stderr)
-        return 2
+        return settings, config, dial, serving_certificate(config.tls)
+
+    return run_program(
+        "gpu-extender relay",
+        load,
+        lambda loaded: serve(loaded[1], loaded[0], loaded[2], loaded[3]),
+        refused=(ConfigError, TlsLoadError),
+        log_settings=lambda loaded: (loaded[1].log_level, loaded[1].log_format),
+    )

@@ -33,9 +33,7 @@ import socket
 import sys
 from collections.abc import Sequence
 
-from prometheus_client import disable_created_metrics
-
-from gpuextender.common.logs import configure_logging
+from gpuextender.common.program import run_program
 from gpuextender.common.serving_tls import ServingCertificate, TlsLoadError, serving_certificate
 from gpuextender.extender.flags import ConfigError, build_config
 from gpuextender.extender.ingest.agent_identity import Authenticator
@@ -110,24 +108,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     link_fd, worker, argv = parsed
     link = socket.socket(fileno=link_fd)
     os.nice(NICE)
-    disable_created_metrics()
-    try:
+
+    def load() -> tuple[ExtenderConfig, ServingCertificate | None]:
         config = build_config(argv)
-        certificate = serving_certificate(config.tls)
-    except (ConfigError, TlsLoadError) as exc:
-        print(f"gpu-extender: {exc}", file=sys.stderr)
-        return 2
-    configure_logging(config.log_level, config.log_format)
-    try:
-        return asyncio.run(serve(config, link, certificate, worker))
-    except OSError as exc:
-        print(f"gpu-extender: cannot listen: {exc.strerror or exc}", file=sys.stderr)
-        return 2
-    except frames.FrameError as exc:
-        log.error("link to gpu-extender broken: %s", exc)
-        return 1
-    except KeyboardInterrupt:  # Ctrl-C reaches the whole process group: the extender stops us
-        return 0
+        return config, serving_certificate(config.tls)
+
+    async def run(loaded: tuple[ExtenderConfig, ServingCertificate | None]) -> int:
+        try:
+            return await serve(loaded[0], link, loaded[1], worker)
+        except frames.FrameError as exc:
+            log.error("link to gpu-extender broken: %s", exc)
+            return 1
+
+    return run_program(
+        "gpu-extender",
+        load,
+        run,
+        refused=(ConfigError, TlsLoadError),
+        log_settings=lambda loaded: (loaded[0].log_level, loaded[0].log_format),
+        interrupted=0,  # Ctrl-C reaches the whole process group: the extender stops us
+    )
 
 
 if __name__ == "__main__":
