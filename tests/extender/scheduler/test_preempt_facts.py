@@ -176,20 +176,11 @@ def test_a_candidate_is_answered_over_the_table_as_judge_node_answers_it(
     held by `high`, 6 busy outside Kubernetes, 7 idle; `pending` bound but not attributed yet. The pods
     of `protected` each break a PodDisruptionBudget (the cheapest are the others); the preemptor's
     priority `mine` (above `high`'s or not)."""
-    ledger = ledger_of(
-        pod("a", 1, LOW, node="n", started="2026-12-07T01:00:00Z"),
-        pod("b", 1, LOW, node="n", started="2026-12-07T02:00:00Z"),
-        pod("c", 2, LOW + 5, node="n"),
-        pod("d", 1, LOW, node="n"),
-        pod("high", 1, HIGH, node="n"),
-        pod("pending", 1, LOW, node="n"),
-        pod("elsewhere", 1, LOW, node="m"),
-    )
+    ledger, s = mixed_node()
 
     def violations(pods: Sequence[BoundPod], _before: Sequence[BoundPod]) -> int:
         return sum(b.uid in protected for b in pods)
 
-    s = summary("biiifbbi", holders={0: "a", 1: "b", 2: "c", 3: "c", 4: "d", 5: "high"})
     p = Proposal("n", victims, 1)
     f = twice(PreemptFacts(ledger), "n", s)
     assert f.table is not None and f.by_uid is not None
@@ -202,7 +193,8 @@ def test_a_candidate_is_answered_over_the_table_as_judge_node_answers_it(
 
 
 def mixed_node() -> tuple[PodLedger, Any]:
-    """test_a_candidate_is_answered_over_the_table_as_judge_node_answers_it's node."""
+    """Node n of test_a_candidate_is_answered_over_the_table_as_judge_node_answers_it (and a pod
+    bound elsewhere)."""
     ledger = ledger_of(
         pod("a", 1, LOW, node="n", started="2026-12-07T01:00:00Z"),
         pod("b", 1, LOW, node="n", started="2026-12-07T02:00:00Z"),
@@ -210,6 +202,7 @@ def mixed_node() -> tuple[PodLedger, Any]:
         pod("d", 1, LOW, node="n"),
         pod("high", 1, HIGH, node="n"),
         pod("pending", 1, LOW, node="n"),
+        pod("elsewhere", 1, LOW, node="m"),
     )
     return ledger, summary("biiifbbi", holders={0: "a", 1: "b", 2: "c", 3: "c", 4: "d", 5: "high"})
 
