@@ -124,3 +124,16 @@ def test_minutes_not_sampled_are_gaps_and_unknown_counts_stay_unknown() -> None:
     points = history.points(T0 + 4 * STEP_S)
     assert [p.minute for p in points] == [T0, T0 + 3 * STEP_S, T0 + 4 * STEP_S]  # 2 minutes: no point
     assert points[1].sample == Sample(None, None, None, None, 2)  # not zeros
+
+
+def test_a_minute_before_1970_starts_at_its_floor() -> None:
+    """A wall clock set before the epoch still names the minute it falls in (floor, not truncation)."""
+    assert minute_of(-0.5) == -60 and minute_of(-60.0) == -60 and minute_of(-60.5) == -120
+
+
+def test_every_step_back_of_the_clock_is_counted() -> None:
+    history = FleetHistory()
+    history.record(T0 + 120, at(1))
+    history.record(T0 + 60, at(2))  # back a minute
+    history.record(T0, at(3))  # and again
+    assert history.rewinds == 2
