@@ -326,16 +326,21 @@ class FleetAccumulator:
         can get there, the holder-unknown ones apart), and the groups whose room is held there; most
         idle GPUs offered first."""
         level, held = self.inputs.domain_level, self.inputs.groups_held
-        rows = []
+        ranked = []
         for value, domain in self._domains.items():
             idle = idle_counts(domain["counts"])
             groups = held.get(f"{level}={value}", ())
-            row = {"domain": value, "nodes": domain["nodes"], "gpus": domain["gpus"]}
-            row.update(freeIdleGpus=idle.free, holderUnknownIdleGpus=idle.holder_unknown, offered=idle.offered)
-            row["groupsHeld"] = [{"group": g, "membersHeld": n} for g, n in groups]
-            rows.append(row)
-        rows.sort(key=lambda d: (-d.pop("offered"), d["domain"]))
-        return {"level": level, "domains": rows}
+            row = {
+                "domain": value,
+                "nodes": domain["nodes"],
+                "gpus": domain["gpus"],
+                "freeIdleGpus": idle.free,
+                "holderUnknownIdleGpus": idle.holder_unknown,
+                "groupsHeld": [{"group": g, "membersHeld": n} for g, n in groups],
+            }
+            ranked.append((-idle.offered, value, row))
+        ranked.sort(key=lambda r: r[:2])
+        return {"level": level, "domains": [row for _, _, row in ranked]}
 
     def result(self) -> dict[str, Any]:
         rule = self.inputs.rule
