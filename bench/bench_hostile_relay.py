@@ -46,8 +46,7 @@ from benchlib import (
     wait_http_ok,
 )
 
-from gpuextender.extender.ingest.limits import RELAY_REFUSAL_BURST, RELAY_REFUSALS_PER_SECOND
-from gpuextender.extender.ingest.report_checks import MAX_REPORT_BYTES
+from gpuextender.extender.ingest.limits import MAX_REPORT_BYTES, RELAY_REFUSAL_BURST, RELAY_REFUSALS_PER_SECOND
 from gpuextender.extender.ingest.service import RELAY_YIELD_EVERY
 from gpuextender.v1 import gpu_state_pb2 as pb
 

@@ -13,8 +13,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from gpuextender.extender.ingest.limits import REPORT_BURST
-from gpuextender.extender.ingest.report_checks import MAX_REPORT_BYTES
+from gpuextender.extender.ingest.limits import MAX_REPORT_BYTES, REPORT_BURST
 from gpuextender.v1 import gpu_state_pb2 as pb
 from gpuextender.v1 import gpu_state_pb2_grpc as pb_grpc
 from tests.extender.builders import gpu

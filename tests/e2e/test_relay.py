@@ -11,7 +11,7 @@ from pathlib import Path
 import grpc
 import pytest
 
-from gpuextender.extender.ingest.report_checks import MAX_REPORT_BYTES
+from gpuextender.extender.ingest.limits import MAX_REPORT_BYTES
 from gpuextender.extender.relay.forward_store import WRAP_BYTES
 from gpuextender.extender.relay.relay_app import MAX_AGENT_REPORT_BYTES
 from gpuextender.v1 import gpu_state_pb2 as pb

@@ -93,3 +93,21 @@ class UnknownNodes:
     def _prune(self) -> None:
         """Free the slots of nodes that joined the inventory or whose data was forgotten."""
         self._nodes = {n for n in self._nodes if not self._known(n) and self._held(n)}
+
+
+# -- How large one message may be, end to end (one home for the chain) ---------------------------------
+# The largest report gRPC accepts (grpc.max_receive_message_length on the extender). A 256-GPU
+# report with every field at report_checks.py's bounds is 150,960 bytes (147.4 KiB; an 8-GPU node sends
+# ~2 KB): this leaves ~108 KiB, ~430 bytes per GPU at 256 GPUs. The 0.2 facts (holders, MIG
+# instances, topology) are bounded one by one below, but all at their bounds on every GPU they would
+# exceed it: this limit is then the one that holds. What real nodes send stays far below it (an
+# 8-GPU node with 64 time-slicing holders per GPU, ~70 KB). Anything larger ends the stream with
+# RESOURCE_EXHAUSTED before it is parsed.
+MAX_REPORT_BYTES = 256 * 1024
+# RelayedReport's and RelayBatch's own bytes around a report: field tags, the stream number, the
+# lengths (at most 1 + 10 + 1 + 3 + 2 + 1 + 3; rounded up).
+WRAP_BYTES = 64
+# A relay takes from its agents only reports it can forward whole (relay/relay_app.py) ...
+MAX_AGENT_REPORT_BYTES = MAX_REPORT_BYTES - WRAP_BYTES
+# ... in batches of at most what the extender's transport takes (relay/upstream.py).
+MAX_BATCH_BYTES = MAX_REPORT_BYTES

@@ -30,14 +30,6 @@ MAX_NODE_ERROR_CHARS = 256  # the agent sends an NVML error name (23 characters 
 # most) or "Code<n>".
 MAX_UNHEALTHY_REASONS = 8
 MAX_UNHEALTHY_REASON_CHARS = 32
-# The largest report gRPC accepts (grpc.max_receive_message_length on the extender). A 256-GPU
-# report with every field at the bounds above is 150,960 bytes (147.4 KiB; an 8-GPU node sends
-# ~2 KB): this leaves ~108 KiB, ~430 bytes per GPU at 256 GPUs. The 0.2 facts (holders, MIG
-# instances, topology) are bounded one by one below, but all at their bounds on every GPU they would
-# exceed it: this limit is then the one that holds. What real nodes send stays far below it (an
-# 8-GPU node with 64 time-slicing holders per GPU, ~70 KB). Anything larger ends the stream with
-# RESOURCE_EXHAUSTED before it is parsed.
-MAX_REPORT_BYTES = 256 * 1024
 
 # -- 0.2 facts. Kubernetes' own limits for the names a Holder carries.
 MAX_NAMESPACE_CHARS = 63  # a DNS label

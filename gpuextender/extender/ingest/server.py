@@ -12,7 +12,7 @@ import grpc
 
 from gpuextender.common.serving_tls import ServingCertificate
 from gpuextender.extender.ingest.agent_identity import Authenticator, RelayReviewing
-from gpuextender.extender.ingest.report_checks import MAX_REPORT_BYTES
+from gpuextender.extender.ingest.limits import MAX_REPORT_BYTES
 from gpuextender.extender.ingest.service import REAUTH_GRACE_S, IngestService, ReportStore, add_to_server
 from gpuextender.extender.observe.ingest_metrics import IngestMetrics
 from gpuextender.extender.settings import ExtenderConfig
@@ -28,7 +28,7 @@ def grpc_options(
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.min_recv_ping_interval_without_data_ms", 10_000),
         # Far above a real report (~2 KB for 8 GPUs), below what one client may make us parse
-        # and hold (report_checks.MAX_REPORT_BYTES says what fits).
+        # and hold (ingest/limits.py's MAX_REPORT_BYTES says what fits).
         ("grpc.max_receive_message_length", max_message_bytes),
         # Keep each stream's HTTP/2 window at its initial 64 KiB: with BDP probing it grows
         # until a client that writes without waiting for acks had ~270 MB buffered here while

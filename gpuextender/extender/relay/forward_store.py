@@ -17,12 +17,9 @@ import itertools
 from collections.abc import Iterator
 
 from gpuextender.common.idle_rule import IdleRule
+from gpuextender.extender.ingest.limits import WRAP_BYTES
 from gpuextender.extender.state.summary_refresh import shape_key
 from gpuextender.v1 import gpu_state_pb2 as pb
-
-# RelayedReport's and RelayBatch's own bytes around a report: field tags, the stream number, the
-# lengths (at most 1 + 10 + 1 + 3 + 2 + 1 + 3; rounded up).
-WRAP_BYTES = 64
 
 
 class _Node:

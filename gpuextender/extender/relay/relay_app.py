@@ -16,13 +16,13 @@ from gpuextender.common.discovery import ServiceWatch
 from gpuextender.common.netaddr import parse_host_port
 from gpuextender.common.serving_tls import ServingCertificate
 from gpuextender.extender.ingest.agent_identity import Authenticator
-from gpuextender.extender.ingest.report_checks import MAX_REPORT_BYTES
+from gpuextender.extender.ingest.limits import MAX_AGENT_REPORT_BYTES
 from gpuextender.extender.ingest.server import ingest_service, serve_ingest
 from gpuextender.extender.ingest.service import REPEAT_REFUSAL_S, IngestService, OncePer
 from gpuextender.extender.ingest.token_review import reviewer_for
 from gpuextender.extender.observe.ingest_metrics import IngestMetrics
 from gpuextender.extender.observe.relay_metrics import RelayMetrics
-from gpuextender.extender.relay.forward_store import WRAP_BYTES, ForwardStore
+from gpuextender.extender.relay.forward_store import ForwardStore
 from gpuextender.extender.relay.http_probes import start_probes
 from gpuextender.extender.relay.relay_flags import RelaySettings
 from gpuextender.extender.relay.upstream import Upstream
@@ -30,9 +30,6 @@ from gpuextender.extender.settings import ExtenderConfig
 from gpuextender.v1 import gpu_state_pb2 as pb
 
 log = logging.getLogger("gpu_extender.relay")
-
-# An agent's report must fit a message to the extender with its wrapping (forward_store.Pending.take).
-MAX_AGENT_REPORT_BYTES = MAX_REPORT_BYTES - WRAP_BYTES
 
 
 class Relay:

@@ -21,16 +21,13 @@ from gpuextender.common.backoff import Backoff
 from gpuextender.common.dial import DialError, DialSettings, call_metadata, open_channel
 from gpuextender.common.reconnect import Reconnects
 from gpuextender.common.stream_problem import StreamProblem, describe_failure
-from gpuextender.extender.ingest.limits import FLUSH_S  # changes wait at most this long to go out together
-from gpuextender.extender.ingest.report_checks import MAX_REPORT_BYTES
+from gpuextender.extender.ingest.limits import FLUSH_S, MAX_BATCH_BYTES  # (FLUSH_S: changes go out together)
 from gpuextender.extender.ingest.service import RELAY_METHOD
 from gpuextender.extender.relay.forward_store import ForwardStore
 from gpuextender.v1 import gpu_state_pb2 as pb
 
 log = logging.getLogger("gpu_extender.relay")
 
-# A message to the extender: what its transport takes (grpc.max_receive_message_length).
-MAX_BATCH_BYTES = MAX_REPORT_BYTES
 # A replica that answers none of what was sent within this long is treated as gone.
 ACK_TIMEOUT_S = 30.0
 

@@ -19,7 +19,13 @@ from prometheus_client import generate_latest
 from gpuextender.agent.sampling.sample_loop import MIN_INTERVAL_S
 from gpuextender.agent.sources.nvml_errors import ErrorGroup, classify, known_error_names
 from gpuextender.common.idle_rule import IdleRule
-from gpuextender.extender.ingest.limits import REPORT_BURST, REPORTS_PER_SECOND, ReportPacer, UnknownNodes
+from gpuextender.extender.ingest.limits import (
+    MAX_REPORT_BYTES,
+    REPORT_BURST,
+    REPORTS_PER_SECOND,
+    ReportPacer,
+    UnknownNodes,
+)
 from gpuextender.extender.ingest.report_checks import (
     MAX_AGENT_VERSION_CHARS,
     MAX_DRIVER_VERSION_CHARS,
@@ -27,7 +33,6 @@ from gpuextender.extender.ingest.report_checks import (
     MAX_GPUS_PER_NODE,
     MAX_NODE_ERROR_CHARS,
     MAX_PCI_BUS_ID_CHARS,
-    MAX_REPORT_BYTES,
     MAX_UNHEALTHY_REASON_CHARS,
     MAX_UNHEALTHY_REASONS,
     MAX_UUID_CHARS,
@@ -302,7 +307,7 @@ def maximal_report() -> pb.NodeReport:
 def test_the_largest_valid_report_fits_the_grpc_limit_with_room_to_spare() -> None:
     r = maximal_report()
     assert report_problem(r, None) is None
-    assert r.ByteSize() == 150_960  # the figure report_checks.MAX_REPORT_BYTES's comment gives
+    assert r.ByteSize() == 150_960  # the figure ingest/limits.py's MAX_REPORT_BYTES comment gives
     assert MAX_REPORT_BYTES - r.ByteSize() >= 100 * 1024  # room for per-GPU pod lists
 
 
