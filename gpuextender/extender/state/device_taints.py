@@ -135,7 +135,7 @@ def node_busy_taints(
     positions = summary.positions if summary is not None else None
     if positions is None:
         return {}
-    busy = positions.unheld & ~positions.available  # healthy, held by no container, not idle
+    busy = positions.busy_outside
     if not busy:
         return {}
     rules: dict[str, TaintRule] = {}

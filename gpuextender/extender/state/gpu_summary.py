@@ -76,6 +76,13 @@ class GpuPositions:
     # is not healthy; () on a healthy node (the common case costs nothing).
     problems: tuple[tuple[int, bool, str], ...] = ()
 
+    @property
+    def busy_outside(self) -> int:
+        """The GPUs busy outside Kubernetes, a bit each: healthy, held by no container, not idle. The
+        one rule of what the busy taints (device_taints.py) and the GPUsUsable condition
+        (node_gpu_status.py) call busy; meaningful where the agent read the kubelet's allocation."""
+        return self.unheld & ~self.available
+
     def position(self, uuid: str, dra_name: str) -> int | None:
         """The report position of the GPU with this UUID or, when `uuid` is "", this DRA name."""
         found = self.uuids if uuid else self.dra_names

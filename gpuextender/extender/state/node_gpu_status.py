@@ -76,7 +76,7 @@ def marks(node: str, summary: NodeSummary | None) -> tuple[list[str], list[str]]
     unhealthy = [mark_key(node, at) for at, bad, _ in positions.problems if bad]
     busy: list[str] = []
     if summary.allocation == ALLOCATION_FROM_KUBELET:
-        mask = positions.unheld & ~positions.available
+        mask = positions.busy_outside
         busy = [mark_key(node, i) for i in range(len(positions.uuids)) if mask >> i & 1]
     return unhealthy, busy
 
