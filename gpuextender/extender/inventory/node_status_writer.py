@@ -71,7 +71,7 @@ class NodeStatusWriter:
         pending |= publication.nodes_changed
         publication.nodes_changed = set()
         if self._everything:
-            pending |= publication.nodes.keys()
+            pending.update(publication.nodes)  # (in place: `|=` with a dict's keys made a new set)
             self._everything = False
         if now < self._forbidden_until or not pending:
             return
