@@ -66,6 +66,7 @@ from gpuextender.extender.model.kube_objects import (
     KindInfo,
 )
 from gpuextender.extender.observe.metrics import ExtenderMetrics
+from gpuextender.extender.scheduler.cluster_sources import ClusterSources
 from gpuextender.extender.scheduler.http_api import SchedulerApi
 from gpuextender.extender.scheduler.wire import parse_extender_args
 from gpuextender.extender.settings import ApiSettings, DecisionPolicy
@@ -297,13 +298,18 @@ def world(nodes: int, dra: bool, claims: list[tuple[str, str, str, list[str]]], 
     views = ViewBuilder(store, GPU_RESOURCES)
     state = GpuState(IdleRule())
     settings = ApiSettings(DecisionPolicy(), shortlist=100)  # the shipped config's shortlist
-    api = SchedulerApi(state, ExtenderMetrics(state), settings, inventory=lambda: views.current, clock=lambda: NOW)
-    views.on_rebuild(api.classes.classes_by_node)
     ledger = PodLedger(GPU_RESOURCES, clock=lambda: NOW)
     ledger.replace_all(POD_KIND, [])
-    api.count_bound_pods(ledger)
     ledger_claims = ClaimLedger()
-    api.decisions.claims = ledger_claims
+    api = SchedulerApi(
+        state,
+        ExtenderMetrics(state),
+        settings,
+        inventory=lambda: views.current,
+        clock=lambda: NOW,
+        sources=ClusterSources(ledger=ledger, claims=ledger_claims),
+    )
+    views.on_rebuild(api.classes.classes_by_node)
     holders = holders_per_node(claims)
     names = [node_name(n) for n in range(nodes)]
     for info in KINDS:  # every kind listed (empty: no OME objects), as after the extender's start-up

@@ -119,7 +119,7 @@ def build_api(nodes: int) -> SchedulerApi:
     for i in range(nodes):
         if i % 50 != 49:  # 2 % of the nodes without an agent: unknown
             state.ingest(node_report(i), now)
-    api.serving = True
+    api.set_serving(True)
     return api
 
 

@@ -39,6 +39,7 @@ from benchlib import OUT_DIR, rounds_latency_ms
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.app import _tune_gc as tune_gc
 from gpuextender.extender.observe.metrics import ExtenderMetrics
+from gpuextender.extender.scheduler.cluster_sources import ClusterSources
 from gpuextender.extender.scheduler.http_api import SchedulerApi
 from gpuextender.extender.scheduler.wire import parse_extender_args
 from gpuextender.extender.settings import (
@@ -127,10 +128,14 @@ def world(
     nodes: int, pods_per_node: int, attributed: bool, with_ledger: bool
 ) -> tuple[SchedulerApi, PodLedger, list[bytes]]:
     state = GpuState(IdleRule())
-    api = SchedulerApi(state, ExtenderMetrics(state), ApiSettings(DecisionPolicy(), shortlist=100), clock=lambda: NOW)
     ledger = PodLedger(("nvidia.com/gpu",), clock=lambda: NOW)
-    if with_ledger:
-        api.count_bound_pods(ledger)
+    api = SchedulerApi(
+        state,
+        ExtenderMetrics(state),
+        ApiSettings(DecisionPolicy(), shortlist=100),
+        clock=lambda: NOW,
+        sources=ClusterSources(ledger=ledger if with_ledger else None),
+    )
     events = []
     for n in range(nodes):
         name = f"node-{n:05d}"

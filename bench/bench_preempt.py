@@ -9,7 +9,7 @@ What it builds, on the real code (wired as tests/extender/scheduler/test_preempt
   (`pb.ALLOCATION_KUBELET`, per-GPU `holders`), the extender's default flags (`build_config`) and an
   InventoryView with 8 allocatable GPUs per node;
 - a PodLedger with every bound GPU pod (loaded with one replace_all, as the watch's LIST), the
-  ledger counted by `SchedulerApi.count_bound_pods` as the extender wires it. Every GPU of every node
+  ledger given to `SchedulerApi` as the extender wires it. Every GPU of every node
   is in use, by low-priority pods (priority 10 or 20, distinct start times) or outside Kubernetes;
   by kind, over the node's index:
     full        8 one-GPU pods (some of their GPUs busy, some idle but held);
@@ -93,6 +93,7 @@ from gpuextender.extender.app import _tune_gc as tune_gc
 from gpuextender.extender.decide.preempt_victims import ACTIONS, DROPPED, EXTENDED, KEPT
 from gpuextender.extender.flags import build_config
 from gpuextender.extender.observe.metrics import ExtenderMetrics
+from gpuextender.extender.scheduler.cluster_sources import ClusterSources
 from gpuextender.extender.scheduler.http_api import SchedulerApi, collector_paused
 from gpuextender.extender.scheduler.preemption_record import MAX_NODES, MAX_PODS, RecentPreemptions
 from gpuextender.extender.scheduler.wire import BYTES_PER_CONTAINER, encode, parse_preemption_args
@@ -282,11 +283,17 @@ def build(count: int) -> World:
     nodes = [make_node(i) for i in range(count)]
     view = InventoryView(node_labels={n.name: {} for n in nodes}, allocatable_gpus={n.name: GPUS for n in nodes})
     state = GpuState(config.idle_rule)
-    api = SchedulerApi(state, ExtenderMetrics(state), config.api, inventory=lambda: view, clock=lambda: NOW)
+    ledger = PodLedger(tuple(config.api.gpu_resources), clock=lambda: NOW)
+    api = SchedulerApi(
+        state,
+        ExtenderMetrics(state),
+        config.api,
+        inventory=lambda: view,
+        clock=lambda: NOW,
+        sources=ClusterSources(ledger=ledger),
+    )
     for n in nodes:
         state.ingest(node_report(n), NOW)
-    ledger = PodLedger(tuple(config.api.gpu_resources), clock=lambda: NOW)
-    api.count_bound_pods(ledger)
     ledger.replace_all(POD_KIND, [pod_object(n, p) for n in nodes for p in n.pods])
     expected_pods = sum(len(n.pods) for n in nodes)
     if len(ledger) != expected_pods:

@@ -93,7 +93,7 @@ sys.path.insert(0, str(BENCH_DIR.parent))  # for tests.control_plane and tests.e
 from benchlib import OUT_DIR, BenchError, exit_on_sigterm, machine_facts  # noqa: E402
 
 from gpuextender.common.idle_rule import IdleRule  # noqa: E402
-from gpuextender.extender.inventory.device_taint_writer import DeviceTaintWriter  # noqa: E402
+from gpuextender.extender.inventory.device_taint_writer import AlsoWritten, DeviceTaintWriter, WriterPace  # noqa: E402
 from gpuextender.extender.inventory.kube_watch import KubeInventorySource  # noqa: E402
 from gpuextender.extender.inventory.node_status_writer import (  # noqa: E402
     NodeStatusWriter,
@@ -587,9 +587,8 @@ def start_writer(
         publication,
         inputs,
         namespace=namespace,
-        nodes=nodes,
-        writes_per_s=args.writes_per_second,
-        interval_s=args.tick / args.speed,
+        also=AlsoWritten(nodes=nodes),
+        pace=WriterPace(writes_per_s=args.writes_per_second, interval_s=args.tick / args.speed),
         identity=identity,
         clock=clock,
     )

@@ -16,7 +16,7 @@ import logging
 import signal
 import time
 from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -41,6 +41,8 @@ from gpuextender.extender.model.kube_objects import (
     RESOURCE_CLAIM,
     VOLCANO_POD_GROUP,
     WORKLOAD_POD_GROUP,
+    InventorySink,
+    KindInfo,
 )
 from gpuextender.extender.model.pod_gpus import may_request
 from gpuextender.extender.model.pod_group import COSCHEDULING, JOBSET, VOLCANO, WORKLOAD, group_key
@@ -49,6 +51,7 @@ from gpuextender.extender.observe.dra_devices import DraDevicesCollector
 from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.observe.reclaim_metrics import ReclaimCollector
 from gpuextender.extender.observe.silent_nodes import SilentNodesCollector, SilentNodesWarning
+from gpuextender.extender.scheduler.cluster_sources import ClusterSources
 from gpuextender.extender.scheduler.http_api import SchedulerApi, build_app, listen_backlog, new_runner
 from gpuextender.extender.settings import CLEANUP_ON_EXIT_TIMEOUT_S, RECLAIM_LABEL, ExtenderConfig
 from gpuextender.extender.state.claim_ledger import ClaimLedger
@@ -112,15 +115,7 @@ class Extender:
     certificate: ServingCertificate | None
     file_source: FileInventorySource | None
     claims: ClaimLedger = field(default_factory=ClaimLedger)
-    kube_watch: KubeInventorySource | None = None
-    pod_watch: KubeInventorySource | None = None
-    claim_watch: KubeInventorySource | None = None
-    group_watches: list[KubeInventorySource] = field(default_factory=list)  # PodGroups, per source
-    budget_watch: KubeInventorySource | None = None  # PodDisruptionBudgets (the preempt verb)
-    authenticator: Authenticator | None = None
-    reviewer: TokenReviewer | None = None
-    binder: PodBinder | None = None
-    taint_writer: DeviceTaintWriter | None = None
+    kube: KubeParts | None = None  # with --kubernetes
     argv: Sequence[str] = ()
     _background: list[asyncio.Task[None]] = field(default_factory=list)
     _grpc_server: grpc.aio.Server | None = None
@@ -137,7 +132,7 @@ class Extender:
             grpc_port = await self._start_ingest(stop)
             http_bound = await self._start_http()
             _tune_gc()
-            self.api.serving = True
+            self.api.set_serving(True)
             self._log_started(http_bound, grpc_port)
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGTERM, signal.SIGINT):
@@ -150,41 +145,6 @@ class Extender:
             await self._stop()
         return self._exit_code
 
-    async def _clean_up_on_exit(self) -> bool:
-        """--cleanup-on-exit, on SIGTERM/SIGINT: the leader of the device-taint Lease removes what the
-        extender wrote (inventory/cleanup.py) while it still holds the Lease, for at most
-        CLEANUP_ON_EXIT_TIMEOUT_S, and logs what it removed. True when this replica led (it gives the
-        Lease up once its writer has stopped)."""
-        writer, publish = self.taint_writer, self.config.publish
-        if writer is None or not publish.cleanup_on_exit:
-            return False
-        from gpuextender.extender.inventory.cleanup import remove_writes
-
-        report = CleanupReport(publish.node_taint_key)
-
-        async def work(api_client: Any, version: str | None) -> None:
-            report.version = version
-            await remove_writes(api_client, version, report)
-
-        try:
-            led = await asyncio.wait_for(writer.finish(work), CLEANUP_ON_EXIT_TIMEOUT_S)
-        except TimeoutError:
-            report.stopped = (
-                f"out of time after {CLEANUP_ON_EXIT_TIMEOUT_S:g}s: `gpu-extender cleanup` removes the rest"
-            )
-            led = True  # only a leader works that long
-        if not led:
-            log.info(
-                "cleanup on exit: this replica does not hold the Lease %s/%s: the leader removes the writes",
-                self.config.leader_namespace,
-                LEASE_NAME,
-            )
-            return False
-        say = log.info if exit_status(report) == 0 else log.warning
-        for line in lines(report):
-            say("cleanup on exit: %s", line)
-        return True
-
     def _task(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         self._background.append(asyncio.create_task(coro, name=name))
 
@@ -192,27 +152,29 @@ class Extender:
         if self.file_source is not None:
             self.file_source.load()  # the first list, before we answer anything
             self._task(self.file_source.run(), "inventory files")
-        elif self.kube_watch is not None:  # /readyz stays 503 until every kind (pods too) is listed once
-            self._task(self.kube_watch.run(), "inventory watch")
-            assert self.pod_watch is not None and self.claim_watch is not None
-            self._task(self.pod_watch.run(), "bound pods watch")
-            self._task(self.claim_watch.run(), "resource claims watch")
-            for watch in self.group_watches:
-                self._task(watch.run(), f"{watch.kinds[0].group} PodGroups watch")
-            if self.budget_watch is not None:
-                self._task(self.budget_watch.run(), "PodDisruptionBudgets watch")
-            if self.taint_writer is not None:
-                self._task(self.taint_writer.run(), "device taint writer")
+        elif self.kube is not None:  # /readyz stays 503 until every kind (pods too) is listed once
+            for name, watch in self.kube.watches:
+                self._task(watch.run(), name)
+            if self.kube.taint_writer is not None:
+                self._task(self.kube.taint_writer.run(), "device taint writer")
         else:
             for kind in KINDS:  # no inventory source: nothing to wait for
                 self.store.replace_all(kind.kind, [])
             self.ledger.replace_all(POD.kind, [])
-        if not self.claims.synced and self.claim_watch is None:  # files without claims, or no source
+        if not self.claims.synced and self.kube is None:  # files without claims, or no source
             self.claims.replace_all(RESOURCE_CLAIM.kind, [])
 
     @property
     def _has_inventory(self) -> bool:
-        return self.file_source is not None or self.kube_watch is not None
+        return self.file_source is not None or self.kube is not None
+
+    @property
+    def _taint_writer(self) -> DeviceTaintWriter | None:
+        return self.kube.taint_writer if self.kube is not None else None
+
+    @property
+    def _authenticator(self) -> Authenticator | None:
+        return self.kube.reviewer if self.kube is not None else None
 
     async def _start_ingest(self, stop: asyncio.Event) -> int:
         """The agents' gRPC port, here or in the ingest process; returns the port bound."""
@@ -222,15 +184,13 @@ class Extender:
             # before the first list every node is (only agents racing a new replica's first list).
             known_node = (lambda name: store.get(NODE.kind, name) is not None) if self._has_inventory else None
             self._grpc_server, port = await start_ingest_server(
-                self.config, self.state, self.metrics.ingest, self.certificate, self.authenticator, known_node
+                self.config, self.state, self.metrics.ingest, self.certificate, self._authenticator, known_node
             )
             return port
-        assert self.metrics.workers is not None  # ingest_here=False
         addr = self.config.grpc_addr
         guard = hold_port(addr.host, addr.port)  # OSError: taken (a second extender, another program)
-        ingest = self._ingest = IngestWorkers(
-            self.argv, self.config.ingest_workers, guard, self.state, self.metrics.workers
-        )
+        ingest = self._ingest = IngestWorkers(self.argv, self.config.ingest_workers, guard, self.state)
+        self.metrics.add(ingest.worker_metrics, ingest.worker_metrics.refresh)
         node_names = (
             (lambda: frozenset(o["metadata"]["name"] for o in store.objects(NODE.kind)))
             if self._has_inventory
@@ -277,7 +237,7 @@ class Extender:
             counts = ", ".join(f"{n} {k}" for k, n in self.store.counts().items() if n)
             inventory = f"{config.inventory} ({counts})"
         else:
-            inventory = "Kubernetes API (list+watch)" if self.kube_watch is not None else "none"
+            inventory = "Kubernetes API (list+watch)" if self.kube is not None else "none"
         log.info(
             "gpu-extender %s: scheduler API on %s://%s%s/{filter,prioritize}, agents on grpc://%s; idle = util < %g%% "
             "and memory < %g%%; stale after %gs (%s); no fit: %s; GPU resources: %s; inventory: %s",
@@ -300,11 +260,11 @@ class Extender:
         log.info("security: %s", security_summary(config))
 
     async def _stop(self) -> None:
-        self.api.serving = False
+        self.api.set_serving(False)
         led = False
         if self._told_to_stop:
             try:
-                led = await self._clean_up_on_exit()
+                led = await clean_up_on_exit(self._taint_writer, self.config)
             except Exception:  # a bug here must not keep the rest from stopping
                 log.exception("cleanup on exit failed: `gpu-extender cleanup` removes what is left")
         for task in self._background:
@@ -312,18 +272,18 @@ class Extender:
         for task in self._background:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        if led and self.taint_writer is not None:  # the election has stopped: nothing renews the Lease now
-            await self.taint_writer.release_lease()
+        if led and self._taint_writer is not None:  # the election has stopped: nothing renews the Lease now
+            await self._taint_writer.release_lease()
         if self._grpc_server is not None:
             await self._grpc_server.stop(grace=1.0)
         if self._ingest is not None:
             await self._ingest.stop()
         if self._runner is not None:
             await self._runner.cleanup()
-        if self.reviewer is not None:
-            await self.reviewer.close()
-        if self.binder is not None:
-            await self.binder.close()
+        if self.kube is not None:
+            if self.kube.reviewer is not None:
+                await self.kube.reviewer.close()
+            await self.kube.binder.close()
 
 
 async def build(
@@ -336,12 +296,25 @@ async def build(
     *,
     claims: ClaimLedger | None = None,
 ) -> Extender:
-    """Every part, connected; nothing started yet (the Kubernetes client connects here)."""
+    """Every part, connected; nothing started yet (the Kubernetes client connects here). Each part
+    is given what it reads when it is made: the sources first, what reads them after."""
     claims = claims if claims is not None else ClaimLedger()
     state = GpuState(config.idle_rule)
     metrics = ExtenderMetrics(state, store, ingest_here=config.ingest_in_process, ledger=ledger)
     views = ViewBuilder(store, config.api.gpu_resources, on_invalid=metrics.count_invalid_object)
-    api = SchedulerApi(state, metrics, config.api, inventory=lambda: views.current)
+    kube = (
+        await _connect_kubernetes(config, store, ledger, claims, state, views, metrics) if config.kubernetes else None
+    )
+    sources = ClusterSources(
+        ledger=ledger,
+        claims=claims,  # DRA devices claims hold: not allocatable any more (dra_inventory.py)
+        inventory_ready=lambda: store.ready and ledger.synced and claims.synced,
+    )
+    if kube is not None:
+        sources = kube.sources(sources)
+    api = SchedulerApi(state, metrics, config.api, inventory=lambda: views.current, sources=sources)
+    if kube is not None:
+        kube.release_holds_into(api.groups)
     views.on_rebuild(api.classes.classes_by_node)  # class membership follows each rebuild, not the next request
     # Sharing no agent can tell, read off each Node's allocatable (gpu_summary.with_inferred_sharing).
     state.read_allocatable(lambda node: views.current.allocatable_gpus.get(node))
@@ -352,10 +325,7 @@ async def build(
             lambda: views.current, claims, state.reported, stale_after_s=config.api.policy.stale_after_s
         )
     )
-    api.count_bound_pods(ledger)
-    api.decisions.claims = claims  # DRA devices claims hold: not allocatable any more (dra_inventory.py)
-    api.inventory_ready = lambda: store.ready and ledger.synced and claims.synced
-    extender = Extender(
+    return Extender(
         config=config,
         store=store,
         ledger=ledger,
@@ -367,130 +337,178 @@ async def build(
         certificate=certificate,
         file_source=file_source,
         claims=claims,
+        kube=kube,
         argv=argv,
     )
-    if config.kubernetes:
-        await _connect_kubernetes(extender)
-    return extender
 
 
-async def _connect_kubernetes(extender: Extender) -> None:
+@dataclass(frozen=True)
+class KubeParts:
+    """What --kubernetes adds, made before the parts that read it: the watches (the inventory's
+    first), the PodGroups and PodDisruptionBudgets they keep, the TokenReviewer, the binder and the
+    leader's writers."""
+
+    watches: tuple[tuple[str, KubeInventorySource], ...]  # (task name, watch)
+    group_sinks: dict[str, PodGroups]
+    budgets: DisruptionBudgets
+    reviewer: TokenReviewer | None
+    binder: PodBinder
+    taint_writer: DeviceTaintWriter | None
+
+    def sources(self, base: ClusterSources) -> ClusterSources:
+        """`base` with what the cluster adds: PodGroups, PodDisruptionBudgets, the binder and what
+        the leader publishes."""
+        sinks = self.group_sinks
+        writer = self.taint_writer
+        return replace(
+            base,
+            pod_groups=lambda source, namespace, name: (
+                sink.spec(namespace, name) if (sink := sinks.get(source)) is not None else None
+            ),
+            disruptions=self.budgets.violations,
+            binder=self.binder,
+            published=writer.publication.node if writer is not None else base.published,
+        )
+
+    def release_holds_into(self, book: GroupBook) -> None:
+        """A deleted PodGroup's hold goes with it."""
+        for source, sink in self.group_sinks.items():
+            sink.on_delete(partial(_pod_group_deleted, book, source))
+
+    @property
+    def inventory_watch(self) -> KubeInventorySource:
+        return self.watches[0][1]
+
+
+async def _connect_kubernetes(
+    config: ExtenderConfig,
+    store: InventoryStore,
+    ledger: PodLedger,
+    claims: ClaimLedger,
+    state: GpuState,
+    views: ViewBuilder,
+    metrics: ExtenderMetrics,
+) -> KubeParts:
     # Imported only when used: kubernetes-asyncio adds ~35 MiB to the extender's RSS.
     from gpuextender.extender.inventory.kube_watch import KubeInventorySource
     from gpuextender.extender.kube.connection import KubeConfigError, load_kube_config
     from gpuextender.extender.scheduler.pod_binder import PodBinder
 
-    config, metrics = extender.config, extender.metrics
     try:
         connection = await load_kube_config(config.kubeconfig)
     except KubeConfigError as exc:
         raise StartupError(str(exc)) from None
-    extender.kube_watch = KubeInventorySource(extender.store, connection, on_restart=metrics.count_watch_restart)
-    # Bound, unfinished pods (POD's field selector), into the ledger only: their churn never
-    # rebuilds the view. A relist keeps only the items that name a GPU resource.
+
+    def watch(sink: InventorySink, kinds: tuple[KindInfo, ...] = KINDS, **options: Any) -> KubeInventorySource:
+        return KubeInventorySource(sink, connection, kinds=kinds, on_restart=metrics.count_watch_restart, **options)
+
     resources = config.api.gpu_resources
-    extender.pod_watch = KubeInventorySource(
-        extender.ledger,
-        connection,
-        kinds=(POD,),
-        on_restart=metrics.count_watch_restart,
-        list_filter=lambda _kind, pod: may_request(pod, resources),
-    )
-    # ResourceClaims (DRA), into the claim ledger only, like pods: they churn with claim pods.
-    extender.claim_watch = KubeInventorySource(
-        extender.claims, connection, kinds=(RESOURCE_CLAIM,), on_restart=metrics.count_watch_restart
-    )
     # PodGroups of the group sources that keep a group's size in an object (model/pod_group.py),
     # read-only, each into its own sink; an API not served is one log line and that source off.
     sinks = {source: PodGroups(source) for source in POD_GROUP_KINDS}
-    for source, sink in sinks.items():  # a deleted PodGroup's hold goes with it
-        sink.on_delete(partial(_pod_group_deleted, extender.api.groups, source))
-    extender.group_watches = [
-        KubeInventorySource(sinks[source], connection, kinds=(kind,), on_restart=metrics.count_watch_restart)
-        for source, kind in POD_GROUP_KINDS.items()
-    ]
-    # PodDisruptionBudgets, read-only: the preempt verb counts the ones its added victims break.
-    budgets = DisruptionBudgets()
-    extender.budget_watch = KubeInventorySource(
-        budgets, connection, kinds=(POD_DISRUPTION_BUDGET,), on_restart=metrics.count_watch_restart
+    budgets = DisruptionBudgets()  # read-only: the preempt verb counts the ones its added victims break
+    watches = (
+        ("inventory watch", watch(store)),
+        # Bound, unfinished pods (POD's field selector), into the ledger only: their churn never
+        # rebuilds the view. A relist keeps only the items that name a GPU resource.
+        (
+            "bound pods watch",
+            watch(ledger, (POD,), list_filter=lambda _kind, pod: may_request(pod, resources)),
+        ),
+        # ResourceClaims (DRA), into the claim ledger only, like pods: they churn with claim pods.
+        ("resource claims watch", watch(claims, (RESOURCE_CLAIM,))),
+        *((f"{kind.group} PodGroups watch", watch(sinks[source], (kind,))) for source, kind in POD_GROUP_KINDS.items()),
+        ("PodDisruptionBudgets watch", watch(budgets, (POD_DISRUPTION_BUDGET,))),
     )
-    extender.api.disruptions = budgets.violations
-    extender.api.decisions.pod_groups = lambda source, namespace, name: (
-        sink.spec(namespace, name) if (sink := sinks.get(source)) is not None else None
+    return KubeParts(
+        watches,
+        sinks,
+        budgets,
+        await reviewer_for(config, connection),
+        PodBinder(connection),  # the bind verb creates Bindings (pods/binding) with the same credentials
+        _taint_writer(config, connection, store, claims, state, views, ledger, metrics)
+        if config.device_taints == "on"
+        else None,
     )
-    extender.reviewer = await reviewer_for(config, connection)
-    if extender.reviewer is not None:
-        extender.authenticator = extender.reviewer
-    # The bind verb creates Bindings (pods/binding) with the same credentials.
-    extender.binder = extender.api.bindings.binder = PodBinder(connection)
-    if config.device_taints == "on":
-        from gpuextender.extender.inventory.device_taint_writer import DeviceTaintWriter
-        from gpuextender.extender.inventory.idle_events import IdleEventWriter
-        from gpuextender.extender.inventory.node_status_writer import NodeStatusWriter
 
-        api, state, claims, store = extender.api, extender.api.state, extender.claims, extender.store
-        publish = config.publish
 
-        feed = ChangeFeed()
-        state.on_offered_change(feed.node_changed)
+def _taint_writer(
+    config: ExtenderConfig,
+    connection: Any,
+    store: InventoryStore,
+    claims: ClaimLedger,
+    state: GpuState,
+    views: ViewBuilder,
+    ledger: PodLedger,
+    metrics: ExtenderMetrics,
+) -> DeviceTaintWriter:
+    """--device-taints on: the leader's writer of DeviceTaintRules, and of the node conditions,
+    taints, Events and reclaims it is asked for."""
+    from gpuextender.extender.inventory.device_taint_writer import AlsoWritten, DeviceTaintWriter, WriterPace
+    from gpuextender.extender.inventory.idle_events import IdleEventWriter
+    from gpuextender.extender.inventory.node_status_writer import NodeStatusWriter
 
-        def inputs() -> PublishInputs:
-            view = api.inventory()
-            synced = claims.synced
-            return PublishInputs(
-                view.dra,
-                view.allocatable_gpus,
-                state.reported,
-                claims.allocated_on if synced else None,
-                claims.holders_on if synced else None,
-                config.api.policy.stale_after_s,
-                changed=feed.drain(view.dra, view.allocatable_gpus, claims.version, claims.nodes_changed_since),
-                claims_version_of=claims.node_version,
-            )
+    publish = config.publish
+    feed = ChangeFeed()
+    state.on_offered_change(feed.node_changed)
 
-        status = TaintWriterStatus()
-        nodes = (
-            NodeStatusWriter(
-                lambda name: store.get(NODE.kind, name),
-                status,
-                taint=publish.node_taint,
-                taint_key=publish.node_taint_key,
-                taint_effect=publish.node_taint_effect,
-            )
-            if publish.node_conditions or publish.node_taint
-            else None
+    def inputs() -> PublishInputs:
+        view = views.current
+        synced = claims.synced
+        return PublishInputs(
+            view.dra,
+            view.allocatable_gpus,
+            state.reported,
+            claims.allocated_on if synced else None,
+            claims.holders_on if synced else None,
+            config.api.policy.stale_after_s,
+            changed=feed.drain(view.dra, view.allocatable_gpus, claims.version, claims.nodes_changed_since),
+            claims_version_of=claims.node_version,
         )
-        events = (
-            IdleEventWriter(
-                status,
-                window_s=publish.idle_window_s,
-                node_uid=lambda name: str(((store.get(NODE.kind, name) or {}).get("metadata") or {}).get("uid") or ""),
-                claim_uid=lambda key: c.uid if (c := claims.claim(key)) is not None else "",
-            )
-            if publish.idle_events
-            else None
+
+    status = TaintWriterStatus()
+    nodes = (
+        NodeStatusWriter(
+            lambda name: store.get(NODE.kind, name),
+            status,
+            taint=publish.node_taint,
+            taint_key=publish.node_taint_key,
+            taint_effect=publish.node_taint_effect,
         )
-        extender.taint_writer = DeviceTaintWriter(
-            connection,
-            Publication(
-                config.device_taint_after_s,
-                publish.busy_hold_s,
-                busy=publish.busy_taints,
-                idle_window_s=publish.idle_window_s,
-            ),
-            inputs,
-            namespace=config.leader_namespace,
-            nodes=nodes,
-            events=events,
-            reclaim=_reclaim_writer(extender, config),
-            status=status,
-            writes_per_s=publish.writes_per_s,
+        if publish.node_conditions or publish.node_taint
+        else None
+    )
+    events = (
+        IdleEventWriter(
+            status,
+            window_s=publish.idle_window_s,
+            node_uid=lambda name: str(((store.get(NODE.kind, name) or {}).get("metadata") or {}).get("uid") or ""),
+            claim_uid=lambda key: c.uid if (c := claims.claim(key)) is not None else "",
         )
-        extender.api.decisions.published = extender.taint_writer.publication.node
-        metrics.add(DeviceTaintsCollector(extender.taint_writer.status))
+        if publish.idle_events
+        else None
+    )
+    writer = DeviceTaintWriter(
+        connection,
+        Publication(
+            config.device_taint_after_s,
+            publish.busy_hold_s,
+            busy=publish.busy_taints,
+            idle_window_s=publish.idle_window_s,
+        ),
+        inputs,
+        namespace=config.leader_namespace,
+        also=AlsoWritten(nodes, events, _reclaim_writer(config, store, ledger, state, metrics)),
+        status=status,
+        pace=WriterPace(writes_per_s=publish.writes_per_s),
+    )
+    metrics.add(DeviceTaintsCollector(writer.status))
+    return writer
 
 
-def _reclaim_writer(extender: Extender, config: ExtenderConfig) -> ReclaimWriter | None:
+def _reclaim_writer(
+    config: ExtenderConfig, store: InventoryStore, ledger: PodLedger, state: GpuState, metrics: ExtenderMetrics
+) -> ReclaimWriter | None:
     """--reclaim dry-run or on: the leader's reclaim pass (inventory/reclaim_writer.py), and its metrics."""
     publish = config.publish
     if publish.reclaim == "off":
@@ -498,8 +516,7 @@ def _reclaim_writer(extender: Extender, config: ExtenderConfig) -> ReclaimWriter
     from gpuextender.extender.inventory.reclaim_writer import ReclaimWriter
 
     status = ReclaimStatus()
-    extender.metrics.add(ReclaimCollector(status))
-    store, ledger, state = extender.store, extender.ledger, extender.api.state
+    metrics.add(ReclaimCollector(status))
     return ReclaimWriter(
         status,
         dry_run=publish.reclaim == "dry-run",
@@ -515,7 +532,7 @@ def _reclaim_writer(extender: Extender, config: ExtenderConfig) -> ReclaimWriter
 
 
 def _pod_group_deleted(book: GroupBook, source: str, namespace: str, name: str) -> None:
-    book.release(group_key(source, namespace, name), "its PodGroup was deleted")
+    book.deleted(group_key(source, namespace, name))
 
 
 def security_summary(config: ExtenderConfig) -> str:
@@ -543,6 +560,41 @@ def security_summary(config: ExtenderConfig) -> str:
             + ("" if tls and tls.client_ca else " (any client that reaches the gRPC port can report for any node)")
         )
     return "; ".join(parts)
+
+
+async def clean_up_on_exit(writer: DeviceTaintWriter | None, config: ExtenderConfig) -> bool:
+    """--cleanup-on-exit, on SIGTERM/SIGINT: the leader of the device-taint Lease removes what the
+    extender wrote (inventory/cleanup.py) while it still holds the Lease, for at most
+    CLEANUP_ON_EXIT_TIMEOUT_S, and logs what it removed. True when this replica led (it gives the
+    Lease up once its writer has stopped)."""
+    publish = config.publish
+    if writer is None or not publish.cleanup_on_exit:
+        return False
+    from gpuextender.extender.inventory.cleanup import remove_writes
+
+    report = CleanupReport(publish.node_taint_key)
+
+    async def work(api_client: Any, version: str | None) -> None:
+        await remove_writes(api_client, version, report)
+
+    try:
+        led = await asyncio.wait_for(writer.finish(work), CLEANUP_ON_EXIT_TIMEOUT_S)
+    except TimeoutError:  # the work was cancelled: its report is read as it stands
+        report = replace(
+            report, stopped=f"out of time after {CLEANUP_ON_EXIT_TIMEOUT_S:g}s: `gpu-extender cleanup` removes the rest"
+        )
+        led = True  # only a leader works that long
+    if not led:
+        log.info(
+            "cleanup on exit: this replica does not hold the Lease %s/%s: the leader removes the writes",
+            config.leader_namespace,
+            LEASE_NAME,
+        )
+        return False
+    say = log.info if exit_status(report) == 0 else log.warning
+    for line in lines(report):
+        say("cleanup on exit: %s", line)
+    return True
 
 
 def _tune_gc() -> None:

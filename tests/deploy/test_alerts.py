@@ -42,6 +42,7 @@ from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.flags import build_parser as extender_parser
 from gpuextender.extender.observe.metrics import LATENCY_BUCKETS, ExtenderMetrics
 from gpuextender.extender.observe.silent_nodes import SilentNodesCollector
+from gpuextender.extender.scheduler.cluster_sources import ClusterSources
 from gpuextender.extender.scheduler.http_api import SchedulerApi
 from gpuextender.extender.settings import ApiSettings, DecisionPolicy
 from gpuextender.extender.state.gpu_state import GpuState
@@ -264,8 +265,8 @@ def exposition() -> dict[str, set[str]]:
     assert state.ingest(report("gpu-node-1", [gpu(0)]), received_at=0.0)
     extender = ExtenderMetrics(state, InventoryStore(), clock=lambda: 5.0)
     extender.registry.register(SilentNodesCollector(state, InventoryView))  # as gpuextender/extender/app.py
-    api = SchedulerApi(state, extender, ApiSettings(DecisionPolicy()))  # registers the binding metrics, as app.py
-    api.count_bound_pods(PodLedger(("nvidia.com/gpu",)))
+    # Registers the binding and bound-pod metrics, as app.py.
+    SchedulerApi(state, extender, ApiSettings(DecisionPolicy()), sources=ClusterSources(PodLedger(("nvidia.com/gpu",))))
     extender.request_duration.labels(verb="filter").observe(0.01)
     extender.requests.labels(verb="filter", code="200").inc()
     extender.filter_fallbacks.inc()

@@ -1,4 +1,4 @@
-"""--cleanup-on-exit in the extender's shutdown (app.py, Extender._clean_up_on_exit): only with the
+"""--cleanup-on-exit in the extender's shutdown (app.py, clean_up_on_exit): only with the
 flag, only the leader, within CLEANUP_ON_EXIT_TIMEOUT_S, and what it removed (or did not) logged.
 The real shutdown on the real API server: tests/kube/test_cleanup.py."""
 
@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -31,8 +30,8 @@ class _Writer:
 
 
 def clean_up_on_exit(writer: _Writer | None, *flags: str) -> bool:
-    extender = SimpleNamespace(taint_writer=writer, config=build_config(["--kubernetes", *flags], env={}))
-    return asyncio.run(app.Extender._clean_up_on_exit(extender))  # type: ignore[arg-type]
+    config = build_config(["--kubernetes", *flags], env={})
+    return asyncio.run(app.clean_up_on_exit(writer, config))  # type: ignore[arg-type]
 
 
 def test_without_the_flag_or_a_writer_nothing_is_asked() -> None:
@@ -68,6 +67,7 @@ def test_the_leaders_cleanup_is_logged_line_by_line(
 ) -> None:
     async def removed(api_client: Any, version: str | None, report: CleanupReport) -> None:
         assert (api_client, version, report.taint_key) == ("client", "v1beta2", "example.com/gpus-gone")
+        report.version = version  # as remove_writes records the version it was given
         report.rules.listed = report.conditions.listed = report.taints.listed = True
         report.rules.found = report.rules.removed = 2
 

@@ -22,6 +22,7 @@ import pynvml
 
 from gpuextender.agent.model.readings import GpmReading
 from gpuextender.agent.sources.nvml_errors import ErrorGroup, classify, error_name
+from gpuextender.common.log_once import EVER, OncePer
 
 log = logging.getLogger("gpu_agent.gpm")
 
@@ -68,7 +69,7 @@ class GpmSampler:
         self._absent: set[Key] = set()
         self._pairs: dict[Key, _Pair] = {}
         self._request: Any | None = None  # one nvmlGpmMetricsGet_t, reused
-        self._warned: set[str] = set()
+        self._say = OncePer(EVER)  # each key once (bounded)
 
     def supported(self, index: int, handle: Any) -> bool:
         known = self._supported.get(index)
@@ -156,6 +157,5 @@ class GpmSampler:
                 log.debug("nvmlGpmSampleFree failed: %s", error_name(exc))
 
     def _say_once(self, key: str, message: str, *args: Any) -> None:
-        if key not in self._warned:
-            self._warned.add(key)
+        if self._say(key):
             log.info(message, *args)

@@ -13,7 +13,15 @@ import grpc
 from gpuextender.common.serving_tls import ServingCertificate
 from gpuextender.extender.ingest.agent_identity import Authenticator, RelayReviewing
 from gpuextender.extender.ingest.limits import MAX_REPORT_BYTES
-from gpuextender.extender.ingest.service import REAUTH_GRACE_S, IngestService, ReportStore, add_to_server
+from gpuextender.extender.ingest.service import (
+    REAUTH_GRACE_S,
+    AgentTerms,
+    Gate,
+    IngestLimits,
+    IngestService,
+    ReportStore,
+    add_to_server,
+)
 from gpuextender.extender.observe.ingest_metrics import IngestMetrics
 from gpuextender.extender.settings import ExtenderConfig
 
@@ -82,13 +90,9 @@ def ingest_service(
     return IngestService(
         store,
         metrics,
-        requested_interval_ms=config.requested_agent_interval_ms,
-        authenticator=authenticator,
-        relay_authenticator=relay_authenticator,
-        max_clock_skew_s=config.max_clock_skew_s,
-        known_node=known_node,
-        max_unknown_nodes=config.max_unknown_nodes,
-        stale_after_s=config.api.policy.stale_after_s,
+        terms=AgentTerms(config.requested_agent_interval_ms, config.api.policy.stale_after_s),
+        gate=Gate(authenticator, relay_authenticator),
+        limits=IngestLimits(config.max_clock_skew_s, known_node, config.max_unknown_nodes),
     )
 
 

@@ -24,6 +24,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 import grpc
@@ -31,6 +32,7 @@ from google.protobuf.message import DecodeError
 from prometheus_client import Counter
 
 from gpuextender.common.idle_rule import IdleRule
+from gpuextender.common.log_once import OncePer
 from gpuextender.extender.ingest.agent_identity import (
     AgentIdentity,
     AgentRefused,
@@ -73,24 +75,6 @@ REPEAT_REFUSAL_S = 60.0
 # gets this long (at most; no longer than the interval itself) to finish its stream; the agent
 # then reconnects with a fresh token.
 REAUTH_GRACE_S = 30
-
-
-class OncePer:
-    """True for a key at most once per `period_s` (bounded: forgets everything when full)."""
-
-    def __init__(self, period_s: float, clock: Callable[[], float], max_keys: int = 10_000) -> None:
-        self._period_s, self._clock, self._max_keys = period_s, clock, max_keys
-        self._last: dict[tuple[str, ...], float] = {}
-
-    def __call__(self, *key: str) -> bool:
-        now = self._clock()
-        last = self._last.get(key)
-        if last is not None and now - last < self._period_s:
-            return False
-        if len(self._last) >= self._max_keys:
-            self._last.clear()
-        self._last[key] = now
-        return True
 
 
 class ReportStore(Protocol):
@@ -172,47 +156,68 @@ class _RelayedStreams:
         return pacer
 
 
+@dataclass(frozen=True)
+class AgentTerms:
+    """What every ACCEPTED ack tells an agent besides the idle rule (0: not said)."""
+
+    requested_interval_ms: int = 0  # --requested-agent-interval
+    stale_after_s: float = 0.0  # how long a quiet agent may go without a heartbeat
+
+
+@dataclass(frozen=True)
+class Gate:
+    """Who may stream: agents (`authenticator`) and relays (`relay_authenticator`: without one,
+    relays are taken as agents are where agents are not authenticated, and refused where they
+    are). None: not authenticated."""
+
+    authenticator: Authenticator | None = None
+    relay_authenticator: Authenticator | None = None
+
+
+@dataclass(frozen=True)
+class IngestLimits:
+    """What a report may be and how fast it may come. `known_node`: is this node in the inventory?
+    None when there is no inventory source (every node is allowed then)."""
+
+    max_clock_skew_s: float = MAX_CLOCK_SKEW_S
+    known_node: Callable[[str], bool] | None = None
+    max_unknown_nodes: int = MAX_UNKNOWN_NODES
+    reports_per_second: float = REPORTS_PER_SECOND
+    report_burst: int = REPORT_BURST
+
+
 class IngestService(pb_grpc.GpuStateServiceServicer):
     def __init__(
         self,
         state: ReportStore,
         metrics: IngestMetrics,
         *,
-        requested_interval_ms: int = 0,
+        terms: AgentTerms = AgentTerms(),
+        gate: Gate = Gate(),
+        limits: IngestLimits = IngestLimits(),
         clock: Callable[[], float] = time.monotonic,
         wall_clock: Callable[[], float] = time.time,
-        authenticator: Authenticator | None = None,
-        relay_authenticator: Authenticator | None = None,
-        max_clock_skew_s: float = MAX_CLOCK_SKEW_S,
-        known_node: Callable[[str], bool] | None = None,
-        max_unknown_nodes: int = MAX_UNKNOWN_NODES,
-        reports_per_second: float = REPORTS_PER_SECOND,
-        report_burst: int = REPORT_BURST,
-        stale_after_s: float = 0.0,
     ) -> None:
-        """`known_node`: is this node in the inventory? None when there is no inventory source
-        (every node is allowed then). `clock` (monotonic) orders and paces reports; `wall_clock`
-        (Unix seconds) is what sample times are compared with. `relay_authenticator`: who may relay
-        agents' reports (RelayNodeReports); without one, relays are taken as agents are where agents
-        are not authenticated, and refused where they are."""
+        """`clock` (monotonic) orders and paces reports; `wall_clock` (Unix seconds) is what sample
+        times are compared with."""
         self._state = state
         self._metrics = metrics
-        self._requested_interval_ms = requested_interval_ms
+        self._requested_interval_ms = terms.requested_interval_ms
         # Told to the agent in every ACCEPTED ack: what makes a change matter here (the idle rule),
         # and how long a quiet agent may go without a heartbeat (stale_after_s; 0: not said).
         self._idle_max_utilization = state.rule.max_utilization_percent
         self._idle_max_memory = state.rule.max_memory_used_percent
         self._idle_max_sm_active = state.rule.max_sm_active_percent  # None: not said (the ack field stays unset)
-        self._stale_after_ms = max(0, min(2**32 - 1, round(stale_after_s * 1000)))
+        self._stale_after_ms = max(0, min(2**32 - 1, round(terms.stale_after_s * 1000)))
         self._clock = clock
         self._wall_clock = wall_clock
-        self._authenticator = authenticator
-        self._relay_authenticator = relay_authenticator
-        self._max_clock_skew_s = max_clock_skew_s
-        self._pace = (reports_per_second, report_burst)
+        authenticator = self._authenticator = gate.authenticator
+        self._relay_authenticator = gate.relay_authenticator
+        self._max_clock_skew_s = limits.max_clock_skew_s
+        self._pace = (limits.reports_per_second, limits.report_burst)
         self._unknown: UnknownNodes | None = None
-        if known_node is not None:
-            self._unknown = UnknownNodes(known_node, state.has_data, max_unknown_nodes)
+        if limits.known_node is not None:
+            self._unknown = UnknownNodes(limits.known_node, state.has_data, limits.max_unknown_nodes)
             metrics.unknown_nodes.set_function(self._unknown.count)
         self._should_log = OncePer(REPEAT_REFUSAL_S, clock)
         self._accepted = metrics.reports.labels(result="accepted")  # once: labels() is a lookup per call

@@ -82,6 +82,7 @@ async def clean_up(
 async def remove_writes(api_client: k8s.ApiClient, version: str | None, report: CleanupReport) -> None:
     """Delete our DeviceTaintRules (`version`: the one served; None: none is), then take our
     condition and taint off every Node; with `report.dry_run` only count them."""
+    report.version = version
     await _remove_rules(api_client, version, report)
     await _clean_nodes(api_client, report)
 

@@ -36,6 +36,7 @@ import os
 import socket
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, cast
 
 import aiohttp
@@ -67,6 +68,26 @@ RESYNC_S = 60.0  # a leader goes over every rule and node this often, changed or
 RETRY_S = 10.0  # a refusal (an operator applying the RBAC) or an unreachable API is tried again this often
 
 
+@dataclass(frozen=True)
+class AlsoWritten:
+    """What the leader writes besides DeviceTaintRules, each in its own part of a pass (None: not
+    asked for): node conditions and taints, idle Events, reclaims."""
+
+    nodes: NodeStatusWriter | None = None
+    events: IdleEventWriter | None = None
+    reclaim: ReclaimWriter | None = None
+
+
+@dataclass(frozen=True)
+class WriterPace:
+    """How fast and how often the leader writes, and its Lease's timing."""
+
+    writes_per_s: float = 20.0  # the write budget (--publish-writes-per-second)
+    interval_s: float = 0.5  # between passes
+    lease_s: tuple[int, int, int] = (15, 10, 2)  # duration, renew deadline, retry (whole seconds: the Lease's)
+    rediscover_s: float = 300.0  # an API server without DeviceTaintRules is asked again this often
+
+
 class DeviceTaintWriter:
     def __init__(
         self,
@@ -75,28 +96,23 @@ class DeviceTaintWriter:
         inputs: Callable[[], PublishInputs],
         *,
         namespace: str,
-        nodes: NodeStatusWriter | None = None,
-        events: IdleEventWriter | None = None,
-        reclaim: ReclaimWriter | None = None,
+        also: AlsoWritten = AlsoWritten(),
         status: TaintWriterStatus | None = None,
-        writes_per_s: float = 20.0,
-        interval_s: float = 0.5,
-        lease_s: tuple[int, int, int] = (15, 10, 2),  # duration, renew deadline, retry (whole seconds: the Lease's)
-        rediscover_s: float = 300.0,
+        pace: WriterPace = WriterPace(),
         identity: str | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._connection = connection
         self.publication = publication
         self._inputs = inputs
-        self.nodes = nodes
-        self.events = events
-        self.reclaim = reclaim
-        self._bucket = TokenBucket(writes_per_s, max(writes_per_s, 1.0), clock)
+        nodes = self.nodes = also.nodes
+        self.events = also.events
+        self.reclaim = also.reclaim
+        self._bucket = TokenBucket(pace.writes_per_s, max(pace.writes_per_s, 1.0), clock)
         self._namespace = namespace
-        self._interval_s = interval_s
-        self._lease_s = lease_s
-        self._rediscover_s = rediscover_s
+        self._interval_s = pace.interval_s
+        self._lease_s = pace.lease_s
+        self._rediscover_s = pace.rediscover_s
         self.identity = identity or f"{socket.gethostname()}-{os.getpid()}"
         self._clock = clock
         # One status for the rules, the nodes and the events (its metrics): the writers share it.

@@ -6,14 +6,13 @@ bindings, live_classes_metrics, device_taints_metrics, silent_nodes, worker_metr
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.registry import Collector
 
 from gpuextender.extender.observe.ingest_metrics import IngestMetrics
 from gpuextender.extender.observe.node_data import NodeDataCollector
-from gpuextender.extender.observe.worker_metrics import WorkerMetrics
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.inventory_store import InventoryStore
 from gpuextender.extender.state.pod_ledger import PodLedger
@@ -128,17 +127,23 @@ class ExtenderMetrics:
         r.register(NodeDataCollector(state, store, clock))
         # The ingest's series are counted where the gRPC server runs: here, or in the ingest process,
         # whose exposition of the same registry then arrives in a METRICS frame (workers/frames.py).
+        # (The workers' collector comes with them: app.py adds it with its refresh.)
         self.ingest = IngestMetrics()
-        self.workers: WorkerMetrics | None = None
         if ingest_here:
             r.register(self.ingest.registry)
-        else:
-            self.workers = WorkerMetrics()
-            r.register(self.workers)
+        self._refresh: list[Callable[[], Awaitable[None]]] = []
 
-    def add(self, collector: Collector) -> None:
-        """A scrape-time collector of another stage's state, on the one registry /metrics serves."""
+    def add(self, collector: Collector, refresh: Callable[[], Awaitable[None]] | None = None) -> None:
+        """A scrape-time collector of another stage's state, on the one registry /metrics serves;
+        `refresh`: what brings it up to date before each scrape (the ingest workers' series)."""
         self.registry.register(collector)
+        if refresh is not None:
+            self._refresh.append(refresh)
+
+    async def refresh(self) -> None:
+        """Before a scrape: each collector's series up to date."""
+        for refresh in self._refresh:
+            await refresh()
 
     def count_watch_restart(self, kind: str, cause: str) -> None:
         self.watch_restarts.labels(kind=kind, cause=cause).inc()

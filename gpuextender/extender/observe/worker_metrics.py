@@ -19,15 +19,31 @@ class WorkerMetrics(Collector):
     its name and labels, which is right for the counters and for these gauges (open streams,
     held unknown nodes, paced streams: each a count of the worker's own)."""
 
-    def __init__(self) -> None:
+    def __init__(self, ask: Callable[[], Awaitable[None]]) -> None:
         self.texts: dict[int, str] = {}  # worker index -> its exposition
-        self.ask: Callable[[], Awaitable[None]] | None = None
+        self._ask = ask  # every worker's series, now (the supervisor's)
         self.workers_running = 0
         self.restarts = dict.fromkeys(RESTART_REASONS, 0)
 
     async def refresh(self) -> None:
-        if self.ask is not None:
-            await self.ask()
+        await self._ask()
+
+    def received(self, index: int, text: str) -> None:
+        """Worker `index` sent its series."""
+        self.texts[index] = text
+
+    def running(self, count: int) -> None:
+        self.workers_running = count
+
+    def ended(self, index: int, reason: str) -> None:
+        """Worker `index` is gone (RESTART_REASONS): its streams with it, so its gauges must not
+        stand (its counters restart with it, which Prometheus's rate() reads as a reset)."""
+        self.workers_running -= 1
+        self.texts.pop(index, None)
+        self.restarts[reason] += 1
+
+    def restarted(self) -> None:
+        self.workers_running += 1
 
     def collect(self) -> Iterator[Metric]:
         merged: dict[str, Metric] = {}

@@ -13,12 +13,13 @@ from collections.abc import Callable
 
 from gpuextender.common.dial import DialSettings
 from gpuextender.common.discovery import ServiceWatch
+from gpuextender.common.log_once import OncePer
 from gpuextender.common.netaddr import parse_host_port
 from gpuextender.common.serving_tls import ServingCertificate
 from gpuextender.extender.ingest.agent_identity import Authenticator
 from gpuextender.extender.ingest.limits import MAX_AGENT_REPORT_BYTES
 from gpuextender.extender.ingest.server import ingest_service, serve_ingest
-from gpuextender.extender.ingest.service import REPEAT_REFUSAL_S, IngestService, OncePer
+from gpuextender.extender.ingest.service import REPEAT_REFUSAL_S, IngestService
 from gpuextender.extender.ingest.token_review import reviewer_for
 from gpuextender.extender.observe.ingest_metrics import IngestMetrics
 from gpuextender.extender.observe.relay_metrics import RelayMetrics

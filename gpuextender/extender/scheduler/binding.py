@@ -39,10 +39,16 @@ def gang_of(ref: GroupRef | None) -> str:
 
 
 class Bindings:
-    def __init__(self, gate: BindingGate, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        gate: BindingGate,
+        clock: Callable[[], float] = time.monotonic,
+        binder: PodBinder | None = None,  # with --kubernetes
+        ledger: PodLedger | None = None,
+    ) -> None:
         self.gate = gate
-        self.binder: PodBinder | None = None  # set with --kubernetes
-        self.ledger: PodLedger | None = None
+        self.binder = binder
+        self.ledger = ledger
         self._clock = clock
         self._remembered: dict[str, PodRequest] = {}
         self.binds = {"bound": 0, "error": 0}

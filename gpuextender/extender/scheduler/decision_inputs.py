@@ -20,13 +20,14 @@ from gpuextender.extender.decide.snapshot import Candidates, Snapshot
 from gpuextender.extender.model.dra import pod_claims
 from gpuextender.extender.model.ome.pod_intent import PodIdentity
 from gpuextender.extender.model.pod_gpus import add_mig
-from gpuextender.extender.model.pod_group import GANG_SOURCES, JOBSET, SIZED_BY_OBJECT, GroupReading, PodGroupSpec
+from gpuextender.extender.model.pod_group import GANG_SOURCES, JOBSET, SIZED_BY_OBJECT, GroupReading
 from gpuextender.extender.model.pod_request import PodRequest, read_pod
 from gpuextender.extender.model.untrusted import nominated_node
+from gpuextender.extender.scheduler.cluster_sources import ClusterSources
 from gpuextender.extender.scheduler.wire import ExtenderArgs
 from gpuextender.extender.settings import ApiSettings
 from gpuextender.extender.state.bound_pods import AllocatableLessBound, given_back
-from gpuextender.extender.state.claim_ledger import ClaimLedger, gpus_total, mig_total
+from gpuextender.extender.state.claim_ledger import gpus_total, mig_total
 from gpuextender.extender.state.device_taints import TolerantView
 from gpuextender.extender.state.dra_inventory import DraAllocatable, DraFree
 from gpuextender.extender.state.gpu_state import GpuState
@@ -34,8 +35,6 @@ from gpuextender.extender.state.gpu_summary import NodeSummary
 from gpuextender.extender.state.group_book import GroupBook, GroupPlan
 from gpuextender.extender.state.inventory_view import InventoryView
 from gpuextender.extender.state.live_classes import LiveClasses
-from gpuextender.extender.state.pod_ledger import PodLedger
-from gpuextender.extender.state.publication import NodePublished
 
 PLAN_CACHE_SIZE = 4096  # distinct OME pod identities per inventory version; cleared when full
 POD_CACHE_SIZE = 256  # distinct pods read; cleared when full
@@ -102,6 +101,8 @@ class DecisionInputs:
         inventory: Callable[[], InventoryView],
         classes: LiveClasses,
         clock: Callable[[], float],
+        groups: GroupBook,
+        sources: ClusterSources,
     ) -> None:
         self._state = state
         self._settings = settings
@@ -111,13 +112,8 @@ class DecisionInputs:
         self._plans = PlanCache(settings.default_class_policy, settings.runtime_check)
         self._pods = PodReadings(settings)
         self._levels = LevelIndexes()
-        self.ledger: PodLedger | None = None  # bound pods (state/pod_ledger.py), once their source runs
-        self.claims: ClaimLedger | None = None  # devices DRA claims hold (state/claim_ledger.py)
-        self.groups: GroupBook | None = None  # multi-pod groups' domains and holds (state/group_book.py)
-        # A PodGroup's size and domain key by (source, namespace, name) (state/pod_groups.py).
-        self.pod_groups: Callable[[str, str, str], PodGroupSpec | None] = lambda _s, _ns, _n: None
-        # What the device-taint writer publishes per node (state/publication.py), once it runs.
-        self.published: Callable[[str], NodePublished | None] = lambda _node: None
+        self._groups = groups  # multi-pod groups' domains and holds (state/group_book.py)
+        self._sources = sources  # bound pods, DRA claims, PodGroups, what is published (cluster_sources.py)
         self._dra_free = DraFree()
         state.on_offered_change(self._dra_free.summary_changed)
         self._fits = FitIndex(state.offered_summaries)
@@ -127,11 +123,11 @@ class DecisionInputs:
     def decide(self, args: ExtenderArgs) -> Decision:
         """The question (the pod, read once; the candidates) against what we know now."""
         settings = self._settings
-        if self.groups is not None:  # holds whose time ran out free their room for this call too
-            self.groups.expire(self._clock())
+        sources = self._sources
+        self._groups.expire(self._clock())  # holds whose time ran out free their room for this call too
         pod = self._pods.read(args.pod)
         view = self._inventory()
-        claims = self.claims
+        claims = sources.claims
         keys = pod_claims(args.pod) if claims is not None and (view.dra.classes or view.dra.mig_classes) else ()
         if keys and claims is not None:
             # GPUs and MIG devices through the pod's ResourceClaims (DRA), on top of its
@@ -156,7 +152,7 @@ class DecisionInputs:
                 )
                 free, summary = own.free, own.summary
             allocatable = DraAllocatable(allocatable, view.dra, free)
-        ledger = self.ledger
+        ledger = sources.ledger
         if ledger is not None and len(ledger):  # nodes without usable agent data: less their bound pods
             allocatable = AllocatableLessBound(allocatable, ledger.pods_on)
         candidates = Candidates(args.candidate_names(), allocatable)
@@ -164,7 +160,7 @@ class DecisionInputs:
         if isinstance(group, str):  # decided as a single pod: explain says why
             pod, group = replace(pod, group=GroupReading(None, group)), None
         if group is not None:
-            held = dict(self.groups.own_units(group.ref.key)) if self.groups is not None else {}
+            held = dict(self._groups.own_units(group.ref.key))
             for node, members in group.placed_on.items():  # its gang's placed members' are not
                 held[node] = held.get(node, 0) - members * group.per_member
             if held:  # the GPUs held for its own group are the member's to take
@@ -180,22 +176,22 @@ class DecisionInputs:
             excluded=lambda node: classes.excluded(view, node),
             bound_pods=ledger.pods_on if ledger is not None else lambda node: (),
             reported=self._state.reported,
-            claim_holders=self.claims.holders_on if self.claims is not None else lambda node: {},
+            claim_holders=claims.holders_on if claims is not None else lambda node: {},
             fit_index=self._fits if summary is self._state.summary else None,
-            published=self.published,
+            published=sources.published,
         )
         return Decision(pod, self._plans.plan(pod, view), candidates, known, settings.shortlist, group)
 
     def _group(self, pod: PodRequest, view: InventoryView, raw: dict[str, Any]) -> GroupContext | str | None:
-        """What is known of the pod's multi-pod group; None: a single pod (no group book, no GPU
-        asked for); a str: why a pod that names a group is decided as a single pod."""
-        ref, book = pod.group.ref, self.groups
-        if ref is None or book is None or not (pod.gpus_needed > 0 or pod.mig_needed):
+        """What is known of the pod's multi-pod group; None: a single pod (no GPU asked for, no size
+        of 2 or more); a str: why a pod that names a group is decided as a single pod."""
+        ref, book, sources = pod.group.ref, self._groups, self._sources
+        if ref is None or not (pod.gpus_needed > 0 or pod.mig_needed):
             return None
         size, key = ref.size, ref.topology_key
         notes: list[str] = []
         if ref.source in SIZED_BY_OBJECT:
-            spec = self.pod_groups(ref.source, ref.namespace, ref.name)
+            spec = sources.pod_groups(ref.source, ref.namespace, ref.name)
             what = "Job" if ref.source == JOBSET else "PodGroup"
             if spec is None:
                 return f"{ref.source} group {ref.namespace}/{ref.name}: its {what} is not known (yet): a single pod"
@@ -206,7 +202,8 @@ class DecisionInputs:
             return None
         plan = book.plan(ref.key)
         planned = None
-        bound = tuple(p.node for p in self.ledger.members(ref.key)) if self.ledger is not None else ()
+        ledger = sources.ledger
+        bound = tuple(p.node for p in ledger.members(ref.key)) if ledger is not None else ()
         gang = ref.source in GANG_SOURCES
         if plan is not None and not all(self._in_plan(view, plan, node) for node in bound):
             plan = None  # members were bound elsewhere (another replica chose): plan where they are

@@ -28,19 +28,10 @@ def record_group(book: GroupBook, d: Decision, uid: str) -> None:
         # its room would be free to the next pods before the watch shows the binding.
         if d.member.planned_again or not book.placed_whole(key, len(group.bound)):
             book.member_passed(key, uid, "")
-        # A hold for a group its own domain no longer holds only blocks others: released, unless a
-        # member is bound or placed there, or this call did not offer the domain (a scheduler
-        # trying another domain for a gang, or a candidate subset).
-        # A domain a preempt call chose holds the group once its victims are gone: kept.
-        plan = book.plan(key)
-        if (
-            d.member.planned_again
-            and not group.bound
-            and not group.placed_on
-            and plan is not None
-            and not plan.preempting
-        ):
-            book.release(key, f"released: {reason}")
+        # Only where this call offered the plan's domain (not a scheduler trying another domain
+        # for a gang, or a candidate subset) is the domain lost; the book decides the release.
+        if d.member.planned_again:
+            book.domain_lost(key, reason, members_there=bool(group.bound or group.placed_on))
         log.info("group %s (%s, %d members): %s", key, group.ref.source, group.size, reason, extra={"pod": d.pod.ref})
         return
     domain = chosen.domain

@@ -16,6 +16,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from functools import partial
 from typing import Any
 
@@ -36,6 +37,7 @@ from gpuextender.extender.observe.live_classes_metrics import LiveClassesCollect
 from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.scheduler.binding import Bindings
 from gpuextender.extender.scheduler.binding_gate import BindingGate
+from gpuextender.extender.scheduler.cluster_sources import NO_CLUSTER, ClusterSources
 from gpuextender.extender.scheduler.decision_inputs import DecisionInputs
 from gpuextender.extender.scheduler.group_record import record_group, record_group_preemption
 from gpuextender.extender.scheduler.preempt_facts import Lookup, PreemptFacts
@@ -99,53 +101,40 @@ class SchedulerApi:
         settings: ApiSettings,
         inventory: Callable[[], InventoryView] = InventoryView,
         clock: Callable[[], float] = time.monotonic,
+        sources: ClusterSources = NO_CLUSTER,
     ) -> None:
         self.state = state
         self.metrics = metrics
         self.settings = settings
         self._inventory = inventory  # the current inventory snapshot (never I/O)
         self._clock = clock
-        self.readiness = Readiness(state, inventory, settings.readiness_grace_s, clock)
+        self.sources = sources
+        self.readiness = Readiness(state, inventory, settings.readiness_grace_s, clock, sources.inventory_ready)
         self.classes = LiveClasses(state)
-        self.decisions = DecisionInputs(state, settings, inventory, self.classes, clock)
-        self.bindings = Bindings(BindingGate(settings.binding_wait_s, clock), clock)
+        # Multi-pod groups: the domain chosen per group and the room held for its members.
+        self.groups = GroupBook(settings.group_hold_s, clock)
+        self.groups.on_change(state.bound_pods_changed)
+        self.decisions = DecisionInputs(state, settings, inventory, self.classes, clock, self.groups, sources)
+        self.bindings = Bindings(BindingGate(settings.binding_wait_s, clock), clock, sources.binder, sources.ledger)
         self.waiting = WaitingPods()  # GPU pods the latest filter found no place for (the fleet page)
         self.preemptions = RecentPreemptions()  # each preemptor's latest preempt plan (explain)
         self._preempt_facts: PreemptFacts | None = None  # what the preempt verb read per node, kept
-        # How many of some pods evicting (after others) would take a PodDisruptionBudget below zero,
-        # None while not known (state/disruption_budgets.py; app.py sets it with --kubernetes: without a
-        # cluster there are none).
-        self.disruptions: preempt_victims.Violations = lambda _pods, _before: 0
-        # Multi-pod groups: the domain chosen per group and the room held for its members.
-        self.groups = self.decisions.groups = GroupBook(settings.group_hold_s, clock)
-        self.groups.on_change(state.bound_pods_changed)
         metrics.add(GroupsCollector(self.groups))
         self._whole_resources = whole_gpu_resources(settings.gpu_resources)
         metrics.add(BindingsCollector(self.bindings))
         metrics.add(LiveClassesCollector(self.classes, inventory))
+        if sources.ledger is not None:
+            self._count_bound_pods(sources.ledger)
 
-    @property
-    def serving(self) -> bool:
-        return self.readiness.serving
-
-    @serving.setter
-    def serving(self, value: bool) -> None:
-        self.readiness.serving = value
-
-    @property
-    def inventory_ready(self) -> Callable[[], bool]:
-        return self.readiness.inventory_ready
-
-    @inventory_ready.setter
-    def inventory_ready(self, check: Callable[[], bool]) -> None:
-        self.readiness.inventory_ready = check
+    def set_serving(self, serving: bool) -> None:
+        """app.py: True once every port is up, False from shutdown on."""
+        self.readiness.set_serving(serving)
 
     def not_ready_reason(self) -> str | None:
         return self.readiness.not_ready_reason()
 
-    def count_bound_pods(self, ledger: PodLedger) -> None:
+    def _count_bound_pods(self, ledger: PodLedger) -> None:
         """Decide with the ledger's bound pods taken off what their nodes offer (bound_pods.py)."""
-        self.decisions.ledger = self.bindings.ledger = ledger
         self.state.count_bound_pods(self.pods_on)
         ledger.on_change(self.state.bound_pods_changed)
         ledger.on_bound(self.bindings.gate.bound)
@@ -155,13 +144,13 @@ class SchedulerApi:
 
     def pods_on(self, node: str) -> Iterable[BoundPod]:
         """What a node's offered summary takes off: its ledger pods and the groups' holds there."""
-        ledger = self.decisions.ledger
+        ledger = self.sources.ledger
         pods = ledger.pods_on(node) if ledger is not None else ()
         held = self.groups.holds_on(node)
         return (*pods, *held) if held else pods
 
     def _member_bound(self, uid: str) -> None:
-        ledger = self.decisions.ledger
+        ledger = self.sources.ledger
         pod = ledger.get(uid) if ledger is not None else None
         if pod is not None and pod.group and ledger is not None:
             self.groups.member_bound(pod, sum(1 for _ in ledger.members(pod.group)))
@@ -179,7 +168,7 @@ class SchedulerApi:
         have delivered yet: a claim not seen would read as asking for no GPU (unknown is never zero).
         Wait for them at most --binding-wait (a watch delivers in milliseconds); then decide on what
         is known (a pod whose claims are unknown needs what its extended resources say)."""
-        claims, wait = self.decisions.claims, self.settings.binding_wait_s
+        claims, wait = self.sources.claims, self.settings.binding_wait_s
         if claims is None or wait <= 0 or not claims.synced or not self.inventory().dra.classes:
             return
         keys = pod_claims(pod)
@@ -252,7 +241,7 @@ class SchedulerApi:
         if more:  # a group member: its candidates' domains whole (nodes where it fits now are no candidates)
             d = self.decisions.decide(ExtenderArgs(pod=args.pod, node_names=names + more, nodes=None))
         known = d.known
-        ledger = self.decisions.ledger
+        ledger = self.sources.ledger
         bound = ledger.lookup() if ledger is not None else lambda _uid: None
         facts = self._node_facts(known.summary, ledger, tables=d.group is None)
         policy = known.policy
@@ -270,7 +259,7 @@ class SchedulerApi:
                 known.now,
                 policy.stale_after_s,
                 bound,
-                self.disruptions,
+                self.sources.disruptions,
             )
         if grouped is not None:
             record_group_preemption(self.groups, d, grouped)  # before any later call is read, as filter's
@@ -286,7 +275,7 @@ class SchedulerApi:
             policy.stale_after_s,
             policy.stale_policy,
             bound,
-            self.disruptions,
+            self.sources.disruptions,
         )
         return preemption_result(plan, args.plain), partial(self._record_preempt, d.pod.uid, d, plan)
 
@@ -312,9 +301,13 @@ class SchedulerApi:
         # No candidates named (`gpu-extender explain POD.yaml`, the fleet page's form): every node the
         # inventory or the agents know, by name, as many as one /explain takes.
         known = sorted(set(self._inventory().node_labels).union(self.state.node_names()))
-        args.node_names = known[:EXPLAIN_MAX_CANDIDATES]
+        args = replace(args, node_names=known[:EXPLAIN_MAX_CANDIDATES])
         answer = explain_decision(self.decisions.decide(args))
-        answer["candidates"] = {"source": "every known node", "known": len(known), "explained": len(args.node_names)}
+        answer["candidates"] = {
+            "source": "every known node",
+            "known": len(known),
+            "explained": len(args.candidate_names()),
+        }
         return self._with_preemption(args, answer)
 
     def _with_preemption(self, args: ExtenderArgs, answer: dict[str, Any]) -> dict[str, Any]:
@@ -322,7 +315,7 @@ class SchedulerApi:
         now = self._clock()
         found = self.preemptions.latest(pod_uid(args.pod) or answer["pod"], now)
         if found is not None:
-            ledger = self.decisions.ledger
+            ledger = self.sources.ledger
             uids = {uid for n in found.plan.nodes for uid in n.proposed + n.victims}
             names = {uid: b.key for uid in uids if ledger is not None and (b := ledger.get(uid)) is not None}
             answer["preemption"]["lastCall"] = explained(found, now, names)
@@ -533,8 +526,7 @@ def build_app(api: SchedulerApi, pages: PageRoutes | None = None) -> web.Applica
         return web.Response(text=f"ready ({len(api.state)} node(s) with GPU data)\n")
 
     async def get_metrics(_: web.Request) -> web.Response:
-        if metrics.workers is not None:  # the ingest series, asked of the ingest process now
-            await metrics.workers.refresh()
+        await metrics.refresh()  # the ingest series, asked of the ingest workers now
         return web.Response(body=generate_latest(metrics.registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     app = web.Application(client_max_size=settings.max_body_bytes)

@@ -24,9 +24,10 @@ class Readiness:
         inventory: Callable[[], InventoryView],
         grace_s: float,
         clock: Callable[[], float],
+        inventory_ready: Callable[[], bool],  # the first full list of every kind (cluster_sources.py)
     ) -> None:
-        self.serving = False  # app.py: True once every port is up, False from shutdown on
-        self.inventory_ready: Callable[[], bool] = lambda: True  # app.py: the first full list of every kind
+        self._serving = False  # True once every port is up, False from shutdown on (app.py)
+        self._inventory_ready = inventory_ready
         self._state = state
         self._inventory = inventory
         self._grace_s = grace_s
@@ -34,11 +35,14 @@ class Readiness:
         self._grace_deadline: float | None = None  # set by the first check
         self._agents_in = False
 
+    def set_serving(self, serving: bool) -> None:
+        self._serving = serving
+
     def not_ready_reason(self) -> str | None:
         """None when ready, else why not (one line for /readyz)."""
-        if not self.serving:
+        if not self._serving:
             return "starting"
-        if not self.inventory_ready():
+        if not self._inventory_ready():
             return "waiting for the first full inventory list"
         return self._waiting_for_agents()
 

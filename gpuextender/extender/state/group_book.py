@@ -6,9 +6,11 @@ records it here). Its holds are GPUs on the domain's nodes that every other pod 
 taken, the bound-pod ledger's rule: they enter the nodes' offered summaries as ledger-like entries
 (`pods_on`), so the fit index, DRA and explain see them without a rule of their own. A member
 bound to a node (the pod watch or the bind verb) turns one member's hold there into the ledger's
-own entry; when every member is bound the plan is done. A plan no member made progress on for
-`hold_s` (no member bound) is released, with the reason kept for explain; the group's next filter
-plans again.
+own entry; when every member is bound the plan is done. Every release of a hold is decided here,
+its reason kept for explain (the group's next filter plans again): a plan no member made progress
+on for `hold_s` (no member bound) (`expire`); one whose domain no longer holds the group, with no
+member there (`domain_lost`, from scheduler/group_record.py); one whose PodGroup was deleted
+(`deleted`, from the PodGroup watch: app.py).
 
 Bounded: at most MAX_GROUPS plans (a new group past it is told to wait) and MAX_RELEASED reasons.
 Not pure (a clock), but no I/O: everything runs on the event loop.
@@ -211,11 +213,28 @@ class GroupBook:
         self._next_expiry = min(self._next_expiry, plan.expires_at)
         self._set_holds(plan, {n: m for n, m in holds.items() if m > 0})
 
+    def domain_lost(self, key: str, reason: str, *, members_there: bool) -> None:
+        """A member of group `key` planned again and found no domain that holds the group (`reason`):
+        a hold where its own domain no longer holds it only blocks others, so it is released,
+        unless a member is bound or placed there (`members_there`) or a preempt call chose the
+        domain (it holds the group once its victims are gone)."""
+        plan = self._plans.get(key)
+        if plan is not None and not members_there and not plan.preempting:
+            self._release(plan, f"released: {reason}")
+
+    def deleted(self, key: str) -> None:
+        """The PodGroup of group `key` was deleted: its hold goes with it."""
+        self.release(key, "its PodGroup was deleted")
+
     def release(self, key: str, why: str) -> None:
+        """Release group `key`'s plan and hold, for `why` (kept for explain)."""
         plan = self._plans.get(key)
         if plan is not None:
-            self._drop(plan)
-            self._remember(key, why)
+            self._release(plan, why)
+
+    def _release(self, plan: GroupPlan, why: str) -> None:
+        self._drop(plan)
+        self._remember(plan.key, why)
 
     def expire(self, now: float) -> None:
         """Release the plans whose hold ran out (cheap until the earliest one does)."""
@@ -229,8 +248,7 @@ class GroupBook:
                 f"{plan.size} members unbound"
             )
             log.warning("group %s: %s", plan.key, why)
-            self._drop(plan)
-            self._remember(plan.key, why)
+            self._release(plan, why)
         self._next_expiry = min((p.expires_at for p in self._plans.values()), default=float("inf"))
 
     def count_no_domain(self) -> None:

@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from gpuextender.common.log_once import EVER, OncePer
 from gpuextender.extender.model.dra import DeviceClassInfo, ResourceSliceInfo, parse_device_class, parse_resource_slice
 from gpuextender.extender.model.kube_objects import (
     ACCELERATOR_CLASS,
@@ -94,7 +95,7 @@ class ViewBuilder:
         self._store = store
         self._gpu_resources = tuple(gpu_resources)
         self._on_invalid = on_invalid or (lambda kind, key, problem: None)
-        self._warned: set[tuple[str, str, str]] = set()  # (kind, key, resourceVersion)
+        self._say = OncePer(EVER)  # each invalid (kind, key, resourceVersion) once (bounded)
         self._scheduled = False
         self._rebuilt: list[Callable[[InventoryView], object]] = []
         self._class_report: tuple[object, ...] = ()
@@ -133,8 +134,7 @@ class ViewBuilder:
         counts[kind] = counts.get(kind, 0) + 1
         key = object_key(obj)
         version = str((obj.get("metadata") or {}).get("resourceVersion", ""))
-        if (kind, key, version) not in self._warned:
-            self._warned.add((kind, key, version))
+        if self._say(kind, key, version):
             log.warning("inventory: %s %s skipped: %s", kind, key, problem)
             self._on_invalid(kind, key, problem)
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping, Sequence
 
+from gpuextender.common.log_once import EVER, OncePer
 from gpuextender.extender.model.gpu_facts import GpuFacts
 from gpuextender.extender.model.ome.node_class import MEMORY_TOLERANCE, ClassMatcher, Mismatch
 from gpuextender.extender.state.gpu_state import GpuState
@@ -56,7 +57,7 @@ class LiveClasses:
         # The nodes of a class list (a plan's allowed classes): filter's membership test
         # becomes one set lookup per candidate. Cleared whenever membership changes.
         self._nodes_in: dict[tuple[str, ...], frozenset[str]] = {}
-        self._warned: set[tuple[str, str, str]] = set()  # (node, class, detail)
+        self._say = OncePer(EVER)  # each (node, class, detail) once (bounded)
         state.on_facts_change(self._facts_changed)
 
     def classes_by_node(self, view: InventoryView) -> Mapping[str, tuple[str, ...]]:
@@ -124,8 +125,7 @@ class LiveClasses:
                 kept.append(name)
                 continue
             excluded[name] = mismatch
-            if (node, name, mismatch.detail) not in self._warned:
-                self._warned.add((node, name, mismatch.detail))
+            if self._say(node, name, mismatch.detail):
                 log.warning(
                     "node %s matches AcceleratorClass %s by its labels but not by its GPUs (%s): "
                     "left out of the class; check the node's labels",

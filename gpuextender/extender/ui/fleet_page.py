@@ -111,11 +111,11 @@ def fleet_inputs(api: SchedulerApi) -> tuple[FleetInputs, list[str]]:
         stale_after_s=api.settings.policy.stale_after_s,
         rule=state.rule,
         dra_devices=view.dra.devices,
-        claimed_on=claims.allocated_on if (claims := api.decisions.claims) is not None else lambda _node: frozenset(),
+        claimed_on=claims.allocated_on if (claims := api.sources.claims) is not None else lambda _node: frozenset(),
         domain_level=(level := api.settings.group_levels[0]),
         domain_of=api.decisions.level_index(view, level).value_of,
         groups_held=groups_by_domain(api.groups.plans()),
-        published=api.decisions.published,
+        published=api.sources.published,
     )
     return inputs, gpu_nodes(view.allocatable_gpus, state.node_names(), view.dra.gpu_devices)
 

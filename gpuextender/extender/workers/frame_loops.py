@@ -37,8 +37,7 @@ async def send_frames(store: SummaryStore, writer: asyncio.StreamWriter, metrics
         batch = store.take()
         if batch:
             writer.write(frames.frame(frames.SUMMARIES, batch))
-        if store.metrics_asked:
-            store.metrics_asked = False
+        if store.metrics_due():
             writer.write(frames.frame(frames.METRICS, generate_latest(metrics.registry)))
         await writer.drain()
 
@@ -56,6 +55,4 @@ async def read_frames(reader: asyncio.StreamReader, store: SummaryStore, known: 
         elif kind == frames.FORGOT:
             store.forget(frames.names(payload))
         elif kind == frames.ASK_METRICS:
-            store.metrics_asked = True
-            store.full.set()  # answered at once, not at the next flush
-            store.pending.set()
+            store.ask_metrics()

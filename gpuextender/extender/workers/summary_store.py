@@ -69,8 +69,19 @@ class SummaryStore:
         self._size = 0
         self.full = asyncio.Event()  # set: send now (a full batch, or the extender asked for metrics)
         self.pending = asyncio.Event()  # set: something to send (a report, or the metrics asked for)
-        self.metrics_asked = False
+        self._metrics_asked = False
         self._keyed: tuple[pb.NodeReport, int] | None = None  # the report known_shape keyed last
+
+    def ask_metrics(self) -> None:
+        """The extender asked for the worker's series: sent at once, not at the next flush."""
+        self._metrics_asked = True
+        self.full.set()
+        self.pending.set()
+
+    def metrics_due(self) -> bool:
+        """Whether the series were asked for since the last time this said so."""
+        asked, self._metrics_asked = self._metrics_asked, False
+        return asked
 
     def has_data(self, node: str) -> bool:
         return node in self._held

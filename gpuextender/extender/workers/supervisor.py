@@ -109,6 +109,12 @@ class IngestProcess:
             )
         self.last_heard = time.monotonic()
 
+    def kill_silent(self, now: float) -> None:
+        """Killed for sending nothing: once (its restart follows), counted as "silent"."""
+        self.killed_silent = True
+        self.kill()
+        self.last_heard = now
+
     def name(self) -> str:
         return f"{self.worker.index + 1}/{self.worker.count}"
 
@@ -212,23 +218,22 @@ class IngestWorkers:
         count: int,
         guard: PortGuard,
         state: GpuState,
-        worker_metrics: WorkerMetrics,
         silent_s: float = WORKER_SILENT_S,
     ) -> None:
-        self._argv, self._guard, self._state, self.worker_metrics = list(argv), guard, state, worker_metrics
+        self._argv, self._guard, self._state = list(argv), guard, state
+        self.worker_metrics = WorkerMetrics(self.ask_metrics)  # on the extender's /metrics (app.py)
         self._silent_s = silent_s
         self.port = guard.port
         self.workers = [self._new(i, count) for i in range(count)]
         self._known: frozenset[str] | None = None
         self._restarts: deque[float] = deque()
         self._stopping = False
-        worker_metrics.ask = self.ask_metrics
 
     def _new(self, index: int, count: int) -> IngestProcess:
         return IngestProcess(self._argv, Worker(index, count, self._guard.port), self._state, self._metrics_from)
 
     def _metrics_from(self, index: int, text: str) -> None:
-        self.worker_metrics.texts[index] = text
+        self.worker_metrics.received(index, text)
 
     async def start(self, known: frozenset[str] | None) -> None:
         """Start every worker; once all listen, return. One failing stops the others."""
@@ -238,7 +243,7 @@ class IngestWorkers:
         if failed:
             await self.stop()
             raise failed[0]
-        self.worker_metrics.workers_running = len(self.workers)
+        self.worker_metrics.running(len(self.workers))
         pids = ", ".join(str(w.pid) for w in self.workers)
         log.info("%d ingest worker(s) (pid %s) serve the agents' gRPC port %d", len(self.workers), pids, self.port)
 
@@ -264,13 +269,9 @@ class IngestWorkers:
             code = await worker.run()
             if self._stopping:
                 return
-            self.worker_metrics.workers_running -= 1
-            # Its streams are gone: its gauges must not stand (its counters restart with it, which
-            # Prometheus's rate() reads as a reset).
-            self.worker_metrics.texts.pop(index, None)
             silent = worker.killed_silent
             reason = "silent" if silent else "exited"
-            self.worker_metrics.restarts[reason] += 1
+            self.worker_metrics.ended(index, reason)
             now = time.monotonic()
             self._restarts.append(now)
             while self._restarts and self._restarts[0] < now - RESTART_WINDOW_S:
@@ -299,7 +300,7 @@ class IngestWorkers:
                 given_up.set()
                 return
             self.workers[index] = replacement
-            self.worker_metrics.workers_running += 1
+            self.worker_metrics.restarted()
 
     async def _watch(self) -> None:
         """Kill a worker silent for longer than its bound (WORKER_SILENT_S). A late tick (this loop
@@ -320,9 +321,7 @@ class IngestWorkers:
                         worker.pid,
                         now - worker.last_heard,
                     )
-                    worker.killed_silent = True
-                    worker.kill()
-                    worker.last_heard = now  # killed once; its restart follows
+                    worker.kill_silent(now)
 
     async def ask_metrics(self) -> None:
         await asyncio.gather(*(w.ask_metrics() for w in self.workers))

@@ -24,7 +24,7 @@ from gpuextender.extender.ingest.agent_identity import (
     judge_review,
     token_expiry,
 )
-from gpuextender.extender.ingest.service import IngestService, add_to_server
+from gpuextender.extender.ingest.service import Gate, IngestService, add_to_server
 from gpuextender.extender.ingest.token_review import TokenReviewer
 from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.settings import ServiceAccountRef, parse_service_account
@@ -53,7 +53,7 @@ class Rig:
         self.server = grpc.aio.server()
         add_to_server(
             # The reports are stamped 1000 + seq (builders.report): the wall clock says so too.
-            IngestService(self.state, self.metrics.ingest, authenticator=self.reviewer, wall_clock=lambda: 1000.0),
+            IngestService(self.state, self.metrics.ingest, gate=Gate(self.reviewer), wall_clock=lambda: 1000.0),
             self.server,
         )
         self.port = self.server.add_insecure_port("127.0.0.1:0")

@@ -15,7 +15,7 @@ from prometheus_client import generate_latest
 
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.ingest.report_checks import MAX_GPUS_PER_NODE, heartbeat_problem
-from gpuextender.extender.ingest.service import IngestService, ReportStore, add_to_server
+from gpuextender.extender.ingest.service import AgentTerms, IngestService, ReportStore, add_to_server
 from gpuextender.extender.observe.ingest_metrics import IngestMetrics
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.gpu_summary import summarize
@@ -40,7 +40,9 @@ async def stream(
     store, metrics = store_of(), IngestMetrics()
     port = free_port()
     server = grpc.aio.server()
-    service = IngestService(store, metrics, clock=lambda: 50.0, wall_clock=lambda: 1000.0, stale_after_s=10.0)
+    service = IngestService(
+        store, metrics, terms=AgentTerms(stale_after_s=10.0), clock=lambda: 50.0, wall_clock=lambda: 1000.0
+    )
     add_to_server(service, server)
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()

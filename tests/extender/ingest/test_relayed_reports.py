@@ -23,6 +23,7 @@ from gpuextender.extender.ingest.limits import (
 from gpuextender.extender.ingest.service import (
     MAX_PACED_UNSTORED,
     MAX_REFUSALS_LISTED,
+    Gate,
     IngestService,
     _RelayedStreams,
     _Stream,
@@ -196,7 +197,7 @@ def test_where_agents_are_authenticated_only_the_relays_account_may_relay(
             api.add_token("t-relay", RELAYS.username)  # a Deployment's pod: bound to no node of its own
             reviewer = TokenReviewer(api.configuration(), AGENTS, "gpu-extender")
             relays = reviewer.for_relays(relay_account) if relay_account is not None else None
-            rig = Rig({"authenticator": reviewer, "relay_authenticator": relays})
+            rig = Rig({"gate": Gate(reviewer, relays)})
             await rig.server.start()
             try:
                 if code is None:

@@ -11,7 +11,7 @@ from prometheus_client import generate_latest
 
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.ingest.report_checks import report_problem
-from gpuextender.extender.ingest.service import IngestService, add_to_server
+from gpuextender.extender.ingest.service import AgentTerms, IngestService, add_to_server
 from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.v1 import gpu_state_pb2 as pb
@@ -27,10 +27,9 @@ async def exchange(reports: list[pb.NodeReport], state: GpuState, metrics: Exten
         IngestService(
             state,
             metrics.ingest,
-            requested_interval_ms=2000,
+            terms=AgentTerms(requested_interval_ms=2000, stale_after_s=10.0),
             clock=lambda: 50.0,
             wall_clock=lambda: 1000.0,
-            stale_after_s=10.0,
         ),
         server,
     )
@@ -182,7 +181,9 @@ def test_accepted_ack_bytes_are_the_ack_message(sequence: int) -> None:
     """The prebuilt ACCEPTED ack parses to the ReportAck the service would build, for sequences at
     each varint length's bounds (1 and 2 bytes at 127 / 128, ..., 10 bytes at uint64's top)."""
     state = GpuState(IdleRule(30.0, 50.0, 40.0))
-    service = IngestService(state, ExtenderMetrics(state).ingest, requested_interval_ms=1500, stale_after_s=12.5)
+    service = IngestService(
+        state, ExtenderMetrics(state).ingest, terms=AgentTerms(requested_interval_ms=1500, stale_after_s=12.5)
+    )
     expected = pb.ReportAck(
         sequence=sequence,
         status=pb.ReportAck.ACCEPTED,

@@ -39,7 +39,7 @@ from gpuextender.extender.ingest.report_checks import (
     clock_skew_problem,
     report_problem,
 )
-from gpuextender.extender.ingest.service import IngestService, add_to_server
+from gpuextender.extender.ingest.service import IngestLimits, IngestService, add_to_server
 from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.v1 import gpu_state_pb2 as pb
@@ -391,7 +391,7 @@ def test_unknown_nodes_are_held_up_to_the_limit() -> None:
         assert r.metric("gpu_extender_unknown_nodes") == 0
         assert [a.status for a in await r.exchange(at("made-up-4", 0, 1))] == [ACCEPTED]
 
-    run(test, known_node=inventory.__contains__, max_unknown_nodes=2)
+    run(test, limits=IngestLimits(known_node=inventory.__contains__, max_unknown_nodes=2))
 
 
 def test_with_a_limit_of_zero_only_inventory_nodes_are_kept() -> None:
@@ -399,7 +399,7 @@ def test_with_a_limit_of_zero_only_inventory_nodes_are_kept() -> None:
         assert [a.status for a in await r.exchange(at("gpu-node-1", 0, 1))] == [ACCEPTED]
         assert [a.status for a in await r.exchange(at("made-up-1", 0, 1))] == [REJECTED]
 
-    run(test, known_node={"gpu-node-1"}.__contains__, max_unknown_nodes=0)
+    run(test, limits=IngestLimits(known_node={"gpu-node-1"}.__contains__, max_unknown_nodes=0))
 
 
 def test_without_an_inventory_source_every_node_is_kept() -> None:
@@ -408,7 +408,7 @@ def test_without_an_inventory_source_every_node_is_kept() -> None:
             assert [a.status for a in await r.exchange(at(f"made-up-{i}", 0, 1))] == [ACCEPTED]
         assert len(r.state) == 5 and r.metric("gpu_extender_unknown_nodes") == 0
 
-    run(test, known_node=None, max_unknown_nodes=0)
+    run(test, limits=IngestLimits(known_node=None, max_unknown_nodes=0))
 
 
 def test_a_forgotten_unknown_node_frees_its_slot() -> None:

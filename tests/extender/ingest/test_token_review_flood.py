@@ -13,7 +13,7 @@ from aiohttp import web
 from prometheus_client import generate_latest
 
 from gpuextender.common.idle_rule import IdleRule
-from gpuextender.extender.ingest.service import IngestService, add_to_server
+from gpuextender.extender.ingest.service import Gate, IngestService, add_to_server
 from gpuextender.extender.ingest.token_review import MAX_REVIEWS_PER_PEER, TokenReviewer
 from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.state.gpu_state import GpuState
@@ -85,9 +85,7 @@ def test_a_flood_from_one_address_cannot_delay_another_addresss_agent() -> None:
             metrics = ExtenderMetrics(state)
             reviewer = TokenReviewer(api.configuration(), SA, "gpu-extender", max_in_flight=MAX_IN_FLIGHT)
             server = grpc.aio.server()
-            add_to_server(
-                IngestService(state, metrics.ingest, authenticator=reviewer, wall_clock=lambda: 1000.0), server
-            )
+            add_to_server(IngestService(state, metrics.ingest, gate=Gate(reviewer), wall_clock=lambda: 1000.0), server)
             v4 = server.add_insecure_port("127.0.0.1:0")
             v6 = server.add_insecure_port("[::1]:0")  # a second client address on loopback
             await server.start()

@@ -18,7 +18,7 @@ from aiohttp.test_utils import TestServer
 from kubernetes_asyncio import client as k8s
 
 from gpuextender.common.idle_rule import IdleRule
-from gpuextender.extender.inventory.device_taint_writer import DeviceTaintWriter
+from gpuextender.extender.inventory.device_taint_writer import DeviceTaintWriter, WriterPace
 from gpuextender.extender.inventory.idle_events import FORBIDDEN_RETRY_S, IdleEventWriter
 from gpuextender.extender.inventory.node_status_writer import NodeStatusWriter
 from gpuextender.extender.model.dra import parse_device_class, parse_resource_slice
@@ -180,7 +180,7 @@ def test_a_pass_writes_at_most_the_budget_and_the_rest_at_a_later_pass(wanted: i
         Publication(0.0, 60.0),
         lambda: inputs,
         namespace="gx",
-        writes_per_s=BUDGET,
+        pace=WriterPace(writes_per_s=BUDGET),
         clock=clock,
     )
     api = RecordingApi()

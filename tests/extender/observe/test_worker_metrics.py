@@ -24,6 +24,10 @@ gpu_extender_connected_agents 4.0
 """
 
 
+async def asked_nothing() -> None:
+    return None
+
+
 def exposition(worker_metrics: WorkerMetrics) -> str:
     registry = CollectorRegistry()
     registry.register(worker_metrics)
@@ -31,11 +35,12 @@ def exposition(worker_metrics: WorkerMetrics) -> str:
 
 
 def test_series_are_summed_over_the_workers() -> None:
-    relayed = WorkerMetrics()
-    relayed.texts = {0: WORKER_0, 1: WORKER_1}
-    relayed.workers_running = 2
-    relayed.restarts["silent"] = 1
-    text = exposition(relayed)
+    workers = WorkerMetrics(asked_nothing)
+    workers.running(3)
+    for index, text in enumerate((WORKER_0, WORKER_1, WORKER_1)):
+        workers.received(index, text)
+    workers.ended(2, "silent")  # its series go with it
+    text = exposition(workers)
     samples = parse_metrics(text)
     assert metric(samples, "gpu_extender_reports_total", result="accepted") == 12
     assert metric(samples, "gpu_extender_reports_total", result="rejected") == 1  # one worker's alone
@@ -47,6 +52,6 @@ def test_series_are_summed_over_the_workers() -> None:
 
 
 def test_no_worker_text_yet_shows_only_the_workers_own_series() -> None:
-    samples = parse_metrics(exposition(WorkerMetrics()))
+    samples = parse_metrics(exposition(WorkerMetrics(asked_nothing)))
     assert metric(samples, "gpu_extender_connected_agents") is None
     assert metric(samples, "gpu_extender_ingest_workers") == 0

@@ -240,12 +240,11 @@ def pod(uid: str = "u-1", gpus: int = 2) -> dict[str, Any]:
 
 def bindings(error: str = "") -> tuple[Bindings, PodLedger, FakeBinder]:
     clock = Clock()
-    b = Bindings(BindingGate(0.5, clock), clock)
     ledger = PodLedger(("nvidia.com/gpu",), clock=clock)
     ledger.replace_all(POD_KIND, [])
     binder = FakeBinder(error)
     binder.ledger = ledger
-    b.binder, b.ledger = binder, ledger  # type: ignore[assignment]
+    b = Bindings(BindingGate(0.5, clock), clock, binder, ledger)  # type: ignore[arg-type]
     ledger.on_bound(b.gate.bound)
     return b, ledger, binder
 

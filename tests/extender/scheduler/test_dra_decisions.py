@@ -15,6 +15,7 @@ import pytest
 
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.observe.metrics import ExtenderMetrics
+from gpuextender.extender.scheduler.cluster_sources import ClusterSources
 from gpuextender.extender.scheduler.http_api import SchedulerApi
 from gpuextender.extender.scheduler.wire import parse_extender_args
 from gpuextender.extender.settings import ApiSettings, DecisionPolicy
@@ -60,11 +61,16 @@ def fleet(
         state.ingest(report("gpu-dra-1", [gpu(i, 0, 1) for i in range(8)]), NOW - agent_age_s)
     state.ingest(report("gpu-dp-1", [gpu(i, 95, 90) for i in range(8)]), NOW)  # fresh, all busy
     settings = ApiSettings(DecisionPolicy(stale_after_s=STALE_AFTER, no_fit_policy="reject"), shortlist=0)
-    api = SchedulerApi(state, ExtenderMetrics(state), settings, inventory=lambda: views.current, clock=lambda: NOW)
-    api.decisions.claims = claims
     ledger = PodLedger(GPU)
     ledger.replace_all(POD_KIND, [])
-    api.count_bound_pods(ledger)
+    api = SchedulerApi(
+        state,
+        ExtenderMetrics(state),
+        settings,
+        inventory=lambda: views.current,
+        clock=lambda: NOW,
+        sources=ClusterSources(ledger=ledger, claims=claims),
+    )
     return api, claims, ledger
 
 
@@ -218,9 +224,13 @@ def test_a_claim_pod_is_decided_on_live_gpu_state_like_any_gpu_pod() -> None:
     state.ingest(report("idle", [gpu(i, 0, 1) for i in range(8)]), NOW)
     state.ingest(report("busy", [gpu(i, 0 if i < 2 else 95, 1 if i < 2 else 90) for i in range(8)]), NOW)
     api = SchedulerApi(
-        state, ExtenderMetrics(state), ApiSettings(DecisionPolicy()), inventory=lambda: views.current, clock=lambda: NOW
+        state,
+        ExtenderMetrics(state),
+        ApiSettings(DecisionPolicy()),
+        inventory=lambda: views.current,
+        clock=lambda: NOW,
+        sources=ClusterSources(claims=claims),
     )
-    api.decisions.claims = claims
 
     def claim_pod(claim_name: str) -> Any:
         pod = {

@@ -12,6 +12,7 @@ import pytest
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.decide import reasons
 from gpuextender.extender.observe.metrics import ExtenderMetrics
+from gpuextender.extender.scheduler.cluster_sources import ClusterSources
 from gpuextender.extender.scheduler.http_api import SchedulerApi
 from gpuextender.extender.scheduler.wire import parse_extender_args
 from gpuextender.extender.settings import ApiSettings, DecisionPolicy
@@ -62,9 +63,14 @@ def api_with(claim: dict[str, Any]) -> SchedulerApi:
         r.allocation_source = pb.ALLOCATION_KUBELET
         state.ingest(r, NOW)
     settings = ApiSettings(DecisionPolicy(no_fit_policy="reject"), shortlist=0)
-    api = SchedulerApi(state, ExtenderMetrics(state), settings, inventory=lambda: views.current, clock=lambda: NOW)
-    api.decisions.claims = claims
-    return api
+    return SchedulerApi(
+        state,
+        ExtenderMetrics(state),
+        settings,
+        inventory=lambda: views.current,
+        clock=lambda: NOW,
+        sources=ClusterSources(claims=claims),
+    )
 
 
 def args(claim: str = "mine") -> Any:
@@ -115,9 +121,9 @@ def test_explain_says_what_was_read_of_each_claim_and_what_was_not() -> None:
     gpus["spec"]["devices"]["requests"][0]["exactly"].update(
         {"count": 2, "selectors": [{"cel": {"expression": "device.attributes['gpu.nvidia.com'].productName == 'x'"}}]}
     )
-    assert api.decisions.claims is not None
-    api.decisions.claims.upsert(RESOURCE_CLAIM_KIND, unread)
-    api.decisions.claims.upsert(RESOURCE_CLAIM_KIND, gpus)
+    assert api.sources.claims is not None
+    api.sources.claims.upsert(RESOURCE_CLAIM_KIND, unread)
+    api.sources.claims.upsert(RESOURCE_CLAIM_KIND, gpus)
     pod = {
         "metadata": {"name": "p", "namespace": "ml", "uid": "uid-p"},
         "spec": {

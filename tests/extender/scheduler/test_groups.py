@@ -15,6 +15,7 @@ from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.decide.group_domains import NO_LABEL
 from gpuextender.extender.model.pod_group import JOBSET, WORKLOAD, PodGroupSpec
 from gpuextender.extender.observe.metrics import ExtenderMetrics
+from gpuextender.extender.scheduler.cluster_sources import ClusterSources, PodGroupLookup, no_pod_group
 from gpuextender.extender.scheduler.http_api import SchedulerApi
 from gpuextender.extender.scheduler.wire import ExtenderArgs
 from gpuextender.extender.settings import ApiSettings, DecisionPolicy
@@ -36,11 +37,21 @@ class Clock:
         return self.now
 
 
+def gang_of_two(_source: str, _namespace: str, name: str) -> PodGroupSpec | None:
+    """The PodGroups known: "gang", of 2 members."""
+    return PodGroupSpec(2) if name == "gang" else None
+
+
 class Cluster:
     """An extender's API over agents' reports, node labels and a bound-pod ledger."""
 
-    def __init__(self, nodes: dict[str, tuple[str | None, int, int]], **settings: Any) -> None:
-        """nodes: name -> (clique or None, idle GPUs, busy GPUs)."""
+    def __init__(
+        self,
+        nodes: dict[str, tuple[str | None, int, int]],
+        pod_groups: PodGroupLookup = no_pod_group,
+        **settings: Any,
+    ) -> None:
+        """nodes: name -> (clique or None, idle GPUs, busy GPUs); pod_groups: the PodGroups known."""
         self.clock = Clock()
         self.state = GpuState(IdleRule())
         self.labels = {n: ({CLIQUE: c} if c is not None else {}) for n, (c, _, _) in nodes.items()}
@@ -50,16 +61,16 @@ class Cluster:
         self.nodes = list(nodes)
         for name, (_, idle, busy) in nodes.items():
             self.report(name, idle, busy)
+        self.ledger = PodLedger(("nvidia.com/gpu",), self.clock)
+        self.ledger.replace_all(POD_KIND, [])
         self.api = SchedulerApi(
             self.state,
             ExtenderMetrics(self.state),
             ApiSettings(DecisionPolicy(), **settings),
             inventory=lambda: self.view,
             clock=self.clock,
+            sources=ClusterSources(ledger=self.ledger, pod_groups=pod_groups),
         )
-        self.ledger = PodLedger(("nvidia.com/gpu",), self.clock)
-        self.ledger.replace_all(POD_KIND, [])
-        self.api.count_bound_pods(self.ledger)
         self.bound: dict[str, str] = {}
 
     def report(self, name: str, idle: int, busy: int) -> None:
@@ -353,11 +364,10 @@ def test_a_full_book_makes_a_new_group_wait_and_a_planned_one_go_on() -> None:
 
 def test_a_workload_pod_group_gives_size_and_topology_key() -> None:
     nodes = {"r0": ("a", 8, 0), "r1": ("b", 8, 0), "r2": ("b", 8, 0)}
-    cluster = Cluster(nodes)
+    specs = {("ns", "pg"): PodGroupSpec(2, "rack")}
+    cluster = Cluster(nodes, pod_groups=lambda source, ns, name: specs.get((ns, name)) if source == WORKLOAD else None)
     for n, rack in (("r0", "one"), ("r1", "one"), ("r2", "two")):
         cluster.labels[n]["rack"] = rack
-    specs = {("ns", "pg"): PodGroupSpec(2, "rack")}
-    cluster.api.decisions.pod_groups = lambda source, ns, name: specs.get((ns, name)) if source == WORKLOAD else None
     pod = single_pod("w-0")
     pod["metadata"]["namespace"] = "ns"
     pod["spec"]["schedulingGroup"] = {"podGroupName": "pg"}
@@ -475,9 +485,8 @@ def test_a_hold_run_out_frees_its_room_for_the_next_single_pod() -> None:
 def test_a_deleted_pod_group_releases_its_hold() -> None:
     from gpuextender.extender.app import _pod_group_deleted
 
-    cluster = Cluster(fleet())
     specs = {("llm", "pg"): PodGroupSpec(2)}
-    cluster.api.decisions.pod_groups = lambda source, ns, name: specs.get((ns, name))
+    cluster = Cluster(fleet(), pod_groups=lambda source, ns, name: specs.get((ns, name)))
     pod = single_pod("w-0")
     pod["metadata"]["labels"] = {"scheduling.x-k8s.io/pod-group": "pg"}
     assert cluster.filter(pod)["NodeNames"]
@@ -488,9 +497,8 @@ def test_a_deleted_pod_group_releases_its_hold() -> None:
 
 
 def test_a_jobset_job_with_exclusive_placement_lands_whole_in_one_domain_of_its_key() -> None:
-    cluster = Cluster(fleet())
     jobs = {("llm", "train-workers-0"): PodGroupSpec(3)}
-    cluster.api.decisions.pod_groups = lambda source, ns, name: jobs.get((ns, name)) if source == JOBSET else None
+    cluster = Cluster(fleet(), pod_groups=lambda source, ns, name: jobs.get((ns, name)) if source == JOBSET else None)
     pod = single_pod("train-workers-0-0")
     pod["metadata"]["labels"] = {
         "jobset.sigs.k8s.io/jobset-name": "train",
@@ -520,8 +528,7 @@ def test_a_gang_member_placed_but_not_bound_counts_as_placed() -> None:
     passed, is assumed on m0 and stays unbound; job-0's candidates are then m1 alone (kube-scheduler
     counts job-1 on m0). The clique holds the gang: job-0 passes m1 (the bug the real control plane
     found: it failed GroupDoesNotFit for ever)."""
-    cluster = Cluster({"m0": ("only", 8, 0), "m1": ("only", 8, 0)})
-    cluster.api.decisions.pod_groups = lambda source, ns, name: PodGroupSpec(2) if name == "gang" else None
+    cluster = Cluster({"m0": ("only", 8, 0), "m1": ("only", 8, 0)}, pod_groups=gang_of_two)
     assert cluster.filter(workload_member(1))["NodeNames"] == ["m0"]  # one node: where its room is held
     assert cluster.filter(workload_member(0), ["m1"])["NodeNames"] == ["m1"]
     plan = cluster.api.groups.plan("llm/workload/gang")
@@ -545,8 +552,7 @@ def test_a_member_of_a_group_that_is_not_a_gang_is_not_counted_before_it_is_boun
 
 
 def test_a_failed_gang_member_is_no_longer_counted_as_placed() -> None:
-    cluster = Cluster({"m0": ("only", 8, 0), "m1": ("only", 8, 0), "m2": ("only", 0, 8)})
-    cluster.api.decisions.pod_groups = lambda source, ns, name: PodGroupSpec(2) if name == "gang" else None
+    cluster = Cluster({"m0": ("only", 8, 0), "m1": ("only", 8, 0), "m2": ("only", 0, 8)}, pod_groups=gang_of_two)
     cluster.filter(workload_member(1))
     plan = cluster.api.groups.plan("llm/workload/gang")
     assert plan is not None and plan.passed == {"uid-job-1": "m0"}
@@ -559,8 +565,7 @@ def test_two_gang_members_on_one_node_count_each_others_gpus() -> None:
     """Two 4-GPU members fit one 8-GPU node with 6 idle only once: the first is placed there (unbound),
     so the second sees 2 idle on it and goes to the other node (the real control plane put both on
     it before: a member on busy GPUs)."""
-    cluster = Cluster({"m0": ("only", 6, 2), "m1": ("only", 8, 0)})
-    cluster.api.decisions.pod_groups = lambda source, ns, name: PodGroupSpec(2) if name == "gang" else None
+    cluster = Cluster({"m0": ("only", 6, 2), "m1": ("only", 8, 0)}, pod_groups=gang_of_two)
     first = workload_member(1)
     first["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "4"
     second = workload_member(0)
@@ -573,8 +578,9 @@ def test_a_call_offering_another_domain_only_leaves_the_plan_held() -> None:
     """kube-scheduler 1.36's topology-aware gang scheduling tries each candidate domain in turn: a
     member filtered against a domain that cannot hold the gang fails there, and the plan for the
     domain that can stays held (released only when its own domain was offered and fell short)."""
-    cluster = Cluster({"a0": ("a", 8, 0), "a1": ("a", 8, 0), "b0": ("b", 8, 0), "b1": ("b", 0, 8)})
-    cluster.api.decisions.pod_groups = lambda source, ns, name: PodGroupSpec(2) if name == "gang" else None
+    cluster = Cluster(
+        {"a0": ("a", 8, 0), "a1": ("a", 8, 0), "b0": ("b", 8, 0), "b1": ("b", 0, 8)}, pod_groups=gang_of_two
+    )
     assert cluster.filter(workload_member(0), ["a0", "a1"])["NodeNames"] == ["a0"]
     assert cluster.filter(workload_member(1), ["b0", "b1"])["NodeNames"] == []  # b holds one member
     plan = cluster.api.groups.plan("llm/workload/gang")
@@ -589,9 +595,11 @@ def test_a_gang_placed_whole_keeps_its_room_while_kube_scheduler_tries_the_other
     and the plan, its holds and its placed members stay in a. The real control plane showed the bug:
     job-0's filter in b moved the plan there, kube-scheduler bound the gang in a, and the next gang's
     member was passed a1 (5 idle GPUs, 4 of them job-1's) before the binding reached the watch."""
-    cluster = Cluster({"a0": ("a", 8, 0), "a1": ("a", 5, 3), "b0": ("b", 8, 0), "b1": ("b", 8, 0)})
     sizes = {"gang": 2, "next": 2}
-    cluster.api.decisions.pod_groups = lambda source, ns, name: PodGroupSpec(sizes[name]) if name in sizes else None
+    cluster = Cluster(
+        {"a0": ("a", 8, 0), "a1": ("a", 5, 3), "b0": ("b", 8, 0), "b1": ("b", 8, 0)},
+        pod_groups=lambda source, ns, name: PodGroupSpec(sizes[name]) if name in sizes else None,
+    )
 
     def member(group: str, index: int) -> dict[str, Any]:
         pod = single_pod(f"{group}-{index}", 4)
@@ -619,8 +627,9 @@ def test_a_gang_placed_whole_keeps_its_room_while_kube_scheduler_tries_the_other
 def test_a_gang_placed_but_not_whole_gives_up_a_members_place_when_it_fails_in_another_domain() -> None:
     """The other side of the rule above: with one of its two members placed (in a), the gang is not
     placed whole, so that member failed in b gives its place up (kube-scheduler binds no part of it)."""
-    cluster = Cluster({"a0": ("a", 8, 0), "a1": ("a", 8, 0), "b0": ("b", 8, 0), "b1": ("b", 0, 8)})
-    cluster.api.decisions.pod_groups = lambda source, ns, name: PodGroupSpec(2) if name == "gang" else None
+    cluster = Cluster(
+        {"a0": ("a", 8, 0), "a1": ("a", 8, 0), "b0": ("b", 8, 0), "b1": ("b", 0, 8)}, pod_groups=gang_of_two
+    )
     assert cluster.filter(workload_member(0), ["a0", "a1"])["NodeNames"] == ["a0"]
     plan = cluster.api.groups.plan("llm/workload/gang")
     assert plan is not None and plan.passed == {"uid-job-0": "a0"}

@@ -9,6 +9,7 @@ from typing import Any
 
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.observe.metrics import ExtenderMetrics
+from gpuextender.extender.scheduler.cluster_sources import ClusterSources
 from gpuextender.extender.scheduler.http_api import SchedulerApi
 from gpuextender.extender.scheduler.wire import parse_extender_args
 from gpuextender.extender.settings import ApiSettings, DecisionPolicy
@@ -94,13 +95,16 @@ def test_claim_members_of_a_group_go_to_one_domain_and_channel_claims_ask_for_no
     for n in ("a0", "a1", "b0", "b1", "b2"):
         state.ingest(report(n, [gpu(i, 0, 1) for i in range(8)]), NOW)
     state.ingest(report("b3", [gpu(i, 95, 90) for i in range(8)]), NOW)  # busy outside Kubernetes
-    api = SchedulerApi(
-        state, ExtenderMetrics(state), ApiSettings(DecisionPolicy()), inventory=lambda: views.current, clock=lambda: NOW
-    )
-    api.decisions.claims = claims
     ledger = PodLedger(("nvidia.com/gpu",))
     ledger.replace_all(POD_KIND, [])
-    api.count_bound_pods(ledger)
+    api = SchedulerApi(
+        state,
+        ExtenderMetrics(state),
+        ApiSettings(DecisionPolicy()),
+        inventory=lambda: views.current,
+        clock=lambda: NOW,
+        sources=ClusterSources(ledger=ledger, claims=claims),
+    )
 
     explained = api.explain(member(0))
     assert explained["gpusNeeded"] == 8  # the GPU claim's 8; the channel claim none

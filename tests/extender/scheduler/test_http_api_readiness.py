@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.observe.metrics import ExtenderMetrics
+from gpuextender.extender.scheduler.cluster_sources import ClusterSources, listed
 from gpuextender.extender.scheduler.http_api import SchedulerApi
 from gpuextender.extender.settings import ApiSettings, DecisionPolicy
 from gpuextender.extender.state.gpu_state import GpuState
@@ -11,7 +14,9 @@ from gpuextender.extender.state.inventory_view import InventoryView
 from tests.extender.builders import gpu, report
 
 
-def api_with(grace: float, gpus: dict[str, int]) -> tuple[SchedulerApi, GpuState, list[float]]:
+def api_with(
+    grace: float, gpus: dict[str, int], inventory_ready: Callable[[], bool] = listed
+) -> tuple[SchedulerApi, GpuState, list[float]]:
     state = GpuState(IdleRule())
     now = [100.0]
     view = InventoryView(version=1, allocatable_gpus=gpus)
@@ -21,8 +26,9 @@ def api_with(grace: float, gpus: dict[str, int]) -> tuple[SchedulerApi, GpuState
         ApiSettings(DecisionPolicy(10.0, "fail-open", "pass-all"), readiness_grace_s=grace),
         inventory=lambda: view,
         clock=lambda: now[0],
+        sources=ClusterSources(inventory_ready=inventory_ready),
     )
-    api.serving = True
+    api.set_serving(True)
     return api, state, now
 
 
@@ -51,9 +57,10 @@ def test_the_grace_ends_the_wait_and_zero_disables_it() -> None:
 
 
 def test_inventory_and_start_come_first() -> None:
-    api, _, _ = api_with(30.0, {"a": 8})
-    api.serving = False
+    is_listed = [True]
+    api, _, _ = api_with(30.0, {"a": 8}, lambda: is_listed[0])
+    api.set_serving(False)
     assert api.not_ready_reason() == "starting"
-    api.serving = True
-    api.inventory_ready = lambda: False
+    api.set_serving(True)
+    is_listed[0] = False
     assert api.not_ready_reason() == "waiting for the first full inventory list"

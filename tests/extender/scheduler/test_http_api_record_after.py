@@ -34,7 +34,7 @@ def make_api() -> SchedulerApi:
     state.ingest(report("busy", [gpu(i, 95, 90) for i in range(4)]), NOW)
     view = InventoryView(version=1)
     api = SchedulerApi(state, ExtenderMetrics(state), ApiSettings(DecisionPolicy()), lambda: view, lambda: NOW)
-    api.serving = True
+    api.set_serving(True)
     return api
 
 

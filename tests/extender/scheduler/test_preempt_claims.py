@@ -18,6 +18,7 @@ from gpuextender.extender.decide import preempt_claims
 from gpuextender.extender.decide.preempt_victims import AS_PROPOSED, DROPPED, EXTENDED, KEPT, Proposal, Room
 from gpuextender.extender.model.pod_request import PodRequest
 from gpuextender.extender.observe.metrics import ExtenderMetrics
+from gpuextender.extender.scheduler.cluster_sources import ClusterSources
 from gpuextender.extender.scheduler.http_api import SchedulerApi
 from gpuextender.extender.scheduler.wire import ExtenderArgs, PreemptionArgs
 from gpuextender.extender.settings import ApiSettings, DecisionPolicy
@@ -173,13 +174,16 @@ class DraFleet:
             r.allocation_source = pb.ALLOCATION_KUBELET
             self.state.ingest(r, NOW)
         settings = ApiSettings(policy or DecisionPolicy(stale_after_s=STALE_AFTER), shortlist=0)
-        self.api = SchedulerApi(
-            self.state, ExtenderMetrics(self.state), settings, inventory=lambda: self.views.current, clock=lambda: NOW
-        )
-        self.api.decisions.claims = self.claims
         self.ledger = PodLedger(GPU)
         self.ledger.replace_all(POD_KIND, [])
-        self.api.count_bound_pods(self.ledger)
+        self.api = SchedulerApi(
+            self.state,
+            ExtenderMetrics(self.state),
+            settings,
+            inventory=lambda: self.views.current,
+            clock=lambda: NOW,
+            sources=ClusterSources(ledger=self.ledger, claims=self.claims),
+        )
         self.ledger.upsert(POD_KIND, bound("holder", "shared", LOW, "pair"))
         if shared:  # a pod that uses ml/pair too (no container of it is given the devices)
             self.ledger.upsert(POD_KIND, bound("twin", "shared", LOW, "pair"))

@@ -14,8 +14,9 @@ from aiohttp.test_utils import TestClient
 from prometheus_client import generate_latest
 
 from gpuextender.common.idle_rule import IdleRule
-from gpuextender.extender.decide.preempt_victims import AS_PROPOSED, DROPPED, EXTENDED, KEPT, Proposal
+from gpuextender.extender.decide.preempt_victims import AS_PROPOSED, DROPPED, EXTENDED, KEPT, Proposal, Violations
 from gpuextender.extender.observe.metrics import ExtenderMetrics
+from gpuextender.extender.scheduler.cluster_sources import ClusterSources, no_disruption
 from gpuextender.extender.scheduler.http_api import SchedulerApi, build_app
 from gpuextender.extender.scheduler.wire import PREEMPT_MAX_CANDIDATES, ExtenderArgs, PreemptionArgs
 from gpuextender.extender.settings import ApiSettings, DecisionPolicy
@@ -38,20 +39,22 @@ Gpu = tuple[str, str | None]
 class Fleet:
     """Nodes of 8 GPUs with the kubelet's allocation; their holders are bound pods in the ledger."""
 
-    def __init__(self, nodes: dict[str, list[Gpu]], policy: DecisionPolicy | None = None) -> None:
+    def __init__(
+        self, nodes: dict[str, list[Gpu]], policy: DecisionPolicy | None = None, disruptions: Violations = no_disruption
+    ) -> None:
         self.clock = Clock()
         self.state = GpuState(IdleRule())
         self.view = InventoryView(node_labels={n: {} for n in nodes}, allocatable_gpus={n: 8 for n in nodes})
+        self.ledger = PodLedger(("nvidia.com/gpu",), self.clock)
+        self.ledger.replace_all(POD_KIND, [])
         self.api = SchedulerApi(
             self.state,
             ExtenderMetrics(self.state),
             ApiSettings(policy or DecisionPolicy()),
             inventory=lambda: self.view,
             clock=self.clock,
+            sources=ClusterSources(ledger=self.ledger, disruptions=disruptions),
         )
-        self.ledger = PodLedger(("nvidia.com/gpu",), self.clock)
-        self.ledger.replace_all(POD_KIND, [])
-        self.api.count_bound_pods(self.ledger)
         self.nodes = nodes
         for name, gpus in nodes.items():
             self.report(name, gpus)
@@ -335,9 +338,8 @@ def test_added_victims_prefer_pods_no_budget_protects_and_count_the_budgets_they
     """kube-scheduler proposes n-0; 2 more GPUs are needed. p1 is the cheapest by priority but a
     PodDisruptionBudget allowing no disruption covers it: p2 and p3 (unprotected) go first. Needing
     all three, the answer counts p1's violation on top of kube-scheduler's own count."""
-    fleet = Fleet({"n": held("n", "BBBBbbbb")})
     budgets = DisruptionBudgets()
-    fleet.api.disruptions = budgets.violations
+    fleet = Fleet({"n": held("n", "BBBBbbbb")}, disruptions=budgets.violations)
     fleet.bind("n-0", "n", 1, LOW)
     for name, priority in (("p1", LOW - 5), ("p2", LOW), ("p3", LOW)):
         fleet.ledger.upsert(POD_KIND, pod(name, 1, priority, node="n", started="2026-12-07T01:00:00Z"))

@@ -11,6 +11,7 @@ import pytest
 
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.observe.metrics import ExtenderMetrics
+from gpuextender.extender.scheduler.cluster_sources import ClusterSources
 from gpuextender.extender.scheduler.http_api import SchedulerApi
 from gpuextender.extender.scheduler.wire import parse_extender_args
 from gpuextender.extender.settings import ApiSettings, DecisionPolicy
@@ -80,8 +81,8 @@ class World:
             ApiSettings(DecisionPolicy(no_fit_policy="reject"), gpu_resources=resources),
             inventory=lambda: view,
             clock=lambda: NOW,
+            sources=ClusterSources(ledger=self.ledger),
         )
-        self.api.count_bound_pods(self.ledger)
         self.ledger.replace_all(POD_KIND, [])
 
     def agent(self, r: pb.NodeReport) -> None:

@@ -13,6 +13,7 @@ import pytest
 
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.observe.metrics import ExtenderMetrics
+from gpuextender.extender.scheduler.cluster_sources import ClusterSources
 from gpuextender.extender.scheduler.http_api import SchedulerApi
 from gpuextender.extender.scheduler.wire import parse_extender_args
 from gpuextender.extender.settings import ApiSettings, DecisionPolicy
@@ -78,12 +79,11 @@ def test_nothing_is_inferred_where_the_agent_knows_or_the_node_is_not_plain() ->
 def api_with(allocatable: int | None) -> tuple[SchedulerApi, PodLedger]:
     state = GpuState(IdleRule())
     settings = ApiSettings(DecisionPolicy(no_fit_policy="reject"), shortlist=0)
-    api = SchedulerApi(state, ExtenderMetrics(state), settings, clock=lambda: NOW)
-    if allocatable is not None:
-        state.read_allocatable({"ts-1": allocatable}.get)
     ledger = PodLedger(("nvidia.com/gpu",))
     ledger.replace_all(POD_KIND, [])
-    api.count_bound_pods(ledger)
+    api = SchedulerApi(state, ExtenderMetrics(state), settings, clock=lambda: NOW, sources=ClusterSources(ledger))
+    if allocatable is not None:
+        state.read_allocatable({"ts-1": allocatable}.get)
     state.ingest(node_report(), NOW)
     return api, ledger
 

@@ -73,7 +73,7 @@ def make_api(**settings: Any) -> SchedulerApi:
         inventory=lambda: view,
         clock=lambda: NOW,
     )
-    api.serving = True
+    api.set_serving(True)
     return api
 
 

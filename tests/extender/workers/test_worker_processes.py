@@ -22,7 +22,6 @@ import pytest
 
 from gpuextender.common.idle_rule import IdleRule
 from gpuextender.extender.model.gpu_facts import GpuFacts
-from gpuextender.extender.observe.worker_metrics import WorkerMetrics
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.gpu_summary import NodeSummary
 from gpuextender.extender.state.summary_codec import Base, Readings
@@ -92,8 +91,7 @@ class Agent:
 
 @contextlib.asynccontextmanager
 async def workers(count: int, state: GpuState, **kwargs: float) -> AsyncIterator[tuple[IngestWorkers, asyncio.Event]]:
-    worker_metrics = WorkerMetrics()
-    ingest = IngestWorkers(ARGV, count, hold_port("127.0.0.1", 0), state, worker_metrics, **kwargs)
+    ingest = IngestWorkers(ARGV, count, hold_port("127.0.0.1", 0), state, **kwargs)
     await ingest.start(None)
     gave_up = asyncio.Event()
     supervisor = asyncio.create_task(ingest.run(gave_up.set))
