@@ -5,14 +5,7 @@ period (said again at exactly the period, not a moment before), once ever with E
 from __future__ import annotations
 
 from gpuextender.common.log_once import EVER, MAX_KEYS, OncePer
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 100.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.common.test_token_bucket import Clock  # (now = 100.0, set by the test)
 
 
 def test_a_key_is_said_again_at_exactly_the_period_and_not_before() -> None:
