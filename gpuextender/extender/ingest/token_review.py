@@ -67,13 +67,9 @@ class TokenReviewer:
         node_bound: bool = True,
     ) -> None:
         """`node_bound`: agents' tokens (each names its node); False: relays' (agent_identity.judge_review)."""
-        from gpuextender.extender.kube.connection import Configuration, api_client
+        from gpuextender.extender.kube.connection import client_factory
 
-        if isinstance(connection, Configuration):
-            configuration = connection
-            self._factory: Callable[[], ApiClient] = lambda: api_client(configuration)
-        else:
-            self._factory = connection
+        self._factory = client_factory(connection)
         self.service_account = service_account
         self.audience = audience
         self._node_bound = node_bound

@@ -81,6 +81,7 @@ import orjson
 from kubernetes_asyncio import client as k8s
 
 from gpuextender.common.backoff import Backoff
+from gpuextender.extender.kube.connection import client_factory
 from gpuextender.extender.model.kube_objects import KINDS, InventorySink, KindInfo, KubeObject
 from gpuextender.extender.model.untrusted import object_at
 
@@ -679,17 +680,7 @@ class KubeInventorySource:
         list_filter: ListFilter | None = None,
         on_restart: RestartHook = _no_restart_hook,
     ) -> None:
-        if isinstance(connection, k8s.Configuration):
-            configuration = connection
-
-            def factory() -> k8s.ApiClient:
-                return k8s.ApiClient(configuration)
-
-            self._factory: Callable[[], k8s.ApiClient] = factory
-        elif callable(connection):
-            self._factory = connection
-        else:
-            raise TypeError("connection must be a kubernetes_asyncio Configuration or an ApiClient factory")
+        self._factory = client_factory(connection)
         self.kinds: tuple[KindInfo, ...] = tuple(kinds)
         if not self.kinds:
             raise ValueError("KubeInventorySource needs at least one kind")

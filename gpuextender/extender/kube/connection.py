@@ -5,7 +5,7 @@ reads), and the client made from it."""
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from kubernetes_asyncio import client as k8s
@@ -20,6 +20,19 @@ def api_client(configuration: Configuration) -> ApiClient:
     """A client over `configuration` (OSError or ValueError where its CA or client certificate
     cannot be read)."""
     return k8s.ApiClient(configuration)
+
+
+Connection = Configuration | Callable[[], ApiClient]  # the cluster's configuration, or a test's clients
+
+
+def client_factory(connection: Connection) -> Callable[[], ApiClient]:
+    """What makes each new client of the parts that talk to the API server (the watches, the
+    TokenReviewer, the binder): one over `connection`, or `connection` itself where it is a factory."""
+    if isinstance(connection, Configuration):
+        return lambda: api_client(connection)
+    if callable(connection):
+        return connection
+    raise TypeError("connection must be a kubernetes_asyncio Configuration or an ApiClient factory")
 
 
 class KubeConfigError(RuntimeError):

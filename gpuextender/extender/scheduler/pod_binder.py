@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 
 from gpuextender.extender.kube import api_call
-from gpuextender.extender.kube.connection import ApiClient, Configuration, api_client
+from gpuextender.extender.kube.connection import ApiClient, Connection, client_factory
 from gpuextender.extender.scheduler.wire import BindingArgs
 
 DEFAULT_TIMEOUT_S = 1.5  # the shipped scheduler config's httpTimeout is 2 s
@@ -22,15 +22,11 @@ DEFAULT_TIMEOUT_S = 1.5  # the shipped scheduler config's httpTimeout is 2 s
 class PodBinder:
     def __init__(
         self,
-        connection: Configuration | Callable[[], ApiClient],
+        connection: Connection,
         timeout_s: float = DEFAULT_TIMEOUT_S,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if isinstance(connection, Configuration):
-            configuration = connection
-            self._factory: Callable[[], ApiClient] = lambda: api_client(configuration)
-        else:
-            self._factory = connection
+        self._factory = client_factory(connection)
         self._client: ApiClient | None = None
         self._timeout_s = timeout_s
         self._clock = clock
