@@ -375,10 +375,6 @@ class KubeParts:
         for source, sink in self.group_sinks.items():
             sink.on_delete(partial(_pod_group_deleted, book, source))
 
-    @property
-    def inventory_watch(self) -> KubeInventorySource:
-        return self.watches[0][1]
-
 
 async def _connect_kubernetes(
     config: ExtenderConfig,
