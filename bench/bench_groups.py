@@ -46,7 +46,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_extender import JSON_HEADERS, SEED, encode, load_fleet, load_pod, make_fleet
 from benchlib import BenchError, extender_process, machine_facts, percentile, scrape, wait_http_ok
 
-from gpuextender.extender.state.group_book import MAX_GROUPS, GroupBook
+from gpuextender.extender.settings import MAX_GROUPS
+from gpuextender.extender.state.group_book import GroupBook
 
 NODES = 5_000
 DOMAINS = 300

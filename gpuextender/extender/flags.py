@@ -25,6 +25,7 @@ from gpuextender.extender.settings import (
     DEFAULT_BUSY_HOLD_S,
     DEFAULT_GROUP_HOLD_S,
     DEFAULT_GROUP_LEVEL,
+    DEFAULT_GROUPS_PER_NAMESPACE,
     DEFAULT_IDLE_WINDOW_S,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_NODE_TAINT_KEY,
@@ -36,6 +37,7 @@ from gpuextender.extender.settings import (
     MAX_CANDIDATES,
     MAX_CLOCK_SKEW_S,
     MAX_GROUP_HOLD_S,
+    MAX_GROUPS,
     MAX_HOLD_S,
     MAX_IDLE_WINDOW_S,
     MAX_INGEST_WORKERS,
@@ -394,6 +396,16 @@ def build_parser() -> argparse.ArgumentParser:
         "a member binding; then the hold is released (explain says why) and the group plans again "
         f"at its next member. Within (0, {MAX_GROUP_HOLD_S:g}]",
     )
+    g.add_argument(
+        "--group-holds-per-namespace",
+        type=int,
+        default=DEFAULT_GROUPS_PER_NAMESPACE,
+        metavar="N",
+        help="the most groups one namespace may have held at once: a namespace's next group waits "
+        "(GroupNamespaceFull in explain) until one of its groups is placed whole or released, so no "
+        "namespace holds the fleet by naming groups whose members never come; other namespaces' "
+        f"groups are placed as before. Within [1, {MAX_GROUPS}] (the most groups held in all)",
+    )
     g = p.add_argument_group("DRA device taints", "GPU health written as DRA DeviceTaintRules (with --kubernetes)")
     g.add_argument(
         "--device-taints",
@@ -642,6 +654,10 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str] | None = Non
         raise ConfigError(f"--binding-wait {args.binding_wait:g} must be within [0, {MAX_BINDING_WAIT_S:g}] seconds")
     if not 0 < args.group_hold <= MAX_GROUP_HOLD_S:  # also refuses NaN
         raise ConfigError(f"--group-hold {args.group_hold:g} must be within (0, {MAX_GROUP_HOLD_S:g}] seconds")
+    if not 1 <= args.group_holds_per_namespace <= MAX_GROUPS:
+        raise ConfigError(
+            f"--group-holds-per-namespace {args.group_holds_per_namespace} must be within [1, {MAX_GROUPS}]"
+        )
     levels = group_levels(args.group_topology_levels)
     if not 0 <= args.device_taint_after <= MAX_HOLD_S:  # also refuses NaN
         raise ConfigError(
@@ -710,6 +726,7 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str] | None = Non
             binding_wait_s=args.binding_wait if args.kubernetes else 0.0,
             group_levels=levels,
             group_hold_s=args.group_hold,
+            groups_per_namespace=args.group_holds_per_namespace,
         ),
         requested_agent_interval_ms=int(args.requested_agent_interval * 1000),
         forget_after_s=args.forget_after,

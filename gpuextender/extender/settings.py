@@ -103,6 +103,12 @@ DEFAULT_GROUP_LEVEL = "nvidia.com/gpu.clique"  # GPU Feature Discovery's / the D
 # a group that cannot make progress in 5 minutes should not keep a domain from others.
 DEFAULT_GROUP_HOLD_S = 300.0
 MAX_GROUP_HOLD_S = 3600.0
+# Groups one namespace may have held at once (issue 53): any user who may create pods can hold a
+# domain by naming a group whose other members never come; the cap keeps one namespace from
+# holding the fleet (a namespace's groups past it wait, others' are placed as before). Far above a
+# namespace's groups in flight at once (each is held only until its members are bound).
+DEFAULT_GROUPS_PER_NAMESPACE = 100
+MAX_GROUPS = 10_000  # groups held at once in all (each plan ~1 KiB with its holds: ~10 MiB at the bound)
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +148,7 @@ class ApiSettings:
     # ("" for any nodes), and how long a group's room is held without a member binding.
     group_levels: tuple[str, ...] = (DEFAULT_GROUP_LEVEL,)
     group_hold_s: float = DEFAULT_GROUP_HOLD_S
+    groups_per_namespace: int = DEFAULT_GROUPS_PER_NAMESPACE  # groups held at once per namespace
 
 
 @dataclass(frozen=True, slots=True)

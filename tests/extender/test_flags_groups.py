@@ -1,11 +1,16 @@
-"""--group-topology-levels and --group-hold: defaults, parsing, bounds at their values."""
+"""--group-topology-levels, --group-hold and --group-holds-per-namespace: defaults, parsing, bounds at their values."""
 
 from __future__ import annotations
 
 import pytest
 
 from gpuextender.extender.flags import ConfigError, build_config
-from gpuextender.extender.settings import DEFAULT_GROUP_HOLD_S, MAX_GROUP_HOLD_S
+from gpuextender.extender.settings import (
+    DEFAULT_GROUP_HOLD_S,
+    DEFAULT_GROUPS_PER_NAMESPACE,
+    MAX_GROUP_HOLD_S,
+    MAX_GROUPS,
+)
 
 
 def test_defaults_are_the_nvlink_clique_and_five_minutes() -> None:
@@ -40,3 +45,26 @@ def test_group_hold_bounds(value: str, ok: bool) -> None:
     else:
         with pytest.raises(ConfigError, match="--group-hold"):
             build_config(["--group-hold", value])
+
+
+def test_groups_per_namespace_default_is_100_and_reaches_the_book() -> None:
+    from gpuextender.common.idle_rule import IdleRule
+    from gpuextender.extender.observe.metrics import ExtenderMetrics
+    from gpuextender.extender.scheduler.http_api import SchedulerApi
+    from gpuextender.extender.state.gpu_state import GpuState
+
+    assert build_config([]).api.groups_per_namespace == DEFAULT_GROUPS_PER_NAMESPACE == 100
+    settings = build_config(["--group-holds-per-namespace", "7"]).api
+    state = GpuState(IdleRule())
+    assert SchedulerApi(state, ExtenderMetrics(state), settings).groups.per_namespace == 7
+
+
+@pytest.mark.parametrize(
+    ("value", "ok"), [("0", False), ("1", True), (str(MAX_GROUPS), True), (str(MAX_GROUPS + 1), False), ("-1", False)]
+)
+def test_groups_per_namespace_bounds(value: str, ok: bool) -> None:
+    if ok:
+        assert build_config(["--group-holds-per-namespace", value]).api.groups_per_namespace == int(value)
+    else:
+        with pytest.raises(ConfigError, match=r"--group-holds-per-namespace .* must be within \[1, 10000\]"):
+            build_config(["--group-holds-per-namespace", value])

@@ -34,8 +34,14 @@ GANG_NODE = Reason(
     "the gang's room for this member is held on another node of its domain",
     unresolvable=True,
 )
-# Soft: the group waits until plans in flight end (state/group_book.MAX_GROUPS).
+# Soft: the group waits until plans in flight end (settings.MAX_GROUPS).
 BOOK_FULL = Reason("GroupBookFull", "too many multi-pod groups in flight: the group waits", unresolvable=False)
+# Soft: the group waits until one of its namespace's groups ends (--group-holds-per-namespace).
+NAMESPACE_FULL = Reason(
+    "GroupNamespaceFull",
+    "its namespace has the most multi-pod groups held at once (--group-holds-per-namespace): the group waits",
+    unresolvable=False,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,7 +54,8 @@ class GroupContext:
     index: Levels  # a level's values over the inventory's nodes (group_domains.level_index)
     planned: tuple[str, str, str] | None = None  # (level, value, name) of the domain an earlier member got
     notes: tuple[str, ...] = ()  # what explain says besides (a size disagreement, a released hold)
-    can_plan: bool = True  # False: the group book is full, a group without a plan waits
+    can_plan: bool = True  # False: the group book is full, a group without a plan waits ...
+    namespace_full: bool = False  # ... (True: its namespace's share of it is)
     # For explain: the members held per node, when the hold ends, how the domain was chosen.
     held: Mapping[str, int] = field(default_factory=dict)
     expires_in: float | None = None
@@ -134,7 +141,7 @@ def filter_member(
             return MemberOutcome(_answer(plain(names), quick, (), group.gang), quick, tried)
     base = plain(names)
     if planned is None and not group.can_plan:
-        choice = GroupChoice(None, {}, (), BOOK_FULL, 0)
+        choice = GroupChoice(None, {}, (), NAMESPACE_FULL if group.namespace_full else BOOK_FULL, 0)
         return MemberOutcome(_answer(base, choice, []), choice, False)
     idle = _fresh_idle(base, summary)
     only = _holding_bound(pins, group.index) if pins else None

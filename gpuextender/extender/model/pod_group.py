@@ -121,6 +121,11 @@ def group_key(source: str, namespace: str, name: str) -> str:
     return f"{namespace}/{source}/{name}"
 
 
+def namespace_of(key: str) -> str:
+    """The namespace of a `group_key` (a namespace's name has no "/")."""
+    return key.partition("/")[0]
+
+
 def topology_problem(key: Any) -> str:
     """Why `key` cannot name a node label ("" when it can, or is "": none named)."""
     if isinstance(key, str) and len(key) <= MAX_LABEL_KEY_CHARS and " " not in key:

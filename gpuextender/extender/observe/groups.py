@@ -43,6 +43,13 @@ class GroupsCollector(Collector):
         )
         yield CounterMetricFamily(
             "gpu_extender_group_book_full",
-            "New groups told to wait because the most groups the extender holds at once were in flight.",
+            "Filters of a new group's members told to wait because the most groups the extender holds "
+            "at once were in flight.",
             value=counts.refused_full,
+        )
+        yield CounterMetricFamily(
+            "gpu_extender_group_namespace_full",
+            "Filters of a new group's members told to wait because their namespace had "
+            "--group-holds-per-namespace groups held.",
+            value=counts.refused_namespace,
         )

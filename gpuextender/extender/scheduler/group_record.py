@@ -6,11 +6,18 @@ from __future__ import annotations
 
 import logging
 
+from gpuextender.extender.decide import group_member
 from gpuextender.extender.decide.decision import Decision
 from gpuextender.extender.decide.preempt_group import GroupPreemption
-from gpuextender.extender.state.group_book import GroupBook
+from gpuextender.extender.model.pod_group import namespace_of
+from gpuextender.extender.state import group_book
+from gpuextender.extender.state.group_book import NAMESPACE_FULL, GroupBook
 
 log = logging.getLogger("gpu_extender.groups")
+
+# The member's answers that say a new group waits for room in the book (group_member.py), and the
+# book's word for each.
+WAITS = {group_member.BOOK_FULL: group_book.BOOK_FULL, group_member.NAMESPACE_FULL: group_book.NAMESPACE_FULL}
 
 
 def record_group(book: GroupBook, d: Decision, uid: str) -> None:
@@ -20,7 +27,11 @@ def record_group(book: GroupBook, d: Decision, uid: str) -> None:
     choice, key = d.member.choice, group.ref.key
     chosen = choice.chosen
     if chosen is None:
-        book.count_no_domain()
+        wait = WAITS.get(choice.reason) if choice.reason is not None else None
+        if wait is not None:  # a new group told to wait, not one no domain holds
+            book.count_wait(wait)
+        else:
+            book.count_no_domain()
         reason = choice.reason.sentence if choice.reason is not None else "no domain"
         # kube-scheduler-1.36's topology-aware gang scheduling filters the gang in every candidate
         # domain in one cycle and binds a placement where every member passed: a member failed in
@@ -67,6 +78,14 @@ def record_group(book: GroupBook, d: Decision, uid: str) -> None:
         if group.gang:
             book.member_passed(key, uid, d.answered.passed[0] if d.answered.passed else "")
     else:
+        _not_held(book, key)
+
+
+def _not_held(book: GroupBook, key: str) -> None:
+    if book.wait_reason(key) == NAMESPACE_FULL:
+        held = book.held_in(namespace_of(key))
+        log.warning("group %s: not held, its namespace has %d groups held (--group-holds-per-namespace)", key, held)
+    else:
         log.warning("group %s: not held, %d groups are in flight", key, len(book))
 
 
@@ -92,4 +111,4 @@ def record_group_preemption(book: GroupBook, d: Decision, grouped: GroupPreempti
                 extra={"pod": d.pod.ref},
             )
     else:
-        log.warning("group %s: not held, %d groups are in flight", key, len(book))
+        _not_held(book, key)

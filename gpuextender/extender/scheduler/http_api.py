@@ -112,7 +112,7 @@ class SchedulerApi:
         self.readiness = Readiness(state, inventory, settings.readiness_grace_s, clock, sources.inventory_ready)
         self.classes = LiveClasses(state)
         # Multi-pod groups: the domain chosen per group and the room held for its members.
-        self.groups = GroupBook(settings.group_hold_s, clock)
+        self.groups = GroupBook(settings.group_hold_s, clock, per_namespace=settings.groups_per_namespace)
         self.groups.on_change(state.bound_pods_changed)
         self.decisions = DecisionInputs(state, settings, inventory, self.classes, clock, self.groups, sources)
         self.bindings = Bindings(BindingGate(settings.binding_wait_s, clock), clock, sources.binder, sources.ledger)

@@ -12,7 +12,8 @@ on for `hold_s` (no member bound) (`expire`); one whose domain no longer holds t
 member there (`domain_lost`, from scheduler/group_record.py); one whose PodGroup was deleted
 (`deleted`, from the PodGroup watch: app.py).
 
-Bounded: at most MAX_GROUPS plans (a new group past it is told to wait) and MAX_RELEASED reasons.
+Bounded: at most MAX_GROUPS plans, and `per_namespace` of one namespace (a new group past either is
+told to wait: `wait_reason`), and MAX_RELEASED reasons.
 Not pure (a clock), but no I/O: everything runs on the event loop.
 """
 
@@ -23,12 +24,15 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from gpuextender.extender.model.pod_group import namespace_of
+from gpuextender.extender.settings import DEFAULT_GROUPS_PER_NAMESPACE, MAX_GROUPS
 from gpuextender.extender.state.pod_ledger import BoundPod
 
 log = logging.getLogger("gpu_extender.groups")
 
-MAX_GROUPS = 10_000  # plans in flight (each ~1 KiB with its holds: ~10 MiB at the bound)
 MAX_RELEASED = 1_024  # release reasons kept for explain, the newest
+BOOK_FULL = "book full"  # (GroupBook.wait_reason)
+NAMESPACE_FULL = "namespace full"
 HOLD_KEY_PREFIX = "group-hold/"  # the namespace/name its ledger-like entries carry: no pod is named so
 
 
@@ -65,15 +69,26 @@ class GroupCounts:
     placed_whole: int = 0  # every member bound while the plan held
     no_domain: int = 0  # filters of a member that no domain could hold
     expired: int = 0  # plans released after hold_s without progress
-    refused_full: int = 0  # new groups told to wait: MAX_GROUPS plans in flight
+    # New groups' members told to wait (a filter each; a hold refused): MAX_GROUPS plans in flight, or
+    # their namespace's `per_namespace`.
+    refused_full: int = 0
+    refused_namespace: int = 0
 
 
 class GroupBook:
-    def __init__(self, hold_s: float, clock: Callable[[], float], max_groups: int = MAX_GROUPS) -> None:
+    def __init__(
+        self,
+        hold_s: float,
+        clock: Callable[[], float],
+        max_groups: int = MAX_GROUPS,
+        per_namespace: int = DEFAULT_GROUPS_PER_NAMESPACE,
+    ) -> None:
         self.hold_s = hold_s
         self._clock = clock
         self._max = max_groups
+        self.per_namespace = per_namespace
         self._plans: dict[str, GroupPlan] = {}
+        self._in_namespace: dict[str, int] = {}  # namespace -> its plans
         self._holds_on: dict[str, dict[str, tuple[BoundPod, ...]]] = {}  # node -> group key -> entries
         self._released: OrderedDict[str, str] = OrderedDict()
         self._listeners: list[Callable[[str], None]] = []
@@ -113,6 +128,22 @@ class GroupBook:
     def full(self) -> bool:
         return len(self._plans) >= self._max
 
+    def held_in(self, namespace: str) -> int:
+        """The groups of `namespace` held now."""
+        return self._in_namespace.get(namespace, 0)
+
+    def wait_reason(self, key: str) -> str:
+        """Why group `key` would not be held now: BOOK_FULL (the most groups in all are), NAMESPACE_FULL
+        (its namespace's most are), or "" (it would be; a group with a plan always is: a plan that
+        moves is no new group)."""
+        if key in self._plans:
+            return ""
+        if len(self._plans) >= self._max:
+            return BOOK_FULL
+        if self.held_in(namespace_of(key)) >= self.per_namespace:
+            return NAMESPACE_FULL
+        return ""
+
     def on_change(self, listener: Callable[[str], None]) -> None:
         """`listener(node)` whenever the holds on `node` change."""
         self._listeners.append(listener)
@@ -132,13 +163,16 @@ class GroupBook:
     ) -> bool:
         """Give group `key` the domain (level, value, name) and hold `placement` (node -> members).
         Replaces the group's earlier plan (`preempting`: chosen by a preempt call; a plan in the
-        same domain stays so). False, holding nothing, when MAX_GROUPS other plans are in flight."""
+        same domain stays so). False, holding nothing, when a new group must wait (`wait_reason`)."""
         now = self._clock()
         self.expire(now)
-        before = self._plans.pop(key, None)
-        if before is None and len(self._plans) >= self._max:
-            self.counts.refused_full += 1
+        if wait := self.wait_reason(key):
+            self.count_wait(wait)
             return False
+        before = self._plans.pop(key, None)
+        if before is None:
+            namespace = namespace_of(key)
+            self._in_namespace[namespace] = self._in_namespace.get(namespace, 0) + 1
         level, value, name = domain
         plan = GroupPlan(key, source, size, per_member, level, value, name, {}, now, now + self.hold_s, why)
         plan.preempting = preempting
@@ -254,11 +288,24 @@ class GroupBook:
     def count_no_domain(self) -> None:
         self.counts.no_domain += 1
 
+    def count_wait(self, wait: str) -> None:
+        """A new group was told to wait (`wait_reason`: BOOK_FULL or NAMESPACE_FULL)."""
+        if wait == BOOK_FULL:
+            self.counts.refused_full += 1
+        else:
+            self.counts.refused_namespace += 1
+
     # -- internals -----------------------------------------------------------
 
     def _drop(self, plan: GroupPlan) -> None:
         self._set_holds(plan, {})
         del self._plans[plan.key]
+        namespace = namespace_of(plan.key)
+        left = self._in_namespace[namespace] - 1
+        if left:
+            self._in_namespace[namespace] = left
+        else:
+            del self._in_namespace[namespace]
 
     def _remember(self, key: str, why: str) -> None:
         self._released[key] = why

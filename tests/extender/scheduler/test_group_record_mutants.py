@@ -131,6 +131,22 @@ def test_a_full_book_logs_that_the_group_is_not_held(caplog: pytest.LogCaptureFi
     assert b.plan(KEY) is None and lines(caplog) == [warning, warning]
 
 
+def test_a_namespace_at_its_bound_logs_that_the_group_is_not_held(caplog: pytest.LogCaptureFixture) -> None:
+    b = GroupBook(60.0, lambda: 100.0, per_namespace=1)
+    assert b.hold("llm/leaderworkerset/other", LWS, 2, 8, ("clique", "b", "clique=b"), {"b0": 1}, "")
+    caplog.set_level(logging.INFO, "gpu_extender.groups")
+    record_group(b, decision(chosen()), "uid-0")
+    grouped = GroupPreemption(PreemptionPlan((), "victims"), ("clique", "a", "clique=a"), {"a0": 1})
+    record_group_preemption(b, decision(chosen()), grouped)
+    warning = (
+        logging.WARNING,
+        f"group {KEY}: not held, its namespace has 1 groups held (--group-holds-per-namespace)",
+        None,
+    )
+    assert b.plan(KEY) is None and lines(caplog) == [warning, warning]
+    assert b.counts.refused_namespace == 2
+
+
 def test_a_preempt_calls_domain_is_held_with_the_nominated_members_and_logged_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -343,6 +343,20 @@ def test_a_domain_pinned_by_kueue_is_respected_and_ranked_inside() -> None:
     assert cluster.filter(lws_pod("h", 0, 5), pinned)["NodeNames"] == []  # b cannot hold 5: it waits
 
 
+def test_a_namespace_at_its_bound_makes_its_new_group_wait_and_others_go_on() -> None:
+    """--group-holds-per-namespace 1: llm's second group waits (GroupNamespaceFull, soft, in explain
+    and the log); another namespace's group and llm's group in flight are placed as before."""
+    cluster = Cluster(fleet(), groups_per_namespace=1)
+    assert cluster.filter(lws_pod("g", 0, 2))["NodeNames"]
+    answer = cluster.filter(lws_pod("h", 0, 2))
+    assert answer["NodeNames"] == [] and "GroupNamespaceFull" in failures(answer)["b0"]
+    assert "--group-holds-per-namespace" in failures(answer)["b0"]
+    assert cluster.filter(lws_pod("h", 0, 2, namespace="other"))["NodeNames"]
+    assert cluster.filter(lws_pod("g", 1, 2))["NodeNames"]
+    counts = cluster.api.groups.counts
+    assert (counts.refused_namespace, counts.refused_full, counts.no_domain) == (1, 0, 0)
+
+
 def test_two_replicas_choose_the_same_domain_from_the_same_data() -> None:
     """Replica A plans at member 0; kube-scheduler sends member 1 to replica B before member 0 is
     bound: B, seeing the same agents and inventory, chooses the same domain."""
@@ -360,6 +374,8 @@ def test_a_full_book_makes_a_new_group_wait_and_a_planned_one_go_on() -> None:
     answer = cluster.filter(lws_pod("h", 0, 2))
     assert answer["NodeNames"] == [] and "GroupBookFull" in failures(answer)["b0"]
     assert cluster.filter(lws_pod("g", 1, 2))["NodeNames"]  # the group in flight is not refused
+    counts = book.counts
+    assert (counts.refused_full, counts.refused_namespace, counts.no_domain) == (1, 0, 0)
 
 
 def test_a_workload_pod_group_gives_size_and_topology_key() -> None:
