@@ -26,6 +26,7 @@ from gpuextender.extender.decide.group_domains import ANY, NO_LABEL, Domain, Gro
 from gpuextender.extender.decide.reasons import Reason
 from gpuextender.extender.decide.whole_gpus import SummaryLookup
 from gpuextender.extender.model.pod_group import GroupRef
+from gpuextender.extender.state import group_book
 
 _IDLE = attrgetter("idle_gpus")
 # A gang member is answered the one node where its room is held (GroupContext.placed_on).
@@ -42,6 +43,20 @@ NAMESPACE_FULL = Reason(
     "its namespace has the most multi-pod groups held at once (--group-holds-per-namespace): the group waits",
     unresolvable=False,
 )
+# Soft: its last hold expired with members that never came, this pod among those that did; a new
+# member, or one bound, lets the group be held again.
+AWAITING_MEMBERS = Reason(
+    "GroupAwaitsMembers",
+    "the group's last hold expired with members that never came: it is held again when another member "
+    "comes or one binds",
+    unresolvable=False,
+)
+# Why a new group waits, by the group book's word (state/group_book.GroupBook.wait_reason).
+WAITS = {
+    group_book.BOOK_FULL: BOOK_FULL,
+    group_book.NAMESPACE_FULL: NAMESPACE_FULL,
+    group_book.AWAITING_MEMBERS: AWAITING_MEMBERS,
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,8 +69,8 @@ class GroupContext:
     index: Levels  # a level's values over the inventory's nodes (group_domains.level_index)
     planned: tuple[str, str, str] | None = None  # (level, value, name) of the domain an earlier member got
     notes: tuple[str, ...] = ()  # what explain says besides (a size disagreement, a released hold)
-    can_plan: bool = True  # False: the group book is full, a group without a plan waits ...
-    namespace_full: bool = False  # ... (True: its namespace's share of it is)
+    can_plan: bool = True  # False: a group without a plan waits, for the book's `wait` (WAITS)
+    wait: str = ""
     # For explain: the members held per node, when the hold ends, how the domain was chosen.
     held: Mapping[str, int] = field(default_factory=dict)
     expires_in: float | None = None
@@ -141,7 +156,7 @@ def filter_member(
             return MemberOutcome(_answer(plain(names), quick, (), group.gang), quick, tried)
     base = plain(names)
     if planned is None and not group.can_plan:
-        choice = GroupChoice(None, {}, (), NAMESPACE_FULL if group.namespace_full else BOOK_FULL, 0)
+        choice = GroupChoice(None, {}, (), WAITS.get(group.wait, BOOK_FULL), 0)
         return MemberOutcome(_answer(base, choice, []), choice, False)
     idle = _fresh_idle(base, summary)
     only = _holding_bound(pins, group.index) if pins else None

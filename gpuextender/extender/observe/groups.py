@@ -53,3 +53,9 @@ class GroupsCollector(Collector):
             "--group-holds-per-namespace groups held.",
             value=counts.refused_namespace,
         )
+        yield CounterMetricFamily(
+            "gpu_extender_group_awaiting_members",
+            "Filters of a group's members told to wait because its last hold expired with members that "
+            "never came and this member was one that did (a new member, or one bound, ends the wait).",
+            value=counts.refused_awaiting,
+        )

@@ -32,7 +32,7 @@ from gpuextender.extender.state.device_taints import TolerantView
 from gpuextender.extender.state.dra_inventory import DraAllocatable, DraFree
 from gpuextender.extender.state.gpu_state import GpuState
 from gpuextender.extender.state.gpu_summary import NodeSummary
-from gpuextender.extender.state.group_book import NAMESPACE_FULL, GroupBook, GroupPlan
+from gpuextender.extender.state.group_book import GroupBook, GroupPlan
 from gpuextender.extender.state.inventory_view import InventoryView
 from gpuextender.extender.state.live_classes import LiveClasses
 
@@ -232,8 +232,8 @@ class DecisionInputs:
             partial(self._levels.index, view),
             planned,
             tuple(notes),
-            can_plan=not (wait := book.wait_reason(ref.key)),
-            namespace_full=wait == NAMESPACE_FULL,
+            can_plan=not (wait := book.wait_reason(ref.key, pod.uid)),
+            wait=wait,
             placed_on=placed_on,
             gang=gang,
             held=dict(plan.holds) if plan is not None else {},

@@ -10,14 +10,12 @@ from gpuextender.extender.decide import group_member
 from gpuextender.extender.decide.decision import Decision
 from gpuextender.extender.decide.preempt_group import GroupPreemption
 from gpuextender.extender.model.pod_group import namespace_of
-from gpuextender.extender.state import group_book
 from gpuextender.extender.state.group_book import NAMESPACE_FULL, GroupBook
 
 log = logging.getLogger("gpu_extender.groups")
 
-# The member's answers that say a new group waits for room in the book (group_member.py), and the
-# book's word for each.
-WAITS = {group_member.BOOK_FULL: group_book.BOOK_FULL, group_member.NAMESPACE_FULL: group_book.NAMESPACE_FULL}
+# The member's answers that say a new group waits (group_member.WAITS), and the book's word for each.
+WAIT_OF = {reason: wait for wait, reason in group_member.WAITS.items()}
 
 
 def record_group(book: GroupBook, d: Decision, uid: str) -> None:
@@ -26,8 +24,9 @@ def record_group(book: GroupBook, d: Decision, uid: str) -> None:
         return
     choice, key = d.member.choice, group.ref.key
     chosen = choice.chosen
+    book.member_seen(key, uid)
     if chosen is None:
-        wait = WAITS.get(choice.reason) if choice.reason is not None else None
+        wait = WAIT_OF.get(choice.reason) if choice.reason is not None else None
         if wait is not None:  # a new group told to wait, not one no domain holds
             book.count_wait(wait)
         else:
@@ -64,6 +63,7 @@ def record_group(book: GroupBook, d: Decision, uid: str) -> None:
         (domain.level, domain.value, domain.name),
         holds,
         why,
+        member=uid,
     ):
         if before is None or before.domain_name != domain.name:
             log.info(
@@ -100,7 +100,8 @@ def record_group_preemption(book: GroupBook, d: Decision, grouped: GroupPreempti
     holds = dict(grouped.placement)
     for node, members in group.placed_on.items():  # members nominated there keep their room until bound
         holds[node] = holds.get(node, 0) + members
-    if book.hold(key, group.ref.source, group.size, group.per_member, grouped.domain, holds, grouped.plan.note, True):
+    source, size, per_member = group.ref.source, group.size, group.per_member
+    if book.hold(key, source, size, per_member, grouped.domain, holds, grouped.plan.note, True, d.pod.uid):
         if before is None or before.domain_name != grouped.domain[2]:
             log.info(
                 "group %s (%s, %d members): %s",

@@ -33,6 +33,7 @@ log = logging.getLogger("gpu_extender.groups")
 MAX_RELEASED = 1_024  # release reasons kept for explain, the newest
 BOOK_FULL = "book full"  # (GroupBook.wait_reason)
 NAMESPACE_FULL = "namespace full"
+AWAITING_MEMBERS = "awaiting members"
 HOLD_KEY_PREFIX = "group-hold/"  # the namespace/name its ledger-like entries carry: no pod is named so
 
 
@@ -59,6 +60,9 @@ class GroupPlan:
     # status.nominatedNodeName), not bound yet: kube-scheduler offers each only its own node, so a
     # member's filter counts the others' there as placed, as a gang's (placed_on).
     nominated: dict[str, str] = field(default_factory=dict)
+    # The members (pod UIDs) that asked while the plan held, at most `size`: a hold that expires
+    # with fewer was held for members that never came (`GroupBook.wait_reason`).
+    seen: set[str] = field(default_factory=set)
 
     def held_members(self) -> int:
         return sum(self.holds.values())
@@ -73,6 +77,7 @@ class GroupCounts:
     # their namespace's `per_namespace`.
     refused_full: int = 0
     refused_namespace: int = 0
+    refused_awaiting: int = 0  # ... or members seen when its hold expired short of members (AWAITING_MEMBERS)
 
 
 class GroupBook:
@@ -89,6 +94,9 @@ class GroupBook:
         self.per_namespace = per_namespace
         self._plans: dict[str, GroupPlan] = {}
         self._in_namespace: dict[str, int] = {}  # namespace -> its plans
+        # Groups whose hold expired with fewer members seen than their size -> those members: none of
+        # them makes the group held again, a new member or a bound one does (at most MAX_RELEASED).
+        self._awaiting: OrderedDict[str, frozenset[str]] = OrderedDict()
         self._holds_on: dict[str, dict[str, tuple[BoundPod, ...]]] = {}  # node -> group key -> entries
         self._released: OrderedDict[str, str] = OrderedDict()
         self._listeners: list[Callable[[str], None]] = []
@@ -132,12 +140,17 @@ class GroupBook:
         """The groups of `namespace` held now."""
         return self._in_namespace.get(namespace, 0)
 
-    def wait_reason(self, key: str) -> str:
-        """Why group `key` would not be held now: BOOK_FULL (the most groups in all are), NAMESPACE_FULL
-        (its namespace's most are), or "" (it would be; a group with a plan always is: a plan that
+    def wait_reason(self, key: str, member: str = "") -> str:
+        """Why group `key` would not be held now for `member` (a pod UID): AWAITING_MEMBERS (its last
+        hold expired with fewer members than its size, and this member was one of them: any user
+        could otherwise hold a domain for ever from one pending pod that names a group whose other
+        members never come), BOOK_FULL (the most groups in all are held), NAMESPACE_FULL (its
+        namespace's most are), or "" (it would be; a group with a plan always is: a plan that
         moves is no new group)."""
         if key in self._plans:
             return ""
+        if member in self._awaiting.get(key, ()):  # ("" never is: no member without a UID is seen)
+            return AWAITING_MEMBERS
         if len(self._plans) >= self._max:
             return BOOK_FULL
         if self.held_in(namespace_of(key)) >= self.per_namespace:
@@ -160,13 +173,15 @@ class GroupBook:
         placement: Mapping[str, int],
         why: str,
         preempting: bool = False,
+        member: str = "",
     ) -> bool:
-        """Give group `key` the domain (level, value, name) and hold `placement` (node -> members).
-        Replaces the group's earlier plan (`preempting`: chosen by a preempt call; a plan in the
-        same domain stays so). False, holding nothing, when a new group must wait (`wait_reason`)."""
+        """Give group `key` the domain (level, value, name) and hold `placement` (node -> members),
+        for `member` (the pod UID that asked). Replaces the group's earlier plan (`preempting`: chosen
+        by a preempt call; a plan in the same domain stays so). False, holding nothing, when a new
+        group must wait (`wait_reason`)."""
         now = self._clock()
         self.expire(now)
-        if wait := self.wait_reason(key):
+        if wait := self.wait_reason(key, member):
             self.count_wait(wait)
             return False
         before = self._plans.pop(key, None)
@@ -183,11 +198,20 @@ class GroupBook:
                 plan.passed = before.passed
                 plan.preempting = preempting or before.preempting
             plan.holds = before.holds  # only what differs changes (and is heard of)
+            plan.seen = before.seen
         self._plans[key] = plan
         self._set_holds(plan, {n: m for n, m in placement.items() if m > 0})
         self._next_expiry = min(self._next_expiry, plan.expires_at)
         self._released.pop(key, None)
+        self._awaiting.pop(key, None)
+        self.member_seen(key, member)
         return True
+
+    def member_seen(self, key: str, uid: str) -> None:
+        """Member `uid` of group `key` asked (a filter or a preempt call) while its plan held."""
+        plan = self._plans.get(key)
+        if plan is not None and uid and len(plan.seen) < plan.size:  # bounded: `size` tell all
+            plan.seen.add(uid)
 
     def member_passed(self, key: str, uid: str, node: str) -> None:
         """A filter placed gang member `uid` of group `key` on `node` ("": failed it)."""
@@ -228,7 +252,9 @@ class GroupBook:
 
     def member_bound(self, pod: BoundPod, bound: int) -> None:
         """A member of `pod.group` is bound to `pod.node` (`bound` members are now): its hold
-        becomes the ledger's entry; with every member bound, the plan is done."""
+        becomes the ledger's entry; with every member bound, the plan is done. A group awaiting its
+        members may be held again."""
+        self._awaiting.pop(pod.group, None)
         plan = self._plans.get(pod.group)
         if plan is None:
             return
@@ -257,7 +283,8 @@ class GroupBook:
             self._release(plan, f"released: {reason}")
 
     def deleted(self, key: str) -> None:
-        """The PodGroup of group `key` was deleted: its hold goes with it."""
+        """The PodGroup of group `key` was deleted: its hold goes with it (and what it awaited)."""
+        self._awaiting.pop(key, None)
         self.release(key, "its PodGroup was deleted")
 
     def release(self, key: str, why: str) -> None:
@@ -281,6 +308,13 @@ class GroupBook:
                 f"hold on {plan.domain_name} expired after {self.hold_s:g}s with {plan.held_members()} of "
                 f"{plan.size} members unbound"
             )
+            if plan.seen and len(plan.seen) < plan.size:  # held for members that never came
+                why += (
+                    f"; {len(plan.seen)} of {plan.size} members came: held again when another member comes or one binds"
+                )
+                self._awaiting[plan.key] = frozenset(plan.seen)
+                while len(self._awaiting) > MAX_RELEASED:
+                    self._awaiting.popitem(last=False)
             log.warning("group %s: %s", plan.key, why)
             self._release(plan, why)
         self._next_expiry = min((p.expires_at for p in self._plans.values()), default=float("inf"))
@@ -289,11 +323,13 @@ class GroupBook:
         self.counts.no_domain += 1
 
     def count_wait(self, wait: str) -> None:
-        """A new group was told to wait (`wait_reason`: BOOK_FULL or NAMESPACE_FULL)."""
+        """A new group was told to wait (`wait_reason`)."""
         if wait == BOOK_FULL:
             self.counts.refused_full += 1
-        else:
+        elif wait == NAMESPACE_FULL:
             self.counts.refused_namespace += 1
+        else:
+            self.counts.refused_awaiting += 1
 
     # -- internals -----------------------------------------------------------
 

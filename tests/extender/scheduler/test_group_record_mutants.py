@@ -45,7 +45,7 @@ def decision(
     group = GroupContext(REF, 2, (), per_member, ("clique",), lambda _: no_labels, placed_on=placed_on or {}, gang=gang)
     member = MemberOutcome(FilterOutcome(list(passed)), choice, False)
     d: Decision = SimpleNamespace(  # type: ignore[assignment]
-        group=group, member=member, pod=SimpleNamespace(ref=POD), answered=FilterOutcome(list(passed))
+        group=group, member=member, pod=SimpleNamespace(ref=POD, uid="uid-0"), answered=FilterOutcome(list(passed))
     )
     return d
 
@@ -129,6 +129,22 @@ def test_a_full_book_logs_that_the_group_is_not_held(caplog: pytest.LogCaptureFi
     record_group_preemption(b, decision(chosen()), grouped)
     warning = (logging.WARNING, f"group {KEY}: not held, 1 groups are in flight", None)
     assert b.plan(KEY) is None and lines(caplog) == [warning, warning]
+
+
+def test_every_member_that_asks_is_seen_whether_or_not_a_domain_was_chosen() -> None:
+    b = book()
+    assert b.hold(KEY, LWS, 3, 8, ("clique", "a", "clique=a"), {"a0": 3}, "", member="uid-a")
+    record_group(b, decision(GroupChoice(None, {}, (), None, 0)), "uid-0")
+    plan = b.plan(KEY)
+    assert plan is not None and plan.seen == {"uid-a", "uid-0"}
+
+
+def test_a_preempt_calls_hold_sees_its_member() -> None:
+    b = book()
+    grouped = GroupPreemption(PreemptionPlan((), "victims"), ("clique", "a", "clique=a"), {"a0": 1})
+    record_group_preemption(b, decision(chosen()), grouped)
+    plan = b.plan(KEY)
+    assert plan is not None and plan.seen == {"uid-0"}
 
 
 def test_a_namespace_at_its_bound_logs_that_the_group_is_not_held(caplog: pytest.LogCaptureFixture) -> None:

@@ -357,6 +357,24 @@ def test_a_namespace_at_its_bound_makes_its_new_group_wait_and_others_go_on() ->
     assert (counts.refused_namespace, counts.refused_full, counts.no_domain) == (1, 0, 0)
 
 
+def test_a_pending_pod_cannot_hold_again_for_members_that_never_came() -> None:
+    """A group of 3 of which one pod exists: its hold expires, and that pod is told to wait
+    (GroupAwaitsMembers, soft) instead of holding the domain again; a second member comes and the
+    group is held again."""
+    cluster = Cluster(fleet(), group_hold_s=60.0)
+    assert cluster.filter(lws_pod("g", 0, 3))["NodeNames"]
+    cluster.clock.now += 60.0
+    for name, (_, idle, busy) in fleet().items():  # the agents report on
+        cluster.report(name, idle, busy)
+    answer = cluster.filter(lws_pod("g", 0, 3))
+    assert answer["NodeNames"] == [] and "GroupAwaitsMembers" in failures(answer)["b0"]
+    assert cluster.api.groups.plan("llm/leaderworkerset/g") is None
+    assert cluster.filter(lws_pod("g", 1, 3))["NodeNames"]
+    assert cluster.api.groups.plan("llm/leaderworkerset/g") is not None
+    counts = cluster.api.groups.counts
+    assert (counts.expired, counts.refused_awaiting, counts.no_domain) == (1, 1, 0)
+
+
 def test_two_replicas_choose_the_same_domain_from_the_same_data() -> None:
     """Replica A plans at member 0; kube-scheduler sends member 1 to replica B before member 0 is
     bound: B, seeing the same agents and inventory, chooses the same domain."""
