@@ -22,6 +22,7 @@ from functools import cached_property
 
 from gpuextender.extender.decide import (
     class_plan,
+    compute_domains,
     group_domains,
     group_member,
     mig_devices,
@@ -85,7 +86,17 @@ class Decision:
         return self._plain(self.candidates, replace(known, policy=replace(known.policy, no_fit_policy="reject")))
 
     def _plain(self, candidates: Candidates, known: Snapshot) -> FilterOutcome:
-        """The pod's own verdicts over `candidates` (classes, MIG devices, whole GPUs)."""
+        """The pod's own verdicts over `candidates` (ComputeDomains, classes, MIG devices, whole GPUs)."""
+        if self.pod.compute_domains:
+            vetoed = compute_domains.vetoed(self.pod.compute_domains, candidates.names, known.compute_domains_on)
+            if vetoed:
+                rest = Candidates([n for n in candidates.names if n not in vetoed], candidates.allocatable)
+                outcome = self._judged(rest, known)
+                outcome.failed.update(vetoed)
+                return outcome
+        return self._judged(candidates, known)
+
+    def _judged(self, candidates: Candidates, known: Snapshot) -> FilterOutcome:
         if not self.pod.mig_needed:
             return class_plan.filter_with_classes(self.pod.gpus_needed, candidates, known, self.plan)
         if candidates is self.candidates and known is self.known:
@@ -106,7 +117,13 @@ class Decision:
         allocatable = self.candidates.allocatable
         index = known.fit_index
         tallied = None
-        if index is not None and not self.plan.applies and not pod.mig_needed and pod.gpus_needed > 0:
+        if (
+            index is not None
+            and not self.plan.applies
+            and not pod.mig_needed
+            and pod.gpus_needed > 0
+            and not pod.compute_domains  # (the index's rooms know no ComputeDomain)
+        ):
             # The member's own filter is the index's road: its rooms per domain are the index's too.
             k, now, stale_after = pod.gpus_needed, known.now, known.policy.stale_after_s
 

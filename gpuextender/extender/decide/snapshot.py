@@ -44,6 +44,8 @@ class Snapshot:
     fit_index: FitIndex | None = None
     # What the device-taint writer publishes for the node (taint rules, GPUsUsable): explain only.
     published: Callable[[str], NodePublished | None] = field(default=lambda node: None)
+    # The ComputeDomains whose IMEX channel or daemon claims hold on the node (state/claim_ledger.py).
+    compute_domains_on: Callable[[str], frozenset[str]] = field(default=lambda node: frozenset())
 
     def nodes_of(self, classes: tuple[str, ...]) -> frozenset[str]:
         """The nodes in at least one of `classes`."""

@@ -24,6 +24,15 @@ from gpuextender.extender.model.quantity import parse_quantity
 from gpuextender.extender.model.untrusted import Fields, InvalidInput, object_at, shown
 
 NVIDIA_GPU_DRIVER = "gpu.nvidia.com"
+# NVIDIA's ComputeDomains (multi-node NVLink, IMEX; the same DRA driver's second plugin): a claim's
+# ComputeDomain is the `domainID` (the ComputeDomain's UID) of its opaque config of this driver, of
+# these kinds: a workload's IMEX channel, or the domain's daemon on a node. A node runs the daemon
+# of one ComputeDomain at a time: a second one's pod is bound and then waits in ContainerCreating
+# (NVIDIA/k8s-dra-driver-gpu #353).
+COMPUTE_DOMAIN_DRIVER = "compute-domain.nvidia.com"
+COMPUTE_DOMAIN_CONFIGS = frozenset({"ComputeDomainChannelConfig", "ComputeDomainDaemonConfig"})
+MAX_CLAIM_CONFIGS = 32  # opaque configs per claim (the API server's own limit)
+MAX_DOMAIN_ID_CHARS = 253  # a UID is 36
 DeviceRef = tuple[str, str, str]  # (driver, pool, device): a device's identity in the cluster
 # The one taint effect that leaves a device to the allocator: `None` only marks it. NoSchedule and
 # NoExecute keep it from claims that do not tolerate them; an effect the API does not define (a
@@ -210,6 +219,7 @@ class Claim:
     requests: tuple[ClaimRequest, ...] = ()  # what it asks for (spec.devices.requests)
     allocated: bool = True
     uid: str = ""  # metadata.uid: an Event about the claim names it (kubectl describe matches on it)
+    compute_domain: str = ""  # the ComputeDomain (UID) whose channel or daemon it is; "" for none
 
 
 def device_kind(name: str, type_attribute: str) -> str:
@@ -405,10 +415,12 @@ def parse_resource_claim(obj: Any) -> Claim:
         r.fail("metadata", "name and namespace are required")
     r.subject = f"ResourceClaim {shown(f'{namespace}/{name}')}"
     key = f"{namespace}/{name}"
-    requests = _claim_requests(r, object_at(object_at(obj, "spec"), "devices").get("requests"))
+    devices_spec = object_at(object_at(obj, "spec"), "devices")
+    requests = _claim_requests(r, devices_spec.get("requests"))
+    domain = _compute_domain(r, devices_spec.get("config"))
     allocation = r.mapping(object_at(obj, "status").get("allocation"), "status.allocation")
     if allocation is None:
-        return Claim(key, "", (), requests, allocated=False)
+        return Claim(key, "", (), requests, allocated=False, compute_domain=domain)
     devices = []
     results = object_at(allocation, "devices").get("results")
     for i, raw in enumerate(r.items(results, "status.allocation.devices.results")):
@@ -424,7 +436,30 @@ def parse_resource_claim(obj: Any) -> Claim:
             )
         )
     uid = meta.get("uid")
-    return Claim(key, _allocated_node(allocation), tuple(devices), requests, uid=uid if isinstance(uid, str) else "")
+    node = _allocated_node(allocation)
+    return Claim(key, node, tuple(devices), requests, uid=uid if isinstance(uid, str) else "", compute_domain=domain)
+
+
+def _compute_domain(r: Fields, raw: Any) -> str:
+    """The ComputeDomain a claim's opaque config names (COMPUTE_DOMAIN_DRIVER), or "". Another
+    driver's config, or one without a usable `domainID` (the driver refuses it), names none."""
+    items = r.items(raw, "spec.devices.config")
+    if len(items) > MAX_CLAIM_CONFIGS:
+        r.fail("spec.devices.config", f"{len(items)} configs; at most {MAX_CLAIM_CONFIGS}")
+    for item in items:
+        opaque = object_at(item, "opaque")
+        if opaque.get("driver") != COMPUTE_DOMAIN_DRIVER:
+            continue
+        parameters = object_at(opaque, "parameters")
+        kind, domain = parameters.get("kind"), parameters.get("domainID")
+        if (
+            isinstance(kind, str)
+            and kind in COMPUTE_DOMAIN_CONFIGS
+            and isinstance(domain, str)
+            and len(domain) <= MAX_DOMAIN_ID_CHARS  # ("" names none)
+        ):
+            return domain
+    return ""
 
 
 MAX_CLAIM_REQUESTS = 32  # the API server's own limit per claim

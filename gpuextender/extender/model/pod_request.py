@@ -39,6 +39,8 @@ class PodRequest:
     priority: int = 0  # spec.priority (model/pod_priority.py)
     preempts: bool = True  # it may preempt lower-priority pods (preemptionPolicy is not Never)
     uid: str = ""  # metadata.uid, read once (model/untrusted.pod_uid): bindings, groups, preemptions
+    # The ComputeDomains its claims name (model/dra.COMPUTE_DOMAIN_DRIVER; added by decision_inputs.py).
+    compute_domains: frozenset[str] = frozenset()
 
 
 def read_pod(pod: dict[str, Any], gpu_resources: Sequence[str], default_strategy: str, random_seed: str) -> PodRequest:

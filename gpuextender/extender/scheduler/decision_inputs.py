@@ -128,8 +128,12 @@ class DecisionInputs:
         pod = self._pods.read(args.pod)
         view = self._inventory()
         claims = sources.claims
-        keys = pod_claims(args.pod) if claims is not None and (view.dra.classes or view.dra.mig_classes) else ()
-        if keys and claims is not None:
+        keys = (
+            pod_claims(args.pod)
+            if claims is not None and (view.dra.classes or view.dra.mig_classes or claims.compute_domain_claims)
+            else ()
+        )
+        if keys and claims is not None and (view.dra.classes or view.dra.mig_classes):
             # GPUs and MIG devices through the pod's ResourceClaims (DRA), on top of its
             # extended-resource requests; what was read of each claim, for explain.
             read = claims.read(keys, view.dra.classes.keys(), view.dra.mig_classes)
@@ -139,6 +143,8 @@ class DecisionInputs:
                 mig_needed=add_mig(pod.mig_needed, mig_total(read)),
                 claims_read=read,
             )
+        if keys and claims is not None and claims.compute_domain_claims:  # multi-node NVLink (IMEX)
+            pod = replace(pod, compute_domains=claims.compute_domains(keys))
         allocatable = args.allocatable(settings.gpu_resources, view.allocatable_gpus)
         summary: Callable[[str], NodeSummary | None] = self._state.summary
         # Nodes whose GPUs or MIG devices come through DRA: their unclaimed, untainted devices.
@@ -179,6 +185,7 @@ class DecisionInputs:
             claim_holders=claims.holders_on if claims is not None else lambda node: {},
             fit_index=self._fits if summary is self._state.summary else None,
             published=sources.published,
+            compute_domains_on=claims.compute_domains_on if claims is not None else lambda node: frozenset(),
         )
         return Decision(pod, self._plans.plan(pod, view), candidates, known, settings.shortlist, group)
 

@@ -69,6 +69,7 @@ class ClaimLedger:
         self._changes: deque[tuple[int, str]] = deque(maxlen=CHANGE_LOG)  # (version, node whose devices changed)
         self._reset_at = 0  # the version of the last replace_all: the log says nothing before it
         self._node_versions: dict[str, int] = {}  # node -> the version that last changed its claims
+        self.compute_domain_claims = 0  # claims that name a ComputeDomain (none: a decision skips the rule)
 
     def __len__(self) -> int:
         return len(self._claims)
@@ -80,6 +81,14 @@ class ClaimLedger:
         """The devices on `node` some claim holds (a device shared by several claims, once). Computed
         per call: decisions ask once per node per claims version (dra_inventory.DraFree)."""
         return frozenset(d for c in self._by_node.get(node, {}).values() for d in c.devices)
+
+    def compute_domains_on(self, node: str) -> frozenset[str]:
+        """The ComputeDomains whose channel or daemon a claim allocated on `node` holds (model/dra.py)."""
+        return frozenset(c.compute_domain for c in self._by_node.get(node, {}).values() if c.compute_domain)
+
+    def compute_domains(self, claim_keys: Iterable[str]) -> frozenset[str]:
+        """The ComputeDomains the claims `claim_keys` name (a pod's: allocated or not)."""
+        return frozenset(c.compute_domain for key in claim_keys if (c := self._claims.get(key)) and c.compute_domain)
 
     def holders_on(self, node: str) -> dict[DeviceRef, str]:
         """Which claim holds each device on `node` (one of them, for a device several claims share)."""
@@ -169,6 +178,7 @@ class ClaimLedger:
                 claims[c.key] = c
         self._claims = claims
         self._by_node = {}
+        self.compute_domain_claims = sum(1 for c in claims.values() if c.compute_domain)
         for c in claims.values():
             if c.allocated:
                 self._by_node.setdefault(c.node, {})[c.key] = c
@@ -190,6 +200,7 @@ class ClaimLedger:
             self._drop(before)
         if c is not None:
             self._claims[key] = c
+            self.compute_domain_claims += bool(c.compute_domain)
             if c.allocated:
                 self._by_node.setdefault(c.node, {})[key] = c
 
@@ -202,6 +213,7 @@ class ClaimLedger:
 
     def _drop(self, c: Claim) -> None:
         del self._claims[c.key]
+        self.compute_domain_claims -= bool(c.compute_domain)
         if not c.allocated:
             return
         on_node = self._by_node[c.node]

@@ -1,0 +1,26 @@
+"""NVIDIA ComputeDomains (multi-node NVLink through IMEX; model/dra.COMPUTE_DOMAIN_DRIVER): a node
+runs the IMEX daemon of one ComputeDomain at a time, so a pod whose claims name a ComputeDomain
+cannot start on a node where another one's channel or daemon is allocated. kube-scheduler does not
+see it (the devices are other devices): the pod would be bound there and wait in
+ContainerCreating until the other domain leaves (NVIDIA/k8s-dra-driver-gpu #353). Such a node
+fails, unresolvably (evicting GPU pods frees nothing of it); nodes that hold the pod's own domain
+or none are judged as before. A group's domains count only the nodes left."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+
+from gpuextender.extender.decide.reasons import Reason
+
+OTHER_COMPUTE_DOMAIN = Reason(
+    "OtherComputeDomain",
+    "the node runs another ComputeDomain's IMEX channel or daemon: one ComputeDomain per node",
+    unresolvable=True,
+)
+
+
+def vetoed(
+    domains: frozenset[str], names: Iterable[str], domains_on: Callable[[str], frozenset[str]]
+) -> dict[str, Reason]:
+    """The nodes of `names` that hold a ComputeDomain other than the pod's `domains`, each with why."""
+    return {node: OTHER_COMPUTE_DOMAIN for node in names if not domains_on(node) <= domains}
