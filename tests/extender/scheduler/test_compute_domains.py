@@ -118,6 +118,10 @@ def test_a_node_holding_another_domains_channel_or_daemon_fails_the_pod() -> Non
     assert sorted(answer["NodeNames"]) == ["free", "own"]
     assert unresolvable(answer) == {"other": "OtherComputeDomain", "daemon": "OtherComputeDomain"}
     assert "one ComputeDomain per node" in answer["FailedAndUnresolvableNodes"]["other"]
+    explained = fleet.api.explain(ExtenderArgs(pod("w0", "w0"), list(fleet.nodes), None))
+    said = {n["node"]: n for n in explained["nodes"]}
+    assert (said["other"]["result"], said["other"]["reasonCode"]) == ("fail", "OtherComputeDomain")
+    assert said["free"]["result"] == "pass"
 
 
 def test_a_node_holding_only_claims_of_no_compute_domain_is_judged_as_before() -> None:
