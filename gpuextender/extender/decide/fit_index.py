@@ -203,10 +203,10 @@ class FitIndex:
         self._stale_at = self._stale_after = 0.0
         self._oldest_fresh = math.inf
         # Counts every change of what a verdict reads (marks applied, sizes dropped, staleness
-        # found again): the passes `filter` last answered (`_vouched`, with k and the count) are
-        # still exactly fresh fits, so `best` need not check them again.
+        # found again): the passes `filter` last answered (`_vouched`, with k, the count and its
+        # `now`) are still exactly fresh fits at that `now`, so `best` need not check them again.
         self._generation = 0
-        self._vouched: tuple[ref[FilterOutcome], int, int] | None = None
+        self._vouched: tuple[ref[FilterOutcome], int, int, float] | None = None
         self._asks = 0
         self._last_asked: dict[int, int] = {}  # per size kept, the ask that last wanted it
 
@@ -299,7 +299,7 @@ class FitIndex:
         if unknown * 2 > len(names) and _count_unknown(steps) * 2 > len(names):
             # mostly nodes no agent reports (a rollout): one by one
             outcome = whole_gpus.judge_nodes(k, names, allocatable, self._summaries.get, now, policy)
-            return self._vouch(finish(outcome, policy.no_fit_policy), k)
+            return self._vouch(finish(outcome, policy.no_fit_policy), k, now)
         outcome = FilterOutcome(passed, failed)  # failures in request order
         if unknown or stale:  # (or a name given twice)
             slow = set(chain.from_iterable(compress(part, map(is_, found, repeat(None))) for part, found in steps))
@@ -307,7 +307,7 @@ class FitIndex:
                 slow.update(stale.intersection(names))
             if slow:
                 _judge_slow(k, names, slow, allocatable, self._summaries.get, now, policy, outcome)
-        return self._vouch(finish(outcome, policy.no_fit_policy), k)
+        return self._vouch(finish(outcome, policy.no_fit_policy), k, now)
 
     def domain_rooms(
         self, k: int, level: str, value_of: Mapping[str, str], names: Sequence[str], now: float, stale_after: float
@@ -339,21 +339,22 @@ class FitIndex:
         unlabelled = {n: held for n, held in tally.unlabelled.items() if n in candidates and n not in stale}
         return DomainRooms(room, idle, nodes, unlabelled)
 
-    def _vouch(self, outcome: FilterOutcome, k: int) -> FilterOutcome:
+    def _vouch(self, outcome: FilterOutcome, k: int, now: float) -> FilterOutcome:
         """Remember passes that are all fresh fits (no fallback, none on assumed data) for `best`."""
         if not outcome.fallback and not outcome.assumed:
             # Weakly: a strong reference kept the last call's passes alive into the next call,
             # which then paid for freeing them (20,000 names: ~0.5 ms).
-            self._vouched = (ref(outcome), k, self._generation)
+            self._vouched = (ref(outcome), k, self._generation, now)
         return outcome
 
-    def _vouched_for(self, passed: Sequence[str], k: int) -> bool:
-        """`passed` are the passes `filter` last vouched for, for size k, with nothing changed since."""
+    def _vouched_for(self, passed: Sequence[str], k: int, now: float) -> bool:
+        """`passed` are the passes `filter` last vouched for, for size k at `now`, with nothing changed since
+        (at a later `now` a pass may have gone stale)."""
         if self._vouched is None:
             return False
-        outcome, size, generation = self._vouched
+        outcome, size, generation, at = self._vouched
         vouched = outcome()
-        return vouched is not None and vouched.passed is passed and (size, generation) == (k, self._generation)
+        return vouched is not None and vouched.passed is passed and (size, generation, at) == (k, self._generation, now)
 
     def scores(
         self, k: int, names: Sequence[str], strategy: str, now: float, stale_after: float
@@ -392,7 +393,7 @@ class FitIndex:
         members = set(passed)
         if len(members) != len(passed):
             return None
-        if not self._vouched_for(passed, k) and (
+        if not self._vouched_for(passed, k, now) and (
             not members <= fits.keys() or not self.stale(now, stale_after).isdisjoint(members)
         ):
             return None

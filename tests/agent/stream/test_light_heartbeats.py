@@ -14,7 +14,7 @@ from gpuextender.agent.export.metrics import AgentMetrics
 from gpuextender.agent.report import light
 from gpuextender.agent.report.latest import LatestReport
 from gpuextender.common.idle_rule import IdleRule
-from gpuextender.extender.ingest.service import IngestService, ReportStore, add_to_server
+from gpuextender.extender.ingest.service import AgentTerms, IngestService, ReportStore, add_to_server
 from gpuextender.extender.observe.ingest_metrics import IngestMetrics
 from gpuextender.extender.state import summary_refresh
 from gpuextender.extender.state.gpu_state import GpuState
@@ -31,7 +31,7 @@ class Seen(IngestService):
     """The real service, noting what arrived (full or the report a heartbeat repeats) and the acks."""
 
     def __init__(self, store: ReportStore) -> None:
-        super().__init__(store, IngestMetrics(), stale_after_s=30.0)
+        super().__init__(store, IngestMetrics(), terms=AgentTerms(stale_after_s=30.0))
         self.arrived: list[tuple[int, int]] = []  # (sequence, heartbeat_of)
         self.acks: list[pb.ReportAck] = []
 

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from gpuextender.extender.decide import whole_gpus
-from gpuextender.extender.decide.fit_index import IDLE_ASKS, MAX_SIZES, FitIndex
+import pytest
+
+from gpuextender.extender.decide import fit_index, whole_gpus
+from gpuextender.extender.decide.fit_index import IDLE_ASKS, MAX_SIZES, MAX_TALLIES, FitIndex
 from gpuextender.extender.decide.group_domains import level_index
 from gpuextender.extender.settings import DecisionPolicy
 from gpuextender.extender.state.gpu_summary import QUALITY_SIZES, NodeSummary
-from tests.extender.decide.test_fit_index import NOW, STALE_AFTER, fitting
+from tests.extender.decide.test_fit_index import NOW, STALE_AFTER, assert_same_outcome, fitting, spy_on_judge_nodes
 
 OLD = NOW - STALE_AFTER - 1
 
@@ -177,3 +179,176 @@ def test_a_node_whose_quality_list_stops_short_is_ranked_by_quality_for() -> Non
     names = list(summaries)
     want = whole_gpus.prioritize(2, names, {}, summaries.get, NOW, DecisionPolicy(), "spread")
     assert FitIndex(summaries).scores(2, names, "spread", NOW, STALE_AFTER) == want
+
+
+def test_the_capacity_follows_the_largest_gpu_count_among_the_fits_left() -> None:
+    """Spread scores b (8 idle) 10 and c (7 idle) 9 at capacity 8; at capacity 32 (the a nodes'
+    count) both score 2, a tie cut in rotated order (c first)."""
+    summaries = {f"a{i}": fitting(f"a{i}", idle=32) for i in range(3)}
+    summaries |= {"b": fitting("b", idle=8), "c": fitting("c", idle=7)}
+    summaries |= {f"u{i}": fitting(f"u{i}", idle=1) for i in range(8)}  # unfit: changes applied in place
+    index = FitIndex(summaries)
+    assert index.best(2, ["c", "b", "a0", "a1", "a2"], 0, 1, "spread", NOW, STALE_AFTER) == ["a0"]
+    for name in ("a0", "a1"):
+        del summaries[name]
+        index.changed(name)
+        index.catch_up()
+    assert index.best(2, ["c", "b", "a2"], 0, 2, "spread", NOW, STALE_AFTER) == ["a2", "c"]  # still 32
+    del summaries["a2"]
+    index.changed("a2")
+    assert index.best(2, ["c", "b"], 0, 1, "spread", NOW, STALE_AFTER) == ["b"]  # 8: the last 32 went
+
+
+def test_a_new_index_finds_the_stale_nodes_for_a_bound_of_zero() -> None:
+    summaries = {"a": fitting("a", received_at=NOW - 1), "b": fitting("b")}
+    assert FitIndex(summaries).stale(NOW, 0.0) == {"a"}
+
+
+def test_best_checks_filters_passes_again_after_a_change_and_the_stale_set_found_again() -> None:
+    """A change applied and the stale set found again each count as a change: neither undoes the
+    other, so `best` does not trust the passes from before them."""
+    summaries = {f"n{i}": fitting(f"n{i}", idle=4) for i in range(4)}
+    index = FitIndex(summaries)
+    outcome = index.filter(2, list(summaries), {}, NOW, DecisionPolicy())  # kept alive: filter's last answer
+    assert outcome is not None
+    summaries["n0"] = fitting("n0", idle=1, received_at=NOW - 1)  # unfit, older than every fresh report
+    index.changed("n0")
+    index.catch_up()
+    assert index.stale(NOW, STALE_AFTER) == set()  # found again
+    assert index.best(2, outcome.passed, 0, 2, "spread", NOW, STALE_AFTER) is None
+
+
+def test_best_checks_passes_filter_let_through_on_assumed_data() -> None:
+    """No fresh node fits 2 GPUs (a has 1 idle): the stale s passes on assumed data (fail-open)."""
+    summaries = {"a": fitting("a", idle=1), "s": fitting("s", received_at=OLD)}
+    index = FitIndex(summaries)
+    outcome = index.filter(2, ["a", "s"], {}, NOW, DecisionPolicy())  # kept alive: filter's last answer
+    assert outcome is not None
+    assert (outcome.passed, outcome.assumed, outcome.fallback) == (["s"], ["s"], False)
+    assert index.best(2, outcome.passed, 0, 1, "spread", NOW, STALE_AFTER) is None
+
+
+def test_best_checks_passes_filter_let_through_when_no_node_fits() -> None:
+    """No node fits 2 GPUs: pass-all lets a through (a fallback), which `best` must not trust."""
+    index = FitIndex({"a": fitting("a", idle=1)})
+    outcome = index.filter(2, ["a"], {}, NOW, DecisionPolicy())  # kept alive: filter's last answer
+    assert outcome is not None
+    assert (outcome.passed, outcome.fallback) == (["a"], True)
+    assert index.best(2, outcome.passed, 0, 1, "spread", NOW, STALE_AFTER) is None
+
+
+@pytest.mark.parametrize("unknown", [0, 3], ids=["by-the-index", "one-by-one"])
+def test_best_trusts_the_passes_filter_just_answered_without_looking_at_staleness_again(
+    unknown: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Also where filter judged the candidates one by one (mostly unknown ones, each with 1 GPU)."""
+    summaries = {"a": fitting("a", idle=8), "b": fitting("b", idle=4)}
+    index = FitIndex(summaries)
+    xs = [f"x{i}" for i in range(unknown)]
+    outcome = index.filter(2, ["b", "a", *xs], dict.fromkeys(xs, 1), NOW, DecisionPolicy())  # kept alive
+    assert outcome is not None and outcome.passed == ["b", "a"]
+    looked: list[float] = []
+
+    def stale(now: float, stale_after: float) -> frozenset[str]:
+        looked.append(now)
+        return frozenset()
+
+    monkeypatch.setattr(index, "stale", stale)
+    assert index.best(2, outcome.passed, 0, 1, "spread", NOW, STALE_AFTER) == ["a"]
+    assert looked == []
+    assert index.best(2, ["b", "a"], 0, 1, "spread", NOW, STALE_AFTER) == ["a"]  # another list: checked
+    assert looked == [NOW]
+
+
+def test_best_checks_filters_passes_again_at_a_later_now() -> None:
+    """The passes filter answered at NOW are fresh at NOW only: at a later `now` every node may have
+    gone stale (a bug found by mutation testing: `best` trusted them at any `now`)."""
+    summaries = {"a": fitting("a", idle=8), "b": fitting("b", idle=4)}
+    index = FitIndex(summaries)
+    outcome = index.filter(2, ["a", "b"], {}, NOW, DecisionPolicy(stale_after_s=STALE_AFTER))
+    assert outcome is not None and outcome.passed == ["a", "b"]
+    assert index.best(2, outcome.passed, 0, 1, "spread", NOW, STALE_AFTER) == ["a"]  # trusted
+    assert index.best(2, outcome.passed, 0, 1, "spread", NOW + STALE_AFTER + 5, STALE_AFTER) is None
+
+
+def test_a_report_with_the_same_numbers_moves_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A heartbeat: the node's fit is neither taken out nor put back (nor its reason, unfit)."""
+    summaries = {"a": fitting("a"), **{f"u{i}": fitting(f"u{i}", idle=1) for i in range(7)}}
+    index = FitIndex(summaries)
+    assert index.filter(2, list(summaries), {}, NOW, DecisionPolicy()) is not None
+    size = index._sizes[2]
+    added: list[str] = []
+    monkeypatch.setattr(fit_index._Size, "_add", lambda _size, name, *_: added.append(name))
+    for name in ("a", "u0"):
+        summaries[name] = replace(summaries[name], sequence=2)  # a new report, the same numbers
+        index.changed(name)
+    index.catch_up()
+    assert index._sizes[2] is size  # 2 of 8 changed: applied in place
+    assert added == []
+
+
+def test_a_strategys_ranking_and_a_labels_tally_are_built_once_then_kept() -> None:
+    summaries = {"a0": fitting("a0"), "b0": fitting("b0")}
+    labels = level_index("clique", {"a0": {"clique": "a"}, "b0": {"clique": "b"}})
+    index = FitIndex(summaries)
+    assert index.domain_rooms(2, "clique", labels.value_of, list(summaries), NOW, STALE_AFTER) is not None
+    size = index._sizes[2]
+    assert size.ranking("spread") is size.ranking("spread")
+    tally = size.tallies["clique"]
+    assert index.domain_rooms(2, "clique", labels.value_of, list(summaries), NOW, STALE_AFTER) is not None
+    assert size.tallies["clique"] is tally
+
+
+def test_at_most_max_tallies_labels_are_tallied_and_a_new_inventory_keeps_the_others() -> None:
+    summaries = {"a0": fitting("a0"), "b0": fitting("b0")}
+    names = list(summaries)
+    index = FitIndex(summaries)
+    levels = [f"l{i}" for i in range(MAX_TALLIES)]
+    for lv in levels:
+        index.domain_rooms(2, lv, level_index(lv, {"a0": {lv: "a"}}).value_of, names, NOW, STALE_AFTER)
+    size = index._sizes[2]
+    assert list(size.tallies) == levels
+    index.domain_rooms(2, "l0", level_index("l0", {"b0": {"l0": "b"}}).value_of, names, NOW, STALE_AFTER)
+    assert list(size.tallies) == levels  # l0 built again for its new inventory, the others kept
+    index.domain_rooms(2, "new", level_index("new", {"a0": {"new": "a"}}).value_of, names, NOW, STALE_AFTER)
+    assert list(size.tallies) == ["new"]  # a label past MAX_TALLIES: the others dropped
+
+
+def test_the_stale_set_is_found_once_and_kept_until_a_node_can_have_gone_stale() -> None:
+    index = FitIndex({"a": fitting("a"), "b": fitting("b")})
+    found = index.stale(NOW, STALE_AFTER)
+    assert found == set()
+    assert index.stale(NOW, STALE_AFTER) is found
+    assert index.stale(NOW + STALE_AFTER, STALE_AFTER) is found  # at the bound: still fresh
+    assert index.stale(NOW + STALE_AFTER + 0.5, STALE_AFTER) == {"a", "b"}
+
+
+def test_filter_steps_aside_for_sizes_out_of_range() -> None:
+    summaries = {"a": fitting("a", idle=8)}
+    index = FitIndex(summaries)
+    for k in (0, QUALITY_SIZES):
+        assert index.filter(k, ["a"], {}, NOW, DecisionPolicy()) is None, k
+    assert index._sizes == {}
+
+
+def test_exactly_half_the_candidates_unknown_with_a_failure_named_twice_keeps_the_index(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The quick bound counts f's second naming as unknown (3 of 4); the exact count is 2 of 4, not
+    past half: the unknown ones are judged alone."""
+    summaries = {"f": fitting("f", idle=1)}
+    names = ["f", "f", "x0", "x1"]
+    judged = spy_on_judge_nodes(monkeypatch)
+    assert_same_outcome(FitIndex(summaries), summaries, 2, names, {}, NOW, DecisionPolicy())
+    assert judged[0] == 2
+
+
+def test_candidates_judged_one_by_one_none_fitting_pass_all_lets_the_soft_failures_through() -> None:
+    """Mostly unknown candidates (2 of 3, each with 1 GPU): the index judges them one by one; none
+    fits, so pass-all lets f (too few idle GPUs: a soft failure) through."""
+    summaries = {"f": fitting("f", idle=1)}
+    names = ["f", "x0", "x1"]
+    index = FitIndex(summaries)
+    assert_same_outcome(index, summaries, 2, names, {"x0": 1, "x1": 1}, NOW, DecisionPolicy())
+    outcome = index.filter(2, names, {"x0": 1, "x1": 1}, NOW, DecisionPolicy())
+    assert outcome is not None and (outcome.passed, outcome.fallback) == (["f"], True)

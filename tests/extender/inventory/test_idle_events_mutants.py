@@ -176,3 +176,25 @@ def test_a_name_too_long_is_replaced_by_the_first_40_hex_digits_of_its_sha256() 
     longer = "n" * MAX_NAME_CHARS
     digest = hashlib.sha256(longer.encode()).hexdigest()[:40]
     assert event_name(longer, 255) == f"{digest}.ff"
+
+
+def test_each_node_event_carries_that_nodes_own_uid() -> None:
+    w, api = Writer(), RecordingApi()
+    w.writer._node_uid = lambda name: f"uid-of-{name}"
+    w.run(api, (0.0, {"a": 1, "b": 1}, {}))
+    assert [body["involvedObject"]["uid"] for body in api.posts()] == ["uid-of-a", "uid-of-b"]
+
+
+def test_the_window_is_counted_from_when_the_event_was_said() -> None:
+    w, api = Writer(), RecordingApi()
+    start = 1000.0  # a monotonic clock is far from 0
+    idle: dict[str, int] = {"a": 1}
+    w.run(api, (start, idle, {}), (start + 1.0, idle, {}), (start + WINDOW - 0.5, idle, {}), (start + WINDOW, idle, {}))
+    assert named(api) == ["a", "a"]  # at the start, and once the window has passed
+
+
+def test_a_refused_event_is_not_tried_again_before_the_retry() -> None:
+    w, api = Writer(), RecordingApi(lambda _method, _path: 403)
+    idle: dict[str, int] = {"a": 1}
+    w.run(api, (0.0, idle, {}), (59.5, idle, {}), (60.0, idle, {}))
+    assert named(api) == ["a", "a"]  # at 0 s and at the retry, 60 s

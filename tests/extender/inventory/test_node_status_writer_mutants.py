@@ -342,3 +342,33 @@ def test_the_writes_are_counted_one_by_one() -> None:
     fleet = Fleet({"a": NONE_USABLE, "b": NONE_USABLE}, taint=True)
     fleet.run(NodeApi(seen()), 0.0)
     assert fleet.writer.status.node_writes == {"condition": 2, "taint": 2, "untaint": 0, "event": 0}
+
+
+def test_a_node_without_a_watched_node_does_not_end_the_pass() -> None:
+    fleet = Fleet({"a": SOME_USABLE, "b": SOME_USABLE})
+    del fleet.watched["a"]  # a sorts first
+    api = NodeApi(seen())
+    fleet.run(api, 0.0)
+    assert api.calls() == [("PATCH", "/api/v1/nodes/b/status")]
+
+
+def test_a_confirmed_node_is_dropped_so_an_undoing_is_not_seen_until_it_changes() -> None:
+    fleet = Fleet({"a": SOME_USABLE})
+    api = NodeApi(seen())
+
+    def confirmed() -> None:
+        fleet.watched["a"] = seen(SOME_USABLE)
+
+    def undone() -> None:
+        fleet.watched["a"] = seen()
+
+    fleet.run(api, 0.0, confirmed, 1.0, undone, 1.0 + RESEND_S + 1.0)  # past the resend wait
+    assert api.calls() == [("PATCH", "/api/v1/nodes/a/status")]  # at 0 s only
+
+
+def test_an_unconfirmed_write_is_not_sent_again_at_exactly_resend() -> None:
+    fleet = Fleet({"a": NONE_USABLE})
+    api = NodeApi(seen())
+    start = 100.0
+    fleet.run(api, start, start + RESEND_S, start + RESEND_S)
+    assert api.calls() == [("PATCH", "/api/v1/nodes/a/status")]
