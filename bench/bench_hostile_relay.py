@@ -88,7 +88,7 @@ def _varint(value: int) -> bytes:
     return bytes(out)
 
 
-async def _side(label: str, streams: int, window_s: float, message: bytes) -> Side:
+async def _side(label: str, streams: int, window_s: float, message: bytes, until_paced_s: float = 0.0) -> Side:
     process, addrs = extender_process(f"extender-hostile-relay-{label}", ["--agent-auth", "none"])
     with process:
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
@@ -114,6 +114,12 @@ async def _side(label: str, streams: int, window_s: float, message: bytes) -> Si
                 senders = [asyncio.create_task(send(c)) for c in calls]
                 await asyncio.sleep(window_s)
                 after = await scrape(session, f"{addrs.base_url}/metrics")
+                # A test's form: then until every stream waits off its debt (where the machine is
+                # too busy for the window to reach the budget), for at most `until_paced_s`.
+                deadline = time.monotonic() + until_paced_s
+                while after.get("gpu_extender_paced_streams", 0.0) < streams and time.monotonic() < deadline:
+                    await asyncio.sleep(0.05)
+                    after = await scrape(session, f"{addrs.base_url}/metrics")
                 ticks1, t1 = tree_cpu_ticks(process.pid), time.monotonic()
                 for task in senders:
                     task.cancel()
@@ -136,10 +142,10 @@ async def _side(label: str, streams: int, window_s: float, message: bytes) -> Si
     )
 
 
-def run(window_s: float, streams: int, against: str | None) -> list[Side]:
+def run(window_s: float, streams: int, against: str | None, until_paced_s: float = 0.0) -> list[Side]:
     message = worst_message()
     if against is None:
-        return [asyncio.run(_side("current", streams, window_s, message))]
+        return [asyncio.run(_side("current", streams, window_s, message, until_paced_s))]
     tree = unpack(against)
     sides = []
     for label, path in (("base", tree), ("current", None), ("current", None), ("base", tree)):
