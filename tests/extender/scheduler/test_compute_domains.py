@@ -145,6 +145,12 @@ def test_a_group_in_cliques_skips_the_clique_another_domain_breaks() -> None:
     assert sorted(answer["NodeNames"]) == ["y1", "y2", "y3"]
 
 
+def test_a_pod_asking_for_no_gpu_of_its_own_is_still_kept_off_another_domains_node() -> None:
+    fleet = Fleet(["other", "free"], [cd_claim("w0", "A"), cd_claim("b-1", "B", "other")])
+    answer = fleet.filter(pod("w0", "w0", gpus=0))
+    assert answer["NodeNames"] == ["free"] and unresolvable(answer) == {"other": "OtherComputeDomain"}
+
+
 def test_pods_without_a_compute_domain_claim_are_decided_as_before() -> None:
     fleet = Fleet(["other", "free"], [cd_claim("b-1", "B", "other")])
     assert sorted(fleet.filter(pod("plain", None))["NodeNames"]) == ["free", "other"]
