@@ -109,6 +109,7 @@ def test_members_of_a_hold_that_expired_short_of_members_wait_and_a_new_member_d
     )
     assert [book.wait_reason(g, m) for m in ("u1", "u2", "u3", "")] == [AWAITING_MEMBERS] * 2 + ["", ""]
     assert not sized(book, g, 3, "u1") and book.counts.refused_awaiting == 1 and book.plan(g) is None
+    assert not sized(book, g, 3, "u2") and book.counts.refused_awaiting == 2  # each refusal counted
     assert sized(book, g, 3, "u3")  # a new member: held again, and no longer awaiting
     book.release(g, "gone")
     assert book.wait_reason(g, "u1") == ""
