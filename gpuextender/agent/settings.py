@@ -15,7 +15,7 @@ from gpuextender.agent.sources.gfd_labels import DEFAULT_PATH as DEFAULT_GFD_LAB
 from gpuextender.agent.sources.pod_resources import DEFAULT_SOCKET as DEFAULT_POD_RESOURCES
 from gpuextender.common.cli import HelpFormatter, add_version
 from gpuextender.common.dial import DialError, DialSettings, checked_dial_settings
-from gpuextender.common.discovery import resolve_interval_problem, service_address
+from gpuextender.common.discovery import DEFAULT_RESOLVE_INTERVAL_S, resolve_interval_problem, service_address
 from gpuextender.common.layered_config import SettingsError, epilog, parse_layered
 from gpuextender.common.logs import FORMATS, LEVELS
 from gpuextender.common.netaddr import AddressError, HostPort, parse_host_port
@@ -44,7 +44,7 @@ class AgentConfig:
     reconnect_max_s: float
     log_level: str
     extender_service: HostPort | None = None
-    resolve_interval_s: float = 15.0
+    resolve_interval_s: float = DEFAULT_RESOLVE_INTERVAL_S
     dial: DialSettings = DialSettings()
     # -- 0.2 health
     ignored_xids: frozenset[int] = DEFAULT_IGNORED_XIDS
@@ -150,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument(
         "--resolve-interval",
         type=float,
-        default=15.0,
+        default=DEFAULT_RESOLVE_INTERVAL_S,
         metavar="SECONDS",
         help="how often --extender-service is resolved again (replicas come and go)",
     )

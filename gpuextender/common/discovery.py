@@ -26,6 +26,7 @@ Resolver = Callable[[str, int], Awaitable[Iterable[str]]]
 # How often a Service's name may be resolved again (--resolve-interval, the agent's and the relay's):
 # often enough to follow a rollout, never a busy loop of DNS queries.
 RESOLVE_INTERVAL_BOUNDS_S = (0.1, 3600.0)
+DEFAULT_RESOLVE_INTERVAL_S = 15.0  # replicas come and go; each agent and relay asks this often
 
 
 def resolve_interval_problem(seconds: float) -> str | None:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from gpuextender.common.cli import HelpFormatter
 from gpuextender.common.dial import DialError, DialSettings, checked_dial_settings
-from gpuextender.common.discovery import resolve_interval_problem, service_address
+from gpuextender.common.discovery import DEFAULT_RESOLVE_INTERVAL_S, resolve_interval_problem, service_address
 from gpuextender.common.netaddr import AddressError, parse_host_port
 from gpuextender.extender.flags import ConfigError, build_config
 from gpuextender.extender.settings import ExtenderConfig
@@ -54,7 +54,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="an extender to forward to as given (repeatable; with or instead of --extender-service)",
     )
     g.add_argument(
-        "--resolve-interval", type=float, default=15.0, metavar="SECONDS", help="see --extender-service (0.1..3600)"
+        "--resolve-interval",
+        type=float,
+        default=DEFAULT_RESOLVE_INTERVAL_S,
+        metavar="SECONDS",
+        help="see --extender-service (0.1..3600)",
     )
     g.add_argument("--extender-tls-ca", metavar="PATH", help="TLS to the extenders, verified against this CA")
     g.add_argument("--extender-tls-cert", metavar="PATH", help="client certificate for extenders that ask (mTLS)")
