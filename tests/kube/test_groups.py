@@ -381,6 +381,38 @@ def test_a_workload_gang_of_two_that_one_clique_holds_lands_with_kube_scheduler_
     assert got == "bound", got + log_lines(logs, [job.name], [n.name for n in small.nodes])
 
 
+def test_a_small_gang_takes_the_tight_clique_and_leaves_the_whole_one_with_kube_scheduler_136(
+    gworld: Scene,
+) -> None:
+    """Issue 53's failure, smallest: clique a of 4 nodes with exactly 4 idle GPUs each (4 busy
+    outside Kubernetes), clique b of 4 whole idle nodes. kube-scheduler sees both as empty, and its
+    topology-aware gang scheduling offers the extender one clique at a time: a 4 x 4 gang that took
+    b when b came first left a 4 x 8 gang no clique. The extender chooses among every clique it
+    knows (a strands nothing), fails the gang in b (GroupWaitsForDomain), and the big gang gets b."""
+    ns = gworld.ns
+    tight = tuple(G.FleetNode(f"{ns}-a{i}", f"{ns}.a", (G.IDLE,) * 4 + (G.BUSY,) * 4) for i in range(4))
+    whole = tuple(G.FleetNode(f"{ns}-b{i}", f"{ns}.b", (G.IDLE,) * 8) for i in range(4))
+    small = G.Fleet(whole + tight, ns)
+    G.create_nodes(gworld.kube, small)
+    gworld.nodes.extend(n.name for n in small.nodes)
+    ext = start_extender(gworld, small)
+    gangs = [G.Group("small", G.WORKLOAD, 4, 4), G.Group("big", G.WORKLOAD, 4, 8)]
+    for g in gangs:
+        gworld.kube.create(G.WORKLOAD_PATH.format(ns=ns), G.workload_pod_group(g.name, g.members))
+    wait_groups_known(gworld, ext, ns, small, gangs)
+    scheduler = gworld.scheduler(ext, binary=V136, extra_args=GANG_ARGS + LOGGED)
+    clique = {n.name: n.clique for n in small.nodes}
+    landed: dict[str, set[str]] = {}
+    for g in gangs:  # the small one first: its choice is what leaves the big one a home, or not
+        for i in range(g.members):
+            gworld.kube.create(f"/api/v1/namespaces/{ns}/pods", G.member_pod(g, i, small.label))
+        nodes = [gworld.bound(pod, 60) for pod in g.pods()]
+        landed[g.name] = {clique[n] for n in nodes}
+    logs = {"extender": ext.log_path, "kube-scheduler": scheduler.log_path}
+    names = [n.name for n in small.nodes]
+    assert landed == {"small": {f"{ns}.a"}, "big": {f"{ns}.b"}}, f"{landed}{log_lines(logs, ['small', 'big'], names)}"
+
+
 # -- replicas -----------------------------------------------------------------------------------------
 
 

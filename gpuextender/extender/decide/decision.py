@@ -116,7 +116,7 @@ class Decision:
         strict = replace(known, policy=replace(known.policy, no_fit_policy="reject"))
         allocatable = self.candidates.allocatable
         index = known.fit_index
-        tallied = None
+        tallied = fleet = None
         if (
             index is not None
             and not self.plan.applies
@@ -130,8 +130,17 @@ class Decision:
             def tallied(level: str) -> group_domains.Tallied | None:
                 return index.domain_rooms(k, level, group.index(level).value_of, names, now, stale_after)
 
+            def fleet_rooms(level: str) -> group_domains.Tallied | None:
+                return index.domain_rooms(k, level, group.index(level).value_of, None, now, stale_after)
+
+            def fleet_nodes(level: str, value: str, single: bool) -> list[str]:
+                nodes = (value,) if single else group.index(level).nodes_of.get(value, frozenset())
+                return list(index.domain_fits(k, nodes, now, stale_after) or ())
+
+            fleet = group_member.FleetRooms(fleet_rooms, fleet_nodes)
+
         return group_member.filter_member(
-            group, names, lambda some: self._plain(Candidates(some, allocatable), strict), known.summary, tallied
+            group, names, lambda some: self._plain(Candidates(some, allocatable), strict), known.summary, tallied, fleet
         )
 
     @cached_property

@@ -310,10 +310,17 @@ class FitIndex:
         return self._vouch(finish(outcome, policy.no_fit_policy), k, now)
 
     def domain_rooms(
-        self, k: int, level: str, value_of: Mapping[str, str], names: Sequence[str], now: float, stale_after: float
+        self,
+        k: int,
+        level: str,
+        value_of: Mapping[str, str],
+        names: Sequence[str] | None,
+        now: float,
+        stale_after: float,
     ) -> DomainRooms | None:
-        """The fits of a k-GPU pod among `names` on fresh data at `now`, per value of `level` (node ->
-        value: `value_of`); None where the index does not answer (take the nodes one by one)."""
+        """The fits of a k-GPU pod among `names` (None: the whole fleet's) on fresh data at `now`, per
+        value of `level` (node -> value: `value_of`); None where the index does not answer (take the
+        nodes one by one)."""
         size = self._size(k) if self.applies(k) else None
         if size is None:
             return None
@@ -323,12 +330,33 @@ class FitIndex:
                 size.tallies.clear()
             tally = size.tallies[level] = _Tally(k, value_of, size.fits)
         fits = size.fits
-        candidates = set(names)
         stale = self.stale(now, stale_after)
+        if names is None:
+            out: set[str] = set(stale.intersection(fits))
+            room, idle, nodes = dict(tally.room), dict(tally.idle), dict(tally.nodes)
+            self._take_off(out, fits, value_of, k, room, idle, nodes)
+            unlabelled = {n: held for n, held in tally.unlabelled.items() if n not in stale}
+            return DomainRooms(room, idle, nodes, unlabelled)
+        candidates = set(names)
         out = fits.keys() - candidates  # fits not offered (kube-scheduler's own filters left them out)
         if stale:
             out |= stale.intersection(fits)
         room, idle, nodes = dict(tally.room), dict(tally.idle), dict(tally.nodes)
+        self._take_off(out, fits, value_of, k, room, idle, nodes)
+        unlabelled = {n: held for n, held in tally.unlabelled.items() if n in candidates and n not in stale}
+        return DomainRooms(room, idle, nodes, unlabelled)
+
+    @staticmethod
+    def _take_off(
+        out: Iterable[str],
+        fits: Mapping[str, Fit],
+        value_of: Mapping[str, str],
+        k: int,
+        room: dict[str, int],
+        idle: dict[str, int],
+        nodes: dict[str, int],
+    ) -> None:
+        """The fits `out` taken off a tally's copy, per domain."""
         for name in out:
             value = value_of.get(name)
             if value is not None:
@@ -336,8 +364,15 @@ class FitIndex:
                 room[value] -= held // k
                 idle[value] -= held
                 nodes[value] -= 1
-        unlabelled = {n: held for n, held in tally.unlabelled.items() if n in candidates and n not in stale}
-        return DomainRooms(room, idle, nodes, unlabelled)
+
+    def domain_fits(self, k: int, nodes: Iterable[str], now: float, stale_after: float) -> dict[str, int] | None:
+        """Of `nodes` (one domain's), the fresh fits of a k-GPU pod at `now` with their idle GPUs;
+        None where the index does not answer."""
+        size = self._size(k) if self.applies(k) else None
+        if size is None:
+            return None
+        stale, fits = self.stale(now, stale_after), size.fits
+        return {n: fit[1] for n in nodes if (fit := fits.get(n)) is not None and n not in stale}
 
     def _vouch(self, outcome: FilterOutcome, k: int, now: float) -> FilterOutcome:
         """Remember passes that are all fresh fits (no fallback, none on assumed data) for `best`."""

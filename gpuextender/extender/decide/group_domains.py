@@ -20,7 +20,7 @@ The choice, per level in order (the first level where a domain holds the group w
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
 from operator import floordiv
@@ -180,13 +180,15 @@ def choose_tallied(
     tallied: Callable[[str], Tallied | None],
     passed: Callable[[str, str, bool], Iterable[str]],
     idle_of: Callable[[str], int],
+    skip: Collection[str] = (),
 ) -> GroupChoice | None:
     """`choose`'s answer from rooms tallied per domain as reports arrive (fit_index.py), not from a
     pass over the passing nodes: a first member's filter at thousands of candidates.
     `passed(level, value, single)`: the domain's passing nodes (`single`: a domain of one, the node
     `value`), asked of the chosen domain only; `idle_of(node)` for them. None where it cannot
     answer (any nodes, members of no whole GPU, a level not tallied): take `choose`
-    (tests/extender/decide/test_group_domains.py holds the two equal)."""
+    (tests/extender/decide/test_group_domains.py holds the two equal). `skip`: names of domains
+    left out (kube-scheduler's own filters proved them infeasible for the group)."""
     if per_member <= 0:
         return None
     carried = [level for level in levels if level == ANY or not index(level).value_of.keys().isdisjoint(candidates)]
@@ -209,6 +211,8 @@ def choose_tallied(
             for node, idle in t.unlabelled.items()
             for r in (idle // per_member,)
         ]
+        if skip:
+            found = [row for row in found if row[0][3] not in skip]
         found.sort()
         if found and found[0][3] >= members:
             _, _, value, room, idle, n, single = found[0]

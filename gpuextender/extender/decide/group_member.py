@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from operator import attrgetter
 
 from gpuextender.extender.decide import group_domains, reasons
@@ -51,6 +52,14 @@ AWAITING_MEMBERS = Reason(
     "comes or one binds",
     unresolvable=False,
 )
+# A call that offers one domain alone (kube-scheduler-1.36's topology-aware gang scheduling tries
+# each candidate domain so) while the group's domain, stranding less, is another: the member fails
+# there, and kube-scheduler tries the others. Unresolvable: evicting pods here cannot help.
+WAITS_FOR_DOMAIN = Reason(
+    "GroupWaitsForDomain",
+    "the group's domain is another one, which strands fewer GPUs: kube-scheduler is to try it",
+    unresolvable=True,
+)
 # Why a new group waits, by the group book's word (state/group_book.GroupBook.wait_reason).
 WAITS = {
     group_book.BOOK_FULL: BOOK_FULL,
@@ -81,6 +90,15 @@ class GroupContext:
     # group's: its members kube-scheduler nominated after their preemption (state/group_book.py).
     placed_on: Mapping[str, int] = field(default_factory=dict)
     gang: bool = False
+    # Domains kube-scheduler proved infeasible for the group (never offered it over a whole cycle of
+    # its domains): never preferred to the call's own again.
+    avoided: frozenset[str] = frozenset()
+    # Domains this member failed GroupWaitsForDomain in since the plan's domain was last offered:
+    # one offered again means kube-scheduler went round its domains without the plan's.
+    refused: frozenset[str] = frozenset()
+    # The pod's own spec pins it to a domain of its levels or to a node (Kueue's topology-aware
+    # scheduling writes a nodeSelector so): the call's domain is its only one, never waited out.
+    pinned: bool = False
 
     @property
     def remaining(self) -> int:
@@ -93,6 +111,34 @@ class MemberOutcome:
     outcome: FilterOutcome
     choice: GroupChoice  # what to hold (chosen) or why nothing holds the group (reason)
     planned_again: bool  # an earlier plan's domain was among the candidates and no longer held the group
+    offered: bool = False  # the plan's domain was among the candidates
+    refused_in: str = ""  # the call's one domain, failed GroupWaitsForDomain (the group's is another)
+    avoid: str = ""  # a domain kube-scheduler proved infeasible for the group (GroupContext.avoided)
+
+
+@dataclass(frozen=True, slots=True)
+class FleetRooms:
+    """The fit index's rooms over every node it knows, not only a call's candidates (a member whose
+    filter is the index's road): `rooms(level)` per domain, `nodes(level, value, single)` the
+    domain's fresh fits."""
+
+    rooms: Callable[[str], Tallied | None]
+    nodes: Callable[[str, str, bool], Sequence[str]]
+
+
+def one_domain(level: str, names: Sequence[str], index: Levels) -> str | None:
+    """The name of the one domain of `level` every candidate is in, or None (candidates of several
+    domains, one without the label, or none): a call that offers one domain alone."""
+    if level == ANY or not names:
+        return None
+    value_of = index(level).value_of
+    first = value_of.get(names[0])
+    if first is None:
+        return None
+    for n in names:  # (returns at the first other value: a call of many domains costs a few lookups)
+        if value_of.get(n) != first:
+            return None
+    return f"{level}={first}"
 
 
 def domain_nodes(level: str, value: str, name: str, names: Sequence[str], index: Levels) -> list[str]:
@@ -112,24 +158,35 @@ def filter_member(
     plain: Callable[[Sequence[str]], FilterOutcome],
     summary: SummaryLookup,
     tallied: Callable[[str], Tallied | None] | None = None,
+    fleet: FleetRooms | None = None,
 ) -> MemberOutcome:
     """`plain(names)`: the member's own filter over `names` (no fallback); `summary`: what it read;
     `tallied(level)`: the rooms per domain the fit index keeps, where `plain` is its road (a
-    class-neutral pod of whole GPUs read in the agents' own summaries)."""
+    class-neutral pod of whole GPUs read in the agents' own summaries), and `fleet` the same over
+    every node the index knows."""
     planned = group.planned
+    pins = (*group.bound, *group.placed_on)  # members bound, or placed by a gang's scheduler
     tried = False
+    avoid = ""
     if planned is not None:
         level, value, name = planned
         inside = domain_nodes(level, value, name, names, group.index)
         tried = bool(inside)
+        if not inside and not pins and not group.pinned:
+            one = one_domain(level, names, group.index)
+            if one is not None and one not in group.refused:
+                # The plan's domain holds the group and kube-scheduler is trying another alone.
+                choice = GroupChoice(None, {}, (), WAITS_FOR_DOMAIN, 0)
+                return MemberOutcome(_refused(plain(names)), choice, False, refused_in=one)
+            if one is not None:  # a whole round of domains without the plan's: infeasible for kube-scheduler
+                avoid = name
         base = plain(inside)
         idle = _fresh_idle(base, summary)
         choice = group_domains.choose(
             group.remaining, group.per_member, idle, (level,), group.index, inside, only=_named(name)
         )
         if choice.chosen is not None:
-            return MemberOutcome(_answer(base, choice, names, group.gang), choice, False)
-    pins = (*group.bound, *group.placed_on)  # members bound, or placed by a gang's scheduler
+            return MemberOutcome(_answer(base, choice, names, group.gang), choice, False, offered=True)
     if tallied is not None and not pins and (planned is not None or group.can_plan):
         # The domain from the index's rooms; then only its candidates are judged: every other
         # candidate fails GroupInOtherDomain, as for a planned member (no pass over thousands).
@@ -140,20 +197,18 @@ def filter_member(
             outcome = judged["domain"] = plain(inside)
             return () if outcome.assumed else outcome.passed
 
+        idle_of = partial(_idle_of, summary)
         quick = group_domains.choose_tallied(
-            group.remaining,
-            group.per_member,
-            group.levels,
-            group.index,
-            names,
-            tallied,
-            domain_passes,
-            lambda node: _idle_of(summary, node),
+            group.remaining, group.per_member, group.levels, group.index, names, tallied, domain_passes, idle_of
         )
+        skip = group.avoided | {avoid} if avoid else group.avoided
+        better = _better_elsewhere(group, names, quick, fleet, idle_of, skip)
+        if better is not None:
+            return MemberOutcome(_refused(plain(names)), better[0], tried, tried, better[1], avoid)
         if quick is not None and quick.chosen is not None:
-            return MemberOutcome(_answer(judged["domain"], quick, names, group.gang), quick, tried)
+            return MemberOutcome(_answer(judged["domain"], quick, names, group.gang), quick, tried, tried, "", avoid)
         if quick is not None:  # no domain holds the group: every node's own verdict, for the reasons
-            return MemberOutcome(_answer(plain(names), quick, (), group.gang), quick, tried)
+            return MemberOutcome(_answer(plain(names), quick, (), group.gang), quick, tried, tried, "", avoid)
     base = plain(names)
     if planned is None and not group.can_plan:
         choice = GroupChoice(None, {}, (), WAITS.get(group.wait, BOOK_FULL), 0)
@@ -161,7 +216,50 @@ def filter_member(
     idle = _fresh_idle(base, summary)
     only = _holding_bound(pins, group.index) if pins else None
     choice = group_domains.choose(group.remaining, group.per_member, idle, group.levels, group.index, names, only)
-    return MemberOutcome(_answer(base, choice, (), group.gang), choice, tried)
+    return MemberOutcome(_answer(base, choice, (), group.gang), choice, tried, tried, "", avoid)
+
+
+def _better_elsewhere(
+    group: GroupContext,
+    names: Sequence[str],
+    quick: GroupChoice | None,
+    fleet: FleetRooms | None,
+    idle_of: Callable[[str], int],
+    skip: frozenset[str],
+) -> tuple[GroupChoice, str] | None:
+    """Where the call offers one domain alone: the domain among every one the index knows that
+    holds the group stranding strictly less than the call's (or where the call's holds it not),
+    with the call's domain's name; None where the call's is as good, or the call offers several
+    (kube-scheduler's own filters left the others out: they are infeasible)."""
+    level = group.levels[0] if group.levels else ANY
+    if fleet is None or group.pinned:
+        return None
+    one = one_domain(level, names, group.index)
+    if one is None:
+        return None
+    best = group_domains.choose_tallied(
+        group.remaining, group.per_member, (level,), group.index, names, fleet.rooms, fleet.nodes, idle_of, skip
+    )
+    if best is None or best.chosen is None or best.chosen.domain.name == one:
+        return None
+    here = quick.chosen if quick is not None else None
+    members, per_member = group.remaining, group.per_member
+    if here is not None and _rank(best.chosen, members, per_member) >= _rank(here, members, per_member):
+        return None  # as good (a name decides a tie): not worth a round of kube-scheduler's
+    return best, one
+
+
+def _rank(r: group_domains.Room, members: int, per_member: int) -> tuple[int, int, int]:
+    return group_domains.preference(r.members, r.idle, r.nodes, "", members, per_member)[:3]
+
+
+def _refused(base: FilterOutcome) -> FilterOutcome:
+    """Every candidate fails: those the member itself fails keep their reason, the others
+    GroupWaitsForDomain."""
+    failed = dict.fromkeys(base.passed, WAITS_FOR_DOMAIN)
+    failed.update(base.failed)
+    failed.update(dict.fromkeys(base.assumed, reasons.NO_FRESH_GPU_DATA))
+    return FilterOutcome([], failed)
 
 
 def _idle_of(summary: SummaryLookup, node: str) -> int:

@@ -22,6 +22,7 @@ makes the pod a single pod, with the reason kept for explain. Pure: no I/O.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 from gpuextender.extender.model.untrusted import object_at, shown
@@ -182,3 +183,40 @@ def read_pod_group(source: str, obj: Any) -> PodGroupSpec:
         return PodGroupSpec(None, topology, f"{where} = {shown(minimum)} is not a whole number")
     size, problem = size_problem(minimum, where)
     return PodGroupSpec(size, topology, problem)
+
+
+MAX_PINNING_READ = 64  # nodeSelector entries, node affinity terms and expressions each read at most
+HOSTNAME = "kubernetes.io/hostname"
+
+
+def pinned_keys(pod: Any) -> frozenset[str]:
+    """The node label keys the pod's own spec pins to one value: its `nodeSelector`, and the keys of
+    its required node affinity whose every term says `In` with one value (what Kueue's
+    topology-aware scheduling writes to put a group in a domain it chose). Read leniently and
+    bounded: anything else pins nothing."""
+    spec = object_at(pod, "spec")
+    selector = spec.get("nodeSelector")
+    keys = set(islice(selector, MAX_PINNING_READ)) if isinstance(selector, dict) else set()
+    required = object_at(
+        object_at(object_at(spec, "affinity"), "nodeAffinity"), "requiredDuringSchedulingIgnoredDuringExecution"
+    )
+    terms = required.get("nodeSelectorTerms")
+    if isinstance(terms, list) and 0 < len(terms) <= MAX_PINNING_READ:
+        per_term = [_one_value_keys(term) for term in terms]
+        keys |= set.intersection(*per_term)
+    return frozenset(k for k in keys if isinstance(k, str))
+
+
+def _one_value_keys(term: Any) -> set[str]:
+    expressions = term.get("matchExpressions") if isinstance(term, dict) else None
+    if not isinstance(expressions, list):
+        return set()
+    return {
+        e["key"]
+        for e in expressions[:MAX_PINNING_READ]
+        if isinstance(e, dict)
+        and isinstance(e.get("key"), str)
+        and e.get("operator") == "In"
+        and isinstance(e.get("values"), list)
+        and len(e["values"]) == 1
+    }

@@ -59,3 +59,15 @@ class GroupsCollector(Collector):
             "never came and this member was one that did (a new member, or one bound, ends the wait).",
             value=counts.refused_awaiting,
         )
+        yield CounterMetricFamily(
+            "gpu_extender_group_waits_for_domain",
+            "Filters of a group's members that kube-scheduler offered one domain alone while another, "
+            "stranding fewer GPUs, holds the group (every node failed GroupWaitsForDomain).",
+            value=counts.waited_for_domain,
+        )
+        yield CounterMetricFamily(
+            "gpu_extender_group_domains_given_up",
+            "Domains a group gave up because kube-scheduler went round its domains without offering "
+            "them (its own filters left every node there out).",
+            value=counts.domains_given_up,
+        )

@@ -20,7 +20,14 @@ from gpuextender.extender.decide.snapshot import Candidates, Snapshot
 from gpuextender.extender.model.dra import pod_claims
 from gpuextender.extender.model.ome.pod_intent import PodIdentity
 from gpuextender.extender.model.pod_gpus import add_mig
-from gpuextender.extender.model.pod_group import GANG_SOURCES, JOBSET, SIZED_BY_OBJECT, GroupReading
+from gpuextender.extender.model.pod_group import (
+    GANG_SOURCES,
+    HOSTNAME,
+    JOBSET,
+    SIZED_BY_OBJECT,
+    GroupReading,
+    pinned_keys,
+)
 from gpuextender.extender.model.pod_request import PodRequest, read_pod
 from gpuextender.extender.model.untrusted import nominated_node
 from gpuextender.extender.scheduler.cluster_sources import ClusterSources
@@ -230,12 +237,13 @@ class DecisionInputs:
         released = book.released(ref.key)
         if released:
             notes.append(released)
+        levels = (key,) if key else self._settings.group_levels
         return GroupContext(
             ref,
             size,
             bound,
             pod.gpus_needed,
-            (key,) if key else self._settings.group_levels,
+            levels,
             partial(self._levels.index, view),
             planned,
             tuple(notes),
@@ -243,6 +251,9 @@ class DecisionInputs:
             wait=wait,
             placed_on=placed_on,
             gang=gang,
+            avoided=book.avoided(ref.key),
+            pinned=not pinned_keys(raw).isdisjoint((*levels, HOSTNAME)),
+            refused=book.refused_for(ref.key, pod.uid),
             held=dict(plan.holds) if plan is not None else {},
             expires_in=plan.expires_at - self._clock() if plan is not None else None,
             why=plan.why if plan is not None else "",

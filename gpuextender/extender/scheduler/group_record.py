@@ -8,6 +8,7 @@ import logging
 
 from gpuextender.extender.decide import group_member
 from gpuextender.extender.decide.decision import Decision
+from gpuextender.extender.decide.group_member import WAITS_FOR_DOMAIN
 from gpuextender.extender.decide.preempt_group import GroupPreemption
 from gpuextender.extender.model.pod_group import namespace_of
 from gpuextender.extender.state.group_book import NAMESPACE_FULL, GroupBook
@@ -22,9 +23,28 @@ def record_group(book: GroupBook, d: Decision, uid: str) -> None:
     group = d.group
     if group is None:
         return
-    choice, key = d.member.choice, group.ref.key
+    member = d.member
+    choice, key = member.choice, group.ref.key
     chosen = choice.chosen
     book.member_seen(key, uid)
+    if member.offered:
+        book.domain_offered(key)
+    if member.avoid:
+        book.avoid(key, member.avoid)
+    if member.refused_in and chosen is None:  # the plan's domain is elsewhere: it stays
+        book.member_refused(key, uid, member.refused_in)
+        if not book.placed_whole(key, len(group.bound)):  # (as any failed gang member: below)
+            book.member_passed(key, uid, "")
+        log.info(
+            "group %s (%s, %d members): %s offered alone, the group's domain is another: %s",
+            key,
+            group.ref.source,
+            group.size,
+            member.refused_in,
+            WAITS_FOR_DOMAIN.sentence,
+            extra={"pod": d.pod.ref},
+        )
+        return
     if chosen is None:
         wait = WAIT_OF.get(choice.reason) if choice.reason is not None else None
         if wait is not None:  # a new group told to wait, not one no domain holds
@@ -51,6 +71,8 @@ def record_group(book: GroupBook, d: Decision, uid: str) -> None:
         f"{left_over} free idle GPUs left over there; {choice.considered} domain(s) of {domain.level or 'any nodes'} "
         "considered, the least stranding chosen"
     )
+    if member.refused_in:
+        why += f" among every one known (kube-scheduler offered {member.refused_in} alone)"
     before = book.plan(key)
     holds = dict(choice.placement)
     for node, members in group.placed_on.items():  # a gang's placed members keep their room until bound
@@ -65,6 +87,8 @@ def record_group(book: GroupBook, d: Decision, uid: str) -> None:
         why,
         member=uid,
     ):
+        if member.refused_in:
+            book.member_refused(key, uid, member.refused_in)
         if before is None or before.domain_name != domain.name:
             log.info(
                 "group %s (%s, %d members): %s: %s",

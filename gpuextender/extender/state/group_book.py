@@ -31,6 +31,7 @@ from gpuextender.extender.state.pod_ledger import BoundPod
 log = logging.getLogger("gpu_extender.groups")
 
 MAX_RELEASED = 1_024  # release reasons kept for explain, the newest
+MAX_AVOIDED = 16  # domains per group kube-scheduler proved infeasible for it, the newest
 BOOK_FULL = "book full"  # (GroupBook.wait_reason)
 NAMESPACE_FULL = "namespace full"
 AWAITING_MEMBERS = "awaiting members"
@@ -63,6 +64,10 @@ class GroupPlan:
     # The members (pod UIDs) that asked while the plan held, at most `size`: a hold that expires
     # with fewer was held for members that never came (`GroupBook.wait_reason`).
     seen: set[str] = field(default_factory=set)
+    # (member uid, domain name): where a member failed GroupWaitsForDomain since the plan's domain
+    # was last offered (at most `size` x MAX_AVOIDED): one offered the same domain again means
+    # kube-scheduler went round its domains without the plan's (decide/group_member.py).
+    refused: set[tuple[str, str]] = field(default_factory=set)
 
     def held_members(self) -> int:
         return sum(self.holds.values())
@@ -78,6 +83,8 @@ class GroupCounts:
     refused_full: int = 0
     refused_namespace: int = 0
     refused_awaiting: int = 0  # ... or members seen when its hold expired short of members (AWAITING_MEMBERS)
+    waited_for_domain: int = 0  # member filters failed in the one domain offered: the group's is another
+    domains_given_up: int = 0  # domains kube-scheduler went round without (`avoid`)
 
 
 class GroupBook:
@@ -97,6 +104,9 @@ class GroupBook:
         # Groups whose hold expired with fewer members seen than their size -> those members: none of
         # them makes the group held again, a new member or a bound one does (at most MAX_RELEASED).
         self._awaiting: OrderedDict[str, frozenset[str]] = OrderedDict()
+        # Groups -> domains kube-scheduler never offered over a round of its domains (at most
+        # MAX_RELEASED groups, MAX_AVOIDED domains each): not preferred for the group again.
+        self._avoided: OrderedDict[str, tuple[str, ...]] = OrderedDict()
         self._holds_on: dict[str, dict[str, tuple[BoundPod, ...]]] = {}  # node -> group key -> entries
         self._released: OrderedDict[str, str] = OrderedDict()
         self._listeners: list[Callable[[str], None]] = []
@@ -157,6 +167,18 @@ class GroupBook:
             return NAMESPACE_FULL
         return ""
 
+    def avoided(self, key: str) -> frozenset[str]:
+        """The domains never to prefer for group `key` again (`avoid`)."""
+        return frozenset(self._avoided.get(key, ()))
+
+    def refused_for(self, key: str, uid: str) -> frozenset[str]:
+        """The domains member `uid` of group `key` failed GroupWaitsForDomain in since the plan's
+        domain was last offered."""
+        plan = self._plans.get(key)
+        if plan is None:
+            return frozenset()
+        return frozenset(domain for member, domain in plan.refused if member == uid)
+
     def on_change(self, listener: Callable[[str], None]) -> None:
         """`listener(node)` whenever the holds on `node` change."""
         self._listeners.append(listener)
@@ -197,6 +219,7 @@ class GroupBook:
                 plan.chosen_at, plan.expires_at = before.chosen_at, before.expires_at
                 plan.passed = before.passed
                 plan.preempting = preempting or before.preempting
+                plan.refused = before.refused
             plan.holds = before.holds  # only what differs changes (and is heard of)
             plan.seen = before.seen
         self._plans[key] = plan
@@ -212,6 +235,34 @@ class GroupBook:
         plan = self._plans.get(key)
         if plan is not None and uid and len(plan.seen) < plan.size:  # bounded: `size` tell all
             plan.seen.add(uid)
+
+    def member_refused(self, key: str, uid: str, domain: str) -> None:
+        """Member `uid` of group `key` failed GroupWaitsForDomain in `domain`, the call's one."""
+        self.counts.waited_for_domain += 1
+        plan = self._plans.get(key)
+        if plan is not None and uid and len(plan.refused) < plan.size * MAX_AVOIDED:  # bounded
+            plan.refused.add((uid, domain))
+
+    def domain_offered(self, key: str) -> None:
+        """A call offered group `key`'s plan's domain: kube-scheduler's round of domains reaches it."""
+        plan = self._plans.get(key)
+        if plan is not None:
+            plan.refused.clear()
+
+    def avoid(self, key: str, domain: str) -> None:
+        """kube-scheduler went round its domains for group `key` without `domain` (its own filters,
+        CPU, memory, affinity, leave every node there out): never prefer it for the group again, and
+        release a plan there (no member is bound or placed there: group_member.py asks so)."""
+        self.counts.domains_given_up += 1
+        names = (*(d for d in self._avoided.pop(key, ()) if d != domain), domain)
+        self._avoided[key] = names[-MAX_AVOIDED:]
+        while len(self._avoided) > MAX_RELEASED:
+            self._avoided.popitem(last=False)
+        plan = self._plans.get(key)
+        if plan is not None and plan.domain_name == domain:
+            why = f"released: kube-scheduler tried the group's other domains, never {domain} (its own filters)"
+            log.info("group %s: %s", key, why)
+            self._release(plan, why)
 
     def member_passed(self, key: str, uid: str, node: str) -> None:
         """A filter placed gang member `uid` of group `key` on `node` ("": failed it)."""
@@ -261,6 +312,7 @@ class GroupBook:
         plan.passed.pop(pod.uid, None)
         plan.nominated.pop(pod.uid, None)
         if bound >= plan.size:
+            self._avoided.pop(pod.group, None)
             self.counts.placed_whole += 1
             log.info("group %s placed whole in %s (%d members)", plan.key, plan.domain_name, plan.size)
             self._drop(plan)
@@ -285,6 +337,7 @@ class GroupBook:
     def deleted(self, key: str) -> None:
         """The PodGroup of group `key` was deleted: its hold goes with it (and what it awaited)."""
         self._awaiting.pop(key, None)
+        self._avoided.pop(key, None)
         self.release(key, "its PodGroup was deleted")
 
     def release(self, key: str, why: str) -> None:

@@ -335,12 +335,28 @@ def test_unknown_is_never_room() -> None:
 
 
 def test_a_domain_pinned_by_kueue_is_respected_and_ranked_inside() -> None:
-    """Kueue's TAS sets a node selector: kube-scheduler then sends only that domain's nodes."""
+    """Kueue's TAS sets a node selector: kube-scheduler then sends only that domain's nodes, and the
+    group is never sent to wait for another."""
     cluster = Cluster(fleet())
     pinned = [n for n in cluster.nodes if cluster.clique_of(n) == "b"]
-    answer = cluster.filter(lws_pod("g", 0, 2), pinned)
+    answer = cluster.filter(kueue_pinned(lws_pod("g", 0, 2), "b"), pinned)
     assert sorted(answer["NodeNames"]) == pinned  # a (the tightest of all) was not offered
-    assert cluster.filter(lws_pod("h", 0, 5), pinned)["NodeNames"] == []  # b cannot hold 5: it waits
+    assert cluster.filter(kueue_pinned(lws_pod("h", 0, 5), "b"), pinned)["NodeNames"] == []  # b cannot hold 5
+    # The same by required node affinity, every term naming b alone.
+    affinity = {"matchExpressions": [{"key": CLIQUE, "operator": "In", "values": ["b"]}]}
+    pod = lws_pod("k", 0, 2)
+    pod["spec"]["affinity"] = {
+        "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [affinity]}}
+    }
+    assert sorted(Cluster(fleet()).filter(pod, pinned)["NodeNames"]) == pinned
+    # Unpinned, the same call waits for a, which strands less (issue 53: kube-scheduler-1.36 offers
+    # one domain at a time).
+    assert Cluster(fleet()).filter(lws_pod("m", 0, 2), pinned)["NodeNames"] == []
+
+
+def kueue_pinned(pod: dict[str, Any], clique: str) -> dict[str, Any]:
+    pod["spec"]["nodeSelector"] = {CLIQUE: clique}
+    return pod
 
 
 def test_a_namespace_at_its_bound_makes_its_new_group_wait_and_others_go_on() -> None:
