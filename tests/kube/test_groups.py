@@ -413,6 +413,43 @@ def test_a_small_gang_takes_the_tight_clique_and_leaves_the_whole_one_with_kube_
     assert landed == {"small": {f"{ns}.a"}, "big": {f"{ns}.b"}}, f"{landed}{log_lines(logs, ['small', 'big'], names)}"
 
 
+def test_single_pods_arriving_before_a_group_leave_the_whole_clique_for_it(gworld: Scene) -> None:
+    """Clique o broken open (o0: 2 GPUs busy outside Kubernetes), clique w whole (2 idle nodes of 8).
+    Six 1-GPU pods at once, then a LeaderWorkerSet group of 2 x 8 GPUs, kube-scheduler v1.35.4 with the
+    shipped configuration: the single pods fill o (spread among o's nodes) and the group lands
+    whole in w. Ranked by idle GPUs alone (spread), the pods went to the emptiest nodes, w's among
+    them, and no clique held the group."""
+    ns = gworld.ns
+    nodes = (
+        G.FleetNode(f"{ns}-o0", f"{ns}.o", (G.IDLE,) * 6 + (G.BUSY,) * 2),
+        G.FleetNode(f"{ns}-o1", f"{ns}.o", (G.IDLE,) * 8),
+        G.FleetNode(f"{ns}-w0", f"{ns}.w", (G.IDLE,) * 8),
+        G.FleetNode(f"{ns}-w1", f"{ns}.w", (G.IDLE,) * 8),
+    )
+    fleet = G.Fleet(nodes, ns)
+    G.create_nodes(gworld.kube, fleet)
+    gworld.nodes.extend(n.name for n in nodes)
+    ext = start_extender(gworld, fleet)
+    scheduler = gworld.scheduler(ext, extra_args=LOGGED)
+    singles = [f"single-{i}" for i in range(6)]
+    for name in singles:
+        pod = G.member_pod(G.Group(name, G.LWS, 1, 1), 0, fleet.label, affinity=False)
+        pod["metadata"] = {"name": name, "labels": {"app": "single"}}
+        gworld.kube.create(f"/api/v1/namespaces/{ns}/pods", pod)
+    for name in singles:
+        gworld.bound(name, 60)
+    clique = {n.name: n.clique for n in nodes}
+    landed = {name: clique[gworld.node_of(name) or ""] for name in singles}
+    pair = G.Group("pair", G.LWS, 2, 8)
+    for i in range(2):
+        gworld.kube.create(f"/api/v1/namespaces/{ns}/pods", G.member_pod(pair, i, fleet.label))
+    group_nodes = [gworld.bound(pod, 60) for pod in pair.pods()]
+    logs = {"extender": ext.log_path, "kube-scheduler": scheduler.log_path}
+    names = [n.name for n in nodes]
+    assert set(landed.values()) == {f"{ns}.o"}, f"{landed}{log_lines(logs, ['single'], names)}"
+    assert sorted(group_nodes) == [f"{ns}-w0", f"{ns}-w1"], log_lines(logs, ["pair"], names)
+
+
 # -- replicas -----------------------------------------------------------------------------------------
 
 

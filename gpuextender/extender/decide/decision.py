@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from functools import cached_property
+from itertools import filterfalse
 
 from gpuextender.extender.decide import (
     class_plan,
@@ -28,6 +29,7 @@ from gpuextender.extender.decide import (
     mig_devices,
     preemption,
     shortlist,
+    whole_domains,
     whole_gpus,
 )
 from gpuextender.extender.decide.class_policy import ClassRanking
@@ -45,12 +47,16 @@ class Decision:
         known: Snapshot,
         shortlist: int = 0,
         group: group_member.GroupContext | None = None,
+        kept_whole: frozenset[str] = frozenset(),
     ) -> None:
         """`shortlist`: filter answers at most this many of the nodes that pass (0: all). `group`:
-        the pod is a member of a multi-pod group (group_member.py decides its domain)."""
+        the pod is a member of a multi-pod group (group_member.py decides its domain).
+        `kept_whole`: the nodes of the group level's whole domains (whole_domains.py), which a
+        single pod ranks after every other node that fits (empty for a group's member)."""
         self.pod, self.plan, self.candidates, self.known = pod, plan, candidates, known
         self.shortlist = shortlist
         self.group = group
+        self.kept_whole = kept_whole
 
     @cached_property
     def _mig(self) -> FilterOutcome:
@@ -150,11 +156,24 @@ class Decision:
         outcome, keep = self.filtered, self.shortlist
         if keep <= 0 or len(outcome.passed) <= keep or (self.pod.gpus_needed <= 0 and not self.pod.mig_needed):
             return outcome
-        kept = shortlist.best(self.pod, outcome.passed, keep, self.candidates, self.known, self.plan)
+        passed, kept_whole = outcome.passed, self.kept_whole
+        whole = kept_whole.intersection(passed) if kept_whole else kept_whole
+        if whole and len(whole) < len(passed):  # the other passes first, then the whole domains'
+            first = list(filterfalse(whole.__contains__, passed))
+            kept = self._best(first, keep)
+            if len(kept) < keep:
+                kept += self._best(list(filter(whole.__contains__, passed)), keep - len(kept))
+        else:
+            kept = self._best(passed, keep)
         assumed = set(outcome.assumed)  # (passes on assumed data: none while a fresh node fits)
         return FilterOutcome(
             kept, outcome.failed, outcome.fallback, [n for n in kept if n in assumed] if assumed else []
         )
+
+    def _best(self, passed: list[str], keep: int) -> list[str]:
+        if len(passed) <= keep:
+            return passed
+        return shortlist.best(self.pod, passed, keep, self.candidates, self.known, self.plan)
 
     @cached_property
     def held_back(self) -> frozenset[str]:
@@ -180,14 +199,16 @@ class Decision:
     def scores(self) -> list[tuple[str, int]]:
         """(node, 0-10) for every candidate, in request order: classes first, then the node strategy.
         A node that cannot give the pod its MIG devices, or a group member's node outside its
-        group's domain, scores 0."""
+        group's domain, scores 0; a single pod's nodes of whole domains rank after its others
+        (whole_domains.py)."""
+        scores = self._ranked[0]
         if self.group is not None:
             failed = self.filtered.failed
-        elif self.pod.mig_needed:
+            return [(name, 0 if name in failed else score) for name, score in scores]
+        if self.pod.mig_needed:
             failed = self._mig.failed
-        else:
-            return self._ranked[0]
-        return [(name, 0 if name in failed else score) for name, score in self._ranked[0]]
+            scores = [(name, 0 if name in failed else score) for name, score in scores]
+        return whole_domains.whole_last(scores, self.kept_whole) if self.kept_whole else scores
 
     @property
     def class_ranking(self) -> ClassRanking | None:

@@ -250,6 +250,9 @@ def explain(d: Decision) -> dict[str, Any]:
                     "nodeScore": node_scores.get(name, 0),
                     "classPosition": min(ranks) if ranks else None,
                     "classesRanked": len(position) if plan.applies else None,
+                    # In a domain of the group level whose every GPU is idle: ranked after the
+                    # others, kept whole for multi-pod groups (None: no such rule for this pod).
+                    "inWholeDomain": (name in d.kept_whole) if d.kept_whole else None,
                 },
             }
         )
@@ -295,6 +298,8 @@ def explain(d: Decision) -> dict[str, Any]:
             "nodesWithLowerPriorityGPUPods": outcome.preemptible,
         },
         "shortlist": d.shortlist or None,  # filter answers at most this many passing nodes (None: all)
+        # Candidates in whole domains (every GPU idle), ranked after the others: kept for groups.
+        "inWholeDomains": [n for n in d.candidates.names if n in d.kept_whole] if d.kept_whole else [],
         # Nodes that passed only on assumed data: no node with fresh data fit.
         "passedOnAssumedData": list(outcome.assumed),
         "formulas": {"node": NODE_FORMULA, "class": CLASS_FORMULA if plan.applies else None},

@@ -17,6 +17,7 @@ from gpuextender.extender.decide.fit_index import FitIndex
 from gpuextender.extender.decide.group_domains import ANY, NO_LABEL, LevelIndex, level_index
 from gpuextender.extender.decide.group_member import GroupContext
 from gpuextender.extender.decide.snapshot import Candidates, Snapshot
+from gpuextender.extender.decide.whole_domains import WholeDomains
 from gpuextender.extender.model.dra import pod_claims
 from gpuextender.extender.model.ome.pod_intent import PodIdentity
 from gpuextender.extender.model.pod_gpus import add_mig
@@ -126,6 +127,8 @@ class DecisionInputs:
         self._fits = FitIndex(state.offered_summaries)
         state.on_offered_change(self._fits.changed)
         state.on_settle(self._fits.catch_up)
+        self._whole = WholeDomains(state.offered_summaries)  # domains a single pod ranks last
+        state.on_offered_change(self._whole.changed)
 
     def decide(self, args: ExtenderArgs) -> Decision:
         """The question (the pod, read once; the candidates) against what we know now."""
@@ -194,7 +197,18 @@ class DecisionInputs:
             published=sources.published,
             compute_domains_on=claims.compute_domains_on if claims is not None else lambda node: frozenset(),
         )
-        return Decision(pod, self._plans.plan(pod, view), candidates, known, settings.shortlist, group)
+        kept_whole = self._kept_whole(view) if group is None else frozenset()
+        return Decision(pod, self._plans.plan(pod, view), candidates, known, settings.shortlist, group, kept_whole)
+
+    def _kept_whole(self, view: InventoryView) -> frozenset[str]:
+        """The nodes of the first group level's whole domains (decide/whole_domains.py)."""
+        level = self._settings.group_levels[0] if self._settings.group_levels else ""
+        if not level:
+            return frozenset()
+        index = self._levels.index(view, level)
+        if not index.value_of:
+            return frozenset()
+        return self._whole.whole_nodes(level, index.value_of, index.nodes_of)
 
     def _group(self, pod: PodRequest, view: InventoryView, raw: dict[str, Any]) -> GroupContext | str | None:
         """What is known of the pod's multi-pod group; None: a single pod (no GPU asked for, no size

@@ -250,6 +250,10 @@ def render(answer: dict[str, Any]) -> str:
     last = (answer.get("preemption") or {}).get("lastCall")
     if last:
         lines += preemption_lines(last)
+    whole = answer.get("inWholeDomains")
+    if whole:
+        shown = ", ".join(whole[:5]) + (f" and {len(whole) - 5} more" if len(whole) > 5 else "")
+        lines.append(f"  ranked last, their domain whole (every GPU idle) and kept for multi-pod groups: {shown}")
     if answer.get("passedOnAssumedData"):
         lines.append("  no node with fresh GPU data fits: nodes without it pass on assumed data (marked *)")
     rows = ordered(answer["nodes"])

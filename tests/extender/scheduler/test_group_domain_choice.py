@@ -12,8 +12,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from gpuextender.extender.model.pod_group import PodGroupSpec
 from gpuextender.extender.observe.groups import GroupsCollector
+from gpuextender.extender.scheduler.wire import ExtenderArgs
+from gpuextender.extender.ui.explain_cli import render
 from tests.extender.scheduler.test_groups import Cluster, failures, lws_pod, single_pod
 
 A = [f"a{i}" for i in range(4)]
@@ -165,3 +169,81 @@ def test_a_pinned_member_of_a_group_planned_elsewhere_moves_the_plan_to_its_doma
     assert sorted(cluster.filter(pod, B)["NodeNames"]) == B
     plan = cluster.api.groups.plan(KEY)
     assert plan is not None and plan.value == "b"
+
+
+# -- single pods keep whole domains whole -------------------------------------------------------------
+
+
+def open_and_whole() -> Cluster:
+    """Clique o broken open (o1 has 2 GPUs busy), clique w whole (2 idle nodes of 8)."""
+    return Cluster(
+        {"o0": ("o", 8, 0), "o1": ("o", 6, 2), "w0": ("w", 8, 0), "w1": ("w", 8, 0)},
+        shortlist=1,
+        compact_priorities=False,
+    )
+
+
+@pytest.mark.parametrize("strategy", ["spread", "binpack"])
+def test_a_single_pod_ranks_a_broken_open_cliques_nodes_above_a_whole_ones(strategy: str) -> None:
+    cluster = open_and_whole()
+    pod = single_pod("s", 1)
+    pod["metadata"]["annotations"] = {"gpu-extender.io/node-strategy": strategy}
+    scores = dict((s["Host"], s["Score"]) for s in cluster.api.prioritize(ExtenderArgs(pod, cluster.nodes, None)))
+    assert min(scores["o0"], scores["o1"]) > max(scores["w0"], scores["w1"]), scores
+    # spread still spreads inside the open clique (o0, the emptier, first); binpack packs (o1).
+    assert (scores["o0"] > scores["o1"]) == (strategy == "spread")
+    # The shortlist (1 here) keeps the open clique's best.
+    assert cluster.filter(pod)["NodeNames"] == (["o0"] if strategy == "spread" else ["o1"])
+
+
+def test_single_pods_arriving_with_a_group_leave_the_whole_clique_for_it() -> None:
+    cluster = open_and_whole()
+    for i in range(6):
+        assert cluster.schedule(single_pod(f"s{i}", 1)) in ("o0", "o1"), i
+    assert cluster.filter(lws_pod("pair", 0, 2))["NodeNames"]  # (the shortlist of 1 names one of them)
+    plan = cluster.api.groups.plan("llm/leaderworkerset/pair")
+    assert plan is not None and plan.holds == {"w0": 1, "w1": 1}
+
+
+def test_with_only_whole_cliques_a_single_pod_is_ranked_as_before() -> None:
+    cluster = Cluster({"w0": ("w", 8, 0), "v0": ("v", 8, 0), "x": (None, 6, 2)}, compact_priorities=False)
+    pod = single_pod("s", 1)
+    scores = dict((s["Host"], s["Score"]) for s in cluster.api.prioritize(ExtenderArgs(pod, ["w0", "v0"], None)))
+    assert scores == {"w0": 10, "v0": 10}
+    # A node without the label is no whole domain: it ranks with the open ones.
+    scores = dict((s["Host"], s["Score"]) for s in cluster.api.prioritize(ExtenderArgs(pod, ["w0", "x"], None)))
+    assert scores["x"] > scores["w0"]
+
+
+def test_the_shortlist_fills_up_with_whole_domains_nodes_after_the_open_ones() -> None:
+    cluster = Cluster(
+        {"o0": ("o", 8, 0), "o1": ("o", 6, 2), "w0": ("w", 8, 0), "w1": ("w", 8, 0)},
+        shortlist=3,
+        compact_priorities=False,
+    )
+    answer = cluster.filter(single_pod("s", 1))["NodeNames"]
+    assert len(answer) == 3 and {"o0", "o1"} <= set(answer)
+
+
+def test_a_groups_member_is_not_ranked_by_whole_domains() -> None:
+    """A group of its own label (LWS exclusive-topology "zone", carried by no node: its domain is
+    any nodes) spans cliques o and w: its members rank by the node strategy alone (spread: the
+    whole clique's emptier nodes), the group's domain being its own rule."""
+    cluster = Cluster({"o0": ("o", 6, 2), "w0": ("w", 8, 0)}, shortlist=1)
+    member = lws_pod("z", 0, 2, gpus=1, **{"leaderworkerset.sigs.k8s.io/exclusive-topology": "zone"})
+    assert cluster.filter(member)["NodeNames"] == ["w0"]
+    assert cluster.filter(single_pod("s", 1))["NodeNames"] == ["o0"]  # (a single pod: the open clique)
+
+
+def test_explain_names_the_whole_domains_nodes_ranked_last() -> None:
+    cluster = open_and_whole()
+    answer = cluster.api.explain(ExtenderArgs(single_pod("s", 1), cluster.nodes, None))
+    assert answer["inWholeDomains"] == ["w0", "w1"]
+    parts = {n["node"]: n["scoreParts"]["inWholeDomain"] for n in answer["nodes"]}
+    assert parts == {"o0": False, "o1": False, "w0": True, "w1": True}
+    assert "ranked last, their domain whole (every GPU idle) and kept for multi-pod groups: w0, w1" in render(answer)
+    member = cluster.api.explain(ExtenderArgs(lws_pod("g", 0, 2), cluster.nodes, None))
+    assert member["inWholeDomains"] == [] and member["nodes"][0]["scoreParts"]["inWholeDomain"] is None
+    many = Cluster({**{f"w{i}": ("w", 8, 0) for i in range(7)}, "o0": ("o", 6, 2)})
+    text = render(many.api.explain(ExtenderArgs(single_pod("s", 1), many.nodes, None)))
+    assert "kept for multi-pod groups: w0, w1, w2, w3, w4 and 2 more" in text
