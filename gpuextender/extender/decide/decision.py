@@ -17,9 +17,11 @@ GPU pod's filter, the answer names only the `shortlist` best of them; the others
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 from functools import cached_property
 from itertools import filterfalse
+from typing import cast
 
 from gpuextender.extender.decide import (
     class_plan,
@@ -28,8 +30,8 @@ from gpuextender.extender.decide import (
     group_member,
     mig_devices,
     preemption,
+    score_bands,
     shortlist,
-    whole_domains,
     whole_gpus,
 )
 from gpuextender.extender.decide.class_policy import ClassRanking
@@ -202,13 +204,19 @@ class Decision:
         group's domain, scores 0; a single pod's nodes of whole domains rank after its others
         (whole_domains.py)."""
         scores = self._ranked[0]
-        if self.group is not None:
+        group = self.group
+        if group is not None:
             failed = self.filtered.failed
-            return [(name, 0 if name in failed else score) for name, score in scores]
+            scores = [(name, 0 if name in failed else score) for name, score in scores]
+            held = group.held
+            # Where the group's room is held first: kube-scheduler binds a member (not a gang's:
+            # answered one node) on any passing node of the domain, and the placement keeps the
+            # domain's roomiest nodes for larger members (group_domains.place).
+            return score_bands.ranked_below(scores, _NotIn(held)) if held else scores
         if self.pod.mig_needed:
             failed = self._mig.failed
             scores = [(name, 0 if name in failed else score) for name, score in scores]
-        return whole_domains.whole_last(scores, self.kept_whole) if self.kept_whole else scores
+        return score_bands.ranked_below(scores, self.kept_whole) if self.kept_whole else scores
 
     @property
     def class_ranking(self) -> ClassRanking | None:
@@ -245,3 +253,13 @@ class Decision:
             known.now,
             known.policy,
         )
+
+
+class _NotIn:
+    """The nodes without a member held on them (`held`: node -> members)."""
+
+    def __init__(self, held: Mapping[str, int]) -> None:
+        self._held = held
+
+    def __contains__(self, node: object) -> bool:
+        return not self._held.get(cast(str, node), 0)

@@ -160,6 +160,7 @@ class _Tally:
         self.room: Counter[str] = Counter()
         self.idle: Counter[str] = Counter()
         self.nodes: Counter[str] = Counter()
+        self.square: Counter[str] = Counter()  # idle GPUs squared, summed (group_domains.preference)
         self.unlabelled: dict[str, int] = {}  # fits without the label (each a domain of one): their idle GPUs
         for name, fit in fits.items():
             self.count(name, fit[1], 1)
@@ -175,6 +176,7 @@ class _Tally:
         self.room[value] += sign * (idle // self.k)
         self.idle[value] += sign * idle
         self.nodes[value] += sign
+        self.square[value] += sign * idle * idle
 
 
 MAX_TALLIES = 4  # domain labels tallied per size (a group's own key, the configured levels)
@@ -185,9 +187,14 @@ class DomainRooms:
     (members of k GPUs), idle GPUs and nodes per labelled value, and the unlabelled fits' idle GPUs."""
 
     def __init__(
-        self, room: dict[str, int], idle: dict[str, int], nodes: dict[str, int], unlabelled: dict[str, int]
+        self,
+        room: dict[str, int],
+        idle: dict[str, int],
+        nodes: dict[str, int],
+        square: dict[str, int],
+        unlabelled: dict[str, int],
     ) -> None:
-        self.room, self.idle, self.nodes, self.unlabelled = room, idle, nodes, unlabelled
+        self.room, self.idle, self.nodes, self.square, self.unlabelled = room, idle, nodes, square, unlabelled
 
 
 class FitIndex:
@@ -333,18 +340,18 @@ class FitIndex:
         stale = self.stale(now, stale_after)
         if names is None:
             out: set[str] = set(stale.intersection(fits))
-            room, idle, nodes = dict(tally.room), dict(tally.idle), dict(tally.nodes)
-            self._take_off(out, fits, value_of, k, room, idle, nodes)
+            room, idle, nodes, square = dict(tally.room), dict(tally.idle), dict(tally.nodes), dict(tally.square)
+            self._take_off(out, fits, value_of, k, (room, idle, nodes, square))
             unlabelled = {n: held for n, held in tally.unlabelled.items() if n not in stale}
-            return DomainRooms(room, idle, nodes, unlabelled)
+            return DomainRooms(room, idle, nodes, square, unlabelled)
         candidates = set(names)
         out = fits.keys() - candidates  # fits not offered (kube-scheduler's own filters left them out)
         if stale:
             out |= stale.intersection(fits)
-        room, idle, nodes = dict(tally.room), dict(tally.idle), dict(tally.nodes)
-        self._take_off(out, fits, value_of, k, room, idle, nodes)
+        room, idle, nodes, square = dict(tally.room), dict(tally.idle), dict(tally.nodes), dict(tally.square)
+        self._take_off(out, fits, value_of, k, (room, idle, nodes, square))
         unlabelled = {n: held for n, held in tally.unlabelled.items() if n in candidates and n not in stale}
-        return DomainRooms(room, idle, nodes, unlabelled)
+        return DomainRooms(room, idle, nodes, square, unlabelled)
 
     @staticmethod
     def _take_off(
@@ -352,11 +359,10 @@ class FitIndex:
         fits: Mapping[str, Fit],
         value_of: Mapping[str, str],
         k: int,
-        room: dict[str, int],
-        idle: dict[str, int],
-        nodes: dict[str, int],
+        copy: tuple[dict[str, int], dict[str, int], dict[str, int], dict[str, int]],
     ) -> None:
-        """The fits `out` taken off a tally's copy, per domain."""
+        """The fits `out` taken off a tally's copy (room, idle, nodes, square), per domain."""
+        room, idle, nodes, square = copy
         for name in out:
             value = value_of.get(name)
             if value is not None:
@@ -364,6 +370,7 @@ class FitIndex:
                 room[value] -= held // k
                 idle[value] -= held
                 nodes[value] -= 1
+                square[value] -= held * held
 
     def domain_fits(self, k: int, nodes: Iterable[str], now: float, stale_after: float) -> dict[str, int] | None:
         """Of `nodes` (one domain's), the fresh fits of a k-GPU pod at `now` with their idle GPUs;

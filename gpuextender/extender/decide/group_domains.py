@@ -12,8 +12,10 @@ The choice, per level in order (the first level where a domain holds the group w
 - a domain's room is the members its passing nodes hold, each node idle // per-member GPUs;
 - among the domains with room for every remaining member, the one that leaves the fewest idle
   GPUs of its passing nodes unused (least capacity stranded: a tight domain is not broken open for
-  a group a larger one could take), then the fewest nodes, then the smaller name: every replica
-  that sees the same state chooses the same domain;
+  a group a larger one could take), then the one whose idle GPUs are the least concentrated (the
+  sum of each passing node's idle GPUs squared: nodes with many idle GPUs are kept for larger
+  members), then the fewest nodes, then the smaller name: every replica that sees the same state
+  chooses the same domain;
 - the members are placed on the domain's nodes tightest first (fewest idle GPUs that still hold
   one), which is where the group's holds go.
 """
@@ -23,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import repeat
-from operator import floordiv
+from operator import floordiv, mul
 from typing import Protocol
 
 from gpuextender.extender.decide.reasons import Reason
@@ -72,6 +74,7 @@ class Room:
     members: int  # members it can hold
     idle: int  # free idle GPUs of its passing nodes
     nodes: int  # its passing nodes
+    square: int = 0  # each passing node's free idle GPUs squared, summed: how concentrated they are
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,9 +116,10 @@ def domains(level: str, nodes: Iterable[str], levels: Levels) -> list[Domain]:
 
 def room(domain: Domain, idle: Mapping[str, int], per_member: int) -> Room:
     held = list(map(idle.__getitem__, domain.nodes))
+    square = sum(map(mul, held, held))
     if per_member <= 0:  # members that ask for no whole GPU (MIG devices): one per passing node
-        return Room(domain, len(held), sum(held), len(held))
-    return Room(domain, sum(map(floordiv, held, repeat(per_member))), sum(held), len(held))
+        return Room(domain, len(held), sum(held), len(held), square)
+    return Room(domain, sum(map(floordiv, held, repeat(per_member))), sum(held), len(held), square)
 
 
 def choose(
@@ -149,17 +153,23 @@ def choose(
     return GroupChoice(None, {}, tuple(rooms[:MAX_ROOMS]), reason, len(rooms))
 
 
-def _preference(r: Room, members: int, per_member: int) -> tuple[int, int, int, str]:
+def _preference(r: Room, members: int, per_member: int) -> Preference:
     """Holding domains first, the least stranded; then, among those that do not hold the group,
     the one with the most room (named in the shortfall)."""
-    return preference(r.members, r.idle, r.nodes, r.domain.name, members, per_member)
+    return preference(r.members, r.idle, r.nodes, r.domain.name, members, per_member, r.square)
 
 
-def preference(room: int, idle: int, nodes: int, name: str, members: int, per_member: int) -> tuple[int, int, int, str]:
-    """The order of domains (module docstring): a domain's room, idle GPUs, passing nodes and name."""
+Preference = tuple[int, int, int, int, str]
+
+
+def preference(
+    room: int, idle: int, nodes: int, name: str, members: int, per_member: int, square: int = 0
+) -> Preference:
+    """The order of domains (module docstring): a domain's room, idle GPUs, passing nodes, name and
+    its nodes' idle GPUs squared and summed (`square`)."""
     if room >= members:
-        return (0, idle - members * max(per_member, 0), nodes, name)
-    return (1, -room, nodes, name)
+        return (0, idle - members * max(per_member, 0), square, nodes, name)
+    return (1, -room, 0, nodes, name)
 
 
 class Tallied(Protocol):
@@ -168,6 +178,7 @@ class Tallied(Protocol):
     room: dict[str, int]
     idle: dict[str, int]
     nodes: dict[str, int]
+    square: dict[str, int]
     unlabelled: dict[str, int]
 
 
@@ -196,28 +207,29 @@ def choose_tallied(
         return None
     best: list[_Row] = []
     best_level = carried[0]
+    pref = preference
     for level in carried:
         t = tallied(level)
         if t is None:
             return None
         found: list[_Row] = [
-            (preference(room, idle, n, f"{level}={value}", members, per_member), level, value, room, idle, n, False)
+            (pref(room, idle, n, f"{level}={value}", members, per_member, sq), level, value, room, idle, n, False, sq)
             for value, n in t.nodes.items()
             if n > 0
-            for room, idle in ((t.room[value], t.idle[value]),)
+            for room, idle, sq in ((t.room[value], t.idle[value], t.square[value]),)
         ]
         found += [
-            (preference(r, idle, 1, f"node {node}", members, per_member), level, node, r, idle, 1, True)
+            (pref(r, idle, 1, f"node {node}", members, per_member, sq), level, node, r, idle, 1, True, sq)
             for node, idle in t.unlabelled.items()
-            for r in (idle // per_member,)
+            for r, sq in ((idle // per_member, idle * idle),)
         ]
         if skip:
-            found = [row for row in found if row[0][3] not in skip]
+            found = [row for row in found if row[0][-1] not in skip]
         found.sort()
         if found and found[0][3] >= members:
-            _, _, value, room, idle, n, single = found[0]
+            _, _, value, room, idle, n, single, square = found[0]
             nodes = tuple(passed(level, value, single))
-            chosen = Room(Domain(level, NO_LABEL if single else value, nodes), room, idle, n)
+            chosen = Room(Domain(level, NO_LABEL if single else value, nodes), room, idle, n, square)
             idle_map = {node: idle_of(node) for node in nodes}
             rooms = tuple(_room_of(row) for row in found[:MAX_ROOMS])
             return GroupChoice(chosen, place(chosen.domain, idle_map, members, per_member), rooms, None, len(found))
@@ -228,16 +240,16 @@ def choose_tallied(
 
 
 # A tallied domain: (its preference, level, value or the node of a domain of one, room, idle GPUs,
-# passing nodes, whether it is a domain of one).
-_Row = tuple[tuple[int, int, int, str], str, str, int, int, int, bool]
+# passing nodes, whether it is a domain of one, its nodes' idle GPUs squared and summed).
+_Row = tuple[Preference, str, str, int, int, int, bool, int]
 
 
 def _room_of(row: _Row) -> Room:
     """A tallied domain as a Room (its nodes not listed: only the chosen one's are needed)."""
-    _, level, value, room, idle, n, single = row
+    _, level, value, room, idle, n, single, square = row
     if single:
-        return Room(Domain(level, NO_LABEL, (value,)), room, idle, n)
-    return Room(Domain(level, value, ()), room, idle, n)
+        return Room(Domain(level, NO_LABEL, (value,)), room, idle, n, square)
+    return Room(Domain(level, value, ()), room, idle, n, square)
 
 
 def place(domain: Domain, idle: Mapping[str, int], members: int, per_member: int) -> dict[str, int]:

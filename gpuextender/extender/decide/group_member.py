@@ -249,8 +249,8 @@ def _better_elsewhere(
     return best, one
 
 
-def _rank(r: group_domains.Room, members: int, per_member: int) -> tuple[int, int, int]:
-    return group_domains.preference(r.members, r.idle, r.nodes, "", members, per_member)[:3]
+def _rank(r: group_domains.Room, members: int, per_member: int) -> tuple[int, ...]:
+    return group_domains.preference(r.members, r.idle, r.nodes, "", members, per_member, r.square)[:-1]
 
 
 def _refused(base: FilterOutcome) -> FilterOutcome:

@@ -106,31 +106,3 @@ class WholeDomains:
                 for node in marked:
                     kept.update(node, get(node))
             marked.clear()
-
-
-# The score bands (prioritize's 0-10) where a pod's fitting nodes lie both in whole domains and
-# outside them: whole ones 1-3, the others 4-10, each keeping its order by the node strategy.
-WHOLE_BAND = (1, 3)
-OPEN_BAND = (4, 10)
-
-
-def whole_last(scores: list[tuple[str, int]], whole: frozenset[str]) -> list[tuple[str, int]]:
-    """`scores` (node, 0-10) with every fitting node (score > 0) of `whole` ranked below every
-    fitting node outside it; unchanged where the fitting nodes are all on one side."""
-    fitting_whole = fitting_open = False
-    for name, score in scores:
-        if score > 0:
-            if name in whole:
-                fitting_whole = True
-            else:
-                fitting_open = True
-            if fitting_whole and fitting_open:
-                return [(name, _banded(score, name in whole)) for name, score in scores]
-    return scores
-
-
-def _banded(score: int, whole: bool) -> int:
-    if score <= 0:
-        return 0
-    low, high = WHOLE_BAND if whole else OPEN_BAND
-    return low + round((high - low) * (score - 1) / 9)

@@ -62,3 +62,12 @@ def test_sizes_the_index_does_not_keep_answer_none() -> None:
     index = FitIndex(fleet())
     assert index.domain_fits(0, ["a0"], NOW, STALE_AFTER) is None
     assert index.domain_rooms(0, "clique", LABELS.value_of, None, NOW, STALE_AFTER) is None
+
+
+def test_rooms_sum_each_fits_idle_gpus_squared_offered_or_fleet_wide() -> None:
+    """(group_domains.preference orders equally stranding domains by it: the least concentrated.)"""
+    index = FitIndex(fleet())
+    rooms = index.domain_rooms(2, "clique", LABELS.value_of, None, NOW, STALE_AFTER)
+    assert rooms is not None and rooms.square == {"a": 8 * 8 + 6 * 6 + 2 * 2}
+    offered = index.domain_rooms(2, "clique", LABELS.value_of, ["a0", "a4"], NOW, STALE_AFTER)
+    assert offered is not None and offered.square == {"a": 8 * 8 + 2 * 2}

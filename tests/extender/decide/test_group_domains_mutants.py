@@ -26,12 +26,17 @@ INDEX = {"clique": level_index("clique", {"a0": {"clique": "a"}, "a1": {"clique"
 
 @dataclass
 class Tallies:
-    """What fit_index.DomainRooms gives choose_tallied: per value, room, idle GPUs and nodes."""
+    """What fit_index.DomainRooms gives choose_tallied: per value, room, idle GPUs and nodes (and
+    the idle GPUs squared and summed: here as if on one node, unless given)."""
 
     room: dict[str, int] = field(default_factory=dict)
     idle: dict[str, int] = field(default_factory=dict)
     nodes: dict[str, int] = field(default_factory=dict)
     unlabelled: dict[str, int] = field(default_factory=dict)
+    square: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.square = {value: idle * idle for value, idle in self.idle.items()} | self.square
 
 
 def never(*_: object) -> NoReturn:
@@ -49,16 +54,16 @@ def test_the_any_nodes_domain_has_the_any_value() -> None:
 
 def test_the_room_of_members_without_whole_gpus_counts_the_passing_nodes() -> None:
     r = room(Domain("clique", "a", ("a0", "a1")), {"a0": 0, "a1": 3}, 0)
-    assert (r.members, r.idle, r.nodes) == (2, 3, 2)
+    assert (r.members, r.idle, r.nodes, r.square) == (2, 3, 2, 9)
 
 
 def test_a_holding_domain_is_ranked_by_the_gpus_it_would_strand() -> None:
-    assert preference(3, 10, 2, "clique=a", 2, 4) == (0, 2, 2, "clique=a")
-    assert preference(3, 5, 2, "clique=a", 2, 0) == (0, 5, 2, "clique=a")  # no whole GPU: none used up
+    assert preference(3, 10, 2, "clique=a", 2, 4, 50) == (0, 2, 50, 2, "clique=a")
+    assert preference(3, 5, 2, "clique=a", 2, 0, 13) == (0, 5, 13, 2, "clique=a")  # no whole GPU: none used up
 
 
 def test_a_domain_short_of_room_is_ranked_after_every_holding_one_by_its_room() -> None:
-    assert preference(1, 8, 1, "clique=a", 2, 8) == (1, -1, 1, "clique=a")
+    assert preference(1, 8, 1, "clique=a", 2, 8, 64) == (1, -1, 0, 1, "clique=a")  # (concentration: no order)
 
 
 def test_the_tallied_road_does_not_answer_members_without_whole_gpus() -> None:

@@ -9,7 +9,8 @@ from dataclasses import replace
 import pytest
 
 from gpuextender.extender.decide.group_domains import level_index
-from gpuextender.extender.decide.whole_domains import MAX_LEVELS, WholeDomains, node_whole, whole_last
+from gpuextender.extender.decide.score_bands import ranked_below
+from gpuextender.extender.decide.whole_domains import MAX_LEVELS, WholeDomains, node_whole
 from gpuextender.extender.state.gpu_summary import NodeSummary
 from tests.extender.decide.test_fit_index import fitting
 
@@ -81,7 +82,7 @@ def test_changes_before_the_first_question_are_not_kept() -> None:
 def test_scores_rank_whole_domains_last_each_side_in_its_own_order() -> None:
     scores = [("open-low", 1), ("open-high", 10), ("whole-high", 10), ("whole-low", 1), ("failed", 0), ("mid", 5)]
     whole = frozenset({"whole-high", "whole-low", "failed"})
-    assert whole_last(scores, whole) == [
+    assert ranked_below(scores, whole) == [
         ("open-low", 4),
         ("open-high", 10),
         ("whole-high", 3),
@@ -92,9 +93,9 @@ def test_scores_rank_whole_domains_last_each_side_in_its_own_order() -> None:
 
 
 def test_scores_with_fitting_nodes_on_one_side_only_are_unchanged() -> None:
-    assert whole_last([("a", 10), ("b", 0)], frozenset({"a"})) == [("a", 10), ("b", 0)]
-    assert whole_last([("a", 10), ("b", 0)], frozenset({"b"})) == [("a", 10), ("b", 0)]
-    assert whole_last([("a", 10), ("b", 3)], frozenset()) == [("a", 10), ("b", 3)]
+    assert ranked_below([("a", 10), ("b", 0)], frozenset({"a"})) == [("a", 10), ("b", 0)]
+    assert ranked_below([("a", 10), ("b", 0)], frozenset({"b"})) == [("a", 10), ("b", 0)]
+    assert ranked_below([("a", 10), ("b", 3)], frozenset()) == [("a", 10), ("b", 3)]
 
 
 def test_a_node_that_changes_without_changing_side_moves_no_count() -> None:

@@ -14,11 +14,12 @@ from typing import Any
 
 import pytest
 
+from gpuextender.extender.decide.group_domains import choose, level_index
 from gpuextender.extender.model.pod_group import PodGroupSpec
 from gpuextender.extender.observe.groups import GroupsCollector
 from gpuextender.extender.scheduler.wire import ExtenderArgs
 from gpuextender.extender.ui.explain_cli import render
-from tests.extender.scheduler.test_groups import Cluster, failures, lws_pod, single_pod
+from tests.extender.scheduler.test_groups import CLIQUE, Cluster, failures, lws_pod, single_pod
 
 A = [f"a{i}" for i in range(4)]
 B = [f"b{i}" for i in range(4)]
@@ -247,3 +248,34 @@ def test_explain_names_the_whole_domains_nodes_ranked_last() -> None:
     many = Cluster({**{f"w{i}": ("w", 8, 0) for i in range(7)}, "o0": ("o", 6, 2)})
     text = render(many.api.explain(ExtenderArgs(single_pod("s", 1), many.nodes, None)))
     assert "kept for multi-pod groups: w0, w1, w2, w3, w4 and 2 more" in text
+
+
+# -- the least concentrated of equally tight domains; members where their room is held -------------
+
+
+def test_of_two_domains_a_group_fills_exactly_the_one_whose_idle_gpus_are_spread_thin() -> None:
+    """A 4 x 4 group strands nothing in w (2 nodes of 8 idle) nor in t (4 nodes of 4): it takes t,
+    the one that cannot hold 8-GPU members, so that a 2 x 8 group still has w (fewer nodes used to
+    decide it, and w came first)."""
+    cluster = Cluster({"w0": ("w", 8, 0), "w1": ("w", 8, 0), **{f"t{i}": ("t", 4, 4) for i in range(4)}})
+    assert sorted(cluster.filter(lws_pod("g", 0, 4, gpus=4))["NodeNames"]) == [f"t{i}" for i in range(4)]
+    assert sorted(cluster.filter(lws_pod("h", 0, 2))["NodeNames"]) == ["w0", "w1"]
+    # The same choice node by node (group_domains.choose: the road of a pod the index does not judge).
+    idle = {"w0": 8, "w1": 8, **{f"t{i}": 4 for i in range(4)}}
+    index = level_index(CLIQUE, cluster.labels)
+    choice = choose(4, 4, idle, (CLIQUE,), lambda _level: index, list(idle))
+    assert choice.chosen is not None and choice.chosen.domain.name == f"{CLIQUE}=t"
+    assert (choice.chosen.square, choice.rooms[1].square) == (4 * 16, 2 * 64)
+
+
+def test_a_members_nodes_holding_its_groups_room_rank_first() -> None:
+    """Clique c: c0 with 6 idle GPUs, c1 and c2 with 8. A 3 x 4 group's room is held on the tightest
+    nodes (c0: 1, then c1: 2), so c2 stays whole; kube-scheduler binds a member (not a gang's) on any
+    passing node of the domain, so prioritize ranks the held nodes first, spread or not."""
+    cluster = Cluster({"c0": ("c", 6, 2), "c1": ("c", 8, 0), "c2": ("c", 8, 0)}, compact_priorities=False)
+    pod = lws_pod("g", 0, 3, gpus=4)
+    assert sorted(cluster.filter(pod)["NodeNames"]) == ["c0", "c1", "c2"]
+    plan = cluster.api.groups.plan("llm/leaderworkerset/g")
+    assert plan is not None and plan.holds == {"c0": 1, "c1": 2}
+    scores = {s["Host"]: s["Score"] for s in cluster.api.prioritize(ExtenderArgs(pod, ["c0", "c1", "c2"], None))}
+    assert min(scores["c0"], scores["c1"]) > scores["c2"] > 0
