@@ -17,6 +17,10 @@ gpu-scheduler configuration calling the real gpu-extender:
   gang's placed, unbound members as still to place (BUG_136 below, fixed).
 Then a replica killed between two members of a group: the other replica, which has no plan for
 the group, sends the rest to the domain of the bound member.
+Issue 53: six groups a solver can pack whole at once (bench/bench_group_packing.py's designed
+fleet) all land whole under either scheduler; a small gang takes the tight clique and leaves the
+whole one to a big gang under 1.36's one-domain-at-a-time scheduling; single pods arriving first
+leave a whole clique to a group.
 
 These tests run on a control plane of their own (module scope, about 4 s to start): kube-apiserver
 with the Workload API (GenericWorkload, GangScheduling, TopologyAwareWorkloadScheduling,
@@ -33,6 +37,7 @@ import json
 import random
 import re
 import signal
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import partial
@@ -51,6 +56,12 @@ from tests.kube.preemption import fleet as preemption_fleet
 from tests.kube.scene import NODE_LABEL, Scene
 from tests.kube.test_preempt_group import CLIQUES
 from tests.tcp_forward import forwarding
+
+BENCH_DIR = Path(__file__).resolve().parents[2] / "bench"
+if str(BENCH_DIR) not in sys.path:
+    sys.path.insert(0, str(BENCH_DIR))
+
+import bench_group_packing as gp  # noqa: E402
 
 SEED = 34
 # The issue's figures, not scaled down: 30 domains, 40 groups. A domain is 4 nodes of 8 GPUs
@@ -352,6 +363,55 @@ def test_workload_api_gangs_land_whole_in_one_domain_with_kube_scheduler_136(
         print(table([("gpu-extender + kube-scheduler-1.36 gang+TAS", run), ("kube-scheduler-1.36 alone", tas)]))
     assert_whole(run, ext, reasons_per_domain=True)
     assert len(run.verdict.whole) >= GROUPS // 2
+
+
+# The seed of bench/bench_group_packing.py's designed fleet: with the extender's choice before
+# issue 53 (7279c3b), one group waited on this control plane, although every group could be packed,
+# under either scheduler (its emulation of the schedulers: seeds 1, 2, 8, 10, 20, ... of 30).
+PACKING_SEED = 2
+
+
+def designed_fleet(prefix: str, seed: int, source: str) -> tuple[G.Fleet, list[G.Group]]:
+    """bench_group_packing.designed's fleet and groups as the real control plane's: 6 cliques of 4
+    nodes, each made for one group, the others fitting the larger groups' cliques too."""
+    built, groups = gp.designed(random.Random(seed))
+    assert gp.packable(built, groups)  # the premise: every group can be placed whole at once
+    nodes = tuple(
+        G.FleetNode(f"{prefix}-{node}", f"{prefix}.{built.clique[node]}", (G.IDLE,) * idle + (G.BUSY,) * (8 - idle))
+        for node, idle in built.idle.items()
+    )
+    return G.Fleet(nodes, prefix), [G.Group(g.name, source, g.members, g.per_member) for g in groups]
+
+
+@pytest.mark.parametrize("binary", [V135, V136])
+def test_groups_that_can_all_be_packed_land_whole_every_one(
+    gworld: Scene, binary: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 53's acceptance, on one fleet per scheduler: 6 groups that a solver can pack whole at
+    once, created at once in a shuffled order; with the extender every group lands whole, none on
+    busy GPUs, whatever the order, under kube-scheduler v1.35.4 (LeaderWorkerSet groups, the LWS
+    pod affinity) and kube-scheduler-1.36's gang and topology-aware scheduling (Workload API
+    gangs). kube-scheduler alone printed beside, with the GPUs it left stranded."""
+    tas = binary == V136
+    fleet, groups = designed_fleet(gworld.ns, PACKING_SEED, G.WORKLOAD if tas else G.LWS)
+    G.create_nodes(gworld.kube, fleet)
+    gworld.nodes.extend(n.name for n in fleet.nodes)
+    ext = start_extender(gworld, fleet)
+    args = GANG_ARGS + LOGGED if tas else LOGGED
+
+    def with_extender(ns: str) -> Process:
+        wait_groups_known(gworld, ext, ns, fleet, groups)
+        return gworld.scheduler(ext, binary=binary, extra_args=args)
+
+    run = place(gworld, "ext", fleet, groups, with_extender, extender_done(gworld, ext, fleet, groups))
+    alone = place(gworld, "alone", fleet, groups, lambda ns: gworld.scheduler_alone(binary, GANG_ARGS if tas else ()))
+    with capsys.disabled():
+        print(f"\npacking (seed {PACKING_SEED}): {[(g.name, g.members, g.gpus) for g in groups]}")
+        print(table([(f"gpu-extender + {binary}", run), (f"{binary} alone", alone)]))
+    assert_whole(run, ext, reasons_per_domain=tas)
+    waiting = run.verdict.waiting
+    logs = {"extender": ext.log_path, "kube-scheduler": run.scheduler_log}
+    assert waiting == [], f"waiting while a packing of every group existed: {waiting}{log_lines(logs, waiting, [])}"
 
 
 def test_a_workload_gang_of_two_that_one_clique_holds_lands_with_kube_scheduler_136(gworld: Scene) -> None:
