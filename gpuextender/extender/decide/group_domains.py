@@ -130,10 +130,12 @@ def choose(
     index: Levels,
     candidates: Sequence[str],
     only: Callable[[Domain], bool] | None = None,
+    below: str = "",
 ) -> GroupChoice:
     """The domain for `members` >= 1 members of `per_member` GPUs among the nodes of `idle` (the
     nodes passing a member's filter, with their free idle GPUs), out of the call's `candidates`.
-    `only(domain)`: the domains allowed (where bound members already are); None: all."""
+    `only(domain)`: the domains allowed (where bound members already are); None: all. `below`: the
+    level under `levels[0]` (placement: the members split evenly over its domains)."""
     nodes = idle.keys()
     rooms: list[Room] = []
     carried = [level for level in levels if level == ANY or not index(level).value_of.keys().isdisjoint(candidates)]
@@ -144,8 +146,9 @@ def choose(
         found.sort(key=lambda r: _preference(r, members, per_member))
         if found and found[0].members >= members:
             best = found[0]
+            within = _within(level, levels, below, index)
             return GroupChoice(
-                best, place(best.domain, idle, members, per_member), tuple(found[:MAX_ROOMS]), None, len(found)
+                best, place(best.domain, idle, members, per_member, within), tuple(found[:MAX_ROOMS]), None, len(found)
             )
         if not rooms or (found and found[0].members > rooms[0].members):
             rooms = found  # the level that came closest names the shortfall
@@ -232,11 +235,20 @@ def choose_tallied(
             chosen = Room(Domain(level, NO_LABEL if single else value, nodes), room, idle, n, square)
             idle_map = {node: idle_of(node) for node in nodes}
             rooms = tuple(_room_of(row) for row in found[:MAX_ROOMS])
-            return GroupChoice(chosen, place(chosen.domain, idle_map, members, per_member), rooms, None, len(found))
+            within = _within(level, levels, "", index)
+            placement = place(chosen.domain, idle_map, members, per_member, within)
+            return GroupChoice(chosen, placement, rooms, None, len(found))
         if not best or (found and found[0][3] > best[0][3]):
             best, best_level = found, level
     rooms = tuple(_room_of(row) for row in best[:MAX_ROOMS])
     return GroupChoice(None, {}, rooms, shortfall(members, per_member, [best_level], rooms), len(best))
+
+
+def _within(level: str, levels: Sequence[str], below: str, index: Levels) -> LevelIndex | None:
+    """The level under `level` in `levels` (`below` for the first), as an index; None for none."""
+    at = levels.index(level) if level in levels else -1
+    under = levels[at - 1] if at > 0 else below if at == 0 else ""
+    return index(under) if under else None
 
 
 # A tallied domain: (its preference, level, value or the node of a domain of one, room, idle GPUs,
@@ -252,15 +264,50 @@ def _room_of(row: _Row) -> Room:
     return Room(Domain(level, value, ()), room, idle, n, square)
 
 
-def place(domain: Domain, idle: Mapping[str, int], members: int, per_member: int) -> dict[str, int]:
-    """`members` on the domain's nodes, tightest first (fewest idle GPUs, then name)."""
+def place(
+    domain: Domain, idle: Mapping[str, int], members: int, per_member: int, within: LevelIndex | None = None
+) -> dict[str, int]:
+    """`members` on the domain's nodes, tightest first (fewest idle GPUs, then name). `within`: the
+    level below the domain's (a block's cliques): the members go to the fewest of its sub-domains
+    that hold them, split between those as evenly as their room allows (16 + 16, not 14 + 18:
+    each sub-domain waits on the slowest), then tightest first inside each."""
+    if within is None:
+        return _tightest(domain.nodes, idle, members, per_member)
+    parts: dict[str, list[str]] = {}
+    for node in domain.nodes:  # (a node without the lower label is a part of its own)
+        parts.setdefault(within.value_of.get(node, NO_LABEL + node), []).append(node)
+    rooms = {part: sum(_fits(idle[n], per_member) for n in nodes) for part, nodes in parts.items()}
+    order = sorted(rooms, key=lambda part: (-rooms[part], part))  # the roomiest first
+    chosen, held = [], 0
+    for part in order:
+        if held >= members:
+            break
+        chosen.append(part)
+        held += rooms[part]
+    shares = dict.fromkeys(chosen, 0)
+    left = min(members, held)  # (the domain holds them: never fewer, but never a loop without end)
+    while left > 0:  # one member each in turn: as even as the rooms allow
+        for part in chosen:
+            if left > 0 and shares[part] < rooms[part]:
+                shares[part] += 1
+                left -= 1
+    placement: dict[str, int] = {}
+    for part in chosen:
+        placement.update(_tightest(parts[part], idle, shares[part], per_member))
+    return placement
+
+
+def _fits(idle: int, per_member: int) -> int:
+    return 1 if per_member <= 0 else idle // per_member
+
+
+def _tightest(nodes: Iterable[str], idle: Mapping[str, int], members: int, per_member: int) -> dict[str, int]:
     placement: dict[str, int] = {}
     left = members
-    for node in sorted(domain.nodes, key=lambda n: (idle[n], n)):
+    for node in sorted(nodes, key=lambda n: (idle[n], n)):
         if left <= 0:
             break
-        fits = 1 if per_member <= 0 else idle[node] // per_member
-        take = min(fits, left)
+        take = min(_fits(idle[node], per_member), left)
         if take > 0:
             placement[node] = take
             left -= take

@@ -182,8 +182,9 @@ def filter_member(
                 avoid = name
         base = plain(inside)
         idle = _fresh_idle(base, summary)
+        below = group.levels[group.levels.index(level) - 1] if level in group.levels[1:] else ""
         choice = group_domains.choose(
-            group.remaining, group.per_member, idle, (level,), group.index, inside, only=_named(name)
+            group.remaining, group.per_member, idle, (level,), group.index, inside, _named(name), below
         )
         if choice.chosen is not None:
             return MemberOutcome(_answer(base, choice, names, group.gang), choice, False, offered=True)

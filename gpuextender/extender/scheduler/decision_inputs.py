@@ -251,7 +251,7 @@ class DecisionInputs:
         released = book.released(ref.key)
         if released:
             notes.append(released)
-        levels = (key,) if key else self._settings.group_levels
+        levels = _levels_for(key, self._settings.group_levels)
         return GroupContext(
             ref,
             size,
@@ -283,6 +283,15 @@ class DecisionInputs:
         if plan.value == NO_LABEL:
             return plan.domain_name == f"node {node}"
         return self._levels.index(view, plan.level).value_of.get(node) == plan.value
+
+
+def _levels_for(key: str, configured: tuple[str, ...]) -> tuple[str, ...]:
+    """The levels a group's domain is chosen at: the configured ones (`--group-topology-levels`); for
+    a group that names its own label, the configured levels up to it when it is one of them (a
+    clique inside the block it asks for), else that label alone."""
+    if not key:
+        return configured
+    return configured[: configured.index(key) + 1] if key in configured else (key,)
 
 
 class LevelIndexes:
