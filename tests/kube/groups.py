@@ -27,6 +27,7 @@ import asyncio
 import random
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -142,9 +143,10 @@ def idle_fleet(prefix: str, cliques: dict[str, int]) -> Fleet:
     return Fleet(tuple(nodes), prefix)
 
 
-def create_nodes(kube: Kube, fleet: Fleet) -> None:
+def create_nodes(kube: Kube, fleet: Fleet, more: Callable[[FleetNode], dict[str, str]] | None = None) -> None:
     """Ready Nodes, 8 nvidia.com/gpu allocatable each whatever their GPUs' state (as the device
-    plugin advertises a GPU busy outside Kubernetes, and one whose fault it does not see)."""
+    plugin advertises a GPU busy outside Kubernetes, and one whose fault it does not see); `more`:
+    a node's other labels."""
     for n in fleet.nodes:
         kube.create_node(
             n.name,
@@ -154,6 +156,7 @@ def create_nodes(kube: Kube, fleet: Fleet) -> None:
                 CLIQUE: n.clique,
                 "nvidia.com/gpu.product": str(H100["label"]),
                 "nvidia.com/gpu.count": str(GPUS_PER_NODE),
+                **(more(n) if more is not None else {}),
             },
         )
 

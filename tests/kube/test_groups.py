@@ -39,6 +39,7 @@ import re
 import signal
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import partial
 from pathlib import Path
@@ -412,6 +413,41 @@ def test_groups_that_can_all_be_packed_land_whole_every_one(
     waiting = run.verdict.waiting
     logs = {"extender": ext.log_path, "kube-scheduler": run.scheduler_log}
     assert waiting == [], f"waiting while a packing of every group existed: {waiting}{log_lines(logs, waiting, [])}"
+
+
+BLOCK = "cloud.google.com/gce-topology-block"
+
+
+def test_a_group_larger_than_a_clique_lands_in_one_block_split_evenly(gworld: Scene) -> None:
+    """Issue 53 item 2 on the real control plane: `--group-topology-levels` of NVLink cliques inside
+    network blocks; block x holds cliques x1 and x2, block y clique y1, each of 4 idle nodes of 8
+    GPUs. A coscheduling group of 6 x 8 GPUs (no clique holds it), kube-scheduler v1.35.4: every
+    member lands in block x, 3 per clique (tightest nodes first would have made it 4 + 2)."""
+    ns = gworld.ns
+    nodes = tuple(G.FleetNode(f"{ns}-{c}{i}", f"{ns}.{c}", (G.IDLE,) * 8) for c in ("x1", "x2", "y1") for i in range(4))
+    fleet = G.Fleet(nodes, ns)
+    G.create_nodes(gworld.kube, fleet, lambda n: {BLOCK: n.clique[-2]})  # (x1, x2: block x)
+    gworld.nodes.extend(n.name for n in nodes)
+    ext = start_extender(gworld, fleet, "--group-topology-levels", f"{G.CLIQUE},{BLOCK}")
+    job = G.Group("job", G.COSCHEDULING, 6, 8)
+    gworld.kube.create(
+        G.COSCHEDULING_PATH.format(ns=ns),
+        {
+            "apiVersion": "scheduling.x-k8s.io/v1alpha1",
+            "kind": "PodGroup",
+            "metadata": {"name": "job"},
+            "spec": {"minMember": 6},
+        },
+    )
+    wait_groups_known(gworld, ext, ns, fleet, [job])
+    scheduler = gworld.scheduler(ext, extra_args=LOGGED)
+    for i in range(job.members):
+        gworld.kube.create(f"/api/v1/namespaces/{ns}/pods", G.member_pod(job, i, fleet.label))
+    bound = [gworld.bound(pod, 60) for pod in job.pods()]
+    clique = {n.name: n.clique for n in nodes}
+    per_clique = sorted(Counter(clique[n] for n in bound).items())
+    logs = {"extender": ext.log_path, "kube-scheduler": scheduler.log_path}
+    assert per_clique == [(f"{ns}.x1", 3), (f"{ns}.x2", 3)], f"{per_clique}{log_lines(logs, ['job'], bound)}"
 
 
 def test_a_workload_gang_of_two_that_one_clique_holds_lands_with_kube_scheduler_136(gworld: Scene) -> None:
