@@ -385,7 +385,18 @@ def build_parser() -> argparse.ArgumentParser:
         "in order: a group's members all go to one domain of the first level where one holds them all. "
         "A level no candidate node carries is skipped; with none carried, a group is placed whole "
         "anywhere. A group that names its own key (PodGroup topology constraint, LWS exclusive-topology) "
-        f"uses that key alone. Default: {DEFAULT_GROUP_LEVEL}",
+        "uses the levels up to it when it is one of them, else that key alone. A group larger than any "
+        "domain of the first level is split evenly over the fewest of them inside one domain of the next. "
+        f"Default: {DEFAULT_GROUP_LEVEL}",
+    )
+    g.add_argument(
+        "--group-topology-policy",
+        choices=("required", "preferred"),
+        default="required",
+        help="required: a group that no domain of the levels holds waits whole (GroupDoesNotFit in "
+        "explain); preferred: it is then placed whole across domains, on free idle healthy GPUs. A "
+        "group that names its own key (PodGroup topology constraint, LWS or JobSet exclusive-topology) "
+        "is always required. Default: required",
     )
     g.add_argument(
         "--group-hold",
@@ -725,6 +736,7 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str] | None = Non
             fleet_page=args.fleet_page,
             binding_wait_s=args.binding_wait if args.kubernetes else 0.0,
             group_levels=levels,
+            group_preferred=args.group_topology_policy == "preferred",
             group_hold_s=args.group_hold,
             groups_per_namespace=args.group_holds_per_namespace,
         ),

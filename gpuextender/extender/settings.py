@@ -147,6 +147,9 @@ class ApiSettings:
     # Multi-pod groups (decide/group_domains.py): the node labels that name a domain, tried in order
     # ("" for any nodes), and how long a group's room is held without a member binding.
     group_levels: tuple[str, ...] = (DEFAULT_GROUP_LEVEL,)
+    # --group-topology-policy preferred: a group that names no key of its own and that no domain holds
+    # is placed whole across domains (its levels end with "any nodes").
+    group_preferred: bool = False
     group_hold_s: float = DEFAULT_GROUP_HOLD_S
     groups_per_namespace: int = DEFAULT_GROUPS_PER_NAMESPACE  # groups held at once per namespace
 

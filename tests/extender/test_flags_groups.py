@@ -1,4 +1,5 @@
-"""--group-topology-levels, --group-hold and --group-holds-per-namespace: defaults, parsing, bounds at their values."""
+"""--group-topology-levels, --group-topology-policy, --group-hold and --group-holds-per-namespace: defaults, parsing,
+bounds at their values."""
 
 from __future__ import annotations
 
@@ -68,3 +69,11 @@ def test_groups_per_namespace_bounds(value: str, ok: bool) -> None:
     else:
         with pytest.raises(ConfigError, match=r"--group-holds-per-namespace .* must be within \[1, 10000\]"):
             build_config(["--group-holds-per-namespace", value])
+
+
+def test_group_topology_policy_is_required_by_default_preferred_on_request_nothing_else() -> None:
+    assert build_config([]).api.group_preferred is False
+    assert build_config(["--group-topology-policy", "required"]).api.group_preferred is False
+    assert build_config(["--group-topology-policy", "preferred"]).api.group_preferred is True
+    with pytest.raises(SystemExit):
+        build_config(["--group-topology-policy", "sometimes"])

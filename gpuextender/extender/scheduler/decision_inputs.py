@@ -252,6 +252,8 @@ class DecisionInputs:
         if released:
             notes.append(released)
         levels = _levels_for(key, self._settings.group_levels)
+        if not key and self._settings.group_preferred:  # no domain holds it: whole across domains
+            levels = (*levels, ANY)
         return GroupContext(
             ref,
             size,

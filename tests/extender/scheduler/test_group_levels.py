@@ -106,3 +106,19 @@ def test_place_takes_the_fewest_sub_domains_and_splits_as_evenly_as_their_room_a
     # name sorts before b's: equal rooms go by name)
     assert split(7) == {"a": 3, "d": 2, "b": 1, "lone": 1}
     assert split(9) == {"a": 3, "d": 2, "b": 1, "lone": 1}  # (never more than the rooms)
+
+
+def test_a_preferred_topology_places_a_group_no_domain_holds_whole_across_domains() -> None:
+    """--group-topology-policy preferred: 3 x 8 GPUs, cliques of 2 idle nodes: no clique holds the
+    group, so it is held whole across them (2 + 1, the fewest cliques); required (the default) makes
+    it wait; a group that names its own key stays required."""
+    nodes: dict[str, tuple[str | None, int, int]] = {f"{c}{i}": (c, 8, 0) for c in ("a", "b") for i in range(2)}
+    waits = Cluster(nodes).filter(lws_pod("g", 0, 3))
+    assert waits["NodeNames"] == [] and "GroupDoesNotFit" in waits["FailedNodes"]["a0"]
+    cluster = Cluster(nodes, group_preferred=True)
+    assert sorted(cluster.filter(lws_pod("g", 0, 3))["NodeNames"]) == ["a0", "a1", "b0", "b1"]
+    plan = cluster.api.groups.plan(KEY)
+    assert plan is not None and plan.domain_name == "any nodes"
+    assert sorted(cliques_of(cluster, plan.holds).values()) == [1, 2]
+    own = lws_pod("own", 0, 3, **{"leaderworkerset.sigs.k8s.io/exclusive-topology": CLIQUE})
+    assert Cluster(nodes, group_preferred=True).filter(own)["NodeNames"] == []
