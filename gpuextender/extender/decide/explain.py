@@ -348,5 +348,9 @@ def _group(d: Decision) -> dict[str, Any] | None:
             for r in rooms[:MAX_ROOMS_SHOWN]
         ],
         "domainsConsidered": member.choice.considered,
+        # A role of a disaggregated InferenceService: placed in the block of its other role.
+        "composite": {"inferenceService": g.composite, "role": g.role, "otherRoleIn": g.other_block or None}
+        if g.composite
+        else None,
         "notes": list(g.notes),
     }

@@ -60,6 +60,13 @@ WAITS_FOR_DOMAIN = Reason(
     "the group's domain is another one, which strands fewer GPUs: kube-scheduler is to try it",
     unresolvable=True,
 )
+# A role of a disaggregated InferenceService on a node outside the block of its other role: the two
+# exchange KV caches, which each switch layer between them slows.
+COMPOSITE_ELSEWHERE = Reason(
+    "OtherRoleInAnotherBlock",
+    "the other role of its InferenceService (prefill or decode) is in another block",
+    unresolvable=True,
+)
 # Why a new group waits, by the group book's word (state/group_book.GroupBook.wait_reason).
 WAITS = {
     group_book.BOOK_FULL: BOOK_FULL,
@@ -99,6 +106,14 @@ class GroupContext:
     # The pod's own spec pins it to a domain of its levels or to a node (Kueue's topology-aware
     # scheduling writes a nodeSelector so): the call's domain is its only one, never waited out.
     pinned: bool = False
+    # A role of a disaggregated InferenceService (model/ome/pod_intent.py): `composite` its
+    # "namespace/name", `role` engine or decoder; `within`: the nodes of the block (the level above
+    # the group's first) where its other role is planned or bound, named `other_block`; None: no
+    # other role placed yet, or no level above.
+    composite: str = ""
+    role: str = ""
+    within: frozenset[str] | None = None
+    other_block: str = ""
 
     @property
     def remaining(self) -> int:
@@ -163,7 +178,25 @@ def filter_member(
     """`plain(names)`: the member's own filter over `names` (no fallback); `summary`: what it read;
     `tallied(level)`: the rooms per domain the fit index keeps, where `plain` is its road (a
     class-neutral pod of whole GPUs read in the agents' own summaries), and `fleet` the same over
-    every node the index knows."""
+    every node the index knows. A role of a composite whose other role is placed chooses only
+    among the nodes of that one's block (`GroupContext.within`)."""
+    within = group.within
+    if within is None:
+        return _filter_member(group, names, plain, summary, tallied, fleet)
+    inside = [n for n in names if n in within]
+    out = _filter_member(group, inside, plain, summary)  # (the index's rooms count every candidate)
+    out.outcome.failed.update((n, COMPOSITE_ELSEWHERE) for n in names if n not in within)
+    return out
+
+
+def _filter_member(
+    group: GroupContext,
+    names: Sequence[str],
+    plain: Callable[[Sequence[str]], FilterOutcome],
+    summary: SummaryLookup,
+    tallied: Callable[[str], Tallied | None] | None = None,
+    fleet: FleetRooms | None = None,
+) -> MemberOutcome:
     planned = group.planned
     pins = (*group.bound, *group.placed_on)  # members bound, or placed by a gang's scheduler
     tried = False

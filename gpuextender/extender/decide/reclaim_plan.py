@@ -178,8 +178,9 @@ def _may_run(w: WaitingPod, room: NodeRoom) -> bool:
 
 
 def _fewest(holders: Collection[Holder], need: int) -> list[Holder] | None:
-    """The fewest holders whose GPUs add up to `need` (largest first, then any not needed left out
-    again, smallest first); None when all of them are too few."""
+    """The fewest holders whose GPUs add up to `need`, largest first (then none of them is spare:
+    each frees at least what the last one taken does, without which they were too few); None when
+    all of them are too few."""
     if sum(h.units for h in holders) < need:
         return None
     chosen: list[Holder] = []
@@ -189,8 +190,4 @@ def _fewest(holders: Collection[Holder], need: int) -> list[Holder] | None:
             break
         chosen.append(h)
         got += h.units
-    for h in sorted(chosen, key=lambda h: (h.units, h.key)):
-        if got - h.units >= need:
-            chosen.remove(h)
-            got -= h.units
     return chosen

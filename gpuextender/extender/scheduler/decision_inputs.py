@@ -251,9 +251,12 @@ class DecisionInputs:
         released = book.released(ref.key)
         if released:
             notes.append(released)
-        levels = _levels_for(key, self._settings.group_levels)
+        configured = self._settings.group_levels
+        levels = _levels_for(key, configured)
         if not key and self._settings.group_preferred:  # no domain holds it: whole across domains
             levels = (*levels, ANY)
+        composite, role = pod.identity.composite, pod.identity.disaggregated_role
+        within, other_block = self._other_role_block(view, composite, role, levels[0], configured)
         return GroupContext(
             ref,
             size,
@@ -267,6 +270,10 @@ class DecisionInputs:
             wait=wait,
             placed_on=placed_on,
             gang=gang,
+            composite=composite,
+            role=role,
+            within=within,
+            other_block=other_block,
             avoided=book.avoided(ref.key),
             pinned=not pinned_keys(raw).isdisjoint((*levels, HOSTNAME)),
             refused=book.refused_for(ref.key, pod.uid),
@@ -274,6 +281,30 @@ class DecisionInputs:
             expires_in=plan.expires_at - self._clock() if plan is not None else None,
             why=plan.why if plan is not None else "",
         )
+
+    def _other_role_block(
+        self, view: InventoryView, composite: str, role: str, first: str, configured: tuple[str, ...]
+    ) -> tuple[frozenset[str] | None, str]:
+        """For a role of a disaggregated InferenceService: the nodes of the block (the configured
+        level above the group's first) where its other role is planned or bound, and that block's
+        name; (None, "") where none is placed yet, or no level lies above."""
+        at = configured.index(first) + 1 if composite and first in configured else 0
+        if not at or at >= len(configured):
+            return None, ""
+        block = self._levels.index(view, configured[at])
+        ledger = self._sources.ledger
+        values: set[str] = set()
+        for other in self._groups.partners(composite, role):
+            plan = self._groups.plan(other)
+            nodes = [
+                *(plan.holds if plan is not None else ()),
+                *(p.node for p in (ledger.members(other) if ledger else ())),
+            ]
+            values.update(v for n in nodes if (v := block.value_of.get(n)) is not None)
+        if not values:
+            return None, ""
+        within = frozenset().union(*(block.nodes_of.get(v, frozenset()) for v in values))
+        return within, ", ".join(f"{configured[at]}={v}" for v in sorted(values))
 
     def level_index(self, view: InventoryView, level: str) -> LevelIndex:
         """A label's values over the inventory's nodes (cached per inventory version)."""

@@ -27,6 +27,8 @@ def record_group(book: GroupBook, d: Decision, uid: str) -> None:
     choice, key = member.choice, group.ref.key
     chosen = choice.chosen
     book.member_seen(key, uid)
+    if group.composite:  # its other role's members look this one's domain up
+        book.role_seen(group.composite, group.role, key)
     if member.offered:
         book.domain_offered(key)
     if member.avoid:

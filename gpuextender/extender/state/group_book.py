@@ -107,6 +107,9 @@ class GroupBook:
         # Groups -> domains kube-scheduler never offered over a round of its domains (at most
         # MAX_RELEASED groups, MAX_AVOIDED domains each): not preferred for the group again.
         self._avoided: OrderedDict[str, tuple[str, ...]] = OrderedDict()
+        # Composites (a disaggregated InferenceService, "namespace/name") -> role -> its group's key,
+        # the newest MAX_RELEASED: each role's members look up the other's domain.
+        self._roles: OrderedDict[str, dict[str, str]] = OrderedDict()
         self._holds_on: dict[str, dict[str, tuple[BoundPod, ...]]] = {}  # node -> group key -> entries
         self._released: OrderedDict[str, str] = OrderedDict()
         self._listeners: list[Callable[[str], None]] = []
@@ -178,6 +181,18 @@ class GroupBook:
         if plan is None:
             return frozenset()
         return frozenset(domain for member, domain in plan.refused if member == uid)
+
+    def role_seen(self, composite: str, role: str, key: str) -> None:
+        """Group `key` is role `role` of composite `composite`."""
+        roles = self._roles.pop(composite, {})
+        roles[role] = key
+        self._roles[composite] = roles
+        while len(self._roles) > MAX_RELEASED:
+            self._roles.popitem(last=False)
+
+    def partners(self, composite: str, role: str) -> list[str]:
+        """The group keys of the composite's other roles seen."""
+        return [key for r, key in self._roles.get(composite, {}).items() if r != role]
 
     def on_change(self, listener: Callable[[str], None]) -> None:
         """`listener(node)` whenever the holds on `node` change."""

@@ -321,6 +321,13 @@ def group_lines(g: dict[str, Any]) -> list[str]:
         f"group {g['key']} ({g['source']}): {g['size']} members of {g['gpusPerMember']} GPU(s), "
         f"{g['boundMembers']} bound; domains by {', '.join(g['levels'])}"
     ]
+    composite = g.get("composite")
+    if composite:
+        where = composite.get("otherRoleIn")
+        lines.append(
+            f"  {composite['role']} of InferenceService {composite['inferenceService']}: "
+            + (f"placed in the block of its other role, {where}" if where else "its other role is not placed yet")
+        )
     if g.get("domain"):
         lines.append(f"  domain {g['domain']}" + (f": {g['why']}" if g.get("why") else ""))
     if g.get("reason"):

@@ -24,6 +24,7 @@ from gpuextender.extender.model.untrusted import object_at
 
 INFERENCE_SERVICE_LABEL = "ome.io/inferenceservice"
 COMPONENT_LABEL = "component"
+ROLES = ("engine", "decoder")  # the two roles of a disaggregated InferenceService (prefill, decode)
 RUNTIME_LABEL = "serving-runtime"
 BASE_MODEL_LABEL = "base-model-name"
 CLASS_ANNOTATION = "ome.io/accelerator-class"
@@ -44,6 +45,17 @@ class PodIdentity:
     @property
     def is_ome(self) -> bool:
         return bool(self.inference_service)
+
+    @property
+    def disaggregated_role(self) -> str:
+        """ "engine" or "decoder" for a pod of a disaggregated InferenceService's role (prefill and
+        decode: each useful only beside the other), else ""."""
+        return self.component if self.inference_service and self.component in ROLES else ""
+
+    @property
+    def composite(self) -> str:
+        """The InferenceService whose roles are one unit ("namespace/name"), or "" for none."""
+        return f"{self.namespace}/{self.inference_service}" if self.disaggregated_role else ""
 
     @property
     def neutral(self) -> bool:
