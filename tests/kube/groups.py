@@ -85,11 +85,15 @@ COSCHEDULING_CRD: dict[str, Any] = {
 # -- the fleet ------------------------------------------------------------------------------------
 
 
+A100_80 = {"product": "NVIDIA A100-SXM4-80GB", "label": "NVIDIA-A100-SXM4-80GB"}
+
+
 @dataclass(frozen=True)
 class FleetNode:
     name: str
     clique: str
     gpus: tuple[str, ...]  # IDLE, BUSY or SICK per GPU index
+    product: dict[str, Any] = field(default_factory=lambda: H100)  # GFD's label and NVML's name
 
     @property
     def good(self) -> int:
@@ -154,7 +158,7 @@ def create_nodes(kube: Kube, fleet: Fleet, more: Callable[[FleetNode], dict[str,
             {
                 FLEET_LABEL: fleet.label,
                 CLIQUE: n.clique,
-                "nvidia.com/gpu.product": str(H100["label"]),
+                "nvidia.com/gpu.product": str(n.product["label"]),
                 "nvidia.com/gpu.count": str(GPUS_PER_NODE),
                 **(more(n) if more is not None else {}),
             },
@@ -169,7 +173,7 @@ def node_report(n: FleetNode) -> pb.NodeReport:
         report.gpus.add(
             index=index,
             uuid=f"GPU-{n.name}-{index}",
-            name=H100["product"],
+            name=str(n.product["product"]),
             healthy=state != SICK,
             utilization_gpu_percent=90 if hot else 2,
             memory_total_bytes=80 * GIB,

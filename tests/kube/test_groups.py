@@ -20,7 +20,9 @@ the group, sends the rest to the domain of the bound member.
 Issue 53: six groups a solver can pack whole at once (bench/bench_group_packing.py's designed
 fleet) all land whole under either scheduler; a small gang takes the tight clique and leaves the
 whole one to a big gang under 1.36's one-domain-at-a-time scheduling; single pods arriving first
-leave a whole clique to a group.
+leave a whole clique to a group; with cliques inside blocks, a group larger than a clique lands in
+one block split evenly, and an OME engine and decoder (two AcceleratorClasses) each in a clique of
+one block.
 
 These tests run on a control plane of their own (module scope, about 4 s to start): kube-apiserver
 with the Workload API (GenericWorkload, GangScheduling, TopologyAwareWorkloadScheduling,
@@ -54,7 +56,8 @@ from tests.kube import groups as G
 from tests.kube.conftest import install_crds, scene_in_namespace
 from tests.kube.preemption import drop_classes, kubelet_for_victims, priority_class
 from tests.kube.preemption import fleet as preemption_fleet
-from tests.kube.scene import NODE_LABEL, Scene
+from tests.kube.scene import NODE_LABEL, Scene, copy_ome_objects
+from tests.kube.test_placement import ome_docs
 from tests.kube.test_preempt_group import CLIQUES
 from tests.tcp_forward import forwarding
 
@@ -448,6 +451,54 @@ def test_a_group_larger_than_a_clique_lands_in_one_block_split_evenly(gworld: Sc
     per_clique = sorted(Counter(clique[n] for n in bound).items())
     logs = {"extender": ext.log_path, "kube-scheduler": scheduler.log_path}
     assert per_clique == [(f"{ns}.x1", 3), (f"{ns}.x2", 3)], f"{per_clique}{log_lines(logs, ['job'], bound)}"
+
+
+def test_an_ome_engine_and_decoder_land_each_whole_in_a_clique_both_in_one_block(gworld: Scene) -> None:
+    """Issue 53 item 3 on the real control plane: OME's llama-70b-disaggregated (examples/ome: the
+    engine on the H100 class, the decoder on the A100-80GB class), each role a LeaderWorkerSet group
+    of 2 x 8 GPUs, `--group-topology-levels` of cliques inside blocks. Block x: H100 clique xh (2
+    nodes: the engine's tightest) and A100 clique xa (3 nodes); block y: H100 clique yh (3 nodes) and
+    A100 clique ya (2 nodes: the decoder's tightest, alone). The engine lands in xh; the decoder in
+    xa, beside it, not in ya; each on its own class's GPUs."""
+    ns = gworld.ns
+    shape = {"xh": (2, G.H100), "xa": (3, G.A100_80), "yh": (3, G.H100), "ya": (2, G.A100_80)}
+    nodes = tuple(
+        G.FleetNode(f"{ns}-{c}{i}", f"{ns}.{c}", (G.IDLE,) * 8, product)
+        for c, (count, product) in shape.items()
+        for i in range(count)
+    )
+    fleet = G.Fleet(nodes, ns)
+    G.create_nodes(gworld.kube, fleet, lambda n: {BLOCK: n.clique[-2]})
+    gworld.nodes.extend(n.name for n in nodes)
+    copy_ome_objects(
+        gworld.kube,
+        [
+            *ome_docs("AcceleratorClass", "nvidia-h100-80gb", "nvidia-a100-80gb"),
+            *ome_docs("ClusterServingRuntime", "vllm-llama-large"),
+            *ome_docs("ClusterBaseModel", "llama-3-1-70b-instruct"),
+            *ome_docs("InferenceService", "llama-70b-disaggregated"),
+        ],
+        ns,
+    )
+    ext = start_extender(gworld, fleet, "--group-topology-levels", f"{G.CLIQUE},{BLOCK}")
+    gworld.wait_inventory(ext, "InferenceService", 1)
+    gworld.wait_inventory(ext, "AcceleratorClass", 2)
+    scheduler = gworld.scheduler(ext, extra_args=LOGGED)
+    clique = {n.name: n.clique for n in nodes}
+    landed: dict[str, list[str]] = {}
+    for component in ("engine", "decoder"):
+        group = G.Group(component, G.LWS, 2, 8)
+        for i in range(group.members):
+            pod = G.member_pod(group, i, fleet.label)
+            labels = {"ome.io/inferenceservice": "llama-70b-disaggregated", "component": component}
+            pod["metadata"]["labels"] |= labels | {"serving-runtime": "vllm-llama-large"}
+            gworld.kube.create(f"/api/v1/namespaces/{ns}/pods", pod)
+        landed[component] = sorted({clique[gworld.bound(pod, 60)] for pod in group.pods()})
+    logs = {"extender": ext.log_path, "kube-scheduler": scheduler.log_path}
+    names = [n.name for n in nodes]
+    assert landed == {"engine": [f"{ns}.xh"], "decoder": [f"{ns}.xa"]}, (
+        f"{landed}{log_lines(logs, ['engine', 'decoder'], names)}"
+    )
 
 
 def test_a_workload_gang_of_two_that_one_clique_holds_lands_with_kube_scheduler_136(gworld: Scene) -> None:
