@@ -36,6 +36,7 @@ from gpuextender.extender.model.kube_objects import (
     JOBSET_JOB,
     KINDS,
     NODE,
+    PENDING_POD,
     POD,
     POD_DISRUPTION_BUDGET,
     RESOURCE_CLAIM,
@@ -45,7 +46,7 @@ from gpuextender.extender.model.kube_objects import (
     KindInfo,
 )
 from gpuextender.extender.model.pod_gpus import may_request
-from gpuextender.extender.model.pod_group import COSCHEDULING, JOBSET, VOLCANO, WORKLOAD, group_key
+from gpuextender.extender.model.pod_group import COSCHEDULING, JOBSET, VOLCANO, WORKLOAD, group_key, read_group
 from gpuextender.extender.observe.device_taints_metrics import DeviceTaintsCollector
 from gpuextender.extender.observe.dra_devices import DraDevicesCollector
 from gpuextender.extender.observe.metrics import ExtenderMetrics
@@ -63,6 +64,7 @@ from gpuextender.extender.state.group_book import GroupBook
 from gpuextender.extender.state.idle_holders import ReclaimStatus
 from gpuextender.extender.state.inventory_store import InventoryStore
 from gpuextender.extender.state.inventory_view import ViewBuilder
+from gpuextender.extender.state.pending_members import PendingMembers
 from gpuextender.extender.state.pod_groups import PodGroups
 from gpuextender.extender.state.pod_ledger import PodLedger
 from gpuextender.extender.state.publication import ChangeFeed, Publication, PublishInputs
@@ -351,6 +353,7 @@ class KubeParts:
     watches: tuple[tuple[str, KubeInventorySource], ...]  # (task name, watch)
     group_sinks: dict[str, PodGroups]
     budgets: DisruptionBudgets
+    pending: PendingMembers
     reviewer: TokenReviewer | None
     binder: PodBinder
     taint_writer: DeviceTaintWriter | None
@@ -366,6 +369,7 @@ class KubeParts:
                 sink.spec(namespace, name) if (sink := sinks.get(source)) is not None else None
             ),
             disruptions=self.budgets.violations,
+            pending_members=self.pending.count,
             binder=self.binder,
             published=writer.publication.node if writer is not None else base.published,
         )
@@ -403,6 +407,7 @@ async def _connect_kubernetes(
     # read-only, each into its own sink; an API not served is one log line and that source off.
     sinks = {source: PodGroups(source) for source in POD_GROUP_KINDS}
     budgets = DisruptionBudgets()  # read-only: the preempt verb counts the ones its added victims break
+    pending = PendingMembers()  # groups' members not yet bound: room held only for members that exist
     watches = (
         ("inventory watch", watch(store)),
         # Bound, unfinished pods (POD's field selector), into the ledger only: their churn never
@@ -415,11 +420,17 @@ async def _connect_kubernetes(
         ("resource claims watch", watch(claims, (RESOURCE_CLAIM,))),
         *((f"{kind.group} PodGroups watch", watch(sinks[source], (kind,))) for source, kind in POD_GROUP_KINDS.items()),
         ("PodDisruptionBudgets watch", watch(budgets, (POD_DISRUPTION_BUDGET,))),
+        # Unbound pending pods, of which only multi-pod groups' members are kept, counted.
+        (
+            "pending group members watch",
+            watch(pending, (PENDING_POD,), list_filter=lambda _kind, pod: read_group(pod).ref is not None),
+        ),
     )
     return KubeParts(
         watches,
         sinks,
         budgets,
+        pending,
         await reviewer_for(config, connection),
         PodBinder(connection),  # the bind verb creates Bindings (pods/binding) with the same credentials
         _taint_writer(config, connection, store, claims, state, views, ledger, metrics)

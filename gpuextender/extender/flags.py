@@ -25,6 +25,7 @@ from gpuextender.extender.settings import (
     DEFAULT_BUSY_HOLD_S,
     DEFAULT_GROUP_HOLD_S,
     DEFAULT_GROUP_LEVEL,
+    DEFAULT_GROUP_MEMBERS_GRACE_S,
     DEFAULT_GROUPS_PER_NAMESPACE,
     DEFAULT_IDLE_WINDOW_S,
     DEFAULT_MAX_BODY_BYTES,
@@ -37,6 +38,7 @@ from gpuextender.extender.settings import (
     MAX_CANDIDATES,
     MAX_CLOCK_SKEW_S,
     MAX_GROUP_HOLD_S,
+    MAX_GROUP_MEMBERS_GRACE_S,
     MAX_GROUPS,
     MAX_HOLD_S,
     MAX_IDLE_WINDOW_S,
@@ -408,6 +410,16 @@ def build_parser() -> argparse.ArgumentParser:
         f"at its next member. Within (0, {MAX_GROUP_HOLD_S:g}]",
     )
     g.add_argument(
+        "--group-members-grace",
+        type=float,
+        default=DEFAULT_GROUP_MEMBERS_GRACE_S,
+        metavar="SECONDS",
+        help="with --kubernetes: a group's room is held only for members that exist as pods: this long "
+        "after its hold began, a group with fewer member pods than its size is released (explain says "
+        "why) until another member comes or one binds. LeaderWorkerSet, JobSet and the PodGroup "
+        f"controllers create every member at once. Within (0, {MAX_GROUP_MEMBERS_GRACE_S:g}]",
+    )
+    g.add_argument(
         "--group-holds-per-namespace",
         type=int,
         default=DEFAULT_GROUPS_PER_NAMESPACE,
@@ -663,6 +675,11 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str] | None = Non
         raise ConfigError(f"--max-clock-skew {args.max_clock_skew:g} must be within [1, 86400] seconds")
     if not 0 <= args.binding_wait <= MAX_BINDING_WAIT_S:  # also refuses NaN
         raise ConfigError(f"--binding-wait {args.binding_wait:g} must be within [0, {MAX_BINDING_WAIT_S:g}] seconds")
+    if not 0 < args.group_members_grace <= MAX_GROUP_MEMBERS_GRACE_S:  # also refuses NaN
+        raise ConfigError(
+            f"--group-members-grace {args.group_members_grace:g} must be within (0, {MAX_GROUP_MEMBERS_GRACE_S:g}] "
+            "seconds"
+        )
     if not 0 < args.group_hold <= MAX_GROUP_HOLD_S:  # also refuses NaN
         raise ConfigError(f"--group-hold {args.group_hold:g} must be within (0, {MAX_GROUP_HOLD_S:g}] seconds")
     if not 1 <= args.group_holds_per_namespace <= MAX_GROUPS:
@@ -738,6 +755,7 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str] | None = Non
             group_levels=levels,
             group_preferred=args.group_topology_policy == "preferred",
             group_hold_s=args.group_hold,
+            group_members_grace_s=args.group_members_grace,
             groups_per_namespace=args.group_holds_per_namespace,
         ),
         requested_agent_interval_ms=int(args.requested_agent_interval * 1000),

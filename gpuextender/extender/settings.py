@@ -107,6 +107,8 @@ MAX_GROUP_HOLD_S = 3600.0
 # domain by naming a group whose other members never come; the cap keeps one namespace from
 # holding the fleet (a namespace's groups past it wait, others' are placed as before). Far above a
 # namespace's groups in flight at once (each is held only until its members are bound).
+DEFAULT_GROUP_MEMBERS_GRACE_S = 60.0  # a group's members all exist as pods this long after its hold began
+MAX_GROUP_MEMBERS_GRACE_S = 3600.0
 DEFAULT_GROUPS_PER_NAMESPACE = 100
 MAX_GROUPS = 10_000  # groups held at once in all (each plan ~1 KiB with its holds: ~10 MiB at the bound)
 
@@ -151,6 +153,9 @@ class ApiSettings:
     # is placed whole across domains (its levels end with "any nodes").
     group_preferred: bool = False
     group_hold_s: float = DEFAULT_GROUP_HOLD_S
+    # A hold is released when fewer of its group's members than its size exist as pods this long
+    # after it began (state/pending_members.py; --kubernetes only).
+    group_members_grace_s: float = DEFAULT_GROUP_MEMBERS_GRACE_S
     groups_per_namespace: int = DEFAULT_GROUPS_PER_NAMESPACE  # groups held at once per namespace
 
 

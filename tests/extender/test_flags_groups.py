@@ -8,6 +8,7 @@ import pytest
 from gpuextender.extender.flags import ConfigError, build_config
 from gpuextender.extender.settings import (
     DEFAULT_GROUP_HOLD_S,
+    DEFAULT_GROUP_MEMBERS_GRACE_S,
     DEFAULT_GROUPS_PER_NAMESPACE,
     MAX_GROUP_HOLD_S,
     MAX_GROUPS,
@@ -77,3 +78,18 @@ def test_group_topology_policy_is_required_by_default_preferred_on_request_nothi
     assert build_config(["--group-topology-policy", "preferred"]).api.group_preferred is True
     with pytest.raises(SystemExit):
         build_config(["--group-topology-policy", "sometimes"])
+
+
+@pytest.mark.parametrize(
+    ("value", "ok"), [("0", False), ("0.001", True), ("3600", True), ("3600.001", False), ("nan", False), ("-1", False)]
+)
+def test_group_members_grace_bounds(value: str, ok: bool) -> None:
+    if ok:
+        assert build_config(["--group-members-grace", value]).api.group_members_grace_s == float(value)
+    else:
+        with pytest.raises(ConfigError, match="--group-members-grace"):
+            build_config(["--group-members-grace", value])
+
+
+def test_group_members_grace_default_is_a_minute() -> None:
+    assert build_config([]).api.group_members_grace_s == DEFAULT_GROUP_MEMBERS_GRACE_S == 60.0

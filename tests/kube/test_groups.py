@@ -501,6 +501,31 @@ def test_an_ome_engine_and_decoder_land_each_whole_in_a_clique_both_in_one_block
     )
 
 
+def test_a_groups_room_is_released_when_its_other_members_never_exist_as_pods(gworld: Scene) -> None:
+    """Issue 53 item 5 on the real control plane: a LeaderWorkerSet group of 3 of which one pod is
+    created. Its room is held for all 3 at its filter (it binds); --group-members-grace 2 later, the
+    pending-members watch having seen no other member, the next call releases the room for the 2
+    missing members (gpu_extender_group_members_missing_total), and a 2 x 8 group gets it."""
+    ns = gworld.ns
+    small = G.idle_fleet(ns, {"only": 3})
+    G.create_nodes(gworld.kube, small)
+    gworld.nodes.extend(n.name for n in small.nodes)
+    ext = start_extender(gworld, small, "--group-members-grace", "2")
+    scheduler = gworld.scheduler(ext, extra_args=LOGGED)
+    lonely = G.Group("lonely", G.LWS, 3, 8)
+    gworld.kube.create(f"/api/v1/namespaces/{ns}/pods", G.member_pod(lonely, 0, small.label))
+    gworld.bound("lonely-0", 30)
+    assert metric(gworld.scrape(ext), "gpu_extender_group_members_held") == 2
+    time.sleep(2.5)
+    pair = G.Group("pair", G.LWS, 2, 8)
+    for i in range(2):
+        gworld.kube.create(f"/api/v1/namespaces/{ns}/pods", G.member_pod(pair, i, small.label))
+    nodes = sorted(gworld.bound(pod, 30) for pod in pair.pods())
+    logs = {"extender": ext.log_path, "kube-scheduler": scheduler.log_path}
+    assert len(set(nodes)) == 2, log_lines(logs, ["lonely", "pair"], nodes)
+    assert metric(gworld.scrape(ext), "gpu_extender_group_members_missing_total") == 1
+
+
 def test_a_workload_gang_of_two_that_one_clique_holds_lands_with_kube_scheduler_136(gworld: Scene) -> None:
     """The smallest case of BUG_136: one clique of two idle 8-GPU nodes, a gang of 2 x 8 GPUs.
     kube-scheduler-1.36 alone binds both (../shared/k8s/README.md); with the extender the second

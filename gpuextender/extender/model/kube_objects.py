@@ -69,6 +69,9 @@ POD = KindInfo(
     field_selector="spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed",
 )
 
+# Nor unbound pods: only a group's members are kept of them, counted (state/pending_members.py).
+PENDING_POD = KindInfo("Pod", "", "v1", "pods", namespaced=True, field_selector="spec.nodeName=,status.phase=Pending")
+
 # Not in KINDS either: claims go to the claim ledger (state/claim_ledger.py); they churn with pods.
 RESOURCE_CLAIM = KindInfo(
     "ResourceClaim", "resource.k8s.io", "v1", "resourceclaims", namespaced=True, absent=_DRA_ABSENT, optional_api=True

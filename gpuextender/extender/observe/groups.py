@@ -71,3 +71,9 @@ class GroupsCollector(Collector):
             "them (its own filters left every node there out).",
             value=counts.domains_given_up,
         )
+        yield CounterMetricFamily(
+            "gpu_extender_group_members_missing",
+            "Group holds released because fewer of the group's members than its size existed as pods "
+            "--group-members-grace after the hold began.",
+            value=counts.members_missing,
+        )

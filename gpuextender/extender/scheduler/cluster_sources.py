@@ -44,6 +44,8 @@ class ClusterSources:
     ledger: PodLedger | None = None  # bound pods (state/pod_ledger.py)
     claims: ClaimLedger | None = None  # the devices DRA claims hold (state/claim_ledger.py)
     pod_groups: PodGroupLookup = no_pod_group
+    # A group's members that exist as unbound pods (state/pending_members.py); None: not known.
+    pending_members: Callable[[str], int | None] = lambda _key: None
     published: Callable[[str], NodePublished | None] = nothing_published  # the device-taint writer's
     # How many of some pods evicting (after others) would take a PodDisruptionBudget below zero
     # (state/disruption_budgets.py): the preempt verb counts the ones its added victims break.

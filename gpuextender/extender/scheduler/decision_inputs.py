@@ -135,6 +135,7 @@ class DecisionInputs:
         settings = self._settings
         sources = self._sources
         self._groups.expire(self._clock())  # holds whose time ran out free their room for this call too
+        self._groups.release_missing(self._existing_members, settings.group_members_grace_s)
         pod = self._pods.read(args.pod)
         view = self._inventory()
         claims = sources.claims
@@ -210,6 +211,14 @@ class DecisionInputs:
             return frozenset()
         return self._whole.whole_nodes(level, index.value_of, index.nodes_of)
 
+    def _existing_members(self, key: str) -> int | None:
+        """Group `key`'s members that exist as pods, unbound or bound; None: not known."""
+        pending = self._sources.pending_members(key)
+        ledger = self._sources.ledger
+        if pending is None:
+            return None
+        return pending + (sum(1 for _ in ledger.members(key)) if ledger is not None else 0)
+
     def _group(self, pod: PodRequest, view: InventoryView, raw: dict[str, Any]) -> GroupContext | str | None:
         """What is known of the pod's multi-pod group; None: a single pod (no GPU asked for, no size
         of 2 or more); a str: why a pod that names a group is decided as a single pod."""
@@ -232,6 +241,7 @@ class DecisionInputs:
         planned = None
         ledger = sources.ledger
         bound = tuple(p.node for p in ledger.members(ref.key)) if ledger is not None else ()
+
         gang = ref.source in GANG_SOURCES
         if plan is not None and not all(self._in_plan(view, plan, node) for node in bound):
             plan = None  # members were bound elsewhere (another replica chose): plan where they are

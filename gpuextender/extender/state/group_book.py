@@ -31,6 +31,7 @@ from gpuextender.extender.state.pod_ledger import BoundPod
 log = logging.getLogger("gpu_extender.groups")
 
 MAX_RELEASED = 1_024  # release reasons kept for explain, the newest
+MISSING_SWEEP_S = 1.0  # how often the holds are checked for members that do not exist as pods
 MAX_AVOIDED = 16  # domains per group kube-scheduler proved infeasible for it, the newest
 BOOK_FULL = "book full"  # (GroupBook.wait_reason)
 NAMESPACE_FULL = "namespace full"
@@ -83,6 +84,7 @@ class GroupCounts:
     refused_full: int = 0
     refused_namespace: int = 0
     refused_awaiting: int = 0  # ... or members seen when its hold expired short of members (AWAITING_MEMBERS)
+    members_missing: int = 0  # holds released: fewer members existed as pods than the group's size
     waited_for_domain: int = 0  # member filters failed in the one domain offered: the group's is another
     domains_given_up: int = 0  # domains kube-scheduler went round without (`avoid`)
 
@@ -114,6 +116,7 @@ class GroupBook:
         self._released: OrderedDict[str, str] = OrderedDict()
         self._listeners: list[Callable[[str], None]] = []
         self._next_expiry = float("inf")
+        self._next_missing_sweep = float("-inf")
         self.counts = GroupCounts()
 
     # -- what the decisions read -----------------------------------------------
@@ -339,6 +342,30 @@ class GroupBook:
         plan.expires_at = self._clock() + self.hold_s  # progress: the hold lasts
         self._next_expiry = min(self._next_expiry, plan.expires_at)
         self._set_holds(plan, {n: m for n, m in holds.items() if m > 0})
+
+    def release_missing(self, existing: Callable[[str], int | None], grace_s: float) -> None:
+        """Release each hold that began `grace_s` ago or more while fewer of its group's members than
+        its size exist as pods (`existing(key)`: unbound and bound ones, None: not known;
+        state/pending_members.py): its members seen wait (AWAITING_MEMBERS) until another comes or
+        one binds. Looks at most once per MISSING_SWEEP_S (every plan is read)."""
+        now = self._clock()
+        if now < self._next_missing_sweep:
+            return
+        self._next_missing_sweep = now + MISSING_SWEEP_S
+        for plan in [p for p in self._plans.values() if now - p.chosen_at >= grace_s]:
+            count = existing(plan.key)
+            if count is None or count >= plan.size:
+                continue
+            self.counts.members_missing += 1
+            why = (
+                f"released: {count} of its {plan.size} members exist as pods {grace_s:g}s after its hold began; "
+                "held again when another member comes or one binds"
+            )
+            log.warning("group %s: %s", plan.key, why)
+            self._awaiting[plan.key] = frozenset(plan.seen)
+            while len(self._awaiting) > MAX_RELEASED:
+                self._awaiting.popitem(last=False)
+            self._release(plan, why)
 
     def domain_lost(self, key: str, reason: str, *, members_there: bool) -> None:
         """A member of group `key` planned again and found no domain that holds the group (`reason`):

@@ -279,3 +279,29 @@ def test_a_members_nodes_holding_its_groups_room_rank_first() -> None:
     assert plan is not None and plan.holds == {"c0": 1, "c1": 2}
     scores = {s["Host"]: s["Score"] for s in cluster.api.prioritize(ExtenderArgs(pod, ["c0", "c1", "c2"], None))}
     assert min(scores["c0"], scores["c1"]) > scores["c2"] > 0
+
+
+# -- room held only for members that exist as pods (issue 53 item 5) ---------------------------------
+
+
+def test_a_groups_room_is_released_when_its_members_do_not_all_exist_a_grace_after() -> None:
+    """A group of 4 of which one pod exists: its room is held at its filter; --group-members-grace
+    (here 30 s) later, at any call, it is released (explain says why) and that pod waits,
+    GroupAwaitsMembers, until another member comes."""
+    existing = {"llm/leaderworkerset/small": 1}
+    cluster = Cluster(
+        {**{n: ("a", 4, 4) for n in A}, **{n: ("b", 8, 0) for n in B}},
+        pending=existing.get,
+        group_members_grace_s=30.0,
+    )
+    assert cluster.filter(small(0), A)["NodeNames"]
+    cluster.clock.now += 30.0
+    for node in A:  # (the agents report on)
+        cluster.report(node, 4, 4)
+    cluster.filter(single_pod("other", 1))  # (any call looks)
+    assert cluster.api.groups.plan(KEY) is None and cluster.api.groups.holds_on("a0") == ()
+    answer = cluster.filter(small(0), A)
+    assert answer["NodeNames"] == [] and "GroupAwaitsMembers" in failures(answer)["a0"]
+    existing[KEY] = 4  # the other three are created
+    assert cluster.filter(small(1), A)["NodeNames"]
+    assert cluster.api.groups.plan(KEY) is not None

@@ -5,6 +5,7 @@ start the extender could foresee, single pods unchanged."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -49,9 +50,11 @@ class Cluster:
         self,
         nodes: dict[str, tuple[str | None, int, int]],
         pod_groups: PodGroupLookup = no_pod_group,
+        pending: Callable[[str], int | None] = lambda _key: None,
         **settings: Any,
     ) -> None:
-        """nodes: name -> (clique or None, idle GPUs, busy GPUs); pod_groups: the PodGroups known."""
+        """nodes: name -> (clique or None, idle GPUs, busy GPUs); pod_groups: the PodGroups known;
+        pending: a group's members that exist as unbound pods (None: not known)."""
         self.clock = Clock()
         self.state = GpuState(IdleRule())
         self.labels = {n: ({CLIQUE: c} if c is not None else {}) for n, (c, _, _) in nodes.items()}
@@ -69,7 +72,7 @@ class Cluster:
             ApiSettings(DecisionPolicy(), **settings),
             inventory=lambda: self.view,
             clock=self.clock,
-            sources=ClusterSources(ledger=self.ledger, pod_groups=pod_groups),
+            sources=ClusterSources(ledger=self.ledger, pod_groups=pod_groups, pending_members=pending),
         )
         self.bound: dict[str, str] = {}
 
