@@ -305,3 +305,20 @@ def test_a_groups_room_is_released_when_its_members_do_not_all_exist_a_grace_aft
     existing[KEY] = 4  # the other three are created
     assert cluster.filter(small(1), A)["NodeNames"]
     assert cluster.api.groups.plan(KEY) is not None
+
+
+def test_a_namespace_naming_1000_groups_that_never_complete_holds_at_most_its_cap() -> None:
+    """Issue 53's done-when: a namespace creates one pod each of 1,000 groups of 4 (the others never
+    come); it holds at most --group-holds-per-namespace (100) of them, the other 900 wait
+    (GroupNamespaceFull), and another namespace's 4 x 8 group is placed as before."""
+    nodes: dict[str, tuple[str | None, int, int]] = {f"c{c}-n{i}": (f"c{c}", 8, 0) for c in range(30) for i in range(4)}
+    cluster = Cluster(nodes)
+    waited = 0
+    for g in range(1000):
+        answer = cluster.filter(lws_pod(f"spam-{g}", 0, 4, gpus=1, namespace="spam"))
+        waited += not answer["NodeNames"] and any("GroupNamespaceFull" in r for r in failures(answer).values())
+    book = cluster.api.groups
+    assert book.held_in("spam") == 100 and waited == 900 and book.counts.refused_namespace == 900
+    assert len(cluster.filter(lws_pod("big", 0, 4, gpus=8, namespace="llm"))["NodeNames"]) == 4
+    plan = book.plan("llm/leaderworkerset/big")
+    assert plan is not None and sum(plan.holds.values()) == 4
