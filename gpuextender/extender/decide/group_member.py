@@ -106,6 +106,9 @@ class GroupContext:
     # The pod's own spec pins it to a domain of its levels or to a node (Kueue's topology-aware
     # scheduling writes a nodeSelector so): the call's domain is its only one, never waited out.
     pinned: bool = False
+    # Domains to take only where no other holds the group (decide/compute_domains.shared_by_another:
+    # another ComputeDomain's IMEX daemons there); None: every domain alike.
+    second_choice: Callable[[Domain], bool] | None = None
     # A role of a disaggregated InferenceService (model/ome/pod_intent.py): `composite` its
     # "namespace/name", `role` engine or decoder; `within`: the nodes of the block (the level above
     # the group's first) where its other role is planned or bound, named `other_block`; None: no
@@ -249,8 +252,13 @@ def _filter_member(
         return MemberOutcome(_answer(base, choice, []), choice, False)
     idle = _fresh_idle(base, summary)
     only = _holding_bound(pins, group.index) if pins else None
-    choice = group_domains.choose(group.remaining, group.per_member, idle, group.levels, group.index, names, only)
-    return MemberOutcome(_answer(base, choice, (), group.gang), choice, tried, tried, "", avoid)
+    picked: GroupChoice | None = None
+    if (second := group.second_choice) is not None:  # first among the domains not second choices
+        first = (lambda d: not second(d)) if only is None else (lambda d: only(d) and not second(d))
+        picked = group_domains.choose(group.remaining, group.per_member, idle, group.levels, group.index, names, first)
+    if picked is None or picked.chosen is None:
+        picked = group_domains.choose(group.remaining, group.per_member, idle, group.levels, group.index, names, only)
+    return MemberOutcome(_answer(base, picked, (), group.gang), picked, tried, tried, "", avoid)
 
 
 def _better_elsewhere(

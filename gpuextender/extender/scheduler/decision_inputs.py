@@ -11,10 +11,10 @@ from typing import Any
 
 import orjson
 
-from gpuextender.extender.decide import class_plan
+from gpuextender.extender.decide import class_plan, compute_domains
 from gpuextender.extender.decide.decision import Decision
 from gpuextender.extender.decide.fit_index import FitIndex
-from gpuextender.extender.decide.group_domains import ANY, NO_LABEL, LevelIndex, level_index
+from gpuextender.extender.decide.group_domains import ANY, NO_LABEL, Domain, LevelIndex, level_index
 from gpuextender.extender.decide.group_member import GroupContext
 from gpuextender.extender.decide.snapshot import Candidates, Snapshot
 from gpuextender.extender.decide.whole_domains import WholeDomains
@@ -211,6 +211,20 @@ class DecisionInputs:
             return frozenset()
         return self._whole.whole_nodes(level, index.value_of, index.nodes_of)
 
+    def _shared_cliques(self, view: InventoryView, pod: PodRequest) -> Callable[[Domain], bool] | None:
+        """For a pod of a ComputeDomain: whether a domain (all its nodes) holds another one's claims
+        (decide/compute_domains.shared_by_another); None for any other pod."""
+        claims = self._sources.claims
+        if not pod.compute_domains or claims is None:
+            return None
+        mine, on, levels = pod.compute_domains, claims.compute_domains_on, self._levels
+
+        def shared(d: Domain) -> bool:  # (a domain of one node: that node, vetoed if it holds another)
+            nodes = levels.index(view, d.level).nodes_of.get(d.value, frozenset()) if d.level != ANY else d.nodes
+            return compute_domains.shared_by_another(mine, nodes, on)
+
+        return shared
+
     def _existing_members(self, key: str) -> int | None:
         """Group `key`'s members that exist as pods, unbound or bound; None: not known."""
         pending = self._sources.pending_members(key)
@@ -280,6 +294,7 @@ class DecisionInputs:
             wait=wait,
             placed_on=placed_on,
             gang=gang,
+            second_choice=self._shared_cliques(view, pod),
             composite=composite,
             role=role,
             within=within,

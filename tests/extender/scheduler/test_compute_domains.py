@@ -229,3 +229,31 @@ def test_more_opaque_configs_than_the_api_allows_are_refused() -> None:
     obj["spec"]["devices"]["config"] = [config("A")] * (MAX_CLAIM_CONFIGS + 1)
     with pytest.raises(InvalidInput, match="at most 32"):
         parse_resource_claim(obj)
+
+
+def cd_member(name: str, claim: str) -> dict[str, Any]:
+    member = pod(name, claim, gpus=8)
+    member["metadata"]["labels"] = {"leaderworkerset.sigs.k8s.io/group-key": "g"}
+    member["metadata"]["annotations"] = {"leaderworkerset.sigs.k8s.io/size": "2"}
+    return member
+
+
+def in_cliques(nodes: list[str], claims: list[dict[str, Any]]) -> Fleet:
+    fleet = Fleet(nodes, claims)
+    view = fleet.api.decisions._inventory()
+    for n in fleet.nodes:
+        view.node_labels[n]["nvidia.com/gpu.clique"] = n[0]
+    return fleet
+
+
+def test_a_group_takes_a_clique_no_other_domain_uses_over_a_tighter_one_another_does() -> None:
+    """NVIDIA/k8s-dra-driver-gpu #892: two ComputeDomains in one clique break each other's fabric
+    memory. x (x1, x2 free; x3 runs domain B: vetoed) holds 2 x 8 exactly, y (y1-y3) strands 8:
+    the group takes y anyway. Where only x holds it, x (the driver allows it; nothing else does)."""
+    x, y = ["x1", "x2", "x3"], ["y1", "y2", "y3"]
+    claims = [cd_claim("w0", "A"), cd_claim("b-1", "B", "x3")]
+    assert sorted(in_cliques(x + y, claims).filter(cd_member("w0", "w0"))["NodeNames"]) == y
+    assert sorted(in_cliques([*x, "y1"], claims).filter(cd_member("w0", "w0"))["NodeNames"]) == ["x1", "x2"]
+    # The pod's own domain in a clique shares nothing with it: x3 running A, x and y alike, x first.
+    own = in_cliques(x + y, [cd_claim("w0", "A"), cd_claim("a-1", "A", "x3")])
+    assert sorted(own.filter(cd_member("w0", "w0"))["NodeNames"]) == x
