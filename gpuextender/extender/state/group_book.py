@@ -193,6 +193,14 @@ class GroupBook:
         while len(self._roles) > MAX_RELEASED:
             self._roles.popitem(last=False)
 
+    def role_of(self, key: str) -> str:
+        """ "<role> of <composite>" for a group seen as a composite's role, else ""."""
+        for composite, roles in self._roles.items():
+            for role, group in roles.items():
+                if group == key:
+                    return f"{role} of {composite}"
+        return ""
+
     def partners(self, composite: str, role: str) -> list[str]:
         """The group keys of the composite's other roles seen."""
         return [key for r, key in self._roles.get(composite, {}).items() if r != role]

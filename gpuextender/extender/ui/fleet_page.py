@@ -114,17 +114,22 @@ def fleet_inputs(api: SchedulerApi) -> tuple[FleetInputs, list[str]]:
         claimed_on=claims.allocated_on if (claims := api.sources.claims) is not None else lambda _node: frozenset(),
         domain_level=(level := api.settings.group_levels[0]),
         domain_of=api.decisions.level_index(view, level).value_of,
-        groups_held=groups_by_domain(api.groups.plans()),
+        groups_held=groups_by_domain(api.groups.plans(), api.groups.role_of),
         published=api.sources.published,
     )
     return inputs, gpu_nodes(view.allocatable_gpus, state.node_names(), view.dra.gpu_devices)
 
 
-def groups_by_domain(plans: Iterable[GroupPlan]) -> dict[str, list[tuple[str, int]]]:
-    """Domain name -> (group, members held there) of every group holding room, by group."""
+def groups_by_domain(
+    plans: Iterable[GroupPlan], role_of: Callable[[str], str] = lambda _key: ""
+) -> dict[str, list[tuple[str, int]]]:
+    """Domain name -> (group, members held there) of every group holding room, by group; a role of
+    a disaggregated InferenceService named so ("<key>, engine of <namespace>/<name>")."""
     held: dict[str, list[tuple[str, int]]] = {}
     for plan in sorted(plans, key=lambda p: p.key):
-        held.setdefault(plan.domain_name, []).append((plan.key, plan.held_members()))
+        role = role_of(plan.key)
+        name = f"{plan.key}, {role}" if role else plan.key
+        held.setdefault(plan.domain_name, []).append((name, plan.held_members()))
     return held
 
 

@@ -6,10 +6,14 @@ block's nodes (`OtherRoleInAnotherBlock` elsewhere); with one role alone, it is 
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
+
+import orjson
 
 from gpuextender.extender.scheduler.wire import ExtenderArgs
 from gpuextender.extender.ui.explain_cli import render
+from gpuextender.extender.ui.fleet_page import build_fleet
 from tests.extender.scheduler.test_groups import CLIQUE, Cluster, failures, lws_pod
 
 BLOCK = "cloud.google.com/gce-topology-block"
@@ -109,3 +113,12 @@ def test_a_component_label_without_an_inference_service_is_no_composite() -> Non
     decoder = lws_pod("d", 0, 2, 4)
     decoder["metadata"]["labels"]["component"] = "decoder"
     assert sorted(cluster.filter(decoder)["NodeNames"]) == ["x2-0", "x2-1"]
+
+
+def test_the_fleet_page_names_each_role_of_the_inference_service_beside_its_hold() -> None:
+    cluster = engine_in_y()
+    assert cluster.filter(role("decoder", 0, 4))["NodeNames"]
+    doc = orjson.loads(asyncio.run(build_fleet(cluster.api)))
+    held = {d["domain"]: d["groupsHeld"] for d in doc["domains"]["domains"]}
+    assert held["y2"] == [{"group": "llm/leaderworkerset/llama-decoder, decoder of llm/llama", "membersHeld": 2}]
+    assert held["y1"] == [{"group": "llm/leaderworkerset/llama-engine, engine of llm/llama", "membersHeld": 1}]
