@@ -220,3 +220,18 @@ def _one_value_keys(term: Any) -> set[str]:
         and isinstance(e.get("values"), list)
         and len(e["values"]) == 1
     }
+
+
+# RoleBasedGroup (sgl-project/rbg): every role's pods carry the group's name and their role's.
+RBG_NAME = "rolebasedgroup.workloads.x-k8s.io/name"
+RBG_ROLE = "rolebasedgroup.workloads.x-k8s.io/role"
+
+
+def rbg_role(pod: Any) -> tuple[str, str]:
+    """("namespace/rbg/<name>", role) for a pod of a RoleBasedGroup's role, else ("", "")."""
+    meta = object_at(pod, "metadata")
+    labels = object_at(meta, "labels")
+    name, role, namespace = labels.get(RBG_NAME), labels.get(RBG_ROLE), meta.get("namespace") or "default"
+    if not all(isinstance(v, str) and 0 < len(v) <= MAX_NAME_CHARS for v in (name, role, namespace)):
+        return "", ""
+    return f"{namespace}/rbg/{name}", str(role)

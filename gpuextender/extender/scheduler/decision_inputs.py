@@ -28,6 +28,7 @@ from gpuextender.extender.model.pod_group import (
     SIZED_BY_OBJECT,
     GroupReading,
     pinned_keys,
+    rbg_role,
 )
 from gpuextender.extender.model.pod_request import PodRequest, read_pod
 from gpuextender.extender.model.untrusted import nominated_node
@@ -279,7 +280,11 @@ class DecisionInputs:
         levels = _levels_for(key, configured)
         if not key and self._settings.group_preferred:  # no domain holds it: whole across domains
             levels = (*levels, ANY)
+        # The unit its group is a role of: an OME InferenceService's engine or decoder, a
+        # RoleBasedGroup's role.
         composite, role = pod.identity.composite, pod.identity.disaggregated_role
+        if not composite:
+            composite, role = rbg_role(raw)
         within, other_block = self._other_role_block(view, composite, role, levels[0], configured)
         return GroupContext(
             ref,

@@ -122,3 +122,35 @@ def test_the_fleet_page_names_each_role_of_the_inference_service_beside_its_hold
     held = {d["domain"]: d["groupsHeld"] for d in doc["domains"]["domains"]}
     assert held["y2"] == [{"group": "llm/leaderworkerset/llama-decoder, decoder of llm/llama", "membersHeld": 2}]
     assert held["y1"] == [{"group": "llm/leaderworkerset/llama-engine, engine of llm/llama", "membersHeld": 1}]
+
+
+def rbg(role_name: str, index: int, gpus: int, name: str = "ds") -> dict[str, Any]:
+    """A pod of a RoleBasedGroup's role (sgl-project/rbg's labels), its role a LeaderWorkerSet group."""
+    pod = lws_pod(f"{name}-{role_name}", index, 2, gpus)
+    pod["metadata"]["labels"] |= {
+        "rolebasedgroup.workloads.x-k8s.io/name": name,
+        "rolebasedgroup.workloads.x-k8s.io/role": role_name,
+    }
+    return pod
+
+
+def test_the_roles_of_a_role_based_group_are_one_unit_too() -> None:
+    """rbg's prefill and decode roles: with prefill in y, decode takes y2 (alone it fills x2)."""
+    cluster = fleet()
+    cluster.bind(rbg("prefill", 0, 8), "y1-0")
+    assert cluster.filter(rbg("prefill", 1, 8))["NodeNames"] == ["y1-1"]
+    assert sorted(cluster.filter(rbg("decode", 0, 4))["NodeNames"]) == ["y2-0", "y2-1"]
+    explained = cluster.api.explain(ExtenderArgs(rbg("decode", 0, 4), cluster.nodes, None))
+    assert explained["group"]["composite"] == {
+        "inferenceService": "llm/rbg/ds",
+        "role": "decode",
+        "otherRoleIn": f"{BLOCK}=y",
+    }
+    other = rbg("decode", 0, 4, name="other")  # another RoleBasedGroup: a plain group
+    assert sorted(fleet().filter(other)["NodeNames"]) == ["x2-0", "x2-1"]
+    fresh = fleet()
+    fresh.bind(rbg("prefill", 0, 8), "y1-0")
+    assert fresh.filter(rbg("prefill", 1, 8))["NodeNames"] == ["y1-1"]
+    bad = rbg("decode", 0, 4)
+    bad["metadata"]["labels"]["rolebasedgroup.workloads.x-k8s.io/role"] = ""  # (no role: no unit)
+    assert sorted(fresh.filter(bad)["NodeNames"]) == ["x2-0", "x2-1"]
