@@ -315,8 +315,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", type=int, default=20)
     p.add_argument("--fleet", choices=("designed", "random"), default="designed")
     args = p.parse_args(argv)
-    logging.disable(logging.CRITICAL)
-    rows = run_seeds(args.fleet, range(1, args.seeds + 1))
+    logging.disable(logging.CRITICAL)  # (the groups' lines, thousands of them; restored below)
+    try:
+        rows = run_seeds(args.fleet, range(1, args.seeds + 1))
+    finally:
+        logging.disable(logging.NOTSET)
     first = next(iter(rows.values()))
     packings = sum(packs for packs, _, _ in first)
     for name, runs in rows.items():

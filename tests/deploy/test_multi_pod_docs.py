@@ -23,6 +23,12 @@ def test_the_config_example_is_read_as_written(tmp_path: Path) -> None:
 
 def test_every_group_flag_named_is_a_flag_of_gpu_extender() -> None:
     named = set(re.findall(r"`(--group-[a-z-]+)", SECTION))
-    assert named == {"--group-topology-levels", "--group-hold", "--group-holds-per-namespace"}
+    assert named == {
+        "--group-topology-levels",
+        "--group-topology-policy",
+        "--group-hold",
+        "--group-members-grace",
+        "--group-holds-per-namespace",
+    }
     known = {o for a in build_parser()._actions for o in a.option_strings}
     assert named <= known

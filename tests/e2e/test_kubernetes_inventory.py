@@ -175,7 +175,11 @@ def test_the_pod_watch_feeds_the_ledger_and_readiness_waits_for_its_first_list(
         wait_until("ready once pods are listed", lambda: http("GET", url(ext, "/readyz"))[0] == 200)
         assert bound_pods(ext) == 1
         requests = api.call(lambda: [r.field_selector for r in s.list_requests if r.kind == "Pod"])
-        assert set(requests) == {"spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"}
+        # The bound pods' watch, and the pending group members' (state/pending_members.py).
+        assert set(requests) == {
+            "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed",
+            "spec.nodeName=,status.phase=Pending",
+        }
 
         api.call(lambda: s.add("Pod", gpu_pod("waiting", "h100-node")))  # bound now
         wait_until("the bound pod counted", lambda: bound_pods(ext) == 2)
