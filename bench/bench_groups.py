@@ -36,6 +36,7 @@ import sys
 import tempfile
 import time
 import tracemalloc
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +53,7 @@ from gpuextender.extender.state.group_book import GroupBook
 NODES = 5_000
 DOMAINS = 300
 GROUPS_IN_FLIGHT = 200
+NAMESPACES = 50  # the groups' teams: ~22 groups each after 3 rounds of new groups, under the bound of 100
 CLIQUE = "nvidia.com/gpu.clique"
 ORDERS = 16
 VARIANTS = ("single", "member", "first")
@@ -66,6 +68,8 @@ def group_pod(base: dict[str, Any], group: str, index: int, size: int) -> dict[s
     meta = pod["metadata"]
     meta["name"] = f"{group}-{index}"
     meta["uid"] = f"uid-{group}-{index}"
+    # Teams of their own: --group-holds-per-namespace (100) bounds one namespace's groups held.
+    meta["namespace"] = f"team-{zlib.crc32(group.encode()) % NAMESPACES}"
     meta.setdefault("labels", {})["leaderworkerset.sigs.k8s.io/group-key"] = group
     meta.setdefault("annotations", {})["leaderworkerset.sigs.k8s.io/size"] = str(size)
     return pod
@@ -180,7 +184,7 @@ def book_memory(plans: int = MAX_GROUPS) -> dict[str, float]:
     gc.collect()
     tracemalloc.start()
     before = tracemalloc.get_traced_memory()[0]
-    book = GroupBook(300.0, lambda: clock[0], max_groups=plans)
+    book = GroupBook(300.0, lambda: clock[0], max_groups=plans, per_namespace=plans)  # (the bound in all)
     for g in range(plans):
         key = f"namespace-{g % 50}/leaderworkerset/{g:040x}"
         book.hold(
