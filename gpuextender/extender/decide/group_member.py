@@ -9,6 +9,12 @@ no-fit fallback), then the group's domain (decide/README.md, "Multi-pod groups")
   are bound already, only their domain. Its passing nodes pass; every other passing node fails
   GroupInOtherDomain. No domain holds them: every node fails, the passing ones with the shortfall
   (GroupDoesNotFit), so no member starts while the group cannot be whole.
+- A call that offers one domain alone (kube-scheduler-1.36's topology-aware gang scheduling) while
+  the plan's domain, or a better one among every domain the fit index knows, is another: every
+  node fails GroupWaitsForDomain, until kube-scheduler goes round its domains without the plan's,
+  which the group then gives up (`MemberOutcome.avoid`). Not for a pod its own spec pins.
+- A role of a disaggregated InferenceService whose other role is placed: only that one's block.
+  A ComputeDomain's group: a clique no other ComputeDomain uses first (`second_choice`).
 
 Pure: the caller gives the member's plain filter as a function of the candidates, and a
 `GroupContext` of what is known of the group.
