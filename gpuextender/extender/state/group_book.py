@@ -112,6 +112,7 @@ class GroupBook:
         # Composites (a disaggregated InferenceService, "namespace/name") -> role -> its group's key,
         # the newest MAX_RELEASED: each role's members look up the other's domain.
         self._roles: OrderedDict[str, dict[str, str]] = OrderedDict()
+        self._role_of: dict[str, str] = {}  # group key -> "<role> of <composite>" (the same entries)
         self._holds_on: dict[str, dict[str, tuple[BoundPod, ...]]] = {}  # node -> group key -> entries
         self._released: OrderedDict[str, str] = OrderedDict()
         self._listeners: list[Callable[[str], None]] = []
@@ -188,18 +189,22 @@ class GroupBook:
     def role_seen(self, composite: str, role: str, key: str) -> None:
         """Group `key` is role `role` of composite `composite`."""
         roles = self._roles.pop(composite, {})
+        before = roles.get(role)
+        if before is not None and before != key:
+            self._role_of.pop(before, None)
         roles[role] = key
         self._roles[composite] = roles
+        self._role_of[key] = f"{role} of {composite}"
         while len(self._roles) > MAX_RELEASED:
-            self._roles.popitem(last=False)
+            oldest, gone = self._roles.popitem(last=False)
+            for r, k in gone.items():
+                if self._role_of.get(k) == f"{r} of {oldest}":  # (not since seen in another)
+                    del self._role_of[k]
 
     def role_of(self, key: str) -> str:
-        """ "<role> of <composite>" for a group seen as a composite's role, else ""."""
-        for composite, roles in self._roles.items():
-            for role, group in roles.items():
-                if group == key:
-                    return f"{role} of {composite}"
-        return ""
+        """ "<role> of <composite>" for a group seen as a composite's role, else "" (a lookup: the
+        fleet page asks it for every plan)."""
+        return self._role_of.get(key, "")
 
     def partners(self, composite: str, role: str) -> list[str]:
         """The group keys of the composite's other roles seen."""

@@ -103,3 +103,16 @@ def test_a_group_placed_whole_or_deleted_forgets_what_it_gave_up() -> None:
     book.avoid(G, "c=b")
     book.deleted(G)
     assert book.avoided(G) == frozenset()
+
+
+def test_a_groups_role_is_looked_up_and_forgotten_with_its_composite() -> None:
+    book = GroupBook(60.0, Clock())
+    book.role_seen("llm/llama", "engine", "k-engine")
+    book.role_seen("llm/llama", "decoder", "k-decoder")
+    assert book.role_of("k-engine") == "engine of llm/llama" and book.role_of("other") == ""
+    assert book.partners("llm/llama", "engine") == ["k-decoder"]
+    book.role_seen("llm/llama", "engine", "k-engine-2")  # the role's group replaced
+    assert book.role_of("k-engine") == "" and book.role_of("k-engine-2") == "engine of llm/llama"
+    for i in range(MAX_RELEASED):  # the oldest composite goes past the bound
+        book.role_seen(f"llm/s{i}", "engine", f"k{i}")
+    assert book.role_of("k-engine-2") == "" and book.role_of("k0") == "engine of llm/s0"
