@@ -132,7 +132,10 @@ class Kube:
     def raw(
         self, method: str, path: str, body: Any = None, content_type: str = "application/json", timeout: float = 10.0
     ) -> bytes:
-        data = None if body is None else json.dumps(body).encode()
+        # Compact, keys sorted: as kube-apiserver re-encodes an object it patches, so that an opaque
+        # RawExtension (a ResourceClaim's driver config, kept byte for byte) compares equal on the
+        # next update (else: "spec: Invalid value ... field is immutable").
+        data = None if body is None else json.dumps(body, separators=(",", ":"), sort_keys=True).encode()
         headers = {"Authorization": f"Bearer {self.token}", "Accept": "application/json"}
         if data is not None:
             headers["Content-Type"] = content_type

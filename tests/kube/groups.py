@@ -330,6 +330,9 @@ class Verdict:
     # Members of waiting groups not marked unschedulable with the group's reason (GroupDoesNotFit),
     # unless no node at all has room for one member (then every node fails for its own reason).
     waiting_unexplained: list[str] = field(default_factory=list)
+    # Idle healthy GPUs no pod took while a group is not whole (waiting or partly bound): the room
+    # the placement left stranded (bench/bench_group_packing.py's measure); 0 when every group is.
+    stranded: int = 0
 
 
 def pod_states(kube: Kube, ns: str) -> dict[str, dict[str, Any]]:
@@ -390,6 +393,8 @@ def judge(kube: Kube, ns: str, fleet: Fleet, groups: list[Group]) -> Verdict:
                     for m in messages
                     if "(GroupDoesNotFit)" not in m
                 ]
+    if verdict.waiting or verdict.partly_bound:
+        verdict.stranded = sum(max(0, room) for room in left.values())
     return verdict
 
 

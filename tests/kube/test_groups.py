@@ -22,7 +22,8 @@ fleet) all land whole under either scheduler; a small gang takes the tight cliqu
 whole one to a big gang under 1.36's one-domain-at-a-time scheduling; single pods arriving first
 leave a whole clique to a group; with cliques inside blocks, a group larger than a clique lands in
 one block split evenly, and an OME engine and decoder (two AcceleratorClasses) each in a clique of
-one block.
+one block; a ComputeDomain's pods never on a node running another ComputeDomain (the DRA allocator
+finds its channel free there), and its group in a clique no other ComputeDomain uses.
 
 These tests run on a control plane of their own (module scope, about 4 s to start): kube-apiserver
 with the Workload API (GenericWorkload, GangScheduling, TopologyAwareWorkloadScheduling,
@@ -35,6 +36,7 @@ each), the replica test about 10 s and the two-pod reproduction about 6 s.
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import random
 import re
@@ -51,6 +53,7 @@ import pytest
 import trustme
 
 from tests.control_plane import ControlPlane, Kube, Process, wait_for
+from tests.extender.dra_objects import allocated_claim, device_class, resource_slice
 from tests.harness import Proc, free_port, http, metric
 from tests.kube import groups as G
 from tests.kube.conftest import install_crds, scene_in_namespace
@@ -303,6 +306,7 @@ def table(rows: list[tuple[str, Run]]) -> str:
         f"  {name:<{width}}  whole {len(v.whole):>2}  split {len(v.split):>2}  "
         f"members on busy/unhealthy GPUs {len(v.on_bad_gpus):>3}  partly bound {len(v.partly_bound):>2} "
         f"(a domain could hold {len(v.partly_could_fit):>2} of them whole)  waiting whole {len(v.waiting):>2}  "
+        f"stranded GPUs {v.stranded:>3}  "
         f"[{seconds:.1f} s]"
         for name, (v, seconds, _log) in rows
     )
@@ -369,10 +373,10 @@ def test_workload_api_gangs_land_whole_in_one_domain_with_kube_scheduler_136(
     assert len(run.verdict.whole) >= GROUPS // 2
 
 
-# The seed of bench/bench_group_packing.py's designed fleet: with the extender's choice before
-# issue 53 (7279c3b), one group waited on this control plane, although every group could be packed,
-# under either scheduler (its emulation of the schedulers: seeds 1, 2, 8, 10, 20, ... of 30).
-PACKING_SEED = 2
+# Seeds of bench/bench_group_packing.py's designed fleet: with the extender's choice before issue 53
+# (7279c3b), a group waited on this control plane under either scheduler with seed 2, although every
+# group could be packed (its emulation of the schedulers: seeds 1, 2, 8, 10, 20, ... of 30).
+PACKING_SEEDS = (2, 8, 20)
 
 
 def designed_fleet(prefix: str, seed: int, source: str) -> tuple[G.Fleet, list[G.Group]]:
@@ -387,17 +391,18 @@ def designed_fleet(prefix: str, seed: int, source: str) -> tuple[G.Fleet, list[G
     return G.Fleet(nodes, prefix), [G.Group(g.name, source, g.members, g.per_member) for g in groups]
 
 
+@pytest.mark.parametrize("seed", PACKING_SEEDS)
 @pytest.mark.parametrize("binary", [V135, V136])
 def test_groups_that_can_all_be_packed_land_whole_every_one(
-    gworld: Scene, binary: str, capsys: pytest.CaptureFixture[str]
+    gworld: Scene, binary: str, seed: int, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Issue 53's acceptance, on one fleet per scheduler: 6 groups that a solver can pack whole at
+    """Issue 53's acceptance, on three fleets per scheduler: 6 groups that a solver can pack whole at
     once, created at once in a shuffled order; with the extender every group lands whole, none on
     busy GPUs, whatever the order, under kube-scheduler v1.35.4 (LeaderWorkerSet groups, the LWS
     pod affinity) and kube-scheduler-1.36's gang and topology-aware scheduling (Workload API
     gangs). kube-scheduler alone printed beside, with the GPUs it left stranded."""
     tas = binary == V136
-    fleet, groups = designed_fleet(gworld.ns, PACKING_SEED, G.WORKLOAD if tas else G.LWS)
+    fleet, groups = designed_fleet(gworld.ns, seed, G.WORKLOAD if tas else G.LWS)
     G.create_nodes(gworld.kube, fleet)
     gworld.nodes.extend(n.name for n in fleet.nodes)
     ext = start_extender(gworld, fleet)
@@ -410,7 +415,7 @@ def test_groups_that_can_all_be_packed_land_whole_every_one(
     run = place(gworld, "ext", fleet, groups, with_extender, extender_done(gworld, ext, fleet, groups))
     alone = place(gworld, "alone", fleet, groups, lambda ns: gworld.scheduler_alone(binary, GANG_ARGS if tas else ()))
     with capsys.disabled():
-        print(f"\npacking (seed {PACKING_SEED}): {[(g.name, g.members, g.gpus) for g in groups]}")
+        print(f"\npacking (seed {seed}): {[(g.name, g.members, g.gpus) for g in groups]}")
         print(table([(f"gpu-extender + {binary}", run), (f"{binary} alone", alone)]))
     assert_whole(run, ext, reasons_per_domain=tas)
     waiting = run.verdict.waiting
@@ -620,6 +625,166 @@ def test_single_pods_arriving_before_a_group_leave_the_whole_clique_for_it(gworl
     names = [n.name for n in nodes]
     assert set(landed.values()) == {f"{ns}.o"}, f"{landed}{log_lines(logs, ['single'], names)}"
     assert sorted(group_nodes) == [f"{ns}-w0", f"{ns}-w1"], log_lines(logs, ["pair"], names)
+
+
+# -- ComputeDomains -----------------------------------------------------------------------------------
+
+DRA = "/apis/resource.k8s.io/v1"
+CD_DRIVER = "compute-domain.nvidia.com"
+
+
+def compute_domain_devices(world: Scene, nodes: Iterable[str]) -> tuple[str, str]:
+    """NVIDIA's DRA driver's compute-domain plugin on `nodes`: each node's ResourceSlice (channel-0
+    and daemon-0, as it publishes them) and the two DeviceClasses (their CEL selectors; named for
+    the test: the driver's are compute-domain-default-channel.nvidia.com and
+    compute-domain-daemon.nvidia.com, and the extender reads the claims' config, not the class)."""
+    classes = []
+    for kind in ("channel", "daemon"):
+        name = f"{world.ns}-{kind}"
+        cel = f"device.driver == '{CD_DRIVER}' && device.attributes['{CD_DRIVER}'].type == '{kind}'"
+        world.kube.create(f"{DRA}/deviceclasses", device_class(name, None, cel))
+        world.dra_objects.append(f"{DRA}/deviceclasses/{name}")
+        classes.append(name)
+    for node in nodes:
+        devices = [
+            {"name": f"{kind}-0", "attributes": {"type": {"string": kind}, "id": {"int": 0}}}
+            for kind in ("channel", "daemon")
+        ]
+        published = resource_slice(node, devices, driver=CD_DRIVER)
+        world.kube.create(f"{DRA}/resourceslices", published)
+        world.dra_objects.append(f"{DRA}/resourceslices/{published['metadata']['name']}")
+    return classes[0], classes[1]
+
+
+def compute_domain_claim(world: Scene, name: str, domain: str, klass: str, node: str | None = None) -> None:
+    """A claim of ComputeDomain `domain` (its UID) as the driver's templates write it: one request of
+    `klass` and the opaque config naming the domain. With `node`: allocated there, as kube-scheduler
+    leaves it (a channel's workload, or the domain's IMEX daemon, running on it)."""
+    kind = "daemon" if klass.endswith("-daemon") else "channel"
+    config_kind = "ComputeDomainDaemonConfig" if kind == "daemon" else "ComputeDomainChannelConfig"
+    parameters = {"apiVersion": "resource.nvidia.com/v1beta1", "kind": config_kind, "domainID": domain}
+    spec = {
+        "devices": {
+            "requests": [{"name": kind, "exactly": {"deviceClassName": klass}}],
+            "config": [{"requests": [kind], "opaque": {"driver": CD_DRIVER, "parameters": parameters}}],
+        }
+    }
+    claims = f"{DRA}/namespaces/{world.ns}/resourceclaims"
+    world.kube.create(
+        claims, {"apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim", "metadata": {"name": name}, "spec": spec}
+    )
+    if node is not None:
+        status = allocated_claim(name, node, [f"{kind}-0"])["status"]
+        status["allocation"]["devices"]["results"][0] |= {"request": kind, "driver": CD_DRIVER}
+        status["allocation"]["devices"]["config"] = [{"source": "FromClaim", **spec["devices"]["config"][0]}]
+        status["reservedFor"] = [{"resource": "pods", "name": f"{name}-pod", "uid": f"pod-{name}"}]
+        world.kube.merge_patch(f"{claims}/{name}/status", {"status": status})
+
+
+def compute_domain_pod(
+    group: G.Group, index: int, fleet: G.Fleet, claim: str, *, affinity: bool = True
+) -> dict[str, Any]:
+    """Member `index` of `group` (its GPUs from the device plugin) with its own channel claim."""
+    pod = G.member_pod(group, index, fleet.label, affinity=affinity)
+    pod["spec"]["resourceClaims"] = [{"name": "imex", "resourceClaimName": claim}]
+    pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": "imex"}]
+    return pod
+
+
+def wait_claims(world: Scene, ext: Proc, allocated: int, total: int) -> None:
+    """Until the extender's claim ledger holds `total` claims, `allocated` of them allocated."""
+
+    def counts() -> tuple[float | None, ...]:
+        samples = world.scrape(ext)
+        return tuple(metric(samples, "gpu_extender_resource_claims", allocated=a) for a in ("true", "false"))
+
+    wait_for(
+        f"{total} claims ({allocated} allocated) in the extender's ledger",
+        lambda: counts() == (allocated, total - allocated),
+        30,
+    )
+
+
+def explained_code(world: Scene, ext: Proc, pod: dict[str, Any], node: str) -> str | None:
+    """/explain's reason code for `pod` (not created) on `node`; None where it passes."""
+    probe = copy.deepcopy(pod)
+    probe["metadata"] |= {"namespace": world.ns, "uid": "explain-probe"}
+    body = json.dumps({"Pod": probe, "NodeNames": [node]}).encode()
+    status, raw = http("POST", world.url(ext) + "/explain", body, 10, world.client_tls)
+    assert status == 200, raw
+    return {r["node"]: r["reasonCode"] for r in json.loads(raw)["nodes"]}[node]
+
+
+def test_a_compute_domain_pod_never_starts_beside_another_compute_domain(gworld: Scene) -> None:
+    """Issue 53 item 4 on the real control plane, NVIDIA/k8s-dra-driver-gpu #353: d0-d3 run domain
+    A's IMEX daemon (daemon-0 allocated; channel-0 free, 8 idle GPUs: kube-scheduler's DRA
+    allocator and GPU count find them free), f0 runs nothing. A pod of domain B lands on f0; a
+    second pod of B fits nowhere (f0's channel is B's first pod's; d0-d3 fail OtherComputeDomain,
+    unresolvable); a pod of A lands on one of d0-d3, not on f0 (B's now)."""
+    ns = gworld.ns
+    nodes = tuple(G.FleetNode(f"{ns}-{n}", f"{ns}.{n}", (G.IDLE,) * 8) for n in ("d0", "d1", "d2", "d3", "f0"))
+    fleet = G.Fleet(nodes, ns)
+    G.create_nodes(gworld.kube, fleet)
+    gworld.nodes.extend(n.name for n in nodes)
+    channel, daemon = compute_domain_devices(gworld, gworld.nodes)
+    for n in nodes[:4]:
+        compute_domain_claim(gworld, f"a-daemon-{n.name}", "uid-a", daemon, n.name)
+    for name, domain in (("b-0", "uid-b"), ("b-1", "uid-b"), ("a-0", "uid-a")):
+        compute_domain_claim(gworld, name, domain, channel)
+    ext = start_extender(gworld, fleet)
+    wait_claims(gworld, ext, 4, 7)
+    scheduler = gworld.scheduler(ext, extra_args=LOGGED)
+    logs = {"extender": ext.log_path, "kube-scheduler": scheduler.log_path}
+    names = [n.name for n in nodes]
+
+    pods = {}
+    for name in ("b-0", "b-1", "a-0"):
+        pods[name] = compute_domain_pod(G.Group(name, G.LWS, 1, 4), 0, fleet, name, affinity=False)
+        pods[name]["metadata"] = {"name": name}
+
+    def create(name: str) -> None:
+        gworld.kube.create(f"/api/v1/namespaces/{ns}/pods", pods[name])
+
+    create("b-0")
+    assert gworld.bound("b-0", 60) == f"{ns}-f0", log_lines(logs, ["b-0"], names)
+    wait_for(  # kube-scheduler allocated b-0's claim on f0: the extender reads it from its watch
+        "the extender sees domain B on f0",
+        lambda: explained_code(gworld, ext, pods["a-0"], f"{ns}-f0") == "OtherComputeDomain",
+        30,
+    )
+    create("b-1")
+    message = gworld.unschedulable("b-1", 60)
+    assert "(OtherComputeDomain)" in message, message + log_lines(logs, ["b-1"], names)
+    create("a-0")
+    assert gworld.bound("a-0", 60) in names[:4], log_lines(logs, ["a-0"], names)
+
+
+def test_a_compute_domain_group_takes_a_clique_no_other_compute_domain_uses(gworld: Scene) -> None:
+    """NVIDIA/k8s-dra-driver-gpu #892 on the real control plane: clique x (x0 runs domain A's
+    workload: its channel allocated, its GPUs busy; x1, x2 idle) and clique y (y0, y1 idle) both hold
+    a LeaderWorkerSet group of domain B of 2 x 8 GPUs exactly, with the LWS clique affinity; the
+    group lands in y, where no other ComputeDomain's IMEX daemons run."""
+    ns = gworld.ns
+    nodes = (
+        G.FleetNode(f"{ns}-x0", f"{ns}.x", (G.BUSY,) * 8),
+        *(G.FleetNode(f"{ns}-{n}", f"{ns}.{n[0]}", (G.IDLE,) * 8) for n in ("x1", "x2", "y0", "y1")),
+    )
+    fleet = G.Fleet(nodes, ns)
+    G.create_nodes(gworld.kube, fleet)
+    gworld.nodes.extend(n.name for n in nodes)
+    channel, _daemon = compute_domain_devices(gworld, gworld.nodes)
+    compute_domain_claim(gworld, "a-x0", "uid-a", channel, f"{ns}-x0")
+    group = G.Group("train", G.LWS, 2, 8)
+    for i in range(group.members):
+        compute_domain_claim(gworld, f"train-{i}", "uid-b", channel)
+    ext = start_extender(gworld, fleet)
+    wait_claims(gworld, ext, 1, 3)
+    scheduler = gworld.scheduler(ext, extra_args=LOGGED)
+    for i in range(group.members):
+        gworld.kube.create(f"/api/v1/namespaces/{ns}/pods", compute_domain_pod(group, i, fleet, f"train-{i}"))
+    landed = sorted(gworld.bound(pod, 60) for pod in group.pods())
+    logs = {"extender": ext.log_path, "kube-scheduler": scheduler.log_path}
+    assert landed == [f"{ns}-y0", f"{ns}-y1"], log_lines(logs, ["train"], [n.name for n in nodes])
 
 
 # -- replicas -----------------------------------------------------------------------------------------

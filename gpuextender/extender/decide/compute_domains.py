@@ -23,6 +23,12 @@ OTHER_COMPUTE_DOMAIN = Reason(
     "the node runs another ComputeDomain's IMEX channel or daemon: one ComputeDomain per node",
     unresolvable=True,
 )
+# explain's note on a ComputeDomain's group whose domain another ComputeDomain uses (#892).
+SHARED_CLIQUE_NOTE = (
+    "the domain holds another ComputeDomain's pods: no domain free of other ComputeDomains holds the group "
+    "(two ComputeDomains in one NVLink clique may fail each other's fabric memory calls: "
+    "NVIDIA/k8s-dra-driver-gpu #892)"
+)
 
 
 def vetoed(

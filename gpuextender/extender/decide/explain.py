@@ -19,6 +19,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpuextender.common.idle_rule import JUDGED_BY_SM_ACTIVE, JUDGED_BY_UTILIZATION
+from gpuextender.extender.decide.compute_domains import SHARED_CLIQUE_NOTE
 from gpuextender.extender.decide.decision import Decision
 from gpuextender.extender.decide.snapshot import Snapshot
 from gpuextender.extender.decide.whole_gpus import DataState
@@ -330,6 +331,9 @@ def _group(d: Decision) -> dict[str, Any] | None:
         return {"problem": problem} if problem else None
     member = d.member
     chosen, rooms = member.choice.chosen, member.choice.rooms
+    notes = list(g.notes)
+    if chosen is not None and g.second_choice is not None and g.second_choice(chosen.domain):
+        notes.append(SHARED_CLIQUE_NOTE)
     return {
         "key": g.ref.key,
         "source": g.ref.source,
@@ -352,5 +356,5 @@ def _group(d: Decision) -> dict[str, Any] | None:
         "composite": {"inferenceService": g.composite, "role": g.role, "otherRoleIn": g.other_block or None}
         if g.composite
         else None,
-        "notes": list(g.notes),
+        "notes": notes,
     }

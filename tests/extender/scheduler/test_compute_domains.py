@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from gpuextender.common.idle_rule import IdleRule
+from gpuextender.extender.decide.compute_domains import SHARED_CLIQUE_NOTE
 from gpuextender.extender.model.dra import COMPUTE_DOMAIN_DRIVER, MAX_CLAIM_CONFIGS, parse_resource_claim
 from gpuextender.extender.model.untrusted import InvalidInput
 from gpuextender.extender.observe.metrics import ExtenderMetrics
@@ -257,3 +258,18 @@ def test_a_group_takes_a_clique_no_other_domain_uses_over_a_tighter_one_another_
     # The pod's own domain in a clique shares nothing with it: x3 running A, x and y alike, x first.
     own = in_cliques(x + y, [cd_claim("w0", "A"), cd_claim("a-1", "A", "x3")])
     assert sorted(own.filter(cd_member("w0", "w0"))["NodeNames"]) == x
+
+
+def test_explain_says_when_a_groups_clique_holds_another_domain() -> None:
+    """explain's group notes name #892 where the group's domain is one another ComputeDomain uses
+    (only x holds it), and not where a domain free of others was taken."""
+    x, y = ["x1", "x2", "x3"], ["y1", "y2", "y3"]
+    claims = [cd_claim("w0", "A"), cd_claim("b-1", "B", "x3")]
+
+    def notes(nodes: list[str]) -> list[str]:
+        fleet = in_cliques(nodes, claims)
+        group = fleet.api.explain(ExtenderArgs(cd_member("w0", "w0"), list(fleet.nodes), None))["group"]
+        return [n for n in group["notes"] if "#892" in n]
+
+    assert notes([*x, "y1"]) == [SHARED_CLIQUE_NOTE]
+    assert notes(x + y) == []
