@@ -45,6 +45,11 @@ class TokenBucket:
             return 0.0
         return (1.0 - self._tokens) / self.rate
 
+    def full(self, rate: float) -> bool:
+        """Whether the bucket, refilled at `rate` a second, holds its whole burst: as a new one would."""
+        self._refill(rate)
+        return self._tokens >= self.burst
+
     def charge(self, count: int, rate: float) -> float:
         """`count` tokens taken after the fact, refilled at `rate` a second (read at each charge): the
         seconds to wait until the debt they leave is paid, 0.0 within the budget."""

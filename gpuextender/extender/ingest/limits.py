@@ -45,8 +45,8 @@ RELAY_REFUSAL_BURST = 5000
 
 
 class RefusalBudget:
-    """One relay stream's refusals, charged after the fact (common/token_bucket.py): a charge may
-    leave a debt, which the stream pays by waiting before it is read again."""
+    """One relay client's refusals, charged after the fact (common/token_bucket.py): a charge may
+    leave a debt, which the client's stream pays by waiting before it is read again."""
 
     __slots__ = ("_bucket",)
 
@@ -57,6 +57,61 @@ class RefusalBudget:
         """`refused` more at `rate` a second (read at each charge: it follows the held streams):
         the seconds to wait before reading on, 0.0 within the budget."""
         return self._bucket.charge(refused, rate)
+
+    def refilled(self) -> bool:
+        """Whether it holds its whole burst again at the least rate: worth no more than a new one."""
+        return self._bucket.full(RELAY_REFUSALS_PER_SECOND)
+
+
+# Budgets kept for clients with no stream open (a debt must outlive the stream that ran it up).
+# Past this many, those refilled are dropped (a new one is the same), then the oldest: a client
+# with fresh addresses faster than debts refill (5 s for a whole burst) is what reaches it.
+MAX_IDLE_REFUSAL_BUDGETS = 1024
+
+
+class RefusalBudgets:
+    """Each relay client's RefusalBudget, shared by all its streams: a client is its address (the
+    relays' one service account tells no two apart: ingest/service.py), so one that opens stream
+    after stream gets no fresh burst on each. Kept while a stream of it is open, and after it
+    while it may still be in debt (MAX_IDLE_REFUSAL_BUDGETS)."""
+
+    __slots__ = ("_budgets", "_clock", "_open")
+
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self._clock = clock
+        self._budgets: dict[str, RefusalBudget] = {}
+        self._open: dict[str, int] = {}  # client -> its streams open
+
+    def open(self, client: str) -> RefusalBudget:
+        """A stream of `client` opens: its budget (the one its other streams share, or the one
+        its closed streams left)."""
+        self._open[client] = self._open.get(client, 0) + 1
+        budget = self._budgets.get(client)
+        if budget is None:
+            if len(self._budgets) - (len(self._open) - 1) >= MAX_IDLE_REFUSAL_BUDGETS:
+                self._prune()
+            budget = self._budgets[client] = RefusalBudget(self._clock)
+        return budget
+
+    def close(self, client: str) -> None:
+        """A stream of `client` ended (its budget stays: see the class)."""
+        left = self._open.get(client, 0) - 1
+        if left > 0:
+            self._open[client] = left
+        else:
+            self._open.pop(client, None)
+
+    def __len__(self) -> int:
+        return len(self._budgets)
+
+    def _prune(self) -> None:
+        idle = [c for c in self._budgets if c not in self._open]
+        for client in idle:
+            if self._budgets[client].refilled():
+                del self._budgets[client]
+        idle = [c for c in idle if c in self._budgets]
+        for client in idle[: max(0, len(idle) - MAX_IDLE_REFUSAL_BUDGETS + 1)]:  # the oldest first
+            del self._budgets[client]
 
 
 class UnknownNodes:

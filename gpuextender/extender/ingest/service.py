@@ -44,6 +44,7 @@ from gpuextender.extender.ingest.limits import (
     REPORT_BURST,
     REPORTS_PER_SECOND,
     RefusalBudget,
+    RefusalBudgets,
     ReportPacer,
     UnknownNodes,
 )
@@ -134,13 +135,15 @@ class _RelayedStreams:
         peer: str,
         clock: Callable[[], float] = time.monotonic,
         pace: tuple[float, int] = (REPORTS_PER_SECOND, REPORT_BURST),
+        refusals: RefusalBudget | None = None,
     ) -> None:
+        """`refusals`: its client's budget (limits.RefusalBudgets), shared with its other streams."""
         self.peer = f"{peer} (relay)"
         self.host = _peer_host(peer)  # what its log lines are repeated per, as an agent's are
         self.streams: dict[int, _Stream] = {}
         self.by_node: dict[str, int] = {}
         self.pacers: dict[int, ReportPacer] = {}
-        self.refusals = RefusalBudget(clock)
+        self.refusals = refusals if refusals is not None else RefusalBudget(clock)
         self._clock, self._pace = clock, pace
 
     def refusal_rate(self) -> float:
@@ -229,6 +232,7 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
         self._accepted_tail = self._accepted_fields()
         self._agent_ack = pb.ReportAck.FromString(self._accepted_tail)  # told to relays in every RelayAck
         self._sleep: Callable[[float], Awaitable[None]] = asyncio.sleep  # a relay stream's waits (tests time them)
+        self._refusal_budgets = RefusalBudgets(clock)
 
     async def StreamNodeReports(
         self, request_iterator: AsyncIterator[pb.NodeReport], context: grpc.aio.ServicerContext
@@ -273,8 +277,8 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
         agents and paces each; here each agent stream is also held to its rate (a report over it is
         refused, not waited for: the batch's others must not wait)."""
         peer = context.peer()
-        await self._admit_relay(context, peer)
-        relayed = _RelayedStreams(peer, self._clock, self._pace)
+        client = await self._admit_relay(context, peer)
+        relayed = _RelayedStreams(peer, self._clock, self._pace, self._refusal_budgets.open(client))
         log.info("relay connected (%s)", peer, extra={"peer": peer})
         try:
             while (batch := await context.read()) is not grpc.aio.EOF:
@@ -282,6 +286,7 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
                 del batch
                 yield ack
         finally:
+            self._refusal_budgets.close(client)
             self._metrics.connected_agents.dec(len(relayed.streams))
             log.info(
                 "relay disconnected (%s): %d agent stream(s) through it",
@@ -290,10 +295,14 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
                 extra={"peer": peer},
             )
 
-    async def _admit_relay(self, context: grpc.aio.ServicerContext, peer: str) -> None:
+    async def _admit_relay(self, context: grpc.aio.ServicerContext, peer: str) -> str:
+        """The relay client the stream is of (its refusal budget's key): its address. Relays
+        authenticate as the one service account --relay-service-account names, which tells no
+        two relay pods apart; their addresses do. A refusal ends the stream (context.abort raises)."""
         if self._relay_authenticator is not None:
             await self._authenticate(self._relay_authenticator, context, peer, "relay")
-        elif self._authenticator is not None:  # agents must prove who they are: a relay may not speak for them unproven
+            return _peer_host(peer)
+        if self._authenticator is not None:  # agents must prove who they are: a relay may not speak for them unproven
             self._count_auth_failure("relay_not_allowed")
             if self._should_log("relay_not_allowed", _peer_host(peer)):
                 log.warning(
@@ -307,6 +316,7 @@ class IngestService(pb_grpc.GpuStateServiceServicer):
                 "this extender authenticates agents (--agent-auth tokenreview) and takes relays only "
                 "from the service account named by --relay-service-account",
             )
+        return _peer_host(peer)
 
     async def _relayed_batch(self, batch: pb.RelayBatch, relayed: _RelayedStreams) -> bytes:
         """Take each report of `batch`; the RelayAck, serialized."""

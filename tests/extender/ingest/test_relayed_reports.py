@@ -289,6 +289,32 @@ def test_a_relay_streams_refusals_past_its_budget_are_waited_off_exactly(
     assert all(f"refused faster than {rate:g} a second" in line for line in said)
 
 
+def test_a_relay_clients_new_stream_finds_the_budget_its_last_one_spent() -> None:
+    """The refusal budget is the client's (its address), not the stream's: a client that spent its burst on one stream and opens
+    another waits for its next refusal (it got a fresh burst of RELAY_REFUSAL_BURST on each)."""
+    slept: list[float] = []
+    now = [50.0]
+
+    async def sleep(seconds: float) -> None:
+        if seconds > 0:
+            slept.append(seconds)
+            now[0] += seconds
+
+    async def scenario() -> None:
+        rig = Rig(clock=lambda: now[0])
+        rig.service._sleep = sleep
+        await rig.server.start()
+        try:
+            await rig.relay([item(1000 + k, b"") for k in range(RELAY_REFUSAL_BURST)])
+            assert slept == []  # exactly the burst: nothing owed
+            await rig.relay([item(1, b"")])  # a new connection, the same client
+            assert slept == [pytest.approx(1 / RELAY_REFUSALS_PER_SECOND)]
+        finally:
+            await rig.server.stop(None)
+
+    asyncio.run(scenario())
+
+
 def test_the_survivor_of_two_agents_of_a_node_at_one_relay_is_taken_after_the_other_ends() -> None:
     """Two agents of one node stream to the same relay for a moment: their sequences mix on the
     node's relayed stream. When the long-running one ends, the survivor's reports (lower
