@@ -290,8 +290,9 @@ def test_a_relay_streams_refusals_past_its_budget_are_waited_off_exactly(
 
 
 def test_a_relay_clients_new_stream_finds_the_budget_its_last_one_spent() -> None:
-    """The refusal budget is the client's (its address), not the stream's: a client that spent its burst on one stream and opens
-    another waits for its next refusal (it got a fresh burst of RELAY_REFUSAL_BURST on each)."""
+    """The refusal budget is the client's (its address), not the stream's: a client that spent its
+    burst on one stream and opens another waits for its next refusal (it got a fresh burst of
+    RELAY_REFUSAL_BURST on each)."""
     slept: list[float] = []
     now = [50.0]
 
