@@ -500,6 +500,7 @@ def _taint_writer(
         Publication(
             config.device_taint_after_s,
             publish.busy_hold_s,
+            health_clear_s=config.device_taint_clear_after_s,
             busy=publish.busy_taints,
             idle_window_s=publish.idle_window_s,
         ),

@@ -27,6 +27,7 @@ from gpuextender.extender.settings import (
     DEFAULT_GROUP_LEVEL,
     DEFAULT_GROUP_MEMBERS_GRACE_S,
     DEFAULT_GROUPS_PER_NAMESPACE,
+    DEFAULT_HEALTH_CLEAR_S,
     DEFAULT_IDLE_WINDOW_S,
     DEFAULT_MAX_BODY_BYTES,
     DEFAULT_NODE_TAINT_KEY,
@@ -445,7 +446,16 @@ def build_parser() -> argparse.ArgumentParser:
         default=3.0,
         metavar="SECONDS",
         help="a GPU is unhealthy or degraded this long before its device is tainted (never on one bad "
-        "sample); a rule goes as soon as the GPU is healthy again",
+        f"sample). Within [0, {MAX_HOLD_S:g}]",
+    )
+    g.add_argument(
+        "--device-taint-clear-after",
+        type=float,
+        default=DEFAULT_HEALTH_CLEAR_S,
+        metavar="SECONDS",
+        help="a GPU is healthy again this long, without a break, before its health rule (and its "
+        "device-plugin node's unusable mark) goes: a GPU whose health flaps is written once a hold at "
+        f"most, and not offered between two faults. 0: at once. Within [0, {MAX_HOLD_S:g}]",
     )
     g.add_argument(
         "--leader-namespace",
@@ -691,6 +701,10 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str] | None = Non
         raise ConfigError(
             f"--device-taint-after {args.device_taint_after:g} must be within [0, {MAX_HOLD_S:g}] seconds"
         )
+    if not 0 <= args.device_taint_clear_after <= MAX_HOLD_S:  # also refuses NaN
+        raise ConfigError(
+            f"--device-taint-clear-after {args.device_taint_clear_after:g} must be within [0, {MAX_HOLD_S:g}] seconds"
+        )
     if not MIN_BUSY_HOLD_S <= args.busy_hold <= MAX_HOLD_S:
         raise ConfigError(
             f"--busy-hold {args.busy_hold:g} must be within [{MIN_BUSY_HOLD_S:g}, {MAX_HOLD_S:g}] seconds"
@@ -770,6 +784,7 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str] | None = Non
         log_format=args.log_format,
         device_taints=args.device_taints if args.kubernetes else "off",
         device_taint_after_s=args.device_taint_after,
+        device_taint_clear_after_s=args.device_taint_clear_after,
         publish=PublishSettings(
             busy_taints=args.busy_taints == "on",
             busy_hold_s=args.busy_hold,

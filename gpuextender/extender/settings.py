@@ -59,6 +59,10 @@ def auto_ingest_workers(cpus: int) -> int:
 # to tens of seconds; a pod's process exiting frees its memory within seconds. 60 s spans those and
 # 12 samples at the agents' 5 s, and bounds a flapping GPU to one write a minute.
 DEFAULT_BUSY_HOLD_S = 60.0
+# A GPU healthy again keeps its health rule (and its device-plugin node's mark) this long without a
+# break: a GPU whose health flaps (an XID storm cleared and back, a link lost and found) is written
+# once a hold at most, as a busy one is, and is not offered to other schedulers between two faults.
+DEFAULT_HEALTH_CLEAR_S = 60.0
 MIN_BUSY_HOLD_S = 1.0  # below an agent's sample, a hold holds nothing back
 MAX_HOLD_S = 3600.0
 # API writes per second for taint rules, node taints and conditions: 5,000 nodes x 8 GPUs with 2 %
@@ -231,6 +235,7 @@ class ExtenderConfig:
     # DRA device taints from agent health (issue 25): written with --kubernetes unless "off".
     device_taints: str = "on"
     device_taint_after_s: float = 3.0  # a GPU is bad this long before its device is tainted
+    device_taint_clear_after_s: float = DEFAULT_HEALTH_CLEAR_S  # ... and healthy this long before it is not
     leader_namespace: str = "gpu-extender"  # where the replicas' Leases live
     publish: PublishSettings = field(default_factory=lambda: PublishSettings())
     # Settings that came from the environment or the config file (dest -> source), for the start-up log.

@@ -201,7 +201,7 @@ def test_cleanup_on_exit_the_leader_removes_its_writes_and_gives_up_the_lease_wi
     dra = quarantined_dra_node(world)
     plugin = world.node("p", H100, 2, events=[{"at_s": 0.2, "gpus": [0, 1], "xid": 79}])
     kube.merge_patch(f"/api/v1/nodes/{plugin}", {"spec": {"taints": [_taint("example.com/maintenance")]}})
-    flags = ("--device-taint-after", "1", "--busy-hold", "1", "--node-taint", "on")
+    flags = ("--device-taint-after", "1", "--device-taint-clear-after", "1", "--busy-hold", "1", "--node-taint", "on")
 
     def written() -> bool:
         return (

@@ -7,7 +7,8 @@ DRADeviceTaintRules (kube-scheduler-1.36 panics on a DeviceTaintRule with that g
 Six DRA nodes of 8 GPUs; on each, GPU 0 raised XID 79 (the agent quarantines it). Two gpu-extender
 replicas, every agent streaming to both: one leads (Lease) and writes one NoSchedule rule per
 quarantined device, the other writes nothing. 40 one-GPU claim pods: the allocator's first fit
-would give gpu-0 first; none gets it. `gpu-agent --clear-xid 0` on one node: its rule goes."""
+would give gpu-0 first; none gets it. `gpu-agent --clear-xid 0` on one node: its rule goes (after
+--device-taint-clear-after, 1 s here)."""
 
 from __future__ import annotations
 
@@ -66,7 +67,7 @@ def test_quarantined_gpus_are_never_allocated_and_come_back_once_cleared(
         kube.create(f"{DRA}/resourceslices", published)
         world.dra_objects.append(f"{DRA}/resourceslices/{published['metadata']['name']}")
 
-    flags = ("--device-taint-after", "1", "--stale-after", "120")
+    flags = ("--device-taint-after", "1", "--device-taint-clear-after", "1", "--stale-after", "120")
     replicas = (world.extender(*flags), world.extender(*flags))
     control = Path(tempfile.mkdtemp(prefix="gx-ctl-"))  # unix socket paths must stay short
     try:
@@ -139,7 +140,8 @@ def test_quarantined_gpus_are_never_allocated_and_come_back_once_cleared(
         assert sum(metric(writes, "gpu_extender_device_taint_writes_total", op=op) or 0 for op in OPS) == 0
         with capsys.disabled():
             print(
-                f"\ndevice taints: {PODS} claim pods, 0 on a quarantined GPU; rule gone {took:.2f} s after --clear-xid"
+                f"\ndevice taints: {PODS} claim pods, 0 on a quarantined GPU; rule gone {took:.2f} s after "
+                "--clear-xid (1 s of it the clear hold)"
             )
     finally:
         shutil.rmtree(control, ignore_errors=True)

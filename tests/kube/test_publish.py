@@ -255,7 +255,7 @@ def test_a_scheduler_without_the_extender_gives_no_busy_or_unhealthy_gpu_and_lea
 
     ext = world.extender(
         "--stale-after", "3600", "--forget-after", "7200", "--busy-hold", "2", "--device-taint-after", "1",
-        "--node-taint", "on",
+        "--device-taint-clear-after", "1", "--node-taint", "on",
     )  # fmt: skip
     world.wait_inventory(ext, "Node", len(kube.get("/api/v1/nodes")["items"]))
     Agents(world, ext).send(gpus, kubelet=frozenset(plugin))
@@ -328,7 +328,8 @@ def test_busy_taints_follow_the_hold_and_a_flapping_gpu_writes_nothing(
     dra_nodes(world, [dra])
     plugin_nodes(world, [plugin])
     ext = world.extender(
-        "--stale-after", "3600", "--forget-after", "7200", "--busy-hold", f"{hold:g}", "--node-taint", "on"
+        "--stale-after", "3600", "--forget-after", "7200", "--busy-hold", f"{hold:g}",
+        "--device-taint-clear-after", f"{hold:g}", "--node-taint", "on",
     )  # fmt: skip
     world.wait_inventory(ext, "Node", len(world.kube.get("/api/v1/nodes")["items"]))
     # Someone else's taint and condition on the node: never touched.

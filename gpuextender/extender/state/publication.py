@@ -5,7 +5,8 @@ device-plugin GPU node's `GPUsUsable` condition and taint (node_gpu_status.py).
 Every replica keeps one and updates it on a timer (the leader writes it, inventory/
 device_taint_writer.py; every replica's explain and fleet page show it). Each rule or per-GPU mark
 stands only once asked for without a break for its hold, and goes only once not asked for without
-a break (Hysteresis): health after `health_after_s`, gone at once; busy after `busy_hold_s` and gone
+a break (Hysteresis): health after `health_after_s`, gone after `health_clear_s` healthy (so a GPU
+flapping health is written once a hold at most, as a busy one is); busy after `busy_hold_s` and gone
 after `busy_hold_s` of idle or held. A new leader adopts the rules it finds (`adopt`).
 Pure: inputs and the clock are passed in.
 """
@@ -157,13 +158,16 @@ class Publication:
         health_after_s: float,
         busy_hold_s: float,
         *,
+        health_clear_s: float = 0.0,
         busy: bool = True,
         idle_window_s: float = DEFAULT_IDLE_WINDOW_S,
         no_data_grace_s: float = NO_DATA_GRACE_S,
         reclaim_every_s: float = RECLAIM_EVERY_S,
     ) -> None:
         self.busy_hold_s = busy_hold_s
-        self._warm_after_s = max(busy_hold_s, health_after_s)
+        # A new leader knows not since when a GPU has been healthy: it clears no mark it did not
+        # follow for the clear hold (`warm`).
+        self._warm_after_s = max(busy_hold_s, health_after_s, health_clear_s)
         self._reclaim_every_s = reclaim_every_s
         self._reclaimed_at: float | None = None
         # A node without agent data is said Unknown only this long after the first update
@@ -172,9 +176,9 @@ class Publication:
         self._first: float | None = None
         self._grace_over = False
         self._busy_on = busy
-        self._health = Hysteresis[TaintRule](health_after_s, 0.0)
+        self._health = Hysteresis[TaintRule](health_after_s, health_clear_s)
         self._busy = Hysteresis[TaintRule](busy_hold_s, busy_hold_s)
-        self._sick_gpus = Hysteresis[bool](health_after_s, 0.0)  # device-plugin GPUs, by node_gpu_status.mark_key
+        self._sick_gpus = Hysteresis[bool](health_after_s, health_clear_s)  # device-plugin GPUs, by mark_key
         self._busy_gpus = Hysteresis[bool](busy_hold_s, busy_hold_s)
         # The reclaim signal: held GPUs idle for the window without a break (idle_allocated.py).
         self.idle_window_s = idle_window_s

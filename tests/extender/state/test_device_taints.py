@@ -138,6 +138,13 @@ def test_device_taint_flags() -> None:
     for bad in ("-0.001", "3600.001", "nan"):
         with pytest.raises(ConfigError, match="--device-taint-after"):
             build_config(["--kubernetes", "--device-taint-after", bad], env={})
+    assert build_config(["--kubernetes"], env={}).device_taint_clear_after_s == 60.0
+    for hold in ("0", "3600"):
+        config = build_config(["--kubernetes", "--device-taint-clear-after", hold], env={})
+        assert config.device_taint_clear_after_s == float(hold)
+    for bad in ("-0.001", "3600.001", "nan"):
+        with pytest.raises(ConfigError, match="--device-taint-clear-after"):
+            build_config(["--kubernetes", "--device-taint-clear-after", bad], env={})
 
 
 def test_publish_flags_defaults_and_bounds() -> None:

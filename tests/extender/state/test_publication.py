@@ -197,13 +197,14 @@ def test_without_agent_data_the_condition_is_unknown_never_a_taint() -> None:
 class World:
     def __init__(self) -> None:
         self.dra_busy: tuple[int, ...] = ()
+        self.dra_sick: tuple[int, ...] = ()
         self.dp_busy: tuple[int, ...] = ()
         self.dp_sick: tuple[int, ...] = ()
         self.ledger = claims()
 
     def inputs(self) -> PublishInputs:
         summaries = {
-            DRA_NODE: summary(DRA_NODE, busy=self.dra_busy),
+            DRA_NODE: summary(DRA_NODE, busy=self.dra_busy, sick=self.dra_sick),
             DP_NODE: summary(DP_NODE, busy=self.dp_busy, sick=self.dp_sick),
         }
         ledger = self.ledger
@@ -389,6 +390,65 @@ def test_data_gone_stale_leaves_the_reclaim_signal_at_the_next_sweep(after: floa
     # gpu-0 of the claim stayed idle: standing still, unless the sweep had taken it out (unknown
     # then: its window starts over).
     assert pub.idle_by_node == ({} if swept else {DRA_NODE: 1})
+
+
+# -- health's off-hold (issue 54: a GPU flapping health wrote on every toggle) --------------------
+
+CLEAR = 60.0
+
+
+def health_rule(device: str) -> str:
+    return rule_name(DRA_NODE, device)
+
+
+def test_a_health_rule_goes_only_after_the_clear_hold_of_health() -> None:
+    world, pub = World(), Publication(3.0, HOLD, health_clear_s=CLEAR)
+    world.dra_sick = world.dp_sick = (0,)
+    assert run(pub, world, 0.0, 9.5, lambda t: None, lambda pub: set(pub.rules)) == [3.0]
+    assert set(pub.rules) == {health_rule("gpu-0")} and "1 unhealthy" in pub.nodes[DP_NODE].message
+    world.dra_sick = world.dp_sick = ()
+    watch = lambda pub: (set(pub.rules), pub.nodes[DP_NODE].message)  # noqa: E731
+    assert run(pub, world, 10.0, 10.0 + CLEAR + 5, lambda t: None, watch) == [10.0 + CLEAR]
+    assert pub.rules == {} and pub.nodes[DP_NODE].message == "4 of 4 GPUs usable"
+
+
+def test_without_a_clear_hold_a_health_rule_goes_at_once() -> None:
+    world, pub = World(), Publication(3.0, HOLD, health_clear_s=0.0)
+    world.dra_sick = (0,)
+    run(pub, world, 0.0, 9.5, lambda t: None)
+    world.dra_sick = ()
+    assert run(pub, world, 10.0, 20.0, lambda t: None) == [10.0]
+
+
+@pytest.mark.parametrize(("clear", "changes"), [(0.0, 360), (CLEAR, 1)])
+def test_a_gpu_whose_health_flaps_every_10_s_for_an_hour_is_written_once(clear: float, changes: int) -> None:
+    """Unhealthy 10 s, healthy 10 s, for an hour: with the clear hold the rule and the node's mark
+    stand once (at 3.5 s) and stay; without it they came and went 180 times."""
+    world, pub = World(), Publication(3.0, HOLD, health_clear_s=clear)
+
+    def flap(t: float) -> None:
+        world.dra_sick = world.dp_sick = (1,) if int(t // 10) % 2 == 0 else ()
+
+    watch = lambda pub: (set(pub.rules), pub.nodes.get(DP_NODE))  # noqa: E731
+    got = run(pub, world, 0.5, 3600.0, flap, watch)
+    assert len(got) == changes + 1  # and the device-plugin node's first condition, at 0.5 s
+    assert set(pub.rules) == ({health_rule("gpu-1")} if clear else set())
+
+
+@pytest.mark.parametrize(("after", "warm"), [(2 * HOLD - 0.001, False), (2 * HOLD, True)])
+def test_a_replica_is_warm_only_after_the_clear_hold_where_that_is_longer(after: float, warm: bool) -> None:
+    """A new leader knows not since when a GPU has been healthy: it clears no node's mark before it
+    has followed the agents for the clear hold."""
+    pub, world = Publication(3.0, HOLD, health_clear_s=2 * HOLD), World()
+    pub.update(world.inputs(), 100.0)
+    assert pub.warm(100.0 + after) is warm
+
+
+def test_a_health_rule_a_new_leader_finds_on_a_healthy_gpu_goes_after_the_clear_hold() -> None:
+    pub = Publication(3.0, HOLD, health_clear_s=CLEAR)
+    found = TaintRule(health_rule("gpu-0"), "gpu.nvidia.com", DRA_NODE, "gpu-0", UNHEALTHY_KEY, "x", NO_SCHEDULE)
+    pub.adopt({found.name: found})
+    assert run(pub, World(), 0.0, CLEAR + 5, lambda t: None, lambda pub: set(pub.rules)) == [CLEAR]
 
 
 @pytest.mark.parametrize(("after", "warm"), [(HOLD - 0.001, False), (HOLD, True)])
