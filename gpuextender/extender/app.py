@@ -14,6 +14,7 @@ import contextlib
 import gc
 import logging
 import signal
+import ssl
 import time
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass, field, replace
@@ -54,6 +55,8 @@ from gpuextender.extender.observe.reclaim_metrics import ReclaimCollector
 from gpuextender.extender.observe.silent_nodes import SilentNodesCollector, SilentNodesWarning
 from gpuextender.extender.scheduler.cluster_sources import ClusterSources
 from gpuextender.extender.scheduler.http_api import SchedulerApi, build_app, listen_backlog, new_runner
+from gpuextender.extender.scheduler.peer_sender import PeerSender
+from gpuextender.extender.scheduler.peer_wire import new_instance_id
 from gpuextender.extender.settings import CLEANUP_ON_EXIT_TIMEOUT_S, RECLAIM_LABEL, ExtenderConfig
 from gpuextender.extender.state.claim_ledger import ClaimLedger
 from gpuextender.extender.state.cleanup_plan import CleanupReport, exit_status, lines
@@ -118,6 +121,7 @@ class Extender:
     file_source: FileInventorySource | None
     claims: ClaimLedger = field(default_factory=ClaimLedger)
     kube: KubeParts | None = None  # with --kubernetes
+    peers: PeerSender | None = None  # with --peers
     argv: Sequence[str] = ()
     _background: list[asyncio.Task[None]] = field(default_factory=list)
     _grpc_server: grpc.aio.Server | None = None
@@ -223,6 +227,8 @@ class Extender:
 
     def _start_housekeeping(self) -> None:
         config = self.config
+        if self.peers is not None:
+            self._task(self.peers.run(), "peers")
         forgot = self._ingest.send_forgot if self._ingest is not None else None
         self._task(_forget_departed(self.state, config.forget_after_s, forgot), "forget")
         # Agents report every second or so: a GPU node still silent after the stale bound (or the
@@ -314,7 +320,8 @@ async def build(
     )
     if kube is not None:
         sources = kube.sources(sources)
-    api = SchedulerApi(state, metrics, config.api, inventory=lambda: views.current, sources=sources)
+    peers = _peer_sender(config)
+    api = SchedulerApi(state, metrics, config.api, inventory=lambda: views.current, sources=sources, peers=peers)
     if kube is not None:
         kube.release_holds_into(api.groups)
     views.on_rebuild(api.classes.classes_by_node)  # class membership follows each rebuild, not the next request
@@ -340,8 +347,23 @@ async def build(
         file_source=file_source,
         claims=claims,
         kube=kube,
+        peers=peers,
         argv=argv,
     )
+
+
+def _peer_sender(config: ExtenderConfig) -> PeerSender | None:
+    """--peers: HTTPS to each peer where this replica serves HTTPS, its certificate checked against
+    --peers-ca (or --tls-ca) for the name of its --peers entry (flags.py made sure one is there)."""
+    if not config.peers:
+        return None
+    context = None
+    if config.peers_ca is not None:
+        try:
+            context = ssl.create_default_context(cafile=str(config.peers_ca))
+        except (OSError, ssl.SSLError) as exc:
+            raise StartupError(f"--peers-ca {config.peers_ca}: {exc}") from None
+    return PeerSender(config.peers, new_instance_id(), ssl_context=context)
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from gpuextender.common.cpus import usable_cpus
 from gpuextender.common.idle_rule import DEFAULT_MAX_SM_ACTIVE_PERCENT, IdleRule
 from gpuextender.common.layered_config import SettingsError, epilog, parse_layered
 from gpuextender.common.logs import FORMATS, LEVELS
-from gpuextender.common.netaddr import AddressError, parse_host_port
+from gpuextender.common.netaddr import AddressError, HostPort, parse_host_port
 from gpuextender.common.tls_files import CredentialFileError, ServingTlsFiles, check_readable
 from gpuextender.extender.model.pod_group import topology_problem
 from gpuextender.extender.settings import (
@@ -376,6 +376,25 @@ def build_parser() -> argparse.ArgumentParser:
         f"bind, milliseconds) or the pod watch. 0: never wait; at most {MAX_BINDING_WAIT_S:g}, under the "
         "scheduler's httpTimeout",
     )
+    g.add_argument(
+        "--peers",
+        default="",
+        metavar="HOST:PORT[,HOST:PORT...]",
+        help="with --kubernetes: the other replicas' scheduler API, told of every binding this replica's "
+        "filters open so that their filters wait for it too when kube-scheduler's calls move between "
+        "replicas (docs/architecture.md, Bursts). Each HOST is resolved every 15 s to all its addresses "
+        "(the headless Service of the replicas: gpu-extender-agents.gpu-extender.svc:8888); this replica "
+        "finds itself among them and skips itself. Over HTTPS (--tls-cert) the peers' certificates are "
+        "checked against --peers-ca, for the name HOST. Default: none",
+    )
+    g.add_argument(
+        "--peers-ca",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="CA bundle the peers' serving certificates are checked against (default: --tls-ca, the CA of "
+        "deploy/'s certificates)",
+    )
     g = p.add_argument_group(
         "multi-pod groups",
         "LeaderWorkerSet groups, Workload/coscheduling/Volcano PodGroups: placed whole in one domain",
@@ -588,6 +607,38 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+MAX_PEERS = 16  # --peers entries: a Service or a few replicas
+
+
+def _peers(args: argparse.Namespace) -> tuple[HostPort, ...]:
+    """--peers read: HOST:PORT entries, each with both parts; checked against what it needs."""
+    entries = [e.strip() for e in args.peers.split(",") if e.strip()]
+    if not entries:
+        return ()
+    if len(entries) > MAX_PEERS:
+        raise ConfigError(f"--peers: {len(entries)} entries; at most {MAX_PEERS} (a Service name resolves to all)")
+    if not args.kubernetes:
+        raise ConfigError("--peers needs --kubernetes: a peer's open bindings are closed by the pod watch")
+    if args.binding_wait <= 0:
+        raise ConfigError("--peers needs --binding-wait above 0: nothing waits for an open binding without it")
+    if args.tls_cert is not None and args.peers_ca is None and args.tls_ca is None:
+        raise ConfigError(
+            "--peers over HTTPS (--tls-cert) needs --peers-ca or --tls-ca to check the peers' certificates"
+        )
+    if args.peers_ca is not None and not args.peers_ca.is_file():
+        raise ConfigError(f"--peers-ca {args.peers_ca}: no such file")
+    peers = []
+    for entry in entries:
+        try:
+            peer = parse_host_port(entry, default_host="")
+        except AddressError as exc:
+            raise ConfigError(f"--peers {exc}") from None
+        if not peer.host or peer.port == 0:
+            raise ConfigError(f"--peers {entry!r}: expected HOST:PORT, e.g. gpu-extender-agents.gpu-extender.svc:8888")
+        peers.append(peer)
+    return tuple(peers)
+
+
 def _tls(args: argparse.Namespace) -> ServingTlsFiles | None:
     if (args.tls_cert is None) != (args.tls_key is None):
         raise ConfigError("--tls-cert and --tls-key go together: pass both or neither")
@@ -696,6 +747,7 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str] | None = Non
         raise ConfigError(
             f"--group-holds-per-namespace {args.group_holds_per_namespace} must be within [1, {MAX_GROUPS}]"
         )
+    peers = _peers(args)
     levels = group_levels(args.group_topology_levels)
     if not 0 <= args.device_taint_after <= MAX_HOLD_S:  # also refuses NaN
         raise ConfigError(
@@ -785,6 +837,8 @@ def build_config(argv: Sequence[str] | None, env: Mapping[str, str] | None = Non
         device_taints=args.device_taints if args.kubernetes else "off",
         device_taint_after_s=args.device_taint_after,
         device_taint_clear_after_s=args.device_taint_clear_after,
+        peers=peers,
+        peers_ca=(args.peers_ca or args.tls_ca) if peers and args.tls_cert is not None else None,
         publish=PublishSettings(
             busy_taints=args.busy_taints == "on",
             busy_hold_s=args.busy_hold,

@@ -238,6 +238,10 @@ class ExtenderConfig:
     device_taint_clear_after_s: float = DEFAULT_HEALTH_CLEAR_S  # ... and healthy this long before it is not
     leader_namespace: str = "gpu-extender"  # where the replicas' Leases live
     publish: PublishSettings = field(default_factory=lambda: PublishSettings())
+    # The other replicas, told of this one's open bindings (scheduler/peer_sender.py; --peers):
+    # each HOST:PORT resolved to all its addresses; () for none.
+    peers: tuple[HostPort, ...] = ()
+    peers_ca: Path | None = None  # over HTTPS: the CA the peers' certificates are checked against
     # Settings that came from the environment or the config file (dest -> source), for the start-up log.
     sources: tuple[tuple[str, str], ...] = ()
 

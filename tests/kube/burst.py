@@ -116,10 +116,10 @@ def create_nodes(world: Scene, nodes: int) -> dict[str, int]:
     return busy
 
 
-def start_extender(world: Scene, busy: dict[str, int], *extender_flags: str) -> Proc:
+def start_extender(world: Scene, busy: dict[str, int], *extender_flags: str, http_port: int | None = None) -> Proc:
     """An extender (one replica of several, when called again) with its data loaded for every node."""
     nodes = len(busy)
-    ext = world.extender("--stale-after", "3600", "--forget-after", "7200", *extender_flags)
+    ext = world.extender("--stale-after", "3600", "--forget-after", "7200", *extender_flags, http_port=http_port)
     world.wait_inventory(ext, "Node", nodes)
     asyncio.run(send_reports(f"127.0.0.1:{ext.ports['grpc']}", world.ca.cert_pem.bytes(), busy))
     wait_for("GPU data for every node", lambda: metric(world.scrape(ext), "gpu_extender_nodes_with_data") == nodes, 30)

@@ -25,6 +25,9 @@ class BindingCounts(Protocol):
     def binds(self) -> Mapping[str, int]: ...
     @property
     def gate(self) -> GateCounts: ...
+    @property
+    def peer_counts(self) -> Mapping[str, int]: ...
+    def peers_known(self) -> int: ...
 
 
 class BindingsCollector(Collector):
@@ -60,6 +63,18 @@ class BindingsCollector(Collector):
         )
         yield GaugeMetricFamily(
             "gpu_extender_bindings_open",
-            "Pods filter answered whose binding is not known yet.",
+            "Pods filter answered whose binding is not known yet (this replica's, and its peers').",
             value=gate.open_count(),
+        )
+        peers = CounterMetricFamily(
+            "gpu_extender_peer_bindings",
+            "Open bindings told to the other replicas (--peers) or heard from them, by result: sent, "
+            "failed (a peer did not take its message), dropped (a slow peer's backlog), received.",
+            labels=["result"],
+        )
+        for result, count in b.peer_counts.items():
+            peers.add_metric([result], count)
+        yield peers
+        yield GaugeMetricFamily(
+            "gpu_extender_peers", "Other replicas this one tells of its open bindings (--peers).", value=b.peers_known()
         )

@@ -19,13 +19,15 @@ from gpuextender.extender.model.pod_gpus import gpus_requested
 from gpuextender.extender.model.pod_group import GANG_SOURCES, GroupRef, read_group
 from gpuextender.extender.model.pod_request import PodRequest
 from gpuextender.extender.model.untrusted import InvalidInput, pod_uid
+from gpuextender.extender.scheduler import peer_wire
 from gpuextender.extender.scheduler.binding_gate import SCHEDULER_COUNTS, BindingGate
 from gpuextender.extender.scheduler.wire import BindingArgs, binding_result
 from gpuextender.extender.state.freshness import is_fresh
 from gpuextender.extender.state.gpu_summary import NodeSummary
 from gpuextender.extender.state.pod_ledger import BoundPod, PodLedger
 
-if TYPE_CHECKING:  # the Kubernetes client is imported only with --kubernetes (app.py)
+if TYPE_CHECKING:  # the Kubernetes client is imported only with --kubernetes (app.py); aiohttp's client with --peers
+    from gpuextender.extender.scheduler.peer_sender import PeerSender
     from gpuextender.extender.scheduler.pod_binder import PodBinder
 
 log = logging.getLogger("gpu_extender.bind")
@@ -45,10 +47,13 @@ class Bindings:
         clock: Callable[[], float] = time.monotonic,
         binder: PodBinder | None = None,  # with --kubernetes
         ledger: PodLedger | None = None,
+        peers: PeerSender | None = None,  # with --peers
     ) -> None:
         self.gate = gate
         self.binder = binder
         self.ledger = ledger
+        self.peers = peers
+        self.peer_received = 0  # peers' open bindings taken (peer_wire.py)
         self._clock = clock
         self._remembered: dict[str, PodRequest] = {}
         self.binds = {"bound": 0, "error": 0}
@@ -62,7 +67,27 @@ class Bindings:
         if len(remembered) >= MAX_REMEMBERED:
             del remembered[next(iter(remembered))]
         remembered[uid] = pod
-        self.gate.decided(uid, 0 if pod.mig_needed else pod.gpus_needed, frozenset(answered), gang_of(pod.group.ref))
+        need, nodes, gang = 0 if pod.mig_needed else pod.gpus_needed, frozenset(answered), gang_of(pod.group.ref)
+        self.gate.decided(uid, need, nodes, gang)
+        if self.peers is not None:
+            self.peers.push(uid, need, nodes, gang, self.gate.hold_s)
+
+    def from_peer(self, body: bytes, instance_id: str) -> dict[str, str]:
+        """A peer's message of its open bindings (peer_wire.py), taken as open here too; the answer
+        names this replica (a replica that reached itself reads its own id, and takes nothing)."""
+        sender, entries = peer_wire.parse(body, self.gate.hold_s)
+        if sender != instance_id:
+            for e in entries:
+                self.peer_received += self.gate.opened_at_peer(e.uid, e.need, e.nodes, e.gang, e.hold_s)
+        return {"from": instance_id}
+
+    @property
+    def peer_counts(self) -> dict[str, int]:
+        told = self.peers.counts if self.peers is not None else {"sent": 0, "failed": 0, "dropped": 0}
+        return {**told, "received": self.peer_received}
+
+    def peers_known(self) -> int:
+        return self.peers.peers() if self.peers is not None else 0
 
     async def settle(
         self,

@@ -27,6 +27,10 @@ accounting on): a node that pod filled never reaches the extender as a candidate
 only made every filter of an agent rollout wait for the previous pod's binding. A node with stale
 data still counts as unknown: the GPUs it last saw lost are not in kube-scheduler's count.
 
+Across replicas (peer_sender.py, `--peers`): each replica tells the others of every binding its
+filters open, and each takes those as open here too (`opened_at_peer`), so that kube-scheduler's
+calls moving to another replica do not count a GPU twice; each replica's pod watch closes them.
+
 Only filter waits (prioritize follows its own filter, after the wait). A filter that decided
 while another binding was open, which then did arrive, is a *race* (`races`): what the gate
 exists to avoid, and what `hold_s = 0` (the gate off) measures.
@@ -54,6 +58,7 @@ class _Open:
     nodes: frozenset[str]  # where filter said it may go
     gang: str = ""  # its gang's group key: a gang member is bound only once its whole gang is placed
     overlapped: bool = False  # a filter it could have changed decided while this binding was open
+    anywhere: bool = False  # a peer's, whose filter passed more nodes than it could name: may go anywhere
 
 
 class BindingGate:
@@ -71,6 +76,16 @@ class BindingGate:
     def decided(self, uid: str, need: int, nodes: frozenset[str], gang: str = "") -> None:
         if uid:
             self._open[uid] = _Open(self._clock() + self.hold_s, need, nodes, gang)
+
+    def opened_at_peer(self, uid: str, need: int, nodes: frozenset[str] | None, gang: str, hold_s: float) -> bool:
+        """Another replica's filter answered pod `uid` (peer_wire.py): its binding is open here too,
+        for `hold_s` at most this gate's own hold (`nodes` None: anywhere). Ignored with the gate
+        off (nothing waits) or without a uid; whether it was taken."""
+        if not uid or self.hold_s <= 0:
+            return False
+        deadline = self._clock() + min(hold_s, self.hold_s)
+        self._open[uid] = _Open(deadline, need, nodes or frozenset(), gang, anywhere=nodes is None)
+        return True
 
     def bound(self, uid: str) -> None:
         entry = self._open.pop(uid, None)
@@ -101,8 +116,8 @@ class BindingGate:
         for entry in self._open.values():
             if gang and entry.gang == gang:
                 continue  # its own gang's member: bound only after this one is placed; its room is the gang's hold
-            if entry.need <= 0 or need <= 0:
-                risky.append(entry)  # MIG devices or DRA-only demand: not counted here, always wait
+            if entry.need <= 0 or need <= 0 or entry.anywhere:
+                risky.append(entry)  # MIG devices, DRA-only demand or no nodes named: always wait
                 continue
             counted.append(entry)
             for node in entry.nodes:

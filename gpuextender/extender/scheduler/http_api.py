@@ -18,7 +18,7 @@ from collections.abc import Awaitable, Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -40,6 +40,7 @@ from gpuextender.extender.scheduler.binding_gate import BindingGate
 from gpuextender.extender.scheduler.cluster_sources import NO_CLUSTER, ClusterSources
 from gpuextender.extender.scheduler.decision_inputs import DecisionInputs
 from gpuextender.extender.scheduler.group_record import record_group, record_group_preemption
+from gpuextender.extender.scheduler.peer_wire import PEER_PATH, new_instance_id
 from gpuextender.extender.scheduler.preempt_facts import Lookup, PreemptFacts
 from gpuextender.extender.scheduler.preemption_record import RecentPreemptions, explained, record_preemption
 from gpuextender.extender.scheduler.readiness import Readiness
@@ -65,6 +66,9 @@ from gpuextender.extender.state.inventory_view import InventoryView
 from gpuextender.extender.state.live_classes import LiveClasses
 from gpuextender.extender.state.pod_ledger import BoundPod, PodLedger
 from gpuextender.extender.state.waiting_pods import WaitingPods
+
+if TYPE_CHECKING:  # app.py builds it with --peers
+    from gpuextender.extender.scheduler.peer_sender import PeerSender
 
 log = logging.getLogger("gpu_extender.http")
 
@@ -102,7 +106,9 @@ class SchedulerApi:
         inventory: Callable[[], InventoryView] = InventoryView,
         clock: Callable[[], float] = time.monotonic,
         sources: ClusterSources = NO_CLUSTER,
+        peers: PeerSender | None = None,
     ) -> None:
+        """`peers`: the other replicas, told of this one's open bindings (--peers)."""
         self.state = state
         self.metrics = metrics
         self.settings = settings
@@ -115,7 +121,10 @@ class SchedulerApi:
         self.groups = GroupBook(settings.group_hold_s, clock, per_namespace=settings.groups_per_namespace)
         self.groups.on_change(state.bound_pods_changed)
         self.decisions = DecisionInputs(state, settings, inventory, self.classes, clock, self.groups, sources)
-        self.bindings = Bindings(BindingGate(settings.binding_wait_s, clock), clock, sources.binder, sources.ledger)
+        gate = BindingGate(settings.binding_wait_s, clock)
+        self.bindings = Bindings(gate, clock, sources.binder, sources.ledger, peers)
+        # What this replica answers its peers with: one that reached itself reads its own id.
+        self.instance_id = peers.instance_id if peers is not None else new_instance_id()
         self.waiting = WaitingPods()  # GPU pods the latest filter found no place for (the fleet page)
         self.preemptions = RecentPreemptions()  # each preemptor's latest preempt plan (explain)
         self._preempt_facts: PreemptFacts | None = None  # what the preempt verb read per node, kept
@@ -480,6 +489,9 @@ def build_app(api: SchedulerApi, pages: PageRoutes | None = None) -> web.Applica
     async def bind(body: bytes) -> Any:
         return await api.bindings.bind(parse_binding_args(body))
 
+    async def from_peer(body: bytes) -> Any:
+        return api.bindings.from_peer(body, api.instance_id)
+
     async def preempt(body: bytes) -> Any:
         with collector_paused():
             args = parse_preemption_args(
@@ -543,6 +555,7 @@ def build_app(api: SchedulerApi, pages: PageRoutes | None = None) -> web.Applica
             "explain", decided(api.explain, min(settings.max_candidates, EXPLAIN_MAX_CANDIDATES), nodes_optional=True)
         ),
     )
+    app.router.add_post(PEER_PATH, scheduler_verb("peers", from_peer))
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/metrics", get_metrics)
