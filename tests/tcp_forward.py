@@ -35,6 +35,10 @@ class Forwarder:
     def target_port(self) -> int:
         return self._target[1]
 
+    @property
+    def listen_port(self) -> int:
+        return int(self._server.getsockname()[1])
+
     def move_to(self, target_port: int, *, close_established: bool = True) -> None:
         """New connections go to `target_port`; with `close_established`, every connection forwarded
         so far is cut (both ends shut down): an in-flight request fails, a kept-alive one reconnects."""
@@ -69,13 +73,17 @@ class Forwarder:
                 _shut(client)
                 _shut(upstream)
                 continue
+            # A long run (bench/soak.py) opens connections for hours: what ended is let go.
+            self._threads = [t for t in self._threads if t.is_alive()]
+            ends = [2]  # pipes still running for this connection: the last one closes both sockets
             for a, b in ((client, upstream), (upstream, client)):
-                t = threading.Thread(target=self._pipe, args=(a, b), daemon=True)
+                t = threading.Thread(target=self._pipe, args=(a, b, ends, (client, upstream)), daemon=True)
                 self._threads.append(t)
                 t.start()
 
-    @staticmethod
-    def _pipe(src: socket.socket, dst: socket.socket) -> None:
+    def _pipe(
+        self, src: socket.socket, dst: socket.socket, ends: list[int], pair: tuple[socket.socket, socket.socket]
+    ) -> None:
         # (OSError from the first call too: a move or close can shut the sockets before this thread runs.)
         with contextlib.suppress(OSError):
             src.settimeout(None)
@@ -83,6 +91,14 @@ class Forwarder:
                 dst.sendall(chunk)
         with contextlib.suppress(OSError):
             dst.shutdown(socket.SHUT_WR)
+        with self._lock:
+            ends[0] -= 1
+            last = ends[0] == 0
+            if last:
+                self._sockets = [s for s in self._sockets if s not in pair]
+        if last:  # both ways ended: the connection is over, its sockets closed (no file left open)
+            for s in pair:
+                _shut(s)
 
     def close(self) -> None:
         self._stop.set()

@@ -77,7 +77,10 @@ class Bindings:
         names this replica (a replica that reached itself reads its own id, and takes nothing)."""
         sender, entries = peer_wire.parse(body, self.gate.hold_s)
         if sender != instance_id:
+            ledger = self.ledger
             for e in entries:
+                if ledger is not None and ledger.get(e.uid) is not None:
+                    continue  # bound already (this replica's watch was first): nothing to wait for
                 self.peer_received += self.gate.opened_at_peer(e.uid, e.need, e.nodes, e.gang, e.hold_s)
         return {"from": instance_id}
 

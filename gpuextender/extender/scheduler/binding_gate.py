@@ -97,7 +97,22 @@ class BindingGate:
             self.races += 1
 
     def open_count(self) -> int:
+        """Bindings open now (an entry past its deadline is closed first: with no filter to come, it
+        would otherwise be counted open for ever)."""
+        self._expire(self._clock())
         return len(self._open)
+
+    def _expire(self, now: float) -> None:
+        """Close the bindings whose deadline passed, remembered a while should they arrive late."""
+        for key in [k for k, e in self._open.items() if e.deadline <= now]:
+            del self._open[key]
+            self.expired += 1
+            if len(self._late) >= MAX_LATE:
+                self._late.clear()  # a flood of pods that never bind: forget, do not grow
+            self._late[key] = now + LATE_S
+        if self._late:
+            for key in [k for k, until in self._late.items() if until <= now]:
+                del self._late[key]
 
     def others_open(self, uid: str) -> bool:
         """Whether another pod's binding is open; this pod's own earlier entry is closed first (a
@@ -143,15 +158,7 @@ class BindingGate:
         waited = False
         while True:
             now = self._clock()
-            for key in [k for k, e in self._open.items() if e.deadline <= now]:
-                del self._open[key]
-                self.expired += 1
-                if len(self._late) >= MAX_LATE:
-                    self._late.clear()  # a flood of pods that never bind: forget, do not grow
-                self._late[key] = now + LATE_S
-            if self._late:
-                for key in [k for k, until in self._late.items() if until <= now]:
-                    del self._late[key]
+            self._expire(now)
             risky = self._at_risk(need, idle_of, gang) if self._open else []
             if not risky:
                 break

@@ -3,22 +3,31 @@ why a pod outside the class rules is class-neutral; the runtime taken from the I
 and the pod's namespace first; what the runtime check reads (the pod's model, a namespaced
 BaseModel, the InferenceService and the class annotation) and when it has nothing to judge;
 whole plans (policy, explicit, unsupported class, enforced runtime problem); a policy that
-chooses no class, with its warning; invalid constraints ignored with a warning; a node's cost; a node of no class."""
+chooses no class, with its warning; invalid constraints ignored with a warning; a node's cost; a node of no class;
+a runtime whose acceleratorRequirements is no object never reaching a plan; the filter and the scores of
+a class-neutral pod (with and without the fit index, a silent node yielding to a fresh fit) and of a pod of
+no GPUs; an explicit class's exact scores; the index never scoring a class plan; the cost and random
+strategies' wiring; the constraints read again at prioritize time; an incompatible plan scoring 0."""
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Mapping
 
 import pytest
 
 from gpuextender.common.idle_rule import IdleRule
-from gpuextender.extender.decide import class_plan, reasons
+from gpuextender.extender.decide import class_plan, reasons, whole_gpus
 from gpuextender.extender.decide.class_policy import Constraints
-from gpuextender.extender.decide.snapshot import Candidates
+from gpuextender.extender.decide.fit_index import FitIndex
+from gpuextender.extender.decide.snapshot import Candidates, Snapshot
 from gpuextender.extender.inventory.files import FileInventorySource
+from gpuextender.extender.model.ome.accelerator_class import AcceleratorClass
 from gpuextender.extender.model.ome.pod_intent import PodIdentity, pod_identity
+from gpuextender.extender.settings import DecisionPolicy
 from gpuextender.extender.state.gpu_state import GpuState
+from gpuextender.extender.state.gpu_summary import NodeSummary
 from gpuextender.extender.state.inventory_store import InventoryStore
 from gpuextender.extender.state.inventory_view import InventoryView, ViewBuilder
 from tests.e2e.test_accelerator_classes import NODES, write_inventory
@@ -71,7 +80,12 @@ def cluster_runtime(name: str, classes: list[str] | None) -> dict[str, object]:
 
 
 MODEL = {"name": "llama-3-1-70b-instruct"}
+LISTED_REQUIREMENTS = cluster_runtime("listed-requirements", None) | {
+    "spec": {"acceleratorRequirements": ["nvidia-l40s"]}
+}
 EXTRA = [
+    LISTED_REQUIREMENTS,
+    isvc("on-listed-requirements", {"model": MODEL, "runtime": {"name": "listed-requirements"}}),
     cluster_runtime("no-classes", None),
     cluster_runtime("ghost-classes", ["nvidia-ghost"]),
     isvc("no-runtime", {"model": MODEL}),
@@ -350,3 +364,149 @@ def test_a_node_of_no_class_scores_zero_and_fails_the_class_filter(view: Invento
     scores = dict(class_plan.prioritize_with_classes(2, *args)[0])
     assert scores["cpu-node"] == 0 and scores["h100-node"] == 10
     assert class_plan.filter_with_classes(2, *args).failed["cpu-node"] is reasons.CLASS_NOT_ALLOWED
+
+
+def test_a_runtime_whose_accelerator_requirements_is_no_object_never_reaches_a_plan(shadowed: InventoryView) -> None:
+    """The inventory skips it (`_class_plan` reads only runtimes whose requirements are absent or an object)."""
+    assert shadowed.get("ClusterServingRuntime", "listed-requirements") is None
+    assert plan_of("on-listed-requirements", shadowed) == class_plan.ClassPlan(
+        False,
+        why=isvc_why("on-listed-requirements", classes="none apply (runtime listed-requirements not in the inventory)"),
+    )
+
+
+# --- filter and prioritize on hand-made fleets --------------------------------------------------
+
+NOW = 1000.0
+NEUTRAL = class_plan.ClassPlan(False)
+EXPLICIT_A = class_plan.ClassPlan(True, allowed=("a",), explicit=True)
+
+
+def fresh(name: str, idle: int, utilization: float = 10.0) -> NodeSummary:
+    """A node of 8 healthy GPUs, `idle` of them idle, reported at NOW."""
+    return NodeSummary(
+        node=name,
+        gpu_count=8,
+        healthy_gpus=8,
+        idle_gpus=idle,
+        mean_utilization=utilization,
+        node_error="",
+        sequence=1,
+        sample_time=0.0,
+        received_at=NOW,
+        quality=(0,) * (idle + 1),
+    )
+
+
+FLEET = {
+    "big": fresh("big", 8),
+    "half": fresh("half", 4),
+    "small": fresh("small", 1),
+    "nowhere": fresh("nowhere", 8),
+    "out": fresh("out", 8),
+}
+BY_NODE: dict[str, tuple[str, ...]] = {"big": ("a",), "half": ("a",), "small": ("b",), "out": ("b",)}
+
+
+def snapshot(
+    indexed: bool, by_node: Mapping[str, tuple[str, ...]] = BY_NODE, classes: dict[str, AcceleratorClass] | None = None
+) -> Snapshot:
+    """FLEET at NOW, with the fit index over it or none ("nowhere" is in no class)."""
+    index = FitIndex(FLEET) if indexed else None
+    view = InventoryView(classes=classes or {})
+    return Snapshot(FLEET.get, view, by_node, NOW, DecisionPolicy(), fit_index=index)
+
+
+@pytest.mark.parametrize("indexed", [False, True], ids=["no index", "index"])
+def test_a_class_neutral_pod_is_filtered_by_its_gpus_alone(indexed: bool) -> None:
+    """ "silent" (no data) could take the pod, but fails while a fresh node fits."""
+    names = Candidates(["silent", "big", "small", "out"], {"silent": 8})
+    outcome = class_plan.filter_with_classes(2, names, snapshot(indexed), NEUTRAL)
+    assert outcome.passed == ["big", "out"] and not outcome.assumed
+    assert outcome.failed == {"small": reasons.INSUFFICIENT_IDLE_GPUS, "silent": reasons.NO_FRESH_GPU_DATA}
+
+
+@pytest.mark.parametrize("indexed", [False, True], ids=["no index", "index"])
+def test_a_class_neutral_pod_is_ranked_by_its_gpus_alone(indexed: bool) -> None:
+    """Where every node fits on fresh data the index scores them; else each node is judged."""
+    known = snapshot(indexed)
+    every_fresh_fit = class_plan.prioritize_with_classes(2, Candidates(["big", "half"], {}), known, NEUTRAL)
+    assert every_fresh_fit == ([("big", 10), ("half", 6)], None)
+    one_does_not_fit = class_plan.prioritize_with_classes(2, Candidates(["big", "small"], {}), known, NEUTRAL)
+    assert one_does_not_fit == ([("big", 10), ("small", 0)], None)
+    with_a_silent_node = Candidates(["silent", "big", "out"], {"silent": 8})
+    assert class_plan.prioritize_with_classes(2, with_a_silent_node, known, NEUTRAL) == (
+        [("silent", 0), ("big", 10), ("out", 10)],
+        None,
+    )
+
+
+def test_a_pod_of_no_gpus_passes_every_node_whatever_its_classes() -> None:
+    names = Candidates(["big", "small"], {})
+    outcome = class_plan.filter_with_classes(0, names, snapshot(False), EXPLICIT_A)
+    assert outcome.passed == ["big", "small"] and not outcome.failed
+    assert class_plan.prioritize_with_classes(0, names, snapshot(False), EXPLICIT_A) == (
+        [("big", 0), ("small", 0)],
+        None,
+    )
+
+
+@pytest.mark.parametrize("needed", [1, 2])
+@pytest.mark.parametrize("indexed", [False, True], ids=["no index", "index"])
+def test_an_explicit_class_scores_its_nodes_by_the_formula_and_no_other_node(needed: int, indexed: bool) -> None:
+    """Every node fits on fresh data, so the index could score them all: it must not, for a class plan.
+    One class (k = 1): round(1 + 9 * s / 10) for a node score s ("half": 6); a node in no class
+    (listed first: its fit is judged before any of the class's) or in another class scores 0."""
+    names = Candidates(["nowhere", "big", "half", "out"], {})
+    scores, ranking = class_plan.prioritize_with_classes(needed, names, snapshot(indexed), EXPLICIT_A)
+    assert scores == [("nowhere", 0), ("big", 10), ("half", 6), ("out", 0)] and ranking is None
+
+
+def test_an_incompatible_plan_scores_every_node_zero() -> None:
+    plan = class_plan.ClassPlan(True, allowed=("a",), incompatible="no node can take it")
+    assert class_plan.prioritize_with_classes(2, Candidates(["big", "out"], {}), snapshot(False), plan) == (
+        [("big", 0), ("out", 0)],
+        None,
+    )
+
+
+PRICED = catalog(cls("low", cost={"perHour": "1"}), cls("high", cost={"perHour": "4"}))
+
+
+@pytest.mark.parametrize("plan", [NEUTRAL, EXPLICIT_A], ids=["class-neutral", "explicit"])
+def test_the_cost_strategy_puts_the_cheaper_node_first(plan: class_plan.ClassPlan) -> None:
+    """ "half" (in class low) has fewer idle GPUs than "big" (in high): spread would put "big" first."""
+    by_node = {"big": ("a", "high"), "half": ("a", "low")}
+    known = snapshot(False, by_node, PRICED)
+    names = Candidates(["big", "half"], {})
+    assert class_plan.prioritize_with_classes(2, names, known, plan)[0] == [("big", 10), ("half", 6)]
+    cost = dict(class_plan.prioritize_with_classes(2, names, known, plan, "cost")[0])
+    assert cost["half"] > cost["big"] > 0
+    binpack = dict(class_plan.prioritize_with_classes(2, names, known, plan, "binpack")[0])
+    assert binpack["half"] > binpack["big"] > 0
+
+
+def test_the_random_strategy_is_seeded_by_the_pod_and_by_default_by_nothing() -> None:
+    names = ["big", "out", "nowhere"]
+    known = snapshot(False)
+    policy = DecisionPolicy()
+
+    def definition(seed: str) -> list[tuple[str, int]]:
+        return whole_gpus.prioritize(2, names, {}, FLEET.get, NOW, policy, "random", seed)
+
+    assert definition("") != definition("pod-a")
+    random_order = class_plan.prioritize_with_classes(2, Candidates(names, {}), known, NEUTRAL, "random", "pod-a")
+    assert random_order == (definition("pod-a"), None)
+    unseeded = class_plan.prioritize_with_classes(2, Candidates(names, {}), known, NEUTRAL, "random")
+    assert unseeded == (definition(""), None)
+
+
+def test_the_class_ranking_at_prioritize_time_reads_the_plan_s_constraints() -> None:
+    """BestFit with minMemory 40: the 48 GiB class fits closer than the 80 GiB one listed before it
+    (without the constraint the two tie and the runtime's order would win)."""
+    classes = catalog(cls("a80", memory="80Gi"), cls("a40", memory="48Gi"))
+    plan = class_plan.ClassPlan(True, allowed=("a80", "a40"), policy="BestFit", constraints=Constraints(min_memory=40))
+    known = snapshot(False, {"big": ("a80",), "out": ("a40",)}, classes)
+    scores, ranking = class_plan.prioritize_with_classes(2, Candidates(["big", "out"], {}), known, plan)
+    assert ranking is not None and [r.name for r in ranking.ranked] == ["a40", "a80"]
+    assert scores == [("big", 6), ("out", 10)]

@@ -473,3 +473,28 @@ def test_a_name_that_stops_resolving_keeps_its_peers_and_a_peer_gone_from_it_is_
 
     asyncio.run(scenario())
     assert held == [{"10.0.0.1:9", "10.0.0.2:9"}, {"10.0.0.2:9"}]  # the failure in between changed nothing
+
+
+def test_an_open_binding_past_its_deadline_is_not_counted_open_with_no_filter_to_come() -> None:
+    """Found by the soak (issue 54): after the last pod, a binding whose pod never bound stayed in
+    `gpu_extender_bindings_open` for ever, closed only by a next filter."""
+    clock = Clock()
+    gate = BindingGate(HOLD, clock)
+    gate.decided("a", 1, frozenset({"n1"}))
+    gate.opened_at_peer("b", 1, frozenset({"n1"}), "", HOLD)
+    clock.now += HOLD - 0.001
+    assert gate.open_count() == 2
+    clock.now += 0.001
+    assert gate.open_count() == 0 and gate.expired == 2
+
+
+def test_a_peers_binding_for_a_pod_this_replica_already_sees_bound_is_not_opened() -> None:
+    """B's pod watch showed p1 bound before A's message came: B's filters must not wait for it."""
+
+    async def test(a: Replica, b: Replica) -> None:
+        b.ledger.upsert(POD_KIND, gpu_pod("p1", node="n1"))
+        assert await a.filter(gpu_pod("p1")) == ["n1", "n2"]  # (a retried filter of a bound pod, say)
+        await until("A's message answered", lambda: a.api.bindings.peer_counts["sent"] == 1)
+        assert b.api.bindings.peer_received == 0 and b.api.bindings.gate.open_count() == 0
+
+    two_replicas(test)
