@@ -12,8 +12,9 @@ A steady mix of work: single pods of 1-8 GPUs (a fifth of them of a high Priorit
 preempt), LeaderWorkerSet groups of 2 x 4 GPUs with the clique affinity, each living 30-120 s once
 bound, the fleet kept about `--fill` full. Faults at seeded random times, one at a time: SIGKILL
 (then a restart on the same ports) and SIGSTOP of each replica and relay, kube-apiserver and etcd
-stopped (SIGSTOP) for 5-60 s and 5-20 s, connections cut on a hop, an agent's clock stepped 5
-minutes, the device-taint writer's Lease deleted under its leader. kube-scheduler is restarted if
+stopped (SIGSTOP) for 5-60 s and 5-20 s, etcd killed and started again after 2-10 s, connections
+cut on a hop, an agent's clock stepped 5 minutes, the device-taint writer's Lease deleted under
+its leader (between two writes, or while it writes: 1.2 s after a GPU turned unhealthy). kube-scheduler is restarted if
 it exits (it does when it cannot renew its Lease: as the kubelet would restart it).
 
 Invariants, checked every `--check-every` seconds, not only at the end:
@@ -28,7 +29,8 @@ and at the end, with every pod deleted: no open binding, hold or ledger entry le
 replica; each node's GPUsUsable condition as its agents say; RSS and open files of every process
 sampled throughout (slope after warm-up, MiB and files per hour).
 
-Run: `.venv/bin/python bench/soak.py [--minutes 60] [--seed 1] [--nodes 24] [--json out.json]`
+Run: `.venv/bin/python bench/soak.py [--minutes 60] [--seed 1] [--nodes 24] [--json out.json]
+[--keep DIR] [--faults replica_kill,...]`
 (needs the control plane's binaries: KUBEBUILDER_ASSETS, as the suite's kube tests).
 """
 
@@ -59,7 +61,15 @@ import soak_fleet as F  # noqa: E402
 import trustme  # noqa: E402
 import yaml  # noqa: E402
 
-from tests.control_plane import ControlPlane, Kube, KubeError, Process, assets, skip_reason  # noqa: E402
+from tests.control_plane import (  # noqa: E402
+    ControlPlane,
+    Kube,
+    KubeError,
+    Process,
+    assets,
+    skip_reason,
+    start_process,
+)
 from tests.harness import Proc, free_port, http, metric, parse_metrics  # noqa: E402
 from tests.kube import groups as G  # noqa: E402
 from tests.kube.conftest import CRDS  # noqa: E402
@@ -90,7 +100,12 @@ FAULTS = (
     "etcd_stop",
     "clock_step",
     "lease_lost",
+    "etcd_restart",
+    "lease_lost_writing",
 )
+LEASE = "/apis/coordination.k8s.io/v1/namespaces/gpu-extender/leases/gpu-extender-device-taints"
+WRITING_AFTER_S = 1.2  # lease_lost_writing: the Lease goes this long after a GPU turned unhealthy
+# (--device-taint-after 1: the leader is writing the node's condition then)
 
 
 @dataclass
@@ -102,6 +117,7 @@ class Settings:
     check_every_s: float = 2.0
     fault_gap_s: tuple[float, float] = (10.0, 40.0)
     fault_max_s: float = 60.0  # no fault lasts longer (the short form's minute holds several)
+    faults: tuple[str, ...] = FAULTS  # the kinds drawn from
     flap_s: float = 15.0
     warmup_s: float = 30.0  # before the first fault (and the RSS slope's start)
 
@@ -114,6 +130,7 @@ class Fault:
     ends: float  # when the fault is lifted (monotonic)
     ended: float | None = None
     index: int = -1  # its row in Report.faults
+    lease_gone: bool = False  # lease_lost_writing: the Lease deleted
 
 
 @dataclass
@@ -422,10 +439,15 @@ class Soak:
     # -- faults --
 
     def _faults(self, now: float) -> None:
+        fault = self.fault
+        if fault is not None and fault.kind == "lease_lost_writing" and not fault.lease_gone:
+            if now >= fault.started + WRITING_AFTER_S:
+                self._lose_lease()
+                fault.lease_gone = True
         if self.fault is not None and now >= self.fault.ends:
             self._end_fault(now)
         if self.fault is None and now >= self.next_fault_at:
-            self._start_fault(now, self.rng.choice(FAULTS))
+            self._start_fault(now, self.rng.choice(self.s.faults))
 
     def _start_fault(self, now: float, kind: str) -> None:
         rng = self.rng
@@ -467,13 +489,22 @@ class Soak:
             self.agents.step(node, 300.0)
         elif kind == "lease_lost":
             fault.target = "gpu-extender-device-taints"
-            try:
-                self.kube.delete(
-                    "/apis/coordination.k8s.io/v1/namespaces/gpu-extender/leases/gpu-extender-device-taints"
-                )
-            except (OSError, KubeError):
-                pass
+            self._lose_lease()
+        elif kind == "etcd_restart":
+            fault.target, fault.ends = "etcd", now + self._lasting(2, 10)
+            self._plane_process("etcd").stop(signal.SIGKILL)
+        elif kind == "lease_lost_writing":
+            healthy = rng.choice([n for n in self.fleet if F.IDLE in n.gpus])
+            index = healthy.gpus.index(F.IDLE)
+            fault.target, fault.ends = f"{healthy.name}/gpu-{index}", now + self._lasting(10, 20)
+            self.agents.sicken(healthy.name, index, True)
         self.fault = fault
+
+    def _lose_lease(self) -> None:
+        try:
+            self.kube.delete(LEASE)
+        except (OSError, KubeError):
+            pass  # the API server stopped meanwhile: not lost this time
 
     def _lasting(self, low: float, high: float) -> float:
         """A fault's seconds: drawn within [low, high], at most the settings' longest."""
@@ -498,6 +529,14 @@ class Soak:
             signal_tree(self._plane_pid(target), signal.SIGCONT)
         elif kind == "clock_step":
             self.agents.step(target, 0.0)
+        elif kind == "etcd_restart":
+            old = self._plane_process("etcd")
+            argv = old.popen.args
+            assert isinstance(argv, list)  # (start_process gives it a list)
+            self.plane.processes[self.plane.processes.index(old)] = start_process("etcd", argv, old.log_path)
+        elif kind == "lease_lost_writing":
+            node, _, gpu = target.partition("/gpu-")
+            self.agents.sicken(node, int(gpu), False)
         fault.ended = now
         fault.index = len(self.report.faults)
         self.fault = None
@@ -519,8 +558,11 @@ class Soak:
         signal_tree(proc.popen.pid, signal.SIGKILL)
         proc.popen.wait(10)
 
+    def _plane_process(self, name: str) -> Process:
+        return next(p for p in self.plane.processes if p.name == name)
+
     def _plane_pid(self, name: str) -> int:
-        return next(p.popen.pid for p in self.plane.processes if p.name == name)
+        return self._plane_process(name).popen.pid
 
     def _serve_elsewhere(self, x: str) -> None:
         """A Service drops a replica that stopped answering: the address moves to the other."""
@@ -757,6 +799,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nodes", type=int, default=24)
     p.add_argument("--json", type=Path, default=None, help="write the report here too")
     p.add_argument("--keep", type=Path, default=None, help="run in this new folder and keep it (every log)")
+    p.add_argument("--faults", default=",".join(FAULTS), help="the fault kinds drawn from (default: all)")
     args = p.parse_args(argv)
     # SIGTERM (timeout, a CI's cancel) ends the run through its `finally`s: the control plane and every
     # process it started are stopped, none left running.
@@ -764,7 +807,10 @@ def main(argv: list[str] | None = None) -> int:
     if (reason := skip_reason()) is not None:
         print(f"soak: {reason}", file=sys.stderr)
         return 2
-    settings = Settings(minutes=args.minutes, seed=args.seed, nodes=args.nodes)
+    faults = tuple(f.strip() for f in args.faults.split(",") if f.strip())
+    if unknown := sorted(set(faults) - set(FAULTS)):
+        p.error(f"--faults: unknown {unknown}; known: {', '.join(FAULTS)}")
+    settings = Settings(minutes=args.minutes, seed=args.seed, nodes=args.nodes, faults=faults)
     if args.keep is not None:
         args.keep.mkdir(parents=True)
         report = soak(settings, args.keep)

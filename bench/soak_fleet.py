@@ -75,10 +75,16 @@ def make_fleet(prefix: str, nodes: int, rng: random.Random) -> list[Node]:
     return fleet
 
 
-def report(node: Node, sequence: int, now: float, flap_s: float, step_s: float = 0.0) -> pb.NodeReport:
+def report(
+    node: Node, sequence: int, now: float, flap_s: float, step_s: float = 0.0, sick: frozenset[int] = frozenset()
+) -> pb.NodeReport:
     """The agent's report now (tests/kube/groups.node_report's GPUs, a flapping one busy or idle by
-    its turn, an unhealthy one quarantined for XID 79), its clock off by `step_s`."""
-    states = tuple(BUSY if node.busy_now(i, now, flap_s) else IDLE if s == FLAP else s for i, s in enumerate(node.gpus))
+    its turn, an unhealthy one quarantined for XID 79; `sick`: GPUs unhealthy for now), its clock off
+    by `step_s`."""
+    states = tuple(
+        SICK if i in sick else BUSY if node.busy_now(i, now, flap_s) else IDLE if s == FLAP else s
+        for i, s in enumerate(node.gpus)
+    )
     r = G.node_report(G.FleetNode(node.name, node.clique, states))
     r.sequence, r.agent_version = sequence, "soak"
     r.sample_time.seconds = int(now + step_s)
@@ -98,6 +104,7 @@ class Agents:
     relays: list[int]  # the ports agents dial (forwarders in front of the relays)
     flap_s: float
     steps: dict[str, float] = field(default_factory=dict)  # node -> seconds its clock is off
+    sick: set[tuple[str, int]] = field(default_factory=set)  # (node, GPU) made unhealthy for a while
     accepted: int = 0
     refused: int = 0
     reconnects: int = 0
@@ -124,6 +131,10 @@ class Agents:
             self._loop.call_soon_threadsafe(self._stop.set)
         if self._thread is not None:
             self._thread.join(15)
+
+    def sicken(self, node: str, index: int, sick: bool) -> None:
+        """The node's GPU `index` reports unhealthy (XID 79) from now on, or no longer."""
+        (self.sick.add if sick else self.sick.discard)((node, index))
 
     def step(self, node: str, seconds: float) -> None:
         """The node's agent's clock is off by `seconds` from now on (0: back in step)."""
@@ -152,7 +163,9 @@ class Agents:
                         while not reader.done():
                             sequence += 1
                             now = time.time()
-                            await call.write(report(node, sequence, now, self.flap_s, self.steps.get(node.name, 0.0)))
+                            step = self.steps.get(node.name, 0.0)
+                            sick = frozenset(i for n, i in self.sick if n == node.name)
+                            await call.write(report(node, sequence, now, self.flap_s, step, sick))
                             delay = 0.2
                             await asyncio.sleep(REPORT_EVERY_S)
                         reader.result()
