@@ -3,14 +3,16 @@
 What runs, all on loopback: the real control plane (etcd, kube-apiserver, kube-scheduler from the
 shipped gpu-scheduler configuration), two gpu-extender replicas (`--peers` each other, as deploy/
 runs them) behind one address that moves as a Service's endpoints do, two relays between the
-agents and the replicas, and simulated agents for a fleet of device-plugin nodes in cliques
-(bench/soak_fleet.py: GPUs idle, busy outside Kubernetes, unhealthy or flapping). Each hop the
+agents and the replicas, and simulated agents for a fleet of device-plugin nodes in cliques and a
+clique of DRA nodes (bench/soak_fleet.py: GPUs idle, busy outside Kubernetes, unhealthy or
+flapping; the DRA nodes' GPUs published in ResourceSlices as NVIDIA's driver does, claims made from
+ResourceClaimTemplates by kube-controller-manager). Each hop the
 harness can cut goes through a forwarder of its own (tests/tcp_forward.py): agents to each relay,
 each relay to each replica, kube-scheduler to the replicas' address.
 
 A steady mix of work: single pods of 1-8 GPUs (a fifth of them of a high PriorityClass, which may
-preempt), LeaderWorkerSet groups of 2 x 4 GPUs with the clique affinity, each living 30-120 s once
-bound, the fleet kept about `--fill` full. Faults at seeded random times, one at a time: SIGKILL
+preempt), LeaderWorkerSet groups of 2 x 4 GPUs with the clique affinity, claim pods of 1, 2 or 4
+DRA GPUs, each living 30-120 s once bound, the fleet kept about `--fill` full. Faults at seeded random times, one at a time: SIGKILL
 (then a restart on the same ports) and SIGSTOP of each replica and relay, kube-apiserver and etcd
 stopped (SIGSTOP) for 5-60 s and 5-20 s, etcd killed and started again after 2-10 s, connections
 cut on a hop, an agent's clock stepped 5 minutes, the device-taint writer's Lease deleted under
@@ -18,7 +20,8 @@ its leader (between two writes, or while it writes: 1.2 s after a GPU turned unh
 it exits (it does when it cannot renew its Lease: as the kubelet would restart it).
 
 Invariants, checked every `--check-every` seconds, not only at the end:
-- misplaced: a node holding pods of more GPUs than it ever had good (idle, or flapping);
+- misplaced: a node holding pods of more GPUs than it ever had good (idle, or flapping); a claim
+  holding a device whose GPU is busy or unhealthy;
 - split: a group's bound members in two cliques;
 - stuck: a pod pending for over STUCK_S while no fault is on (nor ended within GRACE_S) and a node
   (a clique, for a group's members) has room for it on GPUs always good;
@@ -26,8 +29,8 @@ Invariants, checked every `--check-every` seconds, not only at the end:
 - not recovered: after a fault ends, both replicas ready, with every node's data, and agreeing,
   within RECOVER_S (the time it took is the fault's recovery figure);
 and at the end, with every pod deleted: no open binding, hold or ledger entry left on either
-replica; each node's GPUsUsable condition as its agents say; RSS and open files of every process
-sampled throughout (slope after warm-up, MiB and files per hour).
+replica; each node's GPUsUsable condition and our DeviceTaintRules as its agents say; RSS and open
+files of every process sampled throughout (slope after warm-up, MiB and files per hour).
 
 Run: `.venv/bin/python bench/soak.py [--minutes 60] [--seed 1] [--nodes 24] [--json out.json]
 [--keep DIR] [--faults replica_kill,...]`
@@ -61,6 +64,7 @@ import soak_fleet as F  # noqa: E402
 import trustme  # noqa: E402
 import yaml  # noqa: E402
 
+from gpuextender.extender.state.device_taints import BUSY_PREFIX, rule_name  # noqa: E402
 from tests.control_plane import (  # noqa: E402
     ControlPlane,
     Kube,
@@ -70,6 +74,7 @@ from tests.control_plane import (  # noqa: E402
     skip_reason,
     start_process,
 )
+from tests.extender.dra_objects import device_class, gpu_slice  # noqa: E402
 from tests.harness import Proc, free_port, http, metric, parse_metrics  # noqa: E402
 from tests.kube import groups as G  # noqa: E402
 from tests.kube.conftest import CRDS  # noqa: E402
@@ -81,6 +86,10 @@ GRACE_S = 30.0  # after a fault ends, the system may settle this long before "st
 AGREE_S = 10.0  # replicas' answers may differ this long (bindings reach each one's watch apart)
 RECOVER_S = 120.0
 TICK_S = 0.5
+DRA = "/apis/resource.k8s.io/v1"
+CLAIM_SIZES = (1, 2, 4)
+RULES = "/apis/resource.k8s.io/v1beta2/devicetaintrules"
+TAINT_GATES = ("--feature-gates=DRADeviceTaints=true,DRADeviceTaintRules=true",)
 PRIORITIES = {"low": 10, "high": 1000}
 # As deploy/ runs them, but quicker holds (a soak of minutes must see them end) and
 # --no-fit-policy reject: the shipped pass-all lets kube-scheduler place a pod no node fits, on busy
@@ -118,6 +127,7 @@ class Settings:
     fault_gap_s: tuple[float, float] = (10.0, 40.0)
     fault_max_s: float = 60.0  # no fault lasts longer (the short form's minute holds several)
     faults: tuple[str, ...] = FAULTS  # the kinds drawn from
+    dra_nodes: int = 4  # nodes whose GPUs come through DRA (a clique of their own; claim pods)
     flap_s: float = 15.0
     warmup_s: float = 30.0  # before the first fault (and the RSS slope's start)
 
@@ -214,7 +224,10 @@ class Soak:
         self.plane, self.kube, self.world, self.s = plane, kube, world, settings
         self.rng = random.Random(settings.seed)
         self.ns = world.ns
-        self.fleet = F.make_fleet(self.ns, settings.nodes, self.rng)
+        self.plugin = F.make_fleet(self.ns, settings.nodes, self.rng)
+        # (their own generator: the device-plugin fleet and its faults stay what the seed made them)
+        self.dra = F.make_fleet(f"{self.ns}-dra", settings.dra_nodes, random.Random(settings.seed + 1))
+        self.fleet = self.plugin + self.dra
         self.nodes = F.by_name(self.fleet)
         self.report = Report(asdict(settings))
         self.started = time.monotonic()
@@ -226,6 +239,7 @@ class Soak:
         self.lifetimes: dict[str, float] = {}  # pod -> when it is deleted (monotonic), once bound
         self.group_of: dict[str, str] = {}
         self.seq = 0
+        self.dra_rng = random.Random(settings.seed + 2)  # the claim pods' draws, apart from the rest
         self.disagree_since: float | None = None
         self.stopped: set[str] = set()  # processes SIGSTOPped now
 
@@ -233,10 +247,11 @@ class Soak:
 
     def setup(self) -> None:
         kube, ns = self.kube, self.ns
+        dra = {n.name for n in self.dra}
         for n in self.fleet:
             kube.create_node(
                 n.name,
-                F.GPUS,
+                None if n.name in dra else F.GPUS,  # DRA: no nvidia.com/gpu, the GPUs are in a ResourceSlice
                 {
                     G.FLEET_LABEL: ns,
                     F.CLIQUE: n.clique,
@@ -245,6 +260,8 @@ class Soak:
                 },
             )
             self.world.nodes.append(n.name)
+        if self.dra:
+            self._dra_setup()
         for name, value in PRIORITIES.items():
             kube.create(
                 "/apis/scheduling.k8s.io/v1/priorityclasses",
@@ -269,6 +286,24 @@ class Soak:
         self.serving = "a"
         self.scheduler = self._scheduler()
 
+    def _dra_setup(self) -> None:
+        """NVIDIA's DRA driver's objects for the DRA nodes (their devices' uuid the agents' GPUs'), a
+        ResourceClaimTemplate per claim size, and kube-controller-manager (its resourceclaim
+        controller makes a pod's claim from its template; the garbage collector deletes it)."""
+        kube, ns = self.kube, self.ns
+        self.device_class = f"{ns}-gpu"
+        kube.create(f"{DRA}/deviceclasses", device_class(self.device_class, None))
+        self.world.dra_objects.append(f"{DRA}/deviceclasses/{self.device_class}")
+        for n in self.dra:
+            published = gpu_slice(n.name, F.GPUS, uuid_of=partial(_agent_uuid, n.name))
+            kube.create(f"{DRA}/resourceslices", published)
+            self.world.dra_objects.append(f"{DRA}/resourceslices/{published['metadata']['name']}")
+        for k in CLAIM_SIZES:
+            request = {"name": "gpus", "exactly": {"deviceClassName": self.device_class, "count": k}}
+            template = {"metadata": {"name": f"gpus-{k}"}, "spec": {"spec": {"devices": {"requests": [request]}}}}
+            kube.create(f"{DRA}/namespaces/{ns}/resourceclaimtemplates", template)
+        self.controllers = self.plane.controller_manager()
+
     def _replica(self, x: str, wait: bool = False) -> Proc:
         other = "b" if x == "a" else "a"
         peers = ("--peers", f"127.0.0.1:{self.ports[other]['http']}", "--peers-ca", str(self.world.ca_file))
@@ -289,7 +324,8 @@ class Soak:
         return self.world.procs.spawn(f"relay-{r}", "gpuextender.extender", args, dict(ports))
 
     def _scheduler(self) -> Process:
-        return self.world.scheduler(None, port=self.service.listen_port)
+        # (the gates that make kube-scheduler v1.35.4's DRA allocator honour DeviceTaintRules)
+        return self.world.scheduler(None, port=self.service.listen_port, extra_args=TAINT_GATES)
 
     # -- reading the replicas --
 
@@ -394,13 +430,18 @@ class Soak:
             gone |= {n for n, g in self.group_of.items() if g == group}
         for name in gone:
             self._delete(name)
-        capacity = sum(n.sure() for n in self.fleet)
-        asked = sum(_gpus(p) for p in live if p["metadata"]["name"] not in gone)
+        staying = [p for p in live if p["metadata"]["name"] not in gone]
+        capacity = sum(n.sure() for n in self.plugin)
+        asked = sum(_gpus(p) for p in staying)
         if asked < self.s.fill * capacity and self.rng.random() < 0.8:
             if self.rng.random() < 0.2:
                 self._create_group()
             else:
                 self._create_single()
+        if self.dra and self.dra_rng.random() < 0.3:
+            claimed = sum(_claim_gpus(p) for p in staying)
+            if claimed < self.s.fill * sum(n.sure() for n in self.dra):
+                self._create_claim_pod()
 
     def _create_single(self) -> None:
         self.seq += 1
@@ -409,6 +450,20 @@ class Soak:
         pod = G.member_pod(G.Group(f"p{self.seq:05d}", G.LWS, 1, gpus), 0, self.ns, affinity=False)
         pod["metadata"] = {"name": f"p{self.seq:05d}", "labels": {"app": "single"}}
         self._post(pod, priority)
+        self.report.pods_created += 1
+
+    def _create_claim_pod(self) -> None:
+        self.seq += 1
+        k = self.dra_rng.choice(CLAIM_SIZES)
+        name = f"c{self.seq:05d}"
+        container = {"name": "main", "image": "registry.example/llm:1", "resources": {"claims": [{"name": "gpus"}]}}
+        spec = {
+            "schedulerName": "gpu-scheduler",
+            "nodeSelector": {G.FLEET_LABEL: self.ns},
+            "resourceClaims": [{"name": "gpus", "resourceClaimTemplateName": f"gpus-{k}"}],
+            "containers": [container],
+        }
+        self._post({"metadata": {"name": name, "labels": {"app": "claim"}}, "spec": spec}, "low")
         self.report.pods_created += 1
 
     def _create_group(self) -> None:
@@ -621,6 +676,8 @@ class Soak:
             cliques = {self.nodes[p["spec"]["nodeName"]].clique for p in members if p["spec"].get("nodeName")}
             if len(cliques) > 1:
                 v["split"].append(f"t={t}: group {g} in {sorted(cliques)}")
+        if self.dra:
+            self._claims(live, now, t)
         if self._quiet(now):
             self._stuck(live, bound, groups, t)
             agree = self._agree()
@@ -635,10 +692,10 @@ class Soak:
     def _stuck(
         self, live: list[dict[str, Any]], bound: dict[str, int], groups: dict[str, list[dict[str, Any]]], t: float
     ) -> None:
-        room = {n.name: n.sure() - bound.get(n.name, 0) for n in self.fleet}
+        room = {n.name: n.sure() - bound.get(n.name, 0) for n in self.plugin}
         for p in live:
-            if p["spec"].get("nodeName"):
-                continue
+            if p["spec"].get("nodeName") or p["spec"].get("resourceClaims"):
+                continue  # (claim pods: _claims)
             age = time.time() - _created(p)
             if age < STUCK_S:
                 continue
@@ -652,13 +709,73 @@ class Soak:
                 waiting = sum(1 for m in members if not m["spec"].get("nodeName"))
                 fits = [
                     c
-                    for c, nodes in F.cliques(self.fleet).items()
+                    for c, nodes in F.cliques(self.plugin).items()
                     if (not placed or c in placed) and sum(max(room[n.name], 0) // need for n in nodes) >= waiting
                 ]
             if fits:
                 self.report.violations["stuck"].append(
                     f"t={t}: {name} ({need} GPUs) pending {age:.0f} s; room on {fits[:3]}"
                 )
+
+    def _claims(self, live: list[dict[str, Any]], now: float, t: float) -> None:
+        """DRA: no claim holds a device of a GPU busy or unhealthy (flapping ones may have been idle);
+        no claim pod pending while a node has room for it on devices always good and unclaimed."""
+        try:
+            claims = self.kube.request("GET", f"{DRA}/namespaces/{self.ns}/resourceclaims", timeout=3)["items"]
+        except (OSError, KubeError):
+            return
+        taken: dict[str, set[int]] = {}
+        for c in claims:
+            for r in (((c.get("status") or {}).get("allocation") or {}).get("devices") or {}).get("results") or []:
+                node, index = r["pool"], int(r["device"].rpartition("-")[2])
+                taken.setdefault(node, set()).add(index)
+                state = self.nodes[node].gpus[index]
+                if state in (F.BUSY, F.SICK):
+                    self.report.violations["misplaced"].append(
+                        f"t={t}: claim {c['metadata']['name']} holds {node}/gpu-{index}, {state}"
+                    )
+        if not self._quiet(now):
+            return
+        room = {
+            n.name: sum(1 for i, g in enumerate(n.gpus) if g == F.IDLE and i not in taken.get(n.name, ()))
+            for n in self.dra
+        }
+        for p in live:
+            if p["spec"].get("nodeName") or not p["spec"].get("resourceClaims"):
+                continue
+            age, need = time.time() - _created(p), _claim_gpus(p)
+            fits = [n for n, left in room.items() if left >= need]
+            if age >= STUCK_S and fits:
+                self.report.violations["stuck"].append(
+                    f"t={t}: {p['metadata']['name']} (a claim of {need}) pending {age:.0f} s; room on {fits[:3]}"
+                )
+
+    def _rules_match(self, v: list[str]) -> None:
+        """Our DeviceTaintRules are the agents' state, once the pods are gone: one per unhealthy GPU
+        (gpu-extender.<node>.<device>) and per GPU busy outside Kubernetes (gpu-extender-busy...),
+        none on an idle one (a flapping one may have either)."""
+        must, may = set(), set()
+        for n in self.dra:
+            for i, state in enumerate(n.gpus):
+                device = f"gpu-{i}"
+                if state == F.SICK:
+                    must.add(rule_name(n.name, device))
+                elif state == F.BUSY:
+                    must.add(rule_name(n.name, device, BUSY_PREFIX))
+                elif state == F.FLAP:
+                    may.add(rule_name(n.name, device, BUSY_PREFIX))
+        seen: set[str] = set()
+
+        def match() -> bool:
+            seen.clear()
+            listed = self.kube.get(f"{RULES}?labelSelector=app.kubernetes.io/managed-by%3Dgpu-extender")["items"]
+            seen.update(r["metadata"]["name"] for r in listed)
+            return must <= seen <= must | may
+
+        try:
+            self._wait("our DeviceTaintRules as the agents say", match, 60)
+        except RuntimeError:
+            v.append(f"rules: missing {sorted(must - seen)}, not wanted {sorted(seen - must - may)}")
 
     def _sample(self, now: float) -> None:
         procs: dict[str, int] = {f"replica-{x}": p.popen.pid for x, p in self.replicas.items() if p.alive()}
@@ -703,7 +820,7 @@ class Soak:
             v.append(f"not drained: {left}")
         # No GPU usable only where every GPU is unhealthy: the agents read no kubelet here, so a busy
         # GPU may be a pod's (its holders unknown), and is never counted unusable for being busy.
-        expected = {n.name: "False" if n.gpus.count(F.SICK) == F.GPUS else "True" for n in self.fleet}
+        expected = {n.name: "False" if n.gpus.count(F.SICK) == F.GPUS else "True" for n in self.plugin}
         wrong: dict[str, str] = {}
 
         def conditions() -> bool:
@@ -719,6 +836,8 @@ class Soak:
             self._wait("every node's GPUsUsable as its agents say", conditions, 60)
         except RuntimeError:
             v.append(f"conditions: {wrong}")
+        if self.dra:
+            self._rules_match(v)
         self.report.agents = {
             "accepted": self.agents.accepted,
             "refused": self.agents.refused,
@@ -753,6 +872,19 @@ class Soak:
 def _gpus(pod: dict[str, Any]) -> int:
     return sum(
         int(c.get("resources", {}).get("limits", {}).get("nvidia.com/gpu", 0)) for c in pod["spec"]["containers"]
+    )
+
+
+def _agent_uuid(node: str, minor: int) -> str:
+    """What the simulated agent names a GPU (tests/kube/groups.node_report): the device's uuid."""
+    return f"GPU-{node}-{minor}"
+
+
+def _claim_gpus(pod: dict[str, Any]) -> int:
+    """A claim pod's GPUs: its template's count (gpus-<k>)."""
+    return sum(
+        int(str(c.get("resourceClaimTemplateName", "gpus-0")).rpartition("-")[2])
+        for c in pod["spec"].get("resourceClaims") or []
     )
 
 

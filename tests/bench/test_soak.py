@@ -1,6 +1,7 @@
 """The soak's short form (bench/soak.py, issue 54): the real control plane, two replicas telling
 each other their open bindings behind one moving address, two relays, simulated agents for 12
-nodes in cliques (GPUs busy, unhealthy, flapping), single pods of two priorities and groups, and a
+device-plugin nodes in cliques and 4 DRA nodes (GPUs busy, unhealthy, flapping), single pods of two
+priorities, groups and claim pods, and a
 fault every 5-12 s (none longer than 10 s), seeded: every invariant held at every check (none
 misplaced, none split, none stuck, the replicas agreeing, each fault recovered from), and nothing
 left held once the pods are gone. No duration is asserted: how long recovery took is printed."""
