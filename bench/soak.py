@@ -12,12 +12,13 @@ each relay to each replica, kube-scheduler to the replicas' address.
 
 A steady mix of work: single pods of 1-8 GPUs (a fifth of them of a high PriorityClass, which may
 preempt), LeaderWorkerSet groups of 2 x 4 GPUs with the clique affinity, claim pods of 1, 2 or 4
-DRA GPUs, each living 30-120 s once bound, the fleet kept about `--fill` full. Faults at seeded random times, one at a time: SIGKILL
-(then a restart on the same ports) and SIGSTOP of each replica and relay, kube-apiserver and etcd
-stopped (SIGSTOP) for 5-60 s and 5-20 s, etcd killed and started again after 2-10 s, connections
-cut on a hop, an agent's clock stepped 5 minutes, the device-taint writer's Lease deleted under
-its leader (between two writes, or while it writes: 1.2 s after a GPU turned unhealthy). kube-scheduler is restarted if
-it exits (it does when it cannot renew its Lease: as the kubelet would restart it).
+DRA GPUs, each living 30-120 s once bound, the fleet kept about `--fill` full. Faults at seeded
+random times, one at a time: SIGKILL (then a restart on the same ports) and SIGSTOP of each replica
+and relay, kube-apiserver and etcd stopped (SIGSTOP) for 5-60 s and 5-20 s, etcd killed and started
+again after 2-10 s, connections cut on a hop, an agent's clock stepped 5 minutes, the device-taint
+writer's Lease deleted under its leader (between two writes, or while it writes: 1.2 s after a GPU
+turned unhealthy). kube-scheduler is restarted if it exits (it does when it cannot renew its Lease:
+as the kubelet would restart it).
 
 Invariants, checked every `--check-every` seconds, not only at the end:
 - misplaced: a node holding pods of more GPUs than it ever had good (idle, or flapping); a claim
