@@ -6,9 +6,9 @@ runs them) behind one address that moves as a Service's endpoints do, two relays
 agents and the replicas, and simulated agents for a fleet of device-plugin nodes in cliques and a
 clique of DRA nodes (bench/soak_fleet.py: GPUs idle, busy outside Kubernetes, unhealthy or
 flapping; the DRA nodes' GPUs published in ResourceSlices as NVIDIA's driver does, claims made from
-ResourceClaimTemplates by kube-controller-manager). Each hop the
-harness can cut goes through a forwarder of its own (tests/tcp_forward.py): agents to each relay,
-each relay to each replica, kube-scheduler to the replicas' address.
+ResourceClaimTemplates by kube-controller-manager). Each hop the harness can cut goes through a
+forwarder of its own (tests/tcp_forward.py): agents to each relay, each relay to each replica,
+kube-scheduler to the replicas' address.
 
 A steady mix of work: single pods of 1-8 GPUs (a fifth of them of a high PriorityClass, which may
 preempt), LeaderWorkerSet groups of 2 x 4 GPUs with the clique affinity, claim pods of 1, 2 or 4
@@ -20,7 +20,7 @@ writer's Lease deleted under its leader (between two writes, or while it writes:
 turned unhealthy). kube-scheduler is restarted if it exits (it does when it cannot renew its Lease:
 as the kubelet would restart it).
 
-Invariants, checked every `--check-every` seconds, not only at the end:
+Invariants, checked every `Settings.check_every_s` (2 s), not only at the end:
 - misplaced: a node holding pods of more GPUs than it ever had good (idle, or flapping); a claim
   holding a device whose GPU is busy or unhealthy;
 - split: a group's bound members in two cliques;
