@@ -59,6 +59,7 @@ class _Open:
     gang: str = ""  # its gang's group key: a gang member is bound only once its whole gang is placed
     overlapped: bool = False  # a filter it could have changed decided while this binding was open
     anywhere: bool = False  # a peer's, whose filter passed more nodes than it could name: may go anywhere
+    peer: bool = False  # opened by another replica's filter: its expiry and races are that replica's to count
 
 
 class BindingGate:
@@ -84,7 +85,7 @@ class BindingGate:
         if not uid or self.hold_s <= 0:
             return False
         deadline = self._clock() + min(hold_s, self.hold_s)
-        self._open[uid] = _Open(deadline, need, nodes or frozenset(), gang, anywhere=nodes is None)
+        self._open[uid] = _Open(deadline, need, nodes or frozenset(), gang, anywhere=nodes is None, peer=True)
         return True
 
     def bound(self, uid: str) -> None:
@@ -105,7 +106,8 @@ class BindingGate:
     def _expire(self, now: float) -> None:
         """Close the bindings whose deadline passed, remembered a while should they arrive late."""
         for key in [k for k, e in self._open.items() if e.deadline <= now]:
-            del self._open[key]
+            if self._open.pop(key).peer:
+                continue  # (counted by the replica whose filter opened it)
             self.expired += 1
             if len(self._late) >= MAX_LATE:
                 self._late.clear()  # a flood of pods that never bind: forget, do not grow
