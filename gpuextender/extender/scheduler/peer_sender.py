@@ -10,10 +10,11 @@ replica) is resolved every RESOLVE_S to all its addresses. Each address gets a t
 the bindings opened since its last message at once: one message in flight per peer, what opens
 meanwhile goes in the next, so a burst costs one message per round trip, not one per pod. Its first
 message goes at once (empty if nothing is open): an address that answers with this replica's own
-id is this replica, and gets nothing more. A peer that
-fails or is slow loses that message (an open binding lives --binding-wait, 0.5 s: a retry would
-come too late) and the next waits a backoff; its bindings wait for it at most MAX_PENDING, the
-oldest dropped past that. Counted in `gpu_extender_peer_bindings_total`.
+id is this replica, and gets nothing more. A peer that fails or is slow loses that message (an open
+binding lives --binding-wait, 0.5 s: a retry would come too late) and the next waits a backoff; its
+bindings wait for it at most MAX_PENDING, the oldest dropped past that. At most MAX_PEERS addresses
+are followed (a name that resolves to more: the first, sorted). Counted in
+`gpu_extender_peer_bindings_total`.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ SEND_TIMEOUT_S = 2.0  # one message; a binding it carries is closed or expired b
 MAX_PENDING = 4096  # bindings waiting to be sent to one peer (binding.MAX_REMEMBERED: one scheduler's in flight)
 MAX_ANSWER_BYTES = 1024
 REPEAT_S = 60.0  # a failing peer's warning, at most this often
+MAX_PEERS = 64  # addresses followed: replicas of one extender, many times over
 
 
 @dataclass
@@ -127,6 +129,10 @@ class PeerSender:
                 found |= {t: h for t, h in self._names.items() if h == entry.host}
                 continue
             found |= dict.fromkeys(targets_for(addresses, entry.port), entry.host)
+        if len(found) > MAX_PEERS:
+            if self._say("too many", ""):
+                log.warning("--peers resolves to %d addresses; following the first %d", len(found), MAX_PEERS)
+            found = {t: found[t] for t in sorted(found)[:MAX_PEERS]}
         return found
 
     def _follow(self, targets: dict[str, str]) -> None:
@@ -139,6 +145,7 @@ class PeerSender:
         self._names = targets
         for target in targets:
             if target not in self._peers:
+                log.info("peer %s found (--peers %s): telling it of open bindings", target, targets[target])
                 peer = self._peers[target] = _Peer(target)
                 peer.task = asyncio.create_task(self._send_loop(peer), name=f"peer {target}")
 

@@ -513,3 +513,19 @@ def test_a_peers_binding_for_a_pod_this_replica_already_sees_bound_is_not_opened
         assert b.api.bindings.peer_received == 0 and b.api.bindings.gate.open_count() == 0
 
     two_replicas(test)
+
+
+def test_at_most_max_peers_addresses_are_followed() -> None:
+    """A name resolving to more addresses than MAX_PEERS: the first MAX_PEERS, sorted, and no more."""
+    from gpuextender.extender.scheduler.peer_sender import MAX_PEERS
+
+    async def scenario(count: int) -> set[str]:
+        async def resolve(host: str, port: int) -> list[str]:
+            return [f"10.0.{i // 256}.{i % 256}" for i in range(count)]
+
+        sender = PeerSender((HostPort("peers.example", 9),), "me", resolve=resolve)
+        return set(await sender._targets())
+
+    assert len(asyncio.run(scenario(MAX_PEERS))) == MAX_PEERS
+    every = sorted(f"10.0.{i // 256}.{i % 256}:9" for i in range(MAX_PEERS + 1))
+    assert asyncio.run(scenario(MAX_PEERS + 1)) == set(every[:MAX_PEERS])  # the last, sorted, left out
