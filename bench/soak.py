@@ -161,6 +161,7 @@ class Report:
     recovery: dict[str, dict[str, float]] = field(default_factory=dict)  # kind -> p50, p99, max, n
     memory: dict[str, dict[str, float]] = field(default_factory=dict)  # process -> rss MiB, MiB/h, fds, fds/h
     scheduler_restarts: int = 0
+    loop_lag_max_s: dict[str, float] = field(default_factory=dict)  # per replica (its last start on)
     agents: dict[str, int] = field(default_factory=dict)
 
     def ok(self) -> bool:
@@ -819,6 +820,8 @@ class Soak:
             self._wait("holds and open bindings drained", drained, 90)
         except RuntimeError:
             v.append(f"not drained: {left}")
+        for x in ("a", "b"):
+            self.report.loop_lag_max_s[x] = metric(self._scrape(x), "gpu_extender_event_loop_lag_max_seconds") or 0.0
         # No GPU usable only where every GPU is unhealthy: the agents read no kubelet here, so a busy
         # GPU may be a pod's (its holders unknown), and is never counted unusable for being busy.
         expected = {n.name: "False" if n.gpus.count(F.SICK) == F.GPUS else "True" for n in self.plugin}

@@ -50,6 +50,7 @@ from gpuextender.extender.model.pod_gpus import may_request
 from gpuextender.extender.model.pod_group import COSCHEDULING, JOBSET, VOLCANO, WORKLOAD, group_key, read_group
 from gpuextender.extender.observe.device_taints_metrics import DeviceTaintsCollector
 from gpuextender.extender.observe.dra_devices import DraDevicesCollector
+from gpuextender.extender.observe.loop_lag import LoopLag
 from gpuextender.extender.observe.metrics import ExtenderMetrics
 from gpuextender.extender.observe.reclaim_metrics import ReclaimCollector
 from gpuextender.extender.observe.silent_nodes import SilentNodesCollector, SilentNodesWarning
@@ -229,6 +230,7 @@ class Extender:
         config = self.config
         if self.peers is not None:
             self._task(self.peers.run(), "peers")
+        self._task(LoopLag(self.metrics.registry).run(), "event loop lag")
         forgot = self._ingest.send_forgot if self._ingest is not None else None
         self._task(_forget_departed(self.state, config.forget_after_s, forgot), "forget")
         # Agents report every second or so: a GPU node still silent after the stale bound (or the
