@@ -98,10 +98,11 @@ class BindingGate:
             self.races += 1
 
     def open_count(self) -> int:
-        """Bindings open now (an entry past its deadline is closed first: with no filter to come, it
-        would otherwise be counted open for ever)."""
-        self._expire(self._clock())
-        return len(self._open)
+        """Bindings open now: past its deadline an entry is not, though the next filter closes it
+        (with no filter to come it would be counted open for ever). Reading changes nothing: a scrape
+        must not decide what counts as a race."""
+        now = self._clock()
+        return sum(1 for e in self._open.values() if e.deadline >= now)
 
     def _expire(self, now: float) -> None:
         """Close the bindings whose deadline passed, remembered a while should they arrive late."""

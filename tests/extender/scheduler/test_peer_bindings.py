@@ -165,8 +165,8 @@ def test_a_peers_binding_is_open_for_its_hold_at_most_the_gates() -> None:
     clock.now += 0.2  # "short" is over; "long" has HOLD - 0.2 left, not 29.8
     assert asyncio.run(gate.settle("x", 1, {"n1": 1, "n2": 8}.get)) == 0.0
     assert gate.open_count() == 1
-    clock.now += HOLD - 0.2 - 0.001
-    assert gate.open_count() == 1
+    clock.now += HOLD - 0.2
+    assert gate.open_count() == 1  # at its deadline: still open
     clock.now += 0.001
     assert gate.open_count() == 0
 
@@ -483,10 +483,12 @@ def test_an_open_binding_past_its_deadline_is_not_counted_open_with_no_filter_to
     gate = BindingGate(HOLD, clock)
     gate.decided("a", 1, frozenset({"n1"}))
     gate.opened_at_peer("b", 1, frozenset({"n1"}), "", HOLD)
-    clock.now += HOLD - 0.001
-    assert gate.open_count() == 2
+    clock.now += HOLD
+    assert gate.open_count() == 2  # at the deadline: open still
     clock.now += 0.001
-    assert gate.open_count() == 0 and gate.expired == 1  # the peer's is the peer's to count
+    assert gate.open_count() == 0 and gate.expired == 0  # past it: not open; reading closed nothing
+    asyncio.run(gate.settle("c", 1, {"n1": 8}.get))  # the next filter closes them
+    assert gate.expired == 1  # the peer's is the peer's to count
 
 
 def test_a_peers_binding_that_expires_and_then_binds_is_no_race_here() -> None:
@@ -496,8 +498,8 @@ def test_a_peers_binding_that_expires_and_then_binds_is_no_race_here() -> None:
     gate = BindingGate(HOLD, clock)
     gate.opened_at_peer("b", 1, frozenset({"n1"}), "", HOLD)
     gate.decided("a", 1, frozenset({"n1"}))
-    clock.now += HOLD
-    assert gate.open_count() == 0
+    clock.now += HOLD + 0.001
+    asyncio.run(gate.settle("c", 1, {"n1": 8}.get))  # a filter after both deadlines closes them
     gate.bound("b")
     gate.bound("a")
     assert (gate.expired, gate.races) == (1, 1)  # this replica's own binding only
