@@ -2,7 +2,9 @@
 test holding; each test fails on a one-line change to the module: a GPU's position and state by UUID
 or DRA name, the units a GPU counts for, where allocation came from, when sharing is unknown, when
 positions and topology apply, the memory reading, MIG GPUs and instances, held GPUs (free units,
-holder namespaces), degraded and allocated-idle counts."""
+holder namespaces), degraded and allocated-idle counts; the sample time's nanoseconds, the pods
+holding MIG instances, the quality class per set size and its table's length, and sharing inferred
+from allocatable (degraded units scaled, no topology nor positions, a node of one GPU)."""
 
 from __future__ import annotations
 
@@ -15,10 +17,14 @@ from gpuextender.extender.state.gpu_summary import (
     GPU_DEGRADED,
     GPU_FREE_BUSY,
     GPU_FREE_IDLE,
+    QUALITY_SIZES,
     NodeSummary,
     allocation_of,
     gpu_units,
+    quality_for,
+    quality_table,
     summarize,
+    with_inferred_sharing,
 )
 from gpuextender.v1 import gpu_state_pb2 as pb
 from tests.extender.builders import GIB, gpu, report
@@ -193,3 +199,45 @@ def test_a_reported_topology_ranks_the_available_gpus() -> None:
     s = summarize(r, RULE, 1.0)
     assert s.positions is not None and s.positions.topology_key == r.topology.SerializeToString()
     assert len(s.set_tiers) == 3 and s.set_tiers != summarize(report("n", [gpu(0), gpu(1)]), RULE, 1.0).set_tiers
+
+
+def test_the_quality_class_is_twice_the_set_tier_plus_one_where_degraded_gpus_must_join() -> None:
+    # 3 available GPUs, 1 degraded; a 2-GPU set connects over a PCIe switch (tier 1), 3 lie apart (3).
+    tiers = (0, 0, 1, 3)
+    assert quality_table(3, 1, tiers) == (0, 0, 2, 7)
+    assert [quality_for(k, 3, 1, tiers) for k in range(4)] == [0, 0, 2, 7]
+    assert quality_for(4, 3, 1, tiers) == 2 * 4 + 1  # more than the node has: not enough GPUs
+
+
+def test_the_quality_table_stops_at_the_idle_units_or_the_precomputed_sizes() -> None:
+    assert len(quality_table(0, 0, ())) == 1 and len(quality_table(3, 0, ())) == 4
+    assert len(quality_table(QUALITY_SIZES - 1, 0, ())) == QUALITY_SIZES
+    assert len(quality_table(QUALITY_SIZES + 5, 0, ())) == QUALITY_SIZES
+
+
+def test_the_sample_time_carries_its_nanoseconds() -> None:
+    r = report("n", [gpu(0)], seconds=1000)
+    r.sample_time.nanos = 250_000_000
+    assert summarize(r, RULE, 1.0).sample_time == 1000.25
+
+
+def test_the_holder_pods_include_the_pods_holding_mig_instances() -> None:
+    s = known([hold(gpu(0), "a", "p", "GPU-0"), mig_gpu(1, ("1g.10gb", True, 1), ("1g.10gb", False, 1))])
+    assert s.holder_pods == frozenset({"a/p", "ns/p1-0"})
+
+
+def test_inferred_replicas_scale_the_degraded_ones_and_drop_topology_and_positions() -> None:
+    r = report("n", [gpu(i) for i in range(4)])  # no sharing said, allocation unknown
+    r.gpus[0].health = pb.HEALTH_DEGRADED
+    r.topology.links.add(a=0, b=1, nvlinks=12)
+    plain = summarize(r, RULE, 1.0)
+    assert plain.positions is not None and plain.set_tiers != ()
+    s = with_inferred_sharing(plain, 8)
+    assert (s.inferred_replicas, s.gpu_count, s.idle_gpus, s.degraded_idle_gpus) == (2, 8, 8, 2)
+    assert (s.set_tiers, s.positions) == ((), None)
+    assert s.quality == (0, 0, 6, 6, 6, 6, 6, 7, 7)  # sets of replicas lie apart; the last 2 are degraded
+
+
+def test_one_gpu_shared_without_saying_so_is_read_as_replicas() -> None:
+    s = with_inferred_sharing(summarize(report("n", [gpu(0)]), RULE, 1.0), 4)
+    assert (s.inferred_replicas, s.gpu_count, s.idle_gpus) == (4, 4, 4)
