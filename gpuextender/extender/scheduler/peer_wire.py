@@ -9,8 +9,10 @@ waits for it, as for a MIG pod's). `holdS`: the seconds the binding stays open f
 are not compared). The answer is {"from": "<receiver's instance id>"}: a sender that reads its own
 id has reached itself (the headless Service lists every replica).
 
-Anyone who reaches the scheduler API may call filter, which opens a binding too: a message may do
-no more than that. Each field is bounded and checked; a bad message is refused whole, with why.
+Anyone who reaches the scheduler API may call filter, which opens a binding too; a message opens
+bindings of the same kind, many at once (bench/RESULTS.md, "A peer's worst message": no bound on
+the peers' bindings open together yet). Each field is bounded and checked; a bad message is
+refused whole, with why.
 """
 
 from __future__ import annotations
