@@ -31,10 +31,13 @@ Invariants, checked every `Settings.check_every_s` (2 s), not only at the end:
   within RECOVER_S (the time it took is the fault's recovery figure);
 and at the end, with every pod deleted: no open binding, hold or ledger entry left on either
 replica; each node's GPUsUsable condition and our DeviceTaintRules as its agents say; RSS and open
-files of every process sampled throughout (slope after warm-up, MiB and files per hour).
+files of every process sampled throughout (slope after warm-up, MiB and files per hour; and over
+the run's second half alone, where warm-up's caches have filled: what a leak keeps and warm-up does
+not). A process spared from faults (`--spare a`) runs the whole hour as one process: its slope is the
+one to read for a leak.
 
 Run: `.venv/bin/python bench/soak.py [--minutes 60] [--seed 1] [--nodes 24] [--json out.json]
-[--keep DIR] [--faults replica_kill,...]`
+[--keep DIR] [--faults replica_kill,...] [--spare a,r1]`
 (needs the control plane's binaries: KUBEBUILDER_ASSETS, as the suite's kube tests).
 """
 
@@ -113,6 +116,8 @@ FAULTS = (
     "etcd_restart",
     "lease_lost_writing",
 )
+REPLICAS, RELAYS = ("a", "b"), ("r1", "r2")
+ON_REPLICA, ON_RELAY = ("replica_kill", "replica_stop"), ("relay_kill", "relay_stop")
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/gpu-extender/leases/gpu-extender-device-taints"
 WRITING_AFTER_S = 1.2  # lease_lost_writing: the Lease goes this long after a GPU turned unhealthy
 # (--device-taint-after 1: the leader is writing the node's condition then)
@@ -128,6 +133,7 @@ class Settings:
     fault_gap_s: tuple[float, float] = (10.0, 40.0)
     fault_max_s: float = 60.0  # no fault lasts longer (the short form's minute holds several)
     faults: tuple[str, ...] = FAULTS  # the kinds drawn from
+    spare: tuple[str, ...] = ()  # replicas (a, b) and relays (r1, r2) never killed or stopped
     dra_nodes: int = 4  # nodes whose GPUs come through DRA (a clique of their own; claim pods)
     flap_s: float = 15.0
     warmup_s: float = 30.0  # before the first fault (and the RSS slope's start)
@@ -198,6 +204,12 @@ def rss_and_fds(pid: int, children: bool = True) -> tuple[float, int] | None:
             if p == pid:
                 return None
     return rss, fds
+
+
+def drawable(s: Settings) -> tuple[str, ...]:
+    """The fault kinds drawn from: a kind whose every target is spared is not."""
+    gone = (ON_REPLICA if set(REPLICAS) <= set(s.spare) else ()) + (ON_RELAY if set(RELAYS) <= set(s.spare) else ())
+    return tuple(k for k in s.faults if k not in gone)
 
 
 def signal_tree(pid: int, sig: int) -> None:
@@ -504,12 +516,12 @@ class Soak:
         if self.fault is not None and now >= self.fault.ends:
             self._end_fault(now)
         if self.fault is None and now >= self.next_fault_at:
-            self._start_fault(now, self.rng.choice(self.s.faults))
+            self._start_fault(now, self.rng.choice(drawable(self.s)))
 
     def _start_fault(self, now: float, kind: str) -> None:
         rng = self.rng
-        x = rng.choice(("a", "b"))
-        r = rng.choice(("r1", "r2"))
+        x = rng.choice([k for k in REPLICAS if k not in self.s.spare] or REPLICAS)
+        r = rng.choice([k for k in RELAYS if k not in self.s.spare] or RELAYS)
         fault = Fault(kind, "", now, now)
         if kind == "replica_kill":
             fault.target, fault.ends = x, now + 3.0
@@ -852,9 +864,11 @@ class Soak:
             after = [p for p in points if p[0] >= self.s.warmup_s]
             if not after:
                 continue
+            half = (after[0][0] + after[-1][0]) / 2
             self.report.memory[key] = {
                 "rss_mib": round(after[-1][1], 1),
                 "rss_mib_per_hour": round(slope_per_hour([(p[0], p[1]) for p in after]), 1),
+                "rss_mib_per_hour_last_half": round(slope_per_hour([(p[0], p[1]) for p in after if p[0] >= half]), 1),
                 "fds": after[-1][2],
                 "fds_per_hour": round(slope_per_hour([(p[0], float(p[2])) for p in after]), 1),
                 "seconds": round(after[-1][0] - after[0][0], 1),
@@ -936,17 +950,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, default=None, help="write the report here too")
     p.add_argument("--keep", type=Path, default=None, help="run in this new folder and keep it (every log)")
     p.add_argument("--faults", default=",".join(FAULTS), help="the fault kinds drawn from (default: all)")
+    p.add_argument(
+        "--spare", default="", help="replicas (a, b) and relays (r1, r2) never killed or stopped, comma-separated"
+    )
     args = p.parse_args(argv)
     # SIGTERM (timeout, a CI's cancel) ends the run through its `finally`s: the control plane and every
     # process it started are stopped, none left running.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    if (reason := skip_reason()) is not None:
-        print(f"soak: {reason}", file=sys.stderr)
-        return 2
     faults = tuple(f.strip() for f in args.faults.split(",") if f.strip())
     if unknown := sorted(set(faults) - set(FAULTS)):
         p.error(f"--faults: unknown {unknown}; known: {', '.join(FAULTS)}")
-    settings = Settings(minutes=args.minutes, seed=args.seed, nodes=args.nodes, faults=faults)
+    spare = tuple(x.strip() for x in args.spare.split(",") if x.strip())
+    if unknown := sorted(set(spare) - {*REPLICAS, *RELAYS}):
+        p.error(f"--spare: unknown {unknown}; known: {', '.join((*REPLICAS, *RELAYS))}")
+    settings = Settings(minutes=args.minutes, seed=args.seed, nodes=args.nodes, faults=faults, spare=spare)
+    if not drawable(settings):
+        p.error("--faults/--spare: no fault kind left with a target")
+    if (reason := skip_reason()) is not None:
+        print(f"soak: {reason}", file=sys.stderr)
+        return 2
     if args.keep is not None:
         args.keep.mkdir(parents=True)
         report = soak(settings, args.keep)
