@@ -69,7 +69,9 @@ class BindingsCollector(Collector):
         peers = CounterMetricFamily(
             "gpu_extender_peer_bindings",
             "Open bindings told to the other replicas (--peers) or heard from them, by result: sent, "
-            "failed (a peer did not take its message), dropped (a slow peer's backlog), received.",
+            "failed (a peer did not take its message), dropped (a slow peer's backlog), received, widened "
+            "(taken as going anywhere: the peers' bindings name too many nodes), overflow (not taken: too "
+            "many of the peers' bindings open).",
             labels=["result"],
         )
         for result, count in b.peer_counts.items():

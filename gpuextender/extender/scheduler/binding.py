@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -20,7 +21,7 @@ from gpuextender.extender.model.pod_group import GANG_SOURCES, GroupRef, read_gr
 from gpuextender.extender.model.pod_request import PodRequest
 from gpuextender.extender.model.untrusted import InvalidInput, pod_uid
 from gpuextender.extender.scheduler import peer_wire
-from gpuextender.extender.scheduler.binding_gate import SCHEDULER_COUNTS, BindingGate
+from gpuextender.extender.scheduler.binding_gate import OVERFLOW, SCHEDULER_COUNTS, TAKEN, WIDENED, BindingGate
 from gpuextender.extender.scheduler.wire import BindingArgs, binding_result
 from gpuextender.extender.state.freshness import is_fresh
 from gpuextender.extender.state.gpu_summary import NodeSummary
@@ -53,7 +54,7 @@ class Bindings:
         self.binder = binder
         self.ledger = ledger
         self.peers = peers
-        self.peer_received = 0  # peers' open bindings taken (peer_wire.py)
+        self.peer_heard: Counter[str] = Counter()  # peers' open bindings (peer_wire.py), by what became of them
         self._clock = clock
         self._remembered: dict[str, PodRequest] = {}
         self.binds = {"bound": 0, "error": 0}
@@ -78,16 +79,15 @@ class Bindings:
         sender, entries = peer_wire.parse(body, self.gate.hold_s)
         if sender != instance_id:
             ledger = self.ledger
-            for e in entries:
-                if ledger is not None and ledger.get(e.uid) is not None:
-                    continue  # bound already (this replica's watch was first): nothing to wait for
-                self.peer_received += self.gate.opened_at_peer(e.uid, e.need, e.nodes, e.gang, e.hold_s)
+            # One bound already (this replica's watch was first) has nothing to wait for.
+            unbound = [e for e in entries if ledger is None or ledger.get(e.uid) is None]
+            self.peer_heard.update(self.gate.opened_at_peers(unbound))
         return {"from": instance_id}
 
     @property
     def peer_counts(self) -> dict[str, int]:
         told = self.peers.counts if self.peers is not None else {"sent": 0, "failed": 0, "dropped": 0}
-        return {**told, "received": self.peer_received}
+        return {**told, **{result: self.peer_heard[result] for result in (TAKEN, WIDENED, OVERFLOW)}}
 
     def peers_known(self) -> int:
         return self.peers.peers() if self.peers is not None else 0

@@ -28,7 +28,7 @@ only made every filter of an agent rollout wait for the previous pod's binding. 
 data still counts as unknown: the GPUs it last saw lost are not in kube-scheduler's count.
 
 Across replicas (peer_sender.py, `--peers`): each replica tells the others of every binding its
-filters open, and each takes those as open here too (`opened_at_peer`), so that kube-scheduler's
+filters open, and each takes those as open here too (`opened_at_peers`), so that kube-scheduler's
 calls moving to another replica do not count a GPU twice; each replica's pod watch closes them.
 
 Only filter waits (prioritize follows its own filter, after the wait). A filter that decided
@@ -41,12 +41,23 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+
+from gpuextender.extender.scheduler.peer_wire import OpenBinding
 
 # What idle_of() answers for a node without agent data: room for any pod, as far as this gate goes
 # (module docstring).
 SCHEDULER_COUNTS = sys.maxsize
+# Peers' bindings (opened_at_peers) are bounded here, whatever a peer sends: at most MAX_PEER_OPEN open
+# at once (a burst of pending pods across replicas, many times over; past it a peer's binding is not
+# taken: the filter may count its GPU again, as before peers), naming at most MAX_PEER_NAMES nodes in
+# all (past it one is taken as going anywhere: every filter waits for it, the safe side). At both
+# bounds a pass of the gate takes ~16 ms (bench/RESULTS.md, "A peer's worst message").
+MAX_PEER_OPEN = 4096
+MAX_PEER_NAMES = 50_000
+TAKEN, WIDENED, OVERFLOW = "received", "widened", "overflow"  # what became of a peer's binding
 LATE_S = 60.0  # how long an expired binding is remembered, to count it as a race should it arrive
 MAX_LATE = 10_000
 
@@ -78,15 +89,44 @@ class BindingGate:
         if uid:
             self._open[uid] = _Open(self._clock() + self.hold_s, need, nodes, gang)
 
-    def opened_at_peer(self, uid: str, need: int, nodes: frozenset[str] | None, gang: str, hold_s: float) -> bool:
-        """Another replica's filter answered pod `uid` (peer_wire.py): its binding is open here too,
-        for `hold_s` at most this gate's own hold (`nodes` None: anywhere). Ignored with the gate
-        off (nothing waits) or without a uid; whether it was taken."""
-        if not uid or self.hold_s <= 0:
-            return False
-        deadline = self._clock() + min(hold_s, self.hold_s)
-        self._open[uid] = _Open(deadline, need, nodes or frozenset(), gang, anywhere=nodes is None, peer=True)
-        return True
+    def opened_at_peers(self, told: Iterable[OpenBinding]) -> Counter[str]:
+        """Another replica's filter answered these pods (peer_wire.py): their bindings are open here
+        too, each for its `hold_s` at most this gate's own hold (`nodes` None: anywhere), within the
+        peers' bounds (MAX_PEER_OPEN, MAX_PEER_NAMES). Ignored with the gate off (nothing waits) or
+        without a uid; what became of each counted: TAKEN, WIDENED (taken as anywhere), OVERFLOW."""
+        results: Counter[str] = Counter()
+        if self.hold_s <= 0:
+            return results
+        now = self._clock()
+        live = self._open
+        count = names = 0
+        for e in live.values():  # (expired ones are closed by the next filter; they do not count)
+            if e.peer and e.deadline >= now:
+                count, names = count + 1, names + len(e.nodes)
+        for b in told:
+            if not b.uid:
+                continue
+            old = live.get(b.uid)
+            again = old is not None and old.peer and old.deadline >= now  # told again: it replaces its entry
+            if count - again >= MAX_PEER_OPEN:
+                results[OVERFLOW] += 1
+                continue
+            if again and old is not None:
+                count, names = count - 1, names - len(old.nodes)
+            nodes, result = b.nodes, TAKEN
+            if nodes is not None and names + len(nodes) > MAX_PEER_NAMES:
+                nodes, result = None, WIDENED
+            live[b.uid] = _Open(
+                now + min(b.hold_s, self.hold_s),
+                b.need,
+                nodes or frozenset(),
+                b.gang,
+                anywhere=nodes is None,
+                peer=True,
+            )
+            count, names = count + 1, names + (len(nodes) if nodes is not None else 0)
+            results[result] += 1
+        return results
 
     def bound(self, uid: str) -> None:
         entry = self._open.pop(uid, None)

@@ -1,5 +1,5 @@
 """Replicas tell each other of their open bindings (issue 54 item 3; scheduler/peer_wire.py,
-peer_sender.py, binding_gate.opened_at_peer): the message and its bounds at exactly their values,
+peer_sender.py, binding_gate.opened_at_peers): the message and its bounds at exactly their values,
 the gate holding a filter for a peer's binding, and two replicas on loopback, real aiohttp servers
 and the real sender: kube-scheduler's calls moving from A to B between two pods no longer count
 A's last GPU twice (B passed it before)."""
@@ -21,7 +21,14 @@ from gpuextender.common.netaddr import HostPort
 from gpuextender.extender.flags import ConfigError, build_config
 from gpuextender.extender.model.untrusted import InvalidInput
 from gpuextender.extender.observe.metrics import ExtenderMetrics
-from gpuextender.extender.scheduler.binding_gate import BindingGate
+from gpuextender.extender.scheduler.binding_gate import (
+    MAX_PEER_NAMES,
+    MAX_PEER_OPEN,
+    OVERFLOW,
+    TAKEN,
+    WIDENED,
+    BindingGate,
+)
 from gpuextender.extender.scheduler.cluster_sources import ClusterSources
 from gpuextender.extender.scheduler.http_api import SchedulerApi, build_app
 from gpuextender.extender.scheduler.peer_sender import MAX_PENDING, PeerSender
@@ -113,6 +120,9 @@ def test_entries_and_the_senders_id_are_bounded_exactly() -> None:
         message(entry(holdS="1")),
         message(entry(nodes="n1")),
         message(entry(nodes=[3])),
+        message(entry(nodes=["n1", None])),
+        message(entry(nodes=[""])),  # (an empty name: the fast check's lower bound)
+        message(entry(nodes=["n1", "n" * (MAX_NAME_CHARS + 1)])),
         b'{"from": "a", "open": [{"uid": "u", "need": 1, "nodes": null, "gang": "", "holdS": Infinity}]}',
     ],
 )
@@ -139,10 +149,17 @@ class Clock:
         return self.now
 
 
+def told(gate: BindingGate, uid: str, need: int, nodes: frozenset[str] | None, gang: str, hold_s: float) -> str:
+    """One peer's binding given to `gate`: what became of it ("" where not taken nor refused)."""
+    results = gate.opened_at_peers([OpenBinding(uid, need, nodes, gang, hold_s)])
+    assert sum(results.values()) <= 1
+    return next(iter(results), "")
+
+
 def test_a_peers_binding_holds_a_filter_it_could_change_until_it_is_bound() -> None:
     clock = Clock()
     gate = BindingGate(HOLD, clock)
-    assert gate.opened_at_peer("a", 1, frozenset({"n1"}), "", 0.3)
+    assert told(gate, "a", 1, frozenset({"n1"}), "", 0.3)
 
     async def scenario() -> None:
         async def bound_later() -> None:
@@ -160,8 +177,8 @@ def test_a_peers_binding_holds_a_filter_it_could_change_until_it_is_bound() -> N
 def test_a_peers_binding_is_open_for_its_hold_at_most_the_gates() -> None:
     clock = Clock()
     gate = BindingGate(HOLD, clock)
-    gate.opened_at_peer("short", 1, frozenset({"n1"}), "", 0.2)
-    gate.opened_at_peer("long", 1, frozenset({"n2"}), "", 30.0)
+    told(gate, "short", 1, frozenset({"n1"}), "", 0.2)
+    told(gate, "long", 1, frozenset({"n2"}), "", 30.0)
     clock.now += 0.2  # "short" is over; "long" has HOLD - 0.2 left, not 29.8
     assert asyncio.run(gate.settle("x", 1, {"n1": 1, "n2": 8}.get)) == 0.0
     assert gate.open_count() == 1
@@ -174,7 +191,7 @@ def test_a_peers_binding_is_open_for_its_hold_at_most_the_gates() -> None:
 def test_a_peers_binding_of_too_many_nodes_holds_every_filter() -> None:
     clock = Clock()
     gate = BindingGate(HOLD, clock)
-    gate.opened_at_peer("a", 1, None, "", HOLD)
+    told(gate, "a", 1, None, "", HOLD)
 
     async def scenario() -> None:
         async def bound_later() -> None:
@@ -190,10 +207,70 @@ def test_a_peers_binding_of_too_many_nodes_holds_every_filter() -> None:
 
 
 def test_with_the_gate_off_or_without_a_uid_a_peers_binding_is_not_taken() -> None:
-    assert not BindingGate(0.0, Clock()).opened_at_peer("a", 1, frozenset({"n1"}), "", HOLD)
+    assert not told(BindingGate(0.0, Clock()), "a", 1, frozenset({"n1"}), "", HOLD)
     gate = BindingGate(HOLD, Clock())
-    assert not gate.opened_at_peer("", 1, frozenset({"n1"}), "", HOLD)
+    assert not told(gate, "", 1, frozenset({"n1"}), "", HOLD)
     assert gate.open_count() == 0
+
+
+def test_the_peers_bindings_open_at_once_are_bounded_at_exactly_max_peer_open() -> None:
+    clock = Clock()
+    gate = BindingGate(HOLD, clock)
+    gate.decided("mine", 1, frozenset({"n1"}))  # this replica's own count toward no peer bound
+    first = [OpenBinding(f"p{i}", 1, frozenset({"n1"}), "", HOLD) for i in range(MAX_PEER_OPEN - 1)]
+    assert gate.opened_at_peers(first) == {TAKEN: MAX_PEER_OPEN - 1}
+    last = [OpenBinding(f"q{i}", 1, frozenset({"n1"}), "", HOLD) for i in range(2)]
+    assert gate.opened_at_peers(last) == {TAKEN: 1, OVERFLOW: 1}  # the bound's binding taken, the next not
+    assert gate.open_count() == MAX_PEER_OPEN + 1
+    assert told(gate, "p0", 2, frozenset({"n2"}), "", HOLD) == TAKEN  # told again: replaces its own entry
+    assert told(gate, "q9", 1, frozenset({"n1"}), "", HOLD) == OVERFLOW
+    clock.now += HOLD + 0.001  # past their deadline they count no more, before any filter closes them
+    assert told(gate, "q9", 1, frozenset({"n1"}), "", HOLD) == TAKEN
+
+
+def test_a_peer_bound_binding_told_again_over_the_bound_is_kept_as_it_was() -> None:
+    gate = BindingGate(HOLD, Clock())
+    full = [OpenBinding(f"p{i}", 1, frozenset({"n1"}), "", HOLD) for i in range(MAX_PEER_OPEN)]
+    assert gate.opened_at_peers(full) == {TAKEN: MAX_PEER_OPEN}
+    # at the bound, one told again replaces itself (its count freed first), and a new one still overflows
+    assert gate.opened_at_peers([full[0], OpenBinding("new", 1, None, "", HOLD)]) == {TAKEN: 1, OVERFLOW: 1}
+    assert gate.open_count() == MAX_PEER_OPEN
+
+
+def test_the_node_names_the_peers_bindings_hold_are_bounded_at_exactly_max_peer_names() -> None:
+    gate = BindingGate(HOLD, Clock())
+    names = [f"n{i}" for i in range(MAX_PEER_NAMES)]
+    per = MAX_NODES_PER_ENTRY
+    full = MAX_PEER_NAMES // per - 1
+    assert full * per + per == MAX_PEER_NAMES  # (the bound is whole entries)
+    entries = [OpenBinding(f"p{i}", 1, frozenset(names[i * per : (i + 1) * per]), "", HOLD) for i in range(full)]
+    assert gate.opened_at_peers(entries) == {TAKEN: full}
+    rest = frozenset(names[full * per :])  # 1,000 more: exactly the bound
+    assert told(gate, "at", 1, rest, "", HOLD) == TAKEN
+    assert told(gate, "over", 1, frozenset({"x"}), "", HOLD) == WIDENED  # one name past it: anywhere
+    assert told(gate, "none", 1, frozenset(), "", HOLD) == TAKEN  # (no name: within)
+    assert told(gate, "at", 1, frozenset({"y"}), "", HOLD) == TAKEN  # told again: its 1,000 names freed first
+
+    async def scenario() -> None:
+        await gate.settle("z", 1, lambda _n: 8)  # a roomy node anywhere: the widened binding holds it
+
+    gate.hold_s = 0.0  # (decide at once, and mark what raced)
+    asyncio.run(scenario())
+    assert gate._open["over"].overlapped and not gate._open["p0"].overlapped
+
+
+def test_a_message_past_the_bounds_is_counted_by_result_in_the_metric() -> None:
+    async def test(a: Replica, b: Replica) -> None:
+        full = [OpenBinding(f"p{i}", 1, frozenset({"n1"}), "", HOLD) for i in range(MAX_PEER_OPEN)]
+        b.api.bindings.gate.opened_at_peers(full)
+        body = encode("peer-x", [OpenBinding("late", 1, frozenset({"n1"}), "", HOLD)])
+        status, answer = await post(b.port, body)
+        assert status == 200 and answer == {"from": b.api.instance_id}  # well formed: taken, what fits
+        assert b.scraped("gpu_extender_peer_bindings_total", result="overflow") == 1
+        assert b.scraped("gpu_extender_peer_bindings_total", result="received") == 0
+        assert b.scraped("gpu_extender_peer_bindings_total", result="widened") == 0
+
+    two_replicas(test)
 
 
 # -- the flags --------------------------------------------------------------------------------------
@@ -334,7 +411,7 @@ def test_calls_moving_to_another_replica_wait_for_the_binding_the_first_one_open
 
     async def test(a: Replica, b: Replica) -> None:
         assert await a.filter(gpu_pod("p1")) == ["n1", "n2"]
-        await until("B hears of p1", lambda: b.api.bindings.peer_received == 1)
+        await until("B hears of p1", lambda: b.api.bindings.peer_counts["received"] == 1)
         second = asyncio.create_task(b.filter(gpu_pod("p2")))
         await until("B's filter waiting", lambda: b.api.bindings.gate.waited == 1)
         assert not second.done()
@@ -430,7 +507,7 @@ def test_over_https_a_peer_is_checked_for_the_name_of_its_entry(tmp_path: Any) -
             await until("the peer found", lambda: sender.peers() == 1)
             sender.push("p1", 1, frozenset({"n1"}), "", 30.0)
             await until("p1 told or not", lambda: sender.counts["sent"] + sender.counts["failed"] > 0)
-            return b.api.bindings.peer_received, dict(sender.counts)
+            return b.api.bindings.peer_counts["received"], dict(sender.counts)
         finally:
             run.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -482,7 +559,7 @@ def test_an_open_binding_past_its_deadline_is_not_counted_open_with_no_filter_to
     clock = Clock()
     gate = BindingGate(HOLD, clock)
     gate.decided("a", 1, frozenset({"n1"}))
-    gate.opened_at_peer("b", 1, frozenset({"n1"}), "", HOLD)
+    told(gate, "b", 1, frozenset({"n1"}), "", HOLD)
     clock.now += HOLD
     assert gate.open_count() == 2  # at the deadline: open still
     clock.now += 0.001
@@ -496,7 +573,7 @@ def test_a_peers_binding_that_expires_and_then_binds_is_no_race_here() -> None:
     would fire on every replica for one replica's slow binding otherwise)."""
     clock = Clock()
     gate = BindingGate(HOLD, clock)
-    gate.opened_at_peer("b", 1, frozenset({"n1"}), "", HOLD)
+    told(gate, "b", 1, frozenset({"n1"}), "", HOLD)
     gate.decided("a", 1, frozenset({"n1"}))
     clock.now += HOLD + 0.001
     asyncio.run(gate.settle("c", 1, {"n1": 8}.get))  # a filter after both deadlines closes them
@@ -512,7 +589,7 @@ def test_a_peers_binding_for_a_pod_this_replica_already_sees_bound_is_not_opened
         b.ledger.upsert(POD_KIND, gpu_pod("p1", node="n1"))
         assert await a.filter(gpu_pod("p1")) == ["n1", "n2"]  # (a retried filter of a bound pod, say)
         await until("A's message answered", lambda: a.api.bindings.peer_counts["sent"] == 1)
-        assert b.api.bindings.peer_received == 0 and b.api.bindings.gate.open_count() == 0
+        assert b.api.bindings.peer_counts["received"] == 0 and b.api.bindings.gate.open_count() == 0
 
     two_replicas(test)
 
