@@ -131,7 +131,7 @@ class Settings:
     fill: float = 0.7
     check_every_s: float = 2.0
     fault_gap_s: tuple[float, float] = (10.0, 40.0)
-    fault_max_s: float = 60.0  # no fault lasts longer (the short form's minute holds several)
+    fault_max_s: float = 60.0  # no fault lasts longer (the suite's five minutes hold many)
     faults: tuple[str, ...] = FAULTS  # the kinds drawn from
     spare: tuple[str, ...] = ()  # replicas (a, b) and relays (r1, r2) never killed or stopped
     dra_nodes: int = 4  # nodes whose GPUs come through DRA (a clique of their own; claim pods)

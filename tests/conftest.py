@@ -10,6 +10,8 @@ that cost. The files with a control plane of their own (OWN_PLANE) run as any ot
 from __future__ import annotations
 
 import os
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,9 @@ KUBE_PREFIX = "tests/kube/"  # how xdist's node ids of those tests start (relati
 # session's: checked at collection (pytest_collection_modifyitems).
 OWN_PLANE = frozenset({"tests/kube/test_groups.py", "tests/kube/test_install.py"})
 SHARED_PLANE = "kube"
+# Files of long tests that mostly wait on real processes (the soak's short form: 5 minutes): started
+# first, beside the shared plane's unit, to run under the rest rather than after it.
+LONG = frozenset({"tests/bench/test_soak.py"})
 
 
 def work_unit(nodeid: str) -> str:
@@ -32,13 +37,26 @@ def work_unit(nodeid: str) -> str:
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The real-control-plane tests first, the shared plane's unit (the longest) ahead: they start
-    while the other workers share out the rest (a stable sort: each file's own order stays). A
-    test on the session's plane outside that unit stops the run (OWN_PLANE is out of date)."""
+    """The order the workers take the units in (`unit_order`). A test on the session's plane outside
+    its unit stops the run (OWN_PLANE is out of date)."""
     for item in items:
         if "control_plane" in getattr(item, "fixturenames", ()) and work_unit(item.nodeid) != SHARED_PLANE:
             raise pytest.UsageError(f"{item.nodeid} uses the session's control plane: take its file out of OWN_PLANE")
-    items.sort(key=lambda item: (KUBE not in Path(str(item.path)).parents, work_unit(item.nodeid) != SHARED_PLANE))
+    items.sort(key=unit_order([item.nodeid for item in items]))
+
+
+def unit_order(nodeids: list[str]) -> Callable[[pytest.Item], tuple[bool, bool, bool, int]]:
+    """A sort key: the shared plane's unit (the longest) first, then the LONG files, then the other
+    real-control-plane files, then the rest, most tests first (xdist's own reorder, which the
+    scheduler below turns off as it would put the LONG files last); a stable sort, each unit whole
+    and in its own order."""
+    sizes = Counter(map(work_unit, nodeids))
+
+    def key(item: pytest.Item) -> tuple[bool, bool, bool, int]:
+        unit = work_unit(item.nodeid)
+        return unit != SHARED_PLANE, unit not in LONG, KUBE not in Path(str(item.path)).parents, -sizes[unit]
+
+    return key
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
@@ -50,6 +68,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
         def _split_scope(self, nodeid: str) -> str:
             return work_unit(nodeid)
 
+    config.option.loadscopereorder = False  # (the units in unit_order's order)
     return FileOrKube(config, log)
 
 

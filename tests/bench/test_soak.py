@@ -1,4 +1,4 @@
-"""The soak's short form (bench/soak.py, issue 54): the real control plane, two replicas telling
+"""The soak's five-minute form (bench/soak.py, issue 54): the real control plane, two replicas telling
 each other their open bindings behind one moving address, two relays, simulated agents for 12
 device-plugin nodes in cliques and 4 DRA nodes (GPUs busy, unhealthy, flapping), single pods of two
 priorities, groups and claim pods, and a
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reaso
 
 @pytest.mark.slow
 def test_a_short_soak_holds_every_invariant(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    settings = soak.Settings(minutes=1.0, seed=7, nodes=12, warmup_s=15.0, fault_gap_s=(5.0, 12.0), fault_max_s=10.0)
+    settings = soak.Settings(minutes=5.0, seed=7, nodes=12, warmup_s=15.0, fault_gap_s=(5.0, 12.0), fault_max_s=10.0)
     report = soak.soak(settings, tmp_path, progress=lambda _line: None)
     with capsys.disabled():
         print(f"\nsoak: faults {[(f['kind'], f.get('recovered_s')) for f in report.faults]}; {report.pods_bound} bound")
