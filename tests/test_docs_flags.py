@@ -64,6 +64,7 @@ OUTSIDE = {
     "--set": "helm install, helm upgrade",
     "--set-file": "helm install, helm upgrade",
     "--slurpfile": "jq",
+    "--spare": "bench/soak.py",
     "--tag": "deploy/build-images.sh",
     "--target": "pip install",
     "--use": "docker buildx create",

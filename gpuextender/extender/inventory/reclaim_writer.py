@@ -32,7 +32,7 @@ from kubernetes_asyncio import client as k8s
 
 from gpuextender.extender.decide.reclaim_plan import Eviction, Holder, NodeRoom, plan
 from gpuextender.extender.inventory.idle_events import event_name
-from gpuextender.extender.kube.api_call import ApiError, Forbidden, call
+from gpuextender.extender.kube.api_call import TRANSPORT_ERRORS, ApiError, Forbidden, call
 from gpuextender.extender.model.waiting_pod import WaitingPod, read_waiting
 from gpuextender.extender.state.freshness import is_fresh
 from gpuextender.extender.state.gpu_summary import NodeSummary
@@ -153,7 +153,7 @@ class ReclaimWriter:
             if outcome in REASONS and take():
                 try:
                     await self._event(core, eviction, outcome)
-                except (ApiError, OSError) as exc:  # advice: the eviction stands, the log says it
+                except (ApiError, *TRANSPORT_ERRORS) as exc:  # advice: the eviction stands, the log says it
                     log.warning("reclaim: the Event on %s failed: %s", eviction.holder.key, exc)
 
     def _holders(self, standing: Mapping[tuple[str, str], int]) -> list[Holder]:
@@ -216,7 +216,7 @@ class ReclaimWriter:
                 return REFUSED_BY_PDB
             log.warning("reclaim: evicting %s on %s failed: %s", holder.key, holder.node, exc)
             return FAILED
-        except OSError as exc:
+        except TRANSPORT_ERRORS as exc:  # no answer (a reset connection is no OSError in aiohttp)
             log.warning("reclaim: evicting %s on %s failed: %s", holder.key, holder.node, exc)
             return FAILED
         if done == {}:
