@@ -14,7 +14,8 @@ A steady mix of work: single pods of 1-8 GPUs (a fifth of them of a high Priorit
 preempt), LeaderWorkerSet groups of 2 x 4 GPUs with the clique affinity, claim pods of 1, 2 or 4
 DRA GPUs, each living 30-120 s once bound, the fleet kept about `--fill` full. Faults at seeded
 random times, one at a time: SIGKILL (then a restart on the same ports) and SIGSTOP of each replica
-and relay, kube-apiserver and etcd stopped (SIGSTOP) for 5-60 s and 5-20 s, etcd killed and started
+and relay, and of a node's agent (simulated in the harness: its streams closed for 3 s, or held open
+and silent for 5-20 s), kube-apiserver and etcd stopped (SIGSTOP) for 5-60 s and 5-20 s, etcd killed and started
 again after 2-10 s, connections cut on a hop, an agent's clock stepped 5 minutes, the device-taint
 writer's Lease deleted under its leader (between two writes, or while it writes: 1.2 s after a GPU
 turned unhealthy). kube-scheduler is restarted if it exits (it does when it cannot renew its Lease:
@@ -115,6 +116,8 @@ FAULTS = (
     "lease_lost",
     "etcd_restart",
     "lease_lost_writing",
+    "agent_kill",
+    "agent_stop",
 )
 REPLICAS, RELAYS = ("a", "b"), ("r1", "r2")
 ON_REPLICA, ON_RELAY = ("replica_kill", "replica_stop"), ("relay_kill", "relay_stop")
@@ -562,6 +565,12 @@ class Soak:
         elif kind == "etcd_restart":
             fault.target, fault.ends = "etcd", now + self._lasting(2, 10)
             self._plane_process("etcd").stop(signal.SIGKILL)
+        elif kind == "agent_kill":  # its streams end at once; a restart after 3 s, as a DaemonSet's
+            fault.target, fault.ends = rng.choice(self.fleet).name, now + 3.0
+            self.agents.kill(fault.target, True)
+        elif kind == "agent_stop":  # its streams stay open and silent: the node's data goes stale
+            fault.target, fault.ends = rng.choice(self.fleet).name, now + self._lasting(5, 20)
+            self.agents.pause(fault.target, True)
         elif kind == "lease_lost_writing":
             healthy = rng.choice([n for n in self.fleet if F.IDLE in n.gpus])
             index = healthy.gpus.index(F.IDLE)
@@ -603,6 +612,10 @@ class Soak:
             argv = old.popen.args
             assert isinstance(argv, list)  # (start_process gives it a list)
             self.plane.processes[self.plane.processes.index(old)] = start_process("etcd", argv, old.log_path)
+        elif kind == "agent_kill":
+            self.agents.kill(target, False)
+        elif kind == "agent_stop":
+            self.agents.pause(target, False)
         elif kind == "lease_lost_writing":
             node, _, gpu = target.partition("/gpu-")
             self.agents.sicken(node, int(gpu), False)

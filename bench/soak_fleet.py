@@ -105,6 +105,8 @@ class Agents:
     flap_s: float
     steps: dict[str, float] = field(default_factory=dict)  # node -> seconds its clock is off
     sick: set[tuple[str, int]] = field(default_factory=set)  # (node, GPU) made unhealthy for a while
+    killed: set[str] = field(default_factory=set)  # nodes whose agent is gone (its streams closed)
+    stopped: set[str] = field(default_factory=set)  # nodes whose agent is stopped (streams open, silent)
     accepted: int = 0
     refused: int = 0
     reconnects: int = 0
@@ -136,6 +138,14 @@ class Agents:
         """The node's GPU `index` reports unhealthy (XID 79) from now on, or no longer."""
         (self.sick.add if sick else self.sick.discard)((node, index))
 
+    def kill(self, node: str, gone: bool) -> None:
+        """The node's agent is killed (its streams end at once, none opened) or started again."""
+        (self.killed.add if gone else self.killed.discard)(node)
+
+    def pause(self, node: str, paused: bool) -> None:
+        """The node's agent is stopped (its streams stay open and send nothing) or goes on."""
+        (self.stopped.add if paused else self.stopped.discard)(node)
+
     def step(self, node: str, seconds: float) -> None:
         """The node's agent's clock is off by `seconds` from now on (0: back in step)."""
         if seconds:
@@ -154,13 +164,18 @@ class Agents:
     async def _stream(self, node: Node, port: int) -> None:
         delay = 0.2
         while True:
+            while node.name in self.killed:  # dead: a restart opens new streams, its sequence anew
+                await asyncio.sleep(0.05)
             try:
                 async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
                     call = pb_grpc.GpuStateServiceStub(channel).StreamNodeReports()
                     reader = asyncio.create_task(self._acks(call))
                     sequence = 0
                     try:
-                        while not reader.done():
+                        while not reader.done() and node.name not in self.killed:
+                            if node.name in self.stopped:  # SIGSTOPped: the connection held, nothing sent
+                                await asyncio.sleep(0.05)
+                                continue
                             sequence += 1
                             now = time.time()
                             step = self.steps.get(node.name, 0.0)
@@ -168,7 +183,8 @@ class Agents:
                             await call.write(report(node, sequence, now, self.flap_s, step, sick))
                             delay = 0.2
                             await asyncio.sleep(REPORT_EVERY_S)
-                        reader.result()
+                        if reader.done():
+                            reader.result()
                     finally:
                         reader.cancel()
             except asyncio.CancelledError:
