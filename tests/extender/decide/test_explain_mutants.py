@@ -263,6 +263,18 @@ def test_a_node_with_nothing_published_shows_none_beside_one_that_has() -> None:
     }
 
 
+def dra_api(state: GpuState, views: ViewBuilder, claims: ClaimLedger) -> SchedulerApi:
+    """The scheduler API over the agents' `state`, the inventory's `views` and the DRA `claims`."""
+    return SchedulerApi(
+        state,
+        ExtenderMetrics(state),
+        ApiSettings(DecisionPolicy()),
+        inventory=lambda: views.current,
+        clock=lambda: NOW,
+        sources=ClusterSources(claims=claims),
+    )
+
+
 def test_dra_devices_without_a_uuid_are_joined_to_the_agents_gpus_by_name_and_show_their_product() -> None:
     """A driver that publishes no uuid: each device is the agent's GPU of the same DRA name (agent
     0.4+); the product is the slice's productName, None where the slice gives none."""
@@ -280,14 +292,7 @@ def test_dra_devices_without_a_uuid_are_joined_to_the_agents_gpus_by_name_and_sh
     for g in r.gpus:
         g.dra_device = f"gpu-{g.index}"
     state.ingest(r, NOW)
-    api = SchedulerApi(
-        state,
-        ExtenderMetrics(state),
-        ApiSettings(DecisionPolicy()),
-        inventory=lambda: views.current,
-        clock=lambda: NOW,
-        sources=ClusterSources(claims=claims),
-    )
+    api = dra_api(state, views, claims)
     row = api.explain(ExtenderArgs(POD, ["d"], None))["nodes"][0]
     product = "NVIDIA H100 80GB HBM3"
     assert row["draDevices"] == [
@@ -338,14 +343,7 @@ def test_dra_mig_devices_are_explained_with_pool_parent_and_taints() -> None:
     claims = ClaimLedger()
     claims.replace_all(RESOURCE_CLAIM_KIND, [])
     state = GpuState(IdleRule())
-    api = SchedulerApi(
-        state,
-        ExtenderMetrics(state),
-        ApiSettings(DecisionPolicy()),
-        inventory=lambda: views.current,
-        clock=lambda: NOW,
-        sources=ClusterSources(claims=claims),
-    )
+    api = dra_api(state, views, claims)
     row = api.explain(ExtenderArgs(POD, ["m"], None))["nodes"][0]
     assert row["draMigDevices"] == [
         {

@@ -879,17 +879,22 @@ def node_writer() -> NodeStatusWriter:
     )
 
 
-def test_with_a_node_writer_the_status_is_its_and_a_mode_without_rules_its_mode(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    nodes = node_writer()
-    w = DeviceTaintWriter(
+def with_node_writer(nodes: Any) -> DeviceTaintWriter:
+    """A writer (never started) beside the node writer `nodes`."""
+    return DeviceTaintWriter(
         k8s.Configuration(host="http://127.0.0.1:1"),
         Publication(0.0, 60.0),
         lambda: unhealthy_gpus(1),
         namespace="gx",
         also=AlsoWritten(nodes=nodes),
     )
+
+
+def test_with_a_node_writer_the_status_is_its_and_a_mode_without_rules_its_mode(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    nodes = node_writer()
+    w = with_node_writer(nodes)
     assert w.status is nodes.status and w.nodes is nodes
     assert w.identity == f"{socket.gethostname()}-{os.getpid()}"
     with caplog.at_level(logging.INFO, logger=LOGGER):
@@ -907,13 +912,7 @@ def test_with_a_node_writer_the_status_is_its_and_a_mode_without_rules_its_mode(
 
 def test_a_leader_that_loses_the_lease_stands_by(caplog: pytest.LogCaptureFixture) -> None:
     nodes = node_writer()
-    w = DeviceTaintWriter(
-        k8s.Configuration(host="http://127.0.0.1:1"),
-        Publication(0.0, 60.0),
-        lambda: unhealthy_gpus(1),
-        namespace="gx",
-        also=AlsoWritten(nodes=nodes),
-    )
+    w = with_node_writer(nodes)
     w.status.mode, w.status.node_mode = "writing", "writing"
     with caplog.at_level(logging.INFO, logger=LOGGER):
         asyncio.run(w._stopped())
