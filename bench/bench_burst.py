@@ -33,7 +33,7 @@ import yaml
 
 from tests.control_plane import ControlPlane, assets, skip_reason
 from tests.kube.burst import create_pods, extender_counters, judge, start_fleet
-from tests.kube.conftest import CRDS
+from tests.kube.conftest import install_crds
 from tests.kube.scene import scene
 
 NODES, PODS = 100, 300
@@ -93,8 +93,7 @@ def run(rounds: int = 3, names: list[str] | None = None, progress: Any = print) 
         try:
             kube = plane.start()
             kube.create_namespace("gpu-extender")
-            for path in CRDS:
-                kube.apply_yaml([doc for doc in yaml.safe_load_all(path.read_text()) if doc])
+            install_crds(kube)
             ca = trustme.CA(organization_name="bench-burst")
             for r in range(rounds):
                 order = names[r % len(names) :] + names[: r % len(names)]  # rotate: no variant always first

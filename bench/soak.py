@@ -67,7 +67,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import soak_fleet as F  # noqa: E402
 import trustme  # noqa: E402
-import yaml  # noqa: E402
 
 from gpuextender.extender.state.device_taints import BUSY_PREFIX, rule_name  # noqa: E402
 from tests.control_plane import (  # noqa: E402
@@ -82,7 +81,7 @@ from tests.control_plane import (  # noqa: E402
 from tests.extender.dra_objects import device_class, gpu_slice  # noqa: E402
 from tests.harness import Proc, free_port, http, metric, parse_metrics  # noqa: E402
 from tests.kube import groups as G  # noqa: E402
-from tests.kube.conftest import CRDS  # noqa: E402
+from tests.kube.conftest import install_crds  # noqa: E402
 from tests.kube.scene import EXTENDER_NAME, Scene, scene  # noqa: E402
 from tests.tcp_forward import Forwarder  # noqa: E402
 
@@ -932,8 +931,7 @@ def soak(settings: Settings, workdir: Path, progress: Callable[[str], None] = pr
     try:
         kube = plane.start()
         kube.create_namespace("gpu-extender")
-        for path in CRDS:
-            kube.apply_yaml([doc for doc in yaml.safe_load_all(path.read_text()) if doc])
+        install_crds(kube)
         ca = trustme.CA(organization_name="soak")
         ns = "soak"
         kube.create_namespace(ns)

@@ -54,7 +54,7 @@ SCHEDULER_COUNTS = sys.maxsize
 # at once (a burst of pending pods across replicas, many times over; past it a peer's binding is not
 # taken: the filter may count its GPU again, as before peers), naming at most MAX_PEER_NAMES nodes in
 # all (past it one is taken as going anywhere: every filter waits for it, the safe side). At both
-# bounds a pass of the gate takes ~16 ms (bench/RESULTS.md, "A peer's worst message").
+# bounds a pass of the gate takes 12-16 ms (bench/RESULTS.md, "A peer's worst message").
 MAX_PEER_OPEN = 4096
 MAX_PEER_NAMES = 50_000
 TAKEN, WIDENED, OVERFLOW = "received", "widened", "overflow"  # what became of a peer's binding

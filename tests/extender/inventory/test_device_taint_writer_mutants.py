@@ -20,7 +20,6 @@ from typing import Any, cast
 import orjson
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestServer
 from kubernetes_asyncio import client as k8s
 
 from gpuextender.extender.inventory import device_taint_writer
@@ -36,6 +35,7 @@ from gpuextender.extender.inventory.node_status_writer import NodeStatusWriter
 from gpuextender.extender.kube.api_call import ApiError
 from gpuextender.extender.state.device_taints import TaintRule, TaintWriterStatus
 from gpuextender.extender.state.publication import Publication, PublishInputs
+from tests.extender.inventory.loopback_api import with_api
 from tests.extender.inventory.test_writer_rules import Clock, unhealthy_gpus
 from tests.harness import free_port
 
@@ -81,20 +81,7 @@ class Api:
         )
 
     def serve(self, test: Callable[[k8s.ApiClient, k8s.Configuration], Awaitable[None]]) -> None:
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", self._answer)
-        server = TestServer(app, host="127.0.0.1")
-
-        async def go() -> None:
-            await server.start_server()
-            try:
-                connection = k8s.Configuration(host=str(server.make_url("")).rstrip("/"))
-                async with k8s.ApiClient(connection) as client:
-                    await test(client, connection)
-            finally:
-                await server.close()
-
-        asyncio.run(go())
+        with_api(self._answer, test)
 
     def calls(self) -> list[tuple[str, str]]:
         return [(method, path) for method, path, _query, _body in self.requests]
@@ -402,19 +389,10 @@ def test_discovery_reads_a_body_that_is_not_json_as_nothing_served() -> None:
     async def answer(request: web.Request) -> web.Response:
         return web.Response(status=200, body=b"<html>" if request.path.endswith("/v1") else b"{}")
 
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", answer)
-    server = TestServer(app, host="127.0.0.1")
+    async def test(client: k8s.ApiClient, _connection: k8s.Configuration) -> None:
+        found.append(await served_version(client))
 
-    async def go() -> None:
-        await server.start_server()
-        try:
-            async with k8s.ApiClient(k8s.Configuration(host=str(server.make_url("")).rstrip("/"))) as client:
-                found.append(await served_version(client))
-        finally:
-            await server.close()
-
-    asyncio.run(go())
+    with_api(answer, test)
     assert found == [None]
 
 

@@ -9,7 +9,6 @@ writer (mutmut). The writer on the real API server: tests/kube/test_reclaim.py."
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import os
 import socket
@@ -19,7 +18,6 @@ from typing import Any
 import orjson
 import pytest
 from aiohttp import web
-from aiohttp.test_utils import TestServer
 from kubernetes_asyncio import client as k8s
 
 from gpuextender.extender.inventory.reclaim_writer import (
@@ -32,6 +30,7 @@ from gpuextender.extender.inventory.reclaim_writer import (
 from gpuextender.extender.state.gpu_summary import NodeSummary
 from gpuextender.extender.state.idle_holders import ReclaimStatus
 from gpuextender.extender.state.pod_ledger import BoundPod
+from tests.extender.inventory.loopback_api import with_api
 from tests.extender.inventory.test_writer_rules import NOW, NOW_STAMP, Clock, always
 
 WINDOW = 10.0
@@ -192,21 +191,11 @@ class Scene:
         return web.Response(status=status, body=orjson.dumps(body or {}), content_type="application/json")
 
     def run(self, *times: float, take: Callable[[], bool] = always) -> None:
-        app = web.Application()
-        app.router.add_route("*", "/{tail:.*}", self._answer)
-        server = TestServer(app, host="127.0.0.1")
+        async def test(client: k8s.ApiClient, _connection: k8s.Configuration) -> None:
+            for self.clock.now in times:
+                await self.writer.reconcile(client, take)
 
-        async def go() -> None:
-            await server.start_server()
-            try:
-                host = str(server.make_url("")).rstrip("/")
-                async with k8s.ApiClient(k8s.Configuration(host=host)) as client:
-                    for self.clock.now in times:
-                        await self.writer.reconcile(client, take)
-            finally:
-                await server.close()
-
-        asyncio.run(go())
+        with_api(self._answer, test)
 
     def calls(self) -> list[tuple[str, str]]:
         return [(method, path) for method, path, _query, _body in self.requests]
