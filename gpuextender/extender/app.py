@@ -392,7 +392,7 @@ class KubeParts:
             pod_groups=lambda source, namespace, name: (
                 sink.spec(namespace, name) if (sink := sinks.get(source)) is not None else None
             ),
-            disruptions=self.budgets.violations,
+            budgets=self.budgets,
             pending_members=self.pending.count,
             binder=self.binder,
             published=writer.publication.node if writer is not None else base.published,

@@ -34,7 +34,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 from gpuextender.extender.decide import preempt_claims, reasons
 from gpuextender.extender.decide.reasons import Reason
@@ -50,6 +50,20 @@ Part = tuple[BoundPod, int, int]  # a pod and what evicting it frees: (pod, held
 # What happened to each candidate (explain, the log line, gpu_extender_preemption_nodes_total).
 KEPT, EXTENDED, DROPPED, AS_PROPOSED = "kept", "extended", "dropped", "as proposed"
 ACTIONS = (KEPT, EXTENDED, DROPPED, AS_PROPOSED)
+
+
+class Budgets(Protocol):
+    """The PodDisruptionBudgets as the preempt verb reads them (state/disruption_budgets.py)."""
+
+    @property
+    def generation(self) -> int:
+        """Changes whenever anything `violations` reads does: a plan that read the budgets is kept
+        for the generation it read (`judge_table`)."""
+        ...
+
+    def violations(self, pods: Sequence[BoundPod], before: Sequence[BoundPod]) -> int | None:
+        """How many of `pods` evicting after `before` would take a budget below zero; None: not known."""
+        ...
 
 
 # Proposal and NodePlan are NamedTuples, immutable as a frozen dataclass and built in C: a call
@@ -114,10 +128,11 @@ class VictimTable:
     room: Room  # over `summary`
     parts: Mapping[str, tuple[int, int, int]]  # uid -> (priority, held, pending): Room.part
     every: tuple[int, int, int]  # every pod's: (the highest priority, held, pending); kube-scheduler's usual victims
-    # The JUDGED_KEPT judgements used last that read nothing else (no PodDisruptionBudget): (the pod's
-    # priority, GPUs needed, the proposal, its plan). Pods of one shape (a Deployment's replicas, a
-    # pod tried again) meet the same victims on a node: a tuple compare instead of a judgement.
-    judged: list[tuple[int, int, Proposal, NodePlan]] = field(default_factory=list)
+    # The JUDGED_KEPT judgements used last: (the pod's priority, GPUs needed, the proposal, the
+    # generation of the PodDisruptionBudgets it read or None where it read none, its plan). Pods of
+    # one shape (a Deployment's replicas, a pod tried again) meet the same victims on a node: a tuple
+    # compare instead of a judgement.
+    judged: list[tuple[int, int, Proposal, int | None, NodePlan]] = field(default_factory=list)
     # Every pod with what it frees, in cheapest_first's order less its PodDisruptionBudget part; made
     # when a candidate first needs victims added (`_extended`).
     order: list[Part] | None = None
@@ -152,12 +167,14 @@ def plan(
     stale_policy: str,
     bound: Callable[[str], BoundPod | None],
     violations: Violations = lambda _pods, _before: 0,
+    budgets: int | None = None,
 ) -> PreemptionPlan:
     """`verdicts`: the pod's own filter failures over the proposed nodes, without the no-fit
     fallback; `bound(uid)`: the ledger's pod of that UID (a victim counts on the node it is bound to);
     `violations(pods, before)`: how many of `pods` evicting after `before` would take a
     PodDisruptionBudget below zero, None while the budgets are not known
-    (state/disruption_budgets.py)."""
+    (state/disruption_budgets.py); `budgets`: the generation of what `violations` reads (Budgets),
+    where the caller knows it (`judge_table`)."""
     if not pod.preempts:  # (kube-scheduler asks only for pods that may preempt)
         return PreemptionPlan(tuple(drop(p, "its preemptionPolicy is Never") for p in proposals))
     note = _not_judged(pod)
@@ -181,7 +198,7 @@ def plan(
             kept = NodePlan(p.node, KEPT, p.victims, p.pdb_violations, c.why, c.usable, (), p.victims)
             judged.append(kept if c.kept else drop(p, c.why, c.usable))
         elif (t := f.table) is not None and f.by_uid is not None and t.read is s and t.reported is f.reported:
-            judged.append(judge_table(pod.priority, pod.gpus_needed, p, t, f.pods, f.by_uid, violations))
+            judged.append(judge_table(pod.priority, pod.gpus_needed, p, t, f.pods, f.by_uid, violations, budgets))
         else:
             s = preempt_claims.freed_only(s, f.pods)  # a claim another pod uses is not freed
             here = f.by_uid.get if f.by_uid is not None else bound
@@ -242,13 +259,19 @@ def judge_table(
     pods: Collection[BoundPod],
     by_uid: Mapping[str, BoundPod],
     violations: Violations,
+    budgets: int | None = None,
 ) -> NodePlan:
     """`judge_node` over a node's `victim_table` (`pods`, `by_uid`: the pods it was made from): the
     same answers, the victims' parts summed from the table, or the plan the table kept for the same
-    pod shape and proposal (`VictimTable.judged`)."""
+    pod shape and proposal (`VictimTable.judged`). `budgets`: the generation of the budgets that
+    `violations` reads (Budgets.generation), where the caller knows it: a plan that read them (a
+    candidate extended) is kept for that generation only; without it, such a plan is not kept."""
     judged = t.judged
-    for i, (m, n, known, plan) in enumerate(judged):
+    for i, (m, n, known, read, plan) in enumerate(judged):
         if m == mine and n == needed and known == p:  # (compared by value: no string hashed)
+            if read is not None and read != budgets:  # the budgets it read have changed since
+                del judged[i]
+                break
             if i:
                 judged.insert(0, judged.pop(i))  # the last used first
             return plan
@@ -272,12 +295,15 @@ def judge_table(
     if usable >= needed:
         return _judged(t, mine, needed, p, _kept(p, usable))
     victims = [by_uid[uid] for uid in dict.fromkeys(p.victims) if uid in parts]
-    return _extended(mine, needed, p, t.summary, pods, victims, t.room, (held, pending), violations, t)
+    plan = _extended(mine, needed, p, t.summary, pods, victims, t.room, (held, pending), violations, t)
+    return plan if budgets is None else _judged(t, mine, needed, p, plan, budgets)
 
 
-def _judged(t: VictimTable, mine: int, needed: int, p: Proposal, plan: NodePlan) -> NodePlan:
-    """`plan`, kept in `t` as the newest of its judgements."""
-    t.judged.insert(0, (mine, needed, p, plan))
+def _judged(
+    t: VictimTable, mine: int, needed: int, p: Proposal, plan: NodePlan, budgets: int | None = None
+) -> NodePlan:
+    """`plan`, kept in `t` as the newest of its judgements (`budgets`: the generation it read, if any)."""
+    t.judged.insert(0, (mine, needed, p, budgets, plan))
     del t.judged[JUDGED_KEPT:]
     return plan
 

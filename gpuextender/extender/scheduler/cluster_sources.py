@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from gpuextender.extender.decide.preempt_victims import Violations
+from gpuextender.extender.decide.preempt_victims import Budgets
 from gpuextender.extender.model.pod_group import PodGroupSpec
 from gpuextender.extender.state.claim_ledger import ClaimLedger
 from gpuextender.extender.state.pod_ledger import BoundPod, PodLedger
@@ -31,8 +31,16 @@ def nothing_published(_node: str) -> NodePublished | None:
     return None
 
 
-def no_disruption(_pods: Sequence[BoundPod], _before: Sequence[BoundPod]) -> int | None:
-    return 0
+class NoBudgets:
+    """No PodDisruptionBudget: nothing an eviction breaks, ever (a generation that never changes)."""
+
+    generation = 0
+
+    def violations(self, _pods: Sequence[BoundPod], _before: Sequence[BoundPod]) -> int | None:
+        return 0
+
+
+NO_BUDGETS = NoBudgets()
 
 
 def listed() -> bool:
@@ -47,9 +55,9 @@ class ClusterSources:
     # A group's members that exist as unbound pods (state/pending_members.py); None: not known.
     pending_members: Callable[[str], int | None] = lambda _key: None
     published: Callable[[str], NodePublished | None] = nothing_published  # the device-taint writer's
-    # How many of some pods evicting (after others) would take a PodDisruptionBudget below zero
-    # (state/disruption_budgets.py): the preempt verb counts the ones its added victims break.
-    disruptions: Violations = no_disruption
+    # The PodDisruptionBudgets (state/disruption_budgets.py): the preempt verb counts the ones its
+    # added victims break.
+    budgets: Budgets = NO_BUDGETS
     binder: PodBinder | None = None  # the bind verb's Bindings through the API server
     inventory_ready: Callable[[], bool] = listed  # /readyz: the first full list of every kind
 

@@ -253,6 +253,7 @@ class SchedulerApi:
         ledger = self.sources.ledger
         bound = ledger.lookup() if ledger is not None else lambda _uid: None
         facts = self._node_facts(known.summary, ledger, tables=d.group is None)
+        budgets = self.sources.budgets
         policy = known.policy
         strict = d.strict
         grouped = None
@@ -268,7 +269,7 @@ class SchedulerApi:
                 known.now,
                 policy.stale_after_s,
                 bound,
-                self.sources.disruptions,
+                budgets.violations,
             )
         if grouped is not None:
             record_group_preemption(self.groups, d, grouped)  # before any later call is read, as filter's
@@ -284,7 +285,8 @@ class SchedulerApi:
             policy.stale_after_s,
             policy.stale_policy,
             bound,
-            self.sources.disruptions,
+            budgets.violations,
+            budgets.generation,
         )
         return preemption_result(plan, args.plain), partial(self._record_preempt, d.pod.uid, d, plan)
 

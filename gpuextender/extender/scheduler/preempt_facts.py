@@ -12,10 +12,11 @@ A node's table is made the second time its facts are read unchanged, not the fir
 least every --heartbeat (3 s), each report a new summary, so where preempt calls are seconds apart
 every read is a first one, and making a table then (~1.2x the call) would only cost; in a burst of
 calls (a preemption storm) the nodes are read again within seconds and judged from their tables.
-A table also keeps the two judgements used last that read nothing but the node (kept, or dropped for
-a victim's priority or for room without one; `VictimTable.judged`): the next pod of the same shape
-(priority and GPUs) that meets the same proposal there is answered with the same plan. With them a
-node's entry is ~3 KiB: ~15 MiB at the 5,000 bound.
+A table also keeps the two judgements used last (`VictimTable.judged`): the next pod of the same shape
+(priority and GPUs) that meets the same proposal there is answered with the same plan. One that read
+the PodDisruptionBudgets (victims added) is kept for the budgets' generation it read
+(`Budgets.generation`): they change without the node. With them a node's entry is ~3 KiB: ~15 MiB
+at the 5,000 bound.
 """
 
 from __future__ import annotations

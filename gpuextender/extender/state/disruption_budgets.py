@@ -9,7 +9,8 @@ and that does not list the pod among its `status.disruptedPods`, gives one of it
 own victims) are counted first, so they take what the budgets allow before the added ones.
 
 Unknown is never allowed: until the watch has listed the budgets (`synced`), `violations` is None
-and the preempt verb adds no victim."""
+and the preempt verb adds no victim. `generation` changes with every change of what `violations`
+reads: the preempt verb keeps a plan that read the budgets for the generation it read."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ class DisruptionBudgets:
     def __init__(self) -> None:
         self._by_namespace: dict[str, dict[str, Budget]] = {}
         self.synced = False
+        self.generation = 0  # (decide/preempt_victims.Budgets)
 
     def __len__(self) -> int:
         return sum(len(b) for b in self._by_namespace.values())
@@ -45,12 +47,14 @@ class DisruptionBudgets:
         for obj in objects:
             self.upsert(kind, obj)
         self.synced = True
+        self.generation += 1  # (a list of none changes `synced`)
 
     def upsert(self, kind: str, obj: KubeObject) -> None:
         meta = object_at(obj, "metadata")
         namespace, name = meta.get("namespace"), meta.get("name")
         if not isinstance(namespace, str) or not isinstance(name, str):
             return
+        self.generation += 1
         status = object_at(obj, "status")
         allowed = status.get("disruptionsAllowed")
         disrupted = object_at(status, "disruptedPods")
@@ -62,6 +66,7 @@ class DisruptionBudgets:
         )
 
     def delete(self, kind: str, obj: KubeObject) -> None:
+        self.generation += 1
         meta = object_at(obj, "metadata")
         budgets = self._by_namespace.get(str(meta.get("namespace")))
         if budgets is not None:

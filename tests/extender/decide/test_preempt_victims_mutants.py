@@ -80,7 +80,8 @@ def test_plan_judges_over_the_nodes_table_while_it_matches_the_facts() -> None:
     facts = NodeFacts(s, reported, here.values(), here, t)
     got = plan(pod(1), [Proposal("n", ("uid-a",), 0)], {}, lambda _n: facts, NOW, STALE_AFTER, "", ledger.lookup())
     assert [n.action for n in got.nodes] == [KEPT]
-    assert [j[3] for j in t.judged] == list(got.nodes)
+    assert [j[4] for j in t.judged] == list(got.nodes)
+    assert [j[3] for j in t.judged] == [None]  # (read no PodDisruptionBudget)
 
 
 def violations_of(protected: Sequence[str]) -> Any:

@@ -279,8 +279,9 @@ def test_a_table_keeps_the_two_judgements_used_last() -> None:
     assert judged(2) is two  # ... so 5 takes 1's place
 
 
-def test_a_candidate_extended_is_judged_again_each_call_as_the_budgets_say() -> None:
-    """What is added reads the PodDisruptionBudgets, which change without the node: never kept."""
+def test_a_candidate_extended_is_judged_again_each_call_without_the_budgets_generation() -> None:
+    """What is added reads the PodDisruptionBudgets, which change without the node: where the caller
+    cannot say which budgets `violations` reads (no generation), such a plan is never kept."""
     ledger, s = mixed_node()
     f = twice(PreemptFacts(ledger), "n", s)
     assert f.table is not None and f.by_uid is not None
@@ -294,3 +295,59 @@ def test_a_candidate_extended_is_judged_again_each_call_as_the_budgets_say() -> 
         got = judge_table(2 * HIGH, 3, p, f.table, f.pods, f.by_uid, violations)
         assert got == judge_node(2 * HIGH, 3, p, s, None, plain.pods, ledger.lookup(), violations)
         assert got.action == "extended" and got.added == (("uid-c",) if protected else ("uid-b",))
+
+
+def protecting(protected: tuple[str, ...]) -> Any:
+    def violations(pods: Sequence[BoundPod], _before: Sequence[BoundPod]) -> int:
+        return sum(b.uid in protected for b in pods)
+
+    return violations
+
+
+def test_a_candidate_extended_is_kept_for_the_budgets_generation_it_read() -> None:
+    """The same shape and proposal meets the plan kept while the generation is the one it read; a
+    new generation judges it again (the budgets say another pod now), in the kept one's place."""
+    ledger, s = mixed_node()
+    f = twice(PreemptFacts(ledger), "n", s)
+    assert f.table is not None and f.by_uid is not None
+    t, p = f.table, Proposal("n", ("uid-a",), 0)
+    first = judge_table(2 * HIGH, 3, p, t, f.pods, f.by_uid, protecting(()), 7)
+    assert first.action == "extended" and first.added == ("uid-b",)
+    # Same generation: the kept plan (what `violations` would say now is not read).
+    assert judge_table(2 * HIGH, 3, copied(p), t, f.pods, f.by_uid, protecting(("uid-b",)), 7) is first
+    again = judge_table(2 * HIGH, 3, p, t, f.pods, f.by_uid, protecting(("uid-b",)), 8)
+    assert again.action == "extended" and again.added == ("uid-c",)
+    assert [(j[3], j[4]) for j in t.judged] == [(8, again)]  # (the stale one gone, not kept beside)
+    # Without a generation it is judged again; nothing is kept for it (not even the plan of 8).
+    unknown = judge_table(2 * HIGH, 3, p, t, f.pods, f.by_uid, protecting(()), None)
+    assert unknown.added == ("uid-b",) and t.judged == []
+    made = judge_table(2 * HIGH, 3, p, t, f.pods, f.by_uid, protecting(("uid-b",)), 8)
+    assert made == again and made is not again
+
+
+def test_a_plan_that_read_no_budget_is_kept_whatever_their_generation() -> None:
+    ledger, s = mixed_node()
+    f = twice(PreemptFacts(ledger), "n", s)
+    assert f.table is not None and f.by_uid is not None
+    p = Proposal("n", ("uid-a", "uid-b"), 0)
+    first = judge_table(2 * HIGH, 2, p, f.table, f.pods, f.by_uid, no_budgets, 1)
+    assert first.action == "kept" and f.table.judged[0][3] is None
+    for generation in (2, None):
+        assert judge_table(2 * HIGH, 2, p, f.table, f.pods, f.by_uid, no_budgets, generation) is first
+
+
+def test_the_budgets_not_known_yet_is_judged_again_at_the_next_generation() -> None:
+    """Unlisted budgets drop the candidate (no victim added), kept for that generation only: once
+    listed (a new generation), the same proposal is extended."""
+    ledger, s = mixed_node()
+    f = twice(PreemptFacts(ledger), "n", s)
+    assert f.table is not None and f.by_uid is not None
+    p = Proposal("n", ("uid-a",), 0)
+
+    def unknown(_pods: Sequence[BoundPod], _before: Sequence[BoundPod]) -> int | None:
+        return None
+
+    dropped = judge_table(2 * HIGH, 3, p, f.table, f.pods, f.by_uid, unknown, 0)
+    assert dropped.action == "dropped" and "not known yet" in dropped.why
+    assert judge_table(2 * HIGH, 3, p, f.table, f.pods, f.by_uid, no_budgets, 0) is dropped
+    assert judge_table(2 * HIGH, 3, p, f.table, f.pods, f.by_uid, no_budgets, 1).action == "extended"

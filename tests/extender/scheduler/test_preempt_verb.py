@@ -14,9 +14,9 @@ from aiohttp.test_utils import TestClient
 from prometheus_client import generate_latest
 
 from gpuextender.common.idle_rule import IdleRule
-from gpuextender.extender.decide.preempt_victims import AS_PROPOSED, DROPPED, EXTENDED, KEPT, Proposal, Violations
+from gpuextender.extender.decide.preempt_victims import AS_PROPOSED, DROPPED, EXTENDED, KEPT, Budgets, Proposal
 from gpuextender.extender.observe.metrics import ExtenderMetrics
-from gpuextender.extender.scheduler.cluster_sources import ClusterSources, no_disruption
+from gpuextender.extender.scheduler.cluster_sources import NO_BUDGETS, ClusterSources
 from gpuextender.extender.scheduler.http_api import SchedulerApi, build_app
 from gpuextender.extender.scheduler.wire import PREEMPT_MAX_CANDIDATES, ExtenderArgs, PreemptionArgs
 from gpuextender.extender.settings import ApiSettings, DecisionPolicy
@@ -40,7 +40,7 @@ class Fleet:
     """Nodes of 8 GPUs with the kubelet's allocation; their holders are bound pods in the ledger."""
 
     def __init__(
-        self, nodes: dict[str, list[Gpu]], policy: DecisionPolicy | None = None, disruptions: Violations = no_disruption
+        self, nodes: dict[str, list[Gpu]], policy: DecisionPolicy | None = None, budgets: Budgets = NO_BUDGETS
     ) -> None:
         self.clock = Clock()
         self.state = GpuState(IdleRule())
@@ -53,7 +53,7 @@ class Fleet:
             ApiSettings(policy or DecisionPolicy()),
             inventory=lambda: self.view,
             clock=self.clock,
-            sources=ClusterSources(ledger=self.ledger, disruptions=disruptions),
+            sources=ClusterSources(ledger=self.ledger, budgets=budgets),
         )
         self.nodes = nodes
         for name, gpus in nodes.items():
@@ -339,7 +339,7 @@ def test_added_victims_prefer_pods_no_budget_protects_and_count_the_budgets_they
     PodDisruptionBudget allowing no disruption covers it: p2 and p3 (unprotected) go first. Needing
     all three, the answer counts p1's violation on top of kube-scheduler's own count."""
     budgets = DisruptionBudgets()
-    fleet = Fleet({"n": held("n", "BBBBbbbb")}, disruptions=budgets.violations)
+    fleet = Fleet({"n": held("n", "BBBBbbbb")}, budgets=budgets)
     fleet.bind("n-0", "n", 1, LOW)
     for name, priority in (("p1", LOW - 5), ("p2", LOW), ("p3", LOW)):
         fleet.ledger.upsert(POD_KIND, pod(name, 1, priority, node="n", started="2026-12-07T01:00:00Z"))
@@ -366,6 +366,36 @@ def test_added_victims_prefer_pods_no_budget_protects_and_count_the_budgets_they
     answer = fleet.preempt(pod("p", 4, HIGH), proposals)
     assert sorted(victims(answer)["n"]) == sorted([uid("n-0"), uid("p1"), uid("p2"), uid("p3")])
     assert answer["NodeNameToMetaVictims"]["n"]["NumPDBViolations"] == 1
+
+
+def test_a_change_of_the_budgets_is_read_by_the_next_call_though_the_node_is_unchanged() -> None:
+    """The node's plan is kept between calls for the budgets' generation it read (judge_table): the
+    same call again meets it, and a budget deleted (nothing else changed) is read at the next call."""
+    budgets = DisruptionBudgets()
+    train = {
+        "metadata": {"name": "train", "namespace": NS},
+        "spec": {"selector": {"matchLabels": {"app": "train"}}},
+        "status": {"disruptionsAllowed": 0},
+    }
+    budgets.replace_all("PodDisruptionBudget", [train])
+    fleet = Fleet({"n": held("n", "BBBBbbbb")}, budgets=budgets)
+    fleet.bind("n-0", "n", 1, LOW)
+    for name, priority in (("p1", LOW - 5), ("p2", LOW), ("p3", LOW)):
+        fleet.ledger.upsert(POD_KIND, pod(name, 1, priority, node="n", started="2026-12-07T01:00:00Z"))
+    fleet.report("n", [("busy", "n-0"), ("busy", "p1"), ("busy", "p2"), ("busy", "p3")] + [("busy", None)] * 4)
+    protected = pod("p1", 1, LOW - 5, node="n", started="2026-12-07T01:00:00Z")
+    protected["metadata"]["labels"] = {"app": "train"}
+    fleet.ledger.upsert(POD_KIND, protected)
+    proposals = {"n": [uid("n-0")]}
+    plans = []
+    for _ in range(3):  # (the node's table is made at its second read: the third meets the kept plan)
+        assert victims(fleet.preempt(pod("p", 2, HIGH), proposals)) == {"n": [uid("n-0"), uid("p2")]}
+        found = fleet.api.preemptions.latest(uid("p"), fleet.clock())
+        assert found is not None
+        plans.append(found.plan.nodes[0])
+    assert plans[2] is plans[1] and plans[1] is not plans[0] and plans[0].action == EXTENDED
+    budgets.delete("PodDisruptionBudget", train)
+    assert victims(fleet.preempt(pod("p", 2, HIGH), proposals)) == {"n": [uid("n-0"), uid("p1")]}
 
 
 @pytest.mark.parametrize(("max_candidates", "bound"), [(25_000, PREEMPT_MAX_CANDIDATES), (40, 40)])

@@ -120,3 +120,21 @@ def test_label_selector_operators(selector: dict[str, Any], labels: dict[str, st
 def test_an_unreadable_selector_matches_nothing(selector: Any) -> None:
     assert read_selector(selector) is None
     assert budgets(budget("pdb", selector, 0)).violations([bound("a", app="train", a="1")]) == 0
+
+
+def test_every_change_is_a_new_generation() -> None:
+    """The preempt verb keeps a plan that read the budgets for the generation it read
+    (decide/preempt_victims.judge_table): each change of what `violations` reads makes a new one."""
+    b = DisruptionBudgets()
+    seen = [b.generation]
+    b.replace_all(KIND, [])  # (listed: `violations` says 0 where it said None)
+    seen.append(b.generation)
+    b.upsert(KIND, budget("pdb", APP, 1))
+    seen.append(b.generation)
+    b.upsert(KIND, budget("pdb", APP, 0))
+    seen.append(b.generation)
+    b.delete(KIND, budget("pdb", APP))
+    seen.append(b.generation)
+    b.replace_all(KIND, [budget("pdb", APP, 1)])
+    seen.append(b.generation)
+    assert seen == sorted(set(seen)) and len(seen) == 6
