@@ -50,11 +50,18 @@ Last, the memory the plans kept for explain hold (preemption_record.py keeps eac
 plan, at most MAX_PODS of them and MAX_NODES candidates in all): tracemalloc over 20 distinct
 preemptors at 500 candidates, and what that makes at the bound.
 
+`--heartbeats`: before each timed call, every candidate node of its body gets its next report, reading
+as the last (a heartbeat: new summary objects, `GpuState.ingest`), outside the timed region, and
+each answer is checked after it: a call a heartbeat after the node's last, where the kept tables go
+on over reports that read alike (preempt_victims.room_key). Without it, the nodes' summaries stay the
+same objects between calls (a preemption storm within one heartbeat).
+
 `--profile` then runs cProfile over 100 calls of the 500-candidate 8-GPU variant and prints the
 top functions by own and cumulative time.
 
 Run: `.venv/bin/python bench/bench_preempt.py [--nodes 5000] [--candidates 500,100] [--gpus 8,4]
-[--rounds 3] [--calls 100] [--profile] [--quick]` (not part of `./dev.sh bench`'s run_all.py, like bench_groups.py).
+[--rounds 3] [--calls 100] [--heartbeats] [--profile] [--quick]` (not part of `./dev.sh bench`'s
+run_all.py, like bench_groups.py).
 """
 
 from __future__ import annotations
@@ -316,6 +323,7 @@ class Variant:
     bodies: list[bytes]
     uid: str
     split: Counter[str]  # actions over one pass through the bodies (per call: / len(bodies))
+    nodes: list[list[str]]  # each body's candidate nodes
 
     @property
     def name(self) -> str:
@@ -378,7 +386,7 @@ def variants(world: World, candidates: list[int], sizes: list[int]) -> list[Vari
         for g in sizes:
             pod = preemptor(g)
             bodies = [body(pod, [world.nodes[n] for n in s], g) for s in samples]
-            v = Variant(c, g, bodies, pod["metadata"]["uid"], Counter())
+            v = Variant(c, g, bodies, pod["metadata"]["uid"], Counter(), samples)
             for raw in bodies:  # warm-up and the answers' check, outside the timed calls
                 out_bytes, _, _, _ = call(world, raw)
                 v.split += check(world, v, raw, out_bytes)
@@ -406,11 +414,12 @@ def summary(ms: list[float]) -> dict[str, float]:
 
 
 def run(
-    nodes: int, candidates: list[int], sizes: list[int], rounds: int, calls: int
+    nodes: int, candidates: list[int], sizes: list[int], rounds: int, calls: int, heartbeats: bool = False
 ) -> tuple[dict[str, Any], World, list[Variant]]:
     print(f"building {nodes} nodes...", file=sys.stderr, flush=True)
     world = build(nodes)
     vs = variants(world, candidates, sizes)
+    reports = {name: node_report(n) for name, n in world.nodes.items()} if heartbeats else {}
     tune_gc()  # as the extender at start-up: the fleet frozen out of collections
     took: dict[str, list[list[float]]] = {v.name: [] for v in vs}
     recorded: dict[str, list[float]] = {v.name: [] for v in vs}
@@ -420,8 +429,13 @@ def run(
             samples = []
             background = BackgroundLoad()
             for k in range(calls):
-                _, answer, ms, rec_ms = call(world, v.bodies[k % len(v.bodies)])
+                raw = v.bodies[k % len(v.bodies)]
+                for name in v.nodes[k % len(v.bodies)] if heartbeats else ():
+                    world.api.state.ingest(reports[name], NOW)  # (the same readings: a heartbeat)
+                out, answer, ms, rec_ms = call(world, raw)
                 del answer
+                if heartbeats:
+                    check(world, v, raw, out)
                 samples.append(ms)
                 recorded[v.name].append(rec_ms)
             took[v.name].append(samples)
@@ -436,6 +450,7 @@ def run(
         "build_s": round(world.build_s, 1),
         "rounds": rounds,
         "calls": calls,
+        "heartbeats": heartbeats,
         "variants": {},
     }
     for v in vs:
@@ -459,7 +474,8 @@ def report(result: dict[str, Any]) -> list[str]:
     lines = [
         f"{result['date_utc']}; {m['cpu']}, {m['cores']} cores; Python {sys.version.split()[0]}",
         f"{result['nodes']} nodes ({kinds}), {result['pods']} bound GPU pods in the ledger; built in "
-        f"{result['build_s']} s; {result['rounds']} rounds x {result['calls']} calls per variant",
+        f"{result['build_s']} s; {result['rounds']} rounds x {result['calls']} calls per variant"
+        + ("; every candidate re-reported (a heartbeat) before each call" if result["heartbeats"] else ""),
         "",
         f"{'variant':<9} {'body KiB':>8} {'p50 ms':>7} {'p99 ms':>7} {'max ms':>7}  {'p99 per round':<20} "
         f"{'record p50/p99/max ms':<22} {'other cores':>11}  split per call",
@@ -592,6 +608,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", action="store_true", help="then cProfile 100 calls of the first variant")
     p.add_argument("--top", type=int, default=20, help="functions the profile lists")
     p.add_argument("--quick", action="store_true", help="1 round of 20 calls per variant")
+    p.add_argument(
+        "--heartbeats", action="store_true", help="each call's candidate nodes re-reported before it (docstring)"
+    )
     args = p.parse_args(argv)
     candidates = [int(x) for x in args.candidates.split(",")]
     sizes = [int(x) for x in args.gpus.split(",")]
@@ -601,7 +620,7 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--candidates: at most --nodes")
     rounds, calls = (1, 20) if args.quick else (args.rounds, args.calls)
     with quiet_logs():
-        result, world, vs = run(args.nodes, candidates, sizes, rounds, calls)
+        result, world, vs = run(args.nodes, candidates, sizes, rounds, calls, args.heartbeats)
         result["phases_ms"] = {v.name: phases(world, v, 10 if args.quick else 40) for v in vs}
         result["plan_memory"] = plan_memory(world, max(candidates), sizes[0], 5 if args.quick else 20)
         print("\n".join(report(result)))

@@ -32,7 +32,7 @@ every input is an argument.
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from operator import itemgetter
 from typing import NamedTuple, Protocol
 
@@ -128,6 +128,7 @@ class VictimTable:
     room: Room  # over `summary`
     parts: Mapping[str, tuple[int, int, int]]  # uid -> (priority, held, pending): Room.part
     every: tuple[int, int, int]  # every pod's: (the highest priority, held, pending); kube-scheduler's usual victims
+    key: tuple[object, ...]  # room_key of `read` and `reported`: what it is made of besides the pods
     # The JUDGED_KEPT judgements used last: (the pod's priority, GPUs needed, the proposal, the
     # generation of the PodDisruptionBudgets it read or None where it read none, its plan). Pods of
     # one shape (a Deployment's replicas, a pod tried again) meet the same victims on a node: a tuple
@@ -154,7 +155,35 @@ def victim_table(s: NodeSummary, reported: NodeSummary | None, pods: Collection[
         parts[b.uid] = alike.setdefault(part, part)
         held, pending = held + h, pending + q
     top = max(p[0] for p in parts.values()) if parts else 0
-    return VictimTable(s, reported, freed, room, parts, (top, held, pending))
+    return VictimTable(s, reported, freed, room, parts, (top, held, pending), room_key(s, reported))
+
+
+def room_key(s: NodeSummary, reported: NodeSummary | None) -> tuple[object, ...]:
+    """Everything of a node's summaries a VictimTable is made of (`Room`, `victim_table`'s claims'
+    part: preempt_claims.freed_only, and `_cost`): summaries of equal keys are judged alike over the
+    same pods. Each report makes a new summary object (its `received_at`, at least every agent
+    heartbeat), most of them reading alike: `rebased` keeps the table over them."""
+    return (
+        s.holder_pods if s.free_gpus is not None else None,
+        s.pod_units,
+        s.idle_gpus,
+        s.bound_pod_units,
+        s.healthy_gpus,
+        None if reported is None else reported.idle_gpus,
+    )
+
+
+def rebased(t: VictimTable, s: NodeSummary, reported: NodeSummary | None) -> VictimTable | None:
+    """`t` over the summaries `s` and `reported` of the same node and pods, where they read as the
+    ones it was made from (`room_key`): what it holds, the judgements it keeps included, is then
+    what would be made of them. None where they differ."""
+    if room_key(s, reported) != t.key:
+        return None
+    # Over `s` itself where no claim is shared (freed_only gave `read` back), so that the summaries
+    # it was made from are not held; else `s` less what freed_only took (the same pod_units).
+    freed = s if t.summary is t.read else replace(s, pod_units=t.summary.pod_units)
+    # (each field named: dataclasses.replace costs ~5x this, once per candidate read again)
+    return VictimTable(s, reported, freed, t.room, t.parts, t.every, t.key, t.judged, t.order)
 
 
 def plan(

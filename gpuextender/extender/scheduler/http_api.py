@@ -127,7 +127,11 @@ class SchedulerApi:
         self.instance_id = peers.instance_id if peers is not None else new_instance_id()
         self.waiting = WaitingPods()  # GPU pods the latest filter found no place for (the fleet page)
         self.preemptions = RecentPreemptions()  # each preemptor's latest preempt plan (explain)
-        self._preempt_facts: PreemptFacts | None = None  # what the preempt verb read per node, kept
+        # What the preempt verb read per node, kept; it follows each node's new summaries.
+        self._preempt_facts = PreemptFacts(sources.ledger) if sources.ledger is not None else None
+        if self._preempt_facts is not None:
+            kept = self._preempt_facts
+            state.on_offered_change(lambda node: kept.summary_changed(node, state.summary(node), state.reported(node)))
         metrics.add(GroupsCollector(self.groups))
         self._whole_resources = whole_gpu_resources(settings.gpu_resources)
         metrics.add(BindingsCollector(self.bindings))
@@ -252,7 +256,7 @@ class SchedulerApi:
         known = d.known
         ledger = self.sources.ledger
         bound = ledger.lookup() if ledger is not None else lambda _uid: None
-        facts = self._node_facts(known.summary, ledger, tables=d.group is None)
+        facts = self._node_facts(known.summary, tables=d.group is None)
         budgets = self.sources.budgets
         policy = known.policy
         strict = d.strict
@@ -290,16 +294,12 @@ class SchedulerApi:
         )
         return preemption_result(plan, args.plain), partial(self._record_preempt, d.pod.uid, d, plan)
 
-    def _node_facts(
-        self, summary: Lookup, ledger: PodLedger | None, *, tables: bool
-    ) -> Callable[[str], preempt_victims.NodeFacts]:
+    def _node_facts(self, summary: Lookup, *, tables: bool) -> Callable[[str], preempt_victims.NodeFacts]:
         """What the preempt verb reads of a node; kept between calls (preempt_facts.py)."""
         reported = self.state.reported
-        if ledger is None:
-            return lambda node: preempt_victims.NodeFacts(summary(node), reported(node), ())
         kept = self._preempt_facts
-        if kept is None or kept.ledger is not ledger:
-            kept = self._preempt_facts = PreemptFacts(ledger)
+        if kept is None:  # (no ledger: no bound pod known)
+            return lambda node: preempt_victims.NodeFacts(summary(node), reported(node), ())
         return kept.lookup(summary, reported, table=tables)
 
     def _record_preempt(self, uid: str, d: Decision, plan: preempt_victims.PreemptionPlan) -> None:

@@ -1,17 +1,26 @@
 """Issue 51, item 7: what the preempt verb reads of a node, kept between calls (scheduler/preempt_facts.py),
-is used again only while it is exactly what would be made now: a change of the node's pods (the
-ledger's per-node version), a new summary or reported summary, or a claim another pod comes to share
-each make it again; its table is made at the second read unchanged; at most `limit` nodes are kept.
+is used again only while it is what would be made now: a change of the node's pods (the ledger's
+per-node version) or a claim another pod comes to share make it again; a new summary or reported
+summary makes new facts, over the same table where they read alike (room_key); its table is made at
+the second read unchanged; at most `limit` nodes are kept.
 And a candidate judged over the kept table (`judge_table`) is answered as `judge_node` answers it."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import fields, replace
 from typing import Any
 
 import pytest
 
-from gpuextender.extender.decide.preempt_victims import NodeFacts, Proposal, judge_node, judge_table, victim_table
+from gpuextender.extender.decide.preempt_victims import (
+    NodeFacts,
+    Proposal,
+    judge_node,
+    judge_table,
+    room_key,
+    victim_table,
+)
 from gpuextender.extender.scheduler.preempt_facts import DEFAULT_LIMIT, PreemptFacts
 from gpuextender.extender.scheduler.wire import PREEMPT_MAX_CANDIDATES
 from gpuextender.extender.state.pod_ledger import POD_KIND, BoundPod, PodLedger
@@ -84,15 +93,122 @@ def test_a_change_of_the_nodes_pods_makes_its_facts_again(change: Any) -> None:
     assert kept.facts("n", s, None) is after
 
 
-def test_a_new_summary_or_reported_summary_makes_the_facts_again() -> None:
+def test_a_new_summary_or_reported_summary_makes_new_facts_over_it() -> None:
     ledger = ledger_of(pod("a", 1, LOW, node="n"))
     kept, s, reported = PreemptFacts(ledger), summary("iiii", holders={0: "a"}), summary("iiii")
     first = twice(kept, "n", s, reported)
     again = summary("iiii", holders={0: "a"})  # the same content, another report
-    assert again == s and kept.facts("n", again, reported) is not first
-    second = twice(kept, "n", again, reported)
-    assert kept.facts("n", again, summary("iiii")) is not second
+    assert again == s and again is not s
+    second = kept.facts("n", again, reported)
+    assert second is not first and second.summary is again and second.reported is reported
+    other = summary("iiii")
+    third = kept.facts("n", again, other)
+    assert third is not second and third.summary is again and third.reported is other
     assert kept.facts("n", None, None).table is None  # no data: nothing to judge with
+
+
+# -- a table over a node's next report (room_key, rebased) ------------------------------------------
+
+
+def reported_again(s: Any, **changed: Any) -> Any:
+    """The node's next report: a new summary object (received later), `changed` as given."""
+    return replace(s, received_at=s.received_at + 3.0, **changed)
+
+
+def test_a_table_is_kept_over_a_report_that_reads_alike() -> None:
+    """A heartbeat makes a new summary (its received_at) that reads as the last: the node's table,
+    and the judgements it keeps, go on over it; the facts carry the new summary (its freshness)."""
+    ledger, s = mixed_node()
+    kept = PreemptFacts(ledger)
+    f = twice(kept, "n", s)
+    assert f.table is not None
+    p = Proposal("n", ("uid-a", "uid-b"), 0)
+    plan = judge_table(2 * HIGH, 2, p, f.table, f.pods, f.by_uid, no_budgets)
+    beat = reported_again(s)
+    g = kept.facts("n", beat, None)
+    assert g is not f and g.summary is beat and g.table is not None and g.table.read is beat
+    assert (g.table.parts, g.table.room, g.table.judged, g.pods) == (
+        f.table.parts,
+        f.table.room,
+        f.table.judged,
+        f.pods,
+    )
+    assert g.table.judged is f.table.judged and g.table.parts is f.table.parts  # (kept, not made again)
+    assert not holds(g, s)
+    assert judge_table(2 * HIGH, 2, p, g.table, g.pods, g.by_uid, no_budgets) is plan
+    assert kept.facts("n", beat, None) is g
+
+
+def test_facts_without_a_table_read_again_alike_make_it() -> None:
+    """A node read once (no table), then over its next report reading alike: read again, its table
+    made then, as for the same summary read twice."""
+    ledger, s = mixed_node()
+    kept = PreemptFacts(ledger)
+    assert kept.facts("n", s, None).table is None
+    g = kept.facts("n", reported_again(s), None)
+    assert g.table is not None and g.table.read is g.summary
+    h = kept.facts("n", reported_again(g.summary, idle_gpus=s.idle_gpus + 1), None)  # reads otherwise
+    assert h.table is None
+
+
+def changed_fields(s: Any) -> list[tuple[str, Any]]:
+    """Each field of NodeSummary with another value than in `s` (a value of its type)."""
+    out = []
+    for f in fields(s):
+        value = getattr(s, f.name)
+        if f.name in ("node", "received_at"):
+            continue
+        if isinstance(value, bool):
+            other: Any = not value
+        elif isinstance(value, int):
+            other = value + 1
+        elif isinstance(value, float):
+            other = value + 1.5
+        elif isinstance(value, str):
+            other = value + "x"
+        elif isinstance(value, frozenset):
+            other = frozenset(sorted(value)[1:]) if value else frozenset({f"{NS}/a"})
+        elif isinstance(value, tuple):
+            other = value[1:] if value else ((f"{NS}/a", 1, 1),) if f.name == "pod_units" else (1,)
+        elif value is None and f.name == "free_gpus":
+            other = 0
+        else:  # (None or an object: none of the decisions' counts)
+            other = None
+        if other != value:
+            out.append((f.name, other))
+    return out
+
+
+@pytest.mark.parametrize("reported", [False, True])
+def test_summaries_of_one_room_key_are_judged_alike_and_of_another_key_not_kept_alike(reported: bool) -> None:
+    """room_key holds what a table reads: each field of the summary changed alone, either the key
+    changes (and the table is made again over the new report) or every candidate is judged over the
+    new summary as over the old (judge_node, every shape and proposal). A field a table comes to
+    read, left out of the key, fails here."""
+    ledger, s = mixed_node()
+    base = reported_again(s) if reported else None
+    plain = facts_without_table(ledger, "n", s)
+    checked = {"key": 0, "alike": 0}
+    for name, other in changed_fields(s):
+        for side in ("summary", "reported") if reported else ("summary",):
+            new_s = replace(s, **{name: other}) if side == "summary" else s
+            new_r = replace(base, **{name: other}) if side == "reported" else base
+            if room_key(new_s, new_r) != room_key(s, base):
+                kept = PreemptFacts(ledger)
+                t = twice(kept, "n", s, base).table
+                g = kept.facts("n", new_s, new_r)
+                assert t is not None and g.table is None, name  # read otherwise: judged as a first read
+                checked["key"] += 1
+                continue
+            for victims, pdb, mine, needed in SHAPES:
+                p = Proposal("n", victims, pdb)
+                old = judge_node(mine, needed, p, s, base, plain.pods, ledger.lookup(), no_budgets)
+                new = judge_node(mine, needed, p, new_s, new_r, plain.pods, ledger.lookup(), no_budgets)
+                assert new == old, (name, side, p)
+            checked["alike"] += 1
+    # (holder_pods, pod_units, idle_gpus, bound_pod_units, healthy_gpus; the agent's own idle_gpus)
+    assert checked["key"] == (6 if reported else 5) and checked["alike"] >= 20, checked
+    assert room_key(replace(s, free_gpus=None), base) != room_key(s, base)  # allocation unknown
 
 
 def test_a_claim_another_pod_comes_to_share_makes_the_table_again() -> None:
@@ -351,3 +467,138 @@ def test_the_budgets_not_known_yet_is_judged_again_at_the_next_generation() -> N
     assert dropped.action == "dropped" and "not known yet" in dropped.why
     assert judge_table(2 * HIGH, 3, p, f.table, f.pods, f.by_uid, no_budgets, 0) is dropped
     assert judge_table(2 * HIGH, 3, p, f.table, f.pods, f.by_uid, no_budgets, 1).action == "extended"
+
+
+def test_the_agents_own_idle_count_is_read_where_bound_pods_took_every_idle_gpu() -> None:
+    """Bound pods not attributed yet took every idle GPU off (`summary`'s idle_gpus 0): what evicting
+    frees is counted from the agent's own idle_gpus (Room), so a report changing only that is read
+    otherwise, and the table is made again over it."""
+    ledger, own = mixed_node()
+    s = replace(own, idle_gpus=0, free_gpus=0, bound_pod_units=3)
+    kept = PreemptFacts(ledger)
+    f = twice(kept, "n", s, own)
+    more = reported_again(own, idle_gpus=own.idle_gpus + 3)
+    g = kept.facts("n", reported_again(s), more)
+    assert f.table is not None and g.table is None
+    p = Proposal("n", ("uid-a",), 0)
+    plain = facts_without_table(ledger, "n", s)
+    before = judge_node(2 * HIGH, 1, p, s, own, plain.pods, ledger.lookup(), no_budgets)
+    after = judge_node(2 * HIGH, 1, p, s, more, plain.pods, ledger.lookup(), no_budgets)
+    assert before.usable != after.usable
+
+
+# -- following the node's reports (PreemptFacts.summary_changed) -------------------------------------
+
+
+def holds(f: NodeFacts, obj: Any) -> bool:
+    """Whether `f` still holds `obj` (a summary it read), through itself or its table."""
+    held = [f.summary, f.reported]
+    if f.table is not None:
+        held += [f.table.read, f.table.reported, f.table.summary]
+    return any(x is obj for x in held)
+
+
+def entry(kept: PreemptFacts, node: str) -> Any:
+    return kept._entries.get(node)
+
+
+def test_a_report_that_reads_alike_moves_the_nodes_facts_onto_it_and_lets_the_old_go() -> None:
+    ledger, s = mixed_node()
+    kept = PreemptFacts(ledger)
+    f = twice(kept, "n", s)
+    assert f.table is not None
+    p = Proposal("n", ("uid-a", "uid-b"), 0)
+    plan = judge_table(2 * HIGH, 2, p, f.table, f.pods, f.by_uid, no_budgets)
+    beat = reported_again(s)
+    kept.summary_changed("n", beat, None)
+    g = entry(kept, "n")[3]
+    assert entry(kept, "n")[:2] == (beat, None) and entry(kept, "n")[0] is beat
+    assert g.summary is beat and g.table is not None and g.table.judged is f.table.judged
+    assert not holds(g, s)  # (freed with the report that replaced it)
+    assert kept.facts("n", beat, None) is g  # the next call: read as the same report
+    assert judge_table(2 * HIGH, 2, p, g.table, g.pods, g.by_uid, no_budgets) is plan
+    kept.summary_changed("n", beat, None)  # (the same summaries again: nothing to do)
+    assert entry(kept, "n")[3] is g
+
+
+def test_a_report_read_once_that_reads_alike_keeps_it_read_once() -> None:
+    ledger, s = mixed_node()
+    kept = PreemptFacts(ledger)
+    first = kept.facts("n", s, None)
+    beat = reported_again(s)
+    kept.summary_changed("n", beat, None)
+    moved = entry(kept, "n")[3]
+    assert moved.table is None and moved.summary is beat and not holds(moved, s)
+    assert kept.facts("n", beat, None).table is not None  # read again: its table made now
+    assert first.table is None
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        lambda ledger, s: (ledger, reported_again(s, idle_gpus=s.idle_gpus + 1)),  # reads otherwise
+        lambda ledger, s: (ledger, None),  # the node's data gone
+        lambda ledger, s: (ledger.upsert(POD_KIND, pod("z", 1, LOW, node="n")), reported_again(s)),  # its pods
+    ],
+)
+@pytest.mark.parametrize("tables", [True, False])
+def test_a_report_that_reads_otherwise_lets_the_nodes_facts_go(change: Any, tables: bool) -> None:
+    ledger, s = mixed_node()
+    kept = PreemptFacts(ledger)
+    f = twice(kept, "n", s) if tables else kept.facts("n", s, None)
+    assert (f.table is not None) == tables
+    _, new = change(ledger, s)
+    kept.summary_changed("n", new, None)
+    assert entry(kept, "n") is None
+    kept.summary_changed("m", new, None)  # (a node not kept: nothing)
+    assert len(kept) == 0
+
+
+def test_facts_kept_without_a_summary_go_at_the_nodes_first_report() -> None:
+    ledger, s = mixed_node()
+    kept = PreemptFacts(ledger)
+    kept.facts("n", None, None)
+    kept.summary_changed("n", s, None)
+    assert entry(kept, "n") is None
+
+
+def test_a_table_over_a_shared_claim_keeps_what_it_frees_over_the_next_report() -> None:
+    """`holder` and `twin` share claim batch/pair (GPUs 2-3): the table's summary is the report less
+    their GPUs (preempt_claims.freed_only); over the next report, the same count, the old report not held."""
+    ledger = ledger_of(bound("holder", "n", LOW, "pair"), bound("twin", "n", LOW, "pair"))
+    kept, s = PreemptFacts(ledger), summary("iiii", holders={2: "holder", 3: "holder"})
+    t = twice(kept, "n", s).table
+    assert t is not None and t.summary is not s
+    beat = reported_again(s)
+    kept.summary_changed("n", beat, None)
+    g = entry(kept, "n")[3]
+    assert g.table is not None and not holds(g, s) and not holds(g, t.summary)
+    assert g.table.summary == replace(t.summary, received_at=beat.received_at)
+    made = victim_table(beat, None, g.pods)
+    assert (g.table.summary, g.table.parts, g.table.key) == (made.summary, made.parts, made.key)
+
+
+def test_facts_no_call_reads_follow_one_report_and_go_at_the_next() -> None:
+    """Once no preempt call proposes the node, its facts follow one report more, then go: a node
+    no call reads costs nothing on its later reports."""
+    ledger, s = mixed_node()
+    kept = PreemptFacts(ledger)
+    twice(kept, "n", s)
+    one = reported_again(s)
+    kept.summary_changed("n", one, None)
+    assert entry(kept, "n")[0] is one
+    two = reported_again(one)
+    kept.summary_changed("n", two, None)  # not read since the last report: it goes
+    assert entry(kept, "n") is None
+
+
+def test_facts_read_between_reports_follow_every_report() -> None:
+    ledger, s = mixed_node()
+    kept = PreemptFacts(ledger)
+    f = twice(kept, "n", s)
+    for _ in range(3):
+        beat = reported_again(f.summary)
+        kept.summary_changed("n", beat, None)
+        f = kept.facts("n", beat, None)  # a call reads it: it follows the next report too
+        assert f.summary is beat and f.table is not None and entry(kept, "n")[3] is f
+    assert entry(kept, "n")[4] is False

@@ -398,6 +398,25 @@ def test_a_change_of_the_budgets_is_read_by_the_next_call_though_the_node_is_unc
     assert victims(fleet.preempt(pod("p", 2, HIGH), proposals)) == {"n": [uid("n-0"), uid("p1")]}
 
 
+def test_the_facts_kept_of_a_node_follow_its_reports() -> None:
+    """SchedulerApi hands each node's new summaries to the preempt verb's kept facts (preempt_facts.py):
+    a report reading alike moves them onto it; one reading otherwise lets them go."""
+    fleet = Fleet({"n": held("n", "iiiiBBBB")})
+    fleet.holders()
+    proposals = {"n": [uid("n-4"), uid("n-5")]}
+    for _ in range(2):
+        assert victims(fleet.preempt(pod("p", 6, HIGH), proposals)) == {"n": [uid("n-4"), uid("n-5")]}
+    kept = fleet.api._preempt_facts
+    assert kept is not None and kept._entries["n"][3].table is not None
+    fleet.report("n", fleet.nodes["n"])  # the next report, the same readings
+    moved = kept._entries["n"]
+    assert moved[0] is fleet.state.summary("n") and moved[1] is fleet.state.reported("n")
+    assert moved[3].table is not None and moved[3].table.read is moved[0]
+    fleet.report("n", held("n", "iiibBBBB"))  # GPU 3 busy now (outside Kubernetes)
+    assert "n" not in kept._entries
+    assert victims(fleet.preempt(pod("p", 6, HIGH), proposals)) == {"n": [uid("n-4"), uid("n-5"), uid("n-6")]}
+
+
 @pytest.mark.parametrize(("max_candidates", "bound"), [(25_000, PREEMPT_MAX_CANDIDATES), (40, 40)])
 def test_the_route_takes_the_lower_of_max_candidates_and_the_preempt_bound(max_candidates: int, bound: int) -> None:
     fleet = issue_fleet()
