@@ -130,8 +130,7 @@ class SchedulerApi:
         # What the preempt verb read per node, kept; it follows each node's new summaries.
         self._preempt_facts = PreemptFacts(sources.ledger) if sources.ledger is not None else None
         if self._preempt_facts is not None:
-            kept = self._preempt_facts
-            state.on_offered_change(lambda node: kept.summary_changed(node, state.summary(node), state.reported(node)))
+            state.on_offered_change(self._preempt_facts.follower(state.summary, state.reported))
         metrics.add(GroupsCollector(self.groups))
         self._whole_resources = whole_gpu_resources(settings.gpu_resources)
         metrics.add(BindingsCollector(self.bindings))

@@ -85,6 +85,17 @@ class PreemptFacts:
 
         return facts
 
+    def follower(self, summary: Lookup, reported: Lookup) -> Callable[[str], None]:
+        """A listener for GpuState.on_offered_change: `summary_changed` with the node's summaries
+        now (read only for a node kept: every report of every node calls it)."""
+        entries = self._entries
+
+        def changed(node: str) -> None:
+            if node in entries:
+                self.summary_changed(node, summary(node), reported(node))
+
+        return changed
+
     def summary_changed(self, node: str, summary: NodeSummary | None, reported: NodeSummary | None) -> None:
         """The node's summaries are now `summary` and `reported` (GpuState.on_offered_change: a report,
         its bound pods): its facts follow them where they read alike (`room_key`), else go. The
