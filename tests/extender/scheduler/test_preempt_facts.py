@@ -18,6 +18,7 @@ from gpuextender.extender.decide.preempt_victims import (
     Proposal,
     judge_node,
     judge_table,
+    rebased,
     room_key,
     victim_table,
 )
@@ -602,3 +603,26 @@ def test_facts_read_between_reports_follow_every_report() -> None:
         f = kept.facts("n", beat, None)  # a call reads it: it follows the next report too
         assert f.summary is beat and f.table is not None and entry(kept, "n")[3] is f
     assert entry(kept, "n")[4] is False
+
+
+def test_a_rebased_table_is_the_table_made_over_the_new_report_and_shares_what_it_kept() -> None:
+    """rebased(t, ...) over a report that reads alike: every field what victim_table makes of the new
+    summaries (the new ones themselves, no copy), its caches the same objects; every shape and
+    proposal judged over it as over a table made anew."""
+    ledger, own = mixed_node()
+    here = ledger.on_node("n")
+    t = victim_table(own, own, here.values())
+    p = Proposal("n", ("uid-a",), 0)
+    judge_table(2 * HIGH, 3, p, t, here.values(), here, no_budgets, 1)  # (an extended one: its order made)
+    assert t.order is not None and t.judged
+    s, r = reported_again(own), reported_again(own)
+    got = rebased(t, s, r)
+    made = victim_table(s, r, here.values())
+    assert got is not None and got.read is s and got.reported is r and got.summary is s
+    assert (got.parts, got.every, got.key) == (made.parts, made.every, made.key)
+    assert got.judged is t.judged and got.order is t.order and got.room is t.room
+    for victims, pdb, mine, needed in SHAPES:
+        q = Proposal("n", victims, pdb)
+        want = judge_table(mine, needed, q, made, here.values(), here, no_budgets)
+        assert judge_table(mine, needed, q, got, here.values(), here, no_budgets) == want
+    assert rebased(t, reported_again(own, healthy_gpus=own.healthy_gpus - 1), r) is None
