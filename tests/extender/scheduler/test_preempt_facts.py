@@ -116,15 +116,20 @@ def reported_again(s: Any, **changed: Any) -> Any:
     return replace(s, received_at=s.received_at + 3.0, **changed)
 
 
-def test_a_table_is_kept_over_a_report_that_reads_alike() -> None:
-    """A heartbeat makes a new summary (its received_at) that reads as the last: the node's table,
-    and the judgements it keeps, go on over it; the facts carry the new summary (its freshness)."""
+def judged_once() -> tuple[Any, PreemptFacts, NodeFacts, Proposal, Any]:
+    """mixed_node's facts with their table, and one plan it keeps: (summary, kept, facts, proposal, plan)."""
     ledger, s = mixed_node()
     kept = PreemptFacts(ledger)
     f = twice(kept, "n", s)
     assert f.table is not None
     p = Proposal("n", ("uid-a", "uid-b"), 0)
-    plan = judge_table(2 * HIGH, 2, p, f.table, f.pods, f.by_uid, no_budgets)
+    return s, kept, f, p, judge_table(2 * HIGH, 2, p, f.table, f.pods, f.by_uid, no_budgets)
+
+
+def test_a_table_is_kept_over_a_report_that_reads_alike() -> None:
+    """A heartbeat makes a new summary (its received_at) that reads as the last: the node's table,
+    and the judgements it keeps, go on over it; the facts carry the new summary (its freshness)."""
+    s, kept, f, p, plan = judged_once()
     beat = reported_again(s)
     g = kept.facts("n", beat, None)
     assert g is not f and g.summary is beat and g.table is not None and g.table.read is beat
@@ -504,12 +509,7 @@ def entry(kept: PreemptFacts, node: str) -> Any:
 
 
 def test_a_report_that_reads_alike_moves_the_nodes_facts_onto_it_and_lets_the_old_go() -> None:
-    ledger, s = mixed_node()
-    kept = PreemptFacts(ledger)
-    f = twice(kept, "n", s)
-    assert f.table is not None
-    p = Proposal("n", ("uid-a", "uid-b"), 0)
-    plan = judge_table(2 * HIGH, 2, p, f.table, f.pods, f.by_uid, no_budgets)
+    s, kept, f, p, plan = judged_once()
     beat = reported_again(s)
     kept.summary_changed("n", beat, None)
     g = entry(kept, "n")[3]

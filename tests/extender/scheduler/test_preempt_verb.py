@@ -334,11 +334,16 @@ def test_a_candidate_without_victims_is_never_answered_even_when_not_judged() ->
     }
 
 
-def test_added_victims_prefer_pods_no_budget_protects_and_count_the_budgets_they_break() -> None:
-    """kube-scheduler proposes n-0; 2 more GPUs are needed. p1 is the cheapest by priority but a
-    PodDisruptionBudget allowing no disruption covers it: p2 and p3 (unprotected) go first. Needing
-    all three, the answer counts p1's violation on top of kube-scheduler's own count."""
-    budgets = DisruptionBudgets()
+TRAIN_BUDGET = {  # no disruption allowed to the pods labelled app=train
+    "metadata": {"name": "train", "namespace": NS},
+    "spec": {"selector": {"matchLabels": {"app": "train"}}},
+    "status": {"disruptionsAllowed": 0},
+}
+
+
+def budgeted_fleet(budgets: DisruptionBudgets) -> Fleet:
+    """Node n: n-0 (kube-scheduler's victim) and p1 (priority LOW - 5, labelled app=train), p2 and p3
+    (LOW) hold GPUs 0-3, all busy; GPUs 4-7 busy outside Kubernetes."""
     fleet = Fleet({"n": held("n", "BBBBbbbb")}, budgets=budgets)
     fleet.bind("n-0", "n", 1, LOW)
     for name, priority in (("p1", LOW - 5), ("p2", LOW), ("p3", LOW)):
@@ -347,19 +352,19 @@ def test_added_victims_prefer_pods_no_budget_protects_and_count_the_budgets_they
     protected = pod("p1", 1, LOW - 5, node="n", started="2026-12-07T01:00:00Z")
     protected["metadata"]["labels"] = {"app": "train"}
     fleet.ledger.upsert(POD_KIND, protected)
+    return fleet
+
+
+def test_added_victims_prefer_pods_no_budget_protects_and_count_the_budgets_they_break() -> None:
+    """kube-scheduler proposes n-0; 2 more GPUs are needed. p1 is the cheapest by priority but a
+    PodDisruptionBudget allowing no disruption covers it: p2 and p3 (unprotected) go first. Needing
+    all three, the answer counts p1's violation on top of kube-scheduler's own count."""
+    budgets = DisruptionBudgets()
+    fleet = budgeted_fleet(budgets)
     proposals = {"n": [uid("n-0")]}
     # The budgets not listed yet: unknown is never "none broken": no victim is added.
     assert victims(fleet.preempt(pod("p", 3, HIGH), proposals)) == {}
-    budgets.replace_all(
-        "PodDisruptionBudget",
-        [
-            {
-                "metadata": {"name": "train", "namespace": NS},
-                "spec": {"selector": {"matchLabels": {"app": "train"}}},
-                "status": {"disruptionsAllowed": 0},
-            }
-        ],
-    )
+    budgets.replace_all("PodDisruptionBudget", [TRAIN_BUDGET])
     answer = fleet.preempt(pod("p", 3, HIGH), proposals)
     assert victims(answer) == {"n": [uid("n-0"), uid("p2"), uid("p3")]}
     assert answer["NodeNameToMetaVictims"]["n"]["NumPDBViolations"] == 0
@@ -372,20 +377,8 @@ def test_a_change_of_the_budgets_is_read_by_the_next_call_though_the_node_is_unc
     """The node's plan is kept between calls for the budgets' generation it read (judge_table): the
     same call again meets it, and a budget deleted (nothing else changed) is read at the next call."""
     budgets = DisruptionBudgets()
-    train = {
-        "metadata": {"name": "train", "namespace": NS},
-        "spec": {"selector": {"matchLabels": {"app": "train"}}},
-        "status": {"disruptionsAllowed": 0},
-    }
-    budgets.replace_all("PodDisruptionBudget", [train])
-    fleet = Fleet({"n": held("n", "BBBBbbbb")}, budgets=budgets)
-    fleet.bind("n-0", "n", 1, LOW)
-    for name, priority in (("p1", LOW - 5), ("p2", LOW), ("p3", LOW)):
-        fleet.ledger.upsert(POD_KIND, pod(name, 1, priority, node="n", started="2026-12-07T01:00:00Z"))
-    fleet.report("n", [("busy", "n-0"), ("busy", "p1"), ("busy", "p2"), ("busy", "p3")] + [("busy", None)] * 4)
-    protected = pod("p1", 1, LOW - 5, node="n", started="2026-12-07T01:00:00Z")
-    protected["metadata"]["labels"] = {"app": "train"}
-    fleet.ledger.upsert(POD_KIND, protected)
+    budgets.replace_all("PodDisruptionBudget", [TRAIN_BUDGET])
+    fleet = budgeted_fleet(budgets)
     proposals = {"n": [uid("n-0")]}
     plans = []
     for _ in range(3):  # (the node's table is made at its second read: the third meets the kept plan)
@@ -394,7 +387,7 @@ def test_a_change_of_the_budgets_is_read_by_the_next_call_though_the_node_is_unc
         assert found is not None
         plans.append(found.plan.nodes[0])
     assert plans[2] is plans[1] and plans[1] is not plans[0] and plans[0].action == EXTENDED
-    budgets.delete("PodDisruptionBudget", train)
+    budgets.delete("PodDisruptionBudget", TRAIN_BUDGET)
     assert victims(fleet.preempt(pod("p", 2, HIGH), proposals)) == {"n": [uid("n-0"), uid("p1")]}
 
 
