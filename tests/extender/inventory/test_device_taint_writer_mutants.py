@@ -21,6 +21,7 @@ import orjson
 import pytest
 from aiohttp import web
 from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio.leaderelection import leaderelection
 
 from gpuextender.extender.inventory import device_taint_writer
 from gpuextender.extender.inventory.device_taint_writer import (
@@ -56,8 +57,14 @@ class Api:
         self.requests: list[tuple[str, str, dict[str, str], Any]] = []
         self.answer = answer
         self.lease: dict[str, Any] | None = None  # {}: the Lease is kept (none yet), as the election needs
+        self.conflicts = False  # True: a PUT of the Lease at another resourceVersion is refused (409)
 
     def _lease(self, method: str, body: Any) -> web.Response:
+        stale = (
+            self.lease and body and body["metadata"].get("resourceVersion") != self.lease["metadata"]["resourceVersion"]
+        )
+        if method == "PUT" and self.conflicts and stale:
+            return web.Response(status=409, body=b'{"kind": "Status", "code": 409}', content_type="application/json")
         if method in ("POST", "PUT"):
             self.lease = {**body, "metadata": {**body["metadata"], "resourceVersion": str(len(self.requests))}}
         elif not self.lease:
@@ -1245,3 +1252,48 @@ def test_a_replica_waiting_for_a_lease_another_holds_stands_by() -> None:
         settle_s=2 * SETTLE_S,
     )
     assert w.status.mode == "standby" and api.lease["spec"]["holderIdentity"] == "replica-2"
+
+
+def test_an_election_error_is_told_in_its_first_200_characters(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The election is the library's: whatever it raises is told, its text cut at 200 characters (one
+    log line per distinct failure, every retry)."""
+
+    async def failing(_self: Any) -> None:
+        raise RuntimeError("x" * 199 + "yz" + "w" * 99)
+
+    monkeypatch.setattr(leaderelection.LeaderElection, "run", failing)
+    w = writer()
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        running(w, Api(served()), "the election's failure", lambda: bool(caplog.messages))
+    assert caplog.messages == [f"device taints: leader election failed (RuntimeError: {'x' * 199}y); trying again"]
+    assert w.status.mode == "standby"
+
+
+def test_a_leader_whose_lease_another_replica_takes_stands_by_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
+    """The Lease renewed by another replica meanwhile: this one's renewals fail for the renew deadline,
+    then the election stops leading (`onstopped_leading`): standby, and it says why."""
+    w = writer()
+    w._lease_s = (3, 2, 1)  # (duration > deadline > 1.2 x retry: the election's own rules)
+    api = Api(served())
+    api.lease, api.conflicts = {}, True  # (a renewal read before the other replica's is refused, as by the API)
+
+    async def go(_client: k8s.ApiClient, connection: k8s.Configuration) -> None:
+        w._connection = connection
+        task = asyncio.create_task(w.run())
+        await until("the Lease won", lambda: w.status.mode == "writing")
+        assert api.lease
+        taken = {
+            "metadata": {**api.lease["metadata"], "resourceVersion": "taken"},
+            "spec": {**api.lease["spec"], "holderIdentity": "replica-2", "renewTime": "2026-12-08T00:00:00.000000Z"},
+        }
+        api.lease = {**api.lease, **taken}
+        await until("the Lease given up", lambda: w.status.mode == "standby")
+        task.cancel()
+        await asyncio.wait({task})
+
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        api.serve(go)
+    assert "device taints: lost the Lease: another replica writes the rules" in caplog.messages
+    assert not [m for m in caplog.messages if "leader election failed" in m]
