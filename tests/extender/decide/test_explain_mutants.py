@@ -31,6 +31,7 @@ from tests.extender.decide.test_ome_conformance import OBJECTS as OME_OBJECTS
 from tests.extender.decide.test_ome_conformance import _api as ome_api
 from tests.extender.decide.test_ome_conformance import _args as ome_args
 from tests.extender.dra_objects import allocated_claim, device_class, gpu_device, mig_class, mig_device, resource_slice
+from tests.extender.scheduler.test_dra_decisions import dra_api
 from tests.extender.scheduler.test_groups import Cluster, fleet, lws_pod
 from tests.extender.scheduler.test_http_api_explain import NOW, POD, api_knowing
 from tests.extender.state.test_bound_pods import World
@@ -261,18 +262,6 @@ def test_a_node_with_nothing_published_shows_none_beside_one_that_has() -> None:
         "deviceTaints": [],
         "gpusUsable": {"status": "True", "reason": "GpusUsable", "message": "2 of 2 GPUs usable", "noUsableGpu": False},
     }
-
-
-def dra_api(state: GpuState, views: ViewBuilder, claims: ClaimLedger) -> SchedulerApi:
-    """The scheduler API over the agents' `state`, the inventory's `views` and the DRA `claims`."""
-    return SchedulerApi(
-        state,
-        ExtenderMetrics(state),
-        ApiSettings(DecisionPolicy()),
-        inventory=lambda: views.current,
-        clock=lambda: NOW,
-        sources=ClusterSources(claims=claims),
-    )
 
 
 def test_dra_devices_without_a_uuid_are_joined_to_the_agents_gpus_by_name_and_show_their_product() -> None:

@@ -9,8 +9,6 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
-import os
-import socket
 from collections.abc import Callable
 
 import pytest
@@ -18,9 +16,15 @@ from kubernetes_asyncio import client as k8s
 
 from gpuextender.extender.inventory.idle_events import MAX_NAME_CHARS, IdleEventWriter, event_name
 from gpuextender.extender.state.device_taints import TaintWriterStatus
-from tests.extender.inventory.test_writer_rules import NOW, NOW_STAMP, Clock, RecordingApi, always
+from tests.extender.inventory.test_writer_rules import (
+    NOW,
+    STAMP_HEX,
+    Clock,
+    RecordingApi,
+    always,
+    sent_event,
+)
 
-STAMP_HEX = f"{int(NOW.timestamp() * 1e6):x}"
 WINDOW = 1800.0
 EVENTS = "/api/v1/namespaces/default/events"
 
@@ -64,19 +68,12 @@ def test_a_node_event_is_posted_in_the_default_namespace_with_every_field(caplog
         (
             "POST",
             EVENTS,
-            {
-                "metadata": {"name": f"gpu-1.{STAMP_HEX}", "namespace": "default"},
-                "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": "gpu-1", "uid": "node-uid"},
-                "reason": "AllocatedGPUsIdle",
-                "message": message,
-                "type": "Normal",
-                "source": {"component": "gpu-extender"},
-                "reportingComponent": "gpu-extender",
-                "reportingInstance": f"{socket.gethostname()}-{os.getpid()}",
-                "firstTimestamp": NOW_STAMP,
-                "lastTimestamp": NOW_STAMP,
-                "count": 1,
-            },
+            sent_event(
+                {"apiVersion": "v1", "kind": "Node", "name": "gpu-1", "uid": "node-uid"},
+                "default",
+                "AllocatedGPUsIdle",
+                message,
+            ),
         )
     ]
     assert w.writer.status.node_writes["event"] == 1

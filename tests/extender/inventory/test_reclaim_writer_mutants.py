@@ -10,8 +10,6 @@ writer (mutmut). The writer on the real API server: tests/kube/test_reclaim.py."
 from __future__ import annotations
 
 import logging
-import os
-import socket
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -31,13 +29,12 @@ from gpuextender.extender.state.gpu_summary import NodeSummary
 from gpuextender.extender.state.idle_holders import ReclaimStatus
 from gpuextender.extender.state.pod_ledger import BoundPod
 from tests.extender.inventory.loopback_api import with_api
-from tests.extender.inventory.test_writer_rules import NOW, NOW_STAMP, Clock, always
+from tests.extender.inventory.test_writer_rules import NOW, Clock, always, sent_event
 
 WINDOW = 10.0
 STALE = 30.0
 LABEL = ("reclaim.example/opt-in", "yes")
 STARTED = NOW.timestamp() - 7200.0
-STAMP_HEX = f"{int(NOW.timestamp() * 1e6):x}"
 PODS = "/api/v1/pods"
 NAMESPACES = "/api/v1/namespaces"
 EVENTS = "/api/v1/namespaces/team/events"
@@ -221,19 +218,8 @@ WHY = (
 
 
 def event(reason: str, lead: str, kind: str = "Normal") -> dict[str, Any]:
-    return {
-        "metadata": {"name": f"a.{STAMP_HEX}", "namespace": "team"},
-        "involvedObject": {"apiVersion": "v1", "kind": "Pod", "namespace": "team", "name": "a", "uid": "uid-a"},
-        "reason": reason,
-        "message": f"{lead}: {WHY}",
-        "type": kind,
-        "source": {"component": "gpu-extender"},
-        "reportingComponent": "gpu-extender",
-        "reportingInstance": f"{socket.gethostname()}-{os.getpid()}",
-        "firstTimestamp": NOW_STAMP,
-        "lastTimestamp": NOW_STAMP,
-        "count": 1,
-    }
+    involved = {"apiVersion": "v1", "kind": "Pod", "namespace": "team", "name": "a", "uid": "uid-a"}
+    return sent_event(involved, "team", reason, f"{lead}: {WHY}", kind)
 
 
 def counts(scene: Scene) -> dict[str, int]:

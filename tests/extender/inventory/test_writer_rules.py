@@ -7,6 +7,8 @@ the Event after a 403 (inventory/idle_events.py), and the write budget of a pass
 from __future__ import annotations
 
 import asyncio
+import os
+import socket
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -35,6 +37,26 @@ NODE = "gpu-1"
 THEN = "2020-01-01T00:00:00Z"
 NOW = datetime(2030, 1, 1, tzinfo=UTC)
 NOW_STAMP = "2030-01-01T00:00:00Z"
+STAMP_HEX = f"{int(NOW.timestamp() * 1e6):x}"  # an Event's name suffix at NOW
+
+
+def sent_event(
+    involved: dict[str, str], namespace: str, reason: str, message: str, kind: str = "Normal"
+) -> dict[str, Any]:
+    """An Event about `involved` (its object reference) as the writers POST it at NOW."""
+    return {
+        "metadata": {"name": f"{involved['name']}.{STAMP_HEX}", "namespace": namespace},
+        "involvedObject": involved,
+        "reason": reason,
+        "message": message,
+        "type": kind,
+        "source": {"component": "gpu-extender"},
+        "reportingComponent": "gpu-extender",
+        "reportingInstance": f"{socket.gethostname()}-{os.getpid()}",
+        "firstTimestamp": NOW_STAMP,
+        "lastTimestamp": NOW_STAMP,
+        "count": 1,
+    }
 
 
 class Clock:

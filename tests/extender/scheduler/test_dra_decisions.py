@@ -209,6 +209,18 @@ def test_what_a_pods_claims_ask_for_in_whole_gpus() -> None:
     ]
 
 
+def dra_api(state: GpuState, views: ViewBuilder, claims: ClaimLedger) -> SchedulerApi:
+    """The scheduler API over the agents' `state`, the inventory's `views` and the DRA `claims`."""
+    return SchedulerApi(
+        state,
+        ExtenderMetrics(state),
+        ApiSettings(DecisionPolicy()),
+        inventory=lambda: views.current,
+        clock=lambda: NOW,
+        sources=ClusterSources(claims=claims),
+    )
+
+
 def test_a_claim_pod_is_decided_on_live_gpu_state_like_any_gpu_pod() -> None:
     """Two DRA nodes with fresh agents: idle (8 idle) and busy (2 idle). A pod whose claim asks for
     3 GPUs passes only the idle one; prioritize ranks it first; a pod whose claim is unknown yet is
@@ -223,14 +235,7 @@ def test_a_claim_pod_is_decided_on_live_gpu_state_like_any_gpu_pod() -> None:
     state = GpuState(IdleRule())
     state.ingest(report("idle", [gpu(i, 0, 1) for i in range(8)]), NOW)
     state.ingest(report("busy", [gpu(i, 0 if i < 2 else 95, 1 if i < 2 else 90) for i in range(8)]), NOW)
-    api = SchedulerApi(
-        state,
-        ExtenderMetrics(state),
-        ApiSettings(DecisionPolicy()),
-        inventory=lambda: views.current,
-        clock=lambda: NOW,
-        sources=ClusterSources(claims=claims),
-    )
+    api = dra_api(state, views, claims)
 
     def claim_pod(claim_name: str) -> Any:
         pod = {
